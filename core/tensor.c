@@ -1,0 +1,228 @@
+/* Refcounted buffers, tensors and elements. A buffer made by sl_buf_new carries its bytes
+ * in the same allocation as its header (one malloc per buffer); wrapped memory has a free
+ * callback instead. */
+#include <stdlib.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "sluice/tensor.h"
+
+#define BUF_ALIGN 64
+/* header padded so data stays 64-byte aligned inside one aligned allocation */
+#define BUF_HDR ((sizeof(sl_buf) + BUF_ALIGN - 1) / BUF_ALIGN * BUF_ALIGN)
+
+/* Marks a buffer whose bytes live in its own allocation; never called. */
+static void inline_bytes(void *ctx, void *data) { (void)ctx; (void)data; }
+
+sl_buf *sl_buf_new(size_t size) {
+    if (size > SIZE_MAX - BUF_HDR - BUF_ALIGN) {
+        sl_err(SL_ENOMEM, "buffer of %zu bytes is too large", size);
+        return NULL;
+    }
+    size_t total = (BUF_HDR + size + BUF_ALIGN - 1) / BUF_ALIGN * BUF_ALIGN;
+    sl_buf *b = aligned_alloc(BUF_ALIGN, total);
+    if (!b) {
+        sl_err(SL_ENOMEM, "out of memory allocating a %zu-byte buffer", size);
+        return NULL;
+    }
+    atomic_init(&b->refs, 1);
+    b->data = (char *)b + BUF_HDR;
+    b->size = size;
+    b->free_fn = inline_bytes;
+    b->free_ctx = NULL;
+    return b;
+}
+
+sl_buf *sl_buf_copy(const void *data, size_t size) {
+    sl_buf *b = sl_buf_new(size);
+    if (b && size) memcpy(b->data, data, size);
+    return b;
+}
+
+sl_buf *sl_buf_wrap(void *data, size_t size, sl_free_fn free_fn, void *free_ctx) {
+    sl_buf *b = malloc(sizeof *b);
+    if (!b) {
+        sl_err(SL_ENOMEM, "out of memory wrapping a buffer");
+        return NULL;
+    }
+    atomic_init(&b->refs, 1);
+    b->data = data;
+    b->size = size;
+    b->free_fn = free_fn;
+    b->free_ctx = free_ctx;
+    return b;
+}
+
+sl_buf *sl_buf_ref(sl_buf *b) {
+    if (b) atomic_fetch_add_explicit(&b->refs, 1, memory_order_relaxed);
+    return b;
+}
+
+void sl_buf_unref(sl_buf *b) {
+    if (!b) return;
+    if (atomic_fetch_sub_explicit(&b->refs, 1, memory_order_acq_rel) != 1) return;
+    if (b->free_fn && b->free_fn != inline_bytes) b->free_fn(b->free_ctx, b->data);
+    free(b);
+}
+
+/* ---- dtypes ---- */
+
+static const struct { const char *name; size_t size; } dtypes[SL_DT_COUNT_] = {
+    [SL_DT_INVALID] = {"invalid", 0}, [SL_DT_U8] = {"uint8", 1},   [SL_DT_I8] = {"int8", 1},
+    [SL_DT_U16] = {"uint16", 2},      [SL_DT_I16] = {"int16", 2},  [SL_DT_I32] = {"int32", 4},
+    [SL_DT_U32] = {"uint32", 4},      [SL_DT_I64] = {"int64", 8},  [SL_DT_F16] = {"float16", 2},
+    [SL_DT_BF16] = {"bfloat16", 2},   [SL_DT_F32] = {"float32", 4}, [SL_DT_F64] = {"float64", 8},
+    [SL_DT_BOOL] = {"bool", 1},       [SL_DT_BYTES] = {"bytes", sizeof(sl_bytes)},
+};
+
+size_t sl_dtype_size(sl_dtype dt) {
+    return (unsigned)dt < SL_DT_COUNT_ ? dtypes[dt].size : 0;
+}
+
+const char *sl_dtype_name(sl_dtype dt) {
+    return (unsigned)dt < SL_DT_COUNT_ ? dtypes[dt].name : "invalid";
+}
+
+sl_dtype sl_dtype_from_name(const char *name) {
+    static const struct { const char *alias; sl_dtype dt; } aliases[] = {
+        {"u8", SL_DT_U8},       {"i8", SL_DT_I8},        {"u16", SL_DT_U16},
+        {"i16", SL_DT_I16},     {"i32", SL_DT_I32},      {"int", SL_DT_I32},
+        {"u32", SL_DT_U32},     {"i64", SL_DT_I64},      {"long", SL_DT_I64},
+        {"f16", SL_DT_F16},     {"half", SL_DT_F16},     {"bf16", SL_DT_BF16},
+        {"f32", SL_DT_F32},     {"float", SL_DT_F32},    {"f64", SL_DT_F64},
+        {"double", SL_DT_F64},  {"string", SL_DT_BYTES}, {"byte", SL_DT_U8},
+    };
+    if (!name) return SL_DT_INVALID;
+    for (int i = 1; i < SL_DT_COUNT_; i++)
+        if (strcmp(name, dtypes[i].name) == 0) return (sl_dtype)i;
+    for (size_t i = 0; i < sizeof aliases / sizeof aliases[0]; i++)
+        if (strcmp(name, aliases[i].alias) == 0) return aliases[i].dt;
+    return SL_DT_INVALID;
+}
+
+/* ---- tensors ---- */
+
+int64_t sl_tensor_numel(const sl_tensor *t) {
+    int64_t n = 1;
+    for (int i = 0; i < t->rank; i++) n *= t->dims[i];
+    return n;
+}
+
+size_t sl_tensor_nbytes(const sl_tensor *t) {
+    return (size_t)sl_tensor_numel(t) * sl_dtype_size(t->dtype);
+}
+
+/* Validate dtype/rank/dims and compute the byte size, guarding against overflow. */
+static sl_status shape_bytes(sl_dtype dt, int rank, const int64_t *dims, size_t *out) {
+    if ((unsigned)dt >= SL_DT_COUNT_ || dt == SL_DT_INVALID)
+        return sl_err(SL_EINVAL, "invalid dtype %d", (int)dt);
+    if (rank < 0 || rank > SL_MAX_RANK)
+        return sl_err(SL_EINVAL, "rank %d outside 0..%d", rank, SL_MAX_RANK);
+    size_t n = sl_dtype_size(dt);
+    for (int i = 0; i < rank; i++) {
+        if (dims[i] < 0) return sl_err(SL_EINVAL, "dimension %d is negative (%lld)", i, (long long)dims[i]);
+        if (dims[i] && n > SIZE_MAX / (uint64_t)dims[i])
+            return sl_err(SL_EINVAL, "tensor shape overflows size_t");
+        n *= (size_t)dims[i];
+    }
+    *out = n;
+    return SL_OK;
+}
+
+sl_status sl_tensor_alloc(sl_tensor *t, sl_dtype dt, int rank, const int64_t *dims) {
+    size_t n;
+    *t = SL_TENSOR_EMPTY;
+    sl_status s = shape_bytes(dt, rank, dims, &n);
+    if (s) return s;
+    sl_buf *b = sl_buf_new(n);
+    if (!b) return SL_ENOMEM;
+    t->dtype = dt;
+    t->rank = rank;
+    for (int i = 0; i < rank; i++) t->dims[i] = dims[i];
+    t->data = b->data;
+    t->buf = b;
+    return SL_OK;
+}
+
+sl_status sl_tensor_view(sl_tensor *t, sl_buf *buf, const void *data, size_t nbytes,
+                         sl_dtype dt, int rank, const int64_t *dims) {
+    size_t n;
+    *t = SL_TENSOR_EMPTY;
+    sl_status s = shape_bytes(dt, rank, dims, &n);
+    if (s) return s;
+    if (n != nbytes)
+        return sl_err(SL_EINVAL, "a %s tensor of %zu bytes cannot view %zu bytes",
+                      sl_dtype_name(dt), n, nbytes);
+    const char *lo = buf->data, *p = data;
+    if (p < lo || (size_t)(p - lo) > buf->size || nbytes > buf->size - (size_t)(p - lo))
+        return sl_err(SL_EINVAL, "view of %zu bytes lies outside its buffer", nbytes);
+    t->dtype = dt;
+    t->rank = rank;
+    for (int i = 0; i < rank; i++) t->dims[i] = dims[i];
+    t->data = (void *)data;
+    t->buf = sl_buf_ref(buf);
+    return SL_OK;
+}
+
+void sl_tensor_share(sl_tensor *dst, const sl_tensor *src) {
+    *dst = *src;
+    sl_buf_ref(dst->buf);
+    sl_buf_ref(dst->aux);
+}
+
+void sl_tensor_release(sl_tensor *t) {
+    sl_buf_unref(t->buf);
+    sl_buf_unref(t->aux);
+    *t = SL_TENSOR_EMPTY;
+}
+
+char *sl_tensor_describe(const sl_tensor *t, char *out, size_t cap) {
+    size_t n = (size_t)snprintf(out, cap, "%s[", sl_dtype_name(t->dtype));
+    for (int i = 0; i < t->rank && n < cap; i++)
+        n += (size_t)snprintf(out + n, cap - n, i ? ",%lld" : "%lld", (long long)t->dims[i]);
+    if (n < cap) snprintf(out + n, cap - n, "]");
+    return out;
+}
+
+/* ---- elements ---- */
+
+void sl_element_init(sl_element *e) { e->n = 0; }
+
+void sl_element_clear(sl_element *e) {
+    for (int i = 0; i < e->n; i++) sl_tensor_release(&e->t[i]);
+    e->n = 0;
+}
+
+int sl_element_find(const sl_element *e, const char *name) {
+    for (int i = 0; i < e->n; i++)
+        if (strcmp(e->names[i], name) == 0) return i;
+    return -1;
+}
+
+sl_status sl_element_set(sl_element *e, const char *name, sl_tensor *t) {
+    size_t len = name ? strlen(name) : 0;
+    if (len == 0 || len >= SL_NAME_MAX)
+        return sl_err(SL_EINVAL, "component name must be 1..%d characters", SL_NAME_MAX - 1);
+    int i = sl_element_find(e, name);
+    if (i >= 0) {
+        sl_tensor_release(&e->t[i]);
+    } else {
+        if (e->n >= SL_ELEM_MAX)
+            return sl_err(SL_ERANGE, "element already has %d components; cannot add '%s'",
+                          SL_ELEM_MAX, name);
+        i = e->n++;
+        memcpy(e->names[i], name, len + 1);
+    }
+    e->t[i] = *t;
+    *t = SL_TENSOR_EMPTY;
+    return SL_OK;
+}
+
+void sl_element_move(sl_element *dst, sl_element *src) {
+    dst->n = src->n;
+    for (int i = 0; i < src->n; i++) {
+        memcpy(dst->names[i], src->names[i], SL_NAME_MAX);
+        dst->t[i] = src->t[i];
+    }
+    src->n = 0;
+}

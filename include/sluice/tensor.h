@@ -1,0 +1,148 @@
+/* Refcounted buffers, tensors and elements: the values that flow through a pipeline.
+ *
+ * An sl_buf owns bytes and is shared by reference count (atomic, so buffers cross threads).
+ * An sl_tensor is a typed, shaped view into an sl_buf: slicing never copies, so a record's
+ * bytes can become an Example's bytes feature and then a JPEG decoder's input without a
+ * memcpy. An sl_element is a small tuple of named tensors ("image", "label"), like a
+ * tf.data dict element. */
+#ifndef SLUICE_TENSOR_H
+#define SLUICE_TENSOR_H
+
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "sluice/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- buffers ---------------------------------------------------------------------- */
+
+/* Called once when the last reference goes: frees `data` (ctx is the value given at
+ * creation). */
+typedef void (*sl_free_fn)(void *ctx, void *data);
+
+typedef struct sl_buf {
+    atomic_int refs;    /* owned by sl_buf_ref / sl_buf_unref */
+    void *data;         /* start of the bytes; read-only after creation */
+    size_t size;        /* bytes at data */
+    sl_free_fn free_fn; /* releases data when the last reference goes (NULL: nothing to free) */
+    void *free_ctx;
+} sl_buf;
+
+/* A new buffer of `size` bytes, 64-byte aligned, uninitialised, refcount 1. NULL when
+ * memory runs out (and sl_errmsg says so). size 0 is allowed. */
+sl_buf *sl_buf_new(size_t size);
+
+/* A new buffer holding a copy of `data` (borrowed). NULL on ENOMEM. */
+sl_buf *sl_buf_copy(const void *data, size_t size);
+
+/* Wrap memory the caller owns: it is handed over, and free_fn(free_ctx, data) runs when the
+ * last reference goes (free_fn may be NULL for memory that outlives the buffer). NULL on
+ * ENOMEM, in which case nothing was handed over and free_fn is not called. */
+sl_buf *sl_buf_wrap(void *data, size_t size, sl_free_fn free_fn, void *free_ctx);
+
+/* Take one more reference; returns b. NULL is passed through. */
+sl_buf *sl_buf_ref(sl_buf *b);
+
+/* Drop one reference; the last one frees. NULL is a no-op. */
+void sl_buf_unref(sl_buf *b);
+
+/* ---- dtypes ----------------------------------------------------------------------- */
+
+typedef enum sl_dtype {
+    SL_DT_INVALID = 0,
+    SL_DT_U8, SL_DT_I8, SL_DT_U16, SL_DT_I16, SL_DT_I32, SL_DT_U32, SL_DT_I64,
+    SL_DT_F16, SL_DT_BF16, SL_DT_F32, SL_DT_F64, SL_DT_BOOL,
+    SL_DT_BYTES, /* variable-length byte strings: each element is an sl_bytes view */
+    SL_DT_COUNT_
+} sl_dtype;
+
+/* A view of a byte string owned elsewhere (by the tensor's aux buffer). */
+typedef struct sl_bytes {
+    const uint8_t *ptr;
+    size_t len;
+} sl_bytes;
+
+/* Bytes per element (sizeof(sl_bytes) for SL_DT_BYTES); 0 for SL_DT_INVALID. */
+size_t sl_dtype_size(sl_dtype dt);
+/* "uint8", "int64", "float32", "bytes", ... (the config language's names). */
+const char *sl_dtype_name(sl_dtype dt);
+/* Inverse of sl_dtype_name; also accepts "u8", "f32", "float", "int", "double", "string".
+ * SL_DT_INVALID for an unknown name. */
+sl_dtype sl_dtype_from_name(const char *name);
+
+/* ---- tensors ---------------------------------------------------------------------- */
+
+#define SL_MAX_RANK 8
+
+typedef struct sl_tensor {
+    sl_dtype dtype;
+    int rank;                   /* 0 = scalar */
+    int64_t dims[SL_MAX_RANK];  /* dims[0..rank) */
+    void *data;                 /* first element, inside buf */
+    sl_buf *buf;                /* owns data; one reference held by this tensor */
+    sl_buf *aux;                /* SL_DT_BYTES: owns the bytes the views point into (ref held); else NULL */
+} sl_tensor;
+
+/* An all-zero tensor (dtype INVALID, no buffers): safe to release. */
+#define SL_TENSOR_EMPTY ((sl_tensor){0})
+
+int64_t sl_tensor_numel(const sl_tensor *t);  /* product of dims (1 for a scalar) */
+size_t sl_tensor_nbytes(const sl_tensor *t);  /* numel * dtype size */
+
+/* Allocate a fresh contiguous tensor (uninitialised data) into *t, which must not hold
+ * references (it is overwritten). On failure *t is left empty and the status is
+ * SL_EINVAL (bad dtype, rank or negative dim) or SL_ENOMEM. */
+sl_status sl_tensor_alloc(sl_tensor *t, sl_dtype dt, int rank, const int64_t *dims);
+
+/* Make *t a view of `nbytes` starting at `data` inside buf (taking a reference to buf).
+ * Checks that the shape fits in the bytes: SL_EINVAL if numel*size != nbytes or data lies
+ * outside buf; *t is left empty on failure. */
+sl_status sl_tensor_view(sl_tensor *t, sl_buf *buf, const void *data, size_t nbytes,
+                         sl_dtype dt, int rank, const int64_t *dims);
+
+/* Another reference to the same data (no copy): *dst = src, with references taken. */
+void sl_tensor_share(sl_tensor *dst, const sl_tensor *src);
+
+/* Release the references held by *t and leave it empty. Safe on an empty tensor. */
+void sl_tensor_release(sl_tensor *t);
+
+/* "uint8[28,28,1]" into out (always NUL-terminated); returns out. */
+char *sl_tensor_describe(const sl_tensor *t, char *out, size_t cap);
+
+/* ---- elements --------------------------------------------------------------------- */
+
+#define SL_ELEM_MAX 16
+#define SL_NAME_MAX 64
+
+typedef struct sl_element {
+    int n;                                   /* components in use */
+    char names[SL_ELEM_MAX][SL_NAME_MAX];    /* component names, unique */
+    sl_tensor t[SL_ELEM_MAX];
+} sl_element;
+
+/* Make *e empty (n = 0). Does not release anything: use on fresh memory. */
+void sl_element_init(sl_element *e);
+
+/* Release every component and leave *e empty. */
+void sl_element_clear(sl_element *e);
+
+/* Index of the component named `name`, or -1. */
+int sl_element_find(const sl_element *e, const char *name);
+
+/* Add (or replace) component `name`, taking over the references held by *t (which is left
+ * empty). SL_EINVAL if the name is too long or empty, SL_ERANGE if the element is full; on
+ * failure *t still holds its references (the caller releases them). */
+sl_status sl_element_set(sl_element *e, const char *name, sl_tensor *t);
+
+/* Move: *dst takes everything from *src; *src is left empty. dst must be empty. */
+void sl_element_move(sl_element *dst, sl_element *src);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
