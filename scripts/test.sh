@@ -1,0 +1,78 @@
+#!/usr/bin/env bash
+# The whole test suite, as CI runs it: install what is missing, then build and run every
+# test three ways — a plain optimised build, AddressSanitizer + UndefinedBehaviorSanitizer,
+# and ThreadSanitizer (unit tests) — then run every libFuzzer target briefly.
+#
+#   scripts/test.sh                 everything
+#   FUZZ_SECONDS=60 scripts/test.sh longer fuzzing (default 10 s per target)
+#   SLUICE_TEST_QUICK=1 scripts/test.sh   plain build only
+set -uo pipefail
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$root"
+jobs=$(nproc 2>/dev/null || echo 2)
+
+bash scripts/deps.sh || { echo "test: installing dependencies failed"; exit 1; }
+
+passed=0 failed=0 skipped=0
+failures=()
+
+# run_ctest NAME BUILD_DIR [ctest args...]: counts results from ctest's JUnit output
+run_ctest() {
+    local name=$1 dir=$2; shift 2
+    local junit="$dir/ctest-junit.xml"
+    rm -f "$junit"
+    (cd "$dir" && ctest --output-on-failure -j"$jobs" --output-junit "$junit" "$@")
+    local rc=$?
+    if [ -f "$junit" ]; then
+        local t f s
+        t=$(grep -o 'tests="[0-9]*"' "$junit" | head -1 | tr -dc 0-9)
+        f=$(grep -o 'failures="[0-9]*"' "$junit" | head -1 | tr -dc 0-9)
+        s=$(grep -o 'skipped="[0-9]*"' "$junit" | head -1 | tr -dc 0-9)
+        passed=$((passed + ${t:-0} - ${f:-0} - ${s:-0}))
+        failed=$((failed + ${f:-0}))
+        skipped=$((skipped + ${s:-0}))
+    fi
+    if [ $rc -ne 0 ]; then failures+=("$name"); [ -f "$junit" ] || failed=$((failed + 1)); fi
+}
+
+build() { # build NAME DIR cmake-args...
+    local name=$1 dir=$2; shift 2
+    echo "=== build: $name"
+    if ! cmake -S . -B "$dir" "$@" >"$dir.configure.log" 2>&1; then
+        cat "$dir.configure.log"; failures+=("$name: configure"); failed=$((failed + 1)); return 1
+    fi
+    if ! cmake --build "$dir" -j"$jobs" >"$dir.build.log" 2>&1; then
+        grep -E -A5 'error|Error' "$dir.build.log" | head -100
+        failures+=("$name: build"); failed=$((failed + 1)); return 1
+    fi
+    grep -E 'warning:' "$dir.build.log" | sort -u | head -20
+}
+
+mkdir -p build
+if build plain build -DCMAKE_BUILD_TYPE=RelWithDebInfo; then
+    echo "=== tests: plain"
+    run_ctest plain build
+fi
+
+if [ -z "${SLUICE_TEST_QUICK:-}" ]; then
+    if build asan build-asan -DSLUICE_SANITIZE=address -DCMAKE_BUILD_TYPE=Debug; then
+        echo "=== tests: ASan + UBSan"
+        run_ctest asan build-asan
+    fi
+    if build tsan build-tsan -DSLUICE_SANITIZE=thread -DCMAKE_BUILD_TYPE=RelWithDebInfo; then
+        echo "=== tests: TSan (unit)"
+        TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" run_ctest tsan build-tsan -R '^unit/'
+    fi
+    echo "=== fuzz: ${FUZZ_SECONDS:-10} s per target"
+    if FUZZ_SECONDS=${FUZZ_SECONDS:-10} bash scripts/fuzz.sh; then
+        n=$(ls build-fuzz/fuzz/fuzz_* 2>/dev/null | wc -l)
+        passed=$((passed + n))
+    else
+        failures+=("fuzz"); failed=$((failed + 1))
+    fi
+fi
+
+echo
+if [ ${#failures[@]} -gt 0 ]; then echo "failed parts: ${failures[*]}"; fi
+echo "$passed passed, $failed failed, $skipped skipped"
+[ $failed -eq 0 ] && [ ${#failures[@]} -eq 0 ]
