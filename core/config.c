@@ -1,0 +1,971 @@
+/* The config language's lexer and parser (syntax only; see include/sluice/config.h).
+ *
+ * Workload: files of a few hundred lines written by people, parsed once at start-up, plus
+ * fuzzed garbage. So the parser favours clear messages over speed: every token knows its
+ * line and column, and errors quote the offending line with a caret under it.
+ * All nodes live in one arena freed with the tree; arrays are built in temporary vectors
+ * and copied into the arena when complete. Nesting depth is bounded so hostile input
+ * cannot exhaust the stack. */
+#include <ctype.h>
+#include <errno.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "sluice/config.h"
+
+#define MAX_DEPTH 64
+
+/* ---- arena ---- */
+
+typedef struct chunk {
+    struct chunk *next;
+    size_t used, cap;
+    _Alignas(16) unsigned char mem[];
+} chunk;
+
+struct sl_cfg {
+    chunk *chunks;
+    char *filename;
+    char *src;         /* a NUL-terminated copy of the text, for quoting lines in errors */
+    size_t src_len;
+    sl_cfg_stmt *root;
+    int nroot;
+};
+
+static void *arena_alloc(sl_cfg *c, size_t n) {
+    n = (n + 15) & ~(size_t)15;
+    if (!c->chunks || c->chunks->cap - c->chunks->used < n) {
+        size_t cap = n > 16384 ? n : 16384;
+        chunk *k = malloc(sizeof *k + cap);
+        if (!k) return NULL;
+        k->next = c->chunks;
+        k->used = 0;
+        k->cap = cap;
+        c->chunks = k;
+    }
+    void *p = c->chunks->mem + c->chunks->used;
+    c->chunks->used += n;
+    memset(p, 0, n);
+    return p;
+}
+
+static char *arena_strndup(sl_cfg *c, const char *s, size_t n) {
+    char *p = arena_alloc(c, n + 1);
+    if (p) {
+        memcpy(p, s, n);
+        p[n] = 0;
+    }
+    return p;
+}
+
+/* ---- error reporting ---- */
+
+/* Copy line `line` (1-based) of the source into buf, tabs kept, without the newline. */
+static void source_line(const sl_cfg *c, int line, char *buf, size_t cap) {
+    const char *p = c->src, *end = c->src + c->src_len;
+    for (int l = 1; l < line && p < end; p++)
+        if (*p == '\n') l++;
+    size_t n = 0;
+    while (p + n < end && p[n] != '\n' && p[n] != '\r' && n + 1 < cap) n++;
+    memcpy(buf, p, n);
+    buf[n] = 0;
+}
+
+static sl_status verr_at(const sl_cfg *c, sl_cfg_loc loc, sl_status code, const char *fmt, va_list ap) {
+    char msg[512], line[256], caret[300];
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    if (loc.line <= 0) /* a value that came from an override, not from the file */
+        return sl_err(code, "%s (value given with --set)", msg);
+    source_line(c, loc.line, line, sizeof line);
+    /* caret line: same whitespace as the source up to the column, so tabs line up */
+    size_t n = 0;
+    for (int i = 0; i + 1 < loc.col && n + 1 < sizeof caret - 80; i++)
+        caret[n++] = (line[i] == '\t') ? '\t' : ' ';
+    caret[n++] = '^';
+    for (int i = 1; i < loc.len && i < 60 && n + 1 < sizeof caret; i++) caret[n++] = '~';
+    caret[n] = 0;
+    return sl_err(code, "%s:%d:%d: %s\n    %s\n    %s", c->filename, loc.line, loc.col, msg, line, caret);
+}
+
+sl_status sl_cfg_err(const sl_cfg *c, sl_cfg_loc loc, sl_status code, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    verr_at(c, loc, code, fmt, ap);
+    va_end(ap);
+    return code;
+}
+
+/* ---- lexer ---- */
+
+typedef enum {
+    T_EOF, T_NL, T_IDENT, T_NUMBER, T_STRING, T_SHAPE,
+    T_LBRACE, T_RBRACE, T_LPAREN, T_RPAREN, T_LBRACK, T_RBRACK,
+    T_COMMA, T_EQ, T_COLON, T_PIPE, T_ERROR
+} tok_kind;
+
+typedef struct {
+    tok_kind kind;
+    sl_cfg_loc loc;
+    const char *start; /* into the source */
+    size_t len;
+} token;
+
+typedef struct {
+    sl_cfg *c;
+    const char *p, *end;
+    int line;
+    const char *line_start;
+    int nest;          /* open ( and [: newlines inside are not statement ends */
+    token tok, ahead;  /* current token, one token of lookahead */
+    bool have_ahead;
+    sl_status err;     /* first error; the parse stops at it */
+} lexer;
+
+static bool ident_start(int ch) { return isalpha(ch) || ch == '_' || ch == '.' || ch == '/' || ch == '*' || ch == '~'; }
+static bool ident_char(int ch) { return isalnum(ch) || ch == '_' || ch == '.' || ch == '-' || ch == '/' || ch == '*' || ch == '~'; }
+
+static sl_cfg_loc here(const lexer *L, const char *at, size_t len) {
+    sl_cfg_loc loc = {L->line, (int)(at - L->line_start) + 1, len ? (int)len : 1};
+    return loc;
+}
+
+static sl_status lex_error(lexer *L, sl_cfg_loc loc, const char *fmt, ...) {
+    if (L->err) return L->err;
+    va_list ap;
+    va_start(ap, fmt);
+    verr_at(L->c, loc, SL_EINVAL, fmt, ap);
+    va_end(ap);
+    L->err = SL_EINVAL;
+    return L->err;
+}
+
+static const char *tok_desc(const token *t, char *buf, size_t cap) {
+    switch (t->kind) {
+    case T_EOF: return "end of file";
+    case T_NL: return "end of line";
+    case T_ERROR: return "an invalid character";
+    default:
+        snprintf(buf, cap, "'%.*s'", (int)(t->len > 40 ? 40 : t->len), t->start);
+        return buf;
+    }
+}
+
+/* Skip spaces, tabs, CRs and comments (not newlines). */
+static void skip_blank(lexer *L) {
+    while (L->p < L->end) {
+        char ch = *L->p;
+        if (ch == ' ' || ch == '\t' || ch == '\r') L->p++;
+        else if (ch == '#') { while (L->p < L->end && *L->p != '\n') L->p++; }
+        else if (ch == '\\' && L->p + 1 < L->end && L->p[1] == '\n') { /* explicit line continuation */
+            L->p += 2; L->line++; L->line_start = L->p;
+        } else break;
+    }
+}
+
+/* After a newline: does the next non-blank line start with '|'? Then the statement goes on. */
+static bool continues_with_pipe(lexer *L) {
+    const char *p = L->p;
+    while (p < L->end) {
+        char ch = *p;
+        if (ch == ' ' || ch == '\t' || ch == '\r' || ch == '\n') p++;
+        else if (ch == '#') { while (p < L->end && *p != '\n') p++; }
+        else return ch == '|';
+    }
+    return false;
+}
+
+static void lex_number(lexer *L, token *t) {
+    const char *p = L->p;
+    if (*p == '-' || *p == '+') p++;
+    while (p < L->end && (isdigit((unsigned char)*p) || *p == '.')) p++;
+    if (p < L->end && (*p == 'e' || *p == 'E')) {
+        const char *q = p + 1;
+        if (q < L->end && (*q == '-' || *q == '+')) q++;
+        if (q < L->end && isdigit((unsigned char)*q)) {
+            p = q;
+            while (p < L->end && isdigit((unsigned char)*p)) p++;
+        }
+    }
+    t->kind = T_NUMBER;
+    /* shape: 28x28x1 */
+    if (p < L->end && *p == 'x' && p + 1 < L->end && isdigit((unsigned char)p[1])) {
+        t->kind = T_SHAPE;
+        while (p < L->end && (*p == 'x' || isdigit((unsigned char)*p))) p++;
+    } else if (p < L->end && *p == '/' && p + 1 < L->end && isdigit((unsigned char)p[1])) {
+        p++; /* fraction 1/255 */
+        while (p < L->end && (isdigit((unsigned char)*p) || *p == '.')) p++;
+    } else {
+        while (p < L->end && (isalpha((unsigned char)*p) || *p == '%')) p++; /* unit */
+    }
+    /* anything glued on (e.g. "3a_b") is part of the token so the error shows all of it */
+    while (p < L->end && ident_char((unsigned char)*p)) p++;
+    t->len = (size_t)(p - L->p);
+    L->p = p;
+}
+
+static void lex_next(lexer *L, token *t) {
+    for (;;) {
+        skip_blank(L);
+        t->start = L->p;
+        t->len = 1;
+        t->loc = here(L, L->p, 1);
+        if (L->p >= L->end) { t->kind = T_EOF; return; }
+        char ch = *L->p;
+        if (ch == '\n' || ch == ';') {
+            L->p++;
+            if (ch == '\n') { L->line++; L->line_start = L->p; }
+            if (L->nest > 0) continue;
+            if (continues_with_pipe(L)) continue;
+            t->kind = T_NL;
+            return;
+        }
+        break;
+    }
+    char ch = *L->p;
+    switch (ch) {
+    case '{': t->kind = T_LBRACE; L->p++; return;
+    case '}': t->kind = T_RBRACE; L->p++; return;
+    case '(': t->kind = T_LPAREN; L->p++; L->nest++; return;
+    case ')': t->kind = T_RPAREN; L->p++; if (L->nest) L->nest--; return;
+    case '[': t->kind = T_LBRACK; L->p++; L->nest++; return;
+    case ']': t->kind = T_RBRACK; L->p++; if (L->nest) L->nest--; return;
+    case ',': t->kind = T_COMMA; L->p++; return;
+    case '=': t->kind = T_EQ; L->p++; return;
+    case ':': t->kind = T_COLON; L->p++; return;
+    case '|': t->kind = T_PIPE; L->p++; return;
+    case '"': {
+        const char *p = L->p + 1;
+        while (p < L->end && *p != '"' && *p != '\n') {
+            if (*p == '\\' && p + 1 < L->end && p[1] != '\n') p++;
+            p++;
+        }
+        if (p >= L->end || *p != '"') {
+            lex_error(L, t->loc, "unterminated string");
+            sl_err_hint("close the string with \" on the same line");
+            t->kind = T_ERROR;
+            return;
+        }
+        t->kind = T_STRING;
+        t->len = (size_t)(p + 1 - L->p);
+        L->p = p + 1;
+        t->loc.len = (int)t->len;
+        return;
+    }
+    default: break;
+    }
+    if (isdigit((unsigned char)ch) ||
+        ((ch == '-' || ch == '+') && L->p + 1 < L->end &&
+         (isdigit((unsigned char)L->p[1]) || (L->p[1] == '.' && L->p + 2 < L->end && isdigit((unsigned char)L->p[2]))))) {
+        lex_number(L, t);
+        t->loc.len = (int)t->len;
+        return;
+    }
+    if (ident_start((unsigned char)ch)) {
+        const char *p = L->p;
+        while (p < L->end && ident_char((unsigned char)*p)) p++;
+        t->kind = T_IDENT;
+        t->len = (size_t)(p - L->p);
+        t->loc.len = (int)t->len;
+        L->p = p;
+        return;
+    }
+    t->kind = T_ERROR;
+    if (isprint((unsigned char)ch)) lex_error(L, t->loc, "unexpected character '%c'", ch);
+    else lex_error(L, t->loc, "unexpected byte 0x%02x", (unsigned char)ch);
+    L->p++;
+}
+
+static void advance(lexer *L) {
+    if (L->have_ahead) {
+        L->tok = L->ahead;
+        L->have_ahead = false;
+    } else {
+        lex_next(L, &L->tok);
+    }
+}
+
+static const token *peek(lexer *L) {
+    if (!L->have_ahead) {
+        lex_next(L, &L->ahead);
+        L->have_ahead = true;
+    }
+    return &L->ahead;
+}
+
+/* ---- values ---- */
+
+static const struct { const char *unit; double mult; } units[] = {
+    {"", 1}, {"K", 1e3}, {"M", 1e6}, {"G", 1e9}, {"T", 1e12},
+    {"k", 1e3}, {"KB", 1e3}, {"MB", 1e6}, {"GB", 1e9}, {"TB", 1e12}, {"B", 1},
+    {"Ki", 1024.0}, {"Mi", 1048576.0}, {"Gi", 1073741824.0}, {"Ti", 1099511627776.0},
+    {"KiB", 1024.0}, {"MiB", 1048576.0}, {"GiB", 1073741824.0}, {"TiB", 1099511627776.0},
+    {"s", 1}, {"ms", 1e-3}, {"us", 1e-6}, {"ns", 1e-9}, {"min", 60}, {"h", 3600},
+    {"%", 0.01},
+};
+
+static sl_status number_value(lexer *L, const token *t, sl_cfg_value *v) {
+    char lit[128];
+    if (t->len >= sizeof lit) return lex_error(L, t->loc, "number literal too long");
+    memcpy(lit, t->start, t->len);
+    lit[t->len] = 0;
+    v->kind = SL_CV_NUMBER;
+    v->text = arena_strndup(L->c, lit, t->len);
+    char *end;
+    errno = 0;
+    double a = strtod(lit, &end);
+    if (end == lit) return lex_error(L, t->loc, "malformed number '%s'", lit);
+    bool int_lit = true;
+    for (const char *q = lit; q < end; q++)
+        if (*q == '.' || *q == 'e' || *q == 'E') int_lit = false;
+    if (*end == '/') { /* fraction */
+        char *end2;
+        double b = strtod(end + 1, &end2);
+        if (end2 == end + 1 || *end2) return lex_error(L, t->loc, "malformed fraction '%s'", lit);
+        if (b == 0) return lex_error(L, t->loc, "division by zero in '%s'", lit);
+        v->num = a / b;
+        v->unit = "";
+        v->is_int = false;
+        return SL_OK;
+    }
+    const char *unit = end;
+    double mult = -1;
+    for (size_t i = 0; i < sizeof units / sizeof units[0]; i++)
+        if (strcmp(unit, units[i].unit) == 0) mult = units[i].mult;
+    if (mult < 0) {
+        lex_error(L, t->loc, "unknown unit '%s' in '%s'", unit, lit);
+        sl_err_hint("units are K M G T, KB MB GB TB, KiB MiB GiB TiB, B, s ms us ns min h, and %%");
+        return L->err;
+    }
+    v->unit = arena_strndup(L->c, unit, strlen(unit));
+    v->num = a * mult;
+    if (!isfinite(v->num)) return lex_error(L, t->loc, "number '%s' is out of range", lit);
+    /* integral when the literal is an integer (exact via strtoll) or the scaled value is */
+    if (int_lit && mult == 1) {
+        errno = 0;
+        long long ll = strtoll(lit, NULL, 10);
+        v->is_int = errno == 0;
+        v->inum = ll;
+    } else if (v->num == floor(v->num) && fabs(v->num) < 9.2e18) {
+        v->is_int = true;
+        v->inum = (int64_t)v->num;
+    }
+    return SL_OK;
+}
+
+static sl_status shape_value(lexer *L, const token *t, sl_cfg_value *v) {
+    int n = 1;
+    for (size_t i = 0; i < t->len; i++) n += t->start[i] == 'x';
+    int64_t *dims = arena_alloc(L->c, sizeof *dims * (size_t)n);
+    if (!dims) return L->err = sl_err(SL_ENOMEM, "out of memory parsing config");
+    const char *p = t->start, *end = t->start + t->len;
+    for (int i = 0; i < n; i++) {
+        if (p >= end || !isdigit((unsigned char)*p))
+            return lex_error(L, t->loc, "malformed shape '%.*s'", (int)t->len, t->start);
+        int64_t d = 0;
+        while (p < end && isdigit((unsigned char)*p)) {
+            if (d > (INT64_MAX - 9) / 10) return lex_error(L, t->loc, "shape dimension too large");
+            d = d * 10 + (*p++ - '0');
+        }
+        dims[i] = d;
+        if (i + 1 < n) {
+            if (p >= end || *p != 'x') return lex_error(L, t->loc, "malformed shape '%.*s'", (int)t->len, t->start);
+            p++;
+        }
+    }
+    if (p != end) return lex_error(L, t->loc, "malformed shape '%.*s'", (int)t->len, t->start);
+    v->kind = SL_CV_SHAPE;
+    v->ndims = n;
+    v->dims = dims;
+    v->text = arena_strndup(L->c, t->start, t->len);
+    return SL_OK;
+}
+
+static sl_status string_value(lexer *L, const token *t, sl_cfg_value *v) {
+    char *out = arena_alloc(L->c, t->len);
+    if (!out) return L->err = sl_err(SL_ENOMEM, "out of memory parsing config");
+    size_t n = 0;
+    for (size_t i = 1; i + 1 < t->len; i++) {
+        char ch = t->start[i];
+        if (ch != '\\') { out[n++] = ch; continue; }
+        ch = t->start[++i];
+        switch (ch) {
+        case 'n': out[n++] = '\n'; break;
+        case 't': out[n++] = '\t'; break;
+        case 'r': out[n++] = '\r'; break;
+        case '\\': out[n++] = '\\'; break;
+        case '"': out[n++] = '"'; break;
+        default: {
+            sl_cfg_loc loc = t->loc;
+            loc.col += (int)i - 1;
+            loc.len = 2;
+            lex_error(L, loc, "unknown escape '\\%c' in string", ch);
+            sl_err_hint("the escapes are \\\" \\\\ \\n \\t \\r");
+            return L->err;
+        }
+        }
+    }
+    out[n] = 0;
+    v->kind = SL_CV_STRING;
+    v->text = out;
+    return SL_OK;
+}
+
+/* growable temporary vector of arguments, copied into the arena when done */
+typedef struct {
+    sl_cfg_arg *a;
+    int n, cap;
+} argvec;
+
+static sl_status argvec_push(lexer *L, argvec *av, const sl_cfg_arg *arg) {
+    if (av->n == av->cap) {
+        int cap = av->cap ? av->cap * 2 : 8;
+        sl_cfg_arg *a = realloc(av->a, sizeof *a * (size_t)cap);
+        if (!a) return L->err = sl_err(SL_ENOMEM, "out of memory parsing config");
+        av->a = a;
+        av->cap = cap;
+    }
+    av->a[av->n++] = *arg;
+    return SL_OK;
+}
+
+static const sl_cfg_arg *argvec_commit(lexer *L, argvec *av) {
+    sl_cfg_arg *a = NULL;
+    if (av->n) {
+        a = arena_alloc(L->c, sizeof *a * (size_t)av->n);
+        if (a) memcpy(a, av->a, sizeof *a * (size_t)av->n);
+        else L->err = sl_err(SL_ENOMEM, "out of memory parsing config");
+    }
+    free(av->a);
+    av->a = NULL;
+    return a;
+}
+
+static sl_status parse_value(lexer *L, sl_cfg_value *v, int depth);
+
+/* Items of a call "( ... )" or list "[ ... ]"; the opening token is current. */
+static sl_status parse_items(lexer *L, sl_cfg_value *v, tok_kind close, bool keyed, int depth) {
+    token open = L->tok;
+    argvec av = {0};
+    advance(L); /* past the opener */
+    while (!L->err && L->tok.kind != close) {
+        if (L->tok.kind == T_EOF || L->tok.kind == T_RBRACE || L->tok.kind == T_ERROR) {
+            char b[64];
+            lex_error(L, L->tok.loc, "expected '%c' to close the %s opened at line %d, column %d, found %s",
+                      close == T_RPAREN ? ')' : ']', close == T_RPAREN ? "call" : "list",
+                      open.loc.line, open.loc.col, tok_desc(&L->tok, b, sizeof b));
+            break;
+        }
+        sl_cfg_arg arg = {0};
+        if (keyed && L->tok.kind == T_IDENT &&
+            (peek(L)->kind == T_COLON || peek(L)->kind == T_EQ)) {
+            arg.key = arena_strndup(L->c, L->tok.start, L->tok.len);
+            advance(L);
+            arg.sep = L->tok.kind == T_COLON ? ':' : '=';
+            advance(L);
+        }
+        if (parse_value(L, &arg.v, depth + 1)) break;
+        if (argvec_push(L, &av, &arg)) break;
+        if (L->tok.kind == T_COMMA) advance(L);
+        else if (L->tok.kind != close) {
+            char b[64];
+            lex_error(L, L->tok.loc, "expected ',' or '%c' in the %s opened at line %d, column %d, found %s",
+                      close == T_RPAREN ? ')' : ']', close == T_RPAREN ? "call" : "list",
+                      open.loc.line, open.loc.col, tok_desc(&L->tok, b, sizeof b));
+        }
+    }
+    v->nargs = av.n;
+    v->args = argvec_commit(L, &av);
+    if (!L->err) advance(L); /* past the closer */
+    return L->err;
+}
+
+/* One value starting at the current token; leaves the token after it current. */
+static sl_status parse_value(lexer *L, sl_cfg_value *v, int depth) {
+    char b[64];
+    memset(v, 0, sizeof *v);
+    v->loc = L->tok.loc;
+    if (depth > MAX_DEPTH) return lex_error(L, L->tok.loc, "values nested deeper than %d levels", MAX_DEPTH);
+    token t = L->tok;
+    switch (t.kind) {
+    case T_NUMBER: if (number_value(L, &t, v)) return L->err; advance(L); return SL_OK;
+    case T_SHAPE: if (shape_value(L, &t, v)) return L->err; advance(L); return SL_OK;
+    case T_STRING: if (string_value(L, &t, v)) return L->err; advance(L); return SL_OK;
+    case T_LBRACK:
+        v->kind = SL_CV_LIST;
+        v->text = "[";
+        return parse_items(L, v, T_RBRACK, false, depth);
+    case T_IDENT:
+        v->text = arena_strndup(L->c, t.start, t.len);
+        if (!v->text) return L->err = sl_err(SL_ENOMEM, "out of memory parsing config");
+        if (peek(L)->kind == T_LPAREN) {
+            v->kind = SL_CV_CALL;
+            advance(L);
+            return parse_items(L, v, T_RPAREN, true, depth);
+        }
+        v->kind = SL_CV_IDENT;
+        advance(L);
+        return SL_OK;
+    case T_ERROR: return L->err;
+    default:
+        return lex_error(L, t.loc, "expected a value, found %s", tok_desc(&t, b, sizeof b));
+    }
+}
+
+/* ---- statements ---- */
+
+typedef struct {
+    sl_cfg_stmt *s;
+    int n, cap;
+} stmtvec;
+
+static sl_status parse_block(lexer *L, stmtvec *out, bool nested, int depth, sl_cfg_loc open);
+
+static sl_status parse_statement(lexer *L, sl_cfg_stmt *st, int depth) {
+    char b[64];
+    memset(st, 0, sizeof *st);
+    st->name = arena_strndup(L->c, L->tok.start, L->tok.len);
+    st->loc = L->tok.loc;
+    advance(L);
+    argvec av = {0};
+    while (!L->err) {
+        tok_kind k = L->tok.kind;
+        if (k == T_NL || k == T_EOF || k == T_LBRACE || k == T_RBRACE) break;
+        sl_cfg_arg arg = {0};
+        if (k == T_PIPE) {
+            arg.v.kind = SL_CV_PIPE;
+            arg.v.loc = L->tok.loc;
+            arg.v.text = "|";
+            advance(L);
+        } else if (k == T_IDENT && peek(L)->kind == T_EQ) {
+            arg.key = arena_strndup(L->c, L->tok.start, L->tok.len);
+            arg.sep = '=';
+            advance(L);
+            advance(L);
+            if (L->tok.kind == T_NL || L->tok.kind == T_EOF) {
+                lex_error(L, L->tok.loc, "option '%s' has no value after '='", arg.key);
+                sl_err_hint("write %s=VALUE with no space after '='", arg.key);
+                break;
+            }
+            if (parse_value(L, &arg.v, depth + 1)) break;
+        } else if (k == T_EQ || k == T_COLON || k == T_COMMA || k == T_RPAREN || k == T_RBRACK) {
+            lex_error(L, L->tok.loc, "unexpected %s in statement '%s'", tok_desc(&L->tok, b, sizeof b), st->name);
+            if (k == T_EQ) sl_err_hint("options are written key=value, the key a plain word");
+            break;
+        } else if (parse_value(L, &arg.v, depth + 1)) {
+            break;
+        }
+        if (argvec_push(L, &av, &arg)) break;
+    }
+    st->nargs = av.n;
+    st->args = argvec_commit(L, &av);
+    if (L->err) return L->err;
+    if (L->tok.kind == T_LBRACE) {
+        sl_cfg_loc open = L->tok.loc;
+        advance(L);
+        stmtvec body = {0};
+        if (parse_block(L, &body, true, depth + 1, open)) return L->err;
+        st->has_body = true;
+        st->nbody = body.n;
+        st->body = body.s;
+        advance(L); /* past '}' */
+        if (L->tok.kind != T_NL && L->tok.kind != T_EOF && L->tok.kind != T_RBRACE)
+            return lex_error(L, L->tok.loc, "expected end of line after '}', found %s", tok_desc(&L->tok, b, sizeof b));
+    }
+    return SL_OK;
+}
+
+/* Statements until '}' (nested) or end of file; on success the '}' or EOF is current and
+ * *out holds an arena array. */
+static sl_status parse_block(lexer *L, stmtvec *out, bool nested, int depth, sl_cfg_loc open) {
+    char b[64];
+    stmtvec v = {0};
+    if (depth > MAX_DEPTH) return lex_error(L, L->tok.loc, "blocks nested deeper than %d levels", MAX_DEPTH);
+    for (;;) {
+        while (L->tok.kind == T_NL) advance(L);
+        if (L->err) break;
+        if (L->tok.kind == T_EOF) {
+            if (nested) {
+                lex_error(L, open, "this '{' is never closed");
+                sl_err_hint("add the missing '}'");
+            }
+            break;
+        }
+        if (L->tok.kind == T_RBRACE) {
+            if (!nested) {
+                lex_error(L, L->tok.loc, "'}' without a matching '{'");
+            }
+            break;
+        }
+        if (L->tok.kind != T_IDENT) {
+            if (L->tok.kind != T_ERROR)
+                lex_error(L, L->tok.loc, "expected a statement name, found %s", tok_desc(&L->tok, b, sizeof b));
+            break;
+        }
+        if (v.n == v.cap) {
+            int cap = v.cap ? v.cap * 2 : 8;
+            sl_cfg_stmt *s = realloc(v.s, sizeof *s * (size_t)cap);
+            if (!s) { L->err = sl_err(SL_ENOMEM, "out of memory parsing config"); break; }
+            v.s = s;
+            v.cap = cap;
+        }
+        if (parse_statement(L, &v.s[v.n], depth)) break;
+        v.n++;
+    }
+    if (!L->err && v.n) {
+        sl_cfg_stmt *s = arena_alloc(L->c, sizeof *s * (size_t)v.n);
+        if (!s) L->err = sl_err(SL_ENOMEM, "out of memory parsing config");
+        else memcpy(s, v.s, sizeof *s * (size_t)v.n);
+        free(v.s);
+        out->s = s;
+        out->n = v.n;
+    } else {
+        free(v.s);
+        out->s = NULL;
+        out->n = 0;
+    }
+    return L->err;
+}
+
+static sl_cfg *cfg_new(const char *text, size_t len, const char *filename) {
+    sl_cfg *c = calloc(1, sizeof *c);
+    if (!c) return NULL;
+    c->filename = strdup(filename ? filename : "<config>");
+    c->src = malloc(len + 1);
+    if (!c->filename || !c->src) {
+        sl_cfg_free(c);
+        return NULL;
+    }
+    memcpy(c->src, text, len);
+    c->src[len] = 0;
+    c->src_len = len;
+    return c;
+}
+
+static void lexer_init(lexer *L, sl_cfg *c, const char *text, size_t len) {
+    memset(L, 0, sizeof *L);
+    L->c = c;
+    L->p = text;
+    L->end = text + len;
+    L->line = 1;
+    L->line_start = text;
+}
+
+sl_status sl_cfg_parse(const char *text, size_t len, const char *filename, sl_cfg **out) {
+    *out = NULL;
+    sl_cfg *c = cfg_new(text, len, filename);
+    if (!c) return sl_err(SL_ENOMEM, "out of memory parsing config");
+    lexer L;
+    lexer_init(&L, c, c->src, len); /* lex the NUL-terminated copy */
+    advance(&L);
+    stmtvec root = {0};
+    sl_cfg_loc none = {1, 1, 1};
+    if (parse_block(&L, &root, false, 0, none) == SL_OK && L.tok.kind == T_RBRACE) {
+        lex_error(&L, L.tok.loc, "'}' without a matching '{'");
+    }
+    if (L.err) {
+        sl_status s = L.err;
+        sl_cfg_free(c);
+        return s;
+    }
+    c->root = root.s;
+    c->nroot = root.n;
+    *out = c;
+    return SL_OK;
+}
+
+sl_status sl_cfg_parse_file(const char *path, sl_cfg **out) {
+    *out = NULL;
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        return sl_err(errno == ENOENT ? SL_ENOTFOUND : SL_EIO, "%s: cannot open config: %s",
+                      path, strerror(errno));
+    }
+    size_t cap = 4096, n = 0;
+    char *buf = malloc(cap);
+    while (buf) {
+        if (n == cap) {
+            if (cap >= (64u << 20)) { free(buf); fclose(f); return sl_err(SL_EINVAL, "%s: config file larger than 64 MiB", path); }
+            char *nb = realloc(buf, cap * 2);
+            if (!nb) { free(buf); buf = NULL; break; }
+            buf = nb;
+            cap *= 2;
+        }
+        size_t got = fread(buf + n, 1, cap - n, f);
+        n += got;
+        if (got == 0) break;
+    }
+    int rd_err = ferror(f);
+    fclose(f);
+    if (!buf) return sl_err(SL_ENOMEM, "%s: out of memory reading config", path);
+    if (rd_err) { free(buf); return sl_err(SL_EIO, "%s: read error", path); }
+    sl_status s = sl_cfg_parse(buf, n, path, out);
+    free(buf);
+    return s;
+}
+
+void sl_cfg_free(sl_cfg *c) {
+    if (!c) return;
+    while (c->chunks) {
+        chunk *k = c->chunks;
+        c->chunks = k->next;
+        free(k);
+    }
+    free(c->filename);
+    free(c->src);
+    free(c);
+}
+
+const sl_cfg_stmt *sl_cfg_root(const sl_cfg *c, int *n) {
+    *n = c->nroot;
+    return c->root;
+}
+
+const char *sl_cfg_filename(const sl_cfg *c) { return c->filename; }
+
+/* ---- lookups and typed reads ---- */
+
+const sl_cfg_stmt *sl_cfg_find(const sl_cfg_stmt *stmts, int n, const char *name) {
+    for (int i = 0; i < n; i++)
+        if (strcmp(stmts[i].name, name) == 0) return &stmts[i];
+    return NULL;
+}
+
+const sl_cfg_value *sl_cfg_opt(const sl_cfg_stmt *s, const char *key) {
+    const sl_cfg_value *v = NULL;
+    for (int i = 0; i < s->nargs; i++)
+        if (s->args[i].key && strcmp(s->args[i].key, key) == 0) v = &s->args[i].v;
+    return v;
+}
+
+const sl_cfg_value *sl_cfg_pos(const sl_cfg_stmt *s, int idx) {
+    for (int i = 0; i < s->nargs; i++) {
+        if (s->args[i].key || s->args[i].v.kind == SL_CV_PIPE) continue;
+        if (idx-- == 0) return &s->args[i].v;
+    }
+    return NULL;
+}
+
+int sl_cfg_npos(const sl_cfg_stmt *s) {
+    int n = 0;
+    for (int i = 0; i < s->nargs; i++) n += !s->args[i].key && s->args[i].v.kind != SL_CV_PIPE;
+    return n;
+}
+
+static const char *kind_name(sl_cv_kind k) {
+    switch (k) {
+    case SL_CV_NUMBER: return "a number";
+    case SL_CV_STRING: return "a string";
+    case SL_CV_IDENT: return "a word";
+    case SL_CV_SHAPE: return "a shape";
+    case SL_CV_LIST: return "a list";
+    case SL_CV_CALL: return "a call";
+    case SL_CV_PIPE: return "'|'";
+    }
+    return "a value";
+}
+
+sl_status sl_cfg_int(const sl_cfg *c, const sl_cfg_value *v, int64_t min, int64_t max, int64_t *out) {
+    if (v->kind != SL_CV_NUMBER || !v->is_int)
+        return sl_cfg_err(c, v->loc, SL_EINVAL, "expected an integer, found %s '%s'",
+                          v->kind == SL_CV_NUMBER ? "the number" : kind_name(v->kind), v->text);
+    if (v->inum < min || v->inum > max)
+        return sl_cfg_err(c, v->loc, SL_ERANGE, "%lld is outside %lld..%lld", (long long)v->inum,
+                          (long long)min, (long long)max);
+    *out = v->inum;
+    return SL_OK;
+}
+
+sl_status sl_cfg_double(const sl_cfg *c, const sl_cfg_value *v, double *out) {
+    if (v->kind != SL_CV_NUMBER)
+        return sl_cfg_err(c, v->loc, SL_EINVAL, "expected a number, found %s '%s'", kind_name(v->kind), v->text);
+    *out = v->num;
+    return SL_OK;
+}
+
+sl_status sl_cfg_bool(const sl_cfg *c, const sl_cfg_value *v, bool *out) {
+    static const char *yes[] = {"true", "yes", "on", "1"}, *no[] = {"false", "no", "off", "0"};
+    if (v->kind == SL_CV_IDENT || v->kind == SL_CV_NUMBER) {
+        for (int i = 0; i < 4; i++) {
+            if (strcmp(v->text, yes[i]) == 0) { *out = true; return SL_OK; }
+            if (strcmp(v->text, no[i]) == 0) { *out = false; return SL_OK; }
+        }
+    }
+    sl_cfg_err(c, v->loc, SL_EINVAL, "expected true or false, found '%s'", v->text);
+    sl_err_hint("write true or false (yes/no, on/off, 1/0 also work)");
+    return SL_EINVAL;
+}
+
+sl_status sl_cfg_word(const sl_cfg *c, const sl_cfg_value *v, const char **out) {
+    if (v->kind != SL_CV_IDENT && v->kind != SL_CV_STRING)
+        return sl_cfg_err(c, v->loc, SL_EINVAL, "expected a word or a string, found %s '%s'",
+                          kind_name(v->kind), v->text);
+    *out = v->text;
+    return SL_OK;
+}
+
+bool sl_cfg_is_auto(const sl_cfg_value *v) {
+    return v && v->kind == SL_CV_IDENT && strcmp(v->text, "auto") == 0;
+}
+
+static int edit_distance(const char *a, const char *b) {
+    size_t la = strlen(a), lb = strlen(b);
+    if (la > 64 || lb > 64) return 1000;
+    int row[65];
+    for (size_t j = 0; j <= lb; j++) row[j] = (int)j;
+    for (size_t i = 1; i <= la; i++) {
+        int diag = row[0];
+        row[0] = (int)i;
+        for (size_t j = 1; j <= lb; j++) {
+            int up = row[j];
+            int cost = a[i - 1] == b[j - 1] ? 0 : 1;
+            int best = diag + cost;
+            if (row[j] + 1 < best) best = row[j] + 1;
+            if (row[j - 1] + 1 < best) best = row[j - 1] + 1;
+            row[j] = best;
+            diag = up;
+        }
+    }
+    return row[lb];
+}
+
+const char *sl_suggest(const char *word, const char *const *cands, int n) {
+    int best = 1000;
+    const char *pick = NULL;
+    for (int i = 0; i < n; i++) {
+        int d = edit_distance(word, cands[i]);
+        if (d < best) { best = d; pick = cands[i]; }
+    }
+    int limit = (int)strlen(word) / 3;
+    if (limit < 1) limit = 1;
+    return best <= limit ? pick : NULL;
+}
+
+/* ---- overrides ---- */
+
+static bool first_word_is(const sl_cfg_stmt *s, const char *w) {
+    const sl_cfg_value *v = sl_cfg_pos(s, 0);
+    return v && (v->kind == SL_CV_IDENT || v->kind == SL_CV_STRING) && strcmp(v->text, w) == 0;
+}
+
+sl_status sl_cfg_set(sl_cfg *c, const char *assignment) {
+    const char *eq = strchr(assignment, '=');
+    if (!eq || eq == assignment)
+        return sl_err(SL_EINVAL, "override '%s' is not PATH=VALUE", assignment);
+    char path[512];
+    size_t plen = (size_t)(eq - assignment);
+    if (plen >= sizeof path) return sl_err(SL_EINVAL, "override path too long");
+    memcpy(path, assignment, plen);
+    path[plen] = 0;
+
+    /* the value: parsed in a scratch lexer whose strings land in this arena */
+    const char *vtext = eq + 1;
+    size_t vlen = strlen(vtext);
+    lexer L;
+    lexer_init(&L, c, vtext, vlen);
+    char *saved_src = c->src;
+    size_t saved_len = c->src_len;
+    char *saved_name = c->filename;
+    char label[64] = "--set";
+    c->src = (char *)vtext; /* so messages quote the value */
+    c->src_len = vlen;
+    c->filename = label;
+    advance(&L);
+    sl_cfg_value val;
+    sl_status s = parse_value(&L, &val, 0);
+    if (!s && L.tok.kind != T_EOF) s = lex_error(&L, L.tok.loc, "unexpected text after the value");
+    c->src = saved_src;
+    c->src_len = saved_len;
+    c->filename = saved_name;
+    if (s) {
+        sl_err_prefix("override '%s': ", path);
+        return s;
+    }
+    val.loc.line = 0; /* not from the file */
+
+    char *comps[32];
+    int nc = 0;
+    for (char *tok = strtok(path, "."); tok && nc < 32; tok = strtok(NULL, ".")) comps[nc++] = tok;
+    if (nc < 1) return sl_err(SL_EINVAL, "override '%s' has an empty path", assignment);
+
+    sl_cfg_stmt *list = c->root;
+    int nlist = c->nroot;
+    sl_cfg_stmt *cur = NULL;
+    int i = 0;
+    while (i < nc) {
+        bool last = i == nc - 1;
+        sl_cfg_stmt *found = NULL;
+        /* prefer a statement whose first word matches the next component (pipeline train) */
+        if (!last)
+            for (int k = 0; k < nlist && !found; k++)
+                if (strcmp(list[k].name, comps[i]) == 0 && first_word_is(&list[k], comps[i + 1]))
+                    found = &list[k];
+        bool consumed_two = found != NULL;
+        for (int k = 0; k < nlist && !found; k++)
+            if (strcmp(list[k].name, comps[i]) == 0) found = &list[k];
+        if (!found) {
+            if (last && cur) break; /* an option of cur, or a new statement in its body */
+            return sl_err(SL_EINVAL, "override '%s': no '%s' statement%s%s", assignment, comps[i],
+                          cur ? " inside " : "", cur ? cur->name : "");
+        }
+        if (last) { /* replace (or add) the first positional argument */
+            for (int k = 0; k < found->nargs; k++)
+                if (!found->args[k].key && found->args[k].v.kind != SL_CV_PIPE) {
+                    ((sl_cfg_arg *)found->args)[k].v = val;
+                    return SL_OK;
+                }
+            cur = found;
+            goto add_positional;
+        }
+        cur = found;
+        i += consumed_two ? 2 : 1;
+        list = (sl_cfg_stmt *)cur->body;
+        nlist = cur->nbody;
+        if (i == nc) return sl_err(SL_EINVAL, "override '%s' names a statement, not a value inside it", assignment);
+    }
+    /* comps[nc-1] not found as a statement of cur */
+    const char *key = comps[nc - 1];
+    if (cur->has_body) { /* append "key value" to the body */
+        sl_cfg_stmt *nb = arena_alloc(c, sizeof *nb * (size_t)(cur->nbody + 1));
+        sl_cfg_arg *a = arena_alloc(c, sizeof *a);
+        char *name = arena_strndup(c, key, strlen(key));
+        if (!nb || !a || !name) return sl_err(SL_ENOMEM, "out of memory");
+        if (cur->nbody) memcpy(nb, cur->body, sizeof *nb * (size_t)cur->nbody);
+        a->v = val;
+        nb[cur->nbody].name = name;
+        nb[cur->nbody].loc = val.loc;
+        nb[cur->nbody].nargs = 1;
+        nb[cur->nbody].args = a;
+        cur->body = nb;
+        cur->nbody++;
+        return SL_OK;
+    }
+    for (int k = 0; k < cur->nargs; k++)
+        if (cur->args[k].key && strcmp(cur->args[k].key, key) == 0) {
+            ((sl_cfg_arg *)cur->args)[k].v = val;
+            return SL_OK;
+        }
+    {
+        sl_cfg_arg *a = arena_alloc(c, sizeof *a * (size_t)(cur->nargs + 1));
+        char *k2 = arena_strndup(c, key, strlen(key));
+        if (!a || !k2) return sl_err(SL_ENOMEM, "out of memory");
+        if (cur->nargs) memcpy(a, cur->args, sizeof *a * (size_t)cur->nargs);
+        a[cur->nargs].key = k2;
+        a[cur->nargs].sep = '=';
+        a[cur->nargs].v = val;
+        cur->args = a;
+        cur->nargs++;
+        return SL_OK;
+    }
+add_positional: {
+        sl_cfg_arg *a = arena_alloc(c, sizeof *a * (size_t)(cur->nargs + 1));
+        if (!a) return sl_err(SL_ENOMEM, "out of memory");
+        a[0].v = val;
+        if (cur->nargs) memcpy(a + 1, cur->args, sizeof *a * (size_t)cur->nargs);
+        cur->args = a;
+        cur->nargs++;
+        return SL_OK;
+    }
+}

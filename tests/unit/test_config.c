@@ -1,0 +1,229 @@
+/* core/config.c: the config language's syntax, error messages, overrides. */
+#include "sluice/config.h"
+#include "test.h"
+#include <unistd.h>
+
+static sl_cfg *parse(const char *text) {
+    sl_cfg *c = NULL;
+    if (sl_cfg_parse(text, strlen(text), "t.sl", &c) != SL_OK) {
+        printf("  unexpected parse error: %s\n", sl_errmsg());
+        return NULL;
+    }
+    return c;
+}
+
+TEST(test_pipeline_sketch) {
+    const char *text =
+        "# the README's example\n"
+        "pipeline train {\n"
+        "    files \"data/fashion/train-*.tfrecord\"\n"
+        "    shard auto\n"
+        "    interleave cycle=4 block=16 parallel=auto\n"
+        "    shuffle 10000 seed=1\n"
+        "    map parse_example(image: bytes, label: int64)\n"
+        "        | decode_raw(image, uint8, 28x28x1) | scale(image, 1/255)  parallel=auto\n"
+        "    batch 128 drop_remainder\n"
+        "    prefetch auto\n"
+        "}\n";
+    sl_cfg *c = parse(text);
+    ASSERT(c);
+    int n;
+    const sl_cfg_stmt *root = sl_cfg_root(c, &n);
+    ASSERT_EQ(n, 1);
+    ASSERT_STREQ(root[0].name, "pipeline");
+    ASSERT(root[0].has_body);
+    ASSERT_STREQ(sl_cfg_pos(&root[0], 0)->text, "train");
+    ASSERT_EQ(root[0].nbody, 7);
+    const sl_cfg_stmt *b = root[0].body;
+    ASSERT_STREQ(b[0].name, "files");
+    ASSERT_EQ(sl_cfg_pos(&b[0], 0)->kind, SL_CV_STRING);
+    ASSERT_STREQ(sl_cfg_pos(&b[0], 0)->text, "data/fashion/train-*.tfrecord");
+    ASSERT(sl_cfg_is_auto(sl_cfg_pos(&b[1], 0)));
+    const sl_cfg_stmt *il = sl_cfg_find(b, root[0].nbody, "interleave");
+    ASSERT(il);
+    ASSERT_EQ(sl_cfg_opt(il, "cycle")->inum, 4);
+    ASSERT_EQ(sl_cfg_opt(il, "block")->inum, 16);
+    ASSERT(sl_cfg_is_auto(sl_cfg_opt(il, "parallel")));
+    ASSERT(sl_cfg_opt(il, "nope") == NULL);
+    /* the map chain: call | call | call, then an option; continued across a line */
+    const sl_cfg_stmt *m = &b[4];
+    ASSERT_STREQ(m->name, "map");
+    ASSERT_EQ(m->nargs, 6);
+    ASSERT_EQ(m->args[0].v.kind, SL_CV_CALL);
+    ASSERT_STREQ(m->args[0].v.text, "parse_example");
+    ASSERT_EQ(m->args[0].v.nargs, 2);
+    ASSERT_STREQ(m->args[0].v.args[0].key, "image");
+    ASSERT_EQ(m->args[0].v.args[0].sep, ':');
+    ASSERT_STREQ(m->args[0].v.args[0].v.text, "bytes");
+    ASSERT_EQ(m->args[1].v.kind, SL_CV_PIPE);
+    ASSERT_STREQ(m->args[2].v.text, "decode_raw");
+    const sl_cfg_value *shape = &m->args[2].v.args[2].v;
+    ASSERT_EQ(shape->kind, SL_CV_SHAPE);
+    ASSERT_EQ(shape->ndims, 3);
+    ASSERT_EQ(shape->dims[0], 28);
+    ASSERT_EQ(shape->dims[2], 1);
+    const sl_cfg_value *frac = &m->args[4].v.args[1].v;
+    ASSERT_EQ(frac->kind, SL_CV_NUMBER);
+    ASSERT(frac->num == 1.0 / 255);
+    ASSERT_EQ(frac->is_int, 0);
+    ASSERT(sl_cfg_is_auto(sl_cfg_opt(m, "parallel")));
+    ASSERT_EQ(sl_cfg_npos(m), 3);
+    ASSERT_EQ(m->args[5].v.loc.line, 8); /* the option sits on the continuation line */
+    ASSERT_EQ(sl_cfg_pos(&b[5], 0)->inum, 128);
+    ASSERT_STREQ(sl_cfg_pos(&b[5], 1)->text, "drop_remainder");
+    sl_cfg_free(c);
+}
+
+TEST(test_values) {
+    sl_cfg *c = parse("x 64MiB 2GB 500ms 10% -3 1e-3 0.5 [0.485, 0.456, 0.406] \"a\\\"b\\n\" true; y 7\n");
+    ASSERT(c);
+    int n;
+    const sl_cfg_stmt *r = sl_cfg_root(c, &n);
+    ASSERT_EQ(n, 2); /* ';' ends a statement */
+    ASSERT_EQ(sl_cfg_pos(&r[0], 0)->inum, 67108864);
+    ASSERT_STREQ(sl_cfg_pos(&r[0], 0)->unit, "MiB");
+    ASSERT_EQ(sl_cfg_pos(&r[0], 1)->inum, 2000000000);
+    ASSERT(sl_cfg_pos(&r[0], 2)->num == 0.5);
+    ASSERT(sl_cfg_pos(&r[0], 3)->num == 0.1);
+    ASSERT_EQ(sl_cfg_pos(&r[0], 4)->inum, -3);
+    ASSERT(sl_cfg_pos(&r[0], 5)->num == 1e-3);
+    ASSERT_EQ(sl_cfg_pos(&r[0], 5)->is_int, 0);
+    const sl_cfg_value *l = sl_cfg_pos(&r[0], 7);
+    ASSERT_EQ(l->kind, SL_CV_LIST);
+    ASSERT_EQ(l->nargs, 3);
+    ASSERT(l->args[1].v.num == 0.456);
+    ASSERT_STREQ(sl_cfg_pos(&r[0], 8)->text, "a\"b\n");
+    bool bv;
+    ASSERT_OK(sl_cfg_bool(c, sl_cfg_pos(&r[0], 9), &bv));
+    ASSERT_EQ(bv, 1);
+    int64_t iv;
+    ASSERT_EQ(sl_cfg_int(c, sl_cfg_pos(&r[0], 6), 0, 10, &iv), SL_EINVAL);
+    ASSERT_STREQ(sl_errmsg(), "t.sl:1:31: expected an integer, found the number '0.5'\n"
+                              "    x 64MiB 2GB 500ms 10% -3 1e-3 0.5 [0.485, 0.456, 0.406] \"a\\\"b\\n\" true; y 7\n"
+                              "                                  ^~~");
+    ASSERT_EQ(sl_cfg_int(c, sl_cfg_pos(&r[1], 0), 0, 5, &iv), SL_ERANGE);
+    ASSERT_CONTAINS(sl_errmsg(), "7 is outside 0..5");
+    ASSERT_OK(sl_cfg_int(c, sl_cfg_pos(&r[1], 0), 0, 10, &iv));
+    ASSERT_EQ(iv, 7);
+    sl_cfg_free(c);
+}
+
+/* Each bad input gives SL_EINVAL and exactly this message (file:line:col, the line, a caret). */
+TEST(test_syntax_errors) {
+    static const struct { const char *text, *msg; } cases[] = {
+        {"pipeline p {\n  batch 32\n", "t.sl:1:12: this '{' is never closed\n    pipeline p {\n               ^\n---> HINT: add the missing '}'"},
+        {"a 1\n}\n", "t.sl:2:1: '}' without a matching '{'\n    }\n    ^"},
+        {"files \"abc\n", "t.sl:1:7: unterminated string\n    files \"abc\n          ^\n---> HINT: close the string with \" on the same line"},
+        {"map f(a, b\nbatch 3\n", "t.sl:2:1: expected ',' or ')' in the call opened at line 1, column 6, found 'batch'\n    batch 3\n    ^~~~~"},
+        {"map f(a, b,\n", "t.sl:2:1: expected ')' to close the call opened at line 1, column 6, found end of file\n    \n    ^"},
+        {"x 3qq\n", "t.sl:1:3: unknown unit 'qq' in '3qq'\n    x 3qq\n      ^~~\n---> HINT: units are K M G T, KB MB GB TB, KiB MiB GiB TiB, B, s ms us ns min h, and %"},
+        {"x = 3\n", "t.sl:1:3: unexpected '=' in statement 'x'\n    x = 3\n      ^\n---> HINT: options are written key=value, the key a plain word"},
+        {"x a=\n", "t.sl:1:5: option 'a' has no value after '='\n    x a=\n        ^\n---> HINT: write a=VALUE with no space after '='"},
+        {"42 x\n", "t.sl:1:1: expected a statement name, found '42'\n    42 x\n    ^~"},
+        {"x @\n", "t.sl:1:3: unexpected character '@'\n    x @\n      ^"},
+        {"x 1/0\n", "t.sl:1:3: division by zero in '1/0'\n    x 1/0\n      ^~~"},
+        {"x \"a\\qb\"\n", "t.sl:1:5: unknown escape '\\q' in string\n    x \"a\\qb\"\n        ^~\n---> HINT: the escapes are \\\" \\\\ \\n \\t \\r"},
+        {"a { b } c\n", "t.sl:1:9: expected end of line after '}', found 'c'\n    a { b } c\n            ^"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        sl_cfg *c = (sl_cfg *)1;
+        sl_status s = sl_cfg_parse(cases[i].text, strlen(cases[i].text), "t.sl", &c);
+        ASSERT_EQ(s, SL_EINVAL);
+        ASSERT(c == NULL);
+        ASSERT_STREQ(sl_errmsg(), cases[i].msg);
+    }
+}
+
+TEST(test_nesting_limit) {
+    char buf[4096];
+    size_t n = 0;
+    n += (size_t)sprintf(buf, "x ");
+    for (int i = 0; i < 200; i++) buf[n++] = '[';
+    buf[n] = 0;
+    sl_cfg *c;
+    ASSERT_EQ(sl_cfg_parse(buf, n, "t.sl", &c), SL_EINVAL);
+    ASSERT_CONTAINS(sl_errmsg(), "nested deeper than 64 levels");
+}
+
+TEST(test_nested_blocks_and_suggest) {
+    sl_cfg *c = parse("model m {\n  layer a { units 3 }\n}\ntrain {\n epochs 3\n}\n");
+    ASSERT(c);
+    int n;
+    const sl_cfg_stmt *r = sl_cfg_root(c, &n);
+    ASSERT_EQ(n, 2);
+    ASSERT_EQ(r[0].body[0].body[0].args[0].v.inum, 3);
+    sl_cfg_err(c, r[1].body[0].loc, SL_EINVAL, "unknown option '%s'", r[1].body[0].name);
+    ASSERT_STREQ(sl_errmsg(), "t.sl:5:2: unknown option 'epochs'\n     epochs 3\n     ^~~~~~");
+    static const char *const ops[] = {"shuffle", "shard", "batch", "map", "prefetch"};
+    ASSERT_STREQ(sl_suggest("shufle", ops, 5), "shuffle");
+    ASSERT_STREQ(sl_suggest("bath", ops, 5), "batch");
+    ASSERT(sl_suggest("zzzzzz", ops, 5) == NULL);
+    sl_cfg_free(c);
+}
+
+TEST(test_overrides) {
+    sl_cfg *c = parse("pipeline train {\n shuffle 100 seed=1\n batch 32\n}\npipeline test {\n batch 8\n}\ntrain {\n epochs 3\n}\n");
+    ASSERT(c);
+    int n;
+    const sl_cfg_stmt *r = sl_cfg_root(c, &n);
+    ASSERT_OK(sl_cfg_set(c, "pipeline.train.shuffle.seed=7"));
+    ASSERT_EQ(sl_cfg_opt(&r[0].body[0], "seed")->inum, 7);
+    ASSERT_OK(sl_cfg_set(c, "pipeline.test.batch=64"));
+    ASSERT_EQ(sl_cfg_pos(&r[1].body[0], 0)->inum, 64);
+    ASSERT_EQ(sl_cfg_pos(&r[0].body[1], 0)->inum, 32); /* the other pipeline untouched */
+    ASSERT_OK(sl_cfg_set(c, "train.epochs=1"));
+    ASSERT_EQ(sl_cfg_pos(&r[2].body[0], 0)->inum, 1);
+    ASSERT_OK(sl_cfg_set(c, "train.strategy=ring")); /* new statement in the block */
+    ASSERT_EQ(r[2].nbody, 2);
+    ASSERT_STREQ(r[2].body[1].name, "strategy");
+    ASSERT_STREQ(sl_cfg_pos(&r[2].body[1], 0)->text, "ring");
+    ASSERT_OK(sl_cfg_set(c, "pipeline.train.shuffle.buffer_ram=\"1 GiB\"")); /* new option */
+    ASSERT_STREQ(sl_cfg_opt(&r[0].body[0], "buffer_ram")->text, "1 GiB");
+    ASSERT_EQ(sl_cfg_set(c, "nothing.here=1"), SL_EINVAL);
+    ASSERT_STREQ(sl_errmsg(), "override 'nothing.here=1': no 'nothing' statement");
+    ASSERT_EQ(sl_cfg_set(c, "novalue"), SL_EINVAL);
+    ASSERT_EQ(sl_cfg_set(c, "train.epochs=\"x"), SL_EINVAL);
+    ASSERT_CONTAINS(sl_errmsg(), "unterminated string");
+    ASSERT_EQ(sl_cfg_set(c, "train.epochs=1 2"), SL_EINVAL);
+    ASSERT_EQ(sl_cfg_pos(&r[2].body[0], 0)->inum, 1); /* unchanged after failures */
+    int64_t v;
+    ASSERT_OK(sl_cfg_set(c, "train.epochs=x"));
+    ASSERT_EQ(sl_cfg_int(c, sl_cfg_pos(&r[2].body[0], 0), 1, 100, &v), SL_EINVAL);
+    ASSERT_STREQ(sl_errmsg(), "expected an integer, found a word 'x' (value given with --set)");
+    sl_cfg_free(c);
+}
+
+TEST(test_parse_file) {
+    sl_cfg *c;
+    ASSERT_EQ(sl_cfg_parse_file("/nonexistent/x.sl", &c), SL_ENOTFOUND);
+    ASSERT_CONTAINS(sl_errmsg(), "/nonexistent/x.sl: cannot open config");
+    char path[] = "/tmp/sluice-cfg-XXXXXX";
+    int fd = mkstemp(path);
+    ASSERT(fd >= 0);
+    const char *t = "a 1 # c\r\nb \"x\"\r\n";
+    ASSERT_EQ(write(fd, t, strlen(t)), (long long)strlen(t));
+    close(fd);
+    ASSERT_OK(sl_cfg_parse_file(path, &c));
+    unlink(path);
+    int n;
+    const sl_cfg_stmt *r = sl_cfg_root(c, &n);
+    ASSERT_EQ(n, 2);
+    ASSERT_STREQ(sl_cfg_pos(&r[1], 0)->text, "x");
+    ASSERT_STREQ(sl_cfg_filename(c), path);
+    sl_cfg_free(c);
+    ASSERT_OK(sl_cfg_parse("", 0, "empty", &c)); /* an empty file is an empty config */
+    ASSERT_EQ((sl_cfg_root(c, &n), n), 0);
+    sl_cfg_free(c);
+    sl_cfg_free(NULL);
+}
+
+int main(void) {
+    RUN(test_pipeline_sketch);
+    RUN(test_values);
+    RUN(test_syntax_errors);
+    RUN(test_nesting_limit);
+    RUN(test_nested_blocks_and_suggest);
+    RUN(test_overrides);
+    RUN(test_parse_file);
+    TEST_MAIN_END();
+}
