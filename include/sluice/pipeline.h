@@ -1,0 +1,199 @@
+/* The dataset graph: tf.data in C.
+ *
+ * A dataset (sl_dataset) is an immutable, refcounted description of a stream of elements
+ * (sl_element: a small tuple of named tensors). An iterator (sl_iter) created from it owns
+ * all mutable state — buffers, threads, random state, position — so one dataset can be
+ * iterated many times (epochs, replicas) and concurrently.
+ *
+ * Construction functions take their input dataset(s) as BORROWED: they take their own
+ * reference, so the caller still owns (and must unref) what it passed. Each returns SL_OK
+ * and a new dataset with one reference in *out, or an error with *out = NULL.
+ *
+ * Protocol:   sl_iter_create -> sl_iter_next ... -> SL_END -> sl_iter_close
+ * sl_iter_next returns SL_OK with an element, SL_END at the end of the stream (and on every
+ * call after it), or an error whose message names the op ("op 'map' (decode_jpeg): ...")
+ * and the input's location (file and byte offset when the element came from a file). An
+ * error consumes the input that caused it: calling sl_iter_next again goes on with the
+ * elements after it where the op can (a corrupt record does not stop the other files; a
+ * function that fails on one element does not stop the next), and returns SL_END where it
+ * cannot. ignore_errors relies on this to skip and count bad elements.
+ * sl_iter_close cancels in-flight work, joins threads and frees everything; it is always
+ * safe, also halfway through a parallel pipeline.
+ *
+ * Parallel ops (map, interleave, map_batch) run up to `parallelism` calls at a time. With
+ * deterministic = true (the default) results come in input order and are bit-identical
+ * whatever the parallelism and thread timing — random functions included, since each
+ * element's randomness is seeded from the pipeline seed and the element's position. With
+ * deterministic = false the first finished element is returned first.
+ *
+ * SL_AUTO for a parallelism or buffer size means "chosen by Sluice" (autotuned while the
+ * pipeline runs; the choice is visible in the stats). */
+#ifndef SLUICE_PIPELINE_H
+#define SLUICE_PIPELINE_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "sluice/status.h"
+#include "sluice/tensor.h"
+#include "sluice/tfrecord.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define SL_AUTO (-1)
+#define SL_INFINITE (-2)       /* cardinality of an endless dataset; repeat count "forever" */
+#define SL_UNKNOWN_CARD (-3)   /* cardinality that cannot be known without reading */
+
+typedef struct sl_dataset sl_dataset;
+typedef struct sl_iter sl_iter;
+typedef struct sl_fn sl_fn;
+
+sl_dataset *sl_dataset_ref(sl_dataset *ds);  /* returns ds; NULL passes through */
+void sl_dataset_unref(sl_dataset *ds);       /* NULL is a no-op */
+
+/* The op's name ("map", "batch", ...). */
+const char *sl_dataset_op(const sl_dataset *ds);
+
+/* Number of elements, SL_INFINITE, or SL_UNKNOWN_CARD. */
+int64_t sl_dataset_cardinality(const sl_dataset *ds);
+
+/* Set a label shown in errors and stats instead of the op name (e.g. "map#2" or the
+ * config's "train/map"). Only before the first iterator is created. */
+void sl_dataset_set_label(sl_dataset *ds, const char *label);
+
+/* ---- sources ------------------------------------------------------------------------- */
+
+/* Integers start, start+step, ... < stop (> stop for negative step): {"value": int64 scalar}.
+ * SL_EINVAL for step 0. */
+sl_status sl_ds_range(int64_t start, int64_t stop, int64_t step, sl_dataset **out);
+
+/* The records of TFRecord files, file after file: {"record": bytes scalar} — a zero-copy
+ * view of the record. `paths` may hold glob patterns (expanded, sorted, at creation: a
+ * pattern that matches nothing is SL_ENOTFOUND). opts NULL: defaults. */
+sl_status sl_ds_tfrecord(const char *const *paths, int n, const sl_tfr_read_opts *opts,
+                         sl_dataset **out);
+
+/* File names matching glob patterns: {"filename": bytes scalar}, sorted; with shuffle, in
+ * a seeded random order (a new order each epoch when reshuffled by repeat). SL_ENOTFOUND
+ * when nothing matches. */
+sl_status sl_ds_list_files(const char *const *patterns, int n, bool shuffle, uint64_t seed,
+                           sl_dataset **out);
+
+/* ---- transformations ----------------------------------------------------------------- */
+
+/* Given one input element, make the dataset to interleave (e.g. a filename -> its
+ * records). *out gets a new reference. */
+typedef sl_status (*sl_ds_factory)(void *ctx, const sl_element *elem, sl_dataset **out);
+
+typedef struct sl_interleave_opts {
+    int cycle_length;    /* inputs open at once; SL_AUTO: the CPU count */
+    int block_length;    /* consecutive elements from each input; default 1 */
+    int parallelism;     /* inputs read ahead by worker threads; 0 = read in the caller's thread; SL_AUTO */
+    bool deterministic;  /* default true */
+} sl_interleave_opts;
+
+sl_interleave_opts sl_interleave_opts_default(void);
+
+/* tf.data's interleave: open cycle_length inputs, take block_length elements from each in
+ * turn; when an input ends, the next input element takes its place in the cycle.
+ * cycle 2, block 1 over [a1 a2 a3] and [b1 b2] gives a1 b1 a2 b2 a3. */
+sl_status sl_ds_interleave(sl_dataset *in, sl_ds_factory factory, void *ctx,
+                           const sl_interleave_opts *opts, sl_dataset **out);
+
+/* interleave with the stock factory: each input element's "filename" -> sl_ds_tfrecord. */
+sl_status sl_ds_interleave_tfrecord(sl_dataset *filenames, const sl_tfr_read_opts *ropts,
+                                    const sl_interleave_opts *opts, sl_dataset **out);
+
+/* Apply fn to every element. fn is borrowed (a reference is taken). */
+sl_status sl_ds_map(sl_dataset *in, sl_fn *fn, int parallelism, bool deterministic,
+                    sl_dataset **out);
+
+typedef struct sl_batch_opts {
+    int64_t size;          /* elements per batch, >= 1 */
+    bool drop_remainder;   /* drop a last, smaller batch */
+    bool padded;           /* pad variable-size components to the largest in the batch */
+    double pad_value;      /* value padding is filled with (bytes: empty string) */
+    int parallelism;       /* map_batch only: SL_AUTO or >= 1 */
+    bool deterministic;    /* map_batch only */
+} sl_batch_opts;
+
+sl_batch_opts sl_batch_opts_default(int64_t size);
+
+/* Stack `size` consecutive elements along a new leading dimension. Every element must have
+ * the same components with the same dtypes; shapes must match unless padded (then each
+ * component is padded to the largest shape in the batch). Bytes components are copied into
+ * one buffer per batch. A mismatch is SL_EINVAL naming the component and both shapes. */
+sl_status sl_ds_batch(sl_dataset *in, const sl_batch_opts *opts, sl_dataset **out);
+
+/* map fused with batch: each mapped element is written straight into its slot of the
+ * batch buffer. sl_ds_batch over sl_ds_map produces this automatically; calling it
+ * directly is the same thing. */
+sl_status sl_ds_map_batch(sl_dataset *in, sl_fn *fn, const sl_batch_opts *opts,
+                          sl_dataset **out);
+
+/* Fill a buffer of `buffer` elements; each output is a uniformly chosen buffered element,
+ * replaced by the next input. The order is a permutation seeded by `seed` (and by the epoch
+ * when reshuffle_each_epoch and the dataset is repeated). */
+sl_status sl_ds_shuffle(sl_dataset *in, int64_t buffer, uint64_t seed, bool reshuffle_each_epoch,
+                        sl_dataset **out);
+
+/* Produce elements ahead on a background thread into a buffer of `buffer` (SL_AUTO). */
+sl_status sl_ds_prefetch(sl_dataset *in, int64_t buffer, sl_dataset **out);
+
+/* The input `count` times (SL_INFINITE: forever). count 0 gives nothing. */
+sl_status sl_ds_repeat(sl_dataset *in, int64_t count, sl_dataset **out);
+
+/* Keep elements whose position i satisfies i % num == index: placed on a list of files it
+ * shards by file (each replica reads a disjoint set of files), on records by data. */
+sl_status sl_ds_shard(sl_dataset *in, int64_t num, int64_t index, sl_dataset **out);
+
+sl_status sl_ds_take(sl_dataset *in, int64_t count, sl_dataset **out);  /* count < 0: all */
+sl_status sl_ds_skip(sl_dataset *in, int64_t count, sl_dataset **out);  /* count < 0: all */
+
+/* Keep elements for which pred returns true (> 0); pred's negative status is an error. */
+typedef int (*sl_pred_fn)(void *ctx, const sl_element *elem);
+sl_status sl_ds_filter(sl_dataset *in, sl_pred_fn pred, void *ctx, sl_dataset **out);
+
+/* The first pass reads the input and keeps every element (in memory, or in a file at
+ * `path`); later passes (epochs) replay them without touching the input. An iterator
+ * stopped before the end of its pass discards the partial cache. */
+sl_status sl_ds_cache(sl_dataset *in, const char *path, sl_dataset **out);
+
+/* Skip elements whose production failed (corrupt record, undecodable image...), counting
+ * them; see sl_iter_errors_ignored. */
+sl_status sl_ds_ignore_errors(sl_dataset *in, sl_dataset **out);
+
+/* Elements of several datasets side by side; ends with the shortest. Component names must
+ * not collide (SL_EINVAL). */
+sl_status sl_ds_zip(sl_dataset *const *ins, int n, sl_dataset **out);
+
+/* ---- iterating ----------------------------------------------------------------------- */
+
+typedef struct sl_iter_opts {
+    uint64_t seed;        /* pipeline seed: random ops derive theirs from it; default 0 */
+    int cpu_budget;       /* cores the pipeline may keep busy (autotune); 0: all */
+    int64_t ram_budget;   /* bytes of buffers autotune may use; 0: a quarter of RAM */
+} sl_iter_opts;
+
+sl_iter_opts sl_iter_opts_default(void);
+
+/* Start iterating ds. opts NULL: defaults. On failure *out is NULL. */
+sl_status sl_iter_create(sl_dataset *ds, const sl_iter_opts *opts, sl_iter **out);
+
+/* The next element into *out, which must be empty (fresh from sl_element_init or cleared);
+ * the caller owns what it receives and releases it with sl_element_clear. Returns SL_OK,
+ * SL_END, or an error (see above); *out is empty unless SL_OK. */
+sl_status sl_iter_next(sl_iter *it, sl_element *out);
+
+/* Cancel, join, free. NULL is a no-op. */
+void sl_iter_close(sl_iter *it);
+
+/* Elements dropped by ignore_errors ops in this iterator so far. */
+int64_t sl_iter_errors_ignored(const sl_iter *it);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

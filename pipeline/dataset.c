@@ -1,0 +1,200 @@
+/* The dataset and iterator protocol shared by every op: reference counting, the next()
+ * wrapper that keeps per-op stats, error labelling, seeds. */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "pipeline/internal.h"
+#include "sluice/pool.h"
+
+void *sl__ds_new(size_t size, const sl_ds_vt *vt, sl_dataset *const *inputs, int ninputs) {
+    if (ninputs < 0 || ninputs > SL_DS_MAX_INPUTS) {
+        sl_err(SL_EINVAL, "op '%s': %d inputs (at most %d)", vt->name, ninputs, SL_DS_MAX_INPUTS);
+        return NULL;
+    }
+    for (int i = 0; i < ninputs; i++)
+        if (!inputs[i]) {
+            sl_err(SL_EINVAL, "op '%s': input %d is NULL", vt->name, i);
+            return NULL;
+        }
+    sl_dataset *ds = calloc(1, size);
+    if (!ds) {
+        sl_err(SL_ENOMEM, "out of memory creating op '%s'", vt->name);
+        return NULL;
+    }
+    atomic_init(&ds->refs, 1);
+    ds->vt = vt;
+    ds->ninputs = ninputs;
+    for (int i = 0; i < ninputs; i++) ds->inputs[i] = sl_dataset_ref(inputs[i]);
+    snprintf(ds->label, sizeof ds->label, "%s", vt->name);
+    return ds;
+}
+
+sl_dataset *sl_dataset_ref(sl_dataset *ds) {
+    if (ds) atomic_fetch_add_explicit(&ds->refs, 1, memory_order_relaxed);
+    return ds;
+}
+
+void sl_dataset_unref(sl_dataset *ds) {
+    if (!ds || atomic_fetch_sub_explicit(&ds->refs, 1, memory_order_acq_rel) != 1) return;
+    if (ds->vt->destroy) ds->vt->destroy(ds);
+    for (int i = 0; i < ds->ninputs; i++) sl_dataset_unref(ds->inputs[i]);
+    free(ds);
+}
+
+const char *sl_dataset_op(const sl_dataset *ds) { return ds->vt->name; }
+
+int64_t sl_dataset_cardinality(const sl_dataset *ds) {
+    return ds->vt->cardinality ? ds->vt->cardinality(ds) : SL_UNKNOWN_CARD;
+}
+
+void sl_dataset_set_label(sl_dataset *ds, const char *label) {
+    snprintf(ds->label, sizeof ds->label, "%s", label);
+}
+
+/* ---- iterators ---- */
+
+sl_iter_opts sl_iter_opts_default(void) {
+    sl_iter_opts o = {0};
+    return o;
+}
+
+void *sl__iter_new(size_t size, const sl_iter_vt *vt, sl_dataset *ds, sl_ictx *ctx, uint64_t seed) {
+    sl_iter *it = calloc(1, size);
+    if (!it) {
+        sl_err(SL_ENOMEM, "out of memory creating an iterator for op '%s'", ds->label);
+        return NULL;
+    }
+    it->vt = vt;
+    it->ds = sl_dataset_ref(ds);
+    it->ctx = ctx;
+    it->seed = seed;
+    it->stats.label = ds->label;
+    return it;
+}
+
+sl_status sl__iter_make(sl_dataset *ds, sl_ictx *ctx, uint64_t seed, sl_iter **out) {
+    *out = NULL;
+    return ds->vt->make_iter(ds, ctx, seed, out);
+}
+
+sl_status sl__iter_input(sl_dataset *ds, int i, sl_ictx *ctx, uint64_t seed, uint64_t salt,
+                         sl_iter **out) {
+    return sl__iter_make(ds->inputs[i], ctx, sl__child_seed(seed, salt), out);
+}
+
+sl_status sl_iter_create(sl_dataset *ds, const sl_iter_opts *opts, sl_iter **out) {
+    *out = NULL;
+    if (!ds) return sl_err(SL_EINVAL, "sl_iter_create: dataset is NULL");
+    sl_ictx *ctx = calloc(1, sizeof *ctx);
+    if (!ctx) return sl_err(SL_ENOMEM, "out of memory creating an iterator");
+    ctx->opts = opts ? *opts : sl_iter_opts_default();
+    atomic_init(&ctx->cancelled, false);
+    atomic_init(&ctx->errors_ignored, 0);
+    int ncpu = sl_cpu_count();
+    ctx->ncpu = ctx->opts.cpu_budget > 0 && ctx->opts.cpu_budget < ncpu ? ctx->opts.cpu_budget : ncpu;
+    if (ctx->opts.ram_budget <= 0) {
+        long pages = sysconf(_SC_PHYS_PAGES), psize = sysconf(_SC_PAGESIZE);
+        ctx->opts.ram_budget = pages > 0 && psize > 0 ? (int64_t)pages * psize / 4 : (int64_t)1 << 30;
+    }
+    sl_iter *it;
+    sl_status s = sl__iter_make(ds, ctx, ctx->opts.seed, &it);
+    if (s) {
+        free(ctx);
+        return s;
+    }
+    it->owns_ctx = true;
+    *out = it;
+    return SL_OK;
+}
+
+static size_t element_bytes(const sl_element *e) {
+    size_t n = 0;
+    for (int i = 0; i < e->n; i++) n += sl_tensor_nbytes(&e->t[i]);
+    return n;
+}
+
+sl_status sl__iter_next(sl_iter *it, sl_element *out) {
+    if (it->ended) return SL_END;
+    if (atomic_load_explicit(&it->ctx->cancelled, memory_order_relaxed))
+        return sl_err(SL_ECANCELED, "op '%s': iterator was closed", it->ds->label);
+    uint64_t t0 = sl_now_ns();
+    sl_status s = it->vt->next(it, out);
+    uint64_t dt = sl_now_ns() - t0;
+    /* busy time includes time in inputs; stats subtract inputs' time when reporting */
+    atomic_fetch_add_explicit(&it->stats.busy_ns, (long long)dt, memory_order_relaxed);
+    if (s == SL_OK) {
+        atomic_fetch_add_explicit(&it->stats.elements, 1, memory_order_relaxed);
+        atomic_fetch_add_explicit(&it->stats.bytes, (long long)element_bytes(out), memory_order_relaxed);
+    } else if (s == SL_END) {
+        it->ended = true;
+    } else {
+        atomic_fetch_add_explicit(&it->stats.errors, 1, memory_order_relaxed);
+        sl_element_clear(out);
+    }
+    return s;
+}
+
+sl_status sl_iter_next(sl_iter *it, sl_element *out) {
+    if (!it || !out) return sl_err(SL_EINVAL, "sl_iter_next: NULL argument");
+    return sl__iter_next(it, out);
+}
+
+void sl__iter_close(sl_iter *it) {
+    if (!it) return;
+    if (it->owns_ctx) atomic_store(&it->ctx->cancelled, true);
+    if (it->vt->close) it->vt->close(it);
+    sl_ictx *ctx = it->owns_ctx ? it->ctx : NULL;
+    sl_dataset_unref(it->ds);
+    free(it);
+    free(ctx);
+}
+
+void sl_iter_close(sl_iter *it) { sl__iter_close(it); }
+
+int64_t sl_iter_errors_ignored(const sl_iter *it) {
+    return atomic_load(&it->ctx->errors_ignored);
+}
+
+sl_status sl__op_err(const sl_iter *it, sl_status code, const char *fmt, ...) {
+    char msg[900];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    return sl_err(code, "op '%s': %s", it->ds->label, msg);
+}
+
+void sl__op_err_prefix(const sl_iter *it) { sl_err_prefix("op '%s': ", it->ds->label); }
+
+/* ---- seeds ---- */
+
+uint64_t sl__mix(uint64_t a, uint64_t b) {
+    /* two rounds of splitmix64's finaliser over a and b */
+    uint64_t z = a + 0x9e3779b97f4a7c15ull * (b + 1);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    z ^= z >> 31;
+    z += b ^ 0xd1b54a32d192ed03ull;
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+uint64_t sl__rng_below(sl_rng *r, uint64_t n) {
+    /* Lemire's multiply-shift with rejection */
+    uint64_t x = sl__rng_u64(r);
+    __uint128_t m = (__uint128_t)x * n;
+    uint64_t lo = (uint64_t)m;
+    if (lo < n) {
+        uint64_t t = -n % n;
+        while (lo < t) {
+            x = sl__rng_u64(r);
+            m = (__uint128_t)x * n;
+            lo = (uint64_t)m;
+        }
+    }
+    return (uint64_t)(m >> 64);
+}

@@ -1,0 +1,199 @@
+/* Element-function machinery: reference counting, user functions, chains with their
+ * planning pass, per-thread states, and the apply wrapper map ops call. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "pipeline/internal.h"
+
+void *sl__fn_new(size_t size, const sl_fn_vt *vt, const char *name) {
+    sl_fn *fn = calloc(1, size);
+    if (!fn) {
+        sl_err(SL_ENOMEM, "out of memory creating function '%s'", name);
+        return NULL;
+    }
+    atomic_init(&fn->refs, 1);
+    fn->vt = vt;
+    snprintf(fn->name, sizeof fn->name, "%s", name);
+    return fn;
+}
+
+sl_fn *sl_fn_ref(sl_fn *fn) {
+    if (fn) atomic_fetch_add_explicit(&fn->refs, 1, memory_order_relaxed);
+    return fn;
+}
+
+void sl_fn_unref(sl_fn *fn) {
+    if (!fn || atomic_fetch_sub_explicit(&fn->refs, 1, memory_order_acq_rel) != 1) return;
+    if (fn->vt->destroy) fn->vt->destroy(fn);
+    free(fn);
+}
+
+const char *sl_fn_name(const sl_fn *fn) { return fn->name; }
+
+/* ---- user functions ---- */
+
+typedef struct {
+    sl_fn base;
+    sl_fn_apply apply;
+    void *ctx;
+    sl_free_fn free_ctx;
+} custom_fn;
+
+static sl_status custom_apply(const sl_fn *fn, sl_element *e, const sl_fn_call *call) {
+    const custom_fn *c = (const custom_fn *)fn;
+    return c->apply(c->ctx, e, call);
+}
+
+static void custom_destroy(sl_fn *fn) {
+    custom_fn *c = (custom_fn *)fn;
+    if (c->free_ctx) c->free_ctx(c->ctx, NULL);
+}
+
+static const sl_fn_vt custom_vt = {.name = "custom", .apply = custom_apply, .destroy = custom_destroy};
+
+sl_status sl_fn_custom(const char *name, sl_fn_apply apply, void *ctx, sl_free_fn free_ctx,
+                       sl_fn **out) {
+    *out = NULL;
+    if (!apply) return sl_err(SL_EINVAL, "sl_fn_custom: apply is NULL");
+    custom_fn *c = sl__fn_new(sizeof *c, &custom_vt, name && *name ? name : "custom");
+    if (!c) return SL_ENOMEM;
+    c->apply = apply;
+    c->ctx = ctx;
+    c->free_ctx = free_ctx;
+    *out = &c->base;
+    return SL_OK;
+}
+
+/* ---- chains ---- */
+
+typedef struct {
+    sl_fn base;
+    int n;
+    sl_fn **fns;
+    bool *absorbed; /* done by an upstream member that planned for it */
+} chain_fn;
+
+static void chain_destroy(sl_fn *fn) {
+    chain_fn *c = (chain_fn *)fn;
+    for (int i = 0; i < c->n; i++) sl_fn_unref(c->fns[i]);
+    free(c->fns);
+    free(c->absorbed);
+}
+
+static const sl_fn_vt chain_vt = {.name = "chain", .destroy = chain_destroy};
+
+sl_status sl_fn_chain(sl_fn *const *fns, int n, sl_fn **out) {
+    *out = NULL;
+    if (n < 1) return sl_err(SL_EINVAL, "a function chain needs at least one function");
+    for (int i = 0; i < n; i++)
+        if (!fns[i]) return sl_err(SL_EINVAL, "function %d of the chain is NULL", i);
+    if (n == 1) {
+        *out = sl_fn_ref(fns[0]);
+        if (fns[0]->vt->plan) fns[0]->vt->plan(fns[0], NULL, 0);
+        return SL_OK;
+    }
+    char name[64];
+    size_t len = 0;
+    name[0] = 0;
+    for (int i = 0; i < n && len < sizeof name; i++)
+        len += (size_t)snprintf(name + len, sizeof name - len, i ? "|%s" : "%s", fns[i]->name);
+    chain_fn *c = sl__fn_new(sizeof *c, &chain_vt, name);
+    if (!c) return SL_ENOMEM;
+    c->fns = calloc((size_t)n, sizeof *c->fns);
+    c->absorbed = calloc((size_t)n, sizeof *c->absorbed);
+    if (!c->fns || !c->absorbed) {
+        free(c->fns);
+        free(c->absorbed);
+        free(c);
+        return sl_err(SL_ENOMEM, "out of memory creating a function chain");
+    }
+    c->n = n;
+    for (int i = 0; i < n; i++) c->fns[i] = sl_fn_ref(fns[i]);
+    for (int i = 0; i < n; i++) {
+        if (c->absorbed[i] || !c->fns[i]->vt->plan) continue;
+        int k = c->fns[i]->vt->plan(c->fns[i], c->fns + i + 1, n - i - 1);
+        for (int j = 1; j <= k && i + j < n; j++) c->absorbed[i + j] = true;
+    }
+    *out = &c->base;
+    return SL_OK;
+}
+
+/* ---- per-thread states ---- */
+
+struct sl_fn_states {
+    int n;
+    void *st[];
+};
+
+static int members(const sl_fn *fn, sl_fn *const **list) {
+    if (fn->vt == &chain_vt) {
+        const chain_fn *c = (const chain_fn *)fn;
+        *list = c->fns;
+        return c->n;
+    }
+    *list = NULL;
+    return 1;
+}
+
+sl_status sl__fn_states_new(const sl_fn *fn, sl_fn_states **out) {
+    sl_fn *const *list;
+    int n = members(fn, &list);
+    sl_fn_states *st = calloc(1, sizeof *st + sizeof(void *) * (size_t)n);
+    if (!st) return sl_err(SL_ENOMEM, "out of memory creating function state");
+    st->n = n;
+    for (int i = 0; i < n; i++) {
+        const sl_fn *f = list ? list[i] : fn;
+        if (f->vt->state_new) {
+            sl_status s = f->vt->state_new(f, &st->st[i]);
+            if (s) {
+                st->n = i;
+                sl__fn_states_free(fn, st);
+                return s;
+            }
+        }
+    }
+    *out = st;
+    return SL_OK;
+}
+
+void sl__fn_states_free(const sl_fn *fn, sl_fn_states *st) {
+    if (!st) return;
+    sl_fn *const *list;
+    members(fn, &list);
+    for (int i = 0; i < st->n; i++) {
+        const sl_fn *f = list ? list[i] : fn;
+        if (f->vt->state_free && st->st[i]) f->vt->state_free(f, st->st[i]);
+    }
+    free(st);
+}
+
+static sl_status apply_one(const sl_fn *f, sl_element *e, uint64_t seed, int64_t index, void *state) {
+    sl_fn_call call = {.seed = seed, .index = index, .state = state};
+    sl_status s = f->vt->apply(f, e, &call);
+    if (s < 0) sl_err_prefix("%s: ", f->name);
+    return s;
+}
+
+sl_status sl__fn_apply(const sl_fn *fn, sl_element *e, uint64_t seed, int64_t index, sl_fn_states *st) {
+    if (fn->vt != &chain_vt) return apply_one(fn, e, seed, index, st ? st->st[0] : NULL);
+    const chain_fn *c = (const chain_fn *)fn;
+    for (int i = 0; i < c->n; i++) {
+        if (c->absorbed[i]) continue;
+        sl_status s = apply_one(c->fns[i], e, sl__mix(seed, (uint64_t)i), index, st ? st->st[i] : NULL);
+        if (s) return s;
+    }
+    return SL_OK;
+}
+
+int sl__fn_component(const sl_fn *fn, const sl_element *e, const char *name, sl_status *err) {
+    int i = sl_element_find(e, name);
+    if (i >= 0) return i;
+    char have[512];
+    size_t len = 0;
+    have[0] = 0;
+    for (int k = 0; k < e->n && len < sizeof have; k++)
+        len += (size_t)snprintf(have + len, sizeof have - len, k ? ", %s" : "%s", e->names[k]);
+    *err = sl_err(SL_EINVAL, "no component '%s' (the element has: %s)", name, e->n ? have : "nothing");
+    return -1;
+}

@@ -1,0 +1,224 @@
+/* Private to pipeline/: how datasets, iterators and functions are put together. Each op
+ * (pipeline/ops/NAME.c) defines one sl_ds_vt and one sl_iter_vt; each function
+ * (pipeline/fn/NAME.c) one sl_fn_vt. */
+#ifndef SLUICE_PIPELINE_INTERNAL_H
+#define SLUICE_PIPELINE_INTERNAL_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+
+#include "sluice/fn.h"
+#include "sluice/pipeline.h"
+
+#define SL_DS_MAX_INPUTS 16
+
+/* ---- datasets ---- */
+
+typedef struct sl_ictx sl_ictx;
+
+typedef struct sl_ds_vt {
+    const char *name;
+    /* Make an iterator over ds. `seed` is this iterator's stream seed (see sl__child_seed).
+     * On failure *out is NULL and nothing is left running. */
+    sl_status (*make_iter)(sl_dataset *ds, sl_ictx *ctx, uint64_t seed, sl_iter **out);
+    /* Free the op's own fields (inputs are released by the common code). May be NULL. */
+    void (*destroy)(sl_dataset *ds);
+    /* Elements, SL_INFINITE or SL_UNKNOWN_CARD. May be NULL (unknown). */
+    int64_t (*cardinality)(const sl_dataset *ds);
+} sl_ds_vt;
+
+/* Ops embed this as their first member. */
+struct sl_dataset {
+    atomic_int refs;
+    const sl_ds_vt *vt;
+    int ninputs;
+    sl_dataset *inputs[SL_DS_MAX_INPUTS]; /* references held */
+    char label[64];                        /* shown in errors and stats */
+};
+
+/* Allocate an op of `size` bytes (>= sizeof(sl_dataset)), zeroed, refcount 1, taking a
+ * reference to each input. NULL (and sl_err set) on ENOMEM or too many inputs. */
+void *sl__ds_new(size_t size, const sl_ds_vt *vt, sl_dataset *const *inputs, int ninputs);
+
+/* ---- iterators ---- */
+
+typedef struct sl_iter_vt {
+    /* Produce the next element into *out (empty on entry). SL_OK, SL_END or an error. */
+    sl_status (*next)(sl_iter *it, sl_element *out);
+    /* Cancel in-flight work, join threads, close inputs, free the op's state. The common
+     * code frees the sl_iter itself afterwards. May be NULL. */
+    void (*close)(sl_iter *it);
+} sl_iter_vt;
+
+/* Per-op-iterator counters, updated by the common next() wrapper and by parallel ops. */
+typedef struct sl_op_stats {
+    const char *label;
+    atomic_llong elements;   /* produced */
+    atomic_llong bytes;      /* tensor bytes produced */
+    atomic_llong busy_ns;    /* time inside this op's own work (excl. waiting on input) */
+    atomic_llong wait_ns;    /* time blocked waiting for input */
+    atomic_llong errors;     /* errors returned */
+    atomic_int parallelism;  /* current parallelism (parallel ops) */
+    atomic_int buffer;       /* current buffer capacity (buffered ops) */
+    atomic_int buffered;     /* elements in the buffer now */
+} sl_op_stats;
+
+/* Ops embed this as their first member. */
+struct sl_iter {
+    const sl_iter_vt *vt;
+    sl_dataset *ds;          /* reference held */
+    sl_ictx *ctx;
+    uint64_t seed;           /* stream seed of this iterator */
+    bool owns_ctx;           /* the root iterator frees the context */
+    bool ended;              /* SL_END was returned: keep returning it */
+    sl_op_stats stats;
+};
+
+/* Shared by every iterator of one sl_iter_create. */
+struct sl_ictx {
+    sl_iter_opts opts;
+    atomic_bool cancelled;       /* set by close: blocking waits give up with SL_ECANCELED */
+    atomic_llong errors_ignored; /* counted by ignore_errors */
+    int ncpu;                    /* cores available (opts.cpu_budget or the CPU count) */
+};
+
+/* Allocate an iterator of `size` bytes (>= sizeof(sl_iter)), zeroed, for ds (a reference
+ * is taken). NULL on ENOMEM. */
+void *sl__iter_new(size_t size, const sl_iter_vt *vt, sl_dataset *ds, sl_ictx *ctx, uint64_t seed);
+
+/* Make an iterator over input i of ds, with stream seed sl__child_seed(seed, salt). */
+sl_status sl__iter_input(sl_dataset *ds, int i, sl_ictx *ctx, uint64_t seed, uint64_t salt,
+                         sl_iter **out);
+
+/* Make an iterator over any dataset (for interleave's per-element inputs). */
+sl_status sl__iter_make(sl_dataset *ds, sl_ictx *ctx, uint64_t seed, sl_iter **out);
+
+/* sl_iter_next for use inside ops: counts stats, honours `ended`. */
+sl_status sl__iter_next(sl_iter *it, sl_element *out);
+
+/* Close an inner iterator (the same as sl_iter_close). NULL is a no-op. */
+void sl__iter_close(sl_iter *it);
+
+/* Report an error that originates in this op: "op 'LABEL': " + message. Returns code. */
+sl_status sl__op_err(const sl_iter *it, sl_status code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+/* Prefix the current error (raised by a function or a format reader) with the op's label. */
+void sl__op_err_prefix(const sl_iter *it);
+
+/* ---- seeds and random numbers ---- */
+
+/* A well-mixed 64-bit hash of (a, b): the stream seed of a child, a per-element seed. */
+uint64_t sl__mix(uint64_t a, uint64_t b);
+static inline uint64_t sl__child_seed(uint64_t seed, uint64_t salt) { return sl__mix(seed, salt); }
+
+/* splitmix64: small, fast, good enough for augmentation and shuffling. */
+typedef struct sl_rng {
+    uint64_t s;
+} sl_rng;
+static inline uint64_t sl__rng_u64(sl_rng *r) {
+    uint64_t z = (r->s += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+/* uniform in [0, 1) with 53 bits */
+static inline double sl__rng_double(sl_rng *r) { return (double)(sl__rng_u64(r) >> 11) * 0x1.0p-53; }
+/* uniform integer in [0, n), n >= 1, without modulo bias */
+uint64_t sl__rng_below(sl_rng *r, uint64_t n);
+
+/* ---- element functions ---- */
+
+typedef struct sl_fn_vt {
+    const char *name;
+    sl_status (*apply)(const sl_fn *fn, sl_element *e, const sl_fn_call *call);
+    void (*destroy)(sl_fn *fn);                        /* free own fields; may be NULL */
+    sl_status (*state_new)(const sl_fn *fn, void **st); /* per-thread state; may be NULL */
+    void (*state_free)(const sl_fn *fn, void *st);
+    /* Called by sl_fn_chain with the functions after this one. Returns how many of them
+     * this function absorbs (they will not be called: this function now does their work),
+     * 0 for none. May be NULL. */
+    int (*plan)(sl_fn *fn, sl_fn *const *downstream, int n);
+} sl_fn_vt;
+
+/* Functions embed this as their first member. */
+struct sl_fn {
+    atomic_int refs;
+    const sl_fn_vt *vt;
+    char name[64];
+};
+
+void *sl__fn_new(size_t size, const sl_fn_vt *vt, const char *name);
+
+/* Per-thread state for every function of fn (a chain's members included): what a map
+ * worker creates once and passes to sl__fn_apply. */
+typedef struct sl_fn_states sl_fn_states;
+sl_status sl__fn_states_new(const sl_fn *fn, sl_fn_states **out);
+void sl__fn_states_free(const sl_fn *fn, sl_fn_states *st);
+
+/* Apply fn to *e with the element's seed and index; on failure the error names the
+ * function ("decode_jpeg: ..."). */
+sl_status sl__fn_apply(const sl_fn *fn, sl_element *e, uint64_t seed, int64_t index,
+                       sl_fn_states *st);
+
+/* Component lookup helper for functions: the index of `name` in e, or an SL_EINVAL error
+ * "FN: no component 'name' (components: a, b)". */
+int sl__fn_component(const sl_fn *fn, const sl_element *e, const char *name, sl_status *err);
+
+#endif
+
+/* ---- the parallel runner (pipeline/runner.c) ----
+ * Worker threads repeatedly: take the input lock, fetch the inputs of one unit of work
+ * (one element for map, a batch's worth for map_batch) numbered by a sequence number in
+ * fetch order, release the lock, process the unit, and park the result in a slot. The
+ * consumer takes results in sequence order (deterministic) or in finishing order. At most
+ * `parallelism` units are in flight and at most `capacity` results wait in slots.
+ * Lock order: in_mu before mu (a worker never takes in_mu while holding mu). */
+
+typedef struct sl_runner sl_runner;
+
+typedef struct sl_runner_ops {
+    size_t job_size;  /* bytes of per-unit scratch handed from fetch to work */
+    /* With the input lock held: fetch the inputs of unit `seq` from `in` into job. Return
+     * SL_OK (and *last = true if the input ended while fetching: the unit is partial and
+     * nothing follows), SL_END if nothing was fetched and the input is over, or an error
+     * (the error becomes this unit's result, in order). */
+    sl_status (*fetch)(void *op, sl_iter *in, int64_t seq, void *job, bool *last);
+    /* On a worker thread, no lock held: turn job into *out (empty on entry). */
+    sl_status (*work)(void *op, void *job, int64_t seq, void *tstate, sl_element *out);
+    /* Release whatever fetch left in job (after work, or when cancelled). */
+    void (*job_clear)(void *op, void *job);
+    /* Free allocations the job keeps between units (at stop). May be NULL. */
+    void (*job_free)(void *op, void *job);
+    /* Per-thread state (may be NULL). */
+    sl_status (*tstate_new)(void *op, void **tstate);
+    void (*tstate_free)(void *op, void *tstate);
+} sl_runner_ops;
+
+/* Start `nthreads` workers over input iterator `in` (taken over: the runner closes it).
+ * parallelism <= nthreads is the initial number of active workers. On failure nothing is
+ * left running and `in` has been closed. */
+sl_status sl__runner_start(const sl_runner_ops *ops, void *op, sl_iter *owner, sl_iter *in,
+                           int nthreads, int parallelism, int capacity, bool deterministic,
+                           sl_runner **out);
+
+/* The next result: SL_OK with *out, SL_END, or a unit's error (restored in this thread). */
+sl_status sl__runner_next(sl_runner *r, sl_element *out);
+
+/* Change the number of active workers (1..nthreads) — for autotune. */
+void sl__runner_set_parallelism(sl_runner *r, int parallelism);
+
+/* Cancel, join, free; closes the input. NULL is a no-op. */
+void sl__runner_stop(sl_runner *r);
+
+/* ---- batching helpers (pipeline/stack.c) ---- */
+
+/* Stack n elements (all with the same component names, dtypes and ranks) into one batch
+ * element along a new leading dimension. Shapes must be equal unless opts->padded. Bytes
+ * components are copied into one buffer. The inputs are left as they were. Errors name
+ * `label` and the component. */
+sl_status sl__stack(const sl_element *elems, int n, const sl_batch_opts *opts, const char *label,
+                    sl_element *out);
+
+/* Is ds a map (for batch's automatic fusion)? Then its fn, parallelism and determinism. */
+bool sl__ds_as_map(const sl_dataset *ds, sl_fn **fn, int *parallelism, bool *deterministic);

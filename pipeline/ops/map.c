@@ -1,0 +1,123 @@
+/* map: apply an element function to every element, on `parallelism` worker threads
+ * (through the runner), in order unless deterministic is false. Parallelism 1 still uses
+ * one worker thread, so the function overlaps with the consumer. Element k's randomness is
+ * seeded with mix(stream seed, k). */
+#include <stdlib.h>
+
+#include "pipeline/internal.h"
+
+typedef struct {
+    sl_dataset base;
+    sl_fn *fn;
+    int parallelism;  /* SL_AUTO or >= 1 */
+    bool deterministic;
+} map_ds;
+
+typedef struct {
+    sl_iter base;
+    sl_runner *runner;
+} map_it;
+
+typedef struct {
+    sl_element e;
+} map_job;
+
+static sl_status map_fetch(void *op, sl_iter *in, int64_t seq, void *job, bool *last) {
+    map_job *j = job;
+    sl_element_init(&j->e);
+    return sl__iter_next(in, &j->e);
+}
+
+static sl_status map_work(void *op, void *job, int64_t seq, void *tstate, sl_element *out) {
+    map_it *m = op;
+    map_job *j = job;
+    const map_ds *d = (const map_ds *)m->base.ds;
+    sl_status s = sl__fn_apply(d->fn, &j->e, sl__mix(m->base.seed, (uint64_t)seq), seq, tstate);
+    if (s < 0) {
+        sl__op_err_prefix(&m->base);
+        return s;
+    }
+    sl_element_move(out, &j->e);
+    return SL_OK;
+}
+
+static void map_job_clear(void *op, void *job) { sl_element_clear(&((map_job *)job)->e); }
+
+static sl_status map_tstate_new(void *op, void **st) {
+    const map_ds *d = (const map_ds *)((map_it *)op)->base.ds;
+    return sl__fn_states_new(d->fn, (sl_fn_states **)st);
+}
+
+static void map_tstate_free(void *op, void *st) {
+    const map_ds *d = (const map_ds *)((map_it *)op)->base.ds;
+    sl__fn_states_free(d->fn, st);
+}
+
+static const sl_runner_ops map_runner_ops = {
+    .job_size = sizeof(map_job),
+    .fetch = map_fetch,
+    .work = map_work,
+    .job_clear = map_job_clear,
+    .tstate_new = map_tstate_new,
+    .tstate_free = map_tstate_free,
+};
+
+static sl_status map_next(sl_iter *it, sl_element *out) {
+    return sl__runner_next(((map_it *)it)->runner, out);
+}
+
+static void map_close(sl_iter *it) { sl__runner_stop(((map_it *)it)->runner); }
+
+static const sl_iter_vt map_it_vt = {.next = map_next, .close = map_close};
+
+static sl_status map_make(sl_dataset *ds, sl_ictx *ctx, uint64_t seed, sl_iter **out) {
+    const map_ds *d = (const map_ds *)ds;
+    map_it *m = sl__iter_new(sizeof *m, &map_it_vt, ds, ctx, seed);
+    if (!m) return SL_ENOMEM;
+    sl_iter *in;
+    sl_status s = sl__iter_input(ds, 0, ctx, seed, 0, &in);
+    if (s) {
+        sl__iter_close(&m->base);
+        return s;
+    }
+    int par = d->parallelism == SL_AUTO ? ctx->ncpu : d->parallelism;
+    int threads = d->parallelism == SL_AUTO ? ctx->ncpu : par;
+    s = sl__runner_start(&map_runner_ops, m, &m->base, in, threads, par, 2 * par + 2,
+                         d->deterministic, &m->runner);
+    if (s) {
+        sl__iter_close(&m->base);
+        return s;
+    }
+    *out = &m->base;
+    return SL_OK;
+}
+
+static void map_destroy(sl_dataset *ds) { sl_fn_unref(((map_ds *)ds)->fn); }
+
+static int64_t map_card(const sl_dataset *ds) { return sl_dataset_cardinality(ds->inputs[0]); }
+
+static const sl_ds_vt map_vt = {.name = "map", .make_iter = map_make, .destroy = map_destroy,
+                                .cardinality = map_card};
+
+sl_status sl_ds_map(sl_dataset *in, sl_fn *fn, int parallelism, bool deterministic, sl_dataset **out) {
+    *out = NULL;
+    if (!fn) return sl_err(SL_EINVAL, "map: function is NULL");
+    if (parallelism != SL_AUTO && (parallelism < 1 || parallelism > 256))
+        return sl_err(SL_EINVAL, "map: parallelism %d must be 1..256 or auto", parallelism);
+    map_ds *d = sl__ds_new(sizeof *d, &map_vt, &in, 1);
+    if (!d) return sl_errcode();
+    d->fn = sl_fn_ref(fn);
+    d->parallelism = parallelism;
+    d->deterministic = deterministic;
+    *out = &d->base;
+    return SL_OK;
+}
+
+bool sl__ds_as_map(const sl_dataset *ds, sl_fn **fn, int *parallelism, bool *deterministic) {
+    if (ds->vt != &map_vt) return false;
+    const map_ds *d = (const map_ds *)ds;
+    *fn = d->fn;
+    *parallelism = d->parallelism;
+    *deterministic = d->deterministic;
+    return true;
+}

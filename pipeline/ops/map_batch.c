@@ -1,0 +1,263 @@
+/* map_batch: map fused with batch. Each unit of parallel work is one whole batch: a worker
+ * fetches `size` input elements, applies the function to each and writes every numeric
+ * component straight into its slot of the batch tensors (allocated from the first mapped
+ * element's shapes), so a mapped element never waits in a queue. Element k of batch b is
+ * seeded as element b*size+k of a plain map would be, so the output equals map then batch.
+ *
+ * An input error while gathering a batch is returned in order, and the elements already
+ * gathered are carried into the next batch (nothing lost). A function error fails the
+ * whole batch; put ignore_errors between map and batch to skip single elements instead
+ * (that pipeline is not fused). */
+#include <stdlib.h>
+#include <string.h>
+
+#include "pipeline/internal.h"
+
+int64_t sl__batch_card(const sl_dataset *in, const sl_batch_opts *o);
+
+typedef struct {
+    sl_dataset base;
+    sl_fn *fn;
+    sl_batch_opts opts;
+} mb_ds;
+
+typedef struct {
+    sl_iter base;
+    sl_runner *runner;
+    sl_element *carry; /* elements fetched before an input error; guarded by the runner's input lock */
+    int ncarry;
+} mb_it;
+
+typedef struct {
+    sl_element *elems; /* opts.size, allocated on first use */
+    int n;
+} mb_job;
+
+static sl_status mb_fetch(void *op, sl_iter *in, int64_t seq, void *job, bool *last) {
+    mb_it *m = op;
+    mb_job *j = job;
+    const mb_ds *d = (const mb_ds *)m->base.ds;
+    int size = (int)d->opts.size;
+    if (!j->elems && !(j->elems = calloc((size_t)size, sizeof *j->elems)))
+        return sl_err(SL_ENOMEM, "out of memory for a batch of %d", size);
+    j->n = 0;
+    for (int k = 0; k < m->ncarry; k++) sl_element_move(&j->elems[j->n++], &m->carry[k]);
+    m->ncarry = 0;
+    while (j->n < size) {
+        sl_status s = sl__iter_next(in, &j->elems[j->n]);
+        if (s == SL_OK) {
+            j->n++;
+            continue;
+        }
+        if (s == SL_END) {
+            *last = true;
+            if (j->n == 0 || d->opts.drop_remainder) {
+                for (int k = 0; k < j->n; k++) sl_element_clear(&j->elems[k]);
+                j->n = 0;
+                return SL_END;
+            }
+            return SL_OK;
+        }
+        /* an input error: keep what we have for the next batch, report the error now */
+        for (int k = 0; k < j->n; k++) sl_element_move(&m->carry[m->ncarry++], &j->elems[k]);
+        j->n = 0;
+        return s;
+    }
+    return SL_OK;
+}
+
+/* Allocate the batch tensors from the first mapped element. */
+static sl_status alloc_batch(const mb_it *m, const sl_element *e0, int n, sl_element *out) {
+    for (int c = 0; c < e0->n; c++) {
+        const sl_tensor *t = &e0->t[c];
+        if (t->dtype == SL_DT_BYTES) continue; /* stacked at the end */
+        if (t->rank >= SL_MAX_RANK)
+            return sl__op_err(&m->base, SL_EINVAL, "component '%s' has rank %d: too many to batch",
+                              e0->names[c], t->rank);
+        int64_t dims[SL_MAX_RANK];
+        dims[0] = n;
+        for (int d = 0; d < t->rank; d++) dims[d + 1] = t->dims[d];
+        sl_tensor bt;
+        sl_status s = sl_tensor_alloc(&bt, t->dtype, t->rank + 1, dims);
+        if (!s) s = sl_element_set(out, e0->names[c], &bt);
+        if (s) {
+            sl_tensor_release(&bt);
+            return s;
+        }
+    }
+    return SL_OK;
+}
+
+/* Copy element k's numeric components into their slots; keep bytes components in *hold. */
+static sl_status write_slot(const mb_it *m, sl_element *e, int k, sl_element *out, sl_element *hold) {
+    char b1[96], b2[96];
+    int numeric = 0;
+    for (int c = 0; c < e->n; c++) {
+        sl_tensor *t = &e->t[c];
+        if (t->dtype == SL_DT_BYTES) {
+            sl_status s = sl_element_set(hold, e->names[c], t);
+            if (s) return s;
+            continue;
+        }
+        numeric++;
+        int bi = sl_element_find(out, e->names[c]);
+        if (bi < 0)
+            return sl__op_err(&m->base, SL_EINVAL, "element %d of the batch has a component '%s' the first lacks",
+                              k, e->names[c]);
+        sl_tensor *bt = &out->t[bi];
+        bool ok = bt->dtype == t->dtype && bt->rank == t->rank + 1;
+        for (int d = 0; ok && d < t->rank; d++) ok = bt->dims[d + 1] == t->dims[d];
+        if (!ok) {
+            sl_tensor row = *bt;
+            row.rank = bt->rank - 1;
+            memmove(row.dims, bt->dims + 1, sizeof(int64_t) * (size_t)row.rank);
+            sl__op_err(&m->base, SL_EINVAL, "component '%s' is %s in element 0 but %s in element %d of the batch",
+                       e->names[c], sl_tensor_describe(&row, b1, sizeof b1), sl_tensor_describe(t, b2, sizeof b2), k);
+            sl_err_hint("resize or crop to one shape before batching, or use a padded batch");
+            return SL_EINVAL;
+        }
+        size_t per = sl_tensor_nbytes(t);
+        memcpy((char *)bt->data + per * (size_t)k, t->data, per);
+    }
+    int expect = 0;
+    for (int c = 0; c < out->n; c++) expect++;
+    if (numeric != expect)
+        return sl__op_err(&m->base, SL_EINVAL, "element %d of the batch has %d numeric components, the first has %d",
+                          k, numeric, expect);
+    return SL_OK;
+}
+
+static sl_status mb_work(void *op, void *job, int64_t seq, void *tstate, sl_element *out) {
+    mb_it *m = op;
+    mb_job *j = job;
+    const mb_ds *d = (const mb_ds *)m->base.ds;
+    sl_element *holds = NULL; /* bytes components, per element */
+    sl_status s = SL_OK;
+    for (int k = 0; k < j->n && !s; k++) {
+        int64_t index = seq * d->opts.size + k;
+        /* the seed a map under a batch would have: its stream seed is the batch's child 0 */
+        uint64_t map_seed = sl__child_seed(m->base.seed, 0);
+        s = sl__fn_apply(d->fn, &j->elems[k], sl__mix(map_seed, (uint64_t)index), index, tstate);
+        if (s < 0) {
+            sl__op_err_prefix(&m->base);
+            break;
+        }
+        if (k == 0) {
+            s = alloc_batch(m, &j->elems[0], j->n, out);
+            if (s) break;
+            for (int c = 0; c < j->elems[0].n; c++)
+                if (j->elems[0].t[c].dtype == SL_DT_BYTES && !holds) {
+                    holds = calloc((size_t)j->n, sizeof *holds);
+                    if (!holds) s = sl_err(SL_ENOMEM, "out of memory batching");
+                }
+            if (s) break;
+        }
+        sl_element dummy;
+        sl_element_init(&dummy);
+        s = write_slot(m, &j->elems[k], k, out, holds ? &holds[k] : &dummy);
+        sl_element_clear(&dummy);
+        sl_element_clear(&j->elems[k]); /* numeric data copied out: free it now */
+    }
+    if (!s && holds) {
+        sl_element bytes;
+        sl_element_init(&bytes);
+        s = sl__stack(holds, j->n, &d->opts, m->base.ds->label, &bytes);
+        for (int c = 0; !s && c < bytes.n; c++) s = sl_element_set(out, bytes.names[c], &bytes.t[c]);
+        sl_element_clear(&bytes);
+    }
+    if (holds) {
+        for (int k = 0; k < j->n; k++) sl_element_clear(&holds[k]);
+        free(holds);
+    }
+    return s;
+}
+
+static void mb_job_clear(void *op, void *job) {
+    mb_job *j = job;
+    for (int k = 0; k < j->n; k++) sl_element_clear(&j->elems[k]);
+    j->n = 0;
+}
+
+static void mb_job_free(void *op, void *job) { free(((mb_job *)job)->elems); }
+
+static sl_status mb_tstate_new(void *op, void **st) {
+    const mb_ds *d = (const mb_ds *)((mb_it *)op)->base.ds;
+    return sl__fn_states_new(d->fn, (sl_fn_states **)st);
+}
+
+static void mb_tstate_free(void *op, void *st) {
+    const mb_ds *d = (const mb_ds *)((mb_it *)op)->base.ds;
+    sl__fn_states_free(d->fn, st);
+}
+
+static const sl_runner_ops mb_runner_ops = {
+    .job_size = sizeof(mb_job),
+    .fetch = mb_fetch,
+    .work = mb_work,
+    .job_clear = mb_job_clear,
+    .job_free = mb_job_free,
+    .tstate_new = mb_tstate_new,
+    .tstate_free = mb_tstate_free,
+};
+
+static sl_status mb_next(sl_iter *it, sl_element *out) { return sl__runner_next(((mb_it *)it)->runner, out); }
+
+static void mb_close(sl_iter *it) {
+    mb_it *m = (mb_it *)it;
+    sl__runner_stop(m->runner);
+    for (int k = 0; k < m->ncarry; k++) sl_element_clear(&m->carry[k]);
+    free(m->carry);
+}
+
+static const sl_iter_vt mb_it_vt = {.next = mb_next, .close = mb_close};
+
+static sl_status mb_make(sl_dataset *ds, sl_ictx *ctx, uint64_t seed, sl_iter **out) {
+    const mb_ds *d = (const mb_ds *)ds;
+    mb_it *m = sl__iter_new(sizeof *m, &mb_it_vt, ds, ctx, seed);
+    if (!m) return SL_ENOMEM;
+    m->carry = calloc((size_t)d->opts.size, sizeof *m->carry);
+    if (!m->carry) {
+        sl__iter_close(&m->base);
+        return sl_err(SL_ENOMEM, "out of memory for a batch of %lld", (long long)d->opts.size);
+    }
+    sl_iter *in;
+    sl_status s = sl__iter_input(ds, 0, ctx, seed, 0, &in);
+    if (s) {
+        sl__iter_close(&m->base);
+        return s;
+    }
+    int par = d->opts.parallelism == SL_AUTO ? ctx->ncpu : d->opts.parallelism;
+    s = sl__runner_start(&mb_runner_ops, m, &m->base, in, par, par, par + 1, d->opts.deterministic,
+                         &m->runner);
+    if (s) {
+        sl__iter_close(&m->base);
+        return s;
+    }
+    *out = &m->base;
+    return SL_OK;
+}
+
+static void mb_destroy(sl_dataset *ds) { sl_fn_unref(((mb_ds *)ds)->fn); }
+
+static int64_t mb_card(const sl_dataset *ds) {
+    return sl__batch_card(ds->inputs[0], &((const mb_ds *)ds)->opts);
+}
+
+static const sl_ds_vt mb_vt = {.name = "map_batch", .make_iter = mb_make, .destroy = mb_destroy,
+                               .cardinality = mb_card};
+
+sl_status sl_ds_map_batch(sl_dataset *in, sl_fn *fn, const sl_batch_opts *opts, sl_dataset **out) {
+    *out = NULL;
+    if (!fn) return sl_err(SL_EINVAL, "map_batch: function is NULL");
+    if (!opts || opts->size < 1 || opts->size > (1 << 24))
+        return sl_err(SL_EINVAL, "map_batch: size must be 1..16777216");
+    if (opts->padded) return sl_err(SL_EINVAL, "map_batch: padded batches are not fused; use map then batch");
+    if (opts->parallelism != SL_AUTO && (opts->parallelism < 1 || opts->parallelism > 256))
+        return sl_err(SL_EINVAL, "map_batch: parallelism %d must be 1..256 or auto", opts->parallelism);
+    mb_ds *d = sl__ds_new(sizeof *d, &mb_vt, &in, 1);
+    if (!d) return sl_errcode();
+    d->fn = sl_fn_ref(fn);
+    d->opts = *opts;
+    *out = &d->base;
+    return SL_OK;
+}

@@ -1,0 +1,261 @@
+/* The parallel runner behind map and map_batch (see pipeline/internal.h for the model).
+ *
+ * Workload: units that take from ~10 us (parse a small Example) to ~10 ms (decode a batch
+ * of JPEGs), 1 to 64 threads. One mutex guards the slots; the input has its own lock so
+ * fetching the next unit's input overlaps with handing results to the consumer.
+ *
+ * Results are kept in `capacity` slots. A worker reserves a slot before fetching (so a
+ * fetched unit always has somewhere to go), fills it when done, and the consumer frees it.
+ * Deterministic mode returns the slot whose seq is next_out; otherwise any finished slot. */
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "pipeline/internal.h"
+#include "sluice/pool.h"
+
+enum { SLOT_FREE = 0, SLOT_RESERVED, SLOT_DONE };
+
+typedef struct slot {
+    int state;        /* SLOT_*; guarded by mu */
+    int64_t seq;
+    sl_status status;
+    sl_error err;     /* the unit's error, when status < 0 */
+    sl_element e;
+} slot;
+
+struct sl_runner {
+    const sl_runner_ops *ops;
+    void *op;
+    sl_iter *owner;         /* the op's iterator: for error labels and the context */
+    pthread_mutex_t in_mu;  /* guards in, next_seq, in_ended; taken before mu */
+    sl_iter *in;
+    int64_t next_seq;       /* sequence number of the next unit fetched */
+    bool in_ended;          /* guarded by in_mu (a copy in mu_ended for the consumer) */
+
+    pthread_mutex_t mu;     /* guards everything below */
+    pthread_cond_t cv_done; /* a slot became DONE, or the input ended, or cancel */
+    pthread_cond_t cv_space;/* a slot became FREE, parallelism changed, or cancel */
+    slot *slots;
+    int capacity;
+    int reserved;           /* slots RESERVED (units in flight) */
+    int active;             /* workers allowed to run units now */
+    int running;            /* workers currently holding a reservation */
+    int64_t next_out;       /* deterministic: the seq to return next */
+    int64_t end_seq;        /* the input ended before this seq (valid when mu_ended) */
+    bool mu_ended;
+    bool cancelled;
+    bool deterministic;
+    int nthreads;
+    pthread_t *threads;
+    struct worker_arg_s *args; /* one per thread, freed by stop */
+    int nargs;
+};
+
+typedef struct worker_arg_s {
+    sl_runner *r;
+    void *tstate; /* per-thread state, made before the thread starts */
+    void *job;    /* per-thread scratch for one unit */
+} worker_arg;
+
+static void *worker(void *arg) {
+    worker_arg *wa = arg;
+    sl_runner *r = wa->r;
+    void *tstate = wa->tstate, *job = wa->job;
+
+    pthread_mutex_lock(&r->mu);
+    for (;;) {
+        /* wait for room: a free slot and an active worker place */
+        while (!r->cancelled && !r->mu_ended &&
+               (r->reserved >= r->capacity || r->running >= r->active))
+            pthread_cond_wait(&r->cv_space, &r->mu);
+        if (r->cancelled || r->mu_ended) break;
+        int k = 0;
+        while (r->slots[k].state != SLOT_FREE) k++;
+        slot *sl = &r->slots[k];
+        sl->state = SLOT_RESERVED;
+        r->reserved++;
+        r->running++;
+        pthread_mutex_unlock(&r->mu);
+
+        /* fetch, in sequence order */
+        pthread_mutex_lock(&r->in_mu);
+        bool last = false, got = false;
+        int64_t seq = r->next_seq;
+        sl_status s;
+        if (r->in_ended) {
+            s = SL_END;
+        } else {
+            s = r->ops->fetch(r->op, r->in, seq, job, &last);
+            if (s != SL_END) {
+                r->next_seq++;
+                got = true;
+            }
+            if (s == SL_END || last) r->in_ended = true;
+        }
+        bool ended_now = r->in_ended;
+        pthread_mutex_unlock(&r->in_mu);
+
+        sl_element out;
+        sl_element_init(&out);
+        if (got && s == SL_OK) {
+            s = r->ops->work(r->op, job, seq, tstate, &out);
+            if (s < 0) sl_element_clear(&out);
+        }
+        if (got && r->ops->job_clear) r->ops->job_clear(r->op, job);
+
+        pthread_mutex_lock(&r->mu);
+        r->running--;
+        if (got) {
+            sl->seq = seq;
+            sl->status = s;
+            if (s < 0) sl_err_save(&sl->err);
+            sl_element_move(&sl->e, &out);
+            sl->state = SLOT_DONE;
+        } else {
+            sl->state = SLOT_FREE;
+            r->reserved--;
+        }
+        if (ended_now && !r->mu_ended) {
+            r->mu_ended = true;
+            r->end_seq = seq + (got ? 1 : 0);
+            pthread_cond_broadcast(&r->cv_space); /* idle workers may leave */
+        }
+        pthread_cond_broadcast(&r->cv_done);
+    }
+    pthread_mutex_unlock(&r->mu);
+    return NULL;
+}
+
+sl_status sl__runner_start(const sl_runner_ops *ops, void *op, sl_iter *owner, sl_iter *in,
+                           int nthreads, int parallelism, int capacity, bool deterministic,
+                           sl_runner **out) {
+    *out = NULL;
+    if (nthreads < 1) nthreads = 1;
+    if (parallelism < 1 || parallelism > nthreads) parallelism = nthreads;
+    if (capacity < parallelism) capacity = parallelism;
+    sl_runner *r = calloc(1, sizeof *r);
+    if (!r || !(r->slots = calloc((size_t)capacity, sizeof *r->slots)) ||
+        !(r->threads = calloc((size_t)nthreads, sizeof *r->threads)) ||
+        !(r->args = calloc((size_t)nthreads, sizeof *r->args))) {
+        if (r) {
+            free(r->slots);
+            free(r->threads);
+        }
+        free(r);
+        sl__iter_close(in);
+        return sl_err(SL_ENOMEM, "out of memory starting %d workers", nthreads);
+    }
+    r->ops = ops;
+    r->op = op;
+    r->owner = owner;
+    r->in = in;
+    r->capacity = capacity;
+    r->active = parallelism;
+    r->deterministic = deterministic;
+    pthread_mutex_init(&r->in_mu, NULL);
+    pthread_mutex_init(&r->mu, NULL);
+    pthread_cond_init(&r->cv_done, NULL);
+    pthread_cond_init(&r->cv_space, NULL);
+    atomic_store(&owner->stats.parallelism, parallelism);
+    atomic_store(&owner->stats.buffer, capacity);
+    /* per-thread state first, so a failure is reported here and not by a lost worker */
+    r->nargs = nthreads;
+    for (int i = 0; i < nthreads; i++) {
+        worker_arg *wa = &r->args[i];
+        wa->r = r;
+        wa->job = calloc(1, ops->job_size ? ops->job_size : 1);
+        sl_status s = wa->job ? SL_OK : sl_err(SL_ENOMEM, "out of memory starting workers");
+        if (!s && ops->tstate_new) s = ops->tstate_new(op, &wa->tstate);
+        if (s) {
+            sl__runner_stop(r);
+            return s;
+        }
+    }
+    for (int i = 0; i < nthreads; i++) {
+        if (pthread_create(&r->threads[i], NULL, worker, &r->args[i]) != 0) {
+            r->nthreads = i;
+            sl__runner_stop(r);
+            return sl_err(SL_EIO, "op '%s': could not start worker thread %d", owner->ds->label, i + 1);
+        }
+        r->nthreads = i + 1;
+    }
+    *out = r;
+    return SL_OK;
+}
+
+/* A DONE slot to return now, or NULL. mu held. */
+static slot *ready_locked(sl_runner *r) {
+    for (int k = 0; k < r->capacity; k++) {
+        slot *s = &r->slots[k];
+        if (s->state == SLOT_DONE && (!r->deterministic || s->seq == r->next_out)) return s;
+    }
+    return NULL;
+}
+
+sl_status sl__runner_next(sl_runner *r, sl_element *out) {
+    sl_ictx *ctx = r->owner->ctx;
+    pthread_mutex_lock(&r->mu);
+    slot *s;
+    for (;;) {
+        s = ready_locked(r);
+        if (s) break;
+        if (r->mu_ended && r->reserved == 0) {
+            pthread_mutex_unlock(&r->mu);
+            return SL_END;
+        }
+        if (r->mu_ended && r->deterministic && r->next_out >= r->end_seq) {
+            pthread_mutex_unlock(&r->mu);
+            return SL_END;
+        }
+        if (r->cancelled || atomic_load_explicit(&ctx->cancelled, memory_order_relaxed)) {
+            pthread_mutex_unlock(&r->mu);
+            return sl_err(SL_ECANCELED, "op '%s': iterator was closed", r->owner->ds->label);
+        }
+        pthread_cond_wait(&r->cv_done, &r->mu);
+    }
+    sl_status st = s->status;
+    if (st >= 0) sl_element_move(out, &s->e);
+    else sl_err_restore(&s->err);
+    s->state = SLOT_FREE;
+    r->reserved--;
+    r->next_out++;
+    pthread_cond_signal(&r->cv_space);
+    pthread_mutex_unlock(&r->mu);
+    return st;
+}
+
+void sl__runner_set_parallelism(sl_runner *r, int parallelism) {
+    pthread_mutex_lock(&r->mu);
+    if (parallelism < 1) parallelism = 1;
+    if (parallelism > r->nthreads) parallelism = r->nthreads;
+    r->active = parallelism;
+    atomic_store(&r->owner->stats.parallelism, parallelism);
+    pthread_cond_broadcast(&r->cv_space);
+    pthread_mutex_unlock(&r->mu);
+}
+
+void sl__runner_stop(sl_runner *r) {
+    if (!r) return;
+    pthread_mutex_lock(&r->mu);
+    r->cancelled = true;
+    pthread_cond_broadcast(&r->cv_space);
+    pthread_cond_broadcast(&r->cv_done);
+    pthread_mutex_unlock(&r->mu);
+    for (int i = 0; i < r->nthreads; i++) pthread_join(r->threads[i], NULL);
+    for (int k = 0; k < r->capacity; k++) sl_element_clear(&r->slots[k].e);
+    for (int i = 0; i < r->nargs; i++) {
+        if (r->args[i].tstate && r->ops->tstate_free) r->ops->tstate_free(r->op, r->args[i].tstate);
+        if (r->args[i].job && r->ops->job_free) r->ops->job_free(r->op, r->args[i].job);
+        free(r->args[i].job);
+    }
+    free(r->args);
+    sl__iter_close(r->in);
+    pthread_mutex_destroy(&r->in_mu);
+    pthread_mutex_destroy(&r->mu);
+    pthread_cond_destroy(&r->cv_done);
+    pthread_cond_destroy(&r->cv_space);
+    free(r->slots);
+    free(r->threads);
+    free(r);
+}
