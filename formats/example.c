@@ -1,0 +1,622 @@
+/* tf.train.Example: the zero-copy fast path (sl_example_parse) and the feature table that
+ * both decoders fill.
+ *
+ * Workload: one call per record in the pipeline's hot loop, records from ~20 bytes (a few
+ * scalar features) to megabytes (an encoded image in a bytes feature), typically 2-20
+ * features. The scanner walks Example -> Features -> map entries -> Feature -> list once,
+ * validating everything, and records for each feature its kind, its value count and a view
+ * of the winning list message's body; the typed getters decode that body later. Nothing is
+ * copied and nothing is allocated except when ex->f must grow.
+ *
+ * The verdict (accept or reject) and the decoded values mirror protobuf-c 1.4.1, the
+ * reference decoder (sl_example_parse_pb), exactly; each rule below was checked against the
+ * installed libprotobuf-c with hand-made inputs:
+ *   - a field tag is a varint of at most 5 bytes; the field number is its value >> 3,
+ *     cut to 32 bits; a ONE-byte tag with field number 0 is rejected, a longer encoding of
+ *     field number 0 is an ordinary unknown field.
+ *   - wire types 3 and 4 (groups) and 6, 7 are rejected everywhere, even in unknown fields.
+ *   - varints (wire type 0) have at most 10 bytes; bits past 64 are dropped.
+ *   - a length prefix has at most 5 bytes and must not run past its message.
+ *   - a known field with the wrong wire type is an error; unknown fields are skipped.
+ *   - Example.features given twice: the map entries of both are concatenated.
+ *   - a Feature's oneof given several times: the last occurrence wins, lists are NOT merged.
+ *   - a map entry's value given several times: the Features are merged the protobuf-c way:
+ *     a later one that has a kind replaces the kind, a later one without a kind keeps the
+ *     earlier kind, and if the first two both have no kind protobuf-c fails the whole
+ *     message (its merge_messages looks up oneof case 0 and gives up), so we do too.
+ *     Python's protobuf accepts that last case; protobuf-c is our reference.
+ *   - a map entry without key has key "", without value a Feature with no kind.
+ *   - keys are not checked for UTF-8 (protobuf-c does not check), and because protobuf-c
+ *     stores them as C strings a key is cut at its first NUL byte, on both paths.
+ *   - FloatList.value: packed (length a multiple of 4) or fixed32 (wire type 5);
+ *     Int64List.value: packed varints (each terminated, at most 10 bytes) or varints;
+ *     BytesList.value: length-delimited.
+ * Duplicate keys: protobuf-c keeps every entry; sl_example keeps one feature per key,
+ * with the LAST entry's value, at the position of the key's FIRST appearance. */
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "sluice/example.h"
+
+/* ---- shared with example_pb.c / example_json.c (internal, not in any header) ---------- */
+
+/* ex->pb points here after the fast path saw an Example.features field, so that JSON
+ * output can tell "features present but empty" from "no features field". */
+const char sl__example_fast_present = 1;
+sl_status sl__example_slot(sl_example *ex, const uint8_t *key, size_t klen, sl_feature **out);
+void sl__example_reset(sl_example *ex);
+sl_status sl__fast_floats(const sl_feature *f, float *out);
+sl_status sl__fast_int64s(const sl_feature *f, int64_t *out);
+sl_status sl__fast_bytes(const sl_feature *f, sl_bytes *out);
+/* defined in example_pb.c */
+void sl__example_pb_release(sl_example *ex);
+
+/* ---- feature table ------------------------------------------------------------------- */
+
+/* Up to this many features a lookup is a linear scan; past it an open-addressing hash of
+ * feature indices lives in the same allocation as ex->f (after cap features), so parsing
+ * an Example with thousands of keys stays linear. */
+#define LINEAR_MAX 8
+#define FIRST_CAP 16
+
+static const uint8_t empty_key[1] = {0};
+
+static uint32_t key_hash(const uint8_t *k, size_t n) {
+    uint32_t h = 2166136261u; /* FNV-1a */
+    for (size_t i = 0; i < n; i++) h = (h ^ k[i]) * 16777619u;
+    return h;
+}
+
+static uint32_t *hash_slots(const sl_example *ex) { return (uint32_t *)(ex->f + ex->cap); }
+
+static void hash_insert(sl_example *ex, size_t idx) {
+    uint32_t *tab = hash_slots(ex);
+    size_t mask = ex->cap * 2 - 1;
+    size_t h = key_hash(ex->f[idx].key.ptr, ex->f[idx].key.len) & mask;
+    while (tab[h]) h = (h + 1) & mask;
+    tab[h] = (uint32_t)idx + 1;
+}
+
+static void hash_rebuild(sl_example *ex) {
+    memset(hash_slots(ex), 0, ex->cap * 2 * sizeof(uint32_t));
+    for (size_t i = 0; i < ex->n; i++) hash_insert(ex, i);
+}
+
+static sl_feature *find(const sl_example *ex, const uint8_t *key, size_t klen) {
+    if (ex->n <= LINEAR_MAX) {
+        for (size_t i = 0; i < ex->n; i++) {
+            const sl_feature *f = &ex->f[i];
+            if (f->key.len == klen && (klen == 0 || memcmp(f->key.ptr, key, klen) == 0))
+                return (sl_feature *)f;
+        }
+        return NULL;
+    }
+    const uint32_t *tab = hash_slots(ex);
+    size_t mask = ex->cap * 2 - 1;
+    for (size_t h = key_hash(key, klen) & mask; tab[h]; h = (h + 1) & mask) {
+        const sl_feature *f = &ex->f[tab[h] - 1];
+        if (f->key.len == klen && (klen == 0 || memcmp(f->key.ptr, key, klen) == 0))
+            return (sl_feature *)f;
+    }
+    return NULL;
+}
+
+/* The feature for `key`: the existing one (its position kept), or a new zeroed one at the
+ * end. SL_ENOMEM when ex->f cannot grow (ex unchanged). */
+sl_status sl__example_slot(sl_example *ex, const uint8_t *key, size_t klen, sl_feature **out) {
+    sl_feature *f = find(ex, key, klen);
+    if (f) {
+        *out = f;
+        return SL_OK;
+    }
+    bool grew = false;
+    if (ex->n == ex->cap) {
+        size_t cap = ex->cap ? ex->cap * 2 : FIRST_CAP;
+        if (cap > (SIZE_MAX / 2) / (sizeof(sl_feature) + 2 * sizeof(uint32_t)) || cap > UINT32_MAX / 4)
+            return sl_err(SL_ENOMEM, "Example has too many features (%zu)", ex->n);
+        sl_feature *nf = realloc(ex->f, cap * sizeof(sl_feature) + cap * 2 * sizeof(uint32_t));
+        if (!nf) return sl_err(SL_ENOMEM, "out of memory growing the feature table to %zu", cap);
+        ex->f = nf;
+        ex->cap = cap;
+        grew = true;
+    }
+    f = &ex->f[ex->n++];
+    memset(f, 0, sizeof *f);
+    f->key.ptr = klen ? key : empty_key;
+    f->key.len = klen;
+    if (ex->n > LINEAR_MAX) {
+        if (grew || ex->n == LINEAR_MAX + 1) hash_rebuild(ex);
+        else hash_insert(ex, ex->n - 1);
+    }
+    *out = f;
+    return SL_OK;
+}
+
+void sl__example_reset(sl_example *ex) {
+    sl__example_pb_release(ex);
+    ex->n = 0;
+}
+
+void sl_example_init(sl_example *ex) { memset(ex, 0, sizeof *ex); }
+
+void sl_example_free(sl_example *ex) {
+    if (!ex) return;
+    sl__example_pb_release(ex);
+    free(ex->f);
+    memset(ex, 0, sizeof *ex);
+}
+
+const sl_feature *sl_example_get(const sl_example *ex, const char *key) {
+    if (!ex || !key) return NULL;
+    return find(ex, (const uint8_t *)key, strlen(key));
+}
+
+const char *sl_feat_kind_name(sl_feat_kind k) {
+    switch (k) {
+    case SL_FEAT_NONE: return "none";
+    case SL_FEAT_BYTES: return "bytes";
+    case SL_FEAT_FLOAT: return "float";
+    case SL_FEAT_INT64: return "int64";
+    }
+    return "?";
+}
+
+/* ---- wire-format primitives ---------------------------------------------------------- */
+
+typedef struct scan {
+    const uint8_t *base; /* start of the whole message: error offsets are relative to it */
+} scan;
+
+/* Records "byte N: what" and evaluates to SL_ECORRUPT as a constant the compiler can see,
+ * so callers' "if (st) return st" paths do not look like they fall through. */
+static void corrupt_msg(const scan *s, const uint8_t *at, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4), cold, noinline));
+static void corrupt_msg(const scan *s, const uint8_t *at, const char *fmt, ...) {
+    char msg[256];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    sl_err_at(SL_ECORRUPT, NULL, (int64_t)(at - s->base), "%s", msg);
+}
+#define corrupt(...) (corrupt_msg(__VA_ARGS__), SL_ECORRUPT)
+
+enum { WT_VARINT = 0, WT_I64 = 1, WT_LEN = 2, WT_I32 = 5 };
+
+static inline sl_status read_tag(const scan *s, const uint8_t **pp, const uint8_t *end,
+                                 uint32_t *field, unsigned *wt) {
+    const uint8_t *p = *pp;
+    uint32_t b = p[0];
+    *wt = b & 7;
+    if (b < 0x80) {
+        if (b < 8) return corrupt(s, p, "field number 0");
+        *field = b >> 3;
+        *pp = p + 1;
+        return SL_OK;
+    }
+    uint32_t v = (b & 0x7f) >> 3;
+    unsigned shift = 4;
+    for (size_t i = 1; i < 5; i++, shift += 7) {
+        if (p + i >= end) return corrupt(s, p, "truncated field tag");
+        b = p[i];
+        v |= (b & 0x7f) << shift;
+        if (b < 0x80) {
+            *field = v;
+            *pp = p + i + 1;
+            return SL_OK;
+        }
+    }
+    return corrupt(s, p, "field tag longer than 5 bytes");
+}
+
+static inline sl_status read_varint(const scan *s, const uint8_t **pp, const uint8_t *end,
+                                    uint64_t *out) {
+    const uint8_t *p = *pp;
+    if (p < end && p[0] < 0x80) {
+        *out = p[0];
+        *pp = p + 1;
+        return SL_OK;
+    }
+    uint64_t v = 0;
+    for (size_t i = 0; i < 10; i++) {
+        if (p + i >= end) return corrupt(s, p, "truncated varint");
+        uint64_t b = p[i];
+        v |= (b & 0x7f) << (7 * i);
+        if (b < 0x80) {
+            *out = v;
+            *pp = p + i + 1;
+            return SL_OK;
+        }
+    }
+    return corrupt(s, p, "varint longer than 10 bytes");
+}
+
+/* A length prefix and the bytes it covers: [*body, *body + *n) within [*pp, end). */
+static inline sl_status read_len(const scan *s, const uint8_t **pp, const uint8_t *end,
+                                 const uint8_t **body, size_t *n) {
+    const uint8_t *p = *pp;
+    uint64_t v = 0;
+    size_t i = 0;
+    for (;; i++) {
+        if (i == 5) return corrupt(s, p, "length prefix longer than 5 bytes");
+        if (p + i >= end) return corrupt(s, p, "truncated length prefix");
+        uint64_t b = p[i];
+        v |= (b & 0x7f) << (7 * i);
+        if (b < 0x80) break;
+    }
+    const uint8_t *q = p + i + 1;
+    if (v > (uint64_t)(end - q))
+        return corrupt(s, p, "length %llu runs past the end of its message (%zu bytes left)",
+                       (unsigned long long)v, (size_t)(end - q));
+    *body = q;
+    *n = (size_t)v;
+    *pp = q + v;
+    return SL_OK;
+}
+
+static sl_status skip_field(const scan *s, const uint8_t **pp, const uint8_t *end,
+                            const uint8_t *tag_at, unsigned wt) {
+    uint64_t v;
+    const uint8_t *b;
+    size_t n = 0;
+    switch (wt) {
+    case WT_VARINT: return read_varint(s, pp, end, &v);
+    case WT_I64:
+        if (end - *pp < 8) return corrupt(s, *pp, "truncated fixed64 (%zu bytes left)", (size_t)(end - *pp));
+        *pp += 8;
+        return SL_OK;
+    case WT_LEN: return read_len(s, pp, end, &b, &n);
+    case WT_I32:
+        if (end - *pp < 4) return corrupt(s, *pp, "truncated fixed32 (%zu bytes left)", (size_t)(end - *pp));
+        *pp += 4;
+        return SL_OK;
+    case 3:
+    case 4: return corrupt(s, tag_at, "group (wire type %u) is not supported", wt);
+    default: return corrupt(s, tag_at, "invalid wire type %u", wt);
+    }
+}
+
+static sl_status wrong_wt(const scan *s, const uint8_t *tag_at, const char *what, unsigned wt,
+                          unsigned want) {
+    return corrupt(s, tag_at, "%s has wire type %u, expected %u", what, wt, want);
+}
+
+/* ---- the scanner: validates and counts ---------------------------------------------- */
+
+static sl_status scan_bytes_list(const scan *s, const uint8_t *p, const uint8_t *end, size_t *count) {
+    size_t c = 0;
+    sl_status st;
+    while (p < end) {
+        const uint8_t *at = p, *b = NULL;
+        uint32_t field;
+        unsigned wt;
+        size_t n = 0;
+        if ((st = read_tag(s, &p, end, &field, &wt))) return st;
+        if (field == 1) {
+            if (wt != WT_LEN) return wrong_wt(s, at, "BytesList.value", wt, WT_LEN);
+            if ((st = read_len(s, &p, end, &b, &n))) return st;
+            c++;
+        } else if ((st = skip_field(s, &p, end, at, wt))) {
+            return st;
+        }
+    }
+    *count = c;
+    return SL_OK;
+}
+
+static sl_status scan_float_list(const scan *s, const uint8_t *p, const uint8_t *end, size_t *count) {
+    size_t c = 0;
+    sl_status st;
+    while (p < end) {
+        const uint8_t *at = p, *b = NULL;
+        uint32_t field;
+        unsigned wt;
+        size_t n = 0;
+        if ((st = read_tag(s, &p, end, &field, &wt))) return st;
+        if (field != 1) {
+            if ((st = skip_field(s, &p, end, at, wt))) return st;
+        } else if (wt == WT_LEN) {
+            if ((st = read_len(s, &p, end, &b, &n))) return st;
+            if (n % 4) return corrupt(s, at, "packed FloatList of %zu bytes, not a multiple of 4", n);
+            c += n / 4;
+        } else if (wt == WT_I32) {
+            if (end - p < 4) return corrupt(s, p, "truncated fixed32 (%zu bytes left)", (size_t)(end - p));
+            p += 4;
+            c++;
+        } else {
+            return corrupt(s, at, "FloatList.value has wire type %u, expected 2 or 5", wt);
+        }
+    }
+    *count = c;
+    return SL_OK;
+}
+
+/* Packed varints: one value per byte without the continuation bit; a run of 10
+ * continuation bytes (an 11-byte varint) or a trailing unterminated one is corrupt. */
+static sl_status count_packed_varints(const scan *s, const uint8_t *p, const uint8_t *end, size_t *count) {
+    size_t c = 0;
+    unsigned run = 0;
+    for (const uint8_t *q = p; q < end; q++) {
+        if (*q & 0x80) {
+            if (++run == 10) return corrupt(s, q - 9, "varint longer than 10 bytes in packed Int64List");
+        } else {
+            run = 0;
+            c++;
+        }
+    }
+    if (run) return corrupt(s, end - run, "truncated varint at the end of packed Int64List");
+    *count += c;
+    return SL_OK;
+}
+
+static sl_status scan_int64_list(const scan *s, const uint8_t *p, const uint8_t *end, size_t *count) {
+    size_t c = 0;
+    sl_status st;
+    while (p < end) {
+        const uint8_t *at = p, *b = NULL;
+        uint32_t field;
+        unsigned wt;
+        size_t n = 0;
+        uint64_t v;
+        if ((st = read_tag(s, &p, end, &field, &wt))) return st;
+        if (field != 1) {
+            if ((st = skip_field(s, &p, end, at, wt))) return st;
+        } else if (wt == WT_LEN) {
+            if ((st = read_len(s, &p, end, &b, &n))) return st;
+            if ((st = count_packed_varints(s, b, b + n, &c))) return st;
+        } else if (wt == WT_VARINT) {
+            if ((st = read_varint(s, &p, end, &v))) return st;
+            c++;
+        } else {
+            return corrupt(s, at, "Int64List.value has wire type %u, expected 2 or 0", wt);
+        }
+    }
+    *count = c;
+    return SL_OK;
+}
+
+typedef struct feat_state {
+    sl_feat_kind kind;
+    const uint8_t *body;
+    size_t body_len;
+    size_t count;
+} feat_state;
+
+static const char *const kind_field_names[] = {"", "Feature.bytes_list", "Feature.float_list",
+                                               "Feature.int64_list"};
+
+/* One Feature message: the last oneof occurrence wins (no merging of lists). */
+static sl_status scan_feature(const scan *s, const uint8_t *p, const uint8_t *end, feat_state *fs) {
+    sl_status st;
+    fs->kind = SL_FEAT_NONE;
+    while (p < end) {
+        const uint8_t *at = p, *b = NULL;
+        uint32_t field;
+        unsigned wt;
+        size_t n = 0, c = 0;
+        if ((st = read_tag(s, &p, end, &field, &wt))) return st;
+        if (field < 1 || field > 3) {
+            if ((st = skip_field(s, &p, end, at, wt))) return st;
+            continue;
+        }
+        if (wt != WT_LEN) return wrong_wt(s, at, kind_field_names[field], wt, WT_LEN);
+        if ((st = read_len(s, &p, end, &b, &n))) return st;
+        if (field == 1) st = scan_bytes_list(s, b, b + n, &c);
+        else if (field == 2) st = scan_float_list(s, b, b + n, &c);
+        else st = scan_int64_list(s, b, b + n, &c);
+        if (st) return st;
+        fs->kind = (sl_feat_kind)field;
+        fs->body = b;
+        fs->body_len = n;
+        fs->count = c;
+    }
+    return SL_OK;
+}
+
+static sl_status scan_entry(const scan *s, sl_example *ex, const uint8_t *p, const uint8_t *end) {
+    const uint8_t *key = empty_key;
+    size_t klen = 0;
+    feat_state acc = {SL_FEAT_NONE, NULL, 0, 0};
+    unsigned nval = 0;
+    bool first_empty = false;
+    sl_status st;
+    while (p < end) {
+        const uint8_t *at = p, *b = NULL;
+        uint32_t field;
+        unsigned wt;
+        size_t n = 0;
+        if ((st = read_tag(s, &p, end, &field, &wt))) return st;
+        if (field == 1) {
+            if (wt != WT_LEN) return wrong_wt(s, at, "map entry key", wt, WT_LEN);
+            if ((st = read_len(s, &p, end, &key, &klen))) return st;
+        } else if (field == 2) {
+            feat_state fs;
+            if (wt != WT_LEN) return wrong_wt(s, at, "map entry value", wt, WT_LEN);
+            if ((st = read_len(s, &p, end, &b, &n))) return st;
+            if ((st = scan_feature(s, b, b + n, &fs))) return st;
+            nval++;
+            if (fs.kind != SL_FEAT_NONE) {
+                acc = fs;
+            } else if (nval == 1) {
+                first_empty = true;
+            } else if (nval == 2 && first_empty) {
+                return corrupt(s, at, "map entry holds two Features without a kind (protobuf-c, "
+                                      "the reference decoder, cannot merge them)");
+            }
+        } else if ((st = skip_field(s, &p, end, at, wt))) {
+            return st;
+        }
+    }
+    const uint8_t *nul = klen ? memchr(key, 0, klen) : NULL;
+    if (nul) klen = (size_t)(nul - key);
+    sl_feature *f;
+    if ((st = sl__example_slot(ex, key, klen, &f))) return st;
+    f->kind = acc.kind;
+    f->count = acc.kind == SL_FEAT_NONE ? 0 : acc.count;
+    f->body = acc.body;
+    f->body_len = acc.body_len;
+    f->pb = NULL;
+    return SL_OK;
+}
+
+static sl_status scan_features(const scan *s, sl_example *ex, const uint8_t *p, const uint8_t *end) {
+    sl_status st;
+    while (p < end) {
+        const uint8_t *at = p, *b = NULL;
+        uint32_t field;
+        unsigned wt;
+        size_t n = 0;
+        if ((st = read_tag(s, &p, end, &field, &wt))) return st;
+        if (field == 1) {
+            if (wt != WT_LEN) return wrong_wt(s, at, "Features.feature", wt, WT_LEN);
+            if ((st = read_len(s, &p, end, &b, &n))) return st;
+            if ((st = scan_entry(s, ex, b, b + n))) return st;
+        } else if ((st = skip_field(s, &p, end, at, wt))) {
+            return st;
+        }
+    }
+    return SL_OK;
+}
+
+sl_status sl_example_parse(sl_example *ex, const uint8_t *data, size_t len) {
+    sl__example_reset(ex);
+    if (!data && len) return sl_err(SL_EINVAL, "sl_example_parse: NULL data with length %zu", len);
+    scan s = {data};
+    const uint8_t *p = data, *end = data + len;
+    bool present = false;
+    sl_status st = SL_OK;
+    while (p < end) {
+        const uint8_t *at = p, *b = NULL;
+        uint32_t field;
+        unsigned wt;
+        size_t n = 0;
+        if ((st = read_tag(&s, &p, end, &field, &wt))) goto fail;
+        if (field == 1) {
+            if (wt != WT_LEN) {
+                st = wrong_wt(&s, at, "Example.features", wt, WT_LEN);
+                goto fail;
+            }
+            if ((st = read_len(&s, &p, end, &b, &n))) goto fail;
+            if ((st = scan_features(&s, ex, b, b + n))) goto fail;
+            present = true;
+        } else if ((st = skip_field(&s, &p, end, at, wt))) {
+            goto fail;
+        }
+    }
+    ex->pb = present ? (void *)&sl__example_fast_present : NULL;
+    return SL_OK;
+fail:
+    ex->n = 0;
+    ex->pb = NULL;
+    if (st == SL_ECORRUPT)
+        sl_err_hint("the record is not a serialized tf.train.Example, or it is damaged");
+    return st;
+}
+
+/* ---- fast-path list decoding (bodies were validated by the scanner) ------------------ */
+
+static inline uint32_t load_le32(const uint8_t *p) {
+    uint32_t v;
+    memcpy(&v, p, 4);
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
+    v = __builtin_bswap32(v);
+#endif
+    return v;
+}
+
+static sl_status overflow(const scan *s, const uint8_t *at) {
+    return corrupt(s, at, "list holds more values than counted");
+}
+
+sl_status sl__fast_floats(const sl_feature *f, float *out) {
+    scan s = {f->body};
+    const uint8_t *p = f->body, *end = f->body + f->body_len;
+    size_t i = 0, cap = f->count;
+    sl_status st;
+    while (p < end) {
+        const uint8_t *at = p, *b = NULL;
+        uint32_t field;
+        unsigned wt;
+        size_t n = 0;
+        if ((st = read_tag(&s, &p, end, &field, &wt))) return st;
+        if (field == 1 && wt == WT_LEN) {
+            if ((st = read_len(&s, &p, end, &b, &n))) return st;
+            if (n / 4 > cap - i) return overflow(&s, at);
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
+            for (size_t k = 0; k < n / 4; k++) {
+                uint32_t u = load_le32(b + 4 * k);
+                memcpy(&out[i + k], &u, 4);
+            }
+#else
+            if (n) memcpy(out + i, b, n / 4 * 4);
+#endif
+            i += n / 4;
+        } else if (field == 1 && wt == WT_I32) {
+            if (end - p < 4) return corrupt(&s, p, "truncated fixed32");
+            if (i == cap) return overflow(&s, at);
+            uint32_t u = load_le32(p);
+            memcpy(&out[i++], &u, 4);
+            p += 4;
+        } else if ((st = skip_field(&s, &p, end, at, wt))) {
+            return st;
+        }
+    }
+    return i == cap ? SL_OK : corrupt(&s, end, "list holds fewer values than counted");
+}
+
+sl_status sl__fast_int64s(const sl_feature *f, int64_t *out) {
+    scan s = {f->body};
+    const uint8_t *p = f->body, *end = f->body + f->body_len;
+    size_t i = 0, cap = f->count;
+    sl_status st;
+    while (p < end) {
+        const uint8_t *at = p, *b = NULL;
+        uint32_t field;
+        unsigned wt;
+        size_t n = 0;
+        uint64_t v;
+        if ((st = read_tag(&s, &p, end, &field, &wt))) return st;
+        if (field == 1 && wt == WT_LEN) {
+            if ((st = read_len(&s, &p, end, &b, &n))) return st;
+            const uint8_t *q = b, *qe = b + n;
+            while (q < qe) {
+                if (i == cap) return overflow(&s, q);
+                if ((st = read_varint(&s, &q, qe, &v))) return st;
+                out[i++] = (int64_t)v;
+            }
+        } else if (field == 1 && wt == WT_VARINT) {
+            if (i == cap) return overflow(&s, at);
+            if ((st = read_varint(&s, &p, end, &v))) return st;
+            out[i++] = (int64_t)v;
+        } else if ((st = skip_field(&s, &p, end, at, wt))) {
+            return st;
+        }
+    }
+    return i == cap ? SL_OK : corrupt(&s, end, "list holds fewer values than counted");
+}
+
+sl_status sl__fast_bytes(const sl_feature *f, sl_bytes *out) {
+    scan s = {f->body};
+    const uint8_t *p = f->body, *end = f->body + f->body_len;
+    size_t i = 0, cap = f->count;
+    sl_status st;
+    while (p < end) {
+        const uint8_t *at = p, *b = NULL;
+        uint32_t field;
+        unsigned wt;
+        size_t n = 0;
+        if ((st = read_tag(&s, &p, end, &field, &wt))) return st;
+        if (field == 1 && wt == WT_LEN) {
+            if ((st = read_len(&s, &p, end, &b, &n))) return st;
+            if (i == cap) return overflow(&s, at);
+            out[i].ptr = b;
+            out[i++].len = n;
+        } else if ((st = skip_field(&s, &p, end, at, wt))) {
+            return st;
+        }
+    }
+    return i == cap ? SL_OK : corrupt(&s, end, "list holds fewer values than counted");
+}
