@@ -18,11 +18,21 @@ extern "C" {
  * 0x09 -> int8, 0x0B -> int16, 0x0C -> int32, 0x0D -> float32, 0x0E -> float64).
  * Errors: SL_ENOTFOUND, SL_EIO, SL_ECORRUPT (bad magic, type, rank, or a size that does not
  * match the dimensions: the message names the file and the byte offset). *out is left
- * empty on failure. */
+ * empty on failure.
+ * Details: the size must match exactly (trailing bytes are SL_ECORRUPT too); rank 0 is
+ * SL_ECORRUPT, ranks 9..255 are valid idx but SL_EUNSUPPORTED (tensors have SL_MAX_RANK
+ * dims); in gzipped files offsets count decompressed bytes (the message says so), and a
+ * damaged or truncated gzip stream is SL_ECORRUPT with the compressed offset. Concatenated
+ * gzip members are read as one stream. */
 sl_status sl_idx_read(const char *path, sl_tensor *out);
+/* The same from memory (borrowed; copied into the tensor). `name` is used in messages
+ * (NULL: "<memory>"). */
 sl_status sl_idx_read_mem(const void *data, size_t size, const char *name, sl_tensor *out);
 
-/* Write tensor t (a dtype listed above, rank 1..255) to path, gzipped if `gzip`. */
+/* Write tensor t (a dtype listed above, rank 1..255) to path, gzipped if `gzip`.
+ * (Rank is at most SL_MAX_RANK in practice; every dim must fit in uint32.) Returns SL_OK,
+ * SL_EINVAL (other dtype, rank, dims), SL_ENOTFOUND (the directory does not exist) or
+ * SL_EIO; on failure the file may exist, partly written. */
 sl_status sl_idx_write(const char *path, const sl_tensor *t, bool gzip);
 
 #ifdef __cplusplus

@@ -30,7 +30,13 @@ typedef struct sl_jpeg_decoder sl_jpeg_decoder;
 sl_status sl_jpeg_decoder_new(sl_jpeg_decoder **out);
 void sl_jpeg_decoder_free(sl_jpeg_decoder *d); /* NULL is a no-op */
 
-/* Read the header only. SL_ECORRUPT if it is not a JPEG or the header is damaged. */
+/* Lenient decoders accept recoverable damage (TurboJPEG / libjpeg warnings such as a
+ * truncated entropy stream) and return SL_OK with the pixels they could recover (the rest
+ * grey); strict ones (the default) return SL_ECORRUPT. */
+void sl_jpeg_decoder_set_lenient(sl_jpeg_decoder *d, bool lenient);
+
+/* Read the header only. SL_ECORRUPT if it is not a JPEG or the header is damaged (*out is
+ * zeroed then). subsamp is -1 for a valid file whose subsampling has no TJSAMP_* name. */
 sl_status sl_jpeg_header(sl_jpeg_decoder *d, const uint8_t *data, size_t len, sl_jpeg_info *out);
 
 /* Scaled size of a w x h image at scale num/8 (TurboJPEG rounds up: ceil(w*num/8)). */
@@ -42,7 +48,13 @@ void sl_jpeg_scaled_size(int w, int h, int num, int *sw, int *sh);
 int sl_jpeg_pick_scale(int w, int h, int target_w, int target_h);
 
 /* Decode to interleaved 8-bit pixels with `channels` = 1 (gray) or 3 (RGB) at scale num/8
- * (1..8, 8 = full size). out must hold sw*sh*channels bytes (cap is checked: SL_ERANGE). */
+ * (1..8, 8 = full size). out must hold sw*sh*channels bytes (cap is checked: SL_ERANGE).
+ * The pixels equal djpeg's defaults (islow IDCT, fancy upsampling, `djpeg -scale num/8`;
+ * `-grayscale` for channels 1: the Y plane of a color image). CMYK/YCCK files are read as
+ * Adobe (inverted) CMYK and converted to RGB (R = C*K/255, ...), and to gray from that RGB.
+ * Errors: SL_EINVAL (arguments), SL_ECORRUPT (not a JPEG, damaged, or truncated: the
+ * message has TurboJPEG's reason), SL_ERANGE (cap too small), SL_ENOMEM. On failure
+ * *out_w and *out_h are 0 and out holds unspecified bytes. */
 sl_status sl_jpeg_decode(sl_jpeg_decoder *d, const uint8_t *data, size_t len, int channels,
                          int scale_num, uint8_t *out, size_t cap, int *out_w, int *out_h);
 
@@ -53,11 +65,20 @@ sl_status sl_jpeg_decode(sl_jpeg_decoder *d, const uint8_t *data, size_t len, in
  * w*h*channels bytes. SL_EINVAL if the rectangle is empty or outside the image. */
 sl_status sl_jpeg_decode_crop(sl_jpeg_decoder *d, const uint8_t *data, size_t len, int channels,
                               int scale_num, int x, int y, int w, int h, uint8_t *out, size_t cap);
+/* (Also: SL_ERANGE if cap < w*h*channels, SL_ECORRUPT as for sl_jpeg_decode. Damage in the
+ * rows below the rectangle is not seen, since they are never decoded.) */
 
 /* Encode 8-bit pixels (channels 1 or 3) at quality 1..100 with 4:2:0 subsampling for color
  * (grayscale for 1 channel). *out is malloc'd; the caller frees it. */
 sl_status sl_jpeg_encode(const uint8_t *pixels, int w, int h, int channels, int quality,
                          uint8_t **out, size_t *len);
+/* Returns SL_OK, or SL_EINVAL (NULL, size outside 1..65500, channels, quality, subsamp),
+ * SL_ENOMEM, SL_EINTERNAL; on failure *out is NULL and *len 0. */
+
+/* Like sl_jpeg_encode with the chroma subsampling chosen: a TurboJPEG TJSAMP_* value other
+ * than TJSAMP_GRAY (ignored for 1 channel, which is always grayscale). */
+sl_status sl_jpeg_encode2(const uint8_t *pixels, int w, int h, int channels, int quality,
+                          int subsamp, uint8_t **out, size_t *len);
 
 #ifdef __cplusplus
 }

@@ -1,0 +1,541 @@
+/* JPEG header, full, scaled and cropped decode, and encode.
+ *
+ * Workload: the decode_jpeg / random_crop map functions of an input pipeline, one decoder
+ * per worker thread, hundreds to thousands of photos a second of a few hundred pixels a
+ * side (ImageNet-like, 4:2:0, quality 75..95), bytes straight from tf.Example features.
+ *
+ * Full and scaled decodes go through TurboJPEG (tjDecompress2). Cropped decodes (and the
+ * rare scaled decode that TurboJPEG cannot express, see tj_picks) go through libjpeg's own
+ * API, which TurboJPEG does not expose: jpeg_crop_scanline narrows the columns that are
+ * upsampled and color-converted, jpeg_skip_scanlines skips rows above the crop, and we stop
+ * after its last row. Both paths use the same libjpeg settings (islow IDCT, fancy
+ * upsampling: TurboJPEG's and djpeg's defaults), so a crop equals the full decode cropped.
+ *
+ * libjpeg reports fatal errors through error_exit, which must not return: ours longjmps to
+ * a setjmp taken in the frame of the function that called into libjpeg (never further), and
+ * that function resets the decompressor with jpeg_abort_decompress so the handle stays
+ * usable. Warnings (corrupt entropy data, premature end of file) are fatal too unless the
+ * decoder was made lenient, because a silently grey half-image is worse for training than a
+ * skipped one.
+ *
+ * CMYK / YCCK images (Photoshop, print workflows) are decoded to CMYK and converted to RGB
+ * here, assuming Adobe's inverted CMYK (what Photoshop writes, and what TensorFlow and Pillow
+ * assume too). */
+#include <limits.h>
+#include <setjmp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <jpeglib.h>
+#include <turbojpeg.h>
+
+#include "sluice/jpeg.h"
+
+/* Progressive files can carry thousands of tiny scans, which makes decoding quadratic;
+ * TurboJPEG's TJFLAG_LIMITSCANS stops at 500, and the libjpeg path does the same. */
+#define MAX_SCANS 500
+
+/* libjpeg error manager; `pub` first so cinfo->err converts back to it. */
+typedef struct jerr_mgr {
+    struct jpeg_error_mgr pub;
+    jmp_buf jb;                  /* set by the function currently inside libjpeg */
+    char msg[JMSG_LENGTH_MAX];   /* the reason, formatted when the error was raised */
+    int strict;                  /* warnings are errors */
+    int warned;                  /* a warning was seen (lenient mode) */
+} jerr_mgr;
+
+struct sl_jpeg_decoder {
+    tjhandle tj;                           /* TurboJPEG decompressor */
+    int lenient;                           /* accept recoverable corruption */
+    struct jpeg_decompress_struct cinfo;   /* libjpeg decompressor for crops, reused */
+    jerr_mgr jerr;
+    struct jpeg_progress_mgr progress;
+    int cinfo_ok;                          /* cinfo was created */
+    uint8_t *scratch;                      /* CMYK pixels or one cropped row, reused */
+    size_t scratch_cap;
+    int tj_nums[32];                       /* TurboJPEG's scaling factors as n/8, -1 if not */
+    int tj_nfactors;
+};
+
+/* ---- libjpeg callbacks ------------------------------------------------------------- */
+
+static void on_error_exit(j_common_ptr c) {
+    jerr_mgr *e = (jerr_mgr *)c->err;
+    (*c->err->format_message)(c, e->msg);
+    longjmp(e->jb, 1);
+}
+
+static void on_emit_message(j_common_ptr c, int level) {
+    jerr_mgr *e = (jerr_mgr *)c->err;
+    if (level >= 0)
+        return; /* trace messages */
+    c->err->num_warnings++;
+    if (e->strict) {
+        (*c->err->format_message)(c, e->msg);
+        longjmp(e->jb, 1);
+    }
+    e->warned = 1;
+}
+
+static void on_progress(j_common_ptr c) {
+    if (!c->is_decompressor)
+        return;
+    j_decompress_ptr d = (j_decompress_ptr)c;
+    if (d->input_scan_number > MAX_SCANS) {
+        jerr_mgr *e = (jerr_mgr *)c->err;
+        snprintf(e->msg, sizeof e->msg, "more than %d progressive scans", MAX_SCANS);
+        longjmp(e->jb, 1);
+    }
+}
+
+/* ---- helpers --------------------------------------------------------------------- */
+
+static sl_status grow_scratch(sl_jpeg_decoder *d, size_t n) {
+    if (n <= d->scratch_cap)
+        return SL_OK;
+    uint8_t *p = realloc(d->scratch, n);
+    if (!p)
+        return sl_err(SL_ENOMEM, "jpeg: cannot allocate %zu bytes of scratch", n);
+    d->scratch = p;
+    d->scratch_cap = n;
+    return SL_OK;
+}
+
+/* Adobe CMYK as stored (inverted: 255 = no ink) to RGB or gray, n pixels. */
+static void cmyk_convert(const uint8_t *src, uint8_t *dst, size_t n, int channels) {
+    for (size_t i = 0; i < n; i++, src += 4) {
+        unsigned k = src[3];
+        unsigned r = (src[0] * k + 127) / 255, g = (src[1] * k + 127) / 255,
+                 b = (src[2] * k + 127) / 255;
+        if (channels == 3) {
+            dst[0] = (uint8_t)r; dst[1] = (uint8_t)g; dst[2] = (uint8_t)b;
+            dst += 3;
+        } else {
+            /* libjpeg's RGB -> gray weights (0.299, 0.587, 0.114) in 16-bit fixed point */
+            *dst++ = (uint8_t)((19595u * r + 38470u * g + 7471u * b + 32768u) >> 16);
+        }
+    }
+}
+
+static int is_cmyk_cs(int cs) { return cs == TJCS_CMYK || cs == TJCS_YCCK; }
+
+static sl_status check_args(const uint8_t *data, size_t len, int channels, int scale_num) {
+    if (!data && len)
+        return sl_err(SL_EINVAL, "jpeg: NULL data");
+    if (channels != 1 && channels != 3)
+        return sl_err(SL_EINVAL, "jpeg: channels must be 1 or 3, not %d", channels);
+    if (scale_num < 1 || scale_num > 8)
+        return sl_err(SL_EINVAL, "jpeg: scale %d/8 must be 1/8..8/8", scale_num);
+    if (len == 0)
+        return sl_err(SL_ECORRUPT, "jpeg: empty input (0 bytes)");
+    if (len > ULONG_MAX)
+        return sl_err(SL_ERANGE, "jpeg: input of %zu bytes is too large", len);
+    return SL_OK;
+}
+
+/* The TurboJPEG status of the last call on `tj` as an sl_status: warnings are OK only
+ * when lenient. */
+static sl_status tj_fail(sl_jpeg_decoder *d, const char *what) {
+    int warn = tjGetErrorCode(d->tj) == TJERR_WARNING;
+    if (warn && d->lenient)
+        return SL_OK;
+    sl_err(SL_ECORRUPT, "jpeg: %s: %s", what, tjGetErrorStr2(d->tj));
+    if (warn)
+        sl_err_hint("the image is damaged or truncated; a lenient decoder would return the "
+                    "pixels it could recover");
+    return SL_ECORRUPT;
+}
+
+/* The scaling factor TurboJPEG would pick for a sw x sh target: the largest whose scaled
+ * size fits. When that is not num/8 (tiny images where two factors give the same size),
+ * the libjpeg path decodes instead, so that pixels match a crop at num/8 exactly. */
+static int tj_picks(const sl_jpeg_decoder *d, int w, int h, int num) {
+    int sw, sh;
+    sl_jpeg_scaled_size(w, h, num, &sw, &sh);
+    int best = -1, best_num = -1;
+    for (int i = 0; i < d->tj_nfactors; i++) {
+        int n = d->tj_nums[i];
+        if (n < 0)
+            continue;
+        int fw, fh;
+        sl_jpeg_scaled_size(w, h, n, &fw, &fh);
+        if (fw <= sw && fh <= sh && n > best_num) {
+            best_num = n;
+            best = i;
+        }
+    }
+    return best < 0 ? -1 : best_num;
+}
+
+/* ---- decoder lifetime ------------------------------------------------------------ */
+
+sl_status sl_jpeg_decoder_new(sl_jpeg_decoder **out) {
+    if (!out)
+        return sl_err(SL_EINVAL, "jpeg: NULL out");
+    *out = NULL;
+    sl_jpeg_decoder *d = calloc(1, sizeof *d);
+    if (!d)
+        return sl_err(SL_ENOMEM, "jpeg: cannot allocate a decoder");
+    d->tj = tjInitDecompress();
+    if (!d->tj) {
+        sl_err(SL_ENOMEM, "jpeg: tjInitDecompress failed: %s", tjGetErrorStr2(NULL));
+        goto fail;
+    }
+    int nf = 0;
+    tjscalingfactor *sf = tjGetScalingFactors(&nf);
+    if (!sf || nf <= 0) {
+        sl_err(SL_EINTERNAL, "jpeg: tjGetScalingFactors failed: %s", tjGetErrorStr2(NULL));
+        goto fail;
+    }
+    if (nf > 32)
+        nf = 32;
+    for (int i = 0; i < nf; i++) {
+        /* keep n/8 factors only; others (none in libjpeg-turbo 2.1) are never picked */
+        int n = -1;
+        if (sf[i].denom > 0 && (8 * sf[i].num) % sf[i].denom == 0)
+            n = 8 * sf[i].num / sf[i].denom;
+        d->tj_nums[i] = n;
+    }
+    d->tj_nfactors = nf;
+    for (int n = 1; n <= 8; n++) {
+        int found = 0;
+        for (int i = 0; i < nf; i++)
+            found |= d->tj_nums[i] == n;
+        if (!found) {
+            sl_err(SL_EUNSUPPORTED, "jpeg: this TurboJPEG cannot scale by %d/8", n);
+            goto fail;
+        }
+    }
+
+    d->cinfo.err = jpeg_std_error(&d->jerr.pub);
+    d->jerr.pub.error_exit = on_error_exit;
+    d->jerr.pub.emit_message = on_emit_message;
+    if (setjmp(d->jerr.jb)) {
+        sl_err(SL_ENOMEM, "jpeg: jpeg_create_decompress failed: %s", d->jerr.msg);
+        goto fail;
+    }
+    jpeg_create_decompress(&d->cinfo);
+    d->cinfo_ok = 1;
+    d->progress.progress_monitor = on_progress;
+    d->cinfo.progress = &d->progress;
+    *out = d;
+    return SL_OK;
+fail:
+    sl_jpeg_decoder_free(d);
+    return sl_errcode();
+}
+
+void sl_jpeg_decoder_free(sl_jpeg_decoder *d) {
+    if (!d)
+        return;
+    if (d->tj)
+        tjDestroy(d->tj);
+    if (d->cinfo_ok)
+        jpeg_destroy_decompress(&d->cinfo);
+    free(d->scratch);
+    free(d);
+}
+
+void sl_jpeg_decoder_set_lenient(sl_jpeg_decoder *d, bool lenient) {
+    if (d)
+        d->lenient = lenient;
+}
+
+/* ---- header ---------------------------------------------------------------------- */
+
+/* libjpeg's header reader, for files TurboJPEG 2.1 refuses to describe (subsampling it has
+ * no TJSAMP_* name for, e.g. 3x1). Only called after TurboJPEG failed. */
+static sl_status header_libjpeg(sl_jpeg_decoder *d, const uint8_t *data, size_t len,
+                                sl_jpeg_info *out) {
+    struct jpeg_decompress_struct *ci = &d->cinfo;
+    d->jerr.strict = !d->lenient;
+    d->jerr.warned = 0;
+    if (setjmp(d->jerr.jb)) {
+        jpeg_abort_decompress(ci);
+        return sl_err(SL_ECORRUPT, "jpeg: bad header: %s", d->jerr.msg);
+    }
+    jpeg_mem_src(ci, data, (unsigned long)len);
+    jpeg_read_header(ci, TRUE);
+    out->width = (int)ci->image_width;
+    out->height = (int)ci->image_height;
+    out->components = ci->num_components;
+    out->subsamp = -1;
+    switch (ci->jpeg_color_space) {
+    case JCS_GRAYSCALE: out->colorspace = TJCS_GRAY; break;
+    case JCS_RGB: out->colorspace = TJCS_RGB; break;
+    case JCS_CMYK: out->colorspace = TJCS_CMYK; break;
+    case JCS_YCCK: out->colorspace = TJCS_YCCK; break;
+    default: out->colorspace = TJCS_YCbCr; break;
+    }
+    jpeg_abort_decompress(ci);
+    return SL_OK;
+}
+
+sl_status sl_jpeg_header(sl_jpeg_decoder *d, const uint8_t *data, size_t len, sl_jpeg_info *out) {
+    if (!d || !out)
+        return sl_err(SL_EINVAL, "jpeg: NULL decoder or info");
+    memset(out, 0, sizeof *out);
+    sl_status s = check_args(data, len, 3, 8);
+    if (s)
+        return s;
+    int w = 0, h = 0, sub = -1, cs = -1;
+    if (tjDecompressHeader3(d->tj, data, (unsigned long)len, &w, &h, &sub, &cs) != 0) {
+        const char *why = tjGetErrorStr2(d->tj);
+        if (strstr(why, "subsampling"))
+            return header_libjpeg(d, data, len, out);
+        return sl_err(SL_ECORRUPT, "jpeg: bad header: %s", why);
+    }
+    if (w <= 0 || h <= 0)
+        return sl_err(SL_ECORRUPT, "jpeg: bad header: %d x %d image", w, h);
+    out->width = w;
+    out->height = h;
+    out->subsamp = sub;
+    out->colorspace = cs;
+    out->components = cs == TJCS_GRAY ? 1 : is_cmyk_cs(cs) ? 4 : 3;
+    return SL_OK;
+}
+
+/* ---- sizes ----------------------------------------------------------------------- */
+
+void sl_jpeg_scaled_size(int w, int h, int num, int *sw, int *sh) {
+    if (sw)
+        *sw = (int)(((long long)w * num + 7) / 8);
+    if (sh)
+        *sh = (int)(((long long)h * num + 7) / 8);
+}
+
+int sl_jpeg_pick_scale(int w, int h, int target_w, int target_h) {
+    for (int num = 1; num < 8; num++) {
+        int sw, sh;
+        sl_jpeg_scaled_size(w, h, num, &sw, &sh);
+        if ((target_w <= 0 || sw >= target_w) && (target_h <= 0 || sh >= target_h))
+            return num;
+    }
+    return 8;
+}
+
+/* ---- libjpeg decode of a rectangle ------------------------------------------------ */
+
+/* Decode rows [y, y+h) and columns [x, x+w) of the image at scale num/8 into out (w*ch
+ * bytes a row). The caller validated the arguments against the header.
+ *
+ * jpeg_crop_scanline moves the left edge down to an iMCU boundary, and the fancy upsampler
+ * treats the crop's edges as image edges (it replicates the last chroma sample instead of
+ * interpolating with the neighbour outside), so the outermost columns of a crop can differ
+ * from a full decode. We therefore crop one iMCU wider on each side than asked (clipped to
+ * the image) and copy out only the requested columns, whose pixels are then computed from
+ * exactly the same chroma samples as in a full decode. Rows need no such margin:
+ * jpeg_skip_scanlines keeps the upsampler's context rows (test_jpeg checks 4:2:0 crops at
+ * every scale and odd row offsets against the full decode). */
+static sl_status crop_libjpeg(sl_jpeg_decoder *d, const uint8_t *data, size_t len, int channels,
+                              int num, int x, int y, int w, int h, uint8_t *out) {
+    struct jpeg_decompress_struct *ci = &d->cinfo;
+    d->jerr.strict = !d->lenient;
+    d->jerr.warned = 0;
+    if (setjmp(d->jerr.jb)) {
+        jpeg_abort_decompress(ci);
+        sl_err(SL_ECORRUPT, "jpeg: decode failed: %s", d->jerr.msg);
+        if (!d->lenient)
+            sl_err_hint("the image is damaged or truncated");
+        return SL_ECORRUPT;
+    }
+    jpeg_mem_src(ci, data, (unsigned long)len);
+    jpeg_read_header(ci, TRUE);
+    int cmyk = ci->jpeg_color_space == JCS_CMYK || ci->jpeg_color_space == JCS_YCCK;
+    int comps;
+    if (cmyk) {
+        ci->out_color_space = JCS_CMYK;
+        comps = 4;
+    } else {
+        ci->out_color_space = channels == 3 ? JCS_RGB : JCS_GRAYSCALE;
+        comps = channels;
+    }
+    ci->scale_num = (unsigned)num;
+    ci->scale_denom = 8;
+    ci->dct_method = JDCT_ISLOW;
+    ci->do_fancy_upsampling = TRUE;
+    ci->do_block_smoothing = TRUE;
+    jpeg_start_decompress(ci);
+
+    int ow = (int)ci->output_width, oh = (int)ci->output_height;
+    if (x + w > ow || y + h > oh) {
+        jpeg_abort_decompress(ci);
+        return sl_err(SL_EINTERNAL, "jpeg: libjpeg output %dx%d smaller than crop end %dx%d",
+                      ow, oh, x + w, y + h);
+    }
+    int imcu = ci->min_DCT_scaled_size * (ci->num_components > 1 ? ci->max_h_samp_factor : 1);
+    int cx0 = x - imcu < 0 ? 0 : x - imcu;
+    int cx1 = x + w + imcu > ow ? ow : x + w + imcu;
+    JDIMENSION xoff = (JDIMENSION)cx0, cw = (JDIMENSION)(cx1 - cx0);
+    if (cx0 > 0 || cx1 < ow)
+        jpeg_crop_scanline(ci, &xoff, &cw);
+    if ((int)xoff > x || (int)(xoff + cw) < x + w) {
+        jpeg_abort_decompress(ci);
+        return sl_err(SL_EINTERNAL, "jpeg: crop widened to [%u, %u) does not cover [%d, %d)",
+                      xoff, xoff + cw, x, x + w);
+    }
+    /* Read as many rows per call as libjpeg produces at once (rec_outbuf_height, up to
+     * 4 here): one row per call costs an extra copy through libjpeg's internal buffer. */
+    size_t row_bytes = (size_t)ci->output_width * (size_t)comps; /* output_width == cw now */
+    int batch = ci->rec_outbuf_height < 1 ? 1 : ci->rec_outbuf_height > 4 ? 4 : ci->rec_outbuf_height;
+    sl_status s = grow_scratch(d, row_bytes * (size_t)batch);
+    if (s) {
+        jpeg_abort_decompress(ci);
+        return s;
+    }
+    if (y > 0) {
+        JDIMENSION skipped = jpeg_skip_scanlines(ci, (JDIMENSION)y);
+        if ((int)skipped != y) {
+            jpeg_abort_decompress(ci);
+            return sl_err(SL_EINTERNAL, "jpeg: skipped %u rows instead of %d", skipped, y);
+        }
+    }
+    size_t col = (size_t)(x - (int)xoff) * (size_t)comps;
+    for (int r = 0; r < h;) {
+        JSAMPROW rows[4];
+        int want = h - r < batch ? h - r : batch;
+        for (int i = 0; i < want; i++)
+            rows[i] = d->scratch + (size_t)i * row_bytes;
+        int got = (int)jpeg_read_scanlines(ci, rows, (JDIMENSION)want);
+        if (got <= 0) {
+            jpeg_abort_decompress(ci);
+            return sl_err(SL_ECORRUPT, "jpeg: decoder stopped at row %d of %d", y + r, oh);
+        }
+        for (int i = 0; i < got; i++, r++) {
+            uint8_t *dst = out + (size_t)r * (size_t)w * (size_t)channels;
+            if (cmyk)
+                cmyk_convert(rows[i] + col, dst, (size_t)w, channels);
+            else
+                memcpy(dst, rows[i] + col, (size_t)w * (size_t)channels);
+        }
+    }
+    /* Rows below the crop are not decoded, so damage there goes unnoticed: by design. */
+    jpeg_abort_decompress(ci);
+    return SL_OK;
+}
+
+/* ---- public decodes --------------------------------------------------------------- */
+
+sl_status sl_jpeg_decode(sl_jpeg_decoder *d, const uint8_t *data, size_t len, int channels,
+                         int scale_num, uint8_t *out, size_t cap, int *out_w, int *out_h) {
+    if (out_w)
+        *out_w = 0;
+    if (out_h)
+        *out_h = 0;
+    if (!d)
+        return sl_err(SL_EINVAL, "jpeg: NULL decoder");
+    sl_status s = check_args(data, len, channels, scale_num);
+    if (s)
+        return s;
+    sl_jpeg_info info;
+    if ((s = sl_jpeg_header(d, data, len, &info)))
+        return s;
+    int sw, sh;
+    sl_jpeg_scaled_size(info.width, info.height, scale_num, &sw, &sh);
+    size_t need = (size_t)sw * (size_t)sh * (size_t)channels;
+    if (!out || cap < need)
+        return sl_err(SL_ERANGE, "jpeg: output needs %zu bytes (%dx%dx%d), buffer has %zu",
+                      need, sw, sh, channels, out ? cap : 0);
+
+    if (info.subsamp < 0 || tj_picks(d, info.width, info.height, scale_num) != scale_num) {
+        s = crop_libjpeg(d, data, len, channels, scale_num, 0, 0, sw, sh, out);
+    } else {
+        int flags = TJFLAG_LIMITSCANS | (d->lenient ? 0 : TJFLAG_STOPONWARNING);
+        if (is_cmyk_cs(info.colorspace)) {
+            if ((s = grow_scratch(d, (size_t)sw * (size_t)sh * 4)))
+                return s;
+            if (tjDecompress2(d->tj, data, (unsigned long)len, d->scratch, sw, 0, sh, TJPF_CMYK,
+                              flags) != 0 && (s = tj_fail(d, "decode failed")))
+                return s;
+            cmyk_convert(d->scratch, out, (size_t)sw * (size_t)sh, channels);
+        } else {
+            int pf = channels == 3 ? TJPF_RGB : TJPF_GRAY;
+            if (tjDecompress2(d->tj, data, (unsigned long)len, out, sw, 0, sh, pf, flags) != 0)
+                s = tj_fail(d, "decode failed");
+        }
+    }
+    if (s)
+        return s;
+    if (out_w)
+        *out_w = sw;
+    if (out_h)
+        *out_h = sh;
+    return SL_OK;
+}
+
+sl_status sl_jpeg_decode_crop(sl_jpeg_decoder *d, const uint8_t *data, size_t len, int channels,
+                              int scale_num, int x, int y, int w, int h, uint8_t *out,
+                              size_t cap) {
+    if (!d)
+        return sl_err(SL_EINVAL, "jpeg: NULL decoder");
+    sl_status s = check_args(data, len, channels, scale_num);
+    if (s)
+        return s;
+    sl_jpeg_info info;
+    if ((s = sl_jpeg_header(d, data, len, &info)))
+        return s;
+    int sw, sh;
+    sl_jpeg_scaled_size(info.width, info.height, scale_num, &sw, &sh);
+    if (w <= 0 || h <= 0 || x < 0 || y < 0 || x > sw - w || y > sh - h)
+        return sl_err(SL_EINVAL, "jpeg: crop %dx%d at (%d, %d) is empty or outside the %dx%d image "
+                      "(scale %d/8)", w, h, x, y, sw, sh, scale_num);
+    size_t need = (size_t)w * (size_t)h * (size_t)channels;
+    if (!out || cap < need)
+        return sl_err(SL_ERANGE, "jpeg: crop output needs %zu bytes (%dx%dx%d), buffer has %zu",
+                      need, w, h, channels, out ? cap : 0);
+    return crop_libjpeg(d, data, len, channels, scale_num, x, y, w, h, out);
+}
+
+/* ---- encode ---------------------------------------------------------------------- */
+
+sl_status sl_jpeg_encode2(const uint8_t *pixels, int w, int h, int channels, int quality,
+                          int subsamp, uint8_t **out, size_t *len) {
+    if (out)
+        *out = NULL;
+    if (len)
+        *len = 0;
+    if (!pixels || !out || !len)
+        return sl_err(SL_EINVAL, "jpeg encode: NULL argument");
+    if (w <= 0 || h <= 0 || w > 65500 || h > 65500)
+        return sl_err(SL_EINVAL, "jpeg encode: size %dx%d must be 1..65500 a side", w, h);
+    if (channels != 1 && channels != 3)
+        return sl_err(SL_EINVAL, "jpeg encode: channels must be 1 or 3, not %d", channels);
+    if (quality < 1 || quality > 100)
+        return sl_err(SL_EINVAL, "jpeg encode: quality %d must be 1..100", quality);
+    if (channels == 1)
+        subsamp = TJSAMP_GRAY;
+    else if (subsamp < 0 || subsamp >= TJ_NUMSAMP || subsamp == TJSAMP_GRAY)
+        return sl_err(SL_EINVAL, "jpeg encode: bad color subsampling %d", subsamp);
+
+    sl_status s = SL_OK;
+    tjhandle tj = tjInitCompress();
+    if (!tj)
+        return sl_err(SL_ENOMEM, "jpeg encode: tjInitCompress failed: %s", tjGetErrorStr2(NULL));
+    unsigned long cap = tjBufSize(w, h, subsamp);
+    unsigned char *buf = (cap == (unsigned long)-1) ? NULL : malloc(cap);
+    if (!buf) {
+        s = sl_err(SL_ENOMEM, "jpeg encode: cannot allocate %lu bytes", cap);
+        goto fail;
+    }
+    unsigned long n = cap;
+    if (tjCompress2(tj, pixels, w, 0, h, channels == 3 ? TJPF_RGB : TJPF_GRAY, &buf, &n,
+                    subsamp, quality, TJFLAG_NOREALLOC | TJFLAG_ACCURATEDCT) != 0) {
+        s = sl_err(SL_EINTERNAL, "jpeg encode: %s", tjGetErrorStr2(tj));
+        goto fail;
+    }
+    uint8_t *shrunk = realloc(buf, n ? n : 1);
+    *out = shrunk ? shrunk : buf;
+    *len = n;
+    tjDestroy(tj);
+    return SL_OK;
+fail:
+    free(buf);
+    tjDestroy(tj);
+    return s;
+}
+
+sl_status sl_jpeg_encode(const uint8_t *pixels, int w, int h, int channels, int quality,
+                         uint8_t **out, size_t *len) {
+    return sl_jpeg_encode2(pixels, w, h, channels, quality, TJSAMP_420, out, len);
+}

@@ -1,0 +1,55 @@
+/* libFuzzer target for formats/jpeg.c: header, then (for images small enough to decode
+ * quickly) a full decode, a scaled decode and a cropped decode, strict or lenient. Any
+ * status is fine except a crash, a sanitizer report, or an unexpected code: outside bytes
+ * may only produce SL_OK or SL_ECORRUPT. Seeds: tests/fuzz/seeds/jpeg/. */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "sluice/jpeg.h"
+
+/* Bounded so one input cannot take seconds or hundreds of MB. */
+#define MAX_PIXELS (1024 * 1024)
+
+static sl_jpeg_decoder *dec;
+
+static void check(sl_status s, const char *what) {
+    if (s != SL_OK && s != SL_ECORRUPT) {
+        fprintf(stderr, "%s: unexpected status %d: %s\n", what, s, sl_errmsg());
+        abort();
+    }
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+    if (!dec && sl_jpeg_decoder_new(&dec) != SL_OK)
+        abort();
+    /* the last byte steers the options; the rest is the file */
+    uint8_t knob = size ? data[size - 1] : 0;
+    sl_jpeg_decoder_set_lenient(dec, knob & 1);
+    sl_jpeg_info info;
+    sl_status s = sl_jpeg_header(dec, data, size, &info);
+    check(s, "header");
+    if (s)
+        return 0;
+    if (info.width <= 0 || info.height <= 0 || (int64_t)info.width * info.height > MAX_PIXELS)
+        return 0;
+    if ((knob & 1) && (int64_t)info.width * info.height > 256 * 256)
+        sl_jpeg_decoder_set_lenient(dec, false); /* lenient decodes of big garbage are slow */
+    int channels = (knob & 2) ? 1 : 3;
+    size_t cap = (size_t)info.width * info.height * 3;
+    uint8_t *out = malloc(cap);
+    if (!out)
+        return 0;
+    int w, h;
+    check(sl_jpeg_decode(dec, data, size, channels, 8, out, cap, &w, &h), "decode");
+    int num = 1 + ((knob >> 2) & 7);
+    check(sl_jpeg_decode(dec, data, size, 4 - channels, num, out, cap, &w, &h), "scaled");
+    int sw, sh;
+    sl_jpeg_scaled_size(info.width, info.height, num, &sw, &sh);
+    int x = sw / 3, y = (sh * (knob >> 5)) / 8;
+    int cw = sw - x > 1 ? (sw - x) / 2 + 1 : 1, ch = sh - y > 1 ? (sh - y) / 2 + 1 : 1;
+    if (x + cw <= sw && y + ch <= sh)
+        check(sl_jpeg_decode_crop(dec, data, size, channels, num, x, y, cw, ch, out, cap), "crop");
+    free(out);
+    return 0;
+}
