@@ -1,0 +1,379 @@
+#!/usr/bin/env bash
+# End-to-end test of tools/sluice-record: usage and exit codes, verify/inspect/cat on the
+# TFRecord files other writers made ($SLUICE_SHARED/data/tfrecord-samples, corrupt ones
+# included), Fashion-MNIST conversion (raw, JPEG, gzip) and conversion of a folder tree of
+# JPEGs this script makes with cjpeg. Each check is printed; the first failure exits 1 with
+# what was expected and what came out.
+set -euo pipefail
+
+BIN="${SLUICE_BIN:?set SLUICE_BIN to the bin directory of the build}"
+TOOL="$BIN/sluice-record"
+SHARED="${SLUICE_SHARED:-/work/shared}"
+SAMPLES="$SHARED/data/tfrecord-samples"
+FMNIST=/usr/share/datasets/fashion-mnist
+
+[ -x "$TOOL" ] || { echo "FAIL: $TOOL not built"; exit 1; }
+[ -d "$SAMPLES" ] || { echo "FAIL: $SAMPLES missing"; exit 1; }
+command -v cjpeg >/dev/null || { echo "FAIL: cjpeg missing (libjpeg-turbo-progs)"; exit 1; }
+command -v djpeg >/dev/null || { echo "FAIL: djpeg missing (libjpeg-turbo-progs)"; exit 1; }
+
+TMP="$(mktemp -d "${TMPDIR:-/tmp}/sluice-record-test.XXXXXX")"
+trap 'rm -rf "$TMP"' EXIT
+OUT="$TMP/stdout"
+ERR="$TMP/stderr"
+RC=0
+
+fail() {
+    echo "FAIL: $*"
+    if [ -s "$OUT" ]; then echo "--- stdout (head):"; head -c 2000 "$OUT"; echo; fi
+    if [ -s "$ERR" ]; then echo "--- stderr (head):"; head -c 2000 "$ERR"; echo; fi
+    exit 1
+}
+check() { echo "check: $*"; }
+
+# run CMD...: run it with stdout/stderr captured in $OUT/$ERR and its exit status in $RC.
+run() {
+    set +e
+    "$@" >"$OUT" 2>"$ERR" </dev/null
+    RC=$?
+    set -e
+}
+# expect_rc N CMD...: run CMD and insist on exit status N.
+expect_rc() {
+    local want="$1"
+    shift
+    run "$@"
+    [ "$RC" -eq "$want" ] || fail "'$*' exited $RC, expected $want"
+}
+expect_out() { grep -qF -- "$1" "$OUT" || fail "stdout lacks '$1'"; }
+expect_err() { grep -qF -- "$1" "$ERR" || fail "stderr lacks '$1'"; }
+expect_no_err() { [ ! -s "$ERR" ] || fail "stderr should be empty"; }
+expect_no_out() { [ ! -s "$OUT" ] || fail "stdout should be empty"; }
+
+# ---------------------------------------------------------------- help and usage errors
+check "--help / -h print usage on stdout, exit 0"
+for h in --help -h; do
+    expect_rc 0 "$TOOL" "$h"
+    expect_out "Usage: sluice-record COMMAND"
+    expect_no_err
+done
+for c in inspect verify cat convert; do
+    for h in --help -h; do
+        expect_rc 0 "$TOOL" "$c" "$h"
+        expect_out "Usage: sluice-record $c"
+        expect_no_err
+    done
+done
+
+check "wrong usage exits 2 with a message and a hint on stderr"
+usage_case() {
+    local what="$1"
+    shift
+    expect_rc 2 "$TOOL" "$@"
+    expect_err "$what"
+    expect_err "--help' for more information"
+    expect_no_out
+}
+usage_case "missing COMMAND"
+usage_case "unknown command 'frobnicate'" frobnicate
+usage_case "unknown option '--bogus'" verify --bogus "$SAMPLES/pwnall__tfrecord/testdata__singles.tfrecords"
+usage_case "unknown option '--bogus'" --bogus
+usage_case "missing FILE" verify
+usage_case "missing FILE" inspect
+usage_case "missing FILE" cat --json
+usage_case "option --limit needs an argument" cat "$SAMPLES/pwnall__tfrecord/testdata__singles.tfrecords" --limit
+usage_case "option --limit expects an integer, got 'ten'" cat --limit ten "$SAMPLES/pwnall__tfrecord/testdata__singles.tfrecords"
+usage_case "unknown compression 'lzma'" verify --compression lzma "$SAMPLES/pwnall__tfrecord/testdata__singles.tfrecords"
+usage_case "missing --shards N" convert fashion-mnist "$TMP/never"
+usage_case "option --shards must be between 1 and 99999, got 0" convert fashion-mnist "$TMP/never" --shards 0
+usage_case "unknown source 'cifar'" convert cifar "$TMP/never" --shards 2
+usage_case "images: missing DIR or OUT" convert images "$TMP/never" --shards 2
+usage_case "option --json takes no argument" cat --json=yes "$SAMPLES/pwnall__tfrecord/testdata__singles.tfrecords"
+[ ! -e "$TMP/never" ] || fail "a usage error created $TMP/never"
+
+check "an unreadable file exits 1 naming the file"
+expect_rc 1 "$TOOL" verify "$TMP/no-such-file.tfrecord"
+expect_err "$TMP/no-such-file.tfrecord"
+expect_rc 1 "$TOOL" cat "$TMP/no-such-file.tfrecord"
+expect_err "$TMP/no-such-file.tfrecord"
+
+# ---------------------------------------------------------------- the shared samples
+# file (relative to $SAMPLES) and its record count, from MANIFEST.md.
+GOOD=(
+    "pwnall__tfrecord/testdata__singles.tfrecords 3"
+    "jongwook__tfrecord_lite/tests__test.tfrecord 42"
+    "jongwook__tfrecord_lite/tests__images.tfrecord 2"
+    "tensorflow__transform/examples__testdata__sequence_example__data_tfrecord.gz 3"
+    "domj07__Tensorflow-Ion-Detetection/models__research__deeplab__testing__pascal_voc_seg__val-00000-of-00001.tfrecord 3"
+    "other-writers/pwnall__tfrecord__data.tfrecord 1"
+)
+n_good=0
+for entry in "${GOOD[@]}"; do
+    f="$SAMPLES/${entry% *}"
+    n="${entry##* }"
+    check "verify $(basename "$f"): exit 0, $n records"
+    expect_rc 0 "$TOOL" verify "$f"
+    [ "$(cat "$OUT")" = "$f: OK, $n records" ] || fail "expected '$f: OK, $n records'"
+    expect_no_err
+    n_good=$((n_good + 1))
+done
+# Every file under the samples, found by listing, must be either in GOOD or under corrupt/.
+while IFS= read -r f; do
+    rel="${f#"$SAMPLES"/}"
+    case "$rel" in
+        MANIFEST.md | corrupt/*) continue ;;
+    esac
+    found=0
+    for entry in "${GOOD[@]}"; do [ "${entry% *}" = "$rel" ] && found=1; done
+    [ "$found" = 1 ] || fail "sample $rel is not covered by this test"
+done < <(find "$SAMPLES" -type f | sort)
+
+check "verify of all good samples at once: exit 0, one OK line each"
+mapfile -t good_files < <(for e in "${GOOD[@]}"; do echo "$SAMPLES/${e% *}"; done)
+expect_rc 0 "$TOOL" verify "${good_files[@]}"
+[ "$(grep -c ': OK, ' "$OUT")" -eq "$n_good" ] || fail "expected $n_good OK lines"
+
+# Both damaged files fail in their first record: pets_examples has a data CRC mismatch there
+# (every CR byte was stripped), snapshot_serengeti's only record runs 4 bytes past the end.
+# Fields: file, offset of the first error, records left intact (found independently by
+# trying every byte offset for a record whose length and data CRCs both match).
+CORRUPT=(
+    "corrupt/models__research__object_detection__test_data__pets_examples.record 0 4"
+    "corrupt/models__research__object_detection__test_data__snapshot_serengeti_sequence_examples.record 0 0"
+)
+for entry in "${CORRUPT[@]}"; do
+    read -r rel off intact <<<"$entry"
+    f="$SAMPLES/$rel"
+    check "verify $(basename "$f"): exit 1, names the file and byte $off"
+    expect_rc 1 "$TOOL" verify "$f"
+    expect_err "$f: byte $off:"
+    check "verify --skip-corrupt $(basename "$f"): exit 1, corrupt records counted"
+    expect_rc 1 "$TOOL" verify --skip-corrupt "$f"
+    expect_out "$f: CORRUPT, $intact good records, "
+    expect_err "corrupt record"
+    check "inspect/cat $(basename "$f"): exit 1 with the offset"
+    expect_rc 1 "$TOOL" inspect "$f"
+    expect_err "$f: byte $off:"
+    expect_out "CORRUPT"
+    expect_rc 1 "$TOOL" cat --json "$f"
+    expect_err "$f: byte $off:"
+done
+check "verify of a good and a corrupt file: exit 1, the good one still reported OK"
+expect_rc 1 "$TOOL" verify "$SAMPLES/${CORRUPT[0]%% *}" "$SAMPLES/pwnall__tfrecord/testdata__singles.tfrecords"
+expect_out "$SAMPLES/pwnall__tfrecord/testdata__singles.tfrecords: OK, 3 records"
+
+SINGLES="$SAMPLES/pwnall__tfrecord/testdata__singles.tfrecords"
+check "cat --json singles.tfrecords is exactly TensorFlow's three Examples"
+expect_rc 0 "$TOOL" cat --json "$SINGLES"
+cat >"$TMP/expected.json" <<'EOF'
+{"features": {"feature": {"int_feature": {"int64List": {"value": ["42"]}}}}}
+{"features": {"feature": {"float_feature": {"floatList": {"value": [3.14]}}}}}
+{"features": {"feature": {"byte_feature": {"bytesList": {"value": ["QEFCQ0Q="]}}}}}
+EOF
+diff -u "$TMP/expected.json" "$OUT" || fail "cat --json output differs (diff above)"
+expect_no_err
+
+check "cat --limit 2 prints 2 lines; --limit 0 none; text mode one line per record"
+expect_rc 0 "$TOOL" cat --json --limit 2 "$SINGLES"
+[ "$(wc -l <"$OUT")" -eq 2 ] || fail "expected 2 lines"
+expect_rc 0 "$TOOL" cat --limit=0 "$SINGLES"
+expect_no_out
+expect_rc 0 "$TOOL" cat "$SINGLES" "$SINGLES"
+[ "$(wc -l <"$OUT")" -eq 6 ] || fail "expected 6 lines"
+head -n 1 "$OUT" | grep -qF 'int_feature=int64[1]{42}' || fail "first text line"
+sed -n 3p "$OUT" | grep -qF 'byte_feature=bytes[1]' || fail "third text line"
+expect_rc 0 "$TOOL" cat --json --limit 3 "$SINGLES" "$SINGLES"
+diff -u "$TMP/expected.json" "$OUT" || fail "--limit across files"
+
+check "cat --json on a gzip file (detected) and with --compression gzip"
+GZ="$SAMPLES/tensorflow__transform/examples__testdata__sequence_example__data_tfrecord.gz"
+expect_rc 0 "$TOOL" cat --json "$GZ"
+[ "$(wc -l <"$OUT")" -eq 3 ] || fail "expected 3 lines"
+cp "$OUT" "$TMP/gz.json"
+expect_rc 0 "$TOOL" cat --json --compression gzip "$GZ"
+diff -u "$TMP/gz.json" "$OUT" || fail "--compression gzip changed the output"
+expect_rc 1 "$TOOL" verify --compression none "$GZ"
+expect_err "$GZ"
+
+check "inspect singles.tfrecords: counts, sizes and the feature summary"
+expect_rc 0 "$TOOL" inspect "$SINGLES"
+expect_out "  compression   none"
+expect_out "  records       3"
+expect_out "  payload bytes 82"
+expect_out "  crc           ok"
+expect_out "  smallest      24 bytes (record at byte 0)"
+expect_out "  largest       29 bytes (record at byte 40)"
+expect_out "  examples      3 (not Examples: 0)"
+grep -qE '^    int_feature +int64 +1/3 +1 value$' "$OUT" || fail "int_feature line"
+grep -qE '^    float_feature +float +1/3 +1 value$' "$OUT" || fail "float_feature line"
+grep -qE '^    byte_feature +bytes +1/3 +1 value$' "$OUT" || fail "byte_feature line"
+expect_rc 0 "$TOOL" inspect "$GZ"
+expect_out "  compression   gzip"
+expect_out "  records       3"
+
+# ---------------------------------------------------------------- convert fashion-mnist
+FM="$TMP/fm"
+check "convert fashion-mnist --shards 4: 8 files, TensorFlow's names, nothing else"
+expect_rc 0 "$TOOL" convert fashion-mnist "$FM" --shards 4
+expect_out "wrote 60000 train + 10000 test records"
+expect_no_err
+(cd "$FM" && ls -A) >"$TMP/names"
+printf '%s\n' test-0000{0,1,2,3}-of-00004.tfrecord train-0000{0,1,2,3}-of-00004.tfrecord >"$TMP/names.expected"
+diff -u "$TMP/names.expected" "$TMP/names" || fail "shard names differ"
+
+check "the shards verify, 60000 train and 10000 test records in contiguous blocks"
+expect_rc 0 "$TOOL" verify "$FM"/train-*.tfrecord
+for i in 0 1 2 3; do expect_out "$FM/train-0000$i-of-00004.tfrecord: OK, 15000 records"; done
+[ "$(awk '{s += $3} END {print s}' "$OUT")" -eq 60000 ] || fail "train total"
+expect_rc 0 "$TOOL" verify "$FM"/test-*.tfrecord
+for i in 0 1 2 3; do expect_out "$FM/test-0000$i-of-00004.tfrecord: OK, 2500 records"; done
+[ "$(awk '{s += $3} END {print s}' "$OUT")" -eq 10000 ] || fail "test total"
+
+check "inspect a shard: image bytes and label int64 in every record"
+expect_rc 0 "$TOOL" inspect "$FM/train-00000-of-00004.tfrecord"
+grep -qE '^    image +bytes +15000/15000 +1 value$' "$OUT" || fail "image line"
+grep -qE '^    label +int64 +15000/15000 +1 value$' "$OUT" || fail "label line"
+# 784 image bytes + "image"/"label" keys + one int64 + protobuf framing = 822 bytes each.
+expect_out "  smallest      822 bytes (record at byte 0)"
+expect_out "  largest       822 bytes (record at byte 0)"
+expect_out "  payload bytes 12330000"
+
+# The idx files' first train label is 9 (ankle boot), the first test label 9, the last
+# train label 5; shard 3's last record is record 59999.
+first_label() {
+    expect_rc 0 "$TOOL" cat --json --limit 1 "$1"
+    sed -E 's/.*"label": \{"int64List": \{"value": \["([0-9]+)"\].*/\1/' "$OUT"
+}
+check "labels in order: record 0 of train, record 15000 (first of shard 1)"
+gzip -dc "$FMNIST/train-labels-idx1-ubyte.gz" >"$TMP/train-labels"
+gzip -dc "$FMNIST/train-images-idx3-ubyte.gz" >"$TMP/train-images"
+want0=$(od -An -tu1 -j8 -N1 "$TMP/train-labels" | tr -d ' ')
+want15000=$(od -An -tu1 -j$((8 + 15000)) -N1 "$TMP/train-labels" | tr -d ' ')
+[ "$(first_label "$FM/train-00000-of-00004.tfrecord")" = "$want0" ] || fail "label of record 0"
+[ "$(first_label "$FM/train-00001-of-00004.tfrecord")" = "$want15000" ] || fail "label of record 15000"
+check "record 0's image is the 784 bytes of the idx file"
+expect_rc 0 "$TOOL" cat --json --limit 1 "$FM/train-00000-of-00004.tfrecord"
+sed -E 's/.*"image": \{"bytesList": \{"value": \["([^"]*)"\].*/\1/' "$OUT" | base64 -d >"$TMP/img0"
+dd if="$TMP/train-images" of="$TMP/img0.expected" bs=1 skip=16 count=784 status=none
+cmp "$TMP/img0" "$TMP/img0.expected" || fail "image bytes of record 0"
+
+check "convert fashion-mnist --jpeg --limit 600 --shards 3 --quality 90: JPEGs djpeg reads"
+FJ="$TMP/fmj"
+expect_rc 0 "$TOOL" convert fashion-mnist "$FJ" --jpeg --quality 90 --limit 600 --shards 3
+expect_out "wrote 600 train + 600 test records (jpeg"
+expect_rc 0 "$TOOL" verify "$FJ"/train-*.tfrecord "$FJ"/test-*.tfrecord
+[ "$(grep -c ': OK, 200 records' "$OUT")" -eq 6 ] || fail "expected 6 shards of 200"
+expect_rc 0 "$TOOL" cat --json --limit 1 "$FJ/test-00002-of-00003.tfrecord"
+sed -E 's/.*"image": \{"bytesList": \{"value": \["([^"]*)"\].*/\1/' "$OUT" | base64 -d >"$TMP/img.jpg"
+djpeg -pnm "$TMP/img.jpg" >"$TMP/img.pgm" || fail "djpeg rejects the stored JPEG"
+[ "$(head -c 2 "$TMP/img.pgm")" = "P5" ] || fail "expected a grayscale JPEG"
+head -n 2 "$TMP/img.pgm" | tail -n 1 | grep -qx '28 28' || fail "expected 28x28"
+
+check "convert --compression gzip: gzip files that verify with detection"
+FG="$TMP/fmgz"
+expect_rc 0 "$TOOL" convert fashion-mnist "$FG" --compression gzip --limit 100 --shards 1
+[ "$(od -An -tx1 -N2 "$FG/train-00000-of-00001.tfrecord" | tr -d ' ')" = "1f8b" ] || fail "not gzip"
+expect_rc 0 "$TOOL" verify "$FG/train-00000-of-00001.tfrecord"
+expect_out "OK, 100 records"
+expect_rc 0 "$TOOL" inspect "$FG/test-00000-of-00001.tfrecord"
+expect_out "  compression   gzip"
+check "convert --compression zlib, and more shards than records (empty shards)"
+FZ="$TMP/fmz"
+expect_rc 0 "$TOOL" convert fashion-mnist "$FZ" --compression zlib --limit 3 --shards 5
+[ "$(ls "$FZ" | wc -l)" -eq 10 ] || fail "expected 10 files"
+expect_rc 0 "$TOOL" verify "$FZ"/train-*.tfrecord
+[ "$(awk '{s += $3} END {print s}' "$OUT")" -eq 3 ] || fail "3 records in all"
+expect_out "$FZ/train-00000-of-00005.tfrecord: OK, 0 records"
+
+check "convert fashion-mnist from a missing --src: exit 1 naming the file, no output left"
+expect_rc 1 "$TOOL" convert fashion-mnist "$TMP/fmbad" --shards 2 --src "$TMP/nowhere"
+expect_err "$TMP/nowhere/train-images-idx3-ubyte.gz"
+[ ! -e "$TMP/fmbad" ] || [ -z "$(ls -A "$TMP/fmbad")" ] || fail "left files behind"
+
+# ---------------------------------------------------------------- convert images
+# A tree of small JPEGs: classes sorted (birds=0, cats=1, dogs=2), files sorted inside.
+IMG="$TMP/images"
+mkdir -p "$IMG/cats" "$IMG/dogs" "$IMG/birds"
+# make_jpeg PATH W H SEED: a W x H color PPM with a pattern, through cjpeg.
+make_jpeg() {
+    local path="$1" w="$2" h="$3" seed="$4"
+    LC_ALL=C awk -v w="$w" -v h="$h" -v s="$seed" 'BEGIN {
+        printf "P6\n%d %d\n255\n", w, h
+        for (y = 0; y < h; y++)
+            for (x = 0; x < w; x++)
+                printf "%c%c%c", (x * 7 + s) % 256, (y * 11 + s) % 256, (x * y + s) % 256
+    }' >"$TMP/src.ppm"
+    cjpeg -quality 90 "$TMP/src.ppm" >"$path"
+}
+make_jpeg "$IMG/cats/b.jpg" 8 6 1
+make_jpeg "$IMG/cats/a.jpeg" 16 10 2
+make_jpeg "$IMG/dogs/x.JPEG" 5 9 3
+make_jpeg "$IMG/birds/z.jpg" 12 4 4
+make_jpeg "$IMG/birds/y.jpg" 3 3 5
+echo "not an image" >"$IMG/cats/notes.txt"
+cp "$IMG/cats/b.jpg" "$IMG/dogs/upper.JPG"   # .JPG is not an accepted name: skipped
+check "convert images --shards 2: 5 records, 2 skipped, TensorFlow's names"
+IO="$TMP/imgout"
+expect_rc 0 "$TOOL" convert images "$IMG" "$IO" --shards 2
+expect_out "wrote 5 records of 3 classes"
+expect_out "(2 non-JPEG files skipped)"
+(cd "$IO" && ls -A) >"$TMP/names"
+printf '%s\n' train-00000-of-00002.tfrecord train-00001-of-00002.tfrecord >"$TMP/names.expected"
+diff -u "$TMP/names.expected" "$TMP/names" || fail "shard names differ"
+expect_rc 0 "$TOOL" verify "$IO/train-00000-of-00002.tfrecord" "$IO/train-00001-of-00002.tfrecord"
+expect_out "train-00000-of-00002.tfrecord: OK, 2 records"
+expect_out "train-00001-of-00002.tfrecord: OK, 3 records"
+
+check "convert images: records in class then file order with every feature exact"
+expect_rc 0 "$TOOL" cat --json "$IO/train-00000-of-00002.tfrecord" "$IO/train-00001-of-00002.tfrecord"
+cp "$OUT" "$TMP/images.json"
+b64() { printf '%s' "$1" | base64 -w0; }
+# expect_record LINE CLASS LABEL FILE W H
+expect_record() {
+    local line="$1" cls="$2" label="$3" file="$4" w="$5" h="$6"
+    local want got
+    want="{\"features\": {\"feature\": {\"image/encoded\": {\"bytesList\": {\"value\": [\"$(base64 -w0 "$IMG/$cls/$file")\"]}}, \"image/format\": {\"bytesList\": {\"value\": [\"$(b64 JPEG)\"]}}, \"image/class/label\": {\"int64List\": {\"value\": [\"$label\"]}}, \"image/class/text\": {\"bytesList\": {\"value\": [\"$(b64 "$cls")\"]}}, \"image/height\": {\"int64List\": {\"value\": [\"$h\"]}}, \"image/width\": {\"int64List\": {\"value\": [\"$w\"]}}, \"image/filename\": {\"bytesList\": {\"value\": [\"$(b64 "$file")\"]}}}}}"
+    got="$(sed -n "${line}p" "$TMP/images.json")"
+    [ "$got" = "$want" ] || fail "record $line: expected
+$want
+got
+$got"
+}
+expect_record 1 birds 0 y.jpg 3 3
+expect_record 2 birds 0 z.jpg 12 4
+expect_record 3 cats 1 a.jpeg 16 10
+expect_record 4 cats 1 b.jpg 8 6
+expect_record 5 dogs 2 x.JPEG 5 9
+[ "$(wc -l <"$TMP/images.json")" -eq 5 ] || fail "expected 5 records"
+
+check "convert images with a corrupt JPEG: exit 1 naming its path, no shards left"
+printf '\xff\xd8\xff\xe0garbage, not a JPEG at all' >"$IMG/dogs/broken.jpg"
+expect_rc 1 "$TOOL" convert images "$IMG" "$TMP/imgbad" --shards 2
+expect_err "$IMG/dogs/broken.jpg"
+[ -z "$(ls -A "$TMP/imgbad" 2>/dev/null)" ] || fail "left files behind: $(ls -A "$TMP/imgbad")"
+
+check "a JPEG cut short after its header: accepted by default, rejected by --full-decode"
+CUT="$TMP/cut"
+mkdir -p "$CUT/only"
+make_jpeg "$TMP/big.jpg" 64 48 9
+size=$(stat -c %s "$TMP/big.jpg")
+head -c $((size / 2)) "$TMP/big.jpg" >"$CUT/only/half.jpg"
+expect_rc 0 "$TOOL" convert images "$CUT" "$TMP/cutout" --shards 1
+expect_out "wrote 1 records of 1 classes"
+expect_rc 0 "$TOOL" cat --json "$TMP/cutout/train-00000-of-00001.tfrecord"
+expect_out '"image/height": {"int64List": {"value": ["48"]}}, "image/width": {"int64List": {"value": ["64"]}}'
+expect_rc 1 "$TOOL" convert images "$CUT" "$TMP/cutout2" --shards 1 --full-decode
+expect_err "$CUT/only/half.jpg"
+[ -z "$(ls -A "$TMP/cutout2" 2>/dev/null)" ] || fail "left files behind"
+expect_rc 0 "$TOOL" convert images "$IMG" "$TMP/imgfull" --shards 1 --full-decode --limit 4
+expect_out "wrote 4 records of 3 classes"
+
+check "convert images on a missing DIR: exit 1 naming it"
+expect_rc 1 "$TOOL" convert images "$TMP/no-tree" "$TMP/imgbad2" --shards 1
+expect_err "$TMP/no-tree"
+
+check "no progress output when stderr is not a terminal"
+expect_rc 0 "$TOOL" verify "$FM/train-00000-of-00004.tfrecord"
+expect_no_err
+
+echo "PASS: test_sluice_record"

@@ -1,0 +1,980 @@
+/* sluice-record: look at, check and make TFRecord files.
+ *
+ *   sluice-record inspect FILE...        counts, sizes, CRC status and a feature summary
+ *   sluice-record verify FILE...         every CRC of every record; exit 0 only if all sound
+ *   sluice-record cat FILE...            one line per record (text, or --json)
+ *   sluice-record convert fashion-mnist OUT --shards N    idx files -> sharded TFRecords
+ *   sluice-record convert images DIR OUT --shards N      class folders of JPEGs -> TFRecords
+ *
+ * A thin main over the library: reading and writing go through sluice/tfrecord.h, Examples
+ * through sluice/example.h, images through sluice/jpeg.h, idx through sluice/idx.h.
+ * Workload: files from bytes to gigabytes streamed once, front to back; conversions of
+ * tens of thousands of small records. Exit status: 0 ok, 1 corrupt/unreadable input or a
+ * failed write, 2 wrong usage (tools/tool.h). */
+#include <dirent.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "sluice/example.h"
+#include "sluice/idx.h"
+#include "sluice/jpeg.h"
+#include "sluice/tfrecord.h"
+#include "tool.h"
+
+static const char *PROG = "sluice-record";
+
+static const char USAGE[] =
+    "Usage: sluice-record COMMAND [OPTIONS] ARGS...\n"
+    "\n"
+    "Look at, check and make TFRecord files.\n"
+    "\n"
+    "Commands:\n"
+    "  inspect FILE...     records, sizes, compression, CRC status and a feature summary\n"
+    "  verify FILE...      check every record's CRCs (exit 0 only if all are sound)\n"
+    "  cat FILE...         print each record's Example, one per line (text or --json)\n"
+    "  convert fashion-mnist OUT --shards N   Fashion-MNIST idx files -> TFRecord shards\n"
+    "  convert images DIR OUT --shards N      one folder of JPEGs per class -> TFRecord shards\n"
+    "\n"
+    "Every command takes --compression gzip|zlib|none (input: detected when not given;\n"
+    "convert: the output's) and -h/--help. A progress bar is drawn on stderr when it is a\n"
+    "terminal. Exit status: 0 success, 1 corrupt or unreadable input or failed write,\n"
+    "2 wrong usage.\n"
+    "Run 'sluice-record COMMAND --help' for a command's options.\n";
+
+static const char USAGE_INSPECT[] =
+    "Usage: sluice-record inspect [--compression C] [--skip-corrupt] FILE...\n"
+    "\n"
+    "For each file: records, payload bytes, compression, CRC status, smallest and largest\n"
+    "record, and for files of tf.train.Example a summary of the features (for each key: kind,\n"
+    "how many records have it, min/max value count). Records that do not parse as an Example\n"
+    "are counted as such.\n"
+    "\n"
+    "  --compression C   gzip, zlib or none (default: detected from the first bytes)\n"
+    "  --skip-corrupt    skip and count corrupt records instead of stopping at the first\n"
+    "\n"
+    "Exit status: 0 if every file is sound, 1 if any is corrupt or unreadable, 2 usage.\n";
+
+static const char USAGE_VERIFY[] =
+    "Usage: sluice-record verify [--compression C] [--skip-corrupt] FILE...\n"
+    "\n"
+    "Check the length and data CRC of every record of every file. Prints 'FILE: OK, N records'\n"
+    "per sound file; for a damaged one the reader's message (file and byte offset) on stderr.\n"
+    "\n"
+    "  --compression C   gzip, zlib or none (default: detected from the first bytes)\n"
+    "  --skip-corrupt    read through damage and report how many records were corrupt\n"
+    "\n"
+    "Exit status: 0 only if every record of every file is sound, 1 otherwise, 2 usage.\n";
+
+static const char USAGE_CAT[] =
+    "Usage: sluice-record cat [--json] [--limit N] [--values N] [--compression C] FILE...\n"
+    "\n"
+    "Print each record's tf.train.Example on one line: a short text summary, or with --json\n"
+    "protobuf's canonical JSON (as Python's json_format.MessageToJson(msg, indent=None)).\n"
+    "\n"
+    "  --json            canonical JSON, one object per line\n"
+    "  --limit N         stop after N records in all (default: all)\n"
+    "  --values N        text mode: show at most N values per feature (default 8)\n"
+    "  --compression C   gzip, zlib or none (default: detected from the first bytes)\n"
+    "\n"
+    "Exit status: 0 ok, 1 corrupt/unreadable file or a record that is not an Example, 2 usage.\n";
+
+static const char USAGE_CONVERT[] =
+    "Usage: sluice-record convert fashion-mnist OUT --shards N [OPTIONS]\n"
+    "       sluice-record convert images DIR OUT --shards N [OPTIONS]\n"
+    "\n"
+    "fashion-mnist: read the idx files {train,t10k}-{images-idx3,labels-idx1}-ubyte.gz from\n"
+    "  --src DIR (default /usr/share/datasets/fashion-mnist) and write\n"
+    "  OUT/train-00000-of-0000N.tfrecord ... and OUT/test-00000-of-0000N.tfrecord ...\n"
+    "  Features: image (784 raw uint8 bytes, or a JPEG with --jpeg), label (int64).\n"
+    "images: DIR holds one folder per class (sorted names -> labels 0..K-1) of *.jpg, *.jpeg,\n"
+    "  *.JPEG files (others are skipped and counted). Writes OUT/train-0000i-of-0000N.tfrecord\n"
+    "  with image/encoded, image/format, image/class/label, image/class/text, image/height,\n"
+    "  image/width, image/filename.\n"
+    "Records are dealt to shards in contiguous blocks in their original order: shard i of N\n"
+    "holds records [i*n/N, (i+1)*n/N). Files are written under a temporary name and renamed\n"
+    "when all are complete.\n"
+    "\n"
+    "  --shards N        number of output files per split (required, 1..99999)\n"
+    "  --compression C   gzip, zlib or none (default none)\n"
+    "  --jpeg            fashion-mnist: store each image as a JPEG\n"
+    "  --quality Q       JPEG quality 1..100 (default 95)\n"
+    "  --src DIR         fashion-mnist: where the idx files are\n"
+    "  --limit N         convert only the first N records of each split\n"
+    "  --full-decode     images: decode every file to reject damage past the header\n"
+    "                    (default: only the header is read, for height and width)\n"
+    "\n"
+    "Exit status: 0 ok, 1 unreadable/corrupt input or failed write, 2 usage.\n";
+
+/* Options every command accepts. */
+typedef struct common_opts {
+    const char *compression; /* NULL: AUTO for reading, NONE for writing */
+} common_opts;
+
+static int parse_compression(const char *prog, const char *name, sl_compression *out) {
+    if (!name) {
+        *out = SL_COMP_AUTO;
+        return SL__EXIT_OK;
+    }
+    if (sl_compression_parse(name, out) != SL_OK)
+        return sl__usage_error(prog, "unknown compression '%s' (expected gzip, zlib or none)",
+                               name);
+    return SL__EXIT_OK;
+}
+
+/* ---- inspect -------------------------------------------------------------------------- */
+
+/* Per-key summary over a file's Examples. Keys are few (tens), so a small open-addressing
+ * table keyed by the bytes is plenty; `order` keeps first-appearance order for printing. */
+typedef struct key_stat {
+    char *key;
+    size_t key_len;
+    unsigned kinds;      /* bit (1 << sl_feat_kind) for each kind seen */
+    uint64_t records;    /* records that have the key */
+    uint64_t min_count, max_count;
+} key_stat;
+
+typedef struct key_table {
+    key_stat *slots;     /* cap entries, key == NULL for empty */
+    size_t cap, n;
+    size_t *order;       /* indices into slots, in order of first appearance */
+} key_table;
+
+static uint64_t hash_bytes(const uint8_t *p, size_t n) {
+    uint64_t h = 1469598103934665603ull; /* FNV-1a */
+    for (size_t i = 0; i < n; i++) h = (h ^ p[i]) * 1099511628211ull;
+    return h;
+}
+
+static void key_table_free(key_table *t) {
+    for (size_t i = 0; i < t->cap; i++) free(t->slots[i].key);
+    free(t->slots);
+    free(t->order);
+    memset(t, 0, sizeof *t);
+}
+
+static sl_status key_table_grow(key_table *t) {
+    size_t ncap = t->cap ? t->cap * 2 : 64;
+    key_stat *ns = calloc(ncap, sizeof *ns);
+    size_t *no = malloc(ncap * sizeof *no);
+    if (!ns || !no) {
+        free(ns);
+        free(no);
+        return sl_err(SL_ENOMEM, "out of memory for the feature table");
+    }
+    /* Re-insert in first-appearance order so `order` stays meaningful. */
+    for (size_t k = 0; k < t->n; k++) {
+        key_stat *old = &t->slots[t->order[k]];
+        size_t j = hash_bytes((const uint8_t *)old->key, old->key_len) & (ncap - 1);
+        while (ns[j].key) j = (j + 1) & (ncap - 1);
+        ns[j] = *old;
+        no[k] = j;
+    }
+    free(t->slots);
+    free(t->order);
+    t->slots = ns;
+    t->order = no;
+    t->cap = ncap;
+    return SL_OK;
+}
+
+static sl_status key_table_get(key_table *t, const uint8_t *key, size_t len, key_stat **out) {
+    if ((t->n + 1) * 2 > t->cap && key_table_grow(t) != SL_OK) return SL_ENOMEM;
+    size_t j = hash_bytes(key, len) & (t->cap - 1);
+    while (t->slots[j].key) {
+        if (t->slots[j].key_len == len && memcmp(t->slots[j].key, key, len) == 0) {
+            *out = &t->slots[j];
+            return SL_OK;
+        }
+        j = (j + 1) & (t->cap - 1);
+    }
+    char *k = malloc(len + 1);
+    if (!k) return sl_err(SL_ENOMEM, "out of memory for the feature table");
+    if (len) memcpy(k, key, len);
+    k[len] = 0;
+    t->slots[j] = (key_stat){.key = k, .key_len = len, .min_count = UINT64_MAX};
+    t->order[t->n++] = j;
+    *out = &t->slots[j];
+    return SL_OK;
+}
+
+static void print_kinds(unsigned kinds, char *out, size_t cap) {
+    out[0] = 0;
+    size_t n = 0;
+    for (int k = SL_FEAT_NONE; k <= SL_FEAT_INT64; k++) {
+        if (!(kinds & (1u << k))) continue;
+        int w = snprintf(out + n, cap - n, "%s%s", n ? "|" : "", sl_feat_kind_name(k));
+        if (w < 0 || (size_t)w >= cap - n) break;
+        n += (size_t)w;
+    }
+}
+
+typedef struct inspect_opts {
+    sl_compression comp;
+    bool skip_corrupt;
+} inspect_opts;
+
+/* Inspect one file; prints its report to stdout. Returns SL__EXIT_OK or SL__EXIT_FAIL. */
+static int inspect_file(const char *path, const inspect_opts *io) {
+    sl_tfr_read_opts ro = sl_tfr_read_opts_default();
+    ro.compression = io->comp;
+    ro.skip_corrupt = io->skip_corrupt;
+    sl_tfr_reader *r = NULL;
+    key_table keys = {0};
+    sl_example ex;
+    sl_example_init(&ex);
+    int rc = SL__EXIT_OK;
+    sl_status s = sl_tfr_reader_open(path, &ro, &r);
+    if (s != SL_OK) return sl__fail(PROG);
+
+    uint64_t n = 0, not_examples = 0, min_len = UINT64_MAX, max_len = 0;
+    uint64_t min_off = 0, max_off = 0;
+    sl__progress bar;
+    sl__progress_start(&bar, path, 0);
+    char err[1024] = "";
+    for (;;) {
+        sl_record rec;
+        s = sl_tfr_reader_next(r, &rec);
+        if (s == SL_END) break;
+        if (s != SL_OK) {
+            snprintf(err, sizeof err, "%s", sl_errmsg());
+            break;
+        }
+        n++;
+        if (rec.len < min_len) min_len = rec.len, min_off = rec.offset;
+        if (rec.len > max_len || n == 1) max_len = rec.len, max_off = rec.offset;
+        if (sl_example_parse(&ex, rec.data, rec.len) != SL_OK) {
+            not_examples++;
+        } else {
+            for (size_t i = 0; i < ex.n; i++) {
+                key_stat *ks = NULL;
+                if (key_table_get(&keys, ex.f[i].key.ptr, ex.f[i].key.len, &ks) != SL_OK) {
+                    rc = sl__fail(PROG);
+                    goto done;
+                }
+                ks->kinds |= 1u << ex.f[i].kind;
+                ks->records++;
+                if (ex.f[i].count < ks->min_count) ks->min_count = ex.f[i].count;
+                if (ex.f[i].count > ks->max_count) ks->max_count = ex.f[i].count;
+            }
+        }
+        sl__progress_set(&bar, n);
+    }
+    sl__progress_end(&bar);
+
+    sl_tfr_stats st = sl_tfr_reader_stats(r);
+    printf("%s\n", path);
+    printf("  compression   %s\n", sl_compression_name(sl_tfr_reader_compression(r)));
+    printf("  records       %" PRIu64 "\n", n);
+    printf("  payload bytes %" PRIu64 "\n", st.bytes);
+    if (err[0]) {
+        printf("  crc           CORRUPT after %" PRIu64 " good records (the reader's message is on "
+               "stderr)\n", n);
+        rc = SL__EXIT_FAIL;
+    } else if (st.corrupt_skipped) {
+        printf("  crc           CORRUPT: %" PRIu64 " corrupt record%s skipped (%" PRIu64
+               " bytes passed over)\n", st.corrupt_skipped, st.corrupt_skipped == 1 ? "" : "s",
+               st.bytes_skipped);
+        rc = SL__EXIT_FAIL;
+    } else {
+        printf("  crc           ok (every length and data CRC checked)\n");
+    }
+    if (n) {
+        printf("  smallest      %" PRIu64 " bytes (record at byte %" PRIu64 ")\n", min_len,
+               min_off);
+        printf("  largest       %" PRIu64 " bytes (record at byte %" PRIu64 ")\n", max_len,
+               max_off);
+    }
+    printf("  examples      %" PRIu64 " (not Examples: %" PRIu64 ")\n", n - not_examples,
+           not_examples);
+    if (keys.n) {
+        int kw = 3, kindw = 4;
+        for (size_t k = 0; k < keys.n; k++) {
+            const key_stat *ks = &keys.slots[keys.order[k]];
+            char kinds[64];
+            print_kinds(ks->kinds, kinds, sizeof kinds);
+            if ((int)ks->key_len > kw) kw = (int)ks->key_len;
+            if ((int)strlen(kinds) > kindw) kindw = (int)strlen(kinds);
+        }
+        printf("  features      %zu key%s\n", keys.n, keys.n == 1 ? "" : "s");
+        printf("    %-*s  %-*s  %-13s  %s\n", kw, "key", kindw, "kind", "records", "values");
+        for (size_t k = 0; k < keys.n; k++) {
+            const key_stat *ks = &keys.slots[keys.order[k]];
+            char kinds[64], recs[48], vals[64];
+            print_kinds(ks->kinds, kinds, sizeof kinds);
+            snprintf(recs, sizeof recs, "%" PRIu64 "/%" PRIu64, ks->records, n - not_examples);
+            if (ks->min_count == ks->max_count)
+                snprintf(vals, sizeof vals, "%" PRIu64 " value%s", ks->min_count,
+                         ks->min_count == 1 ? "" : "s");
+            else
+                snprintf(vals, sizeof vals, "%" PRIu64 "..%" PRIu64 " values", ks->min_count,
+                         ks->max_count);
+            printf("    %-*s  %-*s  %-13s  %s\n", kw, ks->key, kindw, kinds, recs, vals);
+        }
+    }
+    fflush(stdout);
+    if (err[0]) fprintf(stderr, "%s: %s\n", PROG, err);
+    else if (st.corrupt_skipped)
+        fprintf(stderr, "%s: %s: %" PRIu64 " corrupt record%s skipped\n", PROG, path,
+                st.corrupt_skipped, st.corrupt_skipped == 1 ? "" : "s");
+done:
+    sl__progress_end(&bar);
+    sl_example_free(&ex);
+    key_table_free(&keys);
+    sl_tfr_reader_close(r);
+    return rc;
+}
+
+static int cmd_inspect(int argc, char **argv) {
+    const char *prog = "sluice-record inspect";
+    common_opts co = {0};
+    inspect_opts io = {0};
+    sl__opt opts[] = {
+        {"compression", 'c', SL__OPT_STR, &co.compression, 0, 0},
+        {"skip-corrupt", 0, SL__OPT_FLAG, &io.skip_corrupt, 0, 0},
+        {NULL, 0, 0, NULL, 0, 0},
+    };
+    int npos = 0;
+    switch (sl__args_parse(prog, opts, argc, argv, &npos)) {
+    case SL__ARGS_HELP: fputs(USAGE_INSPECT, stdout); return SL__EXIT_OK;
+    case SL__ARGS_ERROR: return SL__EXIT_USAGE;
+    case SL__ARGS_OK: break;
+    }
+    if (npos == 0) return sl__usage_error(prog, "missing FILE");
+    int rc = parse_compression(prog, co.compression, &io.comp);
+    if (rc) return rc;
+    for (int i = 0; i < npos; i++) {
+        if (i) printf("\n");
+        if (inspect_file(argv[i], &io) != SL__EXIT_OK) rc = SL__EXIT_FAIL;
+    }
+    return rc;
+}
+
+/* ---- verify --------------------------------------------------------------------------- */
+
+static int verify_file(const char *path, sl_compression comp, bool skip) {
+    sl_tfr_read_opts ro = sl_tfr_read_opts_default();
+    ro.compression = comp;
+    ro.skip_corrupt = skip;
+    ro.verify_data_crc = true;
+    sl_tfr_reader *r = NULL;
+    if (sl_tfr_reader_open(path, &ro, &r) != SL_OK) return sl__fail(PROG);
+    sl__progress bar;
+    sl__progress_start(&bar, path, 0);
+    sl_status s;
+    uint64_t n = 0;
+    sl_record rec;
+    while ((s = sl_tfr_reader_next(r, &rec)) == SL_OK) sl__progress_set(&bar, ++n);
+    sl__progress_end(&bar);
+    sl_tfr_stats st = sl_tfr_reader_stats(r);
+    int rc = SL__EXIT_OK;
+    if (s != SL_END) {
+        rc = sl__fail(PROG);
+        printf("%s: CORRUPT after %" PRIu64 " good records\n", path, n);
+    } else if (st.corrupt_skipped) {
+        const char *pl = st.corrupt_skipped == 1 ? "" : "s";
+        fprintf(stderr, "%s: %s: %" PRIu64 " corrupt record%s skipped\n", PROG, path,
+                st.corrupt_skipped, pl);
+        printf("%s: CORRUPT, %" PRIu64 " good records, %" PRIu64
+               " corrupt record%s skipped (%" PRIu64 " bytes passed over)\n",
+               path, n, st.corrupt_skipped, pl, st.bytes_skipped);
+        rc = SL__EXIT_FAIL;
+    } else {
+        printf("%s: OK, %" PRIu64 " records\n", path, n);
+    }
+    fflush(stdout);
+    sl_tfr_reader_close(r);
+    return rc;
+}
+
+static int cmd_verify(int argc, char **argv) {
+    const char *prog = "sluice-record verify";
+    common_opts co = {0};
+    bool skip = false;
+    sl__opt opts[] = {
+        {"compression", 'c', SL__OPT_STR, &co.compression, 0, 0},
+        {"skip-corrupt", 0, SL__OPT_FLAG, &skip, 0, 0},
+        {NULL, 0, 0, NULL, 0, 0},
+    };
+    int npos = 0;
+    switch (sl__args_parse(prog, opts, argc, argv, &npos)) {
+    case SL__ARGS_HELP: fputs(USAGE_VERIFY, stdout); return SL__EXIT_OK;
+    case SL__ARGS_ERROR: return SL__EXIT_USAGE;
+    case SL__ARGS_OK: break;
+    }
+    if (npos == 0) return sl__usage_error(prog, "missing FILE");
+    sl_compression comp;
+    int rc = parse_compression(prog, co.compression, &comp);
+    if (rc) return rc;
+    for (int i = 0; i < npos; i++)
+        if (verify_file(argv[i], comp, skip) != SL__EXIT_OK) rc = SL__EXIT_FAIL;
+    return rc;
+}
+
+/* ---- cat ------------------------------------------------------------------------------ */
+
+static int cmd_cat(int argc, char **argv) {
+    const char *prog = "sluice-record cat";
+    common_opts co = {0};
+    bool json = false;
+    long long limit = -1, values = 8;
+    sl__opt opts[] = {
+        {"compression", 'c', SL__OPT_STR, &co.compression, 0, 0},
+        {"json", 'j', SL__OPT_FLAG, &json, 0, 0},
+        {"limit", 'n', SL__OPT_INT, &limit, 0, INT64_MAX},
+        {"values", 0, SL__OPT_INT, &values, 0, 1 << 30},
+        {NULL, 0, 0, NULL, 0, 0},
+    };
+    int npos = 0;
+    switch (sl__args_parse(prog, opts, argc, argv, &npos)) {
+    case SL__ARGS_HELP: fputs(USAGE_CAT, stdout); return SL__EXIT_OK;
+    case SL__ARGS_ERROR: return SL__EXIT_USAGE;
+    case SL__ARGS_OK: break;
+    }
+    if (npos == 0) return sl__usage_error(prog, "missing FILE");
+    sl_tfr_read_opts ro = sl_tfr_read_opts_default();
+    int rc = parse_compression(prog, co.compression, &ro.compression);
+    if (rc) return rc;
+
+    sl_example ex;
+    sl_example_init(&ex);
+    long long printed = 0;
+    for (int i = 0; i < npos && rc == SL__EXIT_OK && (limit < 0 || printed < limit); i++) {
+        sl_tfr_reader *r = NULL;
+        if (sl_tfr_reader_open(argv[i], &ro, &r) != SL_OK) {
+            rc = sl__fail(PROG);
+            break;
+        }
+        sl_record rec;
+        sl_status s = SL_END;
+        while ((limit < 0 || printed < limit) && (s = sl_tfr_reader_next(r, &rec)) == SL_OK) {
+            if (sl_example_parse(&ex, rec.data, rec.len) != SL_OK) {
+                fprintf(stderr,
+                        "%s: %s: byte %" PRIu64 ": record is not a tf.train.Example; in the "
+                        "record, %s\n", PROG, argv[i], rec.offset, sl_errmsg());
+                rc = SL__EXIT_FAIL;
+                break;
+            }
+            char *line = NULL;
+            size_t len = 0;
+            s = json ? sl_example_to_json(&ex, &line, &len)
+                     : sl_example_to_text(&ex, (int)values, &line, &len);
+            if (s != SL_OK) {
+                rc = sl__failf(PROG, "%s: byte %" PRIu64, argv[i], rec.offset);
+                break;
+            }
+            fwrite(line, 1, len, stdout);
+            fputc('\n', stdout);
+            free(line);
+            printed++;
+        }
+        if (rc == SL__EXIT_OK && (limit < 0 || printed < limit) && s != SL_END)
+            rc = sl__fail(PROG);
+        sl_tfr_reader_close(r);
+    }
+    sl_example_free(&ex);
+    if (fflush(stdout) != 0 && rc == SL__EXIT_OK) {
+        fprintf(stderr, "%s: writing to stdout: %s\n", PROG, strerror(errno));
+        rc = SL__EXIT_FAIL;
+    }
+    return rc;
+}
+
+/* ---- convert: shard writer ------------------------------------------------------------ */
+
+/* Writes `n` records of one split into `shards` files OUT/SPLIT-xxxxx-of-NNNNN.tfrecord,
+ * dealing them out in contiguous blocks (shard i holds [i*n/N, (i+1)*n/N)), each under a
+ * temporary name until sharded_commit renames them all. */
+typedef struct sharded {
+    const char *dir, *split;
+    int shards, cur;       /* cur: index of the open shard, -1 before the first */
+    uint64_t n, written;   /* records in the split, records written so far */
+    sl_tfr_write_opts wo;
+    sl_tfr_writer *w;
+    char **tmp, **final;   /* per shard */
+} sharded;
+
+static uint64_t shard_begin(uint64_t n, int shards, int i) {
+    return (uint64_t)((unsigned __int128)n * (unsigned)i / (unsigned)shards);
+}
+
+static void sharded_abort(sharded *sw) {
+    if (sw->w) sl_tfr_writer_close(sw->w);
+    sw->w = NULL;
+    for (int i = 0; i < sw->shards; i++) {
+        if (sw->tmp && sw->tmp[i]) unlink(sw->tmp[i]);
+    }
+}
+
+static void sharded_free(sharded *sw) {
+    for (int i = 0; i < sw->shards; i++) {
+        if (sw->tmp) free(sw->tmp[i]);
+        if (sw->final) free(sw->final[i]);
+    }
+    free(sw->tmp);
+    free(sw->final);
+    sw->tmp = sw->final = NULL;
+}
+
+static sl_status sharded_init(sharded *sw, const char *dir, const char *split, int shards,
+                              uint64_t n, sl_compression comp) {
+    memset(sw, 0, sizeof *sw);
+    sw->dir = dir;
+    sw->split = split;
+    sw->shards = shards;
+    sw->cur = -1;
+    sw->n = n;
+    sw->wo = sl_tfr_write_opts_default();
+    sw->wo.compression = comp == SL_COMP_AUTO ? SL_COMP_NONE : comp;
+    sw->tmp = calloc((size_t)shards, sizeof *sw->tmp);
+    sw->final = calloc((size_t)shards, sizeof *sw->final);
+    if (!sw->tmp || !sw->final) return sl_err(SL_ENOMEM, "out of memory");
+    for (int i = 0; i < shards; i++) {
+        if (asprintf(&sw->final[i], "%s/%s-%05d-of-%05d.tfrecord", dir, split, i, shards) < 0 ||
+            asprintf(&sw->tmp[i], "%s/.%s-%05d-of-%05d.tfrecord.tmp%ld", dir, split, i, shards,
+                     (long)getpid()) < 0) {
+            sw->final[i] = sw->tmp[i] = NULL;
+            return sl_err(SL_ENOMEM, "out of memory");
+        }
+    }
+    return SL_OK;
+}
+
+/* Make shard `target` the open one, closing the current shard and creating any shards in
+ * between (empty when there are more shards than records). */
+static sl_status sharded_open_through(sharded *sw, int target) {
+    while (sw->cur < target) {
+        if (sw->w) {
+            sl_status s = sl_tfr_writer_close(sw->w);
+            sw->w = NULL;
+            if (s != SL_OK) return s;
+        }
+        sw->cur++;
+        sl_status s = sl_tfr_writer_open(sw->tmp[sw->cur], &sw->wo, &sw->w);
+        if (s != SL_OK) return s;
+    }
+    return SL_OK;
+}
+
+static sl_status sharded_write(sharded *sw, const void *data, size_t len) {
+    int target = sw->cur < 0 ? 0 : sw->cur;
+    /* written < n == shard_begin(n, N, N), so target stays below N. */
+    while (sw->written >= shard_begin(sw->n, sw->shards, target + 1)) target++;
+    sl_status s = sharded_open_through(sw, target);
+    if (s != SL_OK) return s;
+    s = sl_tfr_writer_write(sw->w, data, len);
+    if (s != SL_OK) return s;
+    sw->written++;
+    return SL_OK;
+}
+
+/* Create the trailing (empty) shards and close the last one. The files keep their
+ * temporary names until sharded_rename. */
+static sl_status sharded_finish(sharded *sw) {
+    sl_status s = sharded_open_through(sw, sw->shards - 1);
+    if (s != SL_OK) return s;
+    s = sl_tfr_writer_close(sw->w);
+    sw->w = NULL;
+    return s;
+}
+
+static sl_status sharded_rename(sharded *sw) {
+    for (int i = 0; i < sw->shards; i++) {
+        if (rename(sw->tmp[i], sw->final[i]) != 0)
+            return sl_err(SL_EIO, "%s: cannot rename to %s: %s", sw->tmp[i], sw->final[i],
+                          strerror(errno));
+        free(sw->tmp[i]);
+        sw->tmp[i] = NULL;
+    }
+    return SL_OK;
+}
+
+/* ---- convert fashion-mnist ------------------------------------------------------------ */
+
+typedef struct convert_opts {
+    const char *compression, *src;
+    long long shards, quality, limit;
+    bool jpeg;
+    bool full_decode;      /* images: decode every file, not just its header */
+} convert_opts;
+
+/* Load one split's images and labels, checking they agree: images uint8 [n,28,28] (any
+ * rank-3 HxW works), labels uint8 [n]. */
+static int load_idx_split(const char *src, const char *prefix, sl_tensor *img, sl_tensor *lab) {
+    char ip[4096], lp[4096];
+    snprintf(ip, sizeof ip, "%s/%s-images-idx3-ubyte.gz", src, prefix);
+    snprintf(lp, sizeof lp, "%s/%s-labels-idx1-ubyte.gz", src, prefix);
+    if (sl_idx_read(ip, img) != SL_OK) return sl__fail(PROG);
+    if (sl_idx_read(lp, lab) != SL_OK) return sl__fail(PROG);
+    if (img->dtype != SL_DT_U8 || img->rank != 3) {
+        char d[64];
+        fprintf(stderr, "%s: %s: expected uint8 images [n,h,w], found %s\n", PROG, ip,
+                sl_tensor_describe(img, d, sizeof d));
+        return SL__EXIT_FAIL;
+    }
+    if (lab->dtype != SL_DT_U8 || lab->rank != 1 || lab->dims[0] != img->dims[0]) {
+        char d[64];
+        fprintf(stderr, "%s: %s: expected uint8 labels [%" PRId64 "], found %s\n", PROG, lp,
+                img->dims[0], sl_tensor_describe(lab, d, sizeof d));
+        return SL__EXIT_FAIL;
+    }
+    return SL__EXIT_OK;
+}
+
+static int convert_split(const char *out, const char *split, const sl_tensor *img,
+                         const sl_tensor *lab, const convert_opts *co, sl_compression comp,
+                         sl_exb *b, sharded *sw, uint64_t *count) {
+    uint64_t n = (uint64_t)img->dims[0];
+    if (co->limit >= 0 && (uint64_t)co->limit < n) n = (uint64_t)co->limit;
+    int h = (int)img->dims[1], w = (int)img->dims[2];
+    size_t pix = (size_t)h * (size_t)w;
+    const uint8_t *images = img->data, *labels = lab->data;
+    if (sharded_init(sw, out, split, (int)co->shards, n, comp) != SL_OK) return sl__fail(PROG);
+    sl__progress bar;
+    sl__progress_start(&bar, split, n);
+    for (uint64_t i = 0; i < n; i++) {
+        const uint8_t *p = images + i * pix;
+        uint8_t *enc = NULL, *ser = NULL;
+        size_t enc_len = 0, ser_len = 0;
+        sl_bytes v = {p, pix};
+        int64_t label = labels[i];
+        sl_exb_reset(b);
+        if (co->jpeg) {
+            if (sl_jpeg_encode(p, w, h, 1, (int)co->quality, &enc, &enc_len) != SL_OK) {
+                sl__progress_end(&bar);
+                return sl__failf(PROG, "%s image %" PRIu64, split, i);
+            }
+            v = (sl_bytes){enc, enc_len};
+        }
+        sl_status s = sl_exb_bytes(b, "image", &v, 1);
+        if (s == SL_OK) s = sl_exb_int64s(b, "label", &label, 1);
+        if (s == SL_OK) s = sl_exb_serialize(b, &ser, &ser_len);
+        free(enc);
+        if (s == SL_OK) s = sharded_write(sw, ser, ser_len);
+        free(ser);
+        if (s != SL_OK) {
+            sl__progress_end(&bar);
+            return sl__failf(PROG, "%s record %" PRIu64, split, i);
+        }
+        sl__progress_set(&bar, i + 1);
+    }
+    sl__progress_end(&bar);
+    if (sharded_finish(sw) != SL_OK) return sl__fail(PROG);
+    *count = n;
+    return SL__EXIT_OK;
+}
+
+static int convert_fashion_mnist(const char *prog, const char *out, const convert_opts *co,
+                                 sl_compression comp) {
+    const char *src = co->src ? co->src : "/usr/share/datasets/fashion-mnist";
+    sl_tensor img[2] = {SL_TENSOR_EMPTY, SL_TENSOR_EMPTY};
+    sl_tensor lab[2] = {SL_TENSOR_EMPTY, SL_TENSOR_EMPTY};
+    sharded sw[2];
+    memset(sw, 0, sizeof sw);
+    sl_exb *b = NULL;
+    uint64_t counts[2] = {0, 0};
+    static const char *prefixes[2] = {"train", "t10k"}, *splits[2] = {"train", "test"};
+    int rc = SL__EXIT_OK;
+    double t0 = sl__now();
+    for (int k = 0; k < 2 && rc == SL__EXIT_OK; k++)
+        rc = load_idx_split(src, prefixes[k], &img[k], &lab[k]);
+    if (rc) goto done;
+    if (sl__mkdirs(out) != SL_OK || sl_exb_new(&b) != SL_OK) {
+        rc = sl__fail(prog);
+        goto done;
+    }
+    for (int k = 0; k < 2 && rc == SL__EXIT_OK; k++)
+        rc = convert_split(out, splits[k], &img[k], &lab[k], co, comp, b, &sw[k], &counts[k]);
+    for (int k = 0; k < 2 && rc == SL__EXIT_OK; k++)
+        if (sharded_rename(&sw[k]) != SL_OK) rc = sl__fail(PROG);
+    if (rc == SL__EXIT_OK)
+        printf("wrote %" PRIu64 " train + %" PRIu64 " test records (%s, %s) to %s in %lld+%lld "
+               "shards in %.1f s\n",
+               counts[0], counts[1], co->jpeg ? "jpeg" : "raw",
+               sl_compression_name(comp == SL_COMP_AUTO ? SL_COMP_NONE : comp), out, co->shards,
+               co->shards, sl__now() - t0);
+done:
+    for (int k = 0; k < 2; k++) {
+        if (rc) sharded_abort(&sw[k]);
+        sharded_free(&sw[k]);
+        sl_tensor_release(&img[k]);
+        sl_tensor_release(&lab[k]);
+    }
+    sl_exb_free(b);
+    return rc;
+}
+
+/* ---- convert images ------------------------------------------------------------------- */
+
+typedef struct strlist {
+    char **v;
+    size_t n, cap;
+} strlist;
+
+static sl_status strlist_push(strlist *l, const char *s) {
+    if (l->n == l->cap) {
+        size_t nc = l->cap ? l->cap * 2 : 64;
+        char **nv = realloc(l->v, nc * sizeof *nv);
+        if (!nv) return sl_err(SL_ENOMEM, "out of memory listing files");
+        l->v = nv;
+        l->cap = nc;
+    }
+    if (!(l->v[l->n] = strdup(s))) return sl_err(SL_ENOMEM, "out of memory listing files");
+    l->n++;
+    return SL_OK;
+}
+
+static void strlist_free(strlist *l) {
+    for (size_t i = 0; i < l->n; i++) free(l->v[i]);
+    free(l->v);
+    memset(l, 0, sizeof *l);
+}
+
+static int cmp_str(const void *a, const void *b) {
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+/* Names in `dir` (no "." entries, no hidden files) that are directories (want_dirs) or
+ * regular files, sorted bytewise so labels do not depend on the locale. */
+static sl_status list_dir(const char *dir, bool want_dirs, strlist *out) {
+    DIR *d = opendir(dir);
+    if (!d)
+        return sl_err(errno == ENOENT ? SL_ENOTFOUND : SL_EIO, "%s: cannot open directory: %s",
+                      dir, strerror(errno));
+    struct dirent *e;
+    sl_status s = SL_OK;
+    while ((e = readdir(d)) != NULL) {
+        if (e->d_name[0] == '.') continue;
+        char p[4096];
+        struct stat st;
+        snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
+        if (stat(p, &st) != 0) continue;
+        if (want_dirs ? !S_ISDIR(st.st_mode) : !S_ISREG(st.st_mode)) continue;
+        if ((s = strlist_push(out, e->d_name)) != SL_OK) break;
+    }
+    closedir(d);
+    if (s == SL_OK && out->n) qsort(out->v, out->n, sizeof *out->v, cmp_str);
+    return s;
+}
+
+static bool is_jpeg_name(const char *name) {
+    const char *dot = strrchr(name, '.');
+    return dot && (strcmp(dot, ".jpg") == 0 || strcmp(dot, ".jpeg") == 0 ||
+                   strcmp(dot, ".JPEG") == 0);
+}
+
+typedef struct image_item {
+    size_t cls;   /* index into the class list */
+    char *name;   /* file name inside the class folder (owned by the class's file list) */
+} image_item;
+
+static int convert_images(const char *prog, const char *dir, const char *out,
+                          const convert_opts *co, sl_compression comp) {
+    strlist classes = {0};
+    strlist *files = NULL;
+    image_item *items = NULL;
+    size_t n_items = 0, skipped = 0;
+    sharded sw;
+    memset(&sw, 0, sizeof sw);
+    sl_exb *b = NULL;
+    sl_jpeg_decoder *dec = NULL;
+    uint8_t *data = NULL, *ser = NULL, *pix = NULL;
+    size_t pix_cap = 0;
+    int rc = SL__EXIT_OK;
+    double t0 = sl__now();
+
+    if (list_dir(dir, true, &classes) != SL_OK) {
+        rc = sl__fail(PROG);
+        goto done;
+    }
+    if (classes.n == 0) {
+        fprintf(stderr, "%s: %s: no class folders found (expected DIR/CLASS/*.jpg)\n", PROG,
+                dir);
+        rc = SL__EXIT_FAIL;
+        goto done;
+    }
+    files = calloc(classes.n, sizeof *files);
+    if (!files) {
+        rc = sl__failf(PROG, "out of memory");
+        goto done;
+    }
+    size_t total = 0;
+    for (size_t c = 0; c < classes.n; c++) {
+        char p[4096];
+        snprintf(p, sizeof p, "%s/%s", dir, classes.v[c]);
+        if (list_dir(p, false, &files[c]) != SL_OK) {
+            rc = sl__fail(PROG);
+            goto done;
+        }
+        total += files[c].n;
+    }
+    items = calloc(total ? total : 1, sizeof *items);
+    if (!items) {
+        rc = sl__failf(PROG, "out of memory");
+        goto done;
+    }
+    for (size_t c = 0; c < classes.n; c++)
+        for (size_t i = 0; i < files[c].n; i++) {
+            if (!is_jpeg_name(files[c].v[i])) {
+                skipped++;
+                continue;
+            }
+            items[n_items++] = (image_item){c, files[c].v[i]};
+        }
+    if (co->limit >= 0 && (size_t)co->limit < n_items) n_items = (size_t)co->limit;
+
+    if (sl__mkdirs(out) != SL_OK || sl_exb_new(&b) != SL_OK || sl_jpeg_decoder_new(&dec) != SL_OK ||
+        sharded_init(&sw, out, "train", (int)co->shards, n_items, comp) != SL_OK) {
+        rc = sl__fail(prog);
+        goto done;
+    }
+    sl__progress bar;
+    sl__progress_start(&bar, "images", n_items);
+    for (size_t i = 0; i < n_items; i++) {
+        const image_item *it = &items[i];
+        char path[4096];
+        size_t len = 0, ser_len = 0;
+        snprintf(path, sizeof path, "%s/%s/%s", dir, classes.v[it->cls], it->name);
+        free(data);
+        data = NULL;
+        sl_jpeg_info info;
+        sl_status s = sl__read_file(path, &data, &len);
+        if (s == SL_OK) s = sl_jpeg_header(dec, data, len, &info);
+        if (s == SL_OK && co->full_decode) {
+            /* Damage past the header (a cut-off entropy stream) only shows when decoding. */
+            size_t need = (size_t)info.width * (size_t)info.height * 3;
+            if (need > pix_cap) {
+                free(pix);
+                pix_cap = 0;
+                if (!(pix = malloc(need))) {
+                    s = sl_err(SL_ENOMEM, "out of memory for a %dx%d image", info.width,
+                               info.height);
+                } else {
+                    pix_cap = need;
+                }
+            }
+            int ow, oh;
+            if (s == SL_OK) s = sl_jpeg_decode(dec, data, len, 3, 8, pix, pix_cap, &ow, &oh);
+        }
+        if (s != SL_OK) {
+            sl__progress_end(&bar);
+            /* The JPEG layer does not know the path; the message says what was wrong. */
+            rc = strstr(sl_errmsg(), path) ? sl__fail(PROG) : sl__failf(PROG, "%s", path);
+            goto done;
+        }
+        sl_bytes enc = {data, len};
+        sl_bytes fmt = {(const uint8_t *)"JPEG", 4};
+        sl_bytes text = {(const uint8_t *)classes.v[it->cls], strlen(classes.v[it->cls])};
+        sl_bytes fname = {(const uint8_t *)it->name, strlen(it->name)};
+        int64_t label = (int64_t)it->cls, hh = info.height, ww = info.width;
+        sl_exb_reset(b);
+        s = sl_exb_bytes(b, "image/encoded", &enc, 1);
+        if (s == SL_OK) s = sl_exb_bytes(b, "image/format", &fmt, 1);
+        if (s == SL_OK) s = sl_exb_int64s(b, "image/class/label", &label, 1);
+        if (s == SL_OK) s = sl_exb_bytes(b, "image/class/text", &text, 1);
+        if (s == SL_OK) s = sl_exb_int64s(b, "image/height", &hh, 1);
+        if (s == SL_OK) s = sl_exb_int64s(b, "image/width", &ww, 1);
+        if (s == SL_OK) s = sl_exb_bytes(b, "image/filename", &fname, 1);
+        if (s == SL_OK) s = sl_exb_serialize(b, &ser, &ser_len);
+        if (s == SL_OK) s = sharded_write(&sw, ser, ser_len);
+        free(ser);
+        ser = NULL;
+        if (s != SL_OK) {
+            sl__progress_end(&bar);
+            rc = sl__failf(PROG, "%s", path);
+            goto done;
+        }
+        sl__progress_set(&bar, i + 1);
+    }
+    sl__progress_end(&bar);
+    if (sharded_finish(&sw) != SL_OK || sharded_rename(&sw) != SL_OK) {
+        rc = sl__fail(PROG);
+        goto done;
+    }
+    printf("wrote %zu records of %zu classes to %s in %lld shards (%zu non-JPEG files skipped) "
+           "in %.1f s\n",
+           n_items, classes.n, out, co->shards, skipped, sl__now() - t0);
+done:
+    if (rc) sharded_abort(&sw);
+    sharded_free(&sw);
+    free(data);
+    free(pix);
+    free(items);
+    if (files)
+        for (size_t c = 0; c < classes.n; c++) strlist_free(&files[c]);
+    free(files);
+    strlist_free(&classes);
+    sl_exb_free(b);
+    sl_jpeg_decoder_free(dec);
+    return rc;
+}
+
+static int cmd_convert(int argc, char **argv) {
+    const char *prog = "sluice-record convert";
+    convert_opts co = {.shards = -1, .quality = 95, .limit = -1};
+    sl__opt opts[] = {
+        {"compression", 'c', SL__OPT_STR, &co.compression, 0, 0},
+        {"shards", 's', SL__OPT_INT, &co.shards, 1, 99999},
+        {"jpeg", 0, SL__OPT_FLAG, &co.jpeg, 0, 0},
+        {"quality", 'q', SL__OPT_INT, &co.quality, 1, 100},
+        {"src", 0, SL__OPT_STR, &co.src, 0, 0},
+        {"limit", 'n', SL__OPT_INT, &co.limit, 0, INT64_MAX},
+        {"full-decode", 0, SL__OPT_FLAG, &co.full_decode, 0, 0},
+        {NULL, 0, 0, NULL, 0, 0},
+    };
+    int npos = 0;
+    switch (sl__args_parse(prog, opts, argc, argv, &npos)) {
+    case SL__ARGS_HELP: fputs(USAGE_CONVERT, stdout); return SL__EXIT_OK;
+    case SL__ARGS_ERROR: return SL__EXIT_USAGE;
+    case SL__ARGS_OK: break;
+    }
+    if (npos == 0) return sl__usage_error(prog, "missing the source kind (fashion-mnist or images)");
+    sl_compression comp;
+    int rc = parse_compression(prog, co.compression, &comp);
+    if (rc) return rc;
+    if (strcmp(argv[0], "fashion-mnist") == 0) {
+        if (npos != 2)
+            return sl__usage_error(prog, npos < 2 ? "fashion-mnist: missing OUT"
+                                                  : "fashion-mnist: too many arguments");
+        if (co.shards < 0) return sl__usage_error(prog, "missing --shards N");
+        if (co.full_decode)
+            return sl__usage_error(prog, "--full-decode applies to images only");
+        return convert_fashion_mnist(prog, argv[1], &co, comp);
+    }
+    if (strcmp(argv[0], "images") == 0) {
+        if (npos != 3)
+            return sl__usage_error(prog, npos < 3 ? "images: missing DIR or OUT"
+                                                  : "images: too many arguments");
+        if (co.shards < 0) return sl__usage_error(prog, "missing --shards N");
+        if (co.jpeg || co.src)
+            return sl__usage_error(prog, "images: --jpeg and --src apply to fashion-mnist only");
+        return convert_images(prog, argv[1], argv[2], &co, comp);
+    }
+    return sl__usage_error(prog, "unknown source '%s' (expected fashion-mnist or images)",
+                           argv[0]);
+}
+
+/* ---- main ----------------------------------------------------------------------------- */
+
+int main(int argc, char **argv) {
+    if (argc < 2) {
+        fprintf(stderr, "%s: missing COMMAND\nTry '%s --help' for more information.\n", PROG,
+                PROG);
+        return SL__EXIT_USAGE;
+    }
+    const char *cmd = argv[1];
+    if (strcmp(cmd, "-h") == 0 || strcmp(cmd, "--help") == 0 || strcmp(cmd, "help") == 0) {
+        fputs(USAGE, stdout);
+        return SL__EXIT_OK;
+    }
+    if (strcmp(cmd, "inspect") == 0) return cmd_inspect(argc - 2, argv + 2);
+    if (strcmp(cmd, "verify") == 0) return cmd_verify(argc - 2, argv + 2);
+    if (strcmp(cmd, "cat") == 0) return cmd_cat(argc - 2, argv + 2);
+    if (strcmp(cmd, "convert") == 0) return cmd_convert(argc - 2, argv + 2);
+    if (cmd[0] == '-') return sl__usage_error(PROG, "unknown option '%s' (options follow the COMMAND)", cmd);
+    return sl__usage_error(PROG, "unknown command '%s'", cmd);
+}

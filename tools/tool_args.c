@@ -1,0 +1,219 @@
+/* Command-line parsing, error reporting and the small file helpers (mkdir -p, read a whole
+ * file, a monotonic clock) of the sluice-* tools; tool.h has the exit-status conventions.
+ * Options are few and parsed once, so clarity beats speed: a linear lookup per argument. */
+#include <errno.h>
+#include <limits.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+
+#include "tool.h"
+
+int sl__usage_error(const char *prog, const char *fmt, ...) {
+    va_list ap;
+    fprintf(stderr, "%s: ", prog);
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fprintf(stderr, "\nTry '%s --help' for more information.\n", prog);
+    return SL__EXIT_USAGE;
+}
+
+int sl__fail(const char *prog) {
+    fprintf(stderr, "%s: %s\n", prog, sl_errmsg());
+    return SL__EXIT_FAIL;
+}
+
+int sl__failf(const char *prog, const char *fmt, ...) {
+    va_list ap;
+    fprintf(stderr, "%s: ", prog);
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fprintf(stderr, ": %s\n", sl_errmsg());
+    return SL__EXIT_FAIL;
+}
+
+static const sl__opt *find_long(const sl__opt *opts, const char *name, size_t len) {
+    for (const sl__opt *o = opts; o && o->name; o++)
+        if (strlen(o->name) == len && memcmp(o->name, name, len) == 0) return o;
+    return NULL;
+}
+
+static const sl__opt *find_short(const sl__opt *opts, char c) {
+    for (const sl__opt *o = opts; o && o->name; o++)
+        if (o->short_name && o->short_name == c) return o;
+    return NULL;
+}
+
+/* Store `val` (the option's argument, NULL for a flag) into the option's destination. */
+static sl__args_result store(const char *prog, const sl__opt *o, const char *shown,
+                             const char *val) {
+    switch (o->kind) {
+    case SL__OPT_FLAG:
+        *(bool *)o->dest = true;
+        return SL__ARGS_OK;
+    case SL__OPT_STR:
+        *(const char **)o->dest = val;
+        return SL__ARGS_OK;
+    case SL__OPT_INT: {
+        char *end = NULL;
+        errno = 0;
+        long long v = strtoll(val, &end, 10);
+        if (!*val || *end || errno == ERANGE) {
+            sl__usage_error(prog, "option %s expects an integer, got '%s'", shown, val);
+            return SL__ARGS_ERROR;
+        }
+        if (v < o->min || v > o->max) {
+            sl__usage_error(prog, "option %s must be between %lld and %lld, got %lld", shown,
+                            o->min, o->max, v);
+            return SL__ARGS_ERROR;
+        }
+        *(long long *)o->dest = v;
+        return SL__ARGS_OK;
+    }
+    }
+    return SL__ARGS_ERROR;
+}
+
+sl__args_result sl__args_parse(const char *prog, const sl__opt *opts, int argc, char **argv,
+                               int *npos) {
+    int out = 0;
+    bool only_pos = false;
+    bool help = false;
+    for (int i = 0; i < argc; i++) {
+        char *a = argv[i];
+        if (only_pos || a[0] != '-' || a[1] == 0) { /* "-" alone is a positional (stdin-ish) */
+            argv[out++] = a;
+            continue;
+        }
+        if (strcmp(a, "--") == 0) {
+            only_pos = true;
+            continue;
+        }
+        const sl__opt *o;
+        const char *val = NULL;
+        char shown[80];
+        if (a[1] == '-') {
+            const char *name = a + 2, *eq = strchr(name, '=');
+            size_t len = eq ? (size_t)(eq - name) : strlen(name);
+            if (len == 4 && memcmp(name, "help", 4) == 0 && !eq) {
+                help = true;
+                continue;
+            }
+            o = find_long(opts, name, len);
+            snprintf(shown, sizeof shown, "--%.*s", (int)len, name);
+            if (!o) {
+                sl__usage_error(prog, "unknown option '%s'", shown);
+                return SL__ARGS_ERROR;
+            }
+            if (eq) {
+                if (o->kind == SL__OPT_FLAG) {
+                    sl__usage_error(prog, "option %s takes no argument", shown);
+                    return SL__ARGS_ERROR;
+                }
+                val = eq + 1;
+            }
+        } else {
+            if (a[1] == 'h' && a[2] == 0) {
+                help = true;
+                continue;
+            }
+            o = find_short(opts, a[1]);
+            snprintf(shown, sizeof shown, "-%c", a[1]);
+            if (!o) {
+                sl__usage_error(prog, "unknown option '%s'", a);
+                return SL__ARGS_ERROR;
+            }
+            if (a[2]) {
+                if (o->kind == SL__OPT_FLAG) {
+                    sl__usage_error(prog, "option %s takes no argument (got '%s')", shown, a);
+                    return SL__ARGS_ERROR;
+                }
+                val = a + 2;
+            }
+        }
+        if (o->kind != SL__OPT_FLAG && !val) {
+            if (i + 1 >= argc) {
+                sl__usage_error(prog, "option %s needs an argument", shown);
+                return SL__ARGS_ERROR;
+            }
+            val = argv[++i];
+        }
+        sl__args_result r = store(prog, o, shown, val);
+        if (r != SL__ARGS_OK) return r;
+    }
+    *npos = out;
+    return help ? SL__ARGS_HELP : SL__ARGS_OK;
+}
+
+sl_status sl__mkdirs(const char *path) {
+    char buf[4096];
+    size_t n = strlen(path);
+    if (n == 0 || n >= sizeof buf) return sl_err(SL_EINVAL, "bad directory name '%s'", path);
+    memcpy(buf, path, n + 1);
+    /* Create each prefix in turn; EEXIST along the way is fine as long as the end result
+     * is a directory. */
+    for (size_t i = 1; i <= n; i++) {
+        if (buf[i] != '/' && buf[i] != 0) continue;
+        char c = buf[i];
+        buf[i] = 0;
+        if (mkdir(buf, 0777) != 0 && errno != EEXIST) {
+            int e = errno;
+            buf[i] = c;
+            return sl_err(SL_EIO, "%s: cannot create directory: %s", path, strerror(e));
+        }
+        buf[i] = c;
+    }
+    struct stat st;
+    if (stat(path, &st) != 0 || !S_ISDIR(st.st_mode))
+        return sl_err(SL_EIO, "%s: exists and is not a directory", path);
+    return SL_OK;
+}
+
+sl_status sl__read_file(const char *path, uint8_t **out, size_t *len) {
+    *out = NULL;
+    *len = 0;
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return sl_err(errno == ENOENT ? SL_ENOTFOUND : SL_EIO, "%s: cannot open: %s", path,
+                      strerror(errno));
+    size_t cap = 1 << 16, n = 0;
+    uint8_t *buf = malloc(cap + 1);
+    if (!buf) goto nomem;
+    for (;;) {
+        size_t got = fread(buf + n, 1, cap - n, f);
+        n += got;
+        if (got == 0) break;
+        if (n == cap) {
+            uint8_t *nb = realloc(buf, cap * 2 + 1);
+            if (!nb) goto nomem;
+            buf = nb;
+            cap *= 2;
+        }
+    }
+    if (ferror(f)) {
+        int e = errno;
+        free(buf);
+        fclose(f);
+        return sl_err(SL_EIO, "%s: byte %zu: read failed: %s", path, n, strerror(e));
+    }
+    fclose(f);
+    buf[n] = 0;
+    *out = buf;
+    *len = n;
+    return SL_OK;
+nomem:
+    free(buf);
+    fclose(f);
+    return sl_err(SL_ENOMEM, "%s: out of memory reading the file", path);
+}
+
+double sl__now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
