@@ -1,0 +1,595 @@
+/* cache: the first complete pass over the input is kept; later passes (the next epochs
+ * under repeat, other iterators of the same dataset) replay it without touching the input.
+ *
+ * In memory (path NULL): a pass records every element by reference (sl_tensor_share, no
+ * copy), and errors as their messages, so a replay is exactly the stream the input gave.
+ * The store belongs to the dataset and is filled lazily — the one exception to datasets
+ * being immutable, as in tf.data — under a mutex: the first pass to reach the end installs
+ * its recording, later passes replay it. A pass closed before its end discards what it
+ * recorded. Functions downstream must not write into the tensors they receive in place
+ * (the stock ones never do): replays share the recorded buffers.
+ *
+ * In a file (path given): a pass writes the elements to PATH.tmp.PID.N and, at its end,
+ * writes a footer, flushes, fsyncs and renames it to PATH, so PATH is complete or absent.
+ * An iterator created when PATH exists replays it (mmapped privately, tensors are views of
+ * the mapping). A write failure is logged and the pass goes on uncached. A truncated or
+ * corrupt file is SL_ECORRUPT naming the file and the byte offset; a bad header or footer
+ * fails iterator creation, a bad entry is returned by next() and ends the stream there.
+ *
+ * File format (little-endian hosts; all sections 8-byte aligned):
+ *   header  "SLCACHE\0", u32 version (1), u32 header size (16)
+ *   entry   u32 "SLCE", u32 kind (1 element, 2 error), u64 payload size, u32 crc32c of the
+ *           payload, u32 0, payload, zero padding to 8
+ *     element payload: u32 components, u32 0, then per component: u8 dtype, u8 rank,
+ *           u16 name length, u32 0, name (padded to 8), i64 dims[rank], u64 n, then
+ *           numbers: n data bytes (padded to 8); bytes: n u64 lengths, the strings one
+ *           after another (padded to 8)
+ *     error payload: i32 code, u32 message length, message
+ *   footer  "SLCEND\0\0", u64 entries, u64 footer offset, u32 version, u32 crc32c of the
+ *           footer's first 28 bytes
+ *
+ * Workload: datasets that fit in RAM (memory) or on local disk (file) after expensive
+ * decoding, replayed for tens of epochs. */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "pipeline/internal.h"
+#include "sluice/crc32c.h"
+#include "sluice/log.h"
+
+#define CACHE_VERSION 1u
+#define HDR_SIZE 16
+#define FOOTER_SIZE 32
+#define ENTRY_HDR 24
+#define KIND_ELEM 1u
+#define KIND_ERR 2u
+static const char HDR_MAGIC[8] = "SLCACHE";
+static const char FOOT_MAGIC[8] = "SLCEND\0";
+static const char ENTRY_MAGIC[4] = {'S', 'L', 'C', 'E'};
+
+typedef struct {
+    sl_status status; /* SL_OK or an error */
+    sl_error *err;    /* the error's message, when status < 0 */
+    sl_element e;
+} centry;
+
+typedef struct {
+    centry *v;
+    int64_t n, cap;
+} clist;
+
+typedef struct {
+    sl_dataset base;
+    char *path;          /* NULL: in memory */
+    pthread_mutex_t mu;  /* guards complete and store */
+    bool complete;
+    clist store;         /* immutable once complete */
+    atomic_uint tmp_seq; /* makes temporary file names unique */
+} cache_ds;
+
+enum { MODE_FILL, MODE_REPLAY_MEM, MODE_REPLAY_FILE };
+
+typedef struct {
+    sl_iter base;
+    int mode;
+    /* fill */
+    sl_iter *in;
+    clist rec;        /* memory: this pass's recording */
+    bool broken;      /* the pass was cancelled: do not install */
+    FILE *f;          /* file: the temporary file, NULL once abandoned */
+    char *tmp;
+    uint64_t written; /* bytes written to f */
+    int64_t nentries;
+    uint8_t *scratch; /* one entry's payload */
+    size_t scap;
+    /* replay */
+    int64_t pos;      /* memory: next entry; file: next byte offset */
+    sl_buf *map;      /* file: the mapping */
+    uint64_t body_end;
+} cache_it;
+
+/* ---- memory store ---- */
+
+static void clist_free(clist *l) {
+    for (int64_t i = 0; i < l->n; i++) {
+        sl_element_clear(&l->v[i].e);
+        free(l->v[i].err);
+    }
+    free(l->v);
+    memset(l, 0, sizeof *l);
+}
+
+static void share_element(sl_element *dst, const sl_element *src) {
+    sl_element_init(dst);
+    dst->n = src->n;
+    for (int c = 0; c < src->n; c++) {
+        memcpy(dst->names[c], src->names[c], SL_NAME_MAX);
+        sl_tensor_share(&dst->t[c], &src->t[c]);
+    }
+}
+
+static bool record(cache_it *c, sl_status s, const sl_element *e) {
+    clist *l = &c->rec;
+    if (l->n == l->cap) {
+        int64_t ncap = l->cap ? 2 * l->cap : 256;
+        centry *nv = realloc(l->v, (size_t)ncap * sizeof *nv);
+        if (!nv) return false;
+        l->v = nv;
+        l->cap = ncap;
+    }
+    centry *ce = &l->v[l->n];
+    ce->status = s;
+    ce->err = NULL;
+    sl_element_init(&ce->e);
+    if (s < 0) {
+        if (!(ce->err = malloc(sizeof *ce->err))) return false;
+        sl_err_save(ce->err);
+    } else {
+        share_element(&ce->e, e);
+    }
+    l->n++;
+    return true;
+}
+
+/* ---- file writing ---- */
+
+static bool scratch_need(cache_it *c, size_t n) {
+    if (n <= c->scap) return true;
+    size_t ncap = c->scap ? c->scap : 4096;
+    while (ncap < n) ncap *= 2;
+    uint8_t *p = realloc(c->scratch, ncap);
+    if (!p) return false;
+    c->scratch = p;
+    c->scap = ncap;
+    return true;
+}
+
+static size_t pad8(size_t n) { return (n + 7) & ~(size_t)7; }
+
+/* Serialize element e into scratch; returns the payload size, 0 on ENOMEM. */
+static size_t encode_element(cache_it *c, const sl_element *e) {
+    size_t size = 8;
+    for (int k = 0; k < e->n; k++) {
+        const sl_tensor *t = &e->t[k];
+        size += 8 + pad8(strlen(e->names[k])) + 8 * (size_t)t->rank + 8;
+        if (t->dtype == SL_DT_BYTES) {
+            int64_t cnt = sl_tensor_numel(t);
+            const sl_bytes *b = t->data;
+            size_t total = 0;
+            for (int64_t i = 0; i < cnt; i++) total += b[i].len;
+            size += 8 * (size_t)cnt + pad8(total);
+        } else {
+            size += pad8(sl_tensor_nbytes(t));
+        }
+    }
+    if (!scratch_need(c, size)) return 0;
+    uint8_t *p = c->scratch;
+    memset(p, 0, size);
+    uint32_t ncomp = (uint32_t)e->n;
+    memcpy(p, &ncomp, 4);
+    p += 8;
+    for (int k = 0; k < e->n; k++) {
+        const sl_tensor *t = &e->t[k];
+        uint16_t nl = (uint16_t)strlen(e->names[k]);
+        p[0] = (uint8_t)t->dtype;
+        p[1] = (uint8_t)t->rank;
+        memcpy(p + 2, &nl, 2);
+        p += 8;
+        memcpy(p, e->names[k], nl);
+        p += pad8(nl);
+        memcpy(p, t->dims, 8 * (size_t)t->rank);
+        p += 8 * (size_t)t->rank;
+        if (t->dtype == SL_DT_BYTES) {
+            uint64_t cnt = (uint64_t)sl_tensor_numel(t);
+            const sl_bytes *b = t->data;
+            memcpy(p, &cnt, 8);
+            p += 8;
+            for (uint64_t i = 0; i < cnt; i++) {
+                uint64_t len = b[i].len;
+                memcpy(p, &len, 8);
+                p += 8;
+            }
+            size_t total = 0;
+            for (uint64_t i = 0; i < cnt; i++) {
+                if (b[i].len) memcpy(p + total, b[i].ptr, b[i].len);
+                total += b[i].len;
+            }
+            p += pad8(total);
+        } else {
+            uint64_t nb = sl_tensor_nbytes(t);
+            memcpy(p, &nb, 8);
+            p += 8;
+            if (nb) memcpy(p, t->data, nb);
+            p += pad8(nb);
+        }
+    }
+    return size;
+}
+
+static void abandon_file(cache_it *c, const char *why) {
+    if (!c->f) return;
+    SL_WARN("op '%s': not caching to %s: %s", c->base.ds->label, ((const cache_ds *)c->base.ds)->path, why);
+    fclose(c->f);
+    c->f = NULL;
+    unlink(c->tmp);
+}
+
+static bool write_bytes(cache_it *c, const void *p, size_t n) {
+    if (n && fwrite(p, 1, n, c->f) != n) return false;
+    c->written += n;
+    return true;
+}
+
+static void write_entry(cache_it *c, sl_status s, const sl_element *e) {
+    if (!c->f) return;
+    size_t size;
+    uint32_t kind;
+    if (s < 0) {
+        kind = KIND_ERR;
+        const char *msg = sl_errmsg();
+        uint32_t ml = (uint32_t)strlen(msg);
+        size = 8 + ml;
+        if (!scratch_need(c, size)) {
+            abandon_file(c, "out of memory");
+            return;
+        }
+        int32_t code = s;
+        memcpy(c->scratch, &code, 4);
+        memcpy(c->scratch + 4, &ml, 4);
+        memcpy(c->scratch + 8, msg, ml);
+    } else {
+        kind = KIND_ELEM;
+        if (!(size = encode_element(c, e))) {
+            abandon_file(c, "out of memory");
+            return;
+        }
+    }
+    uint8_t hdr[ENTRY_HDR] = {0};
+    uint64_t sz = size;
+    uint32_t crc = sl_crc32c(0, c->scratch, size);
+    memcpy(hdr, ENTRY_MAGIC, 4);
+    memcpy(hdr + 4, &kind, 4);
+    memcpy(hdr + 8, &sz, 8);
+    memcpy(hdr + 16, &crc, 4);
+    static const uint8_t zeros[8];
+    if (!write_bytes(c, hdr, ENTRY_HDR) || !write_bytes(c, c->scratch, size) ||
+        !write_bytes(c, zeros, pad8(size) - size)) {
+        abandon_file(c, "write failed (disk full?)");
+        return;
+    }
+    c->nentries++;
+}
+
+static void finish_file(cache_it *c) {
+    if (!c->f) return;
+    const cache_ds *d = (const cache_ds *)c->base.ds;
+    uint8_t foot[FOOTER_SIZE] = {0};
+    uint64_t n = (uint64_t)c->nentries, off = c->written;
+    uint32_t ver = CACHE_VERSION;
+    memcpy(foot, FOOT_MAGIC, 8);
+    memcpy(foot + 8, &n, 8);
+    memcpy(foot + 16, &off, 8);
+    memcpy(foot + 24, &ver, 4);
+    uint32_t crc = sl_crc32c(0, foot, 28);
+    memcpy(foot + 28, &crc, 4);
+    if (!write_bytes(c, foot, FOOTER_SIZE) || fflush(c->f) != 0 || fsync(fileno(c->f)) != 0) {
+        abandon_file(c, "write failed (disk full?)");
+        return;
+    }
+    fclose(c->f);
+    c->f = NULL;
+    if (rename(c->tmp, d->path) != 0) {
+        SL_WARN("op '%s': not caching: could not rename %s to %s", c->base.ds->label, c->tmp, d->path);
+        unlink(c->tmp);
+    }
+}
+
+/* ---- file replay ---- */
+
+static void unmap_fn(void *ctx, void *data) { munmap(data, (size_t)(uintptr_t)ctx); }
+
+static sl_status corrupt(const cache_it *c, uint64_t off, const char *what) {
+    const cache_ds *d = (const cache_ds *)c->base.ds;
+    sl_err_at(SL_ECORRUPT, d->path, (int64_t)off, "cache file: %s", what);
+    sl_err_hint("delete the cache file to rebuild it");
+    sl__op_err_prefix(&c->base);
+    return SL_ECORRUPT;
+}
+
+static sl_status open_replay(cache_it *c) {
+    const cache_ds *d = (const cache_ds *)c->base.ds;
+    int fd = open(d->path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+        sl_err_at(SL_EIO, d->path, -1, "cannot open cache file: %s", strerror(errno));
+        sl__op_err_prefix(&c->base);
+        return SL_EIO;
+    }
+    struct stat st;
+    if (fstat(fd, &st) != 0) {
+        close(fd);
+        sl_err_at(SL_EIO, d->path, -1, "cannot stat cache file");
+        sl__op_err_prefix(&c->base);
+        return SL_EIO;
+    }
+    uint64_t size = (uint64_t)st.st_size;
+    if (size < HDR_SIZE + FOOTER_SIZE) {
+        close(fd);
+        return corrupt(c, size, "truncated (too short for header and footer)");
+    }
+    void *p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE, fd, 0);
+    close(fd);
+    if (p == MAP_FAILED) {
+        sl_err_at(SL_EIO, d->path, -1, "cannot map cache file");
+        sl__op_err_prefix(&c->base);
+        return SL_EIO;
+    }
+    c->map = sl_buf_wrap(p, size, unmap_fn, (void *)(uintptr_t)size);
+    if (!c->map) {
+        munmap(p, size);
+        return SL_ENOMEM;
+    }
+    const uint8_t *b = p;
+    uint32_t ver, hs;
+    memcpy(&ver, b + 8, 4);
+    memcpy(&hs, b + 12, 4);
+    if (memcmp(b, HDR_MAGIC, 8) != 0) return corrupt(c, 0, "bad magic (not a sluice cache file)");
+    if (ver != CACHE_VERSION) return corrupt(c, 8, "unsupported version");
+    if (hs != HDR_SIZE) return corrupt(c, 12, "bad header size");
+    const uint8_t *f = b + size - FOOTER_SIZE;
+    uint64_t foff = size - FOOTER_SIZE, n, off;
+    uint32_t fcrc;
+    memcpy(&n, f + 8, 8);
+    memcpy(&off, f + 16, 8);
+    memcpy(&fcrc, f + 28, 4);
+    if (memcmp(f, FOOT_MAGIC, 8) != 0 || fcrc != sl_crc32c(0, f, 28))
+        return corrupt(c, foff, "no valid footer (truncated or damaged)");
+    if (off != foff) return corrupt(c, foff, "footer offset does not match the file size");
+    c->pos = HDR_SIZE;
+    c->body_end = foff;
+    return SL_OK;
+}
+
+static sl_status replay_file(cache_it *c, sl_element *out) {
+    if ((uint64_t)c->pos >= c->body_end) return SL_END;
+    const uint8_t *b = c->map->data;
+    uint64_t at = (uint64_t)c->pos;
+    c->pos = (int64_t)c->body_end; /* any error below ends the stream */
+    if (c->body_end - at < ENTRY_HDR) return corrupt(c, at, "truncated entry header");
+    uint32_t kind, crc;
+    uint64_t size;
+    memcpy(&kind, b + at + 4, 4);
+    memcpy(&size, b + at + 8, 8);
+    memcpy(&crc, b + at + 16, 4);
+    if (memcmp(b + at, ENTRY_MAGIC, 4) != 0) return corrupt(c, at, "bad entry magic");
+    if (size > c->body_end - at - ENTRY_HDR) return corrupt(c, at, "entry runs past the end of the data");
+    const uint8_t *p = b + at + ENTRY_HDR, *end = p + size;
+    if (sl_crc32c(0, p, size) != crc) return corrupt(c, at, "entry checksum mismatch");
+    uint64_t next = at + ENTRY_HDR + pad8(size);
+    if (kind == KIND_ERR) {
+        int32_t code;
+        uint32_t ml;
+        if (size < 8) return corrupt(c, at, "bad error entry");
+        memcpy(&code, p, 4);
+        memcpy(&ml, p + 4, 4);
+        if (ml > size - 8 || code >= 0) return corrupt(c, at, "bad error entry");
+        c->pos = (int64_t)next;
+        return sl_err(code, "%.*s", (int)ml, (const char *)p + 8);
+    }
+    if (kind != KIND_ELEM || size < 8) return corrupt(c, at, "bad entry kind");
+    uint32_t ncomp;
+    memcpy(&ncomp, p, 4);
+    if (ncomp > SL_ELEM_MAX) return corrupt(c, at, "too many components");
+    p += 8;
+    for (uint32_t k = 0; k < ncomp; k++) {
+        uint64_t here = at + ENTRY_HDR + (uint64_t)(p - (b + at + ENTRY_HDR));
+        if (end - p < 8) return corrupt(c, here, "component header truncated");
+        sl_dtype dt = p[0];
+        int rank = p[1];
+        uint16_t nl;
+        memcpy(&nl, p + 2, 2);
+        p += 8;
+        if (dt <= SL_DT_INVALID || dt >= SL_DT_COUNT_ || rank > SL_MAX_RANK || nl == 0 || nl >= SL_NAME_MAX)
+            return corrupt(c, here, "bad component header");
+        if ((uint64_t)(end - p) < pad8(nl) + 8 * (uint64_t)rank + 8) return corrupt(c, here, "component truncated");
+        char name[SL_NAME_MAX];
+        memcpy(name, p, nl);
+        name[nl] = 0;
+        p += pad8(nl);
+        int64_t dims[SL_MAX_RANK];
+        memcpy(dims, p, 8 * (size_t)rank);
+        p += 8 * (size_t)rank;
+        uint64_t nval;
+        memcpy(&nval, p, 8);
+        p += 8;
+        uint64_t numel = 1;
+        for (int i = 0; i < rank; i++) {
+            if (dims[i] < 0 || (dims[i] && numel > UINT64_MAX / (uint64_t)dims[i]))
+                return corrupt(c, here, "bad dims");
+            numel *= (uint64_t)dims[i];
+        }
+        sl_tensor t = SL_TENSOR_EMPTY;
+        if (dt == SL_DT_BYTES) {
+            if (nval != numel || nval > (uint64_t)(end - p) / 8) return corrupt(c, here, "bad string count");
+            const uint8_t *lens = p, *data = p + 8 * nval;
+            uint64_t total = 0;
+            for (uint64_t i = 0; i < nval; i++) {
+                uint64_t len;
+                memcpy(&len, lens + 8 * i, 8);
+                if (len > (uint64_t)(end - data) - total) return corrupt(c, here, "string runs past the entry");
+                total += len;
+            }
+            sl_buf *vb = sl_buf_new(nval * sizeof(sl_bytes));
+            if (!vb) return SL_ENOMEM;
+            sl_bytes *v = vb->data;
+            uint64_t o = 0;
+            for (uint64_t i = 0; i < nval; i++) {
+                uint64_t len;
+                memcpy(&len, lens + 8 * i, 8);
+                v[i].ptr = data + o;
+                v[i].len = len;
+                o += len;
+            }
+            t.dtype = dt;
+            t.rank = rank;
+            memcpy(t.dims, dims, sizeof dims);
+            t.data = vb->data;
+            t.buf = vb;
+            t.aux = sl_buf_ref(c->map);
+            p = data + pad8(total) <= end ? data + pad8(total) : end;
+        } else {
+            if (nval != numel * sl_dtype_size(dt) || nval > (uint64_t)(end - p))
+                return corrupt(c, here, "data size does not match the shape");
+            sl_status s = sl_tensor_view(&t, c->map, p, nval, dt, rank, dims);
+            if (s) return corrupt(c, here, "bad tensor");
+            p += pad8(nval) <= (uint64_t)(end - p) ? pad8(nval) : (uint64_t)(end - p);
+        }
+        if (sl_element_find(out, name) >= 0 || sl_element_set(out, name, &t) != SL_OK) {
+            sl_tensor_release(&t);
+            return corrupt(c, here, "duplicate component");
+        }
+    }
+    c->pos = (int64_t)next;
+    return SL_OK;
+}
+
+/* ---- the iterator ---- */
+
+static sl_status cache_next(sl_iter *it, sl_element *out) {
+    cache_it *c = (cache_it *)it;
+    cache_ds *d = (cache_ds *)it->ds;
+    if (c->mode == MODE_REPLAY_FILE) return replay_file(c, out);
+    if (c->mode == MODE_REPLAY_MEM) {
+        if (c->pos >= d->store.n) return SL_END;
+        const centry *ce = &d->store.v[c->pos++];
+        if (ce->status < 0) return sl_err_restore(ce->err);
+        share_element(out, &ce->e);
+        return SL_OK;
+    }
+    sl_status s = sl__iter_next(c->in, out);
+    if (s == SL_ECANCELED) {
+        c->broken = true;
+        return s;
+    }
+    if (s == SL_END) {
+        if (c->broken) return s;
+        if (d->path) {
+            finish_file(c);
+            return s;
+        }
+        pthread_mutex_lock(&d->mu);
+        if (!d->complete) {
+            d->store = c->rec;
+            memset(&c->rec, 0, sizeof c->rec);
+            d->complete = true;
+        }
+        pthread_mutex_unlock(&d->mu);
+        clist_free(&c->rec);
+        c->broken = true; /* nothing more to record */
+        return s;
+    }
+    if (c->broken) return s;
+    if (d->path) {
+        write_entry(c, s, out);
+    } else if (!record(c, s, out)) {
+        SL_WARN("op '%s': out of memory recording the cache: this pass is not cached", it->ds->label);
+        clist_free(&c->rec);
+        c->broken = true;
+    }
+    return s;
+}
+
+static void cache_close(sl_iter *it) {
+    cache_it *c = (cache_it *)it;
+    if (c->f) { /* closed before the end: discard the partial file */
+        fclose(c->f);
+        unlink(c->tmp);
+    }
+    free(c->tmp);
+    free(c->scratch);
+    clist_free(&c->rec);
+    sl_buf_unref(c->map);
+    sl__iter_close(c->in);
+}
+
+static const sl_iter_vt cache_it_vt = {.next = cache_next, .close = cache_close};
+
+static sl_status cache_make(sl_dataset *ds, sl_ictx *ctx, uint64_t seed, sl_iter **out) {
+    cache_ds *d = (cache_ds *)ds;
+    cache_it *c = sl__iter_new(sizeof *c, &cache_it_vt, ds, ctx, seed);
+    if (!c) return SL_ENOMEM;
+    sl_status s;
+    if (!d->path) {
+        pthread_mutex_lock(&d->mu);
+        bool complete = d->complete;
+        pthread_mutex_unlock(&d->mu);
+        if (complete) {
+            c->mode = MODE_REPLAY_MEM;
+            *out = &c->base;
+            return SL_OK;
+        }
+    } else if (access(d->path, F_OK) == 0) {
+        c->mode = MODE_REPLAY_FILE;
+        if ((s = open_replay(c))) goto fail;
+        *out = &c->base;
+        return SL_OK;
+    } else {
+        size_t n = strlen(d->path) + 64;
+        if (!(c->tmp = malloc(n))) {
+            s = sl_err(SL_ENOMEM, "op '%s': out of memory", ds->label);
+            goto fail;
+        }
+        snprintf(c->tmp, n, "%s.tmp.%ld.%u", d->path, (long)getpid(), atomic_fetch_add(&d->tmp_seq, 1));
+        if (!(c->f = fopen(c->tmp, "wb"))) {
+            SL_WARN("op '%s': not caching: cannot create %s: %s", ds->label, c->tmp, strerror(errno));
+        } else {
+            uint8_t hdr[HDR_SIZE] = {0};
+            uint32_t ver = CACHE_VERSION, hs = HDR_SIZE;
+            memcpy(hdr, HDR_MAGIC, 8);
+            memcpy(hdr + 8, &ver, 4);
+            memcpy(hdr + 12, &hs, 4);
+            if (!write_bytes(c, hdr, HDR_SIZE)) abandon_file(c, "write failed");
+        }
+    }
+    c->mode = MODE_FILL;
+    if ((s = sl__iter_input(ds, 0, ctx, seed, 0, &c->in))) goto fail;
+    *out = &c->base;
+    return SL_OK;
+fail:
+    sl__iter_close(&c->base);
+    return s;
+}
+
+static void cache_destroy(sl_dataset *ds) {
+    cache_ds *d = (cache_ds *)ds;
+    clist_free(&d->store);
+    free(d->path);
+    pthread_mutex_destroy(&d->mu);
+}
+
+static int64_t cache_card(const sl_dataset *ds) { return sl_dataset_cardinality(ds->inputs[0]); }
+
+static const sl_ds_vt cache_vt = {.name = "cache", .make_iter = cache_make, .destroy = cache_destroy,
+                                  .cardinality = cache_card};
+
+sl_status sl_ds_cache(sl_dataset *in, const char *path, sl_dataset **out) {
+    *out = NULL;
+    if (path && !path[0]) return sl_err(SL_EINVAL, "cache: path is empty (use NULL for a memory cache)");
+    char *p = NULL;
+    if (path && !(p = strdup(path))) return sl_err(SL_ENOMEM, "cache: out of memory");
+    cache_ds *d = sl__ds_new(sizeof *d, &cache_vt, &in, 1);
+    if (!d) {
+        free(p);
+        return sl_errcode() ? sl_errcode() : SL_ENOMEM;
+    }
+    d->path = p;
+    pthread_mutex_init(&d->mu, NULL);
+    atomic_init(&d->tmp_seq, 0);
+    *out = &d->base;
+    return SL_OK;
+}

@@ -1,0 +1,482 @@
+/* interleave: tf.data's interleave. Each input element becomes a dataset (through the
+ * factory); cycle_length of them are open at once and block_length consecutive elements are
+ * taken from each in turn. cycle 2, block 1 over [a1 a2 a3] and [b1 b2] gives a1 b1 a2 b2 a3.
+ *
+ * Workload: reading many TFRecord shards at once (cycle 4-64), so one slow file or disk
+ * does not stall the stream, with records of bytes to MBs.
+ *
+ * Order (identical for every parallelism with deterministic = true): a cursor walks the
+ * cycle positions. At an open input it takes the input's next element (block_length of
+ * them, then it moves on); at an input's end it closes that input, moves on, and refills
+ * the position at once with the next input element. Refilling at once (rather than when
+ * the cursor comes back, as tf.data does) gives the same assignment of inputs to positions
+ * and so the same output, and lets the workers start reading the new input early. An error
+ * making an input (from the input stream, the factory or opening) is kept at its position
+ * and returned when the cursor arrives there; the position is refilled on the next call.
+ * An error from an open input is returned in order and that input goes on (the cursor does
+ * not move: the error is not one of the block's elements). Input element k's iterator gets
+ * stream seed child_seed(stream seed, k + 1).
+ *
+ * parallelism 0: everything in the caller's thread. parallelism >= 1 (SL_AUTO: the CPU
+ * count, at most cycle_length): worker threads, thread t serving positions t, t+P, ...,
+ * each keep a small ring of results per open position filled ahead; the consumer takes
+ * from the cursor's ring (deterministic), or with deterministic = false from the first ring
+ * at or after the cursor that has a result ready (tf.data's "sloppy" interleave).
+ *
+ * Locking: `mu` guards every slot's ring, `it`, `in_done`, `busy`, `want` and `cancelled`.
+ * Only the consumer opens and closes slot inputs, and only while no worker is using them
+ * (`busy` false, `in_done` true or not yet handed out). Workers call their input without
+ * the lock. */
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "pipeline/internal.h"
+#include "sluice/pool.h"
+
+sl_status sl__ds_tfrecord_file(const char *path, size_t len, const sl_tfr_read_opts *opts,
+                               sl_dataset **out);
+
+typedef struct {
+    sl_dataset base;
+    sl_ds_factory factory;
+    void *fctx;
+    sl_interleave_opts o;
+    sl_tfr_read_opts ropts; /* the stock tfrecord factory's options */
+} il_ds;
+
+typedef struct {
+    sl_status status; /* SL_OK, SL_END or an error */
+    sl_error err;
+    sl_element e;
+} il_item;
+
+typedef struct {
+    sl_iter *it;        /* the open input, or NULL */
+    int64_t index;      /* its input element index */
+    bool in_done;       /* a worker got END or SL_ECANCELED from it: no more calls */
+    bool busy;          /* a worker is inside it->next */
+    il_item *ring;      /* parallel mode: rcap results */
+    int head, count;
+    bool pending;       /* consumer only: an error making this position's input waits here */
+    sl_error pend_err;
+} il_slot;
+
+typedef struct il_it il_it;
+
+typedef struct {
+    il_it *il;
+    int t;
+} il_warg;
+
+struct il_it {
+    sl_iter base;
+    sl_iter *in;           /* the input elements; consumer only */
+    int cycle, block;
+    bool parallel, deterministic;
+    il_slot *slots;
+    int rcap;
+    /* consumer state */
+    int cursor, block_idx, num_open, num_pending;
+    bool in_ended;
+    int64_t next_index;
+    /* workers */
+    pthread_mutex_t mu;
+    pthread_cond_t cv_item; /* a result was added, or a worker stopped */
+    pthread_cond_t cv_work; /* room in a ring, a new input, or cancel */
+    bool cancelled;         /* guarded by mu */
+    int want;               /* the slot the consumer waits on, or -1; guarded by mu */
+    int nthreads;
+    pthread_t *threads;
+    il_warg *wargs;
+};
+
+static void timed_wait(pthread_cond_t *cv, pthread_mutex_t *mu) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    ts.tv_nsec += 50 * 1000 * 1000;
+    if (ts.tv_nsec >= 1000000000) {
+        ts.tv_sec++;
+        ts.tv_nsec -= 1000000000;
+    }
+    pthread_cond_timedwait(cv, mu, &ts);
+}
+
+/* ---- workers ---- */
+
+static bool eligible_locked(const il_it *il, const il_slot *s) {
+    return s->it && !s->in_done && !s->busy && s->count < il->rcap;
+}
+
+static void *il_worker(void *arg) {
+    il_warg *wa = arg;
+    il_it *il = wa->il;
+    pthread_mutex_lock(&il->mu);
+    while (!il->cancelled) {
+        /* the position the consumer waits on first, then the emptiest ring */
+        int pick = -1;
+        if (il->want >= 0 && il->want % il->nthreads == wa->t && eligible_locked(il, &il->slots[il->want]))
+            pick = il->want;
+        if (pick < 0) {
+            int best = il->rcap;
+            for (int j = wa->t; j < il->cycle; j += il->nthreads)
+                if (eligible_locked(il, &il->slots[j]) && il->slots[j].count < best) {
+                    best = il->slots[j].count;
+                    pick = j;
+                }
+        }
+        if (pick < 0) {
+            pthread_cond_wait(&il->cv_work, &il->mu);
+            continue;
+        }
+        il_slot *s = &il->slots[pick];
+        s->busy = true;
+        sl_iter *sub = s->it;
+        pthread_mutex_unlock(&il->mu);
+
+        sl_element e;
+        sl_element_init(&e);
+        sl_status st = sl__iter_next(sub, &e);
+        sl_error err;
+        if (st < 0) sl_err_save(&err);
+
+        pthread_mutex_lock(&il->mu);
+        il_item *item = &s->ring[(s->head + s->count) % il->rcap];
+        item->status = st;
+        if (st < 0) item->err = err;
+        sl_element_move(&item->e, &e);
+        s->count++;
+        s->busy = false;
+        if (st == SL_END || st == SL_ECANCELED) s->in_done = true;
+        pthread_cond_broadcast(&il->cv_item);
+    }
+    pthread_mutex_unlock(&il->mu);
+    return NULL;
+}
+
+/* ---- consumer ---- */
+
+static void advance(il_it *il) {
+    il->cursor = (il->cursor + 1) % il->cycle;
+    il->block_idx = 0;
+}
+
+static void set_pending(il_it *il, il_slot *s) {
+    sl__op_err_prefix(&il->base);
+    sl_err_save(&s->pend_err);
+    s->pending = true;
+    il->num_pending++;
+}
+
+/* Give position j (empty, nothing pending) the next input element's dataset, if any. */
+static void open_slot(il_it *il, int j) {
+    il_slot *s = &il->slots[j];
+    const il_ds *d = (const il_ds *)il->base.ds;
+    if (il->in_ended) return;
+    sl_element e;
+    sl_element_init(&e);
+    sl_status st = sl__iter_next(il->in, &e);
+    if (st == SL_END) {
+        il->in_ended = true;
+        return;
+    }
+    int64_t index = il->next_index++;
+    if (st < 0) { /* the input's error, unchanged: no prefix */
+        sl_err_save(&s->pend_err);
+        s->pending = true;
+        il->num_pending++;
+        return;
+    }
+    sl_dataset *ds = NULL;
+    st = d->factory(d->fctx, &e, &ds);
+    sl_element_clear(&e);
+    if (st < 0 || !ds) {
+        if (st >= 0) sl_err(SL_EINTERNAL, "the factory returned no dataset for input element %lld",
+                            (long long)index);
+        set_pending(il, s);
+        return;
+    }
+    sl_iter *sub;
+    st = sl__iter_make(ds, il->base.ctx, sl__child_seed(il->base.seed, (uint64_t)index + 1), &sub);
+    sl_dataset_unref(ds);
+    if (st) {
+        set_pending(il, s);
+        return;
+    }
+    il->num_open++;
+    if (!il->parallel) {
+        s->it = sub;
+        s->index = index;
+        return;
+    }
+    pthread_mutex_lock(&il->mu);
+    s->it = sub;
+    s->index = index;
+    s->in_done = false;
+    pthread_cond_broadcast(&il->cv_work);
+    pthread_mutex_unlock(&il->mu);
+}
+
+/* Close position j's input after its end (no worker uses it any more). */
+static void close_slot(il_it *il, int j) {
+    il_slot *s = &il->slots[j];
+    sl_iter *sub;
+    if (il->parallel) pthread_mutex_lock(&il->mu);
+    sub = s->it;
+    s->it = NULL;
+    s->in_done = false;
+    if (il->parallel) pthread_mutex_unlock(&il->mu);
+    sl__iter_close(sub);
+    il->num_open--;
+}
+
+/* Pop the oldest result of slot s. mu held. */
+static void pop_locked(il_it *il, il_slot *s, il_item *out) {
+    il_item *item = &s->ring[s->head];
+    out->status = item->status;
+    if (item->status < 0) sl_err_restore(&item->err);
+    sl_element_move(&out->e, &item->e);
+    s->head = (s->head + 1) % il->rcap;
+    s->count--;
+    pthread_cond_broadcast(&il->cv_work);
+}
+
+/* The next result from position j's input: directly, or from its ring (waiting). *closed
+ * is set when the pipeline was closed while waiting: the result is then not the input's
+ * (a worker may still be inside it). */
+static sl_status take(il_it *il, int j, sl_element *out, bool *closed) {
+    il_slot *s = &il->slots[j];
+    *closed = false;
+    if (!il->parallel) return sl__iter_next(s->it, out);
+    uint64_t t0 = sl_now_ns();
+    pthread_mutex_lock(&il->mu);
+    while (s->count == 0) {
+        if (atomic_load_explicit(&il->base.ctx->cancelled, memory_order_relaxed)) {
+            il->want = -1;
+            pthread_mutex_unlock(&il->mu);
+            *closed = true;
+            return sl__op_err(&il->base, SL_ECANCELED, "iterator was closed");
+        }
+        il->want = j;
+        pthread_cond_broadcast(&il->cv_work);
+        timed_wait(&il->cv_item, &il->mu);
+    }
+    il->want = -1;
+    il_item item;
+    sl_element_init(&item.e);
+    pop_locked(il, s, &item);
+    pthread_mutex_unlock(&il->mu);
+    atomic_fetch_add_explicit(&il->base.stats.wait_ns, (long long)(sl_now_ns() - t0), memory_order_relaxed);
+    if (item.status == SL_OK) sl_element_move(out, &item.e);
+    return item.status;
+}
+
+/* Non-deterministic: the first position at or after the cursor with something to return
+ * now (a pending error or a result in its ring); -1 if none. */
+static int ready_slot(il_it *il) {
+    int found = -1;
+    pthread_mutex_lock(&il->mu);
+    for (int k = 0; k < il->cycle && found < 0; k++) {
+        int j = (il->cursor + k) % il->cycle;
+        il_slot *s = &il->slots[j];
+        if (s->pending || (s->it && s->count > 0) || (!s->it && !il->in_ended)) found = j;
+    }
+    if (found < 0 && il->num_open > 0) { /* nothing ready: wait for any result */
+        if (!atomic_load_explicit(&il->base.ctx->cancelled, memory_order_relaxed))
+            timed_wait(&il->cv_item, &il->mu);
+    }
+    pthread_mutex_unlock(&il->mu);
+    return found;
+}
+
+static sl_status il_next(sl_iter *it, sl_element *out) {
+    il_it *il = (il_it *)it;
+    for (;;) {
+        if (il->in_ended && il->num_open == 0 && il->num_pending == 0) return SL_END;
+        if (il->parallel && !il->deterministic) {
+            int j = ready_slot(il);
+            if (j < 0) {
+                if (atomic_load_explicit(&it->ctx->cancelled, memory_order_relaxed))
+                    return sl__op_err(it, SL_ECANCELED, "iterator was closed");
+                continue;
+            }
+            if (j != il->cursor) {
+                il->cursor = j;
+                il->block_idx = 0;
+            }
+        }
+        int j = il->cursor;
+        il_slot *s = &il->slots[j];
+        if (s->pending) {
+            s->pending = false;
+            il->num_pending--;
+            return sl_err_restore(&s->pend_err);
+        }
+        if (!s->it) {
+            if (!il->in_ended) open_slot(il, j);
+            else advance(il);
+            continue;
+        }
+        bool closed;
+        sl_status st = take(il, j, out, &closed);
+        if (closed) return st;
+        if (st == SL_OK) {
+            if (++il->block_idx >= il->block) advance(il);
+            return SL_OK;
+        }
+        if (st == SL_END || st == SL_ECANCELED) {
+            close_slot(il, j);
+            if (st == SL_ECANCELED) return st;
+            open_slot(il, j);
+            advance(il);
+            continue;
+        }
+        return st; /* the input's error, in order; that input goes on */
+    }
+}
+
+static void il_close(sl_iter *it) {
+    il_it *il = (il_it *)it;
+    if (il->parallel) {
+        pthread_mutex_lock(&il->mu);
+        il->cancelled = true;
+        pthread_cond_broadcast(&il->cv_work);
+        pthread_cond_broadcast(&il->cv_item);
+        pthread_mutex_unlock(&il->mu);
+        for (int t = 0; t < il->nthreads; t++) pthread_join(il->threads[t], NULL);
+    }
+    if (il->slots) {
+        for (int j = 0; j < il->cycle; j++) {
+            il_slot *s = &il->slots[j];
+            sl__iter_close(s->it);
+            if (s->ring) {
+                for (int k = 0; k < s->count; k++) sl_element_clear(&s->ring[(s->head + k) % il->rcap].e);
+                free(s->ring);
+            }
+        }
+        free(il->slots);
+    }
+    free(il->threads);
+    free(il->wargs);
+    sl__iter_close(il->in);
+    if (il->parallel) {
+        pthread_mutex_destroy(&il->mu);
+        pthread_cond_destroy(&il->cv_item);
+        pthread_cond_destroy(&il->cv_work);
+    }
+}
+
+static const sl_iter_vt il_it_vt = {.next = il_next, .close = il_close};
+
+static sl_status il_make(sl_dataset *ds, sl_ictx *ctx, uint64_t seed, sl_iter **out) {
+    const il_ds *d = (const il_ds *)ds;
+    il_it *il = sl__iter_new(sizeof *il, &il_it_vt, ds, ctx, seed);
+    if (!il) return SL_ENOMEM;
+    il->cycle = d->o.cycle_length == SL_AUTO ? ctx->ncpu : d->o.cycle_length;
+    if (il->cycle < 1) il->cycle = 1;
+    il->block = d->o.block_length;
+    il->deterministic = d->o.deterministic;
+    int par = d->o.parallelism == SL_AUTO ? ctx->ncpu : d->o.parallelism;
+    if (par > il->cycle) par = il->cycle;
+    il->parallel = par > 0;
+    if (il->parallel) {
+        pthread_mutex_init(&il->mu, NULL);
+        pthread_cond_init(&il->cv_item, NULL);
+        pthread_cond_init(&il->cv_work, NULL);
+    }
+    il->want = -1;
+    il->rcap = il->block < 2 ? 2 : il->block > 16 ? 16 : il->block;
+    sl_status s;
+    if (!(il->slots = calloc((size_t)il->cycle, sizeof *il->slots))) goto nomem;
+    if (il->parallel) {
+        for (int j = 0; j < il->cycle; j++)
+            if (!(il->slots[j].ring = calloc((size_t)il->rcap, sizeof(il_item)))) goto nomem;
+        if (!(il->threads = calloc((size_t)par, sizeof *il->threads)) ||
+            !(il->wargs = calloc((size_t)par, sizeof *il->wargs)))
+            goto nomem;
+    }
+    atomic_store(&il->base.stats.parallelism, par);
+    atomic_store(&il->base.stats.buffer, il->parallel ? il->rcap * il->cycle : 0);
+    s = sl__iter_input(ds, 0, ctx, seed, 0, &il->in);
+    if (s) goto fail;
+    /* fill the cycle in position order, as the cursor's first round would */
+    for (int j = 0; j < il->cycle && !il->in_ended; j++) open_slot(il, j);
+    if (il->parallel) {
+        il->nthreads = par;
+        for (int t = 0; t < par; t++) {
+            il->wargs[t].il = il;
+            il->wargs[t].t = t;
+            if (pthread_create(&il->threads[t], NULL, il_worker, &il->wargs[t]) != 0) {
+                il->nthreads = t;
+                s = sl_err(SL_EIO, "op '%s': could not start worker thread %d", ds->label, t + 1);
+                goto fail;
+            }
+        }
+    }
+    *out = &il->base;
+    return SL_OK;
+nomem:
+    s = sl_err(SL_ENOMEM, "op '%s': out of memory for a cycle of %d", ds->label, il->cycle);
+fail:
+    sl__iter_close(&il->base);
+    return s;
+}
+
+static const sl_ds_vt il_vt = {.name = "interleave", .make_iter = il_make};
+
+sl_interleave_opts sl_interleave_opts_default(void) {
+    sl_interleave_opts o = {.cycle_length = SL_AUTO, .block_length = 1, .parallelism = SL_AUTO,
+                            .deterministic = true};
+    return o;
+}
+
+static sl_status il_new(sl_dataset *in, sl_ds_factory factory, void *ctx, const sl_interleave_opts *opts,
+                        il_ds **out) {
+    *out = NULL;
+    sl_interleave_opts o = opts ? *opts : sl_interleave_opts_default();
+    if (!factory) return sl_err(SL_EINVAL, "interleave: factory is NULL");
+    if (o.cycle_length != SL_AUTO && (o.cycle_length < 1 || o.cycle_length > 4096))
+        return sl_err(SL_EINVAL, "interleave: cycle_length %d must be 1..4096 or auto", o.cycle_length);
+    if (o.block_length < 1)
+        return sl_err(SL_EINVAL, "interleave: block_length %d must be >= 1", o.block_length);
+    if (o.parallelism != SL_AUTO && (o.parallelism < 0 || o.parallelism > 256))
+        return sl_err(SL_EINVAL, "interleave: parallelism %d must be 0..256 or auto", o.parallelism);
+    il_ds *d = sl__ds_new(sizeof *d, &il_vt, &in, 1);
+    if (!d) return sl_errcode() ? sl_errcode() : SL_ENOMEM;
+    d->factory = factory;
+    d->fctx = ctx;
+    d->o = o;
+    *out = d;
+    return SL_OK;
+}
+
+sl_status sl_ds_interleave(sl_dataset *in, sl_ds_factory factory, void *ctx,
+                           const sl_interleave_opts *opts, sl_dataset **out) {
+    il_ds *d;
+    sl_status s = il_new(in, factory, ctx, opts, &d);
+    *out = s ? NULL : &d->base;
+    return s;
+}
+
+/* The stock factory: element "filename" (bytes scalar) -> that one TFRecord file. */
+static sl_status tfrecord_factory(void *ctx, const sl_element *e, sl_dataset **out) {
+    const il_ds *d = ctx;
+    *out = NULL;
+    int c = sl_element_find(e, "filename");
+    if (c < 0 || e->t[c].dtype != SL_DT_BYTES || e->t[c].rank != 0)
+        return sl_err(SL_EINVAL, "interleave_tfrecord: the input element has no bytes scalar 'filename'");
+    const sl_bytes *b = e->t[c].data;
+    return sl__ds_tfrecord_file((const char *)b->ptr, b->len, &d->ropts, out);
+}
+
+sl_status sl_ds_interleave_tfrecord(sl_dataset *filenames, const sl_tfr_read_opts *ropts,
+                                    const sl_interleave_opts *opts, sl_dataset **out) {
+    il_ds *d;
+    *out = NULL;
+    sl_status s = il_new(filenames, tfrecord_factory, NULL, opts, &d);
+    if (s) return s;
+    d->fctx = d;
+    d->ropts = ropts ? *ropts : sl_tfr_read_opts_default();
+    *out = &d->base;
+    return SL_OK;
+}

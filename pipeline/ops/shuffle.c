@@ -1,0 +1,104 @@
+/* shuffle: tf.data's shuffle. Keep a buffer of up to `buffer` elements; each output is a
+ * uniformly chosen buffered element, whose place the next input element takes; at the end
+ * of the input the rest drain in random order. With buffer >= the input's size the output
+ * is a uniformly random permutation.
+ *
+ * Seed: the generator starts from mix(seed, reshuffle_each_epoch ? stream seed : 0). Under
+ * repeat each epoch's iterator has its own stream seed, so reshuffling gives a new order
+ * per epoch; without it every epoch (and every run) has the same order.
+ *
+ * Input errors are returned as they arrive (the buffer is kept and the stream goes on).
+ * Workload: buffers of 1k-100k elements (records or parsed examples); the buffer grows as
+ * it fills so a large `buffer` over a short input costs nothing. */
+#include <stdlib.h>
+
+#include "pipeline/internal.h"
+
+typedef struct {
+    sl_dataset base;
+    int64_t buffer;
+    uint64_t seed;
+    bool reshuffle;
+} sh_ds;
+
+typedef struct {
+    sl_iter base;
+    sl_iter *in;
+    sl_element *buf; /* count live elements, allocated up to cap */
+    int64_t count, cap;
+    bool in_ended;
+    sl_rng rng;
+} sh_it;
+
+static sl_status sh_next(sl_iter *it, sl_element *out) {
+    sh_it *h = (sh_it *)it;
+    const sh_ds *d = (const sh_ds *)it->ds;
+    while (!h->in_ended && h->count < d->buffer) {
+        if (h->count == h->cap) {
+            int64_t ncap = h->cap ? h->cap * 2 : 64;
+            if (ncap > d->buffer) ncap = d->buffer;
+            sl_element *nb = realloc(h->buf, (size_t)ncap * sizeof *nb);
+            if (!nb) return sl__op_err(it, SL_ENOMEM, "out of memory growing the buffer to %lld elements",
+                                       (long long)ncap);
+            h->buf = nb;
+            h->cap = ncap;
+        }
+        sl_element *slot = &h->buf[h->count];
+        sl_element_init(slot);
+        sl_status s = sl__iter_next(h->in, slot);
+        if (s == SL_END) {
+            h->in_ended = true;
+            break;
+        }
+        if (s < 0) return s; /* the input's error, unchanged; the buffer stays */
+        h->count++;
+    }
+    if (h->count == 0) return SL_END;
+    int64_t k = (int64_t)sl__rng_below(&h->rng, (uint64_t)h->count);
+    sl_element_move(out, &h->buf[k]);
+    h->count--;
+    if (k != h->count) sl_element_move(&h->buf[k], &h->buf[h->count]);
+    atomic_store_explicit(&it->stats.buffered, (int)h->count, memory_order_relaxed);
+    return SL_OK;
+}
+
+static void sh_close(sl_iter *it) {
+    sh_it *h = (sh_it *)it;
+    for (int64_t i = 0; i < h->count; i++) sl_element_clear(&h->buf[i]);
+    free(h->buf);
+    sl__iter_close(h->in);
+}
+
+static const sl_iter_vt sh_it_vt = {.next = sh_next, .close = sh_close};
+
+static sl_status sh_make(sl_dataset *ds, sl_ictx *ctx, uint64_t seed, sl_iter **out) {
+    const sh_ds *d = (const sh_ds *)ds;
+    sh_it *h = sl__iter_new(sizeof *h, &sh_it_vt, ds, ctx, seed);
+    if (!h) return SL_ENOMEM;
+    h->rng.s = sl__mix(d->seed, d->reshuffle ? seed : 0);
+    atomic_store(&h->base.stats.buffer, d->buffer > 0x7fffffff ? 0x7fffffff : (int)d->buffer);
+    sl_status s = sl__iter_input(ds, 0, ctx, seed, 0, &h->in);
+    if (s) {
+        sl__iter_close(&h->base);
+        return s;
+    }
+    *out = &h->base;
+    return SL_OK;
+}
+
+static int64_t sh_card(const sl_dataset *ds) { return sl_dataset_cardinality(ds->inputs[0]); }
+
+static const sl_ds_vt sh_vt = {.name = "shuffle", .make_iter = sh_make, .cardinality = sh_card};
+
+sl_status sl_ds_shuffle(sl_dataset *in, int64_t buffer, uint64_t seed, bool reshuffle_each_epoch,
+                        sl_dataset **out) {
+    *out = NULL;
+    if (buffer < 1) return sl_err(SL_EINVAL, "shuffle: buffer %lld must be >= 1", (long long)buffer);
+    sh_ds *d = sl__ds_new(sizeof *d, &sh_vt, &in, 1);
+    if (!d) return sl_errcode() ? sl_errcode() : SL_ENOMEM;
+    d->buffer = buffer;
+    d->seed = seed;
+    d->reshuffle = reshuffle_each_epoch;
+    *out = &d->base;
+    return SL_OK;
+}

@@ -1,0 +1,164 @@
+/* tfrecord: the records of TFRecord files, file after file, as {"record": bytes scalar}.
+ * Zero-copy: the tensor's data is a one-element sl_bytes array (in its own small buffer)
+ * pointing into the reader's record buffer (the mmapped file, or the inflate window), and
+ * the tensor's aux holds a reference to that buffer so the bytes outlive the reader.
+ *
+ * Paths may be glob patterns: expanded at creation (each pattern's matches sorted, patterns
+ * kept in the given order); one that matches nothing is SL_ENOTFOUND. No paths at all (a
+ * replica left without files) is an empty dataset.
+ *
+ * Errors: a file that cannot be opened, or a corrupt record, is returned as the reader
+ * reported it ("FILE: byte OFFSET: what") prefixed with the op's label; the reader is
+ * finished after an error, so the next call goes on with the NEXT file. With skip_corrupt
+ * the reader skips corrupt records itself; each skipped record is added to the iterator's
+ * errors_ignored count (sl_iter_errors_ignored) and logged at WARN level, so skipped data
+ * is never silent.
+ *
+ * Workload: a handful to thousands of files of MBs to GBs, records of bytes to MBs; the
+ * per-record cost here is one small allocation. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "pipeline/internal.h"
+#include "sluice/log.h"
+
+sl_status sl__glob_paths(const char *op, const char *const *patterns, int n, bool sort_all,
+                         char ***out, int *nout);
+void sl__free_paths(char **paths, int n);
+
+typedef struct {
+    sl_dataset base;
+    char **paths;
+    int n;
+    sl_tfr_read_opts opts;
+} tfr_ds;
+
+typedef struct {
+    sl_iter base;
+    int file;              /* index of the file being read (or to open next) */
+    sl_tfr_reader *rd;     /* open reader of paths[file], or NULL */
+    uint64_t skipped_seen; /* corrupt_skipped already counted for rd */
+} tfr_it;
+
+static void count_skipped(tfr_it *t, const char *path) {
+    if (!t->rd || !((const tfr_ds *)t->base.ds)->opts.skip_corrupt) return;
+    sl_tfr_stats st = sl_tfr_reader_stats(t->rd);
+    if (st.corrupt_skipped > t->skipped_seen) {
+        uint64_t k = st.corrupt_skipped - t->skipped_seen;
+        t->skipped_seen = st.corrupt_skipped;
+        atomic_fetch_add(&t->base.ctx->errors_ignored, (long long)k);
+        SL_WARN("op '%s': %s: skipped %llu corrupt record(s) (%llu so far in this file)", t->base.ds->label,
+                path, (unsigned long long)k, (unsigned long long)st.corrupt_skipped);
+    }
+}
+
+static void close_reader(tfr_it *t) {
+    sl_tfr_reader_close(t->rd);
+    t->rd = NULL;
+    t->skipped_seen = 0;
+    t->file++;
+}
+
+static sl_status tfr_next(sl_iter *it, sl_element *out) {
+    tfr_it *t = (tfr_it *)it;
+    const tfr_ds *d = (const tfr_ds *)it->ds;
+    for (;;) {
+        if (!t->rd) {
+            if (t->file >= d->n) return SL_END;
+            sl_status s = sl_tfr_reader_open(d->paths[t->file], &d->opts, &t->rd);
+            if (s) {
+                t->rd = NULL;
+                t->file++; /* this file is consumed by its error; the next call goes on */
+                sl__op_err_prefix(it);
+                return s;
+            }
+        }
+        sl_record rec;
+        sl_status s = sl_tfr_reader_next(t->rd, &rec);
+        count_skipped(t, d->paths[t->file]);
+        if (s == SL_END) {
+            close_reader(t);
+            continue;
+        }
+        if (s < 0) {
+            sl_error e;
+            sl_err_save(&e);
+            close_reader(t);
+            sl_err_restore(&e);
+            sl__op_err_prefix(it);
+            return s;
+        }
+        sl_buf *vb = sl_buf_new(sizeof(sl_bytes));
+        if (!vb) return sl__op_err(it, SL_ENOMEM, "out of memory for a record view");
+        sl_bytes *v = vb->data;
+        v->ptr = rec.data;
+        v->len = rec.len;
+        sl_tensor tt = SL_TENSOR_EMPTY;
+        tt.dtype = SL_DT_BYTES;
+        tt.data = vb->data;
+        tt.buf = vb;
+        tt.aux = sl_buf_ref(rec.buf);
+        s = sl_element_set(out, "record", &tt);
+        if (s) sl_tensor_release(&tt);
+        return s;
+    }
+}
+
+static void tfr_close(sl_iter *it) { sl_tfr_reader_close(((tfr_it *)it)->rd); }
+
+static const sl_iter_vt tfr_it_vt = {.next = tfr_next, .close = tfr_close};
+
+static sl_status tfr_make(sl_dataset *ds, sl_ictx *ctx, uint64_t seed, sl_iter **out) {
+    tfr_it *t = sl__iter_new(sizeof *t, &tfr_it_vt, ds, ctx, seed);
+    if (!t) return SL_ENOMEM;
+    *out = &t->base;
+    return SL_OK;
+}
+
+static void tfr_destroy(sl_dataset *ds) {
+    tfr_ds *d = (tfr_ds *)ds;
+    sl__free_paths(d->paths, d->n);
+}
+
+static const sl_ds_vt tfr_vt = {.name = "tfrecord", .make_iter = tfr_make, .destroy = tfr_destroy};
+
+static sl_status tfr_new(char **list, int nl, const sl_tfr_read_opts *opts, sl_dataset **out) {
+    tfr_ds *d = sl__ds_new(sizeof *d, &tfr_vt, NULL, 0);
+    if (!d) {
+        sl__free_paths(list, nl);
+        return SL_ENOMEM;
+    }
+    d->paths = list;
+    d->n = nl;
+    d->opts = opts ? *opts : sl_tfr_read_opts_default();
+    *out = &d->base;
+    return SL_OK;
+}
+
+sl_status sl_ds_tfrecord(const char *const *paths, int n, const sl_tfr_read_opts *opts,
+                         sl_dataset **out) {
+    *out = NULL;
+    char **list = NULL;
+    int nl = 0;
+    if (n < 0 || (n > 0 && !paths)) return sl_err(SL_EINVAL, "tfrecord: %d paths", n);
+    if (n == 0) return tfr_new(list, nl, opts, out); /* no files: an empty dataset, as in tf.data */
+    sl_status s = sl__glob_paths("tfrecord", paths, n, false, &list, &nl);
+    if (s) return s;
+    return tfr_new(list, nl, opts, out);
+}
+
+/* One file, taken literally (no glob: a listed file name may contain '[' or '*'); for
+ * interleave's stock factory. A missing file is reported when it is read. */
+sl_status sl__ds_tfrecord_file(const char *path, size_t len, const sl_tfr_read_opts *opts,
+                               sl_dataset **out);
+
+sl_status sl__ds_tfrecord_file(const char *path, size_t len, const sl_tfr_read_opts *opts,
+                               sl_dataset **out) {
+    *out = NULL;
+    char **list = malloc(sizeof *list);
+    if (!list || !(list[0] = strndup(path, len))) {
+        free(list);
+        return sl_err(SL_ENOMEM, "tfrecord: out of memory");
+    }
+    return tfr_new(list, 1, opts, out);
+}
