@@ -83,11 +83,36 @@ static void chain_destroy(sl_fn *fn) {
 
 static const sl_fn_vt chain_vt = {.name = "chain", .destroy = chain_destroy};
 
+static sl_status chain_flat(sl_fn *const *fns, int n, sl_fn **out);
+
+/* A chain member that is itself a chain contributes its members: chains stay one level
+ * deep, which is what states and absorption assume. */
 sl_status sl_fn_chain(sl_fn *const *fns, int n, sl_fn **out) {
     *out = NULL;
     if (n < 1) return sl_err(SL_EINVAL, "a function chain needs at least one function");
-    for (int i = 0; i < n; i++)
+    int total = 0;
+    for (int i = 0; i < n; i++) {
         if (!fns[i]) return sl_err(SL_EINVAL, "function %d of the chain is NULL", i);
+        total += fns[i]->vt == &chain_vt ? ((const chain_fn *)fns[i])->n : 1;
+    }
+    if (total == n) return chain_flat(fns, n, out);
+    sl_fn **flat = malloc(sizeof *flat * (size_t)total);
+    if (!flat) return sl_err(SL_ENOMEM, "out of memory creating a function chain");
+    int k = 0;
+    for (int i = 0; i < n; i++) {
+        if (fns[i]->vt == &chain_vt) {
+            const chain_fn *c = (const chain_fn *)fns[i];
+            for (int j = 0; j < c->n; j++) flat[k++] = c->fns[j];
+        } else {
+            flat[k++] = fns[i];
+        }
+    }
+    sl_status s = chain_flat(flat, total, out);
+    free(flat);
+    return s;
+}
+
+static sl_status chain_flat(sl_fn *const *fns, int n, sl_fn **out) {
     if (n == 1) {
         *out = sl_fn_ref(fns[0]);
         if (fns[0]->vt->plan) fns[0]->vt->plan(fns[0], NULL, 0);
@@ -168,22 +193,47 @@ void sl__fn_states_free(const sl_fn *fn, sl_fn_states *st) {
     free(st);
 }
 
-static sl_status apply_one(const sl_fn *f, sl_element *e, uint64_t seed, int64_t index, void *state) {
-    sl_fn_call call = {.seed = seed, .index = index, .state = state};
-    sl_status s = f->vt->apply(f, e, &call);
+/* What a function receives as its sl_fn_call, with what sl__fn_absorbed needs to find the
+ * members it absorbed and their seeds. */
+typedef struct {
+    sl_fn_call call;       /* first member: the function sees only this */
+    const chain_fn *chain; /* the chain being run, NULL outside one */
+    int pos;               /* the function's position in the chain */
+    uint64_t elem_seed;    /* the seed the chain was applied with */
+} call_ext;
+
+static sl_status apply_one(const sl_fn *f, sl_element *e, uint64_t seed, int64_t index, void *state,
+                           const chain_fn *chain, int pos, uint64_t elem_seed) {
+    call_ext x = {.call = {.seed = seed, .index = index, .state = state},
+                  .chain = chain, .pos = pos, .elem_seed = elem_seed};
+    sl_status s = f->vt->apply(f, e, &x.call);
     if (s < 0) sl_err_prefix("%s: ", f->name);
     return s;
 }
 
 sl_status sl__fn_apply(const sl_fn *fn, sl_element *e, uint64_t seed, int64_t index, sl_fn_states *st) {
-    if (fn->vt != &chain_vt) return apply_one(fn, e, seed, index, st ? st->st[0] : NULL);
+    if (fn->vt != &chain_vt)
+        return apply_one(fn, e, seed, index, st ? st->st[0] : NULL, NULL, 0, seed);
     const chain_fn *c = (const chain_fn *)fn;
     for (int i = 0; i < c->n; i++) {
         if (c->absorbed[i]) continue;
-        sl_status s = apply_one(c->fns[i], e, sl__mix(seed, (uint64_t)i), index, st ? st->st[i] : NULL);
+        sl_status s = apply_one(c->fns[i], e, sl__mix(seed, (uint64_t)i), index,
+                                st ? st->st[i] : NULL, c, i, seed);
         if (s) return s;
     }
     return SL_OK;
+}
+
+const sl_fn *sl__fn_absorbed(const sl_fn_call *call, int k, uint64_t *seed) {
+    const call_ext *x = (const call_ext *)call;
+    if (!x->chain || k < 1) return NULL;
+    int j = x->pos + k;
+    if (j >= x->chain->n || !x->chain->absorbed[j]) return NULL;
+    /* every member between must have been absorbed too (by this function) */
+    for (int m = x->pos + 1; m < j; m++)
+        if (!x->chain->absorbed[m]) return NULL;
+    if (seed) *seed = sl__mix(x->elem_seed, (uint64_t)j);
+    return x->chain->fns[j];
 }
 
 int sl__fn_component(const sl_fn *fn, const sl_element *e, const char *name, sl_status *err) {

@@ -161,11 +161,17 @@ void sl__fn_states_free(const sl_fn *fn, sl_fn_states *st);
 sl_status sl__fn_apply(const sl_fn *fn, sl_element *e, uint64_t seed, int64_t index,
                        sl_fn_states *st);
 
+/* For a function whose plan() absorbed downstream members of a chain: the member k places
+ * after it (k >= 1) and, in *seed, the seed the chain would have called that member with, so
+ * the fused work draws exactly the random numbers the unfused chain would. NULL (and *seed
+ * untouched) when the function is not running inside a chain or member k is not absorbed
+ * there. `call` must be the sl_fn_call the function received from sl__fn_apply. */
+const sl_fn *sl__fn_absorbed(const sl_fn_call *call, int k, uint64_t *seed);
+
 /* Component lookup helper for functions: the index of `name` in e, or an SL_EINVAL error
  * "FN: no component 'name' (components: a, b)". */
 int sl__fn_component(const sl_fn *fn, const sl_element *e, const char *name, sl_status *err);
 
-#endif
 
 /* ---- the parallel runner (pipeline/runner.c) ----
  * Worker threads repeatedly: take the input lock, fetch the inputs of one unit of work
@@ -222,3 +228,5 @@ sl_status sl__stack(const sl_element *elems, int n, const sl_batch_opts *opts, c
 
 /* Is ds a map (for batch's automatic fusion)? Then its fn, parallelism and determinism. */
 bool sl__ds_as_map(const sl_dataset *ds, sl_fn **fn, int *parallelism, bool *deterministic);
+
+#endif

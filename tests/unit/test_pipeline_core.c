@@ -323,6 +323,40 @@ TEST(test_map_batch_equals_map_then_batch) {
     sl_dataset_unref(r);
 }
 
+static sl_status add_ctx(void *ctx, sl_element *e, const sl_fn_call *call) {
+    (void)call;
+    int64_t *v = e->t[0].data;
+    *v = *v * 10 + (int64_t)(intptr_t)ctx;
+    return SL_OK;
+}
+
+/* A chain inside a chain runs its members in order (chains are flattened). */
+TEST(test_nested_chain) {
+    sl_fn *a, *b, *c, *ab, *abc;
+    ASSERT_OK(sl_fn_custom("a", add_ctx, (void *)1, NULL, &a));
+    ASSERT_OK(sl_fn_custom("b", add_ctx, (void *)2, NULL, &b));
+    ASSERT_OK(sl_fn_custom("c", add_ctx, (void *)3, NULL, &c));
+    sl_fn *pair[2] = {a, b};
+    ASSERT_OK(sl_fn_chain(pair, 2, &ab));
+    sl_fn *outer[2] = {ab, c};
+    ASSERT_OK(sl_fn_chain(outer, 2, &abc));
+    ASSERT_STREQ(sl_fn_name(abc), "a|b|c");
+    sl_dataset *r, *m;
+    ASSERT_OK(sl_ds_range(5, 7, 1, &r));
+    ASSERT_OK(sl_ds_map(r, abc, 2, true, &m));
+    int64_t v[4];
+    ASSERT_EQ(drain_values(m, v, 4), 2);
+    ASSERT_EQ(v[0], 5123);
+    ASSERT_EQ(v[1], 6123);
+    sl_dataset_unref(m);
+    sl_dataset_unref(r);
+    sl_fn_unref(abc);
+    sl_fn_unref(ab);
+    sl_fn_unref(a);
+    sl_fn_unref(b);
+    sl_fn_unref(c);
+}
+
 static sl_status slow_fn(void *ctx, sl_element *e, const sl_fn_call *call) {
     (void)ctx; (void)e; (void)call;
     usleep(200);
@@ -369,6 +403,7 @@ int main(void) {
     RUN(test_batch_and_padded);
     RUN(test_map_order_errors_seeds);
     RUN(test_map_batch_equals_map_then_batch);
+    RUN(test_nested_chain);
     RUN(test_close_midstream);
     TEST_MAIN_END();
 }

@@ -1,0 +1,19 @@
+/* center_crop: the central height x width region (torchvision's CenterCrop offsets,
+ * round((H - h) / 2) with ties to even), or the whole extent in a dimension where the
+ * image is smaller: no padding. Any fixed-size dtype; the result is a fresh copy (a
+ * shared view when the image already fits).
+ *
+ * Workload: evaluation pipelines, once per image. decode_jpeg absorbs it when it follows
+ * directly, and then decodes only the rectangle (sl__center_rect in image.c). */
+#include "pipeline/fn/image.h"
+
+const sl_fn_vt sl__center_crop_vt = {.name = "center_crop", .apply = sl__geom_apply};
+
+sl_status sl_fn_center_crop(const char *comp, int height, int width, sl_fn **out) {
+    *out = NULL;
+    sl__geom_fn *g;
+    sl_status s = sl__geom_new(&sl__center_crop_vt, SL__GEOM_CENTER_CROP, comp, height, width, &g);
+    if (s) return s;
+    *out = &g->base;
+    return SL_OK;
+}

@@ -1,0 +1,298 @@
+/* Shared by the image functions: image shapes, the bilinear resampler, and the crop
+ * geometry of random_resized_crop / center_crop / resize (also used by decode_jpeg when it
+ * absorbs one of them, so the fused and unfused paths pick the same rectangle).
+ *
+ * Workload: the resampler is on the hot path of an ImageNet-style pipeline — one call per
+ * image, typically a few hundred pixels square in and 224 x 224 x 3 out. It precomputes a
+ * table of source offsets and weights for the columns and for the rows, interpolates each
+ * needed source row horizontally once into a float row (two rows are cached, since
+ * neighbouring output rows mostly share source rows when downscaling and always do when
+ * upscaling), then blends the two rows of each output row. Everything is computed in float
+ * in one fixed order, so the result depends only on the inputs, never on the thread. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "pipeline/fn/image.h"
+
+/* The row loops below are simple enough for the auto-vectorizer, which -O2 (gcc 12) runs
+ * only with its "very cheap" cost model; ask for the full one here. The arithmetic is the
+ * same either way (no reassociation, no contraction), so results do not change. */
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC optimize("tree-vectorize", "vect-cost-model=dynamic")
+#endif
+
+sl_status sl__image_shape(const sl_fn *fn, const char *comp, const sl_tensor *t, int64_t *h,
+                          int64_t *w, int64_t *c) {
+    char d[96];
+    if (t->rank != 2 && t->rank != 3)
+        return sl_err(SL_EINVAL, "'%s' is %s; an image must be [height, width, channels] or "
+                      "[height, width]", comp, sl_tensor_describe(t, d, sizeof d));
+    *h = t->dims[0];
+    *w = t->dims[1];
+    *c = t->rank == 3 ? t->dims[2] : 1;
+    if (*h <= 0 || *w <= 0 || *c <= 0)
+        return sl_err(SL_EINVAL, "'%s' is an empty image (%s)", comp,
+                      sl_tensor_describe(t, d, sizeof d));
+    (void)fn;
+    return SL_OK;
+}
+
+/* ---- the resampler ---- */
+
+typedef struct {
+    int64_t o0, o1; /* element offsets of the two source samples */
+    float w0, w1;   /* their weights */
+} tap;
+
+/* One axis: output d (of dn) samples source coordinate r0 + (d + 0.5) * rn / dn - 0.5 of
+ * sn samples `step` elements apart. */
+static void make_taps(tap *t, int64_t dn, int64_t sn, double r0, double rn, int64_t step) {
+    double scale = rn / (double)dn;
+    for (int64_t d = 0; d < dn; d++) {
+        double src = r0 + ((double)d + 0.5) * scale - 0.5;
+        if (src < 0) src = 0;
+        int64_t i0 = (int64_t)src;
+        if (i0 > sn - 1) i0 = sn - 1;
+        int64_t i1 = i0 < sn - 1 ? i0 + 1 : i0;
+        float l = i1 == i0 ? 0.0f : (float)(src - (double)i0);
+        t[d].o0 = i0 * step;
+        t[d].o1 = i1 * step;
+        t[d].w1 = l;
+        t[d].w0 = 1.0f - l;
+    }
+}
+
+/* Is the region an integer-aligned window of the output's size? Then resampling is a copy
+ * (and must be one: 1 * a + 0 * b is not a for an infinite b). */
+static bool is_plain_window(double ry, double rx, double rh, double rw, int64_t dh, int64_t dw) {
+    return rh == (double)dh && rw == (double)dw && ry == floor(ry) && rx == floor(rx);
+}
+
+#define HROW(T)                                                                             \
+    static void hrow_##T(const T *s, const tap *tx, int64_t dw, int64_t c, float *out) {    \
+        if (c == 3) {                                                                       \
+            for (int64_t x = 0; x < dw; x++) {                                              \
+                const T *a = s + tx[x].o0, *b = s + tx[x].o1;                               \
+                float w0 = tx[x].w0, w1 = tx[x].w1;                                         \
+                out[3 * x + 0] = w0 * (float)a[0] + w1 * (float)b[0];                       \
+                out[3 * x + 1] = w0 * (float)a[1] + w1 * (float)b[1];                       \
+                out[3 * x + 2] = w0 * (float)a[2] + w1 * (float)b[2];                       \
+            }                                                                               \
+        } else if (c == 1) {                                                                \
+            for (int64_t x = 0; x < dw; x++)                                                \
+                out[x] = tx[x].w0 * (float)s[tx[x].o0] + tx[x].w1 * (float)s[tx[x].o1];     \
+        } else {                                                                            \
+            for (int64_t x = 0; x < dw; x++) {                                              \
+                const T *a = s + tx[x].o0, *b = s + tx[x].o1;                               \
+                for (int64_t k = 0; k < c; k++)                                             \
+                    out[c * x + k] = tx[x].w0 * (float)a[k] + tx[x].w1 * (float)b[k];       \
+            }                                                                               \
+        }                                                                                   \
+    }
+HROW(uint8_t)
+HROW(float)
+
+/* Round a blend of uint8 samples to nearest. The weights of each axis are l and 1 - l with
+ * l in [0, 1], so the blend lies in [0, 255 * (1 + 2^-22)] and v + 0.5 truncates to 0..255:
+ * no clamp needed, and the loop stays branch-free (it vectorizes). */
+static inline uint8_t to_u8(float v) { return (uint8_t)(int32_t)(v + 0.5f); }
+
+/* The two float row buffers and which source rows they hold. */
+typedef struct {
+    float *buf[2];
+    int64_t key[2];
+} row_cache;
+
+/* The slot holding source row r, computing it (into the slot not holding `keep`) if needed. */
+#define GET_ROW(T)                                                                          \
+    static float *get_row_##T(row_cache *rc, int64_t r, int64_t keep, const T *src,         \
+                              int64_t stride, const tap *tx, int64_t dw, int64_t c) {       \
+        for (int k = 0; k < 2; k++)                                                         \
+            if (rc->key[k] == r) return rc->buf[k];                                         \
+        int k = rc->key[0] == keep ? 1 : 0;                                                 \
+        hrow_##T(src + r * stride, tx, dw, c, rc->buf[k]);                                  \
+        rc->key[k] = r;                                                                     \
+        return rc->buf[k];                                                                  \
+    }
+GET_ROW(uint8_t)
+GET_ROW(float)
+
+#define RESIZE_BODY(T, STORE)                                                               \
+    if (is_plain_window(ry, rx, rh, rw, dh, dw) && ry >= 0 && rx >= 0 &&                    \
+        (int64_t)ry + dh <= sh && (int64_t)rx + dw <= sw) {                                 \
+        for (int64_t y = 0; y < dh; y++)                                                    \
+            memcpy(dst + y * dw * c, src + ((int64_t)ry + y) * stride + (int64_t)rx * c,    \
+                   (size_t)(dw * c) * sizeof(T));                                           \
+        return SL_OK;                                                                       \
+    }                                                                                       \
+    tap *tx = malloc(sizeof(tap) * (size_t)(dw + dh));                                      \
+    float *rows = malloc(sizeof(float) * 2 * (size_t)(dw * c));                             \
+    if (!tx || !rows) {                                                                     \
+        free(tx);                                                                           \
+        free(rows);                                                                         \
+        return sl_err(SL_ENOMEM, "out of memory resizing to %lldx%lld", (long long)dh,      \
+                      (long long)dw);                                                       \
+    }                                                                                       \
+    tap *ty = tx + dw;                                                                      \
+    make_taps(tx, dw, sw, rx, rw, c);                                                       \
+    make_taps(ty, dh, sh, ry, rh, 1);                                                       \
+    row_cache rc = {{rows, rows + dw * c}, {-1, -1}};                                       \
+    int64_t n = dw * c;                                                                     \
+    for (int64_t y = 0; y < dh; y++) {                                                      \
+        int64_t r0 = ty[y].o0, r1 = ty[y].o1;                                               \
+        const float *a = get_row_##T(&rc, r0, r1, src, stride, tx, dw, c);                  \
+        const float *b = get_row_##T(&rc, r1, r0, src, stride, tx, dw, c);                  \
+        float w0 = ty[y].w0, w1 = ty[y].w1;                                                 \
+        T *o = dst + y * n;                                                                 \
+        for (int64_t i = 0; i < n; i++) o[i] = STORE(w0 * a[i] + w1 * b[i]);                \
+    }                                                                                       \
+    free(tx);                                                                               \
+    free(rows);                                                                             \
+    return SL_OK;
+
+#define AS_F32(v) (v)
+
+sl_status sl__resize_u8(const uint8_t *src, int64_t sh, int64_t sw, int64_t c, int64_t stride,
+                        double ry, double rx, double rh, double rw, uint8_t *dst, int64_t dh,
+                        int64_t dw) {
+    RESIZE_BODY(uint8_t, to_u8)
+}
+
+sl_status sl__resize_f32(const float *src, int64_t sh, int64_t sw, int64_t c, int64_t stride,
+                         double ry, double rx, double rh, double rw, float *dst, int64_t dh,
+                         int64_t dw) {
+    RESIZE_BODY(float, AS_F32)
+}
+
+/* ---- crop geometry ---- */
+
+const sl__geom_fn *sl__as_geom(const sl_fn *fn) {
+    if (fn->vt == &sl__random_resized_crop_vt || fn->vt == &sl__center_crop_vt ||
+        fn->vt == &sl__resize_vt)
+        return (const sl__geom_fn *)fn;
+    return NULL;
+}
+
+/* Python's round(): to nearest, ties to even (the default rounding mode's rint). */
+static int64_t round_even(double v) { return (int64_t)nearbyint(v); }
+
+sl__rect sl__rrc_rect(int64_t H, int64_t W, double scale_lo, double scale_hi, double ratio_lo,
+                      double ratio_hi, uint64_t seed) {
+    sl_rng rng = {seed};
+    double area = (double)H * (double)W;
+    double lr0 = log(ratio_lo), lr1 = log(ratio_hi);
+    for (int attempt = 0; attempt < 10; attempt++) {
+        double target = area * (scale_lo + (scale_hi - scale_lo) * sl__rng_double(&rng));
+        double aspect = exp(lr0 + (lr1 - lr0) * sl__rng_double(&rng));
+        int64_t w = round_even(sqrt(target * aspect));
+        int64_t h = round_even(sqrt(target / aspect));
+        if (0 < w && w <= W && 0 < h && h <= H) {
+            int64_t i = (int64_t)sl__rng_below(&rng, (uint64_t)(H - h + 1));
+            int64_t j = (int64_t)sl__rng_below(&rng, (uint64_t)(W - w + 1));
+            return (sl__rect){i, j, h, w};
+        }
+    }
+    /* fallback: the whole image, center-cropped to the nearest allowed aspect ratio */
+    double in_ratio = (double)W / (double)H;
+    int64_t w = W, h = H;
+    if (in_ratio < ratio_lo) {
+        h = round_even((double)w / ratio_lo);
+    } else if (in_ratio > ratio_hi) {
+        w = round_even((double)h * ratio_hi);
+    }
+    if (h < 1) h = 1;
+    if (w < 1) w = 1;
+    if (h > H) h = H;
+    if (w > W) w = W;
+    return (sl__rect){(H - h) / 2, (W - w) / 2, h, w};
+}
+
+sl__rect sl__center_rect(int64_t H, int64_t W, int64_t h, int64_t w) {
+    if (h > H) h = H;
+    if (w > W) w = W;
+    return (sl__rect){round_even((double)(H - h) / 2.0), round_even((double)(W - w) / 2.0), h, w};
+}
+
+void sl__geom_plan(const sl__geom_fn *g, int64_t H, int64_t W, uint64_t seed, sl__rect *r,
+                   int64_t *oh, int64_t *ow) {
+    switch (g->kind) {
+    case SL__GEOM_RANDOM_RESIZED_CROP:
+        *r = sl__rrc_rect(H, W, g->scale_lo, g->scale_hi, g->ratio_lo, g->ratio_hi, seed);
+        *oh = g->height;
+        *ow = g->width;
+        return;
+    case SL__GEOM_CENTER_CROP:
+        *r = sl__center_rect(H, W, g->height, g->width);
+        *oh = r->h;
+        *ow = r->w;
+        return;
+    case SL__GEOM_RESIZE:
+    default:
+        *r = (sl__rect){0, 0, H, W};
+        *oh = g->height;
+        *ow = g->width;
+        return;
+    }
+}
+
+sl_status sl__geom_apply(const sl_fn *fn, sl_element *e, const sl_fn_call *call) {
+    const sl__geom_fn *g = (const sl__geom_fn *)fn;
+    sl_status s = SL_OK;
+    int ci = sl__fn_component(fn, e, g->comp, &s);
+    if (ci < 0) return s;
+    const sl_tensor *in = &e->t[ci];
+    int64_t H, W, C;
+    if ((s = sl__image_shape(fn, g->comp, in, &H, &W, &C))) return s;
+    sl__rect r;
+    int64_t oh, ow;
+    sl__geom_plan(g, H, W, call->seed, &r, &oh, &ow);
+    if (r.y == 0 && r.x == 0 && r.h == H && r.w == W && oh == H && ow == W)
+        return SL_OK; /* nothing to do: the component stays as it is */
+    bool resample = oh != r.h || ow != r.w;
+    char d[96];
+    if (in->dtype == SL_DT_BYTES || in->dtype == SL_DT_INVALID ||
+        (resample && in->dtype != SL_DT_U8 && in->dtype != SL_DT_F32)) {
+        s = sl_err(SL_EINVAL, "'%s' is %s; %s needs uint8 or float32 pixels", g->comp,
+                   sl_tensor_describe(in, d, sizeof d), resample ? "resizing" : "cropping");
+        sl_err_hint("decode the image first, or cast it to float32");
+        return s;
+    }
+    sl_tensor out;
+    int64_t dims[3] = {oh, ow, C};
+    if ((s = sl_tensor_alloc(&out, in->dtype, in->rank, dims))) return s;
+    size_t es = sl_dtype_size(in->dtype);
+    const uint8_t *base = (const uint8_t *)in->data + (size_t)((r.y * W + r.x) * C) * es;
+    if (!resample) {
+        for (int64_t y = 0; y < oh; y++)
+            memcpy((uint8_t *)out.data + (size_t)(y * ow * C) * es, base + (size_t)(y * W * C) * es,
+                   (size_t)(ow * C) * es);
+    } else if (in->dtype == SL_DT_U8) {
+        s = sl__resize_u8(base, r.h, r.w, C, W * C, 0, 0, (double)r.h, (double)r.w, out.data, oh, ow);
+    } else {
+        s = sl__resize_f32((const float *)base, r.h, r.w, C, W * C, 0, 0, (double)r.h, (double)r.w,
+                           out.data, oh, ow);
+    }
+    if (!s) s = sl_element_set(e, g->comp, &out);
+    if (s) sl_tensor_release(&out);
+    return s;
+}
+
+sl_status sl__geom_new(const sl_fn_vt *vt, sl__geom_kind kind, const char *comp, int height,
+                       int width, sl__geom_fn **out) {
+    *out = NULL;
+    if (!comp || !*comp || strlen(comp) >= SL_NAME_MAX)
+        return sl_err(SL_EINVAL, "%s: component name must be 1..%d characters", vt->name,
+                      SL_NAME_MAX - 1);
+    if (height < 1 || width < 1)
+        return sl_err(SL_EINVAL, "%s: size %dx%d must be at least 1x1", vt->name, height, width);
+    sl__geom_fn *g = sl__fn_new(sizeof *g, vt, vt->name);
+    if (!g) return SL_ENOMEM;
+    g->kind = kind;
+    snprintf(g->comp, sizeof g->comp, "%s", comp);
+    g->height = height;
+    g->width = width;
+    *out = g;
+    return SL_OK;
+}

@@ -1,0 +1,112 @@
+/* normalize: (x - mean[c]) / std[c] per channel (the last dimension), to float32; uint8
+ * input is first divided by 255 when scale_uint8 (torchvision's ToTensor + Normalize).
+ * Each value is computed in float exactly as
+ *   v = (float)x; if (uint8 && scale_uint8) v = v / 255.0f; out = (v - mean[c]) / std[c]
+ * One mean/std pair applies to every value of any shape; n > 1 pairs need the last
+ * dimension to be n.
+ *
+ * Workload: once per training image (224 x 224 x 3): uint8 input goes through a table of
+ * the 256 possible results per channel, built once when the function is made. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "pipeline/fn/image.h"
+
+typedef struct {
+    sl_fn base;
+    char comp[SL_NAME_MAX];
+    int n;             /* channels given (1: all) */
+    bool scale_uint8;
+    float *mean, *std; /* n each */
+    float *lut;        /* n x 256: the result for each uint8 value */
+} norm_fn;
+
+static inline float norm1(const norm_fn *f, float v, int c) { return (v - f->mean[c]) / f->std[c]; }
+
+static sl_status norm_apply(const sl_fn *fn, sl_element *e, const sl_fn_call *call) {
+    const norm_fn *f = (const norm_fn *)fn;
+    sl_status s = SL_OK;
+    int ci = sl__fn_component(fn, e, f->comp, &s);
+    if (ci < 0) return s;
+    const sl_tensor *in = &e->t[ci];
+    if ((s = sl__need_numeric(f->comp, in))) return s;
+    int64_t C = 1;
+    if (f->n > 1) {
+        C = in->rank ? in->dims[in->rank - 1] : 1;
+        if (C != f->n) {
+            char d[96];
+            return sl_err(SL_EINVAL, "'%s' is %s: %lld channels, but %d means and stds were given",
+                          f->comp, sl_tensor_describe(in, d, sizeof d), (long long)C, f->n);
+        }
+    }
+    sl_tensor out;
+    if ((s = sl_tensor_alloc(&out, SL_DT_F32, in->rank, in->dims))) return s;
+    int64_t n = sl_tensor_numel(in);
+    float *o = out.data;
+    if (in->dtype == SL_DT_U8) {
+        const uint8_t *x = in->data;
+        if (C == 1) {
+            for (int64_t i = 0; i < n; i++) o[i] = f->lut[x[i]];
+        } else if (C == 3) {
+            const float *l0 = f->lut, *l1 = f->lut + 256, *l2 = f->lut + 512;
+            for (int64_t i = 0; i + 2 < n; i += 3) {
+                o[i] = l0[x[i]];
+                o[i + 1] = l1[x[i + 1]];
+                o[i + 2] = l2[x[i + 2]];
+            }
+        } else {
+            for (int64_t i = 0; i < n; i++) o[i] = f->lut[(i % C) * 256 + x[i]];
+        }
+    } else if (in->dtype == SL_DT_F32) {
+        const float *x = in->data;
+        for (int64_t i = 0; i < n; i++) o[i] = norm1(f, x[i], (int)(i % C));
+    } else {
+        for (int64_t i = 0; i < n; i++)
+            o[i] = norm1(f, (float)sl__num_get_f64(in->data, in->dtype, i), (int)(i % C));
+    }
+    if ((s = sl_element_set(e, f->comp, &out))) sl_tensor_release(&out);
+    return s;
+}
+
+static void norm_destroy(sl_fn *fn) {
+    norm_fn *f = (norm_fn *)fn;
+    free(f->mean);
+    free(f->lut);
+}
+
+static const sl_fn_vt norm_vt = {.name = "normalize", .apply = norm_apply, .destroy = norm_destroy};
+
+sl_status sl_fn_normalize(const char *comp, const float *mean, const float *std, int n,
+                          bool scale_uint8, sl_fn **out) {
+    *out = NULL;
+    if (!comp || !*comp || strlen(comp) >= SL_NAME_MAX)
+        return sl_err(SL_EINVAL, "normalize: component name must be 1..%d characters",
+                      SL_NAME_MAX - 1);
+    if (n < 1 || n > 4096 || !mean || !std)
+        return sl_err(SL_EINVAL, "normalize: %d means/stds given; need 1..4096", n);
+    for (int c = 0; c < n; c++)
+        if (!(std[c] != 0) || !isfinite(std[c]) || !isfinite(mean[c]))
+            return sl_err(SL_EINVAL, "normalize: channel %d has mean %g and std %g; std must be "
+                          "finite and non-zero", c, (double)mean[c], (double)std[c]);
+    norm_fn *f = sl__fn_new(sizeof *f, &norm_vt, "normalize");
+    if (!f) return SL_ENOMEM;
+    f->mean = malloc(sizeof(float) * 2 * (size_t)n);
+    f->lut = malloc(sizeof(float) * 256 * (size_t)n);
+    if (!f->mean || !f->lut) {
+        sl_fn_unref(&f->base);
+        return sl_err(SL_ENOMEM, "normalize: out of memory");
+    }
+    f->std = f->mean + n;
+    memcpy(f->mean, mean, sizeof(float) * (size_t)n);
+    memcpy(f->std, std, sizeof(float) * (size_t)n);
+    f->n = n;
+    f->scale_uint8 = scale_uint8;
+    snprintf(f->comp, sizeof f->comp, "%s", comp);
+    for (int c = 0; c < n; c++)
+        for (int v = 0; v < 256; v++)
+            f->lut[c * 256 + v] = norm1(f, scale_uint8 ? (float)v / 255.0f : (float)v, c);
+    *out = &f->base;
+    return SL_OK;
+}

@@ -1,0 +1,78 @@
+/* random_flip: mirror an image left-right and/or top-bottom, each with probability p.
+ * The draws come from the call's seed: first U[0,1) for the horizontal flip (when
+ * enabled), then one for the vertical flip (when enabled); a flip happens when the draw is
+ * below p. A flipped image is a fresh tensor (buffers are read-only once made: the input
+ * may be a view of a record or shared with another consumer); an unflipped one is left
+ * as it is.
+ *
+ * Workload: once per training image, usually a 224 x 224 x 3 uint8 or float32 crop. */
+#include <stdio.h>
+#include <string.h>
+
+#include "pipeline/fn/image.h"
+
+typedef struct {
+    sl_fn base;
+    char comp[SL_NAME_MAX];
+    bool horizontal, vertical;
+    double p;
+} flip_fn;
+
+static sl_status flip_apply(const sl_fn *fn, sl_element *e, const sl_fn_call *call) {
+    const flip_fn *f = (const flip_fn *)fn;
+    sl_status s = SL_OK;
+    int ci = sl__fn_component(fn, e, f->comp, &s);
+    if (ci < 0) return s;
+    const sl_tensor *in = &e->t[ci];
+    int64_t H, W, C;
+    if ((s = sl__image_shape(fn, f->comp, in, &H, &W, &C))) return s;
+    if ((s = sl__need_numeric(f->comp, in))) return s;
+    sl_rng rng = {call->seed};
+    bool fh = f->horizontal && sl__rng_double(&rng) < f->p;
+    bool fv = f->vertical && sl__rng_double(&rng) < f->p;
+    if (!fh && !fv) return SL_OK;
+    sl_tensor out;
+    if ((s = sl_tensor_alloc(&out, in->dtype, in->rank, in->dims))) return s;
+    size_t px = (size_t)C * sl_dtype_size(in->dtype), row = px * (size_t)W;
+    const uint8_t *src = in->data;
+    uint8_t *dst = out.data;
+    for (int64_t y = 0; y < H; y++) {
+        const uint8_t *sr = src + (size_t)(fv ? H - 1 - y : y) * row;
+        uint8_t *dr = dst + (size_t)y * row;
+        if (!fh) {
+            memcpy(dr, sr, row);
+        } else if (px == 3) {
+            for (int64_t x = 0; x < W; x++) {
+                const uint8_t *sp = sr + (size_t)(W - 1 - x) * 3;
+                dr[3 * x] = sp[0];
+                dr[3 * x + 1] = sp[1];
+                dr[3 * x + 2] = sp[2];
+            }
+        } else {
+            for (int64_t x = 0; x < W; x++) memcpy(dr + (size_t)x * px, sr + (size_t)(W - 1 - x) * px, px);
+        }
+    }
+    if ((s = sl_element_set(e, f->comp, &out))) sl_tensor_release(&out);
+    return s;
+}
+
+static const sl_fn_vt flip_vt = {.name = "random_flip", .apply = flip_apply};
+
+sl_status sl_fn_random_flip(const char *comp, bool horizontal, bool vertical, double p, sl_fn **out) {
+    *out = NULL;
+    if (!comp || !*comp || strlen(comp) >= SL_NAME_MAX)
+        return sl_err(SL_EINVAL, "random_flip: component name must be 1..%d characters",
+                      SL_NAME_MAX - 1);
+    if (!(p >= 0 && p <= 1))
+        return sl_err(SL_EINVAL, "random_flip: probability %g must be in [0, 1]", p);
+    if (!horizontal && !vertical)
+        return sl_err(SL_EINVAL, "random_flip: neither horizontal nor vertical flipping is enabled");
+    flip_fn *f = sl__fn_new(sizeof *f, &flip_vt, "random_flip");
+    if (!f) return SL_ENOMEM;
+    snprintf(f->comp, sizeof f->comp, "%s", comp);
+    f->horizontal = horizontal;
+    f->vertical = vertical;
+    f->p = p;
+    *out = &f->base;
+    return SL_OK;
+}

@@ -1,0 +1,1129 @@
+/* pipeline/fn/: the stock element functions — exact outputs on small hand-made tensors,
+ * the resampler against a straightforward reference of the half-pixel formula,
+ * parse_example on Examples built with sl_exb_*, random_resized_crop's crop distribution,
+ * decode_jpeg fused with a crop/resize against the unfused chain, and the determinism of a
+ * random augmentation pipeline across map parallelism. */
+#include <math.h>
+#include <stdint.h>
+
+#include "pipeline/fn/image.h" /* and pipeline/internal.h */
+#include "sluice/example.h"
+#include "sluice/fn.h"
+#include "sluice/jpeg.h"
+#include "sluice/pipeline.h"
+#include "test.h"
+
+/* ---- helpers ---- */
+
+static sl_tensor tensor_of(sl_dtype dt, int rank, const int64_t *dims, const void *vals) {
+    sl_tensor t;
+    if (sl_tensor_alloc(&t, dt, rank, dims)) abort();
+    if (vals) memcpy(t.data, vals, sl_tensor_nbytes(&t));
+    return t;
+}
+
+/* A bytes scalar whose value lies `offset` bytes into its own buffer (the aux). */
+static sl_tensor bytes_of(const void *data, size_t len, size_t offset) {
+    sl_buf *b = sl_buf_new(len + offset);
+    if (!b) abort();
+    memset(b->data, 0xee, offset);
+    if (len) memcpy((uint8_t *)b->data + offset, data, len);
+    sl_tensor t;
+    if (sl_tensor_alloc(&t, SL_DT_BYTES, 0, NULL)) abort();
+    *(sl_bytes *)t.data = (sl_bytes){(const uint8_t *)b->data + offset, len};
+    t.aux = b;
+    return t;
+}
+
+static void elem1(sl_element *e, const char *name, sl_tensor t) {
+    sl_element_init(e);
+    if (sl_element_set(e, name, &t)) abort();
+}
+
+static sl_status apply(sl_fn *fn, sl_element *e, uint64_t seed) {
+    return sl__fn_apply(fn, e, seed, 0, NULL);
+}
+
+static const sl_tensor *comp(const sl_element *e, const char *name) {
+    int i = sl_element_find(e, name);
+    return i < 0 ? NULL : &e->t[i];
+}
+
+/* ---- the resampler ---- */
+
+/* The half-pixel formula, written out plainly in double. */
+static double ref_sample(const double *src, int64_t sh, int64_t sw, int64_t c, int64_t y, int64_t x,
+                         int64_t k, int64_t dh, int64_t dw) {
+    double sy = ((double)y + 0.5) * (double)sh / (double)dh - 0.5;
+    double sx = ((double)x + 0.5) * (double)sw / (double)dw - 0.5;
+    if (sy < 0) sy = 0;
+    if (sx < 0) sx = 0;
+    int64_t y0 = (int64_t)sy, x0 = (int64_t)sx;
+    if (y0 > sh - 1) y0 = sh - 1;
+    if (x0 > sw - 1) x0 = sw - 1;
+    int64_t y1 = y0 + (y0 < sh - 1), x1 = x0 + (x0 < sw - 1);
+    double ly = y1 == y0 ? 0 : sy - (double)y0, lx = x1 == x0 ? 0 : sx - (double)x0;
+#define AT(yy, xx) src[((yy) * sw + (xx)) * c + k]
+    return (1 - ly) * ((1 - lx) * AT(y0, x0) + lx * AT(y0, x1)) +
+           ly * ((1 - lx) * AT(y1, x0) + lx * AT(y1, x1));
+#undef AT
+}
+
+TEST(test_resize_by_hand) {
+    /* 2x2 -> 4x4: source coordinates -0.25 (clamped to 0), 0.25, 0.75, 1.25 (clamped to 1) */
+    uint8_t px[4] = {0, 100, 200, 40};
+    int64_t d2[2] = {2, 2};
+    sl_fn *fn;
+    ASSERT_OK(sl_fn_resize("image", 4, 4, &fn));
+    ASSERT_STREQ(sl_fn_name(fn), "resize");
+    sl_element e;
+    elem1(&e, "image", tensor_of(SL_DT_U8, 2, d2, px));
+    ASSERT_OK(apply(fn, &e, 0));
+    const sl_tensor *t = comp(&e, "image");
+    ASSERT_EQ(t->dtype, SL_DT_U8);
+    ASSERT_EQ(t->rank, 2);
+    ASSERT_EQ(t->dims[0], 4);
+    ASSERT_EQ(t->dims[1], 4);
+    /* rows: r0 = 0 25 75 100, r3 = 200 160 80 40, r1 = .75 r0 + .25 r3, r2 = .25 r0 + .75 r3
+     * (58.75 -> 59, 76.25 -> 76, 126.25 -> 126, 78.75 -> 79) */
+    uint8_t want[16] = {0, 25, 75, 100, 50, 59, 76, 85, 150, 126, 79, 55, 200, 160, 80, 40};
+    ASSERT_MEMEQ(t->data, want, 16);
+    sl_element_clear(&e);
+
+    /* the same in float32: no rounding */
+    float fpx[4] = {0, 100, 200, 40};
+    elem1(&e, "image", tensor_of(SL_DT_F32, 2, d2, fpx));
+    ASSERT_OK(apply(fn, &e, 0));
+    float fwant[16] = {0, 25, 75, 100, 50, 58.75f, 76.25f, 85, 150, 126.25f, 78.75f, 55, 200, 160, 80, 40};
+    ASSERT_MEMEQ(comp(&e, "image")->data, fwant, sizeof fwant);
+    sl_element_clear(&e);
+    sl_fn_unref(fn);
+
+    /* 1x4x1 -> 1x2x1: source columns 0.5 and 2.5, the means of pairs */
+    float row[4] = {0, 10, 20, 30};
+    int64_t d3[3] = {1, 4, 1};
+    ASSERT_OK(sl_fn_resize("image", 1, 2, &fn));
+    elem1(&e, "image", tensor_of(SL_DT_F32, 3, d3, row));
+    ASSERT_OK(apply(fn, &e, 0));
+    t = comp(&e, "image");
+    ASSERT_EQ(t->rank, 3);
+    ASSERT_EQ(t->dims[1], 2);
+    ASSERT_EQ(t->dims[2], 1);
+    ASSERT(((float *)t->data)[0] == 5.0f && ((float *)t->data)[1] == 25.0f);
+    sl_element_clear(&e);
+    sl_fn_unref(fn);
+
+    /* already the size: the very same buffer comes back */
+    int64_t d4[3] = {3, 5, 3};
+    ASSERT_OK(sl_fn_resize("image", 3, 5, &fn));
+    elem1(&e, "image", tensor_of(SL_DT_U8, 3, d4, NULL));
+    void *before = e.t[0].data;
+    ASSERT_OK(apply(fn, &e, 0));
+    ASSERT(e.t[0].data == before);
+    sl_element_clear(&e);
+
+    /* wrong dtype, wrong rank, missing component */
+    int64_t d5[3] = {4, 4, 1};
+    elem1(&e, "image", tensor_of(SL_DT_I32, 3, d5, NULL));
+    ASSERT_EQ(apply(fn, &e, 0), SL_EINVAL);
+    ASSERT_STREQ(sl_errmsg(), "resize: 'image' is int32[4,4,1]; resizing needs uint8 or float32 pixels\n"
+                              "---> HINT: decode the image first, or cast it to float32");
+    sl_element_clear(&e);
+    int64_t d6[1] = {16};
+    elem1(&e, "image", tensor_of(SL_DT_U8, 1, d6, NULL));
+    ASSERT_EQ(apply(fn, &e, 0), SL_EINVAL);
+    ASSERT_STREQ(sl_errmsg(), "resize: 'image' is uint8[16]; an image must be [height, width, channels] "
+                              "or [height, width]");
+    sl_element_clear(&e);
+    elem1(&e, "label", tensor_of(SL_DT_U8, 1, d6, NULL));
+    ASSERT_EQ(apply(fn, &e, 0), SL_EINVAL);
+    ASSERT_STREQ(sl_errmsg(), "resize: no component 'image' (the element has: label)");
+    sl_element_clear(&e);
+    sl_fn_unref(fn);
+    ASSERT_EQ(sl_fn_resize("image", 0, 5, &fn), SL_EINVAL);
+    ASSERT(fn == NULL);
+    ASSERT_STREQ(sl_errmsg(), "resize: size 0x5 must be at least 1x1");
+}
+
+/* Up- and downscales of random images, 1 and 3 channels, against ref_sample. The library
+ * computes in float, the reference in double: uint8 results may differ by one level where
+ * the exact value is within float rounding of a .5 (bilinear weights like 0.2 and 0.5 make
+ * exact ties common: a few per thousand values here), float results by rounding only. */
+TEST(test_resize_against_reference) {
+    const int64_t cases[][5] = {{37, 23, 3, 13, 29}, {20, 31, 1, 50, 61}, {64, 48, 3, 224, 224},
+                                {500, 375, 3, 224, 224}, {7, 9, 4, 7, 3}, {1, 1, 3, 5, 2}};
+    sl_rng rng = {42};
+    for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
+        int64_t sh = cases[ci][0], sw = cases[ci][1], c = cases[ci][2], dh = cases[ci][3], dw = cases[ci][4];
+        size_t n = (size_t)(sh * sw * c), m = (size_t)(dh * dw * c);
+        uint8_t *u = malloc(n), *uo = malloc(m);
+        float *f = malloc(n * 4), *fo = malloc(m * 4);
+        double *dv = malloc(n * 8);
+        for (size_t i = 0; i < n; i++) {
+            u[i] = (uint8_t)(sl__rng_u64(&rng) & 0xff);
+            f[i] = (float)u[i] * 0.37f - 20.0f;
+            dv[i] = u[i];
+        }
+        ASSERT_OK(sl__resize_u8(u, sh, sw, c, sw * c, 0, 0, (double)sh, (double)sw, uo, dh, dw));
+        ASSERT_OK(sl__resize_f32(f, sh, sw, c, sw * c, 0, 0, (double)sh, (double)sw, fo, dh, dw));
+        int off_by_one = 0;
+        for (int64_t y = 0; y < dh; y++)
+            for (int64_t x = 0; x < dw; x++)
+                for (int64_t k = 0; k < c; k++) {
+                    double r = ref_sample(dv, sh, sw, c, y, x, k, dh, dw);
+                    int got = uo[(y * dw + x) * c + k], exp = (int)floor(r + 0.5);
+                    if (got != exp) {
+                        off_by_one++;
+                        ASSERT(fabs(r - floor(r) - 0.5) < 0.01); /* only next to a tie */
+                        ASSERT_EQ(abs(got - exp), 1);
+                    }
+                    double rf = r * 0.37 - 20.0; /* linear: same weights */
+                    ASSERT(fabs(fo[(y * dw + x) * c + k] - rf) < 1e-3);
+                }
+        if (off_by_one * 100 > (int)m) FAILF("case %zu: %d of %zu values off by one", ci, off_by_one, m);
+        free(u); free(uo); free(f); free(fo); free(dv);
+    }
+}
+
+/* ---- flip, crop, normalize, cast, scale ---- */
+
+TEST(test_random_flip) {
+    /* 2x3 image, 2 channels: pixel (y, x) = {10y + x, 100 + 10y + x} */
+    uint8_t px[12], h[12], v[12], hv[12];
+    for (int y = 0; y < 2; y++)
+        for (int x = 0; x < 3; x++) {
+            int i = (y * 3 + x) * 2, ih = (y * 3 + 2 - x) * 2, iv = ((1 - y) * 3 + x) * 2,
+                ihv = ((1 - y) * 3 + 2 - x) * 2;
+            px[i] = (uint8_t)(10 * y + x); px[i + 1] = (uint8_t)(100 + 10 * y + x);
+            h[ih] = px[i]; h[ih + 1] = px[i + 1];
+            v[iv] = px[i]; v[iv + 1] = px[i + 1];
+            hv[ihv] = px[i]; hv[ihv + 1] = px[i + 1];
+        }
+    int64_t d[3] = {2, 3, 2};
+    struct { bool h, v; const uint8_t *want; } cases[] = {{true, false, h}, {false, true, v}, {true, true, hv}};
+    for (int k = 0; k < 3; k++) {
+        sl_fn *fn;
+        ASSERT_OK(sl_fn_random_flip("image", cases[k].h, cases[k].v, 1.0, &fn));
+        sl_element e;
+        elem1(&e, "image", tensor_of(SL_DT_U8, 3, d, px));
+        ASSERT_OK(apply(fn, &e, 99));
+        ASSERT_MEMEQ(e.t[0].data, cases[k].want, 12);
+        sl_element_clear(&e);
+        sl_fn_unref(fn);
+    }
+    /* p = 0: untouched, same buffer; float32 and rank 2 work too */
+    sl_fn *fn;
+    ASSERT_OK(sl_fn_random_flip("image", true, true, 0.0, &fn));
+    sl_element e;
+    elem1(&e, "image", tensor_of(SL_DT_U8, 3, d, px));
+    void *before = e.t[0].data;
+    ASSERT_OK(apply(fn, &e, 5));
+    ASSERT(e.t[0].data == before);
+    sl_element_clear(&e);
+    sl_fn_unref(fn);
+    ASSERT_OK(sl_fn_random_flip("image", true, false, 1.0, &fn));
+    float fl[6] = {1, 2, 3, 4, 5, 6}, flw[6] = {3, 2, 1, 6, 5, 4};
+    int64_t d2[2] = {2, 3};
+    elem1(&e, "image", tensor_of(SL_DT_F32, 2, d2, fl));
+    ASSERT_OK(apply(fn, &e, 5));
+    ASSERT_MEMEQ(e.t[0].data, flw, sizeof flw);
+    ASSERT_MEMEQ(fl, ((float[]){1, 2, 3, 4, 5, 6}), sizeof fl); /* the input buffer is not written */
+    sl_element_clear(&e);
+    sl_fn_unref(fn);
+    /* p = 0.5: about half flip, decided by the seed alone */
+    ASSERT_OK(sl_fn_random_flip("image", true, false, 0.5, &fn));
+    int flipped = 0;
+    for (uint64_t seed = 0; seed < 1000; seed++) {
+        elem1(&e, "image", tensor_of(SL_DT_F32, 2, d2, fl));
+        ASSERT_OK(apply(fn, &e, seed));
+        int f1 = ((float *)e.t[0].data)[0] == 3;
+        sl_element_clear(&e);
+        elem1(&e, "image", tensor_of(SL_DT_F32, 2, d2, fl));
+        ASSERT_OK(apply(fn, &e, seed));
+        ASSERT_EQ(((float *)e.t[0].data)[0] == 3, f1);
+        sl_element_clear(&e);
+        flipped += f1;
+    }
+    ASSERT(flipped > 430 && flipped < 570);
+    sl_fn_unref(fn);
+    ASSERT_EQ(sl_fn_random_flip("image", true, false, 1.5, &fn), SL_EINVAL);
+    ASSERT_STREQ(sl_errmsg(), "random_flip: probability 1.5 must be in [0, 1]");
+}
+
+TEST(test_center_crop) {
+    /* 4x5x1, crop 2x2: top round(1.0) = 1, left round(1.5) = 2 (ties to even) */
+    uint8_t px[20];
+    for (int i = 0; i < 20; i++) px[i] = (uint8_t)i;
+    int64_t d[3] = {4, 5, 1};
+    sl_fn *fn;
+    ASSERT_OK(sl_fn_center_crop("image", 2, 2, &fn));
+    sl_element e;
+    elem1(&e, "image", tensor_of(SL_DT_U8, 3, d, px));
+    ASSERT_OK(apply(fn, &e, 0));
+    ASSERT_EQ(e.t[0].dims[0], 2);
+    ASSERT_EQ(e.t[0].dims[1], 2);
+    ASSERT_EQ(e.t[0].dims[2], 1);
+    ASSERT_MEMEQ(e.t[0].data, ((uint8_t[]){7, 8, 12, 13}), 4);
+    sl_element_clear(&e);
+    sl_fn_unref(fn);
+    /* larger than the image in one dimension: that dimension is kept whole (no padding) */
+    ASSERT_OK(sl_fn_center_crop("image", 10, 3, &fn));
+    elem1(&e, "image", tensor_of(SL_DT_U8, 3, d, px));
+    ASSERT_OK(apply(fn, &e, 0));
+    ASSERT_EQ(e.t[0].dims[0], 4);
+    ASSERT_EQ(e.t[0].dims[1], 3);
+    ASSERT_MEMEQ(e.t[0].data, ((uint8_t[]){1, 2, 3, 6, 7, 8, 11, 12, 13, 16, 17, 18}), 12);
+    sl_element_clear(&e);
+    sl_fn_unref(fn);
+    /* offsets: round((10-3)/2) = round(3.5) = 4, round((9-4)/2) = round(2.5) = 2 */
+    sl__rect r = sl__center_rect(10, 9, 3, 4);
+    ASSERT_EQ(r.y, 4); ASSERT_EQ(r.x, 2); ASSERT_EQ(r.h, 3); ASSERT_EQ(r.w, 4);
+    /* int64 pixels crop too (no resize needed) */
+    int64_t big[20];
+    for (int i = 0; i < 20; i++) big[i] = 1000000000000LL + i;
+    int64_t d2[2] = {4, 5};
+    ASSERT_OK(sl_fn_center_crop("image", 2, 2, &fn));
+    elem1(&e, "image", tensor_of(SL_DT_I64, 2, d2, big));
+    ASSERT_OK(apply(fn, &e, 0));
+    ASSERT_EQ(((int64_t *)e.t[0].data)[3], 1000000000013LL);
+    sl_element_clear(&e);
+    sl_fn_unref(fn);
+}
+
+TEST(test_normalize) {
+    const float mean[3] = {0.5f, 0.5f, 0.25f}, std[3] = {0.5f, 0.25f, 0.5f};
+    sl_fn *fn;
+    ASSERT_OK(sl_fn_normalize("image", mean, std, 3, true, &fn));
+    uint8_t px[6] = {0, 255, 51, 255, 0, 128};
+    int64_t d[3] = {1, 2, 3};
+    sl_element e;
+    elem1(&e, "image", tensor_of(SL_DT_U8, 3, d, px));
+    ASSERT_OK(apply(fn, &e, 0));
+    const sl_tensor *t = comp(&e, "image");
+    ASSERT_EQ(t->dtype, SL_DT_F32);
+    ASSERT_EQ(t->dims[2], 3);
+    const float *o = t->data;
+    ASSERT(o[0] == -1.0f && o[1] == 2.0f && o[4] == -2.0f);
+    ASSERT(o[2] == (51 / 255.0f - 0.25f) / 0.5f);
+    ASSERT(o[3] == 1.0f);
+    ASSERT(o[5] == (128 / 255.0f - 0.25f) / 0.5f);
+    sl_element_clear(&e);
+    /* float32 input is not scaled */
+    float fx[3] = {1.5f, 0.5f, 0.25f};
+    int64_t d1[1] = {3};
+    elem1(&e, "image", tensor_of(SL_DT_F32, 1, d1, fx));
+    ASSERT_OK(apply(fn, &e, 0));
+    o = e.t[0].data;
+    ASSERT(o[0] == 2.0f && o[1] == 0.0f && o[2] == 0.0f);
+    sl_element_clear(&e);
+    /* 2 channels for 3 values */
+    int64_t d2[2] = {3, 2};
+    elem1(&e, "image", tensor_of(SL_DT_U8, 2, d2, px));
+    ASSERT_EQ(apply(fn, &e, 0), SL_EINVAL);
+    ASSERT_STREQ(sl_errmsg(), "normalize: 'image' is uint8[3,2]: 2 channels, but 3 means and stds were given");
+    sl_element_clear(&e);
+    sl_fn_unref(fn);
+    /* one pair applies to everything, without scaling */
+    float m1 = 10, s1 = 2;
+    ASSERT_OK(sl_fn_normalize("x", &m1, &s1, 1, false, &fn));
+    int16_t iv[4] = {-10, 0, 10, 20};
+    int64_t d4[2] = {2, 2};
+    elem1(&e, "x", tensor_of(SL_DT_I16, 2, d4, iv));
+    ASSERT_OK(apply(fn, &e, 0));
+    ASSERT_MEMEQ(e.t[0].data, ((float[]){-10, -5, 0, 5}), 16);
+    sl_element_clear(&e);
+    sl_fn_unref(fn);
+    float zero = 0;
+    ASSERT_EQ(sl_fn_normalize("x", &m1, &zero, 1, false, &fn), SL_EINVAL);
+    ASSERT_STREQ(sl_errmsg(), "normalize: channel 0 has mean 10 and std 0; std must be finite and non-zero");
+}
+
+TEST(test_cast_saturates) {
+    float fx[7] = {-1.5f, 300.7f, NAN, 1e30f, -1e30f, 0.9f, 127.9f};
+    int64_t d[1] = {7};
+    struct { sl_dtype dt; int64_t want[7]; } cases[] = {
+        {SL_DT_U8, {0, 255, 0, 255, 0, 0, 127}},
+        {SL_DT_I8, {-1, 127, 0, 127, -128, 0, 127}},
+        {SL_DT_U16, {0, 300, 0, 65535, 0, 0, 127}},
+        {SL_DT_I32, {-1, 300, 0, INT32_MAX, INT32_MIN, 0, 127}},
+        {SL_DT_U32, {0, 300, 0, UINT32_MAX, 0, 0, 127}},
+        {SL_DT_I64, {-1, 300, 0, INT64_MAX, INT64_MIN, 0, 127}},
+        {SL_DT_BOOL, {1, 1, 1, 1, 1, 1, 1}},
+    };
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        sl_fn *fn;
+        ASSERT_OK(sl_fn_cast("x", cases[k].dt, &fn));
+        sl_element e;
+        elem1(&e, "x", tensor_of(SL_DT_F32, 1, d, fx));
+        ASSERT_OK(apply(fn, &e, 0));
+        ASSERT_EQ(e.t[0].dtype, cases[k].dt);
+        for (int i = 0; i < 7; i++) {
+            int64_t got = sl__num_get_i64(e.t[0].data, cases[k].dt, i);
+            if (got != cases[k].want[i]) FAILF("cast to %s: value %d: %lld != %lld",
+                                               sl_dtype_name(cases[k].dt), i, (long long)got,
+                                               (long long)cases[k].want[i]);
+        }
+        sl_element_clear(&e);
+        sl_fn_unref(fn);
+    }
+    /* integer to integer saturates exactly through int64 */
+    int64_t iv[4] = {INT64_MAX, INT64_MIN, -129, 40000};
+    int64_t d4[1] = {4};
+    sl_fn *fn;
+    ASSERT_OK(sl_fn_cast("x", SL_DT_I16, &fn));
+    sl_element e;
+    elem1(&e, "x", tensor_of(SL_DT_I64, 1, d4, iv));
+    ASSERT_OK(apply(fn, &e, 0));
+    ASSERT_MEMEQ(e.t[0].data, ((int16_t[]){32767, -32768, -129, 32767}), 8);
+    sl_element_clear(&e);
+    sl_fn_unref(fn);
+    /* to half precision (round to nearest even, overflow to infinity) and back */
+    float hx[5] = {1.0f, 65504.0f, 70000.0f, -2.0f, 0x1p-24f};
+    int64_t d5[1] = {5};
+    ASSERT_OK(sl_fn_cast("x", SL_DT_F16, &fn));
+    elem1(&e, "x", tensor_of(SL_DT_F32, 1, d5, hx));
+    ASSERT_OK(apply(fn, &e, 0));
+    ASSERT_MEMEQ(e.t[0].data, ((uint16_t[]){0x3c00, 0x7bff, 0x7c00, 0xc000, 0x0001}), 10);
+    sl_fn_unref(fn);
+    ASSERT_OK(sl_fn_cast("x", SL_DT_F32, &fn));
+    ASSERT_OK(apply(fn, &e, 0));
+    ASSERT_MEMEQ(e.t[0].data, ((float[]){1.0f, 65504.0f, INFINITY, -2.0f, 0x1p-24f}), 20);
+    /* already float32: shared, not copied */
+    void *before = e.t[0].data;
+    ASSERT_OK(apply(fn, &e, 0));
+    ASSERT(e.t[0].data == before);
+    sl_element_clear(&e);
+    sl_fn_unref(fn);
+    ASSERT_OK(sl_fn_cast("x", SL_DT_BF16, &fn));
+    elem1(&e, "x", tensor_of(SL_DT_F32, 1, d5, hx));
+    ASSERT_OK(apply(fn, &e, 0));
+    ASSERT_EQ(((uint16_t *)e.t[0].data)[0], 0x3f80);
+    ASSERT_EQ(((uint16_t *)e.t[0].data)[3], 0xc000);
+    sl_element_clear(&e);
+    sl_fn_unref(fn);
+    /* bytes cannot be cast; bytes is not a target */
+    ASSERT_OK(sl_fn_cast("x", SL_DT_F32, &fn));
+    elem1(&e, "x", bytes_of("ab", 2, 0));
+    ASSERT_EQ(apply(fn, &e, 0), SL_EINVAL);
+    ASSERT_STREQ(sl_errmsg(), "cast: 'x' is bytes[], not numbers");
+    sl_element_clear(&e);
+    sl_fn_unref(fn);
+    ASSERT_EQ(sl_fn_cast("x", SL_DT_BYTES, &fn), SL_EINVAL);
+}
+
+TEST(test_scale) {
+    sl_fn *fn;
+    ASSERT_OK(sl_fn_scale("x", 0.5, &fn));
+    uint8_t u[3] = {0, 2, 255};
+    int64_t d[1] = {3};
+    sl_element e;
+    elem1(&e, "x", tensor_of(SL_DT_U8, 1, d, u));
+    ASSERT_OK(apply(fn, &e, 0));
+    ASSERT_EQ(e.t[0].dtype, SL_DT_F32);
+    ASSERT_MEMEQ(e.t[0].data, ((float[]){0, 1, 127.5f}), 12);
+    sl_element_clear(&e);
+    int64_t iv[2] = {-4, 1LL << 40};
+    int64_t d2[1] = {2};
+    elem1(&e, "x", tensor_of(SL_DT_I64, 1, d2, iv));
+    ASSERT_OK(apply(fn, &e, 0));
+    ASSERT_MEMEQ(e.t[0].data, ((float[]){-2, 0x1p39f}), 8);
+    sl_element_clear(&e);
+    sl_fn_unref(fn);
+    ASSERT_OK(sl_fn_scale("x", 1.0 / 255, &fn));
+    elem1(&e, "x", tensor_of(SL_DT_U8, 1, d, u));
+    ASSERT_OK(apply(fn, &e, 0));
+    ASSERT(((float *)e.t[0].data)[1] == (float)(2.0 / 255) && ((float *)e.t[0].data)[2] == 1.0f);
+    sl_element_clear(&e);
+    sl_fn_unref(fn);
+}
+
+/* ---- decode_raw, one_hot ---- */
+
+TEST(test_decode_raw) {
+    uint16_t vals[6] = {1, 2, 3, 0xffff, 5, 6};
+    int64_t dims[2] = {2, 3};
+    sl_fn *fn;
+    ASSERT_OK(sl_fn_decode_raw("raw", SL_DT_U16, 2, dims, &fn));
+    for (size_t offset = 0; offset < 2; offset++) {
+        sl_element e;
+        elem1(&e, "raw", bytes_of(vals, sizeof vals, offset));
+        const uint8_t *src = ((sl_bytes *)e.t[0].data)->ptr;
+        ASSERT_OK(apply(fn, &e, 0));
+        const sl_tensor *t = comp(&e, "raw");
+        ASSERT_EQ(t->dtype, SL_DT_U16);
+        ASSERT_EQ(t->rank, 2);
+        ASSERT_EQ(t->dims[0], 2);
+        ASSERT_EQ(t->dims[1], 3);
+        ASSERT_MEMEQ(t->data, vals, sizeof vals);
+        if (offset == 0) ASSERT(t->data == (const void *)src);  /* aligned: a view */
+        else ASSERT(t->data != (const void *)src);              /* unaligned: copied */
+        sl_element_clear(&e);
+    }
+    /* wrong size names both sizes */
+    sl_element e;
+    elem1(&e, "raw", bytes_of(vals, 11, 0));
+    ASSERT_EQ(apply(fn, &e, 0), SL_EINVAL);
+    ASSERT_STREQ(sl_errmsg(), "decode_raw: 'raw' holds 11 bytes but uint16[2,3] needs 12");
+    sl_element_clear(&e);
+    sl_fn_unref(fn);
+    /* a -1 dimension takes the count */
+    int64_t wd[2] = {-1, 2};
+    ASSERT_OK(sl_fn_decode_raw("raw", SL_DT_U8, 2, wd, &fn));
+    elem1(&e, "raw", bytes_of("abcdef", 6, 1));
+    ASSERT_OK(apply(fn, &e, 0));
+    ASSERT_EQ(e.t[0].dims[0], 3);
+    ASSERT_MEMEQ(e.t[0].data, "abcdef", 6);
+    sl_element_clear(&e);
+    elem1(&e, "raw", bytes_of("abcde", 5, 0));
+    ASSERT_EQ(apply(fn, &e, 0), SL_EINVAL);
+    ASSERT_STREQ(sl_errmsg(), "decode_raw: 'raw' holds 5 bytes, not a whole number of uint8[-1,2] (2 bytes each)");
+    sl_element_clear(&e);
+    sl_fn_unref(fn);
+    /* a scalar float32 */
+    float pi = 3.25f;
+    ASSERT_OK(sl_fn_decode_raw("raw", SL_DT_F32, 0, NULL, &fn));
+    elem1(&e, "raw", bytes_of(&pi, 4, 0));
+    ASSERT_OK(apply(fn, &e, 0));
+    ASSERT_EQ(e.t[0].rank, 0);
+    ASSERT(*(float *)e.t[0].data == 3.25f);
+    sl_element_clear(&e);
+    sl_fn_unref(fn);
+}
+
+TEST(test_one_hot) {
+    sl_fn *fn;
+    ASSERT_OK(sl_fn_one_hot("label", 5, &fn));
+    int64_t three = 3;
+    sl_element e;
+    elem1(&e, "label", tensor_of(SL_DT_I64, 0, NULL, &three));
+    ASSERT_OK(apply(fn, &e, 0));
+    ASSERT_EQ(e.t[0].dtype, SL_DT_F32);
+    ASSERT_EQ(e.t[0].rank, 1);
+    ASSERT_EQ(e.t[0].dims[0], 5);
+    ASSERT_MEMEQ(e.t[0].data, ((float[]){0, 0, 0, 1, 0}), 20);
+    sl_element_clear(&e);
+    uint8_t two[2] = {0, 4};
+    int64_t d[1] = {2};
+    elem1(&e, "label", tensor_of(SL_DT_U8, 1, d, two));
+    ASSERT_OK(apply(fn, &e, 0));
+    ASSERT_EQ(e.t[0].rank, 2);
+    ASSERT_EQ(e.t[0].dims[1], 5);
+    ASSERT_MEMEQ(e.t[0].data, ((float[]){1, 0, 0, 0, 0, 0, 0, 0, 0, 1}), 40);
+    sl_element_clear(&e);
+    int64_t five = 5, neg = -1;
+    elem1(&e, "label", tensor_of(SL_DT_I64, 0, NULL, &five));
+    ASSERT_EQ(apply(fn, &e, 0), SL_ERANGE);
+    ASSERT_STREQ(sl_errmsg(), "one_hot: 'label' value 5 is outside 0..4 (depth 5)\n"
+                              "---> HINT: check the label values in the data, or raise the one_hot depth");
+    sl_element_clear(&e);
+    elem1(&e, "label", tensor_of(SL_DT_I64, 0, NULL, &neg));
+    ASSERT_EQ(apply(fn, &e, 0), SL_ERANGE);
+    sl_element_clear(&e);
+    float f = 1;
+    elem1(&e, "label", tensor_of(SL_DT_F32, 0, NULL, &f));
+    ASSERT_EQ(apply(fn, &e, 0), SL_EINVAL);
+    ASSERT_STREQ(sl_errmsg(), "one_hot: 'label' is float32[]; one_hot needs an integer scalar or vector");
+    sl_element_clear(&e);
+    sl_fn_unref(fn);
+}
+
+/* ---- parse_example ---- */
+
+/* A serialized Example with label=int64 7, image=bytes "abc" and "", x=float [1.5 2.5 3.5],
+ * pix=784 floats, empty=a Feature with no list. */
+static sl_tensor example_record(size_t offset) {
+    sl_exb *b;
+    if (sl_exb_new(&b)) abort();
+    int64_t label = 7;
+    sl_bytes img[2] = {{(const uint8_t *)"abc", 3}, {(const uint8_t *)"", 0}};
+    float x[3] = {1.5f, 2.5f, 3.5f}, pix[784];
+    for (int i = 0; i < 784; i++) pix[i] = (float)i / 4;
+    if (sl_exb_int64s(b, "label", &label, 1) || sl_exb_bytes(b, "image", img, 2) ||
+        sl_exb_floats(b, "x", x, 3) || sl_exb_floats(b, "pix", pix, 784) ||
+        sl_exb_floats(b, "pix783", pix, 783))
+        abort();
+    uint8_t *data;
+    size_t len;
+    if (sl_exb_serialize(b, &data, &len)) abort();
+    sl_tensor t = bytes_of(data, len, offset);
+    free(data);
+    sl_exb_free(b);
+    return t;
+}
+
+static sl_feature_spec spec(const char *name, sl_dtype dt, int rank, int64_t d0, int64_t d1, int64_t d2) {
+    sl_feature_spec s = {.name = name, .dtype = dt, .rank = rank, .dims = {d0, d1, d2}};
+    return s;
+}
+
+TEST(test_parse_example) {
+    sl_feature_spec specs[8] = {
+        spec("label", SL_DT_I64, 0, 0, 0, 0),
+        spec("image", SL_DT_BYTES, 1, -1, 0, 0),
+        spec("x", SL_DT_F32, 1, -1, 0, 0),
+        spec("pix", SL_DT_F32, 3, 28, 28, 1),
+        spec("weight", SL_DT_F32, 0, 0, 0, 0),
+        spec("tag", SL_DT_BYTES, 0, 0, 0, 0),
+        spec("ids", SL_DT_I64, 1, 2, 0, 0),
+        spec("label", SL_DT_I64, 1, -1, 0, 0),
+    };
+    specs[4].has_default = true; specs[4].default_num = 4.25;
+    specs[5].has_default = true; specs[5].default_bytes = "none";
+    specs[6].has_default = true; specs[6].default_num = -3;
+    specs[7].as = "label_vec";
+    sl_fn *fn;
+    ASSERT_OK(sl_fn_parse_example("record", specs, 8, &fn));
+    sl_fn_states *st;
+    ASSERT_OK(sl__fn_states_new(fn, &st));
+    for (int round = 0; round < 3; round++) { /* the thread state is reused */
+        sl_element e;
+        elem1(&e, "record", example_record((size_t)round));
+        int64_t one = 1;
+        sl_tensor keep = tensor_of(SL_DT_I64, 0, NULL, &one);
+        ASSERT_OK(sl_element_set(&e, "keep", &keep));
+        sl_buf *recbuf = sl_buf_ref(e.t[0].aux);
+        ASSERT_OK(sl__fn_apply(fn, &e, 0, 0, round == 2 ? NULL : st));
+        ASSERT_EQ(e.n, 9);
+        ASSERT(comp(&e, "record") == NULL);
+        ASSERT(comp(&e, "keep") != NULL);
+        const sl_tensor *t = comp(&e, "label");
+        ASSERT(t && t->dtype == SL_DT_I64 && t->rank == 0);
+        ASSERT_EQ(*(int64_t *)t->data, 7);
+        t = comp(&e, "image");
+        ASSERT(t && t->dtype == SL_DT_BYTES && t->rank == 1 && t->dims[0] == 2);
+        const sl_bytes *bv = t->data;
+        ASSERT_EQ(bv[0].len, 3);
+        ASSERT_MEMEQ(bv[0].ptr, "abc", 3);
+        ASSERT_EQ(bv[1].len, 0);
+        /* zero-copy: the bytes lie inside the record's buffer, which the output keeps alive */
+        ASSERT(bv[0].ptr >= (const uint8_t *)recbuf->data &&
+               bv[0].ptr + 3 <= (const uint8_t *)recbuf->data + recbuf->size);
+        ASSERT(t->aux == recbuf);
+        t = comp(&e, "x");
+        ASSERT(t && t->rank == 1 && t->dims[0] == 3);
+        ASSERT_MEMEQ(t->data, ((float[]){1.5f, 2.5f, 3.5f}), 12);
+        t = comp(&e, "pix");
+        ASSERT(t && t->rank == 3 && t->dims[0] == 28 && t->dims[1] == 28 && t->dims[2] == 1);
+        ASSERT(((float *)t->data)[783] == 783 / 4.0f);
+        t = comp(&e, "weight");
+        ASSERT(t && t->dtype == SL_DT_F32 && t->rank == 0 && *(float *)t->data == 4.25f);
+        t = comp(&e, "tag");
+        ASSERT(t && t->dtype == SL_DT_BYTES && t->rank == 0);
+        ASSERT_EQ(((sl_bytes *)t->data)->len, 4);
+        ASSERT_MEMEQ(((sl_bytes *)t->data)->ptr, "none", 4);
+        t = comp(&e, "ids");
+        ASSERT(t && t->rank == 1 && t->dims[0] == 2);
+        ASSERT_MEMEQ(t->data, ((int64_t[]){-3, -3}), 16);
+        t = comp(&e, "label_vec");
+        ASSERT(t && t->rank == 1 && t->dims[0] == 1 && *(int64_t *)t->data == 7);
+        sl_element_clear(&e);
+        /* the output was the last holder of the record besides us */
+        ASSERT_EQ(atomic_load(&recbuf->refs), 1);
+        sl_buf_unref(recbuf);
+    }
+    sl__fn_states_free(fn, st);
+    sl_fn_unref(fn);
+}
+
+TEST(test_parse_example_errors) {
+    struct { sl_feature_spec s; sl_status code; const char *msg; } cases[] = {
+        {spec("label", SL_DT_F32, 0, 0, 0, 0), SL_EINVAL,
+         "parse_example: feature 'label': expected float, found int64"},
+        {spec("x", SL_DT_I64, 1, -1, 0, 0), SL_EINVAL,
+         "parse_example: feature 'x': expected int64, found float"},
+        {spec("label", SL_DT_BYTES, 0, 0, 0, 0), SL_EINVAL,
+         "parse_example: feature 'label': expected bytes, found int64"},
+        {spec("pix783", SL_DT_F32, 1, 784, 0, 0), SL_EINVAL,
+         "parse_example: feature 'pix783': expected 784 values, found 783\n"
+         "---> HINT: the spec's shape [784] holds 784 values"},
+        {spec("x", SL_DT_F32, 0, 0, 0, 0), SL_EINVAL,
+         "parse_example: feature 'x': expected 1 value, found 3"},
+        {spec("x", SL_DT_F32, 2, -1, 2, 0), SL_EINVAL,
+         "parse_example: feature 'x': expected a multiple of 2 values, found 3"},
+        {spec("nope", SL_DT_F32, 0, 0, 0, 0), SL_EINVAL,
+         "parse_example: feature 'nope' is missing (and has no default)"},
+    };
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        sl_fn *fn;
+        ASSERT_OK(sl_fn_parse_example("record", &cases[k].s, 1, &fn));
+        sl_element e;
+        elem1(&e, "record", example_record(0));
+        ASSERT_EQ(apply(fn, &e, 0), cases[k].code);
+        ASSERT_STREQ(sl_errmsg(), cases[k].msg);
+        ASSERT_EQ(e.n, 1); /* left as it was */
+        ASSERT(comp(&e, "record") != NULL);
+        sl_element_clear(&e);
+        sl_fn_unref(fn);
+    }
+    /* the brief's example: 'image' shaped 28x28x1 with 783 values */
+    sl_exb *b;
+    ASSERT_OK(sl_exb_new(&b));
+    float pix[783] = {0};
+    ASSERT_OK(sl_exb_floats(b, "image", pix, 783));
+    uint8_t *data;
+    size_t len;
+    ASSERT_OK(sl_exb_serialize(b, &data, &len));
+    sl_exb_free(b);
+    sl_feature_spec s = spec("image", SL_DT_F32, 3, 28, 28, 1);
+    sl_fn *fn;
+    ASSERT_OK(sl_fn_parse_example("record", &s, 1, &fn));
+    sl_element e;
+    elem1(&e, "record", bytes_of(data, len, 0));
+    free(data);
+    ASSERT_EQ(apply(fn, &e, 0), SL_EINVAL);
+    ASSERT_STREQ(sl_errmsg(), "parse_example: feature 'image': expected 784 values, found 783\n"
+                              "---> HINT: the spec's shape [28,28,1] holds 784 values");
+    sl_element_clear(&e);
+    /* not an Example at all */
+    elem1(&e, "record", bytes_of("\xff\xff\xff", 3, 0));
+    ASSERT_EQ(apply(fn, &e, 0), SL_ECORRUPT);
+    ASSERT(strncmp(sl_errmsg(), "parse_example: malformed Example in 'record': ", 46) == 0);
+    sl_element_clear(&e);
+    /* not bytes */
+    int64_t v = 1;
+    elem1(&e, "record", tensor_of(SL_DT_I64, 0, NULL, &v));
+    ASSERT_EQ(apply(fn, &e, 0), SL_EINVAL);
+    ASSERT_STREQ(sl_errmsg(), "parse_example: 'record' is int64[]; parse_example needs one serialized "
+                              "Example (a byte string)");
+    sl_element_clear(&e);
+    sl_fn_unref(fn);
+    /* bad specs */
+    sl_feature_spec two[2] = {spec("a", SL_DT_F32, 0, 0, 0, 0), spec("b", SL_DT_F32, 0, 0, 0, 0)};
+    two[1].as = "a";
+    ASSERT_EQ(sl_fn_parse_example("record", two, 2, &fn), SL_EINVAL);
+    ASSERT(fn == NULL);
+    ASSERT_STREQ(sl_errmsg(), "parse_example: two specs write component 'a'\n"
+                              "---> HINT: give one of them another name with `as`");
+    two[1] = spec("b", SL_DT_I32, 0, 0, 0, 0);
+    ASSERT_EQ(sl_fn_parse_example("record", two, 2, &fn), SL_EINVAL);
+    ASSERT_STREQ(sl_errmsg(), "parse_example: feature 'b': dtype int32 is not bytes, int64 or float32\n"
+                              "---> HINT: parse as int64 or float32, then cast");
+}
+
+/* ---- random_resized_crop ---- */
+
+TEST(test_random_resized_crop_distribution) {
+    const double lo = 0.08, hi = 1.0, rlo = 3.0 / 4, rhi = 4.0 / 3;
+    int distinct = 0;
+    sl__rect prev = {-1, -1, -1, -1};
+    double area_sum = 0;
+    for (uint64_t seed = 0; seed < 2000; seed++) {
+        sl__rect r = sl__rrc_rect(480, 640, lo, hi, rlo, rhi, seed);
+        ASSERT(r.y >= 0 && r.x >= 0 && r.h >= 1 && r.w >= 1);
+        ASSERT(r.y + r.h <= 480 && r.x + r.w <= 640);
+        double frac = (double)(r.h * r.w) / (480.0 * 640.0), ratio = (double)r.w / (double)r.h;
+        ASSERT(frac >= lo * 0.97 && frac <= hi * 1.0001);
+        ASSERT(ratio >= rlo * 0.97 && ratio <= rhi * 1.03);
+        area_sum += frac;
+        sl__rect again = sl__rrc_rect(480, 640, lo, hi, rlo, rhi, seed);
+        ASSERT(memcmp(&r, &again, sizeof r) == 0); /* determined by the seed */
+        if (memcmp(&r, &prev, sizeof r) != 0) distinct++;
+        prev = r;
+    }
+    ASSERT(distinct >= 1990);
+    /* mean accepted area fraction: near the uniform mean 0.54 (large draws are rejected
+     * more often on a 4:3 image, so a bit lower) */
+    ASSERT(area_sum / 2000 > 0.40 && area_sum / 2000 < 0.58);
+    /* no try can fit a square of half the area into 10x1000: torchvision's fallback, the
+     * whole height with the widest allowed ratio (1), centered */
+    sl__rect f = sl__rrc_rect(10, 1000, 0.5, 1.0, 1.0, 1.0, 7);
+    ASSERT_EQ(f.y, 0); ASSERT_EQ(f.h, 10); ASSERT_EQ(f.w, 10); ASSERT_EQ(f.x, 495);
+    f = sl__rrc_rect(1000, 10, 0.5, 1.0, 2.0, 3.0, 7); /* too tall: full width, h = w / 2 */
+    ASSERT_EQ(f.x, 0); ASSERT_EQ(f.w, 10); ASSERT_EQ(f.h, 5); ASSERT_EQ(f.y, 497);
+
+    /* the function = that rectangle, cropped and resized */
+    int64_t d[3] = {48, 64, 3};
+    uint8_t *px = malloc(48 * 64 * 3);
+    for (int i = 0; i < 48 * 64 * 3; i++) px[i] = (uint8_t)(i * 7 + i / 191);
+    sl_fn *fn;
+    ASSERT_OK(sl_fn_random_resized_crop("image", 32, 24, lo, hi, rlo, rhi, &fn));
+    for (uint64_t seed = 0; seed < 20; seed++) {
+        sl_element e;
+        elem1(&e, "image", tensor_of(SL_DT_U8, 3, d, px));
+        ASSERT_OK(apply(fn, &e, seed));
+        ASSERT_EQ(e.t[0].dims[0], 32);
+        ASSERT_EQ(e.t[0].dims[1], 24);
+        ASSERT_EQ(e.t[0].dims[2], 3);
+        sl__rect r = sl__rrc_rect(48, 64, lo, hi, rlo, rhi, seed);
+        uint8_t want[32 * 24 * 3];
+        ASSERT_OK(sl__resize_u8(px + (r.y * 64 + r.x) * 3, r.h, r.w, 3, 64 * 3, 0, 0, (double)r.h,
+                                (double)r.w, want, 32, 24));
+        ASSERT_MEMEQ(e.t[0].data, want, sizeof want);
+        sl_element_clear(&e);
+    }
+    free(px);
+    sl_fn_unref(fn);
+    ASSERT_EQ(sl_fn_random_resized_crop("image", 8, 8, 0.5, 0.2, rlo, rhi, &fn), SL_EINVAL);
+    ASSERT_STREQ(sl_errmsg(), "random_resized_crop: scale range [0.5, 0.2] must satisfy 0 < lo <= hi");
+}
+
+/* ---- determinism of a random augmentation pipeline ---- */
+
+/* value v -> a synthetic 64x48x3 uint8 image (content depends on v) */
+static sl_status synth_image(void *ctx, sl_element *e, const sl_fn_call *call) {
+    (void)ctx; (void)call;
+    int64_t v = *(int64_t *)e->t[sl_element_find(e, "value")].data;
+    int64_t d[3] = {64, 48, 3};
+    sl_tensor t;
+    sl_status s = sl_tensor_alloc(&t, SL_DT_U8, 3, d);
+    if (s) return s;
+    uint8_t *p = t.data;
+    for (int y = 0; y < 64; y++)
+        for (int x = 0; x < 48; x++)
+            for (int c = 0; c < 3; c++)
+                p[(y * 48 + x) * 3 + c] = (uint8_t)(y * 3 + x * 5 * (c + 1) + v * 17 + (x * y) % 7);
+    return sl_element_set(e, "image", &t);
+}
+
+/* All batches of one run, concatenated. */
+static sl_status run_pipeline(sl_fn *chain, int par, bool fused, uint8_t **out, size_t *len) {
+    sl_dataset *r = NULL, *m = NULL, *b = NULL;
+    sl_iter *it = NULL;
+    sl_status s;
+    *out = NULL;
+    *len = 0;
+    if ((s = sl_ds_range(0, 100, 1, &r))) goto done;
+    if ((s = sl_ds_map(r, chain, par, true, &m))) goto done;
+    sl_batch_opts o = sl_batch_opts_default(8);
+    o.padded = !fused; /* padded batches are not fused with the map */
+    if ((s = sl_ds_batch(m, &o, &b))) goto done;
+    if (strcmp(sl_dataset_op(b), fused ? "map_batch" : "batch") != 0) { s = SL_EINTERNAL; goto done; }
+    sl_iter_opts io = sl_iter_opts_default();
+    io.seed = 1234;
+    if ((s = sl_iter_create(b, &io, &it))) goto done;
+    sl_element e;
+    sl_element_init(&e);
+    while ((s = sl_iter_next(it, &e)) == SL_OK) {
+        const sl_tensor *t = comp(&e, "image");
+        if (!t || t->dtype != SL_DT_F32 || t->rank != 4 || t->dims[1] != 32 || t->dims[2] != 32) {
+            sl_element_clear(&e);
+            s = SL_EINTERNAL;
+            goto done;
+        }
+        size_t n = sl_tensor_nbytes(t);
+        *out = realloc(*out, *len + n);
+        memcpy(*out + *len, t->data, n);
+        *len += n;
+        sl_element_clear(&e);
+    }
+    if (s == SL_END) s = SL_OK;
+done:
+    sl_iter_close(it);
+    sl_dataset_unref(b);
+    sl_dataset_unref(m);
+    sl_dataset_unref(r);
+    return s;
+}
+
+TEST(test_determinism_across_parallelism) {
+    sl_fn *fns[4];
+    ASSERT_OK(sl_fn_custom("synth", synth_image, NULL, NULL, &fns[0]));
+    ASSERT_OK(sl_fn_random_resized_crop("image", 32, 32, 0.08, 1.0, 3.0 / 4, 4.0 / 3, &fns[1]));
+    ASSERT_OK(sl_fn_random_flip("image", true, false, 0.5, &fns[2]));
+    const float mean[3] = {0.485f, 0.456f, 0.406f}, std[3] = {0.229f, 0.224f, 0.225f};
+    ASSERT_OK(sl_fn_normalize("image", mean, std, 3, true, &fns[3]));
+    sl_fn *chain;
+    ASSERT_OK(sl_fn_chain(fns, 4, &chain));
+    ASSERT_STREQ(sl_fn_name(chain), "synth|random_resized_crop|random_flip|normalize");
+    uint8_t *ref = NULL;
+    size_t ref_len = 0;
+    const int pars[3] = {1, 2, 8};
+    for (int k = 0; k < 3; k++)
+        for (int rep = 0; rep < 2; rep++) {
+            uint8_t *got;
+            size_t len;
+            ASSERT_OK(run_pipeline(chain, pars[k], true, &got, &len));
+            ASSERT_EQ(len, 100 * 32 * 32 * 3 * 4);
+            if (!ref) {
+                ref = got;
+                ref_len = len;
+                continue;
+            }
+            ASSERT_EQ(len, ref_len);
+            if (memcmp(got, ref, len) != 0) FAILF("parallelism %d run %d differs", pars[k], rep);
+            free(got);
+        }
+    /* map then an unfused batch gives the same bytes */
+    uint8_t *got;
+    size_t len;
+    ASSERT_OK(run_pipeline(chain, 3, false, &got, &len));
+    ASSERT_EQ(len, ref_len);
+    ASSERT_MEMEQ(got, ref, len);
+    free(got);
+    /* and the augmentation does vary: consecutive images are not the same crop */
+    size_t img = 32 * 32 * 3 * 4;
+    int same = 0;
+    for (int i = 0; i + 1 < 100; i++) same += memcmp(ref + i * img, ref + (i + 1) * img, img) == 0;
+    ASSERT_EQ(same, 0);
+    free(ref);
+    sl_fn_unref(chain);
+    for (int i = 0; i < 4; i++) sl_fn_unref(fns[i]);
+}
+
+/* ---- decode_jpeg ---- */
+
+/* A smooth synthetic photo: gradients and low-frequency waves, a soft disc, gentle noise. */
+static uint8_t *synth_photo(int w, int h, uint64_t seed) {
+    uint8_t *p = malloc((size_t)w * h * 3);
+    sl_rng rng = {seed};
+    double fx = 2 + (double)(seed % 5), fy = 1 + (double)(seed % 3);
+    for (int y = 0; y < h; y++)
+        for (int x = 0; x < w; x++) {
+            double u = (double)x / w, v = (double)y / h;
+            double disc = hypot(u - 0.6, v - 0.4) < 0.2 ? 40 : 0;
+            double base[3] = {
+                90 + 80 * u + 40 * sin(fx * 3.1 * u + fy * 2.0 * v) + disc,
+                60 + 100 * v + 30 * cos(fy * 2.7 * u - fx * 1.3 * v),
+                150 - 70 * u * v + 35 * sin(4.0 * v + 2.5 * u) - disc,
+            };
+            for (int c = 0; c < 3; c++) {
+                double n = base[c] + (double)(sl__rng_u64(&rng) % 7) - 3.0;
+                p[((size_t)y * w + x) * 3 + c] = (uint8_t)(n < 0 ? 0 : n > 255 ? 255 : n);
+            }
+        }
+    return p;
+}
+
+typedef struct {
+    uint8_t *jpeg[4];
+    size_t len[4];
+} photo_set;
+
+/* value v -> {"image": bytes} of one of the set's JPEGs (a view into the set) */
+static sl_status jpeg_source(void *ctx, sl_element *e, const sl_fn_call *call) {
+    const photo_set *ps = ctx;
+    int64_t v = *(int64_t *)e->t[sl_element_find(e, "value")].data;
+    sl_tensor t = bytes_of(ps->jpeg[v % 4], ps->len[v % 4], 0);
+    return sl_element_set(e, "image", &t);
+}
+
+/* A decode that decode_jpeg's planning does not know: the unfused reference inside a chain
+ * (keeping the crop at the same chain position, hence the same seed). */
+static sl_status plain_decode(void *ctx, sl_element *e, const sl_fn_call *call) {
+    int i = sl_element_find(e, "image");
+    sl_bytes b = *(sl_bytes *)e->t[i].data;
+    sl_jpeg_decoder *d;
+    sl_status s = sl_jpeg_decoder_new(&d);
+    if (s) return s;
+    sl_jpeg_info info;
+    sl_tensor t = SL_TENSOR_EMPTY;
+    if (!(s = sl_jpeg_header(d, b.ptr, b.len, &info))) {
+        int64_t dims[3] = {info.height, info.width, 3};
+        int w, h;
+        if (!(s = sl_tensor_alloc(&t, SL_DT_U8, 3, dims)))
+            s = sl_jpeg_decode(d, b.ptr, b.len, 3, 8, t.data, sl_tensor_nbytes(&t), &w, &h);
+    }
+    sl_jpeg_decoder_free(d);
+    if (!s) s = sl_element_set(e, "image", &t);
+    sl_tensor_release(&t);
+    return s;
+}
+
+/* Run chain [source, decode, geom] over 24 elements into out (24 images of oh x ow x 3). */
+static sl_status run_jpeg(photo_set *ps, sl_fn *decode, sl_fn *geom, int64_t oh, int64_t ow,
+                          uint8_t *out) {
+    sl_fn *src, *chain = NULL;
+    sl_status s = sl_fn_custom("jpeg_source", jpeg_source, ps, NULL, &src);
+    if (s) return s;
+    sl_fn *fns[3] = {src, decode, geom};
+    sl_dataset *r = NULL, *m = NULL;
+    sl_iter *it = NULL;
+    if ((s = sl_fn_chain(fns, 3, &chain))) goto done;
+    if ((s = sl_ds_range(0, 24, 1, &r))) goto done;
+    if ((s = sl_ds_map(r, chain, 2, true, &m))) goto done;
+    if ((s = sl_iter_create(m, NULL, &it))) goto done;
+    sl_element e;
+    sl_element_init(&e);
+    for (int k = 0; k < 24; k++) {
+        if ((s = sl_iter_next(it, &e))) goto done;
+        const sl_tensor *t = comp(&e, "image");
+        if (t->dims[0] != oh || t->dims[1] != ow || t->dims[2] != 3) {
+            sl_element_clear(&e);
+            s = sl_err(SL_EINTERNAL, "image %d is %lldx%lld", k, (long long)t->dims[0], (long long)t->dims[1]);
+            goto done;
+        }
+        memcpy(out + (size_t)k * oh * ow * 3, t->data, (size_t)(oh * ow * 3));
+        sl_element_clear(&e);
+    }
+done:
+    sl_iter_close(it);
+    sl_dataset_unref(m);
+    sl_dataset_unref(r);
+    sl_fn_unref(chain);
+    sl_fn_unref(src);
+    return s;
+}
+
+TEST(test_decode_jpeg_fused_vs_unfused) {
+    photo_set ps;
+    const int sizes[4][2] = {{333, 250}, {500, 375}, {256, 256}, {640, 427}};
+    for (int i = 0; i < 4; i++) {
+        uint8_t *px = synth_photo(sizes[i][0], sizes[i][1], (uint64_t)i + 1);
+        ASSERT_OK(sl_jpeg_encode(px, sizes[i][0], sizes[i][1], 3, 92, &ps.jpeg[i], &ps.len[i]));
+        free(px);
+    }
+    sl_fn *dec, *dec8, *plain;
+    ASSERT_OK(sl_fn_decode_jpeg("image", 3, &dec));
+    ASSERT_OK(sl_fn_decode_jpeg("image", 3, &dec8));
+    sl__fn_decode_jpeg_set_dct_scaling(dec8, false);
+    ASSERT_OK(sl_fn_custom("plain_decode", plain_decode, NULL, NULL, &plain));
+    sl_fn *geoms[3];
+    const int64_t out_hw[3][2] = {{64, 56}, {100, 90}, {60, 80}};
+    ASSERT_OK(sl_fn_random_resized_crop("image", 64, 56, 0.08, 1.0, 3.0 / 4, 4.0 / 3, &geoms[0]));
+    ASSERT_OK(sl_fn_center_crop("image", 100, 90, &geoms[1]));
+    ASSERT_OK(sl_fn_resize("image", 60, 80, &geoms[2]));
+    for (int g = 0; g < 3; g++) {
+        int64_t oh = out_hw[g][0], ow = out_hw[g][1];
+        size_t n = (size_t)(24 * oh * ow * 3);
+        uint8_t *ref = malloc(n), *f8 = malloc(n), *fs = malloc(n);
+        ASSERT_OK(run_jpeg(&ps, plain, geoms[g], oh, ow, ref));
+        ASSERT_OK(run_jpeg(&ps, dec8, geoms[g], oh, ow, f8));
+        ASSERT_OK(run_jpeg(&ps, dec, geoms[g], oh, ow, fs));
+        /* full-size fused decode: exactly the unfused pixels */
+        ASSERT_MEMEQ(f8, ref, n);
+        /* DCT-scaled: close to them */
+        double worst = 0;
+        size_t per = (size_t)(oh * ow * 3);
+        int differing = 0;
+        for (int k = 0; k < 24; k++) {
+            double sum = 0;
+            for (size_t i = 0; i < per; i++) sum += abs((int)fs[k * per + i] - (int)ref[k * per + i]);
+            double mad = sum / (double)per;
+            if (mad > worst) worst = mad;
+            differing += memcmp(fs + k * per, ref + k * per, per) != 0;
+        }
+        printf("  %s: fused with DCT scaling: worst mean abs difference %.3f levels, %d of 24 "
+               "images differ\n", sl_fn_name(geoms[g]), worst, differing);
+        ASSERT(worst < 3.0);
+        if (g != 1) ASSERT(differing > 0); /* scaling did happen (center_crop never scales) */
+        else ASSERT_EQ(differing, 0);
+        free(ref); free(f8); free(fs);
+    }
+    /* plain decode matches the decoder's own output */
+    sl_element e;
+    elem1(&e, "image", bytes_of(ps.jpeg[0], ps.len[0], 3));
+    ASSERT_OK(apply(dec, &e, 0));
+    const sl_tensor *t = comp(&e, "image");
+    ASSERT(t->dtype == SL_DT_U8 && t->rank == 3 && t->dims[0] == 250 && t->dims[1] == 333 && t->dims[2] == 3);
+    sl_element e2;
+    elem1(&e2, "image", bytes_of(ps.jpeg[0], ps.len[0], 0));
+    ASSERT_OK(plain_decode(NULL, &e2, NULL));
+    ASSERT_MEMEQ(t->data, e2.t[0].data, 250 * 333 * 3);
+    sl_element_clear(&e);
+    sl_element_clear(&e2);
+    /* grayscale output */
+    sl_fn *gray;
+    ASSERT_OK(sl_fn_decode_jpeg("image", 1, &gray));
+    elem1(&e, "image", bytes_of(ps.jpeg[2], ps.len[2], 0));
+    ASSERT_OK(apply(gray, &e, 0));
+    ASSERT_EQ(e.t[0].dims[2], 1);
+    sl_element_clear(&e);
+    sl_fn_unref(gray);
+    /* not a JPEG, truncated JPEG: SL_ECORRUPT naming the function and the component, both
+     * alone and fused */
+    sl_fn *fns[2] = {dec, geoms[0]}, *fused;
+    ASSERT_OK(sl_fn_chain(fns, 2, &fused));
+    for (int k = 0; k < 2; k++) {
+        sl_fn *fn = k ? fused : dec;
+        elem1(&e, "image", bytes_of("hello, world", 12, 0));
+        ASSERT_EQ(apply(fn, &e, 0), SL_ECORRUPT);
+        ASSERT(strncmp(sl_errmsg(), "decode_jpeg: 'image': jpeg: ", 28) == 0);
+        sl_element_clear(&e);
+        elem1(&e, "image", bytes_of(ps.jpeg[1], ps.len[1] / 2, 0));
+        ASSERT_EQ(apply(fn, &e, 0), k ? SL_ECORRUPT : SL_ECORRUPT);
+        ASSERT(strncmp(sl_errmsg(), "decode_jpeg: 'image': jpeg: ", 28) == 0);
+        sl_element_clear(&e);
+    }
+    sl_fn_unref(fused);
+    int64_t one = 1;
+    elem1(&e, "image", tensor_of(SL_DT_I64, 0, NULL, &one));
+    ASSERT_EQ(apply(dec, &e, 0), SL_EINVAL);
+    ASSERT_STREQ(sl_errmsg(), "decode_jpeg: 'image' is int64[]; decode_jpeg needs one encoded image (a byte string)");
+    sl_element_clear(&e);
+    for (int g = 0; g < 3; g++) sl_fn_unref(geoms[g]);
+    sl_fn_unref(plain);
+    sl_fn_unref(dec8);
+    sl_fn_unref(dec);
+    for (int i = 0; i < 4; i++) free(ps.jpeg[i]);
+}
+
+/* record -> parse_example -> decode_jpeg (+ absorbed random_resized_crop): the JPEG bytes
+ * go from the record to the decoder as a view; a crop of another component is not
+ * absorbed and still runs. */
+TEST(test_parse_decode_chain) {
+    uint8_t *px = synth_photo(120, 90, 9), *jpeg;
+    size_t jlen;
+    ASSERT_OK(sl_jpeg_encode(px, 120, 90, 3, 90, &jpeg, &jlen));
+    free(px);
+    sl_exb *b;
+    ASSERT_OK(sl_exb_new(&b));
+    sl_bytes jb = {jpeg, jlen};
+    int64_t label = 4;
+    ASSERT_OK(sl_exb_bytes(b, "image/encoded", &jb, 1));
+    ASSERT_OK(sl_exb_int64s(b, "label", &label, 1));
+    uint8_t *rec;
+    size_t rlen;
+    ASSERT_OK(sl_exb_serialize(b, &rec, &rlen));
+    sl_exb_free(b);
+    sl_feature_spec specs[2] = {spec("image/encoded", SL_DT_BYTES, 0, 0, 0, 0),
+                                spec("label", SL_DT_I64, 0, 0, 0, 0)};
+    specs[0].as = "image";
+    sl_fn *fns[4];
+    ASSERT_OK(sl_fn_parse_example("record", specs, 2, &fns[0]));
+    ASSERT_OK(sl_fn_decode_jpeg("image", 0, &fns[1]));
+    ASSERT_OK(sl_fn_random_resized_crop("image", 40, 40, 0.25, 1.0, 0.75, 4.0 / 3, &fns[2]));
+    ASSERT_OK(sl_fn_one_hot("label", 10, &fns[3]));
+    sl_fn *chain;
+    ASSERT_OK(sl_fn_chain(fns, 4, &chain));
+    sl_fn_states *st;
+    ASSERT_OK(sl__fn_states_new(chain, &st));
+    for (uint64_t seed = 0; seed < 4; seed++) {
+        sl_element e;
+        elem1(&e, "record", bytes_of(rec, rlen, 1));
+        ASSERT_OK(sl__fn_apply(chain, &e, seed, 0, st));
+        const sl_tensor *t = comp(&e, "image");
+        ASSERT(t && t->dtype == SL_DT_U8 && t->rank == 3);
+        ASSERT_EQ(t->dims[0], 40);
+        ASSERT_EQ(t->dims[1], 40);
+        ASSERT_EQ(t->dims[2], 3);
+        t = comp(&e, "label");
+        ASSERT(t && t->dims[0] == 10 && ((float *)t->data)[4] == 1.0f);
+        sl_element_clear(&e);
+    }
+    sl__fn_states_free(chain, st);
+    sl_fn_unref(chain);
+    /* a crop of another component: decode_jpeg decodes in full, the crop runs by itself */
+    sl_fn_unref(fns[2]);
+    ASSERT_OK(sl_fn_center_crop("other", 10, 10, &fns[2]));
+    ASSERT_OK(sl_fn_chain(fns, 3, &chain));
+    sl_element e;
+    elem1(&e, "record", bytes_of(rec, rlen, 0));
+    ASSERT_EQ(apply(chain, &e, 0), SL_EINVAL);
+    ASSERT_STREQ(sl_errmsg(), "center_crop: no component 'other' (the element has: image, label)");
+    ASSERT_EQ(comp(&e, "image")->dims[0], 90); /* decoded whole before the crop failed */
+    ASSERT_EQ(comp(&e, "image")->dims[1], 120);
+    sl_element_clear(&e);
+    sl_fn_unref(chain);
+    for (int i = 0; i < 4; i++) sl_fn_unref(fns[i]);
+    free(rec);
+    free(jpeg);
+}
+
+int main(void) {
+    RUN(test_resize_by_hand);
+    RUN(test_resize_against_reference);
+    RUN(test_random_flip);
+    RUN(test_center_crop);
+    RUN(test_normalize);
+    RUN(test_cast_saturates);
+    RUN(test_scale);
+    RUN(test_decode_raw);
+    RUN(test_one_hot);
+    RUN(test_parse_example);
+    RUN(test_parse_example_errors);
+    RUN(test_random_resized_crop_distribution);
+    RUN(test_determinism_across_parallelism);
+    RUN(test_decode_jpeg_fused_vs_unfused);
+    RUN(test_parse_decode_chain);
+    TEST_MAIN_END();
+}
