@@ -233,7 +233,23 @@ static void lex_next(lexer *L, token *t) {
     case '[': t->kind = T_LBRACK; L->p++; L->nest++; return;
     case ']': t->kind = T_RBRACK; L->p++; if (L->nest) L->nest--; return;
     case ',': t->kind = T_COMMA; L->p++; return;
-    case '=': t->kind = T_EQ; L->p++; return;
+    case '=':
+        if (L->p + 1 < L->end && L->p[1] == '=') goto comparison;
+        t->kind = T_EQ; L->p++; return;
+    case '<': case '>': case '!':
+    comparison: /* == != < <= > >= are words, for statements like `filter label < 5` */
+        t->kind = T_IDENT;
+        t->len = (L->p + 1 < L->end && L->p[1] == '=') ? 2 : 1;
+        if (ch == '!' && t->len == 1) {
+            t->kind = T_ERROR;
+            lex_error(L, t->loc, "unexpected character '!'");
+            sl_err_hint("did you mean '!='?");
+            L->p++;
+            return;
+        }
+        t->loc.len = (int)t->len;
+        L->p += t->len;
+        return;
     case ':': t->kind = T_COLON; L->p++; return;
     case '|': t->kind = T_PIPE; L->p++; return;
     case '"': {

@@ -17,6 +17,7 @@
  *   numbers     128  -3  0.5  1e-3  1/255 (a fraction)  64MiB 2GB 30s 500ms 10%  (a unit)
  *   strings     "double quoted, with \" \\ \n \t escapes"
  *   identifiers uint8  auto  true  drop_remainder  a.b-c   (letters, digits, _ . - /  *)
+ *               and the comparison words == != < <= > >=  (filter label < 5)
  *   shapes      28x28x1  224x224
  *   lists       [0.485, 0.456, 0.406]
  *   calls       name(arg, key: value, key=value)

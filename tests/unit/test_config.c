@@ -134,6 +134,24 @@ TEST(test_syntax_errors) {
     }
 }
 
+TEST(test_comparisons) {
+    sl_cfg *c = parse("filter label < 5\nfilter a == 1; filter b != 2; filter c >= 3; filter d<=4\n");
+    ASSERT(c);
+    int n;
+    const sl_cfg_stmt *r = sl_cfg_root(c, &n);
+    ASSERT_EQ(n, 5);
+    static const char *ops[] = {"<", "==", "!=", ">=", "<="};
+    for (int i = 0; i < 5; i++) {
+        ASSERT_EQ(sl_cfg_npos(&r[i]), 3);
+        ASSERT_EQ(sl_cfg_pos(&r[i], 1)->kind, SL_CV_IDENT);
+        ASSERT_STREQ(sl_cfg_pos(&r[i], 1)->text, ops[i]);
+    }
+    ASSERT_STREQ(sl_cfg_pos(&r[4], 0)->text, "d");
+    sl_cfg_free(c);
+    ASSERT_EQ(sl_cfg_parse("x ! 3\n", 6, "t.sl", &c), SL_EINVAL);
+    ASSERT_STREQ(sl_errmsg(), "t.sl:1:3: unexpected character '!'\n    x ! 3\n      ^\n---> HINT: did you mean '!='?");
+}
+
 TEST(test_nesting_limit) {
     char buf[4096];
     size_t n = 0;
@@ -221,6 +239,7 @@ int main(void) {
     RUN(test_pipeline_sketch);
     RUN(test_values);
     RUN(test_syntax_errors);
+    RUN(test_comparisons);
     RUN(test_nesting_limit);
     RUN(test_nested_blocks_and_suggest);
     RUN(test_overrides);
