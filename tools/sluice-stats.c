@@ -129,15 +129,18 @@ static uint32_t tensor_crc(const sl_tensor *t) {
 
 static void print_text(const sl_element *e, long long index, int values) {
     printf("element %lld\n", index);
-    int w = 0;
-    for (int c = 0; c < e->n; c++)
+    int w = 0, dw = 0;
+    char desc[SL_ELEM_MAX][128];
+    for (int c = 0; c < e->n; c++) {
         if ((int)strlen(e->names[c]) > w) w = (int)strlen(e->names[c]);
+        sl_tensor_describe(&e->t[c], desc[c], sizeof desc[c]);
+        if ((int)strlen(desc[c]) > dw) dw = (int)strlen(desc[c]);
+    }
     for (int c = 0; c < e->n; c++) {
         const sl_tensor *t = &e->t[c];
-        char desc[128], v[96];
+        char v[96];
         int64_t n = sl_tensor_numel(t);
-        printf("  %-*s  %-18s crc32c %08x ", w, e->names[c], sl_tensor_describe(t, desc, sizeof desc),
-               tensor_crc(t));
+        printf("  %-*s  %-*s  crc32c %08x ", w, e->names[c], dw, desc[c], tensor_crc(t));
         if (t->dtype == SL_DT_BYTES) {
             const sl_bytes *b = t->data;
             char esc[256];

@@ -155,6 +155,10 @@ sl_status sl_ds_skip(sl_dataset *in, int64_t count, sl_dataset **out);  /* count
 /* Keep elements for which pred returns true (> 0); pred's negative status is an error. */
 typedef int (*sl_pred_fn)(void *ctx, const sl_element *elem);
 sl_status sl_ds_filter(sl_dataset *in, sl_pred_fn pred, void *ctx, sl_dataset **out);
+/* The same, with ctx handed over: free_ctx(ctx, NULL) runs when the dataset is freed, or
+ * before returning when creation fails (free_ctx may be NULL). */
+sl_status sl_ds_filter_owned(sl_dataset *in, sl_pred_fn pred, void *ctx, sl_free_fn free_ctx,
+                             sl_dataset **out);
 
 /* The first pass reads the input and keeps every element (in memory, or in a file at
  * `path`); later passes (epochs) replay them without touching the input. An iterator

@@ -5,6 +5,7 @@ typedef struct {
     sl_dataset base;
     sl_pred_fn pred;
     void *ctx;
+    sl_free_fn free_ctx; /* sl_ds_filter_owned: releases ctx with the dataset */
 } filter_ds;
 
 typedef struct {
@@ -49,7 +50,13 @@ static int64_t filter_card(const sl_dataset *ds) {
     return n == 0 ? 0 : (n == SL_INFINITE ? SL_INFINITE : SL_UNKNOWN_CARD);
 }
 
-static const sl_ds_vt filter_vt = {.name = "filter", .make_iter = filter_make, .cardinality = filter_card};
+static void filter_destroy(sl_dataset *ds) {
+    filter_ds *d = (filter_ds *)ds;
+    if (d->free_ctx) d->free_ctx(d->ctx, NULL);
+}
+
+static const sl_ds_vt filter_vt = {.name = "filter", .make_iter = filter_make, .destroy = filter_destroy,
+                                   .cardinality = filter_card};
 
 sl_status sl_ds_filter(sl_dataset *in, sl_pred_fn pred, void *ctx, sl_dataset **out) {
     *out = NULL;
@@ -59,5 +66,16 @@ sl_status sl_ds_filter(sl_dataset *in, sl_pred_fn pred, void *ctx, sl_dataset **
     d->pred = pred;
     d->ctx = ctx;
     *out = &d->base;
+    return SL_OK;
+}
+
+sl_status sl_ds_filter_owned(sl_dataset *in, sl_pred_fn pred, void *ctx, sl_free_fn free_ctx,
+                             sl_dataset **out) {
+    sl_status s = sl_ds_filter(in, pred, ctx, out);
+    if (s) {
+        if (free_ctx) free_ctx(ctx, NULL);
+        return s;
+    }
+    ((filter_ds *)*out)->free_ctx = free_ctx;
     return SL_OK;
 }

@@ -1,0 +1,99 @@
+/* Pipelines from the config language: turn a `pipeline NAME { ... }` block (parsed by
+ * sluice/config.h) into a dataset graph (sluice/pipeline.h).
+ *
+ *   pipeline train {
+ *       files "train-*.tfrecord" shuffle=true          # the source (or: range 0 100)
+ *       shard auto                                     # one replica's part (file or data)
+ *       interleave cycle=4 block=16 parallel=auto      # read several files at once
+ *       shuffle 10000
+ *       map parse_example(image: bytes, label: int64)
+ *           | decode_raw(image, uint8, 28x28x1) | scale(image, 1/255)  parallel=auto
+ *       batch 128 drop_remainder                       # fused with the map above
+ *       prefetch auto
+ *   }
+ *
+ * Statements run top to bottom, each one wrapping the dataset built so far; the first
+ * must be the source (`files` or `range`). `shard` and `interleave` written right after
+ * `files` (before any element op) decide how the files are read:
+ *
+ *   files GLOB... [shuffle=BOOL] [seed=N] [compression=auto|none|gzip|zlib] [skip_corrupt=BOOL]
+ *         [verify_crc=BOOL]
+ *       TFRecord files ({"record": bytes}). Relative paths are relative to env->base_dir.
+ *       Every pattern must match at least one file. With `interleave` the files go through
+ *       sl_ds_list_files -> sl_ds_interleave_tfrecord; without it, sl_ds_tfrecord reads
+ *       them one after another (pattern by pattern, each one's matches sorted; all files
+ *       sorted when sharded by file), or, with shuffle=true, list_files plus an interleave
+ *       of one file at a time, in a seeded order that changes every epoch.
+ *   range START STOP [STEP]                       {"value": int64} (sl_ds_range)
+ *   shard [auto|file|data] [num=N] [index=I]      num/index default to env's shard
+ *       file: each replica reads the files whose sorted position i has i % num == index
+ *       (only right after `files`); data: every replica reads everything and keeps the
+ *       elements i % num == index (written right after `files`: the records, after any
+ *       interleave); auto: file when it is right after `files` and there are at least
+ *       `num` files, data otherwise. With num 1 it does nothing.
+ *   interleave [cycle=N|auto] [block=N] [parallel=N|auto] [deterministic=BOOL]
+ *   shuffle BUFFER [seed=N] [reshuffle=BOOL]       reshuffle (each epoch) defaults to true
+ *   map FN(...) [| FN(...)...] [parallel=N|auto] [deterministic=BOOL]
+ *   batch N [drop_remainder] [padded] [pad=VALUE]   (also drop_remainder=BOOL, padded=BOOL)
+ *   prefetch [N|auto]   repeat [N]   take N   skip N   cache ["PATH"]   ignore_errors
+ *   filter COMPONENT OP VALUE                       OP: == != < <= > >= or eq ne lt le gt ge
+ *
+ * Functions inside map (every parameter may be given by position or as name=value):
+ *   parse_example(FEATURE: TYPE, ..., input=record)   TYPE: bytes | int64 | float, optionally
+ *       with a shape and/or a default: int64(default=0), float(4), float(28x28),
+ *       int64(*) (any count), bytes(as=NAME) to rename the output component
+ *   decode_jpeg(COMP, channels=0|1|3)           random_resized_crop(COMP, SIZE, scale=[lo, hi], ratio=[lo, hi])
+ *   center_crop(COMP, SIZE)   resize(COMP, SIZE)   SIZE: 224 (square) or 224x200 (height x width)
+ *   random_flip(COMP, p=0.5, horizontal=true, vertical=false)
+ *   normalize(COMP, mean=[...], std=[...], scale_uint8=true)
+ *   cast(COMP, DTYPE)   scale(COMP, FACTOR)   decode_raw(COMP, DTYPE, SHAPE)   one_hot(COMP, DEPTH)
+ *
+ * Every mistake is reported through sl_cfg_err — "FILE:LINE:COL: message", the line, a
+ * caret — with a hint (sl_err_hint): unknown ops, functions and options get "did you
+ * mean ...?", a wrong value or a missing argument gets the statement's usage. */
+#ifndef SLUICE_FROM_CONFIG_H
+#define SLUICE_FROM_CONFIG_H
+
+#include <stdint.h>
+
+#include "sluice/config.h"
+#include "sluice/pipeline.h"
+#include "sluice/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Where and as whom the pipeline runs. */
+typedef struct sl_pipeline_env {
+    int64_t num_shards;   /* replicas reading this pipeline (shard's default num); >= 1 */
+    int64_t shard_index;  /* this replica, 0..num_shards-1 (shard's default index) */
+    const char *base_dir; /* relative paths (files, cache) start here; NULL: the config
+                             file's directory (the directory part of sl_cfg_filename) */
+    uint64_t seed;        /* pipeline seed: shuffles without seed= derive theirs from it and
+                             from the statement's position */
+} sl_pipeline_env;
+
+/* num_shards 1, shard_index 0, base_dir NULL, seed 0. */
+sl_pipeline_env sl_pipeline_env_default(void);
+
+/* Build the dataset of `pipeline NAME { ... }` in cfg (borrowed: the dataset keeps nothing
+ * of cfg or env). env NULL: defaults. Each op's label is "NAME/op" ("NAME/op#2" for the
+ * second of a kind), so runtime errors and stats name the statement.
+ * Returns SL_OK with a new dataset (one reference) in *out. On failure *out is NULL and the
+ * status is SL_ENOTFOUND for an unknown NAME (the message lists the pipelines there are),
+ * SL_EINVAL / SL_ERANGE / SL_ENOTFOUND (a pattern that matches nothing) with a
+ * "FILE:LINE:COL" message and hint for a mistake in the block, SL_EINVAL for an invalid env,
+ * or an op's own error (e.g. SL_ENOMEM). */
+sl_status sl_pipeline_from_config(const sl_cfg *cfg, const char *name, const sl_pipeline_env *env,
+                                  sl_dataset **out);
+
+/* The names of the `pipeline NAME { }` blocks in cfg, in file order: up to `cap` pointers
+ * (into cfg, valid while it lives) into names. Returns how many there are (which may be
+ * more than cap; names may be NULL when cap is 0). */
+int sl_pipeline_names(const sl_cfg *cfg, const char **names, int cap);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,214 @@
+#!/usr/bin/env bash
+# sluice-stats --peek end to end: convert the first records of Fashion-MNIST with
+# sluice-record, build pipelines from config files, and check what --peek prints against
+# the idx files themselves (labels, and the CRC32C of the image bytes computed by Python);
+# --json lines parse; usage errors exit 2; config and pipeline errors exit 1 with
+# file:line:col.
+set -u
+
+BIN=${SLUICE_BIN:-build/bin}
+SRC=${SLUICE_SRC:-$(cd "$(dirname "$0")/../.." && pwd)}
+PY=${PYTHON:-/usr/bin/python3}
+FM=/usr/share/datasets/fashion-mnist
+
+for tool in sluice-stats sluice-record; do
+    if [ ! -x "$BIN/$tool" ]; then echo "skipped: $BIN/$tool is not built"; exit 77; fi
+done
+if [ ! -f "$FM/train-labels-idx1-ubyte.gz" ]; then echo "skipped: no Fashion-MNIST idx files in $FM"; exit 77; fi
+if ! "$PY" -c 'import crc32c' 2>/dev/null; then echo "skipped: python3-crc32c is not installed"; exit 77; fi
+
+T=$(mktemp -d /tmp/sluice-peek-XXXXXX)
+trap 'rm -rf "$T"' EXIT
+fails=0
+fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
+ok() { echo "ok   $*"; }
+
+# run NAME WANT_RC CMD...: run, keep stdout/stderr in $T/NAME.{out,err}, check the exit status
+run() {
+    local name=$1 want=$2
+    shift 2
+    "$@" >"$T/$name.out" 2>"$T/$name.err"
+    local rc=$?
+    if [ "$rc" != "$want" ]; then
+        fail "$name: exit $rc, expected $want"
+        sed 's/^/    /' "$T/$name.err" | head -20
+        return 1
+    fi
+    return 0
+}
+
+"$BIN/sluice-record" convert fashion-mnist "$T/data" --shards 2 --limit 8 >/dev/null 2>"$T/convert.err" ||
+    { cat "$T/convert.err"; echo "FAIL: convert"; exit 1; }
+
+cat >"$T/f.sl" <<'EOF'
+# records in file order: shard 0 holds the first 4 examples, shard 1 the next 4
+pipeline train {
+    files "data/train-*.tfrecord"
+    map parse_example(image: bytes, label: int64) | decode_raw(image, uint8, 28x28x1)
+}
+pipeline batched {
+    files "data/train-*.tfrecord"
+    map parse_example(image: bytes, label: int64) | decode_raw(image, uint8, 28x28x1)
+    batch 3
+}
+EOF
+
+# The reference: labels and per-image CRC32C straight from the idx files.
+"$PY" - "$FM" >"$T/ref.txt" <<'EOF'
+import gzip, sys, crc32c
+d = sys.argv[1]
+labels = gzip.open(d + "/train-labels-idx1-ubyte.gz").read()[8:8 + 8]
+images = gzip.open(d + "/train-images-idx3-ubyte.gz").read()[16:16 + 8 * 784]
+for i in range(8):
+    print(labels[i], "%08x" % crc32c.crc32c(images[i * 784:(i + 1) * 784]))
+EOF
+if [ "$(head -4 "$T/ref.txt" | cut -d' ' -f1 | tr '\n' ' ')" != "9 0 0 3 " ]; then
+    fail "reference: the first Fashion-MNIST train labels are not 9 0 0 3: $(cat "$T/ref.txt")"
+fi
+
+# 1. text: two elements, labels 9 and 0, image crc as Python computes it
+if run peek_text 0 "$BIN/sluice-stats" "$T/f.sl" --peek 2; then
+    got=$(grep '^  label ' "$T/peek_text.out" | awk '{print $NF}' | tr '\n' ' ')
+    crcs=$(grep '^  image ' "$T/peek_text.out" | awk '{print $4}' | tr '\n' ' ')
+    want_crcs=$(head -2 "$T/ref.txt" | cut -d' ' -f2 | tr '\n' ' ')
+    nel=$(grep -c '^element ' "$T/peek_text.out")
+    if [ "$got" = "9 0 " ] && [ "$crcs" = "$want_crcs" ] && [ "$nel" = 2 ] &&
+        grep -q '^  image  uint8\[28,28,1\]  crc32c ' "$T/peek_text.out"; then
+        ok "--peek 2: labels 9 0, image dtype/shape and CRC32C match the idx file"
+    else
+        fail "--peek 2 text: labels '$got' crcs '$crcs' (want '$want_crcs'), $nel elements"
+        cat "$T/peek_text.out"
+    fi
+fi
+
+# 2. --json: one object per line, every field checked against the reference
+if run peek_json 0 "$BIN/sluice-stats" "$T/f.sl" --pipeline train --peek 8 --json --values 4; then
+    if "$PY" - "$T/peek_json.out" "$T/ref.txt" <<'EOF'; then
+import json, sys
+lines = open(sys.argv[1]).read().splitlines()
+ref = [l.split() for l in open(sys.argv[2]).read().splitlines()]
+assert len(lines) == 8, len(lines)
+for i, line in enumerate(lines):
+    o = json.loads(line)
+    assert o["index"] == i, o
+    c = o["components"]
+    assert list(c) == ["image", "label"], list(c)
+    img, lab = c["image"], c["label"]
+    assert img["dtype"] == "uint8" and img["shape"] == [28, 28, 1] and img["numel"] == 784, img
+    assert len(img["values"]) == 4 and all(isinstance(v, int) for v in img["values"]), img
+    assert img["crc32c"] == ref[i][1], (i, img["crc32c"], ref[i][1])
+    assert lab["dtype"] == "int64" and lab["shape"] == [] and lab["values"] == [int(ref[i][0])], lab
+EOF
+        ok "--peek 8 --json: 8 lines of JSON, labels and CRCs match"
+    else
+        fail "--json output"
+        head -2 "$T/peek_json.out"
+    fi
+fi
+
+# 3. batches, and --set changing the graph (batch size, an added take)
+if run peek_batch 0 "$BIN/sluice-stats" "$T/f.sl" -p batched --peek 5 --json --values 3 \
+    --set pipeline.batched.batch=4 --set=pipeline.batched.take=1; then
+    if "$PY" -c '
+import json, sys
+lines = open(sys.argv[1]).read().splitlines()
+assert len(lines) == 1, lines
+c = json.loads(lines[0])["components"]
+assert c["label"]["shape"] == [4] and c["label"]["values"] == [9, 0, 0], c["label"]
+assert c["image"]["shape"] == [4, 28, 28, 1], c["image"]
+' "$T/peek_batch.out"; then
+        ok "--set batch=4 and take=1: one batch of 4, labels 9 0 0 ..."
+    else
+        fail "--set output"
+        cat "$T/peek_batch.out"
+    fi
+fi
+
+# 4. the example config, pointed at the converted files; the test split's first labels
+if run peek_example 0 "$BIN/sluice-stats" "$SRC/examples/fashion.sl" --pipeline test --peek 1 \
+    --set "pipeline.test.files=\"$T/data/test-*.tfrecord\""; then
+    if grep -q '^  image  float32\[8,28,28,1\]' "$T/peek_example.out" &&
+        grep -Eq '^  label  int64\[8\] +crc32c [0-9a-f]{8}  9 2 1 1 6 1 4 6$' "$T/peek_example.out"; then
+        ok "examples/fashion.sl pipeline test: float32[8,28,28,1] images, labels 9 2 1 1 6 1 4 6"
+    else
+        fail "examples/fashion.sl output"
+        cat "$T/peek_example.out"
+    fi
+fi
+# ... and its train pipeline: shuffled, so the same 8 labels in some order
+if run peek_example_train 0 "$BIN/sluice-stats" "$SRC/examples/fashion.sl" --peek 5 --seed 3 --json \
+    --values 8 --set "pipeline.train.files=\"$T/data/train-*.tfrecord\"" --set pipeline.train.batch=8; then
+    want=$(cut -d' ' -f1 "$T/ref.txt" | sort | tr '\n' ' ')
+    got=$("$PY" -c '
+import json, sys
+for l in open(sys.argv[1]):
+    for v in json.loads(l)["components"]["label"]["values"]: print(v)' "$T/peek_example_train.out" | sort | tr '\n' ' ')
+    if [ "$got" = "$want" ]; then ok "examples/fashion.sl pipeline train: the 8 labels, shuffled"
+    else fail "train labels '$got', want '$want'"; fi
+fi
+
+# 5. usage errors: exit 2 with a message
+# check NAME WANT_RC GREP_PATTERN DESCRIPTION CMD...: exit status and a line of stderr (or stdout)
+check() {
+    local name=$1 want=$2 pat=$3 desc=$4
+    shift 4
+    if run "$name" "$want" "$@"; then
+        if [ -z "$pat" ] || grep -q -- "$pat" "$T/$name.err" "$T/$name.out"; then ok "$desc"
+        else fail "$desc: no '$pat' in the output"; sed 's/^/    /' "$T/$name.err"; fi
+    fi
+}
+check usage_none 2 'missing CONFIG' "no arguments: exit 2" "$BIN/sluice-stats"
+check usage_mode 2 'not implemented yet: only --peek N' "no --peek: 'not implemented yet', exit 2" \
+    "$BIN/sluice-stats" "$T/f.sl"
+check usage_peek 2 'expects an integer' "--peek x: exit 2" "$BIN/sluice-stats" "$T/f.sl" --peek x
+check usage_opt 2 "unknown option '--bogus'" "unknown option: exit 2" "$BIN/sluice-stats" "$T/f.sl" --peek 1 --bogus
+check usage_pipe 2 "did you mean 'train'? (the pipelines are train, batched)" \
+    "unknown --pipeline: exit 2 with did-you-mean" "$BIN/sluice-stats" "$T/f.sl" --peek 1 --pipeline tran
+check usage_set 2 "no 'nothing' statement" "--set to nowhere: exit 2" \
+    "$BIN/sluice-stats" "$T/f.sl" --peek 1 --set nothing.here=1
+check usage_two 2 'one CONFIG file' "two configs: exit 2" "$BIN/sluice-stats" "$T/f.sl" "$T/f.sl" --peek 1
+check usage_shard 2 'must be below --shards' "--shard-index out of range: exit 2" \
+    "$BIN/sluice-stats" "$T/f.sl" --peek 1 --shards 2 --shard-index 2
+check help 0 'Usage: sluice-stats' "--help: exit 0" "$BIN/sluice-stats" --help
+check missing 1 'cannot open config' "a missing config file: exit 1" "$BIN/sluice-stats" "$T/nope.sl" --peek 1
+
+# 6. a syntax error in the config: exit 1, file:line:col, the line, a caret
+printf 'pipeline train {\n    files "data/train-*.tfrecord\n}\n' >"$T/bad.sl"
+if run syntax 1 "$BIN/sluice-stats" "$T/bad.sl" --peek 1; then
+    if grep -q "^sluice-stats: $T/bad.sl:2:11: unterminated string$" "$T/syntax.err" &&
+        grep -q '^              \^' "$T/syntax.err"; then
+        ok "syntax error: exit 1 with file:line:col and a caret"
+    else
+        fail "syntax error message"
+        cat "$T/syntax.err"
+    fi
+fi
+
+# 7. a mistake in the pipeline: exit 1 with file:line:col and the hint
+printf 'pipeline train {\n    files "data/train-*.tfrecord"\n    shufle 100\n}\n' >"$T/typo.sl"
+if run typo 1 "$BIN/sluice-stats" "$T/typo.sl" --peek 1; then
+    if grep -q "^sluice-stats: $T/typo.sl:3:5: unknown op 'shufle' in pipeline 'train'$" "$T/typo.err" &&
+        grep -q "^---> HINT: did you mean 'shuffle'?$" "$T/typo.err"; then
+        ok "unknown op: exit 1, file:line:col, did you mean 'shuffle'?"
+    else
+        fail "unknown op message"
+        cat "$T/typo.err"
+    fi
+fi
+
+# 8. an error while running: the wrong raw size, reported with the op and exit 1
+printf 'pipeline train {\n    files "data/train-*.tfrecord"\n    map parse_example(image: bytes) | decode_raw(image, uint8, 27x27)\n}\n' >"$T/run.sl"
+if run runtime 1 "$BIN/sluice-stats" "$T/run.sl" --peek 1; then
+    if grep -q "op 'train/map'" "$T/runtime.err" && grep -q "decode_raw" "$T/runtime.err"; then
+        ok "pipeline error at run time: exit 1 naming op 'train/map' and decode_raw"
+    else
+        fail "run-time error message"
+        cat "$T/runtime.err"
+    fi
+fi
+
+if [ "$fails" -ne 0 ]; then
+    echo "$fails check(s) failed"
+    exit 1
+fi
+echo "all checks passed"

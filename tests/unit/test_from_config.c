@@ -1,0 +1,661 @@
+/* pipeline/from_config.c: config blocks -> dataset graphs -> exact elements; every error
+ * message exactly (file:line:col, the line, the caret, the hint); --set overrides; shard
+ * auto choosing file or data (told apart by which elements come out). */
+#include <stdlib.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "sluice/config.h"
+#include "sluice/example.h"
+#include "sluice/from_config.h"
+#include "sluice/pipeline.h"
+#include "sluice/tfrecord.h"
+#include "test.h"
+
+static sl_cfg *parse_named(const char *text, const char *filename) {
+    sl_cfg *c = NULL;
+    if (sl_cfg_parse(text, strlen(text), filename, &c) != SL_OK) {
+        printf("  unexpected parse error: %s\n", sl_errmsg());
+        return NULL;
+    }
+    return c;
+}
+
+static sl_cfg *parse(const char *text) { return parse_named(text, "p.sl"); }
+
+/* Every int64 value of component `comp` of every element, flattened, into out; sizes[k]
+ * gets element k's count of values (when sizes is not NULL). Returns the number of values,
+ * or -1 on an error (message printed). */
+static int drain(sl_dataset *ds, uint64_t seed, const char *comp, int64_t *out, int cap, int *sizes, int *nelems) {
+    sl_iter_opts o = sl_iter_opts_default();
+    o.seed = seed;
+    sl_iter *it;
+    if (sl_iter_create(ds, &o, &it)) {
+        printf("  iter_create: %s\n", sl_errmsg());
+        return -1;
+    }
+    sl_element e;
+    sl_element_init(&e);
+    int n = 0, k = 0;
+    sl_status s;
+    while ((s = sl_iter_next(it, &e)) == SL_OK) {
+        int c = sl_element_find(&e, comp);
+        if (c < 0 || e.t[c].dtype != SL_DT_I64) {
+            printf("  no int64 component '%s'\n", comp);
+            sl_element_clear(&e);
+            sl_iter_close(it);
+            return -1;
+        }
+        int64_t m = sl_tensor_numel(&e.t[c]);
+        for (int64_t i = 0; i < m && n < cap; i++) out[n++] = ((int64_t *)e.t[c].data)[i];
+        if (sizes) sizes[k] = (int)m;
+        k++;
+        sl_element_clear(&e);
+    }
+    sl_iter_close(it);
+    if (nelems) *nelems = k;
+    if (s != SL_END) {
+        printf("  iteration failed: %s\n", sl_errmsg());
+        return -1;
+    }
+    return n;
+}
+
+static sl_status build(const char *text, const char *name, const sl_pipeline_env *env, sl_dataset **ds) {
+    sl_cfg *c = parse(text);
+    if (!c) return SL_EINTERNAL;
+    sl_status s = sl_pipeline_from_config(c, name, env, ds);
+    sl_cfg_free(c); /* the dataset must not need the config any more */
+    return s;
+}
+
+TEST(test_range_ops) {
+    sl_dataset *ds;
+    ASSERT_OK(build("pipeline p {\n"
+                    "    range 0 20      # 0..19\n"
+                    "    filter value lt 10\n"
+                    "    skip 1\n"
+                    "    take 6\n"
+                    "    batch 4\n"
+                    "}\n",
+                    "p", NULL, &ds));
+    ASSERT_STREQ(sl_dataset_op(ds), "batch");
+    int64_t v[64];
+    int sizes[8], ne;
+    ASSERT_EQ(drain(ds, 0, "value", v, 64, sizes, &ne), 6);
+    ASSERT_EQ(ne, 2);
+    ASSERT_EQ(sizes[0], 4);
+    ASSERT_EQ(sizes[1], 2);
+    for (int i = 0; i < 6; i++) ASSERT_EQ(v[i], i + 1);
+    sl_dataset_unref(ds);
+
+    /* step, repeat, drop_remainder, cache, prefetch */
+    ASSERT_OK(build("pipeline p {\n range 10 0 -3\n cache\n repeat 2\n batch 3 drop_remainder\n prefetch 2\n}\n",
+                    "p", NULL, &ds));
+    ASSERT_EQ(drain(ds, 0, "value", v, 64, sizes, &ne), 6); /* 10 7 4 1 10 7 | 4 1 dropped */
+    ASSERT_EQ(ne, 2);
+    static const int64_t want[] = {10, 7, 4, 1, 10, 7};
+    for (int i = 0; i < 6; i++) ASSERT_EQ(v[i], want[i]);
+    sl_dataset_unref(ds);
+
+    /* repeat with no count goes on: take bounds it */
+    ASSERT_OK(build("pipeline p {\n range 0 2\n repeat\n take 5\n}\n", "p", NULL, &ds));
+    ASSERT_EQ(drain(ds, 0, "value", v, 64, NULL, NULL), 5);
+    ASSERT_EQ(v[4], 0);
+    sl_dataset_unref(ds);
+}
+
+TEST(test_filter_comparisons) {
+    /* each comparison over 0..9 against 4, written as a symbol in quotes and as a word */
+    static const struct { const char *sym, *word; int count; int64_t first; } cases[] = {
+        {"==", "eq", 1, 4}, {"!=", "ne", 9, 0}, {"<", "lt", 4, 0},
+        {"<=", "le", 5, 0}, {">", "gt", 5, 5}, {">=", "ge", 6, 4},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        for (int form = 0; form < 3; form++) { /* "<" quoted, lt, and < bare */
+            char text[256];
+            if (form == 0) snprintf(text, sizeof text, "pipeline p {\n range 0 10\n filter value \"%s\" 4\n}\n", cases[i].sym);
+            else if (form == 1) snprintf(text, sizeof text, "pipeline p {\n range 0 10\n filter value %s 4\n}\n", cases[i].word);
+            else snprintf(text, sizeof text, "pipeline p {\n range 0 10\n filter value %s 4\n}\n", cases[i].sym);
+            sl_dataset *ds;
+            int64_t v[16];
+            ASSERT_OK(build(text, "p", NULL, &ds));
+            ASSERT_EQ(drain(ds, 0, "value", v, 16, NULL, NULL), cases[i].count);
+            ASSERT_EQ(v[0], cases[i].first);
+            sl_dataset_unref(ds);
+        }
+    }
+    /* a fractional bound compares as a number */
+    sl_dataset *ds;
+    int64_t v[16];
+    ASSERT_OK(build("pipeline p {\n range 0 10\n filter value lt 2.5\n}\n", "p", NULL, &ds));
+    ASSERT_EQ(drain(ds, 0, "value", v, 16, NULL, NULL), 3);
+    sl_dataset_unref(ds);
+}
+
+TEST(test_filter_runtime_error_and_ignore_errors) {
+    sl_dataset *ds;
+    ASSERT_OK(build("pipeline p {\n range 0 3\n filter label lt 5\n}\n", "p", NULL, &ds));
+    sl_iter *it;
+    ASSERT_OK(sl_iter_create(ds, NULL, &it));
+    sl_element e;
+    sl_element_init(&e);
+    ASSERT_EQ(sl_iter_next(it, &e), SL_EINVAL);
+    ASSERT_STREQ(sl_errmsg(), "op 'p/filter': filter label < 5: no component 'label' (the element has: value)");
+    sl_iter_close(it);
+    sl_dataset_unref(ds);
+    /* ignore_errors skips and counts them */
+    ASSERT_OK(build("pipeline p {\n range 0 3\n filter label lt 5\n ignore_errors\n}\n", "p", NULL, &ds));
+    ASSERT_OK(sl_iter_create(ds, NULL, &it));
+    ASSERT_EQ(sl_iter_next(it, &e), SL_END);
+    ASSERT_EQ(sl_iter_errors_ignored(it), 3);
+    sl_iter_close(it);
+    sl_dataset_unref(ds);
+}
+
+TEST(test_map_functions_on_range) {
+    sl_dataset *ds;
+    ASSERT_OK(build("pipeline p {\n"
+                    "    range 0 6\n"
+                    "    map cast(value, float32)\n"
+                    "        | scale(value, 1/2) parallel=2\n"
+                    "    batch 3\n"
+                    "}\n",
+                    "p", NULL, &ds));
+    ASSERT_STREQ(sl_dataset_op(ds), "map_batch"); /* batch right after map fuses */
+    sl_iter *it;
+    ASSERT_OK(sl_iter_create(ds, NULL, &it));
+    sl_element e;
+    sl_element_init(&e);
+    for (int k = 0; k < 2; k++) {
+        ASSERT_OK(sl_iter_next(it, &e));
+        ASSERT_EQ(e.t[0].dtype, SL_DT_F32);
+        ASSERT_EQ(e.t[0].rank, 1);
+        ASSERT_EQ(e.t[0].dims[0], 3);
+        for (int i = 0; i < 3; i++) ASSERT(((float *)e.t[0].data)[i] == (float)(3 * k + i) * 0.5f);
+        sl_element_clear(&e);
+    }
+    ASSERT_EQ(sl_iter_next(it, &e), SL_END);
+    sl_iter_close(it);
+    sl_dataset_unref(ds);
+    /* one_hot by position and by name give the same thing */
+    ASSERT_OK(build("pipeline p {\n range 1 3\n map one_hot(value, depth=4)\n batch 2\n}\n", "p", NULL, &ds));
+    ASSERT_OK(sl_iter_create(ds, NULL, &it));
+    ASSERT_OK(sl_iter_next(it, &e));
+    ASSERT_EQ(e.t[0].dtype, SL_DT_F32);
+    ASSERT_EQ(e.t[0].rank, 2);
+    ASSERT_EQ(e.t[0].dims[1], 4);
+    static const float hot[8] = {0, 1, 0, 0, 0, 0, 1, 0};
+    ASSERT_MEMEQ(e.t[0].data, hot, sizeof hot);
+    sl_element_clear(&e);
+    sl_iter_close(it);
+    sl_dataset_unref(ds);
+}
+
+/* ---- files ---- */
+
+static char tmpdir[64];
+
+/* nfiles files DIR/part-K.tfrecord of 4 Examples each: label = 10*K + i, image = "K-i". */
+static sl_status write_files(int nfiles, sl_compression comp) {
+    sl_exb *b;
+    sl_status s = sl_exb_new(&b);
+    if (s) return s;
+    for (int k = 0; k < nfiles && !s; k++) {
+        char path[128];
+        snprintf(path, sizeof path, "%s/part-%d.tfrecord%s", tmpdir, k, comp == SL_COMP_GZIP ? ".gz" : "");
+        sl_tfr_write_opts wo = sl_tfr_write_opts_default();
+        wo.compression = comp;
+        sl_tfr_writer *w;
+        if ((s = sl_tfr_writer_open(path, &wo, &w))) break;
+        for (int i = 0; i < 4 && !s; i++) {
+            int64_t label = 10 * k + i;
+            char img[16];
+            snprintf(img, sizeof img, "%d-%d", k, i);
+            sl_bytes ib = {(const uint8_t *)img, strlen(img)};
+            uint8_t *ser = NULL;
+            size_t len;
+            sl_exb_reset(b);
+            if (!(s = sl_exb_int64s(b, "label", &label, 1)) && !(s = sl_exb_bytes(b, "image", &ib, 1)) &&
+                !(s = sl_exb_serialize(b, &ser, &len)))
+                s = sl_tfr_writer_write(w, ser, len);
+            free(ser);
+        }
+        sl_status c = sl_tfr_writer_close(w);
+        if (!s) s = c;
+    }
+    sl_exb_free(b);
+    return s;
+}
+
+static void clean_dir(void) {
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", tmpdir);
+    if (system(cmd) != 0) printf("  could not remove %s\n", tmpdir);
+}
+
+static sl_status build_in_dir(const char *body, const sl_pipeline_env *env, sl_dataset **ds) {
+    char text[1024], fname[128];
+    snprintf(text, sizeof text, "pipeline p {\n%s}\n", body);
+    snprintf(fname, sizeof fname, "%s/p.sl", tmpdir); /* relative paths start in tmpdir */
+    sl_cfg *c = parse_named(text, fname);
+    if (!c) return SL_EINTERNAL;
+    sl_status s = sl_pipeline_from_config(c, "p", env, ds);
+    sl_cfg_free(c);
+    return s;
+}
+
+#define PARSE_LABELS " map parse_example(label: int64, image: bytes)\n"
+
+TEST(test_files_in_order_and_options) {
+    snprintf(tmpdir, sizeof tmpdir, "/tmp/sluice-fc-XXXXXX");
+    ASSERT(mkdtemp(tmpdir));
+    ASSERT_OK(write_files(3, SL_COMP_NONE));
+    sl_dataset *ds;
+    int64_t v[64];
+    ASSERT_OK(build_in_dir(" files \"part-*.tfrecord\"\n" PARSE_LABELS, NULL, &ds));
+    ASSERT_EQ(drain(ds, 0, "label", v, 64, NULL, NULL), 12);
+    for (int i = 0; i < 12; i++) ASSERT_EQ(v[i], 10 * (i / 4) + i % 4);
+    sl_dataset_unref(ds);
+    /* several patterns (overlapping ones count each file once), a base_dir from env */
+    sl_pipeline_env env = sl_pipeline_env_default();
+    env.base_dir = tmpdir;
+    sl_cfg *c = parse("pipeline q {\n files \"part-2.tfrecord\" part-1.tfrecord\n" PARSE_LABELS "}\n");
+    ASSERT(c);
+    ASSERT_OK(sl_pipeline_from_config(c, "q", &env, &ds));
+    sl_cfg_free(c);
+    ASSERT_EQ(drain(ds, 0, "label", v, 64, NULL, NULL), 8);
+    ASSERT_EQ(v[0], 20); /* the files as written, in the order given */
+    ASSERT_EQ(v[4], 10);
+    sl_dataset_unref(ds);
+    /* interleave: cycle 2, block 1 over files 0 and 1, then 2 */
+    ASSERT_OK(build_in_dir(" files \"part-*.tfrecord\"\n interleave cycle=2 block=1 parallel=0\n" PARSE_LABELS, NULL, &ds));
+    ASSERT_EQ(drain(ds, 0, "label", v, 64, NULL, NULL), 12);
+    static const int64_t il[12] = {0, 10, 1, 11, 2, 12, 3, 13, 20, 21, 22, 23};
+    for (int i = 0; i < 12; i++) ASSERT_EQ(v[i], il[i]);
+    sl_dataset_unref(ds);
+    /* shuffled files: whole files in some order, each file's records in order */
+    ASSERT_OK(build_in_dir(" files \"part-*.tfrecord\" shuffle=true seed=5\n" PARSE_LABELS, NULL, &ds));
+    ASSERT_EQ(drain(ds, 0, "label", v, 64, NULL, NULL), 12);
+    int seen = 0;
+    for (int f = 0; f < 3; f++) {
+        int64_t k = v[4 * f] / 10;
+        for (int i = 0; i < 4; i++) ASSERT_EQ(v[4 * f + i], 10 * k + i);
+        seen |= 1 << k;
+    }
+    ASSERT_EQ(seen, 7);
+    sl_dataset_unref(ds);
+    /* feature types: a default for a missing feature, a shape, a renamed output */
+    ASSERT_OK(build_in_dir(" files part-1.tfrecord\n"
+                           " map parse_example(label: int64(1), extra: int64(2, default=7), image: bytes(as=img))\n"
+                           " take 1\n",
+                           NULL, &ds));
+    sl_iter *it;
+    sl_element e;
+    sl_element_init(&e);
+    ASSERT_OK(sl_iter_create(ds, NULL, &it));
+    ASSERT_OK(sl_iter_next(it, &e));
+    int li = sl_element_find(&e, "label"), xi = sl_element_find(&e, "extra"), ii = sl_element_find(&e, "img");
+    ASSERT(li >= 0 && xi >= 0 && ii >= 0);
+    ASSERT_EQ(sl_element_find(&e, "record"), -1);
+    ASSERT_EQ(e.t[li].rank, 1);
+    ASSERT_EQ(((int64_t *)e.t[li].data)[0], 10);
+    ASSERT_EQ(e.t[xi].dims[0], 2);
+    ASSERT_EQ(((int64_t *)e.t[xi].data)[1], 7);
+    ASSERT_EQ(((sl_bytes *)e.t[ii].data)[0].len, 3);
+    ASSERT_MEMEQ(((sl_bytes *)e.t[ii].data)[0].ptr, "1-0", 3);
+    sl_element_clear(&e);
+    ASSERT_EQ(sl_iter_next(it, &e), SL_END);
+    sl_iter_close(it);
+    sl_dataset_unref(ds);
+    /* a corrupt last record: skip_corrupt=true drops it; without, the error names file and offset */
+    {
+        char src[128], dst[128];
+        snprintf(src, sizeof src, "%s/part-0.tfrecord", tmpdir);
+        snprintf(dst, sizeof dst, "%s/bad.rec", tmpdir);
+        FILE *in = fopen(src, "rb"), *outf = fopen(dst, "wb");
+        ASSERT(in && outf);
+        unsigned char buf[4096];
+        size_t n = fread(buf, 1, sizeof buf, in);
+        ASSERT(n > 16 && n < sizeof buf);
+        buf[n - 1] ^= 0xff; /* the last record's data CRC */
+        ASSERT_EQ(fwrite(buf, 1, n, outf), n);
+        fclose(in);
+        fclose(outf);
+    }
+    ASSERT_OK(build_in_dir(" files bad.rec skip_corrupt=true\n" PARSE_LABELS, NULL, &ds));
+    ASSERT_EQ(drain(ds, 0, "label", v, 64, NULL, NULL), 3);
+    sl_dataset_unref(ds);
+    ASSERT_OK(build_in_dir(" files bad.rec\n" PARSE_LABELS, NULL, &ds));
+    ASSERT_OK(sl_iter_create(ds, NULL, &it));
+    for (int i = 0; i < 3; i++) {
+        ASSERT_OK(sl_iter_next(it, &e));
+        sl_element_clear(&e);
+    }
+    ASSERT_EQ(sl_iter_next(it, &e), SL_ECORRUPT);
+    ASSERT_CONTAINS(sl_errmsg(), "op 'p/files': ");
+    ASSERT_CONTAINS(sl_errmsg(), "/bad.rec: byte ");
+    sl_iter_close(it);
+    sl_dataset_unref(ds);
+    /* gzip files, with compression given */
+    ASSERT_OK(write_files(1, SL_COMP_GZIP));
+    ASSERT_OK(build_in_dir(" files \"*.gz\" compression=gzip skip_corrupt=false\n" PARSE_LABELS, NULL, &ds));
+    ASSERT_EQ(drain(ds, 0, "label", v, 64, NULL, NULL), 4);
+    ASSERT_EQ(v[3], 3);
+    sl_dataset_unref(ds);
+    clean_dir();
+}
+
+TEST(test_shard_auto_picks_file_or_data) {
+    snprintf(tmpdir, sizeof tmpdir, "/tmp/sluice-fc-XXXXXX");
+    ASSERT(mkdtemp(tmpdir));
+    ASSERT_OK(write_files(3, SL_COMP_NONE));
+    sl_dataset *ds;
+    int64_t v[64];
+    sl_pipeline_env env = sl_pipeline_env_default();
+    /* 3 files, 2 replicas: by file; replica 1 reads file 1 only */
+    env.num_shards = 2;
+    env.shard_index = 1;
+    ASSERT_OK(build_in_dir(" files \"part-*.tfrecord\"\n shard auto\n" PARSE_LABELS, &env, &ds));
+    ASSERT_EQ(drain(ds, 0, "label", v, 64, NULL, NULL), 4);
+    for (int i = 0; i < 4; i++) ASSERT_EQ(v[i], 10 + i);
+    sl_dataset_unref(ds);
+    /* replica 0 of 2 with interleave: files 0 and 2, interleaved */
+    env.shard_index = 0;
+    ASSERT_OK(build_in_dir(" files \"part-*.tfrecord\"\n shard\n interleave cycle=2 block=2\n" PARSE_LABELS, &env, &ds));
+    ASSERT_EQ(drain(ds, 0, "label", v, 64, NULL, NULL), 8);
+    static const int64_t f02[8] = {0, 1, 20, 21, 2, 3, 22, 23};
+    for (int i = 0; i < 8; i++) ASSERT_EQ(v[i], f02[i]);
+    sl_dataset_unref(ds);
+    /* 3 files, 4 replicas: by data; replica 1 keeps records 1, 5, 9 */
+    env.num_shards = 4;
+    env.shard_index = 1;
+    ASSERT_OK(build_in_dir(" files \"part-*.tfrecord\"\n shard auto\n" PARSE_LABELS, &env, &ds));
+    ASSERT_EQ(drain(ds, 0, "label", v, 64, NULL, NULL), 3);
+    ASSERT_EQ(v[0], 1);
+    ASSERT_EQ(v[1], 11);
+    ASSERT_EQ(v[2], 21);
+    sl_dataset_unref(ds);
+    /* by data, then interleave: the records of the interleaved stream are sharded */
+    ASSERT_OK(build_in_dir(" files \"part-*.tfrecord\"\n shard\n interleave cycle=3 block=1\n" PARSE_LABELS, &env, &ds));
+    ASSERT_EQ(drain(ds, 0, "label", v, 64, NULL, NULL), 3);
+    ASSERT_EQ(v[0], 10);
+    ASSERT_EQ(v[1], 21);
+    ASSERT_EQ(v[2], 3);
+    sl_dataset_unref(ds);
+    /* num/index options beat env; shard data forces data even with enough files */
+    ASSERT_OK(build_in_dir(" files \"part-*.tfrecord\"\n shard data num=2 index=0\n" PARSE_LABELS, &env, &ds));
+    ASSERT_EQ(drain(ds, 0, "label", v, 64, NULL, NULL), 6);
+    static const int64_t even[6] = {0, 2, 10, 12, 20, 22};
+    for (int i = 0; i < 6; i++) ASSERT_EQ(v[i], even[i]);
+    sl_dataset_unref(ds);
+    /* auto after other ops shards the elements, whatever the file count */
+    env.num_shards = 3;
+    env.shard_index = 2;
+    ASSERT_OK(build_in_dir(" files \"part-*.tfrecord\"\n" PARSE_LABELS " shard auto\n", &env, &ds));
+    ASSERT_EQ(drain(ds, 0, "label", v, 64, NULL, NULL), 4);
+    ASSERT_EQ(v[0], 2);
+    ASSERT_EQ(v[1], 11);
+    sl_dataset_unref(ds);
+    /* file sharding on a range source is an error; data is fine */
+    ASSERT_EQ(build("pipeline p {\n range 0 10\n shard file\n}\n", "p", &env, &ds), SL_EINVAL);
+    ASSERT_STREQ(sl_errmsg(), "p.sl:3:2: shard file needs a files source\n     shard file\n     ^~~~~\n"
+                              "---> HINT: use shard data to keep every 3-th element");
+    ASSERT_OK(build("pipeline p {\n range 0 10\n shard\n}\n", "p", &env, &ds));
+    ASSERT_EQ(drain(ds, 0, "value", v, 64, NULL, NULL), 3);
+    ASSERT_EQ(v[2], 8);
+    sl_dataset_unref(ds);
+    /* explicit file sharding with too few files */
+    env.num_shards = 4;
+    env.shard_index = 0;
+    ASSERT_EQ(build_in_dir(" files \"part-*.tfrecord\"\n shard file\n", &env, &ds), SL_EINVAL);
+    ASSERT_CONTAINS(sl_errmsg(), ":3:2: shard file: 3 files for 4 shards: some replicas would read nothing\n");
+    clean_dir();
+}
+
+TEST(test_overrides_change_the_graph) {
+    const char *text = "pipeline train {\n range 0 10\n shuffle 4 seed=3\n batch 4\n}\n";
+    sl_cfg *c = parse(text);
+    ASSERT(c);
+    sl_dataset *ds;
+    int64_t v[32], w[32];
+    int sizes[8], ne;
+    ASSERT_OK(sl_pipeline_from_config(c, "train", NULL, &ds));
+    ASSERT_EQ(drain(ds, 0, "value", v, 32, sizes, &ne), 10);
+    ASSERT_EQ(ne, 3);
+    ASSERT_EQ(sizes[0], 4);
+    sl_dataset_unref(ds);
+    ASSERT_OK(sl_cfg_set(c, "pipeline.train.batch=5"));
+    ASSERT_OK(sl_cfg_set(c, "pipeline.train.batch.drop_remainder=true"));
+    ASSERT_OK(sl_pipeline_from_config(c, "train", NULL, &ds));
+    ASSERT_EQ(drain(ds, 0, "value", w, 32, sizes, &ne), 10);
+    ASSERT_EQ(ne, 2);
+    ASSERT_EQ(sizes[0], 5);
+    ASSERT_EQ(sizes[1], 5);
+    for (int i = 0; i < 10; i++) ASSERT_EQ(w[i], v[i]); /* same seed: same order */
+    sl_dataset_unref(ds);
+    /* a permutation of 0..9 */
+    int seen = 0;
+    for (int i = 0; i < 10; i++) seen |= 1 << w[i];
+    ASSERT_EQ(seen, 1023);
+    /* a statement added by an override */
+    ASSERT_OK(sl_cfg_set(c, "pipeline.train.take=1"));
+    ASSERT_OK(sl_pipeline_from_config(c, "train", NULL, &ds));
+    ASSERT_EQ(drain(ds, 0, "value", w, 32, sizes, &ne), 5);
+    ASSERT_EQ(ne, 1);
+    sl_dataset_unref(ds);
+    /* a bad override value is reported as such, with the statement's usage */
+    ASSERT_OK(sl_cfg_set(c, "pipeline.train.batch=x"));
+    ASSERT_EQ(sl_pipeline_from_config(c, "train", NULL, &ds), SL_EINVAL);
+    ASSERT(ds == NULL);
+    ASSERT_STREQ(sl_errmsg(), "expected an integer, found a word 'x' (value given with --set)\n"
+                              "---> HINT: usage: batch N [drop_remainder] [padded] [pad=VALUE]");
+    sl_cfg_free(c);
+}
+
+TEST(test_seeds) {
+    /* the same config and seed give the same order; the pipeline seed changes it */
+    const char *text = "pipeline p {\n range 0 50\n shuffle 50\n}\n";
+    int64_t a[64], b[64], d[64];
+    sl_dataset *ds;
+    sl_pipeline_env env = sl_pipeline_env_default();
+    env.seed = 1;
+    ASSERT_OK(build(text, "p", &env, &ds));
+    ASSERT_EQ(drain(ds, 1, "value", a, 64, NULL, NULL), 50);
+    sl_dataset_unref(ds);
+    ASSERT_OK(build(text, "p", &env, &ds));
+    ASSERT_EQ(drain(ds, 1, "value", b, 64, NULL, NULL), 50);
+    sl_dataset_unref(ds);
+    ASSERT_MEMEQ(a, b, sizeof(int64_t) * 50);
+    env.seed = 2;
+    ASSERT_OK(build(text, "p", &env, &ds));
+    ASSERT_EQ(drain(ds, 2, "value", d, 64, NULL, NULL), 50);
+    sl_dataset_unref(ds);
+    ASSERT(memcmp(a, d, sizeof(int64_t) * 50) != 0);
+}
+
+TEST(test_pipeline_names) {
+    sl_cfg *c = parse("train { epochs 1 }\npipeline train {\n range 0 1\n}\npipeline \"eval\" {\n range 0 1\n}\n");
+    ASSERT(c);
+    const char *names[4];
+    ASSERT_EQ(sl_pipeline_names(c, names, 4), 2);
+    ASSERT_STREQ(names[0], "train");
+    ASSERT_STREQ(names[1], "eval");
+    ASSERT_EQ(sl_pipeline_names(c, names, 1), 2);
+    ASSERT_EQ(sl_pipeline_names(c, NULL, 0), 2);
+    sl_dataset *ds;
+    ASSERT_EQ(sl_pipeline_from_config(c, "tran", NULL, &ds), SL_ENOTFOUND);
+    ASSERT(ds == NULL);
+    ASSERT_STREQ(sl_errmsg(), "p.sl: no pipeline 'tran'\n---> HINT: did you mean 'train'? (the pipelines are train, eval)");
+    ASSERT_EQ(sl_pipeline_from_config(c, "zzz", NULL, &ds), SL_ENOTFOUND);
+    ASSERT_STREQ(sl_errmsg(), "p.sl: no pipeline 'zzz'\n---> HINT: the pipelines are train, eval");
+    sl_pipeline_env env = sl_pipeline_env_default();
+    env.num_shards = 2;
+    env.shard_index = 2;
+    ASSERT_EQ(sl_pipeline_from_config(c, "train", &env, &ds), SL_EINVAL);
+    ASSERT_STREQ(sl_errmsg(), "pipeline 'train': replica 2 of 2 shards is not valid (index must be in 0..num-1)");
+    sl_cfg_free(c);
+    c = parse("model m { }\n");
+    ASSERT(c);
+    ASSERT_EQ(sl_pipeline_from_config(c, "train", NULL, &ds), SL_ENOTFOUND);
+    ASSERT_STREQ(sl_errmsg(), "p.sl: no pipeline 'train': the file has no pipeline blocks\n"
+                              "---> HINT: define one: pipeline train { files \"PATTERN\" ... }");
+    sl_cfg_free(c);
+}
+
+/* Each body (inside `pipeline train {` on line 1) fails with exactly this code and message. */
+TEST(test_error_messages) {
+    static const struct { const char *body; sl_status code; const char *msg; } cases[] = {
+        {" range 0 3\n shufle 10\n", SL_EINVAL,
+         "p.sl:3:2: unknown op 'shufle' in pipeline 'train'\n     shufle 10\n     ^~~~~~\n"
+         "---> HINT: did you mean 'shuffle'?"},
+        {" range 0 3\n frobnicate\n", SL_EINVAL,
+         "p.sl:3:2: unknown op 'frobnicate' in pipeline 'train'\n     frobnicate\n     ^~~~~~~~~~\n"
+         "---> HINT: the ops are files, range, shard, interleave, shuffle, map, batch, prefetch, repeat, take, "
+         "skip, cache, ignore_errors, filter"},
+        {" range 0 3\n map decode_jpg(image)\n", SL_EINVAL,
+         "p.sl:3:6: unknown function 'decode_jpg' in map\n     map decode_jpg(image)\n         ^~~~~~~~~~\n"
+         "---> HINT: did you mean 'decode_jpeg'?"},
+        {" range 0 3\n shuffle 10 sed=3\n", SL_EINVAL,
+         "p.sl:3:13: unknown option 'sed' for shuffle\n     shuffle 10 sed=3\n                ^~~~~\n"
+         "---> HINT: did you mean 'seed'?"},
+        {" range 0 3\n take 2 limit=1\n", SL_EINVAL,
+         "p.sl:3:9: unknown option 'limit' for take\n     take 2 limit=1\n            ^~~~~~~\n"
+         "---> HINT: take takes no options; usage: take N"},
+        {" range 0 3\n take\n", SL_EINVAL,
+         "p.sl:3:2: take: missing N\n     take\n     ^~~~\n---> HINT: usage: take N"},
+        {" range 0 3\n shuffle seed=1\n", SL_EINVAL,
+         "p.sl:3:2: shuffle: missing BUFFER\n     shuffle seed=1\n     ^~~~~~~\n"
+         "---> HINT: usage: shuffle BUFFER [seed=N] [reshuffle=BOOL]"},
+        {" range 0 3\n take 1 2\n", SL_EINVAL,
+         "p.sl:3:9: too many arguments for take\n     take 1 2\n            ^\n---> HINT: usage: take N"},
+        {" range 0 3\n batch x\n", SL_EINVAL,
+         "p.sl:3:8: expected an integer, found a word 'x'\n     batch x\n           ^\n"
+         "---> HINT: usage: batch N [drop_remainder] [padded] [pad=VALUE]"},
+        {" range 0 3\n batch 0\n", SL_ERANGE,
+         "p.sl:3:8: 0 is outside 1..16777216\n     batch 0\n           ^\n"
+         "---> HINT: usage: batch N [drop_remainder] [padded] [pad=VALUE]"},
+        {" range 0 3\n batch 4 drop_remaindr\n", SL_EINVAL,
+         "p.sl:3:10: unknown batch flag 'drop_remaindr'\n     batch 4 drop_remaindr\n             ^~~~~~~~~~~~~\n"
+         "---> HINT: did you mean 'drop_remainder'?"},
+        {" range 0 3\n shuffle 8 reshuffle=maybe\n", SL_EINVAL,
+         "p.sl:3:22: expected true or false, found 'maybe'\n     shuffle 8 reshuffle=maybe\n                         ^~~~~\n"
+         "---> HINT: write true or false (yes/no, on/off, 1/0 also work)"},
+        {" batch 4\n", SL_EINVAL,
+         "p.sl:1:10: pipeline 'train' has no 'files' statement\n    pipeline train {\n             ^~~~~\n"
+         "---> HINT: say what to read first: files \"data/train-*.tfrecord\" (or range START STOP for numbers)"},
+        {" batch 4\n range 0 3\n", SL_EINVAL,
+         "p.sl:2:2: 'batch' comes before the pipeline's source ('range' at line 3)\n     batch 4\n     ^~~~~\n"
+         "---> HINT: the source comes first: move 'range' to the top of the block"},
+        {" range 0 3\n range 0 4\n", SL_EINVAL,
+         "p.sl:3:2: a pipeline reads one source: 'range' here and 'range' at line 2\n     range 0 4\n     ^~~~~\n"
+         "---> HINT: use one files statement with several patterns: files \"a-*.tfrecord\" \"b-*.tfrecord\""},
+        {" files \"/nonexistent-sluice/x-*.tfrecord\"\n", SL_ENOTFOUND,
+         "p.sl:2:8: no file matches '/nonexistent-sluice/x-*.tfrecord'\n"
+         "     files \"/nonexistent-sluice/x-*.tfrecord\"\n"
+         "           ^~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~\n"
+         "---> HINT: check the path; a pattern like \"dir/train-*.tfrecord\" picks several files"},
+        {" files 42\n", SL_EINVAL,
+         "p.sl:2:8: expected a file pattern in quotes, found '42'\n     files 42\n           ^~\n"
+         "---> HINT: usage: files \"GLOB\"... [shuffle=BOOL] [seed=N] [compression=auto|none|gzip|zlib]\n"
+         "      [skip_corrupt=BOOL] [verify_crc=BOOL]"},
+        {" range 0 3\n map one_hot(value)\n", SL_EINVAL,
+         "p.sl:3:6: one_hot: missing argument 'depth'\n     map one_hot(value)\n         ^~~~~~~\n"
+         "---> HINT: usage: one_hot(COMP, DEPTH)"},
+        {" range 0 3\n map random_flip(image, prob=0.5)\n", SL_EINVAL,
+         "p.sl:3:25: random_flip: unknown parameter 'prob'\n     map random_flip(image, prob=0.5)\n"
+         "                            ^~~~~~~~\n"
+         "---> HINT: usage: random_flip(COMP, p=0.5, horizontal=true, vertical=false)"},
+        {" range 0 3\n map cast(value, int33)\n", SL_EINVAL,
+         "p.sl:3:18: unknown dtype 'int33'\n     map cast(value, int33)\n                     ^~~~~\n"
+         "---> HINT: did you mean 'int32'?"},
+        {" range 0 3\n map cast\n", SL_EINVAL,
+         "p.sl:3:6: 'cast' is a function: call it with its arguments\n     map cast\n         ^~~~\n"
+         "---> HINT: usage: cast(COMP, DTYPE)"},
+        {" range 0 3\n map cast(value, int32) scale(value, 2)\n", SL_EINVAL,
+         "p.sl:3:25: expected '|' between functions\n     map cast(value, int32) scale(value, 2)\n"
+         "                            ^~~~~\n---> HINT: chain functions with '|': f(...) | g(...)"},
+        {" range 0 3\n map cast(value, int32) |\n", SL_EINVAL,
+         "p.sl:3:25: nothing after '|'\n     map cast(value, int32) |\n                            ^\n"
+         "---> HINT: usage: map FN(...) [| FN(...)]... [parallel=N|auto] [deterministic=BOOL]"},
+        {" range 0 3\n map parse_example(label: in64)\n", SL_EINVAL,
+         "p.sl:3:27: parse_example: unknown feature type 'in64'\n     map parse_example(label: in64)\n"
+         "                              ^~~~\n"
+         "---> HINT: did you mean 'int64'? (tf.train.Example holds bytes, int64 and float lists)"},
+        {" range 0 3\n map scale(value, 2) parallel=-1\n", SL_ERANGE,
+         "p.sl:3:31: -1 is outside 1..4096\n     map scale(value, 2) parallel=-1\n                                  ^~\n"
+         "---> HINT: usage: map FN(...) [| FN(...)]... [parallel=N|auto] [deterministic=BOOL]"},
+        {" range 0 3\n filter value ~ 3\n", SL_EINVAL,
+         "p.sl:3:15: unknown comparison '~'\n     filter value ~ 3\n                  ^\n"
+         "---> HINT: compare with == != < <= > >= or eq ne lt le gt ge: filter label < 5"},
+        {" range 0 3\n interleave cycle=2\n", SL_EINVAL,
+         "p.sl:3:2: interleave reads files: it needs a files source\n     interleave cycle=2\n     ^~~~~~~~~~\n"
+         "---> HINT: interleave says how the files are read: write it after files, before the other ops"},
+        {" range 0 3\n shard everywhere\n", SL_EINVAL,
+         "p.sl:3:8: unknown shard mode 'everywhere'\n     shard everywhere\n           ^~~~~~~~~~\n"
+         "---> HINT: shard auto, shard file or shard data"},
+        {" range 0 3\n shard num=2 index=2\n", SL_ERANGE,
+         "p.sl:3:20: shard index 2 is outside 0..1\n     shard num=2 index=2\n                       ^\n"
+         "---> HINT: usage: shard [auto|file|data] [num=N] [index=I]"},
+        {" range 0 3\n take 1 | skip 1\n", SL_EINVAL,
+         "p.sl:3:9: '|' joins the functions of a map; take takes none\n     take 1 | skip 1\n            ^\n"
+         "---> HINT: usage: take N"},
+        {" range 0 3\n ignore_errors { }\n", SL_EINVAL,
+         "p.sl:3:2: 'ignore_errors' takes no { } block\n     ignore_errors { }\n     ^~~~~~~~~~~~~\n"
+         "---> HINT: usage: ignore_errors"},
+        {" range 0 3 0\n", SL_EINVAL,
+         "p.sl:2:12: range step must not be 0\n     range 0 3 0\n               ^\n---> HINT: usage: range START STOP [STEP]"},
+        {" range 0 3\n map normalize(value, mean=[0.5, 0.5], std=[0.2])\n", SL_EINVAL,
+         "p.sl:3:44: normalize: mean has 2 values but std has 1\n"
+         "     map normalize(value, mean=[0.5, 0.5], std=[0.2])\n                                               ^\n"
+         "---> HINT: usage: normalize(COMP, mean=[...], std=[...], scale_uint8=true)"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char text[512];
+        snprintf(text, sizeof text, "pipeline train {\n%s}\n", cases[i].body);
+        sl_dataset *ds = (sl_dataset *)1;
+        sl_status s = build(text, "train", NULL, &ds);
+        if (s != cases[i].code || strcmp(sl_errmsg(), cases[i].msg) != 0) printf("  case %zu:\n", i);
+        ASSERT_EQ(s, cases[i].code);
+        ASSERT(ds == NULL);
+        ASSERT_STREQ(sl_errmsg(), cases[i].msg);
+    }
+}
+
+TEST(test_relative_paths_follow_the_config_file) {
+    snprintf(tmpdir, sizeof tmpdir, "/tmp/sluice-fc-XXXXXX");
+    ASSERT(mkdtemp(tmpdir));
+    ASSERT_OK(write_files(1, SL_COMP_NONE));
+    sl_dataset *ds;
+    /* a relative pattern that does not exist names where it looked */
+    ASSERT_EQ(build_in_dir(" files \"nope-*.tfrecord\"\n", NULL, &ds), SL_ENOTFOUND);
+    char want[512];
+    snprintf(want, sizeof want,
+             "%s/p.sl:2:8: no file matches 'nope-*.tfrecord' (looked for '%s/nope-*.tfrecord')\n"
+             "     files \"nope-*.tfrecord\"\n           ^~~~~~~~~~~~~~~~~\n"
+             "---> HINT: relative paths start at %s",
+             tmpdir, tmpdir, tmpdir);
+    ASSERT_STREQ(sl_errmsg(), want);
+    /* a cache file lands next to the config */
+    int64_t v[16];
+    ASSERT_OK(build_in_dir(" files part-0.tfrecord\n" PARSE_LABELS " cache \"cache.bin\"\n repeat 2\n", NULL, &ds));
+    ASSERT_EQ(drain(ds, 0, "label", v, 16, NULL, NULL), 8);
+    ASSERT_EQ(v[7], 3);
+    sl_dataset_unref(ds);
+    clean_dir();
+}
+
+int main(void) {
+    RUN(test_range_ops);
+    RUN(test_filter_comparisons);
+    RUN(test_filter_runtime_error_and_ignore_errors);
+    RUN(test_map_functions_on_range);
+    RUN(test_files_in_order_and_options);
+    RUN(test_shard_auto_picks_file_or_data);
+    RUN(test_overrides_change_the_graph);
+    RUN(test_seeds);
+    RUN(test_pipeline_names);
+    RUN(test_error_messages);
+    RUN(test_relative_paths_follow_the_config_file);
+    TEST_MAIN_END();
+}
