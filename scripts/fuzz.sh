@@ -24,7 +24,7 @@ for t in "${targets[@]}"; do
     work=$(mktemp -d)
     corpus=("$work")
     [ -d "$seeds" ] && corpus+=("$seeds")
-    if "$dir/fuzz/$t" -max_total_time="$secs" -print_final_stats=1 -rss_limit_mb=2048 -timeout=10 \
+    if ASAN_OPTIONS="${ASAN_OPTIONS:-allocator_may_return_null=1}" "$dir/fuzz/$t" -max_total_time="$secs" -print_final_stats=1 -rss_limit_mb=2048 -timeout=10 \
             -artifact_prefix="$work/" "${corpus[@]}" >"$work/log" 2>&1; then
         echo "fuzz $t: clean for ${secs} s ($(grep -o 'stat::number_of_executed_units: [0-9]*' "$work/log" | tr -dc 0-9) runs)"
         rm -rf "$work"
