@@ -46,6 +46,7 @@ build() { # build NAME DIR cmake-args...
         failures+=("$name: build"); failed=$((failed + 1)); return 1
     fi
     grep -E 'warning:' "$dir.build.log" | sort -u | head -20
+    return 0
 }
 
 mkdir -p build
