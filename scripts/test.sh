@@ -19,7 +19,7 @@ failures=()
 # run_ctest NAME BUILD_DIR [ctest args...]: counts results from ctest's JUnit output
 run_ctest() {
     local name=$1 dir=$2; shift 2
-    local junit="$dir/ctest-junit.xml"
+    local junit="$root/$dir/ctest-junit.xml"
     rm -f "$junit"
     (cd "$dir" && ctest --output-on-failure -j"$jobs" --output-junit "$junit" "$@")
     local rc=$?
