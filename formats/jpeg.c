@@ -306,7 +306,10 @@ void sl_jpeg_scaled_size(int w, int h, int num, int *sw, int *sh) {
 }
 
 int sl_jpeg_pick_scale(int w, int h, int target_w, int target_h) {
-    for (int num = 1; num < 8; num++) {
+    /* only 1/8, 2/8, 4/8: libjpeg-turbo's SIMD IDCTs cover those (and 8/8); the others use
+     * generic C IDCTs (and chroma IDCTs of twice the size) that are slower than a full-size
+     * decode */
+    for (int num = 1; num < 8; num *= 2) {
         int sw, sh;
         sl_jpeg_scaled_size(w, h, num, &sw, &sh);
         if ((target_w <= 0 || sw >= target_w) && (target_h <= 0 || sh >= target_h))

@@ -42,9 +42,11 @@ sl_status sl_jpeg_header(sl_jpeg_decoder *d, const uint8_t *data, size_t len, sl
 /* Scaled size of a w x h image at scale num/8 (TurboJPEG rounds up: ceil(w*num/8)). */
 void sl_jpeg_scaled_size(int w, int h, int num, int *sw, int *sh);
 
-/* The smallest scale num/8 (num in 1..8) whose scaled image is still at least
+/* The smallest scale num/8, num in {1, 2, 4, 8}, whose scaled image is still at least
  * target_w x target_h (so quality is not lost before a resize); 8 if none is smaller.
- * Targets <= 0 mean "no constraint" in that dimension. */
+ * Targets <= 0 mean "no constraint" in that dimension. Only those four: libjpeg-turbo has
+ * SIMD IDCTs for them, while 3/8, 5/8, 6/8 and 7/8 run generic ones that are slower than
+ * decoding at full size. (sl_jpeg_decode and sl_jpeg_decode_crop accept any num 1..8.) */
 int sl_jpeg_pick_scale(int w, int h, int target_w, int target_h);
 
 /* Decode to interleaved 8-bit pixels with `channels` = 1 (gray) or 3 (RGB) at scale num/8

@@ -34,7 +34,9 @@ typedef struct sl_buf {
 } sl_buf;
 
 /* A new buffer of `size` bytes, 64-byte aligned, uninitialised, refcount 1. NULL when
- * memory runs out (and sl_errmsg says so). size 0 is allowed. */
+ * memory runs out (and sl_errmsg says so). size 0 is allowed. Buffers of 1 MiB and more
+ * are recycled when freed (at most 16 of them and 1 GiB in all are kept), so a pipeline
+ * that makes one batch after another reuses memory that is already mapped. */
 sl_buf *sl_buf_new(size_t size);
 
 /* A new buffer holding a copy of `data` (borrowed). NULL on ENOMEM. */

@@ -4,10 +4,12 @@
  *
  * Workload: the resampler is on the hot path of an ImageNet-style pipeline — one call per
  * image, typically a few hundred pixels square in and 224 x 224 x 3 out. It precomputes a
- * table of source offsets and weights for the columns and for the rows, interpolates each
- * needed source row horizontally once into a float row (two rows are cached, since
- * neighbouring output rows mostly share source rows when downscaling and always do when
- * upscaling), then blends the two rows of each output row. Everything is computed in float
+ * table of source offsets and weights for the columns and for the rows. Growing rows, it
+ * interpolates each needed source row horizontally once into a float row (two rows are
+ * cached: neighbouring output rows share source rows), then blends the two rows of each
+ * output row. Shrinking rows (the usual crop-then-shrink case), rows are rarely shared, so
+ * it blends the two source rows first — contiguous and vectorized — and then interpolates
+ * that one float row horizontally, gathering once per output sample. Everything is computed in float
  * in one fixed order, so the result depends only on the inputs, never on the thread. */
 #include <math.h>
 #include <stdio.h>
@@ -138,8 +140,33 @@ GET_ROW(float)
     tap *ty = tx + dw;                                                                      \
     make_taps(tx, dw, sw, rx, rw, c);                                                       \
     make_taps(ty, dh, sh, ry, rh, 1);                                                       \
-    row_cache rc = {{rows, rows + dw * c}, {-1, -1}};                                       \
     int64_t n = dw * c;                                                                     \
+    if (rh > (double)dh) { /* shrinking rows: blend rows first, then gather columns once */  \
+        int64_t lo = tx[0].o0, hi = tx[dw - 1].o1 + c; /* source elements a row needs */      \
+        float *tmp = malloc(sizeof(float) * (size_t)(hi - lo));                             \
+        if (!tmp) {                                                                         \
+            free(tx);                                                                       \
+            free(rows);                                                                     \
+            return sl_err(SL_ENOMEM, "out of memory resizing");                             \
+        }                                                                                   \
+        for (int64_t x = 0; x < dw; x++) { /* column offsets relative to tmp */             \
+            tx[x].o0 -= lo;                                                                 \
+            tx[x].o1 -= lo;                                                                 \
+        }                                                                                   \
+        for (int64_t y = 0; y < dh; y++) {                                                  \
+            const T *a = src + ty[y].o0 * stride + lo, *b = src + ty[y].o1 * stride + lo;   \
+            float w0 = ty[y].w0, w1 = ty[y].w1;                                             \
+            for (int64_t i = 0; i < hi - lo; i++) tmp[i] = w0 * (float)a[i] + w1 * (float)b[i]; \
+            hrow_float(tmp, tx, dw, c, rows);                                               \
+            T *o = dst + y * n;                                                             \
+            for (int64_t i = 0; i < n; i++) o[i] = STORE(rows[i]);                          \
+        }                                                                                   \
+        free(tmp);                                                                          \
+        free(tx);                                                                           \
+        free(rows);                                                                         \
+        return SL_OK;                                                                       \
+    }                                                                                       \
+    row_cache rc = {{rows, rows + dw * c}, {-1, -1}};                                       \
     for (int64_t y = 0; y < dh; y++) {                                                      \
         int64_t r0 = ty[y].o0, r1 = ty[y].o1;                                               \
         const float *a = get_row_##T(&rc, r0, r1, src, stride, tx, dw, c);                  \

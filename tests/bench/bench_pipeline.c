@@ -228,6 +228,7 @@ int main(int argc, char **argv) {
         if (r > best) best = r;
     }
     sl_dataset_unref(ds);
+    if (getenv("SLUICE_BENCH_NO_ANCHOR")) return 0; /* for profiling the Sluice side alone */
 
     snprintf(cmd, sizeof cmd, "/usr/bin/python3 %s/anchors/torch_loader.py %s 2 %d 2>&1", shared, jpeg_dir, BATCH);
     double torch = run_anchor(cmd, "images/s");

@@ -201,8 +201,10 @@ int main(int argc, char **argv) {
         double t0 = now();
         for (int i = 0; i < reps; i++) c ^= sl_crc32c_with(impl, c, buf, REC_LEN, NULL);
         double t = now() - t0;
-        printf("crc32c %-8s: %.0f MB/s (check %08x)\n", sl_crc32c_impl_name(impl),
-               (double)reps * REC_LEN / t / 1e6, c);
+        (void)c;
+        printf("crc32c %-8s: %.0f MB/s (crc of the buffer %08x: the same for every implementation)\n",
+               sl_crc32c_impl_name(impl), (double)reps * REC_LEN / t / 1e6,
+               sl_crc32c_with(impl, 0, buf, REC_LEN, NULL));
     }
     free(buf);
 

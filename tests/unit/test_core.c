@@ -78,6 +78,30 @@ TEST(test_buf_refcount) {
     sl_buf_unref(c);
 }
 
+/* Large buffers are recycled: a freed 4 MiB buffer comes back for the next request of a
+ * similar size, and never for a much smaller one or while still referenced. */
+TEST(test_buf_recycling) {
+    sl_buf *a = sl_buf_new(4u << 20);
+    ASSERT(a);
+    memset(a->data, 0x11, a->size);
+    void *mem = a->data;
+    sl_buf *held = sl_buf_new(4u << 20); /* a second one, still referenced below */
+    ASSERT(held);
+    ASSERT(held->data != mem);
+    sl_buf_unref(a);
+    sl_buf *b = sl_buf_new(3u << 20); /* fits in the cached 4 MiB (within 2x) */
+    ASSERT(b);
+    ASSERT(b->data == mem);
+    ASSERT_EQ(b->size, 3u << 20);
+    ASSERT_EQ(atomic_load(&b->refs), 1);
+    sl_buf_unref(b);
+    sl_buf *small = sl_buf_new(1u << 20); /* less than half: a fresh allocation */
+    ASSERT(small);
+    ASSERT(small->data != mem);
+    sl_buf_unref(small);
+    sl_buf_unref(held);
+}
+
 TEST(test_dtypes) {
     ASSERT_EQ(sl_dtype_size(SL_DT_F32), 4);
     ASSERT_EQ(sl_dtype_size(SL_DT_I64), 8);
@@ -186,6 +210,7 @@ int main(void) {
     RUN(test_error_context);
     RUN(test_error_thread_local);
     RUN(test_buf_refcount);
+    RUN(test_buf_recycling);
     RUN(test_dtypes);
     RUN(test_tensor_alloc_view);
     RUN(test_element);

@@ -440,17 +440,19 @@ TEST(test_scaled_size_and_pick_scale) {
     sl_jpeg_scaled_size(213, 319, 1, &sw, &sh);
     ASSERT_EQ(sw, 27);
     ASSERT_EQ(sh, 40);
-    ASSERT_EQ(sl_jpeg_pick_scale(500, 375, 224, 224), 5);  /* 4/8: 250x188 < 224 high */
+    ASSERT_EQ(sl_jpeg_pick_scale(500, 375, 224, 224), 8);  /* 4/8: 250x188 < 224 high; 5/8..7/8 are not used */
     ASSERT_EQ(sl_jpeg_pick_scale(500, 375, 250, 0), 4);    /* 4/8 gives exactly 250 */
-    ASSERT_EQ(sl_jpeg_pick_scale(500, 375, 251, 0), 5);
+    ASSERT_EQ(sl_jpeg_pick_scale(500, 375, 251, 0), 8);
+    ASSERT_EQ(sl_jpeg_pick_scale(500, 375, 125, 0), 2);    /* 2/8 gives 125 */
+    ASSERT_EQ(sl_jpeg_pick_scale(500, 375, 126, 0), 4);    /* 3/8 is skipped */
     ASSERT_EQ(sl_jpeg_pick_scale(500, 375, 0, 0), 1);
     ASSERT_EQ(sl_jpeg_pick_scale(500, 375, 63, 47), 1);    /* 1/8: 63x47 */
     ASSERT_EQ(sl_jpeg_pick_scale(500, 375, 64, 47), 2);
     ASSERT_EQ(sl_jpeg_pick_scale(500, 375, 1000, 1000), 8);
     ASSERT_EQ(sl_jpeg_pick_scale(500, 375, 500, 375), 8);
-    ASSERT_EQ(sl_jpeg_pick_scale(500, 375, 438, 0), 7);    /* 7/8 gives 438 (ceil 437.5) */
+    ASSERT_EQ(sl_jpeg_pick_scale(500, 375, 438, 0), 8);    /* 7/8 would give 438, but is not used */
     ASSERT_EQ(sl_jpeg_pick_scale(500, 375, 439, 0), 8);
-    ASSERT_EQ(sl_jpeg_pick_scale(500, 375, 376, 0), 7);    /* 6/8 gives 375 */
+    ASSERT_EQ(sl_jpeg_pick_scale(500, 375, 376, 0), 8);
 }
 
 TEST(test_errors) {
