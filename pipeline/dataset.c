@@ -61,9 +61,72 @@ sl_iter_opts sl_iter_opts_default(void) {
     return o;
 }
 
+/* ---- the node registry ----
+ * An op's make_iter calls sl__iter_new first and creates its inputs after, so the node an
+ * iterator belongs to is announced in a thread-local just before make_iter runs and taken
+ * by the sl__iter_new that follows. */
+
+typedef struct {
+    int parent, input;
+    const sl_dataset *key;
+} node_key;
+
+static _Thread_local node_key announced = {-2, 0, NULL};
+
+static sl_op_node *ctx_node(sl_ictx *ctx, node_key k, const sl_dataset *ds) {
+    sl_op_node *n = NULL;
+    pthread_mutex_lock(&ctx->nodes_mu);
+    for (int i = 0; i < ctx->nnodes && !n; i++) {
+        sl_op_node *c = ctx->nodes[i];
+        if (c->parent == k.parent && c->input == k.input && c->key == k.key) n = c;
+    }
+    if (!n && ctx->nnodes == ctx->cap) {
+        int cap = ctx->cap ? 2 * ctx->cap : 16;
+        sl_op_node **nn = realloc(ctx->nodes, sizeof *nn * (size_t)cap);
+        if (nn) {
+            ctx->nodes = nn;
+            ctx->cap = cap;
+        }
+    }
+    if (!n && ctx->nnodes < ctx->cap && (n = calloc(1, sizeof *n))) {
+        n->id = ctx->nnodes;
+        n->parent = k.parent;
+        n->input = k.input;
+        n->key = k.key;
+        snprintf(n->label, sizeof n->label, "%s", ds->label);
+        snprintf(n->op, sizeof n->op, "%s", ds->vt->name);
+        n->stats.label = n->label;
+        ctx->nodes[ctx->nnodes++] = n;
+    }
+    pthread_mutex_unlock(&ctx->nodes_mu);
+    return n;
+}
+
+int sl__ctx_nodes(sl_ictx *ctx, sl_op_node **out, int cap) {
+    pthread_mutex_lock(&ctx->nodes_mu);
+    int n = ctx->nnodes;
+    for (int i = 0; i < n && i < cap; i++) out[i] = ctx->nodes[i];
+    pthread_mutex_unlock(&ctx->nodes_mu);
+    return n;
+}
+
+static sl_status make_announced(sl_dataset *ds, sl_ictx *ctx, uint64_t seed, node_key k, sl_iter **out) {
+    *out = NULL;
+    node_key saved = announced;
+    announced = k;
+    sl_status s = ds->vt->make_iter(ds, ctx, seed, out);
+    announced = saved;
+    return s;
+}
+
 void *sl__iter_new(size_t size, const sl_iter_vt *vt, sl_dataset *ds, sl_ictx *ctx, uint64_t seed) {
+    node_key k = announced;
+    announced.parent = -2; /* consumed: the inputs announce their own */
+    if (k.parent == -2) k = (node_key){-1, 0, ds}; /* not announced: a root of its own */
     sl_iter *it = calloc(1, size);
-    if (!it) {
+    sl_op_node *node = it ? ctx_node(ctx, k, ds) : NULL;
+    if (!node) {
+        free(it);
         sl_err(SL_ENOMEM, "out of memory creating an iterator for op '%s'", ds->label);
         return NULL;
     }
@@ -71,18 +134,33 @@ void *sl__iter_new(size_t size, const sl_iter_vt *vt, sl_dataset *ds, sl_ictx *c
     it->ds = sl_dataset_ref(ds);
     it->ctx = ctx;
     it->seed = seed;
-    it->stats.label = ds->label;
+    it->node = node;
+    it->stats = &node->stats;
     return it;
 }
 
-sl_status sl__iter_make(sl_dataset *ds, sl_ictx *ctx, uint64_t seed, sl_iter **out) {
-    *out = NULL;
-    return ds->vt->make_iter(ds, ctx, seed, out);
+sl_status sl__iter_make(sl_iter *parent, sl_dataset *ds, uint64_t seed, sl_iter **out) {
+    return make_announced(ds, parent->ctx, seed, (node_key){parent->node->id, -1, NULL}, out);
 }
 
 sl_status sl__iter_input(sl_dataset *ds, int i, sl_ictx *ctx, uint64_t seed, uint64_t salt,
                          sl_iter **out) {
-    return sl__iter_make(ds->inputs[i], ctx, sl__child_seed(seed, salt), out);
+    /* the parent's node: the most recent node of ds (its iterator is being made now) */
+    int parent = -1;
+    pthread_mutex_lock(&ctx->nodes_mu);
+    for (int k = ctx->nnodes - 1; k >= 0 && parent < 0; k--)
+        if (ctx->nodes[k]->key == ds || (ctx->nodes[k]->key == NULL && !strcmp(ctx->nodes[k]->label, ds->label)))
+            parent = k;
+    pthread_mutex_unlock(&ctx->nodes_mu);
+    return make_announced(ds->inputs[i], ctx, sl__child_seed(seed, salt), (node_key){parent, i, ds->inputs[i]}, out);
+}
+
+static void free_ctx(sl_ictx *ctx) {
+    if (!ctx) return;
+    for (int i = 0; i < ctx->nnodes; i++) free(ctx->nodes[i]);
+    free(ctx->nodes);
+    pthread_mutex_destroy(&ctx->nodes_mu);
+    free(ctx);
 }
 
 sl_status sl_iter_create(sl_dataset *ds, const sl_iter_opts *opts, sl_iter **out) {
@@ -99,10 +177,12 @@ sl_status sl_iter_create(sl_dataset *ds, const sl_iter_opts *opts, sl_iter **out
         long pages = sysconf(_SC_PHYS_PAGES), psize = sysconf(_SC_PAGESIZE);
         ctx->opts.ram_budget = pages > 0 && psize > 0 ? (int64_t)pages * psize / 4 : (int64_t)1 << 30;
     }
+    ctx->start_ns = sl_now_ns();
+    pthread_mutex_init(&ctx->nodes_mu, NULL);
     sl_iter *it;
-    sl_status s = sl__iter_make(ds, ctx, ctx->opts.seed, &it);
+    sl_status s = make_announced(ds, ctx, ctx->opts.seed, (node_key){-1, 0, ds}, &it);
     if (s) {
-        free(ctx);
+        free_ctx(ctx);
         return s;
     }
     it->owns_ctx = true;
@@ -124,14 +204,14 @@ sl_status sl__iter_next(sl_iter *it, sl_element *out) {
     sl_status s = it->vt->next(it, out);
     uint64_t dt = sl_now_ns() - t0;
     /* busy time includes time in inputs; stats subtract inputs' time when reporting */
-    atomic_fetch_add_explicit(&it->stats.busy_ns, (long long)dt, memory_order_relaxed);
+    atomic_fetch_add_explicit(&it->stats->busy_ns, (long long)dt, memory_order_relaxed);
     if (s == SL_OK) {
-        atomic_fetch_add_explicit(&it->stats.elements, 1, memory_order_relaxed);
-        atomic_fetch_add_explicit(&it->stats.bytes, (long long)element_bytes(out), memory_order_relaxed);
+        atomic_fetch_add_explicit(&it->stats->elements, 1, memory_order_relaxed);
+        atomic_fetch_add_explicit(&it->stats->bytes, (long long)element_bytes(out), memory_order_relaxed);
     } else if (s == SL_END) {
         it->ended = true;
     } else {
-        atomic_fetch_add_explicit(&it->stats.errors, 1, memory_order_relaxed);
+        atomic_fetch_add_explicit(&it->stats->errors, 1, memory_order_relaxed);
         sl_element_clear(out);
     }
     return s;
@@ -149,7 +229,7 @@ void sl__iter_close(sl_iter *it) {
     sl_ictx *ctx = it->owns_ctx ? it->ctx : NULL;
     sl_dataset_unref(it->ds);
     free(it);
-    free(ctx);
+    free_ctx(ctx);
 }
 
 void sl_iter_close(sl_iter *it) { sl__iter_close(it); }

@@ -63,6 +63,20 @@ typedef struct sl_op_stats {
     atomic_int buffered;     /* elements in the buffer now */
 } sl_op_stats;
 
+/* One node of the running pipeline: an op of the dataset graph, with the counters of all
+ * its iterators (several over time: one per epoch under repeat, one per file under
+ * interleave). Nodes live as long as the context; their ids are their index in ctx->nodes,
+ * in creation order, so the root is node 0 and a node's parent has a smaller id. */
+typedef struct sl_op_node {
+    int id;
+    int parent;               /* the node whose iterator created this one's; -1 for the root */
+    int input;                /* which input of the parent (-1: interleave's per-element inputs) */
+    const sl_dataset *key;    /* the dataset (identity only; NULL for per-element inputs) */
+    char label[64];           /* the dataset's label */
+    char op[32];              /* the op's name */
+    sl_op_stats stats;
+} sl_op_node;
+
 /* Ops embed this as their first member. */
 struct sl_iter {
     const sl_iter_vt *vt;
@@ -71,7 +85,8 @@ struct sl_iter {
     uint64_t seed;           /* stream seed of this iterator */
     bool owns_ctx;           /* the root iterator frees the context */
     bool ended;              /* SL_END was returned: keep returning it */
-    sl_op_stats stats;
+    sl_op_node *node;        /* this op's node in ctx */
+    sl_op_stats *stats;      /* = &node->stats, shared by every iterator of the node */
 };
 
 /* Shared by every iterator of one sl_iter_create. */
@@ -80,18 +95,28 @@ struct sl_ictx {
     atomic_bool cancelled;       /* set by close: blocking waits give up with SL_ECANCELED */
     atomic_llong errors_ignored; /* counted by ignore_errors */
     int ncpu;                    /* cores available (opts.cpu_budget or the CPU count) */
+    uint64_t start_ns;           /* when the root iterator was created */
+    pthread_mutex_t nodes_mu;    /* guards nodes, nnodes, cap (not the nodes' counters) */
+    sl_op_node **nodes;          /* the graph as it has been instantiated so far */
+    int nnodes, cap;
 };
 
 /* Allocate an iterator of `size` bytes (>= sizeof(sl_iter)), zeroed, for ds (a reference
- * is taken). NULL on ENOMEM. */
+ * is taken), attached to the node its creator announced (see sl__iter_input). NULL on
+ * ENOMEM. */
 void *sl__iter_new(size_t size, const sl_iter_vt *vt, sl_dataset *ds, sl_ictx *ctx, uint64_t seed);
 
 /* Make an iterator over input i of ds, with stream seed sl__child_seed(seed, salt). */
 sl_status sl__iter_input(sl_dataset *ds, int i, sl_ictx *ctx, uint64_t seed, uint64_t salt,
                          sl_iter **out);
 
-/* Make an iterator over any dataset (for interleave's per-element inputs). */
-sl_status sl__iter_make(sl_dataset *ds, sl_ictx *ctx, uint64_t seed, sl_iter **out);
+/* Make an iterator over a dataset made while running (interleave's per-element inputs):
+ * all of parent's such inputs share one node. */
+sl_status sl__iter_make(sl_iter *parent, sl_dataset *ds, uint64_t seed, sl_iter **out);
+
+/* A snapshot of the node list (pointers stay valid while the context lives): up to cap
+ * node pointers into out; returns the number of nodes. */
+int sl__ctx_nodes(sl_ictx *ctx, sl_op_node **out, int cap);
 
 /* sl_iter_next for use inside ops: counts stats, honours `ended`. */
 sl_status sl__iter_next(sl_iter *it, sl_element *out);

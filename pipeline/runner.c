@@ -157,8 +157,8 @@ sl_status sl__runner_start(const sl_runner_ops *ops, void *op, sl_iter *owner, s
     pthread_mutex_init(&r->mu, NULL);
     pthread_cond_init(&r->cv_done, NULL);
     pthread_cond_init(&r->cv_space, NULL);
-    atomic_store(&owner->stats.parallelism, parallelism);
-    atomic_store(&owner->stats.buffer, capacity);
+    atomic_store(&owner->stats->parallelism, parallelism);
+    atomic_store(&owner->stats->buffer, capacity);
     /* per-thread state first, so a failure is reported here and not by a lost worker */
     r->nargs = nthreads;
     for (int i = 0; i < nthreads; i++) {
@@ -230,7 +230,7 @@ void sl__runner_set_parallelism(sl_runner *r, int parallelism) {
     if (parallelism < 1) parallelism = 1;
     if (parallelism > r->nthreads) parallelism = r->nthreads;
     r->active = parallelism;
-    atomic_store(&r->owner->stats.parallelism, parallelism);
+    atomic_store(&r->owner->stats->parallelism, parallelism);
     pthread_cond_broadcast(&r->cv_space);
     pthread_mutex_unlock(&r->mu);
 }

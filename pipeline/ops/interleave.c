@@ -197,7 +197,7 @@ static void open_slot(il_it *il, int j) {
         return;
     }
     sl_iter *sub;
-    st = sl__iter_make(ds, il->base.ctx, sl__child_seed(il->base.seed, (uint64_t)index + 1), &sub);
+    st = sl__iter_make(&il->base, ds, sl__child_seed(il->base.seed, (uint64_t)index + 1), &sub);
     sl_dataset_unref(ds);
     if (st) {
         set_pending(il, s);
@@ -266,7 +266,7 @@ static sl_status take(il_it *il, int j, sl_element *out, bool *closed) {
     sl_element_init(&item.e);
     pop_locked(il, s, &item);
     pthread_mutex_unlock(&il->mu);
-    atomic_fetch_add_explicit(&il->base.stats.wait_ns, (long long)(sl_now_ns() - t0), memory_order_relaxed);
+    atomic_fetch_add_explicit(&il->base.stats->wait_ns, (long long)(sl_now_ns() - t0), memory_order_relaxed);
     if (item.status == SL_OK) sl_element_move(out, &item.e);
     return item.status;
 }
@@ -395,8 +395,8 @@ static sl_status il_make(sl_dataset *ds, sl_ictx *ctx, uint64_t seed, sl_iter **
             !(il->wargs = calloc((size_t)par, sizeof *il->wargs)))
             goto nomem;
     }
-    atomic_store(&il->base.stats.parallelism, par);
-    atomic_store(&il->base.stats.buffer, il->parallel ? il->rcap * il->cycle : 0);
+    atomic_store(&il->base.stats->parallelism, par);
+    atomic_store(&il->base.stats->buffer, il->parallel ? il->rcap * il->cycle : 0);
     s = sl__iter_input(ds, 0, ctx, seed, 0, &il->in);
     if (s) goto fail;
     /* fill the cycle in position order, as the cursor's first round would */

@@ -70,7 +70,7 @@ static void *producer(void *arg) {
             else p->head = n;
             p->tail = n;
             p->count++;
-            atomic_store(&p->base.stats.buffered, p->count);
+            atomic_store(&p->base.stats->buffered, p->count);
         } else {
             free(n);
         }
@@ -107,12 +107,12 @@ static sl_status pf_next(sl_iter *it, sl_element *out) {
         p->head = n->next;
         if (!p->head) p->tail = NULL;
         p->count--;
-        atomic_store(&it->stats.buffered, p->count);
+        atomic_store(&it->stats->buffered, p->count);
         pthread_cond_signal(&p->cv_room);
     }
     bool done = p->done;
     pthread_mutex_unlock(&p->mu);
-    atomic_fetch_add_explicit(&it->stats.wait_ns, (long long)(sl_now_ns() - t0), memory_order_relaxed);
+    atomic_fetch_add_explicit(&it->stats->wait_ns, (long long)(sl_now_ns() - t0), memory_order_relaxed);
     if (!n) {
         if (done) return SL_END;
         return sl__op_err(it, SL_ECANCELED, "iterator was closed");
@@ -133,7 +133,7 @@ void sl__prefetch_set_buffer(sl_iter *it, int buffer) {
     if (buffer < 1) buffer = 1;
     pthread_mutex_lock(&p->mu);
     p->cap = buffer;
-    atomic_store(&it->stats.buffer, buffer);
+    atomic_store(&it->stats->buffer, buffer);
     pthread_cond_broadcast(&p->cv_room);
     pthread_mutex_unlock(&p->mu);
 }
@@ -169,7 +169,7 @@ static sl_status pf_make(sl_dataset *ds, sl_ictx *ctx, uint64_t seed, sl_iter **
     pthread_cond_init(&p->cv_item, NULL);
     pthread_cond_init(&p->cv_room, NULL);
     p->cap = d->buffer == SL_AUTO ? PF_AUTO_BUFFER : (int)d->buffer;
-    atomic_store(&p->base.stats.buffer, p->cap);
+    atomic_store(&p->base.stats->buffer, p->cap);
     sl_status s = sl__iter_input(ds, 0, ctx, seed, 0, &p->in);
     if (s) {
         sl__iter_close(&p->base);

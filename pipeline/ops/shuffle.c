@@ -58,7 +58,7 @@ static sl_status sh_next(sl_iter *it, sl_element *out) {
     sl_element_move(out, &h->buf[k]);
     h->count--;
     if (k != h->count) sl_element_move(&h->buf[k], &h->buf[h->count]);
-    atomic_store_explicit(&it->stats.buffered, (int)h->count, memory_order_relaxed);
+    atomic_store_explicit(&it->stats->buffered, (int)h->count, memory_order_relaxed);
     return SL_OK;
 }
 
@@ -76,7 +76,7 @@ static sl_status sh_make(sl_dataset *ds, sl_ictx *ctx, uint64_t seed, sl_iter **
     sh_it *h = sl__iter_new(sizeof *h, &sh_it_vt, ds, ctx, seed);
     if (!h) return SL_ENOMEM;
     h->rng.s = sl__mix(d->seed, d->reshuffle ? seed : 0);
-    atomic_store(&h->base.stats.buffer, d->buffer > 0x7fffffff ? 0x7fffffff : (int)d->buffer);
+    atomic_store(&h->base.stats->buffer, d->buffer > 0x7fffffff ? 0x7fffffff : (int)d->buffer);
     sl_status s = sl__iter_input(ds, 0, ctx, seed, 0, &h->in);
     if (s) {
         sl__iter_close(&h->base);
