@@ -1,0 +1,193 @@
+/* Models, optimizers and learning-rate schedules: the trainer's building blocks.
+ *
+ * A model is a sequence of layers on one backend (CPU with OpenBLAS, or CUDA), ending in
+ * logits for softmax cross-entropy against integer labels. Parameters, gradients and
+ * optimizer state each live in ONE allocation (backend memory), with each layer's tensors
+ * as views, so a whole gradient can be averaged across replicas in one allreduce and a
+ * checkpoint is a walk over named views. Layouts are NHWC for images, [in, out] for dense
+ * weights and [kh, kw, in_c, out_c] for convolution kernels (TensorFlow's).
+ *
+ * Initialisation is seeded: He (normal, std sqrt(2/fan_in)) for layers followed by relu,
+ * Glorot/Xavier uniform otherwise; biases 0; batchnorm gamma 1, beta 0. Same seed, same
+ * parameters, on every backend. */
+#ifndef SLUICE_MODEL_H
+#define SLUICE_MODEL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "sluice/config.h"
+#include "sluice/status.h"
+#include "sluice/tensor.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum sl_backend_kind {
+    SL_BACKEND_AUTO = 0, /* CUDA when built with it and a GPU is present, else CPU */
+    SL_BACKEND_CPU,
+    SL_BACKEND_CUDA,
+} sl_backend_kind;
+
+typedef enum sl_layer_kind {
+    SL_LAYER_INPUT = 1, /* shape of one example, e.g. 28x28x1; must come first */
+    SL_LAYER_FLATTEN,
+    SL_LAYER_DENSE,     /* units, activation */
+    SL_LAYER_CONV2D,    /* filters, kernel kh x kw, stride, padding, activation */
+    SL_LAYER_MAXPOOL,   /* pool k x k, stride, padding */
+    SL_LAYER_AVGPOOL,
+    SL_LAYER_DROPOUT,   /* rate; identity at evaluation */
+    SL_LAYER_BATCHNORM, /* momentum, eps; per channel (last dimension) */
+    SL_LAYER_RELU,      /* activations as layers of their own */
+    SL_LAYER_TANH,
+    SL_LAYER_SIGMOID,
+} sl_layer_kind;
+
+typedef enum sl_padding { SL_PAD_VALID = 0, SL_PAD_SAME = 1 } sl_padding;
+
+typedef struct sl_layer_spec {
+    sl_layer_kind kind;
+    int64_t shape[4];  /* INPUT: dims of one example (rank 1..3; images [h, w, c]) */
+    int rank;          /* INPUT */
+    int units;         /* DENSE */
+    int filters;       /* CONV2D */
+    int kh, kw;        /* CONV2D kernel, POOL window (kw = kh when 0) */
+    int stride;        /* CONV2D / POOL (0: 1 for conv, the window for pools) */
+    sl_padding padding;
+    int activation;    /* DENSE / CONV2D: 0 none, 1 relu, 2 tanh, 3 sigmoid */
+    float rate;        /* DROPOUT */
+    float momentum;    /* BATCHNORM: weight of the batch in the running stats (0: 0.01, as Keras momentum 0.99) */
+    float eps;         /* BATCHNORM (0: 1e-3) */
+    char name[32];     /* optional; default "dense_1", "conv2d_2", ... (Keras style) */
+} sl_layer_spec;
+
+typedef struct sl_model sl_model;
+
+typedef struct sl_model_opts {
+    sl_backend_kind backend;
+    int threads;        /* CPU backend threads; 0: all cores */
+    int cuda_device;
+    uint64_t seed;      /* initialisation and dropout */
+    int max_batch;      /* largest batch a step will see (activation memory is sized for it) */
+} sl_model_opts;
+
+sl_model_opts sl_model_opts_default(void);
+
+/* Build a model from layer specs (the first must be INPUT) ending in `classes` logits: the
+ * last layer must be DENSE with classes units and no activation. Errors: SL_EINVAL naming
+ * the layer (index and name) and what is wrong (e.g. "conv2d_1: kernel 5x5 larger than its
+ * 4x4 input"), SL_EUNSUPPORTED for CUDA without a GPU, SL_ENOMEM. */
+sl_status sl_model_create(const sl_layer_spec *layers, int n, const sl_model_opts *opts, sl_model **out);
+
+/* From a `model NAME { ... }` block:
+ *     model mlp {
+ *         input 28x28x1
+ *         flatten
+ *         dense 256 activation=relu
+ *         dropout 0.2
+ *         dense 10
+ *     }
+ * conv2d FILTERS kernel=5x5 [stride=1] [padding=same|valid] [activation=relu];
+ * maxpool 2x2 [stride=2] [padding=...]; avgpool likewise; batchnorm [momentum=] [eps=];
+ * relu / tanh / sigmoid. Errors at file:line:col (sl_cfg_err) with hints. */
+sl_status sl_model_from_config(const sl_cfg *cfg, const char *name, const sl_model_opts *opts,
+                               sl_model **out);
+
+void sl_model_free(sl_model *m); /* NULL is a no-op */
+
+/* "cpu" or "cuda". */
+const char *sl_model_backend_name(const sl_model *m);
+
+/* A one-line-per-layer summary (name, output shape, parameters), Keras style. *out malloc'd. */
+sl_status sl_model_summary(const sl_model *m, char **out);
+
+/* Result of a step over one batch. */
+typedef struct sl_step_result {
+    double loss;      /* mean softmax cross-entropy over the batch */
+    int64_t correct;  /* examples whose argmax equals the label */
+    int64_t examples;
+} sl_step_result;
+
+/* Forward + backward on a batch: x float32 [B, ...input shape], labels int64 (or int32)
+ * [B] (host tensors, B <= max_batch). The gradient of the MEAN loss over the batch is
+ * ADDED to the model's gradient buffer (zero it with sl_model_zero_grads first).
+ * grad_scale multiplies it (1 normally; replicas may pass 1/world to average by summing).
+ * SL_EINVAL for a shape or dtype that does not match the input layer, SL_ERANGE for a label
+ * outside 0..classes-1 (the message says which example). */
+sl_status sl_model_train_step(sl_model *m, const sl_tensor *x, const sl_tensor *labels,
+                              float grad_scale, sl_step_result *res);
+
+/* Forward only, in inference mode (dropout off, batchnorm running stats). */
+sl_status sl_model_eval_step(sl_model *m, const sl_tensor *x, const sl_tensor *labels,
+                             sl_step_result *res);
+
+/* Stage the next batch's input while the current step computes: copies x and labels to
+ * the device on the copy stream (pinned staging on CUDA; a plain copy on the CPU), to be
+ * used by the next train/eval step called with the SAME tensors (pointer identity). */
+sl_status sl_model_prefetch(sl_model *m, const sl_tensor *x, const sl_tensor *labels);
+
+sl_status sl_model_zero_grads(sl_model *m);
+
+/* The flat parameter and gradient buffers (backend memory) and their length in floats. */
+float *sl_model_params(sl_model *m, size_t *n);
+float *sl_model_grads(sl_model *m, size_t *n);
+
+/* Copy all parameters to / from host memory (n floats). Includes batchnorm running stats
+ * (they are parameters that no gradient touches). */
+sl_status sl_model_get_params(sl_model *m, float *host, size_t n);
+sl_status sl_model_set_params(sl_model *m, const float *host, size_t n);
+
+/* Named views for checkpoints, in a fixed order: i in 0..count-1 gives "dense_1/kernel"
+ * style names, the offset into the flat buffer (floats) and the shape. */
+int sl_model_param_count(const sl_model *m);
+sl_status sl_model_param_info(const sl_model *m, int i, const char **name, size_t *offset,
+                              int *rank, int64_t dims[4]);
+
+/* ---- optimizers ---- */
+
+typedef enum sl_optim_kind { SL_OPTIM_SGD = 1, SL_OPTIM_ADAM, SL_OPTIM_ADAMW } sl_optim_kind;
+
+typedef struct sl_optim_spec {
+    sl_optim_kind kind;
+    float momentum;     /* SGD */
+    bool nesterov;      /* SGD */
+    float weight_decay; /* SGD/Adam: L2 added to the gradient; AdamW: decoupled */
+    float beta1, beta2, eps; /* Adam/AdamW (0: 0.9, 0.999, 1e-8) */
+} sl_optim_spec;
+
+typedef struct sl_optim sl_optim;
+
+/* State (momentum, or Adam's m and v) in one allocation, zeroed. */
+sl_status sl_optim_create(sl_model *m, const sl_optim_spec *spec, sl_optim **out);
+void sl_optim_free(sl_optim *o);
+/* Apply the model's gradient with learning rate lr; increments the step count. */
+sl_status sl_optim_step(sl_optim *o, float lr);
+/* The state for checkpoints: the flat buffer (backend memory), its length in floats, and
+ * the step count; set restores both. */
+float *sl_optim_state(sl_optim *o, size_t *n, int64_t *step);
+sl_status sl_optim_get_state(sl_optim *o, float *host, size_t n);
+sl_status sl_optim_set_state(sl_optim *o, const float *host, size_t n, int64_t step);
+
+/* ---- learning-rate schedules ---- */
+
+typedef enum sl_sched_kind { SL_SCHED_CONSTANT = 0, SL_SCHED_STEP, SL_SCHED_COSINE } sl_sched_kind;
+
+typedef struct sl_schedule {
+    sl_sched_kind kind;
+    float lr;            /* base learning rate */
+    int64_t warmup;      /* linear warmup steps from 0 (0: none) */
+    int64_t step_size;   /* STEP: multiply by gamma every step_size steps (after warmup) */
+    float gamma;         /* STEP */
+    int64_t total;       /* COSINE: steps over which lr decays to min_lr (after warmup) */
+    float min_lr;        /* COSINE */
+} sl_schedule;
+
+/* The learning rate at `step` (0-based). */
+float sl_schedule_lr(const sl_schedule *s, int64_t step);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

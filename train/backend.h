@@ -1,0 +1,158 @@
+/* Private to train/: the compute backend behind the model. One vtable, two
+ * implementations: backend_cpu.c (OpenBLAS + C loops, threaded) and backend_cuda.cu
+ * (cuBLAS + our kernels). Every op has a CPU reference; on a GPU machine every CUDA op is
+ * checked against it (tests/unit/test_backend_cuda.c).
+ *
+ * Conventions for every op:
+ *   - float32, row-major; images are NHWC (what the pipeline produces).
+ *   - Pointers passed to ops are backend memory (device memory on CUDA, host memory on
+ *     the CPU backend) unless the parameter says host.
+ *   - Gradient outputs ACCUMULATE (dx += ..., dW += ...): the trainer zeroes the gradient
+ *     buffer once per step, so layers whose output feeds several places just add up.
+ *   - Ops return SL_OK or an error (CUDA/cuBLAS failures as SL_EIO naming the call and
+ *     file:line); they run in order on the backend's compute stream, so an op may return
+ *     before its result is ready: to_host and sync wait.
+ *   - Random ops take a seed and use a counter-based generator (sl__bk_rand_u32 below) so
+ *     CPU and CUDA give the same masks for the same seed. */
+#ifndef SLUICE_TRAIN_BACKEND_H
+#define SLUICE_TRAIN_BACKEND_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "sluice/status.h"
+
+typedef struct sl_backend sl_backend;
+
+typedef enum sl_act {
+    SL_ACT_NONE = 0,
+    SL_ACT_RELU,
+    SL_ACT_TANH,
+    SL_ACT_SIGMOID,
+} sl_act;
+
+typedef struct sl_backend_ops {
+    const char *name; /* "cpu", "cuda" */
+    void (*destroy)(sl_backend *b);
+
+    /* ---- memory ---- */
+    sl_status (*alloc)(sl_backend *b, size_t bytes, void **out); /* zero-filled */
+    void (*free)(sl_backend *b, void *p);                         /* NULL is a no-op */
+    sl_status (*to_device)(sl_backend *b, void *dst, const void *host_src, size_t bytes);
+    sl_status (*to_host)(sl_backend *b, void *host_dst, const void *src, size_t bytes); /* waits */
+    sl_status (*copy)(sl_backend *b, void *dst, const void *src, size_t bytes);        /* device to device */
+    /* Input staging: host buffers the async copy can read from (pinned on CUDA), copies
+     * that overlap with compute (their own stream on CUDA), and the point where compute
+     * waits for the copies issued so far. */
+    sl_status (*host_alloc)(sl_backend *b, size_t bytes, void **out);
+    void (*host_free)(sl_backend *b, void *p);
+    sl_status (*to_device_async)(sl_backend *b, void *dst, const void *host_src, size_t bytes);
+    sl_status (*wait_copies)(sl_backend *b);
+    sl_status (*sync)(sl_backend *b); /* wait for all queued work */
+
+    /* ---- dense math ---- */
+    /* C = alpha * op(A) * op(B) + beta * C; op(A) is M x K, op(B) is K x N, C is M x N.
+     * lda/ldb/ldc are the row strides of A, B, C as stored. */
+    sl_status (*gemm)(sl_backend *b, bool trans_a, bool trans_b, int m, int n, int k, float alpha,
+                      const float *a, int lda, const float *bm, int ldb, float beta, float *c, int ldc);
+    sl_status (*fill)(sl_backend *b, float *x, float v, size_t n);
+    sl_status (*axpy)(sl_backend *b, size_t n, float alpha, const float *x, float *y); /* y += alpha x */
+    sl_status (*scale)(sl_backend *b, size_t n, float alpha, float *x);               /* x *= alpha */
+    /* y[r][c] += bias[c] for rows x cols */
+    sl_status (*bias_add)(sl_backend *b, float *y, const float *bias, size_t rows, size_t cols);
+    /* db[c] += sum over r of dy[r][c] */
+    sl_status (*bias_grad)(sl_backend *b, float *db, const float *dy, size_t rows, size_t cols);
+    /* y = act(x) (y may be x); dx += dy * act'(.) computed from the OUTPUT y */
+    sl_status (*act_forward)(sl_backend *b, sl_act act, const float *x, float *y, size_t n);
+    sl_status (*act_backward)(sl_backend *b, sl_act act, const float *y, const float *dy, float *dx, size_t n);
+
+    /* ---- convolution (NHWC) as im2col + GEMM ----
+     * col is [n*oh*ow, kh*kw*c] with the kernel window in (ky, kx, channel) order; pixels
+     * outside the image read as 0. col2im adds each column entry back into dx. */
+    sl_status (*im2col)(sl_backend *b, const float *x, int n, int h, int w, int c, int kh, int kw,
+                        int stride, int pad_top, int pad_left, int oh, int ow, float *col);
+    sl_status (*col2im)(sl_backend *b, const float *col, int n, int h, int w, int c, int kh, int kw,
+                        int stride, int pad_top, int pad_left, int oh, int ow, float *dx);
+
+    /* ---- pooling (NHWC, window k x k, stride s, padding as for conv; max ignores padded
+     * cells) ---- argmax holds, per output, the flat input index chosen. */
+    sl_status (*maxpool_forward)(sl_backend *b, const float *x, int n, int h, int w, int c, int k, int s,
+                                 int pad_top, int pad_left, int oh, int ow, float *y, int32_t *argmax);
+    sl_status (*maxpool_backward)(sl_backend *b, const float *dy, const int32_t *argmax, size_t ny, float *dx);
+    /* average over the window cells inside the image (count_include_pad = false) */
+    sl_status (*avgpool_forward)(sl_backend *b, const float *x, int n, int h, int w, int c, int k, int s,
+                                 int pad_top, int pad_left, int oh, int ow, float *y);
+    sl_status (*avgpool_backward)(sl_backend *b, const float *dy, int n, int h, int w, int c, int k, int s,
+                                  int pad_top, int pad_left, int oh, int ow, float *dx);
+
+    /* ---- loss ----
+     * Softmax cross-entropy over n rows of k logits with integer labels (backend memory,
+     * int32). Writes dlogits = (softmax - onehot) * grad_scale (not accumulated: set), and
+     * into HOST memory the summed loss over the rows and the number of rows whose argmax
+     * (first maximum) equals the label. A label outside 0..k-1 is SL_ERANGE. dlogits may be
+     * NULL (evaluation). */
+    sl_status (*softmax_xent)(sl_backend *b, const float *logits, const int32_t *labels, int n, int k,
+                              float grad_scale, float *dlogits, double *loss_sum_host, int64_t *correct_host);
+
+    /* ---- dropout: keep with probability 1 - rate, scale kept values by 1 / (1 - rate);
+     * element i is kept iff sl__bk_rand_u32(seed, i) >= rate * 2^32. mask gets 0 or
+     * 1/(1-rate) per element; backward: dx += dy * mask. */
+    sl_status (*dropout_forward)(sl_backend *b, const float *x, float *y, float *mask, size_t n,
+                                 float rate, uint64_t seed);
+    sl_status (*dropout_backward)(sl_backend *b, const float *dy, const float *mask, float *dx, size_t n);
+
+    /* ---- batch normalization over rows (N*H*W) per channel c ----
+     * training: batch statistics (biased variance), running_mean/var updated as
+     * r = (1 - momentum) r + momentum * batch (unbiased variance for running_var), save_mean
+     * and save_invstd (1/sqrt(var + eps)) kept for backward. Inference: running stats. */
+    sl_status (*batchnorm_forward)(sl_backend *b, const float *x, float *y, size_t rows, int c,
+                                   const float *gamma, const float *beta, float *running_mean,
+                                   float *running_var, float momentum, float eps, bool training,
+                                   float *save_mean, float *save_invstd);
+    sl_status (*batchnorm_backward)(sl_backend *b, const float *x, const float *dy, size_t rows, int c,
+                                    const float *gamma, const float *save_mean, const float *save_invstd,
+                                    float *dx, float *dgamma, float *dbeta);
+
+    /* ---- optimizers, over whole flat buffers ----
+     * SGD: g' = g + wd p; v = momentum v + g'; p -= lr (nesterov ? g' + momentum v : v)
+     * (PyTorch's formulation; momentum 0 is plain SGD).
+     * Adam/AdamW: m = b1 m + (1-b1) g'; v = b2 v + (1-b2) g'^2; mhat = m/(1-b1^t),
+     * vhat = v/(1-b2^t); p -= lr mhat/(sqrt(vhat)+eps); with decoupled (AdamW) the decay is
+     * p -= lr wd p (before the update) and g' = g; otherwise g' = g + wd p. t >= 1. */
+    sl_status (*sgd_step)(sl_backend *b, float *p, const float *g, float *vel, size_t n, float lr,
+                          float momentum, bool nesterov, float weight_decay);
+    sl_status (*adam_step)(sl_backend *b, float *p, const float *g, float *m, float *v, size_t n, float lr,
+                           float beta1, float beta2, float eps, float weight_decay, bool decoupled, int64_t t);
+    /* sum of squares of x into HOST *out (for gradient norms and tests) */
+    sl_status (*sum_squares)(sl_backend *b, const float *x, size_t n, double *out_host);
+} sl_backend_ops;
+
+struct sl_backend {
+    const sl_backend_ops *ops;
+};
+
+/* The CPU backend with `threads` threads for its loops and OpenBLAS (0: all cores). */
+sl_status sl__backend_cpu_new(int threads, sl_backend **out);
+
+/* The CUDA backend on device `device`. SL_EUNSUPPORTED when this build has no CUDA or the
+ * machine no GPU (the message says which). */
+sl_status sl__backend_cuda_new(int device, sl_backend **out);
+
+static inline void sl__backend_free(sl_backend *b) {
+    if (b) b->ops->destroy(b);
+}
+
+/* The counter-based generator dropout uses (splitmix64 of seed + i, high 32 bits), shared
+ * by the CPU and CUDA code so both draw the same masks. */
+#ifdef __CUDACC__
+__host__ __device__
+#endif
+static inline uint32_t sl__bk_rand_u32(uint64_t seed, uint64_t i) {
+    uint64_t z = seed + 0x9e3779b97f4a7c15ull * (i + 1);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return (uint32_t)((z ^ (z >> 31)) >> 32);
+}
+
+#endif
