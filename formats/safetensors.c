@@ -1,0 +1,1183 @@
+/* safetensors files: crash-safe writer and strict, zero-copy reader (the trainer's
+ * checkpoints: parameters, optimizer state and a few metadata strings).
+ *
+ * Workload: a checkpoint every few minutes of training, from kilobytes (an MLP) to a few
+ * gigabytes, with tens to thousands of tensors; read once on --resume. So the writer
+ * streams each borrowed tensor straight to the file (no staging copy), and the reader maps
+ * the file and hands out views into the mapping.
+ *
+ * The header is parsed by a small JSON parser that knows only what the format needs
+ * (objects, arrays of non-negative integers, strings) and rejects everything else, with
+ * the byte offset of the offending token. A checkpoint that fails validation is never
+ * partly loaded: all checks run in sl_st_open before any tensor is handed out. */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "sluice/safetensors.h"
+
+static const char TRUNC_HINT[] =
+    "the file was cut short (an interrupted copy?); checkpoints written by Sluice are "
+    "replaced atomically, so an older checkpoint in the same folder should load";
+
+/* ---- dtypes ------------------------------------------------------------------------- */
+
+static const struct { const char *name; sl_dtype dt; } dtype_map[] = {
+    {"F64", SL_DT_F64}, {"F32", SL_DT_F32}, {"F16", SL_DT_F16}, {"BF16", SL_DT_BF16},
+    {"I64", SL_DT_I64}, {"I32", SL_DT_I32}, {"I16", SL_DT_I16}, {"I8", SL_DT_I8},
+    {"U32", SL_DT_U32}, {"U16", SL_DT_U16}, {"U8", SL_DT_U8},   {"BOOL", SL_DT_BOOL},
+};
+
+/* dtypes of the format that have no sl_dtype */
+static const char *const unsupported_dtypes[] = {
+    "U64", "F8_E4M3", "F8_E5M2", "F8_E8M0", "F6_E2M3", "F6_E3M2", "F4", "C64",
+};
+
+const char *sl_st_dtype_name(sl_dtype dt) {
+    for (size_t i = 0; i < sizeof dtype_map / sizeof dtype_map[0]; i++)
+        if (dtype_map[i].dt == dt) return dtype_map[i].name;
+    return NULL;
+}
+
+/* ---- shared helpers ----------------------------------------------------------------- */
+
+static void put_le64(uint8_t *p, uint64_t v) {
+    for (int i = 0; i < 8; i++) p[i] = (uint8_t)(v >> (8 * i));
+}
+
+static uint64_t get_le64(const uint8_t *p) {
+    uint64_t v = 0;
+    for (int i = 7; i >= 0; i--) v = (v << 8) | p[i];
+    return v;
+}
+
+/* numel * size of a shape, false on overflow past INT64_MAX */
+static bool shape_nbytes(sl_dtype dt, int rank, const int64_t *dims, uint64_t *out) {
+    uint64_t n = sl_dtype_size(dt);
+    for (int i = 0; i < rank; i++) {
+        uint64_t d = (uint64_t)dims[i];
+        if (d && n > (uint64_t)INT64_MAX / d) return false;
+        n *= d;
+    }
+    *out = n;
+    return true;
+}
+
+/* ---- writer ------------------------------------------------------------------------- */
+
+typedef struct wtensor {
+    char *name;
+    sl_dtype dt;
+    int rank;
+    int64_t dims[SL_MAX_RANK];
+    const void *data; /* borrowed */
+    uint64_t nbytes;
+} wtensor;
+
+struct sl_st_writer {
+    wtensor *t;
+    int n, cap;
+    char **mkey, **mval; /* metadata, in the order set */
+    int nmeta, capmeta;
+};
+
+sl_status sl_st_writer_new(sl_st_writer **out) {
+    *out = calloc(1, sizeof **out);
+    return *out ? SL_OK : sl_err(SL_ENOMEM, "out of memory creating a safetensors writer");
+}
+
+void sl_st_writer_free(sl_st_writer *w) {
+    if (!w) return;
+    for (int i = 0; i < w->n; i++) free(w->t[i].name);
+    for (int i = 0; i < w->nmeta; i++) {
+        free(w->mkey[i]);
+        free(w->mval[i]);
+    }
+    free(w->t);
+    free(w->mkey);
+    free(w->mval);
+    free(w);
+}
+
+sl_status sl_st_writer_add(sl_st_writer *w, const char *name, sl_dtype dt, int rank,
+                           const int64_t *dims, const void *data) {
+    if (!name || !*name)
+        return sl_err(SL_EINVAL, "safetensors: a tensor name must not be empty");
+    if (strcmp(name, "__metadata__") == 0)
+        return sl_err(SL_EINVAL, "safetensors: \"__metadata__\" is reserved, not a tensor name");
+    if (!sl_st_dtype_name(dt))
+        return sl_err(SL_EINVAL, "safetensors: tensor \"%s\": dtype %s cannot be stored",
+                      name, sl_dtype_name(dt));
+    if (rank < 0 || rank > SL_MAX_RANK)
+        return sl_err(SL_EINVAL, "safetensors: tensor \"%s\": rank %d outside 0..%d", name,
+                      rank, SL_MAX_RANK);
+    for (int i = 0; i < rank; i++)
+        if (dims[i] < 0)
+            return sl_err(SL_EINVAL, "safetensors: tensor \"%s\": dimension %d is negative (%lld)",
+                          name, i, (long long)dims[i]);
+    uint64_t nb;
+    if (!shape_nbytes(dt, rank, dims, &nb))
+        return sl_err(SL_ERANGE, "safetensors: tensor \"%s\": byte count overflows", name);
+    if (nb && !data)
+        return sl_err(SL_EINVAL, "safetensors: tensor \"%s\": no data for %llu bytes", name,
+                      (unsigned long long)nb);
+    /* Linear: a checkpoint has at most a few thousand tensors, added once each. */
+    for (int i = 0; i < w->n; i++)
+        if (strcmp(w->t[i].name, name) == 0)
+            return sl_err(SL_EINVAL, "safetensors: tensor \"%s\" was already added", name);
+    if (w->n == w->cap) {
+        int cap = w->cap ? 2 * w->cap : 16;
+        wtensor *t = realloc(w->t, (size_t)cap * sizeof *t);
+        if (!t) return sl_err(SL_ENOMEM, "safetensors: out of memory adding \"%s\"", name);
+        w->t = t;
+        w->cap = cap;
+    }
+    wtensor *t = &w->t[w->n];
+    memset(t, 0, sizeof *t);
+    if (!(t->name = strdup(name)))
+        return sl_err(SL_ENOMEM, "safetensors: out of memory adding \"%s\"", name);
+    t->dt = dt;
+    t->rank = rank;
+    for (int i = 0; i < rank; i++) t->dims[i] = dims[i];
+    t->data = data;
+    t->nbytes = nb;
+    w->n++;
+    return SL_OK;
+}
+
+sl_status sl_st_writer_add_tensor(sl_st_writer *w, const char *name, const sl_tensor *t) {
+    return sl_st_writer_add(w, name, t->dtype, t->rank, t->dims, t->data);
+}
+
+sl_status sl_st_writer_set_meta(sl_st_writer *w, const char *key, const char *value) {
+    if (!key || !*key) return sl_err(SL_EINVAL, "safetensors: a metadata key must not be empty");
+    char *v = strdup(value ? value : "");
+    if (!v) return sl_err(SL_ENOMEM, "safetensors: out of memory setting metadata");
+    for (int i = 0; i < w->nmeta; i++)
+        if (strcmp(w->mkey[i], key) == 0) {
+            free(w->mval[i]);
+            w->mval[i] = v;
+            return SL_OK;
+        }
+    if (w->nmeta == w->capmeta) {
+        int cap = w->capmeta ? 2 * w->capmeta : 8;
+        char **k = realloc(w->mkey, (size_t)cap * sizeof *k);
+        if (k) w->mkey = k;
+        char **vv = k ? realloc(w->mval, (size_t)cap * sizeof *vv) : NULL;
+        if (!vv) {
+            free(v);
+            return sl_err(SL_ENOMEM, "safetensors: out of memory setting metadata");
+        }
+        w->mval = vv;
+        w->capmeta = cap;
+    }
+    char *k = strdup(key);
+    if (!k) {
+        free(v);
+        return sl_err(SL_ENOMEM, "safetensors: out of memory setting metadata");
+    }
+    w->mkey[w->nmeta] = k;
+    w->mval[w->nmeta] = v;
+    w->nmeta++;
+    return SL_OK;
+}
+
+/* A growing string for the header. */
+typedef struct sbuf {
+    char *p;
+    size_t len, cap;
+    bool oom;
+} sbuf;
+
+static void sb_put(sbuf *b, const char *s, size_t n) {
+    if (b->oom) return;
+    if (b->len + n + 1 > b->cap) {
+        size_t cap = b->cap ? b->cap : 256;
+        while (cap < b->len + n + 1) cap *= 2;
+        char *p = realloc(b->p, cap);
+        if (!p) {
+            b->oom = true;
+            return;
+        }
+        b->p = p;
+        b->cap = cap;
+    }
+    memcpy(b->p + b->len, s, n);
+    b->len += n;
+    b->p[b->len] = 0;
+}
+
+static void sb_printf(sbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void sb_printf(sbuf *b, const char *fmt, ...) {
+    char tmp[64];
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(tmp, sizeof tmp, fmt, ap);
+    va_end(ap);
+    sb_put(b, tmp, (size_t)n < sizeof tmp ? (size_t)n : sizeof tmp - 1);
+}
+
+/* A JSON string literal. Bytes >= 0x80 pass through: names are expected in UTF-8. */
+static void sb_json_str(sbuf *b, const char *s) {
+    sb_put(b, "\"", 1);
+    for (; *s; s++) {
+        unsigned char c = (unsigned char)*s;
+        if (c == '"' || c == '\\') {
+            char e[2] = {'\\', (char)c};
+            sb_put(b, e, 2);
+        } else if (c < 0x20) {
+            sb_printf(b, "\\u%04x", c);
+        } else {
+            sb_put(b, (const char *)&c, 1);
+        }
+    }
+    sb_put(b, "\"", 1);
+}
+
+/* Order of tensors in the data section: larger elements first, so each tensor starts at a
+ * multiple of its element size (the header is padded to 8). Stable, by index. */
+static int *layout_order(const sl_st_writer *w) {
+    int *ord = malloc((size_t)(w->n ? w->n : 1) * sizeof *ord);
+    if (!ord) return NULL;
+    int k = 0;
+    for (size_t sz = 8; sz >= 1; sz /= 2)
+        for (int i = 0; i < w->n; i++)
+            if (sl_dtype_size(w->t[i].dt) == sz) ord[k++] = i;
+    return ord;
+}
+
+static sl_status write_all(int fd, const void *data, uint64_t n, const char *tmp,
+                           uint64_t *at) {
+    const uint8_t *p = data;
+    while (n) {
+        size_t chunk = n > (1u << 30) ? (1u << 30) : (size_t)n;
+        ssize_t k = write(fd, p, chunk);
+        if (k < 0 && errno == EINTR) continue;
+        if (k < 0) {
+            int e = errno;
+            sl_err(SL_EIO, "%s: write failed at byte %llu: %s", tmp, (unsigned long long)*at,
+                   strerror(e));
+            if (e == ENOSPC || e == EDQUOT) sl_err_hint("the disk (or quota) is full");
+            return SL_EIO;
+        }
+        p += k;
+        n -= (uint64_t)k;
+        *at += (uint64_t)k;
+    }
+    return SL_OK;
+}
+
+/* The directory part of path ("." when there is none), for the fsync that makes the
+ * rename durable. */
+static char *dir_of(const char *path) {
+    const char *slash = strrchr(path, '/');
+    if (!slash) return strdup(".");
+    if (slash == path) return strdup("/");
+    return strndup(path, (size_t)(slash - path));
+}
+
+sl_status sl_st_writer_write(const sl_st_writer *w, const char *path) {
+    static atomic_uint tmp_counter;
+    sl_status s = SL_OK;
+    sbuf hb = {0};
+    char *tmp = NULL, *dir = NULL;
+    int fd = -1, dfd = -1;
+    int *ord = layout_order(w);
+    if (!ord) return sl_err(SL_ENOMEM, "%s: out of memory writing a checkpoint", path);
+
+    sb_put(&hb, "{", 1);
+    bool first = true;
+    if (w->nmeta) {
+        sb_put(&hb, "\"__metadata__\":{", 16);
+        for (int i = 0; i < w->nmeta; i++) {
+            if (i) sb_put(&hb, ",", 1);
+            sb_json_str(&hb, w->mkey[i]);
+            sb_put(&hb, ":", 1);
+            sb_json_str(&hb, w->mval[i]);
+        }
+        sb_put(&hb, "}", 1);
+        first = false;
+    }
+    uint64_t off = 0;
+    for (int k = 0; k < w->n; k++) {
+        const wtensor *t = &w->t[ord[k]];
+        if (!first) sb_put(&hb, ",", 1);
+        first = false;
+        sb_json_str(&hb, t->name);
+        sb_printf(&hb, ":{\"dtype\":\"%s\",\"shape\":[", sl_st_dtype_name(t->dt));
+        for (int d = 0; d < t->rank; d++) sb_printf(&hb, d ? ",%lld" : "%lld", (long long)t->dims[d]);
+        sb_printf(&hb, "],\"data_offsets\":[%llu,", (unsigned long long)off);
+        off += t->nbytes;
+        sb_printf(&hb, "%llu]}", (unsigned long long)off);
+    }
+    sb_put(&hb, "}", 1);
+    while (!hb.oom && hb.len % 8) sb_put(&hb, " ", 1);
+    if (hb.oom) {
+        s = sl_err(SL_ENOMEM, "%s: out of memory building the header", path);
+        goto fail;
+    }
+
+    size_t plen = strlen(path);
+    if (!(tmp = malloc(plen + 48)) || !(dir = dir_of(path))) {
+        s = sl_err(SL_ENOMEM, "%s: out of memory writing a checkpoint", path);
+        goto fail;
+    }
+    snprintf(tmp, plen + 48, "%s.tmp.%ld.%u", path, (long)getpid(),
+             atomic_fetch_add(&tmp_counter, 1));
+    fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+    if (fd < 0) {
+        int e = errno;
+        s = sl_err(e == ENOENT ? SL_ENOTFOUND : SL_EIO, "%s: cannot create: %s", tmp, strerror(e));
+        if (e == ENOENT) sl_err_hint("create the folder %s first", dir);
+        goto fail;
+    }
+    uint8_t len8[8];
+    put_le64(len8, hb.len);
+    uint64_t at = 0;
+    if ((s = write_all(fd, len8, 8, tmp, &at)) || (s = write_all(fd, hb.p, hb.len, tmp, &at)))
+        goto fail;
+    for (int k = 0; k < w->n; k++) {
+        const wtensor *t = &w->t[ord[k]];
+        if ((s = write_all(fd, t->data, t->nbytes, tmp, &at))) goto fail;
+    }
+    if (fsync(fd) != 0) {
+        s = sl_err(SL_EIO, "%s: fsync failed: %s", tmp, strerror(errno));
+        goto fail;
+    }
+    int rc = close(fd);
+    fd = -1;
+    if (rc != 0) {
+        s = sl_err(SL_EIO, "%s: close failed: %s", tmp, strerror(errno));
+        goto fail;
+    }
+    if (rename(tmp, path) != 0) {
+        s = sl_err(SL_EIO, "%s: cannot rename %s over it: %s", path, tmp, strerror(errno));
+        goto fail;
+    }
+    /* From here on the new file is in place; a failed directory fsync only means the
+     * rename might not survive a power cut, which is still reported. */
+    dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dfd < 0 || fsync(dfd) != 0) {
+        s = sl_err(SL_EIO, "%s: fsync of the folder %s failed: %s", path, dir, strerror(errno));
+        if (dfd >= 0) close(dfd);
+        free(tmp);
+        free(dir);
+        free(hb.p);
+        free(ord);
+        return s;
+    }
+    close(dfd);
+    free(tmp);
+    free(dir);
+    free(hb.p);
+    free(ord);
+    return SL_OK;
+fail:
+    if (fd >= 0) close(fd);
+    if (tmp && s != SL_ENOTFOUND) unlink(tmp);
+    free(tmp);
+    free(dir);
+    free(hb.p);
+    free(ord);
+    return s;
+}
+
+int sl_st_remove_stale(const char *path) {
+    char *dir = dir_of(path);
+    if (!dir) return sl_err(SL_ENOMEM, "%s: out of memory", path);
+    const char *slash = strrchr(path, '/');
+    const char *base = slash ? slash + 1 : path;
+    size_t blen = strlen(base);
+    DIR *d = opendir(dir);
+    if (!d) {
+        int e = errno;
+        sl_status s = sl_err(e == ENOENT ? SL_ENOTFOUND : SL_EIO, "%s: cannot list the folder: %s",
+                             dir, strerror(e));
+        free(dir);
+        return s;
+    }
+    int removed = 0;
+    struct dirent *ent;
+    while ((ent = readdir(d))) {
+        if (strncmp(ent->d_name, base, blen) != 0 || strncmp(ent->d_name + blen, ".tmp.", 5) != 0)
+            continue;
+        char *full = malloc(strlen(dir) + strlen(ent->d_name) + 2);
+        if (!full) continue;
+        sprintf(full, "%s/%s", dir, ent->d_name);
+        if (unlink(full) == 0) removed++;
+        free(full);
+    }
+    closedir(d);
+    free(dir);
+    return removed;
+}
+
+/* ---- reader: a strict JSON parser for the header ------------------------------------ */
+
+typedef struct entry {
+    char *name;
+    sl_dtype dt;
+    int rank;
+    int64_t dims[SL_MAX_RANK];
+    uint64_t begin, end;
+    int64_t at;     /* file offset of the name */
+    int64_t off_at; /* file offset of data_offsets' '[' */
+} entry;
+
+typedef struct meta {
+    char *key, *val;
+    int64_t at;
+} meta;
+
+struct sl_st_file {
+    char *path;
+    sl_buf *buf;             /* owns the mapping (or wraps borrowed memory) */
+    const uint8_t *base;
+    uint64_t size;
+    uint64_t data_start;     /* 8 + header length */
+    entry *e;
+    int n, cap;
+    int *by_name;            /* entry indices sorted by name */
+    meta *m;
+    int nmeta, capmeta;
+};
+
+typedef struct jp {
+    const uint8_t *s; /* header bytes */
+    size_t n, i;
+    const char *path;
+} jp;
+
+#define JOFF(p, pos) ((int64_t)(pos) + 8)
+
+static sl_status jerr(jp *p, size_t pos, sl_status code, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static sl_status jerr(jp *p, size_t pos, sl_status code, const char *fmt, ...) {
+    char msg[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    return sl_err_at(code, p->path, JOFF(p, pos), "%s", msg);
+}
+
+static void skip_ws(jp *p) {
+    while (p->i < p->n && (p->s[p->i] == ' ' || p->s[p->i] == '\t' || p->s[p->i] == '\n' ||
+                           p->s[p->i] == '\r'))
+        p->i++;
+}
+
+/* "'x'" or "byte 0xNN" for messages */
+static const char *show(jp *p, char *tmp, size_t cap) {
+    if (p->i >= p->n) return "the end of the header";
+    unsigned char c = p->s[p->i];
+    if (c > 0x20 && c < 0x7f) snprintf(tmp, cap, "'%c'", c);
+    else snprintf(tmp, cap, "byte 0x%02x", c);
+    return tmp;
+}
+
+static sl_status expect(jp *p, char c, const char *what) {
+    skip_ws(p);
+    if (p->i < p->n && p->s[p->i] == (uint8_t)c) {
+        p->i++;
+        return SL_OK;
+    }
+    char tmp[16];
+    return jerr(p, p->i, SL_ECORRUPT, "malformed header JSON: expected %s, found %s", what,
+                show(p, tmp, sizeof tmp));
+}
+
+static int hexval(uint8_t c) {
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+    return -1;
+}
+
+static sl_status hex4(jp *p, size_t at, unsigned *out) {
+    if (p->n - p->i < 4) return jerr(p, at, SL_ECORRUPT, "malformed header JSON: truncated \\u escape");
+    unsigned v = 0;
+    for (int k = 0; k < 4; k++) {
+        int h = hexval(p->s[p->i + k]);
+        if (h < 0) return jerr(p, at, SL_ECORRUPT, "malformed header JSON: bad \\u escape");
+        v = v << 4 | (unsigned)h;
+    }
+    p->i += 4;
+    *out = v;
+    return SL_OK;
+}
+
+/* Length of a valid UTF-8 sequence starting at s (at most n bytes), 0 if invalid. */
+static size_t utf8_len(const uint8_t *s, size_t n) {
+    uint8_t c = s[0];
+    size_t len;
+    uint32_t cp;
+    if (c < 0x80) return 1;
+    if (c >= 0xC2 && c <= 0xDF) len = 2, cp = c & 0x1F;
+    else if (c >= 0xE0 && c <= 0xEF) len = 3, cp = c & 0x0F;
+    else if (c >= 0xF0 && c <= 0xF4) len = 4, cp = c & 0x07;
+    else return 0;
+    if (n < len) return 0;
+    for (size_t k = 1; k < len; k++) {
+        if ((s[k] & 0xC0) != 0x80) return 0;
+        cp = cp << 6 | (s[k] & 0x3F);
+    }
+    if ((len == 3 && (cp < 0x800 || (cp >= 0xD800 && cp <= 0xDFFF))) ||
+        (len == 4 && (cp < 0x10000 || cp > 0x10FFFF)))
+        return 0;
+    return len;
+}
+
+static void put_utf8(char *o, size_t *k, uint32_t cp) {
+    if (cp < 0x80) {
+        o[(*k)++] = (char)cp;
+    } else if (cp < 0x800) {
+        o[(*k)++] = (char)(0xC0 | cp >> 6);
+        o[(*k)++] = (char)(0x80 | (cp & 0x3F));
+    } else if (cp < 0x10000) {
+        o[(*k)++] = (char)(0xE0 | cp >> 12);
+        o[(*k)++] = (char)(0x80 | ((cp >> 6) & 0x3F));
+        o[(*k)++] = (char)(0x80 | (cp & 0x3F));
+    } else {
+        o[(*k)++] = (char)(0xF0 | cp >> 18);
+        o[(*k)++] = (char)(0x80 | ((cp >> 12) & 0x3F));
+        o[(*k)++] = (char)(0x80 | ((cp >> 6) & 0x3F));
+        o[(*k)++] = (char)(0x80 | (cp & 0x3F));
+    }
+}
+
+/* A JSON string into a fresh NUL-terminated UTF-8 copy (\u0000 is refused: names are C
+ * strings). *at gets the offset of the opening quote. */
+static sl_status parse_string(jp *p, const char *what, char **out, size_t *at) {
+    *out = NULL;
+    skip_ws(p);
+    *at = p->i;
+    if (p->i >= p->n || p->s[p->i] != '"') {
+        char tmp[16];
+        return jerr(p, p->i, SL_ECORRUPT, "malformed header JSON: expected %s (a string), found %s",
+                    what, show(p, tmp, sizeof tmp));
+    }
+    p->i++;
+    /* decoded text is never longer than the literal */
+    size_t end = p->i;
+    while (end < p->n && p->s[end] != '"') end += p->s[end] == '\\' ? 2 : 1;
+    if (end >= p->n)
+        return jerr(p, *at, SL_ECORRUPT, "malformed header JSON: unterminated string");
+    char *o = malloc(end - p->i + 1);
+    if (!o) return sl_err(SL_ENOMEM, "%s: out of memory reading the header", p->path);
+    size_t k = 0;
+    sl_status s;
+    while (p->s[p->i] != '"') {
+        size_t pos = p->i;
+        uint8_t c = p->s[p->i];
+        if (c < 0x20) {
+            s = jerr(p, pos, SL_ECORRUPT, "malformed header JSON: control byte 0x%02x in a string", c);
+            goto fail;
+        }
+        if (c != '\\') {
+            size_t len = utf8_len(p->s + p->i, p->n - p->i);
+            if (!len) {
+                s = jerr(p, pos, SL_ECORRUPT, "malformed header JSON: invalid UTF-8 in a string");
+                goto fail;
+            }
+            memcpy(o + k, p->s + p->i, len);
+            k += len;
+            p->i += len;
+            continue;
+        }
+        p->i++;
+        uint8_t e = p->s[p->i++];
+        switch (e) {
+        case '"': o[k++] = '"'; break;
+        case '\\': o[k++] = '\\'; break;
+        case '/': o[k++] = '/'; break;
+        case 'b': o[k++] = '\b'; break;
+        case 'f': o[k++] = '\f'; break;
+        case 'n': o[k++] = '\n'; break;
+        case 'r': o[k++] = '\r'; break;
+        case 't': o[k++] = '\t'; break;
+        case 'u': {
+            unsigned u, lo;
+            if ((s = hex4(p, pos, &u))) goto fail;
+            uint32_t cp = u;
+            if (u >= 0xDC00 && u <= 0xDFFF) {
+                s = jerr(p, pos, SL_ECORRUPT, "malformed header JSON: lone low surrogate \\u%04x", u);
+                goto fail;
+            }
+            if (u >= 0xD800 && u <= 0xDBFF) {
+                if (p->n - p->i < 2 || p->s[p->i] != '\\' || p->s[p->i + 1] != 'u') {
+                    s = jerr(p, pos, SL_ECORRUPT, "malformed header JSON: lone high surrogate \\u%04x", u);
+                    goto fail;
+                }
+                p->i += 2;
+                if ((s = hex4(p, pos, &lo))) goto fail;
+                if (lo < 0xDC00 || lo > 0xDFFF) {
+                    s = jerr(p, pos, SL_ECORRUPT, "malformed header JSON: bad surrogate pair");
+                    goto fail;
+                }
+                cp = 0x10000 + ((u - 0xD800) << 10) + (lo - 0xDC00);
+            }
+            if (cp == 0) {
+                s = jerr(p, pos, SL_ECORRUPT, "malformed header JSON: \\u0000 in a string");
+                goto fail;
+            }
+            put_utf8(o, &k, cp);
+            break;
+        }
+        default:
+            s = jerr(p, pos, SL_ECORRUPT, "malformed header JSON: bad escape in a string");
+            goto fail;
+        }
+    }
+    p->i++;
+    o[k] = 0;
+    *out = o;
+    return SL_OK;
+fail:
+    free(o);
+    return s;
+}
+
+/* A non-negative integer without sign, fraction or exponent, at most INT64_MAX. */
+static sl_status parse_uint(jp *p, const char *what, uint64_t *out) {
+    skip_ws(p);
+    size_t at = p->i;
+    if (p->i >= p->n || p->s[p->i] < '0' || p->s[p->i] > '9') {
+        char tmp[16];
+        return jerr(p, at, SL_ECORRUPT, "%s: expected a non-negative integer, found %s", what,
+                    show(p, tmp, sizeof tmp));
+    }
+    uint64_t v = 0;
+    while (p->i < p->n && p->s[p->i] >= '0' && p->s[p->i] <= '9') {
+        unsigned d = p->s[p->i] - '0';
+        if (v > ((uint64_t)INT64_MAX - d) / 10)
+            return jerr(p, at, SL_ECORRUPT, "%s: integer too large", what);
+        v = v * 10 + d;
+        p->i++;
+    }
+    if (p->i - at > 1 && p->s[at] == '0')
+        return jerr(p, at, SL_ECORRUPT, "malformed header JSON: number with a leading zero");
+    if (p->i < p->n && (p->s[p->i] == '.' || p->s[p->i] == 'e' || p->s[p->i] == 'E'))
+        return jerr(p, at, SL_ECORRUPT, "%s: expected a non-negative integer, found a fraction",
+                    what);
+    *out = v;
+    return SL_OK;
+}
+
+/* [u, u, ...] into vals (at most max; more is SL_EUNSUPPORTED when max is SL_MAX_RANK). */
+static sl_status parse_uint_array(jp *p, const char *what, uint64_t *vals, int max,
+                                  int *count, size_t *at) {
+    sl_status s;
+    skip_ws(p);
+    *at = p->i;
+    if ((s = expect(p, '[', "'['"))) return s;
+    *count = 0;
+    skip_ws(p);
+    if (p->i < p->n && p->s[p->i] == ']') {
+        p->i++;
+        return SL_OK;
+    }
+    for (;;) {
+        uint64_t v = 0;
+        if ((s = parse_uint(p, what, &v))) return s;
+        if (*count == max)
+            return jerr(p, *at, max == SL_MAX_RANK ? SL_EUNSUPPORTED : SL_ECORRUPT,
+                        "%s has more than %d entries", what, max);
+        vals[(*count)++] = v;
+        skip_ws(p);
+        if (p->i < p->n && p->s[p->i] == ',') {
+            p->i++;
+            continue;
+        }
+        return expect(p, ']', "',' or ']'");
+    }
+}
+
+static sl_status parse_meta(jp *p, sl_st_file *f) {
+    sl_status s;
+    if ((s = expect(p, '{', "'{' (metadata is an object of strings)"))) return s;
+    skip_ws(p);
+    if (p->i < p->n && p->s[p->i] == '}') {
+        p->i++;
+        return SL_OK;
+    }
+    for (;;) {
+        char *key = NULL, *val = NULL;
+        size_t at, vat;
+        if ((s = parse_string(p, "a metadata key", &key, &at))) return s;
+        if ((s = expect(p, ':', "':'"))) goto fail_kv;
+        skip_ws(p);
+        if (p->i < p->n && p->s[p->i] != '"') {
+            s = jerr(p, p->i, SL_ECORRUPT, "metadata \"%s\": the value must be a string", key);
+            goto fail_kv;
+        }
+        if ((s = parse_string(p, "a metadata value", &val, &vat))) goto fail_kv;
+        if (f->nmeta == f->capmeta) {
+            int cap = f->capmeta ? 2 * f->capmeta : 8;
+            meta *m = realloc(f->m, (size_t)cap * sizeof *m);
+            if (!m) {
+                s = sl_err(SL_ENOMEM, "%s: out of memory reading the header", p->path);
+                goto fail_kv;
+            }
+            f->m = m;
+            f->capmeta = cap;
+        }
+        f->m[f->nmeta++] = (meta){key, val, JOFF(p, at)};
+        skip_ws(p);
+        if (p->i < p->n && p->s[p->i] == ',') {
+            p->i++;
+            continue;
+        }
+        return expect(p, '}', "',' or '}'");
+    fail_kv:
+        free(key);
+        free(val);
+        return s;
+    }
+}
+
+static sl_status parse_dtype(jp *p, const char *name, sl_dtype *dt) {
+    char *d;
+    size_t at;
+    sl_status s = parse_string(p, "a dtype", &d, &at);
+    if (s) return s;
+    *dt = SL_DT_INVALID;
+    for (size_t i = 0; i < sizeof dtype_map / sizeof dtype_map[0]; i++)
+        if (strcmp(d, dtype_map[i].name) == 0) *dt = dtype_map[i].dt;
+    if (*dt == SL_DT_INVALID) {
+        bool known = false;
+        for (size_t i = 0; i < sizeof unsupported_dtypes / sizeof unsupported_dtypes[0]; i++)
+            known |= strcmp(d, unsupported_dtypes[i]) == 0;
+        s = known ? jerr(p, at, SL_EUNSUPPORTED, "tensor \"%s\": dtype %s is not supported", name, d)
+                  : jerr(p, at, SL_ECORRUPT, "tensor \"%s\": unknown dtype \"%.40s\"", name, d);
+    }
+    free(d);
+    return s;
+}
+
+/* {"dtype": ..., "shape": [...], "data_offsets": [b, e]} in any order, each once. */
+static sl_status parse_entry(jp *p, entry *e) {
+    sl_status s;
+    size_t obj_at;
+    skip_ws(p);
+    obj_at = p->i;
+    if ((s = expect(p, '{', "'{' (a tensor entry)"))) return s;
+    bool have_dt = false, have_shape = false, have_off = false;
+    for (;;) {
+        char *key;
+        size_t at;
+        if ((s = parse_string(p, "a tensor field", &key, &at))) return s;
+        int which = strcmp(key, "dtype") == 0 ? 0 : strcmp(key, "shape") == 0 ? 1
+                  : strcmp(key, "data_offsets") == 0 ? 2 : -1;
+        bool *have = which == 0 ? &have_dt : which == 1 ? &have_shape : &have_off;
+        if (which < 0) {
+            s = jerr(p, at, SL_ECORRUPT, "tensor \"%s\": unknown field \"%.40s\"", e->name, key);
+        } else if (*have) {
+            s = jerr(p, at, SL_ECORRUPT, "tensor \"%s\": field \"%s\" given twice", e->name, key);
+        }
+        free(key);
+        if (s) return s;
+        *have = true;
+        if ((s = expect(p, ':', "':'"))) return s;
+        if (which == 0) {
+            if ((s = parse_dtype(p, e->name, &e->dt))) return s;
+        } else if (which == 1) {
+            uint64_t d[SL_MAX_RANK];
+            size_t sat;
+            if ((s = parse_uint_array(p, "shape", d, SL_MAX_RANK, &e->rank, &sat))) return s;
+            for (int k = 0; k < e->rank; k++) e->dims[k] = (int64_t)d[k];
+        } else {
+            uint64_t o[2];
+            int cnt;
+            size_t oat;
+            if ((s = parse_uint_array(p, "data_offsets", o, 2, &cnt, &oat))) return s;
+            if (cnt != 2)
+                return jerr(p, oat, SL_ECORRUPT,
+                            "tensor \"%s\": data_offsets must be [begin, end], found %d numbers",
+                            e->name, cnt);
+            e->begin = o[0];
+            e->end = o[1];
+            e->off_at = JOFF(p, oat);
+        }
+        skip_ws(p);
+        if (p->i < p->n && p->s[p->i] == ',') {
+            p->i++;
+            continue;
+        }
+        if ((s = expect(p, '}', "',' or '}'"))) return s;
+        break;
+    }
+    const char *missing = !have_dt ? "dtype" : !have_shape ? "shape" : !have_off ? "data_offsets" : NULL;
+    if (missing)
+        return jerr(p, obj_at, SL_ECORRUPT, "tensor \"%s\" has no \"%s\"", e->name, missing);
+    return SL_OK;
+}
+
+static sl_status parse_header(jp *p, sl_st_file *f) {
+    sl_status s;
+    bool have_meta = false;
+    if (p->n == 0 || p->s[0] != '{')
+        return jerr(p, 0, SL_ECORRUPT, "the header is not a JSON object (it must start with '{')");
+    p->i = 1;
+    skip_ws(p);
+    if (p->i < p->n && p->s[p->i] == '}') {
+        p->i++;
+    } else {
+        for (;;) {
+            char *name;
+            size_t at;
+            if ((s = parse_string(p, "a tensor name", &name, &at))) return s;
+            if ((s = expect(p, ':', "':'"))) {
+                free(name);
+                return s;
+            }
+            if (strcmp(name, "__metadata__") == 0) {
+                free(name);
+                if (have_meta)
+                    return jerr(p, at, SL_ECORRUPT, "\"__metadata__\" given twice");
+                have_meta = true;
+                if ((s = parse_meta(p, f))) return s;
+            } else {
+                if (f->n == f->cap) {
+                    int cap = f->cap ? 2 * f->cap : 16;
+                    entry *e = realloc(f->e, (size_t)cap * sizeof *e);
+                    if (!e) {
+                        free(name);
+                        return sl_err(SL_ENOMEM, "%s: out of memory reading the header", p->path);
+                    }
+                    f->e = e;
+                    f->cap = cap;
+                }
+                entry *e = &f->e[f->n++];
+                memset(e, 0, sizeof *e);
+                e->name = name;
+                e->at = JOFF(p, at);
+                if ((s = parse_entry(p, e))) return s;
+            }
+            skip_ws(p);
+            if (p->i < p->n && p->s[p->i] == ',') {
+                p->i++;
+                continue;
+            }
+            if ((s = expect(p, '}', "',' or '}'"))) return s;
+            break;
+        }
+    }
+    skip_ws(p);
+    if (p->i < p->n)
+        return jerr(p, p->i, SL_ECORRUPT,
+                    "unexpected bytes after the header's JSON object (only space padding may follow)");
+    return SL_OK;
+}
+
+/* ---- reader: validation ------------------------------------------------------------- */
+
+static int cmp_name(const void *a, const void *b, void *ctx) {
+    const sl_st_file *f = ctx;
+    const entry *x = &f->e[*(const int *)a], *y = &f->e[*(const int *)b];
+    int c = strcmp(x->name, y->name);
+    return c ? c : (x->at > y->at) - (x->at < y->at);
+}
+
+static int cmp_offsets(const void *a, const void *b, void *ctx) {
+    const sl_st_file *f = ctx;
+    const entry *x = &f->e[*(const int *)a], *y = &f->e[*(const int *)b];
+    if (x->begin != y->begin) return x->begin < y->begin ? -1 : 1;
+    if (x->end != y->end) return x->end < y->end ? -1 : 1;
+    return (x->at > y->at) - (x->at < y->at);
+}
+
+static int cmp_meta(const void *a, const void *b) {
+    const meta *x = *(meta *const *)a, *y = *(meta *const *)b;
+    int c = strcmp(x->key, y->key);
+    return c ? c : (x->at > y->at) - (x->at < y->at);
+}
+
+static void sort_entries(sl_st_file *f, int *idx,
+                         int (*cmp)(const void *, const void *, void *)) {
+    qsort_r(idx, (size_t)f->n, sizeof *idx, cmp, f);
+}
+
+static sl_status validate(sl_st_file *f) {
+    const char *path = f->path;
+    uint64_t data_len = f->size - f->data_start;
+    sl_status s = SL_OK;
+    for (int i = 0; i < f->n; i++) {
+        entry *e = &f->e[i];
+        uint64_t nb;
+        if (!shape_nbytes(e->dt, e->rank, e->dims, &nb))
+            return sl_err_at(SL_ECORRUPT, path, e->at, "tensor \"%s\": shape is too large", e->name);
+        if (e->end < e->begin)
+            return sl_err_at(SL_ECORRUPT, path, e->off_at,
+                             "tensor \"%s\": data_offsets [%llu, %llu] end before they begin",
+                             e->name, (unsigned long long)e->begin, (unsigned long long)e->end);
+        if (e->end - e->begin != nb) {
+            char shape[256] = "";
+            size_t k = 0;
+            for (int d = 0; d < e->rank && k < sizeof shape - 24; d++)
+                k += (size_t)snprintf(shape + k, sizeof shape - k, d ? ", %lld" : "%lld",
+                                      (long long)e->dims[d]);
+            return sl_err_at(SL_ECORRUPT, path, e->off_at,
+                             "tensor \"%s\": data_offsets [%llu, %llu] hold %llu bytes but shape "
+                             "[%s] of %s needs %llu",
+                             e->name, (unsigned long long)e->begin, (unsigned long long)e->end,
+                             (unsigned long long)(e->end - e->begin), shape,
+                             sl_st_dtype_name(e->dt), (unsigned long long)nb);
+        }
+        if (e->end > data_len) {
+            s = sl_err_at(SL_ECORRUPT, path, e->off_at,
+                          "tensor \"%s\": data_offsets [%llu, %llu] run past the end of the "
+                          "data (%llu bytes)",
+                          e->name, (unsigned long long)e->begin, (unsigned long long)e->end,
+                          (unsigned long long)data_len);
+            sl_err_hint("%s", TRUNC_HINT);
+            return s;
+        }
+    }
+    int *ord = malloc((size_t)(f->n ? f->n : 1) * sizeof *ord);
+    f->by_name = malloc((size_t)(f->n ? f->n : 1) * sizeof *f->by_name);
+    if (!ord || !f->by_name) {
+        free(ord);
+        return sl_err(SL_ENOMEM, "%s: out of memory reading the header", path);
+    }
+    for (int i = 0; i < f->n; i++) ord[i] = f->by_name[i] = i;
+    sort_entries(f, f->by_name, cmp_name);
+    for (int i = 1; i < f->n; i++) {
+        const entry *a = &f->e[f->by_name[i - 1]], *b = &f->e[f->by_name[i]];
+        if (strcmp(a->name, b->name) == 0) {
+            s = sl_err_at(SL_ECORRUPT, path, b->at, "duplicate tensor name \"%s\"", b->name);
+            goto out;
+        }
+    }
+    sort_entries(f, ord, cmp_offsets);
+    uint64_t pos = 0;
+    const entry *prev = NULL;
+    for (int i = 0; i < f->n; i++) {
+        const entry *e = &f->e[ord[i]];
+        if (e->begin < pos) {
+            s = sl_err_at(SL_ECORRUPT, path, e->off_at,
+                          "tensor \"%s\": data_offsets [%llu, %llu] overlap tensor \"%s\" [%llu, %llu]",
+                          e->name, (unsigned long long)e->begin, (unsigned long long)e->end,
+                          prev->name, (unsigned long long)prev->begin, (unsigned long long)prev->end);
+            goto out;
+        }
+        if (e->begin > pos) {
+            s = sl_err_at(SL_ECORRUPT, path, e->off_at,
+                          "tensor \"%s\" begins at data byte %llu but the tensors before it end "
+                          "at %llu: the data must be contiguous",
+                          e->name, (unsigned long long)e->begin, (unsigned long long)pos);
+            goto out;
+        }
+        if (e->end > pos) {
+            pos = e->end;
+            prev = e;
+        } else if (!prev) {
+            prev = e;
+        }
+    }
+    if (pos != data_len) {
+        s = sl_err_at(SL_ECORRUPT, path, (int64_t)(f->data_start + pos),
+                      "%llu bytes after the last tensor's data: the tensors cover %llu of %llu "
+                      "data bytes",
+                      (unsigned long long)(data_len - pos), (unsigned long long)pos,
+                      (unsigned long long)data_len);
+        goto out;
+    }
+    if (f->nmeta > 1) {
+        meta **mp = malloc((size_t)f->nmeta * sizeof *mp);
+        if (!mp) {
+            s = sl_err(SL_ENOMEM, "%s: out of memory reading the header", path);
+            goto out;
+        }
+        for (int i = 0; i < f->nmeta; i++) mp[i] = &f->m[i];
+        qsort(mp, (size_t)f->nmeta, sizeof *mp, cmp_meta);
+        for (int i = 1; i < f->nmeta && !s; i++)
+            if (strcmp(mp[i - 1]->key, mp[i]->key) == 0)
+                s = sl_err_at(SL_ECORRUPT, path, mp[i]->at, "duplicate metadata key \"%s\"",
+                              mp[i]->key);
+        free(mp);
+    }
+out:
+    free(ord);
+    return s;
+}
+
+/* ---- reader: open, lookup, close ---------------------------------------------------- */
+
+static void unmap(void *ctx, void *data) {
+    munmap(data, (size_t)(uintptr_t)ctx);
+}
+
+void sl_st_close(sl_st_file *f) {
+    if (!f) return;
+    for (int i = 0; i < f->n; i++) free(f->e[i].name);
+    for (int i = 0; i < f->nmeta; i++) {
+        free(f->m[i].key);
+        free(f->m[i].val);
+    }
+    free(f->e);
+    free(f->m);
+    free(f->by_name);
+    sl_buf_unref(f->buf);
+    free(f->path);
+    free(f);
+}
+
+/* Parse and validate over f->buf; frees f on failure. */
+static sl_status open_buf(sl_st_file *f, sl_st_file **out) {
+    sl_status s;
+    const char *path = f->path;
+    if (f->size < 8) {
+        s = sl_err_at(SL_ECORRUPT, path, 0,
+                      "file is %llu bytes, too short for the 8-byte header length",
+                      (unsigned long long)f->size);
+        sl_err_hint("%s", TRUNC_HINT);
+        goto fail;
+    }
+    uint64_t hlen = get_le64(f->base);
+    if (hlen > f->size - 8) {
+        s = sl_err_at(SL_ECORRUPT, path, 0,
+                      "header length %llu runs past the end of the file (%llu bytes)",
+                      (unsigned long long)hlen, (unsigned long long)f->size);
+        sl_err_hint("%s", hlen > SL_ST_MAX_HEADER ? "this does not look like a safetensors file"
+                                                  : TRUNC_HINT);
+        goto fail;
+    }
+    if (hlen > SL_ST_MAX_HEADER) {
+        s = sl_err_at(SL_ECORRUPT, path, 0, "header length %llu is over the limit of %llu bytes",
+                      (unsigned long long)hlen, (unsigned long long)SL_ST_MAX_HEADER);
+        goto fail;
+    }
+    f->data_start = 8 + hlen;
+    jp p = {.s = f->base + 8, .n = (size_t)hlen, .i = 0, .path = path};
+    if ((s = parse_header(&p, f))) goto fail;
+    if ((s = validate(f))) goto fail;
+    *out = f;
+    return SL_OK;
+fail:
+    sl_st_close(f);
+    return s;
+}
+
+sl_status sl_st_open_mem(const void *data, size_t size, const char *name, sl_st_file **out) {
+    *out = NULL;
+    sl_st_file *f = calloc(1, sizeof *f);
+    if (!f || !(f->path = strdup(name ? name : "<memory>"))) {
+        free(f);
+        return sl_err(SL_ENOMEM, "out of memory opening a safetensors file");
+    }
+    /* sl_buf wants a non-NULL pointer to view into, even for an empty input */
+    static const uint8_t empty[1];
+    f->buf = sl_buf_wrap((void *)(data ? data : empty), size, NULL, NULL);
+    if (!f->buf) {
+        sl_st_close(f);
+        return sl_err(SL_ENOMEM, "out of memory opening a safetensors file");
+    }
+    f->base = f->buf->data;
+    f->size = size;
+    return open_buf(f, out);
+}
+
+sl_status sl_st_open(const char *path, sl_st_file **out) {
+    *out = NULL;
+    sl_st_file *f = calloc(1, sizeof *f);
+    if (!f || !(f->path = strdup(path))) {
+        free(f);
+        return sl_err(SL_ENOMEM, "%s: out of memory opening a safetensors file", path);
+    }
+    sl_status s;
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+        int e = errno;
+        s = sl_err(e == ENOENT ? SL_ENOTFOUND : SL_EIO, "%s: cannot open: %s", path, strerror(e));
+        sl_st_close(f);
+        return s;
+    }
+    struct stat st;
+    if (fstat(fd, &st) != 0) {
+        s = sl_err(SL_EIO, "%s: cannot stat: %s", path, strerror(errno));
+        close(fd);
+        sl_st_close(f);
+        return s;
+    }
+    f->size = (uint64_t)st.st_size;
+    void *map = NULL;
+    if (f->size > 0) {
+        map = mmap(NULL, (size_t)f->size, PROT_READ, MAP_PRIVATE, fd, 0);
+        if (map == MAP_FAILED) {
+            s = sl_err(SL_EIO, "%s: cannot map %llu bytes: %s", path,
+                       (unsigned long long)f->size, strerror(errno));
+            close(fd);
+            sl_st_close(f);
+            return s;
+        }
+    }
+    close(fd);
+    static const uint8_t empty[1];
+    f->buf = map ? sl_buf_wrap(map, (size_t)f->size, unmap, (void *)(uintptr_t)f->size)
+                 : sl_buf_wrap((void *)empty, 0, NULL, NULL);
+    if (!f->buf) {
+        if (map) munmap(map, (size_t)f->size);
+        sl_st_close(f);
+        return sl_err(SL_ENOMEM, "%s: out of memory opening a safetensors file", path);
+    }
+    f->base = f->buf->data;
+    return open_buf(f, out);
+}
+
+int sl_st_count(const sl_st_file *f) { return f->n; }
+
+const char *sl_st_name(const sl_st_file *f, int i) {
+    return i >= 0 && i < f->n ? f->e[i].name : NULL;
+}
+
+sl_status sl_st_get(const sl_st_file *f, const char *name, sl_tensor *out) {
+    *out = SL_TENSOR_EMPTY;
+    int lo = 0, hi = f->n - 1;
+    while (lo <= hi) {
+        int mid = lo + (hi - lo) / 2;
+        const entry *e = &f->e[f->by_name[mid]];
+        int c = strcmp(name, e->name);
+        if (c < 0) {
+            hi = mid - 1;
+        } else if (c > 0) {
+            lo = mid + 1;
+        } else {
+            const uint8_t *p = f->base + f->data_start + e->begin;
+            size_t nb = (size_t)(e->end - e->begin);
+            size_t esz = sl_dtype_size(e->dt);
+            if ((uintptr_t)p % esz == 0)
+                return sl_tensor_view(out, f->buf, p, nb, e->dt, e->rank, e->dims);
+            sl_status s = sl_tensor_alloc(out, e->dt, e->rank, e->dims);
+            if (s) return s;
+            memcpy(out->data, p, nb);
+            return SL_OK;
+        }
+    }
+    return sl_err(SL_ENOTFOUND, "%s: no tensor named \"%s\"", f->path, name);
+}
+
+const char *sl_st_meta(const sl_st_file *f, const char *key) {
+    for (int i = 0; i < f->nmeta; i++)
+        if (strcmp(f->m[i].key, key) == 0) return f->m[i].val;
+    return NULL;
+}
+
+int sl_st_meta_count(const sl_st_file *f) { return f->nmeta; }
+
+const char *sl_st_meta_key(const sl_st_file *f, int i) {
+    return i >= 0 && i < f->nmeta ? f->m[i].key : NULL;
+}
+
+const char *sl_st_meta_value(const sl_st_file *f, int i) {
+    return i >= 0 && i < f->nmeta ? f->m[i].val : NULL;
+}
