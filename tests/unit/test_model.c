@@ -1,0 +1,598 @@
+/* Models (train/model.c, train/model_config.c) on the CPU backend: a finite-difference
+ * gradient check for every layer type (each parameter and the input gradient), seeded
+ * initialisation, a tiny model that learns, the config language and its messages. */
+#include <math.h>
+
+#include "sluice/config.h"
+#include "sluice/model.h"
+#include "test.h"
+#include "train/model_priv.h"
+
+static uint64_t rng_state = 987654321;
+
+static float frand(void) { /* [-1, 1) */
+    rng_state = rng_state * 6364136223846793005ull + 1442695040888963407ull;
+    return (float)((double)(rng_state >> 40) / (double)(1ull << 24) * 2.0 - 1.0);
+}
+
+static sl_model_opts cpu_opts(int max_batch, uint64_t seed) {
+    sl_model_opts o = sl_model_opts_default();
+    o.backend = SL_BACKEND_CPU;
+    o.threads = 1;
+    o.max_batch = max_batch;
+    o.seed = seed;
+    return o;
+}
+
+static sl_layer_spec L_input(int64_t a, int64_t b, int64_t c) {
+    sl_layer_spec s = {.kind = SL_LAYER_INPUT};
+    s.shape[0] = a, s.shape[1] = b, s.shape[2] = c;
+    s.rank = c ? 3 : b ? 2 : 1;
+    return s;
+}
+static sl_layer_spec L_dense(int units, int act) { return (sl_layer_spec){.kind = SL_LAYER_DENSE, .units = units, .activation = act}; }
+static sl_layer_spec L_conv(int f, int kh, int kw, int stride, sl_padding pad, int act) {
+    return (sl_layer_spec){.kind = SL_LAYER_CONV2D, .filters = f, .kh = kh, .kw = kw, .stride = stride, .padding = pad, .activation = act};
+}
+static sl_layer_spec L_pool(sl_layer_kind k, int size, int stride, sl_padding pad) {
+    return (sl_layer_spec){.kind = k, .kh = size, .stride = stride, .padding = pad};
+}
+static sl_layer_spec L_kind(sl_layer_kind k) { return (sl_layer_spec){.kind = k}; }
+
+/* A batch of B random inputs of the model's shape and labels. */
+typedef struct batch {
+    sl_tensor x, y;
+} batch;
+
+static void make_batch(batch *b, int B, const int64_t *shape, int rank, int classes) {
+    int64_t xd[4] = {B, shape[0], shape[1], shape[2]}, yd[1] = {B};
+    sl_tensor_alloc(&b->x, SL_DT_F32, rank + 1, xd);
+    sl_tensor_alloc(&b->y, SL_DT_I64, 1, yd);
+    float *x = b->x.data;
+    for (int64_t i = 0; i < sl_tensor_numel(&b->x); i++) x[i] = frand();
+    for (int i = 0; i < B; i++) ((int64_t *)b->y.data)[i] = (i * 5 + 1) % classes;
+}
+
+static void free_batch(batch *b) {
+    sl_tensor_release(&b->x);
+    sl_tensor_release(&b->y);
+}
+
+/* Finite-difference step. Max pooling has kinks: a step must not flip which cell of a
+ * window is the largest, so the check after a parameterised layer uses a smaller one. */
+static float gc_eps = 1e-3f;
+
+/* The loss of one training-mode forward pass with the dropout masks of step 0. */
+static double loss_at(sl_model *m, batch *b) {
+    sl_step_result r;
+    sl__model_set_steps(m, 0);
+    if (sl_model_train_step(m, &b->x, &b->y, 1.0f, &r)) return NAN;
+    return r.loss;
+}
+
+/* Central differences against the analytic gradient, for every trainable float and every
+ * input float. Float forward passes limit the precision: an entry passes when it is within
+ * 3e-4 absolute or 2e-2 relative; the whole vector's relative error must be below 1e-2. */
+static int grad_check(const char *what, const sl_layer_spec *specs, int n, int B) {
+    sl_model_opts o = cpu_opts(B, 7);
+    sl_model *m = NULL;
+    if (sl_model_create(specs, n, &o, &m)) {
+        printf("  %s: create: %s\n", what, sl_errmsg());
+        return 1;
+    }
+    int classes = specs[n - 1].units;
+    batch b;
+    make_batch(&b, B, specs[0].shape, specs[0].rank, classes);
+    size_t np, ntr = sl__model_trainable(m);
+    float *p = sl_model_params(m, &np);
+    float *g = sl_model_grads(m, NULL);
+    const float *ig = sl__model_input_grad(m, true);
+    size_t nx = (size_t)sl_tensor_numel(&b.x);
+    double *ana = malloc((ntr + nx) * sizeof(double));
+    sl_model_zero_grads(m);
+    sl__model_set_steps(m, 0);
+    sl_step_result r;
+    if (sl_model_train_step(m, &b.x, &b.y, 1.0f, &r)) {
+        printf("  %s: step: %s\n", what, sl_errmsg());
+        return 1;
+    }
+    for (size_t i = 0; i < ntr; i++) ana[i] = g[i];
+    for (size_t i = 0; i < nx; i++) ana[ntr + i] = ig[i];
+    const float eps = gc_eps;
+    double num2 = 0, diff2 = 0, ana2 = 0;
+    int bad = 0;
+    float *x = b.x.data;
+    for (size_t i = 0; i < ntr + nx; i++) {
+        float *v = i < ntr ? &p[i] : &x[i - ntr];
+        float keep = *v;
+        *v = keep + eps;
+        double lp = loss_at(m, &b);
+        *v = keep - eps;
+        double lm = loss_at(m, &b);
+        *v = keep;
+        double num = (lp - lm) / (2.0 * eps);
+        double d = fabs(num - ana[i]);
+        num2 += num * num, ana2 += ana[i] * ana[i], diff2 += d * d;
+        if (d > 3e-4 && d > 2e-2 * fmax(fabs(num), fabs(ana[i]))) {
+            if (bad++ < 5)
+                printf("  %s: %s %zu: numeric %.6g, analytic %.6g\n", what, i < ntr ? "param" : "input",
+                       i < ntr ? i : i - ntr, num, ana[i]);
+        }
+    }
+    double rel = sqrt(diff2) / fmax(sqrt(fmax(num2, ana2)), 1e-12);
+    if (rel > 1e-2) {
+        printf("  %s: relative error %.3g\n", what, rel);
+        bad++;
+    }
+    if (num2 == 0) {
+        printf("  %s: all gradients are zero\n", what);
+        bad++;
+    }
+    free(ana);
+    free_batch(&b);
+    sl_model_free(m);
+    return bad;
+}
+
+#define GRAD_CHECK(what, B, ...)                                      \
+    do {                                                              \
+        const sl_layer_spec specs_[] = {__VA_ARGS__};                 \
+        int n_ = (int)(sizeof specs_ / sizeof specs_[0]);             \
+        if (grad_check(what, specs_, n_, B)) { FAILF("gradient check %s", what); }\
+    } while (0)
+
+TEST(test_grad_dense) {
+    const char *names[4] = {"dense none", "dense relu", "dense tanh", "dense sigmoid"};
+    for (int a = 0; a < 4; a++) GRAD_CHECK(names[a], 3, L_input(5, 0, 0), L_dense(4, a), L_dense(3, 0));
+    GRAD_CHECK("dense on an image via flatten", 2, L_input(3, 2, 2), L_kind(SL_LAYER_FLATTEN), L_dense(4, 2), L_dense(3, 0));
+}
+
+TEST(test_grad_conv2d) {
+    GRAD_CHECK("conv2d same", 2, L_input(5, 5, 2), L_conv(3, 3, 3, 1, SL_PAD_SAME, 2), L_kind(SL_LAYER_FLATTEN), L_dense(3, 0));
+    GRAD_CHECK("conv2d valid 2x3", 2, L_input(5, 6, 2), L_conv(2, 2, 3, 1, SL_PAD_VALID, 3), L_kind(SL_LAYER_FLATTEN), L_dense(3, 0));
+    GRAD_CHECK("conv2d same stride 2", 2, L_input(6, 5, 2), L_conv(3, 3, 3, 2, SL_PAD_SAME, 0), L_kind(SL_LAYER_FLATTEN), L_dense(3, 0));
+    GRAD_CHECK("conv2d 1x1 then conv2d", 2, L_input(4, 4, 3), L_conv(2, 1, 1, 1, SL_PAD_VALID, 2),
+               L_conv(2, 3, 3, 1, SL_PAD_SAME, 1), L_kind(SL_LAYER_FLATTEN), L_dense(3, 0));
+}
+
+TEST(test_grad_pools) {
+    gc_eps = 3e-4f;
+    GRAD_CHECK("maxpool 2x2", 2, L_input(4, 6, 2), L_conv(2, 1, 1, 1, SL_PAD_VALID, 2),
+               L_pool(SL_LAYER_MAXPOOL, 2, 0, SL_PAD_VALID), L_kind(SL_LAYER_FLATTEN), L_dense(3, 0));
+    gc_eps = 1e-3f;
+    GRAD_CHECK("maxpool 3x3 stride 2 same", 2, L_input(5, 5, 2), L_pool(SL_LAYER_MAXPOOL, 3, 2, SL_PAD_SAME),
+               L_kind(SL_LAYER_FLATTEN), L_dense(3, 0));
+    GRAD_CHECK("avgpool 2x2", 2, L_input(4, 4, 2), L_pool(SL_LAYER_AVGPOOL, 2, 0, SL_PAD_VALID),
+               L_kind(SL_LAYER_FLATTEN), L_dense(3, 0));
+    GRAD_CHECK("avgpool 3x3 stride 2 same", 2, L_input(5, 4, 2), L_pool(SL_LAYER_AVGPOOL, 3, 2, SL_PAD_SAME),
+               L_kind(SL_LAYER_FLATTEN), L_dense(3, 0));
+}
+
+TEST(test_grad_dropout_batchnorm_acts) {
+    sl_layer_spec drop = {.kind = SL_LAYER_DROPOUT, .rate = 0.5f};
+    GRAD_CHECK("dropout", 3, L_input(6, 0, 0), L_dense(5, 2), drop, L_dense(3, 0));
+    sl_layer_spec bn = {.kind = SL_LAYER_BATCHNORM};
+    GRAD_CHECK("batchnorm on vectors", 4, L_input(6, 0, 0), L_dense(5, 0), bn, L_kind(SL_LAYER_TANH), L_dense(3, 0));
+    GRAD_CHECK("batchnorm on images", 2, L_input(3, 3, 2), L_conv(3, 3, 3, 1, SL_PAD_SAME, 0), bn,
+               L_kind(SL_LAYER_SIGMOID), L_kind(SL_LAYER_FLATTEN), L_dense(3, 0));
+    GRAD_CHECK("relu layer", 3, L_input(6, 0, 0), L_dense(5, 0), L_kind(SL_LAYER_RELU), L_dense(3, 0));
+}
+
+/* A convolution big enough to run in several chunks of images (4 MiB of im2col each):
+ * the batch gradient must equal the mean of the per-example gradients, and so must the
+ * input gradient, which shows every chunk used its own slice of the batch. */
+TEST(test_conv_chunks) {
+    const sl_layer_spec specs[] = {L_input(32, 32, 12), L_conv(4, 5, 5, 1, SL_PAD_SAME, 2), L_conv(3, 3, 3, 2, SL_PAD_SAME, 1),
+                                   L_pool(SL_LAYER_MAXPOOL, 2, 0, SL_PAD_VALID), L_kind(SL_LAYER_FLATTEN), L_dense(3, 0)};
+    const int B = 5;
+    sl_model_opts o = cpu_opts(B, 5);
+    o.threads = 2;
+    sl_model *m;
+    ASSERT_OK(sl_model_create(specs, 6, &o, &m));
+    batch b;
+    make_batch(&b, B, specs[0].shape, 3, 3);
+    size_t n, nx1 = 32 * 32 * 12;
+    float *g = sl_model_grads(m, &n);
+    const float *ig = sl__model_input_grad(m, true);
+    ASSERT(ig);
+    sl_step_result r;
+    ASSERT_OK(sl_model_zero_grads(m));
+    ASSERT_OK(sl_model_train_step(m, &b.x, &b.y, 1.0f, &r));
+    float *gb = malloc(n * sizeof(float)), *ib = malloc(B * nx1 * sizeof(float));
+    memcpy(gb, g, n * sizeof(float));
+    memcpy(ib, ig, B * nx1 * sizeof(float));
+    double loss = r.loss;
+    /* one example at a time, each gradient scaled by 1/B, summed in the buffer */
+    ASSERT_OK(sl_model_zero_grads(m));
+    double sum = 0;
+    for (int i = 0; i < B; i++) {
+        sl_tensor x1, y1;
+        int64_t xd[4] = {1, 32, 32, 12}, yd[1] = {1};
+        ASSERT_OK(sl_tensor_view(&x1, b.x.buf, (float *)b.x.data + i * nx1, nx1 * sizeof(float), SL_DT_F32, 4, xd));
+        ASSERT_OK(sl_tensor_view(&y1, b.y.buf, (int64_t *)b.y.data + i, sizeof(int64_t), SL_DT_I64, 1, yd));
+        ASSERT_OK(sl_model_train_step(m, &x1, &y1, 1.0f / B, &r));
+        sum += r.loss / B;
+        for (size_t k = 0; k < nx1; k++) {
+            double want = ib[i * nx1 + k], got = ig[k];
+            if (fabs(want - got) > 1e-6 + 1e-3 * fabs(want)) {
+                FAILF("example %d input grad %zu: batch %.8g, alone %.8g", i, k, want, got);
+                return;
+            }
+        }
+        sl_tensor_release(&x1);
+        sl_tensor_release(&y1);
+    }
+    ASSERT(fabs(sum - loss) < 1e-5);
+    for (size_t k = 0; k < n; k++) {
+        if (fabs(gb[k] - g[k]) > 1e-5 + 1e-3 * fabs(gb[k])) {
+            FAILF("param grad %zu: batch %.8g, summed %.8g", k, gb[k], g[k]);
+            return;
+        }
+    }
+    free(gb);
+    free(ib);
+    free_batch(&b);
+    sl_model_free(m);
+}
+
+TEST(test_dropout_masks_follow_step) {
+    const sl_layer_spec specs[] = {L_input(50, 0, 0), {.kind = SL_LAYER_DROPOUT, .rate = 0.5f}, L_dense(3, 0)};
+    sl_model_opts o = cpu_opts(4, 3);
+    sl_model *m;
+    ASSERT_OK(sl_model_create(specs, 3, &o, &m));
+    batch b;
+    make_batch(&b, 4, specs[0].shape, 1, 3);
+    sl_step_result r0, r1, r0b, e0, e1;
+    ASSERT_EQ(sl__model_steps(m), 0);
+    ASSERT_OK(sl_model_train_step(m, &b.x, &b.y, 1.0f, &r0));
+    ASSERT_EQ(sl__model_steps(m), 1);
+    ASSERT_OK(sl_model_train_step(m, &b.x, &b.y, 1.0f, &r1));
+    ASSERT(r0.loss != r1.loss); /* a new mask each step */
+    sl__model_set_steps(m, 0);
+    ASSERT_OK(sl_model_train_step(m, &b.x, &b.y, 1.0f, &r0b));
+    ASSERT(r0.loss == r0b.loss);
+    /* evaluation has no dropout: the same loss every time */
+    ASSERT_OK(sl_model_eval_step(m, &b.x, &b.y, &e0));
+    ASSERT_OK(sl_model_eval_step(m, &b.x, &b.y, &e1));
+    ASSERT(e0.loss == e1.loss);
+    ASSERT_EQ(e0.examples, 4);
+    free_batch(&b);
+    sl_model_free(m);
+}
+
+TEST(test_init_determinism) {
+    const sl_layer_spec specs[] = {L_input(784, 0, 0), L_dense(256, 1), L_dense(100, 2), L_dense(10, 0)};
+    sl_model_opts o = cpu_opts(8, 42);
+    sl_model *a, *b, *c;
+    ASSERT_OK(sl_model_create(specs, 4, &o, &a));
+    ASSERT_OK(sl_model_create(specs, 4, &o, &b));
+    o.seed = 43;
+    ASSERT_OK(sl_model_create(specs, 4, &o, &c));
+    size_t n;
+    float *pa = sl_model_params(a, &n), *pb = sl_model_params(b, NULL), *pc = sl_model_params(c, NULL);
+    ASSERT_EQ(n, 784 * 256 + 256 + 256 * 100 + 100 + 1010);
+    ASSERT_MEMEQ(pa, pb, n * sizeof(float));
+    ASSERT(memcmp(pa, pc, n * sizeof(float)) != 0);
+    /* dense_1 is followed by relu: He normal, std sqrt(2/784); biases 0 */
+    double s = 0, s2 = 0;
+    size_t nk = 784 * 256;
+    for (size_t i = 0; i < nk; i++) s += pa[i], s2 += (double)pa[i] * pa[i];
+    double sd = sqrt(s2 / nk - (s / nk) * (s / nk)), want = sqrt(2.0 / 784);
+    ASSERT(fabs(sd - want) < 0.01 * want);
+    ASSERT(fabs(s / nk) < 0.01 * want);
+    for (size_t i = nk; i < nk + 256; i++) ASSERT_EQ(pa[i], 0.0f);
+    /* dense_2 (tanh): Glorot uniform in +-sqrt(6/(256+100)) */
+    size_t off;
+    const char *name;
+    int rank;
+    int64_t dims[4];
+    ASSERT_OK(sl_model_param_info(a, 2, &name, &off, &rank, dims));
+    ASSERT_STREQ(name, "dense_2/kernel");
+    ASSERT_EQ(off, nk + 256);
+    ASSERT_EQ(rank, 2);
+    ASSERT_EQ(dims[0], 256);
+    ASSERT_EQ(dims[1], 100);
+    double lim = sqrt(6.0 / 356), mx = 0;
+    s2 = 0;
+    for (size_t i = off; i < off + 25600; i++) {
+        ASSERT(fabs(pa[i]) <= lim);
+        mx = fmax(mx, fabs(pa[i]));
+        s2 += (double)pa[i] * pa[i];
+    }
+    ASSERT(mx > 0.99 * lim);
+    ASSERT(fabs(sqrt(s2 / 25600) - lim / sqrt(3.0)) < 0.02 * lim);
+    /* get/set round trip */
+    float *host = malloc(n * sizeof(float));
+    ASSERT_OK(sl_model_get_params(c, host, n));
+    ASSERT_OK(sl_model_set_params(b, host, n));
+    ASSERT_MEMEQ(sl_model_params(b, NULL), pc, n * sizeof(float));
+    ASSERT_EQ(sl_model_set_params(b, host, n - 1), SL_EINVAL);
+    ASSERT_STREQ(sl_errmsg(), "model: set_params with 227669 floats, the model has 227670");
+    free(host);
+    ASSERT_EQ(sl_model_param_info(a, 6, &name, &off, &rank, dims), SL_ERANGE);
+    ASSERT_EQ(sl_model_param_count(a), 6);
+    ASSERT_STREQ(sl_model_backend_name(a), "cpu");
+    sl_model_free(a);
+    sl_model_free(b);
+    sl_model_free(c);
+    sl_model_free(NULL);
+}
+
+/* Two Gaussian blobs split by x0 + x1 > 0: a small MLP with SGD gets the loss down. */
+TEST(test_tiny_model_learns) {
+    const sl_layer_spec specs[] = {L_input(2, 0, 0), L_dense(16, 1), L_dense(2, 0)};
+    sl_model_opts o = cpu_opts(32, 1);
+    sl_model *m;
+    ASSERT_OK(sl_model_create(specs, 3, &o, &m));
+    sl_optim_spec os = {.kind = SL_OPTIM_SGD, .momentum = 0.9f};
+    sl_optim *opt;
+    ASSERT_OK(sl_optim_create(m, &os, &opt));
+    int64_t xd[2] = {32, 2}, yd[1] = {32};
+    sl_tensor x, y;
+    ASSERT_OK(sl_tensor_alloc(&x, SL_DT_F32, 2, xd));
+    ASSERT_OK(sl_tensor_alloc(&y, SL_DT_I32, 1, yd)); /* int32 labels are accepted too */
+    double first = 0, last = 0;
+    sl_step_result r;
+    for (int step = 0; step < 150; step++) {
+        float *xp = x.data;
+        int32_t *yp = y.data;
+        for (int i = 0; i < 32; i++) {
+            xp[2 * i] = frand(), xp[2 * i + 1] = frand();
+            yp[i] = xp[2 * i] + xp[2 * i + 1] > 0;
+        }
+        ASSERT_OK(sl_model_zero_grads(m));
+        ASSERT_OK(sl_model_train_step(m, &x, &y, 1.0f, &r));
+        ASSERT_OK(sl_optim_step(opt, 0.1f));
+        if (step < 10) first += r.loss / 10;
+        if (step >= 140) last += r.loss / 10;
+    }
+    ASSERT(first > 0.4);
+    ASSERT(last < 0.15);
+    ASSERT_OK(sl_model_eval_step(m, &x, &y, &r));
+    ASSERT(r.correct >= 30);
+    ASSERT_EQ(r.examples, 32);
+    sl_tensor_release(&x);
+    sl_tensor_release(&y);
+    sl_optim_free(opt);
+    sl_model_free(m);
+}
+
+TEST(test_step_errors) {
+    const sl_layer_spec specs[] = {L_input(4, 4, 1), L_kind(SL_LAYER_FLATTEN), L_dense(3, 0)};
+    sl_model_opts o = cpu_opts(8, 1);
+    sl_model *m;
+    ASSERT_OK(sl_model_create(specs, 3, &o, &m));
+    batch b;
+    make_batch(&b, 8, specs[0].shape, 3, 3);
+    sl_step_result r;
+    ((int64_t *)b.y.data)[5] = 3;
+    ASSERT_EQ(sl_model_train_step(m, &b.x, &b.y, 1.0f, &r), SL_ERANGE);
+    ASSERT_STREQ(sl_errmsg(), "train step: label 3 of example 5 is outside 0..2");
+    ((int64_t *)b.y.data)[5] = 0;
+    sl_tensor u8;
+    int64_t d[4] = {8, 4, 4, 1};
+    ASSERT_OK(sl_tensor_alloc(&u8, SL_DT_U8, 4, d));
+    ASSERT_EQ(sl_model_train_step(m, &u8, &b.y, 1.0f, &r), SL_EINVAL);
+    ASSERT_STREQ(sl_errmsg(), "train step: input is uint8[8,4,4,1], the model expects float32[B,4,4,1]\n"
+                              "---> HINT: convert the images to float32 in the pipeline, e.g. `| scale(image, 1/255)`");
+    sl_tensor_release(&u8);
+    sl_tensor big;
+    int64_t d2[4] = {9, 4, 4, 1};
+    ASSERT_OK(sl_tensor_alloc(&big, SL_DT_F32, 4, d2));
+    ASSERT_EQ(sl_model_eval_step(m, &big, &b.y, &r), SL_EINVAL);
+    ASSERT_STREQ(sl_errmsg(), "eval step: batch of 9 examples, the model was built for 1..8 (max_batch)");
+    sl_tensor_release(&big);
+    sl_tensor lab2;
+    int64_t d3[1] = {7};
+    ASSERT_OK(sl_tensor_alloc(&lab2, SL_DT_I64, 1, d3));
+    ASSERT_EQ(sl_model_train_step(m, &b.x, &lab2, 1.0f, &r), SL_EINVAL);
+    ASSERT_STREQ(sl_errmsg(), "train step: labels are int64[7], expected int64[8] or int32[8]");
+    sl_tensor_release(&lab2);
+    /* prefetch validates, then the step runs on the same tensors */
+    ASSERT_OK(sl_model_prefetch(m, &b.x, &b.y));
+    ASSERT_OK(sl_model_train_step(m, &b.x, &b.y, 1.0f, &r));
+    ASSERT_EQ(r.examples, 8);
+    free_batch(&b);
+    sl_model_free(m);
+}
+
+TEST(test_create_errors) {
+    sl_model_opts o = cpu_opts(8, 1);
+    sl_model *m = (sl_model *)1;
+    const sl_layer_spec big_kernel[] = {L_input(4, 4, 1), L_conv(2, 5, 5, 1, SL_PAD_VALID, 1), L_kind(SL_LAYER_FLATTEN), L_dense(3, 0)};
+    ASSERT_EQ(sl_model_create(big_kernel, 4, &o, &m), SL_EINVAL);
+    ASSERT(m == NULL);
+    ASSERT_STREQ(sl_errmsg(), "model: layer 1 (conv2d_1): kernel 5x5 larger than its 4x4 input");
+    const sl_layer_spec no_flatten[] = {L_input(4, 4, 1), L_dense(3, 0)};
+    ASSERT_EQ(sl_model_create(no_flatten, 2, &o, &m), SL_EINVAL);
+    ASSERT_STREQ(sl_errmsg(), "model: layer 1 (dense_1): dense needs a vector input, got 4x4x1\n"
+                              "---> HINT: add a flatten layer before it");
+    const sl_layer_spec relu_last[] = {L_input(4, 0, 0), L_dense(3, 1)};
+    ASSERT_EQ(sl_model_create(relu_last, 2, &o, &m), SL_EINVAL);
+    ASSERT_CONTAINS(sl_errmsg(), "model: the last layer (dense_1) must be dense with no activation");
+    const sl_layer_spec no_input[] = {L_dense(3, 0), L_dense(3, 0)};
+    ASSERT_EQ(sl_model_create(no_input, 2, &o, &m), SL_EINVAL);
+    ASSERT_STREQ(sl_errmsg(), "model: layer 0 must be input, got dense");
+    sl_layer_spec drop = {.kind = SL_LAYER_DROPOUT, .rate = 1.0f};
+    const sl_layer_spec bad_rate[] = {L_input(4, 0, 0), drop, L_dense(3, 0)};
+    ASSERT_EQ(sl_model_create(bad_rate, 3, &o, &m), SL_EINVAL);
+    ASSERT_STREQ(sl_errmsg(), "model: layer 1 (dropout_1): rate 1 must be in [0, 1)");
+    o.max_batch = 0;
+    ASSERT_EQ(sl_model_create(relu_last, 2, &o, &m), SL_EINVAL);
+    ASSERT_STREQ(sl_errmsg(), "model: max_batch 0 must be > 0");
+}
+
+static const char *CFG =
+    "model mlp {\n"
+    "    input 28x28x1\n"
+    "    flatten\n"
+    "    dense 256 activation=relu\n"
+    "    dense 128 activation=relu\n"
+    "    dense 10\n"
+    "}\n"
+    "model cnn {\n"
+    "    input 28x28x1\n"
+    "    conv2d 32 kernel=5x5 padding=same activation=relu\n"
+    "    maxpool 2x2\n"
+    "    conv2d 64 kernel=5x5 padding=same activation=relu\n"
+    "    maxpool 2x2\n"
+    "    flatten\n"
+    "    dense 1024 activation=relu\n"
+    "    dropout 0.4\n"
+    "    dense 10\n"
+    "}\n"
+    "model bn {\n"
+    "    input 784\n"
+    "    dense 32 name=hidden\n"
+    "    batchnorm momentum=0.1\n"
+    "    relu\n"
+    "    dense 10\n"
+    "}\n";
+
+TEST(test_from_config_mlp_cnn) {
+    sl_cfg *cfg;
+    ASSERT_OK(sl_cfg_parse(CFG, strlen(CFG), "models.sl", &cfg));
+    sl_model_opts o = cpu_opts(4, 1);
+    sl_model *m;
+    char *sum;
+    ASSERT_OK(sl_model_from_config(cfg, "mlp", &o, &m));
+    ASSERT_OK(sl_model_summary(m, &sum));
+    ASSERT_STREQ(sum,
+                 "Layer (type)                       Output Shape              Param #\n"
+                 "input (InputLayer)                 (None, 28, 28, 1)               0\n"
+                 "flatten_1 (Flatten)                (None, 784)                     0\n"
+                 "dense_1 (Dense)                    (None, 256)                200960\n"
+                 "dense_2 (Dense)                    (None, 128)                 32896\n"
+                 "dense_3 (Dense)                    (None, 10)                   1290\n"
+                 "Total params: 235146 (trainable 235146)\n");
+    free(sum);
+    sl_model_free(m);
+    ASSERT_OK(sl_model_from_config(cfg, "cnn", &o, &m));
+    ASSERT_OK(sl_model_summary(m, &sum));
+    ASSERT_STREQ(sum,
+                 "Layer (type)                       Output Shape              Param #\n"
+                 "input (InputLayer)                 (None, 28, 28, 1)               0\n"
+                 "conv2d_1 (Conv2D)                  (None, 28, 28, 32)            832\n"
+                 "max_pooling2d_1 (MaxPooling2D)     (None, 14, 14, 32)              0\n"
+                 "conv2d_2 (Conv2D)                  (None, 14, 14, 64)          51264\n"
+                 "max_pooling2d_2 (MaxPooling2D)     (None, 7, 7, 64)                0\n"
+                 "flatten_1 (Flatten)                (None, 3136)                    0\n"
+                 "dense_1 (Dense)                    (None, 1024)              3212288\n"
+                 "dropout_1 (Dropout)                (None, 1024)                    0\n"
+                 "dense_2 (Dense)                    (None, 10)                  10250\n"
+                 "Total params: 3274634 (trainable 3274634)\n");
+    free(sum);
+    const char *name;
+    size_t off;
+    int rank;
+    int64_t dims[4];
+    ASSERT_EQ(sl_model_param_count(m), 8);
+    ASSERT_OK(sl_model_param_info(m, 2, &name, &off, &rank, dims));
+    ASSERT_STREQ(name, "conv2d_2/kernel");
+    ASSERT_EQ(off, 832);
+    ASSERT_EQ(rank, 4);
+    ASSERT(dims[0] == 5 && dims[1] == 5 && dims[2] == 32 && dims[3] == 64);
+    /* a train step runs on a batch of images */
+    batch b;
+    int64_t shape[3] = {28, 28, 1};
+    make_batch(&b, 4, shape, 3, 10);
+    sl_step_result r;
+    ASSERT_OK(sl_model_zero_grads(m));
+    ASSERT_OK(sl_model_train_step(m, &b.x, &b.y, 1.0f, &r));
+    ASSERT(r.loss > 1.0 && r.loss < 5.0);
+    free_batch(&b);
+    sl_model_free(m);
+    /* batchnorm: running statistics are parameters after the trainable ones */
+    ASSERT_OK(sl_model_from_config(cfg, "bn", &o, &m));
+    size_t n;
+    sl_model_params(m, &n);
+    ASSERT_EQ(n, 784 * 32 + 32 + 4 * 32 + 330);
+    ASSERT_EQ(sl__model_trainable(m), 784 * 32 + 32 + 2 * 32 + 330);
+    const char *want[8] = {"hidden/kernel", "hidden/bias", "batch_normalization_1/gamma", "batch_normalization_1/beta",
+                           "batch_normalization_1/moving_mean", "batch_normalization_1/moving_variance",
+                           "dense_1/kernel", "dense_1/bias"};
+    ASSERT_EQ(sl_model_param_count(m), 8);
+    for (int i = 0; i < 8; i++) {
+        ASSERT_OK(sl_model_param_info(m, i, &name, &off, &rank, dims));
+        ASSERT_STREQ(name, want[i]);
+    }
+    ASSERT_OK(sl_model_param_info(m, 5, &name, &off, &rank, dims));
+    ASSERT_EQ(off, n - 32);
+    ASSERT_EQ(sl_model_params(m, NULL)[off], 1.0f); /* moving variance starts at 1 */
+    sl_model_free(m);
+    sl_cfg_free(cfg);
+}
+
+/* The message's first line (up to the source line that sl_cfg_err adds). */
+static const char *first_line(void) {
+    static char buf[512];
+    snprintf(buf, sizeof buf, "%s", sl_errmsg());
+    char *nl = strchr(buf, '\n');
+    if (nl) *nl = 0;
+    return buf;
+}
+
+static sl_status from_text(const char *text, const char *name) {
+    sl_cfg *cfg;
+    sl_status s = sl_cfg_parse(text, strlen(text), "m.sl", &cfg);
+    if (s) return s;
+    sl_model_opts o = cpu_opts(4, 1);
+    sl_model *m = (sl_model *)1;
+    s = sl_model_from_config(cfg, name, &o, &m);
+    if (s && m) s = SL_EINTERNAL;
+    sl_model_free(s ? NULL : m);
+    sl_cfg_free(cfg);
+    return s;
+}
+
+TEST(test_from_config_errors) {
+    ASSERT_EQ(from_text("model a {\n  input 28x28x1\n  flaten\n  dense 10\n}\n", "a"), SL_EINVAL);
+    ASSERT_STREQ(first_line(), "m.sl:3:3: unknown layer 'flaten'");
+    ASSERT_CONTAINS(sl_errmsg(), "---> HINT: did you mean 'flatten'?");
+    ASSERT_EQ(from_text("model a {\n  input 8\n  dense 10 activaton=relu\n  dense 3\n}\n", "a"), SL_EINVAL);
+    ASSERT_STREQ(first_line(), "m.sl:3:12: dense: unknown option 'activaton'");
+    ASSERT_CONTAINS(sl_errmsg(), "---> HINT: did you mean 'activation'? (usage: dense UNITS [activation=relu])");
+    ASSERT_EQ(from_text("model a {\n  input 8\n  dense 10 activation=rellu\n  dense 3\n}\n", "a"), SL_EINVAL);
+    ASSERT_STREQ(first_line(), "m.sl:3:23: unknown activation 'rellu'");
+    ASSERT_CONTAINS(sl_errmsg(), "---> HINT: did you mean 'relu'?");
+    ASSERT_EQ(from_text("model a {\n  input 4x4x1\n  conv2d 8 kernel=5x5\n  flatten\n  dense 3\n}\n", "a"), SL_EINVAL);
+    ASSERT_STREQ(first_line(), "m.sl:3:3: layer 1 (conv2d_1): kernel 5x5 larger than its 4x4 input");
+    ASSERT_EQ(from_text("model a {\n  input 4x4x1\n  conv2d 8\n  flatten\n  dense 3\n}\n", "a"), SL_EINVAL);
+    ASSERT_STREQ(first_line(), "m.sl:3:3: conv2d: missing kernel=");
+    ASSERT_EQ(from_text("model a {\n  input 4x4x1\n  conv2d 8 kernel=3x3 padding=sam\n  flatten\n  dense 3\n}\n", "a"), SL_EINVAL);
+    ASSERT_STREQ(first_line(), "m.sl:3:31: unknown padding 'sam'");
+    ASSERT_CONTAINS(sl_errmsg(), "---> HINT: did you mean 'same'?");
+    ASSERT_EQ(from_text("model a {\n  input 4x4x1\n  dense 3\n}\n", "a"), SL_EINVAL);
+    ASSERT_STREQ(first_line(), "m.sl:3:3: layer 1 (dense_1): dense needs a vector input, got 4x4x1");
+    ASSERT_CONTAINS(sl_errmsg(), "---> HINT: add a flatten layer before it");
+    ASSERT_EQ(from_text("model a {\n  input 8\n  dense 3 activation=relu\n}\n", "a"), SL_EINVAL);
+    ASSERT_STREQ(first_line(), "m.sl:3:3: the last layer (dense_1) must be dense with no activation: it gives the logits");
+    ASSERT_EQ(from_text("model a {\n  input 8\n  dropout 1.5\n  dense 3\n}\n", "a"), SL_EINVAL);
+    ASSERT_STREQ(first_line(), "m.sl:3:11: dropout rate 1.5 must be in [0, 1)");
+    ASSERT_EQ(from_text("model a {\n  input 8\n  batchnorm momentum=0\n  dense 3\n}\n", "a"), SL_EINVAL);
+    ASSERT_STREQ(first_line(), "m.sl:3:22: momentum 0 must be in (0, 1]");
+    ASSERT_EQ(from_text("model a {\n  dense 3\n}\n", "a"), SL_EINVAL);
+    ASSERT_STREQ(first_line(), "m.sl:2:3: model 'a': the first layer must be input, found 'dense'");
+    ASSERT_EQ(from_text("model a {\n  input 8\n  dense 3 4\n}\n", "a"), SL_EINVAL);
+    ASSERT_STREQ(first_line(), "m.sl:3:11: dense takes one positional argument, found 2");
+    ASSERT_EQ(from_text("model mlp {\n  input 8\n  dense 3\n}\n", "mlpp"), SL_ENOTFOUND);
+    ASSERT_STREQ(sl_errmsg(), "m.sl: no model named 'mlpp'\n---> HINT: did you mean 'mlp'? (models: mlp)");
+    ASSERT_EQ(from_text("pipeline p {\n}\n", "mlp"), SL_ENOTFOUND);
+    ASSERT_CONTAINS(sl_errmsg(), "m.sl: no model block named 'mlp'");
+}
+
+int main(void) {
+    RUN(test_grad_dense);
+    RUN(test_grad_conv2d);
+    RUN(test_grad_pools);
+    RUN(test_grad_dropout_batchnorm_acts);
+    RUN(test_conv_chunks);
+    RUN(test_dropout_masks_follow_step);
+    RUN(test_init_determinism);
+    RUN(test_tiny_model_learns);
+    RUN(test_step_errors);
+    RUN(test_create_errors);
+    RUN(test_from_config_mlp_cnn);
+    RUN(test_from_config_errors);
+    TEST_MAIN_END();
+}

@@ -1,0 +1,968 @@
+/* The CPU backend: every op of train/backend.h on host memory. GEMMs go to OpenBLAS
+ * (cblas_sgemm, row-major); the other ops are plain C loops written so the compiler can
+ * vectorize their inner dimension, split across a small private thread pool when they are
+ * big enough to pay for the hand-off (a few tens of microseconds).
+ *
+ * Workload: Fashion-MNIST sized models (MLP 784-256-128-10, the TensorFlow tutorial CNN) at
+ * batch 32..512 on a few cores. Per step the GEMMs dominate; im2col/col2im, pooling, bias,
+ * activations and the optimizer are memory-bound passes that must not add more than a few
+ * percent. Threads: `threads` parts per op (the calling thread runs one, a private pool of
+ * threads - 1 workers the rest), GEMMs included: OpenBLAS itself runs single-threaded. */
+/* The loops below need GCC's vectorizer at its full cost model (-O2's "very cheap" model
+ * skips any loop whose trip count is unknown or whose pointers might alias: all of them). */
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC optimize("O3")
+#endif
+
+#include <cblas.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "sluice/pool.h"
+#include "train/backend.h"
+
+/* openblas_set_num_threads is declared by OpenBLAS's cblas.h, but not by every cblas.h. */
+void openblas_set_num_threads(int num_threads);
+
+typedef struct cpu_backend {
+    sl_backend base;
+    int threads;
+    sl_pool *pool; /* threads - 1 workers; NULL when single-threaded */
+} cpu_backend;
+
+/* ---- parallel loops ---------------------------------------------------------------- */
+
+typedef void (*range_fn)(void *ctx, size_t lo, size_t hi);
+
+typedef struct part {
+    range_fn fn;
+    void *ctx;
+    size_t lo, hi;
+} part;
+
+static void run_part(void *arg) {
+    part *p = arg;
+    p->fn(p->ctx, p->lo, p->hi);
+}
+
+/* Run fn over [0, n) in up to b->threads contiguous parts when `work` (roughly, floats
+ * touched) is large enough; the calling thread takes the first part. */
+#define PAR_MIN_WORK ((size_t)1 << 16)
+#define MAX_PARTS 64
+
+static void par_for(cpu_backend *b, size_t n, size_t work, range_fn fn, void *ctx) {
+    int parts = b->threads;
+    if (parts > MAX_PARTS) parts = MAX_PARTS;
+    if ((size_t)parts > n) parts = (int)n;
+    if (!b->pool || parts <= 1 || work < PAR_MIN_WORK) {
+        if (n) fn(ctx, 0, n);
+        return;
+    }
+    if (work / (size_t)parts < PAR_MIN_WORK / 2) {
+        parts = (int)(work / (PAR_MIN_WORK / 2));
+        if (parts < 2) parts = 2;
+    }
+    part ps[MAX_PARTS];
+    int submitted = 0;
+    for (int i = 0; i < parts; i++) {
+        ps[i] = (part){fn, ctx, n * (size_t)i / (size_t)parts, n * (size_t)(i + 1) / (size_t)parts};
+    }
+    for (int i = 1; i < parts; i++) {
+        if (sl_pool_submit(b->pool, run_part, &ps[i]) == SL_OK) submitted++;
+        else run_part(&ps[i]); /* out of memory for the queue entry: do it here */
+    }
+    run_part(&ps[0]);
+    if (submitted) sl_pool_wait(b->pool);
+}
+
+/* ---- memory -------------------------------------------------------------------------- */
+
+static void cpu_destroy(sl_backend *bb) {
+    cpu_backend *b = (cpu_backend *)bb;
+    sl_pool_destroy(b->pool);
+    free(b);
+}
+
+static sl_status cpu_alloc(sl_backend *b, size_t bytes, void **out) {
+    size_t rounded = (bytes + 63) & ~(size_t)63;
+    if (rounded == 0) rounded = 64;
+    void *p = aligned_alloc(64, rounded);
+    if (!p) {
+        *out = NULL;
+        return sl_err(SL_ENOMEM, "cpu backend: out of memory allocating %zu bytes", bytes);
+    }
+    memset(p, 0, rounded);
+    *out = p;
+    return SL_OK;
+}
+
+static void cpu_free(sl_backend *b, void *p) { free(p); }
+
+static sl_status cpu_memcpy(sl_backend *b, void *dst, const void *src, size_t bytes) {
+    if (bytes && dst != src) memmove(dst, src, bytes);
+    return SL_OK;
+}
+
+static sl_status cpu_nop(sl_backend *b) { return SL_OK; }
+
+/* ---- dense math ---------------------------------------------------------------------- */
+
+/* GEMMs are split across our own pool, each part a single-threaded OpenBLAS call on a
+ * slice of C: OpenBLAS's own workers spin (sched_yield) for a long while after each call,
+ * which on a small shared machine takes the cores away from the loops between GEMMs and
+ * from other processes (the input pipeline). The split is along the longer of M and N,
+ * which is also the one whose operand each part then packs only a slice of. */
+typedef struct gemm_ctx {
+    bool ta, tb, split_n;
+    int m, n, k, lda, ldb, ldc;
+    float alpha, beta;
+    const float *a, *b;
+    float *c;
+} gemm_ctx;
+
+static void gemm_part(void *vc, size_t lo, size_t hi) {
+    const gemm_ctx *g = vc;
+    /* parts are whole blocks of 16 rows / columns (the last one may be short) */
+    int i0 = (int)lo * 16, i1 = (int)hi * 16;
+    int lim = g->split_n ? g->n : g->m;
+    if (i1 > lim) i1 = lim;
+    if (i0 >= i1) return;
+    const float *a = g->a, *b = g->b;
+    float *c = g->c;
+    int m = g->m, n = g->n;
+    if (g->split_n) {
+        b += g->tb ? (size_t)i0 * g->ldb : (size_t)i0;
+        c += i0;
+        n = i1 - i0;
+    } else {
+        a += g->ta ? (size_t)i0 : (size_t)i0 * g->lda;
+        c += (size_t)i0 * g->ldc;
+        m = i1 - i0;
+    }
+    cblas_sgemm(CblasRowMajor, g->ta ? CblasTrans : CblasNoTrans, g->tb ? CblasTrans : CblasNoTrans, m, n, g->k,
+                g->alpha, a, g->lda, b, g->ldb, g->beta, c, g->ldc);
+}
+
+static sl_status cpu_gemm(sl_backend *bb, bool ta, bool tb, int m, int n, int k, float alpha,
+                          const float *a, int lda, const float *bm, int ldb, float beta, float *c, int ldc) {
+    cpu_backend *b = (cpu_backend *)bb;
+    if (m < 0 || n < 0 || k < 0) return sl_err(SL_EINVAL, "gemm: negative size %dx%dx%d", m, n, k);
+    if (m == 0 || n == 0) return SL_OK;
+    if (k == 0) {
+        for (int i = 0; i < m; i++)
+            for (int j = 0; j < n; j++) c[(size_t)i * ldc + j] = beta == 0.0f ? 0.0f : beta * c[(size_t)i * ldc + j];
+        return SL_OK;
+    }
+    gemm_ctx g = {ta, tb, n > m, m, n, k, lda, ldb, ldc, alpha, beta, a, bm, c};
+    size_t blocks = ((size_t)(g.split_n ? n : m) + 15) / 16;
+    /* work in multiply-adds / 16: one part per thread once a GEMM is ~1M multiply-adds */
+    par_for(b, blocks, (size_t)m * n * k / 16, gemm_part, &g);
+    return SL_OK;
+}
+
+typedef struct vec_ctx {
+    float *x, *y, *z;
+    const float *cx, *cy, *cz;
+    float a, b2;
+    size_t cols;
+    int act;
+} vec_ctx;
+
+static void fill_range(void *vc, size_t lo, size_t hi) {
+    vec_ctx *c = vc;
+    float v = c->a;
+    float *x = c->x;
+    if (v == 0.0f) memset(x + lo, 0, (hi - lo) * sizeof(float));
+    else for (size_t i = lo; i < hi; i++) x[i] = v;
+}
+
+static sl_status cpu_fill(sl_backend *b, float *x, float v, size_t n) {
+    vec_ctx c = {.x = x, .a = v};
+    par_for((cpu_backend *)b, n, n, fill_range, &c);
+    return SL_OK;
+}
+
+static void axpy_range(void *vc, size_t lo, size_t hi) {
+    vec_ctx *c = vc;
+    const float *x = c->cx;
+    float *y = c->y, a = c->a;
+    for (size_t i = lo; i < hi; i++) y[i] += a * x[i];
+}
+
+static sl_status cpu_axpy(sl_backend *b, size_t n, float alpha, const float *x, float *y) {
+    vec_ctx c = {.cx = x, .y = y, .a = alpha};
+    par_for((cpu_backend *)b, n, 2 * n, axpy_range, &c);
+    return SL_OK;
+}
+
+static void scale_range(void *vc, size_t lo, size_t hi) {
+    vec_ctx *c = vc;
+    float *x = c->x, a = c->a;
+    for (size_t i = lo; i < hi; i++) x[i] *= a;
+}
+
+static sl_status cpu_scale(sl_backend *b, size_t n, float alpha, float *x) {
+    vec_ctx c = {.x = x, .a = alpha};
+    par_for((cpu_backend *)b, n, n, scale_range, &c);
+    return SL_OK;
+}
+
+static void bias_add_rows(void *vc, size_t lo, size_t hi) {
+    vec_ctx *c = vc;
+    size_t cols = c->cols;
+    const float *bias = c->cx;
+    for (size_t r = lo; r < hi; r++) {
+        float *y = c->y + r * cols;
+        for (size_t j = 0; j < cols; j++) y[j] += bias[j];
+    }
+}
+
+static sl_status cpu_bias_add(sl_backend *b, float *y, const float *bias, size_t rows, size_t cols) {
+    vec_ctx c = {.y = y, .cx = bias, .cols = cols};
+    par_for((cpu_backend *)b, rows, rows * cols, bias_add_rows, &c);
+    return SL_OK;
+}
+
+/* Column sums in blocks of rows: each block sums into its own row of partials, which are
+ * then added in block order, so the result does not depend on the thread count. */
+#define BG_BLOCKS 16
+
+typedef struct bias_grad_ctx {
+    const float *dy;
+    size_t rows, cols;
+    float *partial; /* [BG_BLOCKS][cols] */
+} bias_grad_ctx;
+
+static void bias_grad_blocks(void *vc, size_t lo, size_t hi) {
+    bias_grad_ctx *c = vc;
+    for (size_t blk = lo; blk < hi; blk++) {
+        float *acc = c->partial + blk * c->cols;
+        size_t r0 = c->rows * blk / BG_BLOCKS, r1 = c->rows * (blk + 1) / BG_BLOCKS;
+        memset(acc, 0, c->cols * sizeof(float));
+        for (size_t r = r0; r < r1; r++) {
+            const float *d = c->dy + r * c->cols;
+            for (size_t j = 0; j < c->cols; j++) acc[j] += d[j];
+        }
+    }
+}
+
+static sl_status cpu_bias_grad(sl_backend *bb, float *db, const float *dy, size_t rows, size_t cols) {
+    cpu_backend *b = (cpu_backend *)bb;
+    if (rows == 0 || cols == 0) return SL_OK;
+    if (rows < 4 * BG_BLOCKS) {
+        for (size_t r = 0; r < rows; r++)
+            for (size_t j = 0; j < cols; j++) db[j] += dy[r * cols + j];
+        return SL_OK;
+    }
+    float *partial = malloc(BG_BLOCKS * cols * sizeof(float));
+    if (!partial) return sl_err(SL_ENOMEM, "bias_grad: out of memory");
+    bias_grad_ctx c = {dy, rows, cols, partial};
+    par_for(b, BG_BLOCKS, rows * cols, bias_grad_blocks, &c);
+    for (size_t blk = 0; blk < BG_BLOCKS; blk++)
+        for (size_t j = 0; j < cols; j++) db[j] += partial[blk * cols + j];
+    free(partial);
+    return SL_OK;
+}
+
+static void act_fwd_range(void *vc, size_t lo, size_t hi) {
+    vec_ctx *c = vc;
+    const float *x = c->cx;
+    float *y = c->y;
+    switch ((sl_act)c->act) {
+    case SL_ACT_NONE:
+        if (x != y) memcpy(y + lo, x + lo, (hi - lo) * sizeof(float));
+        break;
+    case SL_ACT_RELU:
+        for (size_t i = lo; i < hi; i++) y[i] = x[i] > 0.0f ? x[i] : 0.0f;
+        break;
+    case SL_ACT_TANH:
+        for (size_t i = lo; i < hi; i++) y[i] = tanhf(x[i]);
+        break;
+    case SL_ACT_SIGMOID:
+        for (size_t i = lo; i < hi; i++) y[i] = 1.0f / (1.0f + expf(-x[i]));
+        break;
+    }
+}
+
+static sl_status cpu_act_forward(sl_backend *b, sl_act act, const float *x, float *y, size_t n) {
+    if (act < SL_ACT_NONE || act > SL_ACT_SIGMOID) return sl_err(SL_EINVAL, "act_forward: unknown activation %d", (int)act);
+    vec_ctx c = {.cx = x, .y = y, .act = act};
+    par_for((cpu_backend *)b, n, act == SL_ACT_RELU || act == SL_ACT_NONE ? 2 * n : 16 * n, act_fwd_range, &c);
+    return SL_OK;
+}
+
+static void act_bwd_range(void *vc, size_t lo, size_t hi) {
+    vec_ctx *c = vc;
+    const float *y = c->cx, *dy = c->cy;
+    float *dx = c->z;
+    switch ((sl_act)c->act) {
+    case SL_ACT_NONE:
+        for (size_t i = lo; i < hi; i++) dx[i] += dy[i];
+        break;
+    case SL_ACT_RELU:
+        for (size_t i = lo; i < hi; i++) dx[i] += y[i] > 0.0f ? dy[i] : 0.0f;
+        break;
+    case SL_ACT_TANH:
+        for (size_t i = lo; i < hi; i++) dx[i] += dy[i] * (1.0f - y[i] * y[i]);
+        break;
+    case SL_ACT_SIGMOID:
+        for (size_t i = lo; i < hi; i++) dx[i] += dy[i] * y[i] * (1.0f - y[i]);
+        break;
+    }
+}
+
+static sl_status cpu_act_backward(sl_backend *b, sl_act act, const float *y, const float *dy, float *dx, size_t n) {
+    if (act < SL_ACT_NONE || act > SL_ACT_SIGMOID) return sl_err(SL_EINVAL, "act_backward: unknown activation %d", (int)act);
+    vec_ctx c = {.cx = y, .cy = dy, .z = dx, .act = act};
+    par_for((cpu_backend *)b, n, 3 * n, act_bwd_range, &c);
+    return SL_OK;
+}
+
+/* ---- im2col / col2im ----------------------------------------------------------------- */
+
+typedef struct conv_ctx {
+    const float *x;
+    float *col;
+    const float *ccol;
+    float *dx;
+    int n, h, w, c, kh, kw, stride, pt, pl, oh, ow;
+} conv_ctx;
+
+/* Rows of col are output pixels; for each kernel row ky the window's cells at kx..kx+kw-1
+ * are consecutive pixels of one input row, so in NHWC they are one contiguous run of
+ * kw*c floats (clipped at the image's left and right edges). Work is split by output
+ * image row (image, oy), which keeps divisions out of the per-pixel loop. */
+static void im2col_rows(void *vc, size_t lo, size_t hi) {
+    const conv_ctx *k = vc;
+    const int c = k->c, kw = k->kw;
+    const size_t kc = (size_t)kw * c, K = (size_t)k->kh * kc;
+    for (size_t r = lo; r < hi; r++) {
+        int oy = (int)(r % (size_t)k->oh);
+        size_t img = r / (size_t)k->oh;
+        float *dst = k->col + r * k->ow * K;
+        const float *ximg = k->x + img * k->h * k->w * c;
+        for (int ox = 0; ox < k->ow; ox++) {
+            int ix0 = ox * k->stride - k->pl;
+            int kx0 = ix0 < 0 ? -ix0 : 0;
+            int kx1 = k->w - ix0 < kw ? k->w - ix0 : kw;
+            if (kx1 < kx0) kx1 = kx0;
+            const size_t len = (size_t)(kx1 - kx0) * c;
+            for (int ky = 0; ky < k->kh; ky++, dst += kc) {
+                int iy = oy * k->stride - k->pt + ky;
+                if (iy < 0 || iy >= k->h || len == 0) {
+                    memset(dst, 0, kc * sizeof(float));
+                    continue;
+                }
+                if (kx0) memset(dst, 0, (size_t)kx0 * c * sizeof(float));
+                const float *src = ximg + ((size_t)iy * k->w + ix0 + kx0) * c;
+                float *d = dst + (size_t)kx0 * c;
+                if (len <= 8) for (size_t j = 0; j < len; j++) d[j] = src[j];
+                else memcpy(d, src, len * sizeof(float));
+                if (kx1 < kw) memset(dst + (size_t)kx1 * c, 0, (size_t)(kw - kx1) * c * sizeof(float));
+            }
+        }
+    }
+}
+
+static sl_status conv_check(const char *op, int n, int h, int w, int c, int kh, int kw, int stride, int oh, int ow) {
+    if (n < 0 || h <= 0 || w <= 0 || c <= 0 || kh <= 0 || kw <= 0 || stride <= 0 || oh <= 0 || ow <= 0)
+        return sl_err(SL_EINVAL, "%s: bad geometry n=%d h=%d w=%d c=%d kernel %dx%d stride %d out %dx%d", op, n,
+                      h, w, c, kh, kw, stride, oh, ow);
+    return SL_OK;
+}
+
+static sl_status cpu_im2col(sl_backend *b, const float *x, int n, int h, int w, int c, int kh, int kw,
+                            int stride, int pad_top, int pad_left, int oh, int ow, float *col) {
+    sl_status s = conv_check("im2col", n, h, w, c, kh, kw, stride, oh, ow);
+    if (s) return s;
+    conv_ctx k = {.x = x, .col = col, .n = n, .h = h, .w = w, .c = c, .kh = kh, .kw = kw, .stride = stride,
+                  .pt = pad_top, .pl = pad_left, .oh = oh, .ow = ow};
+    size_t rows = (size_t)n * oh;
+    par_for((cpu_backend *)b, rows, rows * ow * kh * kw * c, im2col_rows, &k);
+    return SL_OK;
+}
+
+/* Split by image: the windows of different images never touch the same dx cells. */
+static void col2im_images(void *vc, size_t lo, size_t hi) {
+    const conv_ctx *k = vc;
+    const size_t kc = (size_t)k->kw * k->c, K = (size_t)k->kh * kc;
+    for (size_t img = lo; img < hi; img++) {
+        for (int oy = 0; oy < k->oh; oy++) {
+            for (int ox = 0; ox < k->ow; ox++) {
+                const float *src = k->ccol + (((size_t)img * k->oh + oy) * k->ow + ox) * K;
+                int ix0 = ox * k->stride - k->pl;
+                int kx0 = ix0 < 0 ? -ix0 : 0;
+                int kx1 = k->w - ix0 < k->kw ? k->w - ix0 : k->kw;
+                if (kx1 <= kx0) continue;
+                size_t len = (size_t)(kx1 - kx0) * k->c;
+                for (int ky = 0; ky < k->kh; ky++, src += kc) {
+                    int iy = oy * k->stride - k->pt + ky;
+                    if (iy < 0 || iy >= k->h) continue;
+                    float *d = k->dx + ((img * k->h + (size_t)iy) * k->w + ix0 + kx0) * k->c;
+                    const float *s = src + (size_t)kx0 * k->c;
+                    for (size_t j = 0; j < len; j++) d[j] += s[j];
+                }
+            }
+        }
+    }
+}
+
+static sl_status cpu_col2im(sl_backend *b, const float *col, int n, int h, int w, int c, int kh, int kw,
+                            int stride, int pad_top, int pad_left, int oh, int ow, float *dx) {
+    sl_status s = conv_check("col2im", n, h, w, c, kh, kw, stride, oh, ow);
+    if (s) return s;
+    conv_ctx k = {.ccol = col, .dx = dx, .n = n, .h = h, .w = w, .c = c, .kh = kh, .kw = kw, .stride = stride,
+                  .pt = pad_top, .pl = pad_left, .oh = oh, .ow = ow};
+    par_for((cpu_backend *)b, (size_t)n, (size_t)n * oh * ow * kh * kw * c, col2im_images, &k);
+    return SL_OK;
+}
+
+/* ---- pooling ------------------------------------------------------------------------- */
+
+typedef struct pool_ctx {
+    const float *x, *dy;
+    float *y, *dx;
+    int32_t *argmax;
+    int n, h, w, c, k, s, pt, pl, oh, ow;
+} pool_ctx;
+
+/* One output row (image, oy) per index; channels are the vectorized inner loop. */
+static void maxpool_rows(void *vc, size_t lo, size_t hi) {
+    const pool_ctx *p = vc;
+    const int c = p->c;
+    for (size_t r = lo; r < hi; r++) {
+        size_t img = r / (size_t)p->oh;
+        int oy = (int)(r % (size_t)p->oh);
+        int iy0 = oy * p->s - p->pt, iy1 = iy0 + p->k;
+        if (iy0 < 0) iy0 = 0;
+        if (iy1 > p->h) iy1 = p->h;
+        for (int ox = 0; ox < p->ow; ox++) {
+            size_t o = (r * p->ow + ox) * c;
+            float *y = p->y + o;
+            int32_t *am = p->argmax + o;
+            int ix0 = ox * p->s - p->pl, ix1 = ix0 + p->k;
+            if (ix0 < 0) ix0 = 0;
+            if (ix1 > p->w) ix1 = p->w;
+            if (iy0 >= iy1 || ix0 >= ix1) { /* a window entirely in the padding */
+                for (int ch = 0; ch < c; ch++) { y[ch] = 0.0f; am[ch] = -1; }
+                continue;
+            }
+            size_t base = ((img * p->h + iy0) * p->w + ix0) * c;
+            const float *x0 = p->x + base;
+            for (int ch = 0; ch < c; ch++) { y[ch] = x0[ch]; am[ch] = (int32_t)(base + ch); }
+            for (int iy = iy0; iy < iy1; iy++) {
+                for (int ix = ix0; ix < ix1; ix++) {
+                    size_t idx = ((img * p->h + iy) * p->w + ix) * c;
+                    const float *xs = p->x + idx;
+                    for (int ch = 0; ch < c; ch++) {
+                        if (xs[ch] > y[ch]) { y[ch] = xs[ch]; am[ch] = (int32_t)(idx + ch); }
+                    }
+                }
+            }
+        }
+    }
+}
+
+static sl_status cpu_maxpool_forward(sl_backend *b, const float *x, int n, int h, int w, int c, int k, int s,
+                                     int pad_top, int pad_left, int oh, int ow, float *y, int32_t *argmax) {
+    sl_status st = conv_check("maxpool_forward", n, h, w, c, k, k, s, oh, ow);
+    if (st) return st;
+    if ((size_t)n * h * w * c > INT32_MAX) return sl_err(SL_EUNSUPPORTED, "maxpool_forward: input of %zu floats is over 2^31", (size_t)n * h * w * c);
+    pool_ctx p = {.x = x, .y = y, .argmax = argmax, .n = n, .h = h, .w = w, .c = c, .k = k, .s = s,
+                  .pt = pad_top, .pl = pad_left, .oh = oh, .ow = ow};
+    size_t rows = (size_t)n * oh;
+    par_for((cpu_backend *)b, rows, rows * ow * c * k * k, maxpool_rows, &p);
+    return SL_OK;
+}
+
+typedef struct scatter_ctx {
+    const float *dy;
+    const int32_t *argmax;
+    float *dx;
+} scatter_ctx;
+
+static void maxpool_scatter(void *vc, size_t lo, size_t hi) {
+    const scatter_ctx *c = vc;
+    for (size_t i = lo; i < hi; i++) {
+        int32_t a = c->argmax[i];
+        if (a >= 0) c->dx[a] += c->dy[i];
+    }
+}
+
+static sl_status cpu_maxpool_backward(sl_backend *b, const float *dy, const int32_t *argmax, size_t ny, float *dx) {
+    /* Different outputs may pick the same input when windows overlap, so only the serial
+     * loop is safe without knowing the geometry; it is one pass over ny values. */
+    scatter_ctx c = {dy, argmax, dx};
+    maxpool_scatter(&c, 0, ny);
+    return SL_OK;
+}
+
+static void avgpool_fwd_rows(void *vc, size_t lo, size_t hi) {
+    const pool_ctx *p = vc;
+    const int c = p->c;
+    for (size_t r = lo; r < hi; r++) {
+        size_t img = r / (size_t)p->oh;
+        int oy = (int)(r % (size_t)p->oh);
+        int iy0 = oy * p->s - p->pt, iy1 = iy0 + p->k;
+        if (iy0 < 0) iy0 = 0;
+        if (iy1 > p->h) iy1 = p->h;
+        for (int ox = 0; ox < p->ow; ox++) {
+            float *y = p->y + (r * p->ow + ox) * c;
+            int ix0 = ox * p->s - p->pl, ix1 = ix0 + p->k;
+            if (ix0 < 0) ix0 = 0;
+            if (ix1 > p->w) ix1 = p->w;
+            for (int ch = 0; ch < c; ch++) y[ch] = 0.0f;
+            int cnt = (iy1 - iy0) * (ix1 - ix0);
+            if (iy1 <= iy0 || ix1 <= ix0) continue;
+            for (int iy = iy0; iy < iy1; iy++)
+                for (int ix = ix0; ix < ix1; ix++) {
+                    const float *xs = p->x + ((img * p->h + iy) * p->w + ix) * c;
+                    for (int ch = 0; ch < c; ch++) y[ch] += xs[ch];
+                }
+            float inv = 1.0f / (float)cnt;
+            for (int ch = 0; ch < c; ch++) y[ch] *= inv;
+        }
+    }
+}
+
+static sl_status cpu_avgpool_forward(sl_backend *b, const float *x, int n, int h, int w, int c, int k, int s,
+                                     int pad_top, int pad_left, int oh, int ow, float *y) {
+    sl_status st = conv_check("avgpool_forward", n, h, w, c, k, k, s, oh, ow);
+    if (st) return st;
+    pool_ctx p = {.x = x, .y = y, .n = n, .h = h, .w = w, .c = c, .k = k, .s = s, .pt = pad_top,
+                  .pl = pad_left, .oh = oh, .ow = ow};
+    size_t rows = (size_t)n * oh;
+    par_for((cpu_backend *)b, rows, rows * ow * c * k * k, avgpool_fwd_rows, &p);
+    return SL_OK;
+}
+
+/* By image: overlapping windows of one image add into the same cells, but never across
+ * images. */
+static void avgpool_bwd_images(void *vc, size_t lo, size_t hi) {
+    const pool_ctx *p = vc;
+    const int c = p->c;
+    for (size_t img = lo; img < hi; img++) {
+        for (int oy = 0; oy < p->oh; oy++) {
+            int iy0 = oy * p->s - p->pt, iy1 = iy0 + p->k;
+            if (iy0 < 0) iy0 = 0;
+            if (iy1 > p->h) iy1 = p->h;
+            for (int ox = 0; ox < p->ow; ox++) {
+                int ix0 = ox * p->s - p->pl, ix1 = ix0 + p->k;
+                if (ix0 < 0) ix0 = 0;
+                if (ix1 > p->w) ix1 = p->w;
+                if (iy1 <= iy0 || ix1 <= ix0) continue;
+                float inv = 1.0f / (float)((iy1 - iy0) * (ix1 - ix0));
+                const float *dy = p->dy + ((img * p->oh + oy) * p->ow + ox) * c;
+                for (int iy = iy0; iy < iy1; iy++)
+                    for (int ix = ix0; ix < ix1; ix++) {
+                        float *dx = p->dx + ((img * p->h + iy) * p->w + ix) * c;
+                        for (int ch = 0; ch < c; ch++) dx[ch] += dy[ch] * inv;
+                    }
+            }
+        }
+    }
+}
+
+static sl_status cpu_avgpool_backward(sl_backend *b, const float *dy, int n, int h, int w, int c, int k, int s,
+                                      int pad_top, int pad_left, int oh, int ow, float *dx) {
+    sl_status st = conv_check("avgpool_backward", n, h, w, c, k, k, s, oh, ow);
+    if (st) return st;
+    pool_ctx p = {.dy = dy, .dx = dx, .n = n, .h = h, .w = w, .c = c, .k = k, .s = s, .pt = pad_top,
+                  .pl = pad_left, .oh = oh, .ow = ow};
+    par_for((cpu_backend *)b, (size_t)n, (size_t)n * oh * ow * c * k * k, avgpool_bwd_images, &p);
+    return SL_OK;
+}
+
+/* ---- loss ---------------------------------------------------------------------------- */
+
+typedef struct xent_ctx {
+    const float *logits;
+    const int32_t *labels;
+    int k;
+    float scale;
+    float *dlogits;
+    double *row_loss;
+    unsigned char *row_ok;
+} xent_ctx;
+
+static void xent_rows(void *vc, size_t lo, size_t hi) {
+    const xent_ctx *c = vc;
+    const int k = c->k;
+    for (size_t r = lo; r < hi; r++) {
+        const float *z = c->logits + r * k;
+        int arg = 0;
+        float mx = z[0];
+        for (int j = 1; j < k; j++)
+            if (z[j] > mx) { mx = z[j]; arg = j; }
+        double sum = 0.0;
+        for (int j = 0; j < k; j++) sum += exp((double)z[j] - mx);
+        int lab = c->labels[r];
+        c->row_loss[r] = log(sum) - ((double)z[lab] - mx);
+        c->row_ok[r] = arg == lab;
+        if (c->dlogits) {
+            float *d = c->dlogits + r * k;
+            double inv = 1.0 / sum;
+            for (int j = 0; j < k; j++) {
+                double p = exp((double)z[j] - mx) * inv;
+                d[j] = (float)((p - (j == lab ? 1.0 : 0.0)) * c->scale);
+            }
+        }
+    }
+}
+
+static sl_status cpu_softmax_xent(sl_backend *bb, const float *logits, const int32_t *labels, int n, int k,
+                                  float grad_scale, float *dlogits, double *loss_sum_host, int64_t *correct_host) {
+    if (n < 0 || k <= 0) return sl_err(SL_EINVAL, "softmax_xent: bad size %d rows of %d logits", n, k);
+    for (int r = 0; r < n; r++)
+        if (labels[r] < 0 || labels[r] >= k)
+            return sl_err(SL_ERANGE, "softmax_xent: label %d of row %d is outside 0..%d", (int)labels[r], r, k - 1);
+    double *row_loss = malloc((size_t)(n ? n : 1) * (sizeof(double) + 1));
+    if (!row_loss) return sl_err(SL_ENOMEM, "softmax_xent: out of memory");
+    xent_ctx c = {logits, labels, k, grad_scale, dlogits, row_loss, (unsigned char *)(row_loss + n)};
+    par_for((cpu_backend *)bb, (size_t)n, (size_t)n * k * 8, xent_rows, &c);
+    double loss = 0.0;
+    int64_t ok = 0;
+    for (int r = 0; r < n; r++) { /* fixed order: the sum does not depend on threads */
+        loss += row_loss[r];
+        ok += c.row_ok[r];
+    }
+    free(row_loss);
+    if (loss_sum_host) *loss_sum_host = loss;
+    if (correct_host) *correct_host = ok;
+    return SL_OK;
+}
+
+/* ---- dropout ------------------------------------------------------------------------- */
+
+typedef struct drop_ctx {
+    const float *x, *dy, *mask;
+    float *y, *m, *dx;
+    uint64_t thr, seed;
+    float keep_scale;
+} drop_ctx;
+
+static void dropout_fwd_range(void *vc, size_t lo, size_t hi) {
+    const drop_ctx *c = vc;
+    for (size_t i = lo; i < hi; i++) {
+        float m = (uint64_t)sl__bk_rand_u32(c->seed, i) >= c->thr ? c->keep_scale : 0.0f;
+        c->m[i] = m;
+        c->y[i] = c->x[i] * m;
+    }
+}
+
+static sl_status cpu_dropout_forward(sl_backend *b, const float *x, float *y, float *mask, size_t n, float rate,
+                                     uint64_t seed) {
+    if (!(rate >= 0.0f && rate < 1.0f)) return sl_err(SL_EINVAL, "dropout: rate %g must be in [0, 1)", rate);
+    drop_ctx c = {.x = x, .y = y, .m = mask, .thr = (uint64_t)((double)rate * 4294967296.0), .seed = seed,
+                  .keep_scale = 1.0f / (1.0f - rate)};
+    par_for((cpu_backend *)b, n, 8 * n, dropout_fwd_range, &c);
+    return SL_OK;
+}
+
+static void dropout_bwd_range(void *vc, size_t lo, size_t hi) {
+    const drop_ctx *c = vc;
+    for (size_t i = lo; i < hi; i++) c->dx[i] += c->dy[i] * c->mask[i];
+}
+
+static sl_status cpu_dropout_backward(sl_backend *b, const float *dy, const float *mask, float *dx, size_t n) {
+    drop_ctx c = {.dy = dy, .mask = mask, .dx = dx};
+    par_for((cpu_backend *)b, n, 3 * n, dropout_bwd_range, &c);
+    return SL_OK;
+}
+
+/* ---- batch normalization ------------------------------------------------------------- */
+
+/* Per-channel sums over rows, in double, in BN_BLOCKS fixed blocks of rows (one partial row
+ * of sums each, added in block order): threaded, yet the same bits for any thread count.
+ * Channels are contiguous, so every inner loop runs along a row. */
+#define BN_BLOCKS 16
+
+enum { BN_SUM_X, BN_SUM_SQ, BN_SUM_DY };
+
+typedef struct bn_ctx {
+    const float *x, *dy;
+    float *y, *dx;
+    size_t rows;
+    int c, mode;
+    const double *mean;       /* BN_SUM_SQ */
+    const float *smean, *sinv; /* BN_SUM_DY / backward: saved statistics */
+    const float *scale, *shift; /* forward apply */
+    const double *sdy, *sdyx; /* backward apply */
+    const float *gamma;
+    double *part;             /* [BN_BLOCKS][2c] */
+} bn_ctx;
+
+static void bn_sum_blocks(void *vc, size_t lo, size_t hi) {
+    const bn_ctx *k = vc;
+    const int c = k->c;
+    for (size_t blk = lo; blk < hi; blk++) {
+        double *p = k->part + blk * 2 * (size_t)c, *q = p + c;
+        size_t r0 = k->rows * blk / BN_BLOCKS, r1 = k->rows * (blk + 1) / BN_BLOCKS;
+        for (int j = 0; j < 2 * c; j++) p[j] = 0.0;
+        for (size_t r = r0; r < r1; r++) {
+            const float *x = k->x + r * c;
+            if (k->mode == BN_SUM_X) {
+                for (int j = 0; j < c; j++) p[j] += x[j];
+            } else if (k->mode == BN_SUM_SQ) {
+                for (int j = 0; j < c; j++) {
+                    double d = x[j] - k->mean[j];
+                    p[j] += d * d;
+                }
+            } else {
+                const float *dy = k->dy + r * c;
+                for (int j = 0; j < c; j++) {
+                    p[j] += dy[j];
+                    q[j] += dy[j] * (((double)x[j] - k->smean[j]) * k->sinv[j]);
+                }
+            }
+        }
+    }
+}
+
+/* Sum the blocks' partials into out[0..2c) in block order. */
+static void bn_sums(cpu_backend *b, bn_ctx *k, double *out) {
+    par_for(b, BN_BLOCKS, k->rows * (size_t)k->c * 2, bn_sum_blocks, k);
+    for (int j = 0; j < 2 * k->c; j++) out[j] = 0.0;
+    for (size_t blk = 0; blk < BN_BLOCKS; blk++)
+        for (int j = 0; j < 2 * k->c; j++) out[j] += k->part[blk * 2 * (size_t)k->c + j];
+}
+
+static void bn_apply_rows(void *vc, size_t lo, size_t hi) {
+    const bn_ctx *k = vc;
+    const int c = k->c;
+    for (size_t r = lo; r < hi; r++) {
+        const float *x = k->x + r * c;
+        float *y = k->y + r * c;
+        for (int j = 0; j < c; j++) y[j] = x[j] * k->scale[j] + k->shift[j];
+    }
+}
+
+static void bn_dx_rows(void *vc, size_t lo, size_t hi) {
+    const bn_ctx *k = vc;
+    const int c = k->c;
+    const double inv_n = 1.0 / (double)k->rows;
+    for (size_t r = lo; r < hi; r++) {
+        const float *x = k->x + r * c, *dy = k->dy + r * c;
+        float *dx = k->dx + r * c;
+        for (int j = 0; j < c; j++) {
+            double xh = ((double)x[j] - k->smean[j]) * k->sinv[j];
+            double g = (double)k->gamma[j] * k->sinv[j];
+            dx[j] += (float)(g * (dy[j] - k->sdy[j] * inv_n - xh * k->sdyx[j] * inv_n));
+        }
+    }
+}
+
+static sl_status cpu_batchnorm_forward(sl_backend *bb, const float *x, float *y, size_t rows, int c,
+                                       const float *gamma, const float *beta, float *running_mean,
+                                       float *running_var, float momentum, float eps, bool training,
+                                       float *save_mean, float *save_invstd) {
+    cpu_backend *b = (cpu_backend *)bb;
+    if (c <= 0) return sl_err(SL_EINVAL, "batchnorm_forward: %d channels", c);
+    if (training && rows == 0) return sl_err(SL_EINVAL, "batchnorm_forward: training on 0 rows");
+    double *acc = malloc(((size_t)BN_BLOCKS + 2) * 2 * (size_t)c * sizeof(double));
+    float *scale = malloc((size_t)c * 2 * sizeof(float));
+    if (!acc || !scale) {
+        free(acc);
+        free(scale);
+        return sl_err(SL_ENOMEM, "batchnorm_forward: out of memory");
+    }
+    double *mean = acc, *var = acc + 2 * (size_t)c; /* each [2c]: only the first c used */
+    float *shift = scale + c;
+    bn_ctx k = {.x = x, .y = y, .rows = rows, .c = c, .part = acc + 4 * (size_t)c};
+    if (training) {
+        k.mode = BN_SUM_X;
+        bn_sums(b, &k, mean);
+        for (int j = 0; j < c; j++) mean[j] /= (double)rows;
+        k.mode = BN_SUM_SQ;
+        k.mean = mean;
+        bn_sums(b, &k, var);
+        for (int j = 0; j < c; j++) {
+            double v = var[j] / (double)rows;
+            double unbiased = rows > 1 ? var[j] / (double)(rows - 1) : v;
+            double inv = 1.0 / sqrt(v + eps);
+            if (save_mean) save_mean[j] = (float)mean[j];
+            if (save_invstd) save_invstd[j] = (float)inv;
+            running_mean[j] = (float)((1.0 - momentum) * running_mean[j] + momentum * mean[j]);
+            running_var[j] = (float)((1.0 - momentum) * running_var[j] + momentum * unbiased);
+            scale[j] = (float)(gamma[j] * inv);
+            shift[j] = (float)(beta[j] - mean[j] * gamma[j] * inv);
+        }
+    } else {
+        for (int j = 0; j < c; j++) {
+            double inv = 1.0 / sqrt((double)running_var[j] + eps);
+            scale[j] = (float)(gamma[j] * inv);
+            shift[j] = (float)(beta[j] - running_mean[j] * gamma[j] * inv);
+        }
+    }
+    k.scale = scale;
+    k.shift = shift;
+    par_for(b, rows, 2 * rows * (size_t)c, bn_apply_rows, &k);
+    free(acc);
+    free(scale);
+    return SL_OK;
+}
+
+static sl_status cpu_batchnorm_backward(sl_backend *bb, const float *x, const float *dy, size_t rows, int c,
+                                        const float *gamma, const float *save_mean, const float *save_invstd,
+                                        float *dx, float *dgamma, float *dbeta) {
+    cpu_backend *b = (cpu_backend *)bb;
+    if (c <= 0 || rows == 0) return sl_err(SL_EINVAL, "batchnorm_backward: %zu rows of %d channels", rows, c);
+    double *acc = malloc(((size_t)BN_BLOCKS + 1) * 2 * (size_t)c * sizeof(double));
+    if (!acc) return sl_err(SL_ENOMEM, "batchnorm_backward: out of memory");
+    double *sums = acc; /* sum dy, then sum dy * xhat */
+    bn_ctx k = {.x = x, .dy = dy, .dx = dx, .rows = rows, .c = c, .mode = BN_SUM_DY, .smean = save_mean,
+                .sinv = save_invstd, .gamma = gamma, .part = acc + 2 * (size_t)c};
+    bn_sums(b, &k, sums);
+    for (int j = 0; j < c; j++) {
+        dbeta[j] += (float)sums[j];
+        dgamma[j] += (float)sums[c + j];
+    }
+    k.sdy = sums;
+    k.sdyx = sums + c;
+    par_for(b, rows, 4 * rows * (size_t)c, bn_dx_rows, &k);
+    free(acc);
+    return SL_OK;
+}
+
+/* ---- optimizers ---------------------------------------------------------------------- */
+
+typedef struct opt_ctx {
+    float *p, *vel, *m, *v;
+    const float *g;
+    float lr, momentum, wd, b1, b2, eps;
+    bool nesterov, decoupled;
+    float bc1, bc2sqrt; /* Adam: 1 - b1^t and sqrt(1 - b2^t) */
+} opt_ctx;
+
+static void sgd_range(void *vc, size_t lo, size_t hi) {
+    const opt_ctx *c = vc;
+    float *p = c->p, *vel = c->vel;
+    const float *g = c->g;
+    const float lr = c->lr, mom = c->momentum, wd = c->wd;
+    if (!vel) {
+        for (size_t i = lo; i < hi; i++) p[i] -= lr * (g[i] + wd * p[i]);
+        return;
+    }
+    if (c->nesterov) {
+        for (size_t i = lo; i < hi; i++) {
+            float gg = g[i] + wd * p[i];
+            float v = mom * vel[i] + gg;
+            vel[i] = v;
+            p[i] -= lr * (gg + mom * v);
+        }
+    } else {
+        for (size_t i = lo; i < hi; i++) {
+            float v = mom * vel[i] + (g[i] + wd * p[i]);
+            vel[i] = v;
+            p[i] -= lr * v;
+        }
+    }
+}
+
+static sl_status cpu_sgd_step(sl_backend *b, float *p, const float *g, float *vel, size_t n, float lr,
+                              float momentum, bool nesterov, float weight_decay) {
+    opt_ctx c = {.p = p, .g = g, .vel = momentum != 0.0f ? vel : NULL, .lr = lr, .momentum = momentum,
+                 .nesterov = nesterov, .wd = weight_decay};
+    if (c.vel == NULL && momentum != 0.0f) return sl_err(SL_EINVAL, "sgd_step: momentum %g needs a velocity buffer", momentum);
+    par_for((cpu_backend *)b, n, 4 * n, sgd_range, &c);
+    return SL_OK;
+}
+
+static void adam_range(void *vc, size_t lo, size_t hi) {
+    const opt_ctx *c = vc;
+    float *p = c->p, *m = c->m, *v = c->v;
+    const float *g = c->g;
+    const float b1 = c->b1, b2 = c->b2, eps = c->eps, wd = c->wd;
+    const float step = c->lr / c->bc1, bc2s = c->bc2sqrt;
+    const float decay = c->decoupled ? 1.0f - c->lr * wd : 1.0f;
+    const float l2 = c->decoupled ? 0.0f : wd;
+    for (size_t i = lo; i < hi; i++) {
+        float pi = p[i] * decay;
+        float gg = g[i] + l2 * p[i];
+        float mi = b1 * m[i] + (1.0f - b1) * gg;
+        float vi = b2 * v[i] + (1.0f - b2) * gg * gg;
+        m[i] = mi;
+        v[i] = vi;
+        p[i] = pi - step * mi / (sqrtf(vi) / bc2s + eps);
+    }
+}
+
+static sl_status cpu_adam_step(sl_backend *b, float *p, const float *g, float *m, float *v, size_t n, float lr,
+                               float beta1, float beta2, float eps, float weight_decay, bool decoupled, int64_t t) {
+    if (t < 1) return sl_err(SL_EINVAL, "adam_step: step count %lld must be >= 1", (long long)t);
+    opt_ctx c = {.p = p, .g = g, .m = m, .v = v, .lr = lr, .b1 = beta1, .b2 = beta2, .eps = eps,
+                 .wd = weight_decay, .decoupled = decoupled,
+                 .bc1 = (float)(1.0 - pow(beta1, (double)t)),
+                 .bc2sqrt = (float)sqrt(1.0 - pow(beta2, (double)t))};
+    par_for((cpu_backend *)b, n, 6 * n, adam_range, &c);
+    return SL_OK;
+}
+
+static sl_status cpu_sum_squares(sl_backend *b, const float *x, size_t n, double *out_host) {
+    double s = 0.0;
+    for (size_t i = 0; i < n; i++) s += (double)x[i] * x[i];
+    *out_host = s;
+    return SL_OK;
+}
+
+static void cpu_host_free(sl_backend *b, void *p) { free(p); }
+
+static const sl_backend_ops CPU_OPS = {
+    .name = "cpu",
+    .destroy = cpu_destroy,
+    .alloc = cpu_alloc,
+    .free = cpu_free,
+    .to_device = cpu_memcpy,
+    .to_host = cpu_memcpy,
+    .copy = cpu_memcpy,
+    .host_alloc = cpu_alloc,
+    .host_free = cpu_host_free,
+    .to_device_async = cpu_memcpy,
+    .wait_copies = cpu_nop,
+    .sync = cpu_nop,
+    .gemm = cpu_gemm,
+    .fill = cpu_fill,
+    .axpy = cpu_axpy,
+    .scale = cpu_scale,
+    .bias_add = cpu_bias_add,
+    .bias_grad = cpu_bias_grad,
+    .act_forward = cpu_act_forward,
+    .act_backward = cpu_act_backward,
+    .im2col = cpu_im2col,
+    .col2im = cpu_col2im,
+    .maxpool_forward = cpu_maxpool_forward,
+    .maxpool_backward = cpu_maxpool_backward,
+    .avgpool_forward = cpu_avgpool_forward,
+    .avgpool_backward = cpu_avgpool_backward,
+    .softmax_xent = cpu_softmax_xent,
+    .dropout_forward = cpu_dropout_forward,
+    .dropout_backward = cpu_dropout_backward,
+    .batchnorm_forward = cpu_batchnorm_forward,
+    .batchnorm_backward = cpu_batchnorm_backward,
+    .sgd_step = cpu_sgd_step,
+    .adam_step = cpu_adam_step,
+    .sum_squares = cpu_sum_squares,
+};
+
+sl_status sl__backend_cpu_new(int threads, sl_backend **out) {
+    *out = NULL;
+    if (threads < 0) return sl_err(SL_EINVAL, "cpu backend: threads %d must be >= 0 (0: all cores)", threads);
+    if (threads == 0) threads = sl_cpu_count();
+    cpu_backend *b = calloc(1, sizeof *b);
+    if (!b) return sl_err(SL_ENOMEM, "cpu backend: out of memory");
+    b->base.ops = &CPU_OPS;
+    b->threads = threads;
+    if (threads > 1) {
+        sl_status s = sl_pool_create(threads - 1, &b->pool);
+        if (s) {
+            free(b);
+            return s;
+        }
+    }
+    /* Our pool splits the GEMMs; each OpenBLAS call stays on the thread that makes it. */
+    openblas_set_num_threads(1);
+    *out = &b->base;
+    return SL_OK;
+}

@@ -1,0 +1,972 @@
+/* Sequential models on a backend: layer shapes, one allocation each for parameters,
+ * gradients and activations, seeded initialisation, and the forward/backward passes of a
+ * train or eval step (softmax cross-entropy at the end).
+ *
+ * Workload: small image/vector classifiers (Fashion-MNIST MLP and CNN) trained step after
+ * step at a fixed max_batch; the model allocates nothing per step. Every activation has its
+ * own buffer [max_batch, size] and its gradient another, except flatten, which is a view of
+ * its input. Each layer's backward SETS its input gradient (one layer reads each
+ * activation), so buffers that ops accumulate into are zeroed just before; the first layer
+ * computes no input gradient unless asked (sl__model_input_grad). Convolutions run a few
+ * images at a time through one shared im2col buffer (see CONV_CHUNK_FLOATS) and backward
+ * recomputes it. Dropout masks come from (seed, train steps taken, layer index).
+ * Parameter layout: all trainable tensors first (layer order: kernel then bias, gamma then
+ * beta), then batchnorm running statistics, which no optimizer touches. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "train/model_priv.h"
+
+typedef struct layer {
+    sl_layer_kind kind;
+    char name[32];
+    int rank;          /* of the per-example output shape */
+    int64_t shape[3];  /* per-example output shape */
+    size_t in_size, out_size; /* floats per example */
+    /* geometry (CONV2D / POOL): input h x w x c, output oh x ow x oc */
+    int h, w, c, oh, ow, oc, kh, kw, stride, pt, pl;
+    sl_act act;
+    float rate, momentum, eps;
+    bool has_params;
+    size_t w_off, b_off, nw, nb;  /* kernel/bias or gamma/beta, floats into params */
+    size_t rm_off, rv_off;        /* BATCHNORM running mean/var */
+    float *out, *dout;            /* activation and its gradient [max_batch, out_size] */
+    bool direct;                  /* CONV2D 1x1, stride 1, unpadded: the input is its own im2col */
+    int chunk;                    /* CONV2D: images per im2col + GEMM pass */
+    int32_t *argmax;              /* MAXPOOL */
+    float *mask;                  /* DROPOUT */
+    float *save_mean, *save_invstd; /* BATCHNORM */
+    bool need_dx;                 /* a layer before this one has parameters (or input grad wanted) */
+} layer;
+
+typedef struct pview {
+    char name[64];
+    size_t off;
+    int rank;
+    int64_t dims[4];
+} pview;
+
+#define NSLOTS 3 /* device input slots: two for prefetch, one for plain uploads */
+
+struct sl_model {
+    sl_backend *bk;
+    bool is_cpu;
+    sl_model_opts opts;
+    int in_rank;
+    int64_t in_shape[3];
+    size_t in_size;
+    int nl;
+    layer *L;
+    int classes;
+    float *params, *grads;
+    size_t n_params, n_train;
+    void *act_mem;   /* every activation, gradient and per-layer buffer */
+    float *scratch_a;             /* pre-activation gradients */
+    float *col, *dcol;            /* one conv chunk's im2col and its gradient */
+    float *in_grad;  /* [max_batch, in_size] when the input gradient is wanted */
+    bool want_in_grad;
+    int npv;
+    pview *pv;
+    uint64_t steps;  /* train steps taken: dropout seeds */
+    int32_t *labels_host; /* [max_batch] int32 conversion */
+    /* inputs on non-CPU backends */
+    float *x_dev[NSLOTS];
+    int32_t *y_dev[NSLOTS];
+    void *stage[2];          /* pinned host staging for prefetch slots 0, 1 */
+    const sl_tensor *pre_x[2], *pre_y[2];
+    int64_t pre_b[2];
+    bool pre_valid[2];
+    int pre_next;
+    uint64_t nstaged;        /* steps that have consumed device inputs */
+    uint64_t slot_used[2];   /* nstaged value of the step that last read each prefetch slot */
+};
+
+sl_model_opts sl_model_opts_default(void) {
+    return (sl_model_opts){.backend = SL_BACKEND_AUTO, .threads = 0, .cuda_device = 0, .seed = 0, .max_batch = 128};
+}
+
+static const char *kind_base(sl_layer_kind k) {
+    switch (k) {
+    case SL_LAYER_INPUT: return "input";
+    case SL_LAYER_FLATTEN: return "flatten";
+    case SL_LAYER_DENSE: return "dense";
+    case SL_LAYER_CONV2D: return "conv2d";
+    case SL_LAYER_MAXPOOL: return "max_pooling2d";
+    case SL_LAYER_AVGPOOL: return "average_pooling2d";
+    case SL_LAYER_DROPOUT: return "dropout";
+    case SL_LAYER_BATCHNORM: return "batch_normalization";
+    case SL_LAYER_RELU: return "relu";
+    case SL_LAYER_TANH: return "tanh";
+    case SL_LAYER_SIGMOID: return "sigmoid";
+    }
+    return "layer";
+}
+
+static const char *kind_class(sl_layer_kind k) {
+    switch (k) {
+    case SL_LAYER_INPUT: return "InputLayer";
+    case SL_LAYER_FLATTEN: return "Flatten";
+    case SL_LAYER_DENSE: return "Dense";
+    case SL_LAYER_CONV2D: return "Conv2D";
+    case SL_LAYER_MAXPOOL: return "MaxPooling2D";
+    case SL_LAYER_AVGPOOL: return "AveragePooling2D";
+    case SL_LAYER_DROPOUT: return "Dropout";
+    case SL_LAYER_BATCHNORM: return "BatchNormalization";
+    case SL_LAYER_RELU: return "ReLU";
+    case SL_LAYER_TANH: return "Activation";
+    case SL_LAYER_SIGMOID: return "Activation";
+    }
+    return "Layer";
+}
+
+/* ---- portable seeded random numbers (host only) ------------------------------------- */
+
+static uint64_t splitmix(uint64_t *s) {
+    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+static double unif01(uint64_t *s) { /* (0, 1] */
+    return ((double)(splitmix(s) >> 11) + 1.0) * (1.0 / 9007199254740992.0);
+}
+
+static void init_tensor(float *dst, size_t n, uint64_t seed, int tensor_index, bool he, size_t fan_in,
+                        size_t fan_out) {
+    uint64_t s = seed ^ (0x5a17ce0000000000ull + (uint64_t)tensor_index * 0x100000001b3ull);
+    splitmix(&s);
+    if (he) {
+        double sd = sqrt(2.0 / (double)fan_in);
+        for (size_t i = 0; i < n; i += 2) {
+            double u1 = unif01(&s), u2 = unif01(&s);
+            double r = sqrt(-2.0 * log(u1));
+            dst[i] = (float)(sd * r * cos(2.0 * M_PI * u2));
+            if (i + 1 < n) dst[i + 1] = (float)(sd * r * sin(2.0 * M_PI * u2));
+        }
+    } else {
+        double lim = sqrt(6.0 / (double)(fan_in + fan_out));
+        for (size_t i = 0; i < n; i++) dst[i] = (float)((2.0 * unif01(&s) - 1.0) * lim);
+    }
+}
+
+/* ---- shapes --------------------------------------------------------------------------- */
+
+static sl_status geometry(const char *name, const char *what, int in_h, int in_w, int kh, int kw, int stride,
+                          sl_padding pad, int *oh, int *ow, int *pt, int *pl) {
+    if (pad == SL_PAD_SAME) {
+        *oh = (in_h + stride - 1) / stride;
+        *ow = (in_w + stride - 1) / stride;
+        int th = (*oh - 1) * stride + kh - in_h, tw = (*ow - 1) * stride + kw - in_w;
+        *pt = th > 0 ? th / 2 : 0;
+        *pl = tw > 0 ? tw / 2 : 0;
+    } else if (pad == SL_PAD_VALID) {
+        if (kh > in_h || kw > in_w)
+            return sl_err(SL_EINVAL, "%s: %s %dx%d larger than its %dx%d input", name, what, kh, kw, in_h, in_w);
+        *oh = (in_h - kh) / stride + 1;
+        *ow = (in_w - kw) / stride + 1;
+        *pt = *pl = 0;
+    } else {
+        return sl_err(SL_EINVAL, "%s: unknown padding %d", name, (int)pad);
+    }
+    return SL_OK;
+}
+
+static void shape_str(const int64_t *d, int rank, char *out, size_t cap) {
+    size_t o = 0;
+    out[0] = 0;
+    for (int i = 0; i < rank && o < cap; i++) o += (size_t)snprintf(out + o, cap - o, i ? "x%lld" : "%lld", (long long)d[i]);
+}
+
+static bool relu_follows(const sl_layer_spec *s, int i, int n) {
+    if (s[i].activation == 1) return true;
+    for (int j = i + 1; j < n; j++) {
+        if (s[j].kind == SL_LAYER_RELU) return true;
+        if (s[j].kind != SL_LAYER_DROPOUT && s[j].kind != SL_LAYER_BATCHNORM) return false;
+    }
+    return false;
+}
+
+static sl_status add_view(sl_model *m, const char *lname, const char *suffix, size_t off, int rank,
+                          const int64_t *dims) {
+    pview *v = &m->pv[m->npv++];
+    snprintf(v->name, sizeof v->name, "%s/%s", lname, suffix);
+    v->off = off;
+    v->rank = rank;
+    for (int i = 0; i < 4; i++) v->dims[i] = i < rank ? dims[i] : 0;
+    return SL_OK;
+}
+
+/* Work out every layer's shapes, geometry and parameter offsets. */
+static sl_status plan_layers(sl_model *m, const sl_layer_spec *specs, int n) {
+    if (n < 2) return sl_err(SL_EINVAL, "model: needs an input layer and at least one dense layer (got %d layer%s)", n, n == 1 ? "" : "s");
+    const sl_layer_spec *in = &specs[0];
+    if (in->kind != SL_LAYER_INPUT) return sl_err(SL_EINVAL, "model: layer 0 must be input, got %s", kind_base(in->kind));
+    if (in->rank < 1 || in->rank > 3) return sl_err(SL_EINVAL, "model: input rank %d must be 1..3", in->rank);
+    m->in_rank = in->rank;
+    m->in_size = 1;
+    for (int i = 0; i < in->rank; i++) {
+        if (in->shape[i] <= 0 || in->shape[i] > (1 << 24)) return sl_err(SL_EINVAL, "model: input dimension %d is %lld", i, (long long)in->shape[i]);
+        m->in_shape[i] = in->shape[i];
+        m->in_size *= (size_t)in->shape[i];
+    }
+    m->nl = n - 1;
+    m->L = calloc((size_t)m->nl, sizeof(layer));
+    m->pv = calloc((size_t)m->nl * 4 + 1, sizeof(pview));
+    if (!m->L || !m->pv) return sl_err(SL_ENOMEM, "model: out of memory");
+    int counts[SL_LAYER_SIGMOID + 1] = {0};
+    int rank = in->rank;
+    int64_t shape[3] = {in->shape[0], in->rank > 1 ? in->shape[1] : 0, in->rank > 2 ? in->shape[2] : 0};
+    size_t size = m->in_size, off = 0, stat_floats = 0;
+    bool params_before = false;
+    for (int li = 0; li < m->nl; li++) {
+        const sl_layer_spec *s = &specs[li + 1];
+        layer *l = &m->L[li];
+        l->kind = s->kind;
+        if (s->kind < SL_LAYER_INPUT || s->kind > SL_LAYER_SIGMOID) return sl_err(SL_EINVAL, "model: layer %d has unknown kind %d", li + 1, (int)s->kind);
+        if (s->name[0]) snprintf(l->name, sizeof l->name, "%s", s->name);
+        else snprintf(l->name, sizeof l->name, "%s_%d", kind_base(s->kind), ++counts[s->kind]);
+        for (int j = 0; j < li; j++)
+            if (strcmp(m->L[j].name, l->name) == 0) return sl_err(SL_EINVAL, "model: layer %d: name '%s' is used twice", li + 1, l->name);
+        const char *nm = l->name;
+        char shp[64];
+        shape_str(shape, rank, shp, sizeof shp);
+        l->in_size = size;
+        l->need_dx = params_before;
+        switch (s->kind) {
+        case SL_LAYER_INPUT:
+            return sl_err(SL_EINVAL, "model: layer %d (%s): input must be the first layer only", li + 1, nm);
+        case SL_LAYER_FLATTEN:
+            rank = 1;
+            shape[0] = (int64_t)size;
+            break;
+        case SL_LAYER_DENSE: {
+            if (rank != 1) {
+                sl_err(SL_EINVAL, "model: layer %d (%s): dense needs a vector input, got %s", li + 1, nm, shp);
+                sl_err_hint("add a flatten layer before it");
+                return SL_EINVAL;
+            }
+            if (s->units <= 0) return sl_err(SL_EINVAL, "model: layer %d (%s): units %d must be > 0", li + 1, nm, s->units);
+            if (s->activation < 0 || s->activation > 3) return sl_err(SL_EINVAL, "model: layer %d (%s): unknown activation %d", li + 1, nm, s->activation);
+            l->act = (sl_act)s->activation;
+            l->has_params = true;
+            l->nw = size * (size_t)s->units;
+            l->nb = (size_t)s->units;
+            l->w_off = off;
+            off += l->nw;
+            l->b_off = off;
+            off += l->nb;
+            int64_t kd[2] = {(int64_t)size, s->units}, bd[1] = {s->units};
+            add_view(m, nm, "kernel", l->w_off, 2, kd);
+            add_view(m, nm, "bias", l->b_off, 1, bd);
+            shape[0] = s->units;
+            break;
+        }
+        case SL_LAYER_CONV2D:
+        case SL_LAYER_MAXPOOL:
+        case SL_LAYER_AVGPOOL: {
+            bool conv = s->kind == SL_LAYER_CONV2D;
+            if (rank != 3) return sl_err(SL_EINVAL, "model: layer %d (%s): needs an image input h x w x c, got %s", li + 1, nm, shp);
+            l->kh = s->kh;
+            l->kw = s->kw ? s->kw : s->kh;
+            if (l->kh <= 0 || l->kw <= 0) return sl_err(SL_EINVAL, "model: layer %d (%s): %s size %dx%d must be > 0", li + 1, nm, conv ? "kernel" : "pool", s->kh, s->kw);
+            l->stride = s->stride ? s->stride : (conv ? 1 : l->kh);
+            if (l->stride < 0) return sl_err(SL_EINVAL, "model: layer %d (%s): stride %d must be > 0", li + 1, nm, s->stride);
+            if (!conv && l->kh != l->kw) return sl_err(SL_EINVAL, "model: layer %d (%s): pool window %dx%d must be square", li + 1, nm, l->kh, l->kw);
+            l->h = (int)shape[0];
+            l->w = (int)shape[1];
+            l->c = (int)shape[2];
+            char who[96];
+            snprintf(who, sizeof who, "model: layer %d (%s)", li + 1, nm);
+            sl_status st = geometry(who, conv ? "kernel" : "pool", l->h, l->w, l->kh, l->kw, l->stride, s->padding,
+                                    &l->oh, &l->ow, &l->pt, &l->pl);
+            if (st) return st;
+            if (conv) {
+                if (s->filters <= 0) return sl_err(SL_EINVAL, "model: layer %d (%s): filters %d must be > 0", li + 1, nm, s->filters);
+                if (s->activation < 0 || s->activation > 3) return sl_err(SL_EINVAL, "model: layer %d (%s): unknown activation %d", li + 1, nm, s->activation);
+                l->act = (sl_act)s->activation;
+                l->oc = s->filters;
+                l->has_params = true;
+                l->nw = (size_t)l->kh * l->kw * l->c * l->oc;
+                l->nb = (size_t)l->oc;
+                l->w_off = off;
+                off += l->nw;
+                l->b_off = off;
+                off += l->nb;
+                int64_t kd[4] = {l->kh, l->kw, l->c, l->oc}, bd[1] = {l->oc};
+                add_view(m, nm, "kernel", l->w_off, 4, kd);
+                add_view(m, nm, "bias", l->b_off, 1, bd);
+            } else {
+                l->oc = l->c;
+            }
+            shape[0] = l->oh;
+            shape[1] = l->ow;
+            shape[2] = l->oc;
+            break;
+        }
+        case SL_LAYER_DROPOUT:
+            if (!(s->rate >= 0.0f && s->rate < 1.0f)) return sl_err(SL_EINVAL, "model: layer %d (%s): rate %g must be in [0, 1)", li + 1, nm, s->rate);
+            l->rate = s->rate;
+            break;
+        case SL_LAYER_BATCHNORM: {
+            l->momentum = s->momentum ? s->momentum : 0.01f;
+            l->eps = s->eps ? s->eps : 1e-3f;
+            if (!(l->momentum > 0.0f && l->momentum <= 1.0f)) return sl_err(SL_EINVAL, "model: layer %d (%s): momentum %g must be in (0, 1]", li + 1, nm, l->momentum);
+            if (!(l->eps > 0.0f)) return sl_err(SL_EINVAL, "model: layer %d (%s): eps %g must be > 0", li + 1, nm, l->eps);
+            l->c = (int)shape[rank - 1];
+            l->has_params = true;
+            l->nw = l->nb = (size_t)l->c;
+            l->w_off = off;
+            off += l->nw;
+            l->b_off = off;
+            off += l->nb;
+            l->rm_off = stat_floats; /* relative until the trainable size is known */
+            l->rv_off = stat_floats + (size_t)l->c;
+            stat_floats += 2 * (size_t)l->c;
+            break;
+        }
+        case SL_LAYER_RELU: l->act = SL_ACT_RELU; break;
+        case SL_LAYER_TANH: l->act = SL_ACT_TANH; break;
+        case SL_LAYER_SIGMOID: l->act = SL_ACT_SIGMOID; break;
+        }
+        l->rank = rank;
+        size = 1;
+        for (int i = 0; i < rank; i++) {
+            l->shape[i] = shape[i];
+            size *= (size_t)shape[i];
+        }
+        l->out_size = size;
+        if (l->has_params) params_before = true;
+    }
+    layer *last = &m->L[m->nl - 1];
+    if (last->kind != SL_LAYER_DENSE || last->act != SL_ACT_NONE) {
+        sl_err(SL_EINVAL, "model: the last layer (%s) must be dense with no activation: it gives the logits", last->name);
+        sl_err_hint("end the model with `dense CLASSES` (softmax is part of the loss)");
+        return SL_EINVAL;
+    }
+    m->classes = (int)last->shape[0];
+    m->n_train = off;
+    m->n_params = off + stat_floats;
+    /* Views in layer order; batchnorm's four tensors together. */
+    int nv = 0;
+    pview *ordered = calloc((size_t)m->nl * 4 + 1, sizeof(pview));
+    if (!ordered) return sl_err(SL_ENOMEM, "model: out of memory");
+    int dense_conv_seen = 0;
+    for (int li = 0; li < m->nl; li++) {
+        layer *l = &m->L[li];
+        if (l->kind == SL_LAYER_DENSE || l->kind == SL_LAYER_CONV2D) {
+            ordered[nv++] = m->pv[dense_conv_seen++];
+            ordered[nv++] = m->pv[dense_conv_seen++];
+        } else if (l->kind == SL_LAYER_BATCHNORM) {
+            l->rm_off += off;
+            l->rv_off += off;
+            int64_t d[1] = {l->c};
+            const char *sfx[4] = {"gamma", "beta", "moving_mean", "moving_variance"};
+            size_t offs[4] = {l->w_off, l->b_off, l->rm_off, l->rv_off};
+            for (int k = 0; k < 4; k++) {
+                pview *v = &ordered[nv++];
+                snprintf(v->name, sizeof v->name, "%s/%s", l->name, sfx[k]);
+                v->off = offs[k];
+                v->rank = 1;
+                v->dims[0] = d[0];
+            }
+        }
+    }
+    free(m->pv);
+    m->pv = ordered;
+    m->npv = nv;
+    return SL_OK;
+}
+
+#define CONV_CHUNK_FLOATS ((size_t)1 << 20) /* 4 MiB of im2col per pass */
+
+/* Carve per-layer buffers out of one allocation: pass base NULL to count bytes. */
+static size_t carve(sl_model *m, char *base) {
+    size_t at = 0, B = (size_t)m->opts.max_batch;
+#define TAKE(ptr, type, count)                                    \
+    do {                                                          \
+        size_t bytes_ = ((size_t)(count) * sizeof(type) + 63) & ~(size_t)63; \
+        if (base) (ptr) = (type *)(void *)(base + at);            \
+        at += bytes_;                                             \
+    } while (0)
+    size_t sa = 0, sb = 0;
+    for (int i = 0; i < m->nl; i++) {
+        layer *l = &m->L[i];
+        if (l->kind != SL_LAYER_FLATTEN) {
+            TAKE(l->out, float, B * l->out_size);
+            TAKE(l->dout, float, B * l->out_size);
+        }
+        if (B * l->out_size > sa) sa = B * l->out_size;
+        switch (l->kind) {
+        case SL_LAYER_CONV2D: {
+            /* Convolutions run a few images at a time so that the im2col matrix (kh*kw
+             * times the input) stays in cache between im2col, the GEMM and col2im instead
+             * of streaming tens of MB through memory; backward recomputes it. */
+            l->direct = l->kh == 1 && l->kw == 1 && l->stride == 1 && l->pt == 0 && l->pl == 0;
+            size_t row_floats = (size_t)l->kh * l->kw * l->c, img_rows = (size_t)l->oh * l->ow;
+            size_t imgs = CONV_CHUNK_FLOATS / (row_floats * img_rows);
+            if (imgs < 1) imgs = 1;
+            if (imgs > B) imgs = B;
+            l->chunk = (int)imgs;
+            size_t ncol = imgs * img_rows * row_floats;
+            if (!l->direct && ncol > sb) sb = ncol;
+            break;
+        }
+        case SL_LAYER_MAXPOOL: TAKE(l->argmax, int32_t, B * l->out_size); break;
+        case SL_LAYER_DROPOUT: TAKE(l->mask, float, B * l->out_size); break;
+        case SL_LAYER_BATCHNORM:
+            TAKE(l->save_mean, float, l->c);
+            TAKE(l->save_invstd, float, l->c);
+            break;
+        default: break;
+        }
+    }
+    TAKE(m->scratch_a, float, sa);
+    TAKE(m->col, float, sb);
+    TAKE(m->dcol, float, sb);
+#undef TAKE
+    return at;
+}
+
+static sl_status make_backend(const sl_model_opts *o, sl_backend **out) {
+    switch (o->backend) {
+    case SL_BACKEND_CPU: return sl__backend_cpu_new(o->threads, out);
+    case SL_BACKEND_CUDA: return sl__backend_cuda_new(o->cuda_device, out);
+    case SL_BACKEND_AUTO: {
+        sl_status s = sl__backend_cuda_new(o->cuda_device, out);
+        if (s != SL_EUNSUPPORTED) return s;
+        sl_err_clear();
+        return sl__backend_cpu_new(o->threads, out);
+    }
+    }
+    return sl_err(SL_EINVAL, "model: unknown backend kind %d", (int)o->backend);
+}
+
+sl_status sl_model_create(const sl_layer_spec *specs, int n, const sl_model_opts *opts, sl_model **out) {
+    *out = NULL;
+    sl_model_opts o = opts ? *opts : sl_model_opts_default();
+    if (o.max_batch <= 0) return sl_err(SL_EINVAL, "model: max_batch %d must be > 0", o.max_batch);
+    if (o.threads < 0) return sl_err(SL_EINVAL, "model: threads %d must be >= 0 (0: all cores)", o.threads);
+    sl_model *m = calloc(1, sizeof *m);
+    if (!m) return sl_err(SL_ENOMEM, "model: out of memory");
+    m->opts = o;
+    sl_status s = plan_layers(m, specs, n);
+    if (s) goto fail;
+    s = make_backend(&o, &m->bk);
+    if (s) goto fail;
+    m->is_cpu = strcmp(m->bk->ops->name, "cpu") == 0;
+    const sl_backend_ops *ops = m->bk->ops;
+    size_t pbytes = m->n_params * sizeof(float);
+    if ((s = ops->alloc(m->bk, pbytes, (void **)&m->params)) ||
+        (s = ops->alloc(m->bk, pbytes, (void **)&m->grads)))
+        goto fail;
+    size_t abytes = carve(m, NULL);
+    if ((s = ops->alloc(m->bk, abytes, &m->act_mem))) goto fail;
+    carve(m, m->act_mem);
+    m->labels_host = malloc((size_t)o.max_batch * sizeof(int32_t));
+    if (!m->labels_host) {
+        s = sl_err(SL_ENOMEM, "model: out of memory");
+        goto fail;
+    }
+    /* Initialise on the host so every backend starts from the same numbers. */
+    float *host = calloc(m->n_params ? m->n_params : 1, sizeof(float));
+    if (!host) {
+        s = sl_err(SL_ENOMEM, "model: out of memory for %zu parameters", m->n_params);
+        goto fail;
+    }
+    int ti = 0;
+    for (int i = 0; i < m->nl; i++) {
+        layer *l = &m->L[i];
+        if (l->kind == SL_LAYER_DENSE || l->kind == SL_LAYER_CONV2D) {
+            size_t fan_in = l->kind == SL_LAYER_DENSE ? l->in_size : (size_t)l->kh * l->kw * l->c;
+            size_t fan_out = l->kind == SL_LAYER_DENSE ? l->nb : (size_t)l->kh * l->kw * l->oc;
+            init_tensor(host + l->w_off, l->nw, o.seed, ti, relu_follows(specs, i + 1, n), fan_in, fan_out);
+            ti += 2;
+        } else if (l->kind == SL_LAYER_BATCHNORM) {
+            for (int j = 0; j < l->c; j++) {
+                host[l->w_off + j] = 1.0f;
+                host[l->rv_off + j] = 1.0f;
+            }
+            ti += 4;
+        }
+    }
+    s = ops->to_device(m->bk, m->params, host, pbytes);
+    free(host);
+    if (s) goto fail;
+    if (!m->is_cpu) {
+        for (int k = 0; k < NSLOTS; k++) {
+            if ((s = ops->alloc(m->bk, (size_t)o.max_batch * m->in_size * sizeof(float), (void **)&m->x_dev[k])) ||
+                (s = ops->alloc(m->bk, (size_t)o.max_batch * sizeof(int32_t), (void **)&m->y_dev[k])))
+                goto fail;
+        }
+        for (int k = 0; k < 2; k++)
+            if ((s = ops->host_alloc(m->bk, (size_t)o.max_batch * (m->in_size * sizeof(float) + sizeof(int32_t)), &m->stage[k])))
+                goto fail;
+    }
+    if ((s = ops->sync(m->bk))) goto fail;
+    *out = m;
+    return SL_OK;
+fail:
+    sl_model_free(m);
+    return s;
+}
+
+void sl_model_free(sl_model *m) {
+    if (!m) return;
+    if (m->bk) {
+        const sl_backend_ops *ops = m->bk->ops;
+        ops->sync(m->bk);
+        ops->free(m->bk, m->params);
+        ops->free(m->bk, m->grads);
+        ops->free(m->bk, m->act_mem);
+        ops->free(m->bk, m->in_grad);
+        for (int k = 0; k < NSLOTS; k++) {
+            ops->free(m->bk, m->x_dev[k]);
+            ops->free(m->bk, m->y_dev[k]);
+        }
+        for (int k = 0; k < 2; k++)
+            if (m->stage[k]) ops->host_free(m->bk, m->stage[k]);
+        sl__backend_free(m->bk);
+    }
+    free(m->labels_host);
+    free(m->L);
+    free(m->pv);
+    free(m);
+}
+
+const char *sl_model_backend_name(const sl_model *m) { return m->bk->ops->name; }
+
+sl_backend *sl__model_backend(sl_model *m) { return m->bk; }
+
+size_t sl__model_trainable(const sl_model *m) { return m->n_train; }
+
+uint64_t sl__model_steps(const sl_model *m) { return m->steps; }
+
+void sl__model_set_steps(sl_model *m, uint64_t steps) { m->steps = steps; }
+
+const float *sl__model_input_grad(sl_model *m, bool on) {
+    m->want_in_grad = on;
+    if (!on) return NULL;
+    if (!m->in_grad &&
+        m->bk->ops->alloc(m->bk, (size_t)m->opts.max_batch * m->in_size * sizeof(float), (void **)&m->in_grad)) {
+        m->want_in_grad = false;
+        return NULL;
+    }
+    return m->in_grad;
+}
+
+sl_status sl_model_summary(const sl_model *m, char **out) {
+    size_t cap = 256 + (size_t)(m->nl + 1) * 96, o = 0;
+    char *buf = malloc(cap);
+    if (!buf) return sl_err(SL_ENOMEM, "model summary: out of memory");
+    char shp[96], typ[64];
+#define OUT(...) o += (size_t)snprintf(buf + o, cap - o, __VA_ARGS__)
+    OUT("%-34s %-22s %10s\n", "Layer (type)", "Output Shape", "Param #");
+    size_t pos = 0;
+    pos += (size_t)snprintf(shp + pos, sizeof shp - pos, "(None");
+    for (int i = 0; i < m->in_rank; i++) pos += (size_t)snprintf(shp + pos, sizeof shp - pos, ", %lld", (long long)m->in_shape[i]);
+    snprintf(shp + pos, sizeof shp - pos, ")");
+    snprintf(typ, sizeof typ, "input (InputLayer)");
+    OUT("%-34s %-22s %10d\n", typ, shp, 0);
+    size_t total = 0;
+    for (int li = 0; li < m->nl; li++) {
+        const layer *l = &m->L[li];
+        pos = (size_t)snprintf(shp, sizeof shp, "(None");
+        for (int i = 0; i < l->rank; i++) pos += (size_t)snprintf(shp + pos, sizeof shp - pos, ", %lld", (long long)l->shape[i]);
+        snprintf(shp + pos, sizeof shp - pos, ")");
+        snprintf(typ, sizeof typ, "%s (%s)", l->name, kind_class(l->kind));
+        size_t np = l->nw + l->nb + (l->kind == SL_LAYER_BATCHNORM ? 2 * (size_t)l->c : 0);
+        total += np;
+        OUT("%-34s %-22s %10zu\n", typ, shp, np);
+    }
+    OUT("Total params: %zu (trainable %zu)\n", total, m->n_train);
+#undef OUT
+    *out = buf;
+    return SL_OK;
+}
+
+/* ---- steps ---------------------------------------------------------------------------- */
+
+static uint64_t mix64(uint64_t a, uint64_t b) {
+    uint64_t s = a ^ (b * 0xd1342543de82ef95ull);
+    return splitmix(&s);
+}
+
+static sl_status conv_forward(sl_model *m, const layer *l, const float *in, int B) {
+    const sl_backend_ops *ops = m->bk->ops;
+    sl_backend *bk = m->bk;
+    const int K = l->kh * l->kw * l->c, ohw = l->oh * l->ow;
+    const size_t in_img = (size_t)l->h * l->w * l->c, out_img = (size_t)ohw * l->oc;
+    const float *W = m->params + l->w_off, *bias = m->params + l->b_off;
+    sl_status s = SL_OK;
+    for (int i0 = 0; i0 < B && !s; i0 += l->chunk) {
+        int nb = B - i0 < l->chunk ? B - i0 : l->chunk;
+        const float *a = in + i0 * in_img;
+        float *y = l->out + i0 * out_img;
+        if (!l->direct) {
+            s = ops->im2col(bk, a, nb, l->h, l->w, l->c, l->kh, l->kw, l->stride, l->pt, l->pl, l->oh, l->ow, m->col);
+            a = m->col;
+        }
+        if (!s) s = ops->gemm(bk, false, false, nb * ohw, l->oc, K, 1.0f, a, K, W, l->oc, 0.0f, y, l->oc);
+        if (!s) s = ops->bias_add(bk, y, bias, (size_t)nb * ohw, (size_t)l->oc);
+        if (!s && l->act != SL_ACT_NONE) s = ops->act_forward(bk, l->act, y, y, (size_t)nb * out_img);
+    }
+    return s;
+}
+
+/* Per chunk of images: the pre-activation gradient, the bias and kernel gradients against
+ * the recomputed im2col, and (when wanted) the input gradient through col2im. */
+static sl_status conv_backward(sl_model *m, const layer *l, const float *x, float *dx, int B) {
+    const sl_backend_ops *ops = m->bk->ops;
+    sl_backend *bk = m->bk;
+    const int K = l->kh * l->kw * l->c, ohw = l->oh * l->ow, N = l->oc;
+    const size_t in_img = (size_t)l->h * l->w * l->c, out_img = (size_t)ohw * N;
+    const float *W = m->params + l->w_off;
+    float *dW = m->grads + l->w_off, *db = m->grads + l->b_off;
+    sl_status s = SL_OK;
+    for (int i0 = 0; i0 < B && !s; i0 += l->chunk) {
+        int nb = B - i0 < l->chunk ? B - i0 : l->chunk, rows = nb * ohw;
+        const float *dpre = l->dout + i0 * out_img;
+        if (l->act != SL_ACT_NONE) {
+            float *d = m->scratch_a + i0 * out_img;
+            s = ops->fill(bk, d, 0.0f, (size_t)nb * out_img);
+            if (!s) s = ops->act_backward(bk, l->act, l->out + i0 * out_img, dpre, d, (size_t)nb * out_img);
+            dpre = d;
+        }
+        const float *a = x + i0 * in_img;
+        if (!s && !l->direct) {
+            s = ops->im2col(bk, a, nb, l->h, l->w, l->c, l->kh, l->kw, l->stride, l->pt, l->pl, l->oh, l->ow, m->col);
+            a = m->col;
+        }
+        if (!s) s = ops->bias_grad(bk, db, dpre, (size_t)rows, (size_t)N);
+        if (!s) s = ops->gemm(bk, true, false, K, N, rows, 1.0f, a, K, dpre, N, 1.0f, dW, N);
+        if (s || !dx) continue;
+        float *dxc = dx + i0 * in_img;
+        if (l->direct) {
+            s = ops->gemm(bk, false, true, rows, K, N, 1.0f, dpre, N, W, N, 0.0f, dxc, K);
+        } else {
+            s = ops->gemm(bk, false, true, rows, K, N, 1.0f, dpre, N, W, N, 0.0f, m->dcol, K);
+            if (!s) s = ops->fill(bk, dxc, 0.0f, (size_t)nb * in_img);
+            if (!s) s = ops->col2im(bk, m->dcol, nb, l->h, l->w, l->c, l->kh, l->kw, l->stride, l->pt, l->pl, l->oh,
+                                    l->ow, dxc);
+        }
+    }
+    return s;
+}
+
+static sl_status forward(sl_model *m, const float *x, int B, bool training) {
+    const sl_backend_ops *ops = m->bk->ops;
+    sl_backend *bk = m->bk;
+    const float *in = x;
+    sl_status s = SL_OK;
+    for (int li = 0; li < m->nl && !s; li++) {
+        layer *l = &m->L[li];
+        size_t nout = (size_t)B * l->out_size;
+        const float *P = m->params;
+        switch (l->kind) {
+        case SL_LAYER_INPUT: break;
+        case SL_LAYER_FLATTEN:
+            l->out = (float *)in; /* a view: its gradient buffer is resolved in backward */
+            break;
+        case SL_LAYER_DENSE:
+            s = ops->gemm(bk, false, false, B, (int)l->nb, (int)l->in_size, 1.0f, in, (int)l->in_size, P + l->w_off,
+                          (int)l->nb, 0.0f, l->out, (int)l->nb);
+            if (!s) s = ops->bias_add(bk, l->out, P + l->b_off, (size_t)B, l->nb);
+            if (!s && l->act != SL_ACT_NONE) s = ops->act_forward(bk, l->act, l->out, l->out, nout);
+            break;
+        case SL_LAYER_CONV2D:
+            s = conv_forward(m, l, in, B);
+            break;
+        case SL_LAYER_MAXPOOL:
+            s = ops->maxpool_forward(bk, in, B, l->h, l->w, l->c, l->kh, l->stride, l->pt, l->pl, l->oh, l->ow, l->out, l->argmax);
+            break;
+        case SL_LAYER_AVGPOOL:
+            s = ops->avgpool_forward(bk, in, B, l->h, l->w, l->c, l->kh, l->stride, l->pt, l->pl, l->oh, l->ow, l->out);
+            break;
+        case SL_LAYER_DROPOUT:
+            if (training && l->rate > 0.0f)
+                s = ops->dropout_forward(bk, in, l->out, l->mask, nout, l->rate,
+                                         mix64(mix64(m->opts.seed, m->steps), (uint64_t)li + 1));
+            else
+                s = ops->copy(bk, l->out, in, nout * sizeof(float));
+            break;
+        case SL_LAYER_BATCHNORM:
+            s = ops->batchnorm_forward(bk, in, l->out, (size_t)B * (l->out_size / (size_t)l->c), l->c, P + l->w_off,
+                                       P + l->b_off, m->params + l->rm_off, m->params + l->rv_off, l->momentum,
+                                       l->eps, training, l->save_mean, l->save_invstd);
+            break;
+        case SL_LAYER_RELU:
+        case SL_LAYER_TANH:
+        case SL_LAYER_SIGMOID:
+            s = ops->act_forward(bk, l->act, in, l->out, nout);
+            break;
+        }
+        in = l->out;
+    }
+    return s;
+}
+
+/* dy is L[li].dout (already holding dLoss/dout); writes dx (NULL: not needed). */
+static sl_status backward_layer(sl_model *m, int li, const float *x, float *dx, int B) {
+    const sl_backend_ops *ops = m->bk->ops;
+    sl_backend *bk = m->bk;
+    layer *l = &m->L[li];
+    const float *P = m->params;
+    float *G = m->grads;
+    const float *dy = l->dout;
+    size_t nout = (size_t)B * l->out_size, nin = (size_t)B * l->in_size;
+    sl_status s = SL_OK;
+    switch (l->kind) {
+    case SL_LAYER_INPUT:
+    case SL_LAYER_FLATTEN:
+        break;
+    case SL_LAYER_CONV2D:
+        s = conv_backward(m, l, x, dx, B);
+        break;
+    case SL_LAYER_DENSE: {
+        const float *dpre = dy;
+        if (l->act != SL_ACT_NONE) {
+            s = ops->fill(bk, m->scratch_a, 0.0f, nout);
+            if (!s) s = ops->act_backward(bk, l->act, l->out, dy, m->scratch_a, nout);
+            dpre = m->scratch_a;
+        }
+        int K = (int)l->in_size, N = (int)l->nb;
+        if (!s) s = ops->bias_grad(bk, G + l->b_off, dpre, (size_t)B, (size_t)N);
+        if (!s) s = ops->gemm(bk, true, false, K, N, B, 1.0f, x, K, dpre, N, 1.0f, G + l->w_off, N);
+        if (!s && dx) s = ops->gemm(bk, false, true, B, K, N, 1.0f, dpre, N, P + l->w_off, N, 0.0f, dx, K);
+        break;
+    }
+    case SL_LAYER_MAXPOOL:
+        if (!dx) break;
+        s = ops->fill(bk, dx, 0.0f, nin);
+        if (!s) s = ops->maxpool_backward(bk, dy, l->argmax, nout, dx);
+        break;
+    case SL_LAYER_AVGPOOL:
+        if (!dx) break;
+        s = ops->fill(bk, dx, 0.0f, nin);
+        if (!s) s = ops->avgpool_backward(bk, dy, B, l->h, l->w, l->c, l->kh, l->stride, l->pt, l->pl, l->oh, l->ow, dx);
+        break;
+    case SL_LAYER_DROPOUT:
+        if (!dx) break;
+        if (l->rate > 0.0f) {
+            s = ops->fill(bk, dx, 0.0f, nin);
+            if (!s) s = ops->dropout_backward(bk, dy, l->mask, dx, nin);
+        } else {
+            s = ops->copy(bk, dx, dy, nin * sizeof(float));
+        }
+        break;
+    case SL_LAYER_BATCHNORM: {
+        float *dxx = dx ? dx : m->scratch_a; /* gamma/beta gradients need the pass anyway */
+        s = ops->fill(bk, dxx, 0.0f, nin);
+        if (!s) s = ops->batchnorm_backward(bk, x, dy, (size_t)B * (l->out_size / (size_t)l->c), l->c, P + l->w_off,
+                                            l->save_mean, l->save_invstd, dxx, G + l->w_off, G + l->b_off);
+        break;
+    }
+    case SL_LAYER_RELU:
+    case SL_LAYER_TANH:
+    case SL_LAYER_SIGMOID:
+        if (!dx) break;
+        s = ops->fill(bk, dx, 0.0f, nin);
+        if (!s) s = ops->act_backward(bk, l->act, l->out, dy, dx, nin);
+        break;
+    }
+    return s;
+}
+
+static sl_status backward(sl_model *m, const float *x, int B) {
+    /* Resolve flatten's gradient buffer: it shares the one of the layer before it. */
+    for (int li = 0; li < m->nl; li++) {
+        layer *l = &m->L[li];
+        if (l->kind == SL_LAYER_FLATTEN) l->dout = li == 0 ? (m->want_in_grad ? m->in_grad : NULL) : m->L[li - 1].dout;
+    }
+    for (int li = m->nl - 1; li >= 0; li--) {
+        layer *l = &m->L[li];
+        const float *in = li == 0 ? x : m->L[li - 1].out;
+        float *dx = NULL;
+        if (li == 0) dx = m->want_in_grad ? m->in_grad : NULL;
+        else if (l->need_dx || m->want_in_grad) dx = m->L[li - 1].dout;
+        if (l->kind == SL_LAYER_FLATTEN) continue;
+        sl_status s = backward_layer(m, li, in, dx, B);
+        if (s) return s;
+    }
+    return SL_OK;
+}
+
+static sl_status check_inputs(sl_model *m, const sl_tensor *x, const sl_tensor *labels, const char *what) {
+    char got[128], want[96];
+    size_t o = (size_t)snprintf(want, sizeof want, "float32[B");
+    for (int i = 0; i < m->in_rank; i++) o += (size_t)snprintf(want + o, sizeof want - o, ",%lld", (long long)m->in_shape[i]);
+    snprintf(want + o, sizeof want - o, "]");
+    bool ok = x && x->dtype == SL_DT_F32 && x->rank == m->in_rank + 1 && x->data;
+    for (int i = 0; ok && i < m->in_rank; i++) ok = x->dims[i + 1] == m->in_shape[i];
+    if (!ok) {
+        sl_err(SL_EINVAL, "%s: input is %s, the model expects %s", what, x ? sl_tensor_describe(x, got, sizeof got) : "NULL", want);
+        if (x && x->dtype != SL_DT_F32) sl_err_hint("convert the images to float32 in the pipeline, e.g. `| scale(image, 1/255)`");
+        return SL_EINVAL;
+    }
+    int64_t B = x->dims[0];
+    if (B <= 0 || B > m->opts.max_batch)
+        return sl_err(SL_EINVAL, "%s: batch of %lld examples, the model was built for 1..%d (max_batch)", what, (long long)B, m->opts.max_batch);
+    if (!labels || (labels->dtype != SL_DT_I64 && labels->dtype != SL_DT_I32) || labels->rank != 1 ||
+        labels->dims[0] != B || !labels->data) {
+        sl_err(SL_EINVAL, "%s: labels are %s, expected int64[%lld] or int32[%lld]", what,
+               labels ? sl_tensor_describe(labels, got, sizeof got) : "NULL", (long long)B, (long long)B);
+        return SL_EINVAL;
+    }
+    return SL_OK;
+}
+
+/* Labels to int32 in dst, checking the range here where the example index is known. */
+static sl_status convert_labels(sl_model *m, const sl_tensor *labels, int32_t *dst, const char *what) {
+    int64_t B = labels->dims[0];
+    for (int64_t i = 0; i < B; i++) {
+        int64_t v = labels->dtype == SL_DT_I64 ? ((const int64_t *)labels->data)[i] : ((const int32_t *)labels->data)[i];
+        if (v < 0 || v >= m->classes)
+            return sl_err(SL_ERANGE, "%s: label %lld of example %lld is outside 0..%d", what, (long long)v, (long long)i, m->classes - 1);
+        dst[i] = (int32_t)v;
+    }
+    return SL_OK;
+}
+
+sl_status sl_model_prefetch(sl_model *m, const sl_tensor *x, const sl_tensor *labels) {
+    sl_status s = check_inputs(m, x, labels, "prefetch");
+    if (s || m->is_cpu) return s; /* the CPU steps read the host tensors directly */
+    int k = m->pre_next;
+    m->pre_next ^= 1;
+    m->pre_valid[k] = false;
+    int64_t B = x->dims[0];
+    size_t xb = (size_t)B * m->in_size * sizeof(float);
+    const sl_backend_ops *ops = m->bk->ops;
+    char *st = m->stage[k];
+    /* The previous copy out of this staging slot was waited for by the step that used it;
+     * wait again in case that step never came. The step that last read the device slot
+     * may still be running its backward pass when it was the latest one (a caller that
+     * prefetches two batches ahead): then wait for the compute stream too. */
+    if ((s = ops->wait_copies(m->bk))) return s;
+    if (m->slot_used[k] && m->slot_used[k] == m->nstaged && (s = ops->sync(m->bk))) return s;
+    if ((s = convert_labels(m, labels, (int32_t *)(void *)(st + xb), "prefetch"))) return s;
+    memcpy(st, x->data, xb);
+    if ((s = ops->to_device_async(m->bk, m->x_dev[k], st, xb)) ||
+        (s = ops->to_device_async(m->bk, m->y_dev[k], st + xb, (size_t)B * sizeof(int32_t))))
+        return s;
+    m->pre_x[k] = x;
+    m->pre_y[k] = labels;
+    m->pre_b[k] = B;
+    m->pre_valid[k] = true;
+    return SL_OK;
+}
+
+static sl_status stage_inputs(sl_model *m, const sl_tensor *x, const sl_tensor *labels, const char *what,
+                              const float **xd, const int32_t **yd) {
+    sl_status s = check_inputs(m, x, labels, what);
+    if (s) return s;
+    int64_t B = x->dims[0];
+    if (m->is_cpu) {
+        *xd = x->data;
+        if (labels->dtype == SL_DT_I32) {
+            for (int64_t i = 0; i < B; i++) {
+                int32_t v = ((const int32_t *)labels->data)[i];
+                if (v < 0 || v >= m->classes)
+                    return sl_err(SL_ERANGE, "%s: label %d of example %lld is outside 0..%d", what, (int)v, (long long)i, m->classes - 1);
+            }
+            *yd = labels->data;
+            return SL_OK;
+        }
+        *yd = m->labels_host;
+        return convert_labels(m, labels, m->labels_host, what);
+    }
+    const sl_backend_ops *ops = m->bk->ops;
+    for (int k = 0; k < 2; k++) {
+        if (m->pre_valid[k] && m->pre_x[k] == x && m->pre_y[k] == labels && m->pre_b[k] == B) {
+            m->pre_valid[k] = false;
+            m->slot_used[k] = ++m->nstaged;
+            if ((s = ops->wait_copies(m->bk))) return s;
+            *xd = m->x_dev[k];
+            *yd = m->y_dev[k];
+            return SL_OK;
+        }
+    }
+    if ((s = convert_labels(m, labels, m->labels_host, what))) return s;
+    /* the previous step may still be reading this slot on the compute stream */
+    m->nstaged++;
+    if ((s = ops->sync(m->bk))) return s;
+    if ((s = ops->to_device(m->bk, m->x_dev[2], x->data, (size_t)B * m->in_size * sizeof(float))) ||
+        (s = ops->to_device(m->bk, m->y_dev[2], m->labels_host, (size_t)B * sizeof(int32_t))))
+        return s;
+    *xd = m->x_dev[2];
+    *yd = m->y_dev[2];
+    return SL_OK;
+}
+
+sl_status sl_model_train_step(sl_model *m, const sl_tensor *x, const sl_tensor *labels, float grad_scale,
+                              sl_step_result *res) {
+    const float *xd;
+    const int32_t *yd;
+    sl_status s = stage_inputs(m, x, labels, "train step", &xd, &yd);
+    if (s) return s;
+    int B = (int)x->dims[0];
+    layer *last = &m->L[m->nl - 1];
+    double loss = 0.0;
+    int64_t correct = 0;
+    if ((s = forward(m, xd, B, true))) return s;
+    m->steps++;
+    if ((s = m->bk->ops->softmax_xent(m->bk, last->out, yd, B, m->classes, grad_scale / (float)B, last->dout, &loss,
+                                      &correct)))
+        return s;
+    if ((s = backward(m, xd, B))) return s;
+    if (res) *res = (sl_step_result){.loss = loss / B, .correct = correct, .examples = B};
+    return SL_OK;
+}
+
+sl_status sl_model_eval_step(sl_model *m, const sl_tensor *x, const sl_tensor *labels, sl_step_result *res) {
+    const float *xd;
+    const int32_t *yd;
+    sl_status s = stage_inputs(m, x, labels, "eval step", &xd, &yd);
+    if (s) return s;
+    int B = (int)x->dims[0];
+    double loss = 0.0;
+    int64_t correct = 0;
+    if ((s = forward(m, xd, B, false))) return s;
+    if ((s = m->bk->ops->softmax_xent(m->bk, m->L[m->nl - 1].out, yd, B, m->classes, 0.0f, NULL, &loss, &correct)))
+        return s;
+    if (res) *res = (sl_step_result){.loss = loss / B, .correct = correct, .examples = B};
+    return SL_OK;
+}
+
+sl_status sl_model_zero_grads(sl_model *m) { return m->bk->ops->fill(m->bk, m->grads, 0.0f, m->n_params); }
+
+float *sl_model_params(sl_model *m, size_t *n) {
+    if (n) *n = m->n_params;
+    return m->params;
+}
+
+float *sl_model_grads(sl_model *m, size_t *n) {
+    if (n) *n = m->n_params;
+    return m->grads;
+}
+
+sl_status sl_model_get_params(sl_model *m, float *host, size_t n) {
+    if (n != m->n_params) return sl_err(SL_EINVAL, "model: get_params for %zu floats, the model has %zu", n, m->n_params);
+    return m->bk->ops->to_host(m->bk, host, m->params, n * sizeof(float));
+}
+
+sl_status sl_model_set_params(sl_model *m, const float *host, size_t n) {
+    if (n != m->n_params) return sl_err(SL_EINVAL, "model: set_params with %zu floats, the model has %zu", n, m->n_params);
+    sl_status s = m->bk->ops->to_device(m->bk, m->params, host, n * sizeof(float));
+    return s ? s : m->bk->ops->sync(m->bk);
+}
+
+int sl_model_param_count(const sl_model *m) { return m->npv; }
+
+sl_status sl_model_param_info(const sl_model *m, int i, const char **name, size_t *offset, int *rank, int64_t dims[4]) {
+    if (i < 0 || i >= m->npv) return sl_err(SL_ERANGE, "model: parameter index %d outside 0..%d", i, m->npv - 1);
+    const pview *v = &m->pv[i];
+    if (name) *name = v->name;
+    if (offset) *offset = v->off;
+    if (rank) *rank = v->rank;
+    if (dims)
+        for (int k = 0; k < 4; k++) dims[k] = v->dims[k];
+    return SL_OK;
+}

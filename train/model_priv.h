@@ -1,0 +1,30 @@
+/* Private to train/ (and its unit tests): what optimizers, the trainer and the gradient
+ * checks need from a model beyond include/sluice/model.h. */
+#ifndef SLUICE_TRAIN_MODEL_PRIV_H
+#define SLUICE_TRAIN_MODEL_PRIV_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "sluice/model.h"
+#include "train/backend.h"
+
+/* The backend the model computes on (borrowed; lives as long as the model). */
+sl_backend *sl__model_backend(sl_model *m);
+
+/* Floats at the start of the parameter / gradient buffers that a gradient updates. The
+ * rest (batchnorm running statistics) is state that optimizers must leave alone. */
+size_t sl__model_trainable(const sl_model *m);
+
+/* Make train steps also compute the gradient of the loss with respect to the input x
+ * (off by default: no layer needs it). Returns the buffer (backend memory, [B, input
+ * size] floats for the last step's B, set not accumulated) or NULL when off / on ENOMEM. */
+const float *sl__model_input_grad(sl_model *m, bool on);
+
+/* Train steps taken so far, which with the model's seed picks the dropout masks; set it
+ * when resuming from a checkpoint to draw the masks of an uninterrupted run (and in
+ * gradient checks, to repeat one step's masks). */
+uint64_t sl__model_steps(const sl_model *m);
+void sl__model_set_steps(sl_model *m, uint64_t steps);
+
+#endif
