@@ -1,0 +1,77 @@
+#!/usr/bin/env bash
+# GPU checks for a machine with an NVIDIA GPU (e.g. the device tool's H100/H200): configure
+# a CUDA build inside the repository, build the two GPU test programs, run them and print
+# a summary. Run from anywhere: bash tests/gpu/run.sh
+#   BUILD=dir        build directory relative to the repo (default build-gpu)
+#   CUDA_ARCHS="90"  CUDA architectures (default: the project's 80;90)
+#   JOBS=n           parallel build jobs (default: all cores)
+# Logs go to $OUT when it is set (the device tool brings that folder back), else to the
+# build directory. Exit status: 0 when both programs pass, 1 otherwise (a skip counts as a
+# failure here: this script is meant for a machine that has a GPU).
+set -u
+cd "$(dirname "$0")/../.." || exit 1
+BUILD=${BUILD:-build-gpu}
+JOBS=${JOBS:-$(nproc 2>/dev/null || echo 4)}
+LOGDIR=${OUT:-$BUILD}
+mkdir -p "$BUILD" "$LOGDIR"
+
+echo "== GPU"
+if command -v nvidia-smi >/dev/null 2>&1; then
+    nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader || true
+else
+    echo "nvidia-smi not found"
+fi
+if ! command -v nvcc >/dev/null 2>&1 && [ ! -x /usr/local/cuda/bin/nvcc ]; then
+    echo "nvcc not found (neither on PATH nor /usr/local/cuda/bin): cannot build the CUDA parts"
+    exit 1
+fi
+
+echo "== configure ($BUILD)"
+cfg=(-S . -B "$BUILD" -DSLUICE_CUDA=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo)
+[ -n "${CUDA_ARCHS:-}" ] && cfg+=("-DCMAKE_CUDA_ARCHITECTURES=${CUDA_ARCHS}")
+if ! cmake "${cfg[@]}" >"$LOGDIR/gpu_configure.log" 2>&1; then
+    tail -n 40 "$LOGDIR/gpu_configure.log"
+    echo "configure FAILED"
+    exit 1
+fi
+grep "sluice: CUDA" "$LOGDIR/gpu_configure.log"
+
+echo "== build (-j$JOBS)"
+if ! cmake --build "$BUILD" -j"$JOBS" --target test_backend_cuda test_cuda >"$LOGDIR/gpu_build.log" 2>&1; then
+    grep -E "error|Error" "$LOGDIR/gpu_build.log" | head -n 40
+    echo "build FAILED"
+    exit 1
+fi
+grep -iE "warning" "$LOGDIR/gpu_build.log" | grep -E "\.cu" | head -n 20
+
+status=0
+for t in test_cuda test_backend_cuda; do
+    echo "== $t"
+    start=$(date +%s)
+    (cd "$BUILD/tests" && "./$t") >"$LOGDIR/$t.log" 2>&1
+    rc=$?
+    cat "$LOGDIR/$t.log"
+    echo "-- $t: exit $rc in $(( $(date +%s) - start ))s"
+    [ "$rc" -eq 0 ] || status=1
+done
+
+# Out-of-bounds and race checks on the kernels when NVIDIA's sanitizer is installed.
+san=$(command -v compute-sanitizer || true)
+[ -z "$san" ] && [ -x /usr/local/cuda/compute-sanitizer/compute-sanitizer ] && san=/usr/local/cuda/compute-sanitizer/compute-sanitizer
+[ -z "$san" ] && [ -x /usr/local/cuda/bin/compute-sanitizer ] && san=/usr/local/cuda/bin/compute-sanitizer
+if [ -n "$san" ]; then
+    for tool in memcheck racecheck; do
+        echo "== compute-sanitizer --tool $tool test_backend_cuda"
+        (cd "$BUILD/tests" && "$san" --tool "$tool" --error-exitcode 3 ./test_backend_cuda) \
+            >"$LOGDIR/sanitizer_$tool.log" 2>&1
+        rc=$?
+        tail -n 15 "$LOGDIR/sanitizer_$tool.log"
+        echo "-- $tool: exit $rc"
+        [ "$rc" -eq 0 ] || status=1
+    done
+else
+    echo "== compute-sanitizer not installed: skipped"
+fi
+
+echo "== overall: $([ $status -eq 0 ] && echo PASS || echo FAIL)"
+exit $status

@@ -1,0 +1,753 @@
+/* The CUDA backend against the CPU reference (ggml test-backend-ops style): every op of
+ * train/backend.h runs on both backends with the same random inputs of odd sizes, and the
+ * results must agree: exactly for data movement (im2col, col2im, pooling argmax, dropout
+ * masks), within float rounding for elementwise ops, within 1e-4 for GEMMs and
+ * reductions. Sums that must be exact use quarter-integer inputs, so any summation order
+ * gives the same bits. A whole model (same seed) must start from the same parameters and
+ * produce close gradients after one step.
+ *
+ * Without a GPU (or in a build without CUDA) sl__backend_cuda_new is SL_EUNSUPPORTED and
+ * every test is skipped, so the program exits 77. */
+#include <math.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "sluice/model.h"
+#include "sluice/status.h"
+#include "sluice/tensor.h"
+#include "test.h"
+#include "train/backend.h"
+
+static sl_backend *CPU, *GPU;
+static char g_why[512];
+
+#define NEED_GPU()                                                     \
+    do {                                                               \
+        if (!GPU) SKIP("no GPU (%s)", g_why);                          \
+    } while (0)
+
+/* ---- allocation tracking: everything a test allocates is freed after it ---------------- */
+
+#define MAX_TRACK 256
+static void *t_host[MAX_TRACK];
+static int t_nhost;
+static void *t_dev[MAX_TRACK];
+static int t_ndev;
+
+static void *hmem(size_t bytes) {
+    void *p = calloc(1, bytes ? bytes : 1);
+    if (!p || t_nhost == MAX_TRACK) abort(); /* a test bug, not a backend failure */
+    t_host[t_nhost++] = p;
+    return p;
+}
+
+static void free_all(void) {
+    for (int i = 0; i < t_nhost; i++) free(t_host[i]);
+    t_nhost = 0;
+    for (int i = 0; i < t_ndev; i++) GPU->ops->free(GPU, t_dev[i]);
+    t_ndev = 0;
+}
+
+/* A device copy of host data (bytes), or NULL after printing why. */
+static void *dev_from(const void *host, size_t bytes) {
+    void *p = NULL;
+    if (GPU->ops->alloc(GPU, bytes, &p) != SL_OK) {
+        printf("  alloc %zu: %s\n", bytes, sl_errmsg());
+        return NULL;
+    }
+    if (t_ndev == MAX_TRACK) abort(); /* a test bug */
+    t_dev[t_ndev++] = p;
+    if (host && GPU->ops->to_device(GPU, p, host, bytes) != SL_OK) {
+        printf("  to_device %zu: %s\n", bytes, sl_errmsg());
+        return NULL;
+    }
+    return p;
+}
+
+/* Device memory back into a fresh host buffer. */
+static void *host_from(const void *dev, size_t bytes) {
+    void *h = hmem(bytes);
+    if (GPU->ops->to_host(GPU, h, dev, bytes) != SL_OK) {
+        printf("  to_host %zu: %s\n", bytes, sl_errmsg());
+        return NULL;
+    }
+    return h;
+}
+
+static float *fcopy(const float *src, size_t n) {
+    float *d = hmem(n * sizeof(float));
+    memcpy(d, src, n * sizeof(float));
+    return d;
+}
+
+/* ---- inputs ---------------------------------------------------------------------------- */
+
+static uint64_t rng = 0x5eed;
+
+static uint32_t rnd(void) {
+    rng = rng * 6364136223846793005ull + 1442695040888963407ull;
+    return (uint32_t)(rng >> 33);
+}
+
+/* uniform in [lo, hi) */
+static float *frand(size_t n, float lo, float hi) {
+    float *x = hmem(n * sizeof(float));
+    for (size_t i = 0; i < n; i++) x[i] = lo + (hi - lo) * (float)(rnd() & 0xffffff) / 16777216.0f;
+    return x;
+}
+
+/* quarter integers in [-8, 8]: sums of a few hundred of them are exact in float */
+static float *fquart(size_t n) {
+    float *x = hmem(n * sizeof(float));
+    for (size_t i = 0; i < n; i++) x[i] = (float)((int)(rnd() % 65) - 32) * 0.25f;
+    return x;
+}
+
+/* ---- comparison ------------------------------------------------------------------------ */
+
+/* |got - want| <= atol + rtol |want| everywhere; prints the first miss. */
+static bool close_to(const char *what, const float *got, const float *want, size_t n, double rtol, double atol) {
+    size_t bad = 0, first = 0;
+    double worst = 0;
+    for (size_t i = 0; i < n; i++) {
+        double d = fabs((double)got[i] - (double)want[i]);
+        bool ok = d <= atol + rtol * fabs((double)want[i]) && !isnan(got[i]) == !isnan(want[i]);
+        if (!ok) {
+            if (!bad) first = i;
+            bad++;
+        }
+        if (d > worst) worst = d;
+    }
+    if (bad)
+        printf("  %s: %zu of %zu differ; first [%zu] cuda %.9g cpu %.9g (worst abs diff %.3g)\n", what, bad, n,
+               first, (double)got[first], (double)want[first], worst);
+    return bad == 0;
+}
+
+static bool same_bits(const char *what, const void *got, const void *want, size_t bytes) {
+    if (memcmp(got, want, bytes) == 0) return true;
+    const unsigned char *g = got, *w = want;
+    size_t i = 0;
+    while (g[i] == w[i]) i++;
+    printf("  %s: first differing byte %zu of %zu\n", what, i, bytes);
+    return false;
+}
+
+#define ASSERT_CLOSE(what, got, want, n, rtol, atol) ASSERT(close_to(what, got, want, n, rtol, atol))
+#define ASSERT_SAME(what, got, want, bytes) ASSERT(same_bits(what, got, want, bytes))
+
+/* ---- memory and streams ---------------------------------------------------------------- */
+
+TEST(test_memory) {
+    NEED_GPU();
+    const size_t n = 1001;
+    float *d = dev_from(NULL, n * sizeof(float));
+    ASSERT(d);
+    float *h = host_from(d, n * sizeof(float));
+    ASSERT(h);
+    float *zero = hmem(n * sizeof(float));
+    ASSERT_SAME("alloc is zero-filled", h, zero, n * sizeof(float));
+
+    float *x = frand(n, -1, 1);
+    float *dx = dev_from(x, n * sizeof(float));
+    ASSERT(dx);
+    ASSERT_OK(GPU->ops->copy(GPU, d, dx, n * sizeof(float)));
+    h = host_from(d, n * sizeof(float));
+    ASSERT(h);
+    ASSERT_SAME("copy", h, x, n * sizeof(float));
+
+    /* staged input: pinned buffer, copy stream, then compute waits for it */
+    float *pinned = NULL;
+    ASSERT_OK(GPU->ops->host_alloc(GPU, n * sizeof(float), (void **)&pinned));
+    ASSERT(pinned != NULL);
+    for (size_t i = 0; i < n; i++) pinned[i] = (float)i;
+    float *staged = dev_from(NULL, n * sizeof(float));
+    ASSERT(staged);
+    sl_status s = GPU->ops->to_device_async(GPU, staged, pinned, n * sizeof(float));
+    if (s == SL_OK) s = GPU->ops->wait_copies(GPU);
+    if (s == SL_OK) s = GPU->ops->axpy(GPU, n, 2.0f, staged, d); /* d = x + 2 i */
+    if (s == SL_OK) s = GPU->ops->sync(GPU);
+    GPU->ops->host_free(GPU, pinned);
+    ASSERT_OK(s);
+    h = host_from(d, n * sizeof(float));
+    ASSERT(h);
+    for (size_t i = 0; i < n; i++) x[i] += 2.0f * (float)i;
+    ASSERT_SAME("staged copy then axpy", h, x, n * sizeof(float));
+
+    GPU->ops->free(GPU, NULL);
+    GPU->ops->host_free(GPU, NULL);
+    ASSERT_OK(GPU->ops->to_device(GPU, d, x, 0));
+}
+
+TEST(test_errors) {
+    NEED_GPU();
+    void *p = (void *)1;
+    sl_status s = GPU->ops->alloc(GPU, (size_t)1 << 52, &p);
+    ASSERT_EQ(s, SL_ENOMEM);
+    ASSERT(p == NULL);
+    ASSERT_CONTAINS(sl_errmsg(), "cannot allocate");
+    float one = 1;
+    ASSERT_EQ(GPU->ops->gemm(GPU, false, false, -1, 2, 3, 1, &one, 3, &one, 2, 0, &one, 2), SL_EINVAL);
+    ASSERT_EQ(GPU->ops->dropout_forward(GPU, &one, &one, &one, 1, 1.0f, 1), SL_EINVAL);
+    ASSERT_EQ(GPU->ops->adam_step(GPU, &one, &one, &one, &one, 1, 0.1f, 0.9f, 0.999f, 1e-8f, 0, false, 0),
+              SL_EINVAL);
+    ASSERT_EQ(GPU->ops->act_forward(GPU, (sl_act)9, &one, &one, 1), SL_EINVAL);
+    /* a CUDA failure names the call and the place */
+    float *d = dev_from(NULL, 16);
+    ASSERT(d);
+    s = GPU->ops->to_host(GPU, NULL, d, 16);
+    ASSERT_EQ(s, SL_EIO);
+    ASSERT_CONTAINS(sl_errmsg(), "cudaMemcpyAsync");
+    ASSERT_CONTAINS(sl_errmsg(), "backend_cuda.cu:");
+}
+
+/* ---- dense math ------------------------------------------------------------------------ */
+
+static bool gemm_case(bool ta, bool tb, int m, int n, int k, float alpha, float beta) {
+    /* stored shapes: A is m x k (or k x m), B is k x n (or n x k); strides padded */
+    int ar = ta ? k : m, ac = ta ? m : k, br = tb ? n : k, bc = tb ? k : n;
+    int lda = ac + 3, ldb = bc + 1, ldc = n + 2;
+    float *a = frand((size_t)ar * lda, -1, 1), *b = frand((size_t)br * ldb, -1, 1);
+    float *c = frand((size_t)m * ldc, -1, 1), *cc = fcopy(c, (size_t)m * ldc);
+    float *da = dev_from(a, (size_t)ar * lda * 4), *db = dev_from(b, (size_t)br * ldb * 4);
+    float *dc = dev_from(c, (size_t)m * ldc * 4);
+    if (!da || !db || !dc) return false;
+    if (CPU->ops->gemm(CPU, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, cc, ldc) ||
+        GPU->ops->gemm(GPU, ta, tb, m, n, k, alpha, da, lda, db, ldb, beta, dc, ldc)) {
+        printf("  gemm failed: %s\n", sl_errmsg());
+        return false;
+    }
+    float *g = host_from(dc, (size_t)m * ldc * 4);
+    if (!g) return false;
+    char what[96];
+    snprintf(what, sizeof what, "gemm ta=%d tb=%d %dx%dx%d beta=%g", ta, tb, m, n, k, (double)beta);
+    /* each entry is a k-term dot product of values below 1 */
+    return close_to(what, g, cc, (size_t)m * ldc, 1e-4, 1e-5 * k);
+}
+
+TEST(test_gemm) {
+    NEED_GPU();
+    for (int t = 0; t < 4; t++) {
+        ASSERT(gemm_case(t & 1, t & 2, 37, 29, 53, 0.7f, 0.3f));
+        ASSERT(gemm_case(t & 1, t & 2, 5, 67, 130, 1.0f, 0.0f));
+    }
+    ASSERT(gemm_case(false, false, 1, 1, 1, 2.0f, 1.0f));
+    ASSERT(gemm_case(false, true, 7, 9, 0, 1.0f, 0.5f)); /* k = 0: C = beta C */
+    ASSERT(gemm_case(true, false, 7, 9, 0, 1.0f, 0.0f));
+}
+
+TEST(test_fill_axpy_scale) {
+    NEED_GPU();
+    const size_t n = 1001;
+    float *x = frand(n, -3, 3), *y = frand(n, -3, 3), *yc = fcopy(y, n);
+    float *dx = dev_from(x, n * 4), *dy = dev_from(y, n * 4);
+    ASSERT(dx && dy);
+    ASSERT_OK(CPU->ops->axpy(CPU, n, -0.37f, x, yc));
+    ASSERT_OK(GPU->ops->axpy(GPU, n, -0.37f, dx, dy));
+    ASSERT_CLOSE("axpy", host_from(dy, n * 4), yc, n, 1e-6, 1e-7);
+    ASSERT_OK(CPU->ops->scale(CPU, n, 1.7f, yc));
+    ASSERT_OK(GPU->ops->scale(GPU, n, 1.7f, dy));
+    ASSERT_SAME("scale", host_from(dy, n * 4), yc, n * 4);
+    ASSERT_OK(CPU->ops->fill(CPU, yc + 3, 2.5f, n - 10));
+    ASSERT_OK(GPU->ops->fill(GPU, dy + 3, 2.5f, n - 10));
+    ASSERT_SAME("fill", host_from(dy, n * 4), yc, n * 4);
+}
+
+TEST(test_bias) {
+    NEED_GPU();
+    const size_t cols = 13;
+    const size_t rows_list[] = {67, 3, 1500};
+    for (int t = 0; t < 3; t++) {
+        size_t rows = rows_list[t], n = rows * cols;
+        float *y = frand(n, -1, 1), *b = frand(cols, -1, 1), *yc = fcopy(y, n);
+        float *dy = dev_from(y, n * 4), *dbias = dev_from(b, cols * 4);
+        ASSERT(dy && dbias);
+        ASSERT_OK(CPU->ops->bias_add(CPU, yc, b, rows, cols));
+        ASSERT_OK(GPU->ops->bias_add(GPU, dy, dbias, rows, cols));
+        ASSERT_SAME("bias_add", host_from(dy, n * 4), yc, n * 4);
+
+        float *g = frand(n, -1, 1), *db = frand(cols, -1, 1), *dbc = fcopy(db, cols);
+        float *dg = dev_from(g, n * 4), *ddb = dev_from(db, cols * 4);
+        ASSERT(dg && ddb);
+        ASSERT_OK(CPU->ops->bias_grad(CPU, dbc, g, rows, cols));
+        ASSERT_OK(GPU->ops->bias_grad(GPU, ddb, dg, rows, cols));
+        ASSERT_CLOSE("bias_grad", host_from(ddb, cols * 4), dbc, cols, 1e-4, 1e-5 * sqrt((double)rows));
+    }
+}
+
+TEST(test_activations) {
+    NEED_GPU();
+    const size_t n = 777;
+    for (int a = SL_ACT_NONE; a <= SL_ACT_SIGMOID; a++) {
+        float *x = frand(n, -4, 4), *yc = hmem(n * 4);
+        float *dx = dev_from(x, n * 4), *dyv = dev_from(NULL, n * 4);
+        ASSERT(dx && dyv);
+        ASSERT_OK(CPU->ops->act_forward(CPU, (sl_act)a, x, yc, n));
+        ASSERT_OK(GPU->ops->act_forward(GPU, (sl_act)a, dx, dyv, n));
+        /* CUDA's tanhf/expf are within 2 ulp of glibc's */
+        ASSERT_CLOSE("act_forward", host_from(dyv, n * 4), yc, n, 1e-6, 1e-7);
+        /* in place */
+        float *xc = fcopy(x, n);
+        ASSERT_OK(CPU->ops->act_forward(CPU, (sl_act)a, xc, xc, n));
+        ASSERT_OK(GPU->ops->act_forward(GPU, (sl_act)a, dx, dx, n));
+        ASSERT_CLOSE("act_forward in place", host_from(dx, n * 4), xc, n, 1e-6, 1e-7);
+
+        float *g = frand(n, -1, 1), *gx = frand(n, -1, 1), *gxc = fcopy(gx, n);
+        float *dg = dev_from(g, n * 4), *dgx = dev_from(gx, n * 4), *dyc = dev_from(yc, n * 4);
+        ASSERT(dg && dgx && dyc);
+        ASSERT_OK(CPU->ops->act_backward(CPU, (sl_act)a, yc, g, gxc, n));
+        ASSERT_OK(GPU->ops->act_backward(GPU, (sl_act)a, dyc, dg, dgx, n));
+        ASSERT_CLOSE("act_backward", host_from(dgx, n * 4), gxc, n, 1e-6, 1e-7);
+    }
+}
+
+/* ---- convolution and pooling ----------------------------------------------------------- */
+
+typedef struct geom {
+    int n, h, w, c, kh, kw, s, pt, pl, oh, ow;
+} geom;
+
+static geom mk(int n, int h, int w, int c, int kh, int kw, int s, int pt, int pl, int pb, int pr) {
+    geom g = {n, h, w, c, kh, kw, s, pt, pl, 0, 0};
+    g.oh = (h + pt + pb - kh) / s + 1;
+    g.ow = (w + pl + pr - kw) / s + 1;
+    return g;
+}
+
+static const geom *conv_geoms(int *count) {
+    static geom gs[4];
+    gs[0] = mk(2, 7, 9, 3, 3, 2, 2, 1, 0, 1, 1);   /* strided, uneven padding */
+    gs[1] = mk(3, 8, 8, 5, 5, 5, 1, 2, 2, 2, 2);   /* "same" 5x5 */
+    gs[2] = mk(1, 6, 5, 1, 1, 1, 1, 0, 0, 0, 0);   /* 1x1 */
+    gs[3] = mk(2, 5, 6, 4, 2, 2, 2, 0, 0, 0, 0);   /* non-overlapping */
+    *count = 4;
+    return gs;
+}
+
+TEST(test_im2col_col2im) {
+    NEED_GPU();
+    int ng;
+    const geom *gs = conv_geoms(&ng);
+    for (int t = 0; t < ng; t++) {
+        geom g = gs[t];
+        size_t nx = (size_t)g.n * g.h * g.w * g.c, ncol = (size_t)g.n * g.oh * g.ow * g.kh * g.kw * g.c;
+        float *x = frand(nx, -1, 1), *col = hmem(ncol * 4);
+        float *dx = dev_from(x, nx * 4), *dcol = dev_from(NULL, ncol * 4);
+        ASSERT(dx && dcol);
+        ASSERT_OK(CPU->ops->im2col(CPU, x, g.n, g.h, g.w, g.c, g.kh, g.kw, g.s, g.pt, g.pl, g.oh, g.ow, col));
+        ASSERT_OK(GPU->ops->im2col(GPU, dx, g.n, g.h, g.w, g.c, g.kh, g.kw, g.s, g.pt, g.pl, g.oh, g.ow, dcol));
+        ASSERT_SAME("im2col", host_from(dcol, ncol * 4), col, ncol * 4);
+
+        float *gc = fquart(ncol), *gx = fquart(nx), *gxc = fcopy(gx, nx);
+        float *dgc = dev_from(gc, ncol * 4), *dgx = dev_from(gx, nx * 4);
+        ASSERT(dgc && dgx);
+        ASSERT_OK(CPU->ops->col2im(CPU, gc, g.n, g.h, g.w, g.c, g.kh, g.kw, g.s, g.pt, g.pl, g.oh, g.ow, gxc));
+        ASSERT_OK(GPU->ops->col2im(GPU, dgc, g.n, g.h, g.w, g.c, g.kh, g.kw, g.s, g.pt, g.pl, g.oh, g.ow, dgx));
+        ASSERT_SAME("col2im", host_from(dgx, nx * 4), gxc, nx * 4);
+        /* and with general floats: same order of additions, so still the same bits */
+        float *gc2 = frand(ncol, -1, 1), *gx2 = frand(nx, -1, 1), *gx2c = fcopy(gx2, nx);
+        float *dgc2 = dev_from(gc2, ncol * 4), *dgx2 = dev_from(gx2, nx * 4);
+        ASSERT(dgc2 && dgx2);
+        ASSERT_OK(CPU->ops->col2im(CPU, gc2, g.n, g.h, g.w, g.c, g.kh, g.kw, g.s, g.pt, g.pl, g.oh, g.ow, gx2c));
+        ASSERT_OK(GPU->ops->col2im(GPU, dgc2, g.n, g.h, g.w, g.c, g.kh, g.kw, g.s, g.pt, g.pl, g.oh, g.ow, dgx2));
+        ASSERT_CLOSE("col2im floats", host_from(dgx2, nx * 4), gx2c, nx, 1e-6, 1e-6);
+    }
+}
+
+static const geom *pool_geoms(int *count) {
+    static geom gs[4];
+    gs[0] = mk(2, 7, 9, 3, 3, 3, 2, 1, 1, 1, 1);   /* overlapping, padded */
+    gs[1] = mk(3, 8, 6, 5, 2, 2, 2, 0, 0, 0, 0);   /* the usual 2x2 */
+    gs[2] = mk(1, 5, 5, 2, 2, 2, 2, 0, 0, 1, 1);   /* "same" on odd size: padding bottom/right */
+    gs[3] = mk(2, 4, 4, 1, 3, 3, 1, 1, 1, 1, 1);
+    *count = 4;
+    return gs;
+}
+
+TEST(test_maxpool) {
+    NEED_GPU();
+    int ng;
+    const geom *gs = pool_geoms(&ng);
+    for (int t = 0; t < ng; t++) {
+        geom g = gs[t];
+        size_t nx = (size_t)g.n * g.h * g.w * g.c, ny = (size_t)g.n * g.oh * g.ow * g.c;
+        float *x = frand(nx, -1, 1), *y = hmem(ny * 4);
+        if (t == 3)
+            for (size_t i = 0; i < nx; i++) x[i] = (float)(i % 3); /* ties: first maximum wins */
+        int32_t *am = hmem(ny * 4);
+        float *dx = dev_from(x, nx * 4), *dy = dev_from(NULL, ny * 4);
+        int32_t *dam = dev_from(NULL, ny * 4);
+        ASSERT(dx && dy && dam);
+        ASSERT_OK(CPU->ops->maxpool_forward(CPU, x, g.n, g.h, g.w, g.c, g.kh, g.s, g.pt, g.pl, g.oh, g.ow, y, am));
+        ASSERT_OK(GPU->ops->maxpool_forward(GPU, dx, g.n, g.h, g.w, g.c, g.kh, g.s, g.pt, g.pl, g.oh, g.ow, dy,
+                                            dam));
+        ASSERT_SAME("maxpool y", host_from(dy, ny * 4), y, ny * 4);
+        ASSERT_SAME("maxpool argmax", host_from(dam, ny * 4), am, ny * 4);
+
+        float *gy = fquart(ny), *gx = fquart(nx), *gxc = fcopy(gx, nx);
+        float *dgy = dev_from(gy, ny * 4), *dgx = dev_from(gx, nx * 4);
+        ASSERT(dgy && dgx);
+        ASSERT_OK(CPU->ops->maxpool_backward(CPU, gy, am, ny, gxc));
+        ASSERT_OK(GPU->ops->maxpool_backward(GPU, dgy, dam, ny, dgx));
+        ASSERT_SAME("maxpool_backward", host_from(dgx, nx * 4), gxc, nx * 4);
+    }
+}
+
+TEST(test_avgpool) {
+    NEED_GPU();
+    int ng;
+    const geom *gs = pool_geoms(&ng);
+    for (int t = 0; t < ng; t++) {
+        geom g = gs[t];
+        size_t nx = (size_t)g.n * g.h * g.w * g.c, ny = (size_t)g.n * g.oh * g.ow * g.c;
+        float *x = frand(nx, -1, 1), *y = hmem(ny * 4);
+        float *dx = dev_from(x, nx * 4), *dy = dev_from(NULL, ny * 4);
+        ASSERT(dx && dy);
+        ASSERT_OK(CPU->ops->avgpool_forward(CPU, x, g.n, g.h, g.w, g.c, g.kh, g.s, g.pt, g.pl, g.oh, g.ow, y));
+        ASSERT_OK(GPU->ops->avgpool_forward(GPU, dx, g.n, g.h, g.w, g.c, g.kh, g.s, g.pt, g.pl, g.oh, g.ow, dy));
+        ASSERT_CLOSE("avgpool_forward", host_from(dy, ny * 4), y, ny, 1e-6, 1e-7);
+
+        float *gy = frand(ny, -1, 1), *gx = frand(nx, -1, 1), *gxc = fcopy(gx, nx);
+        float *dgy = dev_from(gy, ny * 4), *dgx = dev_from(gx, nx * 4);
+        ASSERT(dgy && dgx);
+        ASSERT_OK(CPU->ops->avgpool_backward(CPU, gy, g.n, g.h, g.w, g.c, g.kh, g.s, g.pt, g.pl, g.oh, g.ow, gxc));
+        ASSERT_OK(GPU->ops->avgpool_backward(GPU, dgy, g.n, g.h, g.w, g.c, g.kh, g.s, g.pt, g.pl, g.oh, g.ow, dgx));
+        ASSERT_CLOSE("avgpool_backward", host_from(dgx, nx * 4), gxc, nx, 1e-6, 1e-7);
+    }
+}
+
+/* ---- loss and dropout ------------------------------------------------------------------ */
+
+TEST(test_softmax_xent) {
+    NEED_GPU();
+    const int ks[] = {11, 70, 1};
+    for (int t = 0; t < 3; t++) {
+        int n = 37, k = ks[t];
+        size_t nl = (size_t)n * k;
+        float *z = frand(nl, -6, 6);
+        for (int j = 0; j < k; j++) z[j] = 1.5f; /* row 0: all tied, argmax is 0 */
+        int32_t *lab = hmem((size_t)n * 4);
+        for (int r = 0; r < n; r++) lab[r] = (int32_t)(rnd() % (uint32_t)k);
+        lab[0] = 0;
+        float *d = hmem(nl * 4);
+        float *dz = dev_from(z, nl * 4), *dd = dev_from(NULL, nl * 4);
+        int32_t *dlab = dev_from(lab, (size_t)n * 4);
+        ASSERT(dz && dd && dlab);
+        double lc = -1, lg = -2;
+        int64_t cc = -1, cg = -2;
+        ASSERT_OK(CPU->ops->softmax_xent(CPU, z, lab, n, k, 0.25f, d, &lc, &cc));
+        ASSERT_OK(GPU->ops->softmax_xent(GPU, dz, dlab, n, k, 0.25f, dd, &lg, &cg));
+        ASSERT_EQ(cg, cc);
+        ASSERT(cc >= 1);
+        if (!(fabs(lg - lc) <= 1e-9 * fabs(lc) + 1e-12)) {
+            FAILF("loss cuda %.17g cpu %.17g", lg, lc);
+            return;
+        }
+        ASSERT_CLOSE("dlogits", host_from(dd, nl * 4), d, nl, 1e-6, 1e-9);
+        /* evaluation: no dlogits */
+        lg = -2;
+        cg = -2;
+        ASSERT_OK(GPU->ops->softmax_xent(GPU, dz, dlab, n, k, 1.0f, NULL, &lg, &cg));
+        ASSERT_EQ(cg, cc);
+        ASSERT(fabs(lg - lc) <= 1e-9 * fabs(lc) + 1e-12);
+    }
+    /* a label out of range: SL_ERANGE naming the first bad row, on both */
+    int32_t lab[5] = {0, 1, 7, -1, 2};
+    float z[15] = {0};
+    float *dz = dev_from(z, sizeof z);
+    int32_t *dlab = dev_from(lab, sizeof lab);
+    ASSERT(dz && dlab);
+    double l;
+    int64_t c;
+    ASSERT_EQ(CPU->ops->softmax_xent(CPU, z, lab, 5, 3, 1.0f, NULL, &l, &c), SL_ERANGE);
+    ASSERT_EQ(GPU->ops->softmax_xent(GPU, dz, dlab, 5, 3, 1.0f, NULL, &l, &c), SL_ERANGE);
+    ASSERT_STREQ(sl_errmsg(), "softmax_xent: label 7 of row 2 is outside 0..2");
+}
+
+TEST(test_dropout) {
+    NEED_GPU();
+    const size_t n = 1003;
+    const float rates[] = {0.3f, 0.0f, 0.5f, 0.9f};
+    for (int t = 0; t < 4; t++) {
+        float *x = frand(n, -2, 2), *y = hmem(n * 4), *m = hmem(n * 4);
+        float *dx = dev_from(x, n * 4), *dy = dev_from(NULL, n * 4), *dm = dev_from(NULL, n * 4);
+        ASSERT(dx && dy && dm);
+        uint64_t seed = 0x1234567ull + (uint64_t)t;
+        ASSERT_OK(CPU->ops->dropout_forward(CPU, x, y, m, n, rates[t], seed));
+        ASSERT_OK(GPU->ops->dropout_forward(GPU, dx, dy, dm, n, rates[t], seed));
+        ASSERT_SAME("dropout mask", host_from(dm, n * 4), m, n * 4);
+        ASSERT_SAME("dropout y", host_from(dy, n * 4), y, n * 4);
+        size_t kept = 0;
+        for (size_t i = 0; i < n; i++) kept += m[i] != 0;
+        if (rates[t] == 0.0f) ASSERT_EQ(kept, n);
+        else ASSERT(kept > 0 && kept < n);
+
+        float *g = frand(n, -1, 1), *gx = frand(n, -1, 1), *gxc = fcopy(gx, n);
+        float *dg = dev_from(g, n * 4), *dgx = dev_from(gx, n * 4);
+        ASSERT(dg && dgx);
+        ASSERT_OK(CPU->ops->dropout_backward(CPU, g, m, gxc, n));
+        ASSERT_OK(GPU->ops->dropout_backward(GPU, dg, dm, dgx, n));
+        ASSERT_SAME("dropout_backward", host_from(dgx, n * 4), gxc, n * 4);
+    }
+}
+
+/* ---- batch normalization --------------------------------------------------------------- */
+
+TEST(test_batchnorm) {
+    NEED_GPU();
+    const size_t rows_list[] = {70, 1500, 2};
+    const int c = 5;
+    for (int t = 0; t < 3; t++) {
+        size_t rows = rows_list[t], n = rows * c;
+        float *x = frand(n, -3, 5), *gamma = frand(c, 0.5f, 1.5f), *beta = frand(c, -1, 1);
+        float *rm = frand(c, -0.5f, 0.5f), *rv = frand(c, 0.5f, 2), *rmc = fcopy(rm, c), *rvc = fcopy(rv, c);
+        float *y = hmem(n * 4), *sm = hmem(c * 4), *si = hmem(c * 4);
+        float *dx = dev_from(x, n * 4), *dgam = dev_from(gamma, c * 4), *dbet = dev_from(beta, c * 4);
+        float *drm = dev_from(rm, c * 4), *drv = dev_from(rv, c * 4), *dy = dev_from(NULL, n * 4);
+        float *dsm = dev_from(NULL, c * 4), *dsi = dev_from(NULL, c * 4);
+        ASSERT(dx && dgam && dbet && drm && drv && dy && dsm && dsi);
+        ASSERT_OK(CPU->ops->batchnorm_forward(CPU, x, y, rows, c, gamma, beta, rmc, rvc, 0.1f, 1e-3f, true, sm, si));
+        ASSERT_OK(GPU->ops->batchnorm_forward(GPU, dx, dy, rows, c, dgam, dbet, drm, drv, 0.1f, 1e-3f, true, dsm,
+                                              dsi));
+        ASSERT_CLOSE("bn y", host_from(dy, n * 4), y, n, 1e-5, 1e-5);
+        ASSERT_CLOSE("bn save_mean", host_from(dsm, c * 4), sm, c, 1e-6, 1e-6);
+        ASSERT_CLOSE("bn save_invstd", host_from(dsi, c * 4), si, c, 1e-6, 0);
+        ASSERT_CLOSE("bn running_mean", host_from(drm, c * 4), rmc, c, 1e-6, 1e-7);
+        ASSERT_CLOSE("bn running_var", host_from(drv, c * 4), rvc, c, 1e-6, 0);
+
+        /* backward from the saved statistics */
+        float *g = frand(n, -1, 1), *gx = frand(n, -1, 1), *gxc = fcopy(gx, n);
+        float *dgm = frand(c, -1, 1), *dbt = frand(c, -1, 1), *dgmc = fcopy(dgm, c), *dbtc = fcopy(dbt, c);
+        float *d_g = dev_from(g, n * 4), *d_gx = dev_from(gx, n * 4), *d_dgm = dev_from(dgm, c * 4);
+        float *d_dbt = dev_from(dbt, c * 4), *d_sm = dev_from(sm, c * 4), *d_si = dev_from(si, c * 4);
+        ASSERT(d_g && d_gx && d_dgm && d_dbt && d_sm && d_si);
+        ASSERT_OK(CPU->ops->batchnorm_backward(CPU, x, g, rows, c, gamma, sm, si, gxc, dgmc, dbtc));
+        ASSERT_OK(GPU->ops->batchnorm_backward(GPU, dx, d_g, rows, c, dgam, d_sm, d_si, d_gx, d_dgm, d_dbt));
+        ASSERT_CLOSE("bn dx", host_from(d_gx, n * 4), gxc, n, 1e-5, 1e-5);
+        ASSERT_CLOSE("bn dgamma", host_from(d_dgm, c * 4), dgmc, c, 1e-5, 1e-5);
+        ASSERT_CLOSE("bn dbeta", host_from(d_dbt, c * 4), dbtc, c, 1e-5, 1e-5);
+
+        /* inference with the running statistics */
+        ASSERT_OK(CPU->ops->batchnorm_forward(CPU, x, y, rows, c, gamma, beta, rmc, rvc, 0.1f, 1e-3f, false, NULL,
+                                              NULL));
+        ASSERT_OK(GPU->ops->batchnorm_forward(GPU, dx, dy, rows, c, dgam, dbet, drm, drv, 0.1f, 1e-3f, false, NULL,
+                                              NULL));
+        ASSERT_CLOSE("bn inference y", host_from(dy, n * 4), y, n, 1e-5, 1e-5);
+    }
+}
+
+/* ---- optimizers and norms -------------------------------------------------------------- */
+
+TEST(test_sgd) {
+    NEED_GPU();
+    const size_t n = 999;
+    struct { float mom, wd; bool nest; } cases[] = {{0, 0, false}, {0.9f, 0, false}, {0.9f, 1e-2f, true},
+                                                    {0, 5e-4f, false}};
+    for (int t = 0; t < 4; t++) {
+        float *p = frand(n, -1, 1), *v = hmem(n * 4), *pc = fcopy(p, n);
+        float *dp = dev_from(p, n * 4), *dv = dev_from(NULL, n * 4);
+        ASSERT(dp && dv);
+        for (int step = 0; step < 3; step++) {
+            float *g = frand(n, -1, 1);
+            float *dg = dev_from(g, n * 4);
+            ASSERT(dg);
+            ASSERT_OK(CPU->ops->sgd_step(CPU, pc, g, cases[t].mom ? v : NULL, n, 0.05f, cases[t].mom,
+                                         cases[t].nest, cases[t].wd));
+            ASSERT_OK(GPU->ops->sgd_step(GPU, dp, dg, cases[t].mom ? dv : NULL, n, 0.05f, cases[t].mom,
+                                         cases[t].nest, cases[t].wd));
+        }
+        ASSERT_CLOSE("sgd p", host_from(dp, n * 4), pc, n, 1e-6, 1e-7);
+        if (cases[t].mom) ASSERT_CLOSE("sgd vel", host_from(dv, n * 4), v, n, 1e-6, 1e-7);
+    }
+    float one = 1;
+    ASSERT_EQ(GPU->ops->sgd_step(GPU, &one, &one, NULL, 1, 0.1f, 0.9f, false, 0), SL_EINVAL);
+}
+
+TEST(test_adam) {
+    NEED_GPU();
+    const size_t n = 1001;
+    for (int t = 0; t < 3; t++) {
+        bool decoupled = t == 2;
+        float wd = t == 0 ? 0.0f : 1e-2f;
+        float *p = frand(n, -1, 1), *m = hmem(n * 4), *v = hmem(n * 4), *pc = fcopy(p, n);
+        float *dp = dev_from(p, n * 4), *dm = dev_from(NULL, n * 4), *dv = dev_from(NULL, n * 4);
+        ASSERT(dp && dm && dv);
+        for (int64_t step = 1; step <= 3; step++) {
+            float *g = frand(n, -1, 1);
+            float *dg = dev_from(g, n * 4);
+            ASSERT(dg);
+            ASSERT_OK(CPU->ops->adam_step(CPU, pc, g, m, v, n, 1e-3f, 0.9f, 0.999f, 1e-8f, wd, decoupled, step));
+            ASSERT_OK(GPU->ops->adam_step(GPU, dp, dg, dm, dv, n, 1e-3f, 0.9f, 0.999f, 1e-8f, wd, decoupled, step));
+        }
+        ASSERT_CLOSE("adam p", host_from(dp, n * 4), pc, n, 1e-6, 1e-7);
+        ASSERT_CLOSE("adam m", host_from(dm, n * 4), m, n, 1e-6, 1e-8);
+        ASSERT_CLOSE("adam v", host_from(dv, n * 4), v, n, 1e-6, 1e-10);
+    }
+}
+
+TEST(test_sum_squares) {
+    NEED_GPU();
+    const size_t sizes[] = {1, 1001, 300007};
+    for (int t = 0; t < 3; t++) {
+        size_t n = sizes[t];
+        float *x = frand(n, -2, 2);
+        float *dx = dev_from(x, n * 4);
+        ASSERT(dx);
+        double c = -1, g = -2;
+        ASSERT_OK(CPU->ops->sum_squares(CPU, x, n, &c));
+        ASSERT_OK(GPU->ops->sum_squares(GPU, dx, n, &g));
+        if (!(fabs(g - c) <= 1e-12 * c)) {
+            FAILF("sum_squares n=%zu: cuda %.17g cpu %.17g", n, g, c);
+            return;
+        }
+    }
+    double z = -1;
+    ASSERT_OK(GPU->ops->sum_squares(GPU, NULL, 0, &z));
+    ASSERT(z == 0.0);
+}
+
+/* ---- a whole model: same seed, same start, close gradients ------------------------------ */
+
+static sl_layer_spec layer(sl_layer_kind kind) {
+    sl_layer_spec s;
+    memset(&s, 0, sizeof s);
+    s.kind = kind;
+    return s;
+}
+
+TEST(test_model_cpu_vs_cuda) {
+    NEED_GPU();
+    sl_layer_spec L[9];
+    int nl = 0;
+    L[nl] = layer(SL_LAYER_INPUT);
+    L[nl].rank = 3;
+    L[nl].shape[0] = 12;
+    L[nl].shape[1] = 12;
+    L[nl++].shape[2] = 2;
+    L[nl] = layer(SL_LAYER_CONV2D);
+    L[nl].filters = 6;
+    L[nl].kh = L[nl].kw = 3;
+    L[nl].padding = SL_PAD_SAME;
+    L[nl++].activation = 1;
+    L[nl] = layer(SL_LAYER_BATCHNORM);
+    nl++;
+    L[nl] = layer(SL_LAYER_MAXPOOL);
+    L[nl++].kh = 2;
+    L[nl] = layer(SL_LAYER_AVGPOOL);
+    L[nl].kh = 3;
+    L[nl].stride = 1;
+    L[nl++].padding = SL_PAD_SAME;
+    L[nl] = layer(SL_LAYER_FLATTEN);
+    nl++;
+    L[nl] = layer(SL_LAYER_DENSE);
+    L[nl].units = 17;
+    L[nl++].activation = 2;
+    L[nl] = layer(SL_LAYER_DROPOUT);
+    L[nl++].rate = 0.25f;
+    L[nl] = layer(SL_LAYER_DENSE);
+    L[nl++].units = 5;
+
+    sl_model_opts o = sl_model_opts_default();
+    o.seed = 77;
+    o.max_batch = 9;
+    o.threads = 1;
+    sl_model *mc = NULL, *mg = NULL;
+    o.backend = SL_BACKEND_CPU;
+    ASSERT_OK(sl_model_create(L, nl, &o, &mc));
+    o.backend = SL_BACKEND_CUDA;
+    sl_status s = sl_model_create(L, nl, &o, &mg);
+    if (s) {
+        FAILF("sl_model_create(cuda): %s", sl_errmsg());
+        sl_model_free(mc);
+        return;
+    }
+    ASSERT_STREQ(sl_model_backend_name(mg), "cuda");
+
+    size_t np = 0, npg = 0;
+    sl_model_params(mc, &np);
+    sl_model_params(mg, &npg);
+    bool ok = np == npg && np > 0;
+    float *pc = hmem(np * 4), *pg = hmem(np * 4), *gc = hmem(np * 4), *gg = hmem(np * 4);
+    if (ok) ok = sl_model_get_params(mc, pc, np) == SL_OK && sl_model_get_params(mg, pg, np) == SL_OK;
+    if (ok) ok = same_bits("initial params", pg, pc, np * 4);
+
+    const int B = 9;
+    int64_t xd[4] = {B, 12, 12, 2}, ld[1] = {B};
+    sl_tensor x = SL_TENSOR_EMPTY, y = SL_TENSOR_EMPTY;
+    if (ok) ok = sl_tensor_alloc(&x, SL_DT_F32, 4, xd) == SL_OK && sl_tensor_alloc(&y, SL_DT_I64, 1, ld) == SL_OK;
+    if (ok) {
+        float *xf = x.data;
+        for (int i = 0; i < B * 12 * 12 * 2; i++) xf[i] = (float)(rnd() % 256) / 255.0f;
+        int64_t *yl = y.data;
+        for (int i = 0; i < B; i++) yl[i] = rnd() % 5;
+    }
+    sl_step_result rc = {0}, rg = {0};
+    if (ok) ok = sl_model_zero_grads(mc) == SL_OK && sl_model_zero_grads(mg) == SL_OK;
+    if (ok) ok = sl_model_train_step(mc, &x, &y, 1.0f, &rc) == SL_OK;
+    if (ok) ok = sl_model_train_step(mg, &x, &y, 1.0f, &rg) == SL_OK;
+    if (ok) {
+        size_t ngr = 0;
+        const float *dgc = sl_model_grads(mc, &ngr);
+        memcpy(gc, dgc, ngr * 4); /* CPU backend memory is host memory */
+        const float *dgg = sl_model_grads(mg, &ngr);
+        /* The backward pass may still be queued on the model's stream: reading the
+         * parameters through the model waits for it. Then our own handle can read the
+         * gradient (same device, one address space). */
+        ok = ngr == np && sl_model_get_params(mg, pg, np) == SL_OK;
+        if (ok) ok = GPU->ops->to_host(GPU, gg, dgg, ngr * 4) == SL_OK;
+        if (!ok) printf("  reading grads: %s\n", sl_errmsg());
+    }
+    if (ok) {
+        if (rg.examples != rc.examples || rg.correct != rc.correct || fabs(rg.loss - rc.loss) > 1e-4 * fabs(rc.loss)) {
+            printf("  step: cuda loss %.9g correct %lld, cpu loss %.9g correct %lld\n", rg.loss,
+                   (long long)rg.correct, rc.loss, (long long)rc.correct);
+            ok = false;
+        }
+    }
+    if (ok) {
+        double mx = 0;
+        for (size_t i = 0; i < np; i++) mx = fmax(mx, fabs(gc[i]));
+        ok = close_to("model grads", gg, gc, np, 1e-3, 1e-4 * mx);
+    }
+    sl_tensor_release(&x);
+    sl_tensor_release(&y);
+    sl_model_free(mc);
+    sl_model_free(mg);
+    ASSERT(ok);
+}
+
+int main(void) {
+    sl_status s = sl__backend_cuda_new(0, &GPU);
+    if (s != SL_OK) {
+        GPU = NULL;
+        snprintf(g_why, sizeof g_why, "%s", sl_errmsg());
+        g_why[strcspn(g_why, "\n")] = 0; /* the message without its hint */
+        if (s != SL_EUNSUPPORTED) {
+            printf("sl__backend_cuda_new: %d %s\n", s, sl_errmsg());
+            return 1;
+        }
+    } else if (sl__backend_cpu_new(2, &CPU) != SL_OK) {
+        printf("sl__backend_cpu_new: %s\n", sl_errmsg());
+        return 1;
+    }
+#define RUN_FREE(t) do { RUN(t); if (GPU) free_all(); } while (0)
+    RUN_FREE(test_memory);
+    RUN_FREE(test_gemm);
+    RUN_FREE(test_fill_axpy_scale);
+    RUN_FREE(test_bias);
+    RUN_FREE(test_activations);
+    RUN_FREE(test_im2col_col2im);
+    RUN_FREE(test_maxpool);
+    RUN_FREE(test_avgpool);
+    RUN_FREE(test_softmax_xent);
+    RUN_FREE(test_dropout);
+    RUN_FREE(test_batchnorm);
+    RUN_FREE(test_sgd);
+    RUN_FREE(test_adam);
+    RUN_FREE(test_sum_squares);
+    RUN_FREE(test_model_cpu_vs_cuda);
+    RUN_FREE(test_errors); /* last: a failed CUDA call must not disturb the others */
+    sl__backend_free(GPU);
+    sl__backend_free(CPU);
+    TEST_MAIN_END();
+}
