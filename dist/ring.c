@@ -1,0 +1,382 @@
+/* Ring allreduce, broadcast and barrier over sl_tp (the algorithm is described in ring.h).
+ *
+ * Workload: one fused gradient buffer (1-100 MiB of float32) per training step on 2-64
+ * ranks. The calling thread receives, sums and forwards chunk by chunk; ZeroMQ's I/O thread
+ * does the socket work meanwhile, so summing chunk k+1 overlaps sending chunk k, and a rank
+ * forwards each chunk the moment it is summed (several chunks of a segment in flight). */
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "sluice/ring.h"
+
+struct sl_ring {
+    sl_tp *tp;
+    size_t chunk_bytes;
+    int fp16;
+    int broken;          /* a collective failed: peers are out of step */
+    uint64_t seq;        /* collectives started; the step field of every message */
+    float *scratch;      /* aligned copy of an unaligned float payload */
+    size_t scratch_n;
+};
+
+/* ---- float16 ----------------------------------------------------------------------- */
+
+static uint16_t f32_to_f16_1(float f) {
+    uint32_t x;
+    memcpy(&x, &f, 4);
+    uint32_t sign = (x >> 16) & 0x8000u, mag = x & 0x7fffffffu;
+    if (mag >= 0x7f800000u) /* inf or nan (keep nan quiet and nonzero) */
+        return (uint16_t)(sign | 0x7c00u | (mag > 0x7f800000u ? 0x200u | ((mag >> 13) & 0x3ffu) : 0));
+    if (mag >= 0x477ff000u) return (uint16_t)(sign | 0x7c00u); /* rounds to >= 65520: inf */
+    if (mag < 0x38800000u) { /* below the smallest normal half: subnormal or zero */
+        if (mag < 0x33000000u) return (uint16_t)sign; /* < half of the smallest subnormal */
+        uint32_t e = mag >> 23, m = (mag & 0x7fffffu) | 0x800000u;
+        uint32_t shift = 126 - e; /* 14..24 */
+        uint32_t q = m >> shift, rem = m & ((1u << shift) - 1), half = 1u << (shift - 1);
+        if (rem > half || (rem == half && (q & 1))) q++;
+        return (uint16_t)(sign | q);
+    }
+    uint32_t q = ((mag >> 13) - (112u << 10)), rem = mag & 0x1fffu;
+    if (rem > 0x1000u || (rem == 0x1000u && (q & 1))) q++;
+    return (uint16_t)(sign | q);
+}
+
+static float f16_to_f32_1(uint16_t h) {
+    uint32_t sign = (uint32_t)(h & 0x8000u) << 16, e = (h >> 10) & 0x1fu, m = h & 0x3ffu, x;
+    if (e == 0) {
+        if (m == 0) x = sign;
+        else { /* subnormal: normalise */
+            e = 113;
+            while (!(m & 0x400u)) { m <<= 1; e--; }
+            x = sign | (e << 23) | ((m & 0x3ffu) << 13);
+        }
+    } else if (e == 31) {
+        x = sign | 0x7f800000u | (m << 13);
+    } else {
+        x = sign | ((e + 112) << 23) | (m << 13);
+    }
+    float f;
+    memcpy(&f, &x, 4);
+    return f;
+}
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+__attribute__((target("avx,f16c"))) static void f32_to_f16_f16c(const float *in, uint16_t *out, size_t n) {
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm_storeu_si128((__m128i *)(out + i), _mm256_cvtps_ph(_mm256_loadu_ps(in + i), _MM_FROUND_TO_NEAREST_INT));
+    for (; i < n; i++) out[i] = f32_to_f16_1(in[i]);
+}
+__attribute__((target("avx,f16c"))) static void f16_to_f32_f16c(const uint16_t *in, float *out, size_t n) {
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(out + i, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(in + i))));
+    for (; i < n; i++) out[i] = f16_to_f32_1(in[i]);
+}
+#include <cpuid.h>
+/* CPUID.1:ECX F16C (bit 29), AVX (28), OSXSAVE (27), and the OS saving YMM state (XCR0). */
+static int probe_f16c(void) {
+    unsigned a, b, c, d;
+    if (!__get_cpuid(1, &a, &b, &c, &d)) return 0;
+    if (!(c & (1u << 29)) || !(c & (1u << 28)) || !(c & (1u << 27))) return 0;
+    unsigned lo, hi;
+    __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+    return (lo & 6) == 6;
+}
+static int have_f16c(void) {
+    static _Atomic int v = -1; /* every thread computes the same value */
+    int x = v;
+    if (x < 0) v = x = probe_f16c();
+    return x;
+}
+#else
+static int have_f16c(void) { return 0; }
+#define f32_to_f16_f16c(a, b, c) ((void)0)
+#define f16_to_f32_f16c(a, b, c) ((void)0)
+#endif
+
+/* Tests flip this to compare the portable path with F16C. */
+int sl__ring_f16c_off;
+
+void sl_f32_to_f16(const float *in, uint16_t *out, size_t n) {
+    if (!sl__ring_f16c_off && have_f16c()) { f32_to_f16_f16c(in, out, n); return; }
+    for (size_t i = 0; i < n; i++) out[i] = f32_to_f16_1(in[i]);
+}
+
+void sl_f16_to_f32(const uint16_t *in, float *out, size_t n) {
+    if (!sl__ring_f16c_off && have_f16c()) { f16_to_f32_f16c(in, out, n); return; }
+    for (size_t i = 0; i < n; i++) out[i] = f16_to_f32_1(in[i]);
+}
+
+/* ---- ring -------------------------------------------------------------------------- */
+
+sl_status sl_ring_create(sl_tp *tp, const sl_ring_opts *opts, sl_ring **out) {
+    *out = NULL;
+    sl_ring *r = calloc(1, sizeof *r);
+    if (!r) return sl_err(SL_ENOMEM, "ring: out of memory");
+    r->tp = tp;
+    r->chunk_bytes = opts && opts->chunk_bytes ? opts->chunk_bytes : ((size_t)1 << 20);
+    if (r->chunk_bytes < 4) r->chunk_bytes = 4;
+    r->fp16 = opts ? opts->fp16 : 0;
+    *out = r;
+    return SL_OK;
+}
+
+void sl_ring_destroy(sl_ring *r) {
+    if (!r) return;
+    free(r->scratch);
+    free(r);
+}
+
+static void add_f32(float *restrict d, const float *restrict s, size_t n) {
+    for (size_t i = 0; i < n; i++) d[i] += s[i];
+}
+static void add_i32(int32_t *restrict d, const int32_t *restrict s, size_t n) {
+    for (size_t i = 0; i < n; i++) d[i] = (int32_t)((uint32_t)d[i] + (uint32_t)s[i]);
+}
+
+/* An aligned view of n floats (or int32s) at p, copying into scratch when p is not 4-byte
+ * aligned (ZeroMQ does not promise alignment of received payloads). */
+static const void *aligned4(sl_ring *r, const void *p, size_t n) {
+    if (((uintptr_t)p & 3) == 0) return p;
+    if (r->scratch_n < n) {
+        float *s = realloc(r->scratch, n * 4);
+        if (!s) return NULL;
+        r->scratch = s;
+        r->scratch_n = n;
+    }
+    memcpy(r->scratch, p, n * 4);
+    return r->scratch;
+}
+
+static void free_plain(void *data, void *ctx) { (void)ctx; free(data); }
+
+typedef struct coll {
+    sl_ring *r;
+    int n, me, prev, next;
+    uint64_t seq;
+    uint32_t tensor;
+    uint8_t dtype, flags;
+    size_t esz, wsz;      /* element size in memory and on the wire */
+} coll;
+
+/* Send count elements of buf starting at element off as round `round`. */
+static sl_status send_chunk(coll *c, char *buf, size_t off, size_t count, uint16_t round) {
+    sl_msg_hdr h = {.type = SL_MSG_DATA, .round = round, .dtype = c->dtype, .flags = c->flags,
+                    .tensor = c->tensor, .step = c->seq, .offset = off};
+    if (c->flags & SL_MSGF_FP16) {
+        uint16_t *w = malloc(count * 2 + 1);
+        if (!w) return sl_err(SL_ENOMEM, "ring: out of memory");
+        sl_f32_to_f16((const float *)buf + off, w, count);
+        return sl_tp_send(c->r->tp, c->next, &h, w, count * 2, free_plain, NULL);
+    }
+    return sl_tp_send(c->r->tp, c->next, &h, buf + off * c->esz, count * c->esz, NULL, NULL);
+}
+
+/* Receive the next message of this collective from prev, which must be (round, off, count).
+ * Messages of earlier collectives and from other ranks are dropped and counted. */
+static sl_status recv_chunk(coll *c, uint16_t type, uint16_t round, size_t off, size_t count,
+                            sl_msg_hdr *h, const void **data) {
+    sl_tp *tp = c->r->tp;
+    for (;;) {
+        size_t len;
+        sl_status s = sl_tp_recv(tp, c->prev, -1, h, data, &len);
+        if (s) return s;
+        if (h->sender != (uint32_t)c->prev || h->step < c->seq) { sl_tp_drop(tp); continue; }
+        size_t want = count * c->wsz;
+        if (h->type != type || h->step != c->seq || h->round != round || h->offset != off ||
+            h->length != want || h->dtype != c->dtype || h->flags != c->flags || h->tensor != c->tensor) {
+            sl_err(SL_EPEER,
+                   "rank %d (%s) sent type %u step %llu round %u offset %llu length %llu dtype %s tensor %u; "
+                   "expected type %u step %llu round %u offset %zu length %zu dtype %s tensor %u",
+                   c->prev, sl_tp_peer_addr(tp, c->prev), h->type, (unsigned long long)h->step, h->round,
+                   (unsigned long long)h->offset, (unsigned long long)h->length,
+                   sl_dtype_name((sl_dtype)h->dtype), h->tensor, type, (unsigned long long)c->seq, round, off,
+                   want, sl_dtype_name((sl_dtype)c->dtype), c->tensor);
+            sl_err_hint("every rank must make the same collective calls, in the same order, with the same "
+                        "count, dtype and fp16 setting");
+            return SL_EPEER;
+        }
+        return SL_OK;
+    }
+}
+
+static sl_status fail(coll *c, sl_status s) {
+    sl_error e;
+    sl_err_save(&e);
+    c->r->broken = 1;
+    sl_tp_abort(c->r->tp, e.msg);
+    sl_tp_disconnect(c->r->tp); /* ZeroMQ lets go of the caller's buffer before we return */
+    return sl_err_restore(&e);
+}
+
+static sl_status begin(sl_ring *r, coll *c, uint32_t tensor) {
+    if (r->broken)
+        return sl_err(SL_ESTATE, "ring: an earlier collective failed; the ring must be rebuilt");
+    memset(c, 0, sizeof *c);
+    c->r = r;
+    c->n = sl_tp_size(r->tp);
+    c->me = sl_tp_rank(r->tp);
+    c->prev = (c->me + c->n - 1) % c->n;
+    c->next = (c->me + 1) % c->n;
+    c->seq = ++r->seq;
+    c->tensor = tensor;
+    return SL_OK;
+}
+
+static size_t seg_off(size_t count, int n, int i) {
+    size_t base = count / (size_t)n, rem = count % (size_t)n;
+    return (size_t)i * base + ((size_t)i < rem ? (size_t)i : rem);
+}
+static size_t seg_len(size_t count, int n, int i) {
+    return count / (size_t)n + ((size_t)i < count % (size_t)n ? 1 : 0);
+}
+
+/* The owner's last touch of a finished chunk: average, and fp16 rounding so the owner keeps
+ * exactly what every receiver will decode. */
+static void finish_chunk(coll *c, void *buf, size_t off, size_t count, sl_reduce_op op) {
+    if (c->dtype != SL_DT_F32) return;
+    float *p = (float *)buf + off;
+    if (op == SL_REDUCE_AVG)
+        for (size_t i = 0; i < count; i++) p[i] /= (float)c->n;
+    if (c->flags & SL_MSGF_FP16)
+        for (size_t i = 0; i < count; i++) p[i] = f16_to_f32_1(f32_to_f16_1(p[i]));
+}
+
+sl_status sl_ring_allreduce(sl_ring *r, void *buf, size_t count, sl_dtype dtype,
+                            sl_reduce_op op, uint32_t tensor) {
+    if (dtype != SL_DT_F32 && dtype != SL_DT_I32)
+        return sl_err(SL_EINVAL, "ring allreduce: dtype %s is not supported (float32, int32)", sl_dtype_name(dtype));
+    if (dtype == SL_DT_I32 && op != SL_REDUCE_SUM)
+        return sl_err(SL_EINVAL, "ring allreduce: int32 supports sum only");
+    if (op != SL_REDUCE_SUM && op != SL_REDUCE_AVG)
+        return sl_err(SL_EINVAL, "ring allreduce: unknown reduce op %d", (int)op);
+    if (count && !buf) return sl_err(SL_EINVAL, "ring allreduce: NULL buffer");
+    coll c;
+    sl_status s = begin(r, &c, tensor);
+    if (s) return s;
+    int n = c.n, me = c.me;
+    c.dtype = (uint8_t)dtype;
+    c.esz = 4;
+    c.flags = (r->fp16 && dtype == SL_DT_F32) ? SL_MSGF_FP16 : 0;
+    c.wsz = c.flags ? 2 : 4;
+    if (n == 1 || count == 0) return SL_OK; /* averaging over 1 rank divides by 1 */
+    size_t chunk = r->chunk_bytes / c.wsz;
+    if (chunk == 0) chunk = 1;
+    char *b = buf;
+    int nrounds = 2 * (n - 1);
+
+    /* round 0: our own segment, straight from the caller's buffer */
+    {
+        size_t so = seg_off(count, n, me), sl = seg_len(count, n, me);
+        for (size_t k = 0; k < sl; k += chunk)
+            if ((s = send_chunk(&c, b, so + k, sl - k < chunk ? sl - k : chunk, 0))) return fail(&c, s);
+    }
+    for (int round = 0; round < nrounds; round++) {
+        int rs = round < n - 1;
+        int g = rs ? ((me - round - 1) % n + n) % n : ((me - (round - (n - 1))) % n + n) % n;
+        size_t so = seg_off(count, n, g), sl = seg_len(count, n, g);
+        for (size_t k = 0; k < sl; k += chunk) {
+            size_t cn = sl - k < chunk ? sl - k : chunk, off = so + k;
+            sl_msg_hdr h;
+            const void *data;
+            if ((s = recv_chunk(&c, SL_MSG_DATA, (uint16_t)round, off, cn, &h, &data))) return fail(&c, s);
+            if (rs) {
+                const void *src = data;
+                if (c.flags) {
+                    if (r->scratch_n < cn) {
+                        float *ns = realloc(r->scratch, cn * 4);
+                        if (!ns) return fail(&c, sl_err(SL_ENOMEM, "ring: out of memory"));
+                        r->scratch = ns;
+                        r->scratch_n = cn;
+                    }
+                    uint16_t tmp[512];
+                    for (size_t i = 0; i < cn; i += 512) { /* payload may be unaligned */
+                        size_t m = cn - i < 512 ? cn - i : 512;
+                        memcpy(tmp, (const char *)data + i * 2, m * 2);
+                        sl_f16_to_f32(tmp, r->scratch + i, m);
+                    }
+                    src = r->scratch;
+                } else if (!(src = aligned4(r, data, cn))) {
+                    return fail(&c, sl_err(SL_ENOMEM, "ring: out of memory"));
+                }
+                if (dtype == SL_DT_F32) add_f32((float *)b + off, src, cn);
+                else add_i32((int32_t *)b + off, src, cn);
+                if (round == n - 2) finish_chunk(&c, b, off, cn, op);
+                if ((s = send_chunk(&c, b, off, cn, (uint16_t)(round + 1)))) return fail(&c, s);
+            } else {
+                if (c.flags) {
+                    uint16_t tmp[512];
+                    for (size_t i = 0; i < cn; i += 512) {
+                        size_t m = cn - i < 512 ? cn - i : 512;
+                        memcpy(tmp, (const char *)data + i * 2, m * 2);
+                        sl_f16_to_f32(tmp, (float *)b + off + i, m);
+                    }
+                } else {
+                    memcpy(b + off * c.esz, data, cn * c.esz);
+                }
+                if (round < nrounds - 1) {
+                    h.round = (uint16_t)(round + 1);
+                    if ((s = sl_tp_forward(r->tp, c.next, &h))) return fail(&c, s);
+                }
+            }
+        }
+    }
+    if ((s = sl_tp_flush(r->tp))) return fail(&c, s);
+    return SL_OK;
+}
+
+sl_status sl_ring_broadcast(sl_ring *r, void *buf, size_t len, int root, uint32_t tensor) {
+    if (root < 0 || root >= sl_tp_size(r->tp))
+        return sl_err(SL_EINVAL, "ring broadcast: root %d is not a rank (0..%d)", root, sl_tp_size(r->tp) - 1);
+    if (len && !buf) return sl_err(SL_EINVAL, "ring broadcast: NULL buffer");
+    coll c;
+    sl_status s = begin(r, &c, tensor);
+    if (s) return s;
+    c.dtype = SL_DT_U8;
+    c.esz = c.wsz = 1;
+    if (c.n == 1 || len == 0) return SL_OK;
+    size_t chunk = r->chunk_bytes;
+    for (size_t k = 0; k < len; k += chunk) {
+        size_t cn = len - k < chunk ? len - k : chunk;
+        if (c.me == root) {
+            if ((s = send_chunk(&c, buf, k, cn, 0))) return fail(&c, s);
+            continue;
+        }
+        sl_msg_hdr h;
+        const void *data;
+        if ((s = recv_chunk(&c, SL_MSG_DATA, 0, k, cn, &h, &data))) return fail(&c, s);
+        memcpy((char *)buf + k, data, cn);
+        if (c.next != root && (s = sl_tp_forward(r->tp, c.next, &h))) return fail(&c, s);
+    }
+    if ((s = sl_tp_flush(r->tp))) return fail(&c, s);
+    return SL_OK;
+}
+
+sl_status sl_ring_barrier(sl_ring *r) {
+    coll c;
+    sl_status s = begin(r, &c, 0);
+    if (s) return s;
+    c.dtype = SL_DT_U8;
+    c.esz = c.wsz = 1;
+    if (c.n == 1) return SL_OK;
+    sl_msg_hdr h = {.type = SL_MSG_BARRIER, .dtype = SL_DT_U8, .step = c.seq};
+    const void *data;
+    /* round 0: a token goes around once, so rank 0 knows all have entered; round 1 releases */
+    for (int round = 0; round < 2; round++) {
+        h.round = (uint16_t)round;
+        h.step = c.seq;
+        h.tensor = 0;
+        h.offset = 0;
+        if (c.me == 0) {
+            if ((s = sl_tp_send_copy(r->tp, c.next, &h, NULL, 0))) return fail(&c, s);
+            if (round == 0 && (s = recv_chunk(&c, SL_MSG_BARRIER, 0, 0, 0, &h, &data))) return fail(&c, s);
+        } else {
+            if ((s = recv_chunk(&c, SL_MSG_BARRIER, (uint16_t)round, 0, 0, &h, &data))) return fail(&c, s);
+            if ((round == 0 || c.next != 0) && (s = sl_tp_send_copy(r->tp, c.next, &h, NULL, 0)))
+                return fail(&c, s);
+        }
+    }
+    return SL_OK;
+}

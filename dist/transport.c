@@ -1,0 +1,618 @@
+/* ZeroMQ transport: one ROUTER inbox per task, one DEALER per peer (routing id "r<rank>"),
+ * a socket monitor on every DEALER so a peer's death is seen when its connection closes,
+ * and a fixed, validated 48-byte header before every payload (layout in transport.h).
+ *
+ * Workload: a few to a few dozen peers; a ring moves MiB-sized chunks at network speed, a
+ * parameter server answers many small requests. Every ZeroMQ call goes through ZCHECK so a
+ * failure carries file:line and zmq_strerror. The exceptions are best-effort calls whose
+ * failure leaves nothing to act on: closing, ABORT notices (never block), monitor reads,
+ * and zmq_msg_init / zmq_msg_close / zmq_msg_move on valid messages (they cannot fail).
+ *
+ * Routing ids are not authentication: a stranger may claim "r2". Every frame is still
+ * validated, so such a stranger can confuse a ring but not crash it; CURVE with an
+ * allow-list (parameter-server issue) is what keeps strangers out. */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <zmq.h>
+
+#include "sluice/transport.h"
+
+/* Wrap a ZeroMQ call that returns -1 on failure; on failure record where and why. */
+#define ZCHECK(call)                                                                   \
+    do {                                                                               \
+        if ((call) == -1) {                                                            \
+            int e_ = zmq_errno();                                                      \
+            return sl_err(e_ == EAGAIN ? SL_ETIMEDOUT : SL_EIO, "%s:%d: %s: %s",      \
+                          __FILE__, __LINE__, #call, zmq_strerror(e_));                \
+        }                                                                              \
+    } while (0)
+#define ZCHECK_GOTO(call, st)                                                          \
+    do {                                                                               \
+        if ((call) == -1) {                                                            \
+            int e_ = zmq_errno();                                                      \
+            (st) = sl_err(e_ == EAGAIN ? SL_ETIMEDOUT : SL_EIO, "%s:%d: %s: %s",      \
+                          __FILE__, __LINE__, #call, zmq_strerror(e_));                \
+            goto fail;                                                                 \
+        }                                                                              \
+    } while (0)
+
+#define LINGER_MS 200 /* long enough for an ABORT to reach a live peer at close */
+
+struct sl_tp {
+    void *ctx;
+    void *inbox;          /* ROUTER bound on addrs[self] */
+    void **out;           /* DEALER to each peer (NULL for self or before connect) */
+    void **mon;           /* PAIR receiving each DEALER's monitor events */
+    char **addrs;         /* "host:port" of every rank */
+    char endpoint[300];
+    int self, n, connected;
+    unsigned char *lost;  /* lost[r]: r's connection closed and did not come back */
+    double *lost_at;      /* when it closed */
+    double timeout_s;
+    size_t max_msg;
+    zmq_msg_t cur;        /* payload of the last received message */
+    int have_cur;
+    atomic_long inflight; /* zero-copy sends not yet released by ZeroMQ */
+    sl_tp_stats st;
+};
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+/* ---- header ------------------------------------------------------------------------ */
+
+static void put16(uint8_t *p, uint16_t v) { p[0] = (uint8_t)v; p[1] = (uint8_t)(v >> 8); }
+static void put32(uint8_t *p, uint32_t v) { for (int i = 0; i < 4; i++) p[i] = (uint8_t)(v >> (8 * i)); }
+static void put64(uint8_t *p, uint64_t v) { for (int i = 0; i < 8; i++) p[i] = (uint8_t)(v >> (8 * i)); }
+static uint16_t get16(const uint8_t *p) { return (uint16_t)(p[0] | (p[1] << 8)); }
+static uint32_t get32(const uint8_t *p) {
+    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+static uint64_t get64(const uint8_t *p) { return (uint64_t)get32(p) | (uint64_t)get32(p + 4) << 32; }
+
+void sl_msg_encode(const sl_msg_hdr *h, uint8_t out[SL_MSG_HDR_SIZE]) {
+    put32(out, SL_MSG_MAGIC);
+    put16(out + 4, SL_MSG_VERSION);
+    put16(out + 6, h->type);
+    put32(out + 8, h->sender);
+    put32(out + 12, h->tensor);
+    put64(out + 16, h->step);
+    put64(out + 24, h->offset);
+    put64(out + 32, h->length);
+    out[40] = h->dtype;
+    out[41] = h->flags;
+    put16(out + 42, h->round);
+    put32(out + 44, 0);
+}
+
+sl_status sl_msg_decode(const void *buf, size_t len, sl_msg_hdr *out) {
+    const uint8_t *p = buf;
+    if (len != SL_MSG_HDR_SIZE)
+        return sl_err_at(SL_ECORRUPT, "message header", (int64_t)(len < SL_MSG_HDR_SIZE ? len : SL_MSG_HDR_SIZE),
+                         "header frame is %zu bytes, expected %d", len, SL_MSG_HDR_SIZE);
+    if (get32(p) != SL_MSG_MAGIC)
+        return sl_err_at(SL_ECORRUPT, "message header", 0, "bad magic 0x%08x (expected 0x%08x \"SLW1\")",
+                         get32(p), SL_MSG_MAGIC);
+    if (get16(p + 4) != SL_MSG_VERSION)
+        return sl_err_at(SL_ECORRUPT, "message header", 4, "unsupported version %u (this build speaks %d)",
+                         get16(p + 4), SL_MSG_VERSION);
+    sl_msg_hdr h;
+    h.type = get16(p + 6);
+    if (h.type == 0 || h.type >= SL_MSG_TYPES_)
+        return sl_err_at(SL_ECORRUPT, "message header", 6, "unknown message type %u", h.type);
+    h.sender = get32(p + 8);
+    h.tensor = get32(p + 12);
+    h.step = get64(p + 16);
+    h.offset = get64(p + 24);
+    h.length = get64(p + 32);
+    h.dtype = p[40];
+    h.flags = p[41];
+    h.round = get16(p + 42);
+    if (h.dtype >= SL_DT_COUNT_ || h.dtype == SL_DT_BYTES)
+        return sl_err_at(SL_ECORRUPT, "message header", 40, "bad dtype %u", h.dtype);
+    if (h.flags & ~(unsigned)SL_MSGF_FP16)
+        return sl_err_at(SL_ECORRUPT, "message header", 41, "unknown flags 0x%02x", h.flags);
+    if ((h.flags & SL_MSGF_FP16) && h.dtype != SL_DT_F32)
+        return sl_err_at(SL_ECORRUPT, "message header", 41, "fp16 flag on a %s payload",
+                         sl_dtype_name((sl_dtype)h.dtype));
+    if (get32(p + 44) != 0)
+        return sl_err_at(SL_ECORRUPT, "message header", 44, "reserved bytes are not zero");
+    size_t esz = (h.flags & SL_MSGF_FP16) ? 2 : (h.dtype ? sl_dtype_size((sl_dtype)h.dtype) : 1);
+    if (esz > 1 && h.length % esz != 0)
+        return sl_err_at(SL_ECORRUPT, "message header", 32, "payload length %llu is not a multiple of %zu-byte %s",
+                         (unsigned long long)h.length, esz, sl_dtype_name((sl_dtype)h.dtype));
+    *out = h;
+    return SL_OK;
+}
+
+/* ---- addresses --------------------------------------------------------------------- */
+
+/* Split "host:port" into host (NUL-terminated copy) and port. */
+static sl_status split_addr(const char *addr, char *host, size_t cap, int *port) {
+    const char *colon = addr ? strrchr(addr, ':') : NULL;
+    if (!colon || colon == addr || (size_t)(colon - addr) >= cap)
+        return sl_err(SL_EINVAL, "address \"%s\" is not host:port", addr ? addr : "(null)");
+    memcpy(host, addr, (size_t)(colon - addr));
+    host[colon - addr] = 0;
+    char *end;
+    errno = 0;
+    long p = strtol(colon + 1, &end, 10);
+    if (!colon[1] || *end || errno || p < 0 || p > 65535)
+        return sl_err(SL_EINVAL, "address \"%s\": port must be a number in 0..65535", addr);
+    *port = (int)p;
+    return SL_OK;
+}
+
+static const char *bind_host(const char *host) {
+    struct in_addr a;
+    if (strcmp(host, "localhost") == 0) return "127.0.0.1";
+    if (inet_pton(AF_INET, host, &a) == 1) return host;
+    return "*";
+}
+
+/* ---- lifecycle --------------------------------------------------------------------- */
+
+sl_status sl_tp_create(int self, int n, const char *const *addrs, const sl_tp_opts *opts,
+                       sl_tp **out) {
+    *out = NULL;
+    if (n < 1 || self < 0 || self >= n || !addrs)
+        return sl_err(SL_EINVAL, "transport: rank %d of %d tasks is out of range", self, n);
+    char host[256];
+    int port;
+    for (int i = 0; i < n; i++) {
+        sl_status s = split_addr(addrs[i], host, sizeof host, &port);
+        if (s) { sl_err_prefix("transport: rank %d: ", i); return s; }
+    }
+    sl_status st = SL_ENOMEM;
+    sl_tp *tp = calloc(1, sizeof *tp);
+    if (!tp) return sl_err(SL_ENOMEM, "transport: out of memory");
+    tp->self = self;
+    tp->n = n;
+    tp->timeout_s = opts && opts->timeout_s > 0 ? opts->timeout_s : 30.0;
+    tp->max_msg = opts && opts->max_msg ? opts->max_msg : ((size_t)1 << 30);
+    atomic_init(&tp->inflight, 0);
+    tp->addrs = calloc((size_t)n, sizeof *tp->addrs);
+    tp->out = calloc((size_t)n, sizeof *tp->out);
+    tp->mon = calloc((size_t)n, sizeof *tp->mon);
+    tp->lost = calloc((size_t)n, 1);
+    tp->lost_at = calloc((size_t)n, sizeof *tp->lost_at);
+    if (!tp->addrs || !tp->out || !tp->mon || !tp->lost || !tp->lost_at) goto nomem;
+    for (int i = 0; i < n; i++)
+        if (!(tp->addrs[i] = strdup(addrs[i]))) goto nomem;
+    tp->ctx = zmq_ctx_new();
+    if (!tp->ctx) { st = sl_err(SL_EIO, "%s:%d: zmq_ctx_new: %s", __FILE__, __LINE__, zmq_strerror(zmq_errno())); goto fail; }
+    int iot = opts && opts->io_threads > 0 ? opts->io_threads : 1;
+    ZCHECK_GOTO(zmq_ctx_set(tp->ctx, ZMQ_IO_THREADS, iot), st);
+    tp->inbox = zmq_socket(tp->ctx, ZMQ_ROUTER);
+    if (!tp->inbox) ZCHECK_GOTO(-1, st);
+    int zero = 0, linger = LINGER_MS;
+    int64_t maxsz = (int64_t)tp->max_msg + 64;
+    ZCHECK_GOTO(zmq_setsockopt(tp->inbox, ZMQ_LINGER, &linger, sizeof linger), st);
+    ZCHECK_GOTO(zmq_setsockopt(tp->inbox, ZMQ_RCVHWM, &zero, sizeof zero), st);
+    ZCHECK_GOTO(zmq_setsockopt(tp->inbox, ZMQ_MAXMSGSIZE, &maxsz, sizeof maxsz), st);
+    /* a restarted peer reconnects under its old routing id before the dead link is noticed:
+     * let the new connection take the id over instead of being refused */
+    int one = 1;
+    ZCHECK_GOTO(zmq_setsockopt(tp->inbox, ZMQ_ROUTER_HANDOVER, &one, sizeof one), st);
+    split_addr(addrs[self], host, sizeof host, &port);
+    char ep[320];
+    if (port) snprintf(ep, sizeof ep, "tcp://%s:%d", bind_host(host), port);
+    else snprintf(ep, sizeof ep, "tcp://%s:*", bind_host(host));
+    if (zmq_bind(tp->inbox, ep) == -1) {
+        int e = zmq_errno();
+        st = sl_err(SL_EIO, "%s:%d: transport: rank %d cannot bind %s: %s", __FILE__, __LINE__, self, ep,
+                    zmq_strerror(e));
+        if (e == EADDRINUSE) sl_err_hint("another process uses port %d; pick another port (--port-base)", port);
+        goto fail;
+    }
+    char last[320];
+    size_t ll = sizeof last;
+    ZCHECK_GOTO(zmq_getsockopt(tp->inbox, ZMQ_LAST_ENDPOINT, last, &ll), st);
+    const char *lp = strrchr(last, ':');
+    snprintf(tp->endpoint, sizeof tp->endpoint, "%s:%s", host, lp ? lp + 1 : "0");
+    free(tp->addrs[self]);
+    if (!(tp->addrs[self] = strdup(tp->endpoint))) goto nomem;
+    *out = tp;
+    return SL_OK;
+nomem:
+    st = sl_err(SL_ENOMEM, "transport: out of memory");
+fail:
+    sl_tp_destroy(tp);
+    return st;
+}
+
+const char *sl_tp_endpoint(const sl_tp *tp) { return tp->endpoint; }
+int sl_tp_rank(const sl_tp *tp) { return tp->self; }
+int sl_tp_size(const sl_tp *tp) { return tp->n; }
+const char *sl_tp_peer_addr(const sl_tp *tp, int rank) {
+    return rank >= 0 && rank < tp->n ? tp->addrs[rank] : "?";
+}
+int sl_tp_peer_lost(const sl_tp *tp, int rank) { return rank >= 0 && rank < tp->n && tp->lost[rank]; }
+void sl_tp_get_stats(const sl_tp *tp, sl_tp_stats *out) { *out = tp->st; }
+
+sl_status sl_tp_set_peer(sl_tp *tp, int rank, const char *addr) {
+    if (tp->connected) return sl_err(SL_ESTATE, "transport: set a peer's address before connecting");
+    if (rank < 0 || rank >= tp->n) return sl_err(SL_EINVAL, "transport: no rank %d among %d", rank, tp->n);
+    char host[256];
+    int port;
+    sl_status s = split_addr(addr, host, sizeof host, &port);
+    if (s) return s;
+    char *c = strdup(addr);
+    if (!c) return sl_err(SL_ENOMEM, "transport: out of memory");
+    free(tp->addrs[rank]);
+    tp->addrs[rank] = c;
+    return SL_OK;
+}
+
+static void close_peers(sl_tp *tp) {
+    for (int i = 0; i < tp->n; i++) {
+        if (tp->out[i]) {
+            zmq_socket_monitor(tp->out[i], NULL, 0);
+            zmq_close(tp->out[i]);
+            tp->out[i] = NULL;
+        }
+        if (tp->mon[i]) { zmq_close(tp->mon[i]); tp->mon[i] = NULL; }
+    }
+    tp->connected = 0;
+}
+
+sl_status sl_tp_connect(sl_tp *tp) {
+    if (tp->connected) return SL_OK;
+    sl_status st = SL_OK;
+    for (int i = 0; i < tp->n; i++) {
+        if (i == tp->self) continue;
+        char host[256], ep[320], id[16], monep[64];
+        int port;
+        split_addr(tp->addrs[i], host, sizeof host, &port);
+        if (port == 0) { st = sl_err(SL_EINVAL, "transport: rank %d's address %s has no port", i, tp->addrs[i]); goto fail; }
+        snprintf(ep, sizeof ep, "tcp://%s:%d", strcmp(host, "localhost") ? host : "127.0.0.1", port);
+        snprintf(id, sizeof id, "r%d", tp->self);
+        void *s = tp->out[i] = zmq_socket(tp->ctx, ZMQ_DEALER);
+        if (!s) ZCHECK_GOTO(-1, st);
+        int linger = LINGER_MS, hwm = 100000, sndto = (int)(tp->timeout_s * 1000);
+        ZCHECK_GOTO(zmq_setsockopt(s, ZMQ_ROUTING_ID, id, strlen(id)), st);
+        ZCHECK_GOTO(zmq_setsockopt(s, ZMQ_LINGER, &linger, sizeof linger), st);
+        ZCHECK_GOTO(zmq_setsockopt(s, ZMQ_SNDHWM, &hwm, sizeof hwm), st);
+        ZCHECK_GOTO(zmq_setsockopt(s, ZMQ_SNDTIMEO, &sndto, sizeof sndto), st);
+        snprintf(monep, sizeof monep, "inproc://sl-tp-mon-%p-%d", (void *)tp, i);
+        ZCHECK_GOTO(zmq_socket_monitor(s, monep, ZMQ_EVENT_CONNECTED | ZMQ_EVENT_DISCONNECTED), st);
+        tp->mon[i] = zmq_socket(tp->ctx, ZMQ_PAIR);
+        if (!tp->mon[i]) ZCHECK_GOTO(-1, st);
+        ZCHECK_GOTO(zmq_connect(tp->mon[i], monep), st);
+        if (zmq_connect(s, ep) == -1) {
+            st = sl_err(SL_EIO, "%s:%d: transport: cannot connect to rank %d (%s): %s", __FILE__, __LINE__,
+                        i, tp->addrs[i], zmq_strerror(zmq_errno()));
+            goto fail;
+        }
+        tp->lost[i] = 0;
+    }
+    tp->connected = 1;
+    return SL_OK;
+fail:
+    close_peers(tp);
+    return st;
+}
+
+static void read_monitor(sl_tp *tp, int i);
+
+/* Wait (bounded) until ZeroMQ has released every counted zero-copy payload. */
+static sl_status wait_inflight(sl_tp *tp, double limit_s) {
+    double end = now_s() + limit_s;
+    while (atomic_load(&tp->inflight) > 0) {
+        if (now_s() > end) {
+            char lost[256] = "";
+            size_t at = 0;
+            for (int i = 0; i < tp->n; i++) {
+                if (tp->mon[i]) read_monitor(tp, i);
+                if (tp->lost[i] && at < sizeof lost - 1)
+                    at += (size_t)snprintf(lost + at, sizeof lost - at, "; lost rank %d (%s)", i, tp->addrs[i]);
+            }
+            return sl_err(SL_ETIMEDOUT, "transport: %ld zero-copy sends still queued after %.1f s%s",
+                          (long)atomic_load(&tp->inflight), limit_s, lost);
+        }
+        struct timespec ts = {0, 200000};
+        nanosleep(&ts, NULL);
+    }
+    return SL_OK;
+}
+
+sl_status sl_tp_flush(sl_tp *tp) { return wait_inflight(tp, tp->timeout_s); }
+
+sl_status sl_tp_disconnect(sl_tp *tp) {
+    close_peers(tp);
+    return wait_inflight(tp, 2.0 + LINGER_MS / 1000.0);
+}
+
+void sl_tp_destroy(sl_tp *tp) {
+    if (!tp) return;
+    if (tp->have_cur) zmq_msg_close(&tp->cur);
+    close_peers(tp);
+    if (tp->inbox) zmq_close(tp->inbox);
+    if (tp->ctx) zmq_ctx_term(tp->ctx);
+    if (tp->addrs)
+        for (int i = 0; i < tp->n; i++) free(tp->addrs[i]);
+    free(tp->addrs);
+    free(tp->out);
+    free(tp->mon);
+    free(tp->lost);
+    free(tp->lost_at);
+    free(tp);
+}
+
+/* ---- send -------------------------------------------------------------------------- */
+
+typedef struct user_free {
+    void (*fn)(void *, void *);
+    void *ctx;
+} user_free;
+
+static void free_counted(void *data, void *hint) {
+    (void)data;
+    sl_tp *tp = hint;
+    atomic_fetch_sub(&tp->inflight, 1);
+}
+
+static void free_user(void *data, void *hint) {
+    user_free *u = hint;
+    u->fn(data, u->ctx);
+    free(u);
+}
+
+static sl_status check_to(sl_tp *tp, int to) {
+    if (to < 0 || to >= tp->n || to == tp->self)
+        return sl_err(SL_EINVAL, "transport: rank %d cannot send to rank %d (of %d)", tp->self, to, tp->n);
+    if (!tp->connected) return sl_err(SL_ESTATE, "transport: sl_tp_connect was not called");
+    return SL_OK;
+}
+
+/* Send the header frame, then the payload message m (consumed either way). */
+static sl_status send_parts(sl_tp *tp, int to, sl_msg_hdr *h, zmq_msg_t *m) {
+    uint8_t hb[SL_MSG_HDR_SIZE];
+    h->sender = (uint32_t)tp->self;
+    h->length = zmq_msg_size(m);
+    sl_msg_encode(h, hb);
+    if (zmq_send(tp->out[to], hb, sizeof hb, ZMQ_SNDMORE) == -1) {
+        int e = zmq_errno();
+        zmq_msg_close(m);
+        if (e == EAGAIN)
+            return sl_err(SL_ETIMEDOUT, "transport: rank %d (%s) took nothing for %.1f s (its queue is full)",
+                          to, tp->addrs[to], tp->timeout_s);
+        return sl_err(SL_EIO, "%s:%d: zmq_send to rank %d (%s): %s", __FILE__, __LINE__, to, tp->addrs[to],
+                      zmq_strerror(e));
+    }
+    size_t len = zmq_msg_size(m);
+    if (zmq_msg_send(m, tp->out[to], 0) == -1) {
+        int e = zmq_errno();
+        zmq_msg_close(m);
+        return sl_err(SL_EIO, "%s:%d: zmq_msg_send to rank %d (%s): %s", __FILE__, __LINE__, to, tp->addrs[to],
+                      zmq_strerror(e));
+    }
+    tp->st.sent++;
+    tp->st.sent_bytes += len;
+    return SL_OK;
+}
+
+sl_status sl_tp_send(sl_tp *tp, int to, sl_msg_hdr *h, const void *data, size_t len,
+                     void (*free_fn)(void *data, void *ctx), void *ctx) {
+    sl_status s = check_to(tp, to);
+    zmq_msg_t m;
+    if (s || len == 0) {
+        if (free_fn) free_fn((void *)data, ctx);
+        if (s) return s;
+        ZCHECK(zmq_msg_init(&m));
+        return send_parts(tp, to, h, &m);
+    }
+    if (free_fn) {
+        user_free *u = malloc(sizeof *u);
+        if (!u) { free_fn((void *)data, ctx); return sl_err(SL_ENOMEM, "transport: out of memory"); }
+        u->fn = free_fn;
+        u->ctx = ctx;
+        if (zmq_msg_init_data(&m, (void *)data, len, free_user, u) == -1) {
+            free_user((void *)data, u);
+            ZCHECK(-1);
+        }
+    } else {
+        atomic_fetch_add(&tp->inflight, 1);
+        if (zmq_msg_init_data(&m, (void *)data, len, free_counted, tp) == -1) {
+            atomic_fetch_sub(&tp->inflight, 1);
+            ZCHECK(-1);
+        }
+    }
+    return send_parts(tp, to, h, &m);
+}
+
+sl_status sl_tp_send_copy(sl_tp *tp, int to, sl_msg_hdr *h, const void *data, size_t len) {
+    sl_status s = check_to(tp, to);
+    if (s) return s;
+    zmq_msg_t m;
+    ZCHECK(zmq_msg_init_size(&m, len));
+    if (len) memcpy(zmq_msg_data(&m), data, len);
+    return send_parts(tp, to, h, &m);
+}
+
+sl_status sl_tp_forward(sl_tp *tp, int to, sl_msg_hdr *h) {
+    sl_status s = check_to(tp, to);
+    if (s) return s;
+    if (!tp->have_cur) return sl_err(SL_ESTATE, "transport: no received message to forward");
+    tp->have_cur = 0;
+    return send_parts(tp, to, h, &tp->cur);
+}
+
+void sl_tp_abort(sl_tp *tp, const char *why) {
+    if (!tp->connected) return;
+    size_t len = strlen(why);
+    if (len > 900) len = 900;
+    sl_msg_hdr h = {.type = SL_MSG_ABORT, .dtype = SL_DT_U8};
+    uint8_t hb[SL_MSG_HDR_SIZE];
+    h.sender = (uint32_t)tp->self;
+    h.length = len;
+    sl_msg_encode(&h, hb);
+    for (int i = 0; i < tp->n; i++) {
+        if (i == tp->self || !tp->out[i]) continue;
+        if (zmq_send(tp->out[i], hb, sizeof hb, ZMQ_SNDMORE | ZMQ_DONTWAIT) == -1) continue;
+        zmq_send(tp->out[i], why, len, ZMQ_DONTWAIT);
+    }
+}
+
+/* ---- receive ----------------------------------------------------------------------- */
+
+void sl_tp_drop(sl_tp *tp) {
+    if (tp->have_cur) { zmq_msg_close(&tp->cur); tp->have_cur = 0; }
+    tp->st.dropped++;
+}
+
+/* Read one monitor event of peer i and update lost[]. */
+static void read_monitor(sl_tp *tp, int i) {
+    for (;;) {
+        zmq_msg_t ev, addr;
+        zmq_msg_init(&ev);
+        if (zmq_msg_recv(&ev, tp->mon[i], ZMQ_DONTWAIT) == -1) { zmq_msg_close(&ev); return; }
+        uint16_t event = 0;
+        if (zmq_msg_size(&ev) >= 2) memcpy(&event, zmq_msg_data(&ev), 2);
+        int more = zmq_msg_more(&ev);
+        zmq_msg_close(&ev);
+        if (more) {
+            zmq_msg_init(&addr);
+            zmq_msg_recv(&addr, tp->mon[i], 0);
+            zmq_msg_close(&addr);
+        }
+        if (event == ZMQ_EVENT_DISCONNECTED) {
+            if (!tp->lost[i]) tp->lost_at[i] = now_s();
+            tp->lost[i] = 1;
+        } else if (event == ZMQ_EVENT_CONNECTED) {
+            tp->lost[i] = 0;
+        }
+    }
+}
+
+/* Read all frames of one inbox message. Returns 1 with *h and tp->cur set for a valid
+ * message, 0 for a dropped one, or a negative status for an ABORT (or a ZeroMQ failure). */
+static int read_inbox(sl_tp *tp, sl_msg_hdr *h) {
+    zmq_msg_t parts[3];
+    int nparts = 0, more = 1, ok = 1;
+    while (more) {
+        zmq_msg_t m;
+        zmq_msg_init(&m);
+        if (zmq_msg_recv(&m, tp->inbox, ZMQ_DONTWAIT) == -1) {
+            int e = zmq_errno();
+            zmq_msg_close(&m);
+            for (int i = 0; i < nparts; i++) zmq_msg_close(&parts[i]);
+            if (e == EAGAIN && nparts == 0) return 0;
+            return sl_err(SL_EIO, "%s:%d: zmq_msg_recv: %s", __FILE__, __LINE__, zmq_strerror(e));
+        }
+        more = zmq_msg_more(&m);
+        if (nparts < 3) {
+            zmq_msg_init(&parts[nparts]);
+            zmq_msg_move(&parts[nparts++], &m); /* zmq_msg_t must not be copied by value */
+        } else {
+            ok = 0;
+        }
+        zmq_msg_close(&m);
+    }
+    int rank = -1;
+    sl_msg_hdr hd;
+    if (ok && nparts == 3) {
+        const char *id = zmq_msg_data(&parts[0]);
+        size_t idn = zmq_msg_size(&parts[0]);
+        char buf[16];
+        if (idn >= 2 && idn < sizeof buf && id[0] == 'r') {
+            memcpy(buf, id + 1, idn - 1);
+            buf[idn - 1] = 0;
+            char *end;
+            long r = strtol(buf, &end, 10);
+            if (!*end && buf[0] >= '0' && buf[0] <= '9' && r >= 0 && r < tp->n && r != tp->self) rank = (int)r;
+        }
+        ok = rank >= 0 && sl_msg_decode(zmq_msg_data(&parts[1]), zmq_msg_size(&parts[1]), &hd) == SL_OK &&
+             hd.sender == (uint32_t)rank && hd.length == zmq_msg_size(&parts[2]) && hd.length <= tp->max_msg;
+    } else {
+        ok = 0;
+    }
+    zmq_msg_close(&parts[0]);
+    if (nparts > 1) zmq_msg_close(&parts[1]);
+    if (!ok) {
+        if (nparts > 2) zmq_msg_close(&parts[2]);
+        tp->st.dropped++;
+        return 0;
+    }
+    tp->st.received++;
+    tp->st.received_bytes += hd.length;
+    if (hd.type == SL_MSG_ABORT) {
+        char why[1024];
+        size_t n = hd.length < sizeof why - 1 ? hd.length : sizeof why - 1;
+        memcpy(why, zmq_msg_data(&parts[2]), n);
+        why[n] = 0;
+        for (size_t i = 0; i < n; i++)
+            if ((unsigned char)why[i] < 32 && why[i] != '\n') why[i] = '?';
+        zmq_msg_close(&parts[2]);
+        return sl_err(SL_EPEER, "rank %d (%s) failed: %s", rank, tp->addrs[rank], why);
+    }
+    zmq_msg_init(&tp->cur);
+    zmq_msg_move(&tp->cur, &parts[2]);
+    zmq_msg_close(&parts[2]);
+    tp->have_cur = 1;
+    *h = hd;
+    return 1;
+}
+
+sl_status sl_tp_recv(sl_tp *tp, int from, double timeout_s, sl_msg_hdr *h, const void **data,
+                     size_t *len) {
+    if (tp->have_cur) { zmq_msg_close(&tp->cur); tp->have_cur = 0; }
+    if (timeout_s < 0) timeout_s = tp->timeout_s;
+    double start = now_s(), deadline = start + timeout_s, last_activity = start;
+    double grace = timeout_s / 2 < 1.0 ? timeout_s / 2 : 1.0;
+    zmq_pollitem_t items[1 + 1024];
+    int nmon = 0, monrank[1024];
+    items[0] = (zmq_pollitem_t){.socket = tp->inbox, .events = ZMQ_POLLIN};
+    for (int i = 0; i < tp->n && nmon < 1024; i++)
+        if (tp->mon[i]) {
+            items[1 + nmon] = (zmq_pollitem_t){.socket = tp->mon[i], .events = ZMQ_POLLIN};
+            monrank[nmon++] = i;
+        }
+    for (;;) {
+        /* Drain what is already queued before judging a closed connection: a peer that sent
+         * its last message and then left is not lost. */
+        int r = read_inbox(tp, h);
+        if (r < 0) return r;
+        if (r == 1) {
+            *data = zmq_msg_data(&tp->cur);
+            *len = zmq_msg_size(&tp->cur);
+            return SL_OK;
+        }
+        double t = now_s();
+        if (from >= 0 && from < tp->n && tp->lost[from]) {
+            double since = tp->lost_at[from] > last_activity ? tp->lost_at[from] : last_activity;
+            if (t - since >= grace) {
+                sl_err(SL_EPEER, "lost rank %d (%s): connection closed", from, tp->addrs[from]);
+                sl_err_hint("the process of rank %d died or left; see its own output for why", from);
+                return SL_EPEER;
+            }
+        }
+        if (t >= deadline) {
+            if (from >= 0 && from < tp->n)
+                sl_err(SL_ETIMEDOUT, "no message from rank %d (%s) in %.1f s (%llu received, %llu dropped so far)", from,
+                       tp->addrs[from], timeout_s, (unsigned long long)tp->st.received, (unsigned long long)tp->st.dropped);
+            else
+                sl_err(SL_ETIMEDOUT, "rank %d: no message from any peer in %.1f s", tp->self, timeout_s);
+            sl_err_hint("the peer may be stuck, overloaded or unreachable; raise the timeout (cluster { timeout 60s })");
+            return SL_ETIMEDOUT;
+        }
+        double wait = deadline - t;
+        if (from >= 0 && from < tp->n && tp->lost[from] && wait > 0.05) wait = 0.05;
+        int rc = zmq_poll(items, 1 + nmon, (long)(wait * 1000) + 1);
+        if (rc == -1) {
+            if (zmq_errno() == EINTR) continue;
+            return sl_err(SL_EIO, "%s:%d: zmq_poll: %s", __FILE__, __LINE__, zmq_strerror(zmq_errno()));
+        }
+        for (int i = 0; i < nmon; i++)
+            if (items[1 + i].revents & ZMQ_POLLIN) read_monitor(tp, monrank[i]);
+        if (items[0].revents & ZMQ_POLLIN) last_activity = now_s();
+    }
+}

@@ -1,0 +1,144 @@
+/* Cluster resolution: who am I, and who are my peers.
+ *
+ * A replica learns the cluster from the first source that gives it, in this order:
+ *   1. explicit arguments (the command line: --rank, --peers, ...)   source "args"
+ *   2. a `cluster` block of the config                              source "config"
+ *   3. TF_CONFIG (TensorFlow / Kubeflow TFJob JSON)                 source "TF_CONFIG"
+ *   4. Slurm (SLURM_PROCID, SLURM_NTASKS, SLURM_STEP_NODELIST, ...) source "slurm"
+ *   5. Open MPI (OMPI_COMM_WORLD_RANK / _SIZE / _LOCAL_SIZE)       source "openmpi"
+ *   6. nothing: a single replica (rank 0 of 1)                      source "single"
+ * The member list and the task of this process are resolved separately, each from the
+ * first source that has it (a config block usually lists the members but not the task,
+ * which then comes from TF_CONFIG, Slurm or Open MPI). When a later source also gives a
+ * world size or rank, it must agree with the one chosen, or resolution fails: a launcher
+ * that set SLURM_NTASKS=4 for a config that lists 2 workers is a mistake worth stopping.
+ *
+ * The config block (all statements optional except one member list):
+ *   cluster {
+ *       chief  "10.0.0.1:29500"                    # at most one; ring rank 0 when present
+ *       worker "10.0.0.2:29500" "10.0.0.3:29500"   # ring ranks 1.. (0.. without a chief)
+ *       ps     "10.0.0.9:29600"                    # parameter-server tasks (not in the ring)
+ *       evaluator "10.0.0.8:29700"                 # not in the ring
+ *       task worker 1                              # this process (usually left to the env)
+ *       port_base 29500                            # for Slurm / Open MPI addresses
+ *       timeout 30s                                # receive timeout of the transport
+ *   }
+ *
+ * Ring ranks follow MultiWorkerMirroredStrategy: the chief (if any) is rank 0, then the
+ * workers in list order. ps and evaluator tasks have ring rank -1.
+ *
+ * The library never reads the process environment: callers pass `envp` (a NULL-terminated
+ * "NAME=value" array such as `environ`, or NULL for none). Workload: once per process. */
+#ifndef SLUICE_CLUSTER_H
+#define SLUICE_CLUSTER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "sluice/config.h"
+#include "sluice/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum sl_task_type {
+    SL_TASK_CHIEF = 0,
+    SL_TASK_WORKER = 1,
+    SL_TASK_PS = 2,
+    SL_TASK_EVALUATOR = 3,
+    SL_TASK_TYPES_
+} sl_task_type;
+
+/* "chief", "worker", "ps", "evaluator"; "?" for anything else. */
+const char *sl_task_type_name(sl_task_type t);
+/* The inverse; -1 for an unknown name. */
+int sl_task_type_from_name(const char *name);
+
+typedef struct sl_cluster_task {
+    sl_task_type type;
+    int index;          /* index within its type's list */
+    int ring_rank;      /* rank in the allreduce ring, -1 for ps / evaluator */
+    char addr[256];     /* "host:port" */
+} sl_cluster_task;
+
+typedef struct sl_cluster {
+    int ntasks;
+    sl_cluster_task *tasks; /* chief, workers, ps, evaluators, in that order (owned) */
+    int self;           /* index into tasks of this process */
+    int rank;           /* ring rank of this process (-1 when not a ring member) */
+    int world;          /* ring size: chief + workers (>= 1) */
+    int nps;            /* number of ps tasks */
+    double timeout_s;   /* receive timeout from the config block, 0 = not given */
+    char members_source[16]; /* where the member list came from: "args", "config", ... */
+    char task_source[16];    /* where this process's task came from */
+    const char **ring_addrs; /* world entries, ring-rank order, pointing into tasks (owned) */
+    const char **ps_addrs;   /* nps entries (owned) */
+} sl_cluster;
+
+/* Explicit arguments. Zero-initialise, then set what the command line gave. */
+typedef struct sl_cluster_args {
+    const char *peers;      /* comma-separated ring members "h:p,h:p" (workers), or NULL */
+    const char *ps;         /* comma-separated ps tasks, or NULL */
+    const char *task_type;  /* "worker", ... or NULL (= worker when rank is set) */
+    int task_index;         /* with task_type */
+    int rank;               /* ring rank, or -1 / unset when has_rank is 0 */
+    int has_rank;
+    int port_base;          /* for Slurm / Open MPI addresses; 0 = the default 29500 */
+} sl_cluster_args;
+
+/* Resolve the cluster from args (may be NULL), the config's top-level statements (cfg may
+ * be NULL; the first `cluster` statement with a body is read) and envp (may be NULL).
+ * On success *out is filled (free with sl_cluster_free). On failure *out is zeroed, and
+ * the status is SL_EINVAL with a message naming the source and what is wrong (for
+ * TF_CONFIG: "TF_CONFIG: byte N: ..."), or SL_ENOMEM. */
+sl_status sl_cluster_resolve(const sl_cluster_args *args, const sl_cfg *cfg,
+                             const char *const *envp, sl_cluster *out);
+
+/* Free what sl_cluster_resolve allocated and zero *c. NULL is a no-op. */
+void sl_cluster_free(sl_cluster *c);
+
+/* The ring members' addresses in ring-rank order: *addrs points into c (borrowed; valid
+ * until sl_cluster_free) and has c->world entries. SL_OK, or SL_ESTATE when c is not a
+ * resolved cluster. */
+sl_status sl_cluster_ring_addrs(const sl_cluster *c, const char ***addrs);
+
+/* The ps tasks' addresses in index order (c->nps entries), as above. */
+sl_status sl_cluster_ps_addrs(const sl_cluster *c, const char ***addrs);
+
+/* Build the TF_CONFIG JSON for task (type, index) of the cluster whose members are given
+ * as lists (NULL / 0 for an empty list). Writes at most cap bytes including the NUL;
+ * returns the length it needed (excluding the NUL), or -1 on a bad argument. */
+int sl_cluster_tf_config(char *out, size_t cap, const char *const *workers, int nworkers,
+                         const char *const *ps, int nps, const char *type, int index);
+
+/* ---- the strict JSON reader behind TF_CONFIG (exposed for the fuzzer and tests) ----- */
+
+typedef enum sl_json_kind {
+    SL_JSON_NULL = 1, SL_JSON_BOOL, SL_JSON_NUMBER, SL_JSON_STRING, SL_JSON_ARRAY, SL_JSON_OBJECT
+} sl_json_kind;
+
+typedef struct sl_json sl_json;
+struct sl_json {
+    sl_json_kind kind;
+    size_t offset;        /* byte offset where the value starts */
+    int b;                /* BOOL */
+    double num;           /* NUMBER */
+    const char *str;      /* STRING (UTF-8, NUL-terminated; may contain no NULs: \u0000 is rejected) */
+    size_t len;           /* STRING: bytes; ARRAY / OBJECT: number of items */
+    sl_json *items;       /* ARRAY: the values; OBJECT: the values */
+    const char **keys;    /* OBJECT: the keys (duplicates are rejected) */
+};
+
+/* Parse len bytes (RFC 8259, no extensions; nesting depth <= 64). `what` labels messages
+ * ("TF_CONFIG"). On success *out is the root (free with sl_json_free). On failure *out is
+ * NULL and the status is SL_ECORRUPT with "WHAT: byte N: what was wrong", or SL_ENOMEM. */
+sl_status sl_json_parse(const char *text, size_t len, const char *what, sl_json **out);
+void sl_json_free(sl_json *root); /* NULL is a no-op */
+/* The member `key` of an object, or NULL (also when o is not an object). */
+const sl_json *sl_json_get(const sl_json *o, const char *key);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

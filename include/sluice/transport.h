@@ -1,0 +1,179 @@
+/* Message transport between the tasks of a cluster, over ZeroMQ.
+ *
+ * Every task binds one ROUTER socket (its inbox) on its own address and connects one
+ * DEALER socket to each peer's inbox, with the DEALER's routing id set to its rank: the
+ * inbox thus knows which connection a message came from, and any task can send to any
+ * other (a ring uses two neighbours, a parameter server answers whoever asked).
+ *
+ * A message is two frames: a fixed 48-byte header and a payload (possibly empty):
+ *
+ *   offset size field
+ *        0    4 magic    "SLW1" (0x31574c53 little-endian)
+ *        4    2 version  1
+ *        6    2 type     SL_MSG_* below
+ *        8    4 sender   rank of the sender (must match the connection's routing id)
+ *       12    4 tensor   caller's tensor id
+ *       16    8 step     collective sequence number (or training step)
+ *       24    8 offset   element offset of the payload in the tensor
+ *       32    8 length   payload bytes (must equal the second frame's size)
+ *       40    1 dtype    sl_dtype of the payload elements
+ *       41    1 flags    SL_MSGF_* below
+ *       42    2 round    ring round within a collective
+ *       44    4 reserved must be 0
+ *
+ * All integers are little-endian. The header is validated before anything else in the
+ * message is used; a message that fails (a stranger, garbage, a truncated or oversized
+ * frame, a stale step) is dropped and counted, never fatal.
+ *
+ * Every receive waits at most the timeout; a peer whose connection closes (the process
+ * died) or that stays silent past the timeout turns into SL_EPEER / SL_ETIMEDOUT with a
+ * message that names it by rank and address. Sends are zero-copy: the payload is handed to
+ * ZeroMQ with a free callback (sl_tp_send), so the caller must keep it alive until the
+ * callback runs or sl_tp_flush returns.
+ *
+ * Threads: an sl_tp is used by one thread at a time. Workload: a handful of peers, messages
+ * from bytes to a few MiB, many per second. */
+#ifndef SLUICE_TRANSPORT_H
+#define SLUICE_TRANSPORT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "sluice/status.h"
+#include "sluice/tensor.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define SL_MSG_MAGIC 0x31574c53u /* "SLW1" */
+#define SL_MSG_VERSION 1
+#define SL_MSG_HDR_SIZE 48
+
+enum {
+    SL_MSG_DATA = 1,      /* a chunk of a tensor (reduce-scatter, allgather, broadcast) */
+    SL_MSG_BARRIER = 2,   /* a barrier token */
+    SL_MSG_ABORT = 3,     /* the sender failed a collective; the payload is its message */
+    SL_MSG_PUSH = 4,      /* reserved for parameter servers */
+    SL_MSG_PULL = 5,
+    SL_MSG_REPLY = 6,
+    SL_MSG_HEARTBEAT = 7,
+    SL_MSG_TYPES_
+};
+
+enum { SL_MSGF_FP16 = 1 }; /* the payload is float16 standing for float32 elements */
+
+typedef struct sl_msg_hdr {
+    uint16_t type, round;
+    uint8_t dtype, flags;
+    uint32_t sender, tensor;
+    uint64_t step, offset, length;
+} sl_msg_hdr;
+
+/* Write h as 48 bytes (magic, version and reserved filled in). */
+void sl_msg_encode(const sl_msg_hdr *h, uint8_t out[SL_MSG_HDR_SIZE]);
+
+/* Decode and validate a header frame of `len` bytes. SL_OK, or SL_ECORRUPT with
+ * "message header: byte N: what" (wrong size, magic, version, type, dtype, flags,
+ * reserved bits, a payload length that disagrees with the dtype). *out is written only on
+ * success. */
+sl_status sl_msg_decode(const void *buf, size_t len, sl_msg_hdr *out);
+
+typedef struct sl_tp sl_tp;
+
+typedef struct sl_tp_opts {
+    double timeout_s;     /* receive timeout; 0 = 30 s */
+    size_t max_msg;       /* largest payload accepted; 0 = 1 GiB. Bigger frames drop the link */
+    int io_threads;       /* ZeroMQ I/O threads; 0 = 1 */
+} sl_tp_opts;
+
+typedef struct sl_tp_stats {
+    uint64_t sent, sent_bytes;    /* messages and payload bytes sent */
+    uint64_t received, received_bytes;
+    uint64_t dropped;             /* invalid or stray messages dropped */
+} sl_tp_stats;
+
+/* Create the transport of rank `self` among `n` tasks whose "host:port" addresses are
+ * addrs[0..n) (copied). Binds addrs[self] (a numeric host or "localhost" binds that
+ * interface, any other name binds all interfaces; port 0 picks a free port, see
+ * sl_tp_endpoint). Peers are connected by sl_tp_connect. SL_EINVAL on a bad address or
+ * rank, SL_EIO when the bind fails (message names the address, e.g. in use), SL_ENOMEM.
+ * *out is NULL on failure. */
+sl_status sl_tp_create(int self, int n, const char *const *addrs, const sl_tp_opts *opts,
+                       sl_tp **out);
+
+/* Close all sockets without waiting for unsent messages (their free callbacks still run).
+ * NULL is a no-op. */
+void sl_tp_destroy(sl_tp *tp);
+
+/* This task's bound "host:port" (with the real port when 0 was asked). Borrowed. */
+const char *sl_tp_endpoint(const sl_tp *tp);
+int sl_tp_rank(const sl_tp *tp);
+int sl_tp_size(const sl_tp *tp);
+/* The address of `rank` as currently known (borrowed), "?" when out of range. */
+const char *sl_tp_peer_addr(const sl_tp *tp, int rank);
+
+/* Replace the address of a peer before sl_tp_connect (for ports picked at bind time).
+ * SL_ESTATE after connect, SL_EINVAL on a bad rank or address. */
+sl_status sl_tp_set_peer(sl_tp *tp, int rank, const char *addr);
+
+/* Connect to every peer (ZeroMQ connects in the background and retries until the peer
+ * binds). SL_OK, or SL_EIO naming the peer; the transport stays usable for a retry. */
+sl_status sl_tp_connect(sl_tp *tp);
+
+/* Close the connections to the peers, dropping what is still queued for them, and wait
+ * (at most ~2 s) until ZeroMQ has released every counted zero-copy payload, so the caller
+ * may free its buffers. sl_tp_connect connects again. SL_OK or SL_ETIMEDOUT. */
+sl_status sl_tp_disconnect(sl_tp *tp);
+
+/* Send header h (h->sender and h->length are filled in) and the payload data[0..len) to
+ * rank `to`, zero-copy: free_fn(data, ctx) runs (on a ZeroMQ thread) when ZeroMQ is done
+ * with the bytes; pass free_fn NULL to have the transport count the send so that
+ * sl_tp_flush can wait for it. Fails with SL_ETIMEDOUT when the peer's queue stays full past
+ * the timeout, SL_EINVAL on a bad rank; on failure free_fn has run or will run. */
+sl_status sl_tp_send(sl_tp *tp, int to, sl_msg_hdr *h, const void *data, size_t len,
+                     void (*free_fn)(void *data, void *ctx), void *ctx);
+
+/* Like sl_tp_send but copies the payload (for small messages). */
+sl_status sl_tp_send_copy(sl_tp *tp, int to, sl_msg_hdr *h, const void *data, size_t len);
+
+/* Wait until every zero-copy send made with free_fn NULL has been released by ZeroMQ, at
+ * most the timeout: SL_OK or SL_ETIMEDOUT. */
+sl_status sl_tp_flush(sl_tp *tp);
+
+/* Receive the next valid message (invalid ones are dropped and counted on the way). `from`
+ * is the rank the caller waits for, or -1 for anyone; it only decides which peer a failure
+ * is about: messages from any rank are returned and the caller judges them (sl_tp_drop).
+ * An SL_MSG_ABORT from anyone fails the receive with SL_EPEER quoting the sender's message
+ * ("rank R (ADDR) failed: ..."). Waits at most timeout_s (< 0: the transport's timeout).
+ * On success *h is the header and *data / *len the payload, valid until the next
+ * sl_tp_recv, sl_tp_forward, sl_tp_drop or sl_tp_destroy. Failures:
+ *   SL_ETIMEDOUT  "no message from rank R (ADDR) in T s (N received, M dropped so far)",
+ *                 or "rank R: no message from any peer in T s" when from is -1;
+ *   SL_EPEER      from >= 0, its connection closed and nothing arrived for a grace period
+ *                 (min(1 s, timeout/2)): "lost rank R (ADDR): connection closed";
+ *   SL_EIO        a ZeroMQ failure (file:line and zmq_strerror).
+ * With from = -1 a lost peer is never an error (a server outlives its clients). */
+sl_status sl_tp_recv(sl_tp *tp, int from, double timeout_s, sl_msg_hdr *h, const void **data,
+                     size_t *len);
+
+/* Send the payload of the last received message on to `to` without copying it, under
+ * header h. The payload is consumed (data from sl_tp_recv is no longer valid). */
+sl_status sl_tp_forward(sl_tp *tp, int to, sl_msg_hdr *h);
+
+/* Drop the current message and count it as dropped (a stray the caller rejected). */
+void sl_tp_drop(sl_tp *tp);
+
+/* Tell every peer this task failed (best effort, never blocks): they fail their next
+ * receive with SL_EPEER quoting `why`. */
+void sl_tp_abort(sl_tp *tp, const char *why);
+
+/* Has the connection to `rank` closed since connect (the peer died or left)? */
+int sl_tp_peer_lost(const sl_tp *tp, int rank);
+
+void sl_tp_get_stats(const sl_tp *tp, sl_tp_stats *out);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

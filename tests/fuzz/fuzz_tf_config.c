@@ -1,0 +1,38 @@
+/* libFuzzer target for the strict JSON reader and TF_CONFIG resolution (dist/json.c,
+ * dist/cluster.c): parse arbitrary bytes as JSON and walk the tree, then resolve a cluster
+ * from them as TF_CONFIG (NUL-terminated, as the environment would hold it). */
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "sluice/cluster.h"
+
+static size_t walk(const sl_json *j) {
+    size_t sum = j->offset + (size_t)j->kind;
+    if (j->kind == SL_JSON_STRING) sum += strlen(j->str) + j->len;
+    if (j->kind == SL_JSON_ARRAY || j->kind == SL_JSON_OBJECT)
+        for (size_t i = 0; i < j->len; i++) {
+            sum += walk(&j->items[i]);
+            if (j->kind == SL_JSON_OBJECT) sum += strlen(j->keys[i]);
+        }
+    return sum;
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+    sl_json *j;
+    if (sl_json_parse((const char *)data, size, "fuzz", &j) == SL_OK) {
+        volatile size_t sink = walk(j);
+        (void)sink;
+        sl_json_free(j);
+    }
+    char *env0 = malloc(size + 11);
+    if (!env0) return 0;
+    memcpy(env0, "TF_CONFIG=", 10);
+    memcpy(env0 + 10, data, size);
+    env0[size + 10] = 0;
+    const char *env[] = {env0, NULL};
+    sl_cluster c;
+    if (sl_cluster_resolve(NULL, NULL, env, &c) == SL_OK) sl_cluster_free(&c);
+    free(env0);
+    return 0;
+}

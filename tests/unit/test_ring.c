@@ -1,0 +1,487 @@
+/* dist/ring.c: allreduce (sum, average, int32, fp16), broadcast and barrier on rings of 2..8
+ * ranks (threads in this process over TCP on 127.0.0.1), exact sums of integer-valued
+ * floats, bit-identical repeats, and failure: a rank that dies mid-allreduce (a forked
+ * process killed with SIGKILL) or stays silent turns into SL_EPEER / SL_ETIMEDOUT naming it. */
+#include <math.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+#include <zmq.h>
+
+#include "sluice/ring.h"
+#include "sluice/transport.h"
+#include "test.h"
+
+/* libzmq is not built with ThreadSanitizer: its lock-free queues between the I/O thread and
+ * the caller are invisible to TSan, which then reports the handover of every message. */
+#if defined(__SANITIZE_THREAD__)
+const char *__tsan_default_suppressions(void);
+const char *__tsan_default_suppressions(void) { return "called_from_lib:libzmq.so\nrace:libzmq.so\n"; }
+#endif
+
+extern int sl__ring_f16c_off;
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+/* n transports bound on ephemeral ports of 127.0.0.1, told each other's ports, connected. */
+static int make_ring(int n, double timeout, sl_tp **tps) {
+    const char *addrs[16];
+    for (int i = 0; i < n; i++) addrs[i] = "127.0.0.1:0";
+    sl_tp_opts o = {.timeout_s = timeout};
+    for (int i = 0; i < n; i++)
+        if (sl_tp_create(i, n, addrs, &o, &tps[i])) return -1;
+    for (int i = 0; i < n; i++)
+        for (int j = 0; j < n; j++)
+            if (i != j && sl_tp_set_peer(tps[i], j, sl_tp_endpoint(tps[j]))) return -1;
+    for (int i = 0; i < n; i++)
+        if (sl_tp_connect(tps[i])) return -1;
+    return 0;
+}
+
+typedef struct job {
+    sl_tp *tp;
+    sl_ring_opts ro;
+    int rank, n, what, reps;
+    size_t count;
+    void *buf;
+    sl_dtype dt;
+    sl_reduce_op op;
+    int root;
+    sl_status st;
+    char msg[1024];
+    double took;
+} job;
+
+enum { DO_ALLREDUCE, DO_BROADCAST, DO_BARRIER };
+
+static atomic_int barrier_in;
+static atomic_int barrier_bad;
+
+static void *run_job(void *arg) {
+    job *j = arg;
+    sl_ring *r;
+    j->st = sl_ring_create(j->tp, &j->ro, &r);
+    double t0 = now_s();
+    for (int k = 0; k < (j->reps ? j->reps : 1) && !j->st; k++) {
+        if (j->what == DO_ALLREDUCE) j->st = sl_ring_allreduce(r, j->buf, j->count, j->dt, j->op, 7);
+        else if (j->what == DO_BROADCAST) j->st = sl_ring_broadcast(r, j->buf, j->count, j->root, 9);
+        else {
+            atomic_fetch_add(&barrier_in, 1);
+            j->st = sl_ring_barrier(r);
+            if (atomic_load(&barrier_in) < j->n * (k + 1)) atomic_fetch_add(&barrier_bad, 1);
+        }
+    }
+    j->took = now_s() - t0;
+    if (j->st) snprintf(j->msg, sizeof j->msg, "%s", sl_errmsg());
+    sl_ring_destroy(r);
+    return NULL;
+}
+
+/* Run the same job on n ranks; bufs[i] is rank i's buffer. Returns 0 when all succeeded. */
+static int run_all(int n, job *tmpl, void **bufs, job *out) {
+    sl_tp *tps[16];
+    if (make_ring(n, tmpl->ro.chunk_bytes == 1 ? 5 : 30, tps)) { printf("  make_ring: %s\n", sl_errmsg()); return -1; }
+    pthread_t th[16];
+    for (int i = 0; i < n; i++) {
+        out[i] = *tmpl;
+        out[i].tp = tps[i];
+        out[i].rank = i;
+        out[i].n = n;
+        out[i].buf = bufs ? bufs[i] : NULL;
+        pthread_create(&th[i], NULL, run_job, &out[i]);
+    }
+    int bad = 0;
+    for (int i = 0; i < n; i++) {
+        pthread_join(th[i], NULL);
+        if (out[i].st) { printf("  rank %d: %s\n", i, out[i].msg); bad = 1; }
+    }
+    for (int i = 0; i < n; i++) sl_tp_destroy(tps[i]);
+    return bad ? -1 : 0;
+}
+
+static float val(int rank, size_t i) { return (float)((int)(i % 1000) - 300) * (float)(rank + 1); }
+
+TEST(test_allreduce_sum_exact) {
+    size_t big = 1000003;
+    for (int n = 2; n <= 8; n++) {
+        size_t lens[] = {0, 1, (size_t)n - 1, (size_t)n + 1, big};
+        for (int li = 0; li < 5; li++) {
+            size_t len = lens[li];
+            void *bufs[8];
+            for (int r = 0; r < n; r++) {
+                float *b = malloc(len * 4 + 4);
+                for (size_t i = 0; i < len; i++) b[i] = val(r, i);
+                bufs[r] = b;
+            }
+            job t = {.what = DO_ALLREDUCE, .count = len, .dt = SL_DT_F32, .op = SL_REDUCE_SUM,
+                     .ro = {.chunk_bytes = (n % 2) ? 64 << 10 : 0}};
+            job out[8];
+            int rc = run_all(n, &t, bufs, out);
+            int wrong = 0;
+            float tri = (float)(n * (n + 1) / 2);
+            for (int r = 0; r < n && !wrong; r++)
+                for (size_t i = 0; i < len; i++)
+                    if (((float *)bufs[r])[i] != val(0, i) * tri) {
+                        printf("  n=%d len=%zu rank %d [%zu] = %g, expected %g\n", n, len, r, i,
+                               ((float *)bufs[r])[i], val(0, i) * tri);
+                        wrong = 1;
+                        break;
+                    }
+            for (int r = 0; r < n; r++) free(bufs[r]);
+            ASSERT_EQ(rc, 0);
+            ASSERT_EQ(wrong, 0);
+        }
+    }
+}
+
+TEST(test_allreduce_avg_and_int32) {
+    int n = 4;
+    size_t len = 10007;
+    void *bufs[4], *ibufs[4];
+    for (int r = 0; r < n; r++) {
+        float *b = malloc(len * 4);
+        int32_t *ib = malloc(len * 4);
+        for (size_t i = 0; i < len; i++) { b[i] = (float)(2 * (r + 1)) * (float)(i % 5); ib[i] = (int32_t)(i * (size_t)(r + 1)) - 5000; }
+        bufs[r] = b;
+        ibufs[r] = ib;
+    }
+    job t = {.what = DO_ALLREDUCE, .count = len, .dt = SL_DT_F32, .op = SL_REDUCE_AVG, .ro = {.chunk_bytes = 4096}};
+    job out[4];
+    ASSERT_EQ(run_all(n, &t, bufs, out), 0);
+    for (int r = 0; r < n; r++)
+        for (size_t i = 0; i < len; i++) ASSERT(((float *)bufs[r])[i] == 5.0f * (float)(i % 5));
+    t.dt = SL_DT_I32;
+    t.op = SL_REDUCE_SUM;
+    ASSERT_EQ(run_all(n, &t, ibufs, out), 0);
+    for (int r = 0; r < n; r++)
+        for (size_t i = 0; i < len; i++) ASSERT_EQ(((int32_t *)ibufs[r])[i], (int32_t)(i * 10) - 20000);
+    for (int r = 0; r < n; r++) { free(bufs[r]); free(ibufs[r]); }
+}
+
+TEST(test_allreduce_bad_args) {
+    sl_tp *tps[1];
+    const char *a[] = {"127.0.0.1:0"};
+    ASSERT_OK(sl_tp_create(0, 1, a, NULL, &tps[0]));
+    sl_ring *r;
+    ASSERT_OK(sl_ring_create(tps[0], NULL, &r));
+    int32_t x[3] = {1, 2, 3};
+    ASSERT_EQ(sl_ring_allreduce(r, x, 3, SL_DT_I32, SL_REDUCE_AVG, 0), SL_EINVAL);
+    ASSERT_STREQ(sl_errmsg(), "ring allreduce: int32 supports sum only");
+    ASSERT_EQ(sl_ring_allreduce(r, x, 3, SL_DT_F64, SL_REDUCE_SUM, 0), SL_EINVAL);
+    ASSERT_STREQ(sl_errmsg(), "ring allreduce: dtype float64 is not supported (float32, int32)");
+    ASSERT_EQ(sl_ring_broadcast(r, x, 12, 1, 0), SL_EINVAL);
+    ASSERT_STREQ(sl_errmsg(), "ring broadcast: root 1 is not a rank (0..0)");
+    /* one rank: sum and average leave the values as they are */
+    float f[2] = {1.5f, -2};
+    ASSERT_OK(sl_ring_allreduce(r, f, 2, SL_DT_F32, SL_REDUCE_AVG, 0));
+    ASSERT(f[0] == 1.5f && f[1] == -2);
+    ASSERT_OK(sl_ring_barrier(r));
+    sl_ring_destroy(r);
+    sl_tp_destroy(tps[0]);
+}
+
+static uint32_t bits(float f) {
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    return u;
+}
+
+static uint32_t lcg(uint32_t *s) { *s = *s * 1664525u + 1013904223u; return *s >> 8; }
+
+TEST(test_allreduce_bit_reproducible) {
+    int n = 5;
+    size_t len = 300007;
+    float *in[5], *a[5], *b[5];
+    uint32_t seed = 42;
+    for (int r = 0; r < n; r++) {
+        in[r] = malloc(len * 4);
+        a[r] = malloc(len * 4);
+        b[r] = malloc(len * 4);
+        for (size_t i = 0; i < len; i++) in[r][i] = ((float)lcg(&seed) / 16777216.0f - 0.5f) * 3.3f;
+        memcpy(a[r], in[r], len * 4);
+        memcpy(b[r], in[r], len * 4);
+    }
+    job t = {.what = DO_ALLREDUCE, .count = len, .dt = SL_DT_F32, .op = SL_REDUCE_AVG, .ro = {.chunk_bytes = 32 << 10}};
+    job out[5];
+    ASSERT_EQ(run_all(n, &t, (void **)a, out), 0);
+    t.ro.chunk_bytes = 0; /* another chunking: the sums are the same additions */
+    ASSERT_EQ(run_all(n, &t, (void **)b, out), 0);
+    for (int r = 0; r < n; r++) {
+        ASSERT_MEMEQ(a[r], a[0], len * 4); /* every rank holds the same bits */
+        ASSERT_MEMEQ(a[r], b[r], len * 4); /* and so does the second run */
+    }
+    /* and the values are the sums, to float rounding */
+    for (size_t i = 0; i < len; i += 997) {
+        double s = 0;
+        for (int r = 0; r < n; r++) s += in[r][i];
+        ASSERT(fabs(a[0][i] - s / n) < 1e-5);
+    }
+    for (int r = 0; r < n; r++) { free(in[r]); free(a[r]); free(b[r]); }
+}
+
+TEST(test_fp16_conversion) {
+    /* the portable path and F16C agree on every half value and on rounding ties */
+    uint16_t h1[65536], h2[65536];
+    float f[65536], g[65536];
+    for (int i = 0; i < 65536; i++) h1[i] = (uint16_t)i;
+    sl__ring_f16c_off = 1;
+    sl_f16_to_f32(h1, f, 65536);
+    sl__ring_f16c_off = 0;
+    sl_f16_to_f32(h1, g, 65536);
+    for (int i = 0; i < 65536; i++) {
+        if (isnan(f[i])) { ASSERT(isnan(g[i])); continue; }
+        ASSERT_U64(bits(f[i]), bits(g[i]));
+    }
+    uint32_t seed = 7;
+    for (int i = 0; i < 65536; i++) {
+        uint32_t x = lcg(&seed) << 8 | (lcg(&seed) & 0xff);
+        if (i < 20000) x = (x & 0x80001fffu) | ((uint32_t)(100 + i % 50) << 23) | 0x1000u; /* ties and near ties */
+        memcpy(&f[i], &x, 4);
+        if (isnan(f[i])) f[i] = 1.0f;
+    }
+    sl__ring_f16c_off = 1;
+    sl_f32_to_f16(f, h1, 65536);
+    sl__ring_f16c_off = 0;
+    sl_f32_to_f16(f, h2, 65536);
+    ASSERT_MEMEQ(h1, h2, sizeof h1);
+    float one = 1.0f, big = 70000.0f, third = 1.0f / 3;
+    uint16_t h;
+    sl_f32_to_f16(&one, &h, 1);
+    ASSERT_EQ(h, 0x3c00);
+    sl_f32_to_f16(&big, &h, 1);
+    ASSERT_EQ(h, 0x7c00);
+    sl_f32_to_f16(&third, &h, 1);
+    ASSERT_EQ(h, 0x3555);
+}
+
+TEST(test_allreduce_fp16) {
+    int n = 3;
+    size_t len = 200003;
+    float *bufs[3], *orig[3];
+    uint32_t seed = 3;
+    for (int r = 0; r < n; r++) {
+        bufs[r] = malloc(len * 4);
+        orig[r] = malloc(len * 4);
+        for (size_t i = 0; i < len; i++) orig[r][i] = bufs[r][i] = (float)lcg(&seed) / 16777216.0f * 2 - 1;
+    }
+    job t = {.what = DO_ALLREDUCE, .count = len, .dt = SL_DT_F32, .op = SL_REDUCE_SUM,
+             .ro = {.chunk_bytes = 100000, .fp16 = 1}};
+    job out[3];
+    ASSERT_EQ(run_all(n, &t, (void **)bufs, out), 0);
+    double worst = 0;
+    for (size_t i = 0; i < len; i++) {
+        double s = 0, mag = 0;
+        for (int r = 0; r < n; r++) { s += orig[r][i]; mag += fabs(orig[r][i]); }
+        /* each of the n-1 partial sums and the result is rounded to 11 significant bits */
+        double err = fabs(bufs[0][i] - s), tol = (n + 1) * mag * (1.0 / 2048) + 1e-7;
+        if (err / tol > worst) worst = err / tol;
+        for (int r = 1; r < n; r++) ASSERT_U64(bits(bufs[r][i]), bits(bufs[0][i]));
+    }
+    ASSERT(worst <= 1.0);
+    for (int r = 0; r < n; r++) { free(bufs[r]); free(orig[r]); }
+}
+
+TEST(test_broadcast_and_barrier) {
+    int n = 5;
+    size_t len = 3 << 20 | 5;
+    uint8_t *bufs[5];
+    for (int r = 0; r < n; r++) {
+        bufs[r] = malloc(len);
+        for (size_t i = 0; i < len; i++) bufs[r][i] = r == 2 ? (uint8_t)(i * 31 + 7) : 0;
+    }
+    job t = {.what = DO_BROADCAST, .count = len, .root = 2, .ro = {.chunk_bytes = 64 << 10}};
+    job out[8];
+    ASSERT_EQ(run_all(n, &t, (void **)bufs, out), 0);
+    for (int r = 0; r < n; r++) ASSERT_MEMEQ(bufs[r], bufs[2], len);
+    for (int r = 0; r < n; r++) free(bufs[r]);
+    for (int nn = 2; nn <= 6; nn += 4) {
+        atomic_store(&barrier_in, 0);
+        atomic_store(&barrier_bad, 0);
+        job b = {.what = DO_BARRIER, .reps = 5};
+        ASSERT_EQ(run_all(nn, &b, NULL, out), 0);
+        ASSERT_EQ(atomic_load(&barrier_bad), 0);
+        ASSERT_EQ(atomic_load(&barrier_in), nn * 5);
+    }
+}
+
+TEST(test_silent_peer_times_out) {
+    sl_tp *tps[2];
+    ASSERT_EQ(make_ring(2, 1.0, tps), 0);
+    sl_ring *r;
+    ASSERT_OK(sl_ring_create(tps[0], NULL, &r));
+    float x[4] = {1, 2, 3, 4};
+    double t0 = now_s();
+    ASSERT_EQ(sl_ring_allreduce(r, x, 4, SL_DT_F32, SL_REDUCE_SUM, 0), SL_ETIMEDOUT);
+    double took = now_s() - t0;
+    char want[128];
+    snprintf(want, sizeof want, "no message from rank 1 (%s) in 1.0 s", sl_tp_endpoint(tps[1]));
+    ASSERT_CONTAINS(sl_errmsg(), want);
+    ASSERT(took >= 0.9 && took < 4.0);
+    ASSERT_EQ(sl_ring_allreduce(r, x, 4, SL_DT_F32, SL_REDUCE_SUM, 0), SL_ESTATE);
+    sl_ring_destroy(r);
+    sl_tp_destroy(tps[0]);
+    sl_tp_destroy(tps[1]);
+}
+
+typedef struct victim_args {
+    sl_ring *r;
+    float *x;
+    size_t len;
+} victim_args;
+
+static void *victim_run(void *arg) {
+    victim_args *a = arg;
+    sl_ring_allreduce(a->r, a->x, a->len, SL_DT_F32, SL_REDUCE_SUM, 0);
+    return NULL;
+}
+
+/* Ranks as processes: each child binds, sends its endpoint up a pipe, reads everyone's,
+ * and runs one big allreduce; the victim kills itself with SIGKILL mid-way. The parent
+ * collects each child's status and message. */
+TEST(test_killed_rank_is_named) {
+    enum { N = 4, VICTIM = 2 };
+    const double timeout = 5.0;
+    int up[N][2], down[N][2], res[N][2];
+    pid_t pid[N];
+    for (int i = 0; i < N; i++) {
+        ASSERT_EQ(pipe(up[i]), 0);
+        ASSERT_EQ(pipe(down[i]), 0);
+        ASSERT_EQ(pipe(res[i]), 0);
+        pid[i] = fork();
+        ASSERT(pid[i] >= 0);
+        if (pid[i] == 0) {
+            const char *a[N];
+            for (int k = 0; k < N; k++) a[k] = "127.0.0.1:0";
+            sl_tp *tp;
+            sl_tp_opts o = {.timeout_s = timeout};
+            if (sl_tp_create(i, N, a, &o, &tp)) _exit(3);
+            char ep[64] = {0};
+            snprintf(ep, sizeof ep, "%s", sl_tp_endpoint(tp));
+            if (write(up[i][1], ep, sizeof ep) != sizeof ep) _exit(3);
+            char all[N][64];
+            if (read(down[i][0], all, sizeof all) != sizeof all) _exit(3);
+            for (int k = 0; k < N; k++)
+                if (k != i) sl_tp_set_peer(tp, k, all[k]);
+            sl_tp_connect(tp);
+            sl_ring *r;
+            sl_ring_opts ro = {.chunk_bytes = 16 << 10};
+            sl_ring_create(tp, &ro, &r);
+            size_t len = 8 << 20;
+            float *x = calloc(len, 4);
+            if (i == VICTIM) {
+                /* take part in the first allreduce, die in the middle of the second */
+                sl_ring_allreduce(r, x, 1000, SL_DT_F32, SL_REDUCE_SUM, 0);
+                victim_args va = {r, x, len};
+                pthread_t th;
+                pthread_create(&th, NULL, victim_run, &va);
+                struct timespec ts = {0, 20 * 1000000};
+                nanosleep(&ts, NULL);
+                raise(SIGKILL);
+            }
+            sl_status s = sl_ring_allreduce(r, x, 1000, SL_DT_F32, SL_REDUCE_SUM, 0);
+            double t0 = now_s();
+            if (!s) s = sl_ring_allreduce(r, x, len, SL_DT_F32, SL_REDUCE_SUM, 0);
+            char msg[1100];
+            snprintf(msg, sizeof msg, "%d %.2f %s", s, now_s() - t0, sl_errmsg());
+            if (write(res[i][1], msg, sizeof msg) != sizeof msg) _exit(3);
+            sl_ring_destroy(r);
+            sl_tp_destroy(tp);
+            free(x);
+            _exit(0);
+        }
+    }
+    char all[N][64];
+    for (int i = 0; i < N; i++) ASSERT_EQ(read(up[i][0], all[i], 64), 64);
+    for (int i = 0; i < N; i++) ASSERT_EQ(write(down[i][1], all, sizeof all), (ssize_t)sizeof all);
+    char want[96];
+    snprintf(want, sizeof want, "rank %d (%s)", VICTIM, all[VICTIM]);
+    for (int i = 0; i < N; i++) {
+        int stt;
+        waitpid(pid[i], &stt, 0);
+        if (i == VICTIM) { ASSERT(WIFSIGNALED(stt) && WTERMSIG(stt) == SIGKILL); continue; }
+        ASSERT(WIFEXITED(stt) && WEXITSTATUS(stt) == 0);
+        char msg[1100];
+        ASSERT_EQ(read(res[i][0], msg, sizeof msg), (ssize_t)sizeof msg);
+        int code;
+        double took;
+        ASSERT_EQ(sscanf(msg, "%d %lf", &code, &took), 2);
+        printf("  rank %d: %s\n", i, msg);
+        ASSERT_EQ(code, SL_EPEER);
+        ASSERT_CONTAINS(msg, want);
+        ASSERT(took < timeout);
+    }
+    for (int i = 0; i < N; i++) {
+        close(up[i][0]); close(up[i][1]); close(down[i][0]); close(down[i][1]); close(res[i][0]); close(res[i][1]);
+    }
+}
+
+TEST(test_garbage_during_allreduce) {
+    enum { N = 3 };
+    sl_tp *tps[N];
+    ASSERT_EQ(make_ring(N, 10, tps), 0);
+    /* a stranger sends each rank a one-frame message, a junk header and a four-frame message */
+    void *ctx = zmq_ctx_new();
+    void *raw[N];
+    int zero = 0;
+    uint8_t junk[SL_MSG_HDR_SIZE];
+    memset(junk, 0x5a, sizeof junk);
+    for (int i = 0; i < N; i++) {
+        char ep[128];
+        snprintf(ep, sizeof ep, "tcp://%s", sl_tp_endpoint(tps[i]));
+        raw[i] = zmq_socket(ctx, ZMQ_DEALER);
+        zmq_setsockopt(raw[i], ZMQ_LINGER, &zero, sizeof zero);
+        ASSERT_EQ(zmq_connect(raw[i], ep), 0);
+        zmq_send(raw[i], "x", 1, 0);
+        zmq_send(raw[i], junk, sizeof junk, ZMQ_SNDMORE);
+        zmq_send(raw[i], "payload", 7, 0);
+        for (int k = 0; k < 4; k++) zmq_send(raw[i], "abcd", 4, k < 3 ? ZMQ_SNDMORE : 0);
+    }
+    struct timespec ts = {0, 300 * 1000000};
+    nanosleep(&ts, NULL);
+    size_t len = 100003;
+    float *bufs[N];
+    job jobs[N];
+    pthread_t th[N];
+    for (int r = 0; r < N; r++) {
+        bufs[r] = malloc(len * 4);
+        for (size_t i = 0; i < len; i++) bufs[r][i] = val(r, i);
+        jobs[r] = (job){.tp = tps[r], .rank = r, .n = N, .what = DO_ALLREDUCE, .reps = 2, .count = len,
+                        .buf = bufs[r], .dt = SL_DT_F32, .op = SL_REDUCE_SUM, .ro = {.chunk_bytes = 16 << 10}};
+        pthread_create(&th[r], NULL, run_job, &jobs[r]);
+    }
+    for (int r = 0; r < N; r++) pthread_join(th[r], NULL);
+    int wrong = 0;
+    for (int r = 0; r < N; r++) {
+        if (jobs[r].st) { printf("  rank %d: %s\n", r, jobs[r].msg); wrong = 1; }
+        for (size_t i = 0; i < len && !wrong; i++)
+            if (bufs[r][i] != val(0, i) * 6 * N) wrong = 1; /* sum twice: N * (1+2+3) */
+    }
+    sl_tp_stats st[N];
+    for (int r = 0; r < N; r++) sl_tp_get_stats(tps[r], &st[r]);
+    for (int i = 0; i < N; i++) zmq_close(raw[i]);
+    zmq_ctx_term(ctx);
+    for (int r = 0; r < N; r++) { sl_tp_destroy(tps[r]); free(bufs[r]); }
+    ASSERT_EQ(wrong, 0);
+    for (int r = 0; r < N; r++) ASSERT_EQ(st[r].dropped, 3);
+}
+
+int main(void) {
+    RUN(test_fp16_conversion);
+    RUN(test_allreduce_bad_args);
+    RUN(test_killed_rank_is_named);
+    RUN(test_allreduce_sum_exact);
+    RUN(test_allreduce_avg_and_int32);
+    RUN(test_allreduce_bit_reproducible);
+    RUN(test_allreduce_fp16);
+    RUN(test_broadcast_and_barrier);
+    RUN(test_silent_peer_times_out);
+    RUN(test_garbage_during_allreduce);
+    TEST_MAIN_END();
+}
