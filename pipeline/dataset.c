@@ -1,5 +1,10 @@
 /* The dataset and iterator protocol shared by every op: reference counting, the next()
- * wrapper that keeps per-op stats, error labelling, seeds. */
+ * wrapper that keeps per-op stats, error labelling, seeds.
+ *
+ * Stats cost: the next() wrapper reads the clock twice per call and does a handful of
+ * relaxed atomic adds. An op's busy time is its own: time spent inside nested next() calls
+ * of its inputs on the same thread (a thread-local accumulator) and time it reported as
+ * blocked on its own workers (sl__stats_waited) are subtracted. */
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -96,6 +101,8 @@ static sl_op_node *ctx_node(sl_ictx *ctx, node_key k, const sl_dataset *ds) {
         snprintf(n->label, sizeof n->label, "%s", ds->label);
         snprintf(n->op, sizeof n->op, "%s", ds->vt->name);
         n->stats.label = n->label;
+        pthread_mutex_init(&n->tune_mu, NULL);
+        n->hist_every = 1;
         ctx->nodes[ctx->nnodes++] = n;
     }
     pthread_mutex_unlock(&ctx->nodes_mu);
@@ -157,7 +164,10 @@ sl_status sl__iter_input(sl_dataset *ds, int i, sl_ictx *ctx, uint64_t seed, uin
 
 static void free_ctx(sl_ictx *ctx) {
     if (!ctx) return;
-    for (int i = 0; i < ctx->nnodes; i++) free(ctx->nodes[i]);
+    for (int i = 0; i < ctx->nnodes; i++) {
+        pthread_mutex_destroy(&ctx->nodes[i]->tune_mu);
+        free(ctx->nodes[i]);
+    }
     free(ctx->nodes);
     pthread_mutex_destroy(&ctx->nodes_mu);
     free(ctx);
@@ -166,13 +176,15 @@ static void free_ctx(sl_ictx *ctx) {
 sl_status sl_iter_create(sl_dataset *ds, const sl_iter_opts *opts, sl_iter **out) {
     *out = NULL;
     if (!ds) return sl_err(SL_EINVAL, "sl_iter_create: dataset is NULL");
+    sl__clock_init();
     sl_ictx *ctx = calloc(1, sizeof *ctx);
     if (!ctx) return sl_err(SL_ENOMEM, "out of memory creating an iterator");
     ctx->opts = opts ? *opts : sl_iter_opts_default();
     atomic_init(&ctx->cancelled, false);
     atomic_init(&ctx->errors_ignored, 0);
     int ncpu = sl_cpu_count();
-    ctx->ncpu = ctx->opts.cpu_budget > 0 && ctx->opts.cpu_budget < ncpu ? ctx->opts.cpu_budget : ncpu;
+    /* an explicit budget is honoured even above the core count (the caller asked for it) */
+    ctx->ncpu = ctx->opts.cpu_budget > 0 ? ctx->opts.cpu_budget : ncpu;
     if (ctx->opts.ram_budget <= 0) {
         long pages = sysconf(_SC_PHYS_PAGES), psize = sysconf(_SC_PAGESIZE);
         ctx->opts.ram_budget = pages > 0 && psize > 0 ? (int64_t)pages * psize / 4 : (int64_t)1 << 30;
@@ -186,32 +198,106 @@ sl_status sl_iter_create(sl_dataset *ds, const sl_iter_opts *opts, sl_iter **out
         return s;
     }
     it->owns_ctx = true;
+    sl__tuner_start(ctx);
     *out = it;
     return SL_OK;
 }
 
-static size_t element_bytes(const sl_element *e) {
+/* ---- the stats clock ---- */
+
+double sl__tsc_ns_per_tick;
+uint64_t sl__tsc_base, sl__mono_base;
+static pthread_once_t clock_once = PTHREAD_ONCE_INIT;
+
+#if defined(__x86_64__)
+#include <cpuid.h>
+static void calibrate(void) {
+    unsigned a, b, c, d;
+    /* invariant TSC: CPUID 0x80000007 EDX bit 8 (constant rate, runs in every C-state) */
+    if (!__get_cpuid(0x80000007, &a, &b, &c, &d) || !(d & (1u << 8))) return;
+    uint64_t m0 = sl_now_ns(), t0 = __rdtsc(), m1, t1;
+    do { /* 1 ms: the factor is then good to ~0.01% */
+        m1 = sl_now_ns();
+        t1 = __rdtsc();
+    } while (m1 - m0 < 1000000);
+    if (t1 <= t0) return;
+    sl__tsc_base = t0;
+    sl__mono_base = m0;
+    sl__tsc_ns_per_tick = (double)(m1 - m0) / (double)(t1 - t0);
+}
+#else
+static void calibrate(void) {}
+#endif
+
+void sl__clock_init(void) { pthread_once(&clock_once, calibrate); }
+
+size_t sl__element_bytes(const sl_element *e) {
     size_t n = 0;
     for (int i = 0; i < e->n; i++) n += sl_tensor_nbytes(&e->t[i]);
     return n;
+}
+
+/* Time spent in sl__iter_next calls nested in the current one on this thread, and time the
+ * current op reported as blocked on its own workers: both are subtracted from its busy
+ * time. */
+static _Thread_local uint64_t tl_inner_ns, tl_waited_ns;
+
+void sl__stats_waited(uint64_t ns) { tl_waited_ns += ns; }
+
+static void peak_max(atomic_llong *peak, long long v) {
+    long long p = atomic_load_explicit(peak, memory_order_relaxed);
+    while (v > p && !atomic_compare_exchange_weak_explicit(peak, &p, v, memory_order_relaxed,
+                                                           memory_order_relaxed)) {
+    }
+}
+
+void sl__stats_buffered_bytes(sl_ictx *ctx, sl_op_stats *st, long long delta) {
+    long long n = atomic_fetch_add_explicit(&st->buffered_bytes, delta, memory_order_relaxed) + delta;
+    long long c = atomic_fetch_add_explicit(&ctx->buffered_bytes, delta, memory_order_relaxed) + delta;
+    if (delta > 0) {
+        peak_max(&st->buffered_bytes_peak, n);
+        peak_max(&ctx->buffered_bytes_peak, c);
+    }
+}
+
+bool sl__ram_full(const sl_iter *it, int held) {
+    if (held <= 0 || !(it->node->auto_buf || it->node->auto_par)) return false;
+    return atomic_load_explicit(&it->ctx->buffered_bytes, memory_order_relaxed) >= it->ctx->opts.ram_budget;
 }
 
 sl_status sl__iter_next(sl_iter *it, sl_element *out) {
     if (it->ended) return SL_END;
     if (atomic_load_explicit(&it->ctx->cancelled, memory_order_relaxed))
         return sl_err(SL_ECANCELED, "op '%s': iterator was closed", it->ds->label);
-    uint64_t t0 = sl_now_ns();
+#ifdef SL_STATS_OFF /* only to measure what the stats cost (README: "Finding the bottleneck") */
+    sl_status s0 = it->vt->next(it, out);
+    if (s0 == SL_END) it->ended = true;
+    else if (s0 < 0) sl_element_clear(out);
+    return s0;
+#endif
+    uint64_t inner0 = tl_inner_ns, waited0 = tl_waited_ns;
+    tl_inner_ns = tl_waited_ns = 0;
+    uint64_t t0 = sl__now_fast();
     sl_status s = it->vt->next(it, out);
-    uint64_t dt = sl_now_ns() - t0;
-    /* busy time includes time in inputs; stats subtract inputs' time when reporting */
-    atomic_fetch_add_explicit(&it->stats->busy_ns, (long long)dt, memory_order_relaxed);
+    uint64_t dt = sl__now_fast() - t0;
+    uint64_t inner = tl_inner_ns, waited = tl_waited_ns;
+    tl_inner_ns = inner0 + dt;
+    tl_waited_ns = waited0;
+    sl_op_stats *st = it->stats;
+    long long own = (long long)dt - (long long)inner - (long long)waited;
+    atomic_fetch_add_explicit(&st->busy_ns, own > 0 ? own : 0, memory_order_relaxed);
+    if (inner) atomic_fetch_add_explicit(&st->wait_ns, (long long)inner, memory_order_relaxed);
+    if (waited) atomic_fetch_add_explicit(&st->stall_ns, (long long)waited, memory_order_relaxed);
+    if (it->owns_ctx) atomic_fetch_add_explicit(&it->ctx->root_next_ns, (long long)dt, memory_order_relaxed);
+    if (atomic_load_explicit(&it->ctx->trace, memory_order_relaxed))
+        sl__trace_event(it->ctx, it->node->label, "next", t0, dt);
     if (s == SL_OK) {
-        atomic_fetch_add_explicit(&it->stats->elements, 1, memory_order_relaxed);
-        atomic_fetch_add_explicit(&it->stats->bytes, (long long)element_bytes(out), memory_order_relaxed);
+        atomic_fetch_add_explicit(&st->elements, 1, memory_order_relaxed);
+        atomic_fetch_add_explicit(&st->bytes, (long long)sl__element_bytes(out), memory_order_relaxed);
     } else if (s == SL_END) {
         it->ended = true;
     } else {
-        atomic_fetch_add_explicit(&it->stats->errors, 1, memory_order_relaxed);
+        atomic_fetch_add_explicit(&st->errors, 1, memory_order_relaxed);
         sl_element_clear(out);
     }
     return s;
@@ -224,9 +310,13 @@ sl_status sl_iter_next(sl_iter *it, sl_element *out) {
 
 void sl__iter_close(sl_iter *it) {
     if (!it) return;
-    if (it->owns_ctx) atomic_store(&it->ctx->cancelled, true);
+    if (it->owns_ctx) {
+        atomic_store(&it->ctx->cancelled, true);
+        sl__tuner_stop(it->ctx); /* before the iterators it tunes go away */
+    }
     if (it->vt->close) it->vt->close(it);
     sl_ictx *ctx = it->owns_ctx ? it->ctx : NULL;
+    if (ctx) sl__trace_finish(ctx);
     sl_dataset_unref(it->ds);
     free(it);
     free_ctx(ctx);

@@ -50,18 +50,47 @@ typedef struct sl_iter_vt {
     void (*close)(sl_iter *it);
 } sl_iter_vt;
 
-/* Per-op-iterator counters, updated by the common next() wrapper and by parallel ops. */
+/* Per-op counters, shared by every iterator of one node (pipeline/stats.c turns them into
+ * sl_stats). Times are summed over the op's threads (a map with 4 busy workers accrues 4 s
+ * of busy time per second). Updated with relaxed atomics: a snapshot is approximate by a
+ * few elements, never torn. */
 typedef struct sl_op_stats {
     const char *label;
     atomic_llong elements;   /* produced */
     atomic_llong bytes;      /* tensor bytes produced */
-    atomic_llong busy_ns;    /* time inside this op's own work (excl. waiting on input) */
-    atomic_llong wait_ns;    /* time blocked waiting for input */
+    atomic_llong busy_ns;    /* the op's own work: excludes time inside its input's next() and
+                              * time blocked on its own workers/producer */
+    atomic_llong wait_ns;    /* time waiting on input: inside the input's next() (sequential
+                              * ops, prefetch's producer) or fetching input (runner workers) */
+    atomic_llong blocked_ns; /* producers blocked on a full output buffer */
+    atomic_llong stall_ns;   /* the op's consumer waited for a result (async ops: prefetch,
+                              * runner ops, parallel interleave) */
+    atomic_llong empty_hits; /* next() found no result ready (async ops) */
     atomic_llong errors;     /* errors returned */
     atomic_int parallelism;  /* current parallelism (parallel ops) */
+    atomic_int threads;      /* worker threads started (the most parallelism can grow to) */
     atomic_int buffer;       /* current buffer capacity (buffered ops) */
     atomic_int buffered;     /* elements in the buffer now */
+    atomic_llong buffered_bytes;      /* bytes of the elements in the buffer now */
+    atomic_llong buffered_bytes_peak;
+    atomic_llong occ_sum;    /* sampled occupancy (elements, x1000) summed, by the tuner thread */
+    atomic_llong occ_samples;
 } sl_op_stats;
+
+/* A point of a node's history: what the tuner chose, and the buffer use, at time t. */
+typedef struct sl_op_sample {
+    uint32_t t_ms;     /* since the iterator was created */
+    int16_t parallelism, buffer;
+    float buffered;    /* mean occupancy since the previous sample */
+} sl_op_sample;
+
+#define SL_OP_HISTORY 256
+
+/* Setters the tuner calls on the live iterator of a node (either may be NULL). */
+typedef struct sl_tune_ops {
+    void (*set_parallelism)(sl_iter *it, int parallelism);
+    void (*set_buffer)(sl_iter *it, int buffer);
+} sl_tune_ops;
 
 /* One node of the running pipeline: an op of the dataset graph, with the counters of all
  * its iterators (several over time: one per epoch under repeat, one per file under
@@ -75,6 +104,17 @@ typedef struct sl_op_node {
     char label[64];           /* the dataset's label */
     char op[32];              /* the op's name */
     sl_op_stats stats;
+    /* tuning (pipeline/autotune.c); tune_mu guards target, tops, the auto flags, max_par,
+     * hist_every, nhist and hist */
+    pthread_mutex_t tune_mu;
+    sl_iter *target;          /* the node's live iterator the tuner may change, or NULL */
+    const sl_tune_ops *tops;
+    atomic_bool auto_par, auto_buf; /* SL_AUTO was asked for: the tuner owns the value */
+    atomic_int max_par;       /* threads the live iterator started */
+    int hist_every;           /* record every k-th sample (doubles when hist is full) */
+    int hist_skip;
+    int nhist;
+    sl_op_sample hist[SL_OP_HISTORY];
 } sl_op_node;
 
 /* Ops embed this as their first member. */
@@ -99,7 +139,76 @@ struct sl_ictx {
     pthread_mutex_t nodes_mu;    /* guards nodes, nnodes, cap (not the nodes' counters) */
     sl_op_node **nodes;          /* the graph as it has been instantiated so far */
     int nnodes, cap;
+    atomic_llong root_next_ns;   /* time inside sl_iter_next of the root (the consumer waiting) */
+    atomic_int thread_budget;    /* threads the tuner lets tuned ops run now (autotune.c) */
+    atomic_llong buffered_bytes; /* bytes held in every op's buffers now */
+    atomic_llong buffered_bytes_peak;
+    struct sl_trace *_Atomic trace; /* trace-event recording, or NULL (pipeline/trace.c) */
+    struct sl_tuner *tuner;      /* the tuner/sampler thread (pipeline/autotune.c), or NULL */
 };
+
+/* ---- stats helpers (pipeline/dataset.c) ---- */
+
+/* A cheap monotonic clock for per-element stats, in the same base as sl_now_ns (so their
+ * values mix): on x86-64 with an invariant TSC it reads the TSC (~10 ns; clock_gettime is
+ * ~25-90 ns, and the stats read the clock twice per element per op), scaled by a factor
+ * calibrated once per process; elsewhere it is sl_now_ns. sl__clock_init must have run
+ * (sl_iter_create does it). */
+extern double sl__tsc_ns_per_tick;  /* 0: no usable TSC */
+extern uint64_t sl__tsc_base, sl__mono_base;
+void sl__clock_init(void);
+uint64_t sl_now_ns(void);
+#if defined(__x86_64__)
+#include <x86intrin.h>
+static inline uint64_t sl__now_fast(void) {
+    if (sl__tsc_ns_per_tick > 0)
+        return sl__mono_base + (uint64_t)(int64_t)((double)(int64_t)(__rdtsc() - sl__tsc_base) * sl__tsc_ns_per_tick);
+    return sl_now_ns();
+}
+#else
+static inline uint64_t sl__now_fast(void) { return sl_now_ns(); }
+#endif
+
+/* The calling op's next() blocked `ns` waiting for its own workers or producer: counted as
+ * the op's stall time (not busy, not waiting on input) by the sl__iter_next around it. */
+void sl__stats_waited(uint64_t ns);
+
+/* Bytes entered (delta > 0) or left (delta < 0) a node's buffer: keeps the node's and the
+ * context's buffered bytes and their peaks. */
+void sl__stats_buffered_bytes(sl_ictx *ctx, sl_op_stats *st, long long delta);
+
+/* Tensor bytes of an element. */
+size_t sl__element_bytes(const sl_element *e);
+
+/* Would a buffered op holding `held` elements exceed the RAM budget by taking one more?
+ * Only ops the tuner owns (auto) are held back, and an op holding nothing may always take
+ * one, so the budget never deadlocks a pipeline. */
+bool sl__ram_full(const sl_iter *it, int held);
+
+/* ---- tuning (pipeline/autotune.c) ---- */
+
+/* Register `it` as the live iterator of its node, with setters for what is tunable. max_par
+ * is the most parallelism it can run (threads started). Detach in close before anything the
+ * setters touch is freed. */
+void sl__tune_attach(sl_iter *it, bool auto_par, bool auto_buf, int max_par, const sl_tune_ops *ops);
+void sl__tune_detach(sl_iter *it);
+
+/* Start / stop the tuner thread of a root iterator's context (stop joins it). A failure to
+ * start is not an error: the pipeline runs with its initial values. */
+void sl__tuner_start(sl_ictx *ctx);
+void sl__tuner_stop(sl_ictx *ctx);
+
+/* Append a history sample to a node (tune_mu held by the caller). */
+void sl__node_sample_locked(sl_ictx *ctx, sl_op_node *n, float buffered);
+
+/* ---- trace (pipeline/trace.c) ---- */
+
+/* Record a complete event (name = label, on the calling thread) if tracing is on. */
+void sl__trace_event(sl_ictx *ctx, const char *label, const char *cat, uint64_t t0_ns, uint64_t dur_ns);
+/* Name the calling thread in traces ("train/map worker 2"). */
+void sl__trace_thread_name(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* Write the trace file (if one was asked for) and free the recorder; at root close. */
+void sl__trace_finish(sl_ictx *ctx);
 
 /* Allocate an iterator of `size` bytes (>= sizeof(sl_iter)), zeroed, for ds (a reference
  * is taken), attached to the node its creator announced (see sl__iter_input). NULL on
@@ -238,6 +347,10 @@ sl_status sl__runner_next(sl_runner *r, sl_element *out);
 
 /* Change the number of active workers (1..nthreads) — for autotune. */
 void sl__runner_set_parallelism(sl_runner *r, int parallelism);
+
+/* Change how many results may wait (>= 1, at most the slots allocated: 2 * nthreads + 2);
+ * for autotune's RAM budget. */
+void sl__runner_set_capacity(sl_runner *r, int capacity);
 
 /* Cancel, join, free; closes the input. NULL is a no-op. */
 void sl__runner_stop(sl_runner *r);

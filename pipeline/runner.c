@@ -6,19 +6,31 @@
  *
  * Results are kept in `capacity` slots. A worker reserves a slot before fetching (so a
  * fetched unit always has somewhere to go), fills it when done, and the consumer frees it.
- * Deterministic mode returns the slot whose seq is next_out; otherwise any finished slot. */
+ * Deterministic mode returns the slot whose seq is next_out; otherwise any finished slot.
+ *
+ * Stats: a worker reads the clock three times per unit (fetch start, work start, work end):
+ * fetch time is the op's time waiting on input, work time its busy time. Time waiting for a
+ * free slot is "blocked on output"; the consumer's waits for a result are its stall time.
+ * The tuner may change the active workers (up to the threads started) and the capacity (up
+ * to the slots allocated, 2 * nthreads + 2). */
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "pipeline/internal.h"
 #include "sluice/pool.h"
+
+#ifdef SL_STATS_OFF /* only to measure what the stats cost: no clock reads per unit */
+#define sl__now_fast() ((uint64_t)0)
+#endif
 
 enum { SLOT_FREE = 0, SLOT_RESERVED, SLOT_DONE };
 
 typedef struct slot {
     int state;        /* SLOT_*; guarded by mu */
     int64_t seq;
+    long long bytes;  /* the result's tensor bytes, counted as buffered while DONE */
     sl_status status;
     sl_error err;     /* the unit's error, when status < 0 */
     sl_element e;
@@ -36,8 +48,11 @@ struct sl_runner {
     pthread_mutex_t mu;     /* guards everything below */
     pthread_cond_t cv_done; /* a slot became DONE, or the input ended, or cancel */
     pthread_cond_t cv_space;/* a slot became FREE, parallelism changed, or cancel */
+    pthread_cond_t cv_idle; /* for workers beyond `active`: parallelism changed, or cancel */
     slot *slots;
-    int capacity;
+    int nslots;             /* allocated */
+    int capacity;           /* usable now (<= nslots) */
+    int done;               /* slots DONE */
     int reserved;           /* slots RESERVED (units in flight) */
     int active;             /* workers allowed to run units now */
     int running;            /* workers currently holding a reservation */
@@ -58,17 +73,51 @@ typedef struct worker_arg_s {
     void *job;    /* per-thread scratch for one unit */
 } worker_arg;
 
+/* Wait on cv for at most ms milliseconds. */
+static void timed_wait_ms(pthread_cond_t *cv, pthread_mutex_t *mu, int ms) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    ts.tv_nsec += (long)ms * 1000000;
+    while (ts.tv_nsec >= 1000000000) {
+        ts.tv_sec++;
+        ts.tv_nsec -= 1000000000;
+    }
+    pthread_cond_timedwait(cv, mu, &ts);
+}
+
 static void *worker(void *arg) {
     worker_arg *wa = arg;
     sl_runner *r = wa->r;
     void *tstate = wa->tstate, *job = wa->job;
+    sl_op_stats *st = r->owner->stats;
+    sl_ictx *ctx = r->owner->ctx;
+    const char *label = r->owner->node->label;
+    int idx = (int)(wa - r->args);
+    sl__trace_thread_name("%s worker %d", label, idx + 1);
 
     pthread_mutex_lock(&r->mu);
     for (;;) {
-        /* wait for room: a free slot and an active worker place */
-        while (!r->cancelled && !r->mu_ended &&
-               (r->reserved >= r->capacity || r->running >= r->active))
-            pthread_cond_wait(&r->cv_space, &r->mu);
+        /* wait for room: a free slot (within capacity and the RAM budget) and an active
+         * worker place; waiting with a place but no slot is "blocked on output" */
+        uint64_t tb = 0;
+        for (;;) {
+            if (r->cancelled || r->mu_ended) break;
+            if (idx >= r->active) { /* not wanted now: sleep apart, so cv_space signals reach
+                                     * the active workers */
+                pthread_cond_wait(&r->cv_idle, &r->mu);
+                continue;
+            }
+            if (r->running >= r->active) {
+                pthread_cond_wait(&r->cv_space, &r->mu);
+                continue;
+            }
+            bool ram = sl__ram_full(r->owner, r->reserved);
+            if (r->reserved < r->capacity && !ram) break;
+            if (!tb) tb = sl__now_fast();
+            if (ram) timed_wait_ms(&r->cv_space, &r->mu, 5); /* bytes free up elsewhere too */
+            else pthread_cond_wait(&r->cv_space, &r->mu);
+        }
+        if (tb) atomic_fetch_add_explicit(&st->blocked_ns, (long long)(sl__now_fast() - tb), memory_order_relaxed);
         if (r->cancelled || r->mu_ended) break;
         int k = 0;
         while (r->slots[k].state != SLOT_FREE) k++;
@@ -79,6 +128,7 @@ static void *worker(void *arg) {
         pthread_mutex_unlock(&r->mu);
 
         /* fetch, in sequence order */
+        uint64_t t0 = sl__now_fast();
         pthread_mutex_lock(&r->in_mu);
         bool last = false, got = false;
         int64_t seq = r->next_seq;
@@ -96,13 +146,23 @@ static void *worker(void *arg) {
         bool ended_now = r->in_ended;
         pthread_mutex_unlock(&r->in_mu);
 
+        uint64_t t1 = sl__now_fast();
+        atomic_fetch_add_explicit(&st->wait_ns, (long long)(t1 - t0), memory_order_relaxed);
         sl_element out;
         sl_element_init(&out);
+        long long bytes = 0;
         if (got && s == SL_OK) {
             s = r->ops->work(r->op, job, seq, tstate, &out);
             if (s < 0) sl_element_clear(&out);
+            else bytes = (long long)sl__element_bytes(&out);
         }
         if (got && r->ops->job_clear) r->ops->job_clear(r->op, job);
+        if (got) {
+            uint64_t t2 = sl__now_fast();
+            atomic_fetch_add_explicit(&st->busy_ns, (long long)(t2 - t1), memory_order_relaxed);
+            if (atomic_load_explicit(&ctx->trace, memory_order_relaxed))
+                sl__trace_event(ctx, label, "work", t1, t2 - t1);
+        }
 
         pthread_mutex_lock(&r->mu);
         r->running--;
@@ -112,6 +172,10 @@ static void *worker(void *arg) {
             if (s < 0) sl_err_save(&sl->err);
             sl_element_move(&sl->e, &out);
             sl->state = SLOT_DONE;
+            sl->bytes = bytes;
+            r->done++;
+            atomic_store_explicit(&st->buffered, r->done, memory_order_relaxed);
+            if (bytes) sl__stats_buffered_bytes(ctx, st, bytes);
         } else {
             sl->state = SLOT_FREE;
             r->reserved--;
@@ -120,6 +184,7 @@ static void *worker(void *arg) {
             r->mu_ended = true;
             r->end_seq = seq + (got ? 1 : 0);
             pthread_cond_broadcast(&r->cv_space); /* idle workers may leave */
+            pthread_cond_broadcast(&r->cv_idle);
         }
         pthread_cond_broadcast(&r->cv_done);
     }
@@ -134,8 +199,9 @@ sl_status sl__runner_start(const sl_runner_ops *ops, void *op, sl_iter *owner, s
     if (nthreads < 1) nthreads = 1;
     if (parallelism < 1 || parallelism > nthreads) parallelism = nthreads;
     if (capacity < parallelism) capacity = parallelism;
+    int nslots = 2 * nthreads + 2 > capacity ? 2 * nthreads + 2 : capacity;
     sl_runner *r = calloc(1, sizeof *r);
-    if (!r || !(r->slots = calloc((size_t)capacity, sizeof *r->slots)) ||
+    if (!r || !(r->slots = calloc((size_t)nslots, sizeof *r->slots)) ||
         !(r->threads = calloc((size_t)nthreads, sizeof *r->threads)) ||
         !(r->args = calloc((size_t)nthreads, sizeof *r->args))) {
         if (r) {
@@ -151,14 +217,17 @@ sl_status sl__runner_start(const sl_runner_ops *ops, void *op, sl_iter *owner, s
     r->owner = owner;
     r->in = in;
     r->capacity = capacity;
+    r->nslots = nslots;
     r->active = parallelism;
     r->deterministic = deterministic;
     pthread_mutex_init(&r->in_mu, NULL);
     pthread_mutex_init(&r->mu, NULL);
     pthread_cond_init(&r->cv_done, NULL);
     pthread_cond_init(&r->cv_space, NULL);
+    pthread_cond_init(&r->cv_idle, NULL);
     atomic_store(&owner->stats->parallelism, parallelism);
     atomic_store(&owner->stats->buffer, capacity);
+    atomic_store(&owner->stats->threads, nthreads);
     /* per-thread state first, so a failure is reported here and not by a lost worker */
     r->nargs = nthreads;
     for (int i = 0; i < nthreads; i++) {
@@ -186,7 +255,7 @@ sl_status sl__runner_start(const sl_runner_ops *ops, void *op, sl_iter *owner, s
 
 /* A DONE slot to return now, or NULL. mu held. */
 static slot *ready_locked(sl_runner *r) {
-    for (int k = 0; k < r->capacity; k++) {
+    for (int k = 0; k < r->nslots; k++) {
         slot *s = &r->slots[k];
         if (s->state == SLOT_DONE && (!r->deterministic || s->seq == r->next_out)) return s;
     }
@@ -197,6 +266,7 @@ sl_status sl__runner_next(sl_runner *r, sl_element *out) {
     sl_ictx *ctx = r->owner->ctx;
     pthread_mutex_lock(&r->mu);
     slot *s;
+    uint64_t tw = 0;
     for (;;) {
         s = ready_locked(r);
         if (s) break;
@@ -210,7 +280,12 @@ sl_status sl__runner_next(sl_runner *r, sl_element *out) {
         }
         if (r->cancelled || atomic_load_explicit(&ctx->cancelled, memory_order_relaxed)) {
             pthread_mutex_unlock(&r->mu);
+            if (tw) sl__stats_waited(sl__now_fast() - tw);
             return sl_err(SL_ECANCELED, "op '%s': iterator was closed", r->owner->ds->label);
+        }
+        if (!tw) {
+            tw = sl__now_fast();
+            atomic_fetch_add_explicit(&r->owner->stats->empty_hits, 1, memory_order_relaxed);
         }
         pthread_cond_wait(&r->cv_done, &r->mu);
     }
@@ -219,9 +294,15 @@ sl_status sl__runner_next(sl_runner *r, sl_element *out) {
     else sl_err_restore(&s->err);
     s->state = SLOT_FREE;
     r->reserved--;
+    r->done--;
+    long long bytes = s->bytes;
+    s->bytes = 0;
+    atomic_store_explicit(&r->owner->stats->buffered, r->done, memory_order_relaxed);
     r->next_out++;
     pthread_cond_signal(&r->cv_space);
     pthread_mutex_unlock(&r->mu);
+    if (bytes) sl__stats_buffered_bytes(ctx, r->owner->stats, -bytes);
+    if (tw) sl__stats_waited(sl__now_fast() - tw);
     return st;
 }
 
@@ -232,6 +313,17 @@ void sl__runner_set_parallelism(sl_runner *r, int parallelism) {
     r->active = parallelism;
     atomic_store(&r->owner->stats->parallelism, parallelism);
     pthread_cond_broadcast(&r->cv_space);
+    pthread_cond_broadcast(&r->cv_idle);
+    pthread_mutex_unlock(&r->mu);
+}
+
+void sl__runner_set_capacity(sl_runner *r, int capacity) {
+    pthread_mutex_lock(&r->mu);
+    if (capacity < 1) capacity = 1;
+    if (capacity > r->nslots) capacity = r->nslots;
+    r->capacity = capacity;
+    atomic_store(&r->owner->stats->buffer, capacity);
+    pthread_cond_broadcast(&r->cv_space);
     pthread_mutex_unlock(&r->mu);
 }
 
@@ -240,10 +332,15 @@ void sl__runner_stop(sl_runner *r) {
     pthread_mutex_lock(&r->mu);
     r->cancelled = true;
     pthread_cond_broadcast(&r->cv_space);
+    pthread_cond_broadcast(&r->cv_idle);
     pthread_cond_broadcast(&r->cv_done);
     pthread_mutex_unlock(&r->mu);
     for (int i = 0; i < r->nthreads; i++) pthread_join(r->threads[i], NULL);
-    for (int k = 0; k < r->capacity; k++) sl_element_clear(&r->slots[k].e);
+    for (int k = 0; k < r->nslots; k++) {
+        if (r->slots[k].bytes) sl__stats_buffered_bytes(r->owner->ctx, r->owner->stats, -r->slots[k].bytes);
+        sl_element_clear(&r->slots[k].e);
+    }
+    atomic_store(&r->owner->stats->buffered, 0);
     for (int i = 0; i < r->nargs; i++) {
         if (r->args[i].tstate && r->ops->tstate_free) r->ops->tstate_free(r->op, r->args[i].tstate);
         if (r->args[i].job && r->ops->job_free) r->ops->job_free(r->op, r->args[i].job);
@@ -255,6 +352,7 @@ void sl__runner_stop(sl_runner *r) {
     pthread_mutex_destroy(&r->mu);
     pthread_cond_destroy(&r->cv_done);
     pthread_cond_destroy(&r->cv_space);
+    pthread_cond_destroy(&r->cv_idle);
     free(r->slots);
     free(r->threads);
     free(r);

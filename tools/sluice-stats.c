@@ -1,17 +1,25 @@
 /* sluice-stats: look at what a configured pipeline produces and how fast.
  *
+ *   sluice-stats CONFIG [--pipeline NAME] [--seconds S | --batches N] [--trace FILE]
+ *                [--json] [--html FILE] [--save FILE] [--cpu-budget N] [--ram-budget BYTES]
+ *   sluice-stats --from FILE [--json] [--html FILE]
  *   sluice-stats CONFIG [--pipeline NAME] --peek N [--json] [--values K]
- *                [--set PATH=VALUE]... [--seed N] [--shards N --shard-index I]
+ *   (all with [--set PATH=VALUE]... [--seed N] [--shards N --shard-index I])
  *
- * For now only --peek: build the pipeline from the config file (sluice/from_config.h) and
- * print its first N elements: per component the name, dtype, shape, the first values (for
- * byte strings: their length and an escaped prefix) and the CRC32C of the tensor's bytes,
- * so two runs (or two machines) can be compared at a glance. The profiling report (per-op
- * throughput, the bottleneck) is another mode of the same tool: add it to MODES below.
+ * The profile (the default): build the pipeline from the config file, run it alone as fast
+ * as it goes for S seconds (default 5) or N elements, and print a table per op (elements/s,
+ * busy, waiting on input, blocked on output, buffer use, the parallelism autotune chose)
+ * and the verdict: the bottleneck op, the evidence and what to try (sluice/stats.h).
+ * --from reports on a stats file the trainer (sl_stats_write_json) wrote instead.
+ *
+ * --peek: print the pipeline's first N elements: per component the name, dtype, shape, the
+ * first values (for byte strings: their length and an escaped prefix) and the CRC32C of the
+ * tensor's bytes, so two runs (or two machines) can be compared at a glance.
  *
  * A thin main over the library. Workload: a config of a few dozen lines, a handful of
  * elements printed. Exit status: 0 ok, 1 the config or the pipeline failed (message with
  * file:line:col, or file and byte offset), 2 wrong usage (tools/tool.h). */
+#include <errno.h>
 #include <inttypes.h>
 #include <math.h>
 #include <stdio.h>
@@ -22,20 +30,33 @@
 #include "sluice/crc32c.h"
 #include "sluice/from_config.h"
 #include "sluice/pipeline.h"
+#include "sluice/stats.h"
 #include "tool.h"
 
 static const char *PROG = "sluice-stats";
 
 static const char USAGE[] =
-    "Usage: sluice-stats CONFIG [--pipeline NAME] --peek N [OPTIONS]\n"
+    "Usage: sluice-stats CONFIG [--pipeline NAME] [--seconds S | --batches N] [OPTIONS]\n"
+    "       sluice-stats --from FILE [--json] [--html FILE]\n"
+    "       sluice-stats CONFIG [--pipeline NAME] --peek N [OPTIONS]\n"
     "\n"
-    "Build a pipeline from a config file and look at what it produces.\n"
+    "Build a pipeline from a config file, run it alone and find its bottleneck: a table per op\n"
+    "(elements/s, busy, waiting on input, blocked on output, buffer use, parallelism chosen)\n"
+    "and a verdict naming the op that limits the throughput, why, and what to try.\n"
     "\n"
+    "  --seconds S         run for S seconds (default 5; the pipeline's end stops it sooner)\n"
+    "  --batches N         run for N elements of the pipeline's output instead\n"
+    "  --trace FILE        write Chrome trace-event JSON of every op's activity (Perfetto)\n"
+    "  --html FILE         write one self-contained page with the table and charts\n"
+    "  --save FILE         write the stats file (what the trainer writes; read with --from)\n"
+    "  --from FILE         report on a stats file instead of running a pipeline\n"
+    "  --cpu-budget N      cores the pipeline may use (autotune; default all)\n"
+    "  --ram-budget BYTES  bytes of buffers autotune may use (default a quarter of RAM)\n"
+    "  --json              the report (or, with --peek, each element) as JSON\n"
     "  --peek N            print the first N elements: per component its dtype, shape, first\n"
     "                      values (byte strings: length and an escaped prefix) and the CRC32C\n"
     "                      of its bytes\n"
     "  --pipeline NAME     which `pipeline NAME { }` block (default: 'train', or the only one)\n"
-    "  --json              one JSON object per element per line\n"
     "  --values K          values shown per component (default 8, 0..1000)\n"
     "  --set PATH=VALUE    override a config value, e.g. --set pipeline.train.batch=4\n"
     "                      (repeatable; applied in order before the pipeline is built)\n"
@@ -54,6 +75,11 @@ typedef struct stats_args {
     long long seed;
     long long shards, shard_index;
     bool json;
+    const char *seconds_s;  /* --seconds, parsed into seconds */
+    double seconds;
+    long long batches;      /* 0: run by time */
+    const char *trace, *html, *save, *from;
+    long long cpu_budget, ram_budget;
     const char **sets;   /* --set assignments, in order */
     int nsets;
 } stats_args;
@@ -213,12 +239,369 @@ static int run_peek(const stats_args *a, sl_dataset *ds, const char *pname) {
     return rc;
 }
 
+/* ---- the profile: run the pipeline alone, report per op, name the bottleneck ---- */
+
+static void human_bytes(double b, char *out, size_t cap) {
+    const char *u[] = {"B", "KB", "MB", "GB", "TB"};
+    int k = 0;
+    while (b >= 1000 && k < 4) {
+        b /= 1000;
+        k++;
+    }
+    snprintf(out, cap, k ? "%.1f %s" : "%.0f %s", b, u[k]);
+}
+
+static int depth_of(const sl_stats *st, int i) {
+    int d = 0;
+    for (int p = st->ops[i].parent; p >= 0 && d < 32; p = st->ops[p].parent) d++;
+    return d;
+}
+
+static void par_text(const sl_op_stat *o, char *out, size_t cap) {
+    if (o->parallelism <= 0) snprintf(out, cap, "-");
+    else snprintf(out, cap, "%d%s", o->parallelism, o->tuned ? " auto" : "");
+}
+
+static void buf_text(const sl_op_stat *o, char *out, size_t cap) {
+    if (o->buffer <= 0) snprintf(out, cap, "-");
+    else snprintf(out, cap, "%.1f/%d%s", o->buffered_avg, o->buffer, o->tuned && o->parallelism <= 0 ? " auto" : "");
+}
+
+static void print_table(const sl_stats *st, const char *pname) {
+    char peak[32], ram[32];
+    human_bytes((double)st->buffered_bytes_peak, peak, sizeof peak);
+    human_bytes((double)st->ram_budget, ram, sizeof ram);
+    printf("pipeline '%s': %lld elements in %.2f s (%.1f/s); cpu budget %d, peak buffered %s of %s\n\n", pname,
+           (long long)st->elements, st->wall_s, st->wall_s > 0 ? st->elements / st->wall_s : 0.0, st->cpu_budget,
+           peak, ram);
+    int w = 2;
+    for (int i = 0; i < st->n; i++) {
+        int l = 2 * depth_of(st, i) + (int)strlen(st->ops[i].label);
+        if (l > w) w = l;
+    }
+    printf("%-*s  %-10s %10s %6s %8s %8s %11s %8s\n", w, "op", "kind", "elements/s", "busy", "wait in",
+           "blocked", "buffer use", "parallel");
+    for (int i = 0; i < st->n; i++) {
+        const sl_op_stat *o = &st->ops[i];
+        char name[160], par[32], buf[32];
+        snprintf(name, sizeof name, "%*s%s", 2 * depth_of(st, i), "", o->label);
+        par_text(o, par, sizeof par);
+        buf_text(o, buf, sizeof buf);
+        printf("%-*s  %-10s %10.1f %5.0f%% %7.0f%% %7.0f%% %11s %8s\n", w, name, o->op,
+               st->wall_s > 0 ? o->elements / st->wall_s : 0.0, 100 * sl_stats_busy(st, o),
+               100 * sl_stats_waiting(st, o), 100 * sl_stats_blocked(st, o), buf, par);
+    }
+    sl_stats_verdict v;
+    sl_stats_bottleneck(st, &v);
+    printf("\nverdict: %s\n", v.summary);
+    if (v.evidence[0]) printf("  evidence: %s\n", v.evidence);
+    if (v.advice[0]) printf("  try: %s\n", v.advice);
+    printf("\n(busy, wait in, blocked: share of the op's threads' time doing its own work, waiting on its\n"
+           " input, blocked on a full output buffer; buffer use: mean elements held / capacity)\n");
+}
+
+static void json_str(FILE *f, const char *s) {
+    fputc('"', f);
+    for (; *s; s++) {
+        unsigned char c = (unsigned char)*s;
+        if (c == '"' || c == '\\') fprintf(f, "\\%c", c);
+        else if (c < 0x20) fprintf(f, "\\u%04x", c);
+        else fputc(c, f);
+    }
+    fputc('"', f);
+}
+
+static int print_json_report(const sl_stats *st, const char *pname) {
+    sl_stats_verdict v;
+    sl_stats_bottleneck(st, &v);
+    printf("{\"pipeline\": ");
+    json_str(stdout, pname);
+    printf(", \"verdict\": {\"op\": ");
+    if (v.op >= 0) json_str(stdout, st->ops[v.op].label);
+    else printf(v.op == SL_VERDICT_CONSUMER ? "\"(consumer)\"" : "null");
+    printf(", \"summary\": ");
+    json_str(stdout, v.summary);
+    printf(", \"evidence\": ");
+    json_str(stdout, v.evidence);
+    printf(", \"advice\": ");
+    json_str(stdout, v.advice);
+    printf("},\n\"stats\": ");
+    sl_stats_fprint(st, stdout);
+    printf("}\n");
+    return ferror(stdout) ? SL__EXIT_FAIL : SL__EXIT_OK;
+}
+
+/* ---- the HTML page: one file, inline SVG, no scripts ---- */
+
+static void html_str(FILE *f, const char *s) {
+    for (; *s; s++) {
+        if (*s == '<') fputs("&lt;", f);
+        else if (*s == '>') fputs("&gt;", f);
+        else if (*s == '&') fputs("&amp;", f);
+        else if (*s == '"') fputs("&quot;", f);
+        else fputc(*s, f);
+    }
+}
+
+static const char *COLORS[] = {"#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2",
+                               "#7f7f7f", "#bcbd22", "#17becf"};
+
+/* Horizontal stacked bars: busy / waiting on input / blocked on output per op. */
+static void svg_shares(FILE *f, const sl_stats *st) {
+    int rowh = 26, left = 230, width = 560, h = 40 + rowh * st->n + 30;
+    fprintf(f, "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" font-family=\"sans-serif\" "
+               "font-size=\"12\">\n", left + width + 40, h);
+    fprintf(f, "<text x=\"0\" y=\"16\" font-weight=\"bold\">Share of each op's threads' time</text>\n");
+    for (int k = 0; k <= 4; k++) {
+        int x = left + width * k / 4;
+        fprintf(f, "<line x1=\"%d\" y1=\"28\" x2=\"%d\" y2=\"%d\" stroke=\"#ddd\"/>"
+                   "<text x=\"%d\" y=\"%d\" text-anchor=\"middle\" fill=\"#666\">%d%%</text>\n",
+                x, x, 32 + rowh * st->n, x, 46 + rowh * st->n, 25 * k);
+    }
+    for (int i = 0; i < st->n; i++) {
+        const sl_op_stat *o = &st->ops[i];
+        int y = 32 + rowh * i;
+        double parts[3] = {sl_stats_busy(st, o), sl_stats_waiting(st, o), sl_stats_blocked(st, o)};
+        const char *col[3] = {"#d62728", "#1f77b4", "#bbbbbb"};
+        fprintf(f, "<text x=\"%d\" y=\"%d\" text-anchor=\"end\">", left - 8, y + 16);
+        html_str(f, o->label);
+        fprintf(f, "</text>\n");
+        double x = left;
+        for (int k = 0; k < 3; k++) {
+            double wd = width * parts[k];
+            if (x + wd > left + width) wd = left + width - x;
+            if (wd > 0)
+                fprintf(f, "<rect x=\"%.1f\" y=\"%d\" width=\"%.1f\" height=\"%d\" fill=\"%s\"/>\n", x, y + 3, wd,
+                        rowh - 8, col[k]);
+            x += wd > 0 ? wd : 0;
+        }
+    }
+    int ly = h - 8;
+    fprintf(f, "<rect x=\"%d\" y=\"%d\" width=\"12\" height=\"12\" fill=\"#d62728\"/><text x=\"%d\" y=\"%d\">busy</text>"
+               "<rect x=\"%d\" y=\"%d\" width=\"12\" height=\"12\" fill=\"#1f77b4\"/><text x=\"%d\" y=\"%d\">waiting on input</text>"
+               "<rect x=\"%d\" y=\"%d\" width=\"12\" height=\"12\" fill=\"#bbbbbb\"/><text x=\"%d\" y=\"%d\">blocked on output</text>\n",
+            left, ly - 10, left + 16, ly, left + 80, ly - 10, left + 96, ly, left + 230, ly - 10, left + 246, ly);
+    fprintf(f, "</svg>\n");
+}
+
+/* Horizontal bars: elements per second per op. */
+static void svg_throughput(FILE *f, const sl_stats *st) {
+    int rowh = 26, left = 230, width = 560, h = 40 + rowh * st->n;
+    double mx = 0;
+    for (int i = 0; i < st->n; i++) mx = fmax(mx, st->wall_s > 0 ? st->ops[i].elements / st->wall_s : 0);
+    if (mx <= 0) mx = 1;
+    fprintf(f, "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" font-family=\"sans-serif\" "
+               "font-size=\"12\">\n", left + width + 120, h);
+    fprintf(f, "<text x=\"0\" y=\"16\" font-weight=\"bold\">Throughput (elements/s produced by each op)</text>\n");
+    for (int i = 0; i < st->n; i++) {
+        const sl_op_stat *o = &st->ops[i];
+        double r = st->wall_s > 0 ? o->elements / st->wall_s : 0;
+        int y = 28 + rowh * i;
+        fprintf(f, "<text x=\"%d\" y=\"%d\" text-anchor=\"end\">", left - 8, y + 16);
+        html_str(f, o->label);
+        fprintf(f, "</text><rect x=\"%d\" y=\"%d\" width=\"%.1f\" height=\"%d\" fill=\"%s\"/>"
+                   "<text x=\"%.1f\" y=\"%d\" fill=\"#333\">%.1f/s</text>\n",
+                left, y + 3, fmax(1, width * r / mx), rowh - 8, COLORS[i % 10], left + fmax(1, width * r / mx) + 6,
+                y + 16, r);
+    }
+    fprintf(f, "</svg>\n");
+}
+
+/* Lines over time. choices: the parallelism of parallel ops (solid) and the capacity of
+ * tuned buffers (dashed), as the tuner chose them. Otherwise: how full each buffer was
+ * (mean elements held / capacity), so a 10,000-element shuffle and a 2-batch prefetch share
+ * one axis. */
+static bool plotted(const sl_op_stat *o, bool choices, bool *dashed) {
+    *dashed = false;
+    if (o->nhist == 0) return false;
+    if (!choices) return o->buffer > 0;
+    if (o->parallelism > 0) return true;
+    *dashed = true;
+    return o->tuned && o->buffer > 0;
+}
+
+static double hist_value(const sl_stats_sample *s, bool choices, bool dashed) {
+    if (choices) return dashed ? s->buffer : s->parallelism;
+    return s->buffer > 0 ? 100.0 * s->buffered / s->buffer : 0;
+}
+
+static void svg_history(FILE *f, const sl_stats *st, bool choices) {
+    int left = 60, width = 700, height = 220, top = 30;
+    double tmax = st->wall_s > 0 ? st->wall_s : 1, vmax = choices ? 1 : 100;
+    int nlines = 0;
+    bool dashed;
+    for (int i = 0; i < st->n; i++) {
+        const sl_op_stat *o = &st->ops[i];
+        if (!plotted(o, choices, &dashed)) continue;
+        nlines++;
+        for (int k = 0; k < o->nhist; k++) {
+            if (choices) vmax = fmax(vmax, hist_value(&o->hist[k], choices, dashed));
+            tmax = fmax(tmax, o->hist[k].t);
+        }
+    }
+    if (choices) vmax = ceil(vmax * 1.1);
+    int h = top + height + 40 + 18 * nlines;
+    fprintf(f, "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" font-family=\"sans-serif\" "
+               "font-size=\"12\">\n", left + width + 40, h);
+    fprintf(f, "<text x=\"0\" y=\"16\" font-weight=\"bold\">%s</text>\n",
+            choices ? "Chosen over time: parallelism (solid) and tuned buffer capacity (dashed)"
+                    : "Buffer use over time: mean elements held, % of capacity");
+    fprintf(f, "<rect x=\"%d\" y=\"%d\" width=\"%d\" height=\"%d\" fill=\"none\" stroke=\"#999\"/>\n", left, top,
+            width, height);
+    for (int k = 0; k <= 4; k++) {
+        double v = vmax * k / 4;
+        int y = top + height - (int)(height * k / 4);
+        fprintf(f, "<line x1=\"%d\" y1=\"%d\" x2=\"%d\" y2=\"%d\" stroke=\"#eee\"/><text x=\"%d\" y=\"%d\" "
+                   "text-anchor=\"end\" fill=\"#666\">%.3g%s</text>\n", left, y, left + width, y, left - 6, y + 4, v,
+                choices ? "" : "%");
+        double t = tmax * k / 4;
+        int x = left + width * k / 4;
+        fprintf(f, "<text x=\"%d\" y=\"%d\" text-anchor=\"middle\" fill=\"#666\">%.1f s</text>\n", x,
+                top + height + 16, t);
+    }
+    if (nlines == 0)
+        fprintf(f, "<text x=\"%d\" y=\"%d\" fill=\"#666\">(no op with %s)</text>\n", left + 20, top + 30,
+                choices ? "a parallelism or a tuned buffer" : "a buffer");
+    int line = 0;
+    for (int i = 0; i < st->n; i++) {
+        const sl_op_stat *o = &st->ops[i];
+        if (!plotted(o, choices, &dashed)) continue;
+        const char *c = COLORS[i % 10];
+        fprintf(f, "<polyline fill=\"none\" stroke=\"%s\" stroke-width=\"2\"%s points=\"", c,
+                dashed ? " stroke-dasharray=\"6,4\"" : "");
+        double lastv = 0;
+        for (int k = 0; k < o->nhist; k++) {
+            double v = hist_value(&o->hist[k], choices, dashed);
+            double x = left + width * o->hist[k].t / tmax, y = top + height - height * v / vmax;
+            if (k && choices) fprintf(f, "%.1f,%.1f ", x, top + height - height * lastv / vmax); /* steps */
+            fprintf(f, "%.1f,%.1f ", x, y);
+            lastv = v;
+        }
+        /* the last value holds until the end of the run */
+        fprintf(f, "%.1f,%.1f\"/>\n", (double)left + width, top + height - height * lastv / vmax);
+        int ly = top + height + 34 + 18 * line++;
+        fprintf(f, "<rect x=\"%d\" y=\"%d\" width=\"14\" height=\"4\" fill=\"%s\"/><text x=\"%d\" y=\"%d\">", left,
+                ly - 4, c, left + 20, ly);
+        html_str(f, o->label);
+        if (choices) fprintf(f, " (%s%s%s)</text>\n", o->op, dashed ? " buffer" : " parallelism", o->tuned ? ", auto" : "");
+        else fprintf(f, " (%s, capacity %d now)</text>\n", o->op, o->buffer);
+    }
+    fprintf(f, "</svg>\n");
+}
+
+static int write_html(const sl_stats *st, const char *pname, const char *path) {
+    FILE *f = fopen(path, "w");
+    if (!f) {
+        fprintf(stderr, "%s: %s: cannot write: %s\n", PROG, path, strerror(errno));
+        return SL__EXIT_FAIL;
+    }
+    sl_stats_verdict v;
+    sl_stats_bottleneck(st, &v);
+    fprintf(f, "<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>sluice-stats: ");
+    html_str(f, pname);
+    fprintf(f, "</title>\n<style>body{font-family:sans-serif;margin:24px;max-width:1100px}"
+               "table{border-collapse:collapse;font-size:13px}td,th{padding:3px 10px;border-bottom:1px solid #ddd;"
+               "text-align:right}td:first-child,th:first-child,td:nth-child(2){text-align:left}"
+               ".verdict{background:#fff4e5;border-left:4px solid #ff7f0e;padding:8px 12px;margin:12px 0}"
+               "svg{display:block;margin:18px 0}</style></head><body>\n");
+    fprintf(f, "<h1>Pipeline '");
+    html_str(f, pname);
+    char peak[32], ram[32];
+    human_bytes((double)st->buffered_bytes_peak, peak, sizeof peak);
+    human_bytes((double)st->ram_budget, ram, sizeof ram);
+    fprintf(f, "'</h1>\n<p>%lld elements in %.2f s (%.1f/s); CPU budget %d; peak buffered %s of a RAM "
+               "budget of %s.</p>\n",
+            (long long)st->elements, st->wall_s, st->wall_s > 0 ? st->elements / st->wall_s : 0.0, st->cpu_budget,
+            peak, ram);
+    fprintf(f, "<div class=\"verdict\"><b>");
+    html_str(f, v.summary);
+    fprintf(f, "</b><br>");
+    html_str(f, v.evidence);
+    fprintf(f, "<br><i>Try:</i> ");
+    html_str(f, v.advice);
+    fprintf(f, "</div>\n<table><tr><th>op</th><th>kind</th><th>elements/s</th><th>busy</th><th>wait in</th>"
+               "<th>blocked</th><th>buffer use</th><th>parallel</th></tr>\n");
+    for (int i = 0; i < st->n; i++) {
+        const sl_op_stat *o = &st->ops[i];
+        char par[32], buf[32];
+        par_text(o, par, sizeof par);
+        buf_text(o, buf, sizeof buf);
+        fprintf(f, "<tr><td>%*s", 0, "");
+        for (int d = depth_of(st, i); d > 0; d--) fprintf(f, "&nbsp;&nbsp;");
+        html_str(f, o->label);
+        fprintf(f, "</td><td>%s</td><td>%.1f</td><td>%.0f%%</td><td>%.0f%%</td><td>%.0f%%</td><td>%s</td><td>%s</td></tr>\n",
+                o->op, st->wall_s > 0 ? o->elements / st->wall_s : 0.0, 100 * sl_stats_busy(st, o),
+                100 * sl_stats_waiting(st, o), 100 * sl_stats_blocked(st, o), buf, par);
+    }
+    fprintf(f, "</table>\n");
+    svg_shares(f, st);
+    svg_throughput(f, st);
+    svg_history(f, st, true);
+    svg_history(f, st, false);
+    fprintf(f, "</body></html>\n");
+    bool bad = ferror(f) != 0;
+    if (fclose(f) != 0 || bad) {
+        fprintf(stderr, "%s: %s: write error\n", PROG, path);
+        return SL__EXIT_FAIL;
+    }
+    return SL__EXIT_OK;
+}
+
+static int report(const stats_args *a, const sl_stats *st, const char *pname) {
+    int rc = SL__EXIT_OK;
+    if (a->html) rc = write_html(st, pname, a->html);
+    if (a->json) {
+        int r2 = print_json_report(st, pname);
+        if (!rc) rc = r2;
+    } else {
+        print_table(st, pname);
+    }
+    return rc;
+}
+
+static int run_profile(const stats_args *a, sl_dataset *ds, const char *pname) {
+    sl_iter_opts io = sl_iter_opts_default();
+    io.seed = (uint64_t)a->seed;
+    io.cpu_budget = (int)a->cpu_budget;
+    io.ram_budget = a->ram_budget;
+    sl_iter *it;
+    if (sl_iter_create(ds, &io, &it)) return sl__failf(PROG, "pipeline '%s'", pname);
+    if (a->trace && sl_iter_trace(it, a->trace, 0)) {
+        sl_iter_close(it);
+        return sl__fail(PROG);
+    }
+    sl_element e;
+    sl_element_init(&e);
+    double t0 = sl__now();
+    long long n = 0;
+    int rc = SL__EXIT_OK;
+    for (;;) {
+        if (a->batches > 0 && n >= a->batches) break;
+        if (a->batches <= 0 && sl__now() - t0 >= a->seconds) break;
+        sl_status s = sl_iter_next(it, &e);
+        if (s == SL_END) break;
+        if (s) {
+            rc = sl__failf(PROG, "pipeline '%s', element %lld", pname, n);
+            break;
+        }
+        sl_element_clear(&e);
+        n++;
+    }
+    sl_stats *st = NULL;
+    if (!rc && sl_iter_stats(it, &st)) rc = sl__fail(PROG);
+    if (!rc && a->save && sl_stats_save(st, a->save)) rc = sl__fail(PROG);
+    sl_iter_close(it); /* writes the trace */
+    if (!rc) rc = report(a, st, pname);
+    sl_stats_free(st);
+    return rc;
+}
+
 static const struct {
     const char *name; /* the option that selects the mode */
     mode_fn run;
 } MODES[] = {
     {"peek", run_peek},
-    /* the profiling report will go here */
+    {"profile", run_profile},
 };
 
 /* ---- main ---- */
@@ -270,6 +653,14 @@ int main(int argc, char **argv) {
         {"seed", 0, SL__OPT_INT, &a.seed, 0, INT64_MAX},
         {"shards", 0, SL__OPT_INT, &a.shards, 1, 1 << 30},
         {"shard-index", 0, SL__OPT_INT, &a.shard_index, 0, (1 << 30) - 1},
+        {"seconds", 0, SL__OPT_STR, &a.seconds_s, 0, 0},
+        {"batches", 0, SL__OPT_INT, &a.batches, 1, INT64_MAX},
+        {"trace", 0, SL__OPT_STR, &a.trace, 0, 0},
+        {"html", 0, SL__OPT_STR, &a.html, 0, 0},
+        {"save", 0, SL__OPT_STR, &a.save, 0, 0},
+        {"from", 0, SL__OPT_STR, &a.from, 0, 0},
+        {"cpu-budget", 0, SL__OPT_INT, &a.cpu_budget, 1, 4096},
+        {"ram-budget", 0, SL__OPT_INT, &a.ram_budget, 1, INT64_MAX},
         {NULL, 0, 0, NULL, 0, 0},
     };
     sl_cfg *cfg = NULL;
@@ -282,15 +673,42 @@ int main(int argc, char **argv) {
     case SL__ARGS_ERROR: rc = SL__EXIT_USAGE; goto done;
     case SL__ARGS_OK: break;
     }
+    a.seconds = 5;
+    if (a.seconds_s) {
+        char *end;
+        a.seconds = strtod(a.seconds_s, &end);
+        if (end == a.seconds_s || *end || !(a.seconds > 0) || a.seconds > 1e7) {
+            rc = sl__usage_error(PROG, "--seconds expects a positive number of seconds, got '%s'", a.seconds_s);
+            goto done;
+        }
+    }
+    if (a.seconds_s && a.batches) {
+        rc = sl__usage_error(PROG, "--seconds and --batches exclude each other");
+        goto done;
+    }
+    if (a.from) {
+        if (npos != 0 || a.peek >= 0) {
+            rc = sl__usage_error(PROG, "--from FILE reports on a stats file: no CONFIG and no --peek with it");
+            goto done;
+        }
+        sl_stats *st;
+        if (sl_stats_load(a.from, &st)) {
+            rc = sl__fail(PROG);
+            goto done;
+        }
+        rc = report(&a, st, a.from);
+        sl_stats_free(st);
+        goto done;
+    }
     if (npos != 1) {
         rc = sl__usage_error(PROG, npos == 0 ? "missing CONFIG" : "one CONFIG file, got %d arguments", npos);
         goto done;
     }
     a.config = argv[1];
-    int mode = -1;
-    if (a.peek >= 0) mode = 0;
-    if (mode < 0) {
-        rc = sl__usage_error(PROG, "not implemented yet: only --peek N is available (the profiling report comes later)");
+    int mode = a.peek >= 0 ? 0 : 1;
+    if (mode == 0 && (a.trace || a.html || a.save || a.seconds_s || a.batches)) {
+        rc = sl__usage_error(PROG, "--peek prints elements: --seconds, --batches, --trace, --html and --save "
+                                   "belong to the profile (leave out --peek)");
         goto done;
     }
     if (a.shard_index >= a.shards) {

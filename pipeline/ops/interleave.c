@@ -17,13 +17,15 @@
  * not move: the error is not one of the block's elements). Input element k's iterator gets
  * stream seed child_seed(stream seed, k + 1).
  *
- * parallelism 0: everything in the caller's thread. parallelism >= 1 (SL_AUTO: the CPU
- * count, at most cycle_length): worker threads, thread t serving positions t, t+P, ...,
+ * parallelism 0: everything in the caller's thread. parallelism >= 1 (SL_AUTO: threads for
+ * the CPU budget, at most cycle_length, of which the tuner keeps P active): worker threads,
+ * active thread t serving positions t, t+P, ...,
  * each keep a small ring of results per open position filled ahead; the consumer takes
  * from the cursor's ring (deterministic), or with deterministic = false from the first ring
  * at or after the cursor that has a result ready (tf.data's "sloppy" interleave).
  *
- * Locking: `mu` guards every slot's ring, `it`, `in_done`, `busy`, `want` and `cancelled`.
+ * Locking: `mu` guards every slot's ring, `it`, `in_done`, `busy`, `want`, `active`,
+ * `nbuffered` and `cancelled`.
  * Only the consumer opens and closes slot inputs, and only while no worker is using them
  * (`busy` false, `in_done` true or not yet handed out). Workers call their input without
  * the lock. */
@@ -48,6 +50,7 @@ typedef struct {
 typedef struct {
     sl_status status; /* SL_OK, SL_END or an error */
     sl_error err;
+    long long bytes;  /* counted as buffered while in the ring */
     sl_element e;
 } il_item;
 
@@ -84,8 +87,11 @@ struct il_it {
     pthread_mutex_t mu;
     pthread_cond_t cv_item; /* a result was added, or a worker stopped */
     pthread_cond_t cv_work; /* room in a ring, a new input, or cancel */
+    pthread_cond_t cv_idle; /* for workers beyond `active`: parallelism changed, or cancel */
     bool cancelled;         /* guarded by mu */
     int want;               /* the slot the consumer waits on, or -1; guarded by mu */
+    int active;             /* workers serving positions now (<= nthreads); guarded by mu */
+    int nbuffered;          /* results in all rings; guarded by mu */
     int nthreads;
     pthread_t *threads;
     il_warg *wargs;
@@ -111,22 +117,34 @@ static bool eligible_locked(const il_it *il, const il_slot *s) {
 static void *il_worker(void *arg) {
     il_warg *wa = arg;
     il_it *il = wa->il;
+    sl_op_stats *st = il->base.stats;
+    sl__trace_thread_name("%s worker %d", il->base.node->label, wa->t + 1);
     pthread_mutex_lock(&il->mu);
     while (!il->cancelled) {
         /* the position the consumer waits on first, then the emptiest ring */
-        int pick = -1;
-        if (il->want >= 0 && il->want % il->nthreads == wa->t && eligible_locked(il, &il->slots[il->want]))
+        int pick = -1, P = il->active;
+        if (wa->t >= P) { /* not active now: sleep apart until the tuner says otherwise */
+            pthread_cond_wait(&il->cv_idle, &il->mu);
+            continue;
+        }
+        if (il->want >= 0 && il->want % P == wa->t && eligible_locked(il, &il->slots[il->want]))
             pick = il->want;
+        bool full = false;
         if (pick < 0) {
             int best = il->rcap;
-            for (int j = wa->t; j < il->cycle; j += il->nthreads)
-                if (eligible_locked(il, &il->slots[j]) && il->slots[j].count < best) {
-                    best = il->slots[j].count;
+            for (int j = wa->t; j < il->cycle; j += P) {
+                il_slot *c = &il->slots[j];
+                if (c->it && !c->in_done && c->count >= il->rcap) full = true;
+                if (eligible_locked(il, c) && c->count < best) {
+                    best = c->count;
                     pick = j;
                 }
+            }
         }
         if (pick < 0) {
+            uint64_t tb = full ? sl__now_fast() : 0;
             pthread_cond_wait(&il->cv_work, &il->mu);
+            if (tb) atomic_fetch_add_explicit(&st->blocked_ns, (long long)(sl__now_fast() - tb), memory_order_relaxed);
             continue;
         }
         il_slot *s = &il->slots[pick];
@@ -136,18 +154,25 @@ static void *il_worker(void *arg) {
 
         sl_element e;
         sl_element_init(&e);
-        sl_status st = sl__iter_next(sub, &e);
+        uint64_t t0 = sl__now_fast();
+        sl_status rs = sl__iter_next(sub, &e);
+        atomic_fetch_add_explicit(&st->wait_ns, (long long)(sl__now_fast() - t0), memory_order_relaxed);
         sl_error err;
-        if (st < 0) sl_err_save(&err);
+        if (rs < 0) sl_err_save(&err);
+        long long bytes = rs == SL_OK ? (long long)sl__element_bytes(&e) : 0;
+        if (bytes) sl__stats_buffered_bytes(il->base.ctx, st, bytes);
 
         pthread_mutex_lock(&il->mu);
         il_item *item = &s->ring[(s->head + s->count) % il->rcap];
-        item->status = st;
-        if (st < 0) item->err = err;
+        item->status = rs;
+        item->bytes = bytes;
+        if (rs < 0) item->err = err;
         sl_element_move(&item->e, &e);
         s->count++;
+        il->nbuffered++;
+        atomic_store_explicit(&st->buffered, il->nbuffered, memory_order_relaxed);
         s->busy = false;
-        if (st == SL_END || st == SL_ECANCELED) s->in_done = true;
+        if (rs == SL_END || rs == SL_ECANCELED) s->in_done = true;
         pthread_cond_broadcast(&il->cv_item);
     }
     pthread_mutex_unlock(&il->mu);
@@ -236,9 +261,15 @@ static void pop_locked(il_it *il, il_slot *s, il_item *out) {
     out->status = item->status;
     if (item->status < 0) sl_err_restore(&item->err);
     sl_element_move(&out->e, &item->e);
+    out->bytes = item->bytes;
+    item->bytes = 0;
     s->head = (s->head + 1) % il->rcap;
     s->count--;
-    pthread_cond_broadcast(&il->cv_work);
+    il->nbuffered--;
+    atomic_store_explicit(&il->base.stats->buffered, il->nbuffered, memory_order_relaxed);
+    /* a worker can only be waiting for this ring if it was full: waking them on every pop
+     * cost a futex call per record (the stats showed the hand-off as the bottleneck) */
+    if (s->count == il->rcap - 1) pthread_cond_broadcast(&il->cv_work);
 }
 
 /* The next result from position j's input: directly, or from its ring (waiting). *closed
@@ -248,13 +279,18 @@ static sl_status take(il_it *il, int j, sl_element *out, bool *closed) {
     il_slot *s = &il->slots[j];
     *closed = false;
     if (!il->parallel) return sl__iter_next(s->it, out);
-    uint64_t t0 = sl_now_ns();
+    uint64_t t0 = 0;
     pthread_mutex_lock(&il->mu);
+    if (s->count == 0) {
+        t0 = sl__now_fast();
+        atomic_fetch_add_explicit(&il->base.stats->empty_hits, 1, memory_order_relaxed);
+    }
     while (s->count == 0) {
         if (atomic_load_explicit(&il->base.ctx->cancelled, memory_order_relaxed)) {
             il->want = -1;
             pthread_mutex_unlock(&il->mu);
             *closed = true;
+            if (t0) sl__stats_waited(sl__now_fast() - t0);
             return sl__op_err(&il->base, SL_ECANCELED, "iterator was closed");
         }
         il->want = j;
@@ -266,7 +302,8 @@ static sl_status take(il_it *il, int j, sl_element *out, bool *closed) {
     sl_element_init(&item.e);
     pop_locked(il, s, &item);
     pthread_mutex_unlock(&il->mu);
-    atomic_fetch_add_explicit(&il->base.stats->wait_ns, (long long)(sl_now_ns() - t0), memory_order_relaxed);
+    if (item.bytes) sl__stats_buffered_bytes(il->base.ctx, il->base.stats, -item.bytes);
+    if (t0) sl__stats_waited(sl__now_fast() - t0);
     if (item.status == SL_OK) sl_element_move(out, &item.e);
     return item.status;
 }
@@ -337,10 +374,12 @@ static sl_status il_next(sl_iter *it, sl_element *out) {
 
 static void il_close(sl_iter *it) {
     il_it *il = (il_it *)it;
+    sl__tune_detach(it);
     if (il->parallel) {
         pthread_mutex_lock(&il->mu);
         il->cancelled = true;
         pthread_cond_broadcast(&il->cv_work);
+        pthread_cond_broadcast(&il->cv_idle);
         pthread_cond_broadcast(&il->cv_item);
         pthread_mutex_unlock(&il->mu);
         for (int t = 0; t < il->nthreads; t++) pthread_join(il->threads[t], NULL);
@@ -350,7 +389,11 @@ static void il_close(sl_iter *it) {
             il_slot *s = &il->slots[j];
             sl__iter_close(s->it);
             if (s->ring) {
-                for (int k = 0; k < s->count; k++) sl_element_clear(&s->ring[(s->head + k) % il->rcap].e);
+                for (int k = 0; k < s->count; k++) {
+                    il_item *item = &s->ring[(s->head + k) % il->rcap];
+                    if (item->bytes) sl__stats_buffered_bytes(it->ctx, it->stats, -item->bytes);
+                    sl_element_clear(&item->e);
+                }
                 free(s->ring);
             }
         }
@@ -363,10 +406,25 @@ static void il_close(sl_iter *it) {
         pthread_mutex_destroy(&il->mu);
         pthread_cond_destroy(&il->cv_item);
         pthread_cond_destroy(&il->cv_work);
+        pthread_cond_destroy(&il->cv_idle);
     }
 }
 
 static const sl_iter_vt il_it_vt = {.next = il_next, .close = il_close};
+
+/* The tuner's setter: workers t >= parallelism sleep; positions are dealt over the active. */
+static void il_set_par(sl_iter *it, int p) {
+    il_it *il = (il_it *)it;
+    pthread_mutex_lock(&il->mu);
+    if (p < 1) p = 1;
+    if (p > il->nthreads) p = il->nthreads;
+    il->active = p;
+    atomic_store(&it->stats->parallelism, p);
+    pthread_cond_broadcast(&il->cv_work);
+    pthread_cond_broadcast(&il->cv_idle);
+    pthread_mutex_unlock(&il->mu);
+}
+static const sl_tune_ops il_tune = {.set_parallelism = il_set_par};
 
 static sl_status il_make(sl_dataset *ds, sl_ictx *ctx, uint64_t seed, sl_iter **out) {
     const il_ds *d = (const il_ds *)ds;
@@ -376,13 +434,20 @@ static sl_status il_make(sl_dataset *ds, sl_ictx *ctx, uint64_t seed, sl_iter **
     if (il->cycle < 1) il->cycle = 1;
     il->block = d->o.block_length;
     il->deterministic = d->o.deterministic;
-    int par = d->o.parallelism == SL_AUTO ? ctx->ncpu : d->o.parallelism;
+    /* auto: threads for twice the CPU budget (at most the cycle), the budget's worth active */
+    int par = d->o.parallelism == SL_AUTO ? 2 * ctx->ncpu : d->o.parallelism;
     if (par > il->cycle) par = il->cycle;
+    int active = d->o.parallelism == SL_AUTO && ctx->ncpu < par ? ctx->ncpu : par;
+    if (d->o.parallelism == SL_AUTO && atomic_load(&il->base.stats->parallelism) > 0 &&
+        atomic_load(&il->base.stats->parallelism) < par)
+        active = atomic_load(&il->base.stats->parallelism); /* where the tuner left it */
+    il->active = active;
     il->parallel = par > 0;
     if (il->parallel) {
         pthread_mutex_init(&il->mu, NULL);
         pthread_cond_init(&il->cv_item, NULL);
         pthread_cond_init(&il->cv_work, NULL);
+        pthread_cond_init(&il->cv_idle, NULL);
     }
     il->want = -1;
     il->rcap = il->block < 2 ? 2 : il->block > 16 ? 16 : il->block;
@@ -395,7 +460,8 @@ static sl_status il_make(sl_dataset *ds, sl_ictx *ctx, uint64_t seed, sl_iter **
             !(il->wargs = calloc((size_t)par, sizeof *il->wargs)))
             goto nomem;
     }
-    atomic_store(&il->base.stats->parallelism, par);
+    atomic_store(&il->base.stats->parallelism, active);
+    atomic_store(&il->base.stats->threads, par);
     atomic_store(&il->base.stats->buffer, il->parallel ? il->rcap * il->cycle : 0);
     s = sl__iter_input(ds, 0, ctx, seed, 0, &il->in);
     if (s) goto fail;
@@ -413,6 +479,7 @@ static sl_status il_make(sl_dataset *ds, sl_ictx *ctx, uint64_t seed, sl_iter **
             }
         }
     }
+    if (il->parallel) sl__tune_attach(&il->base, d->o.parallelism == SL_AUTO, false, par, &il_tune);
     *out = &il->base;
     return SL_OK;
 nomem:

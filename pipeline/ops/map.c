@@ -66,7 +66,14 @@ static sl_status map_next(sl_iter *it, sl_element *out) {
     return sl__runner_next(((map_it *)it)->runner, out);
 }
 
-static void map_close(sl_iter *it) { sl__runner_stop(((map_it *)it)->runner); }
+static void map_close(sl_iter *it) {
+    sl__tune_detach(it);
+    sl__runner_stop(((map_it *)it)->runner);
+}
+
+static void map_set_par(sl_iter *it, int p) { sl__runner_set_parallelism(((map_it *)it)->runner, p); }
+static void map_set_buf(sl_iter *it, int b) { sl__runner_set_capacity(((map_it *)it)->runner, b); }
+static const sl_tune_ops map_tune = {.set_parallelism = map_set_par, .set_buffer = map_set_buf};
 
 static const sl_iter_vt map_it_vt = {.next = map_next, .close = map_close};
 
@@ -80,14 +87,25 @@ static sl_status map_make(sl_dataset *ds, sl_ictx *ctx, uint64_t seed, sl_iter *
         sl__iter_close(&m->base);
         return s;
     }
-    int par = d->parallelism == SL_AUTO ? ctx->ncpu : d->parallelism;
-    int threads = d->parallelism == SL_AUTO ? ctx->ncpu : par;
-    s = sl__runner_start(&map_runner_ops, m, &m->base, in, threads, par, 2 * par + 2,
+    /* auto: threads for twice the CPU budget (idle ones sleep: the tuner may run more threads
+     * than cores when they are descheduled, see autotune.c); start where the tuner left the
+     * node (a later epoch), else at the budget */
+    bool aut = d->parallelism == SL_AUTO;
+    int threads = aut ? 2 * ctx->ncpu : d->parallelism;
+    int par = aut ? ctx->ncpu : threads, cap = 2 * par + 2;
+    if (aut && atomic_load(&m->base.stats->parallelism) > 0) {
+        par = atomic_load(&m->base.stats->parallelism);
+        cap = atomic_load(&m->base.stats->buffer);
+    }
+    atomic_store(&m->base.node->auto_par, aut); /* before the workers: the RAM budget applies */
+    atomic_store(&m->base.node->auto_buf, aut);
+    s = sl__runner_start(&map_runner_ops, m, &m->base, in, threads, par, cap,
                          d->deterministic, &m->runner);
     if (s) {
         sl__iter_close(&m->base);
         return s;
     }
+    sl__tune_attach(&m->base, aut, aut, threads, &map_tune);
     *out = &m->base;
     return SL_OK;
 }

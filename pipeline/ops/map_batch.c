@@ -202,8 +202,13 @@ static const sl_runner_ops mb_runner_ops = {
 
 static sl_status mb_next(sl_iter *it, sl_element *out) { return sl__runner_next(((mb_it *)it)->runner, out); }
 
+static void mb_set_par(sl_iter *it, int p) { sl__runner_set_parallelism(((mb_it *)it)->runner, p); }
+static void mb_set_buf(sl_iter *it, int b) { sl__runner_set_capacity(((mb_it *)it)->runner, b); }
+static const sl_tune_ops mb_tune = {.set_parallelism = mb_set_par, .set_buffer = mb_set_buf};
+
 static void mb_close(sl_iter *it) {
     mb_it *m = (mb_it *)it;
+    sl__tune_detach(it);
     sl__runner_stop(m->runner);
     for (int k = 0; k < m->ncarry; k++) sl_element_clear(&m->carry[k]);
     free(m->carry);
@@ -226,13 +231,25 @@ static sl_status mb_make(sl_dataset *ds, sl_ictx *ctx, uint64_t seed, sl_iter **
         sl__iter_close(&m->base);
         return s;
     }
-    int par = d->opts.parallelism == SL_AUTO ? ctx->ncpu : d->opts.parallelism;
-    s = sl__runner_start(&mb_runner_ops, m, &m->base, in, par, par, par + 1, d->opts.deterministic,
+    /* auto: threads for twice the CPU budget (idle ones sleep: the tuner may run more threads
+     * than cores when they are descheduled, see autotune.c); start where the tuner left the
+     * node (a later epoch), else at the budget */
+    bool aut = d->opts.parallelism == SL_AUTO;
+    int threads = aut ? 2 * ctx->ncpu : d->opts.parallelism;
+    int par = aut ? ctx->ncpu : threads, cap = par + 1;
+    if (aut && atomic_load(&m->base.stats->parallelism) > 0) {
+        par = atomic_load(&m->base.stats->parallelism);
+        cap = atomic_load(&m->base.stats->buffer);
+    }
+    atomic_store(&m->base.node->auto_par, aut); /* before the workers: the RAM budget applies */
+    atomic_store(&m->base.node->auto_buf, aut);
+    s = sl__runner_start(&mb_runner_ops, m, &m->base, in, threads, par, cap, d->opts.deterministic,
                          &m->runner);
     if (s) {
         sl__iter_close(&m->base);
         return s;
     }
+    sl__tune_attach(&m->base, aut, aut, threads, &mb_tune);
     *out = &m->base;
     return SL_OK;
 }

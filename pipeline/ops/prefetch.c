@@ -2,9 +2,11 @@
  * consumer (the trainer, usually) finds the next batch ready. Errors are queued in order
  * like elements, so the consumer sees exactly the input's stream.
  *
- * The capacity (SL_AUTO: 2 for now) lives in stats.buffer and may be changed while running
- * (sl__prefetch_set_buffer, for autotune); the queue is a linked list so changing it never
- * moves queued elements. Workload: batches of KBs to tens of MBs, a few in the queue.
+ * The capacity (SL_AUTO: starts at 2, then the tuner's choice) lives in stats.buffer and may
+ * be changed while running (sl__prefetch_set_buffer); the queue is a linked list so changing
+ * it never moves queued elements. Workload: batches of KBs to tens of MBs, a few in the
+ * queue. Stats: the producer's time inside the input is "waiting on input", its time on a
+ * full queue "blocked on output"; the consumer's time on an empty queue is the stall.
  *
  * Locking: `mu` guards the queue, its counters, `done` and `cancelled`. The producer never
  * holds mu while calling the input. */
@@ -24,6 +26,7 @@ typedef struct qnode {
     struct qnode *next;
     sl_status status;
     sl_error err; /* when status < 0 */
+    long long bytes; /* counted as buffered while queued */
     sl_element e;
 } qnode;
 
@@ -44,13 +47,36 @@ typedef struct {
 
 #define PF_AUTO_BUFFER 2
 
+static void timed_wait_ms(pthread_cond_t *cv, pthread_mutex_t *mu, int ms) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    ts.tv_nsec += (long)ms * 1000000;
+    while (ts.tv_nsec >= 1000000000) {
+        ts.tv_sec++;
+        ts.tv_nsec -= 1000000000;
+    }
+    pthread_cond_timedwait(cv, mu, &ts);
+}
+
 static void *producer(void *arg) {
     pf_it *p = arg;
+    sl_op_stats *st = p->base.stats;
+    sl__trace_thread_name("%s producer", p->base.node->label);
     for (;;) {
         pthread_mutex_lock(&p->mu);
-        while (!p->cancelled && p->count >= p->cap) pthread_cond_wait(&p->cv_room, &p->mu);
+        uint64_t tb = 0;
+        for (;;) {
+            if (p->cancelled) break;
+            bool ram = sl__ram_full(&p->base, p->count);
+            if (p->count < p->cap && !ram) break;
+            if (!tb) tb = sl__now_fast();
+            if (ram) timed_wait_ms(&p->cv_room, &p->mu, 5); /* bytes free up elsewhere too */
+            else pthread_cond_wait(&p->cv_room, &p->mu);
+        }
         bool stop = p->cancelled;
         pthread_mutex_unlock(&p->mu);
+        uint64_t t0 = sl__now_fast();
+        if (tb) atomic_fetch_add_explicit(&st->blocked_ns, (long long)(t0 - tb), memory_order_relaxed);
         if (stop) break;
 
         qnode *n = calloc(1, sizeof *n);
@@ -60,7 +86,9 @@ static void *producer(void *arg) {
         } else {
             sl_element_init(&n->e);
             s = sl__iter_next(p->in, &n->e);
+            if (s == SL_OK) n->bytes = (long long)sl__element_bytes(&n->e);
         }
+        atomic_fetch_add_explicit(&st->wait_ns, (long long)(sl__now_fast() - t0), memory_order_relaxed);
         bool last = s == SL_END || s == SL_ECANCELED || !n;
         pthread_mutex_lock(&p->mu);
         if (n && s != SL_END) {
@@ -71,6 +99,7 @@ static void *producer(void *arg) {
             p->tail = n;
             p->count++;
             atomic_store(&p->base.stats->buffered, p->count);
+            if (n->bytes) sl__stats_buffered_bytes(p->base.ctx, st, n->bytes);
         } else {
             free(n);
         }
@@ -88,8 +117,12 @@ static void *producer(void *arg) {
 
 static sl_status pf_next(sl_iter *it, sl_element *out) {
     pf_it *p = (pf_it *)it;
-    uint64_t t0 = sl_now_ns();
+    uint64_t t0 = 0;
     pthread_mutex_lock(&p->mu);
+    if (!p->head && !p->done) {
+        t0 = sl__now_fast();
+        atomic_fetch_add_explicit(&it->stats->empty_hits, 1, memory_order_relaxed);
+    }
     while (!p->head && !p->done) {
         if (atomic_load_explicit(&it->ctx->cancelled, memory_order_relaxed)) break;
         /* timed, so a close of the whole pipeline from another thread is noticed */
@@ -112,7 +145,8 @@ static sl_status pf_next(sl_iter *it, sl_element *out) {
     }
     bool done = p->done;
     pthread_mutex_unlock(&p->mu);
-    atomic_fetch_add_explicit(&it->stats->wait_ns, (long long)(sl_now_ns() - t0), memory_order_relaxed);
+    if (n && n->bytes) sl__stats_buffered_bytes(it->ctx, it->stats, -n->bytes);
+    if (t0) sl__stats_waited(sl__now_fast() - t0);
     if (!n) {
         if (done) return SL_END;
         return sl__op_err(it, SL_ECANCELED, "iterator was closed");
@@ -138,8 +172,12 @@ void sl__prefetch_set_buffer(sl_iter *it, int buffer) {
     pthread_mutex_unlock(&p->mu);
 }
 
+static void pf_set_buf(sl_iter *it, int b) { sl__prefetch_set_buffer(it, b); }
+static const sl_tune_ops pf_tune = {.set_buffer = pf_set_buf};
+
 static void pf_close(sl_iter *it) {
     pf_it *p = (pf_it *)it;
+    sl__tune_detach(it);
     if (p->started) {
         pthread_mutex_lock(&p->mu);
         p->cancelled = true;
@@ -150,6 +188,7 @@ static void pf_close(sl_iter *it) {
     }
     for (qnode *n = p->head, *nx; n; n = nx) {
         nx = n->next;
+        if (n->bytes) sl__stats_buffered_bytes(it->ctx, it->stats, -n->bytes);
         sl_element_clear(&n->e);
         free(n);
     }
@@ -169,17 +208,21 @@ static sl_status pf_make(sl_dataset *ds, sl_ictx *ctx, uint64_t seed, sl_iter **
     pthread_cond_init(&p->cv_item, NULL);
     pthread_cond_init(&p->cv_room, NULL);
     p->cap = d->buffer == SL_AUTO ? PF_AUTO_BUFFER : (int)d->buffer;
+    if (d->buffer == SL_AUTO && atomic_load(&p->base.stats->buffer) > 0)
+        p->cap = atomic_load(&p->base.stats->buffer); /* where the tuner left it (a later epoch) */
     atomic_store(&p->base.stats->buffer, p->cap);
     sl_status s = sl__iter_input(ds, 0, ctx, seed, 0, &p->in);
     if (s) {
         sl__iter_close(&p->base);
         return s;
     }
+    atomic_store(&p->base.node->auto_buf, d->buffer == SL_AUTO); /* before the producer runs */
     if (pthread_create(&p->thread, NULL, producer, p) != 0) {
         sl__iter_close(&p->base);
         return sl_err(SL_EIO, "op '%s': could not start the prefetch thread", ds->label);
     }
     p->started = true;
+    sl__tune_attach(&p->base, false, d->buffer == SL_AUTO, 1, &pf_tune);
     *out = &p->base;
     return SL_OK;
 }

@@ -9,7 +9,8 @@
  *
  * Input errors are returned as they arrive (the buffer is kept and the stream goes on).
  * Workload: buffers of 1k-100k elements (records or parsed examples); the buffer grows as
- * it fills so a large `buffer` over a short input costs nothing. */
+ * it fills so a large `buffer` over a short input costs nothing. The buffered bytes are
+ * counted in the stats (and against the RAM budget autotune works with). */
 #include <stdlib.h>
 
 #include "pipeline/internal.h"
@@ -52,10 +53,12 @@ static sl_status sh_next(sl_iter *it, sl_element *out) {
         }
         if (s < 0) return s; /* the input's error, unchanged; the buffer stays */
         h->count++;
+        sl__stats_buffered_bytes(it->ctx, it->stats, (long long)sl__element_bytes(slot));
     }
     if (h->count == 0) return SL_END;
     int64_t k = (int64_t)sl__rng_below(&h->rng, (uint64_t)h->count);
     sl_element_move(out, &h->buf[k]);
+    sl__stats_buffered_bytes(it->ctx, it->stats, -(long long)sl__element_bytes(out));
     h->count--;
     if (k != h->count) sl_element_move(&h->buf[k], &h->buf[h->count]);
     atomic_store_explicit(&it->stats->buffered, (int)h->count, memory_order_relaxed);
@@ -64,7 +67,10 @@ static sl_status sh_next(sl_iter *it, sl_element *out) {
 
 static void sh_close(sl_iter *it) {
     sh_it *h = (sh_it *)it;
-    for (int64_t i = 0; i < h->count; i++) sl_element_clear(&h->buf[i]);
+    for (int64_t i = 0; i < h->count; i++) {
+        sl__stats_buffered_bytes(it->ctx, it->stats, -(long long)sl__element_bytes(&h->buf[i]));
+        sl_element_clear(&h->buf[i]);
+    }
     free(h->buf);
     sl__iter_close(h->in);
 }

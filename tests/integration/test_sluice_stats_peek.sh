@@ -158,8 +158,8 @@ check() {
     fi
 }
 check usage_none 2 'missing CONFIG' "no arguments: exit 2" "$BIN/sluice-stats"
-check usage_mode 2 'not implemented yet: only --peek N' "no --peek: 'not implemented yet', exit 2" \
-    "$BIN/sluice-stats" "$T/f.sl"
+check usage_mode 2 'belong to the profile' "--peek with --trace: exit 2" \
+    "$BIN/sluice-stats" "$T/f.sl" --peek 1 --trace x
 check usage_peek 2 'expects an integer' "--peek x: exit 2" "$BIN/sluice-stats" "$T/f.sl" --peek x
 check usage_opt 2 "unknown option '--bogus'" "unknown option: exit 2" "$BIN/sluice-stats" "$T/f.sl" --peek 1 --bogus
 check usage_pipe 2 "did you mean 'train'? (the pipelines are train, batched)" \

@@ -1,0 +1,205 @@
+/* pipeline/autotune.c: the RAM budget holds (peak buffered bytes <= ram_budget + the stated
+ * constant: one element per tuned buffered op and per worker thread), the tuned parallelism
+ * stays within the thread budget (the CPU budget, up to twice that while other processes
+ * deschedule the pipeline's threads) while the pipeline runs and goes where the work is,
+ * and the choices land in the stats history. Timing-dependent quantities are asserted as
+ * bounds. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "sluice/fn.h"
+#include "sluice/pipeline.h"
+#include "sluice/pool.h"
+#include "sluice/stats.h"
+#include "test.h"
+
+#define ELEM_FLOATS 16384 /* 64 KiB per element */
+
+static void sleep_us(long us) {
+    struct timespec ts = {us / 1000000, (us % 1000000) * 1000};
+    nanosleep(&ts, NULL);
+}
+
+static sl_status big(void *ctx, sl_element *e, const sl_fn_call *call) {
+    (void)ctx;
+    (void)call;
+    int64_t dims[1] = {ELEM_FLOATS};
+    sl_tensor t;
+    sl_status s = sl_tensor_alloc(&t, SL_DT_F32, 1, dims);
+    if (s) return s;
+    memset(t.data, 1, (size_t)ELEM_FLOATS * 4);
+    s = sl_element_set(e, "x", &t);
+    if (s) sl_tensor_release(&t);
+    return s;
+}
+
+/* burn CPU for *ctx microseconds */
+static sl_status spin(void *ctx, sl_element *e, const sl_fn_call *call) {
+    (void)e;
+    (void)call;
+    uint64_t end = sl_now_ns() + (uint64_t)*(long *)ctx * 1000;
+    volatile uint64_t x = 0;
+    while (sl_now_ns() < end) x++;
+    return SL_OK;
+}
+
+static const sl_op_stat *find_op(const sl_stats *st, const char *label) {
+    for (int i = 0; i < st->n; i++)
+        if (!strcmp(st->ops[i].label, label)) return &st->ops[i];
+    return NULL;
+}
+
+TEST(test_ram_budget) {
+    const int64_t elem = (int64_t)ELEM_FLOATS * 4 + 8; /* x and the range's value */
+    const int cpu = 2;
+    sl_dataset *r, *m, *p;
+    sl_fn *fn;
+    ASSERT_OK(sl_ds_range(0, 1LL << 40, 1, &r));
+    ASSERT_OK(sl_fn_custom("big", big, NULL, NULL, &fn));
+    ASSERT_OK(sl_ds_map(r, fn, SL_AUTO, true, &m));
+    sl_dataset_set_label(m, "ram/map");
+    ASSERT_OK(sl_ds_prefetch(m, SL_AUTO, &p));
+    sl_dataset_set_label(p, "ram/prefetch");
+    sl_iter_opts o = sl_iter_opts_default();
+    o.cpu_budget = cpu;
+    o.ram_budget = 2 * elem; /* without the budget: 2*2+2 slots + 2 prefetched = 8 elements */
+    sl_iter *it;
+    ASSERT_OK(sl_iter_create(p, &o, &it));
+    sl_element e;
+    sl_element_init(&e);
+    /* a slow consumer first (every buffer fills up), then a fast one */
+    for (int i = 0; i < 300; i++) {
+        ASSERT_OK(sl_iter_next(it, &e));
+        sl_element_clear(&e);
+        if (i < 150) sleep_us(2000);
+    }
+    sl_stats *st;
+    ASSERT_OK(sl_iter_stats(it, &st));
+    const sl_op_stat *pm = find_op(st, "ram/map"), *pp = find_op(st, "ram/prefetch");
+    ASSERT(pm && pp);
+    printf("  peak buffered %lld bytes (budget %lld, constant %lld); map capacity %d par %d, prefetch %d\n",
+           (long long)st->buffered_bytes_peak, (long long)o.ram_budget, (long long)((2 * cpu + 1) * elem),
+           pm->buffer, pm->parallelism, pp->buffer);
+    /* the stated constant: one element per tuned buffered op (1 here) and per worker (cpu) */
+    ASSERT(st->buffered_bytes_peak <= o.ram_budget + (2 * cpu + 1) * elem); /* workers: up to 2 x cpu */
+    ASSERT(st->buffered_bytes_peak >= elem);
+    ASSERT_EQ(st->ram_budget, o.ram_budget);
+    /* the tuned capacities fit the budget */
+    ASSERT(pm->tuned && pp->tuned);
+    ASSERT((int64_t)(pm->buffer + pp->buffer) * elem <= o.ram_budget);
+    sl_stats_free(st);
+    sl_iter_close(it);
+    sl_dataset_unref(p);
+    sl_dataset_unref(m);
+    sl_dataset_unref(r);
+    sl_fn_unref(fn);
+}
+
+TEST(test_cpu_budget) {
+    static long heavy_us = 300, light_us = 100;
+    const int cpu = 4;
+    sl_dataset *r, *m1, *m2, *p;
+    sl_fn *f1, *f2;
+    ASSERT_OK(sl_ds_range(0, 1LL << 40, 1, &r));
+    ASSERT_OK(sl_fn_custom("heavy", spin, &heavy_us, NULL, &f1));
+    ASSERT_OK(sl_fn_custom("light", spin, &light_us, NULL, &f2));
+    ASSERT_OK(sl_ds_map(r, f1, SL_AUTO, true, &m1));
+    sl_dataset_set_label(m1, "cpu/heavy");
+    ASSERT_OK(sl_ds_map(m1, f2, SL_AUTO, true, &m2));
+    sl_dataset_set_label(m2, "cpu/light");
+    ASSERT_OK(sl_ds_prefetch(m2, SL_AUTO, &p));
+    sl_iter_opts o = sl_iter_opts_default();
+    o.cpu_budget = cpu;
+    sl_iter *it;
+    ASSERT_OK(sl_iter_create(p, &o, &it));
+    sl_element e;
+    sl_element_init(&e);
+    uint64_t t0 = sl_now_ns();
+    int checks = 0, max_sum = 0;
+    while (sl_now_ns() - t0 < 800000000ull) {
+        ASSERT_OK(sl_iter_next(it, &e));
+        sl_element_clear(&e);
+        sl_stats *st, *st2;
+        if ((checks++ & 15) == 0) {
+            ASSERT_OK(sl_iter_stats(it, &st));
+            ASSERT_OK(sl_iter_stats(it, &st2));
+            const sl_op_stat *h = find_op(st, "cpu/heavy"), *l = find_op(st, "cpu/light");
+            ASSERT(h && l);
+            ASSERT_EQ(h->threads, 2 * cpu); /* started for twice the budget; the idle ones sleep */
+            ASSERT_EQ(l->threads, 2 * cpu);
+            int sum = h->parallelism + l->parallelism;
+            if (sum > max_sum) max_sum = sum;
+            ASSERT(h->parallelism >= 1 && l->parallelism >= 1);
+            /* the thread budget may move between reading it and the choices: take the larger
+             * of two snapshots' */
+            int tb = st->thread_budget > st2->thread_budget ? st->thread_budget : st2->thread_budget;
+            ASSERT(tb >= cpu && tb <= 2 * cpu);
+            ASSERT(sum <= tb);
+            sl_stats_free(st);
+            sl_stats_free(st2);
+        }
+    }
+    ASSERT(max_sum <= 2 * cpu);
+    sl_stats *st;
+    ASSERT_OK(sl_iter_stats(it, &st));
+    const sl_op_stat *h = find_op(st, "cpu/heavy"), *l = find_op(st, "cpu/light");
+    printf("  chosen: heavy %d, light %d (cpu budget %d, thread budget %d); history points %d\n", h->parallelism,
+           l->parallelism, cpu, st->thread_budget, h->nhist);
+    ASSERT(h->parallelism >= l->parallelism); /* 3x the work gets at least as many threads */
+    /* the choices are in the history, the last point is the current choice */
+    ASSERT(h->nhist >= 2);
+    ASSERT(h->hist[h->nhist - 1].parallelism >= 1 && h->hist[h->nhist - 1].parallelism <= 2 * cpu);
+    for (int k = 1; k < h->nhist; k++) ASSERT(h->hist[k].t >= h->hist[k - 1].t);
+    sl_stats_free(st);
+    sl_iter_close(it);
+    sl_dataset_unref(p);
+    sl_dataset_unref(m2);
+    sl_dataset_unref(m1);
+    sl_dataset_unref(r);
+    sl_fn_unref(f1);
+    sl_fn_unref(f2);
+}
+
+/* A fixed parallelism is never touched by the tuner. */
+TEST(test_fixed_untouched) {
+    static long us = 50;
+    sl_dataset *r, *m, *p;
+    sl_fn *fn;
+    ASSERT_OK(sl_ds_range(0, 3000, 1, &r));
+    ASSERT_OK(sl_fn_custom("spin", spin, &us, NULL, &fn));
+    ASSERT_OK(sl_ds_map(r, fn, 3, true, &m));
+    ASSERT_OK(sl_ds_prefetch(m, 5, &p));
+    sl_iter_opts o = sl_iter_opts_default();
+    o.cpu_budget = 1;
+    sl_iter *it;
+    ASSERT_OK(sl_iter_create(p, &o, &it));
+    sl_element e;
+    sl_element_init(&e);
+    int n = 0;
+    while (sl_iter_next(it, &e) == SL_OK) {
+        n++;
+        sl_element_clear(&e);
+    }
+    ASSERT_EQ(n, 3000);
+    sl_stats *st;
+    ASSERT_OK(sl_iter_stats(it, &st));
+    ASSERT_EQ(st->ops[0].buffer, 5);
+    ASSERT_EQ(st->ops[1].parallelism, 3);
+    ASSERT_EQ(st->ops[0].tuned, 0);
+    ASSERT_EQ(st->ops[1].tuned, 0);
+    sl_stats_free(st);
+    sl_iter_close(it);
+    sl_dataset_unref(p);
+    sl_dataset_unref(m);
+    sl_dataset_unref(r);
+    sl_fn_unref(fn);
+}
+
+int main(void) {
+    RUN(test_ram_budget);
+    RUN(test_cpu_budget);
+    RUN(test_fixed_untouched);
+    TEST_MAIN_END();
+}
