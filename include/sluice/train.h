@@ -1,0 +1,213 @@
+/* The training loop: a model (sluice/model.h) fed by config pipelines (sluice/from_config.h),
+ * with evaluation, checkpoints, --resume, console lines and TensorBoard event files.
+ * sluice-train is a thin main over this header; a library user calls the same functions.
+ *
+ * Configured by a `train` block:
+ *
+ *     train {
+ *         model mlp                      # a `model NAME { }` block
+ *         data train                     # the training pipeline [image=COMP] [label=COMP]
+ *         eval test every=1              # evaluate every N epochs (or steps=N); `eval none`
+ *         epochs 15                      # or: steps N (the last of the two written wins)
+ *         optimizer adam lr=0.001        # sgd|adam|adamw lr= [momentum= nesterov= weight_decay=
+ *                                        #  beta1= beta2= eps=]
+ *         schedule cosine warmup=500     # constant | step every=N gamma=G | cosine [min_lr=]
+ *         checkpoint every=1 keep=3      # every N epochs (or steps=N); keep the last K; `checkpoint none`
+ *         run_dir "runs/fashion_mlp"     # relative to the current directory
+ *         backend auto                   # cpu | cuda | auto
+ *         threads 0                      # CPU backend threads (0: all cores)
+ *         seed 1                         # initialisation, dropout, per-epoch shuffle order
+ *         strategy none                  # none | ring | ps (the replica issues plug these in)
+ *     }
+ *
+ * Batches: the training pipeline's `batch N` is the GLOBAL batch (tf.distribute's
+ * convention): with W replicas each replica's pipeline is rewritten to batch N/W (N must be
+ * a multiple of W) and reads its own shard (sl_pipeline_env num_shards W, shard_index rank),
+ * and the gradients are averaged by the exchange hook, so the update equals one step on a
+ * batch of N. Elements carry an "image" float32 [B, ...] and a "label" int64 or int32 [B]
+ * component (names configurable with data ... image=X label=Y).
+ *
+ * Epochs: each epoch iterates the training pipeline afresh with the iterator seed
+ * mix(seed, epoch), so a `shuffle` (reshuffle=true, the default) gives every epoch its own
+ * order and a resumed run sees exactly the batches the interrupted run would have.
+ *
+ * Checkpoints are safetensors files RUN_DIR/ckpt-SSSSSSSSS.safetensors (S: the global
+ * step): tensors "model/<param name>" (e.g. "model/dense_1/kernel") and "optimizer/state"
+ * (the flat optimizer state), metadata format=sluice-checkpoint, version=1, step, epoch and
+ * batch (the data position: the next batch to train is batch `batch` of 0-based epoch
+ * `epoch`), optimizer_step, model (name), model_hash (of the model block), config (file
+ * name), steps_per_epoch. Written crash-safe (temporary name, fsync, rename) by
+ * sluice/safetensors.h; the oldest beyond `keep` are deleted. Resume loads the newest that
+ * loads cleanly, skipping (with a warning naming it) any torn or corrupt one.
+ *
+ * Event files: RUN_DIR/events.out.tfevents.<time>.<host> with scalars per epoch
+ * (train/loss, train/accuracy, train/learning_rate, train/examples_per_sec,
+ * train/input_wait_fraction, eval/accuracy, eval/loss), tagged with the global step. */
+#ifndef SLUICE_TRAIN_H
+#define SLUICE_TRAIN_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "sluice/config.h"
+#include "sluice/model.h"
+#include "sluice/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* "Every N epochs" or "every N steps"; both 0: never. At most one is non-zero. */
+typedef struct sl_train_every {
+    int64_t epochs;
+    int64_t steps;
+} sl_train_every;
+
+typedef struct sl_train_config {
+    char model[64];             /* model block name */
+    char data[64];              /* training pipeline name */
+    char eval[64];              /* evaluation pipeline name; "" for none */
+    char image_key[64];         /* component names ("image", "label") */
+    char label_key[64];
+    sl_train_every eval_every;  /* default every epoch */
+    int64_t epochs;             /* exactly one of epochs / steps is > 0 */
+    int64_t steps;
+    sl_optim_spec optim;        /* default sgd momentum 0.9 */
+    sl_schedule schedule;       /* lr in schedule.lr (default 0.01); cosine total 0: the run's length */
+    sl_train_every ckpt_every;  /* default never */
+    int ckpt_keep;              /* default 3; 0: keep all */
+    char run_dir[1024];         /* default "runs/<model>" */
+    sl_backend_kind backend;
+    int threads;                /* CPU backend threads, 0: all */
+    uint64_t seed;
+    char strategy[16];          /* "none", "ring", "ps" */
+    int64_t batch;              /* the training pipeline's global batch (its `batch N`) */
+    int64_t eval_batch;         /* the evaluation pipeline's batch (0 without one) */
+    uint64_t model_hash;        /* FNV-1a over the model block's statements */
+} sl_train_config;
+
+/* Read the `train { }` block of cfg (borrowed) into *out, filling defaults, and look up
+ * the batch sizes of the pipelines it names. Returns SL_OK; SL_ENOTFOUND when there is no
+ * train block or a named model/pipeline block is missing, SL_EINVAL / SL_ERANGE for a
+ * wrong statement or value — all reported with sl_cfg_err ("FILE:LINE:COL: ..." and a
+ * caret) and a hint (the usage, or "did you mean ...?"). *out is unspecified on failure. */
+sl_status sl_train_config_parse(const sl_cfg *cfg, sl_train_config *out);
+
+/* ---- replicas: the gradient exchange hook ----------------------------------------------
+ *
+ * The loop is the same for one replica and for many: strategies plug in here.
+ *   ring allreduce: start broadcasts rank 0's parameters (and optimizer state); exchange
+ *     allreduce-averages grads in place and leaves *applied false, so every replica runs
+ *     the same optimizer step on the same average.
+ *   parameter server: start pulls the parameters from the ps tasks; exchange pushes grads,
+ *     pulls the fresh parameters into the model (sl_model_set_params) and sets *applied
+ *     true, so the loop skips its own optimizer step.
+ * Only the chief (is_chief) evaluates, writes checkpoints, event files and the console
+ * lines; every replica runs the same number of steps. */
+typedef struct sl_train_hooks {
+    void *ctx;
+    int world_size;  /* replicas (>= 1) */
+    int rank;        /* 0..world_size-1: this replica's shard of the training data */
+    bool is_chief;
+    /* Once the model and optimizer exist (after a resume restored them; step is where the
+     * run starts). NULL: nothing. */
+    sl_status (*start)(void *ctx, sl_model *m, sl_optim *o, int64_t step);
+    /* After backward, before the optimizer step: grads (backend memory, n floats) hold this
+     * replica's gradient of its mean batch loss; lr is the step's scheduled rate. NULL:
+     * nothing (single replica). */
+    sl_status (*exchange)(void *ctx, sl_model *m, float *grads, size_t n, int64_t step, float lr,
+                          bool *applied);
+    /* At the end of the run, with its result (SL_OK or the error that stopped it): barrier,
+     * leave the ring, tell the ps. NULL: nothing. The loop returns the first error. */
+    sl_status (*finish)(void *ctx, sl_status result);
+} sl_train_hooks;
+
+/* ---- the trainer ---------------------------------------------------------------------- */
+
+typedef struct sl_train_opts {
+    const char *run_dir;          /* overrides the config's run_dir; NULL: keep it */
+    bool resume;                  /* continue from the newest loadable checkpoint in run_dir */
+    FILE *console;                /* epoch lines and the final "test accuracy"; NULL: silent */
+    bool progress;                /* draw a progress bar within epochs on console (a terminal) */
+    const sl_train_hooks *hooks;  /* NULL: one replica; borrowed, must outlive the trainer */
+} sl_train_opts;
+
+sl_train_opts sl_train_opts_default(void);
+
+/* What a run did, for the caller and tests. */
+typedef struct sl_train_summary {
+    int64_t start_step;       /* 0, or the resumed checkpoint's step */
+    int64_t steps;            /* global step at the end */
+    int64_t epochs_done;      /* complete epochs at the end */
+    int64_t steps_per_epoch;  /* 0 until known */
+    double train_loss;        /* mean over the last (partial) epoch */
+    double train_accuracy;
+    double eval_accuracy;     /* final evaluation; -1 without an eval pipeline */
+    double eval_loss;
+    double examples_per_sec;  /* training examples over the run's wall time in the loop */
+    double input_wait;        /* fraction of step time waiting for the pipeline */
+    double seconds;           /* wall time of sl_trainer_run */
+    char resumed_from[1100];  /* checkpoint path, "" when none */
+} sl_train_summary;
+
+typedef struct sl_trainer sl_trainer;
+
+/* Build everything a run needs from cfg (borrowed; with replicas the training pipeline's
+ * batch is rewritten in cfg to batch/world_size with sl_cfg_set): the config, the model,
+ * the optimizer, the pipelines, the run folder (created). opts NULL: defaults. Returns
+ * SL_OK and the trainer in *out; on failure *out is NULL and the error is the config's
+ * (FILE:LINE:COL), the model's, the pipeline's, or SL_EIO for the run folder. */
+sl_status sl_trainer_create(sl_cfg *cfg, const sl_train_opts *opts, sl_trainer **out);
+
+/* The parsed configuration (valid while the trainer lives). */
+const sl_train_config *sl_trainer_config(const sl_trainer *t);
+/* The model (borrowed). */
+sl_model *sl_trainer_model(sl_trainer *t);
+
+/* Train (resuming first when opts.resume), evaluate, checkpoint, log; the last console
+ * line is "test accuracy 0.XXXX" when there is an eval pipeline. Returns SL_OK, or the
+ * first error from the pipeline (its op and file), the model, a checkpoint write (SL_EIO)
+ * or a hook; checkpoints already written stay. Call once. */
+sl_status sl_trainer_run(sl_trainer *t);
+
+/* The summary of the run so far (after sl_trainer_run: of the whole run). */
+const sl_train_summary *sl_trainer_summary(const sl_trainer *t);
+
+/* Evaluate the model on the eval pipeline now: mean loss and accuracy over all of it.
+ * SL_ESTATE without an eval pipeline. */
+sl_status sl_trainer_evaluate(sl_trainer *t, double *loss, double *accuracy);
+
+void sl_trainer_free(sl_trainer *t); /* NULL is a no-op */
+
+/* ---- checkpoints ---------------------------------------------------------------------- */
+
+/* Paths of the checkpoints in run_dir, newest (highest step) first: *out is a malloc'd
+ * array of malloc'd strings (free with sl_train_free_list). Returns how many (0 when the
+ * folder is missing or holds none), or SL_ENOMEM. */
+int sl_train_list_checkpoints(const char *run_dir, char ***out);
+void sl_train_free_list(char **list, int n);
+
+/* Where a checkpoint says training stands. */
+typedef struct sl_ckpt_position {
+    int64_t step, epoch, batch, optimizer_step, steps_per_epoch;
+    uint64_t model_hash;
+} sl_ckpt_position;
+
+/* Write m's parameters, o's state and pos to path (crash-safe). SL_OK or SL_EIO/SL_ENOMEM;
+ * on failure the file at path is the old one or none. */
+sl_status sl_train_save_checkpoint(const char *path, sl_model *m, sl_optim *o, const char *model_name,
+                                   const char *config_name, const sl_ckpt_position *pos);
+
+/* Load path into m and o (o may be NULL) and *pos, checking that every parameter is there
+ * with the model's shape and that model_hash matches (when expect_hash is non-zero).
+ * SL_OK; SL_ENOTFOUND, SL_ECORRUPT (torn file, missing tensor, wrong shape or metadata)
+ * naming the file; SL_EINVAL for another model's checkpoint. m and o are unchanged on
+ * failure. */
+sl_status sl_train_load_checkpoint(const char *path, sl_model *m, sl_optim *o, uint64_t expect_hash,
+                                   sl_ckpt_position *pos);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,150 @@
+#!/usr/bin/env bash
+# sluice-train end to end on a --limit'ed Fashion-MNIST conversion with a tiny model: two
+# epochs exit 0 and the last line is `test accuracy 0.XXXX`; checkpoints and an event file
+# land in the run folder; --set changes the number of epochs; --resume of a finished run
+# starts at its last step; usage mistakes exit 2; config mistakes exit 1 with
+# file:line:col and a hint; the shipped examples (model, pipelines, train block) run 2
+# steps on the small conversion.
+set -u
+
+BIN=${SLUICE_BIN:-build/bin}
+SRC=${SLUICE_SRC:-$(cd "$(dirname "$0")/../.." && pwd)}
+FM=/usr/share/datasets/fashion-mnist
+
+for tool in sluice-train sluice-record; do
+    if [ ! -x "$BIN/$tool" ]; then echo "skipped: $BIN/$tool is not built"; exit 77; fi
+done
+if [ ! -f "$FM/train-labels-idx1-ubyte.gz" ]; then echo "skipped: no Fashion-MNIST idx files in $FM"; exit 77; fi
+
+T=$(mktemp -d /tmp/sluice-train-XXXXXX)
+trap 'rm -rf "$T"' EXIT
+fails=0
+fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
+ok() { echo "ok   $*"; }
+
+# run NAME WANT_RC CMD...: run, keep stdout/stderr in $T/NAME.{out,err}, check the exit status
+run() {
+    local name=$1 want=$2
+    shift 2
+    "$@" >"$T/$name.out" 2>"$T/$name.err"
+    local rc=$?
+    if [ "$rc" != "$want" ]; then
+        fail "$name: exit $rc, expected $want"
+        sed 's/^/    /' "$T/$name.err" "$T/$name.out" | tail -20
+        return 1
+    fi
+    return 0
+}
+
+"$BIN/sluice-record" convert fashion-mnist "$T/data" --shards 2 --limit 1000 >/dev/null 2>"$T/convert.err" ||
+    { cat "$T/convert.err"; echo "FAIL: convert"; exit 1; }
+
+cat >"$T/tiny.sl" <<'EOF'
+pipeline train {
+    files "data/train-*.tfrecord"
+    shuffle 500
+    map parse_example(image: bytes, label: int64) | decode_raw(image, uint8, 28x28x1) | scale(image, 1/255)
+    batch 50 drop_remainder
+}
+pipeline test {
+    files "data/test-*.tfrecord"
+    map parse_example(image: bytes, label: int64) | decode_raw(image, uint8, 28x28x1) | scale(image, 1/255)
+    batch 100
+}
+model tiny {
+    input 28x28x1
+    flatten
+    dense 32 activation=relu
+    dense 10
+}
+train {
+    model tiny
+    data train
+    eval test every=1
+    epochs 2
+    optimizer sgd lr=0.05 momentum=0.9
+    schedule cosine
+    checkpoint every=1 keep=5
+    run_dir "runs/tiny"
+    backend cpu
+    threads 1
+    seed 1
+}
+EOF
+
+# 1. two epochs: exit 0, one line per epoch, last line the test accuracy
+if run train2 0 "$BIN/sluice-train" "$T/tiny.sl" --run-dir "$T/run"; then
+    last=$(tail -n 1 "$T/train2.out")
+    if [[ "$last" =~ ^test\ accuracy\ 0\.[0-9]{4}$ ]]; then ok "2 epochs: $last"; else fail "last line '$last'"; fi
+    n=$(grep -c '^epoch [0-9]*/2 ' "$T/train2.out")
+    [ "$n" = 2 ] && ok "2 epoch lines" || fail "$n epoch lines, expected 2"
+    grep -q '^epoch 2/2  step 40  loss [0-9.]*  accuracy 0\.[0-9]*  [0-9]* examples/s  input wait [0-9.]*%  lr .*  eval accuracy 0\.[0-9]*' "$T/train2.out" &&
+        ok "epoch line fields" || fail "epoch line: $(grep '^epoch 2/2' "$T/train2.out")"
+    ls "$T/run"/ckpt-000000020.safetensors "$T/run"/ckpt-000000040.safetensors >/dev/null 2>&1 &&
+        ok "checkpoints at steps 20 and 40" || fail "checkpoints: $(ls "$T/run")"
+    ls "$T/run"/events.out.tfevents.* >/dev/null 2>&1 && ok "event file" || fail "no event file: $(ls "$T/run")"
+    grep -q '"format": "sluice-stats"' "$T/run/stats.json" 2>/dev/null && ok "pipeline stats file" ||
+        fail "no stats.json: $(ls "$T/run")"
+    if [ -x "$BIN/sluice-stats" ]; then
+        run stats 0 "$BIN/sluice-stats" --from "$T/run/stats.json" && grep -q "train/map_batch\|train/batch" "$T/stats.out" &&
+            ok "sluice-stats --from reads it" || fail "sluice-stats --from: $(head -5 "$T/stats.out")"
+    fi
+fi
+
+# 2. --set changes the number of epochs (and the run folder comes from the config, relative to the cwd)
+if (cd "$T" && run set1 0 "$BIN/sluice-train" tiny.sl --set train.epochs=1 --quiet); then
+    n=$(wc -l <"$T/set1.out")
+    if [ "$n" = 1 ] && grep -qE '^test accuracy 0\.[0-9]{4}$' "$T/set1.out"; then ok "--quiet prints only the result"; else
+        fail "--quiet printed: $(cat "$T/set1.out")"; fi
+    [ -f "$T/runs/tiny/ckpt-000000020.safetensors" ] && [ ! -f "$T/runs/tiny/ckpt-000000040.safetensors" ] &&
+        ok "--set train.epochs=1: 20 steps, run_dir relative to the cwd" || fail "--set epochs: $(ls "$T/runs/tiny" 2>&1)"
+fi
+if run steps 0 "$BIN/sluice-train" "$T/tiny.sl" --set train.steps=7 --run-dir "$T/run7"; then
+    grep -q '^epoch 1  step 7 ' "$T/steps.out" && [ -f "$T/run7/ckpt-000000007.safetensors" ] &&
+        ok "--set train.steps=7: a partial epoch and a final checkpoint" || fail "steps 7: $(cat "$T/steps.out")"
+fi
+
+# 3. --resume of the finished 2-epoch run with one more epoch continues at step 40
+if run resume 0 "$BIN/sluice-train" "$T/tiny.sl" --run-dir "$T/run" --resume --set train.epochs=3; then
+    grep -q "^resuming from $T/run/ckpt-000000040.safetensors at step 40 (epoch 3, batch 0)$" "$T/resume.out" &&
+        grep -q '^epoch 3/3  step 60 ' "$T/resume.out" && ok "--resume continues at step 40" ||
+        fail "resume: $(cat "$T/resume.out")"
+fi
+
+# 4. usage mistakes exit 2
+run usage0 2 "$BIN/sluice-train" && grep -q "missing CONFIG" "$T/usage0.err" && ok "no CONFIG: exit 2"
+run usage1 2 "$BIN/sluice-train" "$T/tiny.sl" --bogus && ok "unknown option: exit 2"
+run usage2 2 "$BIN/sluice-train" "$T/tiny.sl" --backend tpu && grep -q "cpu, cuda or auto" "$T/usage2.err" &&
+    ok "--backend tpu: exit 2"
+run usage3 2 "$BIN/sluice-train" "$T/tiny.sl" --set nothing.here=1 && ok "--set to nowhere: exit 2"
+run help 0 "$BIN/sluice-train" --help && grep -q "^Usage: sluice-train CONFIG" "$T/help.out" && ok "--help: exit 0"
+
+# 5. config mistakes exit 1 with file:line:col and a hint
+sed 's/^    epochs 2$/    epohcs 2/' "$T/tiny.sl" >"$T/bad1.sl"
+if run bad1 1 "$BIN/sluice-train" "$T/bad1.sl" --run-dir "$T/bad"; then
+    grep -q "bad1.sl:22:5: unknown train statement 'epohcs'" "$T/bad1.err" && grep -q "HINT: did you mean 'epochs'" "$T/bad1.err" &&
+        ok "unknown statement: exit 1 at file:line:col with a hint" || fail "bad1: $(cat "$T/bad1.err")"
+fi
+sed 's/^    dense 32 activation=relu$/    dense 32 activation=relux/' "$T/tiny.sl" >"$T/bad2.sl"
+if run bad2 1 "$BIN/sluice-train" "$T/bad2.sl" --run-dir "$T/bad"; then
+    grep -q "bad2.sl:15:" "$T/bad2.err" && ok "model mistake: exit 1 at file:line" || fail "bad2: $(cat "$T/bad2.err")"
+fi
+sed '2s|"data/train-\*.tfrecord"|"nothing-*.tfrecord"|' "$T/tiny.sl" >"$T/bad3.sl"
+if run bad3 1 "$BIN/sluice-train" "$T/bad3.sl" --run-dir "$T/bad"; then
+    grep -q "bad3.sl:2:" "$T/bad3.err" && ok "missing files: exit 1 at file:line" || fail "bad3: $(cat "$T/bad3.err")"
+fi
+run missing 1 "$BIN/sluice-train" "$T/none.sl" && ok "missing config file: exit 1"
+
+# 6. the shipped examples run (their data paths pointed at the small conversion)
+for ex in fashion_mlp fashion_cnn; do
+    mkdir -p "$T/exdir" && cp "$SRC/examples/$ex.sl" "$T/exdir/$ex.sl"
+    if run "$ex" 0 "$BIN/sluice-train" "$T/exdir/$ex.sl" --run-dir "$T/run-$ex" --set train.steps=2 \
+        --set 'pipeline.train.files="../data/train-*.tfrecord"' --set 'pipeline.test.files="../data/test-*.tfrecord"' \
+        --set pipeline.test.batch=100 --set train.backend=cpu; then
+        tail -n 1 "$T/$ex.out" | grep -qE '^test accuracy 0\.[0-9]{4}$' && ok "examples/$ex.sl: 2 steps" ||
+            fail "$ex: $(tail -n 3 "$T/$ex.out")"
+    fi
+done
+
+if [ "$fails" -gt 0 ]; then echo "$fails failure(s)"; exit 1; fi
+echo "PASS: test_sluice_train"

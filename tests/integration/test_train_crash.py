@@ -1,0 +1,217 @@
+#!/usr/bin/python3
+"""sluice-train killed with SIGKILL at random moments while it writes checkpoints (a config
+that checkpoints every 2 steps), ten times in a row; after each kill:
+
+  - the newest ckpt-*.safetensors in the run folder loads with json + numpy (the loader of
+    test_checkpoint_python.py: header, offsets tiling the data, every tensor readable) and
+    its metadata names its own step;
+  - the next `sluice-train --resume` prints "resuming from PATH at step S" with S the step
+    of that newest checkpoint (or starts from 0 when none was written yet);
+
+then a last --resume runs to the end: exit 0, the last line is `test accuracy 0.XXXX`, the
+final checkpoint is at the configured step, and that run's event file parses as
+TFRecord-framed tensorflow.Event protos (first file_version, then the scalars).
+
+Needs sluice-record and sluice-train in $SLUICE_BIN, the Fashion-MNIST idx files, and
+python3-numpy / python3-protobuf / python3-crc32c. Exit 0 pass, 1 fail, 77 skipped.
+"""
+import glob
+import os
+import random
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+try:
+    import test_checkpoint_python as tcp  # load_safetensors, read_tfrecord, Event
+except SystemExit:  # it exits 77 when a module is missing
+    print("skipped: python modules for test_checkpoint_python are missing")
+    sys.exit(77)
+
+BIN = os.environ.get("SLUICE_BIN", "build/bin")
+FM = "/usr/share/datasets/fashion-mnist"
+TOTAL = 400
+KILLS = 10
+
+CONFIG = """
+pipeline train {
+    files "data/train-*.tfrecord"
+    shuffle 1000
+    map parse_example(image: bytes, label: int64) | decode_raw(image, uint8, 28x28x1) | scale(image, 1/255)
+    batch 32 drop_remainder
+    prefetch 2
+}
+pipeline test {
+    files "data/test-*.tfrecord"
+    map parse_example(image: bytes, label: int64) | decode_raw(image, uint8, 28x28x1) | scale(image, 1/255)
+    batch 100
+}
+model small {
+    input 28x28x1
+    flatten
+    dense 64 activation=relu
+    dense 10
+}
+train {
+    model small
+    data train
+    eval test steps=100
+    steps %d
+    optimizer sgd lr=0.05 momentum=0.9
+    checkpoint steps=2 keep=3
+    backend cpu
+    threads 1
+    seed 5
+}
+""" % TOTAL
+
+
+class Failure(Exception):
+    pass
+
+
+def newest_checkpoint(run):
+    names = sorted(glob.glob(os.path.join(run, "ckpt-*.safetensors")))
+    names = [n for n in names if re.fullmatch(r"ckpt-\d+\.safetensors", os.path.basename(n))]
+    return names[-1] if names else None
+
+
+def check_loads(path):
+    """The step of a checkpoint that json + numpy load completely."""
+    tensors, meta, header, _ = tcp.load_safetensors(path)
+    if meta.get("format") != "sluice-checkpoint":
+        raise Failure(f"{path}: metadata format {meta.get('format')!r}")
+    step = int(meta["step"])
+    if int(os.path.basename(path)[5:-12]) != step:
+        raise Failure(f"{path}: named for another step than its metadata step {step}")
+    k = tensors.get("model/dense_1/kernel")
+    if k is None or k.shape != (784, 64) or not (abs(k).sum() > 0):
+        raise Failure(f"{path}: model/dense_1/kernel missing or wrong ({None if k is None else k.shape})")
+    if "optimizer/state" not in tensors:
+        raise Failure(f"{path}: no optimizer/state")
+    return step
+
+
+def check_events(path, trained):
+    recs = tcp.read_tfrecord(path)
+    tags = set()
+    for i, r in enumerate(recs):
+        ev = tcp.Event()
+        ev.ParseFromString(r)
+        if i == 0 and ev.file_version != "brain.Event:2":
+            raise Failure(f"{path}: first event is not file_version: {ev}")
+        if i > 0:
+            for v in ev.summary.value:
+                tags.add(v.tag)
+    wants = ["eval/accuracy"]
+    if trained:  # (a run resumed at the last step only evaluates)
+        wants += ["train/loss", "train/accuracy", "train/learning_rate", "train/input_wait_fraction",
+                  "train/examples_per_sec"]
+    for want in wants:
+        if want not in tags:
+            raise Failure(f"{path}: no scalar {want} (tags: {sorted(tags)})")
+    return len(recs)
+
+
+def main():
+    for tool in ("sluice-record", "sluice-train"):
+        if not os.access(os.path.join(BIN, tool), os.X_OK):
+            print(f"skipped: {BIN}/{tool} is not built")
+            return 77
+    if not os.path.exists(os.path.join(FM, "train-labels-idx1-ubyte.gz")):
+        print(f"skipped: no Fashion-MNIST idx files in {FM}")
+        return 77
+    tmp = tempfile.mkdtemp(prefix="sluice-crash-")
+    try:
+        subprocess.run([os.path.join(BIN, "sluice-record"), "convert", "fashion-mnist", os.path.join(tmp, "data"),
+                        "--shards", "2", "--limit", "3000"], check=True, stdout=subprocess.DEVNULL)
+        cfg = os.path.join(tmp, "crash.sl")
+        with open(cfg, "w") as f:
+            f.write(CONFIG)
+        run = os.path.join(tmp, "run")
+        seed = int(os.environ.get("SLUICE_CRASH_SEED", str(int(time.time()))))
+        rng = random.Random(seed)
+        print(f"check: {KILLS} kills at random times (SLUICE_CRASH_SEED={seed})", flush=True)
+        expect = None  # the step the next --resume must report; None: first run
+        kills = 0
+        attempt = 0
+        while kills < KILLS:
+            attempt += 1
+            if attempt > 4 * KILLS:
+                raise Failure(f"only {kills} kills landed in {attempt} tries: the runs end too fast")
+            args = [os.path.join(BIN, "sluice-train"), cfg, "--run-dir", run]
+            if expect is not None:
+                args.append("--resume")
+            out = os.path.join(tmp, f"out{attempt}.txt")
+            with open(out, "w") as fo:
+                p = subprocess.Popen(args, stdout=fo, stderr=subprocess.STDOUT)
+                time.sleep(rng.uniform(0.15, 1.2))
+                p.kill()
+                rc = p.wait()
+            text = open(out).read()
+            if expect is not None:
+                m = re.search(r"resuming from (\S+) at step (\d+)", text)
+                if expect == 0:
+                    if m or (text and "starting from step 0" not in text and "model small" in text):
+                        raise Failure(f"attempt {attempt}: expected a fresh start, got:\n{text}")
+                elif not m:
+                    if "model small" in text:  # started, so it must have said where it resumed
+                        raise Failure(f"attempt {attempt}: no 'resuming from' line:\n{text}")
+                elif int(m.group(2)) != expect:
+                    raise Failure(f"attempt {attempt}: resumed at step {m.group(2)}, the newest checkpoint "
+                                  f"was at step {expect}\n{text}")
+            if rc == 0:  # finished before the kill: the run is over, start again from scratch
+                shutil.rmtree(run)
+                expect = None
+                continue
+            kills += 1
+            newest = newest_checkpoint(run)
+            expect = check_loads(newest) if newest else 0
+            stale = glob.glob(os.path.join(run, "*.tmp.*"))
+            print(f"  kill {kills}: newest checkpoint step {expect}" + (f" ({len(stale)} stale temporary file(s))"
+                                                                       if stale else ""), flush=True)
+        check("a last --resume runs to the end")
+        # (fewer fsyncs: the last run only has to finish, on a machine that may be busy)
+        p = subprocess.run([os.path.join(BIN, "sluice-train"), cfg, "--run-dir", run, "--resume",
+                            "--set", "train.checkpoint.steps=100"],
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=500)
+        text = p.stdout.decode()
+        if p.returncode != 0:
+            raise Failure(f"final run exited {p.returncode}:\n{text}\n{p.stderr.decode()}")
+        m = re.search(r"resuming from (\S+) at step (\d+)", text)
+        if expect and (not m or int(m.group(2)) != expect):
+            raise Failure(f"final run did not resume at step {expect}:\n{text}")
+        lines = text.rstrip("\n").split("\n")
+        if not re.fullmatch(r"test accuracy 0\.\d{4}", lines[-1]):
+            raise Failure(f"last line {lines[-1]!r}")
+        newest = newest_checkpoint(run)
+        if check_loads(newest) != TOTAL:
+            raise Failure(f"newest checkpoint {newest} is not at step {TOTAL}")
+        evs = sorted(glob.glob(os.path.join(run, "events.out.tfevents.*")), key=os.path.getmtime)
+        if not evs:
+            raise Failure("no event file")
+        n = check_events(evs[-1], expect != TOTAL)
+        print(f"  {lines[-1]}; final checkpoint step {TOTAL}; {n} events in {os.path.basename(evs[-1])}")
+    except (Failure, tcp.Failure) as e:
+        print(f"FAIL: {e}")
+        return 1
+    except subprocess.TimeoutExpired as e:
+        print(f"FAIL: {e}")
+        return 1
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    print("PASS: test_train_crash")
+    return 0
+
+
+def check(msg):
+    print(f"check: {msg}", flush=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,453 @@
+/* train/trainer.c, train/train_config.c, train/checkpoint.c: the train block, checkpoints
+ * (round trip, corruption, another model), resume bit-identical to an uninterrupted run,
+ * and the gradient exchange hook. Data: a small synthetic TFRecord file (two classes of
+ * 4-float points) written to a temporary folder, so the test needs nothing else. */
+#include <dirent.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "sluice/config.h"
+#include "sluice/example.h"
+#include "sluice/safetensors.h"
+#include "sluice/tfrecord.h"
+#include "sluice/train.h"
+#include "test.h"
+
+static char tmpdir[256];
+
+static void rm_rf(const char *dir) {
+    char cmd[600];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", dir);
+}
+
+/* 256 examples: image float(4) in [0, 1), label 1 when x0 + x1 > x2 + x3. */
+static int write_data(void) {
+    char path[400];
+    snprintf(path, sizeof path, "%s/points.tfrecord", tmpdir);
+    sl_tfr_writer *w;
+    sl_exb *b;
+    if (sl_tfr_writer_open(path, NULL, &w) || sl_exb_new(&b)) return -1;
+    uint64_t r = 12345;
+    for (int i = 0; i < 256; i++) {
+        float x[4];
+        for (int j = 0; j < 4; j++) {
+            r = r * 6364136223846793005ULL + 1442695040888963407ULL;
+            x[j] = (float)((r >> 40) & 0xffff) / 65536.0f;
+        }
+        int64_t y = x[0] + x[1] > x[2] + x[3];
+        uint8_t *buf;
+        size_t len;
+        sl_exb_reset(b);
+        if (sl_exb_floats(b, "image", x, 4) || sl_exb_int64s(b, "label", &y, 1) || sl_exb_serialize(b, &buf, &len))
+            return -1;
+        sl_status s = sl_tfr_writer_write(w, buf, len);
+        free(buf);
+        if (s) return -1;
+    }
+    sl_exb_free(b);
+    return sl_tfr_writer_close(w) ? -1 : 0;
+}
+
+static const char BASE[] =
+    "pipeline train {\n"
+    "    files \"points.tfrecord\"\n"
+    "    shuffle 64\n"
+    "    map parse_example(image: float(4), label: int64)\n"
+    "    batch 16 drop_remainder\n"
+    "}\n"
+    "pipeline test {\n"
+    "    files \"points.tfrecord\"\n"
+    "    map parse_example(image: float(4), label: int64)\n"
+    "    batch 32\n"
+    "}\n"
+    "model tiny {\n"
+    "    input 4\n"
+    "    dense 8 activation=relu\n"
+    "    dense 2\n"
+    "}\n";
+
+/* BASE + a train block with `body`, parsed as TMP/t.sl (so relative paths find the data). */
+static sl_status parse_with(const char *train_body, sl_cfg **cfg) {
+    char text[4096], name[400];
+    snprintf(text, sizeof text, "%strain {\n%s}\n", BASE, train_body);
+    snprintf(name, sizeof name, "%s/t.sl", tmpdir);
+    FILE *f = fopen(name, "w");
+    if (!f) return SL_EIO;
+    fputs(text, f);
+    fclose(f);
+    return sl_cfg_parse_file(name, cfg);
+}
+
+TEST(test_config_defaults_and_values) {
+    sl_cfg *cfg;
+    ASSERT_OK(parse_with("    model tiny\n    data train\n", &cfg));
+    sl_train_config c;
+    ASSERT_OK(sl_train_config_parse(cfg, &c));
+    ASSERT_STREQ(c.model, "tiny");
+    ASSERT_STREQ(c.data, "train");
+    ASSERT_STREQ(c.eval, "");
+    ASSERT_EQ(c.epochs, 1);
+    ASSERT_EQ(c.steps, 0);
+    ASSERT_EQ(c.batch, 16);
+    ASSERT_EQ(c.optim.kind, SL_OPTIM_SGD);
+    ASSERT(c.optim.momentum == 0.9f);
+    ASSERT(c.schedule.lr == 0.01f);
+    ASSERT_EQ(c.ckpt_every.epochs, 0);
+    ASSERT_EQ(c.ckpt_every.steps, 0);
+    ASSERT_STREQ(c.run_dir, "runs/tiny");
+    ASSERT_STREQ(c.strategy, "none");
+    ASSERT_STREQ(c.image_key, "image");
+    sl_cfg_free(cfg);
+
+    ASSERT_OK(parse_with("    model tiny\n    data train label=y\n    eval test steps=7\n    steps 40\n"
+                         "    schedule step every=10 gamma=0.5 warmup=3\n"
+                         "    optimizer adamw lr=0.003 weight_decay=0.01\n"
+                         "    checkpoint steps=5 keep=2\n    run_dir \"r/x\"\n    backend cpu\n    seed 9\n"
+                         "    threads 2\n",
+                         &cfg));
+    ASSERT_OK(sl_train_config_parse(cfg, &c));
+    ASSERT_STREQ(c.label_key, "y");
+    ASSERT_STREQ(c.eval, "test");
+    ASSERT_EQ(c.eval_every.steps, 7);
+    ASSERT_EQ(c.eval_every.epochs, 0);
+    ASSERT_EQ(c.eval_batch, 32);
+    ASSERT_EQ(c.steps, 40);
+    ASSERT_EQ(c.epochs, 0);
+    ASSERT_EQ(c.schedule.kind, SL_SCHED_STEP);
+    ASSERT_EQ(c.schedule.step_size, 10);
+    ASSERT_EQ(c.schedule.warmup, 3);
+    ASSERT(c.schedule.gamma == 0.5f);
+    ASSERT(c.schedule.lr == 0.003f); /* the schedule reads the optimizer's lr whatever the order */
+    ASSERT_EQ(c.optim.kind, SL_OPTIM_ADAMW);
+    ASSERT(c.optim.weight_decay == 0.01f);
+    ASSERT_EQ(c.ckpt_every.steps, 5);
+    ASSERT_EQ(c.ckpt_keep, 2);
+    ASSERT_STREQ(c.run_dir, "r/x");
+    ASSERT_EQ(c.backend, SL_BACKEND_CPU);
+    ASSERT_EQ(c.seed, 9);
+    ASSERT_EQ(c.threads, 2);
+    /* --set: the last of epochs/steps wins, so an override switches the run's length */
+    ASSERT_OK(sl_cfg_set(cfg, "train.epochs=3"));
+    ASSERT_OK(sl_train_config_parse(cfg, &c));
+    ASSERT_EQ(c.epochs, 3);
+    ASSERT_EQ(c.steps, 0);
+    sl_cfg_free(cfg);
+}
+
+/* Each mistake: the code, the place, the message and the hint. */
+TEST(test_config_errors) {
+    static const struct {
+        const char *body;
+        int code;
+        const char *where, *msg, *hint;
+    } cases[] = {
+        {"    model tiny\n    data train\n    epocs 3\n", SL_EINVAL, "t.sl:20:5:", "unknown train statement 'epocs'",
+         "did you mean 'epochs'?"},
+        {"    model big\n    data train\n", SL_ENOTFOUND, "t.sl:18:11:", "no `model big { }` block",
+         "the model blocks here are: tiny"},
+        {"    model tiny\n    data trian\n", SL_ENOTFOUND, "t.sl:19:10:", "no `pipeline trian { }` block",
+         "train, test"},
+        {"    model tiny\n    data train\n    optimizer adam lr=0.1 momentum=0.9\n", SL_EINVAL, "t.sl:20:36:",
+         "momentum and nesterov are options of sgd", "usage: optimizer"},
+        {"    model tiny\n    data train\n    optimizer sgd\n", SL_EINVAL, "t.sl:20:5:", "optimizer needs lr=",
+         "usage: optimizer"},
+        {"    model tiny\n    data train\n    checkpoint every=1 steps=5\n", SL_EINVAL, "t.sl:20:30:",
+         "give every=EPOCHS or steps=N, not both", "usage: checkpoint"},
+        {"    model tiny\n    data train\n    backend gpu\n", SL_EINVAL, "t.sl:20:13:", "unknown value 'gpu'",
+         "did you mean 'cpu'?"},
+        {"    model tiny\n    data train\n    epochs 0\n", SL_ERANGE, "t.sl:20:12:", "", "usage: epochs N"},
+        {"    data train\n", SL_EINVAL, "t.sl:17:1:", "the train block needs `model NAME`", "tiny"},
+        {"    model tiny\n    data train\n    schedule step\n", SL_EINVAL, "t.sl:20:5:",
+         "schedule step needs every=N", "usage: schedule"},
+        {"    model tiny\n    data train\n    eval test evry=2\n", SL_EINVAL, "t.sl:20:20:", "unknown option 'evry'",
+         "did you mean 'every'?"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        sl_cfg *cfg;
+        ASSERT_OK(parse_with(cases[i].body, &cfg));
+        sl_train_config c;
+        sl_status s = sl_train_config_parse(cfg, &c);
+        if (s != cases[i].code) printf("  case %zu: %s\n", i, sl_errmsg());
+        ASSERT_EQ(s, cases[i].code);
+        ASSERT_CONTAINS(sl_errmsg(), cases[i].where);
+        ASSERT_CONTAINS(sl_errmsg(), cases[i].msg);
+        ASSERT_CONTAINS(sl_errmsg(), cases[i].hint);
+        sl_cfg_free(cfg);
+    }
+    /* no train block at all */
+    sl_cfg *cfg;
+    ASSERT_OK(sl_cfg_parse(BASE, strlen(BASE), "x.sl", &cfg));
+    sl_train_config c;
+    ASSERT_EQ(sl_train_config_parse(cfg, &c), SL_ENOTFOUND);
+    ASSERT_CONTAINS(sl_errmsg(), "x.sl: no `train { }` block");
+    sl_cfg_free(cfg);
+}
+
+TEST(test_list_checkpoints) {
+    char dir[400], p[500];
+    snprintf(dir, sizeof dir, "%s/list", tmpdir);
+    mkdir(dir, 0777);
+    const char *names[] = {"ckpt-000000010.safetensors", "ckpt-000000002.safetensors",
+                           "ckpt-000000010.safetensors.tmp.77.1", "ckpt-x.safetensors", "events.out.tfevents.1",
+                           "ckpt-000000100.safetensors"};
+    for (int i = 0; i < 6; i++) {
+        snprintf(p, sizeof p, "%s/%s", dir, names[i]);
+        FILE *f = fopen(p, "w");
+        ASSERT(f);
+        fclose(f);
+    }
+    char **list;
+    int n = sl_train_list_checkpoints(dir, &list);
+    ASSERT_EQ(n, 3);
+    snprintf(p, sizeof p, "%s/ckpt-000000100.safetensors", dir);
+    ASSERT_STREQ(list[0], p);
+    snprintf(p, sizeof p, "%s/ckpt-000000010.safetensors", dir);
+    ASSERT_STREQ(list[1], p);
+    snprintf(p, sizeof p, "%s/ckpt-000000002.safetensors", dir);
+    ASSERT_STREQ(list[2], p);
+    sl_train_free_list(list, n);
+    snprintf(p, sizeof p, "%s/none", tmpdir);
+    ASSERT_EQ(sl_train_list_checkpoints(p, &list), 0);
+    ASSERT(list == NULL);
+}
+
+static sl_status make_trainer(const char *body, const char *run, bool resume, const sl_train_hooks *hooks,
+                              sl_cfg **cfg, sl_trainer **t) {
+    sl_status s = parse_with(body, cfg);
+    if (s) return s;
+    char dir[400];
+    snprintf(dir, sizeof dir, "%s/%s", tmpdir, run);
+    sl_train_opts o = sl_train_opts_default();
+    o.run_dir = dir;
+    o.resume = resume;
+    o.hooks = hooks;
+    return sl_trainer_create(*cfg, &o, t);
+}
+
+static float *params_of(sl_trainer *t, size_t *n) {
+    sl_model_params(sl_trainer_model(t), n);
+    float *p = malloc(*n * sizeof *p);
+    if (p && sl_model_get_params(sl_trainer_model(t), p, *n)) {
+        free(p);
+        return NULL;
+    }
+    return p;
+}
+
+#define STEPS_BODY(n)                                                                      \
+    "    model tiny\n    data train\n    eval test\n    steps " #n "\n"                      \
+    "    optimizer adam lr=0.05\n    schedule cosine warmup=4 total=40\n"                  \
+    "    checkpoint steps=5 keep=2\n    backend cpu\n    threads 1\n    seed 3\n"
+
+/* Training 40 steps at once, and 23 steps then --resume to 40, give bit-identical
+ * parameters: the checkpoint holds the optimizer state and the data position. */
+TEST(test_resume_bit_identical) {
+    sl_cfg *cfg = NULL;
+    sl_trainer *t = NULL;
+    sl_status s = make_trainer(STEPS_BODY(40), "full", false, NULL, &cfg, &t);
+    if (s == SL_EUNSUPPORTED) {
+        sl_cfg_free(cfg);
+        SKIP("no CPU backend in this build: %s", sl_errmsg());
+    }
+    ASSERT_OK(s);
+    ASSERT_OK(sl_trainer_run(t));
+    const sl_train_summary *sum = sl_trainer_summary(t);
+    ASSERT_EQ(sum->start_step, 0);
+    ASSERT_EQ(sum->steps, 40);
+    ASSERT_EQ(sum->steps_per_epoch, 16);
+    if (!(sum->eval_accuracy > 0.85)) printf("  eval accuracy %f loss %f\n", sum->eval_accuracy, sum->eval_loss);
+    ASSERT(sum->eval_accuracy > 0.85); /* a linearly separable problem */
+    size_t n1;
+    float *p1 = params_of(t, &n1);
+    ASSERT(p1);
+    ASSERT_EQ(n1, 4 * 8 + 8 + 8 * 2 + 2);
+    sl_trainer_free(t);
+    sl_cfg_free(cfg);
+    char run[400];
+    snprintf(run, sizeof run, "%s/full", tmpdir);
+    char **list;
+    int n = sl_train_list_checkpoints(run, &list);
+    ASSERT_EQ(n, 2); /* keep=2: steps 40 and 35 */
+    ASSERT_CONTAINS(list[0], "ckpt-000000040.safetensors");
+    ASSERT_CONTAINS(list[1], "ckpt-000000035.safetensors");
+    sl_train_free_list(list, n);
+
+    /* the interrupted run: 23 steps (checkpoints at 5..20 and the final one at 23) */
+    ASSERT_OK(make_trainer(STEPS_BODY(23), "part", false, NULL, &cfg, &t));
+    ASSERT_OK(sl_trainer_run(t));
+    sl_trainer_free(t);
+    sl_cfg_free(cfg);
+    /* corrupt the newest: resume skips it and takes step 20 */
+    snprintf(run, sizeof run, "%s/part/ckpt-000000023.safetensors", tmpdir);
+    FILE *f = fopen(run, "r+b");
+    ASSERT(f);
+    ASSERT_EQ(fwrite("\xff\xff\xff\xff", 1, 4, f), 4);
+    fclose(f);
+    ASSERT_OK(make_trainer(STEPS_BODY(40), "part", true, NULL, &cfg, &t));
+    ASSERT_OK(sl_trainer_run(t));
+    sum = sl_trainer_summary(t);
+    ASSERT_EQ(sum->start_step, 20);
+    ASSERT_CONTAINS(sum->resumed_from, "ckpt-000000020.safetensors");
+    ASSERT_EQ(sum->steps, 40);
+    size_t n2;
+    float *p2 = params_of(t, &n2);
+    ASSERT(p2);
+    ASSERT_EQ(n2, n1);
+    ASSERT_MEMEQ(p1, p2, n1 * sizeof(float));
+    free(p1);
+    free(p2);
+    sl_trainer_free(t);
+    sl_cfg_free(cfg);
+}
+
+TEST(test_checkpoint_load_errors) {
+    sl_cfg *cfg = NULL;
+    sl_trainer *t = NULL;
+    sl_status s = make_trainer(STEPS_BODY(5), "ck", false, NULL, &cfg, &t);
+    if (s == SL_EUNSUPPORTED) {
+        sl_cfg_free(cfg);
+        SKIP("no CPU backend in this build");
+    }
+    ASSERT_OK(s);
+    ASSERT_OK(sl_trainer_run(t));
+    sl_model *m = sl_trainer_model(t);
+    size_t n;
+    float *before = params_of(t, &n);
+    ASSERT(before);
+    char path[500];
+    snprintf(path, sizeof path, "%s/ck/ckpt-000000005.safetensors", tmpdir);
+    sl_ckpt_position pos;
+    ASSERT_OK(sl_train_load_checkpoint(path, m, NULL, sl_trainer_config(t)->model_hash, &pos));
+    ASSERT_EQ(pos.step, 5);
+    ASSERT_EQ(pos.epoch, 0);
+    ASSERT_EQ(pos.batch, 5);
+    ASSERT_EQ(pos.optimizer_step, 5);
+    /* the metadata and tensor names a Python reader sees */
+    sl_st_file *sf;
+    ASSERT_OK(sl_st_open(path, &sf));
+    ASSERT_STREQ(sl_st_meta(sf, "format"), "sluice-checkpoint");
+    ASSERT_STREQ(sl_st_meta(sf, "step"), "5");
+    ASSERT_STREQ(sl_st_meta(sf, "model"), "tiny");
+    sl_tensor k = SL_TENSOR_EMPTY;
+    ASSERT_OK(sl_st_get(sf, "model/dense_1/kernel", &k));
+    ASSERT_EQ(k.rank, 2);
+    ASSERT_EQ(k.dims[0], 4);
+    ASSERT_EQ(k.dims[1], 8);
+    sl_tensor_release(&k);
+    sl_st_close(sf);
+    /* another model's hash: SL_EINVAL, the model untouched */
+    ASSERT_EQ(sl_train_load_checkpoint(path, m, NULL, 42, &pos), SL_EINVAL);
+    ASSERT_CONTAINS(sl_errmsg(), "checkpoint of another model");
+    /* truncated: SL_ECORRUPT naming the file */
+    char torn[520];
+    snprintf(torn, sizeof torn, "%s/ck/ckpt-000000001.safetensors", tmpdir);
+    FILE *in = fopen(path, "rb"), *out = fopen(torn, "wb");
+    ASSERT(in && out);
+    char buf[200];
+    size_t got = fread(buf, 1, sizeof buf, in);
+    fwrite(buf, 1, got, out);
+    fclose(in);
+    fclose(out);
+    ASSERT_EQ(sl_train_load_checkpoint(torn, m, NULL, 0, &pos), SL_ECORRUPT);
+    ASSERT_CONTAINS(sl_errmsg(), "ckpt-000000001.safetensors");
+    size_t n2;
+    float *after = params_of(t, &n2);
+    ASSERT(after);
+    ASSERT_MEMEQ(before, after, n * sizeof(float));
+    free(before);
+    free(after);
+    sl_trainer_free(t);
+    sl_cfg_free(cfg);
+}
+
+typedef struct {
+    int starts, exchanges, finishes;
+    int64_t start_step, last_step;
+    size_t n;
+} hook_log;
+
+static sl_status h_start(void *ctx, sl_model *m, sl_optim *o, int64_t step) {
+    hook_log *h = ctx;
+    h->starts++;
+    h->start_step = step;
+    return SL_OK;
+}
+
+/* A parameter server that never changes anything: the loop must skip its optimizer step. */
+static sl_status h_exchange(void *ctx, sl_model *m, float *grads, size_t n, int64_t step, float lr, bool *applied) {
+    hook_log *h = ctx;
+    h->exchanges++;
+    h->last_step = step;
+    h->n = n;
+    *applied = true;
+    return SL_OK;
+}
+
+static sl_status h_finish(void *ctx, sl_status result) {
+    ((hook_log *)ctx)->finishes++;
+    return SL_OK;
+}
+
+TEST(test_exchange_hook) {
+    hook_log log = {0};
+    sl_train_hooks hooks = {.ctx = &log, .world_size = 2, .rank = 1, .is_chief = false, .start = h_start,
+                            .exchange = h_exchange, .finish = h_finish};
+    sl_cfg *cfg = NULL;
+    sl_trainer *t = NULL;
+    /* strategy none with 2 replicas is a mistake */
+    ASSERT_EQ(make_trainer(STEPS_BODY(6), "hook", false, &hooks, &cfg, &t), SL_EINVAL);
+    ASSERT_CONTAINS(sl_errmsg(), "2 replicas need a gradient exchange");
+    sl_cfg_free(cfg);
+    sl_status s = make_trainer(STEPS_BODY(6) "    strategy ps\n", "hook", false, &hooks, &cfg, &t);
+    if (s == SL_EUNSUPPORTED) {
+        sl_cfg_free(cfg);
+        SKIP("no CPU backend in this build");
+    }
+    ASSERT_OK(s);
+    /* the global batch 16 became 8 per replica */
+    size_t n;
+    float *before = params_of(t, &n);
+    ASSERT(before);
+    ASSERT_OK(sl_trainer_run(t));
+    ASSERT_EQ(log.starts, 1);
+    ASSERT_EQ(log.start_step, 0);
+    ASSERT_EQ(log.exchanges, 6);
+    ASSERT_EQ(log.last_step, 5);
+    ASSERT_EQ(log.finishes, 1);
+    ASSERT_EQ(log.n, n);
+    ASSERT_EQ(sl_trainer_summary(t)->eval_accuracy, -1); /* not the chief: no evaluation */
+    float *after = params_of(t, &n);
+    ASSERT(after);
+    ASSERT_MEMEQ(before, after, n * sizeof(float));
+    free(before);
+    free(after);
+    sl_trainer_free(t);
+    sl_cfg_free(cfg);
+    /* not the chief: no run folder, no checkpoints */
+    char dir[400];
+    snprintf(dir, sizeof dir, "%s/hook", tmpdir);
+    struct stat st;
+    ASSERT_EQ(stat(dir, &st), -1);
+}
+
+int main(void) {
+    snprintf(tmpdir, sizeof tmpdir, "/tmp/sluice-test-trainer.%d", (int)getpid());
+    mkdir(tmpdir, 0777);
+    if (write_data()) {
+        printf("cannot write test data: %s\n", sl_errmsg());
+        return 1;
+    }
+    RUN(test_config_defaults_and_values);
+    RUN(test_config_errors);
+    RUN(test_list_checkpoints);
+    RUN(test_resume_bit_identical);
+    RUN(test_checkpoint_load_errors);
+    RUN(test_exchange_hook);
+    rm_rf(tmpdir);
+    TEST_MAIN_END();
+}

@@ -1,0 +1,141 @@
+/* sluice-train: train the model of a config file on its pipelines (sluice/train.h).
+ *
+ *   sluice-train CONFIG [--set PATH=VALUE]... [--resume] [--run-dir DIR]
+ *                [--backend cpu|cuda|auto] [--quiet]
+ *
+ * A thin main over sl_trainer_*: parse the config, apply the overrides, run, and print the
+ * result. The last line on stdout is "test accuracy 0.XXXX" (the final evaluation).
+ * Exit status: 0 ok, 1 the config, the data, the model or a write failed (message with
+ * file:line:col, or file and byte offset), 2 wrong usage (tools/tool.h). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "sluice/config.h"
+#include "sluice/train.h"
+#include "tool.h"
+
+static const char *PROG = "sluice-train";
+
+static const char USAGE[] =
+    "Usage: sluice-train CONFIG [OPTIONS]\n"
+    "\n"
+    "Train the model that CONFIG's `train { }` block names on its pipelines: one line per\n"
+    "epoch (loss, accuracy, examples/s, input wait, eval accuracy), checkpoints and\n"
+    "TensorBoard event files in the run folder, and finally `test accuracy 0.XXXX`.\n"
+    "\n"
+    "  --set PATH=VALUE    override a config value, e.g. --set train.epochs=1\n"
+    "                      or --set pipeline.train.batch=64 (repeatable)\n"
+    "  --resume            continue from the newest checkpoint in the run folder that loads\n"
+    "                      cleanly (a torn one is skipped with a warning)\n"
+    "  --run-dir DIR       where checkpoints and event files go (default: the train block's\n"
+    "                      run_dir, relative to the current directory)\n"
+    "  --backend B         cpu, cuda or auto (default: the train block's backend)\n"
+    "  --quiet             print only the final `test accuracy` line\n"
+    "  -h, --help          this help\n"
+    "\n"
+    "Exit status: 0 trained, 1 error (config, data, model, write), 2 wrong usage.\n";
+
+/* Take every "--set X" / "--set=X" out of argv; *left is what remains. */
+static int take_sets(int argc, char **argv, const char **sets, int *nsets, int *left) {
+    int out = 0;
+    bool only_pos = false;
+    for (int i = 0; i < argc; i++) {
+        if (!only_pos && strcmp(argv[i], "--") == 0) only_pos = true;
+        if (!only_pos && strcmp(argv[i], "--set") == 0) {
+            if (i + 1 >= argc) return sl__usage_error(PROG, "option --set needs an argument");
+            sets[(*nsets)++] = argv[++i];
+        } else if (!only_pos && strncmp(argv[i], "--set=", 6) == 0) {
+            sets[(*nsets)++] = argv[i] + 6;
+        } else {
+            argv[out++] = argv[i];
+        }
+    }
+    *left = out;
+    return -1;
+}
+
+int main(int argc, char **argv) {
+    const char **sets = calloc((size_t)argc + 1, sizeof *sets);
+    if (!sets) return sl__failf(PROG, "out of memory");
+    int nsets = 0, nargs = 0, npos = 0;
+    int rc = take_sets(argc - 1, argv + 1, sets, &nsets, &nargs);
+    if (rc >= 0) {
+        free(sets);
+        return rc;
+    }
+    bool resume = false, quiet = false;
+    const char *run_dir = NULL, *backend = NULL;
+    sl__opt opts[] = {
+        {"resume", 0, SL__OPT_FLAG, &resume, 0, 0},
+        {"quiet", 'q', SL__OPT_FLAG, &quiet, 0, 0},
+        {"run-dir", 0, SL__OPT_STR, &run_dir, 0, 0},
+        {"backend", 0, SL__OPT_STR, &backend, 0, 0},
+        {NULL, 0, 0, NULL, 0, 0},
+    };
+    sl_cfg *cfg = NULL;
+    sl_trainer *t = NULL;
+    switch (sl__args_parse(PROG, opts, nargs, argv + 1, &npos)) {
+    case SL__ARGS_HELP:
+        fputs(USAGE, stdout);
+        rc = SL__EXIT_OK;
+        goto done;
+    case SL__ARGS_ERROR: rc = SL__EXIT_USAGE; goto done;
+    case SL__ARGS_OK: break;
+    }
+    if (npos != 1) {
+        rc = sl__usage_error(PROG, npos == 0 ? "missing CONFIG" : "one CONFIG file, got %d arguments", npos);
+        goto done;
+    }
+    if (backend && strcmp(backend, "cpu") != 0 && strcmp(backend, "cuda") != 0 && strcmp(backend, "auto") != 0) {
+        rc = sl__usage_error(PROG, "--backend must be cpu, cuda or auto, not '%s'", backend);
+        goto done;
+    }
+    if (run_dir && !*run_dir) {
+        rc = sl__usage_error(PROG, "--run-dir needs a folder name");
+        goto done;
+    }
+    if (sl_cfg_parse_file(argv[1], &cfg)) {
+        rc = sl__fail(PROG);
+        goto done;
+    }
+    for (int i = 0; i < nsets; i++)
+        if (sl_cfg_set(cfg, sets[i])) {
+            fprintf(stderr, "%s: --set: %s\n", PROG, sl_errmsg());
+            rc = SL__EXIT_USAGE;
+            goto done;
+        }
+    if (backend) {
+        char set[64];
+        snprintf(set, sizeof set, "train.backend=%s", backend);
+        if (sl_cfg_set(cfg, set)) {
+            rc = sl__fail(PROG);
+            goto done;
+        }
+    }
+    sl_train_opts to = sl_train_opts_default();
+    to.run_dir = run_dir;
+    to.resume = resume;
+    to.console = stdout;
+    to.progress = !quiet && isatty(STDOUT_FILENO);
+    if (quiet) to.console = NULL;
+    if (sl_trainer_create(cfg, &to, &t)) {
+        rc = sl__fail(PROG);
+        goto done;
+    }
+    if (sl_trainer_run(t)) {
+        rc = sl__fail(PROG);
+        goto done;
+    }
+    if (quiet) {
+        const sl_train_summary *s = sl_trainer_summary(t);
+        if (s->eval_accuracy >= 0) printf("test accuracy %.4f\n", s->eval_accuracy);
+    }
+    rc = SL__EXIT_OK;
+done:
+    sl_trainer_free(t);
+    sl_cfg_free(cfg);
+    free(sets);
+    return rc;
+}

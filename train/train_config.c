@@ -1,0 +1,446 @@
+/* The `train { }` block of the config language -> sl_train_config (see sluice/train.h for
+ * the statements). Every mistake is reported at the statement or value with sl_cfg_err and
+ * a hint: the statement's usage, or "did you mean ...?" for an unknown name.
+ * Workload: one block of a dozen statements, read once per run. */
+#include <stdio.h>
+#include <string.h>
+
+#include "sluice/from_config.h"
+#include "sluice/train.h"
+
+typedef struct {
+    const char *name;
+    const char *usage;
+    const char *opts[8]; /* allowed keys, NULL-terminated */
+} stmt_def;
+
+static const stmt_def DEFS[] = {
+    {"model", "model NAME            (a `model NAME { }` block)", {NULL}},
+    {"data", "data PIPELINE [image=COMPONENT] [label=COMPONENT]", {"image", "label", NULL}},
+    {"eval", "eval PIPELINE [every=EPOCHS | steps=N]   or   eval none", {"every", "steps", NULL}},
+    {"epochs", "epochs N", {NULL}},
+    {"steps", "steps N", {NULL}},
+    {"optimizer", "optimizer sgd|adam|adamw lr=X [momentum=X] [nesterov=BOOL] [weight_decay=X]\n"
+                  "          [beta1=X] [beta2=X] [eps=X]",
+     {"lr", "momentum", "nesterov", "weight_decay", "beta1", "beta2", "eps", NULL}},
+    {"schedule", "schedule constant | step every=N gamma=G | cosine [total=N] [min_lr=X]   [warmup=N]",
+     {"warmup", "every", "gamma", "total", "min_lr", NULL}},
+    {"checkpoint", "checkpoint every=EPOCHS | steps=N [keep=K]   or   checkpoint none",
+     {"every", "steps", "keep", NULL}},
+    {"run_dir", "run_dir \"PATH\"", {NULL}},
+    {"backend", "backend auto|cpu|cuda", {NULL}},
+    {"threads", "threads N            (CPU backend threads, 0: all cores)", {NULL}},
+    {"seed", "seed N", {NULL}},
+    {"strategy", "strategy none|ring|ps", {NULL}},
+};
+#define NDEFS ((int)(sizeof DEFS / sizeof DEFS[0]))
+
+static const stmt_def *find_def(const char *name) {
+    for (int i = 0; i < NDEFS; i++)
+        if (strcmp(DEFS[i].name, name) == 0) return &DEFS[i];
+    return NULL;
+}
+
+static sl_status usage_hint(sl_status s, const stmt_def *d) {
+    sl_err_hint("usage: %s", d->usage);
+    return s;
+}
+
+/* Unknown options and the arity of positionals. */
+static sl_status check_stmt(const sl_cfg *cfg, const sl_cfg_stmt *s, const stmt_def *d, int min_pos,
+                            int max_pos) {
+    for (int i = 0; i < s->nargs; i++) {
+        const sl_cfg_arg *a = &s->args[i];
+        if (!a->key) continue;
+        bool ok = false;
+        int n = 0;
+        while (d->opts[n]) {
+            if (strcmp(d->opts[n], a->key) == 0) ok = true;
+            n++;
+        }
+        if (!ok) {
+            sl_cfg_err(cfg, a->v.loc, SL_EINVAL, "%s: unknown option '%s'", s->name, a->key);
+            const char *sug = n ? sl_suggest(a->key, d->opts, n) : NULL;
+            if (sug) sl_err_hint("did you mean '%s'? usage: %s", sug, d->usage);
+            else usage_hint(0, d);
+            return SL_EINVAL;
+        }
+    }
+    if (s->has_body) {
+        sl_cfg_err(cfg, s->loc, SL_EINVAL, "%s takes no { } block", s->name);
+        return usage_hint(SL_EINVAL, d);
+    }
+    int np = sl_cfg_npos(s);
+    if (np < min_pos) {
+        sl_cfg_err(cfg, s->loc, SL_EINVAL, "%s needs %s", s->name, min_pos == 1 ? "a value" : "more values");
+        return usage_hint(SL_EINVAL, d);
+    }
+    if (np > max_pos) {
+        sl_cfg_err(cfg, sl_cfg_pos(s, max_pos)->loc, SL_EINVAL, "%s: unexpected value", s->name);
+        return usage_hint(SL_EINVAL, d);
+    }
+    return SL_OK;
+}
+
+static sl_status read_word(const sl_cfg *cfg, const sl_cfg_value *v, char *dst, size_t cap) {
+    const char *w;
+    if (sl_cfg_word(cfg, v, &w)) return sl_errcode();
+    if (strlen(w) >= cap) return sl_cfg_err(cfg, v->loc, SL_ERANGE, "'%s' is too long (at most %zu bytes)", w, cap - 1);
+    memcpy(dst, w, strlen(w) + 1);
+    return SL_OK;
+}
+
+static sl_status read_float(const sl_cfg *cfg, const sl_cfg_value *v, double min, double max, float *out) {
+    double d;
+    if (sl_cfg_double(cfg, v, &d)) return sl_errcode();
+    if (!(d >= min && d <= max)) return sl_cfg_err(cfg, v->loc, SL_ERANGE, "%g is outside %g..%g", d, min, max);
+    *out = (float)d;
+    return SL_OK;
+}
+
+/* One of a fixed set of words; an unknown one gets "did you mean". */
+static sl_status read_choice(const sl_cfg *cfg, const sl_cfg_value *v, const char *const *choices, int n,
+                             int *out) {
+    const char *w;
+    if (sl_cfg_word(cfg, v, &w)) return sl_errcode();
+    for (int i = 0; i < n; i++)
+        if (strcmp(w, choices[i]) == 0) {
+            *out = i;
+            return SL_OK;
+        }
+    char list[256] = "";
+    size_t len = 0;
+    for (int i = 0; i < n && len < sizeof list; i++)
+        len += (size_t)snprintf(list + len, sizeof list - len, i ? ", %s" : "%s", choices[i]);
+    sl_cfg_err(cfg, v->loc, SL_EINVAL, "unknown value '%s' (expected one of: %s)", w, list);
+    const char *sug = sl_suggest(w, choices, n);
+    if (sug) sl_err_hint("did you mean '%s'?", sug);
+    return SL_EINVAL;
+}
+
+/* every=N / steps=N (exclusive), into *e; `none`/`off` as the first positional clears. */
+static sl_status read_every(const sl_cfg *cfg, const sl_cfg_stmt *s, const stmt_def *d, sl_train_every *e) {
+    const sl_cfg_value *ev = sl_cfg_opt(s, "every"), *st = sl_cfg_opt(s, "steps");
+    if (ev && st) {
+        sl_cfg_err(cfg, st->loc, SL_EINVAL, "%s: give every=EPOCHS or steps=N, not both", s->name);
+        return usage_hint(SL_EINVAL, d);
+    }
+    if (ev) {
+        e->steps = 0;
+        if (sl_cfg_int(cfg, ev, 1, INT32_MAX, &e->epochs)) return usage_hint(sl_errcode(), d);
+    } else if (st) {
+        e->epochs = 0;
+        if (sl_cfg_int(cfg, st, 1, INT64_MAX / 2, &e->steps)) return usage_hint(sl_errcode(), d);
+    }
+    return SL_OK;
+}
+
+static bool is_none(const sl_cfg_value *v) {
+    return v && v->kind == SL_CV_IDENT && (strcmp(v->text, "none") == 0 || strcmp(v->text, "off") == 0);
+}
+
+static const sl_cfg_stmt *find_block(const sl_cfg *cfg, const char *kind, const char *name) {
+    int n;
+    const sl_cfg_stmt *root = sl_cfg_root(cfg, &n);
+    for (int i = 0; i < n; i++) {
+        if (strcmp(root[i].name, kind) != 0 || !root[i].has_body) continue;
+        const sl_cfg_value *v = sl_cfg_pos(&root[i], 0);
+        if (v && (v->kind == SL_CV_IDENT || v->kind == SL_CV_STRING) && strcmp(v->text, name) == 0)
+            return &root[i];
+    }
+    return NULL;
+}
+
+/* "a, b, c" of the names of `kind NAME { }` blocks, for hints. */
+static void block_names(const sl_cfg *cfg, const char *kind, char *out, size_t cap) {
+    int n;
+    const sl_cfg_stmt *root = sl_cfg_root(cfg, &n);
+    size_t len = 0;
+    out[0] = 0;
+    for (int i = 0; i < n && len < cap; i++) {
+        if (strcmp(root[i].name, kind) != 0 || !root[i].has_body) continue;
+        const sl_cfg_value *v = sl_cfg_pos(&root[i], 0);
+        if (!v || !v->text) continue;
+        len += (size_t)snprintf(out + len, cap - len, len ? ", %s" : "%s", v->text);
+    }
+}
+
+/* A named model/pipeline block must exist; its `batch N` (pipelines) into *batch. */
+static sl_status check_block(const sl_cfg *cfg, const sl_cfg_stmt *at, const char *kind, const char *name,
+                             int64_t *batch) {
+    const sl_cfg_stmt *b = find_block(cfg, kind, name);
+    if (!b) {
+        char names[512];
+        block_names(cfg, kind, names, sizeof names);
+        sl_cfg_err(cfg, sl_cfg_pos(at, 0)->loc, SL_ENOTFOUND, "no `%s %s { }` block in this file", kind, name);
+        if (names[0]) sl_err_hint("the %s blocks here are: %s", kind, names);
+        else sl_err_hint("add a `%s %s { ... }` block", kind, name);
+        return SL_ENOTFOUND;
+    }
+    if (!batch) return SL_OK;
+    const sl_cfg_stmt *bs = NULL;
+    for (int i = 0; i < b->nbody; i++)
+        if (strcmp(b->body[i].name, "batch") == 0) bs = &b->body[i];
+    const sl_cfg_value *v = bs ? sl_cfg_pos(bs, 0) : NULL;
+    if (!v) {
+        sl_cfg_err(cfg, b->loc, SL_EINVAL, "pipeline '%s' has no `batch N` statement: the trainer takes batches",
+                   name);
+        sl_err_hint("add e.g. `batch 128 drop_remainder` after the map");
+        return SL_EINVAL;
+    }
+    return sl_cfg_int(cfg, v, 1, 1 << 24, batch);
+}
+
+static uint64_t fnv(uint64_t h, const void *p, size_t n) {
+    const unsigned char *c = p;
+    for (size_t i = 0; i < n; i++) h = (h ^ c[i]) * 0x100000001b3ULL;
+    return h;
+}
+
+static uint64_t hash_value(uint64_t h, const sl_cfg_value *v) {
+    h = fnv(h, &v->kind, sizeof v->kind);
+    if (v->kind == SL_CV_NUMBER) h = fnv(h, &v->num, sizeof v->num);
+    else if (v->text) h = fnv(h, v->text, strlen(v->text) + 1);
+    for (int i = 0; i < v->nargs; i++) {
+        if (v->args[i].key) h = fnv(h, v->args[i].key, strlen(v->args[i].key) + 1);
+        h = hash_value(h, &v->args[i].v);
+    }
+    return h;
+}
+
+/* The hash of a statement tree: names, keys and values, not positions or comments, so
+ * reformatting the block keeps the hash and changing a layer changes it. */
+static uint64_t hash_stmt(uint64_t h, const sl_cfg_stmt *s) {
+    h = fnv(h, s->name, strlen(s->name) + 1);
+    for (int i = 0; i < s->nargs; i++) {
+        if (s->args[i].key) h = fnv(h, s->args[i].key, strlen(s->args[i].key) + 1);
+        h = hash_value(h, &s->args[i].v);
+    }
+    for (int i = 0; i < s->nbody; i++) h = hash_stmt(h, &s->body[i]);
+    return fnv(h, "}", 1);
+}
+
+static const char *const OPTIMS[] = {"sgd", "adam", "adamw"};
+static const char *const SCHEDS[] = {"constant", "step", "cosine"};
+static const char *const BACKENDS[] = {"auto", "cpu", "cuda"};
+static const char *const STRATEGIES[] = {"none", "ring", "ps"};
+
+static sl_status read_optimizer(const sl_cfg *cfg, const sl_cfg_stmt *s, const stmt_def *d, sl_train_config *c) {
+    int k;
+    if (read_choice(cfg, sl_cfg_pos(s, 0), OPTIMS, 3, &k)) return sl_errcode();
+    sl_optim_spec o = {.kind = (sl_optim_kind)(SL_OPTIM_SGD + k)};
+    const sl_cfg_value *v;
+    if (!(v = sl_cfg_opt(s, "lr"))) {
+        sl_cfg_err(cfg, s->loc, SL_EINVAL, "optimizer needs lr=");
+        return usage_hint(SL_EINVAL, d);
+    }
+    if (read_float(cfg, v, 0, 100, &c->schedule.lr)) return sl_errcode();
+    if ((v = sl_cfg_opt(s, "momentum")) || (v = sl_cfg_opt(s, "nesterov"))) {
+        if (o.kind != SL_OPTIM_SGD) {
+            sl_cfg_err(cfg, v->loc, SL_EINVAL, "momentum and nesterov are options of sgd");
+            return usage_hint(SL_EINVAL, d);
+        }
+    }
+    if ((v = sl_cfg_opt(s, "beta1")) || (v = sl_cfg_opt(s, "beta2")) || (v = sl_cfg_opt(s, "eps"))) {
+        if (o.kind == SL_OPTIM_SGD) {
+            sl_cfg_err(cfg, v->loc, SL_EINVAL, "beta1, beta2 and eps are options of adam and adamw");
+            return usage_hint(SL_EINVAL, d);
+        }
+    }
+    if ((v = sl_cfg_opt(s, "momentum")) && read_float(cfg, v, 0, 0.999999, &o.momentum)) return sl_errcode();
+    if ((v = sl_cfg_opt(s, "nesterov")) && sl_cfg_bool(cfg, v, &o.nesterov)) return sl_errcode();
+    if (o.nesterov && o.momentum == 0) {
+        sl_cfg_err(cfg, v->loc, SL_EINVAL, "nesterov needs momentum > 0");
+        return usage_hint(SL_EINVAL, d);
+    }
+    if ((v = sl_cfg_opt(s, "weight_decay")) && read_float(cfg, v, 0, 10, &o.weight_decay)) return sl_errcode();
+    if ((v = sl_cfg_opt(s, "beta1")) && read_float(cfg, v, 0, 0.999999, &o.beta1)) return sl_errcode();
+    if ((v = sl_cfg_opt(s, "beta2")) && read_float(cfg, v, 0, 0.999999999, &o.beta2)) return sl_errcode();
+    if ((v = sl_cfg_opt(s, "eps")) && read_float(cfg, v, 0, 1, &o.eps)) return sl_errcode();
+    c->optim = o;
+    return SL_OK;
+}
+
+static sl_status read_schedule(const sl_cfg *cfg, const sl_cfg_stmt *s, const stmt_def *d, sl_train_config *c) {
+    int k;
+    if (read_choice(cfg, sl_cfg_pos(s, 0), SCHEDS, 3, &k)) return sl_errcode();
+    sl_schedule *sc = &c->schedule;
+    float lr = sc->lr;
+    *sc = (sl_schedule){.kind = (sl_sched_kind)k, .lr = lr, .gamma = 0.1f};
+    const sl_cfg_value *v;
+    if ((v = sl_cfg_opt(s, "warmup")) && sl_cfg_int(cfg, v, 0, INT64_MAX / 4, &sc->warmup)) return sl_errcode();
+    const char *only_step[] = {"every", "gamma"}, *only_cos[] = {"total", "min_lr"};
+    for (int i = 0; i < 2; i++) {
+        if (sc->kind != SL_SCHED_STEP && (v = sl_cfg_opt(s, only_step[i]))) {
+            sl_cfg_err(cfg, v->loc, SL_EINVAL, "%s= is an option of `schedule step`", only_step[i]);
+            return usage_hint(SL_EINVAL, d);
+        }
+        if (sc->kind != SL_SCHED_COSINE && (v = sl_cfg_opt(s, only_cos[i]))) {
+            sl_cfg_err(cfg, v->loc, SL_EINVAL, "%s= is an option of `schedule cosine`", only_cos[i]);
+            return usage_hint(SL_EINVAL, d);
+        }
+    }
+    if (sc->kind == SL_SCHED_STEP) {
+        if (!(v = sl_cfg_opt(s, "every"))) {
+            sl_cfg_err(cfg, s->loc, SL_EINVAL, "schedule step needs every=N (steps)");
+            return usage_hint(SL_EINVAL, d);
+        }
+        if (sl_cfg_int(cfg, v, 1, INT64_MAX / 4, &sc->step_size)) return sl_errcode();
+        if ((v = sl_cfg_opt(s, "gamma")) && read_float(cfg, v, 0, 1, &sc->gamma)) return sl_errcode();
+    }
+    if ((v = sl_cfg_opt(s, "total")) && sl_cfg_int(cfg, v, 1, INT64_MAX / 4, &sc->total)) return sl_errcode();
+    if ((v = sl_cfg_opt(s, "min_lr")) && read_float(cfg, v, 0, 100, &sc->min_lr)) return sl_errcode();
+    return SL_OK;
+}
+
+sl_status sl_train_config_parse(const sl_cfg *cfg, sl_train_config *out) {
+    sl_train_config c;
+    memset(&c, 0, sizeof c);
+    c.eval_every.epochs = 1;
+    c.epochs = 1;
+    c.optim = (sl_optim_spec){.kind = SL_OPTIM_SGD, .momentum = 0.9f};
+    c.schedule = (sl_schedule){.kind = SL_SCHED_CONSTANT, .lr = 0.01f, .gamma = 0.1f};
+    c.ckpt_keep = 3;
+    c.backend = SL_BACKEND_AUTO;
+    c.seed = 1;
+    strcpy(c.strategy, "none");
+    strcpy(c.image_key, "image");
+    strcpy(c.label_key, "label");
+
+    int n;
+    const sl_cfg_stmt *root = sl_cfg_root(cfg, &n);
+    const sl_cfg_stmt *tb = NULL;
+    for (int i = 0; i < n; i++)
+        if (strcmp(root[i].name, "train") == 0) {
+            if (tb) {
+                sl_cfg_err(cfg, root[i].loc, SL_EINVAL, "a second train block (one per file)");
+                return SL_EINVAL;
+            }
+            tb = &root[i];
+        }
+    if (!tb) {
+        sl_err(SL_ENOTFOUND, "%s: no `train { }` block", sl_cfg_filename(cfg));
+        sl_err_hint("add one: train { model NAME; data PIPELINE; eval PIPELINE; epochs N; optimizer sgd lr=0.05 }");
+        return SL_ENOTFOUND;
+    }
+    if (!tb->has_body || sl_cfg_npos(tb) > 0) {
+        sl_cfg_err(cfg, tb->loc, SL_EINVAL, "train takes a { } block and no values");
+        sl_err_hint("write: train { model NAME ... }");
+        return SL_EINVAL;
+    }
+    const sl_cfg_stmt *model = NULL, *data = NULL, *eval = NULL, *sched = NULL;
+    bool seen_optim = false;
+    for (int i = 0; i < tb->nbody; i++) {
+        const sl_cfg_stmt *s = &tb->body[i];
+        const stmt_def *d = find_def(s->name);
+        if (!d) {
+            const char *names[NDEFS];
+            for (int j = 0; j < NDEFS; j++) names[j] = DEFS[j].name;
+            sl_cfg_err(cfg, s->loc, SL_EINVAL, "unknown train statement '%s'", s->name);
+            const char *sug = sl_suggest(s->name, names, NDEFS);
+            if (sug) sl_err_hint("did you mean '%s'?", sug);
+            else sl_err_hint("the train statements are model, data, eval, epochs, steps, optimizer, schedule, "
+                             "checkpoint, run_dir, backend, threads, seed, strategy");
+            return SL_EINVAL;
+        }
+        const char *nm = s->name;
+        int maxpos = 1, minpos = 1;
+        if (strcmp(nm, "checkpoint") == 0) minpos = 0;
+        if (check_stmt(cfg, s, d, minpos, maxpos)) return sl_errcode();
+        const sl_cfg_value *p0 = sl_cfg_pos(s, 0);
+        sl_status st = SL_OK;
+        if (strcmp(nm, "model") == 0) {
+            st = read_word(cfg, p0, c.model, sizeof c.model);
+            model = s;
+        } else if (strcmp(nm, "data") == 0) {
+            st = read_word(cfg, p0, c.data, sizeof c.data);
+            const sl_cfg_value *v;
+            if (!st && (v = sl_cfg_opt(s, "image"))) st = read_word(cfg, v, c.image_key, sizeof c.image_key);
+            if (!st && (v = sl_cfg_opt(s, "label"))) st = read_word(cfg, v, c.label_key, sizeof c.label_key);
+            data = s;
+        } else if (strcmp(nm, "eval") == 0) {
+            if (is_none(p0)) {
+                c.eval[0] = 0;
+                eval = NULL;
+            } else {
+                st = read_word(cfg, p0, c.eval, sizeof c.eval);
+                if (!st) st = read_every(cfg, s, d, &c.eval_every);
+                eval = s;
+            }
+        } else if (strcmp(nm, "epochs") == 0) {
+            st = sl_cfg_int(cfg, p0, 1, INT32_MAX, &c.epochs);
+            c.steps = 0;
+        } else if (strcmp(nm, "steps") == 0) {
+            st = sl_cfg_int(cfg, p0, 1, INT64_MAX / 4, &c.steps);
+            c.epochs = 0;
+        } else if (strcmp(nm, "optimizer") == 0) {
+            st = read_optimizer(cfg, s, d, &c);
+            seen_optim = true;
+        } else if (strcmp(nm, "schedule") == 0) {
+            sched = s;
+        } else if (strcmp(nm, "checkpoint") == 0) {
+            if (is_none(p0)) {
+                c.ckpt_every = (sl_train_every){0, 0};
+            } else if (p0) {
+                sl_cfg_err(cfg, p0->loc, SL_EINVAL, "checkpoint: unexpected value");
+                return usage_hint(SL_EINVAL, d);
+            } else {
+                if (!sl_cfg_opt(s, "every") && !sl_cfg_opt(s, "steps")) c.ckpt_every = (sl_train_every){1, 0};
+                st = read_every(cfg, s, d, &c.ckpt_every);
+                const sl_cfg_value *v = sl_cfg_opt(s, "keep");
+                int64_t keep;
+                if (!st && v) {
+                    st = sl_cfg_int(cfg, v, 0, 1000000, &keep);
+                    c.ckpt_keep = (int)keep;
+                }
+            }
+        } else if (strcmp(nm, "run_dir") == 0) {
+            st = read_word(cfg, p0, c.run_dir, sizeof c.run_dir);
+        } else if (strcmp(nm, "backend") == 0) {
+            int k;
+            st = read_choice(cfg, p0, BACKENDS, 3, &k);
+            c.backend = k == 0 ? SL_BACKEND_AUTO : k == 1 ? SL_BACKEND_CPU : SL_BACKEND_CUDA;
+        } else if (strcmp(nm, "threads") == 0) {
+            int64_t t;
+            st = sl_cfg_int(cfg, p0, 0, 1024, &t);
+            c.threads = (int)t;
+        } else if (strcmp(nm, "seed") == 0) {
+            int64_t sd;
+            st = sl_cfg_int(cfg, p0, 0, INT64_MAX, &sd);
+            c.seed = (uint64_t)sd;
+        } else if (strcmp(nm, "strategy") == 0) {
+            int k;
+            st = read_choice(cfg, p0, STRATEGIES, 3, &k);
+            strcpy(c.strategy, STRATEGIES[k]);
+        }
+        if (st) {
+            if (!strstr(sl_errmsg(), "HINT")) usage_hint(st, d);
+            return st;
+        }
+    }
+    /* the schedule reads the optimizer's lr, wherever the two statements are */
+    if (sched && read_schedule(cfg, sched, find_def("schedule"), &c)) return sl_errcode();
+    (void)seen_optim;
+    if (!model) {
+        sl_cfg_err(cfg, tb->loc, SL_EINVAL, "the train block needs `model NAME`");
+        char names[512];
+        block_names(cfg, "model", names, sizeof names);
+        if (names[0]) sl_err_hint("the model blocks here are: %s", names);
+        else sl_err_hint("add a `model NAME { input 28x28x1 ... }` block and name it in train");
+        return SL_EINVAL;
+    }
+    if (!data) {
+        sl_cfg_err(cfg, tb->loc, SL_EINVAL, "the train block needs `data PIPELINE`");
+        char names[512];
+        block_names(cfg, "pipeline", names, sizeof names);
+        if (names[0]) sl_err_hint("the pipelines here are: %s", names);
+        return SL_EINVAL;
+    }
+    if (check_block(cfg, model, "model", c.model, NULL)) return sl_errcode();
+    if (check_block(cfg, data, "pipeline", c.data, &c.batch)) return sl_errcode();
+    if (eval && c.eval[0] && check_block(cfg, eval, "pipeline", c.eval, &c.eval_batch)) return sl_errcode();
+    if (!c.run_dir[0]) snprintf(c.run_dir, sizeof c.run_dir, "runs/%s", c.model);
+    c.model_hash = hash_stmt(0xcbf29ce484222325ULL, find_block(cfg, "model", c.model));
+    *out = c;
+    return SL_OK;
+}

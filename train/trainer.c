@@ -1,0 +1,694 @@
+/* The training loop (sluice/train.h): batches from a config pipeline -> train step ->
+ * gradient exchange hook -> optimizer step with the scheduled learning rate; evaluation,
+ * checkpoints, --resume, console lines and TensorBoard scalars around it.
+ *
+ * Step time is split three ways, the numbers that say whether the input pipeline is the
+ * bottleneck: waiting for the pipeline (sl_iter_next), compute (prefetch + forward +
+ * backward + optimizer), and exchange (the hook). The pipeline's own `prefetch` op keeps
+ * batch k+1 in the making on its threads while step k computes; sl_model_prefetch stages
+ * the batch for the device (an async copy on CUDA).
+ *
+ * Workload: thousands of steps of a few ms to a few hundred ms each; one console line per
+ * epoch, a progress bar redrawn at most ten times a second, a checkpoint every epoch or
+ * every few hundred steps. One thread drives everything; the pipeline and the backend have
+ * their own. */
+#include <dirent.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "sluice/from_config.h"
+#include "sluice/pipeline.h"
+#include "sluice/stats.h"
+#include "sluice/tfevents.h"
+#include "sluice/train.h"
+
+struct sl_trainer {
+    sl_cfg *cfg;               /* borrowed */
+    sl_train_config c;
+    sl_train_opts opts;
+    sl_train_hooks hooks;      /* copy; world_size 1 / chief when none were given */
+    sl_model *model;
+    sl_optim *optim;
+    sl_dataset *train_ds, *eval_ds;
+    sl_tfev_writer *events;
+    sl_train_summary sum;
+    int64_t steps_per_epoch;   /* 0 until known */
+    int64_t total_steps;       /* the run's length in steps, 0 until known */
+    bool ran;
+};
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+/* splitmix64: per-epoch iterator seeds from the run seed. */
+static uint64_t mix(uint64_t a, uint64_t b) {
+    uint64_t z = a * 0x9e3779b97f4a7c15ULL + b + 0x632be59bd9b4e019ULL;
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    return z ^ (z >> 31);
+}
+
+sl_train_opts sl_train_opts_default(void) {
+    sl_train_opts o = {0};
+    return o;
+}
+
+static bool chief(const sl_trainer *t) { return t->hooks.is_chief; }
+
+static FILE *console(const sl_trainer *t) { return chief(t) ? t->opts.console : NULL; }
+
+static void warnf(const sl_trainer *t, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void warnf(const sl_trainer *t, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    if (t->opts.console) fflush(t->opts.console);
+    fputs("warning: ", stderr);
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+    va_end(ap);
+}
+
+/* mkdir -p */
+static sl_status make_dirs(const char *path) {
+    char buf[1024];
+    size_t n = strlen(path);
+    if (n == 0 || n >= sizeof buf) return sl_err(SL_EINVAL, "run folder '%s': empty or too long", path);
+    memcpy(buf, path, n + 1);
+    for (size_t i = 1; i <= n; i++) {
+        if (buf[i] != '/' && buf[i] != 0) continue;
+        char c = buf[i];
+        buf[i] = 0;
+        if (mkdir(buf, 0777) != 0 && errno != EEXIST)
+            return sl_err(SL_EIO, "cannot create run folder %s: %s", buf, strerror(errno));
+        buf[i] = c;
+    }
+    struct stat st;
+    if (stat(path, &st) != 0 || !S_ISDIR(st.st_mode))
+        return sl_err(SL_EIO, "run folder %s is not a directory", path);
+    return SL_OK;
+}
+
+sl_status sl_trainer_create(sl_cfg *cfg, const sl_train_opts *opts, sl_trainer **out) {
+    *out = NULL;
+    sl_trainer *t = calloc(1, sizeof *t);
+    if (!t) return sl_err(SL_ENOMEM, "out of memory creating a trainer");
+    t->cfg = cfg;
+    t->opts = opts ? *opts : sl_train_opts_default();
+    if (t->opts.hooks) t->hooks = *t->opts.hooks;
+    else t->hooks = (sl_train_hooks){.world_size = 1, .rank = 0, .is_chief = true};
+    t->sum.eval_accuracy = -1;
+    sl_status s;
+    if ((s = sl_train_config_parse(cfg, &t->c))) goto fail;
+    int w = t->hooks.world_size;
+    if (w < 1 || t->hooks.rank < 0 || t->hooks.rank >= w) {
+        s = sl_err(SL_EINVAL, "trainer hooks: rank %d of world size %d", t->hooks.rank, w);
+        goto fail;
+    }
+    if (w > 1 && (!t->hooks.exchange || strcmp(t->c.strategy, "none") == 0)) {
+        s = sl_err(SL_EINVAL, "%d replicas need a gradient exchange: set `strategy ring` or `strategy ps` in the train block",
+                   w);
+        goto fail;
+    }
+    if (w == 1 && strcmp(t->c.strategy, "none") != 0 && !t->opts.hooks) {
+        s = sl_err(SL_EUNSUPPORTED, "strategy %s needs replicas: start them with sluice-launch -n N", t->c.strategy);
+        sl_err_hint("for one replica write `strategy none` (or --set train.strategy=none)");
+        goto fail;
+    }
+    if (w > 1) {
+        if (t->c.batch % w != 0) {
+            s = sl_err(SL_EINVAL, "pipeline '%s': the global batch %" PRId64 " is not a multiple of the %d replicas",
+                       t->c.data, t->c.batch, w);
+            sl_err_hint("the batch in the config is the global batch: each replica takes batch/N");
+            goto fail;
+        }
+        char set[200];
+        snprintf(set, sizeof set, "pipeline.%s.batch=%" PRId64, t->c.data, t->c.batch / w);
+        if ((s = sl_cfg_set(cfg, set))) goto fail;
+    }
+    if (t->opts.run_dir) {
+        if (strlen(t->opts.run_dir) >= sizeof t->c.run_dir) {
+            s = sl_err(SL_EINVAL, "--run-dir is too long");
+            goto fail;
+        }
+        strcpy(t->c.run_dir, t->opts.run_dir);
+    }
+
+    sl_model_opts mo = sl_model_opts_default();
+    mo.backend = t->c.backend;
+    mo.threads = t->c.threads;
+    mo.seed = t->c.seed;
+    int64_t per_replica = t->c.batch / w;
+    mo.max_batch = (int)(per_replica > t->c.eval_batch ? per_replica : t->c.eval_batch);
+    if ((s = sl_model_from_config(cfg, t->c.model, &mo, &t->model))) goto fail;
+    if ((s = sl_optim_create(t->model, &t->c.optim, &t->optim))) goto fail;
+
+    sl_pipeline_env env = sl_pipeline_env_default();
+    env.num_shards = w;
+    env.shard_index = t->hooks.rank;
+    env.seed = t->c.seed;
+    if ((s = sl_pipeline_from_config(cfg, t->c.data, &env, &t->train_ds))) goto fail;
+    if (t->c.epochs > 0 && sl_dataset_cardinality(t->train_ds) == SL_INFINITE) {
+        s = sl_err(SL_EINVAL, "pipeline '%s' never ends (repeat), so it has no epochs", t->c.data);
+        sl_err_hint("train for `steps N` instead of `epochs N`, or drop the repeat (each epoch re-reads the pipeline)");
+        goto fail;
+    }
+    if (t->c.eval[0] && chief(t)) {
+        sl_pipeline_env eenv = sl_pipeline_env_default();
+        eenv.seed = t->c.seed;
+        if ((s = sl_pipeline_from_config(cfg, t->c.eval, &eenv, &t->eval_ds))) goto fail;
+    }
+    if (chief(t) && (s = make_dirs(t->c.run_dir))) goto fail;
+    if (t->c.steps > 0) t->total_steps = t->c.steps;
+    *out = t;
+    return SL_OK;
+fail:
+    sl_trainer_free(t);
+    return s;
+}
+
+const sl_train_config *sl_trainer_config(const sl_trainer *t) { return &t->c; }
+sl_model *sl_trainer_model(sl_trainer *t) { return t->model; }
+const sl_train_summary *sl_trainer_summary(const sl_trainer *t) { return &t->sum; }
+
+void sl_trainer_free(sl_trainer *t) {
+    if (!t) return;
+    sl_tfev_close(t->events);
+    sl_dataset_unref(t->train_ds);
+    sl_dataset_unref(t->eval_ds);
+    sl_optim_free(t->optim);
+    sl_model_free(t->model);
+    free(t);
+}
+
+/* ---- batches ------------------------------------------------------------------------- */
+
+/* The image and label tensors of a batch, checked. */
+static sl_status batch_parts(const sl_trainer *t, const char *pipe, const sl_element *e, const sl_tensor **x,
+                             const sl_tensor **y) {
+    int ix = sl_element_find(e, t->c.image_key), iy = sl_element_find(e, t->c.label_key);
+    if (ix < 0 || iy < 0) {
+        char names[256] = "";
+        size_t len = 0;
+        for (int i = 0; i < e->n && len < sizeof names; i++)
+            len += (size_t)snprintf(names + len, sizeof names - len, i ? ", %s" : "%s", e->names[i]);
+        sl_err(SL_EINVAL, "pipeline '%s': its elements have no '%s' component (they have: %s)", pipe,
+               ix < 0 ? t->c.image_key : t->c.label_key, names);
+        sl_err_hint("name the components with `data %s image=COMPONENT label=COMPONENT` in the train block", pipe);
+        return SL_EINVAL;
+    }
+    *x = &e->t[ix];
+    *y = &e->t[iy];
+    if ((*x)->dtype != SL_DT_F32) {
+        char d[96];
+        sl_err(SL_EINVAL, "pipeline '%s': component '%s' is %s; the model takes float32", pipe, t->c.image_key,
+               sl_tensor_describe(*x, d, sizeof d));
+        sl_err_hint("end the map with scale(%s, 1/255) or cast(%s, float32)", t->c.image_key, t->c.image_key);
+        return SL_EINVAL;
+    }
+    if ((*x)->rank < 1 || (*y)->rank != 1 || (*y)->dims[0] != (*x)->dims[0]) {
+        char a[96], b[96];
+        sl_err(SL_EINVAL, "pipeline '%s': a batch of %s with labels %s; expected [B, ...] and [B]", pipe,
+               sl_tensor_describe(*x, a, sizeof a), sl_tensor_describe(*y, b, sizeof b));
+        sl_err_hint("the pipeline must end with `batch N` over scalar labels");
+        return SL_EINVAL;
+    }
+    return SL_OK;
+}
+
+static sl_status open_epoch(sl_trainer *t, int64_t epoch, sl_iter **it) {
+    sl_iter_opts io = sl_iter_opts_default();
+    io.seed = mix(t->c.seed, (uint64_t)epoch);
+    sl_status s = sl_iter_create(t->train_ds, &io, it);
+    if (s) sl_err_prefix("pipeline '%s': ", t->c.data);
+    return s;
+}
+
+/* Batches in one epoch: needed up front only for a cosine schedule measured in epochs. */
+static sl_status count_batches(sl_trainer *t, int64_t *n) {
+    int64_t card = sl_dataset_cardinality(t->train_ds);
+    if (card > 0) {
+        *n = card;
+        return SL_OK;
+    }
+    sl_iter *it;
+    sl_status s = open_epoch(t, 0, &it);
+    if (s) return s;
+    sl_element e;
+    sl_element_init(&e);
+    int64_t k = 0;
+    while ((s = sl_iter_next(it, &e)) == SL_OK) {
+        k++;
+        sl_element_clear(&e);
+    }
+    sl_iter_close(it);
+    if (s != SL_END) return s;
+    *n = k;
+    return SL_OK;
+}
+
+sl_status sl_trainer_evaluate(sl_trainer *t, double *loss, double *accuracy) {
+    if (!t->eval_ds) return sl_err(SL_ESTATE, "no eval pipeline (add `eval PIPELINE` to the train block)");
+    sl_iter *it;
+    sl_status s = sl_iter_create(t->eval_ds, NULL, &it);
+    if (s) return s;
+    sl_element e;
+    sl_element_init(&e);
+    double lsum = 0;
+    int64_t correct = 0, n = 0;
+    while ((s = sl_iter_next(it, &e)) == SL_OK) {
+        const sl_tensor *x, *y;
+        sl_step_result r = {0};
+        if ((s = batch_parts(t, t->c.eval, &e, &x, &y)) || (s = sl_model_prefetch(t->model, x, y)) ||
+            (s = sl_model_eval_step(t->model, x, y, &r))) {
+            sl_element_clear(&e);
+            break;
+        }
+        lsum += r.loss * (double)r.examples;
+        correct += r.correct;
+        n += r.examples;
+        sl_element_clear(&e);
+    }
+    sl_iter_close(it);
+    if (s != SL_END) return s;
+    if (n == 0) return sl_err(SL_EINVAL, "eval pipeline '%s' produced no examples", t->c.eval);
+    *loss = lsum / (double)n;
+    *accuracy = (double)correct / (double)n;
+    return SL_OK;
+}
+
+/* ---- checkpoints --------------------------------------------------------------------- */
+
+static sl_status save(sl_trainer *t, int64_t step, int64_t epoch, int64_t batch) {
+    char path[1200];
+    snprintf(path, sizeof path, "%s/ckpt-%09" PRId64 ".safetensors", t->c.run_dir, step);
+    sl_ckpt_position pos = {.step = step, .epoch = epoch, .batch = batch, .steps_per_epoch = t->steps_per_epoch,
+                            .model_hash = t->c.model_hash};
+    sl_status s = sl_train_save_checkpoint(path, t->model, t->optim, t->c.model, sl_cfg_filename(t->cfg), &pos);
+    if (s) return s;
+    if (t->c.ckpt_keep > 0) {
+        char **list;
+        int n = sl_train_list_checkpoints(t->c.run_dir, &list);
+        for (int i = t->c.ckpt_keep; i < n; i++) unlink(list[i]);
+        if (n > 0) sl_train_free_list(list, n);
+    }
+    return SL_OK;
+}
+
+/* Temporary files of checkpoint writes that a killed run left behind (never read). */
+static void remove_stale(const sl_trainer *t) {
+    DIR *d = opendir(t->c.run_dir);
+    if (!d) return;
+    struct dirent *de;
+    while ((de = readdir(d)))
+        if (strncmp(de->d_name, "ckpt-", 5) == 0 && strstr(de->d_name, ".safetensors.tmp.")) {
+            char p[1400];
+            snprintf(p, sizeof p, "%s/%s", t->c.run_dir, de->d_name);
+            unlink(p);
+        }
+    closedir(d);
+}
+
+/* The newest checkpoint that loads cleanly, into the model and optimizer. */
+static sl_status resume(sl_trainer *t, sl_ckpt_position *pos) {
+    char **list;
+    int n = sl_train_list_checkpoints(t->c.run_dir, &list);
+    if (n < 0) return n;
+    for (int i = 0; i < n; i++) {
+        sl_status s = sl_train_load_checkpoint(list[i], t->model, t->optim, t->c.model_hash, pos);
+        if (s == SL_OK) {
+            snprintf(t->sum.resumed_from, sizeof t->sum.resumed_from, "%s", list[i]);
+            sl_train_free_list(list, n);
+            return SL_OK;
+        }
+        if (s == SL_EINVAL || s == SL_ENOMEM) { /* another model or optimizer: not a torn file */
+            sl_train_free_list(list, n);
+            return s;
+        }
+        warnf(t, "skipping checkpoint %s: %s", list[i], sl_errmsg());
+    }
+    if (n > 0) {
+        warnf(t, "no loadable checkpoint in %s (%d tried): starting from step 0", t->c.run_dir, n);
+        sl_train_free_list(list, n);
+    } else if (console(t)) {
+        fprintf(console(t), "no checkpoint in %s: starting from step 0\n", t->c.run_dir);
+    }
+    *pos = (sl_ckpt_position){0};
+    return SL_OK;
+}
+
+/* ---- console and events ------------------------------------------------------------- */
+
+static void progress(sl_trainer *t, double *last, int64_t epoch, int64_t b, double loss, int64_t correct,
+                     int64_t seen) {
+    FILE *f = console(t);
+    if (!f || !t->opts.progress) return;
+    double tn = now_s();
+    if (tn - *last < 0.1) return;
+    *last = tn;
+    char bar[32] = "";
+    if (t->steps_per_epoch > 0) {
+        int w = 24, fill = (int)((double)w * (double)b / (double)t->steps_per_epoch);
+        if (fill > w) fill = w;
+        for (int i = 0; i < w; i++) bar[i] = i < fill ? '=' : i == fill ? '>' : ' ';
+        bar[w] = 0;
+        fprintf(f, "\r\033[Kepoch %" PRId64 " [%s] %" PRId64 "/%" PRId64 "  loss %.4f  accuracy %.4f", epoch + 1,
+                bar, b, t->steps_per_epoch, loss, seen ? (double)correct / (double)seen : 0.0);
+    } else {
+        fprintf(f, "\r\033[Kepoch %" PRId64 "  batch %" PRId64 "  loss %.4f  accuracy %.4f", epoch + 1, b, loss,
+                seen ? (double)correct / (double)seen : 0.0);
+    }
+    fflush(f);
+}
+
+static void progress_clear(sl_trainer *t) {
+    FILE *f = console(t);
+    if (f && t->opts.progress) fputs("\r\033[K", f);
+}
+
+static sl_status scalar(sl_trainer *t, const char *tag, int64_t step, double v) {
+    if (!t->events) return SL_OK;
+    return sl_tfev_add_scalar(t->events, tag, step, (float)v, 0);
+}
+
+/* ---- the loop ------------------------------------------------------------------------ */
+
+typedef struct {
+    double loss_sum;       /* sum of batch mean loss * examples */
+    int64_t correct, examples, batches;
+    double wait, compute, exchange; /* seconds */
+    double t0, t1;         /* the epoch's training began / ended (t1 before its evaluation) */
+} epoch_acc;
+
+static sl_status run_eval(sl_trainer *t, int64_t step, double *acc_out) {
+    double loss, acc;
+    sl_status s = sl_trainer_evaluate(t, &loss, &acc);
+    if (s) return s;
+    t->sum.eval_accuracy = acc;
+    t->sum.eval_loss = loss;
+    *acc_out = acc;
+    if ((s = scalar(t, "eval/accuracy", step, acc)) || (s = scalar(t, "eval/loss", step, loss))) return s;
+    return SL_OK;
+}
+
+/* One console line and the epoch's scalars. */
+static sl_status end_epoch(sl_trainer *t, int64_t epoch, int64_t step, const epoch_acc *a, float lr,
+                           double eval_acc) {
+    double secs = a->t1 - a->t0;
+    double busy = a->wait + a->compute + a->exchange;
+    double loss = a->examples ? a->loss_sum / (double)a->examples : 0;
+    double acc = a->examples ? (double)a->correct / (double)a->examples : 0;
+    double eps = secs > 0 ? (double)a->examples * t->hooks.world_size / secs : 0;
+    double wait = busy > 0 ? a->wait / busy : 0;
+    t->sum.train_loss = loss;
+    t->sum.train_accuracy = acc;
+    FILE *f = console(t);
+    if (f) {
+        progress_clear(t);
+        if (t->c.epochs > 0)
+            fprintf(f, "epoch %" PRId64 "/%" PRId64, epoch + 1, t->c.epochs);
+        else
+            fprintf(f, "epoch %" PRId64, epoch + 1);
+        fprintf(f, "  step %" PRId64 "  loss %.4f  accuracy %.4f  %.0f examples/s  input wait %.1f%%  lr %.3g", step,
+                loss, acc, eps, 100 * wait, lr);
+        if (eval_acc >= 0) fprintf(f, "  eval accuracy %.4f", eval_acc);
+        fprintf(f, "  (%.1f s)\n", now_s() - a->t0);
+        fflush(f);
+    }
+    sl_status s;
+    if ((s = scalar(t, "train/loss", step, loss)) || (s = scalar(t, "train/accuracy", step, acc)) ||
+        (s = scalar(t, "train/learning_rate", step, lr)) || (s = scalar(t, "train/examples_per_sec", step, eps)) ||
+        (s = scalar(t, "train/input_wait_fraction", step, wait)))
+        return s;
+    if (t->events && (s = sl_tfev_flush(t->events))) return s;
+    return SL_OK;
+}
+
+static bool every_steps(const sl_train_every *e, int64_t step) { return e->steps > 0 && step % e->steps == 0; }
+static bool every_epochs(const sl_train_every *e, int64_t epochs_done) {
+    return e->epochs > 0 && epochs_done % e->epochs == 0;
+}
+
+static sl_status train_loop(sl_trainer *t, int64_t step, int64_t epoch, int64_t skip) {
+    sl_status s = SL_OK;
+    sl_iter *it = NULL;
+    sl_element e, el[2];
+    sl_element_init(&e);
+    sl_element_init(&el[0]);
+    sl_element_init(&el[1]);
+    float lr = sl_schedule_lr(&t->c.schedule, step);
+    double run_t0 = now_s(), busy_wait = 0, busy_all = 0;
+    int64_t run_examples = 0, last_eval_step = -1;
+    double last_eval = -1;
+    int64_t pos_batch = skip; /* the data position after the last step: batch pos_batch of epoch */
+    bool done = t->c.steps > 0 ? step >= t->c.steps : epoch >= t->c.epochs;
+    t->sum.epochs_done = epoch;
+    while (!done) {
+        epoch_acc a = {.t0 = now_s()};
+        double last_draw = 0;
+        if ((s = open_epoch(t, epoch, &it))) goto out;
+        int64_t b = 0;
+        /* a resumed run continues at the same batch of the same epoch order */
+        for (; b < skip; b++) {
+            s = sl_iter_next(it, &e);
+            if (s == SL_END) break;
+            if (s) goto out;
+            sl_element_clear(&e);
+        }
+        skip = 0;
+        double eval_acc = -1;
+        /* Two batch slots: while step k computes on cur, batch k+1 is already taken from
+         * the pipeline and staged (sl_model_prefetch: an async copy on CUDA). Elements are
+         * never moved between slots, since prefetch matches tensors by address. */
+        int cur = 0;
+        bool have_cur = false, end_seen = false;
+        const sl_tensor *x = NULL, *y = NULL;
+        double t0 = now_s();
+        s = sl_iter_next(it, &el[cur]);
+        a.wait += now_s() - t0;
+        if (s == SL_OK) {
+            if ((s = batch_parts(t, t->c.data, &el[cur], &x, &y)) || (s = sl_model_prefetch(t->model, x, y))) goto out;
+            have_cur = true;
+        } else if (s == SL_END) {
+            end_seen = true;
+        } else {
+            goto out;
+        }
+        while (have_cur) {
+            int nx = cur ^ 1;
+            bool have_next = false;
+            const sl_tensor *nxx = NULL, *nxy = NULL;
+            double t1 = now_s(), tw = 0;
+            if (!(t->c.steps > 0 && step + 1 >= t->c.steps)) {
+                s = sl_iter_next(it, &el[nx]);
+                tw = now_s() - t1;
+                if (s == SL_OK) {
+                    if ((s = batch_parts(t, t->c.data, &el[nx], &nxx, &nxy)) ||
+                        (s = sl_model_prefetch(t->model, nxx, nxy)))
+                        goto out;
+                    have_next = true;
+                } else if (s == SL_END) {
+                    end_seen = true;
+                } else {
+                    goto out;
+                }
+            }
+            sl_step_result r = {0};
+            lr = sl_schedule_lr(&t->c.schedule, step);
+            if ((s = sl_model_zero_grads(t->model)) || (s = sl_model_train_step(t->model, x, y, 1.0f, &r))) goto out;
+            double t2 = now_s();
+            bool applied = false;
+            if (t->hooks.exchange) {
+                size_t n;
+                float *g = sl_model_grads(t->model, &n);
+                if ((s = t->hooks.exchange(t->hooks.ctx, t->model, g, n, step, lr, &applied))) goto out;
+            }
+            double t3 = now_s();
+            if (!applied && (s = sl_optim_step(t->optim, lr))) goto out;
+            double t4 = now_s();
+            sl_element_clear(&el[cur]);
+            cur = nx;
+            have_cur = have_next;
+            x = nxx;
+            y = nxy;
+            if (!isfinite(r.loss)) {
+                s = sl_err(SL_ERANGE, "step %" PRId64 ": the loss is %g", step, r.loss);
+                sl_err_hint("lower the learning rate (optimizer lr=) or add a warmup (schedule ... warmup=N)");
+                goto out;
+            }
+            a.wait += tw;
+            a.compute += (t2 - t1 - tw) + (t4 - t3); /* staging + step + optimizer */
+            a.exchange += t3 - t2;
+            a.loss_sum += r.loss * (double)r.examples;
+            a.correct += r.correct;
+            a.examples += r.examples;
+            b++;
+            step++;
+            a.batches = b;
+            progress(t, &last_draw, epoch, b, a.examples ? a.loss_sum / (double)a.examples : 0, a.correct,
+                     a.examples);
+            if (chief(t) && every_steps(&t->c.ckpt_every, step) && (s = save(t, step, epoch, b))) goto out;
+            if (chief(t) && t->eval_ds && every_steps(&t->c.eval_every, step)) {
+                if ((s = run_eval(t, step, &eval_acc))) goto out;
+                last_eval = eval_acc;
+                last_eval_step = step;
+                /* evaluation used the staging slots: stage the next batch again */
+                if (have_cur && (s = sl_model_prefetch(t->model, x, y))) goto out;
+            }
+            if (t->c.steps > 0 && step >= t->c.steps) break;
+        }
+        s = end_seen ? SL_END : SL_OK;
+        a.t1 = now_s();
+        /* the last epoch's pipeline stats, for `sluice-stats --from RUN_DIR/stats.json` */
+        if (chief(t) && (s == SL_END || s == SL_OK)) {
+            char sp[1100];
+            snprintf(sp, sizeof sp, "%s/stats.json", t->c.run_dir);
+            sl_status ss = sl_stats_write_json(it, sp);
+            if (ss) warnf(t, "pipeline stats not written: %s", sl_errmsg());
+        }
+        sl_iter_close(it);
+        it = NULL;
+        if (b == 0) {
+            s = sl_err(SL_EINVAL, "pipeline '%s' produced no batch in epoch %" PRId64, t->c.data, epoch + 1);
+            sl_err_hint("check the files pattern, and that drop_remainder does not drop the only batch");
+            goto out;
+        }
+        bool full = s == SL_END;
+        s = SL_OK;
+        pos_batch = full ? 0 : b;
+        if (full) {
+            if (t->steps_per_epoch == 0) t->steps_per_epoch = b;
+            epoch++;
+            t->sum.epochs_done = epoch;
+        }
+        done = t->c.steps > 0 ? step >= t->c.steps : epoch >= t->c.epochs;
+        if (chief(t) && t->eval_ds && full && every_epochs(&t->c.eval_every, epoch) && last_eval_step != step) {
+            if ((s = run_eval(t, step, &eval_acc))) goto out;
+            last_eval = eval_acc;
+            last_eval_step = step;
+        }
+        if (chief(t) && (s = end_epoch(t, full ? epoch - 1 : epoch, step, &a, lr, eval_acc))) goto out;
+        if (chief(t) && full && every_epochs(&t->c.ckpt_every, epoch) && (s = save(t, step, epoch, 0))) goto out;
+        busy_wait += a.wait;
+        busy_all += a.wait + a.compute + a.exchange;
+        run_examples += a.examples;
+        t->sum.steps = step;
+        t->sum.steps_per_epoch = t->steps_per_epoch;
+    }
+    /* the final state is always checkpointed when checkpoints are on */
+    if (chief(t) && (t->c.ckpt_every.epochs || t->c.ckpt_every.steps)) {
+        char **list;
+        int n = sl_train_list_checkpoints(t->c.run_dir, &list);
+        char want[1200];
+        snprintf(want, sizeof want, "%s/ckpt-%09" PRId64 ".safetensors", t->c.run_dir, step);
+        bool have = n > 0 && strcmp(list[0], want) == 0;
+        if (n > 0) sl_train_free_list(list, n);
+        if (!have && (s = save(t, step, epoch, pos_batch))) goto out;
+    }
+    if (chief(t) && t->eval_ds) {
+        if (last_eval_step != step) {
+            if ((s = run_eval(t, step, &last_eval))) goto out;
+        }
+        t->sum.eval_accuracy = last_eval;
+    }
+    t->sum.steps = step;
+    double secs = now_s() - run_t0;
+    t->sum.examples_per_sec = secs > 0 ? (double)run_examples * t->hooks.world_size / secs : 0;
+    t->sum.input_wait = busy_all > 0 ? busy_wait / busy_all : 0;
+out:
+    sl_element_clear(&e);
+    sl_element_clear(&el[0]);
+    sl_element_clear(&el[1]);
+    sl_iter_close(it);
+    return s;
+}
+
+sl_status sl_trainer_run(sl_trainer *t) {
+    if (t->ran) return sl_err(SL_ESTATE, "sl_trainer_run: a trainer runs once");
+    t->ran = true;
+    double t0 = now_s();
+    sl_status s = SL_OK;
+    sl_ckpt_position pos = {0};
+    FILE *f = console(t);
+    if (t->opts.resume && chief(t) && (s = resume(t, &pos))) goto done;
+    if (!chief(t) && t->opts.resume) {
+        /* a replica reads the same checkpoint as the chief when the run folder is shared;
+         * start() then makes all of them agree */
+        sl_ckpt_position p = {0};
+        char **list;
+        int n = sl_train_list_checkpoints(t->c.run_dir, &list);
+        for (int i = 0; i < n; i++)
+            if (sl_train_load_checkpoint(list[i], t->model, t->optim, t->c.model_hash, &p) == SL_OK) {
+                pos = p;
+                break;
+            }
+        if (n > 0) sl_train_free_list(list, n);
+    }
+    t->sum.start_step = pos.step;
+    if (pos.steps_per_epoch > 0) t->steps_per_epoch = pos.steps_per_epoch;
+    if (t->hooks.start && (s = t->hooks.start(t->hooks.ctx, t->model, t->optim, pos.step))) goto done;
+    if (t->c.schedule.kind == SL_SCHED_COSINE && t->c.schedule.total == 0) {
+        if (t->c.steps > 0) {
+            t->c.schedule.total = t->c.steps - t->c.schedule.warmup;
+        } else {
+            if (t->steps_per_epoch == 0 && (s = count_batches(t, &t->steps_per_epoch))) goto done;
+            t->c.schedule.total = t->c.epochs * t->steps_per_epoch - t->c.schedule.warmup;
+        }
+        if (t->c.schedule.total < 1) t->c.schedule.total = 1;
+    }
+    if (chief(t) && !t->opts.resume) {
+        /* a fresh run in a used folder: the old run's checkpoints would otherwise outrank
+         * (by step) and evict the new ones */
+        char **list;
+        int n = sl_train_list_checkpoints(t->c.run_dir, &list);
+        if (n > 0) {
+            warnf(t, "%s holds %d checkpoint(s) of an earlier run (newest: %s): removing them (use --resume to continue it)",
+                  t->c.run_dir, n, list[0]);
+            for (int i = 0; i < n; i++) unlink(list[i]);
+            sl_train_free_list(list, n);
+        }
+    }
+    if (chief(t)) {
+        remove_stale(t);
+        if ((s = sl_tfev_open(t->c.run_dir, 0, &t->events))) goto done;
+        if (f) {
+            size_t np;
+            sl_model_params(t->model, &np);
+            fprintf(f, "model %s on %s: %zu parameters; data '%s' (batch %" PRId64 "%s), eval '%s'; ", t->c.model,
+                    sl_model_backend_name(t->model), np, t->c.data, t->c.batch,
+                    t->hooks.world_size > 1 ? ", global" : "", t->c.eval[0] ? t->c.eval : "none");
+            if (t->c.steps > 0) fprintf(f, "%" PRId64 " step%s; ", t->c.steps, t->c.steps == 1 ? "" : "s");
+            else fprintf(f, "%" PRId64 " epoch%s; ", t->c.epochs, t->c.epochs == 1 ? "" : "s");
+            fprintf(f, "run dir %s\n", t->c.run_dir);
+            if (t->sum.resumed_from[0])
+                fprintf(f, "resuming from %s at step %" PRId64 " (epoch %" PRId64 ", batch %" PRId64 ")\n",
+                        t->sum.resumed_from, pos.step, pos.epoch + 1, pos.batch);
+            fflush(f);
+        }
+    }
+    s = train_loop(t, pos.step, pos.epoch, pos.batch);
+    if (!s && t->events) {
+        s = sl_tfev_close(t->events);
+        t->events = NULL;
+    }
+done:
+    if (t->hooks.finish) {
+        sl_status fs = t->hooks.finish(t->hooks.ctx, s);
+        if (!s) s = fs;
+    }
+    t->sum.seconds = now_s() - t0;
+    if (!s && f && t->eval_ds) {
+        fprintf(f, "test accuracy %.4f\n", t->sum.eval_accuracy);
+        fflush(f);
+    }
+    return s;
+}
