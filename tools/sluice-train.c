@@ -1,20 +1,30 @@
 /* sluice-train: train the model of a config file on its pipelines (sluice/train.h).
  *
  *   sluice-train CONFIG [--set PATH=VALUE]... [--resume] [--run-dir DIR]
- *                [--backend cpu|cuda|auto] [--quiet]
+ *                [--backend cpu|cuda|auto] [--quiet] [--timeout S] [--hash-log PREFIX]
+ *
+ * With `strategy ring` (or --set train.strategy=ring) the process is one replica of a
+ * ring: its place comes from sl_cluster_resolve over the config's `cluster` block and the
+ * environment (TF_CONFIG and SLUICE_* from sluice-launch, Slurm, Open MPI), and the
+ * trainer gets the hooks of sluice/strategy.h. With one replica that is a plain run.
  *
  * A thin main over sl_trainer_*: parse the config, apply the overrides, run, and print the
  * result. The last line on stdout is "test accuracy 0.XXXX" (the final evaluation).
  * Exit status: 0 ok, 1 the config, the data, the model or a write failed (message with
  * file:line:col, or file and byte offset), 2 wrong usage (tools/tool.h). */
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
+#include "sluice/cluster.h"
 #include "sluice/config.h"
+#include "sluice/strategy.h"
 #include "sluice/train.h"
 #include "tool.h"
+
+extern char **environ;
 
 static const char *PROG = "sluice-train";
 
@@ -24,6 +34,7 @@ static const char USAGE[] =
     "Train the model that CONFIG's `train { }` block names on its pipelines: one line per\n"
     "epoch (loss, accuracy, examples/s, input wait, eval accuracy), checkpoints and\n"
     "TensorBoard event files in the run folder, and finally `test accuracy 0.XXXX`.\n"
+    "With `strategy ring` run N replicas: sluice-launch -n N -- sluice-train CONFIG ...\n"
     "\n"
     "  --set PATH=VALUE    override a config value, e.g. --set train.epochs=1\n"
     "                      or --set pipeline.train.batch=64 (repeatable)\n"
@@ -33,6 +44,11 @@ static const char USAGE[] =
     "                      run_dir, relative to the current directory)\n"
     "  --backend B         cpu, cuda or auto (default: the train block's backend)\n"
     "  --quiet             print only the final `test accuracy` line\n"
+    "  --timeout S         with strategy ring: seconds a replica waits for a peer before it\n"
+    "                      fails naming it (default: the cluster block's timeout, else 30)\n"
+    "  --hash-log PREFIX   with strategy ring: each replica writes `step S params HASH`\n"
+    "                      per step (parameters after S steps) and for the final\n"
+    "                      parameters to PREFIX.RANK; equal files = bit-identical replicas\n"
     "  -h, --help          this help\n"
     "\n"
     "Exit status: 0 trained, 1 error (config, data, model, write), 2 wrong usage.\n";
@@ -66,16 +82,23 @@ int main(int argc, char **argv) {
         return rc;
     }
     bool resume = false, quiet = false;
-    const char *run_dir = NULL, *backend = NULL;
+    const char *run_dir = NULL, *backend = NULL, *hash_prefix = NULL, *timeout = NULL;
     sl__opt opts[] = {
         {"resume", 0, SL__OPT_FLAG, &resume, 0, 0},
         {"quiet", 'q', SL__OPT_FLAG, &quiet, 0, 0},
         {"run-dir", 0, SL__OPT_STR, &run_dir, 0, 0},
         {"backend", 0, SL__OPT_STR, &backend, 0, 0},
+        {"timeout", 0, SL__OPT_STR, &timeout, 0, 0},
+        {"hash-log", 0, SL__OPT_STR, &hash_prefix, 0, 0},
         {NULL, 0, 0, NULL, 0, 0},
     };
     sl_cfg *cfg = NULL;
     sl_trainer *t = NULL;
+    sl_cluster cl = {0};
+    sl_strategy_ring *ring = NULL;
+    sl_train_hooks hooks;
+    FILE *hash_log = NULL;
+    double timeout_s = 0;
     switch (sl__args_parse(PROG, opts, nargs, argv + 1, &npos)) {
     case SL__ARGS_HELP:
         fputs(USAGE, stdout);
@@ -91,6 +114,14 @@ int main(int argc, char **argv) {
     if (backend && strcmp(backend, "cpu") != 0 && strcmp(backend, "cuda") != 0 && strcmp(backend, "auto") != 0) {
         rc = sl__usage_error(PROG, "--backend must be cpu, cuda or auto, not '%s'", backend);
         goto done;
+    }
+    if (timeout) {
+        char *end;
+        timeout_s = strtod(timeout, &end);
+        if (end == timeout || *end || !(timeout_s > 0 && timeout_s <= 86400)) {
+            rc = sl__usage_error(PROG, "--timeout must be seconds in (0, 86400], not '%s'", timeout);
+            goto done;
+        }
     }
     if (run_dir && !*run_dir) {
         rc = sl__usage_error(PROG, "--run-dir needs a folder name");
@@ -120,6 +151,32 @@ int main(int argc, char **argv) {
     to.console = stdout;
     to.progress = !quiet && isatty(STDOUT_FILENO);
     if (quiet) to.console = NULL;
+    sl_train_config tc;
+    /* a config error here is reported by sl_trainer_create below, with the same message */
+    if (sl_train_config_parse(cfg, &tc) == SL_OK && strcmp(tc.strategy, "ring") == 0) {
+        if (sl_cluster_resolve(NULL, cfg, (const char *const *)environ, &cl)) {
+            rc = sl__failf(PROG, "strategy ring");
+            goto done;
+        }
+        sl_strategy_ring_opts ro = {.timeout_s = timeout_s};
+        if (hash_prefix && cl.world > 1) {
+            char path[4096];
+            snprintf(path, sizeof path, "%s.%d", hash_prefix, cl.rank);
+            if (!(hash_log = fopen(path, "w"))) {
+                fprintf(stderr, "%s: --hash-log: cannot create %s: %s\n", PROG, path, strerror(errno));
+                rc = SL__EXIT_FAIL;
+                goto done;
+            }
+            ro.hash_log = hash_log;
+        }
+        if (sl_strategy_ring_create(&cl, &ro, &hooks, &ring)) {
+            rc = sl__fail(PROG);
+            goto done;
+        }
+        to.hooks = &hooks;
+        /* only the chief talks on the console: the others would repeat its lines */
+        if (!hooks.is_chief) to.progress = false;
+    }
     if (sl_trainer_create(cfg, &to, &t)) {
         rc = sl__fail(PROG);
         goto done;
@@ -135,6 +192,9 @@ int main(int argc, char **argv) {
     rc = SL__EXIT_OK;
 done:
     sl_trainer_free(t);
+    sl_strategy_ring_free(ring);
+    sl_cluster_free(&cl);
+    if (hash_log) fclose(hash_log);
     sl_cfg_free(cfg);
     free(sets);
     return rc;

@@ -1,0 +1,169 @@
+#!/usr/bin/env bash
+# `strategy ring` end to end: 2 replicas (sluice-launch -n 2) train a tiny model on a
+# --limit'ed Fashion-MNIST conversion (4 shards, so each replica reads 2 by `shard auto`)
+# for 2 epochs: exit 0, rank 0 prints `test accuracy`, and the replicas' parameter hashes
+# (--hash-log: one per step plus the final ones) are equal at every step, epoch ends
+# included. One replica under strategy ring equals a run with no strategy. A global batch
+# that is no multiple of the replicas is refused. Killing one replica mid-run makes the
+# other exit 1 within the timeout naming the lost peer; `--resume` with -n 2 continues from
+# the newest checkpoint to the end with equal replicas. Kept small for 2-core CI.
+set -u
+
+BIN=${SLUICE_BIN:-build/bin}
+FM=/usr/share/datasets/fashion-mnist
+
+for tool in sluice-train sluice-record sluice-launch; do
+    if [ ! -x "$BIN/$tool" ]; then echo "skipped: $BIN/$tool is not built"; exit 77; fi
+done
+if [ ! -f "$FM/train-labels-idx1-ubyte.gz" ]; then echo "skipped: no Fashion-MNIST idx files in $FM"; exit 77; fi
+
+T=$(mktemp -d /tmp/sluice-ring-XXXXXX)
+pids=()
+cleanup() {
+    for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null; done
+    rm -rf "$T"
+}
+trap cleanup EXIT
+fails=0
+fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
+ok() { echo "ok   $*"; }
+# ports of our own, so parallel test runs do not collide
+PB=$((20000 + ($$ % 400) * 100))
+
+# run NAME WANT_RC CMD...: run, keep stdout/stderr in $T/NAME.{out,err}, check the exit status
+run() {
+    local name=$1 want=$2
+    shift 2
+    "$@" >"$T/$name.out" 2>"$T/$name.err"
+    local rc=$?
+    if [ "$rc" != "$want" ]; then
+        fail "$name: exit $rc, expected $want"
+        sed 's/^/    /' "$T/$name.err" "$T/$name.out" | tail -20
+        return 1
+    fi
+    return 0
+}
+
+"$BIN/sluice-record" convert fashion-mnist "$T/data" --shards 4 --limit 2000 >/dev/null 2>"$T/convert.err" ||
+    { cat "$T/convert.err"; echo "FAIL: convert"; exit 1; }
+
+# 2000 training records, 500 per shard; the global batch 50 is 25 per replica, so each
+# replica takes 1000 / 25 = 40 steps per epoch
+cat >"$T/tiny.sl" <<'EOF'
+pipeline train {
+    files "data/train-*.tfrecord"
+    shard auto
+    shuffle 500
+    map parse_example(image: bytes, label: int64) | decode_raw(image, uint8, 28x28x1) | scale(image, 1/255)
+    batch 50 drop_remainder
+}
+pipeline test {
+    files "data/test-*.tfrecord"
+    map parse_example(image: bytes, label: int64) | decode_raw(image, uint8, 28x28x1) | scale(image, 1/255)
+    batch 100
+}
+model tiny {
+    input 28x28x1
+    flatten
+    dense 32 activation=relu
+    dense 10
+}
+train {
+    model tiny
+    data train
+    eval test every=1
+    epochs 2
+    optimizer sgd lr=0.05 momentum=0.9
+    schedule cosine
+    checkpoint every=1 keep=3
+    run_dir "runs/tiny"
+    backend cpu
+    threads 1
+    seed 1
+}
+EOF
+RING=(--set train.strategy=ring)
+
+# 1. two replicas, two epochs
+if run ring2 0 "$BIN/sluice-launch" -n 2 --port-base "$PB" -- "$BIN/sluice-train" "$T/tiny.sl" "${RING[@]}" \
+    --run-dir "$T/run" --hash-log "$T/hash"; then
+    last=$(tail -n 1 "$T/ring2.out")
+    if [[ "$last" =~ ^\[worker\ 0\]\ test\ accuracy\ 0\.[0-9]{4}$ ]]; then ok "2 replicas: $last"; else fail "last line '$last'"; fi
+    n=$(grep -c '^\[worker 0\] epoch [0-9]/2  step ' "$T/ring2.out")
+    [ "$n" = 2 ] && ok "rank 0 printed 2 epoch lines" || fail "$n epoch lines from rank 0, expected 2"
+    n=$(grep -c '^\[worker 1\]' "$T/ring2.out")
+    [ "$n" = 0 ] && ok "rank 1 is silent" || fail "rank 1 printed $n lines"
+    grep -q '^\[worker 0\] epoch 1/2  step 40 ' "$T/ring2.out" && ok "40 steps per epoch (batch 25 per replica)" ||
+        fail "epoch 1 did not end at step 40"
+    l0=$(wc -l <"$T/hash.0")
+    [ "$l0" = 81 ] && ok "81 hash lines (steps 0..80)" || fail "$l0 hash lines in rank 0's log, expected 81"
+    if cmp -s "$T/hash.0" "$T/hash.1"; then ok "replicas bit-identical at every step"; else
+        fail "hash logs differ:"; diff "$T/hash.0" "$T/hash.1" | head -5
+    fi
+    for s in 40 80; do
+        grep -q "^step $s params [0-9a-f]\{16\}$" "$T/hash.1" && ok "epoch end at step $s hashed" || fail "no hash for step $s"
+    done
+    ls "$T/run"/ckpt-000000080.safetensors >/dev/null 2>&1 && ok "rank 0 checkpointed step 80" || fail "no ckpt at step 80"
+fi
+
+# 2. one replica under strategy ring is a plain run
+if run single 0 "$BIN/sluice-train" "$T/tiny.sl" --run-dir "$T/single" --quiet &&
+    run ring1 0 "$BIN/sluice-launch" -n 1 --port-base "$PB" -- "$BIN/sluice-train" "$T/tiny.sl" "${RING[@]}" \
+        --run-dir "$T/ring1" --quiet; then
+    a=$(tail -n 1 "$T/single.out")
+    b=$(tail -n 1 "$T/ring1.out")
+    [ "[worker 0] $a" = "$b" ] && ok "-n 1 ring = no strategy ($a)" || fail "'$b' vs '$a'"
+fi
+
+# 3. a global batch that does not split over 3 replicas
+if run batch3 1 "$BIN/sluice-launch" -n 3 --port-base "$PB" -- "$BIN/sluice-train" "$T/tiny.sl" "${RING[@]}" \
+    --run-dir "$T/b3"; then
+    grep -q "the global batch 50 is not a multiple of the 3 replicas" "$T/batch3.err" && ok "-n 3 with batch 50 refused" ||
+        { fail "message:"; cat "$T/batch3.err"; }
+fi
+
+# 4. kill a replica mid-run: the other fails naming it within the timeout (5 s), then
+#    --resume with -n 2 continues from the newest checkpoint. The replicas run without the
+#    launcher here, which would stop the survivor itself.
+tfc() {
+    echo "{\"cluster\": {\"worker\": [\"127.0.0.1:$((PB + 10))\", \"127.0.0.1:$((PB + 11))\"]}, \"task\": {\"type\": \"worker\", \"index\": $1}}"
+}
+LONG=(--set train.epochs=40 --run-dir "$T/kill" --timeout 5)
+TF_CONFIG=$(tfc 0) "$BIN/sluice-train" "$T/tiny.sl" "${RING[@]}" "${LONG[@]}" >"$T/k0.out" 2>"$T/k0.err" &
+p0=$!
+TF_CONFIG=$(tfc 1) "$BIN/sluice-train" "$T/tiny.sl" "${RING[@]}" "${LONG[@]}" >"$T/k1.out" 2>"$T/k1.err" &
+p1=$!
+disown "$p1" # its SIGKILL is on purpose: no "Killed" report from bash
+pids=("$p0" "$p1")
+for _ in $(seq 600); do
+    if ls "$T/kill"/ckpt-*.safetensors >/dev/null 2>&1; then break; fi
+    sleep 0.05
+done
+sleep 0.1
+kill -9 "$p1"
+t0=$(date +%s%N)
+wait "$p0"
+rc=$?
+ms=$((($(date +%s%N) - t0) / 1000000))
+if [ "$rc" = 1 ]; then ok "survivor exit 1"; else fail "survivor exit $rc, expected 1"; cat "$T/k0.err"; fi
+[ "$ms" -lt 5000 ] && ok "survivor exited in $ms ms (timeout 5 s)" || fail "survivor took $ms ms"
+if grep -q "lost rank 1 (127.0.0.1:$((PB + 11)))" "$T/k0.err"; then ok "error names the lost peer: $(head -n 1 "$T/k0.err")"
+else fail "error does not name rank 1:"; cat "$T/k0.err"; fi
+newest=$(ls "$T/kill"/ckpt-*.safetensors | sort | tail -n 1)
+step=$(basename "$newest" .safetensors)
+step=$((10#${step#ckpt-}))
+if [ "$step" -ge 40 ] && [ "$step" -lt 1600 ]; then ok "killed mid-run at checkpoint step $step"; else fail "newest step $step"; fi
+if run resume 0 "$BIN/sluice-launch" -n 2 --port-base "$PB" -- "$BIN/sluice-train" "$T/tiny.sl" "${RING[@]}" \
+    "${LONG[@]}" --resume --hash-log "$T/rh"; then
+    grep -q "^\[worker 0\] resuming from $newest at step $step " "$T/resume.out" && ok "resumed from step $step" ||
+        { fail "no resume line for step $step:"; head -3 "$T/resume.out"; }
+    [[ "$(tail -n 1 "$T/resume.out")" =~ ^\[worker\ 0\]\ test\ accuracy\ 0\.[0-9]{4}$ ]] && ok "resumed run finished" ||
+        fail "last line '$(tail -n 1 "$T/resume.out")'"
+    [ "$(head -n 1 "$T/rh.0" | cut -d' ' -f2)" = "$step" ] && ok "resumed replicas start at step $step" ||
+        fail "first hash line '$(head -n 1 "$T/rh.0")'"
+    cmp -s "$T/rh.0" "$T/rh.1" && ok "resumed replicas bit-identical" || fail "resumed hash logs differ"
+    [ -f "$T/kill/ckpt-000001600.safetensors" ] && ok "final checkpoint at step 1600" || fail "no ckpt at step 1600"
+fi
+
+if [ "$fails" -gt 0 ]; then echo "$fails failure(s)"; exit 1; fi
+echo "all ok"

@@ -1,0 +1,232 @@
+/* The ring strategy (sluice/strategy.h): the trainer's hooks over one sl_tp + sl_ring.
+ *
+ * Workload: one allreduce of the whole flat gradient per step (0.1-100 MiB), one broadcast
+ * of parameters and optimizer state at the start, one barrier at the end; 2-64 replicas.
+ * The CPU backend's gradient is host memory, so it is reduced in place with no copy; other
+ * backends stage it through one host buffer allocated at start. */
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "sluice/strategy.h"
+#include "train/model_priv.h"
+
+/* Tensor ids of the start-up messages: far above any step number a run reaches, so they
+ * never collide with the per-step gradient ids (the step, truncated to 32 bits). */
+enum {
+    TID_HEADER = 0xfff00001u,
+    TID_PARAMS = 0xfff00002u,
+    TID_OPTIM = 0xfff00003u,
+    TID_STATS = 0xfff00004u,
+};
+
+struct sl_strategy_ring {
+    sl_tp *tp;
+    sl_ring *ring;
+    int rank, world;
+    FILE *hash_log;
+    float *host;        /* staging for non-CPU backends and hashing; n_host floats */
+    size_t n_host;
+    int64_t last_step;  /* the last exchanged step, -1 before the first */
+    sl_model *model;    /* from start (borrowed), for the final hash */
+};
+
+/* FNV-1a 64 over bytes: cheap, and any flipped bit changes it. */
+static uint64_t fnv1a(const void *p, size_t n) {
+    const unsigned char *b = p;
+    uint64_t h = 0xcbf29ce484222325ULL;
+    for (size_t i = 0; i < n; i++) h = (h ^ b[i]) * 0x100000001b3ULL;
+    return h;
+}
+
+static bool on_cpu(sl_model *m) { return strcmp(sl_model_backend_name(m), "cpu") == 0; }
+
+static sl_status ensure_host(sl_strategy_ring *s, size_t n) {
+    if (s->n_host >= n) return SL_OK;
+    float *p = realloc(s->host, (n ? n : 1) * sizeof *p);
+    if (!p) return sl_err(SL_ENOMEM, "ring strategy: out of memory for a %zu-float host buffer", n);
+    s->host = p;
+    s->n_host = n;
+    return SL_OK;
+}
+
+static sl_status log_hash(sl_strategy_ring *s, sl_model *m, int64_t step) {
+    if (!s->hash_log) return SL_OK;
+    size_t n;
+    float *p = sl_model_params(m, &n);
+    if (!on_cpu(m)) {
+        sl_status st = ensure_host(s, n);
+        if (st || (st = sl_model_get_params(m, s->host, n))) return st;
+        p = s->host;
+    }
+    fprintf(s->hash_log, "step %" PRId64 " params %016" PRIx64 "\n", step, fnv1a(p, n * sizeof *p));
+    fflush(s->hash_log);
+    return SL_OK;
+}
+
+static sl_status ring_start(void *ctx, sl_model *m, sl_optim *o, int64_t step) {
+    sl_strategy_ring *s = ctx;
+    size_t np, no;
+    int64_t ostep;
+    sl_model_params(m, &np);
+    sl_optim_state(o, &no, &ostep);
+    /* step, model steps (dropout masks), optimizer step, sizes: the replicas must agree on
+     * where the run stands, or their data positions differ */
+    int64_t hdr[5] = {step, (int64_t)sl__model_steps(m), ostep, (int64_t)np, (int64_t)no};
+    int64_t mine[5];
+    memcpy(mine, hdr, sizeof hdr);
+    sl_status st = sl_ring_broadcast(s->ring, hdr, sizeof hdr, 0, TID_HEADER);
+    if (st) {
+        sl_err_prefix("ring strategy: start (waiting for the replicas): ");
+        return st;
+    }
+    if (hdr[3] != mine[3] || hdr[4] != mine[4])
+        return sl_err(SL_EINVAL,
+                      "ring strategy: rank %d has %" PRId64 " parameters and %" PRId64
+                      " optimizer floats, rank 0 %" PRId64 " and %" PRId64 ": the replicas run different configs",
+                      s->rank, mine[3], mine[4], hdr[3], hdr[4]);
+    if (hdr[0] != mine[0]) {
+        sl_err(SL_EINVAL, "ring strategy: rank %d would start at step %" PRId64 " but rank 0 at step %" PRId64, s->rank,
+               mine[0], hdr[0]);
+        sl_err_hint("with --resume every replica must see rank 0's checkpoint: give them the same run folder");
+        return SL_EINVAL;
+    }
+    if ((st = ensure_host(s, np > no ? np : no))) return st;
+    if ((st = sl_model_get_params(m, s->host, np)) ||
+        (st = sl_ring_broadcast(s->ring, s->host, np * sizeof(float), 0, TID_PARAMS)) ||
+        (st = sl_model_set_params(m, s->host, np)))
+        goto fail;
+    if (no > 0) {
+        if ((st = sl_optim_get_state(o, s->host, no)) ||
+            (st = sl_ring_broadcast(s->ring, s->host, no * sizeof(float), 0, TID_OPTIM)))
+            goto fail;
+    }
+    if ((st = sl_optim_set_state(o, s->host, no, hdr[2]))) goto fail;
+    sl__model_set_steps(m, (uint64_t)hdr[1]);
+    s->last_step = -1;
+    s->model = m;
+    return SL_OK;
+fail:
+    sl_err_prefix("ring strategy: start: ");
+    return st;
+}
+
+static sl_status ring_exchange(void *ctx, sl_model *m, float *grads, size_t n, int64_t step, float lr,
+                               bool *applied) {
+    (void)lr;
+    sl_strategy_ring *s = ctx;
+    *applied = false;
+    sl_status st;
+    /* the parameters now are those after `step` steps: the same on every replica, or the
+     * logs differ from here on */
+    if ((st = log_hash(s, m, step))) return st;
+    bool cpu = on_cpu(m);
+    sl_backend *bk = sl__model_backend(m);
+    float *buf = grads;
+    if (!cpu) {
+        if ((st = ensure_host(s, n)) || (st = bk->ops->to_host(bk, s->host, grads, n * sizeof(float)))) return st;
+        buf = s->host;
+    }
+    if ((st = sl_ring_allreduce(s->ring, buf, n, SL_DT_F32, SL_REDUCE_AVG, (uint32_t)step))) {
+        sl_err_prefix("ring strategy: step %" PRId64 ": ", step);
+        return st;
+    }
+    if (!cpu && (st = bk->ops->to_device(bk, grads, s->host, n * sizeof(float)))) return st;
+    /* running statistics (batchnorm) are parameters no gradient touches, updated from each
+     * replica's own batch: average them too so the replicas stay bit-identical */
+    size_t np, nt = sl__model_trainable(m);
+    float *params = sl_model_params(m, &np);
+    if (nt < np) {
+        size_t k = np - nt;
+        float *p = params + nt;
+        if (!cpu) {
+            if ((st = ensure_host(s, k)) || (st = bk->ops->to_host(bk, s->host, p, k * sizeof(float)))) return st;
+            p = s->host;
+        }
+        if ((st = sl_ring_allreduce(s->ring, p, k, SL_DT_F32, SL_REDUCE_AVG, TID_STATS))) {
+            sl_err_prefix("ring strategy: step %" PRId64 " (running statistics): ", step);
+            return st;
+        }
+        if (!cpu && (st = bk->ops->to_device(bk, params + nt, s->host, k * sizeof(float)))) return st;
+    }
+    s->last_step = step;
+    return SL_OK;
+}
+
+static void teardown(sl_strategy_ring *s) {
+    sl_ring_destroy(s->ring);
+    s->ring = NULL;
+    sl_tp_destroy(s->tp);
+    s->tp = NULL;
+}
+
+static sl_status ring_finish(void *ctx, sl_status result) {
+    sl_strategy_ring *s = ctx;
+    if (!s->ring) return SL_OK;
+    if (result != SL_OK) {
+        /* the peers fail their next receive with our reason instead of waiting out the
+         * timeout */
+        sl_tp_abort(s->tp, sl_errmsg());
+        teardown(s);
+        return SL_OK;
+    }
+    sl_status st = SL_OK;
+    /* the final parameters, after the last exchanged step's update */
+    if (s->model && s->last_step >= 0 && (st = log_hash(s, s->model, s->last_step + 1))) {
+        sl_tp_abort(s->tp, sl_errmsg());
+        teardown(s);
+        return st;
+    }
+    if ((st = sl_ring_barrier(s->ring))) sl_err_prefix("ring strategy: final barrier: ");
+    else if ((st = sl_tp_flush(s->tp))) sl_err_prefix("ring strategy: ");
+    teardown(s);
+    return st;
+}
+
+sl_status sl_strategy_ring_create(const sl_cluster *c, const sl_strategy_ring_opts *opts, sl_train_hooks *hooks,
+                                  sl_strategy_ring **out) {
+    *out = NULL;
+    memset(hooks, 0, sizeof *hooks);
+    sl_strategy_ring_opts o = {0};
+    if (opts) o = *opts;
+    if (!c || c->world < 1 || !c->ring_addrs) return sl_err(SL_EINVAL, "ring strategy: the cluster is not resolved");
+    if (c->rank < 0) {
+        const sl_cluster_task *t = &c->tasks[c->self];
+        sl_err(SL_EINVAL, "ring strategy: this process is %s %d, not a ring member (chief or worker)",
+               sl_task_type_name(t->type), t->index);
+        sl_err_hint("strategy ring trains on chief and worker tasks only; ps tasks belong to `strategy ps`");
+        return SL_EINVAL;
+    }
+    sl_strategy_ring *s = calloc(1, sizeof *s);
+    if (!s) return sl_err(SL_ENOMEM, "ring strategy: out of memory");
+    s->rank = c->rank;
+    s->world = c->world;
+    s->hash_log = o.hash_log;
+    s->last_step = -1;
+    sl_status st;
+    if (c->world > 1) {
+        sl_tp_opts to = {.timeout_s = o.timeout_s > 0 ? o.timeout_s : c->timeout_s > 0 ? c->timeout_s : 30.0};
+        if ((st = sl_tp_create(c->rank, c->world, c->ring_addrs, &to, &s->tp)) || (st = sl_tp_connect(s->tp)) ||
+            (st = sl_ring_create(s->tp, &o.ring, &s->ring))) {
+            sl_err_prefix("ring strategy (rank %d of %d): ", c->rank, c->world);
+            sl_strategy_ring_free(s);
+            return st;
+        }
+        hooks->start = ring_start;
+        hooks->exchange = ring_exchange;
+        hooks->finish = ring_finish;
+    }
+    hooks->ctx = s;
+    hooks->world_size = c->world;
+    hooks->rank = c->rank;
+    hooks->is_chief = c->rank == 0;
+    *out = s;
+    return SL_OK;
+}
+
+void sl_strategy_ring_free(sl_strategy_ring *s) {
+    if (!s) return;
+    teardown(s);
+    free(s->host);
+    free(s);
+}
