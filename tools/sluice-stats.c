@@ -456,8 +456,10 @@ static void svg_history(FILE *f, const sl_stats *st, bool choices) {
                 choices ? "" : "%");
         double t = tmax * k / 4;
         int x = left + width * k / 4;
-        fprintf(f, "<text x=\"%d\" y=\"%d\" text-anchor=\"middle\" fill=\"#666\">%.1f s</text>\n", x,
-                top + height + 16, t);
+        /* enough decimals that the five ticks of a short run stay distinct */
+        int dec = tmax >= 40 ? 0 : tmax >= 4 ? 1 : tmax >= 0.4 ? 2 : 3;
+        fprintf(f, "<text x=\"%d\" y=\"%d\" text-anchor=\"middle\" fill=\"#666\">%.*f s</text>\n", x,
+                top + height + 16, dec, t);
     }
     if (nlines == 0)
         fprintf(f, "<text x=\"%d\" y=\"%d\" fill=\"#666\">(no op with %s)</text>\n", left + 20, top + 30,
