@@ -160,7 +160,8 @@ def main():
             with open(out, "w") as fo:
                 p = subprocess.Popen(args, stdout=fo, stderr=subprocess.STDOUT)
                 remaining = full * (TOTAL - (expect or 0)) / TOTAL
-                time.sleep(rng.uniform(0.05, 0.95) * max(remaining, 0.02))
+                # (+ a third of a run for start-up and resume, so late kills still hit training)
+                time.sleep(rng.uniform(0.05, 0.95) * (remaining + full / 3))
                 p.kill()
                 rc = p.wait()
             text = open(out).read()
