@@ -62,7 +62,8 @@ if [ -z "${SLUICE_TEST_QUICK:-}" ]; then
     fi
     if build tsan build-tsan -DSLUICE_SANITIZE=thread -DCMAKE_BUILD_TYPE=RelWithDebInfo; then
         echo "=== tests: TSan (unit)"
-        TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" run_ctest tsan build-tsan -R '^unit/'
+        TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 suppressions=$root/tests/integration/tsan_zmq.supp" \
+            run_ctest tsan build-tsan -R '^unit/'
     fi
     echo "=== fuzz: ${FUZZ_SECONDS:-10} s per target"
     if FUZZ_SECONDS=${FUZZ_SECONDS:-10} bash scripts/fuzz.sh; then
