@@ -364,6 +364,11 @@ void sl__runner_stop(sl_runner *r);
 sl_status sl__stack(const sl_element *elems, int n, const sl_batch_opts *opts, const char *label,
                     sl_element *out);
 
+/* Make room for `need` elements in a growable array of empty elements (*arr, *cap):
+ * batches gather their elements here, growing as elements arrive, so a huge batch size
+ * costs memory only for the elements that really come. SL_ENOMEM leaves the array as it was. */
+sl_status sl__elems_reserve(sl_element **arr, int *cap, int need);
+
 /* Is ds a map (for batch's automatic fusion)? Then its fn, parallelism and determinism. */
 bool sl__ds_as_map(const sl_dataset *ds, sl_fn **fn, int *parallelism, bool *deterministic);
 

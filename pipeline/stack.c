@@ -207,3 +207,15 @@ sl_status sl__stack(const sl_element *elems, int n, const sl_batch_opts *opts, c
     if (s) sl_element_clear(out);
     return s;
 }
+
+sl_status sl__elems_reserve(sl_element **arr, int *cap, int need) {
+    if (need <= *cap) return SL_OK;
+    int ncap = *cap ? *cap : 16;
+    while (ncap < need) ncap = ncap > (1 << 29) ? need : ncap * 2;
+    sl_element *a = realloc(*arr, sizeof *a * (size_t)ncap);
+    if (!a) return sl_err(SL_ENOMEM, "out of memory gathering a batch of %d elements", need);
+    for (int i = *cap; i < ncap; i++) sl_element_init(&a[i]);
+    *arr = a;
+    *cap = ncap;
+    return SL_OK;
+}

@@ -14,7 +14,8 @@ typedef struct {
 typedef struct {
     sl_iter base;
     sl_iter *in;
-    sl_element *pend; /* opts.size slots */
+    sl_element *pend; /* gathered elements: grows up to opts.size */
+    int cap;
     int n;            /* gathered so far */
     bool in_ended;
 } batch_it;
@@ -28,7 +29,9 @@ static sl_status batch_next(sl_iter *it, sl_element *out) {
     batch_it *b = (batch_it *)it;
     const sl_batch_opts *o = &((const batch_ds *)it->ds)->opts;
     while (!b->in_ended && b->n < o->size) {
-        sl_status s = sl__iter_next(b->in, &b->pend[b->n]);
+        sl_status s = sl__elems_reserve(&b->pend, &b->cap, b->n + 1);
+        if (s) return s;
+        s = sl__iter_next(b->in, &b->pend[b->n]);
         if (s == SL_END) b->in_ended = true;
         else if (s) return s;
         else b->n++;
@@ -55,12 +58,9 @@ static void batch_close(sl_iter *it) {
 static const sl_iter_vt batch_it_vt = {.next = batch_next, .close = batch_close};
 
 static sl_status batch_make(sl_dataset *ds, sl_ictx *ctx, uint64_t seed, sl_iter **out) {
-    const batch_ds *d = (const batch_ds *)ds;
     batch_it *b = sl__iter_new(sizeof *b, &batch_it_vt, ds, ctx, seed);
     if (!b) return SL_ENOMEM;
-    b->pend = calloc((size_t)d->opts.size, sizeof *b->pend);
-    sl_status s = b->pend ? sl__iter_input(ds, 0, ctx, seed, 0, &b->in)
-                          : sl_err(SL_ENOMEM, "out of memory for a batch of %lld", (long long)d->opts.size);
+    sl_status s = sl__iter_input(ds, 0, ctx, seed, 0, &b->in);
     if (s) {
         sl__iter_close(&b->base);
         return s;

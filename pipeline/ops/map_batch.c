@@ -25,11 +25,12 @@ typedef struct {
     sl_iter base;
     sl_runner *runner;
     sl_element *carry; /* elements fetched before an input error; guarded by the runner's input lock */
-    int ncarry;
+    int ncarry, carry_cap;
 } mb_it;
 
 typedef struct {
-    sl_element *elems; /* opts.size, allocated on first use */
+    sl_element *elems; /* the batch's elements: grows up to opts.size */
+    int cap;
     int n;
 } mb_job;
 
@@ -38,13 +39,15 @@ static sl_status mb_fetch(void *op, sl_iter *in, int64_t seq, void *job, bool *l
     mb_job *j = job;
     const mb_ds *d = (const mb_ds *)m->base.ds;
     int size = (int)d->opts.size;
-    if (!j->elems && !(j->elems = calloc((size_t)size, sizeof *j->elems)))
-        return sl_err(SL_ENOMEM, "out of memory for a batch of %d", size);
     j->n = 0;
+    sl_status rs = sl__elems_reserve(&j->elems, &j->cap, m->ncarry);
+    if (rs) return rs;
     for (int k = 0; k < m->ncarry; k++) sl_element_move(&j->elems[j->n++], &m->carry[k]);
     m->ncarry = 0;
     while (j->n < size) {
-        sl_status s = sl__iter_next(in, &j->elems[j->n]);
+        sl_status s = sl__elems_reserve(&j->elems, &j->cap, j->n + 1);
+        if (s) return s; /* (the elements gathered so far stay in the job: job_clear frees them) */
+        s = sl__iter_next(in, &j->elems[j->n]);
         if (s == SL_OK) {
             j->n++;
             continue;
@@ -59,6 +62,11 @@ static sl_status mb_fetch(void *op, sl_iter *in, int64_t seq, void *job, bool *l
             return SL_OK;
         }
         /* an input error: keep what we have for the next batch, report the error now */
+        if (sl__elems_reserve(&m->carry, &m->carry_cap, j->n) != SL_OK) {
+            for (int k = 0; k < j->n; k++) sl_element_clear(&j->elems[k]);
+            j->n = 0;
+            return s; /* no room to keep them: they are lost with the error */
+        }
         for (int k = 0; k < j->n; k++) sl_element_move(&m->carry[m->ncarry++], &j->elems[k]);
         j->n = 0;
         return s;
@@ -220,11 +228,6 @@ static sl_status mb_make(sl_dataset *ds, sl_ictx *ctx, uint64_t seed, sl_iter **
     const mb_ds *d = (const mb_ds *)ds;
     mb_it *m = sl__iter_new(sizeof *m, &mb_it_vt, ds, ctx, seed);
     if (!m) return SL_ENOMEM;
-    m->carry = calloc((size_t)d->opts.size, sizeof *m->carry);
-    if (!m->carry) {
-        sl__iter_close(&m->base);
-        return sl_err(SL_ENOMEM, "out of memory for a batch of %lld", (long long)d->opts.size);
-    }
     sl_iter *in;
     sl_status s = sl__iter_input(ds, 0, ctx, seed, 0, &in);
     if (s) {
