@@ -116,7 +116,9 @@ sl_status sl_ring_create(sl_tp *tp, const sl_ring_opts *opts, sl_ring **out) {
     sl_ring *r = calloc(1, sizeof *r);
     if (!r) return sl_err(SL_ENOMEM, "ring: out of memory");
     r->tp = tp;
-    r->chunk_bytes = opts && opts->chunk_bytes ? opts->chunk_bytes : ((size_t)1 << 20);
+    /* 8 MiB messages: measured best for 64 MiB over loopback TCP at 2 and 4 ranks (1 MiB
+     * left Open MPI ahead by 3-10%); smaller tensors simply travel in fewer chunks */
+    r->chunk_bytes = opts && opts->chunk_bytes ? opts->chunk_bytes : ((size_t)8 << 20);
     if (r->chunk_bytes < 4) r->chunk_bytes = 4;
     r->fp16 = opts ? opts->fp16 : 0;
     *out = r;

@@ -32,7 +32,7 @@ extern "C" {
 typedef enum sl_reduce_op { SL_REDUCE_SUM = 0, SL_REDUCE_AVG = 1 } sl_reduce_op;
 
 typedef struct sl_ring_opts {
-    size_t chunk_bytes;   /* bytes per message on the wire; 0 = 1 MiB */
+    size_t chunk_bytes;   /* bytes per message on the wire; 0 = 8 MiB */
     int fp16;             /* send float32 as float16 (halves the bytes; rounds every hop) */
 } sl_ring_opts;
 
