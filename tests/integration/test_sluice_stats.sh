@@ -6,37 +6,13 @@
 # file errors with their exit statuses. (--peek has its own test_sluice_stats_peek.sh.)
 set -u
 
-BIN=${SLUICE_BIN:-build/bin}
 PY=${PYTHON:-/usr/bin/python3}
-FM=/usr/share/datasets/fashion-mnist
 
-for tool in sluice-stats sluice-record; do
-    if [ ! -x "$BIN/$tool" ]; then echo "skipped: $BIN/$tool is not built"; exit 77; fi
-done
-if [ ! -f "$FM/train-labels-idx1-ubyte.gz" ]; then echo "skipped: no Fashion-MNIST idx files in $FM"; exit 77; fi
-
-T=$(mktemp -d /tmp/sluice-stats-XXXXXX)
-trap 'rm -rf "$T"' EXIT
-fails=0
-fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
-ok() { echo "ok   $*"; }
-
-# run NAME WANT_RC CMD...: run, keep stdout/stderr in $T/NAME.{out,err}, check the exit status
-run() {
-    local name=$1 want=$2
-    shift 2
-    "$@" >"$T/$name.out" 2>"$T/$name.err"
-    local rc=$?
-    if [ "$rc" != "$want" ]; then
-        fail "$name: exit $rc, expected $want"
-        sed 's/^/    /' "$T/$name.err" | head -20
-        return 1
-    fi
-    return 0
-}
-
-"$BIN/sluice-record" convert fashion-mnist "$T/data" --shards 4 --limit 3000 >/dev/null 2>"$T/convert.err" ||
-    { cat "$T/convert.err"; echo "FAIL: convert"; exit 1; }
+. "$(dirname "$0")/lib.sh"
+sl_require_tools sluice-stats sluice-record
+sl_require_fashion
+sl_workdir stats
+sl_convert_fashion 4 3000
 
 cat >"$T/f.sl" <<'EOF'
 pipeline train {

@@ -6,39 +6,15 @@
 # file:line:col.
 set -u
 
-BIN=${SLUICE_BIN:-build/bin}
 SRC=${SLUICE_SRC:-$(cd "$(dirname "$0")/../.." && pwd)}
 PY=${PYTHON:-/usr/bin/python3}
-FM=/usr/share/datasets/fashion-mnist
 
-for tool in sluice-stats sluice-record; do
-    if [ ! -x "$BIN/$tool" ]; then echo "skipped: $BIN/$tool is not built"; exit 77; fi
-done
-if [ ! -f "$FM/train-labels-idx1-ubyte.gz" ]; then echo "skipped: no Fashion-MNIST idx files in $FM"; exit 77; fi
+. "$(dirname "$0")/lib.sh"
+sl_require_tools sluice-stats sluice-record
+sl_require_fashion
 if ! "$PY" -c 'import crc32c' 2>/dev/null; then echo "skipped: python3-crc32c is not installed"; exit 77; fi
-
-T=$(mktemp -d /tmp/sluice-peek-XXXXXX)
-trap 'rm -rf "$T"' EXIT
-fails=0
-fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
-ok() { echo "ok   $*"; }
-
-# run NAME WANT_RC CMD...: run, keep stdout/stderr in $T/NAME.{out,err}, check the exit status
-run() {
-    local name=$1 want=$2
-    shift 2
-    "$@" >"$T/$name.out" 2>"$T/$name.err"
-    local rc=$?
-    if [ "$rc" != "$want" ]; then
-        fail "$name: exit $rc, expected $want"
-        sed 's/^/    /' "$T/$name.err" | head -20
-        return 1
-    fi
-    return 0
-}
-
-"$BIN/sluice-record" convert fashion-mnist "$T/data" --shards 2 --limit 8 >/dev/null 2>"$T/convert.err" ||
-    { cat "$T/convert.err"; echo "FAIL: convert"; exit 1; }
+sl_workdir peek
+sl_convert_fashion 2 8
 
 cat >"$T/f.sl" <<'EOF'
 # records in file order: shard 0 holds the first 4 examples, shard 1 the next 4

@@ -7,37 +7,13 @@
 # steps on the small conversion.
 set -u
 
-BIN=${SLUICE_BIN:-build/bin}
 SRC=${SLUICE_SRC:-$(cd "$(dirname "$0")/../.." && pwd)}
-FM=/usr/share/datasets/fashion-mnist
 
-for tool in sluice-train sluice-record; do
-    if [ ! -x "$BIN/$tool" ]; then echo "skipped: $BIN/$tool is not built"; exit 77; fi
-done
-if [ ! -f "$FM/train-labels-idx1-ubyte.gz" ]; then echo "skipped: no Fashion-MNIST idx files in $FM"; exit 77; fi
-
-T=$(mktemp -d /tmp/sluice-train-XXXXXX)
-trap 'rm -rf "$T"' EXIT
-fails=0
-fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
-ok() { echo "ok   $*"; }
-
-# run NAME WANT_RC CMD...: run, keep stdout/stderr in $T/NAME.{out,err}, check the exit status
-run() {
-    local name=$1 want=$2
-    shift 2
-    "$@" >"$T/$name.out" 2>"$T/$name.err"
-    local rc=$?
-    if [ "$rc" != "$want" ]; then
-        fail "$name: exit $rc, expected $want"
-        sed 's/^/    /' "$T/$name.err" "$T/$name.out" | tail -20
-        return 1
-    fi
-    return 0
-}
-
-"$BIN/sluice-record" convert fashion-mnist "$T/data" --shards 2 --limit 1000 >/dev/null 2>"$T/convert.err" ||
-    { cat "$T/convert.err"; echo "FAIL: convert"; exit 1; }
+. "$(dirname "$0")/lib.sh"
+sl_require_tools sluice-train sluice-record
+sl_require_fashion
+sl_workdir train
+sl_convert_fashion 2 1000
 
 cat >"$T/tiny.sl" <<'EOF'
 pipeline train {

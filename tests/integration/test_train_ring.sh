@@ -9,43 +9,19 @@
 # the newest checkpoint to the end with equal replicas. Kept small for 2-core CI.
 set -u
 
-BIN=${SLUICE_BIN:-build/bin}
-FM=/usr/share/datasets/fashion-mnist
-
-for tool in sluice-train sluice-record sluice-launch; do
-    if [ ! -x "$BIN/$tool" ]; then echo "skipped: $BIN/$tool is not built"; exit 77; fi
-done
-if [ ! -f "$FM/train-labels-idx1-ubyte.gz" ]; then echo "skipped: no Fashion-MNIST idx files in $FM"; exit 77; fi
-
-T=$(mktemp -d /tmp/sluice-ring-XXXXXX)
+. "$(dirname "$0")/lib.sh"
+sl_require_tools sluice-train sluice-record sluice-launch
+sl_require_fashion
+sl_workdir ring
 pids=()
 cleanup() {
     for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null; done
     rm -rf "$T"
 }
 trap cleanup EXIT
-fails=0
-fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
-ok() { echo "ok   $*"; }
 # ports of our own, so parallel test runs do not collide
 PB=$((20000 + ($$ % 400) * 100))
-
-# run NAME WANT_RC CMD...: run, keep stdout/stderr in $T/NAME.{out,err}, check the exit status
-run() {
-    local name=$1 want=$2
-    shift 2
-    "$@" >"$T/$name.out" 2>"$T/$name.err"
-    local rc=$?
-    if [ "$rc" != "$want" ]; then
-        fail "$name: exit $rc, expected $want"
-        sed 's/^/    /' "$T/$name.err" "$T/$name.out" | tail -20
-        return 1
-    fi
-    return 0
-}
-
-"$BIN/sluice-record" convert fashion-mnist "$T/data" --shards 4 --limit 2000 >/dev/null 2>"$T/convert.err" ||
-    { cat "$T/convert.err"; echo "FAIL: convert"; exit 1; }
+sl_convert_fashion 4 2000
 
 # 2000 training records, 500 per shard; the global batch 50 is 25 per replica, so each
 # replica takes 1000 / 25 = 40 steps per epoch
