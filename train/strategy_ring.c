@@ -64,7 +64,8 @@ static sl_status log_hash(sl_strategy_ring *s, sl_model *m, int64_t step) {
     return SL_OK;
 }
 
-static sl_status ring_start(void *ctx, sl_model *m, sl_optim *o, int64_t step) {
+static sl_status ring_start(void *ctx, sl_model *m, sl_optim *o, int64_t *stepp) {
+    int64_t step = *stepp;
     sl_strategy_ring *s = ctx;
     size_t np, no;
     int64_t ostep;

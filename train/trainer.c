@@ -635,7 +635,24 @@ sl_status sl_trainer_run(sl_trainer *t) {
     }
     t->sum.start_step = pos.step;
     if (pos.steps_per_epoch > 0) t->steps_per_epoch = pos.steps_per_epoch;
-    if (t->hooks.start && (s = t->hooks.start(t->hooks.ctx, t->model, t->optim, pos.step))) goto done;
+    if (t->hooks.start) {
+        int64_t st0 = pos.step;
+        if ((s = t->hooks.start(t->hooks.ctx, t->model, t->optim, &pos.step))) goto done;
+        if (pos.step != st0) {
+            /* a ps worker rejoining: start at that step's epoch and batch */
+            if (pos.step < st0) {
+                s = sl_err(SL_EINVAL, "trainer: the start hook moved the start step back from %" PRId64 " to %" PRId64,
+                           st0, pos.step);
+                goto done;
+            }
+            if (t->steps_per_epoch == 0 && (s = count_batches(t, &t->steps_per_epoch))) goto done;
+            if (t->steps_per_epoch > 0) {
+                pos.epoch = pos.step / t->steps_per_epoch;
+                pos.batch = pos.step % t->steps_per_epoch;
+            }
+            t->sum.start_step = pos.step;
+        }
+    }
     if (t->c.schedule.kind == SL_SCHED_COSINE && t->c.schedule.total == 0) {
         if (t->c.steps > 0) {
             t->c.schedule.total = t->c.steps - t->c.schedule.warmup;

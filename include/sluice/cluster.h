@@ -22,7 +22,14 @@
  *       task worker 1                              # this process (usually left to the env)
  *       port_base 29500                            # for Slurm / Open MPI addresses
  *       timeout 30s                                # receive timeout of the transport
+ *       curve server="keys/server.key" client="keys/{task}.key" allow="keys/allowed"
  *   }
+ *
+ * `curve` turns on CURVE encryption and the allow-list on every socket (sluice/transport.h):
+ * server= the cluster's server keypair file, client= this task's keypair file, allow= the
+ * allow-list of client public keys. "{task}" in a path becomes this task's name (worker0,
+ * chief0, ps1, ...), so one config serves every task. Paths are relative to the current
+ * directory. sluice-launch --keygen makes the files.
  *
  * Ring ranks follow MultiWorkerMirroredStrategy: the chief (if any) is rank 0, then the
  * workers in list order. ps and evaluator tasks have ring rank -1.
@@ -37,6 +44,7 @@
 
 #include "sluice/config.h"
 #include "sluice/status.h"
+#include "sluice/transport.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -74,6 +82,9 @@ typedef struct sl_cluster {
     char task_source[16];    /* where this process's task came from */
     const char **ring_addrs; /* world entries, ring-rank order, pointing into tasks (owned) */
     const char **ps_addrs;   /* nps entries (owned) */
+    char curve_server[1024]; /* the curve statement's paths, {task} expanded; "" without one */
+    char curve_client[1024];
+    char curve_allow[1024];
 } sl_cluster;
 
 /* Explicit arguments. Zero-initialise, then set what the command line gave. */
@@ -105,6 +116,11 @@ sl_status sl_cluster_ring_addrs(const sl_cluster *c, const char ***addrs);
 
 /* The ps tasks' addresses in index order (c->nps entries), as above. */
 sl_status sl_cluster_ps_addrs(const sl_cluster *c, const char ***addrs);
+
+/* Load the key files of c's curve statement into *out (out->allow malloc'd: free() it).
+ * SL_ENOTFOUND when c has no curve statement (out zeroed); the errors of
+ * sl_curve_load_keypair / sl_curve_load_allow otherwise, with out zeroed. */
+sl_status sl_cluster_curve(const sl_cluster *c, sl_tp_curve *out);
 
 /* Build the TF_CONFIG JSON for task (type, index) of the cluster whose members are given
  * as lists (NULL / 0 for an empty list). Writes at most cap bytes including the NUL;

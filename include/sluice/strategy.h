@@ -1,5 +1,6 @@
 /* Training strategies: the sl_train_hooks (sluice/train.h) that make N replicas train one
- * model. This header has the ring strategy: synchronous data parallelism over the ring
+ * model. This header has the ring strategy and, at its end, the parameter-server strategy.
+ * The ring strategy: synchronous data parallelism over the ring
  * allreduce of sluice/ring.h, as Horovod and MultiWorkerMirroredStrategy do it.
  *
  *   start     broadcast rank 0's parameters, optimizer state and step counters to all
@@ -61,6 +62,55 @@ sl_status sl_strategy_ring_create(const sl_cluster *c, const sl_strategy_ring_op
                                   sl_train_hooks *hooks, sl_strategy_ring **out);
 
 void sl_strategy_ring_free(sl_strategy_ring *s); /* NULL is a no-op */
+
+/* ---- strategy ps: parameter servers (sluice/ps.h) ------------------------------------
+ *
+ * Configured by `strategy ps [mode=async|sync] [staleness=K]` in the train block
+ * (sl_train_config.ps_sync, ps_staleness; default async, no bound) and a cluster with ps
+ * tasks (sluice-launch -n W --ps P, TF_CONFIG, or a cluster block).
+ *
+ * Workers (chief and workers; worker i is sl_train_hooks rank i and reads shard i):
+ *   start     join the ps tasks (sl_ps_client_join): the chief initialises a fresh ps with
+ *             its parameters; every worker then holds the servers' parameters. A worker
+ *             restarted mid-run rejoins: *start_step moves to one past the last step the ps
+ *             recorded for it, so it does not train its shard's batches twice.
+ *   exchange  push the gradient with the step's lr and pull the new parameters into the
+ *             model; *applied = true (the ps ran the optimizer; the local one is unused).
+ *             Running statistics (batchnorm) stay per worker; the chief's are the ones
+ *             evaluated and checkpointed.
+ *   finish    BYE to every ps.
+ *
+ * ps tasks (sl_ps_task_run): build the model from the config on the CPU to know the
+ * variables, plan the shards (sl_ps_plan_create), restore the newest shard checkpoint of
+ * RUN_DIR/ps-J/ (files shard-VVVVVVVVVVVV.safetensors: tensors "params" and
+ * "optimizer/state", metadata format=sluice-ps-shard, version, plan_hash, optimizer_step,
+ * worker_steps), and serve: each gradient is applied with the config's optimizer
+ * (elementwise, on the CPU, over the shard only) as it arrives. Shards are checkpointed every
+ * few seconds (crash-safe, last 2 kept) and when the server returns. */
+typedef struct sl_strategy_ps_opts {
+    double timeout_s;          /* receive timeout per attempt; 0: the cluster's, else 30 s */
+    double retry_s;            /* how long a worker waits for a lost ps to come back; 0 = 120 s */
+    double ckpt_every_s;       /* ps shard checkpoints; 0 = 5 s */
+    const sl_tp_curve *curve;  /* CURVE keys (borrowed), or NULL */
+} sl_strategy_ps_opts;
+
+typedef struct sl_strategy_ps sl_strategy_ps;
+
+/* Fill *hooks for worker c->rank of cluster c (borrowed, must outlive the strategy); the
+ * training config tc gives mode and staleness. SL_EINVAL when c has no ps tasks or this
+ * process is not a chief/worker; SL_EIO (bind); SL_ENOMEM. On failure *out NULL and *hooks
+ * zeroed. The plan is made in start (the model is known then). */
+sl_status sl_strategy_ps_create(const sl_cluster *c, const sl_train_config *tc, const sl_strategy_ps_opts *opts,
+                                sl_train_hooks *hooks, sl_strategy_ps **out);
+void sl_strategy_ps_free(sl_strategy_ps *s); /* NULL is a no-op */
+
+/* Run this process as ps task c->tasks[c->self] (type SL_TASK_PS) for the training config
+ * in cfg (borrowed). Logs to console (NULL: silent) "ps J: serving N floats of M (plan
+ * HASH) for W workers" and, after a restore, "ps J: restored FILE (version V)". Returns
+ * SL_OK when the workers are done, SL_ECANCELED when *stop was set (stop may be NULL),
+ * or the error that stopped it (config, model, bind). */
+sl_status sl_ps_task_run(sl_cfg *cfg, const sl_cluster *c, const sl_strategy_ps_opts *opts, FILE *console,
+                         volatile int *stop);
 
 #ifdef __cplusplus
 }

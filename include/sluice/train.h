@@ -17,7 +17,7 @@
  *         backend auto                   # cpu | cuda | auto
  *         threads 0                      # CPU backend threads (0: all cores)
  *         seed 1                         # initialisation, dropout, per-epoch shuffle order
- *         strategy none                  # none | ring | ps (the replica issues plug these in)
+ *         strategy none                  # none | ring | ps [mode=async|sync] [staleness=K]
  *     }
  *
  * Batches: the training pipeline's `batch N` is the GLOBAL batch (tf.distribute's
@@ -82,6 +82,8 @@ typedef struct sl_train_config {
     int threads;                /* CPU backend threads, 0: all */
     uint64_t seed;
     char strategy[16];          /* "none", "ring", "ps" */
+    bool ps_sync;               /* strategy ps mode=sync (default async) */
+    int ps_staleness;           /* strategy ps staleness=K; -1 (default): no bound */
     int64_t batch;              /* the training pipeline's global batch (its `batch N`) */
     int64_t eval_batch;         /* the evaluation pipeline's batch (0 without one) */
     uint64_t model_hash;        /* FNV-1a over the model block's statements */
@@ -110,9 +112,11 @@ typedef struct sl_train_hooks {
     int world_size;  /* replicas (>= 1) */
     int rank;        /* 0..world_size-1: this replica's shard of the training data */
     bool is_chief;
-    /* Once the model and optimizer exist (after a resume restored them; step is where the
-     * run starts). NULL: nothing. */
-    sl_status (*start)(void *ctx, sl_model *m, sl_optim *o, int64_t step);
+    /* Once the model and optimizer exist (after a resume restored them; *step is where the
+     * run starts). The hook may move *step forward (a ps worker rejoining a run resumes
+     * where the ps recorded it); the loop then starts at that step's epoch and batch.
+     * NULL: nothing. */
+    sl_status (*start)(void *ctx, sl_model *m, sl_optim *o, int64_t *step);
     /* After backward, before the optimizer step: grads (backend memory, n floats) hold this
      * replica's gradient of its mean batch loss; lr is the step's scheduled rate. NULL:
      * nothing (single replica). */

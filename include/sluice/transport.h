@@ -54,10 +54,13 @@ enum {
     SL_MSG_DATA = 1,      /* a chunk of a tensor (reduce-scatter, allgather, broadcast) */
     SL_MSG_BARRIER = 2,   /* a barrier token */
     SL_MSG_ABORT = 3,     /* the sender failed a collective; the payload is its message */
-    SL_MSG_PUSH = 4,      /* reserved for parameter servers */
-    SL_MSG_PULL = 5,
-    SL_MSG_REPLY = 6,
-    SL_MSG_HEARTBEAT = 7,
+    SL_MSG_PUSH = 4,      /* parameter servers (sluice/ps.h): a gradient shard */
+    SL_MSG_PULL = 5,      /* ask for the parameter shard */
+    SL_MSG_REPLY = 6,     /* a ps's answer */
+    SL_MSG_HEARTBEAT = 7, /* a worker is alive */
+    SL_MSG_INIT = 8,      /* the chief's initial parameter shard */
+    SL_MSG_HELLO = 9,     /* a worker joins (or rejoins) */
+    SL_MSG_BYE = 10,      /* a worker is done */
     SL_MSG_TYPES_
 };
 
@@ -81,16 +84,50 @@ sl_status sl_msg_decode(const void *buf, size_t len, sl_msg_hdr *out);
 
 typedef struct sl_tp sl_tp;
 
+/* ---- CURVE security (optional) -------------------------------------------------------
+ * With curve set, every task's inbox is a CURVE server using the cluster's server keypair,
+ * and every connection a CURVE client using this task's client keypair and the server's
+ * public key. A ZAP handler (one thread per transport, on inproc://zeromq.zap.01) accepts a
+ * connection only when the client's public key is in the allow-list: a stranger's
+ * handshake fails and none of its messages reach sl_tp_recv (counted in stats.denied).
+ * Keys are Z85 text (40 characters + NUL).
+ *
+ * Key files: a keypair file has the lines
+ *     public-key = "Z85..."
+ *     secret-key = "Z85..."
+ * (the format of ZeroMQ's zcert files; other lines and '#' comments are ignored); a public
+ * file has only the public-key line. An allow-list file has one key per line, either a bare
+ * Z85 key or a public-key = "..." line ('#' comments and blank lines ignored). */
+typedef struct sl_tp_curve {
+    char server_public[41], server_secret[41]; /* the keypair every inbox serves with */
+    char client_public[41], client_secret[41]; /* this task's keypair when it connects */
+    char (*allow)[41];                         /* allowed client public keys (owned by caller) */
+    int nallow;
+} sl_tp_curve;
+
+/* Load a keypair file (public and secret; secret may be NULL to read a public file).
+ * SL_OK; SL_EIO when it cannot be read; SL_ECORRUPT "FILE:LINE: what" for a malformed line
+ * or key (not 40 Z85 characters, or the secret does not match the public key). Outputs are
+ * written only on success. */
+sl_status sl_curve_load_keypair(const char *path, char public_key[41], char secret_key[41]);
+/* Load an allow-list file into *keys (malloc'd, free with free()) and *n. Errors as above. */
+sl_status sl_curve_load_allow(const char *path, char (**keys)[41], int *n);
+/* Make a new keypair and write PATH.key (both keys, mode 0600) and PATH.pub (public only).
+ * SL_OK, SL_EIO naming the file, SL_EUNSUPPORTED when libzmq has no CURVE. */
+sl_status sl_curve_keygen(const char *path);
+
 typedef struct sl_tp_opts {
     double timeout_s;     /* receive timeout; 0 = 30 s */
     size_t max_msg;       /* largest payload accepted; 0 = 1 GiB. Bigger frames drop the link */
     int io_threads;       /* ZeroMQ I/O threads; 0 = 1 */
+    const sl_tp_curve *curve; /* NULL: plaintext; else copied at create */
 } sl_tp_opts;
 
 typedef struct sl_tp_stats {
     uint64_t sent, sent_bytes;    /* messages and payload bytes sent */
     uint64_t received, received_bytes;
     uint64_t dropped;             /* invalid or stray messages dropped */
+    uint64_t denied;              /* CURVE handshakes the ZAP handler refused */
 } sl_tp_stats;
 
 /* Create the transport of rank `self` among `n` tasks whose "host:port" addresses are

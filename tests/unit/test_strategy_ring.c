@@ -84,7 +84,8 @@ static void *replica(void *arg) {
         goto out;
     sl_strategy_ring_opts ro = {.timeout_s = 10, .hash_log = log};
     if ((st = sl_strategy_ring_create(&c, &ro, &h, &s))) goto out;
-    if ((st = h.start(h.ctx, m, o, 0))) goto out;
+    int64_t step0 = 0;
+    if ((st = h.start(h.ctx, m, o, &step0))) goto out;
     size_t np, ng;
     float *p = sl_model_params(m, &np);
     float *g = sl_model_grads(m, &ng);

@@ -371,10 +371,10 @@ typedef struct {
     size_t n;
 } hook_log;
 
-static sl_status h_start(void *ctx, sl_model *m, sl_optim *o, int64_t step) {
+static sl_status h_start(void *ctx, sl_model *m, sl_optim *o, int64_t *step) {
     hook_log *h = ctx;
     h->starts++;
-    h->start_step = step;
+    h->start_step = *step;
     return SL_OK;
 }
 

@@ -1,0 +1,236 @@
+/* Parameter servers: ps tasks own shards of the model's parameters; workers push gradients
+ * and pull fresh parameters at their own pace (TensorFlow's ParameterServerStrategy,
+ * ps-lite's push/pull). This header is the transport-level half (dist/): the shard plan,
+ * the wire frames, the server loop and the worker's client. The training half (the
+ * optimizer the server applies, shard checkpoints, the trainer hooks) is in
+ * sluice/strategy.h.
+ *
+ * Cluster: W workers and P ps tasks share one sl_tp (sluice/transport.h) of W + P ranks:
+ * worker i is rank i, ps j is rank W + j. Every task binds its own address and connects to
+ * all others (a ps answers a worker through its connection to the worker's inbox).
+ *
+ * ---- the shard plan ---------------------------------------------------------------------
+ * The trainable parameters are one flat float32 vector made of variables (sizes[0..nvars)
+ * in order). Variables of more than split_floats floats are split into P contiguous parts
+ * of equal size (the last part takes the remainder), one per ps; the other variables go
+ * whole, largest first (ties: lower variable index first), to the ps with the fewest floats
+ * so far (ties: lower ps index). A ps's shard is its segments packed in increasing flat
+ * offset order. The plan hash (FNV-1a 32 over P and every segment's ps, offset and length,
+ * in flat order) travels in every frame, so a worker with another model is turned away.
+ *
+ * ---- frames -----------------------------------------------------------------------------
+ * A ps message is an sl_tp message (48-byte header, validated by sl_msg_decode) whose
+ * payload starts with a 32-byte ps prefix, followed by float32 data:
+ *
+ *   offset size field
+ *        0    4 magic     "SLPS" (0x53504c53 little-endian)
+ *        4    4 plan_hash the sender's plan hash
+ *        8    8 seq       request number (replies echo the request's)
+ *       16    8 value     PUSH: the worker's step; REPLY: the shard's version (updates
+ *                         applied so far); HELLO reply: the worker's last recorded step
+ *                         (-1: none); others 0
+ *       24    4 lr        PUSH: learning rate (finite, >= 0); others 0.0
+ *       28    4 status    REPLY: SL_PS_OK, SL_PS_UNINIT (the ps has no parameters yet:
+ *                         the chief has not sent INIT), SL_PS_REJECT (wrong plan hash or a
+ *                         malformed request; data is then a UTF-8 reason); requests: 0
+ *       32  4*n data      n floats: PUSH: the gradient shard; INIT and REPLY(OK): the
+ *                         parameter shard; HELLO/PULL/BYE/HEARTBEAT: none
+ *
+ * The sl_tp header carries: type (SL_MSG_PUSH, PULL, REPLY, HEARTBEAT, INIT, HELLO, BYE),
+ * dtype SL_DT_U8, flags 0, tensor = the ps index the frame is for
+ * or from, step = the worker's step (PUSH) or 0. sl_ps_frame_decode checks every field:
+ * magic, hash (when expect_hash != 0), a data length that is a multiple of 4 and equals the
+ * shard length where the type carries the shard, finite gradient and parameter values,
+ * finite lr >= 0, status values, zero fields where the type has none. A frame that fails
+ * is dropped and counted by the server, which goes on serving.
+ *
+ * ---- protocol ---------------------------------------------------------------------------
+ *   HELLO   worker -> ps   "I am worker i": reply REPLY with value = the worker's last
+ *                          recorded step (-1) and the parameters (or status UNINIT).
+ *   INIT    chief -> ps    the initial parameter shard. Taken only when the ps has none
+ *                          (fresh start); otherwise ignored. Reply: REPLY with the ps's
+ *                          parameters (which then win: a restored ps keeps its state).
+ *   PULL    worker -> ps   reply: REPLY with the parameters (or UNINIT).
+ *   PUSH    worker -> ps   a gradient shard for the worker's step with its lr. Async mode
+ *                          (the default): applied at once (apply callback), reply with the
+ *                          new parameters. Sync mode: held until every live worker has
+ *                          pushed for this round, then the mean is applied once and every
+ *                          waiting worker gets the reply. With a staleness bound k the reply
+ *                          to a worker more than k steps ahead of the slowest live worker
+ *                          is held until the slowest catches up (or dies).
+ *   HEARTBEAT worker -> ps every heartbeat_s while the worker is otherwise silent; no reply.
+ *   BYE     worker -> ps   the worker is done (no reply). It leaves the live set.
+ * A worker is live from its first message until BYE, until its connection closes
+ * (sl_tp_peer_lost), or until nothing came from it for dead_after_s. A dead worker that
+ * sends again (restarted) is live again. The server returns once the chief (worker 0) has
+ * said BYE and every other worker has said BYE or is dead.
+ *
+ * Threads: a server or client is used by one thread (a client runs its own heartbeat
+ * thread internally, under its lock). Workload: a few workers and ps tasks, one push per
+ * worker step, shards of KiB to hundreds of MiB. */
+#ifndef SLUICE_PS_H
+#define SLUICE_PS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "sluice/status.h"
+#include "sluice/transport.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- plan ---- */
+
+typedef struct sl_ps_seg {
+    int ps;              /* owner */
+    size_t offset, len;  /* in the flat vector */
+    size_t shard_offset; /* where it starts in its ps's packed shard */
+} sl_ps_seg;
+
+typedef struct sl_ps_plan {
+    int nps;
+    size_t total;        /* floats in the flat vector */
+    int nseg;
+    sl_ps_seg *segs;     /* in flat-offset order (owned) */
+    size_t *shard_len;   /* [nps] floats per shard (owned) */
+    uint32_t hash;
+} sl_ps_plan;
+
+/* Plan nvars variables of sizes[i] floats (each >= 1) over nps >= 1 ps tasks. split_floats
+ * 0: the default max(1024, total / (4 * nps)). SL_OK and *out (free with sl_ps_plan_free),
+ * SL_EINVAL (no variables, a zero size, nps < 1) or SL_ENOMEM; *out NULL on failure. */
+sl_status sl_ps_plan_create(const size_t *sizes, int nvars, int nps, size_t split_floats, sl_ps_plan **out);
+void sl_ps_plan_free(sl_ps_plan *p); /* NULL is a no-op */
+/* Copy ps `ps`'s segments of flat[0..total) into packed[0..shard_len[ps]), and back. */
+void sl_ps_plan_gather(const sl_ps_plan *p, int ps, const float *flat, float *packed);
+void sl_ps_plan_scatter(const sl_ps_plan *p, int ps, const float *packed, float *flat);
+
+/* ---- frames ---- */
+
+#define SL_PS_MAGIC 0x53504c53u /* "SLPS" */
+#define SL_PS_PREFIX 32
+
+enum { SL_PS_OK = 0, SL_PS_UNINIT = 1, SL_PS_REJECT = 2 };
+
+typedef struct sl_ps_frame {
+    int type;             /* SL_MSG_* of the header */
+    int ps;               /* the header's tensor field */
+    uint32_t plan_hash;
+    uint64_t seq;
+    int64_t value;
+    float lr;
+    uint32_t status;
+    const float *data;    /* points into the payload (sl_tp_recv payloads are 8-byte aligned,
+                             so data past the 32-byte prefix is aligned for float) */
+    size_t n;             /* floats in data */
+    const char *reason;   /* REJECT: the reason text (not NUL-terminated), n_reason bytes */
+    size_t n_reason;
+} sl_ps_frame;
+
+/* Validate header h (already decoded by sl_msg_decode) and payload[0..len) as a ps frame.
+ * expect_hash: the receiver's plan hash (0: do not check); shard_len: the floats a frame
+ * that carries a shard must have (0: do not check). SL_OK and *out filled, or SL_ECORRUPT
+ * with "ps frame: byte N: what" (byte offsets count from the payload's start); *out is
+ * written only on success. */
+sl_status sl_ps_frame_decode(const sl_msg_hdr *h, const void *payload, size_t len, uint32_t expect_hash,
+                             size_t shard_len, sl_ps_frame *out);
+
+/* Write the 32-byte prefix of f (magic filled in) into out. */
+void sl_ps_frame_encode_prefix(const sl_ps_frame *f, uint8_t out[SL_PS_PREFIX]);
+
+/* ---- server ---- */
+
+/* Where a ps shard stands: what a checkpoint saves and a restore gives back. */
+typedef struct sl_ps_shard_state {
+    int64_t version;        /* updates applied */
+    int64_t *worker_steps;  /* [nworkers] last step pushed by each worker, -1 none (owned by caller) */
+    int nworkers;
+} sl_ps_shard_state;
+
+typedef struct sl_ps_server_ops {
+    void *ctx;
+    /* Apply gradient grad[0..n) (the mean, in sync mode) to params[0..n) with rate lr,
+     * in place. An error stops the server. */
+    sl_status (*apply)(void *ctx, float *params, const float *grad, size_t n, float lr);
+    /* Called every ckpt_every_s seconds when the version moved, and once when the server
+     * returns: persist params and st. NULL: no checkpoints. An error is logged (sl_log)
+     * and the server goes on. */
+    sl_status (*save)(void *ctx, const float *params, size_t n, const sl_ps_shard_state *st);
+} sl_ps_server_ops;
+
+typedef struct sl_ps_server_opts {
+    bool sync;              /* synchronous rounds */
+    int staleness;          /* < 0: no bound; k >= 0: a worker may be at most k steps ahead */
+    double dead_after_s;    /* silence after which a worker is dead; 0 = 10 s */
+    double ckpt_every_s;    /* 0 = 5 s */
+    volatile int *stop;     /* when non-NULL and set, the server saves and returns SL_ECANCELED */
+} sl_ps_server_opts;
+
+typedef struct sl_ps_server_stats {
+    uint64_t pushes, pulls, applied, dropped, rejected;
+    int64_t version;
+} sl_ps_server_stats;
+
+typedef struct sl_ps_server sl_ps_server;
+
+/* Create ps `ps_index` of a cluster of nworkers workers and plan->nps ps tasks whose
+ * addresses are addrs[0..nworkers+nps) (workers first). Binds addrs[nworkers+ps_index]
+ * and connects. tpo: transport options (timeouts, CURVE), may be NULL. init: the
+ * restored shard (shard_len floats, copied) and its state, or NULL for a fresh ps that
+ * waits for the chief's INIT. plan and ops are borrowed and must outlive the server.
+ * SL_OK / SL_EINVAL / SL_EIO (bind) / SL_ENOMEM; *out NULL on failure. */
+sl_status sl_ps_server_create(const char *const *addrs, int nworkers, int ps_index, const sl_ps_plan *plan,
+                              const sl_tp_opts *tpo, const sl_ps_server_ops *ops, const sl_ps_server_opts *opts,
+                              const float *init, const sl_ps_shard_state *init_state, sl_ps_server **out);
+
+/* Serve until done (see the protocol): SL_OK; SL_ECANCELED when *opts.stop was set; an
+ * apply error; SL_EIO from ZeroMQ. Malformed frames never end it. */
+sl_status sl_ps_server_run(sl_ps_server *s);
+
+/* The server's bound endpoint (for tests that bind port 0) and counters. */
+const char *sl_ps_server_endpoint(const sl_ps_server *s);
+void sl_ps_server_get_stats(const sl_ps_server *s, sl_ps_server_stats *out);
+void sl_ps_server_free(sl_ps_server *s); /* NULL is a no-op */
+
+/* ---- client (a worker) ---- */
+
+typedef struct sl_ps_client_opts {
+    double retry_s;         /* how long a request keeps being retried while a ps is lost or
+                               silent (it may be restarting): 0 = 120 s. Then SL_EPEER. */
+    double heartbeat_s;     /* 0 = 1 s */
+} sl_ps_client_opts;
+
+typedef struct sl_ps_client sl_ps_client;
+
+/* Create worker `worker`'s client (binds addrs[worker], connects to all). Arguments as for
+ * the server. *out NULL on failure. */
+sl_status sl_ps_client_create(const char *const *addrs, int nworkers, int worker, const sl_ps_plan *plan,
+                              const sl_tp_opts *tpo, const sl_ps_client_opts *opts, sl_ps_client **out);
+
+/* Join: HELLO to every ps. The chief (worker 0) sends INIT with its own params (flat,
+ * plan->total floats) to each ps that answers UNINIT; other workers wait (retrying PULL)
+ * until the chief has done so. On SL_OK flat holds the servers' parameters and
+ * *resume_step the highest last step any ps recorded for this worker (-1: none).
+ * Failures: SL_EPEER / SL_ETIMEDOUT naming the ps, SL_EINVAL when a ps rejects the plan. */
+sl_status sl_ps_client_join(sl_ps_client *c, float *flat, int64_t *resume_step);
+
+/* Push this worker's gradient (flat, plan->total floats) for `step` with rate lr to every
+ * ps, and receive the new parameters into params (flat). A ps that is lost is retried
+ * for retry_s (a restarted ps answers from its restored shard). */
+sl_status sl_ps_client_push_pull(sl_ps_client *c, const float *grad, int64_t step, float lr, float *params);
+
+/* Pull the parameters into flat. */
+sl_status sl_ps_client_pull(sl_ps_client *c, float *flat);
+
+/* Tell every ps this worker is done (best effort) and flush. */
+sl_status sl_ps_client_bye(sl_ps_client *c);
+
+void sl_ps_client_free(sl_ps_client *c); /* NULL is a no-op */
+
+#ifdef __cplusplus
+}
+#endif
+#endif
