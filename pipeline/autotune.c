@@ -23,7 +23,10 @@
  * (>= cpu_budget; in the stats as thread_budget) bounds the sum of tuned parallelism; auto
  * ops start 2 x cpu_budget threads (the idle ones sleep) to have room. On an idle machine,
  * or when the process does other CPU work (a trainer's step), f is 1 and the sum stays
- * within cpu_budget. One more exception: a parallel interleave whose readers need under half
+ * within cpu_budget. Runner workers queued for the input lock (their turn at the serial
+ * fetch) use no core either: a runner whose workers spend a share q of their time queued
+ * gets 1 / (1 - q) (at most 2) times the lanes, each counted as 1 - q of a core, and the
+ * thread budget grows by those lanes (to at most 2 x cpu_budget). One more exception: a parallel interleave whose readers need under half
  * a core (X * W < 0.5: they mostly wait on storage) keeps its one thread without counting.
  *
  * Buffers: a map keeps 2L + 2 result slots (a map_batch L + 1: its results are batches); a
@@ -64,7 +67,8 @@ struct sl_tuner {
     bool stop;
     /* tuner-thread only */
     long long prev_busy[MAX_NODES], prev_blocked[MAX_NODES], prev_hits[MAX_NODES], prev_elems[MAX_NODES];
-    long long prev_occ_sum[MAX_NODES], prev_occ_n[MAX_NODES];
+    long long prev_occ_sum[MAX_NODES], prev_occ_n[MAX_NODES], prev_wait[MAX_NODES], prev_queue[MAX_NODES];
+    double queue_f[MAX_NODES]; /* runner: 1 / (1 - share of a worker's time queued at the fetch), smoothed */
     long long prev_root;
     uint64_t prev_t;      /* when the current window started */
     uint64_t prev_cpu;    /* the process's CPU time then */
@@ -188,13 +192,17 @@ static bool optimize(struct sl_tuner *t, model *m) {
     double dcpu = (double)(cpu_now - t->prev_cpu);
     t->prev_cpu = cpu_now;
     build_stages(m);
-    long long dbusy[MAX_NODES], dblk[MAX_NODES], dhits[MAX_NODES], delem[MAX_NODES];
+    long long dbusy[MAX_NODES], dblk[MAX_NODES], dhits[MAX_NODES], delem[MAX_NODES], dwait[MAX_NODES], dqueue[MAX_NODES];
     double sumbusy = 0;
     for (int i = 0; i < m->n; i++) {
         sl_op_stats *c = &m->nodes[i]->stats;
         long long b = atomic_load(&c->busy_ns), k = atomic_load(&c->blocked_ns), h = atomic_load(&c->empty_hits),
-                  e = atomic_load(&c->elements);
+                  e = atomic_load(&c->elements), w = atomic_load(&c->wait_ns), q = atomic_load(&c->queue_ns);
         dbusy[i] = b - t->prev_busy[i];
+        dwait[i] = w - t->prev_wait[i];
+        dqueue[i] = q - t->prev_queue[i];
+        t->prev_wait[i] = w;
+        t->prev_queue[i] = q;
         dblk[i] = k - t->prev_blocked[i];
         dhits[i] = h - t->prev_hits[i];
         delem[i] = e - t->prev_elems[i];
@@ -217,10 +225,9 @@ static bool optimize(struct sl_tuner *t, model *m) {
     f = f < 1 ? 1 : f > 2 ? 2 : f;
     t->desched = t->desched > 0 ? 0.5 * t->desched + 0.5 * f : f;
     double cores = ctx->ncpu * t->desched;
-    int tbudget = (int)lround(cores);
+    int tbudget = (int)lround(cores), tmax = 2 * ctx->ncpu;
     if (tbudget < ctx->ncpu) tbudget = ctx->ncpu;
     int old_tb = atomic_load(&ctx->thread_budget);
-    if (tbudget > old_tb) atomic_store(&ctx->thread_budget, tbudget); /* raise before the choices */
 
     /* the throughput the budget and the serial stages allow. A runner's workers also do its
      * serial fetch, one unit at a time each: with L workers a unit costs (fetch + work) / L,
@@ -237,27 +244,46 @@ static bool optimize(struct sl_tuner *t, model *m) {
         else x = fmin(x, m->nodes[s->node]->max_par / lanework[k]);
     }
     if (total > 0) x = fmin(x, cores / total);
+    /* A runner's workers take turns at the serial fetch: while one fetches, a worker that
+     * wants its turn waits on the input lock and uses no core. With a share q of a worker's
+     * time spent so, L workers keep L (1 - q) cores busy: a stage needs qf = 1 / (1 - q)
+     * times the lanes, and counts each lane as 1 / qf of a core against the budget.
+     * qf is capped at 2 (the thread budget's limit), so the lanes cannot run away when
+     * the fetch itself is the bottleneck and every extra worker only queues. */
+    double qf[3 * MAX_NODES + 1];
+    for (int k = 0; k < m->nst; k++) {
+        stage *s = &m->st[k];
+        qf[k] = 1;
+        if (s->kind != ST_RUNNER) continue;
+        int i = s->node;
+        double tot = (double)(dwait[i] + dbusy[i]);
+        double q = tot > 0 ? (double)dqueue[i] / tot : 0, f1 = q < 0.5 ? 1 / (1 - q) : 2;
+        t->queue_f[i] = t->queue_f[i] > 0 ? 0.5 * t->queue_f[i] + 0.5 * f1 : f1;
+        qf[k] = t->queue_f[i];
+    }
     int sum = 0, ntun = 0;
+    double eff = 0; /* cores the chosen lanes keep busy */
     bool light[3 * MAX_NODES + 1] = {0}; /* needs under half a core: its one thread is not counted */
     for (int k = 0; k < m->nst; k++) {
         stage *s = &m->st[k];
         if (!tunable(m, s)) continue;
         ntun++;
         light[k] = s->kind == ST_INTERLEAVE && isfinite(x) && x * lanework[k] < 0.5;
-        double need = isfinite(x) ? 1.1 * x * lanework[k] : 1;
+        double need = isfinite(x) ? 1.1 * x * lanework[k] * qf[k] : 1;
         int l = (int)ceil(need - 1e-9);
         if (l < 1) l = 1;
         if (l > m->nodes[s->node]->max_par) l = m->nodes[s->node]->max_par;
         s->lanes = l;
         sum += light[k] ? 0 : l;
+        eff += light[k] ? 0 : l / qf[k];
     }
-    while (sum > tbudget) { /* take back from the stage with the most slack */
+    while (eff > tbudget + 1e-9 || sum > tmax) { /* take back from the stage with the most slack */
         int best = -1;
         double slack = 0;
         for (int k = 0; k < m->nst; k++) {
             stage *s = &m->st[k];
             if (!tunable(m, s) || s->lanes <= 1 || light[k]) continue;
-            double sk = s->lanes - 1 - x * lanework[k]; /* slack after taking one */
+            double sk = s->lanes - 1 - x * lanework[k] * qf[k]; /* slack after taking one */
             if (sk >= -1e-9 && (best < 0 || sk > slack)) {
                 best = k;
                 slack = sk;
@@ -272,7 +298,11 @@ static bool optimize(struct sl_tuner *t, model *m) {
         }
         m->st[best].lanes--;
         sum--;
+        eff -= 1 / qf[best];
     }
+    /* the threads the lanes may run: the cores' worth, plus the queued lanes */
+    if (sum > tbudget) tbudget = sum > tmax ? tmax : sum;
+    if (tbudget > old_tb) atomic_store(&ctx->thread_budget, tbudget); /* raise before the choices */
 
     /* parallelism and buffers per node */
     int par[MAX_NODES], buf[MAX_NODES];
