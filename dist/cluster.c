@@ -1,6 +1,7 @@
 /* Cluster resolution: explicit arguments, the config's `cluster` block, TF_CONFIG, Slurm and
  * Open MPI variables, in that order (see cluster.h). The environment arrives as an array;
- * nothing here calls getenv.
+ * nothing here calls getenv. The block's `curve` statement only names key files: its paths
+ * get "{task}" expanded once the task is known, and sl_cluster_curve reads them.
  *
  * Workload: once per process, a few to a few hundred tasks. Every error names the source
  * (and the byte offset for TF_CONFIG) and says what to change. */
@@ -136,8 +137,87 @@ static sl_status from_args(const sl_cluster_args *a, spec *s) {
     return SL_OK;
 }
 
+/* The curve statement's paths as written ({task} not yet expanded). */
+typedef struct curve_spec {
+    char path[3][1024]; /* server, client, allow */
+    int line;           /* of the statement, 0 when there is none */
+} curve_spec;
+
+static const char *const CURVE_OPTS[3] = {"server", "client", "allow"};
+
+/* `curve server="..." client="..." allow="..."`: all three options, nothing else. */
+static sl_status parse_curve(const sl_cfg *cfg, const sl_cfg_stmt *st, curve_spec *cv) {
+    if (cv->line)
+        return sl_cfg_err(cfg, st->loc, SL_EINVAL, "a second 'curve' statement (the first is on line %d)", cv->line);
+    const char *usage = "curve server=\"server.key\" client=\"{task}.key\" allow=\"allowed\"";
+    const sl_cfg_value *got[3] = {NULL, NULL, NULL};
+    for (int i = 0; i < st->nargs; i++) {
+        const sl_cfg_arg *a = &st->args[i];
+        if (!a->key || a->sep != '=') {
+            sl_status rc = sl_cfg_err(cfg, a->v.loc, SL_EINVAL, "'curve' takes only the options server=, client= and allow=");
+            sl_err_hint("write %s", usage);
+            return rc;
+        }
+        int k = -1;
+        for (int j = 0; j < 3; j++)
+            if (strcmp(a->key, CURVE_OPTS[j]) == 0) k = j;
+        if (k < 0) {
+            sl_status rc = sl_cfg_err(cfg, a->v.loc, SL_EINVAL, "unknown option '%s=' of 'curve' (server=, client=, allow=)", a->key);
+            const char *sug = sl_suggest(a->key, CURVE_OPTS, 3);
+            if (sug) sl_err_hint("did you mean '%s='?", sug);
+            return rc;
+        }
+        if (got[k]) return sl_cfg_err(cfg, a->v.loc, SL_EINVAL, "'curve' has %s= twice", a->key);
+        got[k] = &a->v;
+    }
+    for (int j = 0; j < 3; j++) {
+        if (!got[j]) {
+            sl_status rc = sl_cfg_err(cfg, st->loc, SL_EINVAL, "'curve' needs %s= (the %s)", CURVE_OPTS[j],
+                                      j == 0 ? "server keypair file" : j == 1 ? "client keypair file of this task"
+                                                                               : "allow-list file");
+            sl_err_hint("write %s", usage);
+            return rc;
+        }
+        const char *w;
+        sl_status rc = sl_cfg_word(cfg, got[j], &w);
+        if (rc) return rc;
+        if (!*w) return sl_cfg_err(cfg, got[j]->loc, SL_EINVAL, "'curve' %s= is an empty path", CURVE_OPTS[j]);
+        /* the only placeholder is {task}; each use grows the path by at most 16 bytes */
+        size_t grow = 0;
+        for (const char *p = w; (p = strchr(p, '{')); p++) {
+            if (strncmp(p, "{task}", 6) != 0) {
+                const char *e = strchr(p, '}');
+                int n = e ? (int)(e - p + 1) : (int)strlen(p);
+                return sl_cfg_err(cfg, got[j]->loc, SL_EINVAL, "unknown placeholder '%.*s' in %s= (only {task} is expanded)",
+                                  n, p, CURVE_OPTS[j]);
+            }
+            grow += 16;
+        }
+        if (strlen(w) + grow >= sizeof cv->path[j])
+            return sl_cfg_err(cfg, got[j]->loc, SL_EINVAL, "'curve' %s= path is too long", CURVE_OPTS[j]);
+        snprintf(cv->path[j], sizeof cv->path[j], "%s", w);
+    }
+    cv->line = st->loc.line;
+    return SL_OK;
+}
+
+/* Copy path into out (cap bytes) with every "{task}" replaced by e.g. "worker0". */
+static void expand_task(const char *path, const char *task, char *out, size_t cap) {
+    size_t at = 0;
+    for (const char *p = path; *p && at + 1 < cap;) {
+        if (strncmp(p, "{task}", 6) == 0) {
+            at += (size_t)snprintf(out + at, cap - at, "%s", task);
+            if (at >= cap) at = cap - 1;
+            p += 6;
+        } else {
+            out[at++] = *p++;
+        }
+    }
+    out[at] = 0;
+}
+
 static sl_status from_config(const sl_cfg *cfg, const sl_cfg_stmt *blk, spec *s, int *port_base,
-                             double *timeout) {
+                             double *timeout, curve_spec *cv) {
     strcpy(s->src, "config");
     for (int i = 0; i < blk->nbody; i++) {
         const sl_cfg_stmt *st = &blk->body[i];
@@ -186,10 +266,12 @@ static sl_status from_config(const sl_cfg *cfg, const sl_cfg_stmt *blk, spec *s,
             if (!v) return sl_cfg_err(cfg, st->loc, SL_EINVAL, "'timeout' needs a duration: timeout 30s");
             if ((rc = sl_cfg_double(cfg, v, timeout))) return rc;
             if (*timeout <= 0) return sl_cfg_err(cfg, v->loc, SL_EINVAL, "timeout must be > 0");
+        } else if (strcmp(st->name, "curve") == 0) {
+            if ((rc = parse_curve(cfg, st, cv))) return rc;
         } else {
-            static const char *const known[] = {"chief", "worker", "ps", "evaluator", "task", "port_base", "timeout"};
+            static const char *const known[] = {"chief", "worker", "ps", "evaluator", "task", "port_base", "timeout", "curve"};
             rc = sl_cfg_err(cfg, st->loc, SL_EINVAL, "unknown statement '%s' in the cluster block", st->name);
-            const char *sug = sl_suggest(st->name, known, 7);
+            const char *sug = sl_suggest(st->name, known, 8);
             if (sug) sl_err_hint("did you mean '%s'?", sug);
             return rc;
         }
@@ -460,6 +542,8 @@ sl_status sl_cluster_resolve(const sl_cluster_args *args, const sl_cfg *cfg,
     sl_status st = SL_OK;
     int port_base = DEFAULT_PORT_BASE;
     double timeout = 0;
+    curve_spec cv;
+    memset(&cv, 0, sizeof cv);
     long pb;
     if (args && args->port_base) port_base = args->port_base;
     else if (parse_int(env_get(envp, "SLUICE_PORT_BASE"), 1, 65535, &pb) == 0) port_base = (int)pb;
@@ -474,7 +558,7 @@ sl_status sl_cluster_resolve(const sl_cluster_args *args, const sl_cfg *cfg,
     }
     if (blk) {
         int cpb = 0;
-        if ((st = from_config(cfg, blk, &sp[1], &cpb, &timeout))) goto fail;
+        if ((st = from_config(cfg, blk, &sp[1], &cpb, &timeout, &cv))) goto fail;
         if (cpb && !(args && args->port_base)) port_base = cpb;
     }
     const char *tfc = env_get(envp, "TF_CONFIG");
@@ -560,6 +644,13 @@ sl_status sl_cluster_resolve(const sl_cluster_args *args, const sl_cfg *cfg,
     out->world = world;
     out->nps = mem->n[SL_TASK_PS];
     out->timeout_s = timeout;
+    if (cv.line) {
+        char task[32];
+        snprintf(task, sizeof task, "%s%d", sl_task_type_name(ttype), tindex);
+        expand_task(cv.path[0], task, out->curve_server, sizeof out->curve_server);
+        expand_task(cv.path[1], task, out->curve_client, sizeof out->curve_client);
+        expand_task(cv.path[2], task, out->curve_allow, sizeof out->curve_allow);
+    }
     snprintf(out->members_source, sizeof out->members_source, "%s", mem->src);
     snprintf(out->task_source, sizeof out->task_source, "%s", tsrc);
     spec_free(&single);
@@ -588,6 +679,25 @@ sl_status sl_cluster_ring_addrs(const sl_cluster *c, const char ***addrs) {
 sl_status sl_cluster_ps_addrs(const sl_cluster *c, const char ***addrs) {
     *addrs = c->ps_addrs;
     return c->ps_addrs ? SL_OK : sl_err(SL_ESTATE, "cluster: not resolved");
+}
+
+sl_status sl_cluster_curve(const sl_cluster *c, sl_tp_curve *out) {
+    memset(out, 0, sizeof *out);
+    if (!c->curve_server[0]) return sl_err(SL_ENOTFOUND, "cluster: no curve statement in the cluster block");
+    sl_tp_curve k;
+    memset(&k, 0, sizeof k);
+    sl_status st = sl_curve_load_keypair(c->curve_server, k.server_public, k.server_secret);
+    if (!st) st = sl_curve_load_keypair(c->curve_client, k.client_public, k.client_secret);
+    if (!st) st = sl_curve_load_allow(c->curve_allow, &k.allow, &k.nallow);
+    if (st) {
+        sl_err_prefix("cluster curve: ");
+        free(k.allow);
+        memset(&k, 0, sizeof k);
+        return st;
+    }
+    *out = k;
+    memset(&k, 0, sizeof k);
+    return SL_OK;
 }
 
 static size_t put_json_list(char *out, size_t cap, size_t at, const char *name, const char *const *l, int n) {

@@ -10,7 +10,9 @@
  *
  * Routing ids are not authentication: a stranger may claim "r2". Every frame is still
  * validated, so such a stranger can confuse a ring but not crash it; CURVE with an
- * allow-list (parameter-server issue) is what keeps strangers out. */
+ * allow-list is what keeps strangers out: the inbox is then a CURVE server and the ZAP
+ * handler of dist/curve.c (bound in this transport's context before the inbox binds, so no
+ * handshake slips through unchecked) vets every client key. */
 #include <arpa/inet.h>
 #include <errno.h>
 #include <stdatomic.h>
@@ -20,6 +22,7 @@
 #include <time.h>
 #include <zmq.h>
 
+#include "dist/curve_priv.h"
 #include "sluice/transport.h"
 
 /* Wrap a ZeroMQ call that returns -1 on failure; on failure record where and why. */
@@ -41,6 +44,8 @@
         }                                                                              \
     } while (0)
 
+#define REFUSED_HINT \
+    "its allow-list lacks this task's client key, it runs without CURVE, or the tasks use different server keys"
 #define LINGER_MS 200 /* long enough for an ABORT to reach a live peer at close */
 
 struct sl_tp {
@@ -59,6 +64,10 @@ struct sl_tp {
     int have_cur;
     atomic_long inflight; /* zero-copy sends not yet released by ZeroMQ */
     sl_tp_stats st;
+    int curve;            /* keys below are set */
+    char server_public[41], client_public[41], client_secret[41];
+    sl__zap *zap;         /* the ZAP handler thread with curve */
+    unsigned char *refused; /* refused[r]: r's inbox refused our CURVE handshake */
 };
 
 static double now_s(void) {
@@ -160,6 +169,37 @@ static const char *bind_host(const char *host) {
 
 /* ---- lifecycle --------------------------------------------------------------------- */
 
+static const int one_ = 1;
+
+/* Check the keys, keep what connect needs, and start the ZAP handler of tp's context. */
+static sl_status curve_setup(sl_tp *tp, const sl_tp_curve *c) {
+    if (!zmq_has("curve")) {
+        sl_err(SL_EUNSUPPORTED, "transport: CURVE security is configured but this libzmq has no CURVE support");
+        sl_err_hint("install a libzmq built with libsodium, or remove the cluster block's curve statement");
+        return SL_EUNSUPPORTED;
+    }
+    static const char *const what[4] = {"transport: curve server public key", "transport: curve server secret key",
+                                         "transport: curve client public key", "transport: curve client secret key"};
+    const char *keys[4] = {c->server_public, c->server_secret, c->client_public, c->client_secret};
+    for (int i = 0; i < 4; i++) {
+        sl_status s = sl__curve_check_key(keys[i], what[i]);
+        if (s) return s;
+    }
+    if (c->nallow < 1 || !c->allow) {
+        sl_err(SL_EINVAL, "transport: the CURVE allow-list is empty: every connection would be refused");
+        sl_err_hint("list the client public keys of every task in the allow-list file");
+        return SL_EINVAL;
+    }
+    memcpy(tp->server_public, c->server_public, 41);
+    memcpy(tp->client_public, c->client_public, 41);
+    memcpy(tp->client_secret, c->client_secret, 41);
+    tp->server_public[40] = tp->client_public[40] = tp->client_secret[40] = 0;
+    sl_status s = sl__zap_start(tp->ctx, (const char(*)[41])c->allow, c->nallow, &tp->zap);
+    if (s) return s;
+    tp->curve = 1;
+    return SL_OK;
+}
+
 sl_status sl_tp_create(int self, int n, const char *const *addrs, const sl_tp_opts *opts,
                        sl_tp **out) {
     *out = NULL;
@@ -184,15 +224,23 @@ sl_status sl_tp_create(int self, int n, const char *const *addrs, const sl_tp_op
     tp->mon = calloc((size_t)n, sizeof *tp->mon);
     tp->lost = calloc((size_t)n, 1);
     tp->lost_at = calloc((size_t)n, sizeof *tp->lost_at);
-    if (!tp->addrs || !tp->out || !tp->mon || !tp->lost || !tp->lost_at) goto nomem;
+    tp->refused = calloc((size_t)n, 1);
+    if (!tp->addrs || !tp->out || !tp->mon || !tp->lost || !tp->lost_at || !tp->refused) goto nomem;
     for (int i = 0; i < n; i++)
         if (!(tp->addrs[i] = strdup(addrs[i]))) goto nomem;
     tp->ctx = zmq_ctx_new();
     if (!tp->ctx) { st = sl_err(SL_EIO, "%s:%d: zmq_ctx_new: %s", __FILE__, __LINE__, zmq_strerror(zmq_errno())); goto fail; }
     int iot = opts && opts->io_threads > 0 ? opts->io_threads : 1;
     ZCHECK_GOTO(zmq_ctx_set(tp->ctx, ZMQ_IO_THREADS, iot), st);
+    if (opts && opts->curve && (st = curve_setup(tp, opts->curve))) goto fail;
     tp->inbox = zmq_socket(tp->ctx, ZMQ_ROUTER);
     if (!tp->inbox) ZCHECK_GOTO(-1, st);
+    if (tp->curve) {
+        const sl_tp_curve *c = opts->curve;
+        ZCHECK_GOTO(zmq_setsockopt(tp->inbox, ZMQ_CURVE_SERVER, &one_, sizeof one_), st);
+        ZCHECK_GOTO(zmq_setsockopt(tp->inbox, ZMQ_CURVE_SECRETKEY, c->server_secret, 40), st);
+        ZCHECK_GOTO(zmq_setsockopt(tp->inbox, ZMQ_ZAP_DOMAIN, "sluice", 6), st);
+    }
     int zero = 0, linger = LINGER_MS;
     int64_t maxsz = (int64_t)tp->max_msg + 64;
     ZCHECK_GOTO(zmq_setsockopt(tp->inbox, ZMQ_LINGER, &linger, sizeof linger), st);
@@ -236,7 +284,10 @@ const char *sl_tp_peer_addr(const sl_tp *tp, int rank) {
     return rank >= 0 && rank < tp->n ? tp->addrs[rank] : "?";
 }
 int sl_tp_peer_lost(const sl_tp *tp, int rank) { return rank >= 0 && rank < tp->n && tp->lost[rank]; }
-void sl_tp_get_stats(const sl_tp *tp, sl_tp_stats *out) { *out = tp->st; }
+void sl_tp_get_stats(const sl_tp *tp, sl_tp_stats *out) {
+    *out = tp->st;
+    out->denied = sl__zap_denied(tp->zap);
+}
 
 sl_status sl_tp_set_peer(sl_tp *tp, int rank, const char *addr) {
     if (tp->connected) return sl_err(SL_ESTATE, "transport: set a peer's address before connecting");
@@ -282,8 +333,16 @@ sl_status sl_tp_connect(sl_tp *tp) {
         ZCHECK_GOTO(zmq_setsockopt(s, ZMQ_LINGER, &linger, sizeof linger), st);
         ZCHECK_GOTO(zmq_setsockopt(s, ZMQ_SNDHWM, &hwm, sizeof hwm), st);
         ZCHECK_GOTO(zmq_setsockopt(s, ZMQ_SNDTIMEO, &sndto, sizeof sndto), st);
+        int events = ZMQ_EVENT_CONNECTED | ZMQ_EVENT_DISCONNECTED;
+        if (tp->curve) {
+            ZCHECK_GOTO(zmq_setsockopt(s, ZMQ_CURVE_SERVERKEY, tp->server_public, 40), st);
+            ZCHECK_GOTO(zmq_setsockopt(s, ZMQ_CURVE_PUBLICKEY, tp->client_public, 40), st);
+            ZCHECK_GOTO(zmq_setsockopt(s, ZMQ_CURVE_SECRETKEY, tp->client_secret, 40), st);
+            events |= ZMQ_EVENT_HANDSHAKE_FAILED_AUTH | ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL |
+                      ZMQ_EVENT_HANDSHAKE_SUCCEEDED;
+        }
         snprintf(monep, sizeof monep, "inproc://sl-tp-mon-%p-%d", (void *)tp, i);
-        ZCHECK_GOTO(zmq_socket_monitor(s, monep, ZMQ_EVENT_CONNECTED | ZMQ_EVENT_DISCONNECTED), st);
+        ZCHECK_GOTO(zmq_socket_monitor(s, monep, events), st);
         tp->mon[i] = zmq_socket(tp->ctx, ZMQ_PAIR);
         if (!tp->mon[i]) ZCHECK_GOTO(-1, st);
         ZCHECK_GOTO(zmq_connect(tp->mon[i], monep), st);
@@ -293,6 +352,7 @@ sl_status sl_tp_connect(sl_tp *tp) {
             goto fail;
         }
         tp->lost[i] = 0;
+        tp->refused[i] = 0;
     }
     tp->connected = 1;
     return SL_OK;
@@ -336,7 +396,12 @@ void sl_tp_destroy(sl_tp *tp) {
     if (tp->have_cur) zmq_msg_close(&tp->cur);
     close_peers(tp);
     if (tp->inbox) zmq_close(tp->inbox);
-    if (tp->ctx) zmq_ctx_term(tp->ctx);
+    /* terminating the context also stops the ZAP thread (its receive fails with ETERM) */
+    if (tp->ctx)
+        while (zmq_ctx_term(tp->ctx) == -1 && zmq_errno() == EINTR) {}
+    sl__zap_free(tp->zap);
+    memset(tp->client_secret, 0, sizeof tp->client_secret);
+    free(tp->refused);
     if (tp->addrs)
         for (int i = 0; i < tp->n; i++) free(tp->addrs[i]);
     free(tp->addrs);
@@ -382,9 +447,19 @@ static sl_status send_parts(sl_tp *tp, int to, sl_msg_hdr *h, zmq_msg_t *m) {
     if (zmq_send(tp->out[to], hb, sizeof hb, ZMQ_SNDMORE) == -1) {
         int e = zmq_errno();
         zmq_msg_close(m);
-        if (e == EAGAIN)
+        if (e == EAGAIN) {
+            /* libzmq drops the connection for good after a failed handshake, so sends to
+             * such a peer only ever time out: say why */
+            if (tp->mon[to]) read_monitor(tp, to);
+            if (tp->refused[to]) {
+                sl_err(SL_ETIMEDOUT, "transport: cannot send to rank %d (%s): it refused this task's CURVE handshake",
+                       to, tp->addrs[to]);
+                sl_err_hint(REFUSED_HINT);
+                return SL_ETIMEDOUT;
+            }
             return sl_err(SL_ETIMEDOUT, "transport: rank %d (%s) took nothing for %.1f s (its queue is full)",
                           to, tp->addrs[to], tp->timeout_s);
+        }
         return sl_err(SL_EIO, "%s:%d: zmq_send to rank %d (%s): %s", __FILE__, __LINE__, to, tp->addrs[to],
                       zmq_strerror(e));
     }
@@ -489,6 +564,10 @@ static void read_monitor(sl_tp *tp, int i) {
             tp->lost[i] = 1;
         } else if (event == ZMQ_EVENT_CONNECTED) {
             tp->lost[i] = 0;
+        } else if (event == ZMQ_EVENT_HANDSHAKE_FAILED_AUTH || event == ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL) {
+            tp->refused[i] = 1;
+        } else if (event == ZMQ_EVENT_HANDSHAKE_SUCCEEDED) {
+            tp->refused[i] = 0;
         }
     }
 }
@@ -590,6 +669,11 @@ sl_status sl_tp_recv(sl_tp *tp, int from, double timeout_s, sl_msg_hdr *h, const
         if (from >= 0 && from < tp->n && tp->lost[from]) {
             double since = tp->lost_at[from] > last_activity ? tp->lost_at[from] : last_activity;
             if (t - since >= grace) {
+                if (tp->refused[from]) {
+                    sl_err(SL_EPEER, "lost rank %d (%s): it refused this task's CURVE handshake", from, tp->addrs[from]);
+                    sl_err_hint(REFUSED_HINT);
+                    return SL_EPEER;
+                }
                 sl_err(SL_EPEER, "lost rank %d (%s): connection closed", from, tp->addrs[from]);
                 sl_err_hint("the process of rank %d died or left; see its own output for why", from);
                 return SL_EPEER;
@@ -601,7 +685,16 @@ sl_status sl_tp_recv(sl_tp *tp, int from, double timeout_s, sl_msg_hdr *h, const
                        tp->addrs[from], timeout_s, (unsigned long long)tp->st.received, (unsigned long long)tp->st.dropped);
             else
                 sl_err(SL_ETIMEDOUT, "rank %d: no message from any peer in %.1f s", tp->self, timeout_s);
-            sl_err_hint("the peer may be stuck, overloaded or unreachable; raise the timeout (cluster { timeout 60s })");
+            int refused = -1;
+            for (int i = 0; i < tp->n && refused < 0; i++) {
+                if (tp->mon[i]) read_monitor(tp, i);
+                if (tp->refused[i]) refused = i;
+            }
+            if (refused >= 0)
+                sl_err_hint("rank %d (%s) refused this task's CURVE handshake: %s", refused, tp->addrs[refused],
+                            REFUSED_HINT);
+            else
+                sl_err_hint("the peer may be stuck, overloaded or unreachable; raise the timeout (cluster { timeout 60s })");
             return SL_ETIMEDOUT;
         }
         double wait = deadline - t;

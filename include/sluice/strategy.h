@@ -45,6 +45,7 @@ typedef struct sl_strategy_ring_opts {
                             (HASH: FNV-1a 64 of the parameter bytes after S steps, 16 hex
                             digits) and one for the final parameters: replicas compare their
                             logs to check that they hold bit-identical parameters */
+    const sl_tp_curve *curve; /* NULL: plaintext; else CURVE keys (borrowed, copied at create) */
 } sl_strategy_ring_opts;
 
 typedef struct sl_strategy_ring sl_strategy_ring;

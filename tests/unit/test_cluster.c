@@ -284,6 +284,79 @@ TEST(test_tf_config_writer) {
     sl_cluster_free(&c);
 }
 
+/* The curve statement: {task} expansion per task type, no statement, and every error with
+ * its caret position. */
+TEST(test_curve_statement) {
+    sl_cluster c;
+    const char *blk = "cluster {\n  chief \"h0:1\"\n  worker \"h1:1\" \"h2:1\"\n  ps \"h3:1\" \"h4:1\"\n"
+                      "  evaluator \"h5:1\"\n"
+                      "  curve server=\"keys/server.key\" client=\"keys/{task}.key\" allow=keys/allowed\n}\n";
+    static const struct { const char *type; int index; const char *client; } cases[] = {
+        {"chief", 0, "keys/chief0.key"},   {"worker", 0, "keys/worker0.key"}, {"worker", 1, "keys/worker1.key"},
+        {"ps", 1, "keys/ps1.key"},         {"evaluator", 0, "keys/evaluator0.key"},
+    };
+    for (int i = 0; i < 5; i++) {
+        sl_cluster_args a = {.task_type = cases[i].type, .task_index = cases[i].index};
+        ASSERT_OK(cfg_resolve(blk, &a, NULL, &c));
+        ASSERT_STREQ(c.curve_server, "keys/server.key");
+        ASSERT_STREQ(c.curve_client, cases[i].client);
+        ASSERT_STREQ(c.curve_allow, "keys/allowed");
+        sl_cluster_free(&c);
+    }
+    /* the task from the environment, several {task} in one path, option order free */
+    const char *env[] = {"TF_CONFIG={\"task\": {\"type\": \"worker\", \"index\": 1}}", NULL};
+    ASSERT_OK(cfg_resolve("cluster {\n  worker \"h1:1\" \"h2:1\"\n"
+                          "  curve allow=\"a\" client=\"k/{task}/{task}.key\" server=\"s\"\n}\n",
+                          NULL, env, &c));
+    ASSERT_STREQ(c.curve_client, "k/worker1/worker1.key");
+    ASSERT_STREQ(c.curve_server, "s");
+    ASSERT_STREQ(c.curve_allow, "a");
+    sl_cluster_free(&c);
+    /* without a curve statement: empty paths, and sl_cluster_curve says so */
+    ASSERT_OK(cfg_resolve("cluster {\n  worker \"h1:1\"\n}\n", NULL, NULL, &c));
+    ASSERT_STREQ(c.curve_server, "");
+    ASSERT_STREQ(c.curve_client, "");
+    ASSERT_STREQ(c.curve_allow, "");
+    sl_tp_curve k;
+    memset(&k, 0x55, sizeof k);
+    ASSERT_EQ(sl_cluster_curve(&c, &k), SL_ENOTFOUND);
+    ASSERT_STREQ(sl_errmsg(), "cluster: no curve statement in the cluster block");
+    ASSERT(k.allow == NULL);
+    ASSERT_EQ(k.nallow, 0);
+    sl_cluster_free(&c);
+    /* errors */
+    ASSERT_EQ(cfg_resolve("cluster {\n  worker \"h1:1\"\n  curve server=\"s\" client=\"c\"\n}\n", NULL, NULL, &c), SL_EINVAL);
+    ASSERT_CONTAINS(sl_errmsg(), "c.sl:3:3: 'curve' needs allow= (the allow-list file)\n");
+    ASSERT_CONTAINS(sl_errmsg(), "  curve server=\"s\" client=\"c\"\n      ^~~~~\n");
+    ASSERT_CONTAINS(sl_errmsg(), "---> HINT: write curve server=\"server.key\" client=\"{task}.key\" allow=\"allowed\"");
+    ASSERT_EQ(cfg_resolve("cluster {\n  worker \"h1:1\"\n  curve\n}\n", NULL, NULL, &c), SL_EINVAL);
+    ASSERT_CONTAINS(sl_errmsg(), "c.sl:3:3: 'curve' needs server= (the server keypair file)");
+    ASSERT_EQ(cfg_resolve("cluster {\n  worker \"h1:1\"\n  curve server=\"s\" clinet=\"c\" allow=\"a\"\n}\n", NULL, NULL, &c),
+              SL_EINVAL);
+    ASSERT_CONTAINS(sl_errmsg(), "c.sl:3:27: unknown option 'clinet=' of 'curve' (server=, client=, allow=)");
+    ASSERT_CONTAINS(sl_errmsg(), "---> HINT: did you mean 'client='?");
+    ASSERT_EQ(cfg_resolve("cluster {\n  worker \"h1:1\"\n  curve \"s\" client=\"c\" allow=\"a\"\n}\n", NULL, NULL, &c), SL_EINVAL);
+    ASSERT_CONTAINS(sl_errmsg(), "c.sl:3:9: 'curve' takes only the options server=, client= and allow=");
+    ASSERT_EQ(cfg_resolve("cluster {\n  worker \"h1:1\"\n  curve server=\"s\" client=\"c\" allow=\"a\" server=\"t\"\n}\n", NULL,
+                          NULL, &c), SL_EINVAL);
+    ASSERT_CONTAINS(sl_errmsg(), "c.sl:3:48: 'curve' has server= twice");
+    ASSERT_EQ(cfg_resolve("cluster {\n  worker \"h1:1\"\n  curve server=\"\" client=\"c\" allow=\"a\"\n}\n", NULL, NULL, &c),
+              SL_EINVAL);
+    ASSERT_CONTAINS(sl_errmsg(), "c.sl:3:16: 'curve' server= is an empty path");
+    ASSERT_EQ(cfg_resolve("cluster {\n  worker \"h1:1\"\n  curve server=\"s\" client=\"k/{rank}.key\" allow=\"a\"\n}\n", NULL,
+                          NULL, &c), SL_EINVAL);
+    ASSERT_CONTAINS(sl_errmsg(), "c.sl:3:27: unknown placeholder '{rank}' in client= (only {task} is expanded)");
+    ASSERT_EQ(cfg_resolve("cluster {\n  worker \"h1:1\"\n  curve server=\"s\" client=\"c\" allow=5\n}\n", NULL, NULL, &c),
+              SL_EINVAL);
+    ASSERT_CONTAINS(sl_errmsg(), "c.sl:3:37: expected a word or a string, found a number '5'");
+    ASSERT_EQ(cfg_resolve("cluster {\n  worker \"h1:1\"\n  curve server=s client=c allow=a\n  curve server=s client=c allow=a\n}\n",
+                          NULL, NULL, &c), SL_EINVAL);
+    ASSERT_CONTAINS(sl_errmsg(), "c.sl:4:3: a second 'curve' statement (the first is on line 3)");
+    ASSERT_EQ(cfg_resolve("cluster {\n  worker \"h1:1\"\n  crve server=s\n}\n", NULL, NULL, &c), SL_EINVAL);
+    ASSERT_CONTAINS(sl_errmsg(), "---> HINT: did you mean 'curve'?");
+    ASSERT_EQ(c.tasks, NULL);
+}
+
 int main(void) {
     RUN(test_single);
     RUN(test_tf_config);
@@ -294,5 +367,6 @@ int main(void) {
     RUN(test_openmpi);
     RUN(test_args_errors);
     RUN(test_tf_config_writer);
+    RUN(test_curve_statement);
     TEST_MAIN_END();
 }
