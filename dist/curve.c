@@ -194,8 +194,11 @@ sl_status sl__curve_parse_allow(const char *buf, size_t len, const char *name, c
             size_t tok = 0;
             while (tok < ln && !is_space(s[tok])) tok++;
             if (s[0] == '#') continue;
+            /* the rest of a zcert file: its section names and other properties */
+            if ((tok == 5 && !memcmp(s, "curve", 5)) || (tok == 8 && !memcmp(s, "metadata", 8))) continue;
             size_t j = tok;
             while (j < ln && is_space(s[j])) j++;
+            if (j > tok && j < ln && s[j] == '=') continue; /* name = "value" (a bare key has no spaces) */
             if (j < ln && s[j] != '#') {
                 st = sl_err(SL_ECORRUPT, "%s:%d: unexpected text at column %zu after the key", name, it.no, col + j);
                 goto fail;

@@ -224,14 +224,23 @@ TEST(test_keyfile_malformed) {
 TEST(test_allow_list) {
     if (!have_curve()) SKIP("libzmq has no CURVE");
     char t[1024];
-    snprintf(t, sizeof t, "# the workers\n\n%s\n   %s   # worker1\ncurve\n", CPUB, SPUB);
+    snprintf(t, sizeof t, "# the workers\n\n%s\n   %s   # worker1\ncurvy\n", CPUB, SPUB);
     char(*keys)[41];
     int n;
-    /* "curve" alone is not a key */
+    /* a short word is not a key */
     ASSERT_EQ(sl__curve_parse_allow(t, strlen(t), "a", &keys, &n), SL_ECORRUPT);
     ASSERT_STREQ(sl_errmsg(), "a:5: key is 5 characters; a CURVE key is 40 Z85 characters");
     ASSERT(keys == NULL);
     ASSERT_EQ(n, 0);
+    /* .pub files concatenated (cat *.pub > allowed): their section names and other
+     * properties are skipped, their public-key lines read */
+    snprintf(t, sizeof t, "#   ZeroMQ CURVE public certificate\n\nmetadata\n    name = \"w0\"\ncurve\n"
+             "    public-key = \"%s\"\n#   again\ncurve\n    public-key = \"%s\"\n", CPUB, SPUB);
+    ASSERT_OK(sl__curve_parse_allow(t, strlen(t), "a", &keys, &n));
+    ASSERT_EQ(n, 2);
+    ASSERT_STREQ(keys[0], CPUB);
+    ASSERT_STREQ(keys[1], SPUB);
+    free(keys);
     snprintf(t, sizeof t, "# the workers\n\n%s\n   %s   # worker1\n  public-key = \"%s\"\r\n#%s\n", CPUB, SPUB, CPUB,
              SPUB);
     ASSERT_OK(sl__curve_parse_allow(t, strlen(t), "a", &keys, &n));
