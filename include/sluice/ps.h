@@ -57,7 +57,10 @@
  *                          pushed for this round, then the mean is applied once and every
  *                          waiting worker gets the reply. With a staleness bound k the reply
  *                          to a worker more than k steps ahead of the slowest live worker
- *                          is held until the slowest catches up (or dies).
+ *                          is held until the slowest catches up (or dies). A PUSH that
+ *                          repeats the worker's last seq, or is for a step at or below the
+ *                          step the ps recorded for it (a client's retry), is answered
+ *                          without being applied again.
  *   HEARTBEAT worker -> ps every heartbeat_s while the worker is otherwise silent; no reply.
  *   BYE     worker -> ps   the worker is done (no reply). It leaves the live set.
  * A worker is live from its first message until BYE, until its connection closes
@@ -123,8 +126,9 @@ typedef struct sl_ps_frame {
     int64_t value;
     float lr;
     uint32_t status;
-    const float *data;    /* points into the payload (sl_tp_recv payloads are 8-byte aligned,
-                             so data past the 32-byte prefix is aligned for float) */
+    const float *data;    /* points into the payload at byte 32: aligned for float only when
+                             the payload is (ZeroMQ may deliver a payload at any offset of its
+                             receive buffer: copy a misaligned one before decoding) */
     size_t n;             /* floats in data */
     const char *reason;   /* REJECT: the reason text (not NUL-terminated), n_reason bytes */
     size_t n_reason;
@@ -170,7 +174,9 @@ typedef struct sl_ps_server_opts {
 } sl_ps_server_opts;
 
 typedef struct sl_ps_server_stats {
-    uint64_t pushes, pulls, applied, dropped, rejected;
+    uint64_t pushes, pulls, applied;
+    uint64_t dropped;       /* malformed frames, including those the transport refused */
+    uint64_t rejected;      /* frames with another plan hash (answered REJECT) */
     int64_t version;
 } sl_ps_server_stats;
 

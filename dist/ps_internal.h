@@ -1,0 +1,37 @@
+/* Private helpers shared by the parameter-server files (ps_plan.c, ps_wire.c, ps_server.c,
+ * ps_client.c): a refcounted send buffer so one frame can be handed to ZeroMQ zero-copy
+ * and re-sent (a retry) without copying, and the monotonic clock. Not installed. */
+#ifndef SLUICE_DIST_PS_INTERNAL_H
+#define SLUICE_DIST_PS_INTERNAL_H
+
+#include <stdalign.h>
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "sluice/ps.h"
+
+/* One ps frame payload (prefix + floats). The owner holds one reference, every zero-copy
+ * send another; ZeroMQ drops its reference on its own thread, hence the atomic count. */
+typedef struct sl__ps_buf {
+    atomic_int refs;
+    size_t len;                /* bytes in data */
+    alignas(8) uint8_t data[]; /* 8-aligned so the floats after the prefix are aligned */
+} sl__ps_buf;
+
+/* A buffer of SL_PS_PREFIX + 4 * nfloats bytes with one reference, or NULL. */
+sl__ps_buf *sl__ps_buf_new(size_t nfloats);
+void sl__ps_buf_unref(sl__ps_buf *b); /* NULL is a no-op */
+/* Send b to rank `to` zero-copy under header h (one more reference while ZeroMQ holds it). */
+sl_status sl__ps_buf_send(sl_tp *tp, int to, sl_msg_hdr *h, sl__ps_buf *b);
+static inline float *sl__ps_buf_floats(sl__ps_buf *b) { return (float *)(void *)(b->data + SL_PS_PREFIX); }
+
+double sl__ps_now(void); /* CLOCK_MONOTONIC seconds */
+
+/* p itself when it is 8-byte aligned, else a copy of p[0..len) in *scratch (grown as
+ * needed, free with free()): ZeroMQ may hand over a payload inside its receive buffer at
+ * any offset, and the floats after the prefix must be aligned to be read. NULL when out of
+ * memory. */
+const void *sl__ps_aligned(const void *p, size_t len, void **scratch, size_t *cap);
+
+#endif

@@ -1,0 +1,1127 @@
+/* dist/ps_server.c and dist/ps_client.c: in-process clusters (threads over TCP on
+ * 127.0.0.1) of workers and ps tasks with an apply callback doing p -= lr * g on
+ * integer-valued multiples of 1/8, so every expected parameter is exact whatever order the
+ * pushes arrive in. Covers async and sync training, a worker joining before the chief's
+ * INIT, the staleness bound, heartbeats, dead workers (connection closed, silence), a
+ * restarted worker (resume step), a restarted ps (restored shard, clients retrying across
+ * the restart), checkpoints, retried pushes applied once (raw frames), a client re-sending
+ * the same seq to a fake ps that came back and ignoring a stale answer, a raw ZeroMQ
+ * DEALER sending garbage that the server drops and counts while serving a real client, and
+ * a CURVE client whose key is not allowed. */
+#include <arpa/inet.h>
+#include <math.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+#include <zmq.h>
+
+#include "sluice/ps.h"
+#include "test.h"
+
+/* libzmq is not built with ThreadSanitizer: its lock-free queues between the I/O thread and
+ * the caller are invisible to TSan, which then reports the handover of every message. With
+ * CURVE the I/O thread decrypts into the message through libsodium, so it joins the list. */
+#if defined(__SANITIZE_THREAD__)
+const char *__tsan_default_suppressions(void);
+const char *__tsan_default_suppressions(void) {
+    return "called_from_lib:libzmq.so\nrace:libzmq.so\ncalled_from_lib:libsodium.so\nrace:libsodium.so\n";
+}
+#endif
+
+#define LR 0.5f
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static void sleep_ms(int ms) {
+    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+    nanosleep(&ts, NULL);
+}
+
+/* A free TCP port on 127.0.0.1 (bound, read, released): every task must know every other
+ * task's address before it connects, and the servers are created before the workers. */
+static int free_port(void) {
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t al = sizeof a;
+    if (fd < 0 || bind(fd, (struct sockaddr *)&a, sizeof a) || getsockname(fd, (struct sockaddr *)&a, &al)) return -1;
+    close(fd);
+    return ntohs(a.sin_port);
+}
+
+typedef struct cluster {
+    int nw, np;
+    char buf[16][32];
+    const char *addrs[16];
+} cluster;
+
+static void cluster_init(cluster *c, int nw, int np) {
+    c->nw = nw;
+    c->np = np;
+    for (int i = 0; i < nw + np; i++) {
+        snprintf(c->buf[i], sizeof c->buf[i], "127.0.0.1:%d", free_port());
+        c->addrs[i] = c->buf[i];
+    }
+}
+
+/* the gradient of worker w at step s, float i, and the initial parameters */
+static float grad_of(int w, int64_t s, size_t i) { return (float)((w + 1) * (s + 1) + (int)(i % 4)) * 0.25f; }
+static float init_of(size_t i) { return (float)(i % 1000) * 0.5f; }
+
+/* ---- servers ---- */
+
+typedef struct srv {
+    sl_ps_server *s;
+    pthread_t t;
+    sl_status st;
+    char msg[1024];
+    size_t n;
+    int saves;
+    int64_t save_versions[64];
+    int64_t last_steps[8];
+    float *saved;       /* the last saved shard */
+    volatile int stop;
+    sl_ps_server_stats stats;
+} srv;
+
+static sl_status apply_sgd(void *ctx, float *params, const float *grad, size_t n, float lr) {
+    (void)ctx;
+    for (size_t i = 0; i < n; i++) params[i] -= lr * grad[i];
+    return SL_OK;
+}
+
+static sl_status save_cb(void *ctx, const float *params, size_t n, const sl_ps_shard_state *st) {
+    srv *v = ctx;
+    if (v->saves < 64) v->save_versions[v->saves] = st->version;
+    v->saves++;
+    for (int i = 0; i < st->nworkers && i < 8; i++) v->last_steps[i] = st->worker_steps[i];
+    if (!v->saved) v->saved = malloc((n ? n : 1) * sizeof(float));
+    memcpy(v->saved, params, n * sizeof(float));
+    v->n = n;
+    return SL_OK;
+}
+
+static void *srv_main(void *arg) {
+    srv *v = arg;
+    v->st = sl_ps_server_run(v->s);
+    snprintf(v->msg, sizeof v->msg, "%s", v->st ? sl_errmsg() : "");
+    sl_ps_server_get_stats(v->s, &v->stats);
+    return NULL;
+}
+
+static int srv_start(srv *v, cluster *c, int j, const sl_ps_plan *plan, const sl_ps_server_opts *o,
+                     const float *init, const sl_ps_shard_state *ist) {
+    sl_ps_server_ops ops = {.ctx = v, .apply = apply_sgd, .save = save_cb};
+    sl_ps_server_opts oo = o ? *o : (sl_ps_server_opts){.staleness = -1};
+    oo.stop = &v->stop;
+    sl_tp_opts to = {.timeout_s = 5, .max_msg = 1 << 20};
+    if (sl_ps_server_create(c->addrs, c->nw, j, plan, &to, &ops, &oo, init, ist, &v->s)) return -1;
+    return pthread_create(&v->t, NULL, srv_main, v) ? -1 : 0;
+}
+
+static void srv_done(srv *v) {
+    sl_ps_server_free(v->s);
+    free(v->saved);
+}
+
+/* ---- workers ---- */
+
+typedef struct wjob {
+    cluster *c;
+    const sl_ps_plan *plan;
+    int w;
+    sl_ps_client_opts co;
+    int64_t from, nsteps;      /* pushes steps from .. from+nsteps-1 */
+    int pause_ms;              /* between steps */
+    int pause_at, pause_long_ms; /* one long pause before step pause_at (0: none) */
+    int no_bye;                /* leave without BYE (free the client) */
+    pthread_barrier_t *after_join;
+    int sync_check;            /* sync: each reply equals the mean-of-all-workers expectation */
+    atomic_llong *started;     /* [nw] staleness test: the step each worker is pushing */
+    int stale_k;
+    int64_t max_lead;          /* the most this worker's finished step led another's started */
+    atomic_int *hold;          /* wait while set before pushing step hold_at */
+    int64_t hold_at;
+    atomic_int *phase;         /* set to 1 when the pushes before hold_at are done */
+    /* results */
+    sl_status st;
+    char msg[1024];
+    int64_t resume;
+    float *params;
+    int bad;                   /* first mismatching step + 1 */
+    double took;
+} wjob;
+
+static void *worker_main(void *arg) {
+    wjob *j = arg;
+    size_t n = j->plan->total;
+    float *g = malloc(n * sizeof(float));
+    j->params = malloc(n * sizeof(float));
+    for (size_t i = 0; i < n; i++) j->params[i] = j->w == 0 ? init_of(i) : 0.0f;
+    sl_ps_client *c = NULL;
+    double t0 = now_s();
+    j->st = sl_ps_client_create(j->c->addrs, j->c->nw, j->w, j->plan, NULL, &j->co, &c);
+    if (!j->st) j->st = sl_ps_client_join(c, j->params, &j->resume);
+    if (j->after_join) pthread_barrier_wait(j->after_join);
+    for (int64_t s = j->from; s < j->from + j->nsteps && !j->st; s++) {
+        if (j->hold && s == j->hold_at) {
+            atomic_store(j->phase, 1);
+            while (atomic_load(j->hold)) sleep_ms(5);
+        }
+        if (j->pause_at && s == j->pause_at) sleep_ms(j->pause_long_ms);
+        for (size_t i = 0; i < n; i++) g[i] = grad_of(j->w, s, i);
+        if (j->started) atomic_store(&j->started[j->w], s);
+        j->st = sl_ps_client_push_pull(c, g, s, LR, j->params);
+        if (j->st) break;
+        if (j->started)
+            for (int v = 0; v < j->c->nw; v++) {
+                int64_t lead = s - atomic_load(&j->started[v]);
+                if (v != j->w && lead > j->max_lead) j->max_lead = lead;
+            }
+        if (j->sync_check && !j->bad) {
+            /* after round s every worker has p = init - lr * sum_t mean_w grad(w, t) */
+            for (size_t i = 0; i < n && !j->bad; i++) {
+                double p = init_of(i);
+                for (int64_t t = 0; t <= s; t++) {
+                    double m = 0;
+                    for (int w = 0; w < j->c->nw; w++) m += grad_of(w, t, i);
+                    p -= LR * (m / j->c->nw);
+                }
+                if (j->params[i] != (float)p) j->bad = (int)s + 1;
+            }
+        }
+        if (j->pause_ms) sleep_ms(j->pause_ms);
+    }
+    if (!j->st && !j->no_bye) j->st = sl_ps_client_bye(c);
+    if (j->st) snprintf(j->msg, sizeof j->msg, "%s", sl_errmsg());
+    j->took = now_s() - t0;
+    sl_ps_client_free(c);
+    free(g);
+    return NULL;
+}
+
+static sl_ps_plan *test_plan(int np) {
+    size_t sizes[4] = {3000, 5, 2000, 1};
+    sl_ps_plan *p;
+    return sl_ps_plan_create(sizes, 4, np, 1000, &p) ? NULL : p;
+}
+
+/* init - lr * sum of grad(w, s) over the given pushes: pushes[w] = {from, count} */
+static void expect_async(const sl_ps_plan *p, int nw, const int64_t (*pushes)[2], float *out) {
+    for (size_t i = 0; i < p->total; i++) {
+        double v = init_of(i);
+        for (int w = 0; w < nw; w++)
+            for (int64_t s = pushes[w][0]; s < pushes[w][0] + pushes[w][1]; s++) v -= LR * grad_of(w, s, i);
+        out[i] = (float)v;
+    }
+}
+
+/* the servers' last saved shards, put together */
+static void saved_flat(const sl_ps_plan *p, srv *v, float *flat) {
+    for (int j = 0; j < p->nps; j++) sl_ps_plan_scatter(p, j, v[j].saved, flat);
+}
+
+#define CHECK_WORKER(j) do { if ((j).st) { FAILF("worker %d: %d %s", (j).w, (j).st, (j).msg); return; } } while (0)
+#define CHECK_SRV(v) do { if ((v).st) { FAILF("server: %d %s", (v).st, (v).msg); return; } } while (0)
+
+TEST(test_async_two_by_two) {
+    cluster c;
+    cluster_init(&c, 2, 2);
+    sl_ps_plan *p = test_plan(2);
+    ASSERT(p);
+    srv v[2];
+    memset(v, 0, sizeof v);
+    sl_ps_server_opts o = {.staleness = -1, .ckpt_every_s = 0.1};
+    for (int k = 0; k < 2; k++) ASSERT_EQ(srv_start(&v[k], &c, k, p, &o, NULL, NULL), 0);
+    wjob jobs[2];
+    pthread_t t[2];
+    for (int w = 0; w < 2; w++) {
+        jobs[w] = (wjob){.c = &c, .plan = p, .w = w, .co = {.retry_s = 20}, .nsteps = 10, .pause_ms = 20 * (w + 1)};
+        pthread_create(&t[w], NULL, worker_main, &jobs[w]);
+    }
+    for (int w = 0; w < 2; w++) pthread_join(t[w], NULL);
+    for (int k = 0; k < 2; k++) pthread_join(v[k].t, NULL);
+    for (int w = 0; w < 2; w++) CHECK_WORKER(jobs[w]);
+    for (int k = 0; k < 2; k++) CHECK_SRV(v[k]);
+    ASSERT_EQ(jobs[0].resume, -1);
+    ASSERT_EQ(jobs[1].resume, -1);
+    float *want = malloc(p->total * sizeof(float)), *got = malloc(p->total * sizeof(float));
+    int64_t pushes[2][2] = {{0, 10}, {0, 10}};
+    expect_async(p, 2, pushes, want);
+    saved_flat(p, v, got);
+    ASSERT_MEMEQ(got, want, p->total * sizeof(float));
+    /* the worker that pushed last holds exactly the final parameters */
+    int last = jobs[0].took > jobs[1].took ? 0 : 1;
+    ASSERT_MEMEQ(jobs[last].params, want, p->total * sizeof(float));
+    for (int k = 0; k < 2; k++) {
+        ASSERT_EQ(v[k].stats.pushes, 20);
+        ASSERT_EQ(v[k].stats.applied, 20);
+        ASSERT_EQ(v[k].stats.version, 20);
+        ASSERT_EQ(v[k].stats.dropped, 0);
+        ASSERT_EQ(v[k].stats.rejected, 0);
+        /* periodic checkpoints while training, and one at the end with the final version */
+        ASSERT(v[k].saves >= 2);
+        ASSERT_EQ(v[k].save_versions[(v[k].saves < 64 ? v[k].saves : 64) - 1], 20);
+        /* periodic ones only when the version moved; the final one may repeat the last */
+        for (int i = 1; i + 1 < v[k].saves && i < 64; i++) ASSERT(v[k].save_versions[i] > v[k].save_versions[i - 1]);
+        ASSERT_EQ(v[k].last_steps[0], 9);
+        ASSERT_EQ(v[k].last_steps[1], 9);
+    }
+    free(want); free(got);
+    for (int w = 0; w < 2; w++) free(jobs[w].params);
+    for (int k = 0; k < 2; k++) srv_done(&v[k]);
+    sl_ps_plan_free(p);
+}
+
+typedef struct join_job {
+    sl_ps_client *c;
+    float *flat;
+    int64_t resume;
+    sl_status st;
+    char msg[1024];
+} join_job;
+
+static void *join_main(void *arg) {
+    join_job *j = arg;
+    j->st = sl_ps_client_join(j->c, j->flat, &j->resume);
+    snprintf(j->msg, sizeof j->msg, "%s", j->st ? sl_errmsg() : "");
+    return NULL;
+}
+
+TEST(test_join_waits_for_chief) {
+    cluster c;
+    cluster_init(&c, 2, 2);
+    sl_ps_plan *p = test_plan(2);
+    srv v[2];
+    memset(v, 0, sizeof v);
+    for (int k = 0; k < 2; k++) ASSERT_EQ(srv_start(&v[k], &c, k, p, NULL, NULL, NULL), 0);
+    size_t n = p->total;
+    float *init = malloc(n * sizeof(float)), *g = malloc(n * sizeof(float)), *want = malloc(n * sizeof(float));
+    for (size_t i = 0; i < n; i++) init[i] = init_of(i);
+    /* worker 1 joins first: the ps tasks answer UNINIT until the chief's INIT comes */
+    sl_ps_client_opts co = {.retry_s = 20};
+    join_job j1 = {.flat = calloc(n, sizeof(float)), .resume = 7};
+    ASSERT_OK(sl_ps_client_create(c.addrs, 2, 1, p, NULL, &co, &j1.c));
+    pthread_t t;
+    pthread_create(&t, NULL, join_main, &j1);
+    sleep_ms(400);
+    sl_ps_client *chief;
+    float *cflat = malloc(n * sizeof(float));
+    memcpy(cflat, init, n * sizeof(float));
+    int64_t resume = 7;
+    ASSERT_OK(sl_ps_client_create(c.addrs, 2, 0, p, NULL, &co, &chief));
+    ASSERT_OK(sl_ps_client_join(chief, cflat, &resume));
+    pthread_join(t, NULL);
+    if (j1.st) { FAILF("worker 1 join: %s", j1.msg); return; }
+    ASSERT_EQ(resume, -1);
+    ASSERT_EQ(j1.resume, -1);
+    ASSERT_MEMEQ(cflat, init, n * sizeof(float));
+    ASSERT_MEMEQ(j1.flat, init, n * sizeof(float));
+    for (size_t i = 0; i < n; i++) g[i] = grad_of(0, 0, i);
+    ASSERT_OK(sl_ps_client_push_pull(chief, g, 0, LR, cflat));
+    int64_t pushes[2][2] = {{0, 1}, {0, 0}};
+    expect_async(p, 2, pushes, want);
+    ASSERT_MEMEQ(cflat, want, n * sizeof(float));
+    ASSERT_OK(sl_ps_client_pull(j1.c, j1.flat));
+    ASSERT_MEMEQ(j1.flat, want, n * sizeof(float));
+    ASSERT_OK(sl_ps_client_bye(j1.c));
+    sl_ps_client_free(j1.c);
+    /* a restarted chief (no BYE) rejoins: the ps's parameters win over its own */
+    sl_ps_client_free(chief);
+    ASSERT_OK(sl_ps_client_create(c.addrs, 2, 0, p, NULL, &co, &chief));
+    memcpy(cflat, init, n * sizeof(float));
+    ASSERT_OK(sl_ps_client_join(chief, cflat, &resume));
+    ASSERT_EQ(resume, 0);
+    ASSERT_MEMEQ(cflat, want, n * sizeof(float));
+    ASSERT_OK(sl_ps_client_bye(chief));
+    sl_ps_client_free(chief);
+    for (int k = 0; k < 2; k++) {
+        pthread_join(v[k].t, NULL);
+        CHECK_SRV(v[k]);
+        ASSERT_EQ(v[k].stats.applied, 1);
+        ASSERT_EQ(v[k].stats.pulls >= 1, 1);
+    }
+    free(init); free(g); free(want); free(cflat); free(j1.flat);
+    for (int k = 0; k < 2; k++) srv_done(&v[k]);
+    /* without a chief, a worker's join gives up and says why */
+    cluster_init(&c, 2, 1);
+    sl_ps_plan *p1 = test_plan(1);
+    srv w;
+    memset(&w, 0, sizeof w);
+    ASSERT_EQ(srv_start(&w, &c, 0, p1, NULL, NULL, NULL), 0);
+    co.retry_s = 0.8;
+    sl_ps_client *lone;
+    float *fl = calloc(p1->total, sizeof(float));
+    ASSERT_OK(sl_ps_client_create(c.addrs, 2, 1, p1, NULL, &co, &lone));
+    ASSERT_EQ(sl_ps_client_join(lone, fl, &resume), SL_ETIMEDOUT);
+    char want_msg[200];
+    snprintf(want_msg, sizeof want_msg, "worker 1: ps 0 (%s) has no parameters after 0.8 s of join (the chief, worker 0, "
+             "did not initialise it)", c.addrs[2]);
+    ASSERT_STREQ(sl_errmsg(), want_msg);
+    sl_ps_client_free(lone);
+    __atomic_store_n(&w.stop, 1, __ATOMIC_RELAXED);
+    pthread_join(w.t, NULL);
+    ASSERT_EQ(w.st, SL_ECANCELED);
+    free(fl);
+    srv_done(&w);
+    sl_ps_plan_free(p1);
+    sl_ps_plan_free(p);
+}
+
+TEST(test_sync_rounds) {
+    cluster c;
+    cluster_init(&c, 2, 2);
+    sl_ps_plan *p = test_plan(2);
+    srv v[2];
+    memset(v, 0, sizeof v);
+    sl_ps_server_opts o = {.sync = true, .staleness = -1};
+    for (int k = 0; k < 2; k++) ASSERT_EQ(srv_start(&v[k], &c, k, p, &o, NULL, NULL), 0);
+    pthread_barrier_t b;
+    pthread_barrier_init(&b, NULL, 2);
+    wjob jobs[2];
+    pthread_t t[2];
+    for (int w = 0; w < 2; w++) {
+        jobs[w] = (wjob){.c = &c, .plan = p, .w = w, .co = {.retry_s = 20}, .nsteps = 6, .pause_ms = w ? 30 : 0,
+                         .after_join = &b, .sync_check = 1};
+        pthread_create(&t[w], NULL, worker_main, &jobs[w]);
+    }
+    for (int w = 0; w < 2; w++) pthread_join(t[w], NULL);
+    for (int k = 0; k < 2; k++) pthread_join(v[k].t, NULL);
+    pthread_barrier_destroy(&b);
+    for (int w = 0; w < 2; w++) CHECK_WORKER(jobs[w]);
+    for (int k = 0; k < 2; k++) CHECK_SRV(v[k]);
+    ASSERT_EQ(jobs[0].bad, 0);
+    ASSERT_EQ(jobs[1].bad, 0);
+    ASSERT_MEMEQ(jobs[0].params, jobs[1].params, p->total * sizeof(float));
+    for (int k = 0; k < 2; k++) {
+        ASSERT_EQ(v[k].stats.pushes, 12);
+        ASSERT_EQ(v[k].stats.applied, 6); /* one mean per round */
+        ASSERT_EQ(v[k].stats.version, 6);
+    }
+    for (int w = 0; w < 2; w++) free(jobs[w].params);
+    for (int k = 0; k < 2; k++) srv_done(&v[k]);
+    sl_ps_plan_free(p);
+}
+
+/* Fast worker 0 and slow worker 1 under staleness bound k: returns worker 0's max lead. */
+static int64_t run_stale(int k, int *failed) {
+    cluster c;
+    cluster_init(&c, 2, 1);
+    size_t sizes[1] = {64};
+    sl_ps_plan *p;
+    *failed = 1;
+    if (sl_ps_plan_create(sizes, 1, 1, 0, &p)) return -1;
+    srv v;
+    memset(&v, 0, sizeof v);
+    sl_ps_server_opts o = {.staleness = k};
+    if (srv_start(&v, &c, 0, p, &o, NULL, NULL)) return -1;
+    pthread_barrier_t b;
+    pthread_barrier_init(&b, NULL, 2);
+    atomic_llong started[2];
+    atomic_init(&started[0], -1);
+    atomic_init(&started[1], -1);
+    wjob jobs[2];
+    pthread_t t[2];
+    for (int w = 0; w < 2; w++) {
+        jobs[w] = (wjob){.c = &c, .plan = p, .w = w, .co = {.retry_s = 20}, .nsteps = 12, .pause_ms = w ? 40 : 0,
+                         .after_join = &b, .started = started, .stale_k = k, .max_lead = INT64_MIN};
+        pthread_create(&t[w], NULL, worker_main, &jobs[w]);
+    }
+    for (int w = 0; w < 2; w++) pthread_join(t[w], NULL);
+    pthread_join(v.t, NULL);
+    pthread_barrier_destroy(&b);
+    *failed = jobs[0].st || jobs[1].st || v.st || v.stats.applied != 24;
+    if (*failed) printf("  k=%d: worker %d %s / %d %s / server %d %s, applied %llu\n", k, jobs[0].st, jobs[0].msg,
+                        jobs[1].st, jobs[1].msg, v.st, v.msg, (unsigned long long)v.stats.applied);
+    for (int w = 0; w < 2; w++) free(jobs[w].params);
+    srv_done(&v);
+    sl_ps_plan_free(p);
+    return jobs[0].max_lead;
+}
+
+TEST(test_staleness_bound) {
+    int failed;
+    /* the fast worker's step s returns only once the slow one has started step s - k */
+    ASSERT_EQ(run_stale(0, &failed) <= 0, 1);
+    ASSERT_EQ(failed, 0);
+    ASSERT_EQ(run_stale(1, &failed) <= 1, 1);
+    ASSERT_EQ(failed, 0);
+    /* without a bound the fast worker runs ahead: the check above can fail */
+    ASSERT(run_stale(-1, &failed) > 2);
+    ASSERT_EQ(failed, 0);
+}
+
+TEST(test_dead_worker_releases_sync_round) {
+    cluster c;
+    cluster_init(&c, 2, 1);
+    sl_ps_plan *p = test_plan(1);
+    srv v;
+    memset(&v, 0, sizeof v);
+    sl_ps_server_opts o = {.sync = true, .staleness = -1, .dead_after_s = 30};
+    ASSERT_EQ(srv_start(&v, &c, 0, p, &o, NULL, NULL), 0);
+    pthread_barrier_t b;
+    pthread_barrier_init(&b, NULL, 2);
+    wjob jobs[2];
+    pthread_t t[2];
+    /* worker 1 does two rounds and vanishes without BYE (its client is freed) */
+    jobs[0] = (wjob){.c = &c, .plan = p, .w = 0, .co = {.retry_s = 20}, .nsteps = 6, .after_join = &b};
+    jobs[1] = (wjob){.c = &c, .plan = p, .w = 1, .co = {.retry_s = 20}, .nsteps = 2, .after_join = &b, .no_bye = 1};
+    for (int w = 0; w < 2; w++) pthread_create(&t[w], NULL, worker_main, &jobs[w]);
+    for (int w = 0; w < 2; w++) pthread_join(t[w], NULL);
+    pthread_join(v.t, NULL);
+    pthread_barrier_destroy(&b);
+    for (int w = 0; w < 2; w++) CHECK_WORKER(jobs[w]);
+    CHECK_SRV(v);
+    /* its closed connection, not dead_after_s (30 s), released worker 0's third round */
+    ASSERT(jobs[0].took < 10);
+    ASSERT_EQ(v.stats.applied, 6);
+    ASSERT_EQ(v.stats.pushes, 8);
+    /* rounds 0, 1: mean of both; rounds 2..5: worker 0 alone */
+    float *want = malloc(p->total * sizeof(float));
+    for (size_t i = 0; i < p->total; i++) {
+        double x = init_of(i);
+        for (int s = 0; s < 6; s++) x -= LR * (s < 2 ? (grad_of(0, s, i) + grad_of(1, s, i)) / 2 : grad_of(0, s, i));
+        want[i] = (float)x;
+    }
+    ASSERT_MEMEQ(v.saved, want, p->total * sizeof(float));
+    ASSERT_MEMEQ(jobs[0].params, want, p->total * sizeof(float));
+    ASSERT_EQ(v.last_steps[1], 1);
+    free(want);
+    for (int w = 0; w < 2; w++) free(jobs[w].params);
+    srv_done(&v);
+    sl_ps_plan_free(p);
+}
+
+/* A raw DEALER that claims worker `w` (routing id "r<w>") on the server's inbox. */
+static void *raw_dealer(void *ctx, const char *server_ep, int w) {
+    void *s = zmq_socket(ctx, ZMQ_DEALER);
+    char id[16], ep[64];
+    snprintf(id, sizeof id, "r%d", w);
+    snprintf(ep, sizeof ep, "tcp://%s", server_ep);
+    int zero = 0;
+    zmq_setsockopt(s, ZMQ_ROUTING_ID, id, strlen(id));
+    zmq_setsockopt(s, ZMQ_LINGER, &zero, sizeof zero);
+    zmq_connect(s, ep);
+    return s;
+}
+
+/* Send a transport header (type, sender w, tensor, step) and payload p[0..n). */
+static void raw_frame(void *s, int type, int w, int tensor, uint64_t step, const void *p, size_t n) {
+    sl_msg_hdr h = {.type = (uint16_t)type, .dtype = SL_DT_U8, .sender = (uint32_t)w, .tensor = (uint32_t)tensor,
+                    .step = step, .length = n};
+    uint8_t hb[SL_MSG_HDR_SIZE];
+    sl_msg_encode(&h, hb);
+    zmq_send(s, hb, sizeof hb, ZMQ_SNDMORE);
+    zmq_send(s, p, n, 0);
+}
+
+TEST(test_silent_worker_and_heartbeats) {
+    cluster c;
+    cluster_init(&c, 3, 1);
+    sl_ps_plan *p = test_plan(1);
+    srv v;
+    memset(&v, 0, sizeof v);
+    sl_ps_server_opts o = {.sync = true, .staleness = -1, .dead_after_s = 1.0};
+    ASSERT_EQ(srv_start(&v, &c, 0, p, &o, NULL, NULL), 0);
+    /* worker 2 is a raw socket that says HELLO and then nothing: live, then dead by silence */
+    void *zctx = zmq_ctx_new();
+    void *raw = raw_dealer(zctx, sl_ps_server_endpoint(v.s), 2);
+    uint8_t pre[SL_PS_PREFIX];
+    sl_ps_frame f = {.plan_hash = p->hash, .seq = 1};
+    sl_ps_frame_encode_prefix(&f, pre);
+    raw_frame(raw, SL_MSG_HELLO, 2, 0, 0, pre, sizeof pre);
+    sleep_ms(100);
+    /* worker 1 pauses 2.5 s (> dead_after_s) before step 2, but its heartbeats keep it live:
+     * every round still takes the mean of workers 0 and 1 (worker 2's silence ends it) */
+    pthread_barrier_t b;
+    pthread_barrier_init(&b, NULL, 2);
+    wjob jobs[2];
+    pthread_t t[2];
+    for (int w = 0; w < 2; w++) {
+        jobs[w] = (wjob){.c = &c, .plan = p, .w = w, .co = {.retry_s = 20, .heartbeat_s = 0.2}, .nsteps = 4,
+                         .after_join = &b};
+    }
+    jobs[1].pause_at = 2;
+    jobs[1].pause_long_ms = 2500;
+    for (int w = 0; w < 2; w++) pthread_create(&t[w], NULL, worker_main, &jobs[w]);
+    for (int w = 0; w < 2; w++) pthread_join(t[w], NULL);
+    pthread_join(v.t, NULL);
+    pthread_barrier_destroy(&b);
+    zmq_close(raw);
+    zmq_ctx_term(zctx);
+    for (int w = 0; w < 2; w++) CHECK_WORKER(jobs[w]);
+    CHECK_SRV(v);
+    ASSERT(jobs[0].took > 2.4);
+    ASSERT_EQ(v.stats.applied, 4);
+    float *want = malloc(p->total * sizeof(float));
+    for (size_t i = 0; i < p->total; i++) {
+        double x = init_of(i);
+        for (int s = 0; s < 4; s++) x -= LR * (grad_of(0, s, i) + grad_of(1, s, i)) / 2;
+        want[i] = (float)x;
+    }
+    ASSERT_MEMEQ(v.saved, want, p->total * sizeof(float));
+    ASSERT_MEMEQ(jobs[0].params, want, p->total * sizeof(float));
+    ASSERT_MEMEQ(jobs[1].params, want, p->total * sizeof(float));
+    ASSERT_EQ(v.last_steps[2], -1);
+    free(want);
+    for (int w = 0; w < 2; w++) free(jobs[w].params);
+    srv_done(&v);
+    sl_ps_plan_free(p);
+}
+
+TEST(test_restarted_worker_resumes) {
+    cluster c;
+    cluster_init(&c, 2, 2);
+    sl_ps_plan *p = test_plan(2);
+    srv v[2];
+    memset(v, 0, sizeof v);
+    for (int k = 0; k < 2; k++) ASSERT_EQ(srv_start(&v[k], &c, k, p, NULL, NULL, NULL), 0);
+    /* the chief pushes 3 steps, then waits (client alive) until worker 1 has lived twice */
+    atomic_int hold;
+    atomic_init(&hold, 1);
+    atomic_int phase;
+    atomic_init(&phase, 0);
+    wjob chief = {.c = &c, .plan = p, .w = 0, .co = {.retry_s = 20, .heartbeat_s = 0.2}, .nsteps = 4,
+                  .hold = &hold, .hold_at = 3, .phase = &phase};
+    pthread_t tc, t1;
+    pthread_create(&tc, NULL, worker_main, &chief);
+    wjob first = {.c = &c, .plan = p, .w = 1, .co = {.retry_s = 20}, .nsteps = 5, .no_bye = 1};
+    pthread_create(&t1, NULL, worker_main, &first);
+    pthread_join(t1, NULL);
+    CHECK_WORKER(first);
+    ASSERT_EQ(first.resume, -1);
+    wjob second = {.c = &c, .plan = p, .w = 1, .co = {.retry_s = 20}, .from = 5, .nsteps = 2};
+    pthread_create(&t1, NULL, worker_main, &second);
+    pthread_join(t1, NULL);
+    atomic_store(&hold, 0);
+    pthread_join(tc, NULL);
+    for (int k = 0; k < 2; k++) pthread_join(v[k].t, NULL);
+    CHECK_WORKER(second);
+    CHECK_WORKER(chief);
+    for (int k = 0; k < 2; k++) CHECK_SRV(v[k]);
+    ASSERT_EQ(second.resume, 4); /* the last step its first life pushed */
+    float *want = malloc(p->total * sizeof(float)), *got = malloc(p->total * sizeof(float));
+    int64_t pushes[2][2] = {{0, 4}, {0, 7}};
+    expect_async(p, 2, pushes, want);
+    saved_flat(p, v, got);
+    ASSERT_MEMEQ(got, want, p->total * sizeof(float));
+    for (int k = 0; k < 2; k++) {
+        ASSERT_EQ(v[k].stats.applied, 11);
+        ASSERT_EQ(v[k].last_steps[0], 3);
+        ASSERT_EQ(v[k].last_steps[1], 6);
+    }
+    free(want); free(got);
+    free(chief.params); free(first.params); free(second.params);
+    for (int k = 0; k < 2; k++) srv_done(&v[k]);
+    sl_ps_plan_free(p);
+}
+
+TEST(test_restarted_server) {
+    cluster c;
+    cluster_init(&c, 1, 2);
+    sl_ps_plan *p = test_plan(2);
+    srv v[2], again;
+    memset(v, 0, sizeof v);
+    memset(&again, 0, sizeof again);
+    for (int k = 0; k < 2; k++) ASSERT_EQ(srv_start(&v[k], &c, k, p, NULL, NULL, NULL), 0);
+    atomic_int hold;
+    atomic_init(&hold, 1);
+    atomic_int phase;
+    atomic_init(&phase, 0);
+    wjob chief = {.c = &c, .plan = p, .w = 0, .co = {.retry_s = 20}, .nsteps = 6, .hold = &hold, .hold_at = 3,
+                  .phase = &phase};
+    pthread_t tc;
+    pthread_create(&tc, NULL, worker_main, &chief);
+    while (!atomic_load(&phase)) sleep_ms(5);
+    /* ps 0 stops (saving version 3) while the chief is about to push step 3 */
+    __atomic_store_n(&v[0].stop, 1, __ATOMIC_RELAXED);
+    pthread_join(v[0].t, NULL);
+    ASSERT_EQ(v[0].st, SL_ECANCELED);
+    ASSERT_EQ(v[0].saves, 1);
+    ASSERT_EQ(v[0].save_versions[0], 3);
+    ASSERT_EQ(v[0].last_steps[0], 2);
+    float *shard = malloc(p->shard_len[0] * sizeof(float));
+    memcpy(shard, v[0].saved, p->shard_len[0] * sizeof(float));
+    srv_done(&v[0]);
+    atomic_store(&hold, 0);
+    sleep_ms(700); /* the chief's push to ps 0 goes unanswered meanwhile */
+    int64_t steps[1] = {2};
+    sl_ps_shard_state st = {.version = 3, .worker_steps = steps, .nworkers = 1};
+    ASSERT_EQ(srv_start(&again, &c, 0, p, NULL, shard, &st), 0);
+    pthread_join(tc, NULL);
+    pthread_join(again.t, NULL);
+    pthread_join(v[1].t, NULL);
+    CHECK_WORKER(chief);
+    CHECK_SRV(again);
+    CHECK_SRV(v[1]);
+    ASSERT(chief.took > 0.7);
+    float *want = malloc(p->total * sizeof(float)), *got = malloc(p->total * sizeof(float));
+    int64_t pushes[1][2] = {{0, 6}};
+    expect_async(p, 1, pushes, want);
+    v[0] = again;
+    saved_flat(p, v, got);
+    ASSERT_MEMEQ(got, want, p->total * sizeof(float));
+    ASSERT_MEMEQ(chief.params, want, p->total * sizeof(float));
+    ASSERT_EQ(again.stats.version, 6); /* 3 restored + 3 applied after the restart */
+    ASSERT_EQ(again.stats.applied, 3);
+    /* 3, or 4 when the client re-sent step 3 after seeing the connection come back */
+    ASSERT(again.stats.pushes == 3 || again.stats.pushes == 4);
+    ASSERT_EQ(again.last_steps[0], 5);
+    ASSERT_EQ(v[1].stats.applied, 6);
+    free(shard); free(want); free(got); free(chief.params);
+    srv_done(&again);
+    srv_done(&v[1]);
+    sl_ps_plan_free(p);
+}
+
+TEST(test_garbage_dropped_server_serves_on) {
+    cluster c;
+    cluster_init(&c, 2, 1);
+    sl_ps_plan *p = test_plan(1);
+    size_t n = p->shard_len[0];
+    srv v;
+    memset(&v, 0, sizeof v);
+    ASSERT_EQ(srv_start(&v, &c, 0, p, NULL, NULL, NULL), 0);
+    void *zctx = zmq_ctx_new();
+    void *raw = raw_dealer(zctx, sl_ps_server_endpoint(v.s), 1);
+    void *anon = zmq_socket(zctx, ZMQ_DEALER);
+    int zero = 0;
+    zmq_setsockopt(anon, ZMQ_LINGER, &zero, sizeof zero);
+    char ep[64];
+    snprintf(ep, sizeof ep, "tcp://%s", sl_ps_server_endpoint(v.s));
+    zmq_connect(anon, ep);
+    uint8_t *buf = calloc(SL_PS_PREFIX + 4 * (n + 1), 1);
+    sl_ps_frame f = {.plan_hash = p->hash, .seq = 9, .value = 0, .lr = 0.5f};
+    sl_ps_frame_encode_prefix(&f, buf);
+    size_t push_len = SL_PS_PREFIX + 4 * n;
+    int dropped = 0;
+    zmq_send(raw, "garbage", 7, 0); /* one frame */
+    dropped++;
+    uint8_t hb[SL_MSG_HDR_SIZE];
+    sl_msg_hdr h = {.type = SL_MSG_PUSH, .dtype = SL_DT_U8, .sender = 1, .length = push_len};
+    sl_msg_encode(&h, hb);
+    zmq_send(raw, hb, 20, ZMQ_SNDMORE); /* truncated header */
+    zmq_send(raw, buf, push_len, 0);
+    dropped++;
+    zmq_send(raw, hb, sizeof hb, ZMQ_SNDMORE); /* header length disagrees with the payload */
+    zmq_send(raw, buf, push_len - 4, 0);
+    dropped++;
+    zmq_send(anon, hb, sizeof hb, ZMQ_SNDMORE); /* no routing id: not a rank */
+    zmq_send(anon, buf, push_len, 0);
+    dropped++;
+    raw_frame(raw, SL_MSG_PUSH, 1, 0, 0, buf, push_len + 4); /* oversized: one float too many */
+    dropped++;
+    buf[0] ^= 0xff; /* a valid header, then a bad ps prefix (magic) */
+    raw_frame(raw, SL_MSG_PUSH, 1, 0, 0, buf, push_len);
+    buf[0] ^= 0xff;
+    dropped++;
+    raw_frame(raw, SL_MSG_PUSH, 1, 0, 5, buf, push_len); /* header step 5, prefix step 0 */
+    dropped++;
+    raw_frame(raw, SL_MSG_PUSH, 1, 3, 0, buf, push_len); /* for ps 3 */
+    dropped++;
+    sl_ps_frame rf = {.plan_hash = p->hash, .seq = 9};
+    uint8_t rpre[SL_PS_PREFIX];
+    sl_ps_frame_encode_prefix(&rf, rpre);
+    raw_frame(raw, SL_MSG_REPLY, 1, 0, 0, rpre, sizeof rpre); /* a REPLY: wrong type for a server */
+    dropped++;
+    float nan = NAN;
+    memcpy(buf + SL_PS_PREFIX + 8, &nan, 4);
+    raw_frame(raw, SL_MSG_PUSH, 1, 0, 0, buf, push_len); /* a NaN gradient */
+    dropped++;
+    rf.plan_hash ^= 1;
+    sl_ps_frame_encode_prefix(&rf, rpre);
+    raw_frame(raw, SL_MSG_PULL, 1, 0, 0, rpre, sizeof rpre); /* another plan: rejected, not dropped */
+    static uint8_t big[2 << 20];
+    raw_frame(raw, SL_MSG_PUSH, 1, 0, 0, big, sizeof big); /* over max_msg: ZeroMQ drops the link */
+    sleep_ms(500);
+    /* a real client still joins, pushes and pulls correctly */
+    wjob j = {.c = &c, .plan = p, .w = 0, .co = {.retry_s = 20}, .nsteps = 3};
+    pthread_t t;
+    pthread_create(&t, NULL, worker_main, &j);
+    pthread_join(t, NULL);
+    pthread_join(v.t, NULL);
+    zmq_close(raw);
+    zmq_close(anon);
+    zmq_ctx_term(zctx);
+    CHECK_WORKER(j);
+    CHECK_SRV(v);
+    float *want = malloc(p->total * sizeof(float));
+    int64_t pushes[1][2] = {{0, 3}};
+    expect_async(p, 1, pushes, want);
+    ASSERT_MEMEQ(j.params, want, p->total * sizeof(float));
+    ASSERT_MEMEQ(v.saved, want, p->total * sizeof(float));
+    ASSERT_EQ(v.stats.dropped, dropped);
+    ASSERT_EQ(v.stats.rejected, 1);
+    ASSERT_EQ(v.stats.applied, 3);
+    ASSERT_EQ(v.stats.pushes, 3);
+    free(want); free(buf); free(j.params);
+    srv_done(&v);
+    sl_ps_plan_free(p);
+}
+
+/* Receive one REPLY on the raw inbox `in` (a ROUTER bound on a worker's address). */
+static int raw_reply(void *in, const sl_ps_plan *p, sl_ps_frame *f, float *data) {
+    zmq_msg_t part[3];
+    int n = 0, more = 1;
+    int to = 5000;
+    zmq_setsockopt(in, ZMQ_RCVTIMEO, &to, sizeof to);
+    while (more) {
+        zmq_msg_t m;
+        zmq_msg_init(&m);
+        if (zmq_msg_recv(&m, in, 0) == -1) return -1;
+        more = zmq_msg_more(&m);
+        if (n < 3) { zmq_msg_init(&part[n]); zmq_msg_move(&part[n++], &m); }
+        zmq_msg_close(&m);
+    }
+    int rc = -1;
+    sl_msg_hdr h;
+    if (n == 3 && sl_msg_decode(zmq_msg_data(&part[1]), zmq_msg_size(&part[1]), &h) == SL_OK) {
+        static _Alignas(8) uint8_t buf[1 << 16];
+        size_t len = zmq_msg_size(&part[2]);
+        if (len <= sizeof buf) {
+            memcpy(buf, zmq_msg_data(&part[2]), len);
+            if (sl_ps_frame_decode(&h, buf, len, p->hash, p->shard_len[0], f) == SL_OK && f->type == SL_MSG_REPLY) {
+                if (f->n) memcpy(data, f->data, f->n * sizeof(float));
+                rc = 0;
+            }
+        }
+    }
+    for (int i = 0; i < n; i++) zmq_msg_close(&part[i]);
+    return rc;
+}
+
+TEST(test_retried_push_applied_once) {
+    cluster c;
+    cluster_init(&c, 2, 1);
+    sl_ps_plan *p = test_plan(1);
+    size_t n = p->total;
+    srv v;
+    memset(&v, 0, sizeof v);
+    ASSERT_EQ(srv_start(&v, &c, 0, p, NULL, NULL, NULL), 0);
+    sl_ps_client *chief;
+    sl_ps_client_opts co = {.retry_s = 20};
+    float *flat = malloc(n * sizeof(float)), *got = malloc(n * sizeof(float)), *want = malloc(n * sizeof(float));
+    for (size_t i = 0; i < n; i++) flat[i] = init_of(i);
+    int64_t resume;
+    ASSERT_OK(sl_ps_client_create(c.addrs, 2, 0, p, NULL, &co, &chief));
+    ASSERT_OK(sl_ps_client_join(chief, flat, &resume));
+    /* worker 1 is raw ZeroMQ: a DEALER to the ps and a ROUTER inbox for its replies */
+    void *zctx = zmq_ctx_new();
+    void *out = raw_dealer(zctx, sl_ps_server_endpoint(v.s), 1);
+    void *in = zmq_socket(zctx, ZMQ_ROUTER);
+    char ep[64];
+    int zero = 0;
+    snprintf(ep, sizeof ep, "tcp://%s", c.addrs[1]);
+    zmq_setsockopt(in, ZMQ_LINGER, &zero, sizeof zero);
+    ASSERT_EQ(zmq_bind(in, ep), 0);
+    uint8_t *buf = malloc(SL_PS_PREFIX + 4 * n);
+    sl_ps_frame f = {.plan_hash = p->hash, .seq = 100};
+    sl_ps_frame_encode_prefix(&f, buf);
+    raw_frame(out, SL_MSG_HELLO, 1, 0, 0, buf, SL_PS_PREFIX);
+    sl_ps_frame r;
+    ASSERT_EQ(raw_reply(in, p, &r, got), 0);
+    ASSERT_U64(r.seq, 100);
+    ASSERT_EQ(r.value, -1);
+    ASSERT_EQ(r.status, SL_PS_OK);
+    ASSERT_MEMEQ(got, flat, n * sizeof(float));
+    for (size_t i = 0; i < n; i++) {
+        float g = grad_of(1, 0, i);
+        memcpy(buf + SL_PS_PREFIX + 4 * i, &g, 4);
+    }
+    int64_t pushes[2][2] = {{0, 0}, {0, 1}};
+    expect_async(p, 2, pushes, want);
+    /* the push, its retry (same seq), and a retry across a restart (new seq, same step) */
+    uint64_t seqs[3] = {101, 101, 102};
+    for (int k = 0; k < 3; k++) {
+        f = (sl_ps_frame){.plan_hash = p->hash, .seq = seqs[k], .value = 0, .lr = LR};
+        sl_ps_frame_encode_prefix(&f, buf);
+        raw_frame(out, SL_MSG_PUSH, 1, 0, 0, buf, SL_PS_PREFIX + 4 * n);
+        ASSERT_EQ(raw_reply(in, p, &r, got), 0);
+        ASSERT_U64(r.seq, seqs[k]);
+        ASSERT_EQ(r.value, 1); /* version: applied once */
+        ASSERT_MEMEQ(got, want, n * sizeof(float));
+    }
+    f = (sl_ps_frame){.plan_hash = p->hash};
+    sl_ps_frame_encode_prefix(&f, buf);
+    raw_frame(out, SL_MSG_BYE, 1, 0, 0, buf, SL_PS_PREFIX);
+    ASSERT_OK(sl_ps_client_pull(chief, flat));
+    ASSERT_MEMEQ(flat, want, n * sizeof(float));
+    ASSERT_OK(sl_ps_client_bye(chief));
+    sl_ps_client_free(chief);
+    pthread_join(v.t, NULL);
+    zmq_close(out);
+    zmq_close(in);
+    zmq_ctx_term(zctx);
+    CHECK_SRV(v);
+    ASSERT_EQ(v.stats.pushes, 3);
+    ASSERT_EQ(v.stats.applied, 1);
+    ASSERT_EQ(v.stats.dropped, 0);
+    ASSERT_EQ(v.last_steps[1], 0);
+    free(flat); free(got); free(want); free(buf);
+    srv_done(&v);
+    sl_ps_plan_free(p);
+}
+
+/* A fake ps for client tests: receive on ROUTER `in` until a frame of `type` comes (others,
+ * such as heartbeats, are skipped). Returns 0 with *f decoded (data copied to buf). */
+static int fake_recv(void *in, int type, sl_ps_frame *f, uint8_t *buf, size_t cap) {
+    int to = 5000;
+    zmq_setsockopt(in, ZMQ_RCVTIMEO, &to, sizeof to);
+    for (int tries = 0; tries < 100; tries++) {
+        zmq_msg_t part[3];
+        int n = 0, more = 1;
+        while (more) {
+            zmq_msg_t m;
+            zmq_msg_init(&m);
+            if (zmq_msg_recv(&m, in, 0) == -1) { zmq_msg_close(&m); for (int i = 0; i < n; i++) zmq_msg_close(&part[i]); return -1; }
+            more = zmq_msg_more(&m);
+            if (n < 3) { zmq_msg_init(&part[n]); zmq_msg_move(&part[n++], &m); }
+            zmq_msg_close(&m);
+        }
+        sl_msg_hdr h;
+        int ok = n == 3 && sl_msg_decode(zmq_msg_data(&part[1]), zmq_msg_size(&part[1]), &h) == SL_OK &&
+                 h.type == type && zmq_msg_size(&part[2]) <= cap;
+        if (ok) {
+            memcpy(buf, zmq_msg_data(&part[2]), zmq_msg_size(&part[2]));
+            ok = sl_ps_frame_decode(&h, buf, zmq_msg_size(&part[2]), 0, 0, f) == SL_OK;
+        }
+        for (int i = 0; i < n; i++) zmq_msg_close(&part[i]);
+        if (ok) return 0;
+    }
+    return -1;
+}
+
+static void fake_reply(void *out, const sl_ps_plan *p, uint64_t seq, int64_t value, const float *shard) {
+    size_t n = p->shard_len[0];
+    uint8_t *b = malloc(SL_PS_PREFIX + 4 * n);
+    sl_ps_frame f = {.plan_hash = p->hash, .seq = seq, .value = value};
+    sl_ps_frame_encode_prefix(&f, b);
+    memcpy(b + SL_PS_PREFIX, shard, 4 * n);
+    raw_frame(out, SL_MSG_REPLY, 1, 0, 0, b, SL_PS_PREFIX + 4 * n);
+    free(b);
+}
+
+typedef struct client_job {
+    cluster *c;
+    const sl_ps_plan *p;
+    float *flat;
+    sl_status st;
+    char msg[1024];
+    double took;
+} client_job;
+
+static void *client_main(void *arg) {
+    client_job *j = arg;
+    sl_ps_client *cl = NULL;
+    sl_ps_client_opts co = {.retry_s = 20};
+    int64_t resume;
+    size_t n = j->p->total;
+    float *g = malloc(n * sizeof(float));
+    for (size_t i = 0; i < n; i++) g[i] = 1.0f;
+    j->st = sl_ps_client_create(j->c->addrs, 1, 0, j->p, NULL, &co, &cl);
+    if (!j->st) j->st = sl_ps_client_join(cl, j->flat, &resume);
+    double t0 = now_s();
+    if (!j->st) j->st = sl_ps_client_push_pull(cl, g, 0, LR, j->flat);
+    j->took = now_s() - t0;
+    if (j->st) snprintf(j->msg, sizeof j->msg, "%s", sl_errmsg());
+    sl_ps_client_free(cl);
+    free(g);
+    return NULL;
+}
+
+TEST(test_client_resends_same_seq) {
+    cluster c;
+    cluster_init(&c, 1, 1);
+    sl_ps_plan *p = test_plan(1);
+    size_t n = p->total;
+    void *zctx = zmq_ctx_new();
+    char ep[64];
+    int zero = 0;
+    snprintf(ep, sizeof ep, "tcp://%s", c.addrs[1]);
+    void *in = zmq_socket(zctx, ZMQ_ROUTER);
+    zmq_setsockopt(in, ZMQ_LINGER, &zero, sizeof zero);
+    ASSERT_EQ(zmq_bind(in, ep), 0);
+    void *out = raw_dealer(zctx, c.addrs[0], 1); /* the fake ps is rank 1 */
+    float *p0 = malloc(n * sizeof(float)), *p1 = malloc(n * sizeof(float)), *bad = malloc(n * sizeof(float));
+    for (size_t i = 0; i < n; i++) { p0[i] = 1.0f; p1[i] = 2.0f; bad[i] = 3.0f; }
+    uint8_t *buf = malloc(SL_PS_PREFIX + 4 * n);
+    client_job j = {.c = &c, .p = p, .flat = calloc(n, sizeof(float))};
+    pthread_t t;
+    pthread_create(&t, NULL, client_main, &j);
+    sl_ps_frame f;
+    ASSERT_EQ(fake_recv(in, SL_MSG_HELLO, &f, buf, SL_PS_PREFIX + 4 * n), 0);
+    fake_reply(out, p, f.seq, -1, p0);
+    /* the push arrives; a stale answer (an earlier seq) must be ignored; then the ps
+     * "restarts" without answering: the client sends the same request again */
+    ASSERT_EQ(fake_recv(in, SL_MSG_PUSH, &f, buf, SL_PS_PREFIX + 4 * n), 0);
+    uint64_t seq = f.seq;
+    ASSERT_EQ(f.value, 0);
+    ASSERT(f.lr == LR);
+    fake_reply(out, p, seq - 1, 99, bad);
+    zmq_close(in);
+    sleep_ms(300);
+    in = zmq_socket(zctx, ZMQ_ROUTER);
+    zmq_setsockopt(in, ZMQ_LINGER, &zero, sizeof zero);
+    ASSERT_EQ(zmq_bind(in, ep), 0);
+    ASSERT_EQ(fake_recv(in, SL_MSG_PUSH, &f, buf, SL_PS_PREFIX + 4 * n), 0);
+    ASSERT_U64(f.seq, seq);
+    ASSERT_EQ(f.value, 0);
+    fake_reply(out, p, seq, 1, p1);
+    pthread_join(t, NULL);
+    zmq_close(in);
+    zmq_close(out);
+    zmq_ctx_term(zctx);
+    if (j.st) { FAILF("client: %d %s", j.st, j.msg); return; }
+    ASSERT_MEMEQ(j.flat, p1, n * sizeof(float));
+    ASSERT(j.took < 4.5); /* the connection coming back, not the 5 s resend timer, re-sent it */
+    free(p0); free(p1); free(bad); free(buf); free(j.flat);
+    sl_ps_plan_free(p);
+}
+
+TEST(test_errors) {
+    cluster c;
+    cluster_init(&c, 1, 1);
+    sl_ps_plan *p = test_plan(1), *other;
+    size_t sz[1] = {7};
+    ASSERT_OK(sl_ps_plan_create(sz, 1, 1, 0, &other));
+    sl_ps_server *s = (sl_ps_server *)1;
+    sl_ps_server_ops ops = {.apply = apply_sgd};
+    ASSERT_EQ(sl_ps_server_create(c.addrs, 1, 1, p, NULL, &ops, NULL, NULL, NULL, &s), SL_EINVAL);
+    ASSERT_STREQ(sl_errmsg(), "ps server: ps 1 of 1 with 1 workers is out of range");
+    ASSERT(s == NULL);
+    sl_ps_server_ops none = {0};
+    ASSERT_EQ(sl_ps_server_create(c.addrs, 1, 0, p, NULL, &none, NULL, NULL, NULL, &s), SL_EINVAL);
+    sl_ps_client *cl = (sl_ps_client *)1;
+    ASSERT_EQ(sl_ps_client_create(c.addrs, 1, 1, p, NULL, NULL, &cl), SL_EINVAL);
+    ASSERT(cl == NULL);
+    /* a worker with another model is rejected; the server's shard is untouched */
+    srv v;
+    memset(&v, 0, sizeof v);
+    ASSERT_EQ(srv_start(&v, &c, 0, p, NULL, NULL, NULL), 0);
+    sl_ps_client_opts co = {.retry_s = 3};
+    ASSERT_OK(sl_ps_client_create(c.addrs, 1, 0, other, NULL, &co, &cl));
+    float flat[7] = {0};
+    int64_t resume;
+    ASSERT_EQ(sl_ps_client_join(cl, flat, &resume), SL_EINVAL);
+    ASSERT_CONTAINS(sl_errmsg(), "worker 0: ps 0 (");
+    ASSERT_CONTAINS(sl_errmsg(), ") rejected join: ps 0: plan hash 0x");
+    /* bad arguments fail before anything is sent */
+    float g[7] = {0, 0, NAN, 0, 0, 0, 0};
+    ASSERT_EQ(sl_ps_client_push_pull(cl, g, 0, 0.1f, flat), SL_EINVAL);
+    ASSERT_STREQ(sl_errmsg(), "worker 0: gradient float 2 is nan (a ps only takes finite values)");
+    ASSERT_EQ(sl_ps_client_push_pull(cl, flat, -1, 0.1f, flat), SL_EINVAL);
+    sl_ps_client_free(cl);
+    __atomic_store_n(&v.stop, 1, __ATOMIC_RELAXED);
+    pthread_join(v.t, NULL);
+    ASSERT_EQ(v.st, SL_ECANCELED);
+    ASSERT_EQ(v.stats.rejected, 1);
+    ASSERT_EQ(v.stats.applied, 0);
+    ASSERT_EQ(v.saves, 0); /* never initialised: nothing to save */
+    srv_done(&v);
+    /* nobody answers: the join gives up after retry_s, naming the ps */
+    cluster_init(&c, 1, 1);
+    co.retry_s = 0.5;
+    ASSERT_OK(sl_ps_client_create(c.addrs, 1, 0, p, NULL, &co, &cl));
+    float *fl = calloc(p->total, sizeof(float));
+    char want[160];
+    snprintf(want, sizeof want, "worker 0: no answer from ps 0 (%s) to join in 0.5 s", c.addrs[1]);
+    ASSERT_EQ(sl_ps_client_join(cl, fl, &resume), SL_ETIMEDOUT);
+    ASSERT_CONTAINS(sl_errmsg(), want);
+    sl_ps_client_free(cl);
+    free(fl);
+    sl_ps_plan_free(other);
+    sl_ps_plan_free(p);
+}
+
+TEST(test_curve_stranger_refused) {
+    if (!zmq_has("curve")) SKIP("libzmq has no CURVE");
+    char spub[41], ssec[41], ppub[41], psec[41], c0pub[41], c0sec[41], c1pub[41], c1sec[41];
+    ASSERT_EQ(zmq_curve_keypair(spub, ssec), 0);
+    ASSERT_EQ(zmq_curve_keypair(ppub, psec), 0);
+    ASSERT_EQ(zmq_curve_keypair(c0pub, c0sec), 0);
+    ASSERT_EQ(zmq_curve_keypair(c1pub, c1sec), 0);
+    /* the ps and worker 0 are allowed; worker 1's key is not on the list */
+    char allow[2][41];
+    memcpy(allow[0], ppub, 41);
+    memcpy(allow[1], c0pub, 41);
+    sl_tp_curve cps = {.allow = allow, .nallow = 2}, cw0, cw1;
+    memcpy(cps.server_public, spub, 41);
+    memcpy(cps.server_secret, ssec, 41);
+    cw0 = cw1 = cps;
+    memcpy(cps.client_public, ppub, 41);
+    memcpy(cps.client_secret, psec, 41);
+    memcpy(cw0.client_public, c0pub, 41);
+    memcpy(cw0.client_secret, c0sec, 41);
+    memcpy(cw1.client_public, c1pub, 41);
+    memcpy(cw1.client_secret, c1sec, 41);
+    cluster c;
+    cluster_init(&c, 2, 1);
+    sl_ps_plan *p = test_plan(1);
+    srv v;
+    memset(&v, 0, sizeof v);
+    sl_ps_server_ops ops = {.ctx = &v, .apply = apply_sgd, .save = save_cb};
+    sl_ps_server_opts so = {.staleness = -1, .stop = &v.stop};
+    sl_tp_opts tps = {.timeout_s = 5, .curve = &cps}, tw0 = {.timeout_s = 5, .curve = &cw0},
+               tw1 = {.timeout_s = 5, .curve = &cw1};
+    ASSERT_OK(sl_ps_server_create(c.addrs, 2, 0, p, &tps, &ops, &so, NULL, NULL, &v.s));
+    pthread_create(&v.t, NULL, srv_main, &v);
+    size_t n = p->total;
+    float *flat = malloc(n * sizeof(float)), *g = malloc(n * sizeof(float)), *want = malloc(n * sizeof(float));
+    for (size_t i = 0; i < n; i++) flat[i] = init_of(i);
+    sl_ps_client_opts co = {.retry_s = 10};
+    sl_ps_client *chief = NULL, *intruder = NULL;
+    int64_t resume = 0;
+    ASSERT_OK(sl_ps_client_create(c.addrs, 2, 0, p, &tw0, &co, &chief));
+    ASSERT_OK(sl_ps_client_join(chief, flat, &resume));
+    for (int s = 0; s < 2; s++) {
+        for (size_t i = 0; i < n; i++) g[i] = grad_of(0, s, i);
+        ASSERT_OK(sl_ps_client_push_pull(chief, g, s, LR, flat));
+    }
+    /* a worker whose key is not allowed gets nowhere, and changes nothing */
+    co.retry_s = 1.5;
+    ASSERT_OK(sl_ps_client_create(c.addrs, 2, 1, p, &tw1, &co, &intruder));
+    float *mine = calloc(n, sizeof(float));
+    sl_status st = sl_ps_client_join(intruder, mine, &resume);
+    ASSERT(st == SL_ETIMEDOUT || st == SL_EPEER);
+    ASSERT_CONTAINS(sl_errmsg(), "worker 1: ");
+    for (size_t i = 0; i < n; i++) g[i] = 100.0f;
+    ASSERT(sl_ps_client_push_pull(intruder, g, 0, LR, mine) < 0);
+    sl_ps_client_free(intruder);
+    int64_t pushes[1][2] = {{0, 2}};
+    expect_async(p, 1, pushes, want);
+    ASSERT_OK(sl_ps_client_pull(chief, flat));
+    ASSERT_MEMEQ(flat, want, n * sizeof(float));
+    ASSERT_OK(sl_ps_client_bye(chief));
+    sl_ps_client_free(chief);
+    pthread_join(v.t, NULL);
+    CHECK_SRV(v);
+    ASSERT_EQ(v.stats.applied, 2);
+    ASSERT_EQ(v.stats.pushes, 2);
+    ASSERT_MEMEQ(v.saved, want, n * sizeof(float));
+    free(flat); free(g); free(want); free(mine);
+    srv_done(&v);
+    sl_ps_plan_free(p);
+}
+
+int main(void) {
+    RUN(test_async_two_by_two);
+    RUN(test_join_waits_for_chief);
+    RUN(test_sync_rounds);
+    RUN(test_staleness_bound);
+    RUN(test_dead_worker_releases_sync_round);
+    RUN(test_silent_worker_and_heartbeats);
+    RUN(test_restarted_worker_resumes);
+    RUN(test_restarted_server);
+    RUN(test_garbage_dropped_server_serves_on);
+    RUN(test_retried_push_applied_once);
+    RUN(test_client_resends_same_seq);
+    RUN(test_errors);
+    RUN(test_curve_stranger_refused);
+    TEST_MAIN_END();
+}
