@@ -1,18 +1,23 @@
 /* sluice-train: train the model of a config file on its pipelines (sluice/train.h).
  *
  *   sluice-train CONFIG [--set PATH=VALUE]... [--resume] [--run-dir DIR]
- *                [--backend cpu|cuda|auto] [--quiet] [--timeout S] [--hash-log PREFIX]
+ *                [--backend cpu|cuda|auto] [--quiet] [--timeout S] [--retry S] [--hash-log PREFIX]
  *
  * With `strategy ring` (or --set train.strategy=ring) the process is one replica of a
  * ring: its place comes from sl_cluster_resolve over the config's `cluster` block and the
  * environment (TF_CONFIG and SLUICE_* from sluice-launch, Slurm, Open MPI), and the
  * trainer gets the hooks of sluice/strategy.h. With one replica that is a plain run.
+ * With `strategy ps` the chief and workers train with the ps hooks, and a process whose
+ * task is a ps serves its shard (sl_ps_task_run) until the workers are done or SIGTERM /
+ * SIGINT stops it (its shard is checkpointed on the way out). A cluster block's `curve`
+ * statement turns on CURVE encryption for both strategies.
  *
  * A thin main over sl_trainer_*: parse the config, apply the overrides, run, and print the
  * result. The last line on stdout is "test accuracy 0.XXXX" (the final evaluation).
  * Exit status: 0 ok, 1 the config, the data, the model or a write failed (message with
  * file:line:col, or file and byte offset), 2 wrong usage (tools/tool.h). */
 #include <errno.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -35,6 +40,9 @@ static const char USAGE[] =
     "epoch (loss, accuracy, examples/s, input wait, eval accuracy), checkpoints and\n"
     "TensorBoard event files in the run folder, and finally `test accuracy 0.XXXX`.\n"
     "With `strategy ring` run N replicas: sluice-launch -n N -- sluice-train CONFIG ...\n"
+    "With `strategy ps` add parameter servers: sluice-launch -n N --ps M -- sluice-train ...\n"
+    "(the same command runs the ps tasks: they serve their shard of the parameters,\n"
+    "checkpointed in RUN_DIR/ps-J/, until the workers are done).\n"
     "\n"
     "  --set PATH=VALUE    override a config value, e.g. --set train.epochs=1\n"
     "                      or --set pipeline.train.batch=64 (repeatable)\n"
@@ -44,14 +52,51 @@ static const char USAGE[] =
     "                      run_dir, relative to the current directory)\n"
     "  --backend B         cpu, cuda or auto (default: the train block's backend)\n"
     "  --quiet             print only the final `test accuracy` line\n"
-    "  --timeout S         with strategy ring: seconds a replica waits for a peer before it\n"
-    "                      fails naming it (default: the cluster block's timeout, else 30)\n"
+    "  --timeout S         with strategy ring or ps: seconds a replica waits for a peer\n"
+    "                      before it fails naming it (default: the cluster block's\n"
+    "                      timeout, else 30)\n"
+    "  --retry S           with strategy ps: seconds a worker keeps retrying a lost ps\n"
+    "                      (it may be restarting) before it fails naming it (default 120)\n"
     "  --hash-log PREFIX   with strategy ring: each replica writes `step S params HASH`\n"
     "                      per step (parameters after S steps) and for the final\n"
     "                      parameters to PREFIX.RANK; equal files = bit-identical replicas\n"
     "  -h, --help          this help\n"
     "\n"
     "Exit status: 0 trained, 1 error (config, data, model, write), 2 wrong usage.\n";
+
+static volatile int stop_flag;
+
+static void on_signal(int sig) {
+    (void)sig;
+    stop_flag = 1;
+}
+
+/* A ps task stops cleanly (saving its shard) on SIGTERM / SIGINT, which the launcher sends
+ * when the workers are done or one failed. */
+static void catch_stop_signals(void) {
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_signal;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGINT, &sa, NULL);
+}
+
+/* --run-dir for a ps task, which reads the run folder from the config. */
+static sl_status set_run_dir(sl_cfg *cfg, const char *dir) {
+    size_t n = strlen(dir);
+    char *set = malloc(2 * n + 32);
+    if (!set) return sl_err(SL_ENOMEM, "out of memory");
+    char *p = set + sprintf(set, "train.run_dir=\"");
+    for (size_t i = 0; i < n; i++) {
+        if (dir[i] == '"' || dir[i] == '\\') *p++ = '\\';
+        *p++ = dir[i];
+    }
+    strcpy(p, "\"");
+    sl_status s = sl_cfg_set(cfg, set);
+    free(set);
+    return s;
+}
 
 /* Take every "--set X" / "--set=X" out of argv; *left is what remains. */
 static int take_sets(int argc, char **argv, const char **sets, int *nsets, int *left) {
@@ -82,13 +127,14 @@ int main(int argc, char **argv) {
         return rc;
     }
     bool resume = false, quiet = false;
-    const char *run_dir = NULL, *backend = NULL, *hash_prefix = NULL, *timeout = NULL;
+    const char *run_dir = NULL, *backend = NULL, *hash_prefix = NULL, *timeout = NULL, *retry = NULL;
     sl__opt opts[] = {
         {"resume", 0, SL__OPT_FLAG, &resume, 0, 0},
         {"quiet", 'q', SL__OPT_FLAG, &quiet, 0, 0},
         {"run-dir", 0, SL__OPT_STR, &run_dir, 0, 0},
         {"backend", 0, SL__OPT_STR, &backend, 0, 0},
         {"timeout", 0, SL__OPT_STR, &timeout, 0, 0},
+        {"retry", 0, SL__OPT_STR, &retry, 0, 0},
         {"hash-log", 0, SL__OPT_STR, &hash_prefix, 0, 0},
         {NULL, 0, 0, NULL, 0, 0},
     };
@@ -96,9 +142,13 @@ int main(int argc, char **argv) {
     sl_trainer *t = NULL;
     sl_cluster cl = {0};
     sl_strategy_ring *ring = NULL;
+    sl_strategy_ps *ps = NULL;
+    sl_tp_curve curve;
+    memset(&curve, 0, sizeof curve);
+    bool have_curve = false;
     sl_train_hooks hooks;
     FILE *hash_log = NULL;
-    double timeout_s = 0;
+    double timeout_s = 0, retry_s = 0;
     switch (sl__args_parse(PROG, opts, nargs, argv + 1, &npos)) {
     case SL__ARGS_HELP:
         fputs(USAGE, stdout);
@@ -120,6 +170,14 @@ int main(int argc, char **argv) {
         timeout_s = strtod(timeout, &end);
         if (end == timeout || *end || !(timeout_s > 0 && timeout_s <= 86400)) {
             rc = sl__usage_error(PROG, "--timeout must be seconds in (0, 86400], not '%s'", timeout);
+            goto done;
+        }
+    }
+    if (retry) {
+        char *end;
+        retry_s = strtod(retry, &end);
+        if (end == retry || *end || !(retry_s > 0 && retry_s <= 86400)) {
+            rc = sl__usage_error(PROG, "--retry must be seconds in (0, 86400], not '%s'", retry);
             goto done;
         }
     }
@@ -153,12 +211,41 @@ int main(int argc, char **argv) {
     if (quiet) to.console = NULL;
     sl_train_config tc;
     /* a config error here is reported by sl_trainer_create below, with the same message */
-    if (sl_train_config_parse(cfg, &tc) == SL_OK && strcmp(tc.strategy, "ring") == 0) {
+    bool is_ring = false, is_ps = false;
+    if (sl_train_config_parse(cfg, &tc) == SL_OK) {
+        is_ring = strcmp(tc.strategy, "ring") == 0;
+        is_ps = strcmp(tc.strategy, "ps") == 0;
+    }
+    if (is_ring || is_ps) {
         if (sl_cluster_resolve(NULL, cfg, (const char *const *)environ, &cl)) {
-            rc = sl__failf(PROG, "strategy ring");
+            rc = sl__failf(PROG, "strategy %s", tc.strategy);
             goto done;
         }
-        sl_strategy_ring_opts ro = {.timeout_s = timeout_s};
+        sl_status cs = sl_cluster_curve(&cl, &curve);
+        if (cs == SL_OK) {
+            have_curve = true;
+        } else if (cs != SL_ENOTFOUND) {
+            rc = sl__fail(PROG); /* the message names the curve statement's file */
+            goto done;
+        }
+    }
+    if (is_ps && cl.tasks[cl.self].type == SL_TASK_PS) {
+        if (run_dir && set_run_dir(cfg, run_dir)) {
+            rc = sl__fail(PROG);
+            goto done;
+        }
+        catch_stop_signals();
+        sl_strategy_ps_opts po = {.timeout_s = timeout_s, .curve = have_curve ? &curve : NULL};
+        sl_status s = sl_ps_task_run(cfg, &cl, &po, quiet ? NULL : stdout, &stop_flag);
+        if (s && s != SL_ECANCELED) {
+            rc = sl__fail(PROG);
+            goto done;
+        }
+        rc = SL__EXIT_OK;
+        goto done;
+    }
+    if (is_ring) {
+        sl_strategy_ring_opts ro = {.timeout_s = timeout_s, .curve = have_curve ? &curve : NULL};
         if (hash_prefix && cl.world > 1) {
             char path[4096];
             snprintf(path, sizeof path, "%s.%d", hash_prefix, cl.rank);
@@ -173,6 +260,14 @@ int main(int argc, char **argv) {
             rc = sl__fail(PROG);
             goto done;
         }
+    } else if (is_ps) {
+        sl_strategy_ps_opts po = {.timeout_s = timeout_s, .retry_s = retry_s, .curve = have_curve ? &curve : NULL};
+        if (sl_strategy_ps_create(&cl, &tc, &po, &hooks, &ps)) {
+            rc = sl__fail(PROG);
+            goto done;
+        }
+    }
+    if (is_ring || is_ps) {
         to.hooks = &hooks;
         /* only the chief talks on the console: the others would repeat its lines */
         if (!hooks.is_chief) to.progress = false;
@@ -193,7 +288,9 @@ int main(int argc, char **argv) {
 done:
     sl_trainer_free(t);
     sl_strategy_ring_free(ring);
+    sl_strategy_ps_free(ps);
     sl_cluster_free(&cl);
+    free(curve.allow);
     if (hash_log) fclose(hash_log);
     sl_cfg_free(cfg);
     free(sets);

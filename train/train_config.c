@@ -31,7 +31,7 @@ static const stmt_def DEFS[] = {
     {"backend", "backend auto|cpu|cuda", {NULL}},
     {"threads", "threads N            (CPU backend threads, 0: all cores)", {NULL}},
     {"seed", "seed N", {NULL}},
-    {"strategy", "strategy none|ring|ps", {NULL}},
+    {"strategy", "strategy none | ring | ps [mode=async|sync] [staleness=K]", {"mode", "staleness", NULL}},
 };
 #define NDEFS ((int)(sizeof DEFS / sizeof DEFS[0]))
 
@@ -293,6 +293,34 @@ static sl_status read_schedule(const sl_cfg *cfg, const sl_cfg_stmt *s, const st
     return SL_OK;
 }
 
+static const char *const PS_MODES[] = {"async", "sync"};
+
+/* mode= and staleness= belong to `strategy ps` alone: on ring or none they would be
+ * silently meaningless. A later strategy statement (an override) resets them. */
+static sl_status read_ps_options(const sl_cfg *cfg, const sl_cfg_stmt *s, const stmt_def *d, sl_train_config *c) {
+    c->ps_sync = false;
+    c->ps_staleness = -1;
+    const sl_cfg_value *mv = sl_cfg_opt(s, "mode"), *kv = sl_cfg_opt(s, "staleness");
+    if (strcmp(c->strategy, "ps") != 0 && (mv || kv)) {
+        const sl_cfg_value *v = mv ? mv : kv;
+        sl_cfg_err(cfg, v->loc, SL_EINVAL, "%s= is an option of `strategy ps`, not of `strategy %s`", mv ? "mode" : "staleness",
+                   c->strategy);
+        sl_err_hint("write `strategy ps %s=...`, or drop the option", mv ? "mode" : "staleness");
+        return SL_EINVAL;
+    }
+    int k;
+    if (mv) {
+        if (read_choice(cfg, mv, PS_MODES, 2, &k)) return sl_errcode();
+        c->ps_sync = k == 1;
+    }
+    if (kv) {
+        int64_t st;
+        if (sl_cfg_int(cfg, kv, 0, 1000000, &st)) return usage_hint(sl_errcode(), d);
+        c->ps_staleness = (int)st;
+    }
+    return SL_OK;
+}
+
 sl_status sl_train_config_parse(const sl_cfg *cfg, sl_train_config *out) {
     sl_train_config c;
     memset(&c, 0, sizeof c);
@@ -304,6 +332,7 @@ sl_status sl_train_config_parse(const sl_cfg *cfg, sl_train_config *out) {
     c.backend = SL_BACKEND_AUTO;
     c.seed = 1;
     strcpy(c.strategy, "none");
+    c.ps_staleness = -1;
     strcpy(c.image_key, "image");
     strcpy(c.label_key, "label");
 
@@ -411,7 +440,10 @@ sl_status sl_train_config_parse(const sl_cfg *cfg, sl_train_config *out) {
         } else if (strcmp(nm, "strategy") == 0) {
             int k;
             st = read_choice(cfg, p0, STRATEGIES, 3, &k);
-            strcpy(c.strategy, STRATEGIES[k]);
+            if (!st) {
+                strcpy(c.strategy, STRATEGIES[k]);
+                st = read_ps_options(cfg, s, d, &c);
+            }
         }
         if (st) {
             if (!strstr(sl_errmsg(), "HINT")) usage_hint(st, d);

@@ -435,6 +435,61 @@ TEST(test_exchange_hook) {
     ASSERT_EQ(stat(dir, &st), -1);
 }
 
+/* `strategy ps mode= staleness=`: defaults, values, and the options refused elsewhere. */
+TEST(test_config_strategy_ps) {
+    sl_cfg *cfg;
+    sl_train_config c;
+    ASSERT_OK(parse_with("    model tiny\n    data train\n    strategy ps\n", &cfg));
+    ASSERT_OK(sl_train_config_parse(cfg, &c));
+    ASSERT_STREQ(c.strategy, "ps");
+    ASSERT_EQ(c.ps_sync, 0);
+    ASSERT_EQ(c.ps_staleness, -1);
+    /* --set reaches the options of the statement */
+    ASSERT_OK(sl_cfg_set(cfg, "train.strategy.mode=sync"));
+    ASSERT_OK(sl_cfg_set(cfg, "train.strategy.staleness=0"));
+    ASSERT_OK(sl_train_config_parse(cfg, &c));
+    ASSERT_EQ(c.ps_sync, 1);
+    ASSERT_EQ(c.ps_staleness, 0);
+    sl_cfg_free(cfg);
+    ASSERT_OK(parse_with("    model tiny\n    data train\n    strategy ps mode=async staleness=4\n", &cfg));
+    ASSERT_OK(sl_train_config_parse(cfg, &c));
+    ASSERT_EQ(c.ps_sync, 0);
+    ASSERT_EQ(c.ps_staleness, 4);
+    sl_cfg_free(cfg);
+    ASSERT_OK(parse_with("    model tiny\n    data train\n    strategy ring\n", &cfg));
+    ASSERT_OK(sl_train_config_parse(cfg, &c));
+    ASSERT_STREQ(c.strategy, "ring");
+    ASSERT_EQ(c.ps_sync, 0);
+    ASSERT_EQ(c.ps_staleness, -1);
+    sl_cfg_free(cfg);
+    static const struct {
+        const char *body;
+        int code;
+        const char *where, *msg, *hint;
+    } cases[] = {
+        {"    model tiny\n    data train\n    strategy ring staleness=2\n", SL_EINVAL, "t.sl:20:29:",
+         "staleness= is an option of `strategy ps`, not of `strategy ring`", "HINT: write `strategy ps staleness=...`"},
+        {"    model tiny\n    data train\n    strategy none mode=sync\n", SL_EINVAL, "t.sl:20:24:",
+         "mode= is an option of `strategy ps`, not of `strategy none`", "HINT: write `strategy ps mode=...`"},
+        {"    model tiny\n    data train\n    strategy ps mode=fast\n", SL_EINVAL, "t.sl:20:22:",
+         "unknown value 'fast' (expected one of: async, sync)", "HINT: "},
+        {"    model tiny\n    data train\n    strategy ps staleness=-1\n", SL_ERANGE, "t.sl:20:27:", "",
+         "usage: strategy none | ring | ps [mode=async|sync] [staleness=K]"},
+        {"    model tiny\n    data train\n    strategy ps stalenes=1\n", SL_EINVAL, "t.sl:20:26:",
+         "strategy: unknown option 'stalenes'", "did you mean 'staleness'?"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        ASSERT_OK(parse_with(cases[i].body, &cfg));
+        sl_status s = sl_train_config_parse(cfg, &c);
+        if (s != cases[i].code || !strstr(sl_errmsg(), cases[i].where)) printf("  case %zu: %s\n", i, sl_errmsg());
+        ASSERT_EQ(s, cases[i].code);
+        ASSERT_CONTAINS(sl_errmsg(), cases[i].where);
+        ASSERT_CONTAINS(sl_errmsg(), cases[i].msg);
+        ASSERT_CONTAINS(sl_errmsg(), cases[i].hint);
+        sl_cfg_free(cfg);
+    }
+}
+
 int main(void) {
     snprintf(tmpdir, sizeof tmpdir, "/tmp/sluice-test-trainer.%d", (int)getpid());
     mkdir(tmpdir, 0777);
@@ -448,6 +503,7 @@ int main(void) {
     RUN(test_resume_bit_identical);
     RUN(test_checkpoint_load_errors);
     RUN(test_exchange_hook);
+    RUN(test_config_strategy_ps);
     rm_rf(tmpdir);
     TEST_MAIN_END();
 }

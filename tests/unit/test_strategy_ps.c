@@ -1,0 +1,572 @@
+/* The parameter-server strategy (sluice/strategy.h): worker hooks and ps tasks as threads of
+ * this process over TCP on 127.0.0.1. Two workers drive the hooks directly (start, exchange,
+ * finish) against two ps tasks (sl_ps_task_run) with known gradients, and the result is
+ * checked bit for bit against a local optimizer fed the same gradients in the same order:
+ * SGD with momentum in async mode (pushes taken in turns, so the order is known; each at
+ * lr / 2, train/strategy_ps.c says why) and Adam in sync mode (the mean of the two workers'
+ * gradients each round, at lr). The shard checkpoints
+ * must hold exactly the local optimizer's parameters and state, and a second run of the ps
+ * tasks restores them (skipping a torn newer file), moves the rejoining workers' start step
+ * past what they already pushed, and continues exactly where the first run stopped. The
+ * trainer end to end with sluice-launch is a manual / integration check. */
+#include <arpa/inet.h>
+#include <dirent.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "sluice/cluster.h"
+#include "sluice/config.h"
+#include "sluice/model.h"
+#include "sluice/ps.h"
+#include "sluice/safetensors.h"
+#include "sluice/strategy.h"
+#include "sluice/train.h"
+#include "test.h"
+#include "train/model_priv.h"
+
+/* libzmq is not built with ThreadSanitizer (see tests/unit/test_strategy_ring.c). */
+const char *__tsan_default_suppressions(void);
+const char *__tsan_default_suppressions(void) { return "called_from_lib:libzmq.so\nrace:libzmq.so\n"; }
+
+#define NW 2      /* workers */
+#define NPS 2     /* ps tasks */
+#define STEPS 3   /* pushes per worker in the first run */
+#define MAXP 128  /* floats of the test model, with room */
+
+static char tmpdir[256];
+
+/* dense 6->5 (35), batchnorm 5 (gamma, beta: 10 trainable; running mean/var: 10 not),
+ * dense 5->3 (18): 63 trainable floats of 73 */
+static const char MODEL[] = "model m {\n  input 6\n  dense 5 activation=relu\n  batchnorm\n  dense 3\n}\n"
+                            "pipeline train {\n  batch 4\n}\n";
+
+/* Exactly representable gradients (multiples of 1/16 in [-0.5, 0.5]): sums and halves of
+ * two are exact, so a sync round's mean has one right answer. */
+static float grad_of(int worker, int64_t step, size_t i) {
+    return (float)((int)((i * 7 + (size_t)step * 3 + (size_t)worker * 5) % 17) - 8) / 16.0f;
+}
+
+static float lr_of(int64_t step) { return 0.1f / (float)(1 + step); }
+
+typedef struct scenario {
+    char text[2048];
+    char peers[64], ps[64];
+    char run_dir[512];
+    bool sync;
+    int steps;            /* pushes per worker in this run */
+    /* the turn gate (async: worker r pushes its k-th gradient at turn 2k + r) */
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int arrived, turn;
+    bool failed;
+    volatile int stop;    /* for the ps threads when a worker failed */
+} scenario;
+
+typedef struct worker {
+    scenario *sc;
+    int rank;
+    sl_status st;
+    char err[1024];
+    int64_t start_step;         /* *step after the start hook */
+    float joined[MAXP];         /* parameters after start */
+    float after[8][MAXP];       /* parameters after each exchange */
+    size_t np, nt;
+    bool stats_kept;            /* running statistics untouched by the exchanges */
+} worker;
+
+typedef struct pstask {
+    scenario *sc;
+    int index;
+    sl_status st;
+    char err[1024];
+    char *out;
+    size_t outlen;
+} pstask;
+
+static bool gate_wait(scenario *sc, bool (*ready)(scenario *, int), int arg) {
+    struct timespec dl;
+    clock_gettime(CLOCK_REALTIME, &dl);
+    dl.tv_sec += 60;
+    pthread_mutex_lock(&sc->mu);
+    int rc = 0;
+    while (!sc->failed && !ready(sc, arg) && rc != ETIMEDOUT) rc = pthread_cond_timedwait(&sc->cv, &sc->mu, &dl);
+    bool ok = !sc->failed && ready(sc, arg);
+    pthread_mutex_unlock(&sc->mu);
+    return ok;
+}
+
+static bool all_arrived(scenario *sc, int n) { return sc->arrived >= n; }
+static bool my_turn(scenario *sc, int t) { return sc->turn == t; }
+
+static void gate_bump(scenario *sc, int *field, bool fail) {
+    pthread_mutex_lock(&sc->mu);
+    if (field) (*field)++;
+    if (fail) sc->failed = true;
+    pthread_cond_broadcast(&sc->cv);
+    pthread_mutex_unlock(&sc->mu);
+}
+
+static void *worker_main(void *arg) {
+    worker *w = arg;
+    scenario *sc = w->sc;
+    sl_cfg *cfg = NULL;
+    sl_model *m = NULL;
+    sl_optim *o = NULL;
+    sl_cluster c = {0};
+    sl_strategy_ps *s = NULL;
+    sl_train_hooks h = {0};
+    sl_train_config tc;
+    sl_cluster_args a = {.peers = sc->peers, .ps = sc->ps, .rank = w->rank, .has_rank = 1};
+    sl_status st;
+    bool started = false;
+    if ((st = sl_cfg_parse(sc->text, strlen(sc->text), "ps.sl", &cfg)) || (st = sl_train_config_parse(cfg, &tc)))
+        goto out;
+    sl_model_opts mo = sl_model_opts_default();
+    mo.backend = SL_BACKEND_CPU;
+    mo.threads = 1;
+    mo.max_batch = 4;
+    /* worker 1 starts from other values: joining must give it the chief's */
+    mo.seed = tc.seed + (uint64_t)w->rank * 1000;
+    if ((st = sl_model_from_config(cfg, "m", &mo, &m)) || (st = sl_optim_create(m, &tc.optim, &o)) ||
+        (st = sl_cluster_resolve(&a, NULL, NULL, &c)))
+        goto out;
+    sl_strategy_ps_opts po = {.timeout_s = 5, .retry_s = 20};
+    if ((st = sl_strategy_ps_create(&c, &tc, &po, &h, &s))) goto out;
+    if (h.world_size != NW || h.rank != w->rank || h.is_chief != (w->rank == 0) || !h.start || !h.exchange ||
+        !h.finish) {
+        st = sl_err(SL_EINTERNAL, "hooks: world %d rank %d chief %d", h.world_size, h.rank, h.is_chief);
+        goto out;
+    }
+    int64_t step = 0;
+    if ((st = h.start(h.ctx, m, o, &step))) goto out;
+    started = true;
+    w->start_step = step;
+    float *p = sl_model_params(m, &w->np);
+    float *g = sl_model_grads(m, NULL);
+    w->nt = sl__model_trainable(m);
+    memcpy(w->joined, p, w->np * sizeof *p);
+    /* running statistics are the worker's own: mark them, the exchanges must leave them */
+    for (size_t i = w->nt; i < w->np; i++) p[i] = 0.25f * (float)(w->rank + 1) + (float)i;
+    gate_bump(sc, &sc->arrived, false);
+    if (!gate_wait(sc, all_arrived, NW)) {
+        st = sl_err(SL_ETIMEDOUT, "waiting for the other worker to join");
+        goto out;
+    }
+    for (int k = 0; k < sc->steps; k++) {
+        int64_t sk = step + k;
+        if (!sc->sync && !gate_wait(sc, my_turn, 2 * k + w->rank)) {
+            st = sl_err(SL_ETIMEDOUT, "waiting for turn %d", 2 * k + w->rank);
+            goto out;
+        }
+        for (size_t i = 0; i < w->np; i++) g[i] = i < w->nt ? grad_of(w->rank, sk, i) : 0.0f;
+        bool applied = false;
+        st = h.exchange(h.ctx, m, g, w->np, sk, lr_of(sk), &applied);
+        if (!st && !applied) st = sl_err(SL_EINTERNAL, "exchange left applied false");
+        if (st) goto out;
+        memcpy(w->after[k], p, w->np * sizeof *p);
+        if (!sc->sync) gate_bump(sc, &sc->turn, false);
+    }
+    w->stats_kept = true;
+    for (size_t i = w->nt; i < w->np; i++)
+        if (p[i] != 0.25f * (float)(w->rank + 1) + (float)i) w->stats_kept = false;
+out:
+    if (started) {
+        sl_status fs = h.finish(h.ctx, st);
+        if (!st) st = fs;
+    }
+    if (st) {
+        snprintf(w->err, sizeof w->err, "%s", sl_errmsg());
+        gate_bump(sc, NULL, true);
+    }
+    w->st = st;
+    sl_strategy_ps_free(s);
+    sl_cluster_free(&c);
+    sl_optim_free(o);
+    sl_model_free(m);
+    sl_cfg_free(cfg);
+    return NULL;
+}
+
+static void *ps_main(void *arg) {
+    pstask *t = arg;
+    scenario *sc = t->sc;
+    sl_cfg *cfg = NULL;
+    sl_cluster c = {0};
+    FILE *con = open_memstream(&t->out, &t->outlen);
+    sl_cluster_args a = {.peers = sc->peers, .ps = sc->ps, .task_type = "ps", .task_index = t->index};
+    sl_status st;
+    if (!(st = sl_cfg_parse(sc->text, strlen(sc->text), "ps.sl", &cfg)) && !(st = sl_cluster_resolve(&a, NULL, NULL, &c))) {
+        sl_strategy_ps_opts po = {.timeout_s = 5, .ckpt_every_s = 0.05};
+        st = sl_ps_task_run(cfg, &c, &po, con, &sc->stop);
+    }
+    if (st) snprintf(t->err, sizeof t->err, "%s", sl_errmsg());
+    t->st = st;
+    sl_cluster_free(&c);
+    sl_cfg_free(cfg);
+    fclose(con);
+    return NULL;
+}
+
+/* A port base whose NW + NPS ports are free right now. */
+static int free_ports(void) {
+    unsigned seed = (unsigned)getpid() ^ (unsigned)time(NULL);
+    for (int attempt = 0; attempt < 50; attempt++) {
+        int base = 20000 + (int)(rand_r(&seed) % 20000);
+        bool ok = true;
+        for (int i = 0; i < NW + NPS && ok; i++) {
+            int fd = socket(AF_INET, SOCK_STREAM, 0);
+            struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)(base + i))};
+            sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+            ok = fd >= 0 && bind(fd, (struct sockaddr *)&sa, sizeof sa) == 0;
+            if (fd >= 0) close(fd);
+        }
+        if (ok) return base;
+    }
+    return 0;
+}
+
+/* One run of NPS ps threads and NW worker threads. */
+static void run_cluster(scenario *sc, worker *w, pstask *t) {
+    int base = free_ports();
+    snprintf(sc->peers, sizeof sc->peers, "127.0.0.1:%d,127.0.0.1:%d", base, base + 1);
+    snprintf(sc->ps, sizeof sc->ps, "127.0.0.1:%d,127.0.0.1:%d", base + 2, base + 3);
+    sc->arrived = sc->turn = 0;
+    sc->failed = false;
+    sc->stop = 0;
+    pthread_t pt[NPS], wt[NW];
+    for (int j = 0; j < NPS; j++) {
+        memset(&t[j], 0, sizeof t[j]);
+        t[j].sc = sc;
+        t[j].index = j;
+        pthread_create(&pt[j], NULL, ps_main, &t[j]);
+    }
+    for (int i = 0; i < NW; i++) {
+        memset(&w[i], 0, sizeof w[i]);
+        w[i].sc = sc;
+        w[i].rank = i;
+        pthread_create(&wt[i], NULL, worker_main, &w[i]);
+    }
+    for (int i = 0; i < NW; i++) pthread_join(wt[i], NULL);
+    if (w[0].st || w[1].st) sc->stop = 1; /* the ps tasks would wait for the chief's BYE */
+    for (int j = 0; j < NPS; j++) pthread_join(pt[j], NULL);
+}
+
+/* The local reference: the same model (the chief's seed) and optimizer. */
+typedef struct ref {
+    sl_cfg *cfg;
+    sl_model *m;
+    sl_optim *o;
+    size_t np, nt;
+    sl_ps_plan *plan;
+} ref;
+
+static sl_status ref_open(const scenario *sc, ref *r) {
+    memset(r, 0, sizeof *r);
+    sl_train_config tc;
+    sl_status st;
+    if ((st = sl_cfg_parse(sc->text, strlen(sc->text), "ps.sl", &r->cfg)) || (st = sl_train_config_parse(r->cfg, &tc)))
+        return st;
+    sl_model_opts mo = sl_model_opts_default();
+    mo.backend = SL_BACKEND_CPU;
+    mo.threads = 1;
+    mo.max_batch = 4;
+    mo.seed = tc.seed;
+    if ((st = sl_model_from_config(r->cfg, "m", &mo, &r->m)) || (st = sl_optim_create(r->m, &tc.optim, &r->o))) return st;
+    sl_model_params(r->m, &r->np);
+    r->nt = sl__model_trainable(r->m);
+    /* the trainable tensors in flat order: the variables of the plan */
+    size_t sizes[16];
+    int nv = 0;
+    size_t at = 0;
+    while (at < r->nt) {
+        for (int i = 0; i < sl_model_param_count(r->m); i++) {
+            size_t off;
+            int rank;
+            int64_t dims[4];
+            sl_model_param_info(r->m, i, NULL, &off, &rank, dims);
+            if (off != at) continue;
+            size_t len = 1;
+            for (int d = 0; d < rank; d++) len *= (size_t)dims[d];
+            sizes[nv++] = len;
+            at += len;
+            break;
+        }
+    }
+    return sl_ps_plan_create(sizes, nv, NPS, 0, &r->plan);
+}
+
+static void ref_close(ref *r) {
+    sl_ps_plan_free(r->plan);
+    sl_optim_free(r->o);
+    sl_model_free(r->m);
+    sl_cfg_free(r->cfg);
+}
+
+/* One optimizer step on the given gradient of the trainable prefix. */
+static sl_status ref_step(ref *r, const float *grad, float lr) {
+    float *g = sl_model_grads(r->m, NULL);
+    for (size_t i = 0; i < r->np; i++) g[i] = i < r->nt ? grad[i] : 0.0f;
+    return sl_optim_step(r->o, lr);
+}
+
+/* The pushes of workers 0 and 1 for step s: in turn (async) or their mean (sync). */
+static sl_status ref_round(ref *r, bool sync, int64_t s) {
+    float g0[MAXP], g1[MAXP];
+    for (size_t i = 0; i < r->nt; i++) {
+        g0[i] = grad_of(0, s, i);
+        g1[i] = grad_of(1, s, i);
+    }
+    if (!sync) {
+        /* async: each push at lr / W, so a round of W pushes stands for one global step */
+        sl_status st = ref_step(r, g0, lr_of(s) * 0.5f);
+        return st ? st : ref_step(r, g1, lr_of(s) * 0.5f);
+    }
+    for (size_t i = 0; i < r->nt; i++) g0[i] = (g0[i] + g1[i]) * 0.5f;
+    return ref_step(r, g0, lr_of(s));
+}
+
+/* The newest shard file of ps j (path into out), and how many there are. */
+static int newest_shard(const char *run_dir, int j, char *out, size_t cap) {
+    char dir[600];
+    snprintf(dir, sizeof dir, "%s/ps-%d", run_dir, j);
+    DIR *d = opendir(dir);
+    if (!d) return -1;
+    int n = 0;
+    long long best = -1;
+    struct dirent *de;
+    while ((de = readdir(d))) {
+        long long v;
+        char tail[64];
+        if (sscanf(de->d_name, "shard-%12lld%63s", &v, tail) == 2 && strcmp(tail, ".safetensors") == 0) {
+            n++;
+            if (v > best) {
+                best = v;
+                snprintf(out, cap, "%s/%s", dir, de->d_name);
+            }
+        }
+    }
+    closedir(d);
+    return n;
+}
+
+/* Check ps j's newest shard against the reference: params, optimizer state, metadata. */
+static void check_shard(const ref *r, const scenario *sc, int j, int64_t version, int64_t ostep, const char *wsteps) {
+    char path[800];
+    int n = newest_shard(sc->run_dir, j, path, sizeof path);
+    ASSERT(n >= 1);
+    sl_st_file *f;
+    ASSERT_OK(sl_st_open(path, &f));
+    ASSERT_STREQ(sl_st_meta(f, "format"), "sluice-ps-shard");
+    char buf[64];
+    snprintf(buf, sizeof buf, "%" PRId64, version);
+    ASSERT_STREQ(sl_st_meta(f, "version"), buf);
+    snprintf(buf, sizeof buf, "%" PRId64, ostep);
+    ASSERT_STREQ(sl_st_meta(f, "optimizer_step"), buf);
+    snprintf(buf, sizeof buf, "%08" PRIx32, r->plan->hash);
+    ASSERT_STREQ(sl_st_meta(f, "plan_hash"), buf);
+    ASSERT_STREQ(sl_st_meta(f, "worker_steps"), wsteps);
+    size_t len = r->plan->shard_len[j];
+    float want[MAXP], flat[2 * MAXP];
+    sl_tensor t = SL_TENSOR_EMPTY;
+    ASSERT_OK(sl_st_get(f, "params", &t));
+    ASSERT_EQ(sl_tensor_numel(&t), (int64_t)len);
+    sl_ps_plan_gather(r->plan, j, sl_model_params(r->m, NULL), want);
+    ASSERT_MEMEQ(t.data, want, len * sizeof(float));
+    sl_tensor_release(&t);
+    size_t ns;
+    int64_t os;
+    sl_optim_state(r->o, &ns, &os);
+    ASSERT_EQ(os, ostep);
+    ASSERT_OK(sl_optim_get_state(r->o, flat, ns));
+    ASSERT_OK(sl_st_get(f, "optimizer/state", &t));
+    /* velocity, or Adam's m then v: each packed like the parameters */
+    size_t parts = ns / r->nt;
+    ASSERT_EQ(sl_tensor_numel(&t), (int64_t)(parts * len));
+    for (size_t k = 0; k < parts; k++) {
+        sl_ps_plan_gather(r->plan, j, flat + k * r->nt, want);
+        ASSERT_MEMEQ((const float *)t.data + k * len, want, len * sizeof(float));
+    }
+    sl_tensor_release(&t);
+    sl_st_close(f);
+    ASSERT(n <= 2); /* the last 2 are kept */
+}
+
+static void check_workers(worker *w, int nw) {
+    for (int i = 0; i < nw; i++)
+        if (w[i].st) FAILF("worker %d: %s", i, w[i].err);
+}
+
+static void check_ps(pstask *t) {
+    for (int j = 0; j < NPS; j++)
+        if (t[j].st) FAILF("ps %d: %s\n%s", j, t[j].err, t[j].out ? t[j].out : "");
+}
+
+/* The first run, then a second run of the same ps tasks and workers (restarted). */
+static void two_runs(const char *name, const char *optimizer, bool sync) {
+    scenario *sc = calloc(1, sizeof *sc);
+    worker *w = calloc(NW, sizeof *w);
+    pstask *t = calloc(NPS, sizeof *t);
+    ref r;
+    pthread_mutex_init(&sc->mu, NULL);
+    pthread_cond_init(&sc->cv, NULL);
+    snprintf(sc->run_dir, sizeof sc->run_dir, "%s/%s", tmpdir, name);
+    snprintf(sc->text, sizeof sc->text,
+             "%strain {\n  model m\n  data train\n  optimizer %s\n  strategy ps mode=%s\n  run_dir \"%s\"\n"
+             "  backend cpu\n  threads 1\n  seed 5\n}\n",
+             MODEL, optimizer, sync ? "sync" : "async", sc->run_dir);
+    sc->sync = sync;
+    sc->steps = STEPS;
+    ASSERT_OK(ref_open(sc, &r));
+    ASSERT(r.np < MAXP);
+
+    run_cluster(sc, w, t);
+    check_workers(w, NW);
+    check_ps(t);
+    if (t_cur_failed) goto out;
+    for (int i = 0; i < NW; i++) {
+        ASSERT_EQ(w[i].start_step, 0);
+        ASSERT_EQ(w[i].np, 73);
+        ASSERT_EQ(w[i].nt, 63);
+        ASSERT(w[i].stats_kept);
+        /* everyone starts from the chief's initialisation */
+        ASSERT_MEMEQ(w[i].joined, sl_model_params(r.m, NULL), r.nt * sizeof(float));
+    }
+    for (int j = 0; j < NPS; j++) {
+        char want[160];
+        snprintf(want, sizeof want, "ps %d: serving %zu floats of 63 (plan %08" PRIx32 ") for 2 workers\n", j,
+                 r.plan->shard_len[j], r.plan->hash);
+        ASSERT_STREQ(t[j].out, want);
+    }
+    for (int k = 0; k < STEPS; k++) {
+        if (sync) {
+            ASSERT_OK(ref_round(&r, true, k));
+            for (int i = 0; i < NW; i++) ASSERT_MEMEQ(w[i].after[k], sl_model_params(r.m, NULL), r.nt * sizeof(float));
+        } else {
+            float g[MAXP];
+            for (int wi = 0; wi < NW; wi++) {
+                for (size_t i = 0; i < r.nt; i++) g[i] = grad_of(wi, k, i);
+                ASSERT_OK(ref_step(&r, g, lr_of(k) * 0.5f));
+                /* the reply carries the parameters right after this push */
+                ASSERT_MEMEQ(w[wi].after[k], sl_model_params(r.m, NULL), r.nt * sizeof(float));
+            }
+        }
+    }
+    int64_t updates = sync ? STEPS : NW * STEPS;
+    for (int j = 0; j < NPS; j++) {
+        check_shard(&r, sc, j, updates, updates, "2,2");
+        free(t[j].out);
+        t[j].out = NULL;
+    }
+    if (t_cur_failed) goto out;
+
+    /* a torn newer file in ps 0's folder: the restore must skip it and take the newest good one */
+    char good[800], torn[800];
+    ASSERT(newest_shard(sc->run_dir, 0, good, sizeof good) >= 1);
+    snprintf(torn, sizeof torn, "%s/ps-0/shard-999999999999.safetensors", sc->run_dir);
+    {
+        FILE *in = fopen(good, "rb"), *out = fopen(torn, "wb");
+        ASSERT(in && out);
+        char b[4096];
+        size_t got = fread(b, 1, sizeof b, in);
+        fwrite(b, 1, got / 2, out);
+        fclose(in);
+        fclose(out);
+    }
+    sc->steps = 1;
+    run_cluster(sc, w, t);
+    check_workers(w, NW);
+    check_ps(t);
+    if (t_cur_failed) goto out;
+    char want[2048];
+    /* the reader's reason follows: "PATH: byte N: what" */
+    snprintf(want, sizeof want, "ps 0: skipping %s: %s: byte ", torn, torn);
+    ASSERT(t[0].out && strncmp(t[0].out, want, strlen(want)) == 0);
+    snprintf(want, sizeof want, "\nps 0: restored %s (version %" PRId64 ")\nps 0: serving ", good, updates);
+    ASSERT_CONTAINS(t[0].out, want);
+    ASSERT(t[1].out && strncmp(t[1].out, "ps 1: restored ", 15) == 0);
+    for (int i = 0; i < NW; i++) {
+        /* both pushed steps 0..2 before: they start at step 3, from the restored shards */
+        ASSERT_EQ(w[i].start_step, STEPS);
+        ASSERT_MEMEQ(w[i].joined, sl_model_params(r.m, NULL), r.nt * sizeof(float));
+    }
+    /* the restored optimizer state (and Adam's step count) continue exactly */
+    ASSERT_OK(ref_round(&r, sync, STEPS));
+    ASSERT_MEMEQ(w[1].after[0], sl_model_params(r.m, NULL), r.nt * sizeof(float));
+    if (sync) ASSERT_MEMEQ(w[0].after[0], sl_model_params(r.m, NULL), r.nt * sizeof(float));
+    updates += sync ? 1 : NW;
+    /* the torn file outranks the new ones by name (and was kept as one of the last 2) */
+    ASSERT_EQ(unlink(torn), 0);
+    for (int j = 0; j < NPS; j++) check_shard(&r, sc, j, updates, updates, "3,3");
+out:
+    ref_close(&r);
+    for (int j = 0; j < NPS; j++) free(t[j].out);
+    pthread_mutex_destroy(&sc->mu);
+    pthread_cond_destroy(&sc->cv);
+    free(sc);
+    free(w);
+    free(t);
+}
+
+TEST(test_async_sgd_momentum) { two_runs("async", "sgd lr=0.1 momentum=0.9", false); }
+
+TEST(test_sync_adam) { two_runs("sync", "adam lr=0.01", true); }
+
+TEST(test_wrong_tasks) {
+    sl_cfg *cfg;
+    char text[1024];
+    snprintf(text, sizeof text, "%strain {\n  model m\n  data train\n  strategy ps\n  run_dir \"%s/x\"\n}\n", MODEL,
+             tmpdir);
+    ASSERT_OK(sl_cfg_parse(text, strlen(text), "w.sl", &cfg));
+    sl_train_config tc;
+    ASSERT_OK(sl_train_config_parse(cfg, &tc));
+    sl_train_hooks h;
+    sl_strategy_ps *s = (sl_strategy_ps *)&h;
+    /* a ps task has no trainer hooks */
+    sl_cluster_args a = {.peers = "127.0.0.1:7000,127.0.0.1:7001", .ps = "127.0.0.1:7100", .task_type = "ps"};
+    sl_cluster c;
+    ASSERT_OK(sl_cluster_resolve(&a, NULL, NULL, &c));
+    ASSERT_EQ(sl_strategy_ps_create(&c, &tc, NULL, &h, &s), SL_EINVAL);
+    ASSERT(s == NULL);
+    ASSERT_EQ(h.world_size, 0);
+    ASSERT_STREQ(sl_errmsg(), "ps strategy: this process is ps 0, not a worker (chief or worker)\n"
+                              "---> HINT: a ps task runs sl_ps_task_run, not the trainer");
+    sl_cluster_free(&c);
+    /* a worker is not a ps task */
+    sl_cluster_args b = {.peers = "127.0.0.1:7000,127.0.0.1:7001", .ps = "127.0.0.1:7100", .rank = 1, .has_rank = 1};
+    ASSERT_OK(sl_cluster_resolve(&b, NULL, NULL, &c));
+    ASSERT_EQ(sl_ps_task_run(cfg, &c, NULL, NULL, NULL), SL_EINVAL);
+    ASSERT_STREQ(sl_errmsg(), "ps task: this process is worker 1, not a ps task\n"
+                              "---> HINT: chief and worker tasks train with `strategy ps` hooks (sl_strategy_ps_create)");
+    sl_cluster_free(&c);
+    /* no ps tasks in the cluster */
+    sl_cluster_args d = {.peers = "127.0.0.1:7000,127.0.0.1:7001", .rank = 0, .has_rank = 1};
+    ASSERT_OK(sl_cluster_resolve(&d, NULL, NULL, &c));
+    ASSERT_EQ(sl_strategy_ps_create(&c, &tc, NULL, &h, &s), SL_EINVAL);
+    ASSERT_CONTAINS(sl_errmsg(), "ps strategy: the cluster has no ps tasks");
+    sl_cluster_free(&c);
+    sl_cfg_free(cfg);
+}
+
+int main(void) {
+    snprintf(tmpdir, sizeof tmpdir, "/tmp/sl_ps_XXXXXX");
+    if (!mkdtemp(tmpdir)) {
+        perror("mkdtemp");
+        return 1;
+    }
+    RUN(test_wrong_tasks);
+    RUN(test_async_sgd_momentum);
+    RUN(test_sync_adam);
+    char cmd[300];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", tmpdir);
+    if (system(cmd) != 0) printf("could not remove %s\n", tmpdir);
+    TEST_MAIN_END();
+}
