@@ -30,6 +30,7 @@ typedef struct wstate {
     int64_t step;        /* last step applied for this worker, -1 none */
     double seen;         /* when its last valid frame came */
     int live, bye;
+    int dead;            /* left the live set by dying (not BYE); cleared when it comes back */
     int lost_prev;       /* sl_tp_peer_lost at the last check: death is the 0 -> 1 edge */
     int have_seq;
     uint64_t seq;        /* its last request's seq (retries repeat it) */
@@ -251,8 +252,10 @@ static sl_status check_liveness(sl_ps_server *s, double now) {
         ws->lost_prev = lost;
         if (!ws->live) continue;
         sl_status st = SL_OK;
-        if (edge) st = worker_gone(s, i, "is dead: its connection closed");
-        else if (now - ws->seen > s->opts.dead_after_s) st = worker_gone(s, i, "is dead: silent too long");
+        if (edge || now - ws->seen > s->opts.dead_after_s) {
+            ws->dead = 1;
+            st = worker_gone(s, i, edge ? "is dead: its connection closed" : "is dead: silent too long");
+        }
         if (st) return st;
     }
     return SL_OK;
@@ -293,7 +296,11 @@ static sl_status on_push(sl_ps_server *s, int w, const sl_ps_frame *f) {
         ws->pend_lr = f->lr;
         return try_round(s);
     }
-    sl_status st = apply(s, f->data, f->lr);
+    /* one push from each worker makes one step of the global batch; the dead leave their
+     * share to the others (see ps.h) */
+    int nalive = s->nw;
+    for (int i = 0; i < s->nw; i++) nalive -= s->w[i].dead != 0;
+    sl_status st = apply(s, f->data, f->lr / (float)(nalive > 0 ? nalive : 1));
     if (st) return st;
     ws->step = f->value;
     respond_push(s, w, f->seq);
@@ -335,6 +342,7 @@ static sl_status handle(sl_ps_server *s, const sl_msg_hdr *h, const void *data, 
     if (!ws->live) {
         ws->live = 1;
         ws->bye = 0;
+        ws->dead = 0;
         SL_INFO("ps %d: worker %d is live (last step %lld)", s->idx, w, (long long)ws->step);
     }
     switch (f.type) {

@@ -235,7 +235,12 @@ int main(int argc, char **argv) {
             goto done;
         }
         catch_stop_signals();
-        sl_strategy_ps_opts po = {.timeout_s = timeout_s, .curve = have_curve ? &curve : NULL};
+        /* a ps that sluice-launch restarted (SLUICE_RESTART > 0) or a --resume run continues
+         * from its shard checkpoints; any other start is a new run */
+        const char *rs = getenv("SLUICE_RESTART");
+        bool restarted = rs && atoi(rs) > 0;
+        sl_strategy_ps_opts po = {.timeout_s = timeout_s, .curve = have_curve ? &curve : NULL,
+                                  .fresh = !resume && !restarted};
         sl_status s = sl_ps_task_run(cfg, &cl, &po, quiet ? NULL : stdout, &stop_flag);
         if (s && s != SL_ECANCELED) {
             rc = sl__fail(PROG);

@@ -14,13 +14,15 @@
  * then v) is packed the same way, with its own step count (Adam's bias correction counts
  * updates this shard took).
  *
- * Learning rate in async mode: each push is applied with lr / W (W workers). The training
- * pipeline's batch is the global batch, split over the workers (sluice/train.h), so the W
+ * Learning rate in async mode: the server applies each push with lr / A (A: the workers
+ * less the dead, sluice/ps.h). The training
+ * pipeline's batch is the global batch, split over the workers (sluice/train.h), so the A
  * pushes of one round together stand for one step on the global batch, as one sync round
  * or one ring allreduce does: the same config then trains alike under every strategy.
  * Applying each push at the full rate takes W steps per global batch, which with momentum
  * 0.9 adds the implicit momentum of asynchrony on top (measured on examples/fashion_mlp.sl,
- * 2 workers, 8 epochs: 0.862 test accuracy at the full rate, 0.882 at lr / 2, 0.886 sync).
+ * 2 workers, 8 epochs: 0.862 test accuracy at the full rate, 0.882 at lr / 2, 0.886 sync). When a worker dies,
+ * the others' pushes take its share of the rate.
  * For SGD the decay terms scale the same way; for Adam, whose step size does not depend on
  * the gradient's scale, only the rate can do it. Sync mode applies the mean once with lr.
  *
@@ -261,7 +263,6 @@ void sl_strategy_ps_free(sl_strategy_ps *s) {
 
 typedef struct ps_task {
     int index, nworkers;
-    float lr_scale;             /* 1 / nworkers in async mode, 1 in sync mode (see the top) */
     sl_optim_spec spec;         /* defaults filled in */
     sl_backend *bk;             /* the CPU model's (borrowed) */
     size_t n;                   /* shard floats */
@@ -280,7 +281,6 @@ static sl_status task_apply(void *ctx, float *params, const float *grad, size_t 
     ps_task *t = ctx;
     if (n != t->n) return sl_err(SL_EINVAL, "ps %d: a gradient of %zu floats for a shard of %zu", t->index, n, t->n);
     if (!(lr >= 0.0f) || !isfinite(lr)) return sl_err(SL_EINVAL, "ps %d: learning rate %g", t->index, lr);
-    lr *= t->lr_scale;
     const sl_optim_spec *sp = &t->spec;
     sl_status st;
     if (sp->kind == SL_OPTIM_SGD)
@@ -518,7 +518,6 @@ sl_status sl_ps_task_run(sl_cfg *cfg, const sl_cluster *c, const sl_strategy_ps_
     int64_t *wsteps = NULL;
     sl_status st;
     if ((st = sl_train_config_parse(cfg, &tc))) return st;
-    t.lr_scale = tc.ps_sync ? 1.0f : 1.0f / (float)c->world;
     sl_model_opts mo = sl_model_opts_default();
     mo.backend = SL_BACKEND_CPU;
     /* a push is one memory-bound elementwise pass: more threads would only compete with
@@ -565,6 +564,19 @@ sl_status sl_ps_task_run(sl_cfg *cfg, const sl_cluster *c, const sl_strategy_ps_
     if ((nfiles = list_shards(t.dir, &files)) < 0) {
         st = nfiles;
         goto fail;
+    }
+    if (o.fresh && nfiles > 0) {
+        /* a new run in a used folder: the old shards would hand the workers another run's
+         * parameters and step counts */
+        if (console)
+            fprintf(console, "ps %d: %s holds %d shard checkpoint(s) of an earlier run: removing them (use --resume to continue it)\n",
+                    t.index, t.dir, nfiles);
+        for (int i = 0; i < nfiles; i++) {
+            char path[1400];
+            snprintf(path, sizeof path, "%s/%s", t.dir, files[i].name);
+            if (unlink(path) != 0 && errno != ENOENT) SL_WARN("ps %d: cannot remove %s: %s", t.index, path, strerror(errno));
+        }
+        nfiles = 0;
     }
     for (int i = 0; i < nfiles && !restored; i++) {
         char path[1400];

@@ -52,8 +52,11 @@
  *                          parameters (which then win: a restored ps keeps its state).
  *   PULL    worker -> ps   reply: REPLY with the parameters (or UNINIT).
  *   PUSH    worker -> ps   a gradient shard for the worker's step with its lr. Async mode
- *                          (the default): applied at once (apply callback), reply with the
- *                          new parameters. Sync mode: held until every live worker has
+ *                          (the default): applied at once (apply callback) with lr / A,
+ *                          A = the workers less those now dead (the batch is the global
+ *                          batch split over the workers: one push from each makes one
+ *                          global step; the dead leave their share to the others), reply
+ *                          with the new parameters. Sync mode: held until every live worker has
  *                          pushed for this round, then the mean is applied once and every
  *                          waiting worker gets the reply. With a staleness bound k the reply
  *                          to a worker more than k steps ahead of the slowest live worker

@@ -93,6 +93,9 @@ typedef struct sl_strategy_ps_opts {
     double retry_s;            /* how long a worker waits for a lost ps to come back; 0 = 120 s */
     double ckpt_every_s;       /* ps shard checkpoints; 0 = 5 s */
     const sl_tp_curve *curve;  /* CURVE keys (borrowed), or NULL */
+    bool fresh;                /* ps tasks: a new run: remove an earlier run's shard checkpoints
+                                  instead of restoring them (sluice-train sets it unless --resume
+                                  is given or sluice-launch restarted the task) */
 } sl_strategy_ps_opts;
 
 typedef struct sl_strategy_ps sl_strategy_ps;
