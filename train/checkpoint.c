@@ -9,9 +9,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "sluice/safetensors.h"
 #include "sluice/train.h"
+#include "train/model_priv.h"
 
 #define CKPT_PREFIX "ckpt-"
 #define CKPT_SUFFIX ".safetensors"
@@ -265,4 +267,22 @@ void sl_train_free_list(char **list, int n) {
     if (!list) return;
     for (int i = 0; i < n; i++) free(list[i]);
     free(list);
+}
+
+sl_status sl__make_dirs(const char *path, const char *what) {
+    char buf[1100];
+    size_t n = strlen(path);
+    if (n == 0 || n >= sizeof buf) return sl_err(SL_EINVAL, "%s '%s': empty or too long", what, path);
+    memcpy(buf, path, n + 1);
+    for (size_t i = 1; i <= n; i++) {
+        if (buf[i] != '/' && buf[i] != 0) continue;
+        char c = buf[i];
+        buf[i] = 0;
+        if (mkdir(buf, 0777) != 0 && errno != EEXIST)
+            return sl_err(SL_EIO, "cannot create %s %s: %s", what, buf, strerror(errno));
+        buf[i] = c;
+    }
+    struct stat sb;
+    if (stat(path, &sb) != 0 || !S_ISDIR(sb.st_mode)) return sl_err(SL_EIO, "%s %s is not a directory", what, path);
+    return SL_OK;
 }

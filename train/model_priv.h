@@ -27,4 +27,9 @@ const float *sl__model_input_grad(sl_model *m, bool on);
 uint64_t sl__model_steps(const sl_model *m);
 void sl__model_set_steps(sl_model *m, uint64_t steps);
 
+/* mkdir -p for the trainer's folders (train/checkpoint.c). `what` names the folder in
+ * messages ("run folder"). SL_OK when path is a folder afterwards; SL_EINVAL for an empty or
+ * too long path, SL_EIO naming the part that could not be made. */
+sl_status sl__make_dirs(const char *path, const char *what);
+
 #endif

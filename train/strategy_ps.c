@@ -474,25 +474,6 @@ done:
     return st;
 }
 
-/* mkdir -p */
-static sl_status make_dirs(const char *path) {
-    char buf[1100];
-    size_t n = strlen(path);
-    if (n == 0 || n >= sizeof buf) return sl_err(SL_EINVAL, "bad folder name '%s'", path);
-    memcpy(buf, path, n + 1);
-    for (size_t i = 1; i <= n; i++) {
-        if (buf[i] != '/' && buf[i] != 0) continue;
-        char c = buf[i];
-        buf[i] = 0;
-        if (mkdir(buf, 0777) != 0 && errno != EEXIST)
-            return sl_err(SL_EIO, "cannot create folder %s: %s", buf, strerror(errno));
-        buf[i] = c;
-    }
-    struct stat sb;
-    if (stat(path, &sb) != 0 || !S_ISDIR(sb.st_mode)) return sl_err(SL_EIO, "%s is not a folder", path);
-    return SL_OK;
-}
-
 sl_status sl_ps_task_run(sl_cfg *cfg, const sl_cluster *c, const sl_strategy_ps_opts *opts, FILE *console,
                          volatile int *stop) {
     sl_strategy_ps_opts o = {0};
@@ -555,7 +536,7 @@ sl_status sl_ps_task_run(sl_cfg *cfg, const sl_cluster *c, const sl_strategy_ps_
         st = sl_err(SL_EINVAL, "ps %d: run folder name too long", t.index);
         goto fail;
     }
-    if ((st = make_dirs(t.dir))) goto fail;
+    if ((st = sl__make_dirs(t.dir, "ps shard folder"))) goto fail;
 
     /* the newest shard that loads cleanly; torn or foreign ones are skipped, not fatal: a
      * ps killed mid-run must come back with what it has */

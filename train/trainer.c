@@ -28,6 +28,7 @@
 #include "sluice/stats.h"
 #include "sluice/tfevents.h"
 #include "sluice/train.h"
+#include "train/model_priv.h"
 
 struct sl_trainer {
     sl_cfg *cfg;               /* borrowed */
@@ -76,26 +77,6 @@ static void warnf(const sl_trainer *t, const char *fmt, ...) {
     vfprintf(stderr, fmt, ap);
     fputc('\n', stderr);
     va_end(ap);
-}
-
-/* mkdir -p */
-static sl_status make_dirs(const char *path) {
-    char buf[1024];
-    size_t n = strlen(path);
-    if (n == 0 || n >= sizeof buf) return sl_err(SL_EINVAL, "run folder '%s': empty or too long", path);
-    memcpy(buf, path, n + 1);
-    for (size_t i = 1; i <= n; i++) {
-        if (buf[i] != '/' && buf[i] != 0) continue;
-        char c = buf[i];
-        buf[i] = 0;
-        if (mkdir(buf, 0777) != 0 && errno != EEXIST)
-            return sl_err(SL_EIO, "cannot create run folder %s: %s", buf, strerror(errno));
-        buf[i] = c;
-    }
-    struct stat st;
-    if (stat(path, &st) != 0 || !S_ISDIR(st.st_mode))
-        return sl_err(SL_EIO, "run folder %s is not a directory", path);
-    return SL_OK;
 }
 
 sl_status sl_trainer_create(sl_cfg *cfg, const sl_train_opts *opts, sl_trainer **out) {
@@ -167,7 +148,7 @@ sl_status sl_trainer_create(sl_cfg *cfg, const sl_train_opts *opts, sl_trainer *
         eenv.seed = t->c.seed;
         if ((s = sl_pipeline_from_config(cfg, t->c.eval, &eenv, &t->eval_ds))) goto fail;
     }
-    if (chief(t) && (s = make_dirs(t->c.run_dir))) goto fail;
+    if (chief(t) && (s = sl__make_dirs(t->c.run_dir, "run folder"))) goto fail;
     if (t->c.steps > 0) t->total_steps = t->c.steps;
     *out = t;
     return SL_OK;
