@@ -220,7 +220,8 @@ static sl_status give_up(sl_ps_client *c, int j, const char *what) {
     if (sl_tp_peer_lost(c->tp, rank)) {
         sl_err(SL_EPEER, "worker %d: lost ps %d (%s): connection closed, no answer to %s in %.1f s", c->self, j,
                sl_tp_peer_addr(c->tp, rank), what, waited);
-        sl_err_hint("the ps task died and did not come back within retry_s; see its own output for why");
+        sl_err_hint("the ps task died and did not come back within retry_s (see its own output for why); with "
+                    "CURVE on, a ps whose allow-list lacks this worker's public key drops it the same way");
         return SL_EPEER;
     }
     sl_err(SL_ETIMEDOUT, "worker %d: no answer from ps %d (%s) to %s in %.1f s", c->self, j,

@@ -1,8 +1,9 @@
 /* sluice-launch: start N local replicas (and M parameter-server tasks) of a program, with
- * the environment that tells each who it is, and supervise them.
+ * the environment that tells each who it is, and supervise them; or make CURVE keys.
  *
- *   sluice-launch -n N [--ps M] [--port-base P] [--host H] [--timeout S] [--grace S]
- *                 -- PROGRAM ARGS...
+ *   sluice-launch -n N [--ps M] [--restarts K] [--port-base P] [--host H] [--timeout S]
+ *                 [--grace S] -- PROGRAM ARGS...
+ *   sluice-launch --keygen PATH [--keygen PATH]...
  *
  * Each task gets (besides the launcher's own environment):
  *   TF_CONFIG         {"cluster": {"worker": [H:P, H:P+1, ...], "ps": [H:P+N, ...]},
@@ -11,16 +12,32 @@
  *   SLUICE_TASK       "worker 1" / "ps 0"
  *   SLUICE_RANK       the ring rank (workers) or ps index; SLUICE_WORLD: N; SLUICE_NUM_PS: M
  *   SLUICE_PORT_BASE  P
+ *   SLUICE_RESTART    how many times this task was restarted: 0 at its first start, R for
+ *                     restart R (like TorchElastic's restart count): a restarted ps task
+ *                     continues from its shard checkpoints instead of starting a new run
  * Every line a task prints is copied to the launcher's stdout (or stderr, for the task's
- * stderr) with the prefix "[worker 1] ". When a task fails (non-zero exit or a signal) the
- * launcher stops all the others (SIGTERM to each task's process group, SIGKILL after the
- * grace period) and exits with the failing task's status (128+signal for a signal). When
- * every worker has succeeded the ps tasks are stopped the same way and the launcher exits 0.
- * SIGINT / SIGTERM sent to the launcher are forwarded to every task; --timeout S stops all
- * after S seconds and exits 124.
+ * stderr) with the prefix "[worker 1] "; the launcher's own notes go to stderr, starting
+ * with "[launch] " ("[launch] started worker 1 (pid N)" for every start, restarts too).
+ *
+ * When a task fails (non-zero exit or a signal):
+ *   - it is restarted, with the same environment, while it has restarts left (--restarts K,
+ *     default 0, counted per task): "[launch] restarting worker 1 (restart 1 of K)";
+ *   - else, in a job with ps tasks, a worker other than worker 0 (the chief) is let go:
+ *     the ps tasks serve the others and training goes on without it, as TensorFlow's
+ *     ParameterServerStrategy does;
+ *   - else (a ring job's worker, the chief, a ps) the launcher stops all the others
+ *     (SIGTERM to each task's process group, SIGKILL after the grace period) and exits with
+ *     the failing task's status (128+signal for a signal).
+ * A ring job succeeds when every worker succeeded. A ps job succeeds when worker 0 succeeded
+ * and every other worker has exited; the ps tasks then get PS_LINGER_S seconds to return by
+ * themselves (a ps returns once every worker said BYE, after its final shard checkpoint)
+ * before they are stopped as above. SIGINT / SIGTERM sent to the launcher are forwarded to
+ * every task (nothing is restarted then); --timeout S stops all after S seconds and
+ * exits 124.
  *
  * A thin supervisor: a handful of tasks, their output relayed line by line through one
- * ppoll loop. Exit status: a task's, 0, 124 (timeout), 2 (wrong usage). */
+ * ppoll loop. Exit status: a task's, 0, 124 (timeout), 1 (--keygen or start-up failed),
+ * 2 (wrong usage). */
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
@@ -34,37 +51,63 @@
 #include <unistd.h>
 
 #include "sluice/cluster.h"
+#include "sluice/transport.h"
 #include "tool.h"
 
 static const char *PROG = "sluice-launch";
 
+/* Seconds the ps tasks get to return by themselves once the workers are done: enough for
+ * a ps to notice the last BYE (or a lost worker) and write its final shard checkpoint. */
+#define PS_LINGER_S 5.0
+
 static const char USAGE[] =
-    "Usage: sluice-launch -n N [--ps M] [--port-base P] [--timeout S] -- PROGRAM ARGS...\n"
+    "Usage: sluice-launch -n N [--ps M] [--restarts K] [--port-base P] [--timeout S] -- PROGRAM ARGS...\n"
+    "       sluice-launch --keygen PATH [--keygen PATH]...\n"
     "\n"
     "Start N local replicas (workers) and M parameter-server tasks of PROGRAM, each told its\n"
     "place in the cluster through TF_CONFIG (and SLUICE_TASK, SLUICE_RANK, SLUICE_WORLD,\n"
-    "SLUICE_NUM_PS, SLUICE_PORT_BASE). Their output is prefixed with \"[worker I] \" / \"[ps I] \".\n"
-    "When one fails, all others are stopped and its exit status is returned.\n"
+    "SLUICE_NUM_PS, SLUICE_PORT_BASE, SLUICE_RESTART). Their output is prefixed with \"[worker I] \" / \"[ps I] \";\n"
+    "the launcher's own notes (\"[launch] started worker I (pid P)\", ...) go to stderr.\n"
+    "A task that fails is restarted while it has restarts left (SLUICE_RESTART tells it\n"
+    "which restart it is; a restarted ps continues from its shard checkpoints). Otherwise, with --ps, a worker\n"
+    "other than worker 0 may fail and training goes on without it; any other failure stops\n"
+    "all tasks and its exit status is returned.\n"
     "\n"
     "  -n, --workers N    replicas to start (1..256)\n"
     "  --ps M             parameter-server tasks (default 0)\n"
+    "  --restarts K       restart a failed task (worker or ps) up to K times (default 0)\n"
     "  --port-base P      worker I listens on P+I, ps J on P+N+J (default 29500)\n"
     "  --host H           the address the tasks use for each other (default 127.0.0.1)\n"
     "  --timeout S        stop everything after S seconds and exit 124 (default: no limit)\n"
     "  --grace S          seconds between SIGTERM and SIGKILL when stopping (default 5)\n"
+    "  --keygen PATH      write a new CURVE keypair to PATH.key and its public key to\n"
+    "                     PATH.pub, print both paths and exit (repeatable; for the cluster\n"
+    "                     block's `curve server=... client=... allow=...`)\n"
     "\n"
-    "Exit status: the first failing task's (128+N for signal N), 0 when every worker\n"
-    "succeeded, 124 on --timeout, 2 wrong usage.\n";
+    "Exit status: that of the failure that stopped the job (128+N for signal N); 0 when\n"
+    "every worker succeeded (with --ps: worker 0 succeeded and the others have exited);\n"
+    "124 on --timeout; 1 --keygen failed; 2 wrong usage.\n";
 
 typedef struct task {
-    pid_t pid;
-    char label[32];
+    pid_t pid;          /* the running process; 0 once its exit was judged */
+    char label[32];     /* "worker 1" / "ps 0" */
+    int type_index;     /* I of worker I / ps I */
+    char *tf_config;    /* its TF_CONFIG (owned), reused by restarts */
     int fd[2];          /* stdout, stderr pipes (-1 when closed) */
     char *line[2];      /* partial line per stream */
     size_t len[2], cap[2];
     bool running, is_ps;
+    int restarts;       /* restarts used */
     int status;         /* wait status once exited */
 } task;
+
+typedef struct job {
+    long long nw, nps, port_base, restarts;
+    char **prog;
+    task *ts;
+    int n;
+    sigset_t empty;     /* the mask a child starts with */
+} job;
 
 static volatile sig_atomic_t got_signal, got_child;
 
@@ -85,17 +128,18 @@ static void emit(task *t, int s, const char *p, size_t n) {
     fflush(out);
 }
 
-/* Read what is available on stream s of t; print complete lines; flush the rest at EOF. */
-static void drain(task *t, int s) {
+/* Read what is available on stream s of t; print complete lines; flush the rest at EOF.
+ * Returns true while more may come without blocking (a full buffer was read). */
+static bool drain(task *t, int s) {
     char buf[65536];
     ssize_t r = read(t->fd[s], buf, sizeof buf);
-    if (r < 0 && (errno == EINTR || errno == EAGAIN)) return;
+    if (r < 0 && (errno == EINTR || errno == EAGAIN)) return false;
     if (r <= 0) {
         if (t->len[s]) emit(t, s, t->line[s], t->len[s]);
         t->len[s] = 0;
         close(t->fd[s]);
         t->fd[s] = -1;
-        return;
+        return false;
     }
     for (ssize_t i = 0; i < r; i++) {
         if (buf[i] == '\n') {
@@ -112,6 +156,23 @@ static void drain(task *t, int s) {
         }
         t->line[s][t->len[s]++] = buf[i];
     }
+    return r == (ssize_t)sizeof buf;
+}
+
+/* Before a restart: relay everything the exited process left in its pipes (it is dead, so
+ * all it wrote is there), flush partial lines and close them, so the new process's output
+ * never mixes with the old one's. Output of stray grandchildren after this is dropped. */
+static void drain_dead(task *t) {
+    for (int s = 0; s < 2; s++) {
+        if (t->fd[s] < 0) continue;
+        while (t->fd[s] >= 0 && drain(t, s)) {}
+        if (t->fd[s] >= 0) {
+            if (t->len[s]) emit(t, s, t->line[s], t->len[s]);
+            t->len[s] = 0;
+            close(t->fd[s]);
+            t->fd[s] = -1;
+        }
+    }
 }
 
 static void signal_all(task *ts, int n, int sig) {
@@ -119,8 +180,7 @@ static void signal_all(task *ts, int n, int sig) {
         if (ts[i].running) kill(-ts[i].pid, sig);
 }
 
-static int reap(task *ts, int n) {
-    int exited = 0;
+static void reap(task *ts, int n) {
     for (;;) {
         int st;
         pid_t p = waitpid(-1, &st, WNOHANG);
@@ -129,10 +189,8 @@ static int reap(task *ts, int n) {
             if (ts[i].pid == p && ts[i].running) {
                 ts[i].running = false;
                 ts[i].status = st;
-                exited++;
             }
     }
-    return exited;
 }
 
 static int exit_code(int st) {
@@ -141,12 +199,113 @@ static int exit_code(int st) {
     return 1;
 }
 
+/* "status 3" or "status 137 (signal 9)" */
+static const char *status_text(int st, char *buf, size_t cap) {
+    if (WIFSIGNALED(st)) snprintf(buf, cap, "status %d (signal %d)", exit_code(st), WTERMSIG(st));
+    else snprintf(buf, cap, "status %d", exit_code(st));
+    return buf;
+}
+
+/* Start (or restart) task t of job j: pipes, fork, the task's environment, exec. Returns 0,
+ * or -1 with a message on stderr (pipe or fork failed). */
+static int spawn(job *j, task *t) {
+    int out[2], err[2];
+    if (pipe(out)) { perror(PROG); return -1; }
+    if (pipe(err)) { perror(PROG); close(out[0]); close(out[1]); return -1; }
+    pid_t p = fork();
+    if (p < 0) {
+        perror(PROG);
+        close(out[0]); close(out[1]); close(err[0]); close(err[1]);
+        return -1;
+    }
+    if (p == 0) {
+        setpgid(0, 0);
+        dup2(out[1], 1);
+        dup2(err[1], 2);
+        close(out[0]); close(out[1]); close(err[0]); close(err[1]);
+        for (int k = 0; k < j->n; k++)
+            for (int s = 0; s < 2; s++)
+                if (j->ts[k].fd[s] >= 0) close(j->ts[k].fd[s]);
+        char v[64];
+        setenv("TF_CONFIG", t->tf_config, 1);
+        setenv("SLUICE_TASK", t->label, 1);
+        snprintf(v, sizeof v, "%d", t->type_index);
+        setenv("SLUICE_RANK", v, 1);
+        snprintf(v, sizeof v, "%lld", j->nw);
+        setenv("SLUICE_WORLD", v, 1);
+        snprintf(v, sizeof v, "%lld", j->nps);
+        setenv("SLUICE_NUM_PS", v, 1);
+        snprintf(v, sizeof v, "%lld", j->port_base);
+        setenv("SLUICE_PORT_BASE", v, 1);
+        snprintf(v, sizeof v, "%d", t->restarts);
+        setenv("SLUICE_RESTART", v, 1);
+        signal(SIGPIPE, SIG_DFL);
+        struct sigaction dfl = {0};
+        dfl.sa_handler = SIG_DFL;
+        sigaction(SIGINT, &dfl, NULL);
+        sigaction(SIGTERM, &dfl, NULL);
+        sigaction(SIGCHLD, &dfl, NULL);
+        sigprocmask(SIG_SETMASK, &j->empty, NULL);
+        execvp(j->prog[0], j->prog);
+        fprintf(stderr, "%s: cannot run %s: %s\n", PROG, j->prog[0], strerror(errno));
+        _exit(127);
+    }
+    setpgid(p, p); /* also here, so a signal sent right away reaches the group */
+    close(out[1]);
+    close(err[1]);
+    t->pid = p;
+    t->running = true;
+    t->fd[0] = out[0];
+    t->fd[1] = err[0];
+    fcntl(out[0], F_SETFL, O_NONBLOCK);
+    fcntl(err[0], F_SETFL, O_NONBLOCK);
+    fprintf(stderr, "[launch] started %s (pid %d)\n", t->label, (int)p);
+    fflush(stderr);
+    return 0;
+}
+
+/* Take every "--keygen X" / "--keygen=X" before "--" out of argv[0..argc) into paths;
+ * *left is what remains. Returns -1, or an exit status for a usage error. */
+static int take_keygen(int argc, char **argv, const char **paths, int *npaths, int *left) {
+    int out = 0;
+    bool only_pos = false;
+    for (int i = 0; i < argc; i++) {
+        if (!only_pos && strcmp(argv[i], "--") == 0) only_pos = true;
+        if (!only_pos && strcmp(argv[i], "--keygen") == 0) {
+            if (i + 1 >= argc) return sl__usage_error(PROG, "option --keygen needs an argument");
+            paths[(*npaths)++] = argv[++i];
+        } else if (!only_pos && strncmp(argv[i], "--keygen=", 9) == 0) {
+            paths[(*npaths)++] = argv[i] + 9;
+        } else {
+            argv[out++] = argv[i];
+        }
+    }
+    *left = out;
+    return -1;
+}
+
+static int keygen(const char **paths, int n) {
+    for (int i = 0; i < n; i++) {
+        if (!paths[i][0]) return sl__usage_error(PROG, "--keygen needs a path");
+        if (sl_curve_keygen(paths[i])) return sl__failf(PROG, "--keygen %s", paths[i]);
+        printf("%s.key\n%s.pub\n", paths[i], paths[i]);
+    }
+    fflush(stdout);
+    return SL__EXIT_OK;
+}
+
 int main(int argc, char **argv) {
-    long long nw = 0, nps = 0, port_base = 29500, timeout = 0, grace = 5;
+    long long nw = 0, nps = 0, port_base = 29500, timeout = 0, grace = 5, restarts = 0;
     const char *host = "127.0.0.1";
+    const char **keys = calloc((size_t)argc + 1, sizeof *keys);
+    if (!keys) { fprintf(stderr, "%s: out of memory\n", PROG); return SL__EXIT_FAIL; }
+    int nkeys = 0, nargs = 0;
+    int krc = take_keygen(argc - 1, argv + 1, keys, &nkeys, &nargs);
+    if (krc >= 0) { free(keys); return krc; }
     sl__opt opts[] = {
         {"workers", 'n', SL__OPT_INT, &nw, 1, 256},
         {"ps", 0, SL__OPT_INT, &nps, 0, 256},
+        {"restarts", 0, SL__OPT_INT, &restarts, 0, 1000000},
         {"port-base", 0, SL__OPT_INT, &port_base, 1, 65535},
         {"host", 0, SL__OPT_STR, &host, 0, 0},
         {"timeout", 0, SL__OPT_INT, &timeout, 0, 1000000},
@@ -154,11 +313,18 @@ int main(int argc, char **argv) {
         {NULL, 0, 0, NULL, 0, 0},
     };
     int npos = 0;
-    switch (sl__args_parse(PROG, opts, argc - 1, argv + 1, &npos)) {
-    case SL__ARGS_HELP: fputs(USAGE, stdout); return SL__EXIT_OK;
-    case SL__ARGS_ERROR: return SL__EXIT_USAGE;
+    switch (sl__args_parse(PROG, opts, nargs, argv + 1, &npos)) {
+    case SL__ARGS_HELP: free(keys); fputs(USAGE, stdout); return SL__EXIT_OK;
+    case SL__ARGS_ERROR: free(keys); return SL__EXIT_USAGE;
     default: break;
     }
+    if (nkeys > 0) {
+        int rc = nw || npos ? sl__usage_error(PROG, "--keygen makes keys and exits: run the job without it")
+                            : keygen(keys, nkeys);
+        free(keys);
+        return rc;
+    }
+    free(keys);
     char **prog = argv + 1;
     if (nw < 1) return sl__usage_error(PROG, "missing -n N (how many replicas)");
     if (npos == 0) return sl__usage_error(PROG, "missing the program to run (after --)");
@@ -173,17 +339,27 @@ int main(int argc, char **argv) {
     for (int i = 0; i < n; i++) {
         if (asprintf(&addr[i], "%s:%lld", host, port_base + i) < 0) return SL__EXIT_FAIL;
         ts[i].is_ps = i >= nw;
-        snprintf(ts[i].label, sizeof ts[i].label, "%s %lld", ts[i].is_ps ? "ps" : "worker", ts[i].is_ps ? i - nw : i);
+        ts[i].type_index = ts[i].is_ps ? (int)(i - nw) : i;
+        snprintf(ts[i].label, sizeof ts[i].label, "%s %d", ts[i].is_ps ? "ps" : "worker", ts[i].type_index);
         ts[i].fd[0] = ts[i].fd[1] = -1;
     }
+    for (int i = 0; i < n; i++) {
+        char tfc[16384];
+        int need = sl_cluster_tf_config(tfc, sizeof tfc, (const char *const *)addr, (int)nw,
+                                        (const char *const *)addr + nw, (int)nps, ts[i].is_ps ? "ps" : "worker",
+                                        ts[i].type_index);
+        if (need < 0 || (size_t)need >= sizeof tfc) { fprintf(stderr, "%s: cluster too large for TF_CONFIG\n", PROG); return SL__EXIT_FAIL; }
+        if (!(ts[i].tf_config = strdup(tfc))) { fprintf(stderr, "%s: out of memory\n", PROG); return SL__EXIT_FAIL; }
+    }
 
-    sigset_t block, empty;
+    job j = {.nw = nw, .nps = nps, .port_base = port_base, .restarts = restarts, .prog = prog, .ts = ts, .n = n};
+    sigset_t block;
     sigemptyset(&block);
     sigaddset(&block, SIGINT);
     sigaddset(&block, SIGTERM);
     sigaddset(&block, SIGCHLD);
     sigprocmask(SIG_BLOCK, &block, NULL);
-    sigemptyset(&empty);
+    sigemptyset(&j.empty);
     struct sigaction sa = {0};
     sa.sa_handler = on_signal;
     sigaction(SIGINT, &sa, NULL);
@@ -192,57 +368,11 @@ int main(int argc, char **argv) {
     sigaction(SIGCHLD, &sa, NULL);
     signal(SIGPIPE, SIG_IGN);
 
-    for (int i = 0; i < n; i++) {
-        task *t = &ts[i];
-        int out[2], err[2];
-        if (pipe(out) || pipe(err)) { perror(PROG); return SL__EXIT_FAIL; }
-        int type_index = t->is_ps ? (int)(i - nw) : i;
-        char tfc[16384];
-        int need = sl_cluster_tf_config(tfc, sizeof tfc, (const char *const *)addr, (int)nw,
-                                        (const char *const *)addr + nw, (int)nps, t->is_ps ? "ps" : "worker", type_index);
-        if (need < 0 || (size_t)need >= sizeof tfc) { fprintf(stderr, "%s: cluster too large for TF_CONFIG\n", PROG); return SL__EXIT_FAIL; }
-        pid_t p = fork();
-        if (p < 0) { perror(PROG); signal_all(ts, n, SIGKILL); return SL__EXIT_FAIL; }
-        if (p == 0) {
-            setpgid(0, 0);
-            dup2(out[1], 1);
-            dup2(err[1], 2);
-            close(out[0]); close(out[1]); close(err[0]); close(err[1]);
-            for (int k = 0; k < i; k++) { close(ts[k].fd[0]); close(ts[k].fd[1]); }
-            char v[64];
-            setenv("TF_CONFIG", tfc, 1);
-            setenv("SLUICE_TASK", t->label, 1);
-            snprintf(v, sizeof v, "%d", type_index);
-            setenv("SLUICE_RANK", v, 1);
-            snprintf(v, sizeof v, "%lld", nw);
-            setenv("SLUICE_WORLD", v, 1);
-            snprintf(v, sizeof v, "%lld", nps);
-            setenv("SLUICE_NUM_PS", v, 1);
-            snprintf(v, sizeof v, "%lld", port_base);
-            setenv("SLUICE_PORT_BASE", v, 1);
-            signal(SIGPIPE, SIG_DFL);
-            struct sigaction dfl = {0};
-            dfl.sa_handler = SIG_DFL;
-            sigaction(SIGINT, &dfl, NULL);
-            sigaction(SIGTERM, &dfl, NULL);
-            sigaction(SIGCHLD, &dfl, NULL);
-            sigprocmask(SIG_SETMASK, &empty, NULL);
-            execvp(prog[0], prog);
-            fprintf(stderr, "%s: cannot run %s: %s\n", PROG, prog[0], strerror(errno));
-            _exit(127);
-        }
-        setpgid(p, p); /* also here, so a signal sent right away reaches the group */
-        close(out[1]);
-        close(err[1]);
-        t->pid = p;
-        t->running = true;
-        t->fd[0] = out[0];
-        t->fd[1] = err[0];
-        fcntl(out[0], F_SETFL, O_NONBLOCK);
-        fcntl(err[0], F_SETFL, O_NONBLOCK);
-    }
+    for (int i = 0; i < n; i++)
+        if (spawn(&j, &ts[i])) { signal_all(ts, n, SIGKILL); return SL__EXIT_FAIL; }
 
     double start = now_s(), stop_at = 0; /* stop_at: when SIGKILL follows the SIGTERM */
+    double ps_until = 0;                  /* > 0: the workers are done; the ps tasks may linger until then */
     int result = -1;                      /* the exit status decided so far */
     bool stopping = false;
     for (;;) {
@@ -261,10 +391,11 @@ int main(int argc, char **argv) {
         if (running == 0 && np == 0) break;
         double wait = 1.0, t = now_s();
         if (stopping && stop_at > t && stop_at - t < wait) wait = stop_at - t;
-        if (timeout && !stopping && start + (double)timeout - t < wait) wait = start + (double)timeout - t;
+        if (timeout && !stopping && ps_until == 0 && start + (double)timeout - t < wait) wait = start + (double)timeout - t;
+        if (ps_until > 0 && !stopping && ps_until - t < wait) wait = ps_until - t;
         if (wait < 0) wait = 0;
         struct timespec tw = {(time_t)wait, (long)((wait - (double)(time_t)wait) * 1e9)};
-        int rc = ppoll(pf, (nfds_t)np, &tw, &empty);
+        int rc = ppoll(pf, (nfds_t)np, &tw, &j.empty);
         if (rc > 0)
             for (int k = 0; k < np; k++)
                 if (pf[k].revents) drain(owner[k], which[k]);
@@ -272,30 +403,44 @@ int main(int argc, char **argv) {
             got_child = 0;
             reap(ts, n);
             for (int i = 0; i < n; i++) {
-                if (ts[i].running || ts[i].pid == 0) continue;
-                int code = exit_code(ts[i].status);
-                if (code != 0 && result < 0 && !stopping) {
-                    fprintf(stderr, "%s: %s %s with status %d; stopping the others\n", PROG, ts[i].label,
-                            WIFSIGNALED(ts[i].status) ? "was killed" : "exited", code);
-                    result = code;
-                    stopping = true;
-                    stop_at = now_s() + (double)grace;
-                    signal_all(ts, n, SIGTERM);
+                task *tk = &ts[i];
+                if (tk->running || tk->pid == 0) continue;
+                pid_t old = tk->pid;
+                tk->pid = 0; /* judged */
+                int code = exit_code(tk->status);
+                if (code == 0 || stopping) continue;
+                char why[64];
+                status_text(tk->status, why, sizeof why);
+                if (tk->is_ps && ps_until > 0) { /* the workers are done: training is over */
+                    fprintf(stderr, "[launch] %s exited with %s after the workers finished\n", tk->label, why);
+                    continue;
                 }
-                ts[i].pid = 0; /* judged */
+                if (tk->restarts < restarts) {
+                    tk->restarts++;
+                    fprintf(stderr, "[launch] %s exited with %s\n[launch] restarting %s (restart %d of %lld)\n",
+                            tk->label, why, tk->label, tk->restarts, restarts);
+                    drain_dead(tk);
+                    kill(-old, SIGKILL); /* strays of the old process group would hold its port */
+                    if (spawn(&j, tk) == 0) continue;
+                    /* could not restart (the message is out): stop as for a failure */
+                } else if (nps > 0 && !tk->is_ps && tk->type_index != 0) {
+                    fprintf(stderr, "[launch] %s exited with %s: training goes on without it\n", tk->label, why);
+                    continue;
+                }
+                fprintf(stderr, "%s: %s %s with status %d; stopping the others\n", PROG, tk->label,
+                        WIFSIGNALED(tk->status) ? "was killed" : "exited", code);
+                result = code;
+                stopping = true;
+                stop_at = now_s() + (double)grace;
+                signal_all(ts, n, SIGTERM);
             }
-            if (!stopping) { /* every worker done and fine: stop the ps tasks */
-                bool workers_left = false;
+            if (!stopping && nps > 0 && ps_until == 0) { /* every worker done, the chief fine: let the ps tasks finish */
+                bool workers_left = false, any_ps = false;
                 for (int i = 0; i < nw; i++) workers_left |= ts[i].running;
-                if (!workers_left && nps > 0) {
-                    bool any_ps = false;
-                    for (int i = (int)nw; i < n; i++) any_ps |= ts[i].running;
-                    if (any_ps) {
-                        result = 0;
-                        stopping = true;
-                        stop_at = now_s() + (double)grace;
-                        signal_all(ts, n, SIGTERM);
-                    }
+                for (int i = (int)nw; i < n; i++) any_ps |= ts[i].running;
+                if (!workers_left) {
+                    result = 0;
+                    if (any_ps) ps_until = now_s() + PS_LINGER_S;
                 }
             }
         }
@@ -311,9 +456,19 @@ int main(int argc, char **argv) {
             signal_all(ts, n, sig);
         }
         t = now_s();
-        if (timeout && !stopping && t - start >= (double)timeout) {
+        /* (once the workers are done, the ps tasks' linger is bounded: no timeout then) */
+        if (timeout && !stopping && ps_until == 0 && t - start >= (double)timeout) {
             fprintf(stderr, "%s: --timeout %lld s reached; stopping every task\n", PROG, timeout);
             result = 124;
+            stopping = true;
+            stop_at = t + (double)grace;
+            signal_all(ts, n, SIGTERM);
+        }
+        if (ps_until > 0 && !stopping && t >= ps_until) { /* the ps tasks did not return by themselves */
+            for (int i = (int)nw; i < n; i++)
+                if (ts[i].running)
+                    fprintf(stderr, "[launch] %s still runs %.0f s after the workers finished: stopping it\n", ts[i].label,
+                            PS_LINGER_S);
             stopping = true;
             stop_at = t + (double)grace;
             signal_all(ts, n, SIGTERM);
@@ -325,6 +480,7 @@ int main(int argc, char **argv) {
     }
     for (int i = 0; i < n; i++) {
         free(addr[i]);
+        free(ts[i].tf_config);
         free(ts[i].line[0]);
         free(ts[i].line[1]);
     }

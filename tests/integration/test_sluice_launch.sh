@@ -2,8 +2,10 @@
 # sluice-launch end to end: the environment each task gets (TF_CONFIG, SLUICE_*), output
 # prefixed per task, exit status of the first failure propagated, the others stopped (no
 # sleeper survives), ps tasks stopped when the workers are done, --timeout, SIGTERM
-# forwarding, usage errors; and a real 3-replica ring allreduce (example_ring_allreduce)
-# that resolves its cluster from TF_CONFIG.
+# forwarding, usage errors; ps jobs (a failed non-chief worker is let go, the chief or a
+# ps failing stops all, ps tasks that return by themselves), --restarts, --keygen; and a
+# real 3-replica ring allreduce (example_ring_allreduce) that resolves its cluster from
+# TF_CONFIG.
 set -u
 # ZeroMQ is not built with ThreadSanitizer; in a TSan build, ignore what happens inside it
 export TSAN_OPTIONS="${TSAN_OPTIONS:-} suppressions=$(cd "$(dirname "$0")" && pwd)/tsan_zmq.supp"
@@ -18,7 +20,7 @@ fails=0
 fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
 ok() { echo "ok   $*"; }
 # a port base of our own so parallel runs do not collide
-PB=$((20000 + ($$ * 7) % 30000))
+PB=$((20000 + ($$ * 7) % 12000)) # below the ephemeral ports (32768..)
 
 # 1. environment and prefixes
 "$L" -n 2 --ps 1 --port-base $PB -- sh -c 'echo "task=$SLUICE_TASK rank=$SLUICE_RANK world=$SLUICE_WORLD ps=$SLUICE_NUM_PS"; echo "tf=$TF_CONFIG"; echo oops >&2; [ "$SLUICE_TASK" = "ps 0" ] && exec sleep 30; sleep 1; exit 0' >"$T/o" 2>"$T/e"
@@ -78,6 +80,114 @@ grep -q "missing -n N" "$T/e" || fail "missing -n message"
 "$L" -n 1 -- /nonexistent/prog >/dev/null 2>"$T/e"; rc=$?
 [ $rc -eq 127 ] || fail "missing program: exit $rc, expected 127"
 [ $fails -eq 0 ] && ok "usage errors"
+
+# 8. a ps job: worker 1 fails (exit 3) and is let go; the chief succeeds; the ps returns by
+#    itself once the chief is done (it waits for a file the chief writes) -> exit 0, quickly
+start=$(date +%s)
+"$L" -n 3 --ps 1 --port-base $PB -- sh -c '
+    case "$SLUICE_TASK" in
+    "worker 1") sleep 0.2; echo failing; exit 3 ;;
+    "worker 0") sleep 1; touch '"$T"'/chief-done; echo chief done ;;
+    "worker 2") sleep 0.5 ;;
+    "ps 0") while [ ! -f '"$T"'/chief-done ]; do sleep 0.05; done; echo ps returns ;;
+    esac' >"$T/o" 2>"$T/e"
+rc=$?
+took=$(( $(date +%s) - start ))
+[ $rc -eq 0 ] || fail "ps job with a failed worker: exit $rc, expected 0: $(cat "$T/e")"
+grep -qx "\[launch\] worker 1 exited with status 3: training goes on without it" "$T/e" || fail "let-go line: $(cat "$T/e")"
+for task in "worker 0" "worker 1" "worker 2" "ps 0"; do
+    [ "$(grep -c "^\[launch\] started $task (pid [0-9]*)$" "$T/e")" = 1 ] || fail "no start line for $task: $(cat "$T/e")"
+done
+grep -qx "\[worker 0\] chief done" "$T/o" && grep -qx "\[ps 0\] ps returns" "$T/o" || fail "outputs: $(cat "$T/o")"
+grep -q "stopping the others" "$T/e" && fail "the job was stopped: $(cat "$T/e")"
+[ $took -lt 4 ] || fail "took $took s (the ps returned by itself)"
+[ $fails -eq 0 ] && ok "ps job: a failed worker is let go, exit 0 when the chief succeeded"
+
+# 9. a worker killed by a signal in a ps job: let go too; the ps is stopped after lingering
+#    (--timeout passing while it lingers does not turn the job's success into 124)
+"$L" -n 2 --ps 1 --grace 1 --timeout 2 --port-base $PB -- sh -c '
+    case "$SLUICE_TASK" in
+    "worker 1") kill -9 $$ ;;
+    "worker 0") sleep 0.5 ;;
+    *) exec sleep 30 ;;
+    esac' >"$T/o" 2>"$T/e"
+rc=$?
+[ $rc -eq 0 ] || fail "killed worker in a ps job: exit $rc, expected 0"
+grep -qx "\[launch\] worker 1 exited with status 137 (signal 9): training goes on without it" "$T/e" || fail "signal let-go line: $(cat "$T/e")"
+grep -qx "\[launch\] ps 0 still runs 5 s after the workers finished: stopping it" "$T/e" || fail "no linger note: $(cat "$T/e")"
+[ $fails -eq 0 ] && ok "ps job: a killed worker is let go, the lingering ps stopped"
+
+# 10. in a ps job the chief's failure and a ps's failure stop all, with their status
+"$L" -n 2 --ps 1 --grace 1 --port-base $PB -- sh -c '[ "$SLUICE_TASK" = "worker 0" ] && { sleep 0.2; exit 6; }; exec sleep '$MARK >"$T/o" 2>"$T/e"
+rc=$?
+[ $rc -eq 6 ] || fail "chief failure in a ps job: exit $rc, expected 6"
+grep -q "sluice-launch: worker 0 exited with status 6; stopping the others" "$T/e" || fail "chief stderr: $(cat "$T/e")"
+"$L" -n 2 --ps 1 --grace 1 --port-base $PB -- sh -c '[ "$SLUICE_TASK" = "ps 0" ] && { sleep 0.2; exit 4; }; exec sleep '$MARK >"$T/o" 2>"$T/e"
+rc=$?
+[ $rc -eq 4 ] || fail "ps failure: exit $rc, expected 4"
+grep -q "sluice-launch: ps 0 exited with status 4; stopping the others" "$T/e" || fail "ps stderr: $(cat "$T/e")"
+pgrep -f "sleep $MARK" >/dev/null && fail "a sleeper survived"
+[ $fails -eq 0 ] && ok "ps job: the chief (6) or a ps (4) failing stops all"
+
+# 11. --restarts: a worker and a ps that fail once (a marker file each) are restarted with
+#     the same environment but SLUICE_RESTART=1; the job succeeds
+rm -f "$T"/mark.*
+"$L" -n 2 --ps 1 --restarts 1 --port-base $PB -- sh -c '
+    m='"$T"'/mark.$(echo "$SLUICE_TASK" | tr " " _)
+    echo "tf=$TF_CONFIG"
+    echo "restart=$SLUICE_RESTART"
+    case "$SLUICE_TASK" in
+    "worker 1"|"ps 0") if [ ! -f $m ]; then touch $m; exit 5; fi ;;
+    esac
+    if [ "$SLUICE_TASK" = "ps 0" ]; then exit 0; fi
+    sleep 0.5' >"$T/o" 2>"$T/e"
+rc=$?
+[ $rc -eq 0 ] || fail "--restarts 1: exit $rc, expected 0: $(cat "$T/e")"
+for task in "worker 1" "ps 0"; do
+    grep -qx "\[launch\] $task exited with status 5" "$T/e" && grep -qx "\[launch\] restarting $task (restart 1 of 1)" "$T/e" ||
+        fail "no restart of $task: $(cat "$T/e")"
+    [ "$(grep -c "^\[launch\] started $task (pid [0-9]*)$" "$T/e")" = 2 ] || fail "$task not started twice"
+    [ "$(grep "^\[$task\] tf=" "$T/o" | sort -u | wc -l)" = 1 ] && [ "$(grep -c "^\[$task\] tf=" "$T/o")" = 2 ] ||
+        fail "$task's restart has another TF_CONFIG: $(grep "^\[$task\] tf=" "$T/o")"
+    [ "$(grep "^\[$task\] restart=" "$T/o" | tr '\n' ' ')" = "[$task] restart=0 [$task] restart=1 " ] ||
+        fail "$task's SLUICE_RESTART: $(grep "^\[$task\] restart=" "$T/o")"
+done
+[ "$(grep -c '^\[launch\] started worker 0 ' "$T/e")" = 1 ] || fail "worker 0 restarted"
+[ $fails -eq 0 ] && ok "--restarts 1: a failed worker and ps restarted with the same environment (SLUICE_RESTART=1), exit 0"
+
+# 12. restarts run out: a ring task that always fails is started 1 + 2 times, then stops all
+"$L" -n 2 --restarts 2 --grace 1 --port-base $PB -- sh -c '[ "$SLUICE_RANK" = 1 ] && exit 9; exec sleep '$MARK >"$T/o" 2>"$T/e"
+rc=$?
+[ $rc -eq 9 ] || fail "restarts exhausted: exit $rc, expected 9"
+[ "$(grep -c '^\[launch\] started worker 1 ' "$T/e")" = 3 ] || fail "worker 1 starts: $(cat "$T/e")"
+grep -qx "\[launch\] restarting worker 1 (restart 2 of 2)" "$T/e" || fail "no second restart"
+grep -q "sluice-launch: worker 1 exited with status 9; stopping the others" "$T/e" || fail "stderr: $(cat "$T/e")"
+pgrep -f "sleep $MARK" >/dev/null && fail "a sleeper survived"
+[ $fails -eq 0 ] && ok "--restarts 2 exhausted: 3 starts, then status 9"
+
+# 13. --keygen: keypair and public files in the transport's format, paths printed
+if "$L" --keygen "$T/server" --keygen="$T/worker0" >"$T/o" 2>"$T/e"; then
+    [ "$(cat "$T/o")" = "$T/server.key
+$T/server.pub
+$T/worker0.key
+$T/worker0.pub" ] || fail "--keygen output: $(cat "$T/o")"
+    for k in server worker0; do
+        grep -qE '^ *public-key = "[^"]{40}"$' "$T/$k.key" || fail "$k.key: $(cat "$T/$k.key")"
+        grep -qE '^ *secret-key = "[^"]{40}"$' "$T/$k.key" || fail "$k.key has no secret key"
+        grep -q 'secret-key' "$T/$k.pub" && fail "$k.pub holds the secret key"
+        [ "$(grep 'public-key' "$T/$k.pub")" = "$(grep 'public-key' "$T/$k.key")" ] || fail "$k.pub does not match $k.key"
+        [ "$(stat -c %a "$T/$k.key")" = 600 ] || fail "$k.key mode $(stat -c %a "$T/$k.key")"
+    done
+    [ "$(grep public-key "$T/server.key")" != "$(grep public-key "$T/worker0.key")" ] || fail "two keygens made the same key"
+else
+    fail "--keygen exited $?: $(cat "$T/e")"
+fi
+"$L" --keygen "$T/x" -n 2 -- true >/dev/null 2>"$T/e"; rc=$?
+[ $rc -eq 2 ] || fail "--keygen with a job: exit $rc, expected 2"
+"$L" --keygen /nonexistent/dir/k >/dev/null 2>"$T/e"; rc=$?
+[ $rc -eq 1 ] || fail "--keygen into a missing folder: exit $rc, expected 1"
+grep -q "/nonexistent/dir/k" "$T/e" || fail "--keygen error does not name the file: $(cat "$T/e")"
+[ $fails -eq 0 ] && ok "--keygen writes key files, refuses a job, names an unwritable path"
 
 # 7. a real ring: 3 replicas resolve TF_CONFIG, allreduce 1,000,003 floats exactly
 EX=$BIN/example_ring_allreduce

@@ -1,0 +1,210 @@
+#!/usr/bin/env bash
+# `strategy ps` end to end with examples/fashion_mlp.sl (MLP 784-256-128-10) on the whole
+# Fashion-MNIST conversion, 2 workers and 1 ps started by sluice-launch:
+#   1. a plain run: exit 0, the ps serves all 235146 parameters, checkpoints its shard, and
+#      the chief's test accuracy is >= 0.875;
+#   2. worker 1 killed (SIGKILL) mid-run: the launcher lets it go, the chief finishes all
+#      its epochs, exit 0, accuracy >= 0.875;
+#   3. the ps killed after its first shard checkpoint, with --restarts 1: the launcher
+#      restarts it, it restores its newest shard (version > 0), the workers carry on,
+#      exit 0, accuracy >= 0.875;
+#   4. a cluster block with `curve` (keys from sluice-launch --keygen): training works;
+#      with an allow-list that lacks the workers' keys they cannot join: the chief fails
+#      naming the ps and nothing is trained.
+# The example runs as it is (15 epochs; SLUICE_PS_EPOCHS=N for fewer) except for its data
+# paths, backend cpu and 1 thread per task: about 25 s a run on a 2-core machine. The bar
+# is the issue's 0.875; measured: 0.88-0.89 (8 epochs gave 0.874-0.878 with worker 1
+# killed half-way, too close to it: the chief alone then goes on at the ps's lr / 2).
+set -u
+
+. "$(dirname "$0")/lib.sh"
+sl_require_tools sluice-train sluice-record sluice-launch
+sl_require_fashion
+sl_workdir ps
+SRC=${SLUICE_SRC:-$(cd "$(dirname "$0")/../.." && pwd)}
+pids=()
+cleanup() {
+    # SIGTERM, not SIGKILL: the launcher passes it on to its tasks' process groups
+    for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null; done
+    rm -rf "$T"
+}
+trap cleanup EXIT
+# ports of our own, so parallel test runs do not collide, below Linux's ephemeral ports
+# (32768..60999: the source ports of other tests' connections)
+PB=$((20000 + ($$ % 120) * 100 + 50))
+EPOCHS=${SLUICE_PS_EPOCHS:-15}
+BAR=0.875
+if [ -n "${SLUICE_SANITIZE:-}" ]; then
+    # under a sanitizer (3-10x slower) the same paths run for 4 epochs: what this build checks
+    # is memory and thread safety; the accuracy bar is the plain build's
+    EPOCHS=${SLUICE_PS_EPOCHS:-4}
+    BAR=0.80
+fi
+HALF=$((EPOCHS / 2))
+STEPS=$((468 * EPOCHS)) # per worker: 4 of the 8 shards (30000 records), batch 128/2, drop_remainder
+sl_convert_fashion 8 60000
+
+sed -e 's#"\.\./data/fashion/#"data/#' -e "s#^\( *epochs\) [0-9]*#\1 $EPOCHS#" \
+    -e 's#^\( *\)backend auto#\1backend cpu\n\1threads 1#' "$SRC/examples/fashion_mlp.sl" >"$T/mlp.sl"
+for want in '"data/train-\*.tfrecord"' '"data/test-\*.tfrecord"' "epochs $EPOCHS\$" 'backend cpu$' 'threads 1$'; do
+    grep -q "$want" "$T/mlp.sl" || { echo "FAIL: examples/fashion_mlp.sl changed: no '$want' after the edits"; exit 1; }
+done
+PS=(--set train.strategy=ps)
+TRAIN=("$BIN/sluice-train" "$T/mlp.sl" "${PS[@]}")
+
+# acc NAME: the chief's final test accuracy from $T/NAME.out ("" when the last line is not it)
+acc() { tail -n 1 "$T/$1.out" | sed -n 's/^\[worker 0\] test accuracy \(0\.[0-9]\{4\}\)$/\1/p'; }
+# check_acc NAME WHAT: the accuracy reached the bar
+check_acc() {
+    local a
+    a=$(acc "$1")
+    if [ -z "$a" ]; then fail "$2: last line '$(tail -n 1 "$T/$1.out")'"
+    elif awk -v a="$a" -v b="$BAR" 'BEGIN { exit !(a >= b) }'; then ok "$2: test accuracy $a >= $BAR"
+    else fail "$2: test accuracy $a < $BAR"; fi
+}
+# wait_for SECONDS CMD...: poll CMD every 0.1 s; 1 when it never held
+wait_for() {
+    local n=$(($1 * 10))
+    shift
+    while [ "$n" -gt 0 ]; do
+        "$@" && return 0
+        sleep 0.1
+        n=$((n - 1))
+    done
+    return 1
+}
+have_shard() { ls "$1"/ps-0/shard-*.safetensors >/dev/null 2>&1; }
+# started_pid NAME TASK: the pid of the newest "[launch] started TASK (pid N)" line
+started_pid() { sed -n "s/^\[launch\] started $2 (pid \([0-9]*\))$/\1/p" "$T/$1.err" | tail -n 1; }
+# launch NAME ARGS...: start sluice-launch in the background, output in $T/NAME.{out,err}; $lp its pid
+launch() {
+    local name=$1
+    shift
+    "$BIN/sluice-launch" "$@" >"$T/$name.out" 2>"$T/$name.err" &
+    lp=$!
+    pids+=("$lp")
+}
+ckpt_final() { printf '%s/ckpt-%09d.safetensors' "$1" "$STEPS"; }
+t_all=$(date +%s)
+
+# 1. two workers, one ps
+t0=$(date +%s)
+if run plain 0 "$BIN/sluice-launch" -n 2 --ps 1 --port-base "$PB" -- "${TRAIN[@]}" --run-dir "$T/run1"; then
+    check_acc plain "2 workers + 1 ps, $EPOCHS epochs ($(($(date +%s) - t0)) s)"
+    grep -qE '^\[ps 0\] ps 0: serving 235146 floats of 235146 \(plan [0-9a-f]{8}\) for 2 workers$' "$T/plain.out" &&
+        ok "ps 0 serves all 235146 parameters" || fail "no serving line: $(grep '^\[ps 0\]' "$T/plain.out" | head -3)"
+    n=$(grep -c "^\[worker 0\] epoch [0-9]*/$EPOCHS  step " "$T/plain.out")
+    [ "$n" = "$EPOCHS" ] && ok "the chief printed $EPOCHS epoch lines" || fail "$n epoch lines, expected $EPOCHS"
+    n=$(grep -c '^\[worker 1\]' "$T/plain.out")
+    [ "$n" = 0 ] && ok "worker 1 is silent" || fail "worker 1 printed $n lines"
+    [ -f "$(ckpt_final "$T/run1")" ] && ok "the chief checkpointed step $STEPS" || fail "no $(ckpt_final "$T/run1")"
+    have_shard "$T/run1" && ok "ps shard checkpoint: $(basename "$(ls "$T/run1"/ps-0/shard-*.safetensors | tail -n 1)")" ||
+        fail "no shard checkpoint in $T/run1/ps-0"
+    grep -q 'stopping\|goes on without\|restarting' "$T/plain.err" &&
+        fail "launcher notes: $(grep '^\[launch\]\|^sluice-launch' "$T/plain.err" | grep -v started)" ||
+        ok "no launcher notes: the ps returned by itself after the workers' BYE"
+fi
+
+# 2. kill worker 1 half-way (after the chief's epoch HALF): training goes on without it
+launch wkill -n 2 --ps 1 --port-base $((PB + 10)) -- "${TRAIN[@]}" --run-dir "$T/run2"
+if wait_for 120 grep -q "^\[worker 0\] epoch $HALF/$EPOCHS " "$T/wkill.out"; then
+    w1=$(started_pid wkill "worker 1")
+    kill -9 "$w1"
+    wait "$lp"
+    rc=$?
+    if [ "$rc" = 0 ]; then ok "worker 1 (pid $w1) killed after epoch $HALF: launcher exit 0"; else
+        fail "worker 1 killed: launcher exit $rc"; tail -n 20 "$T/wkill.err"; fi
+    grep -qx "\[launch\] worker 1 exited with status 137 (signal 9): training goes on without it" "$T/wkill.err" &&
+        ok "the launcher let worker 1 go" || fail "no let-go note: $(grep '^\[launch\]' "$T/wkill.err")"
+    n=$(grep -c "^\[worker 0\] epoch [0-9]*/$EPOCHS  step " "$T/wkill.out")
+    [ "$n" = "$EPOCHS" ] && ok "the chief trained all $EPOCHS epochs" || fail "$n epoch lines from the chief"
+    grep -q "^\[launch\] ps 0 still runs" "$T/wkill.err" && fail "the ps did not return by itself (worker 1 not seen as lost)" ||
+        ok "the ps returned by itself: it saw worker 1 lost and the chief's BYE"
+    [ -f "$(ckpt_final "$T/run2")" ] && ok "the chief checkpointed step $STEPS" || fail "no $(ckpt_final "$T/run2")"
+    check_acc wkill "without worker 1 after epoch $HALF"
+else
+    fail "the chief never finished epoch $HALF"
+    tail -n 20 "$T/wkill.err"
+    kill -TERM "$lp"
+    wait "$lp"
+fi
+
+# 3. kill the ps after its first shard checkpoint; --restarts 1 brings it back from it
+launch pkill -n 2 --ps 1 --restarts 1 --port-base $((PB + 20)) -- "${TRAIN[@]}" --run-dir "$T/run3"
+if wait_for 120 have_shard "$T/run3"; then
+    p0=$(started_pid pkill "ps 0")
+    kill -9 "$p0"
+    wait "$lp"
+    rc=$?
+    if [ "$rc" = 0 ]; then ok "ps 0 (pid $p0) killed after its first shard checkpoint: launcher exit 0"; else
+        fail "ps killed: launcher exit $rc"; tail -n 20 "$T/pkill.err"; fi
+    grep -qx "\[launch\] ps 0 exited with status 137 (signal 9)" "$T/pkill.err" &&
+        grep -qx "\[launch\] restarting ps 0 (restart 1 of 1)" "$T/pkill.err" && ok "the launcher restarted ps 0" ||
+        fail "no restart notes: $(grep '^\[launch\]' "$T/pkill.err")"
+    p1=$(started_pid pkill "ps 0")
+    [ -n "$p1" ] && [ "$p1" != "$p0" ] && ok "ps 0 runs again (pid $p1)" || fail "ps 0 pids $p0 -> $p1"
+    line=$(grep '^\[ps 0\] ps 0: restored ' "$T/pkill.out" | head -n 1)
+    v=$(sed -n 's/^\[ps 0\] ps 0: restored .*\/ps-0\/shard-[0-9]*\.safetensors (version \([0-9]*\))$/\1/p' <<<"$line")
+    if [ -n "$v" ] && [ "$v" -gt 0 ]; then ok "restored with version $v: ${line#\[ps 0\] }"; else
+        fail "no restore line with a version > 0: '$line'"; fi
+    [ -f "$(ckpt_final "$T/run3")" ] && ok "the chief checkpointed step $STEPS" || fail "no $(ckpt_final "$T/run3")"
+    check_acc pkill "after the ps restart"
+else
+    fail "ps 0 never wrote a shard checkpoint"
+    tail -n 20 "$T/pkill.err"
+    kill -TERM "$lp"
+    wait "$lp"
+fi
+
+# 4. CURVE: keys from --keygen, the cluster block names them
+K=$T/keys
+mkdir -p "$K"
+if run keygen 0 "$BIN/sluice-launch" --keygen "$K/server" --keygen "$K/worker0" --keygen "$K/worker1" --keygen "$K/ps0"; then
+    cat "$K/worker0.pub" "$K/worker1.pub" "$K/ps0.pub" >"$K/allow"
+    cp "$K/ps0.pub" "$K/allow-ps-only"
+    # curve_cfg ALLOW PORT: the example plus a cluster block with these ports and keys
+    curve_cfg() {
+        cat "$T/mlp.sl"
+        cat <<EOF
+cluster {
+    worker "127.0.0.1:$2" "127.0.0.1:$(($2 + 1))"
+    ps "127.0.0.1:$(($2 + 2))"
+    timeout 5s
+    curve server="$K/server.key" client="$K/{task}.key" allow="$1"
+}
+EOF
+    }
+    curve_cfg "$K/allow" $((PB + 30)) >"$T/curve.sl"
+    if run curve 0 "$BIN/sluice-launch" -n 2 --ps 1 --port-base $((PB + 30)) -- "$BIN/sluice-train" "$T/curve.sl" \
+        "${PS[@]}" --set train.epochs=1 --run-dir "$T/run4"; then
+        a=$(acc curve)
+        [ -n "$a" ] && ok "CURVE with every task's key allowed: 1 epoch, test accuracy $a" ||
+            fail "CURVE run: last line '$(tail -n 1 "$T/curve.out")'"
+        have_shard "$T/run4" && ok "the CURVE ps checkpointed its shard" || fail "no shard in $T/run4/ps-0"
+    fi
+    # the workers' keys are not allowed: their HELLO never reaches the ps
+    curve_cfg "$K/allow-ps-only" $((PB + 40)) >"$T/denied.sl"
+    RETRY=()
+    if "$BIN/sluice-train" --help | grep -q -- '--retry'; then RETRY=(--retry 5); fi
+    if [ ${#RETRY[@]} = 0 ]; then
+        echo "  (sluice-train has no --retry: a worker would wait 120 s for the ps; denied case not run)"
+    else
+        t0=$(date +%s)
+        if run denied 1 "$BIN/sluice-launch" -n 2 --ps 1 --grace 2 --port-base $((PB + 40)) -- "$BIN/sluice-train" \
+            "$T/denied.sl" "${PS[@]}" --set train.epochs=1 --run-dir "$T/run5" --timeout 2 "${RETRY[@]}"; then
+            took=$(($(date +%s) - t0))
+            if grep -q "^\[worker 0\] sluice-train: .*ps 0 (127.0.0.1:$((PB + 42)))" "$T/denied.err"; then
+                ok "workers not on the allow-list fail naming the ps in ${took} s: $(grep '^\[worker 0\] sluice-train' "$T/denied.err" | head -n 1)"
+            else fail "the chief's error does not name ps 0:"; grep -v '^\[launch\]' "$T/denied.err" | head -5; fi
+            grep -q "sluice-launch: worker 0 exited with status 1; stopping the others" "$T/denied.err" &&
+                ok "the chief's failure stopped the job" || fail "launcher notes: $(grep -v '^\[worker' "$T/denied.err")"
+            n=$(grep -c '^\[worker 0\] epoch ' "$T/denied.out")
+            ls "$T/run5"/ckpt-*.safetensors "$T/run5"/ps-0/shard-*.safetensors >/dev/null 2>&1 && fail "something was checkpointed"
+            [ "$n" = 0 ] && ok "nothing was trained" || fail "$n epoch lines"
+        fi
+    fi
+fi
+
+echo "took $(($(date +%s) - t_all)) s"
+if [ "$fails" -gt 0 ]; then echo "$fails failure(s)"; exit 1; fi
+echo "all ok"
