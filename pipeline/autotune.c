@@ -23,10 +23,10 @@
  * (>= cpu_budget; in the stats as thread_budget) bounds the sum of tuned parallelism; auto
  * ops start 2 x cpu_budget threads (the idle ones sleep) to have room. On an idle machine,
  * or when the process does other CPU work (a trainer's step), f is 1 and the sum stays
- * within cpu_budget. Runner workers queued for the input lock (their turn at the serial
- * fetch) use no core either: a runner whose workers spend a share q of their time queued
- * gets 1 / (1 - q) (at most 2) times the lanes, each counted as 1 - q of a core, and the
- * thread budget grows by those lanes (to at most 2 x cpu_budget). One more exception: a parallel interleave whose readers need under half
+ * within cpu_budget. Runner workers waiting in their fetch (queued for the input lock, or
+ * for an asynchronous input) use no core either: a runner whose workers spend a share q of
+ * their time so gets 1 / (1 - q) (at most 2) times the lanes, each counted as 1 - q of a
+ * core, and the thread budget grows by those lanes (to at most 2 x cpu_budget). One more exception: a parallel interleave whose readers need under half
  * a core (X * W < 0.5: they mostly wait on storage) keeps its one thread without counting.
  *
  * Buffers: a map keeps 2L + 2 result slots (a map_batch L + 1: its results are batches); a
@@ -67,8 +67,8 @@ struct sl_tuner {
     bool stop;
     /* tuner-thread only */
     long long prev_busy[MAX_NODES], prev_blocked[MAX_NODES], prev_hits[MAX_NODES], prev_elems[MAX_NODES];
-    long long prev_occ_sum[MAX_NODES], prev_occ_n[MAX_NODES], prev_wait[MAX_NODES], prev_queue[MAX_NODES];
-    double queue_f[MAX_NODES]; /* runner: 1 / (1 - share of a worker's time queued at the fetch), smoothed */
+    long long prev_occ_sum[MAX_NODES], prev_occ_n[MAX_NODES], prev_wait[MAX_NODES];
+    double idle_f[MAX_NODES]; /* runner: 1 / (1 - share of a worker's time idle in the fetch), smoothed */
     long long prev_root;
     uint64_t prev_t;      /* when the current window started */
     uint64_t prev_cpu;    /* the process's CPU time then */
@@ -192,17 +192,15 @@ static bool optimize(struct sl_tuner *t, model *m) {
     double dcpu = (double)(cpu_now - t->prev_cpu);
     t->prev_cpu = cpu_now;
     build_stages(m);
-    long long dbusy[MAX_NODES], dblk[MAX_NODES], dhits[MAX_NODES], delem[MAX_NODES], dwait[MAX_NODES], dqueue[MAX_NODES];
+    long long dbusy[MAX_NODES], dblk[MAX_NODES], dhits[MAX_NODES], delem[MAX_NODES], dwait[MAX_NODES];
     double sumbusy = 0;
     for (int i = 0; i < m->n; i++) {
         sl_op_stats *c = &m->nodes[i]->stats;
         long long b = atomic_load(&c->busy_ns), k = atomic_load(&c->blocked_ns), h = atomic_load(&c->empty_hits),
-                  e = atomic_load(&c->elements), w = atomic_load(&c->wait_ns), q = atomic_load(&c->queue_ns);
+                  e = atomic_load(&c->elements), w = atomic_load(&c->wait_ns);
         dbusy[i] = b - t->prev_busy[i];
         dwait[i] = w - t->prev_wait[i];
-        dqueue[i] = q - t->prev_queue[i];
         t->prev_wait[i] = w;
-        t->prev_queue[i] = q;
         dblk[i] = k - t->prev_blocked[i];
         dhits[i] = h - t->prev_hits[i];
         delem[i] = e - t->prev_elems[i];
@@ -244,12 +242,13 @@ static bool optimize(struct sl_tuner *t, model *m) {
         else x = fmin(x, m->nodes[s->node]->max_par / lanework[k]);
     }
     if (total > 0) x = fmin(x, cores / total);
-    /* A runner's workers take turns at the serial fetch: while one fetches, a worker that
-     * wants its turn waits on the input lock and uses no core. With a share q of a worker's
-     * time spent so, L workers keep L (1 - q) cores busy: a stage needs qf = 1 / (1 - q)
-     * times the lanes, and counts each lane as 1 / qf of a core against the budget.
-     * qf is capped at 2 (the thread budget's limit), so the lanes cannot run away when
-     * the fetch itself is the bottleneck and every extra worker only queues. */
+    /* A runner's workers take turns at the serial fetch. Its time is the serial stage's
+     * work plus time that uses no core: queued for the input lock while another worker
+     * fetches, or waiting for an asynchronous input (a parallel interleave's readers, a
+     * prefetch). With a share q of a worker's time idle so, L workers keep L (1 - q) cores
+     * busy: the stage needs qf = 1 / (1 - q) times the lanes and counts each lane as 1 / qf
+     * of a core against the budget. qf is capped at 2 (the thread budget's limit), so the
+     * lanes cannot run away when the input is the bottleneck and extra workers only wait. */
     double qf[3 * MAX_NODES + 1];
     for (int k = 0; k < m->nst; k++) {
         stage *s = &m->st[k];
@@ -257,9 +256,10 @@ static bool optimize(struct sl_tuner *t, model *m) {
         if (s->kind != ST_RUNNER) continue;
         int i = s->node;
         double tot = (double)(dwait[i] + dbusy[i]);
-        double q = tot > 0 ? (double)dqueue[i] / tot : 0, f1 = q < 0.5 ? 1 / (1 - q) : 2;
-        t->queue_f[i] = t->queue_f[i] > 0 ? 0.5 * t->queue_f[i] + 0.5 * f1 : f1;
-        qf[k] = t->queue_f[i];
+        double idle = (double)dwait[i] - m->st[m->below[i]].work * (double)droot;
+        double q = tot > 0 && idle > 0 ? idle / tot : 0, f1 = q < 0.5 ? 1 / (1 - q) : 2;
+        t->idle_f[i] = t->idle_f[i] > 0 ? 0.5 * t->idle_f[i] + 0.5 * f1 : f1;
+        qf[k] = t->idle_f[i];
     }
     int sum = 0, ntun = 0;
     double eff = 0; /* cores the chosen lanes keep busy */
