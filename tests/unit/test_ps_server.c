@@ -1095,6 +1095,8 @@ TEST(test_curve_stranger_refused) {
     ASSERT_CONTAINS(sl_errmsg(), "worker 1: ");
     for (size_t i = 0; i < n; i++) g[i] = 100.0f;
     ASSERT(sl_ps_client_push_pull(intruder, g, 0, LR, mine) < 0);
+    ASSERT(sl_ps_client_pull(intruder, mine) < 0);
+    for (size_t i = 0; i < n; i++) ASSERT(mine[i] == 0.0f); /* nothing pulled */
     sl_ps_client_free(intruder);
     int64_t pushes[1][2] = {{0, 2}};
     expect_async(p, 1, pushes, want, 2);
