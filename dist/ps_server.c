@@ -261,6 +261,8 @@ static sl_status check_liveness(sl_ps_server *s, double now) {
     return SL_OK;
 }
 
+static void save(sl_ps_server *s);
+
 /* ---- requests ---------------------------------------------------------------------- */
 
 static void drop(sl_ps_server *s, int w, const char *why) {
@@ -359,6 +361,9 @@ static sl_status handle(sl_ps_server *s, const sl_msg_hdr *h, const void *data, 
             memcpy(s->params, f.data, s->n * sizeof(float));
             s->have = 1;
             SL_INFO("ps %d: initialised by worker %d", s->idx, w);
+            /* saved before the reply: once any worker is past its join, a restarted ps has a
+             * shard to restore and never answers UNINIT to a worker mid-run */
+            save(s);
         }
         reply(s, w, f.seq, SL_PS_OK, s->st.version, NULL);
         return SL_OK;

@@ -162,9 +162,10 @@ typedef struct sl_ps_server_ops {
     /* Apply gradient grad[0..n) (the mean, in sync mode) to params[0..n) with rate lr,
      * in place. An error stops the server. */
     sl_status (*apply)(void *ctx, float *params, const float *grad, size_t n, float lr);
-    /* Called every ckpt_every_s seconds when the version moved, and once when the server
-     * returns: persist params and st. NULL: no checkpoints. An error is logged (sl_log)
-     * and the server goes on. */
+    /* Called once right after the chief's INIT is taken (before the INIT's reply, so a
+     * ps restarted mid-run always finds a shard), every ckpt_every_s seconds when the
+     * version moved, and once when the server returns: persist params and st. NULL: no
+     * checkpoints. An error is logged (sl_log) and the server goes on. */
     sl_status (*save)(void *ctx, const float *params, size_t n, const sl_ps_shard_state *st);
 } sl_ps_server_ops;
 

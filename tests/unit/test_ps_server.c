@@ -646,8 +646,9 @@ TEST(test_restarted_server) {
     __atomic_store_n(&v[0].stop, 1, __ATOMIC_RELAXED);
     pthread_join(v[0].t, NULL);
     ASSERT_EQ(v[0].st, SL_ECANCELED);
-    ASSERT_EQ(v[0].saves, 1);
-    ASSERT_EQ(v[0].save_versions[0], 3);
+    ASSERT_EQ(v[0].saves, 2); /* right after the chief's INIT, and when stopped */
+    ASSERT_EQ(v[0].save_versions[0], 0);
+    ASSERT_EQ(v[0].save_versions[1], 3);
     ASSERT_EQ(v[0].last_steps[0], 2);
     float *shard = malloc(p->shard_len[0] * sizeof(float));
     memcpy(shard, v[0].saved, p->shard_len[0] * sizeof(float));
