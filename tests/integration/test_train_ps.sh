@@ -74,6 +74,8 @@ wait_for() {
     return 1
 }
 have_shard() { ls "$1"/ps-0/shard-*.safetensors >/dev/null 2>&1; }
+# a shard past version 0 (the ps also saves the chief's initial parameters, as version 0)
+have_trained_shard() { ls "$1"/ps-0/ 2>/dev/null | grep -q '^shard-0*[1-9][0-9]*\.safetensors$'; }
 # started_pid NAME TASK: the pid of the newest "[launch] started TASK (pid N)" line
 started_pid() { sed -n "s/^\[launch\] started $2 (pid \([0-9]*\))$/\1/p" "$T/$1.err" | tail -n 1; }
 # launch NAME ARGS...: start sluice-launch in the background, output in $T/NAME.{out,err}; $lp its pid
@@ -129,9 +131,9 @@ else
     wait "$lp"
 fi
 
-# 3. kill the ps after its first shard checkpoint; --restarts 1 brings it back from it
+# 3. kill the ps after its first shard checkpoint past version 0; --restarts 1 brings it back from it
 launch pkill -n 2 --ps 1 --restarts 1 --port-base $((PB + 20)) -- "${TRAIN[@]}" --run-dir "$T/run3"
-if wait_for 120 have_shard "$T/run3"; then
+if wait_for 120 have_trained_shard "$T/run3"; then
     p0=$(started_pid pkill "ps 0")
     kill -9 "$p0"
     wait "$lp"
