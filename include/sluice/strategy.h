@@ -100,10 +100,12 @@ typedef struct sl_strategy_ps_opts {
 
 typedef struct sl_strategy_ps sl_strategy_ps;
 
-/* Fill *hooks for worker c->rank of cluster c (borrowed, must outlive the strategy); the
- * training config tc gives mode and staleness. SL_EINVAL when c has no ps tasks or this
- * process is not a chief/worker; SL_EIO (bind); SL_ENOMEM. On failure *out NULL and *hooks
- * zeroed. The plan is made in start (the model is known then). */
+/* Fill *hooks for worker c->rank of cluster c (borrowed, must outlive the strategy); tc
+ * may be NULL (mode and staleness are the ps tasks' business). SL_EINVAL when c has no ps
+ * tasks or this process is not a chief/worker; SL_ENOMEM. On failure *out NULL and *hooks
+ * zeroed. Nothing is opened yet: the plan needs the model, so the start hook plans, binds
+ * this worker's address and joins (its errors: SL_EIO when the bind fails, SL_EPEER /
+ * SL_ETIMEDOUT naming a ps that does not answer, SL_EINVAL when a ps refuses the plan). */
 sl_status sl_strategy_ps_create(const sl_cluster *c, const sl_train_config *tc, const sl_strategy_ps_opts *opts,
                                 sl_train_hooks *hooks, sl_strategy_ps **out);
 void sl_strategy_ps_free(sl_strategy_ps *s); /* NULL is a no-op */
