@@ -229,6 +229,15 @@ int main(int argc, char **argv) {
             goto done;
         }
     }
+    /* sluice-launch --restarts says how often this task was started again (SLUICE_RESTART) */
+    const char *rs = getenv("SLUICE_RESTART");
+    bool restarted = rs && atoi(rs) > 0;
+    if (is_ps && restarted && cl.rank == 0) {
+        /* a restarted chief of a ps job continues its run: it keeps the model checkpoints
+         * written so far (a fresh start would remove them) and the ps tasks move it to the
+         * step they recorded for it */
+        to.resume = true;
+    }
     if (is_ps && cl.tasks[cl.self].type == SL_TASK_PS) {
         if (run_dir && set_run_dir(cfg, run_dir)) {
             rc = sl__fail(PROG);
@@ -237,8 +246,6 @@ int main(int argc, char **argv) {
         catch_stop_signals();
         /* a ps that sluice-launch restarted (SLUICE_RESTART > 0) or a --resume run continues
          * from its shard checkpoints; any other start is a new run */
-        const char *rs = getenv("SLUICE_RESTART");
-        bool restarted = rs && atoi(rs) > 0;
         sl_strategy_ps_opts po = {.timeout_s = timeout_s, .curve = have_curve ? &curve : NULL,
                                   .fresh = !resume && !restarted};
         sl_status s = sl_ps_task_run(cfg, &cl, &po, quiet ? NULL : stdout, &stop_flag);

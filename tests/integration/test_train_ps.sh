@@ -8,6 +8,8 @@
 #   3. the ps killed after its first shard checkpoint, with --restarts 1: the launcher
 #      restarts it, it restores its newest shard (version > 0), the workers carry on,
 #      exit 0, accuracy >= 0.875;
+#   5. the chief killed half-way, with --restarts 1: it resumes from its own checkpoint (kept,
+#      not removed as a fresh run would), the ps moves it to its recorded step, exit 0, >= 0.875;
 #   4. a cluster block with `curve` (keys from sluice-launch --keygen): training works;
 #      with an allow-list that lacks the workers' keys they cannot join: the chief fails
 #      naming the ps and nothing is trained.
@@ -154,6 +156,31 @@ if wait_for 120 have_trained_shard "$T/run3"; then
 else
     fail "ps 0 never wrote a shard checkpoint"
     tail -n 20 "$T/pkill.err"
+    kill -TERM "$lp"
+    wait "$lp"
+fi
+
+# 5 (before 4). kill the chief half-way, with --restarts 1: it comes back, keeps its checkpoints,
+# continues at the step the ps recorded for it and finishes
+launch ckill -n 2 --ps 1 --restarts 1 --port-base $((PB + 50)) -- "${TRAIN[@]}" --run-dir "$T/run6"
+if wait_for 120 grep -q "^\[worker 0\] epoch $HALF/$EPOCHS " "$T/ckill.out"; then
+    w0=$(started_pid ckill "worker 0")
+    kill -9 "$w0"
+    wait "$lp"
+    rc=$?
+    if [ "$rc" = 0 ]; then ok "the chief (pid $w0) killed after epoch $HALF and restarted: launcher exit 0"; else
+        fail "chief killed: launcher exit $rc"; tail -n 20 "$T/ckill.err"; fi
+    grep -qx "\[launch\] restarting worker 0 (restart 1 of 1)" "$T/ckill.err" && ok "the launcher restarted the chief" ||
+        fail "no restart note: $(grep '^\[launch\]' "$T/ckill.err")"
+    line=$(grep '^\[worker 0\] resuming from .*/ckpt-[0-9]*\.safetensors at step [0-9]*' "$T/ckill.out" | head -n 1)
+    [ -n "$line" ] && ok "${line#\[worker 0\] }" || fail "the restarted chief did not resume from its checkpoint"
+    grep -q 'removing them' "$T/ckill.out" && fail "the restarted chief removed its run's checkpoints" ||
+        ok "the restarted chief kept its run's checkpoints"
+    [ -f "$(ckpt_final "$T/run6")" ] && ok "the chief checkpointed step $STEPS" || fail "no $(ckpt_final "$T/run6")"
+    check_acc ckill "after the chief's restart"
+else
+    fail "the chief never finished epoch $HALF"
+    tail -n 20 "$T/ckill.err"
     kill -TERM "$lp"
     wait "$lp"
 fi
