@@ -9,6 +9,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "sluice/pool.h"
 #include "sluice/ps.h"
 
 /* One ps frame payload (prefix + floats). The owner holds one reference, every zero-copy
@@ -26,7 +27,8 @@ void sl__ps_buf_unref(sl__ps_buf *b); /* NULL is a no-op */
 sl_status sl__ps_buf_send(sl_tp *tp, int to, sl_msg_hdr *h, sl__ps_buf *b);
 static inline float *sl__ps_buf_floats(sl__ps_buf *b) { return (float *)(void *)(b->data + SL_PS_PREFIX); }
 
-double sl__ps_now(void); /* CLOCK_MONOTONIC seconds */
+/* CLOCK_MONOTONIC seconds */
+static inline double sl__ps_now(void) { return (double)sl_now_ns() * 1e-9; }
 
 /* p itself when it is 8-byte aligned, else a copy of p[0..len) in *scratch (grown as
  * needed, free with free()): ZeroMQ may hand over a payload inside its receive buffer at

@@ -16,15 +16,8 @@
  *     wire) is replaced by 1. */
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "ps_internal.h"
-
-double sl__ps_now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
 
 sl__ps_buf *sl__ps_buf_new(size_t nfloats) {
     if (nfloats > (SIZE_MAX - sizeof(sl__ps_buf) - SL_PS_PREFIX) / 4) return NULL;

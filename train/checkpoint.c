@@ -205,10 +205,10 @@ static int by_step_desc(const void *a, const void *b) {
     return x->step < y->step ? 1 : x->step > y->step ? -1 : strcmp(x->path, y->path);
 }
 
-/* ckpt-<digits>.safetensors exactly: temporaries (".tmp.") and other files are not ours. */
-static bool parse_name(const char *name, int64_t *step) {
-    size_t n = strlen(name), lp = strlen(CKPT_PREFIX), ls = strlen(CKPT_SUFFIX);
-    if (n <= lp + ls || strncmp(name, CKPT_PREFIX, lp) != 0 || strcmp(name + n - ls, CKPT_SUFFIX) != 0) return false;
+/* PREFIX<digits>SUFFIX exactly: temporaries (".tmp.") and other files are not ours. */
+static bool parse_name(const char *name, const char *prefix, const char *suffix, int64_t *step) {
+    size_t n = strlen(name), lp = strlen(prefix), ls = strlen(suffix);
+    if (n <= lp + ls || strncmp(name, prefix, lp) != 0 || strcmp(name + n - ls, suffix) != 0) return false;
     int64_t v = 0;
     for (size_t i = lp; i < n - ls; i++) {
         if (name[i] < '0' || name[i] > '9' || v > INT64_MAX / 10 - 10) return false;
@@ -218,26 +218,26 @@ static bool parse_name(const char *name, int64_t *step) {
     return true;
 }
 
-int sl_train_list_checkpoints(const char *run_dir, char ***out) {
+int sl__list_numbered(const char *dir, const char *prefix, const char *suffix, char ***out) {
     *out = NULL;
-    DIR *d = opendir(run_dir);
+    DIR *d = opendir(dir);
     if (!d) return 0;
     ck_entry *e = NULL;
     int n = 0, cap = 0;
     struct dirent *de;
     while ((de = readdir(d))) {
         int64_t step;
-        if (!parse_name(de->d_name, &step)) continue;
+        if (!parse_name(de->d_name, prefix, suffix, &step)) continue;
         if (n == cap) {
             cap = cap ? cap * 2 : 16;
             ck_entry *ne = realloc(e, (size_t)cap * sizeof *e);
             if (!ne) goto nomem;
             e = ne;
         }
-        size_t len = strlen(run_dir) + strlen(de->d_name) + 2;
+        size_t len = strlen(dir) + strlen(de->d_name) + 2;
         e[n].path = malloc(len);
         if (!e[n].path) goto nomem;
-        snprintf(e[n].path, len, "%s/%s", run_dir, de->d_name);
+        snprintf(e[n].path, len, "%s/%s", dir, de->d_name);
         e[n++].step = step;
     }
     closedir(d);
@@ -250,7 +250,7 @@ int sl_train_list_checkpoints(const char *run_dir, char ***out) {
     if (!list) {
         for (int i = 0; i < n; i++) free(e[i].path);
         free(e);
-        return sl_err(SL_ENOMEM, "out of memory listing %s", run_dir);
+        return sl_err(SL_ENOMEM, "out of memory listing %s", dir);
     }
     for (int i = 0; i < n; i++) list[i] = e[i].path;
     free(e);
@@ -260,7 +260,11 @@ nomem:
     closedir(d);
     for (int i = 0; i < n; i++) free(e[i].path);
     free(e);
-    return sl_err(SL_ENOMEM, "out of memory listing %s", run_dir);
+    return sl_err(SL_ENOMEM, "out of memory listing %s", dir);
+}
+
+int sl_train_list_checkpoints(const char *run_dir, char ***out) {
+    return sl__list_numbered(run_dir, CKPT_PREFIX, CKPT_SUFFIX, out);
 }
 
 void sl_train_free_list(char **list, int n) {

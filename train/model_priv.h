@@ -32,4 +32,9 @@ void sl__model_set_steps(sl_model *m, uint64_t steps);
  * too long path, SL_EIO naming the part that could not be made. */
 sl_status sl__make_dirs(const char *path, const char *what);
 
+/* The files DIR/PREFIX<digits>SUFFIX (checkpoints, ps shards), highest number first: *out
+ * is a malloc'd array of malloc'd paths (free with sl_train_free_list). Returns how many (0
+ * when the folder is missing or holds none), or SL_ENOMEM. */
+int sl__list_numbered(const char *dir, const char *prefix, const char *suffix, char ***out);
+
 #endif

@@ -28,7 +28,6 @@
  *
  * Workload: one push + pull per worker step (KiB to hundreds of MiB), a shard checkpoint
  * every few seconds; a few workers and ps tasks. */
-#include <dirent.h>
 #include <errno.h>
 #include <inttypes.h>
 #include <math.h>
@@ -294,60 +293,6 @@ static sl_status task_apply(void *ctx, float *params, const float *grad, size_t 
     return SL_OK;
 }
 
-/* shard-<digits>.safetensors exactly; temporaries (".tmp.") are not ours. */
-static bool shard_name(const char *name, int64_t *version) {
-    size_t n = strlen(name), lp = strlen(SHARD_PREFIX), ls = strlen(SHARD_SUFFIX);
-    if (n <= lp + ls || strncmp(name, SHARD_PREFIX, lp) != 0 || strcmp(name + n - ls, SHARD_SUFFIX) != 0) return false;
-    int64_t v = 0;
-    for (size_t i = lp; i < n - ls; i++) {
-        if (name[i] < '0' || name[i] > '9' || v > INT64_MAX / 10 - 10) return false;
-        v = v * 10 + (name[i] - '0');
-    }
-    *version = v;
-    return true;
-}
-
-typedef struct shard_file {
-    int64_t version;
-    char name[256];
-} shard_file;
-
-static int by_version_desc(const void *a, const void *b) {
-    const shard_file *x = a, *y = b;
-    return x->version < y->version ? 1 : x->version > y->version ? -1 : strcmp(x->name, y->name);
-}
-
-/* The shard files in dir, newest first: count, or < 0 (SL_ENOMEM). A missing folder has none. */
-static int list_shards(const char *dir, shard_file **out) {
-    *out = NULL;
-    DIR *d = opendir(dir);
-    if (!d) return 0;
-    shard_file *f = NULL;
-    int n = 0, cap = 0;
-    struct dirent *de;
-    while ((de = readdir(d))) {
-        int64_t v;
-        if (!shard_name(de->d_name, &v) || strlen(de->d_name) >= sizeof f->name) continue;
-        if (n == cap) {
-            cap = cap ? 2 * cap : 8;
-            shard_file *nf = realloc(f, (size_t)cap * sizeof *nf);
-            if (!nf) {
-                closedir(d);
-                free(f);
-                return sl_err(SL_ENOMEM, "out of memory listing %s", dir);
-            }
-            f = nf;
-        }
-        f[n].version = v;
-        strcpy(f[n].name, de->d_name);
-        n++;
-    }
-    closedir(d);
-    if (n) qsort(f, (size_t)n, sizeof *f, by_version_desc);
-    *out = f;
-    return n;
-}
-
 static sl_status set_meta_i64(sl_st_writer *w, const char *key, int64_t v) {
     char buf[32];
     snprintf(buf, sizeof buf, "%" PRId64, v);
@@ -377,14 +322,11 @@ static sl_status task_save(void *ctx, const float *params, size_t n, const sl_ps
         (st = sl_st_writer_set_meta(w, "worker_steps", steps)) || (st = sl_st_writer_write(w, path)))
         goto done;
     /* only now, with the new file in place, drop the ones beyond the last SHARDS_KEPT */
-    shard_file *f;
-    int nf = list_shards(t->dir, &f);
-    for (int i = SHARDS_KEPT; i < nf; i++) {
-        char old[1400];
-        snprintf(old, sizeof old, "%s/%s", t->dir, f[i].name);
-        if (unlink(old) != 0 && errno != ENOENT) SL_WARN("ps %d: cannot remove %s: %s", t->index, old, strerror(errno));
-    }
-    free(f);
+    char **f;
+    int nf = sl__list_numbered(t->dir, SHARD_PREFIX, SHARD_SUFFIX, &f);
+    for (int i = SHARDS_KEPT; i < nf; i++)
+        if (unlink(f[i]) != 0 && errno != ENOENT) SL_WARN("ps %d: cannot remove %s: %s", t->index, f[i], strerror(errno));
+    if (nf > 0) sl_train_free_list(f, nf);
 done:
     if (st) sl_err_prefix("ps %d: shard checkpoint: ", t->index);
     sl_st_writer_free(w);
@@ -493,7 +435,7 @@ sl_status sl_ps_task_run(sl_cfg *cfg, const sl_cluster *c, const sl_strategy_ps_
     sl_ps_server *srv = NULL;
     const char **addrs = NULL;
     float *params = NULL;
-    shard_file *files = NULL;
+    char **files = NULL;
     int nfiles = 0;
     ps_task t = {.index = me->index, .nworkers = c->world};
     int64_t *wsteps = NULL;
@@ -542,8 +484,9 @@ sl_status sl_ps_task_run(sl_cfg *cfg, const sl_cluster *c, const sl_strategy_ps_
      * ps killed mid-run must come back with what it has */
     sl_ps_shard_state ss = {.version = 0, .worker_steps = wsteps, .nworkers = c->world};
     bool restored = false;
-    if ((nfiles = list_shards(t.dir, &files)) < 0) {
+    if ((nfiles = sl__list_numbered(t.dir, SHARD_PREFIX, SHARD_SUFFIX, &files)) < 0) {
         st = nfiles;
+        nfiles = 0;
         goto fail;
     }
     if (o.fresh && nfiles > 0) {
@@ -552,16 +495,12 @@ sl_status sl_ps_task_run(sl_cfg *cfg, const sl_cluster *c, const sl_strategy_ps_
         if (console)
             fprintf(console, "ps %d: %s holds %d shard checkpoint(s) of an earlier run: removing them (use --resume to continue it)\n",
                     t.index, t.dir, nfiles);
-        for (int i = 0; i < nfiles; i++) {
-            char path[1400];
-            snprintf(path, sizeof path, "%s/%s", t.dir, files[i].name);
-            if (unlink(path) != 0 && errno != ENOENT) SL_WARN("ps %d: cannot remove %s: %s", t.index, path, strerror(errno));
-        }
-        nfiles = 0;
+        for (int i = 0; i < nfiles; i++)
+            if (unlink(files[i]) != 0 && errno != ENOENT)
+                SL_WARN("ps %d: cannot remove %s: %s", t.index, files[i], strerror(errno));
     }
-    for (int i = 0; i < nfiles && !restored; i++) {
-        char path[1400];
-        snprintf(path, sizeof path, "%s/%s", t.dir, files[i].name);
+    for (int i = 0; i < nfiles && !restored && !o.fresh; i++) {
+        const char *path = files[i];
         if (load_shard(&t, path, params, &ss) == SL_OK) {
             restored = true;
             if (console) {
@@ -597,7 +536,7 @@ done:
     sl_model_free(m);
     free(addrs);
     free(params);
-    free(files);
+    if (nfiles > 0) sl_train_free_list(files, nfiles);
     free(wsteps);
     free(t.state);
     return st;
