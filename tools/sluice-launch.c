@@ -264,26 +264,6 @@ static int spawn(job *j, task *t) {
     return 0;
 }
 
-/* Take every "--keygen X" / "--keygen=X" before "--" out of argv[0..argc) into paths;
- * *left is what remains. Returns -1, or an exit status for a usage error. */
-static int take_keygen(int argc, char **argv, const char **paths, int *npaths, int *left) {
-    int out = 0;
-    bool only_pos = false;
-    for (int i = 0; i < argc; i++) {
-        if (!only_pos && strcmp(argv[i], "--") == 0) only_pos = true;
-        if (!only_pos && strcmp(argv[i], "--keygen") == 0) {
-            if (i + 1 >= argc) return sl__usage_error(PROG, "option --keygen needs an argument");
-            paths[(*npaths)++] = argv[++i];
-        } else if (!only_pos && strncmp(argv[i], "--keygen=", 9) == 0) {
-            paths[(*npaths)++] = argv[i] + 9;
-        } else {
-            argv[out++] = argv[i];
-        }
-    }
-    *left = out;
-    return -1;
-}
-
 static int keygen(const char **paths, int n) {
     for (int i = 0; i < n; i++) {
         if (!paths[i][0]) return sl__usage_error(PROG, "--keygen needs a path");
@@ -300,7 +280,7 @@ int main(int argc, char **argv) {
     const char **keys = calloc((size_t)argc + 1, sizeof *keys);
     if (!keys) { fprintf(stderr, "%s: out of memory\n", PROG); return SL__EXIT_FAIL; }
     int nkeys = 0, nargs = 0;
-    int krc = take_keygen(argc - 1, argv + 1, keys, &nkeys, &nargs);
+    int krc = sl__take_repeated(PROG, "keygen", argc - 1, argv + 1, keys, &nkeys, &nargs);
     if (krc >= 0) { free(keys); return krc; }
     sl__opt opts[] = {
         {"workers", 'n', SL__OPT_INT, &nw, 1, 256},

@@ -608,26 +608,6 @@ static const struct {
 
 /* ---- main ---- */
 
-/* Take every "--set X" / "--set=X" out of argv (tool_args keeps one value per option);
- * *left is what remains. Returns -1, or the exit status of a usage error. */
-static int take_sets(int argc, char **argv, stats_args *a, int *left) {
-    int out = 0;
-    bool only_pos = false;
-    for (int i = 0; i < argc; i++) {
-        if (!only_pos && strcmp(argv[i], "--") == 0) only_pos = true;
-        if (!only_pos && strcmp(argv[i], "--set") == 0) {
-            if (i + 1 >= argc) return sl__usage_error(PROG, "option --set needs an argument");
-            a->sets[a->nsets++] = argv[++i];
-        } else if (!only_pos && strncmp(argv[i], "--set=", 6) == 0) {
-            a->sets[a->nsets++] = argv[i] + 6;
-        } else {
-            argv[out++] = argv[i];
-        }
-    }
-    *left = out;
-    return -1;
-}
-
 /* The pipeline to use when --pipeline is not given: 'train', or the only one. */
 static const char *default_pipeline(const sl_cfg *cfg) {
     const char *names[64];
@@ -642,7 +622,7 @@ int main(int argc, char **argv) {
     a.sets = calloc((size_t)argc + 1, sizeof *a.sets);
     if (!a.sets) return sl__failf(PROG, "out of memory");
     int nargs = 0, npos = 0;
-    int rc = take_sets(argc - 1, argv + 1, &a, &nargs);
+    int rc = sl__take_repeated(PROG, "set", argc - 1, argv + 1, a.sets, &a.nsets, &nargs);
     if (rc >= 0) {
         free(a.sets);
         return rc;

@@ -98,30 +98,11 @@ static sl_status set_run_dir(sl_cfg *cfg, const char *dir) {
     return s;
 }
 
-/* Take every "--set X" / "--set=X" out of argv; *left is what remains. */
-static int take_sets(int argc, char **argv, const char **sets, int *nsets, int *left) {
-    int out = 0;
-    bool only_pos = false;
-    for (int i = 0; i < argc; i++) {
-        if (!only_pos && strcmp(argv[i], "--") == 0) only_pos = true;
-        if (!only_pos && strcmp(argv[i], "--set") == 0) {
-            if (i + 1 >= argc) return sl__usage_error(PROG, "option --set needs an argument");
-            sets[(*nsets)++] = argv[++i];
-        } else if (!only_pos && strncmp(argv[i], "--set=", 6) == 0) {
-            sets[(*nsets)++] = argv[i] + 6;
-        } else {
-            argv[out++] = argv[i];
-        }
-    }
-    *left = out;
-    return -1;
-}
-
 int main(int argc, char **argv) {
     const char **sets = calloc((size_t)argc + 1, sizeof *sets);
     if (!sets) return sl__failf(PROG, "out of memory");
     int nsets = 0, nargs = 0, npos = 0;
-    int rc = take_sets(argc - 1, argv + 1, sets, &nsets, &nargs);
+    int rc = sl__take_repeated(PROG, "set", argc - 1, argv + 1, sets, &nsets, &nargs);
     if (rc >= 0) {
         free(sets);
         return rc;

@@ -57,6 +57,13 @@ sl__args_result sl__args_parse(const char *prog, const sl__opt *opts, int argc, 
  * return SL__EXIT_USAGE, so a tool can `return sl__usage_error(...)`. */
 int sl__usage_error(const char *prog, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
+/* Take every "--NAME X" / "--NAME=X" before a "--" out of argv[0..argc) into vals (room for
+ * argc entries), in order, for the options sl__args_parse keeps one value of (--set,
+ * --keygen); *left is what remains in argv. Returns -1, or the exit status of a usage
+ * error (the option without its argument). */
+int sl__take_repeated(const char *prog, const char *name, int argc, char **argv, const char **vals, int *nvals,
+                      int *left);
+
 /* Print "PROG: <sl_errmsg()>" (the library's message with its context and hint) to stderr
  * and return SL__EXIT_FAIL. */
 int sl__fail(const char *prog);

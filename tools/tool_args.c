@@ -217,3 +217,25 @@ double sl__now(void) {
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
+
+int sl__take_repeated(const char *prog, const char *name, int argc, char **argv, const char **vals, int *nvals,
+                      int *left) {
+    size_t nl = strlen(name);
+    int out = 0;
+    bool only_pos = false;
+    for (int i = 0; i < argc; i++) {
+        const char *a = argv[i];
+        bool ours = !only_pos && a[0] == '-' && a[1] == '-' && strncmp(a + 2, name, nl) == 0;
+        if (!only_pos && strcmp(a, "--") == 0) only_pos = true;
+        if (ours && a[2 + nl] == 0) {
+            if (i + 1 >= argc) return sl__usage_error(prog, "option --%s needs an argument", name);
+            vals[(*nvals)++] = argv[++i];
+        } else if (ours && a[2 + nl] == '=') {
+            vals[(*nvals)++] = a + 3 + nl;
+        } else {
+            argv[out++] = argv[i];
+        }
+    }
+    *left = out;
+    return -1;
+}
