@@ -44,15 +44,26 @@ static void sleep_ms(int ms) {
     nanosleep(&ts, NULL);
 }
 
-/* A free TCP port on 127.0.0.1 (bound, read, released): every task must know every other
- * task's address before it connects, and the servers are created before the workers. */
+/* A free TCP port on 127.0.0.1 (every task must know every other task's address before it
+ * connects, and the servers are created before the workers). Taken in turn from 16000..19999,
+ * from a random start, probing each with a bind: below Linux's ephemeral ports (32768..),
+ * which other tests' connections take as source ports between a probe and the real bind,
+ * and apart from test_strategy_ps (12000..15999) and the integration scripts (20000..). */
 static int free_port(void) {
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    socklen_t al = sizeof a;
-    if (fd < 0 || bind(fd, (struct sockaddr *)&a, sizeof a) || getsockname(fd, (struct sockaddr *)&a, &al)) return -1;
-    close(fd);
-    return ntohs(a.sin_port);
+    static int next = -1;
+    if (next < 0) next = (int)(((unsigned)getpid() * 2654435761u) % 4000);
+    for (int tries = 0; tries < 4000; tries++) {
+        int port = 16000 + next;
+        next = (next + 1) % 4000;
+        int fd = socket(AF_INET, SOCK_STREAM, 0);
+        if (fd < 0) return -1;
+        struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port),
+                                .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+        int ok = bind(fd, (struct sockaddr *)&a, sizeof a) == 0;
+        close(fd);
+        if (ok) return port;
+    }
+    return -1;
 }
 
 typedef struct cluster {

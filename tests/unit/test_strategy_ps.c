@@ -220,7 +220,10 @@ static void *ps_main(void *arg) {
 static int free_ports(void) {
     unsigned seed = (unsigned)getpid() ^ (unsigned)time(NULL);
     for (int attempt = 0; attempt < 50; attempt++) {
-        int base = 20000 + (int)(rand_r(&seed) % 20000);
+        /* 12000..15999: below Linux's ephemeral ports (32768..60999, the source ports of
+         * other tests' connections, which may take a port between this probe and the bind)
+         * and apart from test_ps_server (16000..19999) and the integration scripts (20000..) */
+        int base = 12000 + (int)(rand_r(&seed) % (4000 - NW - NPS));
         bool ok = true;
         for (int i = 0; i < NW + NPS && ok; i++) {
             int fd = socket(AF_INET, SOCK_STREAM, 0);
