@@ -1,0 +1,164 @@
+/* Opening files that come from outside (see include/sluice/file.h): refuse what is not a
+ * regular file before anything can block on it, and read whole files under a byte limit.
+ * Workload: a handful of opens per job (shards, checkpoints, configs, keys); none of this is
+ * on a per-record path. */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "sluice/file.h"
+
+const char *sl_file_kind(unsigned mode) {
+    switch (mode & S_IFMT) {
+    case S_IFREG: return "a regular file";
+    case S_IFDIR: return "a directory";
+    case S_IFIFO: return "a FIFO (named pipe)";
+    case S_IFSOCK: return "a socket";
+    case S_IFCHR: return "a character device";
+    case S_IFBLK: return "a block device";
+    case S_IFLNK: return "a symbolic link";
+    default: return "an unknown kind of file";
+    }
+}
+
+static sl_status not_regular(const char *path, const char *what, unsigned mode) {
+    sl_err(SL_EINVAL, "%s '%s': is %s, not a regular file", what, path, sl_file_kind(mode));
+    sl_err_hint("give the path of a regular file; pipes, sockets, devices and directories are refused so that nothing can block or read without end");
+    return SL_EINVAL;
+}
+
+static sl_status os_error(int err, const char *path, const char *what, const char *op) {
+    if (err == ENOENT)
+        return sl_err(SL_ENOTFOUND, "%s '%s': no such file", what, path);
+    /* EISDIR, ENXIO (a socket, or a FIFO opened for writing with no reader), ...: when the
+     * path is not a regular file, say what it is rather than the errno's words */
+    struct stat st;
+    if (stat(path, &st) == 0 && !S_ISREG(st.st_mode)) return not_regular(path, what, st.st_mode);
+    return sl_err(SL_EIO, "%s '%s': cannot %s: %s", what, path, op, strerror(err));
+}
+
+/* After a non-blocking open: check the kind, then switch to blocking mode. */
+static sl_status settle(int fd, const char *path, const char *what, uint64_t *size) {
+    struct stat st;
+    if (fstat(fd, &st) != 0) return os_error(errno, path, what, "stat");
+    if (!S_ISREG(st.st_mode)) return not_regular(path, what, st.st_mode);
+    int fl = fcntl(fd, F_GETFL);
+    if (fl < 0 || fcntl(fd, F_SETFL, fl & ~O_NONBLOCK) != 0) return os_error(errno, path, what, "fcntl");
+    if (size) *size = (uint64_t)st.st_size;
+    return SL_OK;
+}
+
+sl_status sl_file_open_read(const char *path, const char *what, int *fd, uint64_t *size) {
+    *fd = -1;
+    if (!what) what = "file";
+    int f = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
+    if (f < 0) return os_error(errno, path, what, "open");
+    sl_status s = settle(f, path, what, size);
+    if (s) { close(f); return s; }
+    *fd = f;
+    return SL_OK;
+}
+
+sl_status sl_file_fopen_read(const char *path, const char *what, FILE **out) {
+    *out = NULL;
+    int fd;
+    sl_status s = sl_file_open_read(path, what, &fd, NULL);
+    if (s) return s;
+    FILE *f = fdopen(fd, "rb");
+    if (!f) { int e = errno; close(fd); return os_error(e, path, what ? what : "file", "fdopen"); }
+    *out = f;
+    return SL_OK;
+}
+
+sl_status sl_file_open_write(const char *path, int flags, unsigned mode, const char *what, int *fd) {
+    *fd = -1;
+    if (!what) what = "file";
+    /* O_TRUNC is applied only after the kind is known: truncating a device is never wanted */
+    int trunc = flags & O_TRUNC;
+    int f = open(path, (flags & ~O_TRUNC) | O_CLOEXEC | O_NONBLOCK | O_NOCTTY, (mode_t)mode);
+    if (f < 0) return os_error(errno, path, what, "open");
+    sl_status s = settle(f, path, what, NULL);
+    if (!s && trunc && ftruncate(f, 0) != 0) s = os_error(errno, path, what, "truncate");
+    if (s) { close(f); return s; }
+    *fd = f;
+    return SL_OK;
+}
+
+sl_status sl_file_fopen_write(const char *path, const char *mode, const char *what, FILE **out) {
+    *out = NULL;
+    int append = mode && mode[0] == 'a';
+    int fd;
+    sl_status s = sl_file_open_write(path, O_WRONLY | O_CREAT | (append ? O_APPEND : O_TRUNC),
+                                      0666, what, &fd);
+    if (s) return s;
+    FILE *f = fdopen(fd, append ? "a" : "w");
+    if (!f) { int e = errno; close(fd); return os_error(e, path, what ? what : "file", "fdopen"); }
+    *out = f;
+    return SL_OK;
+}
+
+sl_status sl_file_check_regular(const char *path, const char *what) {
+    struct stat st;
+    if (!what) what = "file";
+    if (stat(path, &st) != 0) return os_error(errno, path, what, "stat");
+    if (!S_ISREG(st.st_mode)) return not_regular(path, what, st.st_mode);
+    return SL_OK;
+}
+
+sl_status sl_file_read_all(const char *path, const char *what, uint64_t max_bytes,
+                           const char *limit_hint, char **data, size_t *len) {
+    *data = NULL;
+    *len = 0;
+    if (!what) what = "file";
+    int fd;
+    uint64_t size;
+    sl_status s = sl_file_open_read(path, what, &fd, &size);
+    if (s) return s;
+    if (size > max_bytes) {
+        close(fd);
+        sl_err(SL_ERANGE, "%s '%s': is %llu bytes, more than the limit of %llu", what, path,
+               (unsigned long long)size, (unsigned long long)max_bytes);
+        if (limit_hint) sl_err_hint("%s", limit_hint);
+        return SL_ERANGE;
+    }
+    /* read up to one byte past the limit, so a file that grows underneath is caught */
+    size_t cap = (size_t)size + 1, n = 0;
+    char *buf = malloc(cap + 1);
+    if (!buf) { close(fd); return sl_err(SL_ENOMEM, "%s '%s': no memory for %zu bytes", what, path, cap); }
+    for (;;) {
+        if (n == cap) {
+            if (n > max_bytes) break;
+            size_t ncap = cap * 2 > max_bytes + 1 ? (size_t)max_bytes + 1 : cap * 2;
+            if (ncap <= cap) ncap = cap + 1;
+            char *nb = realloc(buf, ncap + 1);
+            if (!nb) { free(buf); close(fd); return sl_err(SL_ENOMEM, "%s '%s': no memory", what, path); }
+            buf = nb;
+            cap = ncap;
+        }
+        ssize_t r = read(fd, buf + n, cap - n);
+        if (r < 0) {
+            if (errno == EINTR) continue;
+            int e = errno;
+            free(buf);
+            close(fd);
+            return os_error(e, path, what, "read");
+        }
+        if (r == 0) break;
+        n += (size_t)r;
+    }
+    close(fd);
+    if (n > max_bytes) {
+        free(buf);
+        sl_err(SL_ERANGE, "%s '%s': grew past the limit of %llu bytes while being read", what, path,
+               (unsigned long long)max_bytes);
+        if (limit_hint) sl_err_hint("%s", limit_hint);
+        return SL_ERANGE;
+    }
+    buf[n] = 0;
+    *data = buf;
+    *len = n;
+    return SL_OK;
+}

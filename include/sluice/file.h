@@ -1,0 +1,64 @@
+/* Opening files that come from outside: the one place that decides what may be opened.
+ *
+ * Every path a user names (TFRecords, checkpoints, cache files, stats files, configs, key
+ * files) is opened through these functions, so that a FIFO, a socket, a device or a
+ * directory is refused at once with a message naming the path and what it is, instead of
+ * blocking forever in open() or read(), or reading an endless stream. Opens are non-blocking
+ * (a FIFO with no writer cannot stall them) and the descriptor is switched back to blocking
+ * mode once it is known to be a regular file.
+ *
+ * Whole-file reads take a byte limit, so a huge or endless input is refused with a message
+ * that says how to raise the limit rather than exhausting memory. */
+#ifndef SLUICE_FILE_H
+#define SLUICE_FILE_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "sluice/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* "a directory", "a FIFO (named pipe)", "a socket", "a character device", "a block device",
+ * "a symbolic link", "a regular file" or "an unknown kind of file", for st_mode's type bits. */
+const char *sl_file_kind(unsigned mode);
+
+/* Open `path` read-only and make sure it is a regular file. On success *fd is an open
+ * descriptor (blocking, close-on-exec) and *size (if not NULL) the file's size. On failure
+ * *fd is -1, nothing is left open, and the status is SL_ENOTFOUND (no such file),
+ * SL_EINVAL ("PATH: is a FIFO (named pipe), not a regular file", directories, sockets,
+ * devices) or SL_EIO (any other OS error, with its reason), with a message naming `what`
+ * (a noun like "TFRecord file"; NULL for "file") and the path. */
+sl_status sl_file_open_read(const char *path, const char *what, int *fd, uint64_t *size);
+
+/* The same as sl_file_open_read, for stdio: *out is an open FILE * ("rb") or NULL. */
+sl_status sl_file_fopen_read(const char *path, const char *what, FILE **out);
+
+/* Open `path` for writing with open(2) `flags` (O_WRONLY or O_RDWR, plus O_CREAT, O_TRUNC,
+ * O_EXCL, O_APPEND as wanted; O_CLOEXEC is added) and `mode`, and make sure what was opened
+ * is a regular file. An existing FIFO, socket, device or directory is refused as above
+ * (O_TRUNC is not applied to it). Same results as sl_file_open_read. */
+sl_status sl_file_open_write(const char *path, int flags, unsigned mode, const char *what, int *fd);
+
+/* The same for stdio: mode "w" (create/truncate) or "a" (append); *out or NULL. */
+sl_status sl_file_fopen_write(const char *path, const char *mode, const char *what, FILE **out);
+
+/* SL_OK when `path` exists and is a regular file (symbolic links followed); otherwise the
+ * status and message sl_file_open_read would give, without opening anything. */
+sl_status sl_file_check_regular(const char *path, const char *what);
+
+/* Read all of a regular file into a new NUL-terminated malloc'd buffer (*data, *len without
+ * the NUL). A file longer than `max_bytes` is refused with SL_ERANGE ("PATH: is N bytes,
+ * more than the limit of M"), as is one that grows past it while being read; `limit_hint`
+ * (may be NULL) becomes the message's hint and should say how to raise the limit. On
+ * failure *data is NULL and *len 0. */
+sl_status sl_file_read_all(const char *path, const char *what, uint64_t max_bytes,
+                           const char *limit_hint, char **data, size_t *len);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
