@@ -460,7 +460,7 @@ sl_status sl_model_create(const sl_layer_spec *specs, int n, const sl_model_opts
     const sl_backend_ops *ops = m->bk->ops;
     size_t pbytes = m->n_params * sizeof(float);
     if ((s = ops->alloc(m->bk, pbytes, (void **)&m->params)) ||
-        (s = ops->alloc(m->bk, pbytes, (void **)&m->grads)))
+        (s = ops->alloc(m->bk, pbytes + SL__GRADS_SPARE * sizeof(float), (void **)&m->grads)))
         goto fail;
     size_t abytes = carve(m, NULL);
     if ((s = ops->alloc(m->bk, abytes, &m->act_mem))) goto fail;

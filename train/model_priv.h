@@ -16,6 +16,11 @@ sl_backend *sl__model_backend(sl_model *m);
  * rest (batchnorm running statistics) is state that optimizers must leave alone. */
 size_t sl__model_trainable(const sl_model *m);
 
+/* The gradient buffer (sl_model_grads) has this many floats past its n floats, which the
+ * model never reads or writes: a strategy may carry a few values on the gradient's own
+ * allreduce there without a copy (the ring strategy's has-data flag, train.h). */
+#define SL__GRADS_SPARE 1
+
 /* Make train steps also compute the gradient of the loss with respect to the input x
  * (off by default: no layer needs it). Returns the buffer (backend memory, [B, input
  * size] floats for the last step's B, set not accumulated) or NULL when off / on ENOMEM. */

@@ -5,6 +5,7 @@
  * The CPU backend's gradient is host memory, so it is reduced in place with no copy; other
  * backends stage it through one host buffer allocated at start. */
 #include <inttypes.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -18,6 +19,7 @@ enum {
     TID_PARAMS = 0xfff00002u,
     TID_OPTIM = 0xfff00003u,
     TID_STATS = 0xfff00004u,
+    TID_ALLSUM = 0xfff10000u, /* | the loop's tag (< 0x10000) */
 };
 
 struct sl_strategy_ring {
@@ -112,10 +114,13 @@ fail:
     return st;
 }
 
-static sl_status ring_exchange(void *ctx, sl_model *m, float *grads, size_t n, int64_t step, float lr,
-                               bool *applied) {
-    (void)lr;
-    sl_strategy_ring *s = ctx;
+/* The exchange; with more != NULL the has-data flag rides as float n of the same allreduce
+ * (the model's spare gradient float on the CPU, SL__GRADS_SPARE; the staging buffer's
+ * otherwise): 1 or 0 per replica, averaged like the gradient to k / world, k the replicas
+ * that have a next batch. k / world is exact or within an ulp (fp16: well within 1 / (2
+ * world) for world <= 1024), so every replica rounds it back to the same k. */
+static sl_status exchange(sl_strategy_ring *s, sl_model *m, float *grads, size_t n, int64_t step, bool *applied,
+                          int *more) {
     *applied = false;
     sl_status st;
     /* the parameters now are those after `step` steps: the same on every replica, or the
@@ -123,14 +128,28 @@ static sl_status ring_exchange(void *ctx, sl_model *m, float *grads, size_t n, i
     if ((st = log_hash(s, m, step))) return st;
     bool cpu = on_cpu(m);
     sl_backend *bk = sl__model_backend(m);
+    size_t extra = more ? 1 : 0;
+    size_t ng;
+    sl_model_grads(m, &ng);
+    if (cpu && extra && (grads != sl_model_grads(m, NULL) || n > ng))
+        return sl_err(SL_EINVAL, "ring strategy: exchange_more takes the model's own gradient buffer");
     float *buf = grads;
     if (!cpu) {
-        if ((st = ensure_host(s, n)) || (st = bk->ops->to_host(bk, s->host, grads, n * sizeof(float)))) return st;
+        if ((st = ensure_host(s, n + extra)) || (st = bk->ops->to_host(bk, s->host, grads, n * sizeof(float))))
+            return st;
         buf = s->host;
     }
-    if ((st = sl_ring_allreduce(s->ring, buf, n, SL_DT_F32, SL_REDUCE_AVG, (uint32_t)step))) {
+    if (extra) buf[n] = *more ? 1.0f : 0.0f;
+    if ((st = sl_ring_allreduce(s->ring, buf, n + extra, SL_DT_F32, SL_REDUCE_AVG, (uint32_t)step))) {
         sl_err_prefix("ring strategy: step %" PRId64 ": ", step);
         return st;
+    }
+    if (extra) {
+        long k = lrintf(buf[n] * (float)s->world);
+        if (!(k >= 0 && k <= s->world)) /* NaN included */
+            return sl_err(SL_EPEER, "ring strategy: step %" PRId64 ": the replicas' has-data flags sum to %g of %d",
+                          step, (double)buf[n] * s->world, s->world);
+        *more = (int)k;
     }
     if (!cpu && (st = bk->ops->to_device(bk, grads, s->host, n * sizeof(float)))) return st;
     /* running statistics (batchnorm) are parameters no gradient touches, updated from each
@@ -152,6 +171,26 @@ static sl_status ring_exchange(void *ctx, sl_model *m, float *grads, size_t n, i
     }
     s->last_step = step;
     return SL_OK;
+}
+
+static sl_status ring_exchange(void *ctx, sl_model *m, float *grads, size_t n, int64_t step, float lr,
+                               bool *applied) {
+    (void)lr;
+    return exchange(ctx, m, grads, n, step, applied, NULL);
+}
+
+static sl_status ring_exchange_more(void *ctx, sl_model *m, float *grads, size_t n, int64_t step, float lr,
+                                    bool *applied, int *more) {
+    (void)lr;
+    return exchange(ctx, m, grads, n, step, applied, more);
+}
+
+static sl_status ring_allsum(void *ctx, int32_t *v, size_t n, uint32_t tag) {
+    sl_strategy_ring *s = ctx;
+    if (tag >= 0x10000u) return sl_err(SL_EINVAL, "ring strategy: allsum tag %u is not below 0x10000", tag);
+    sl_status st = sl_ring_allreduce(s->ring, v, n, SL_DT_I32, SL_REDUCE_SUM, TID_ALLSUM | tag);
+    if (st) sl_err_prefix("ring strategy: agreeing on the data: ");
+    return st;
 }
 
 static void teardown(sl_strategy_ring *s) {
@@ -217,6 +256,8 @@ sl_status sl_strategy_ring_create(const sl_cluster *c, const sl_strategy_ring_op
         hooks->start = ring_start;
         hooks->exchange = ring_exchange;
         hooks->finish = ring_finish;
+        hooks->exchange_more = ring_exchange_more;
+        hooks->allsum = ring_allsum;
     }
     hooks->ctx = s;
     hooks->world_size = c->world;

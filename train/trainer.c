@@ -43,6 +43,7 @@ struct sl_trainer {
     int64_t steps_per_epoch;   /* 0 until known */
     int64_t total_steps;       /* the run's length in steps, 0 until known */
     bool ran;
+    int32_t *warned;           /* lockstep: the per-replica counts last warned about (2 x world), or NULL */
 };
 
 static double now_s(void) {
@@ -65,6 +66,9 @@ sl_train_opts sl_train_opts_default(void) {
 }
 
 static bool chief(const sl_trainer *t) { return t->hooks.is_chief; }
+
+/* Replicas that end every epoch together (sluice/train.h: lockstep epochs). */
+static bool lockstep(const sl_trainer *t) { return t->hooks.world_size > 1 && t->hooks.exchange_more; }
 
 static FILE *console(const sl_trainer *t) { return chief(t) ? t->opts.console : NULL; }
 
@@ -95,7 +99,11 @@ sl_status sl_trainer_create(sl_cfg *cfg, const sl_train_opts *opts, sl_trainer *
         s = sl_err(SL_EINVAL, "trainer hooks: rank %d of world size %d", t->hooks.rank, w);
         goto fail;
     }
-    if (w > 1 && (!t->hooks.exchange || strcmp(t->c.strategy, "none") == 0)) {
+    if (!t->hooks.exchange_more != !t->hooks.allsum) {
+        s = sl_err(SL_EINVAL, "trainer hooks: exchange_more and allsum go together (lockstep epochs need both)");
+        goto fail;
+    }
+    if (w > 1 && ((!t->hooks.exchange && !t->hooks.exchange_more) || strcmp(t->c.strategy, "none") == 0)) {
         s = sl_err(SL_EINVAL, "%d replicas need a gradient exchange: set `strategy ring` or `strategy ps` in the train block",
                    w);
         goto fail;
@@ -168,6 +176,7 @@ void sl_trainer_free(sl_trainer *t) {
     sl_dataset_unref(t->eval_ds);
     sl_optim_free(t->optim);
     sl_model_free(t->model);
+    free(t->warned);
     free(t);
 }
 
@@ -214,8 +223,131 @@ static sl_status open_epoch(sl_trainer *t, int64_t epoch, sl_iter **it) {
     return s;
 }
 
-/* Batches in one epoch: needed up front only for a cosine schedule measured in epochs. */
+/* ---- lockstep epochs (sluice/train.h) ------------------------------------------------ */
+
+/* allsum tags: one per kind of agreement, so replicas out of phase fail instead of mixing */
+enum { TAG_CARD = 1, TAG_COUNT = 2, TAG_FIRST = 3, TAG_ENDS = 4 };
+
+static int32_t clamp32(int64_t v) { return v > INT32_MAX ? INT32_MAX : v < INT32_MIN ? INT32_MIN : (int32_t)v; }
+
+/* Every replica's values: v[k * world + rank] = mine[k] for k < nk, then allsum. v holds
+ * nk * world ints. */
+static sl_status gather(sl_trainer *t, const int64_t *mine, int nk, uint32_t tag, int32_t *v) {
+    int w = t->hooks.world_size;
+    memset(v, 0, (size_t)nk * (size_t)w * sizeof *v);
+    for (int k = 0; k < nk; k++) v[k * w + t->hooks.rank] = clamp32(mine[k]);
+    return t->hooks.allsum(t->hooks.ctx, v, (size_t)nk * (size_t)w, tag);
+}
+
+/* Batches per epoch of each replica known without reading (cardinality), at the start:
+ * the chief warns when they differ. Every replica takes part. */
+static sl_status check_split(sl_trainer *t) {
+    int w = t->hooks.world_size;
+    int32_t *v = calloc((size_t)w, sizeof *v);
+    if (!v) return sl_err(SL_ENOMEM, "out of memory");
+    int64_t card = sl_dataset_cardinality(t->train_ds);
+    int64_t mine = card >= 0 ? card : -1;
+    sl_status s = gather(t, &mine, 1, TAG_CARD, v);
+    if (s) {
+        free(v);
+        return s;
+    }
+    int32_t lo = INT32_MAX, hi = 0;
+    bool known = true;
+    for (int r = 0; r < w; r++) {
+        if (v[r] < 0) known = false;
+        if (v[r] < lo) lo = v[r];
+        if (v[r] > hi) hi = v[r];
+    }
+    if (known && lo != hi && chief(t)) {
+        char list[512] = "", unused[512] = "";
+        size_t ll = 0, lu = 0;
+        for (int r = 0; r < w; r++) {
+            if (ll < sizeof list)
+                ll += (size_t)snprintf(list + ll, sizeof list - ll, "%srank %d %" PRId32, r ? ", " : "", r, v[r]);
+            if (v[r] > lo && lu < sizeof unused)
+                lu += (size_t)snprintf(unused + lu, sizeof unused - lu, "%s%" PRId32 " of rank %d", lu ? ", " : "",
+                                       v[r] - lo, r);
+        }
+        warnf(t,
+              "pipeline '%s': the replicas' shards give unequal batches per epoch (%s): every epoch ends at %" PRId32
+              " steps on all replicas (%s unused per epoch); give every replica as many batches to use all the data",
+              t->c.data, list, lo, unused);
+    }
+    free(v);
+    return SL_OK;
+}
+
+/* After an epoch that some replicas ended before their data did: the chief names the
+ * counts (each replica: ran out or not, its batches this epoch: the steps when it ran out,
+ * its cardinality or -1 when not), once, and again when they change. */
+static sl_status warn_uneven(sl_trainer *t, int64_t epoch, int64_t b, bool ran_out) {
+    int w = t->hooks.world_size;
+    int32_t *v = calloc((size_t)w * 2, sizeof *v);
+    if (!v) return sl_err(SL_ENOMEM, "out of memory");
+    int64_t card = sl_dataset_cardinality(t->train_ds);
+    int64_t mine[2] = {ran_out, ran_out ? b : card > b ? card : -1};
+    sl_status s = gather(t, mine, 2, TAG_ENDS, v);
+    if (s || !chief(t)) {
+        free(v);
+        return s;
+    }
+    bool first = !t->warned;
+    if (first && !(t->warned = calloc((size_t)w * 2, sizeof *t->warned))) {
+        free(v);
+        return sl_err(SL_ENOMEM, "out of memory");
+    }
+    if (first || memcmp(v, t->warned, (size_t)w * 2 * sizeof *v) != 0) {
+        char out[512] = "", more[512] = "", unused[512] = "";
+        size_t lo = 0, lm = 0, lu = 0;
+        int nout = 0;
+        for (int r = 0; r < w; r++) {
+            if (v[r]) {
+                if (lo < sizeof out) lo += (size_t)snprintf(out + lo, sizeof out - lo, "%s%d", nout ? ", " : "", r);
+                nout++;
+                continue;
+            }
+            int32_t tot = v[w + r];
+            if (lm < sizeof more) {
+                if (tot >= 0) lm += (size_t)snprintf(more + lm, sizeof more - lm, "%srank %d had %" PRId32, lm ? ", " : "", r, tot);
+                else lm += (size_t)snprintf(more + lm, sizeof more - lm, "%srank %d had more", lm ? ", " : "", r);
+            }
+            if (lu < sizeof unused) {
+                if (tot >= 0)
+                    lu += (size_t)snprintf(unused + lu, sizeof unused - lu, "%s%" PRId64 " batch%s of rank %d",
+                                           lu ? ", " : "", tot - b, tot - b == 1 ? "" : "es", r);
+                else
+                    lu += (size_t)snprintf(unused + lu, sizeof unused - lu, "%sthe rest of rank %d's batches",
+                                           lu ? ", " : "", r);
+            }
+        }
+        warnf(t, "epoch %" PRId64 ": rank%s %s ran out after %" PRId64 " steps; %s: all replicas end the epoch at %" PRId64
+                 " (%s unused)%s",
+              epoch + 1, nout == 1 ? "" : "s", out, b, more, b, unused,
+              first ? "; give every replica as many batches to use all the data" : "");
+        memcpy(t->warned, v, (size_t)w * 2 * sizeof *v);
+    }
+    free(v);
+    return SL_OK;
+}
+
+/* Batches in one epoch: needed up front only for a cosine schedule measured in epochs. In
+ * lockstep, the fewest of any replica (the epochs end there). */
+static sl_status count_own_batches(sl_trainer *t, int64_t *n);
 static sl_status count_batches(sl_trainer *t, int64_t *n) {
+    sl_status s = count_own_batches(t, n);
+    if (s || !lockstep(t)) return s;
+    int w = t->hooks.world_size;
+    int32_t *v = calloc((size_t)w, sizeof *v);
+    if (!v) return sl_err(SL_ENOMEM, "out of memory");
+    if (!(s = gather(t, n, 1, TAG_COUNT, v)))
+        for (int r = 0; r < w; r++)
+            if (v[r] < *n) *n = v[r];
+    free(v);
+    return s;
+}
+
+static sl_status count_own_batches(sl_trainer *t, int64_t *n) {
     int64_t card = sl_dataset_cardinality(t->train_ds);
     if (card > 0) {
         *n = card;
@@ -419,6 +551,28 @@ static bool every_epochs(const sl_train_every *e, int64_t epochs_done) {
     return e->epochs > 0 && epochs_done % e->epochs == 0;
 }
 
+/* Lockstep: every replica has a first batch in this epoch, or none has (the loop then
+ * reports the empty epoch); a replica without one while others have some fails them all. */
+static sl_status first_batch(sl_trainer *t, int64_t epoch, bool have) {
+    int w = t->hooks.world_size;
+    int32_t *v = calloc((size_t)w, sizeof *v);
+    if (!v) return sl_err(SL_ENOMEM, "out of memory");
+    int64_t mine = have;
+    sl_status s = gather(t, &mine, 1, TAG_FIRST, v);
+    int empty = -1, full = -1;
+    for (int r = 0; !s && r < w; r++) {
+        if (!v[r] && empty < 0) empty = r;
+        if (v[r] && full < 0) full = r;
+    }
+    free(v);
+    if (s || empty < 0 || full < 0) return s;
+    sl_err(SL_EINVAL, "pipeline '%s': rank %d has no batch in epoch %" PRId64 " while rank %d has: its shard is empty",
+           t->c.data, empty, epoch + 1, full);
+    sl_err_hint("give every replica data: at least as many files as replicas with `shard file`, or `shard data`, and "
+                "a batch no larger than a replica's shard");
+    return SL_EINVAL;
+}
+
 static sl_status train_loop(sl_trainer *t, int64_t step, int64_t epoch, int64_t skip) {
     sl_status s = SL_OK;
     sl_iter *it = NULL;
@@ -447,6 +601,7 @@ static sl_status train_loop(sl_trainer *t, int64_t step, int64_t epoch, int64_t 
         }
         skip = 0;
         double eval_acc = -1;
+        bool uneven = false; /* lockstep: the epoch ended on some replicas before their data did */
         /* Two batch slots: while step k computes on cur, batch k+1 is already taken from
          * the pipeline and staged (sl_model_prefetch: an async copy on CUDA). Elements are
          * never moved between slots, since prefetch matches tensors by address. */
@@ -464,6 +619,10 @@ static sl_status train_loop(sl_trainer *t, int64_t step, int64_t epoch, int64_t 
         } else {
             goto out;
         }
+        /* lockstep: does every replica have a first batch? (afterwards each exchange tells
+         * whether every replica has the next one) */
+        bool cut = false; /* lockstep ended the epoch before this replica's data did */
+        if (lockstep(t) && (s = first_batch(t, epoch, have_cur))) goto out;
         while (have_cur) {
             int nx = cur ^ 1;
             bool have_next = false;
@@ -488,7 +647,12 @@ static sl_status train_loop(sl_trainer *t, int64_t step, int64_t epoch, int64_t 
             if ((s = sl_model_zero_grads(t->model)) || (s = sl_model_train_step(t->model, x, y, 1.0f, &r))) goto out;
             double t2 = now_s();
             bool applied = false;
-            if (t->hooks.exchange) {
+            int more = have_next; /* lockstep: in, this replica has batch b + 1; out, how many do */
+            if (lockstep(t)) {
+                size_t n;
+                float *g = sl_model_grads(t->model, &n);
+                if ((s = t->hooks.exchange_more(t->hooks.ctx, t->model, g, n, step, lr, &applied, &more))) goto out;
+            } else if (t->hooks.exchange) {
                 size_t n;
                 float *g = sl_model_grads(t->model, &n);
                 if ((s = t->hooks.exchange(t->hooks.ctx, t->model, g, n, step, lr, &applied))) goto out;
@@ -501,6 +665,13 @@ static sl_status train_loop(sl_trainer *t, int64_t step, int64_t epoch, int64_t 
             have_cur = have_next;
             x = nxx;
             y = nxy;
+            if (lockstep(t) && more < t->hooks.world_size && have_next) {
+                /* another replica is out: this batch stays unused, the epoch ends here */
+                sl_element_clear(&el[cur]);
+                have_cur = false;
+                cut = true;
+            }
+            uneven = lockstep(t) && more > 0 && more < t->hooks.world_size;
             if (!isfinite(r.loss)) {
                 s = sl_err(SL_ERANGE, "step %" PRId64 ": the loss is %g", step, r.loss);
                 sl_err_hint("lower the learning rate (optimizer lr=) or add a warmup (schedule ... warmup=N)");
@@ -543,8 +714,9 @@ static sl_status train_loop(sl_trainer *t, int64_t step, int64_t epoch, int64_t 
             sl_err_hint("check the files pattern, and that drop_remainder does not drop the only batch");
             goto out;
         }
-        bool full = s == SL_END;
+        bool full = s == SL_END || cut;
         s = SL_OK;
+        if (uneven && (s = warn_uneven(t, epoch, b, end_seen))) goto out;
         pos_batch = full ? 0 : b;
         if (full) {
             if (t->steps_per_epoch == 0) t->steps_per_epoch = b;
@@ -634,6 +806,7 @@ sl_status sl_trainer_run(sl_trainer *t) {
             t->sum.start_step = pos.step;
         }
     }
+    if (lockstep(t) && (s = check_split(t))) goto done;
     if (t->c.schedule.kind == SL_SCHED_COSINE && t->c.schedule.total == 0) {
         if (t->c.steps > 0) {
             t->c.schedule.total = t->c.steps - t->c.schedule.warmup;

@@ -106,7 +106,22 @@ sl_status sl_train_config_parse(const sl_cfg *cfg, sl_train_config *out);
  *     pulls the fresh parameters into the model (sl_model_set_params) and sets *applied
  *     true, so the loop skips its own optimizer step.
  * Only the chief (is_chief) evaluates, writes checkpoints, event files and the console
- * lines; every replica runs the same number of steps. */
+ * lines.
+ *
+ * Lockstep epochs (exchange_more and allsum both set: strategy ring): every replica runs
+ * the same number of steps in every epoch, however unequal the shards. Each step the
+ * replicas agree whether every one of them holds a batch for the next step (the loop takes
+ * batch k+1 from the pipeline before step k's exchange, so the answer rides on step k's
+ * exchange); when any is out, all end the epoch after step k, and all begin the next
+ * epoch together. Every step that is taken is taken by all replicas on a batch of their
+ * own, so the results stay exact and bit-identical; the batches a replica holds beyond the
+ * end are left unused. The chief warns with the counts ("epoch 1: rank 1 ran out after 10
+ * steps; rank 0 had 13: all replicas end the epoch at 10 (3 batches of rank 0 unused)"),
+ * again only when the counts change; at the start it warns when the replicas' batch
+ * counts are known without reading (sl_dataset_cardinality) and differ. A replica with no
+ * batch at all in an epoch while others have some fails the run on every replica (SL_EINVAL
+ * naming it). The steps per epoch used by a cosine schedule are the fewest of any replica.
+ * Without them (ps) each replica ends its epochs when its own data ends. */
 typedef struct sl_train_hooks {
     void *ctx;
     int world_size;  /* replicas (>= 1) */
@@ -125,6 +140,16 @@ typedef struct sl_train_hooks {
     /* At the end of the run, with its result (SL_OK or the error that stopped it): barrier,
      * leave the ring, tell the ps. NULL: nothing. The loop returns the first error. */
     sl_status (*finish)(void *ctx, sl_status result);
+    /* Lockstep epochs (both set, or both NULL; see above). exchange_more: exchange, and
+     * *more in: 1 when this replica already holds a batch for step + 1 of this epoch, else
+     * 0; out: how many replicas hold one (all of them: the epoch goes on). When set, the
+     * loop calls it instead of exchange. */
+    sl_status (*exchange_more)(void *ctx, sl_model *m, float *grads, size_t n, int64_t step, float lr,
+                               bool *applied, int *more);
+    /* allsum: add v[0..n) over the replicas in place (every replica passes the same n and tag, a
+     * label below 0x10000 checked on receipt); the loop gathers per-replica counts with it
+     * (each replica fills its own slots, zeros elsewhere). Errors as for exchange. */
+    sl_status (*allsum)(void *ctx, int32_t *v, size_t n, uint32_t tag);
 } sl_train_hooks;
 
 /* ---- the trainer ---------------------------------------------------------------------- */
