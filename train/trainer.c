@@ -266,8 +266,8 @@ static sl_status check_split(sl_trainer *t) {
             if (ll < sizeof list)
                 ll += (size_t)snprintf(list + ll, sizeof list - ll, "%srank %d %" PRId32, r ? ", " : "", r, v[r]);
             if (v[r] > lo && lu < sizeof unused)
-                lu += (size_t)snprintf(unused + lu, sizeof unused - lu, "%s%" PRId32 " of rank %d", lu ? ", " : "",
-                                       v[r] - lo, r);
+                lu += (size_t)snprintf(unused + lu, sizeof unused - lu, "%s%" PRId32 " batch%s of rank %d", lu ? ", " : "",
+                                       v[r] - lo, v[r] - lo == 1 ? "" : "es", r);
         }
         warnf(t,
               "pipeline '%s': the replicas' shards give unequal batches per epoch (%s): every epoch ends at %" PRId32

@@ -2,16 +2,21 @@
  * refused, and two replicas (threads of this process, over TCP on 127.0.0.1) leave start
  * with rank 0's parameters and exchange with the exact average of their gradients, with
  * equal hash logs. The trainer end to end is tests/integration/test_train_ring.sh. */
+#include <fcntl.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "sluice/cluster.h"
 #include "sluice/config.h"
 #include "sluice/model.h"
+#include "sluice/example.h"
 #include "sluice/strategy.h"
+#include "sluice/tfrecord.h"
+#include "sluice/train.h"
 #include "test.h"
 
 /* libzmq is not built with ThreadSanitizer: its lock-free queues between the I/O thread and
@@ -48,6 +53,9 @@ TEST(test_ps_task_refused) {
                  "---> HINT: strategy ring trains on chief and worker tasks only; ps tasks belong to `strategy ps`");
     sl_cluster_free(&c);
 }
+
+/* Ports of this process: 4 from 21000 + (pid % 2000) * 4 (below the ephemeral range). */
+static int test_port(int k) { return 21000 + (int)(getpid() % 2000) * 4 + k; }
 
 static const char MODEL[] = "model m {\n  input 4\n  dense 3\n}\n";
 
@@ -114,7 +122,7 @@ out:
 TEST(test_two_replicas) {
     rep r[2];
     memset(r, 0, sizeof r);
-    int port = 21000 + (int)(getpid() % 4000) * 2;
+    int port = test_port(0);
     pthread_t th[2];
     for (int i = 0; i < 2; i++) {
         r[i].rank = i;
@@ -143,9 +151,236 @@ TEST(test_two_replicas) {
     free(r[1].log);
 }
 
+/* ---- unequal shards: two trainers whose pipelines give 13 and 10 batches per epoch ---- */
+
+static char tmpdir[256];
+
+/* 256 examples: image float(4) in [0, 1), label 1 when x0 + x1 > x2 + x3. */
+static int write_points(void) {
+    char path[400];
+    snprintf(path, sizeof path, "%s/points.tfrecord", tmpdir);
+    sl_tfr_writer *w;
+    sl_exb *b;
+    if (sl_tfr_writer_open(path, NULL, &w) || sl_exb_new(&b)) return -1;
+    uint64_t r = 12345;
+    for (int i = 0; i < 256; i++) {
+        float x[4];
+        for (int j = 0; j < 4; j++) {
+            r = r * 6364136223846793005ULL + 1442695040888963407ULL;
+            x[j] = (float)((r >> 40) & 0xffff) / 65536.0f;
+        }
+        int64_t y = x[0] + x[1] > x[2] + x[3];
+        uint8_t *buf;
+        size_t len;
+        sl_exb_reset(b);
+        if (sl_exb_floats(b, "image", x, 4) || sl_exb_int64s(b, "label", &y, 1) || sl_exb_serialize(b, &buf, &len))
+            return -1;
+        sl_status s = sl_tfr_writer_write(w, buf, len);
+        free(buf);
+        if (s) return -1;
+    }
+    sl_exb_free(b);
+    return sl_tfr_writer_close(w) ? -1 : 0;
+}
+
+/* Each replica's pipeline: its half of the records (shard data), repeated, in batches of 8
+ * (the global 16 over 2), cut to `take` batches: a cardinality known without reading. */
+static const char UNEVEN[] = "pipeline train {\n"
+                             "    files \"points.tfrecord\"\n"
+                             "    shard auto\n"
+                             "    repeat\n"
+                             "    shuffle 64\n"
+                             "    map parse_example(image: float(4), label: int64)\n"
+                             "    batch 16 drop_remainder\n"
+                             "    take %d\n"
+                             "}\n"
+                             "model tiny {\n"
+                             "    input 4\n"
+                             "    dense 8 activation=relu\n"
+                             "    dense 2\n"
+                             "}\n"
+                             "train {\n"
+                             "    model tiny\n"
+                             "    data train\n"
+                             "    %s\n"
+                             "    optimizer sgd lr=0.1 momentum=0.9\n"
+                             "    schedule cosine\n"
+                             "    backend cpu\n"
+                             "    threads 1\n"
+                             "    seed 5\n"
+                             "    strategy ring\n"
+                             "}\n";
+
+typedef struct trep {
+    int rank, take;
+    const char *length; /* "epochs 2" or "steps 25" */
+    char peers[64];
+    sl_status st;
+    char err[512];
+    sl_train_summary sum;
+    float params[64];
+    size_t np;
+    char *log;
+    size_t loglen;
+} trep;
+
+static void *train_replica(void *arg) {
+    trep *r = arg;
+    sl_cfg *cfg = NULL;
+    sl_cluster c = {0};
+    sl_strategy_ring *s = NULL;
+    sl_trainer *t = NULL;
+    FILE *log = open_memstream(&r->log, &r->loglen);
+    char text[2048], name[400], run[400];
+    snprintf(text, sizeof text, UNEVEN, r->take, r->length);
+    snprintf(name, sizeof name, "%s/r%d.sl", tmpdir, r->rank);
+    snprintf(run, sizeof run, "%s/run%d", tmpdir, r->rank);
+    FILE *f = fopen(name, "w");
+    sl_status st = SL_EIO;
+    if (!f) goto out;
+    fputs(text, f);
+    fclose(f);
+    sl_cluster_args a = {.peers = r->peers, .rank = r->rank, .has_rank = 1};
+    sl_train_hooks h;
+    sl_strategy_ring_opts ro = {.timeout_s = 20, .hash_log = log};
+    if ((st = sl_cfg_parse_file(name, &cfg)) || (st = sl_cluster_resolve(&a, NULL, NULL, &c)) ||
+        (st = sl_strategy_ring_create(&c, &ro, &h, &s)))
+        goto out;
+    sl_train_opts o = sl_train_opts_default();
+    o.run_dir = run;
+    o.hooks = &h;
+    if ((st = sl_trainer_create(cfg, &o, &t))) {
+        h.finish(h.ctx, st);
+        goto out;
+    }
+    st = sl_trainer_run(t);
+    r->sum = *sl_trainer_summary(t);
+    sl_model *m = sl_trainer_model(t);
+    sl_model_params(m, &r->np);
+    if (!st && r->np <= 64) st = sl_model_get_params(m, r->params, r->np);
+out:
+    if (st) snprintf(r->err, sizeof r->err, "%s", sl_errmsg());
+    r->st = st;
+    sl_trainer_free(t);
+    sl_strategy_ring_free(s);
+    sl_cluster_free(&c);
+    sl_cfg_free(cfg);
+    fclose(log);
+    return NULL;
+}
+
+/* Run two replicas with takes[0], takes[1] batches per epoch; stderr (the warnings) into
+ * *err (malloc'd). */
+static void run_pair(trep *r, const int takes[2], const char *length, int port, char **err) {
+    memset(r, 0, 2 * sizeof *r);
+    char path[400];
+    snprintf(path, sizeof path, "%s/stderr", tmpdir);
+    fflush(stderr);
+    int saved = dup(2), fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    dup2(fd, 2);
+    close(fd);
+    pthread_t th[2];
+    for (int i = 0; i < 2; i++) {
+        r[i].rank = i;
+        r[i].take = takes[i];
+        r[i].length = length;
+        snprintf(r[i].peers, sizeof r[i].peers, "127.0.0.1:%d,127.0.0.1:%d", port, port + 1);
+        pthread_create(&th[i], NULL, train_replica, &r[i]);
+    }
+    for (int i = 0; i < 2; i++) pthread_join(th[i], NULL);
+    fflush(stderr);
+    dup2(saved, 2);
+    close(saved);
+    *err = NULL;
+    FILE *f = fopen(path, "r");
+    if (!f) return;
+    char *buf = calloc(1, 8192);
+    if (buf) fread(buf, 1, 8191, f);
+    fclose(f);
+    *err = buf;
+}
+
+static int count_lines(const char *s) {
+    int n = 0;
+    for (; s && *s; s++) n += *s == '\n';
+    return n;
+}
+
+/* epochs 2 over 13 and 10 batches: both replicas take 10 steps per epoch (20 in all), end
+ * with the same parameters (and the same cosine schedule: its length is 2 x 10 steps on
+ * both), and rank 0 says so with the counts, at the start and after epoch 1 (not again
+ * after epoch 2: the same counts). The old loop paired rank 0's batches 11-13 with rank 1's
+ * next epoch and failed at the final barrier. */
+TEST(test_unequal_shards_epochs) {
+    trep r[2];
+    char *err;
+    run_pair(r, (const int[2]){13, 10}, "epochs 2", test_port(0), &err);
+    for (int i = 0; i < 2; i++)
+        if (r[i].st) FAILF("rank %d: %s", i, r[i].err);
+    ASSERT_OK(r[0].st);
+    ASSERT_OK(r[1].st);
+    for (int i = 0; i < 2; i++) {
+        ASSERT_EQ(r[i].sum.steps, 20);
+        ASSERT_EQ(r[i].sum.epochs_done, 2);
+        ASSERT_EQ(r[i].sum.steps_per_epoch, 10);
+    }
+    ASSERT_EQ(r[0].np, 58); /* 4*8 + 8 + 8*2 + 2 */
+    ASSERT_MEMEQ(r[0].params, r[1].params, r[0].np * sizeof(float));
+    ASSERT(r[0].log && r[1].log);
+    ASSERT_STREQ(r[0].log, r[1].log);
+    ASSERT_EQ(count_lines(r[0].log), 21); /* steps 0..19 and the final 20 */
+    ASSERT(err);
+    ASSERT_STREQ(err, "warning: pipeline 'train': the replicas' shards give unequal batches per epoch (rank 0 13, "
+                      "rank 1 10): every epoch ends at 10 steps on all replicas (3 batches of rank 0 unused per "
+                      "epoch); give every replica as many batches to use all the data\n"
+                      "warning: epoch 1: rank 1 ran out after 10 steps; rank 0 had 13: all replicas end the epoch "
+                      "at 10 (3 batches of rank 0 unused); give every replica as many batches to use all the data\n");
+    free(err);
+    free(r[0].log);
+    free(r[1].log);
+}
+
+/* steps 25 over 10 and 13 batches (the chief has fewer): epochs end together at 10 and 20,
+ * the third stops at the step limit on both; the parameters are the same. */
+TEST(test_unequal_shards_steps) {
+    trep r[2];
+    char *err;
+    run_pair(r, (const int[2]){10, 13}, "steps 25", test_port(2), &err);
+    for (int i = 0; i < 2; i++)
+        if (r[i].st) FAILF("rank %d: %s", i, r[i].err);
+    ASSERT_OK(r[0].st);
+    ASSERT_OK(r[1].st);
+    for (int i = 0; i < 2; i++) {
+        ASSERT_EQ(r[i].sum.steps, 25);
+        ASSERT_EQ(r[i].sum.epochs_done, 2);
+        ASSERT_EQ(r[i].sum.steps_per_epoch, 10);
+    }
+    ASSERT_MEMEQ(r[0].params, r[1].params, r[0].np * sizeof(float));
+    ASSERT_STREQ(r[0].log, r[1].log);
+    ASSERT_EQ(count_lines(r[0].log), 26);
+    ASSERT(err);
+    ASSERT_CONTAINS(err, "warning: epoch 1: rank 0 ran out after 10 steps; rank 1 had 13: all replicas end the epoch at "
+                         "10 (3 batches of rank 1 unused)");
+    ASSERT(!strstr(err, "epoch 2:"));
+    free(err);
+    free(r[0].log);
+    free(r[1].log);
+}
+
 int main(void) {
     RUN(test_single_replica);
     RUN(test_ps_task_refused);
     RUN(test_two_replicas);
+    snprintf(tmpdir, sizeof tmpdir, "/tmp/sluice-test-strategy-ring.%d", (int)getpid());
+    mkdir(tmpdir, 0777);
+    if (write_points()) {
+        printf("cannot write test data: %s\n", sl_errmsg());
+        return 1;
+    }
+    RUN(test_unequal_shards_epochs);
+    RUN(test_unequal_shards_steps);
+    char cmd[400];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
+    if (system(cmd) != 0) printf("could not remove %s\n", tmpdir);
     TEST_MAIN_END();
 }
