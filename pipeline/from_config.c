@@ -19,6 +19,7 @@
 
 #include "pipeline/internal.h"
 #include "sluice/from_config.h"
+#include "sluice/log.h"
 
 #define MAX_FNS 32
 #define MAX_PARAMS 6
@@ -437,6 +438,21 @@ static sl_status build_range(builder *b, const op_def *d, const sl_cfg_stmt *s) 
     return SL_OK;
 }
 
+/* Files that do not split evenly over the replicas (said once, by shard 0): the replicas
+ * with fewer files are likely to run out first (under strategy ring every epoch then ends
+ * there, sluice/train.h). */
+static void uneven_files_warning(const builder *b, int64_t num) {
+    int64_t more = b->npaths % num, lo = b->npaths / num;
+    char a[64], z[64];
+    if (more == 1) snprintf(a, sizeof a, "replica 0 reads %lld", (long long)lo + 1);
+    else snprintf(a, sizeof a, "replicas 0-%lld read %lld each", (long long)more - 1, (long long)lo + 1);
+    if (num - more == 1) snprintf(z, sizeof z, "replica %lld reads %lld", (long long)more, (long long)lo);
+    else snprintf(z, sizeof z, "replicas %lld-%lld read %lld each", (long long)more, (long long)num - 1, (long long)lo);
+    SL_WARN("pipeline '%s': %d files do not split evenly over %lld replicas (shard by file): %s, %s; "
+            "use a file count that is a multiple of the replicas, or shard data",
+            b->pname, b->npaths, (long long)num, a, z);
+}
+
 static sl_status build_shard(builder *b, const op_def *d, const sl_cfg_stmt *s) {
     static const char *const modes[] = {"auto", "file", "data"};
     int mode = 0;
@@ -494,6 +510,7 @@ static sl_status build_shard(builder *b, const op_def *d, const sl_cfg_stmt *s) 
         b->file_shard_stmt = s;
         b->fs_num = num;
         b->fs_index = index;
+        if (num > 1 && b->npaths % num && index == 0) uneven_files_warning(b, num);
         return SL_OK;
     }
     if (num == 1) return SL_OK;

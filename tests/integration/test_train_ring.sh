@@ -141,5 +141,36 @@ if run resume 0 "$BIN/sluice-launch" -n 2 --port-base "$PB" -- "$BIN/sluice-trai
     [ -f "$T/kill/ckpt-000001600.safetensors" ] && ok "final checkpoint at step 1600" || fail "no ckpt at step 1600"
 fi
 
+# 5. unequal shards: 3 files of 400 records over 2 replicas (shard auto: by file) give rank 0
+#    two files (800 records, 32 batches of 25) and rank 1 one (16 batches). Both warnings
+#    come from rank 0: the uneven file split at the start, and after epoch 1 the counts;
+#    every epoch ends at 16 steps on both replicas (32 steps in all), exit 0, identical
+#    parameter hashes at every step. (The old loop went on pairing rank 0's batches 17-32
+#    with rank 1's next epoch and failed at the final barrier.)
+"$BIN/sluice-record" convert fashion-mnist "$T/data3" --shards 3 --limit 1200 >/dev/null 2>"$T/convert3.err" ||
+    fail "convert 3 shards: $(cat "$T/convert3.err")"
+sed -e 's#"data/#"data3/#' -e 's#eval test every=1#eval none#' "$T/tiny.sl" >"$T/tiny3.sl"
+if run uneven 0 "$BIN/sluice-launch" -n 2 --port-base $((PB + 20)) -- "$BIN/sluice-train" "$T/tiny3.sl" "${RING[@]}" \
+    --run-dir "$T/uneven" --hash-log "$T/uh"; then
+    want="[worker 0] sluice warning: pipeline 'train': 3 files do not split evenly over 2 replicas (shard by file): replica 0 reads 2, replica 1 reads 1; use a file count that is a multiple of the replicas, or shard data"
+    grep -qxF "$want" "$T/uneven.err" && ok "uneven file split warned at the start" ||
+        { fail "no file split warning:"; cat "$T/uneven.err"; }
+    want="[worker 0] warning: epoch 1: rank 1 ran out after 16 steps; rank 0 had more: all replicas end the epoch at 16 (the rest of rank 0's batches unused); give every replica as many batches to use all the data"
+    grep -qxF "$want" "$T/uneven.err" && ok "rank 0 warned with the counts after epoch 1" ||
+        { fail "no epoch warning:"; cat "$T/uneven.err"; }
+    n=$(grep -c 'ran out after' "$T/uneven.err")
+    [ "$n" = 1 ] && ok "the same counts are said once" || fail "$n 'ran out' warnings, expected 1"
+    grep -q '^\[worker 1\]' "$T/uneven.err" && fail "rank 1 warned too: $(grep '^\[worker 1\]' "$T/uneven.err")" ||
+        ok "rank 1 is silent"
+    for e in 1 2; do
+        grep -q "^\[worker 0\] epoch $e/2  step $((16 * e)) " "$T/uneven.out" && ok "epoch $e ends at step $((16 * e))" ||
+            { fail "epoch $e did not end at step $((16 * e)):"; cat "$T/uneven.out"; }
+    done
+    l0=$(wc -l <"$T/uh.0")
+    [ "$l0" = 33 ] && ok "33 hash lines (steps 0..32)" || fail "$l0 hash lines in rank 0's log, expected 33"
+    cmp -s "$T/uh.0" "$T/uh.1" && ok "unequal shards: replicas bit-identical at every step" ||
+        { fail "hash logs differ:"; diff "$T/uh.0" "$T/uh.1" | head -5; }
+fi
+
 if [ "$fails" -gt 0 ]; then echo "$fails failure(s)"; exit 1; fi
 echo "all ok"
