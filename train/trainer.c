@@ -259,6 +259,19 @@ static sl_status check_split(sl_trainer *t) {
         if (v[r] < lo) lo = v[r];
         if (v[r] > hi) hi = v[r];
     }
+    if (known && lo == 0 && hi > 0) {
+        int empty = 0, full = 0;
+        for (int r = w - 1; r >= 0; r--) {
+            if (v[r] == 0) empty = r;
+            else full = r;
+        }
+        sl_err(SL_EINVAL, "pipeline '%s': rank %d has no batch in an epoch while rank %d has %" PRId32 ": its shard is empty",
+               t->c.data, empty, full, v[full]);
+        sl_err_hint("give every replica data: at least as many files as replicas with `shard file`, or `shard data`, "
+                    "and a batch no larger than a replica's shard");
+        free(v);
+        return SL_EINVAL;
+    }
     if (known && lo != hi && chief(t)) {
         char list[512] = "", unused[512] = "";
         size_t ll = 0, lu = 0;

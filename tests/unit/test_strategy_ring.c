@@ -214,6 +214,7 @@ static const char UNEVEN[] = "pipeline train {\n"
 typedef struct trep {
     int rank, take;
     const char *length; /* "epochs 2" or "steps 25" */
+    int fp16;           /* gradients as float16 on the wire */
     char peers[64];
     sl_status st;
     char err[512];
@@ -242,7 +243,7 @@ static void *train_replica(void *arg) {
     fclose(f);
     sl_cluster_args a = {.peers = r->peers, .rank = r->rank, .has_rank = 1};
     sl_train_hooks h;
-    sl_strategy_ring_opts ro = {.timeout_s = 20, .hash_log = log};
+    sl_strategy_ring_opts ro = {.timeout_s = 20, .hash_log = log, .ring = {.fp16 = r->fp16}};
     if ((st = sl_cfg_parse_file(name, &cfg)) || (st = sl_cluster_resolve(&a, NULL, NULL, &c)) ||
         (st = sl_strategy_ring_create(&c, &ro, &h, &s)))
         goto out;
@@ -271,7 +272,7 @@ out:
 
 /* Run two replicas with takes[0], takes[1] batches per epoch; stderr (the warnings) into
  * *err (malloc'd). */
-static void run_pair(trep *r, const int takes[2], const char *length, int port, char **err) {
+static void run_pair(trep *r, const int takes[2], const char *length, int fp16, int port, char **err) {
     memset(r, 0, 2 * sizeof *r);
     char path[400];
     snprintf(path, sizeof path, "%s/stderr", tmpdir);
@@ -284,6 +285,7 @@ static void run_pair(trep *r, const int takes[2], const char *length, int port, 
         r[i].rank = i;
         r[i].take = takes[i];
         r[i].length = length;
+        r[i].fp16 = fp16;
         snprintf(r[i].peers, sizeof r[i].peers, "127.0.0.1:%d,127.0.0.1:%d", port, port + 1);
         pthread_create(&th[i], NULL, train_replica, &r[i]);
     }
@@ -314,7 +316,7 @@ static int count_lines(const char *s) {
 TEST(test_unequal_shards_epochs) {
     trep r[2];
     char *err;
-    run_pair(r, (const int[2]){13, 10}, "epochs 2", test_port(0), &err);
+    run_pair(r, (const int[2]){13, 10}, "epochs 2", 0, test_port(0), &err);
     for (int i = 0; i < 2; i++)
         if (r[i].st) FAILF("rank %d: %s", i, r[i].err);
     ASSERT_OK(r[0].st);
@@ -341,11 +343,13 @@ TEST(test_unequal_shards_epochs) {
 }
 
 /* steps 25 over 10 and 13 batches (the chief has fewer): epochs end together at 10 and 20,
- * the third stops at the step limit on both; the parameters are the same. */
+ * the third stops at the step limit on both; the parameters are the same. With fp16 on the
+ * wire, so the has-data flag also survives the rounding. The old loop ran 25 steps on both,
+ * but rank 1's epochs were 13 steps long. */
 TEST(test_unequal_shards_steps) {
     trep r[2];
     char *err;
-    run_pair(r, (const int[2]){10, 13}, "steps 25", test_port(2), &err);
+    run_pair(r, (const int[2]){10, 13}, "steps 25", 1, test_port(2), &err);
     for (int i = 0; i < 2; i++)
         if (r[i].st) FAILF("rank %d: %s", i, r[i].err);
     ASSERT_OK(r[0].st);
@@ -367,6 +371,23 @@ TEST(test_unequal_shards_steps) {
     free(r[1].log);
 }
 
+/* A replica whose pipeline is known to be empty (take 0) while the other has 13 batches:
+ * both fail at the start with the same error, which names it. */
+TEST(test_empty_shard) {
+    trep r[2];
+    char *err;
+    run_pair(r, (const int[2]){13, 0}, "epochs 1", 0, test_port(0), &err);
+    free(err);
+    for (int i = 0; i < 2; i++) {
+        ASSERT_EQ(r[i].st, SL_EINVAL);
+        ASSERT_STREQ(r[i].err, "pipeline 'train': rank 1 has no batch in an epoch while rank 0 has 13: its shard is empty\n"
+                               "---> HINT: give every replica data: at least as many files as replicas with `shard "
+                               "file`, or `shard data`, and a batch no larger than a replica's shard");
+        ASSERT_EQ(r[i].sum.steps, 0);
+        free(r[i].log);
+    }
+}
+
 int main(void) {
     RUN(test_single_replica);
     RUN(test_ps_task_refused);
@@ -379,6 +400,7 @@ int main(void) {
     }
     RUN(test_unequal_shards_epochs);
     RUN(test_unequal_shards_steps);
+    RUN(test_empty_shard);
     char cmd[400];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
     if (system(cmd) != 0) printf("could not remove %s\n", tmpdir);

@@ -3,6 +3,7 @@
  * and the gradient exchange hook. Data: a small synthetic TFRecord file (two classes of
  * 4-float points) written to a temporary folder, so the test needs nothing else. */
 #include <dirent.h>
+#include <fcntl.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -435,6 +436,143 @@ TEST(test_exchange_hook) {
     ASSERT_EQ(stat(dir, &st), -1);
 }
 
+/* ---- lockstep epochs with a simulated second replica ---------------------------------- */
+
+/* Rank 0 of 2, with a peer whose data gives `peer_batches` batches per epoch (0: none).
+ * exchange_more adds the peer's has-next flag; allsum adds the peer's values: n == 2
+ * (one value per replica: cardinality, first batch) gets peer_batches > 0 in the peer's
+ * slot for the first batch and -1 (unknown) for the cardinality; n == 4 (the end counts) its
+ * ran-out flag and batches. */
+typedef struct {
+    int peer_batches;
+    int64_t epoch_steps;   /* steps since the last epoch start, as the peer sees them */
+    int exchanges, allsums, finishes;
+    sl_status finish_result;
+    int32_t ends[4];       /* the last end counts the loop sent */
+} peer_sim;
+
+static sl_status p_exchange_more(void *ctx, sl_model *m, float *grads, size_t n, int64_t step, float lr,
+                                 bool *applied, int *more) {
+    peer_sim *p = ctx;
+    p->exchanges++;
+    p->epoch_steps++;
+    *applied = false;
+    *more += p->epoch_steps < p->peer_batches;
+    return SL_OK;
+}
+
+static sl_status p_allsum(void *ctx, int32_t *v, size_t n, uint32_t tag) {
+    peer_sim *p = ctx;
+    p->allsums++;
+    if (n == 2 && v[0] == 1) { /* the first batch (a cardinality would be -1 here: unknown) */
+        v[1] = p->peer_batches > 0;
+        p->epoch_steps = 0;
+    } else if (n == 2) {
+        v[1] = v[0] < 0 ? -1 : p->peer_batches > 0;
+        p->epoch_steps = 0;
+    } else if (n == 4) {
+        memcpy(p->ends, v, sizeof p->ends);
+        v[1] = 1; /* the peer ran out ... */
+        v[3] = p->peer_batches; /* ... after its batches */
+    }
+    return SL_OK;
+}
+
+static sl_status p_finish(void *ctx, sl_status result) {
+    peer_sim *p = ctx;
+    p->finishes++;
+    p->finish_result = result;
+    return SL_OK;
+}
+
+/* Capture what fn writes to stderr (the loop's warnings) into a malloc'd string. */
+static char *stderr_of(sl_status (*fn)(sl_trainer *), sl_trainer *t, sl_status *st) {
+    char path[400];
+    snprintf(path, sizeof path, "%s/stderr", tmpdir);
+    fflush(stderr);
+    int saved = dup(2), fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    dup2(fd, 2);
+    close(fd);
+    *st = fn(t);
+    fflush(stderr);
+    dup2(saved, 2);
+    close(saved);
+    FILE *f = fopen(path, "r");
+    char *buf = calloc(1, 8192);
+    if (f && buf) fread(buf, 1, 8191, f);
+    if (f) fclose(f);
+    return buf;
+}
+
+#define LOCKSTEP_BODY                                                                        \
+    "    model tiny\n    data train\n    epochs 2\n    optimizer sgd lr=0.05\n    backend cpu\n" \
+    "    threads 1\n    seed 3\n    strategy ring\n"
+
+/* This replica has 32 batches per epoch, its peer 3: every epoch ends after 3 steps (6 in
+ * all), and the warning (once: the counts do not change) names both. */
+TEST(test_lockstep_peer_runs_out) {
+    peer_sim p = {.peer_batches = 3};
+    sl_train_hooks hooks = {.ctx = &p, .world_size = 2, .rank = 0, .is_chief = true, .finish = p_finish,
+                            .exchange_more = p_exchange_more, .allsum = p_allsum};
+    sl_cfg *cfg = NULL;
+    sl_trainer *t = NULL;
+    sl_status s = make_trainer(LOCKSTEP_BODY, "lockstep", false, &hooks, &cfg, &t);
+    if (s == SL_EUNSUPPORTED) {
+        sl_cfg_free(cfg);
+        SKIP("no CPU backend in this build");
+    }
+    ASSERT_OK(s);
+    char *err = stderr_of(sl_trainer_run, t, &s);
+    ASSERT_OK(s);
+    ASSERT_EQ(p.exchanges, 6);
+    ASSERT_EQ(p.finishes, 1);
+    ASSERT_OK(p.finish_result);
+    const sl_train_summary *sum = sl_trainer_summary(t);
+    ASSERT_EQ(sum->steps, 6);
+    ASSERT_EQ(sum->epochs_done, 2);
+    ASSERT_EQ(sum->steps_per_epoch, 3);
+    /* this replica sent: not out (flag 0 in slot 0), its cardinality unknown (-1) */
+    ASSERT_EQ(p.ends[0], 0);
+    ASSERT_EQ(p.ends[2], -1);
+    ASSERT(err);
+    ASSERT_STREQ(err, "warning: epoch 1: rank 1 ran out after 3 steps; rank 0 had more: all replicas end the epoch at 3 "
+                      "(the rest of rank 0's batches unused); give every replica as many batches to use all the data\n");
+    free(err);
+    sl_trainer_free(t);
+    sl_cfg_free(cfg);
+}
+
+/* A peer with no batch at all while this replica has some: every replica fails (the run's
+ * error names the empty one) instead of running zero-step epochs. */
+TEST(test_lockstep_peer_empty) {
+    peer_sim p = {.peer_batches = 0};
+    sl_train_hooks hooks = {.ctx = &p, .world_size = 2, .rank = 0, .is_chief = true, .finish = p_finish,
+                            .exchange_more = p_exchange_more, .allsum = p_allsum};
+    sl_cfg *cfg = NULL;
+    sl_trainer *t = NULL;
+    sl_status s = make_trainer(LOCKSTEP_BODY, "lockstep0", false, &hooks, &cfg, &t);
+    if (s == SL_EUNSUPPORTED) {
+        sl_cfg_free(cfg);
+        SKIP("no CPU backend in this build");
+    }
+    ASSERT_OK(s);
+    ASSERT_EQ(sl_trainer_run(t), SL_EINVAL);
+    ASSERT_STREQ(sl_errmsg(), "pipeline 'train': rank 1 has no batch in epoch 1 while rank 0 has: its shard is empty\n"
+                              "---> HINT: give every replica data: at least as many files as replicas with `shard "
+                              "file`, or `shard data`, and a batch no larger than a replica's shard");
+    ASSERT_EQ(p.exchanges, 0);
+    ASSERT_EQ(p.finishes, 1);
+    ASSERT_EQ(p.finish_result, SL_EINVAL);
+    sl_trainer_free(t);
+    sl_cfg_free(cfg);
+    /* lockstep needs both hooks */
+    hooks.allsum = NULL;
+    ASSERT_EQ(make_trainer(LOCKSTEP_BODY, "lockstep0", false, &hooks, &cfg, &t), SL_EINVAL);
+    ASSERT_STREQ(sl_errmsg(), "trainer hooks: exchange_more and allsum go together (lockstep epochs need both)");
+    ASSERT(t == NULL);
+    sl_cfg_free(cfg);
+}
+
 /* `strategy ps mode= staleness=`: defaults, values, and the options refused elsewhere. */
 TEST(test_config_strategy_ps) {
     sl_cfg *cfg;
@@ -503,6 +641,8 @@ int main(void) {
     RUN(test_resume_bit_identical);
     RUN(test_checkpoint_load_errors);
     RUN(test_exchange_hook);
+    RUN(test_lockstep_peer_runs_out);
+    RUN(test_lockstep_peer_empty);
     RUN(test_config_strategy_ps);
     rm_rf(tmpdir);
     TEST_MAIN_END();
