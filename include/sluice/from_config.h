@@ -30,7 +30,10 @@
  *       (only right after `files`); data: every replica reads everything and keeps the
  *       elements i % num == index (written right after `files`: the records, after any
  *       interleave); auto: file when it is right after `files` and there are at least
- *       `num` files, data otherwise. With num 1 it does nothing.
+ *       `num` files, data otherwise. With num 1 it does nothing. By file, when the
+ *       files do not divide by num, shard 0 logs a warning (SL_WARN) naming the files per
+ *       replica ("pipeline 'train': 3 files do not split evenly over 2 replicas (shard by
+ *       file): replica 0 reads 2, replica 1 reads 1; ...").
  *   interleave [cycle=N|auto] [block=N] [parallel=N|auto] [deterministic=BOOL]
  *   shuffle BUFFER [seed=N] [reshuffle=BOOL]       reshuffle (each epoch) defaults to true
  *   map FN(...) [| FN(...)...] [parallel=N|auto] [deterministic=BOOL]

@@ -12,15 +12,33 @@
  *             then takes the same optimizer step on the same bits. On the CPU backend the
  *             gradient is host memory and is reduced where it lies; on CUDA it goes
  *             through a host buffer.
+ *   exchange_more, allsum   lockstep epochs (sluice/train.h), below.
  *   finish    on success a barrier (no replica leaves while another still needs it),
  *             then the transport closes; on failure the peers are told (SL_MSG_ABORT) so
  *             they fail at once instead of after their timeout.
  * Only ring rank 0 is the chief (logs, evaluates, checkpoints).
  *
- * Every replica must run the same number of steps per epoch: with `shard auto` by file,
- * give each replica the same number of records (e.g. shards a multiple of the replicas
- * and equal-sized, plus drop_remainder). A replica that runs out early makes the others
- * fail with an error naming it, within the timeout.
+ * Unequal data (shards of different sizes: 3 files over 2 replicas, a filter, a `take`):
+ * the replicas end every epoch together, when the first of them runs out, as
+ * tf.distribute's and Horovod's "does every replica have a batch" agreement does. The
+ * trainer takes batch k + 1 from its pipeline before step k's exchange, and the has-data
+ * flag (1 or 0) rides on step k's gradient allreduce as one more float: on the CPU it is the
+ * model's spare gradient float past the n gradient floats (train/model_priv.h), so there is
+ * no copy and no extra round trip; on other backends it is the last float of the host
+ * staging buffer. The flag is averaged with the gradient and read back as the number of
+ * replicas that have a next batch (k / world rounds back to k exactly, fp16 included, for up
+ * to 1024 replicas). When it is below the world size every replica ends the epoch after
+ * step k: no replica takes a step that another does not take, no gradient of a missing
+ * batch is faked (zeros would shrink the average), so every step is the exact average of
+ * world batches and the replicas stay bit-identical; a replica's batches past the end are
+ * left unused. Once per epoch (its start) a small int32 allreduce checks that every replica
+ * has a first batch: one without while others have some fails the run on every replica,
+ * naming it (SL_EINVAL). Rank 0 warns with the counts after an epoch ended early on some
+ * replica (again only when the counts change), and at the start when every replica's
+ * batches per epoch are known without reading (sl_dataset_cardinality) and differ. In
+ * `steps N` mode the epochs end together the same way, and the next starts on all. The
+ * steps per epoch that a cosine schedule counts are the fewest of any replica, so the
+ * learning rates agree too.
  *
  * Workload: one strategy per process, one exchange per training step. */
 #ifndef SLUICE_STRATEGY_H
@@ -80,6 +98,17 @@ void sl_strategy_ring_free(sl_strategy_ring *s); /* NULL is a no-op */
  *             Running statistics (batchnorm) stay per worker; the chief's are the ones
  *             evaluated and checkpointed.
  *   finish    BYE to every ps.
+ *
+ * Unequal data: in async mode (the default) nothing is needed: workers are independent, each
+ * pushes its own batches at its own pace and ends its epochs when its own data ends; a
+ * worker with fewer batches just finishes first. In sync mode a round is one push from every
+ * live worker, whatever epoch each is in: a worker that runs out starts its next epoch
+ * while the others finish theirs (the round pairs their batches across the epoch boundary),
+ * and one that has finished (BYE) leaves the rounds to the rest. Every push is still applied
+ * exactly once to one model, so nothing is lost or counted twice, but the workers do not
+ * agree on epoch ends: that would need a has-data flag in the PUSH frame (sluice/ps.h), which
+ * the protocol does not have. Give sync workers equal shards; the pipeline warns at the start
+ * when files do not split evenly over the replicas (sluice/from_config.h).
  *
  * ps tasks (sl_ps_task_run): build the model from the config on the CPU to know the
  * variables, plan the shards (sl_ps_plan_create), restore the newest shard checkpoint of
