@@ -311,28 +311,30 @@ static sl_status warn_uneven(sl_trainer *t, int64_t epoch, int64_t b, bool ran_o
         return sl_err(SL_ENOMEM, "out of memory");
     }
     if (first || memcmp(v, t->warned, (size_t)w * 2 * sizeof *v) != 0) {
-        char out[512] = "", more[512] = "", unused[512] = "";
-        size_t lo = 0, lm = 0, lu = 0;
-        int nout = 0;
+        char out[256] = "", unk[256] = "", more[512] = "", unused[512] = "";
+        size_t lo = 0, lk = 0, lm = 0, lu = 0;
+        int nout = 0, nunk = 0;
         for (int r = 0; r < w; r++) {
+            int32_t tot = v[w + r];
             if (v[r]) {
                 if (lo < sizeof out) lo += (size_t)snprintf(out + lo, sizeof out - lo, "%s%d", nout ? ", " : "", r);
                 nout++;
-                continue;
-            }
-            int32_t tot = v[w + r];
-            if (lm < sizeof more) {
-                if (tot >= 0) lm += (size_t)snprintf(more + lm, sizeof more - lm, "%srank %d had %" PRId32, lm ? ", " : "", r, tot);
-                else lm += (size_t)snprintf(more + lm, sizeof more - lm, "%srank %d had more", lm ? ", " : "", r);
-            }
-            if (lu < sizeof unused) {
-                if (tot >= 0)
+            } else if (tot < 0) {
+                if (lk < sizeof unk) lk += (size_t)snprintf(unk + lk, sizeof unk - lk, "%s%d", nunk ? ", " : "", r);
+                nunk++;
+            } else {
+                if (lm < sizeof more)
+                    lm += (size_t)snprintf(more + lm, sizeof more - lm, "%srank %d had %" PRId32, lm ? ", " : "", r, tot);
+                if (lu < sizeof unused)
                     lu += (size_t)snprintf(unused + lu, sizeof unused - lu, "%s%" PRId64 " batch%s of rank %d",
                                            lu ? ", " : "", tot - b, tot - b == 1 ? "" : "es", r);
-                else
-                    lu += (size_t)snprintf(unused + lu, sizeof unused - lu, "%sthe rest of rank %d's batches",
-                                           lu ? ", " : "", r);
             }
+        }
+        if (nunk && lm < sizeof more)
+            snprintf(more + lm, sizeof more - lm, "%srank%s %s had more", lm ? ", " : "", nunk == 1 ? "" : "s", unk);
+        if (nunk && lu < sizeof unused) {
+            if (nunk == 1) snprintf(unused + lu, sizeof unused - lu, "%sthe rest of rank %s's batches", lu ? ", " : "", unk);
+            else snprintf(unused + lu, sizeof unused - lu, "%sthe rest of the batches of ranks %s", lu ? ", " : "", unk);
         }
         warnf(t, "epoch %" PRId64 ": rank%s %s ran out after %" PRId64 " steps; %s: all replicas end the epoch at %" PRId64
                  " (%s unused)%s",
@@ -729,7 +731,6 @@ static sl_status train_loop(sl_trainer *t, int64_t step, int64_t epoch, int64_t 
         }
         bool full = s == SL_END || cut;
         s = SL_OK;
-        if (uneven && (s = warn_uneven(t, epoch, b, end_seen))) goto out;
         pos_batch = full ? 0 : b;
         if (full) {
             if (t->steps_per_epoch == 0) t->steps_per_epoch = b;
@@ -743,6 +744,7 @@ static sl_status train_loop(sl_trainer *t, int64_t step, int64_t epoch, int64_t 
             last_eval_step = step;
         }
         if (chief(t) && (s = end_epoch(t, full ? epoch - 1 : epoch, step, &a, lr, eval_acc))) goto out;
+        if (uneven && (s = warn_uneven(t, epoch - 1, b, end_seen))) goto out;
         if (chief(t) && full && every_epochs(&t->c.ckpt_every, epoch) && (s = save(t, step, epoch, 0))) goto out;
         busy_wait += a.wait;
         busy_all += a.wait + a.compute + a.exchange;
