@@ -1,4 +1,6 @@
-/* The ring strategy (sluice/strategy.h): the trainer's hooks over one sl_tp + sl_ring.
+/* The ring strategy (sluice/strategy.h): the trainer's hooks over one sl_tp + sl_ring,
+ * including the lockstep-epoch hooks (the has-data flag on the gradient allreduce, and a
+ * small int32 allsum for the loop's per-epoch agreements).
  *
  * Workload: one allreduce of the whole flat gradient per step (0.1-100 MiB), one broadcast
  * of parameters and optimizer state at the start, one barrier at the end; 2-64 replicas.
@@ -145,11 +147,11 @@ static sl_status exchange(sl_strategy_ring *s, sl_model *m, float *grads, size_t
         return st;
     }
     if (extra) {
-        long k = lrintf(buf[n] * (float)s->world);
-        if (!(k >= 0 && k <= s->world)) /* NaN included */
+        float f = buf[n] * (float)s->world;
+        if (!(f >= -0.25f && f <= (float)s->world + 0.25f)) /* NaN included */
             return sl_err(SL_EPEER, "ring strategy: step %" PRId64 ": the replicas' has-data flags sum to %g of %d",
-                          step, (double)buf[n] * s->world, s->world);
-        *more = (int)k;
+                          step, (double)f, s->world);
+        *more = (int)lrintf(f);
     }
     if (!cpu && (st = bk->ops->to_device(bk, grads, s->host, n * sizeof(float)))) return st;
     /* running statistics (batchnorm) are parameters no gradient touches, updated from each
