@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "sluice/config.h"
+#include "sluice/file.h"
 
 #define MAX_DEPTH 64
 
@@ -70,7 +71,9 @@ static void source_line(const sl_cfg *c, int line, char *buf, size_t cap) {
         if (*p == '\n') l++;
     size_t n = 0;
     while (p + n < end && p[n] != '\n' && p[n] != '\r' && n + 1 < cap) n++;
-    memcpy(buf, p, n);
+    /* control bytes (a NUL, say) would cut or garble the quoted line: show them as '?' so
+     * the caret still lines up under the spot */
+    for (size_t i = 0; i < n; i++) buf[i] = ((unsigned char)p[i] < 0x20 && p[i] != '\t') ? '?' : p[i];
     buf[n] = 0;
 }
 
@@ -461,6 +464,48 @@ static const sl_cfg_arg *argvec_commit(lexer *L, argvec *av) {
 
 static sl_status parse_value(lexer *L, sl_cfg_value *v, int depth);
 
+/* A key given twice on one statement (or in one call) is a mistake whichever copy was
+ * meant: refuse it, naming both spots. Sorting keeps this O(n log n) for hostile input with
+ * thousands of options on a line. */
+typedef struct {
+    const char *key;
+    int idx;
+} keyref;
+
+static int keyref_cmp(const void *x, const void *y) {
+    const keyref *a = x, *b = y;
+    int c = strcmp(a->key, b->key);
+    return c ? c : (a->idx > b->idx) - (a->idx < b->idx);
+}
+
+static sl_status check_dup_keys(lexer *L, const sl_cfg_arg *args, int n, const char *what, const char *call) {
+    int nk = 0;
+    for (int i = 0; i < n; i++) nk += args[i].key != NULL;
+    if (nk < 2) return SL_OK;
+    keyref *r = malloc(sizeof *r * (size_t)nk);
+    if (!r) return L->err = sl_err(SL_ENOMEM, "out of memory parsing config");
+    nk = 0;
+    for (int i = 0; i < n; i++)
+        if (args[i].key) r[nk++] = (keyref){args[i].key, i};
+    qsort(r, (size_t)nk, sizeof *r, keyref_cmp);
+    int second = -1, first = -1; /* the repeat that comes first in the file */
+    for (int k = 1; k < nk; k++)
+        if (strcmp(r[k].key, r[k - 1].key) == 0 && (second < 0 || r[k].idx < second)) {
+            second = r[k].idx;
+            first = r[k - 1].idx;
+        }
+    free(r);
+    if (second < 0) return SL_OK;
+    const sl_cfg_arg *a = &args[second], *b = &args[first];
+    sl_cfg_loc loc = a->kloc;
+    loc.len = (int)strlen(a->key);
+    if (loc.len < 1) loc.len = 1;
+    lex_error(L, loc, "%s '%s'%s%s%s given twice (first at %s:%d:%d)", what, a->key, call ? " of '" : "",
+              call ? call : "", call ? "'" : "", L->c->filename, b->kloc.line, b->kloc.col);
+    sl_err_hint("keep one of them: a repeated %s is refused rather than one copy silently winning", what);
+    return L->err;
+}
+
 /* Items of a call "( ... )" or list "[ ... ]"; the opening token is current. */
 static sl_status parse_items(lexer *L, sl_cfg_value *v, tok_kind close, bool keyed, int depth) {
     token open = L->tok;
@@ -478,6 +523,7 @@ static sl_status parse_items(lexer *L, sl_cfg_value *v, tok_kind close, bool key
         if (keyed && L->tok.kind == T_IDENT &&
             (peek(L)->kind == T_COLON || peek(L)->kind == T_EQ)) {
             arg.key = arena_strndup(L->c, L->tok.start, L->tok.len);
+            arg.kloc = L->tok.loc;
             advance(L);
             arg.sep = L->tok.kind == T_COLON ? ':' : '=';
             advance(L);
@@ -492,6 +538,7 @@ static sl_status parse_items(lexer *L, sl_cfg_value *v, tok_kind close, bool key
                       open.loc.line, open.loc.col, tok_desc(&L->tok, b, sizeof b));
         }
     }
+    if (!L->err && keyed) check_dup_keys(L, av.a, av.n, "argument", v->text);
     v->nargs = av.n;
     v->args = argvec_commit(L, &av);
     if (!L->err) advance(L); /* past the closer */
@@ -557,6 +604,7 @@ static sl_status parse_statement(lexer *L, sl_cfg_stmt *st, int depth) {
             advance(L);
         } else if (k == T_IDENT && peek(L)->kind == T_EQ) {
             arg.key = arena_strndup(L->c, L->tok.start, L->tok.len);
+            arg.kloc = L->tok.loc;
             arg.sep = '=';
             advance(L);
             advance(L);
@@ -575,6 +623,7 @@ static sl_status parse_statement(lexer *L, sl_cfg_stmt *st, int depth) {
         }
         if (argvec_push(L, &av, &arg)) break;
     }
+    if (!L->err) check_dup_keys(L, av.a, av.n, "option", NULL);
     st->nargs = av.n;
     st->args = argvec_commit(L, &av);
     if (L->err) return L->err;
@@ -675,6 +724,20 @@ sl_status sl_cfg_parse(const char *text, size_t len, const char *filename, sl_cf
     if (!c) return sl_err(SL_ENOMEM, "out of memory parsing config");
     lexer L;
     lexer_init(&L, c, c->src, len); /* lex the NUL-terminated copy */
+    /* A NUL byte would silently cut a string (or hide in a comment): a config is text, so
+     * any NUL is an error at its line and column. */
+    const char *nul = memchr(c->src, 0, len);
+    if (nul) {
+        for (const char *p = c->src; p < nul; p++)
+            if (*p == '\n') {
+                L.line++;
+                L.line_start = p + 1;
+            }
+        lex_error(&L, here(&L, nul, 1), "NUL byte (0x00) in the config");
+        sl_err_hint("a config is text: remove the NUL byte (a file saved as UTF-16, or a binary file, has them)");
+        sl_cfg_free(c);
+        return SL_EINVAL;
+    }
     advance(&L);
     stmtvec root = {0};
     sl_cfg_loc none = {1, 1, 1};
@@ -694,30 +757,12 @@ sl_status sl_cfg_parse(const char *text, size_t len, const char *filename, sl_cf
 
 sl_status sl_cfg_parse_file(const char *path, sl_cfg **out) {
     *out = NULL;
-    FILE *f = fopen(path, "rb");
-    if (!f) {
-        return sl_err(errno == ENOENT ? SL_ENOTFOUND : SL_EIO, "%s: cannot open config: %s",
-                      path, strerror(errno));
-    }
-    size_t cap = 4096, n = 0;
-    char *buf = malloc(cap);
-    while (buf) {
-        if (n == cap) {
-            if (cap >= (64u << 20)) { free(buf); fclose(f); return sl_err(SL_EINVAL, "%s: config file larger than 64 MiB", path); }
-            char *nb = realloc(buf, cap * 2);
-            if (!nb) { free(buf); buf = NULL; break; }
-            buf = nb;
-            cap *= 2;
-        }
-        size_t got = fread(buf + n, 1, cap - n, f);
-        n += got;
-        if (got == 0) break;
-    }
-    int rd_err = ferror(f);
-    fclose(f);
-    if (!buf) return sl_err(SL_ENOMEM, "%s: out of memory reading config", path);
-    if (rd_err) { free(buf); return sl_err(SL_EIO, "%s: read error", path); }
-    sl_status s = sl_cfg_parse(buf, n, path, out);
+    char *buf;
+    size_t n;
+    sl_status s = sl_file_read_all(path, "config", SL_CFG_MAX_BYTES, "configs are limited to 16 MiB "
+                                   "(they are a few KB of text): is this the right file?", &buf, &n);
+    if (s) return s;
+    s = sl_cfg_parse(buf, n, path, out);
     free(buf);
     return s;
 }
@@ -861,9 +906,77 @@ const char *sl_suggest(const char *word, const char *const *cands, int n) {
 
 /* ---- overrides ---- */
 
-static bool first_word_is(const sl_cfg_stmt *s, const char *w) {
+#define MAX_PATH 32   /* parts of an override's path */
+#define MAX_LISTED 8  /* candidates named in an "ambiguous path" message */
+
+/* The first positional argument when it is a word or a string (what names a block), or NULL. */
+static const char *first_word(const sl_cfg_stmt *s) {
     const sl_cfg_value *v = sl_cfg_pos(s, 0);
-    return v && (v->kind == SL_CV_IDENT || v->kind == SL_CV_STRING) && strcmp(v->text, w) == 0;
+    return v && (v->kind == SL_CV_IDENT || v->kind == SL_CV_STRING) ? v->text : NULL;
+}
+
+/* The statements of list named `name` (and, with word non-NULL, whose first word is `word`):
+ * how many there are; the first MAX_LISTED of them in m. */
+static int matches(sl_cfg_stmt *list, int n, const char *name, const char *word, sl_cfg_stmt **m) {
+    int nm = 0;
+    for (int k = 0; k < n; k++) {
+        if (strcmp(list[k].name, name) != 0) continue;
+        if (word) {
+            const char *w = first_word(&list[k]);
+            if (!w || strcmp(w, word) != 0) continue;
+        }
+        if (nm < MAX_LISTED) m[nm] = &list[k];
+        nm++;
+    }
+    return nm;
+}
+
+/* A path part that matches several statements: going to the first would silently change
+ * the wrong one (`--set pipeline.batch=7` with pipelines train and test), so refuse it,
+ * name the candidates, and say the paths that pick each when their first words tell them
+ * apart. comps[i] is the ambiguous part (with comps[i+1] when `two`: the same name and
+ * first word twice). */
+static sl_status ambiguous(const sl_cfg *c, const char *assignment, char **comps, int nc, int i, bool two,
+                           sl_cfg_stmt **m, int nm) {
+    char msg[1536], say[1024];
+    size_t n = 0, ns = 0;
+    int shown = nm < MAX_LISTED ? nm : MAX_LISTED;
+    bool distinct = !two && nm <= MAX_LISTED;
+    for (int k = 0; k < shown && distinct; k++) {
+        const char *w = first_word(m[k]);
+        if (!w || strchr(w, '.') || !*w) distinct = false;
+        for (int j = 0; j < k && distinct; j++)
+            if (strcmp(first_word(m[j]), w) == 0) distinct = false;
+    }
+#define ADD(buf, len, ...)                                                                     \
+    do {                                                                                       \
+        if (len < sizeof buf) len += (size_t)snprintf(buf + len, sizeof buf - len, __VA_ARGS__); \
+    } while (0)
+    for (int p = 0; p < nc; p++) ADD(msg, n, "%s%s", p ? "." : "", comps[p]);
+    ADD(msg, n, " matches ");
+    for (int k = 0; k < shown; k++) {
+        const char *sep = k == 0 ? "" : (k == nm - 1) ? " and " : ", ";
+        const char *w = first_word(m[k]);
+        if (distinct) ADD(msg, n, "%s%s '%s'", sep, m[k]->name, w);
+        else if (w) ADD(msg, n, "%s%s '%s' at %s:%d:%d", sep, m[k]->name, w, c->filename, m[k]->loc.line, m[k]->loc.col);
+        else ADD(msg, n, "%s%s at %s:%d:%d", sep, m[k]->name, c->filename, m[k]->loc.line, m[k]->loc.col);
+    }
+    if (nm > shown) ADD(msg, n, " and %d more", nm - shown);
+    if (distinct) {
+        for (int k = 0; k < nm; k++) {
+            ADD(say, ns, "%s", k == 0 ? "" : (k == nm - 1) ? " or " : ", ");
+            for (int p = 0; p <= i; p++) ADD(say, ns, "%s%s", p ? "." : "", comps[p]);
+            ADD(say, ns, ".%s", first_word(m[k]));
+            for (int p = i + 1; p < nc; p++) ADD(say, ns, ".%s", comps[p]);
+        }
+        if (ns >= sizeof say) snprintf(say + sizeof say - 4, 4, "...");
+        ADD(msg, n, ": say %s", say);
+    }
+#undef ADD
+    if (n >= sizeof msg) snprintf(msg + sizeof msg - 4, 4, "...");
+    sl_err(SL_EINVAL, "override '%s': %s", assignment, msg);
+    if (!distinct) sl_err_hint("--set cannot tell these statements apart: edit the file instead");
+    return SL_EINVAL;
 }
 
 sl_status sl_cfg_set(sl_cfg *c, const char *assignment) {
@@ -901,9 +1014,15 @@ sl_status sl_cfg_set(sl_cfg *c, const char *assignment) {
     }
     val.loc.line = 0; /* not from the file */
 
-    char *comps[32];
+    char *comps[MAX_PATH];
     int nc = 0;
-    for (char *tok = strtok(path, "."); tok && nc < 32; tok = strtok(NULL, ".")) comps[nc++] = tok;
+    if (path[0] == '.' || path[plen - 1] == '.' || strstr(path, ".."))
+        return sl_err(SL_EINVAL, "override '%s': the path has an empty part", assignment);
+    for (char *tok = strtok(path, "."); tok; tok = strtok(NULL, ".")) {
+        if (nc == MAX_PATH)
+            return sl_err(SL_EINVAL, "override '%s': the path has more than %d parts", assignment, MAX_PATH);
+        comps[nc++] = tok;
+    }
     if (nc < 1) return sl_err(SL_EINVAL, "override '%s' has an empty path", assignment);
 
     sl_cfg_stmt *list = c->root;
@@ -912,15 +1031,14 @@ sl_status sl_cfg_set(sl_cfg *c, const char *assignment) {
     int i = 0;
     while (i < nc) {
         bool last = i == nc - 1;
-        sl_cfg_stmt *found = NULL;
-        /* prefer a statement whose first word matches the next component (pipeline train) */
-        if (!last)
-            for (int k = 0; k < nlist && !found; k++)
-                if (strcmp(list[k].name, comps[i]) == 0 && first_word_is(&list[k], comps[i + 1]))
-                    found = &list[k];
-        bool consumed_two = found != NULL;
-        for (int k = 0; k < nlist && !found; k++)
-            if (strcmp(list[k].name, comps[i]) == 0) found = &list[k];
+        sl_cfg_stmt *m[MAX_LISTED];
+        int nm = 0;
+        /* prefer statements whose first word matches the next component (pipeline train) */
+        if (!last) nm = matches(list, nlist, comps[i], comps[i + 1], m);
+        bool consumed_two = nm > 0;
+        if (nm == 0) nm = matches(list, nlist, comps[i], NULL, m);
+        if (nm > 1) return ambiguous(c, assignment, comps, nc, i, consumed_two, m, nm);
+        sl_cfg_stmt *found = nm ? m[0] : NULL;
         if (!found) {
             if (last && cur) break; /* an option of cur, or a new statement in its body */
             return sl_err(SL_EINVAL, "override '%s': no '%s' statement%s%s", assignment, comps[i],

@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "pipeline/internal.h"
+#include "sluice/file.h"
 #include "sluice/log.h"
 #include "sluice/pool.h"
 #include "sluice/stats.h"
@@ -30,7 +31,9 @@ typedef struct {
 #define MAX_THREADS 512
 
 typedef struct sl_trace {
-    char *path;           /* written at close, or NULL */
+    char *path;           /* the file sl_iter_trace opened, for messages; NULL without one */
+    FILE *f;              /* opened by sl_iter_trace, written and closed by sl_iter_trace_end
+                           * or at close; NULL once written */
     long long gen;        /* unique per trace: threads remember which one has their name */
     int64_t cap;
     atomic_llong n;       /* slots taken (may exceed cap: the excess was dropped) */
@@ -96,9 +99,9 @@ static void put_json_str(FILE *f, const char *s) {
     fputc('"', f);
 }
 
-static sl_status write_trace(sl_trace *t, const char *path) {
-    FILE *f = fopen(path, "w");
-    if (!f) return sl_err_at(SL_EIO, path, -1, "cannot write the trace: %s", strerror(errno));
+/* Write the events to f and close it; SL_EIO naming path and the reason on any failed
+ * write, flush or close (a full disk). */
+static sl_status write_trace(sl_trace *t, FILE *f, const char *path) {
     int pid = (int)getpid();
     long long n = atomic_load(&t->n);
     long long dropped = n > t->cap ? n - t->cap : 0;
@@ -125,9 +128,10 @@ static sl_status write_trace(sl_trace *t, const char *path) {
                 (double)ts / 1000.0, (double)e->dur / 1000.0, pid, e->tid);
     }
     fprintf(f, "\n]}\n");
-    bool bad = ferror(f) != 0;
-    if (fclose(f) != 0) bad = true;
-    if (bad) return sl_err_at(SL_EIO, path, -1, "cannot write the trace: %s", strerror(errno));
+    int e = 0;
+    if (fflush(f) != 0 || ferror(f)) e = errno ? errno : EIO;
+    if (fclose(f) != 0 && !e) e = errno ? errno : EIO;
+    if (e) return sl_err_at(SL_EIO, path, -1, "cannot write the trace: %s", strerror(e));
     return SL_OK;
 }
 
@@ -135,13 +139,22 @@ sl_status sl_iter_trace(sl_iter *it, const char *path, int64_t max_events) {
     if (!it) return sl_err(SL_EINVAL, "sl_iter_trace: iterator is NULL");
     sl_ictx *ctx = it->ctx;
     if (atomic_load(&ctx->trace)) return sl_err(SL_EINVAL, "sl_iter_trace: tracing is already on");
+    /* open the file now: a path that cannot be written (or is a FIFO or a device) fails here,
+     * before the pipeline runs, not after */
+    FILE *f = NULL;
+    if (path) {
+        sl_status s = sl_file_fopen_write(path, "w", "trace file", &f);
+        if (s) return s;
+    }
     sl_trace *t = calloc(1, sizeof *t);
     if (max_events <= 0) max_events = 1000000;
     if (!t || !(t->ev = calloc((size_t)max_events, sizeof *t->ev)) || (path && !(t->path = strdup(path)))) {
         if (t) free(t->ev);
         free(t);
+        if (f) fclose(f);
         return sl_err(SL_ENOMEM, "out of memory for %lld trace events", (long long)max_events);
     }
+    t->f = f;
     t->cap = max_events;
     t->gen = atomic_fetch_add(&next_gen, 1);
     t->t0 = ctx->start_ns;
@@ -149,6 +162,7 @@ sl_status sl_iter_trace(sl_iter *it, const char *path, int64_t max_events) {
     sl_trace *none = NULL;
     if (!atomic_compare_exchange_strong(&ctx->trace, &none, t)) {
         pthread_mutex_destroy(&t->mu);
+        if (t->f) fclose(t->f);
         free(t->path);
         free(t->ev);
         free(t);
@@ -160,14 +174,26 @@ sl_status sl_iter_trace(sl_iter *it, const char *path, int64_t max_events) {
 sl_status sl_iter_trace_write(sl_iter *it, const char *path) {
     sl_trace *t = it ? atomic_load(&it->ctx->trace) : NULL;
     if (!t) return sl_err(SL_EINVAL, "sl_iter_trace_write: tracing is off (call sl_iter_trace first)");
-    return write_trace(t, path);
+    FILE *f;
+    sl_status s = sl_file_fopen_write(path, "w", "trace file", &f);
+    if (s) return s;
+    return write_trace(t, f, path);
+}
+
+sl_status sl_iter_trace_end(sl_iter *it) {
+    sl_trace *t = it ? atomic_load(&it->ctx->trace) : NULL;
+    if (!t) return sl_err(SL_EINVAL, "sl_iter_trace_end: tracing is off (call sl_iter_trace first)");
+    if (!t->f) return sl_err(SL_EINVAL, "sl_iter_trace_end: no trace file to write (no path given, or written already)");
+    FILE *f = t->f;
+    t->f = NULL; /* written once, here: close writes nothing more */
+    return write_trace(t, f, t->path);
 }
 
 void sl__trace_finish(sl_ictx *ctx) {
     sl_trace *t = atomic_exchange(&ctx->trace, NULL);
     if (!t) return;
-    /* close cannot fail: a write error is logged */
-    if (t->path && write_trace(t, t->path)) SL_WARN("%s", sl_errmsg());
+    /* close cannot fail: a write error is logged (sl_iter_trace_end reports it instead) */
+    if (t->f && write_trace(t, t->f, t->path)) SL_WARN("%s", sl_errmsg());
     pthread_mutex_destroy(&t->mu);
     free(t->path);
     free(t->ev);

@@ -294,7 +294,7 @@ int main(int argc, char **argv) {
     };
     int npos = 0;
     switch (sl__args_parse(PROG, opts, nargs, argv + 1, &npos)) {
-    case SL__ARGS_HELP: free(keys); fputs(USAGE, stdout); return SL__EXIT_OK;
+    case SL__ARGS_HELP: free(keys); fputs(USAGE, stdout); return sl__tool_exit(PROG, SL__EXIT_OK);
     case SL__ARGS_ERROR: free(keys); return SL__EXIT_USAGE;
     default: break;
     }
@@ -466,5 +466,5 @@ int main(int argc, char **argv) {
     }
     free(addr);
     free(ts);
-    return result < 0 ? 0 : result;
+    return sl__tool_exit(PROG, result < 0 ? 0 : result);
 }

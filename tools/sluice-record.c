@@ -964,17 +964,17 @@ int main(int argc, char **argv) {
     if (argc < 2) {
         fprintf(stderr, "%s: missing COMMAND\nTry '%s --help' for more information.\n", PROG,
                 PROG);
-        return SL__EXIT_USAGE;
+        return sl__tool_exit(PROG, SL__EXIT_USAGE);
     }
     const char *cmd = argv[1];
     if (strcmp(cmd, "-h") == 0 || strcmp(cmd, "--help") == 0 || strcmp(cmd, "help") == 0) {
         fputs(USAGE, stdout);
-        return SL__EXIT_OK;
+        return sl__tool_exit(PROG, SL__EXIT_OK);
     }
-    if (strcmp(cmd, "inspect") == 0) return cmd_inspect(argc - 2, argv + 2);
-    if (strcmp(cmd, "verify") == 0) return cmd_verify(argc - 2, argv + 2);
-    if (strcmp(cmd, "cat") == 0) return cmd_cat(argc - 2, argv + 2);
-    if (strcmp(cmd, "convert") == 0) return cmd_convert(argc - 2, argv + 2);
-    if (cmd[0] == '-') return sl__usage_error(PROG, "unknown option '%s' (options follow the COMMAND)", cmd);
-    return sl__usage_error(PROG, "unknown command '%s'", cmd);
+    if (strcmp(cmd, "inspect") == 0) return sl__tool_exit(PROG, cmd_inspect(argc - 2, argv + 2));
+    if (strcmp(cmd, "verify") == 0) return sl__tool_exit(PROG, cmd_verify(argc - 2, argv + 2));
+    if (strcmp(cmd, "cat") == 0) return sl__tool_exit(PROG, cmd_cat(argc - 2, argv + 2));
+    if (strcmp(cmd, "convert") == 0) return sl__tool_exit(PROG, cmd_convert(argc - 2, argv + 2));
+    if (cmd[0] == '-') return sl__tool_exit(PROG, sl__usage_error(PROG, "unknown option '%s' (options follow the COMMAND)", cmd));
+    return sl__tool_exit(PROG, sl__usage_error(PROG, "unknown command '%s'", cmd));
 }

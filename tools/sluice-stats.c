@@ -2,7 +2,7 @@
  *
  *   sluice-stats CONFIG [--pipeline NAME] [--seconds S | --batches N] [--trace FILE]
  *                [--json] [--html FILE] [--save FILE] [--cpu-budget N] [--ram-budget BYTES]
- *   sluice-stats --from FILE [--json] [--html FILE]
+ *   sluice-stats --from FILE [--max-bytes N] [--json] [--html FILE]
  *   sluice-stats CONFIG [--pipeline NAME] --peek N [--json] [--values K]
  *   (all with [--set PATH=VALUE]... [--seed N] [--shards N --shard-index I])
  *
@@ -18,7 +18,8 @@
  *
  * A thin main over the library. Workload: a config of a few dozen lines, a handful of
  * elements printed. Exit status: 0 ok, 1 the config or the pipeline failed (message with
- * file:line:col, or file and byte offset), 2 wrong usage (tools/tool.h). */
+ * file:line:col, or file and byte offset) or a write failed (standard output, --trace,
+ * --html, --save), 2 wrong usage (tools/tool.h). */
 #include <errno.h>
 #include <inttypes.h>
 #include <math.h>
@@ -28,6 +29,7 @@
 
 #include "sluice/config.h"
 #include "sluice/crc32c.h"
+#include "sluice/file.h"
 #include "sluice/from_config.h"
 #include "sluice/pipeline.h"
 #include "sluice/stats.h"
@@ -37,7 +39,7 @@ static const char *PROG = "sluice-stats";
 
 static const char USAGE[] =
     "Usage: sluice-stats CONFIG [--pipeline NAME] [--seconds S | --batches N] [OPTIONS]\n"
-    "       sluice-stats --from FILE [--json] [--html FILE]\n"
+    "       sluice-stats --from FILE [--max-bytes N] [--json] [--html FILE]\n"
     "       sluice-stats CONFIG [--pipeline NAME] --peek N [OPTIONS]\n"
     "\n"
     "Build a pipeline from a config file, run it alone and find its bottleneck: a table per op\n"
@@ -50,6 +52,7 @@ static const char USAGE[] =
     "  --html FILE         write one self-contained page with the table and charts\n"
     "  --save FILE         write the stats file (what the trainer writes; read with --from)\n"
     "  --from FILE         report on a stats file instead of running a pipeline\n"
+    "  --max-bytes N       with --from: the largest stats file read (default 64 MiB)\n"
     "  --cpu-budget N      cores the pipeline may use (autotune; default all)\n"
     "  --ram-budget BYTES  bytes of buffers autotune may use (default a quarter of RAM)\n"
     "  --json              the report (or, with --peek, each element) as JSON\n"
@@ -65,7 +68,7 @@ static const char USAGE[] =
     "  --shard-index I     this replica, 0..N-1 (default 0)\n"
     "\n"
     "Relative paths in the config are relative to the config file's directory.\n"
-    "Exit status: 0 ok, 1 config or pipeline error, 2 wrong usage.\n";
+    "Exit status: 0 ok, 1 config or pipeline error or a failed write, 2 wrong usage.\n";
 
 typedef struct stats_args {
     const char *config;
@@ -80,6 +83,7 @@ typedef struct stats_args {
     long long batches;      /* 0: run by time */
     const char *trace, *html, *save, *from;
     long long cpu_budget, ram_budget;
+    long long max_bytes;  /* --from: the file size limit; 0: SL_STATS_MAX_BYTES */
     const char **sets;   /* --set assignments, in order */
     int nsets;
 } stats_args;
@@ -234,6 +238,10 @@ static int run_peek(const stats_args *a, sl_dataset *ds, const char *pname) {
         if (a->json) print_json(&e, i, (int)a->values);
         else print_text(&e, i, (int)a->values);
         sl_element_clear(&e);
+        if (!sl__stdout_ok()) { /* stop at once: main's sl__tool_exit says why */
+            rc = SL__EXIT_FAIL;
+            break;
+        }
     }
     sl_iter_close(it);
     return rc;
@@ -492,11 +500,8 @@ static void svg_history(FILE *f, const sl_stats *st, bool choices) {
 }
 
 static int write_html(const sl_stats *st, const char *pname, const char *path) {
-    FILE *f = fopen(path, "w");
-    if (!f) {
-        fprintf(stderr, "%s: %s: cannot write: %s\n", PROG, path, strerror(errno));
-        return SL__EXIT_FAIL;
-    }
+    FILE *f;
+    if (sl_file_fopen_write(path, "w", "--html file", &f)) return sl__fail(PROG);
     sl_stats_verdict v;
     sl_stats_bottleneck(st, &v);
     fprintf(f, "<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>sluice-stats: ");
@@ -541,9 +546,11 @@ static int write_html(const sl_stats *st, const char *pname, const char *path) {
     svg_history(f, st, true);
     svg_history(f, st, false);
     fprintf(f, "</body></html>\n");
-    bool bad = ferror(f) != 0;
-    if (fclose(f) != 0 || bad) {
-        fprintf(stderr, "%s: %s: write error\n", PROG, path);
+    int e = 0;
+    if (fflush(f) != 0 || ferror(f)) e = errno ? errno : EIO;
+    if (fclose(f) != 0 && !e) e = errno ? errno : EIO;
+    if (e) {
+        fprintf(stderr, "%s: --html file '%s': writing failed: %s\n", PROG, path, strerror(e));
         return SL__EXIT_FAIL;
     }
     return SL__EXIT_OK;
@@ -592,7 +599,9 @@ static int run_profile(const stats_args *a, sl_dataset *ds, const char *pname) {
     sl_stats *st = NULL;
     if (!rc && sl_iter_stats(it, &st)) rc = sl__fail(PROG);
     if (!rc && a->save && sl_stats_save(st, a->save)) rc = sl__fail(PROG);
-    sl_iter_close(it); /* writes the trace */
+    /* write the trace here, not at close, so that a failed write is an error, not a log line */
+    if (!rc && a->trace && sl_iter_trace_end(it)) rc = sl__fail(PROG);
+    sl_iter_close(it);
     if (!rc) rc = report(a, st, pname);
     sl_stats_free(st);
     return rc;
@@ -620,12 +629,12 @@ static const char *default_pipeline(const sl_cfg *cfg) {
 int main(int argc, char **argv) {
     stats_args a = {.peek = -1, .values = 8, .shards = 1, .shard_index = 0};
     a.sets = calloc((size_t)argc + 1, sizeof *a.sets);
-    if (!a.sets) return sl__failf(PROG, "out of memory");
+    if (!a.sets) return sl__tool_exit(PROG, sl__failf(PROG, "out of memory"));
     int nargs = 0, npos = 0;
     int rc = sl__take_repeated(PROG, "set", argc - 1, argv + 1, a.sets, &a.nsets, &nargs);
     if (rc >= 0) {
         free(a.sets);
-        return rc;
+        return sl__tool_exit(PROG, rc);
     }
     sl__opt opts[] = {
         {"pipeline", 'p', SL__OPT_STR, &a.pipeline, 0, 0},
@@ -643,6 +652,7 @@ int main(int argc, char **argv) {
         {"from", 0, SL__OPT_STR, &a.from, 0, 0},
         {"cpu-budget", 0, SL__OPT_INT, &a.cpu_budget, 1, 4096},
         {"ram-budget", 0, SL__OPT_INT, &a.ram_budget, 1, INT64_MAX},
+        {"max-bytes", 0, SL__OPT_INT, &a.max_bytes, 1, INT64_MAX},
         {NULL, 0, 0, NULL, 0, 0},
     };
     sl_cfg *cfg = NULL;
@@ -674,12 +684,16 @@ int main(int argc, char **argv) {
             goto done;
         }
         sl_stats *st;
-        if (sl_stats_load(a.from, &st)) {
+        if (sl_stats_load_max(a.from, a.max_bytes ? (uint64_t)a.max_bytes : SL_STATS_MAX_BYTES, &st)) {
             rc = sl__fail(PROG);
             goto done;
         }
         rc = report(&a, st, a.from);
         sl_stats_free(st);
+        goto done;
+    }
+    if (a.max_bytes) {
+        rc = sl__usage_error(PROG, "--max-bytes limits the stats file --from reads: use it with --from");
         goto done;
     }
     if (npos != 1) {
@@ -740,5 +754,5 @@ done:
     sl_dataset_unref(ds);
     sl_cfg_free(cfg);
     free(a.sets);
-    return rc;
+    return sl__tool_exit(PROG, rc);
 }

@@ -100,12 +100,12 @@ static sl_status set_run_dir(sl_cfg *cfg, const char *dir) {
 
 int main(int argc, char **argv) {
     const char **sets = calloc((size_t)argc + 1, sizeof *sets);
-    if (!sets) return sl__failf(PROG, "out of memory");
+    if (!sets) return sl__tool_exit(PROG, sl__failf(PROG, "out of memory"));
     int nsets = 0, nargs = 0, npos = 0;
     int rc = sl__take_repeated(PROG, "set", argc - 1, argv + 1, sets, &nsets, &nargs);
     if (rc >= 0) {
         free(sets);
-        return rc;
+        return sl__tool_exit(PROG, rc);
     }
     bool resume = false, quiet = false;
     const char *run_dir = NULL, *backend = NULL, *hash_prefix = NULL, *timeout = NULL, *retry = NULL;
@@ -287,5 +287,5 @@ done:
     if (hash_log) fclose(hash_log);
     sl_cfg_free(cfg);
     free(sets);
-    return rc;
+    return sl__tool_exit(PROG, rc);
 }

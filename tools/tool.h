@@ -4,7 +4,8 @@
  * Conventions every tool follows (so scripts can rely on them):
  *   exit 0  success, and --help / -h (usage on stdout)
  *   exit 1  the work failed: corrupt or unreadable input, a write error (message on stderr,
- *           naming the file and byte offset when there is one)
+ *           naming the file and byte offset when there is one), including a failed write to
+ *           standard output (sl__tool_exit: every main returns through it)
  *   exit 2  wrong usage: unknown command or option, missing or malformed argument (message
  *           and a "Try 'PROG --help'" hint on stderr)
  *
@@ -78,8 +79,24 @@ int sl__failf(const char *prog, const char *fmt, ...) __attribute__((format(prin
 sl_status sl__mkdirs(const char *path);
 
 /* Read a whole file into *out (malloc'd, the caller frees; NUL-appended but *len excludes
- * it). SL_ENOTFOUND / SL_EIO naming the file; *out NULL on failure. */
+ * it), through sl_file_read_all (sluice/file.h): SL_ENOTFOUND, SL_EINVAL at once for a FIFO,
+ * socket, device or directory, SL_ERANGE over SL__READ_FILE_MAX bytes, SL_EIO; each naming
+ * the file. *out NULL on failure. */
+#define SL__READ_FILE_MAX (1ull << 30)
 sl_status sl__read_file(const char *path, uint8_t **out, size_t *len);
+
+/* ---- output ------------------------------------------------------------------------- */
+
+/* False once a write to stdout has failed (ferror), remembering why for sl__tool_exit. A
+ * tool printing much (one line per element) calls it in its loop to stop early. */
+bool sl__stdout_ok(void);
+
+/* The last thing main does: `return sl__tool_exit(PROG, rc);`. Flushes stdout and stderr;
+ * when a write to stdout failed (at the flush or before: a full disk, a closed pipe's
+ * EPIPE with SIGPIPE ignored, /dev/full) it prints "PROG: writing to standard output
+ * failed: No space left on device" to stderr and turns an exit status of 0 into 1 (a
+ * failure status already chosen is kept). A failed flush of stderr turns 0 into 1 too. */
+int sl__tool_exit(const char *prog, int rc);
 
 /* Seconds from a monotonic clock. */
 double sl__now(void);

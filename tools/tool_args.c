@@ -10,6 +10,7 @@
 #include <sys/stat.h>
 #include <time.h>
 
+#include "sluice/file.h"
 #include "tool.h"
 
 int sl__usage_error(const char *prog, const char *fmt, ...) {
@@ -35,6 +36,31 @@ int sl__failf(const char *prog, const char *fmt, ...) {
     va_end(ap);
     fprintf(stderr, ": %s\n", sl_errmsg());
     return SL__EXIT_FAIL;
+}
+
+/* errno of the first failed write to stdout seen by sl__stdout_ok, for the message at exit
+ * (a later fflush may no longer say why). */
+static int stdout_errno;
+
+bool sl__stdout_ok(void) {
+    if (!ferror(stdout)) return true;
+    if (!stdout_errno) stdout_errno = errno ? errno : EIO;
+    return false;
+}
+
+int sl__tool_exit(const char *prog, int rc) {
+    errno = 0;
+    int flushed = fflush(stdout);
+    int e = errno;
+    if (flushed == EOF || ferror(stdout)) {
+        if (stdout_errno) e = stdout_errno;
+        fprintf(stderr, "%s: writing to standard output failed: %s\n", prog, e ? strerror(e) : "write error");
+        if (rc == SL__EXIT_OK) rc = SL__EXIT_FAIL;
+    }
+    /* nowhere left to report a failure to write the messages themselves: the status says it */
+    if (fflush(stderr) == EOF || ferror(stderr))
+        if (rc == SL__EXIT_OK) rc = SL__EXIT_FAIL;
+    return rc;
 }
 
 static const sl__opt *find_long(const sl__opt *opts, const char *name, size_t len) {
@@ -175,41 +201,11 @@ sl_status sl__mkdirs(const char *path) {
 }
 
 sl_status sl__read_file(const char *path, uint8_t **out, size_t *len) {
-    *out = NULL;
-    *len = 0;
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return sl_err(errno == ENOENT ? SL_ENOTFOUND : SL_EIO, "%s: cannot open: %s", path,
-                      strerror(errno));
-    size_t cap = 1 << 16, n = 0;
-    uint8_t *buf = malloc(cap + 1);
-    if (!buf) goto nomem;
-    for (;;) {
-        size_t got = fread(buf + n, 1, cap - n, f);
-        n += got;
-        if (got == 0) break;
-        if (n == cap) {
-            uint8_t *nb = realloc(buf, cap * 2 + 1);
-            if (!nb) goto nomem;
-            buf = nb;
-            cap *= 2;
-        }
-    }
-    if (ferror(f)) {
-        int e = errno;
-        free(buf);
-        fclose(f);
-        return sl_err(SL_EIO, "%s: byte %zu: read failed: %s", path, n, strerror(e));
-    }
-    fclose(f);
-    buf[n] = 0;
-    *out = buf;
-    *len = n;
-    return SL_OK;
-nomem:
-    free(buf);
-    fclose(f);
-    return sl_err(SL_ENOMEM, "%s: out of memory reading the file", path);
+    char *data;
+    sl_status s = sl_file_read_all(path, NULL, SL__READ_FILE_MAX, "files read whole (images) are limited "
+                                   "to 1 GiB", &data, len);
+    *out = (uint8_t *)data;
+    return s;
 }
 
 double sl__now(void) {

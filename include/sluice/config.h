@@ -73,6 +73,7 @@ typedef struct sl_cfg_value {
 struct sl_cfg_arg {
     const char *key;    /* NULL for a positional argument */
     char sep;           /* '=' or ':' for keyed arguments, 0 otherwise */
+    sl_cfg_loc kloc;    /* keyed arguments: where the key is (line 0: added by an override) */
     sl_cfg_value v;
 };
 
@@ -86,13 +87,25 @@ typedef struct sl_cfg_stmt {
     const struct sl_cfg_stmt *body;
 } sl_cfg_stmt;
 
+/* The largest config file sl_cfg_parse_file reads: configs are a few KB of text. */
+#define SL_CFG_MAX_BYTES (16u << 20)
+
 /* Parse `len` bytes of `text` (borrowed, need not be NUL-terminated); `filename` labels
  * messages. On success *out owns the whole tree. On failure *out is NULL and the status is
  * SL_EINVAL (syntax) with "FILE:LINE:COL: what\n<line>\n<caret>" plus a hint in sl_errmsg,
- * or SL_ENOMEM. */
+ * or SL_ENOMEM. Besides syntax errors, SL_EINVAL is returned for:
+ *   - a NUL byte anywhere (inside a string, a comment, or between tokens): "NUL byte (0x00)
+ *     in the config" at its line and column (a NUL would otherwise cut a string short);
+ *   - a key given twice on one statement or in one call (`shuffle 10 seed=1 seed=2`):
+ *     "option 'seed' given twice (first at FILE:LINE:COL)" at the second one (for calls,
+ *     "argument 'mean' of 'normalize' given twice ..."), so no copy silently wins. */
 sl_status sl_cfg_parse(const char *text, size_t len, const char *filename, sl_cfg **out);
 
-/* Read and parse a file. SL_ENOTFOUND / SL_EIO when it cannot be read. */
+/* Read and parse a file (through sl_file_read_all, sluice/file.h). SL_ENOTFOUND when it
+ * does not exist; SL_EINVAL at once for a FIFO, socket, device or directory ("config 'PATH':
+ * is a FIFO (named pipe), not a regular file": nothing blocks or reads without end);
+ * SL_ERANGE for a file over SL_CFG_MAX_BYTES; SL_EIO for other read errors; then as
+ * sl_cfg_parse. */
 sl_status sl_cfg_parse_file(const char *path, sl_cfg **out);
 
 void sl_cfg_free(sl_cfg *cfg); /* NULL is a no-op */
@@ -102,18 +115,24 @@ const sl_cfg_stmt *sl_cfg_root(const sl_cfg *cfg, int *n);
 const char *sl_cfg_filename(const sl_cfg *cfg);
 
 /* Apply an override "PATH=VALUE" (as from --set), e.g. "pipeline.train.shuffle.seed=7" or
- * "train.epochs=1". PATH walks statements by name: a statement with a body whose first
- * positional argument is an identifier or string is also matched by that argument
- * ("pipeline.train" finds `pipeline train { }`). The last component names an option of the
- * statement reached (replaced, or added when absent) or, when it names a statement itself,
- * that statement's first positional argument is replaced (or added). A missing statement
- * inside a block is appended to the block. VALUE is parsed as one value of the language.
- * SL_EINVAL with a message naming the path on a malformed override or a path that leads
- * nowhere; the tree is unchanged on failure. */
+ * "train.epochs=1". PATH walks statements by name: a statement whose first positional
+ * argument is an identifier or string is also matched by name and that argument
+ * ("pipeline.train" finds `pipeline train { }`; that reading is preferred when it matches).
+ * The last component names an option of the statement reached (replaced, or added when
+ * absent) or, when it names a statement itself, that statement's first positional argument
+ * is replaced (or added). A missing statement inside a block is appended to the block.
+ * VALUE is parsed as one value of the language.
+ * A component that matches more than one statement is an error, never a guess: with
+ * pipelines 'train' and 'test', "pipeline.batch=7" fails with "override 'pipeline.batch=7':
+ * pipeline.batch matches pipeline 'train' and pipeline 'test': say pipeline.train.batch or
+ * pipeline.test.batch" (candidates without distinct first words are listed by FILE:LINE:COL).
+ * SL_EINVAL with a message naming the path on a malformed override (empty path part, more
+ * than 32 parts), a path that leads nowhere, or an ambiguous one; the tree is unchanged on
+ * failure. */
 sl_status sl_cfg_set(sl_cfg *cfg, const char *assignment);
 
 /* Lookups. sl_cfg_find: the first statement named `name` among n, or NULL.
- * sl_cfg_opt: the option `key` of s (last one wins), or NULL. sl_cfg_pos: the i-th
+ * sl_cfg_opt: the option `key` of s (keys are unique: the parser refuses a repeat), or NULL. sl_cfg_pos: the i-th
  * positional argument (pipes not counted), or NULL. sl_cfg_npos: how many there are. */
 const sl_cfg_stmt *sl_cfg_find(const sl_cfg_stmt *stmts, int n, const char *name);
 const sl_cfg_value *sl_cfg_opt(const sl_cfg_stmt *s, const char *key);

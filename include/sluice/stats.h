@@ -82,8 +82,10 @@ sl_status sl_iter_stats(const sl_iter *it, sl_stats **out);
 
 void sl_stats_free(sl_stats *st); /* NULL is a no-op */
 
-/* Write st as JSON to path (written to path.tmp, then renamed). SL_EIO naming the path on
- * failure (no file is left at path). */
+/* Write st as JSON to path (written to path.tmp, then renamed over path). SL_EINVAL at once
+ * when path (or path.tmp) exists and is not a regular file: a rename would replace a device
+ * or FIFO with the file. SL_EIO naming the path and the OS reason when a write, the close or
+ * the rename fails (a full disk, say); path is then left as it was and path.tmp removed. */
 sl_status sl_stats_save(const sl_stats *st, const char *path);
 
 /* The same JSON (without a trailing newline) to an open stream. SL_EIO on a write error. */
@@ -92,11 +94,30 @@ sl_status sl_stats_fprint(const sl_stats *st, FILE *f);
 /* sl_iter_stats + sl_stats_save. */
 sl_status sl_stats_write_json(const sl_iter *it, const char *path);
 
-/* Read a file written by sl_stats_save. SL_ENOTFOUND / SL_EIO for an unreadable file,
- * SL_ECORRUPT naming the byte offset for one that is not such JSON ("format":
- * "sluice-stats", "version": 1; also accepted inside a "stats" member, as `sluice-stats
- * --json` prints it); *out NULL on failure. */
+/* The default limit on a stats file's size for sl_stats_load: 64 MiB. The files the
+ * library writes are a few KB to about 1 MB (50 ops with 256 history points each is about
+ * 0.5 MB), so this is over 50 times the largest real one, while reading the largest file
+ * it admits takes at most about 1 GiB of memory (the reader is bounded at 16 times the
+ * file's size). */
+#define SL_STATS_MAX_BYTES (64ull << 20)
+
+/* Read a file written by sl_stats_save (sl_stats_load_max with SL_STATS_MAX_BYTES). The
+ * file is read through sl_file_read_all (sluice/file.h). Results, *out NULL on failure:
+ *   SL_ENOTFOUND  no such file;
+ *   SL_EINVAL     at once, for a FIFO, socket, device (/dev/zero) or directory: "stats file
+ *                 'PATH': is a character device, not a regular file";
+ *   SL_ERANGE     a file over max_bytes: "stats file 'PATH': is N bytes, more than the limit
+ *                 of M", with a hint naming sluice-stats --max-bytes;
+ *   SL_EIO        another read error;
+ *   SL_ECORRUPT   naming the byte offset, for a file that is not such JSON ("format":
+ *                 "sluice-stats", "version": 1; also accepted inside a "stats" member, as
+ *                 `sluice-stats --json` prints it), has text after it, more than 65536 ops,
+ *                 or whose tree would take more than 16 times the file's size in memory
+ *                 (so hostile input cannot make the reader allocate without bound).
+ * Numbers out of their field's range are clamped; parent links that do not point to an
+ * earlier op become -1. */
 sl_status sl_stats_load(const char *path, sl_stats **out);
+sl_status sl_stats_load_max(const char *path, uint64_t max_bytes, sl_stats **out);
 
 /* An op's share of its lanes' time spent busy / waiting on input / blocked on output,
  * in [0, 1]: the time divided by wall time times lanes (the parallelism averaged over the
@@ -127,12 +148,22 @@ int sl_stats_bottleneck(const sl_stats *st, sl_stats_verdict *v);
 
 /* Start recording trace events for the whole pipeline of `it` (call on the root iterator),
  * at most max_events of them (<= 0: 1,000,000; about 40 bytes each); later events are
- * dropped and counted. With path non-NULL the trace is written there when the iterator is
- * closed. SL_EINVAL if tracing is already on; SL_ENOMEM. */
+ * dropped and counted. With path non-NULL the file is opened (created or truncated) now,
+ * through sl_file_fopen_write (a FIFO, socket, device or directory is refused at once with
+ * SL_EINVAL; an unwritable path fails with SL_EIO or SL_ENOTFOUND), and the trace is
+ * written there by sl_iter_trace_end or, failing that, when the iterator is closed (where a
+ * write error can only be logged). SL_EINVAL if tracing is already on; SL_ENOMEM. */
 sl_status sl_iter_trace(sl_iter *it, const char *path, int64_t max_events);
 
-/* Write the events recorded so far to path (tracing goes on). SL_EINVAL when tracing is
- * off; SL_EIO naming the path. */
+/* Write the events recorded so far to the file sl_iter_trace opened and close it, so that
+ * the caller learns whether the write worked: SL_EIO naming the path and the reason when a
+ * write, flush or close fails (a full disk). Recording goes on, but close writes nothing
+ * more. SL_EINVAL when tracing is off, or there is no file (no path given, or already
+ * written). */
+sl_status sl_iter_trace_end(sl_iter *it);
+
+/* Write the events recorded so far to path (tracing goes on); path is opened as by
+ * sl_iter_trace. SL_EINVAL when tracing is off; SL_EIO naming the path. */
 sl_status sl_iter_trace_write(sl_iter *it, const char *path);
 
 #ifdef __cplusplus

@@ -121,10 +121,66 @@ check both 2 "exclude each other" "--seconds with --batches: exit 2" \
     "$BIN/sluice-stats" "$T/f.sl" --seconds 1 --batches 3
 check from_cfg 2 "no CONFIG" "--from with a CONFIG: exit 2" "$BIN/sluice-stats" "$T/f.sl" --from "$T/saved.json"
 check peek_html 2 "belong to the profile" "--peek with --html: exit 2" "$BIN/sluice-stats" "$T/f.sl" --peek 1 --html x
-check from_missing 1 "cannot open stats" "--from a missing file: exit 1" "$BIN/sluice-stats" --from "$T/nope.json"
+check from_missing 1 "stats file '$T/nope.json': no such file" "--from a missing file: exit 1" "$BIN/sluice-stats" --from "$T/nope.json"
 echo '{"hello": 1}' >"$T/other.json"
 check from_other 1 "not a sluice-stats file" "--from a JSON file of another kind: exit 1" \
     "$BIN/sluice-stats" --from "$T/other.json"
+
+# 5. --from refuses what is not a stats file of sane size, at once (timeout turns a hang into
+# a failure): /dev/zero used to be read until the OOM killer came, a FIFO to block
+check from_zero 1 "stats file '/dev/zero': is a character device, not a regular file" \
+    "--from /dev/zero: exit 1 at once" timeout 10 "$BIN/sluice-stats" --from /dev/zero
+mkfifo "$T/fifo.json"
+check from_fifo 1 "stats file '$T/fifo.json': is a FIFO (named pipe), not a regular file" \
+    "--from a FIFO: exit 1 at once" timeout 10 "$BIN/sluice-stats" --from "$T/fifo.json"
+check from_dir 1 "stats file '$T': is a directory, not a regular file" "--from a directory: exit 1" \
+    timeout 10 "$BIN/sluice-stats" --from "$T"
+truncate -s $((64 * 1024 * 1024 + 1)) "$T/huge.json"
+check from_huge 1 "stats file '$T/huge.json': is 67108865 bytes, more than the limit of 67108864" \
+    "--from a file over 64 MiB: exit 1" timeout 10 "$BIN/sluice-stats" --from "$T/huge.json"
+if grep -q -- "--max-bytes" "$T/from_huge.err"; then ok "the limit's hint names --max-bytes"
+else fail "no --max-bytes hint"; cat "$T/from_huge.err"; fi
+size=$(stat -c %s "$T/saved.json")
+check from_small 1 "is $size bytes, more than the limit of 100" "--max-bytes below the file's size: exit 1" \
+    "$BIN/sluice-stats" --from "$T/saved.json" --max-bytes 100
+check from_raised 0 "^verdict: " "--max-bytes at the file's size: read" \
+    "$BIN/sluice-stats" --from "$T/saved.json" --max-bytes "$size"
+check max_no_from 2 "use it with --from" "--max-bytes without --from: exit 2" \
+    "$BIN/sluice-stats" "$T/f.sl" --max-bytes 100
+# many tiny values (2^20 + 1 of them, so the array's room doubles to 2^21 values of 24 bytes):
+# a tree that would take over 16x the file in memory is refused
+"$PY" -c 'import sys; sys.stdout.write("[" + "0," * (1 << 20) + "0]")' >"$T/wide.json"
+check from_wide 1 "would take more than 16 times the file's size in memory" \
+    "--from a file built to exhaust memory: exit 1" "$BIN/sluice-stats" --from "$T/wide.json"
+
+# 6. every write is checked: standard output, --trace, --html, --save (they used to exit 0
+# with the output cut short). /dev/full fills stdout; a file size limit (ulimit -f, with
+# SIGXFSZ ignored so write() fails with EFBIG) fills regular files.
+want_full="sluice-stats: writing to standard output failed: No space left on device"
+"$BIN/sluice-stats" --from "$T/saved.json" --json >/dev/full 2>"$T/full.err"
+rc=$?
+if [ "$rc" = 1 ] && grep -qx "$want_full" "$T/full.err"; then ok "--from --json > /dev/full: exit 1, '$want_full'"
+else fail "--json > /dev/full: exit $rc"; cat "$T/full.err"; fi
+"$BIN/sluice-stats" "$T/f.sl" --batches 5 >/dev/full 2>"$T/full_table.err"
+rc=$?
+if [ "$rc" = 1 ] && grep -qx "$want_full" "$T/full_table.err"; then ok "the table > /dev/full: exit 1"
+else fail "table > /dev/full: exit $rc"; cat "$T/full_table.err"; fi
+check trace_full 1 "trace file '/dev/full': is a character device, not a regular file" \
+    "--trace /dev/full: exit 1 before running" timeout 10 "$BIN/sluice-stats" "$T/f.sl" --batches 5 --trace /dev/full
+check trace_dir 1 "trace file '$T/nodir/t.json': no such file" "--trace in a missing folder: exit 1 before running" \
+    timeout 10 "$BIN/sluice-stats" "$T/f.sl" --batches 5 --trace "$T/nodir/t.json"
+limited() { (trap '' XFSZ; ulimit -f "$1"; shift; exec "$@"); }
+check trace_efbig 1 "sluice-stats: $T/t.json: cannot write the trace: File too large" \
+    "--trace on a full disk (ulimit -f 16): exit 1" limited 16 "$BIN/sluice-stats" "$T/f.sl" --batches 40 --trace "$T/t.json"
+check html_efbig 1 "sluice-stats: --html file '$T/p2.html': writing failed: File too large" \
+    "--html on a full disk: exit 1" limited 4 "$BIN/sluice-stats" --from "$T/saved.json" --html "$T/p2.html"
+check save_efbig 1 "cannot write stats: File too large" "--save on a full disk: exit 1" \
+    limited 1 "$BIN/sluice-stats" "$T/f.sl" --batches 40 --save "$T/s2.json"
+if [ ! -e "$T/s2.json" ] && [ ! -e "$T/s2.json.tmp" ]; then ok "--save failed: no file left, no .tmp"
+else fail "--save failure left $(ls "$T"/s2.json*)"; fi
+check save_fifo 1 "stats file '$T/fifo.json': is a FIFO (named pipe), not a regular file" \
+    "--save onto a FIFO: refused (a rename would replace it)" timeout 10 "$BIN/sluice-stats" "$T/f.sl" --batches 5 --save "$T/fifo.json"
+if [ -p "$T/fifo.json" ]; then ok "the FIFO is still a FIFO"; else fail "--save replaced the FIFO"; fi
 
 if [ "$fails" -ne 0 ]; then
     echo "$fails check(s) failed"

@@ -146,7 +146,7 @@ check usage_two 2 'one CONFIG file' "two configs: exit 2" "$BIN/sluice-stats" "$
 check usage_shard 2 'must be below --shards' "--shard-index out of range: exit 2" \
     "$BIN/sluice-stats" "$T/f.sl" --peek 1 --shards 2 --shard-index 2
 check help 0 'Usage: sluice-stats' "--help: exit 0" "$BIN/sluice-stats" --help
-check missing 1 'cannot open config' "a missing config file: exit 1" "$BIN/sluice-stats" "$T/nope.sl" --peek 1
+check missing 1 "config '$T/nope.sl': no such file" "a missing config file: exit 1" "$BIN/sluice-stats" "$T/nope.sl" --peek 1
 
 # 6. a syntax error in the config: exit 1, file:line:col, the line, a caret
 printf 'pipeline train {\n    files "data/train-*.tfrecord\n}\n' >"$T/bad.sl"
@@ -182,6 +182,57 @@ if run runtime 1 "$BIN/sluice-stats" "$T/run.sl" --peek 1; then
         cat "$T/runtime.err"
     fi
 fi
+
+# 9. configs that are not regular files are refused at once (a FIFO used to block open()
+# forever; /dev/zero was read until the OOM killer came); timeout turns a hang into a failure
+mkfifo "$T/fifo.sl"
+check cfg_fifo 1 "config '$T/fifo.sl': is a FIFO (named pipe), not a regular file" \
+    "a FIFO as the config: exit 1 at once" timeout 10 "$BIN/sluice-stats" "$T/fifo.sl" --peek 1
+check cfg_zero 1 "config '/dev/zero': is a character device, not a regular file" \
+    "/dev/zero as the config: exit 1 at once" timeout 10 "$BIN/sluice-stats" /dev/zero --peek 1
+check cfg_dir 1 "config '$T': is a directory, not a regular file" "a directory as the config: exit 1" \
+    timeout 10 "$BIN/sluice-stats" "$T" --peek 1
+truncate -s $((16 * 1024 * 1024 + 1)) "$T/huge.sl"
+check cfg_huge 1 "config '$T/huge.sl': is 16777217 bytes, more than the limit of 16777216" \
+    "a config over 16 MiB: exit 1" timeout 10 "$BIN/sluice-stats" "$T/huge.sl" --peek 1
+
+# 10. a NUL byte in the config (it used to cut the string short) and a repeated option (the
+# last copy used to win): exit 1 at FILE:LINE:COL
+printf 'pipeline train {\n    files "data/train-*.tfrecord\0x"\n}\n' >"$T/nul.sl"
+if run nul 1 "$BIN/sluice-stats" "$T/nul.sl" --peek 1; then
+    if grep -q "^sluice-stats: $T/nul.sl:2:33: NUL byte (0x00) in the config$" "$T/nul.err"; then
+        ok "a NUL byte inside a string: exit 1 at file:2:33"
+    else
+        fail "NUL byte message"
+        cat -v "$T/nul.err"
+    fi
+fi
+printf 'pipeline train {\n    files "data/train-*.tfrecord"\n    shuffle 10 seed=1 seed=2\n}\n' >"$T/dup.sl"
+check dup 1 "$T/dup.sl:3:23: option 'seed' given twice (first at $T/dup.sl:3:16)" \
+    "a repeated option: exit 1 naming both places" "$BIN/sluice-stats" "$T/dup.sl" --peek 1
+
+# 11. --set with a path two pipelines match goes nowhere (it used to change the first one)
+check set_ambiguous 2 "pipeline.batch matches pipeline 'train' and pipeline 'batched': say pipeline.train.batch or pipeline.batched.batch" \
+    "an ambiguous --set: exit 2 listing the candidates" "$BIN/sluice-stats" "$T/f.sl" --peek 1 --set pipeline.batch=7
+
+# 12. a failed write to standard output is an error (it used to exit 0 with the output cut)
+want_full="sluice-stats: writing to standard output failed: No space left on device"
+"$BIN/sluice-stats" "$T/f.sl" --peek 8 --json >/dev/full 2>"$T/full.err"
+rc=$?
+if [ "$rc" = 1 ] && grep -qx "$want_full" "$T/full.err"; then
+    ok "--peek --json > /dev/full: exit 1, '$want_full'"
+else
+    fail "--peek --json > /dev/full: exit $rc"
+    cat "$T/full.err"
+fi
+"$BIN/sluice-stats" "$T/f.sl" --peek 8 >/dev/full 2>"$T/full_text.err"
+rc=$?
+if [ "$rc" = 1 ] && grep -qx "$want_full" "$T/full_text.err"; then ok "--peek (text) > /dev/full: exit 1"
+else fail "--peek > /dev/full: exit $rc"; cat "$T/full_text.err"; fi
+"$BIN/sluice-stats" --help >/dev/full 2>"$T/full_help.err"
+rc=$?
+if [ "$rc" = 1 ] && grep -qx "$want_full" "$T/full_help.err"; then ok "--help > /dev/full: exit 1"
+else fail "--help > /dev/full: exit $rc"; cat "$T/full_help.err"; fi
 
 if [ "$fails" -ne 0 ]; then
     echo "$fails check(s) failed"

@@ -7,6 +7,11 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <fcntl.h>
+#include <stdint.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "sluice/fn.h"
@@ -359,6 +364,227 @@ TEST(test_trace_json) {
     sl_fn_unref(fn);
 }
 
+static void write_text(const char *path, const char *text) {
+    FILE *f = fopen(path, "w");
+    if (f) {
+        fputs(text, f);
+        fclose(f);
+    }
+}
+
+/* In a child (so a regression that reads /dev/zero without end cannot take the machine's
+ * memory: the child's address space is capped, where the sanitizer allows it): loading
+ * /dev/zero is refused at once as a device. */
+static int load_dev_zero_in_child(void) {
+    fflush(stdout);
+    pid_t pid = fork();
+    if (pid == 0) {
+#if !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_THREAD__)
+        struct rlimit rl = {1ull << 31, 1ull << 31};
+        setrlimit(RLIMIT_AS, &rl);
+#endif
+        alarm(20);
+        sl_stats *st = (sl_stats *)1;
+        sl_status s = sl_stats_load("/dev/zero", &st);
+        int ok = s == SL_EINVAL && st == NULL &&
+                 strstr(sl_errmsg(), "stats file '/dev/zero': is a character device, not a regular file");
+        if (!ok) printf("  /dev/zero: status %d: %s\n", s, sl_errmsg());
+        fflush(stdout);
+        _exit(ok ? 0 : 1);
+    }
+    int status = 0;
+    if (pid < 0 || waitpid(pid, &status, 0) != pid) return -1;
+    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+/* sl_stats_load on what is not a stats file of sane size: each refused at once with its
+ * code. Before, /dev/zero was read until memory ran out, a FIFO blocked open(), a directory
+ * gave a read error, and any size was read whole. */
+TEST(test_load_refuses_files) {
+    ASSERT_EQ(load_dev_zero_in_child(), 0);
+    sl_stats *st = (sl_stats *)1;
+    ASSERT_EQ(sl_stats_load("/dev/null", &st), SL_EINVAL); /* a device that ends is still a device */
+    ASSERT(st == NULL);
+    char dir[] = "/tmp/sluice-statsf-XXXXXX", fifo[80], big[80], small[80], want[200];
+    ASSERT(mkdtemp(dir));
+    snprintf(fifo, sizeof fifo, "%s/fifo.json", dir);
+    snprintf(big, sizeof big, "%s/big.json", dir);
+    snprintf(small, sizeof small, "%s/small.json", dir);
+    ASSERT_EQ(mkfifo(fifo, 0600), 0);
+    alarm(20); /* a regression blocks in open(): fail instead of hanging */
+    ASSERT_EQ(sl_stats_load(fifo, &st), SL_EINVAL);
+    alarm(0);
+    snprintf(want, sizeof want, "stats file '%s': is a FIFO (named pipe), not a regular file", fifo);
+    ASSERT_CONTAINS(sl_errmsg(), want);
+    ASSERT_EQ(sl_stats_load(dir, &st), SL_EINVAL);
+    snprintf(want, sizeof want, "stats file '%s': is a directory, not a regular file", dir);
+    ASSERT_CONTAINS(sl_errmsg(), want);
+    int fd = open(big, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    ASSERT(fd >= 0);
+    ASSERT_EQ(ftruncate(fd, (off_t)SL_STATS_MAX_BYTES + 1), 0); /* sparse: no disk used */
+    close(fd);
+    ASSERT_EQ(sl_stats_load(big, &st), SL_ERANGE);
+    snprintf(want, sizeof want, "stats file '%s': is 67108865 bytes, more than the limit of 67108864", big);
+    ASSERT_CONTAINS(sl_errmsg(), want);
+    ASSERT_CONTAINS(sl_errmsg(), "sluice-stats --max-bytes N");
+    ASSERT(st == NULL);
+    /* the limit is the caller's: a valid file one byte over it is refused, at it read */
+    const char *ok_json = "{\"format\": \"sluice-stats\", \"version\": 1, \"wall_s\": 2, \"elements\": 4, "
+                          "\"ops\": [{\"label\": \"a\", \"op\": \"map\", \"parent\": -1, \"elements\": 4}]}";
+    write_text(small, ok_json);
+    ASSERT_EQ(sl_stats_load_max(small, strlen(ok_json) - 1, &st), SL_ERANGE);
+    ASSERT_OK(sl_stats_load_max(small, strlen(ok_json), &st));
+    ASSERT_EQ(st->n, 1);
+    ASSERT_EQ(st->ops[0].elements, 4);
+    ASSERT_STREQ(st->ops[0].label, "a");
+    sl_stats_free(st);
+    unlink(small);
+    unlink(big);
+    unlink(fifo);
+    rmdir(dir);
+}
+
+/* Hostile JSON: bounded memory, no undefined conversions, exact codes. */
+TEST(test_load_hostile_json) {
+    char path[] = "/tmp/sluice-statsj-XXXXXX";
+    int fd = mkstemp(path);
+    ASSERT(fd >= 0);
+    close(fd);
+    sl_stats *st = (sl_stats *)1;
+    /* 2^20 + 1 zeros: the array's room doubles to 2^21 values, over 16x the file's 2 MiB */
+    size_t n = (1u << 20) + 1, len = 2 * n + 1;
+    char *wide = malloc(len + 1);
+    ASSERT(wide);
+    wide[0] = '[';
+    for (size_t i = 0; i < n; i++) memcpy(wide + 1 + 2 * i, "0,", 2);
+    wide[len - 1] = ']';
+    wide[len] = 0;
+    write_text(path, wide);
+    free(wide);
+    ASSERT_EQ(sl_stats_load(path, &st), SL_ECORRUPT);
+    ASSERT(st == NULL);
+    ASSERT_CONTAINS(sl_errmsg(), "its JSON would take more than 16 times the file's size in memory");
+    /* more ops than any graph has */
+    size_t nops = 65537;
+    char *many = malloc(nops * 3 + 200);
+    ASSERT(many);
+    size_t k = (size_t)sprintf(many, "{\"format\": \"sluice-stats\", \"version\": 1, \"ops\": [");
+    for (size_t i = 0; i < nops; i++) k += (size_t)sprintf(many + k, i ? ",{}" : "{}");
+    sprintf(many + k, "]}");
+    write_text(path, many);
+    free(many);
+    ASSERT_EQ(sl_stats_load(path, &st), SL_ECORRUPT);
+    ASSERT_CONTAINS(sl_errmsg(), "not a sluice-stats file: 65537 ops, more than 65536");
+    static const struct {
+        const char *json, *msg;
+    } bad[] = {
+        {"{\"format\": \"sluice-stats\", \"version\": 1, \"ops\": []} x", "byte 52: not a sluice-stats file: text after the JSON value"},
+        {"{\"format\": \"sluice-stats\", \"version\": 1, \"wall_s\": nan, \"ops\": []}", "byte 51: not a sluice-stats file: unexpected character"},
+        {"{\"format\": \"sluice-stats\", \"version\": 1, \"wall_s\": -inf, \"ops\": []}", "byte 51: not a sluice-stats file: a malformed number"},
+        {"{\"format\": \"sluice-stats\", \"version\": 1, \"wall_s\": 1e999, \"ops\": []}", "byte 51: not a sluice-stats file: a malformed number"},
+        {"{\"format\": \"sluice-stats\", \"version\": 1, \"ops\": [{\"label\": \"a\\u0000b\"}]}", "not a sluice-stats file: \\u0000 inside a string"},
+        {"{\"format\": \"sluice-stats\", \"version\": 1, \"ops\": [{\"label\": \"a\\u00zz\"}]}", "not a sluice-stats file: a malformed \\u escape"},
+        {"{\"format\": \"sluice-\tstats\", \"version\": 1, \"ops\": []}", "byte 19: not a sluice-stats file: a control character inside a string"},
+        {"{\"format\": \"sluice-stats\", \"version\": 1, \"ops\": [\"abc", "not a sluice-stats file: unterminated string"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        write_text(path, bad[i].json);
+        if (sl_stats_load(path, &st) != SL_ECORRUPT || st != NULL) {
+            FAILF("case %zu: not SL_ECORRUPT: %s", i, sl_errmsg());
+            return;
+        }
+        ASSERT_CONTAINS(sl_errmsg(), bad[i].msg);
+    }
+    /* out-of-range numbers are clamped (a float-to-int conversion out of range is undefined),
+     * a parent that is not an earlier op becomes -1, escapes decode */
+    write_text(path, "{\"format\": \"sluice-stats\", \"version\": 1, \"cpu_budget\": -1e300, \"elements\": 1e300, "
+                     "\"ops\": [{\"label\": \"caf\\u00e9\\n\", \"parent\": 1e300, \"parallelism\": 1e300, "
+                     "\"buffer\": -5e20, \"history\": [[0.5, 1e300, 2, 1], [1, 2], \"x\", [1, 2, 3, 4]]}, "
+                     "{\"parent\": 0}, {\"parent\": -7}]}");
+    ASSERT_OK(sl_stats_load(path, &st));
+    ASSERT_EQ(st->cpu_budget, 0);
+    ASSERT_EQ(st->elements, INT64_MAX);
+    ASSERT_EQ(st->n, 3);
+    ASSERT_STREQ(st->ops[0].label, "caf\xc3\xa9\n");
+    ASSERT_EQ(st->ops[0].parent, -1);
+    ASSERT_EQ(st->ops[0].parallelism, INT32_MAX);
+    ASSERT_EQ(st->ops[0].buffer, INT32_MIN);
+    ASSERT_EQ(st->ops[0].nhist, 2);
+    ASSERT_EQ(st->ops[0].hist[0].parallelism, INT32_MAX);
+    ASSERT_EQ(st->ops[0].hist[1].buffer, 3);
+    ASSERT_EQ(st->ops[1].parent, 0);
+    ASSERT_EQ(st->ops[2].parent, -1);
+    sl_stats_verdict v;
+    sl_stats_bottleneck(st, &v); /* no crash on such numbers */
+    sl_stats_free(st);
+    remove(path);
+}
+
+/* sl_stats_save checks every step and never replaces what is not a regular file. */
+TEST(test_save_refuses) {
+    sl_stats st = {0};
+    sl_op_stat op = {0};
+    snprintf(op.label, sizeof op.label, "a");
+    snprintf(op.op, sizeof op.op, "map");
+    st.n = 1;
+    st.ops = &op;
+    char dir[] = "/tmp/sluice-statss-XXXXXX", fifo[80], want[200];
+    ASSERT(mkdtemp(dir));
+    snprintf(fifo, sizeof fifo, "%s/fifo.json", dir);
+    ASSERT_EQ(mkfifo(fifo, 0600), 0);
+    alarm(20);
+    ASSERT_EQ(sl_stats_save(&st, fifo), SL_EINVAL);
+    alarm(0);
+    snprintf(want, sizeof want, "stats file '%s': is a FIFO (named pipe), not a regular file", fifo);
+    ASSERT_CONTAINS(sl_errmsg(), want);
+    struct stat sb;
+    ASSERT_EQ(stat(fifo, &sb), 0);
+    ASSERT(S_ISFIFO(sb.st_mode)); /* before, rename() replaced it with the file */
+    ASSERT_EQ(sl_stats_save(&st, dir), SL_EINVAL);
+    char nodir[100];
+    snprintf(nodir, sizeof nodir, "%s/no/s.json", dir);
+    ASSERT_EQ(sl_stats_save(&st, nodir), SL_ENOTFOUND);
+    unlink(fifo);
+    rmdir(dir);
+}
+
+/* The trace file is opened by sl_iter_trace (refused at once when it cannot be written)
+ * and sl_iter_trace_end reports the write's outcome. */
+TEST(test_trace_end) {
+    sl_dataset *r;
+    ASSERT_OK(sl_ds_range(0, 100, 1, &r));
+    sl_iter *it;
+    ASSERT_OK(sl_iter_create(r, NULL, &it));
+    ASSERT_EQ(sl_iter_trace(it, "/dev/full", 0), SL_EINVAL);
+    ASSERT_CONTAINS(sl_errmsg(), "trace file '/dev/full': is a character device, not a regular file");
+    ASSERT_EQ(sl_iter_trace(it, "/nonexistent/dir/t.json", 0), SL_ENOTFOUND);
+    ASSERT_EQ(sl_iter_trace_end(it), SL_EINVAL); /* tracing is off: the failures left nothing on */
+    char path[] = "/tmp/sluice-tend-XXXXXX";
+    int fd = mkstemp(path);
+    ASSERT(fd >= 0);
+    close(fd);
+    ASSERT_OK(sl_iter_trace(it, path, 0));
+    sl_element e;
+    sl_element_init(&e);
+    for (int i = 0; i < 5; i++) {
+        ASSERT_OK(sl_iter_next(it, &e));
+        sl_element_clear(&e);
+    }
+    ASSERT_OK(sl_iter_trace_end(it));
+    ASSERT_EQ(sl_iter_trace_end(it), SL_EINVAL); /* written once */
+    ASSERT_CONTAINS(sl_errmsg(), "written already");
+    char cmd[300];
+    snprintf(cmd, sizeof cmd, "/usr/bin/python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); "
+                              "assert sum(e[\"ph\"] == \"X\" for e in d[\"traceEvents\"]) == 5' %s", path);
+    ASSERT_EQ(system(cmd), 0);
+    ASSERT_OK(sl_iter_next(it, &e));
+    sl_element_clear(&e);
+    sl_iter_close(it); /* writes nothing more: the file still has the 5 events */
+    ASSERT_EQ(system(cmd), 0);
+    remove(path);
+    sl_dataset_unref(r);
+}
+
 int main(void) {
     RUN(test_counters_exact);
     RUN(test_busy_excludes_input);
@@ -367,5 +593,9 @@ int main(void) {
     RUN(test_verdict_slow_consumer);
     RUN(test_verdict_none);
     RUN(test_trace_json);
+    RUN(test_load_refuses_files);
+    RUN(test_load_hostile_json);
+    RUN(test_save_refuses);
+    RUN(test_trace_end);
     TEST_MAIN_END();
 }
