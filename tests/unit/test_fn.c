@@ -641,7 +641,8 @@ TEST(test_parse_example_errors) {
         {spec("x", SL_DT_F32, 2, -1, 2, 0), SL_EINVAL,
          "parse_example: feature 'x': expected a multiple of 2 values, found 3"},
         {spec("nope", SL_DT_F32, 0, 0, 0, 0), SL_EINVAL,
-         "parse_example: feature 'nope' is missing (and has no default)"},
+         "parse_example: feature 'nope' is missing (and has no default); the record has: "
+         "label (int64), image (bytes), x (float), pix (float), pix783 (float)"},
     };
     for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
         sl_fn *fn;
