@@ -135,17 +135,17 @@ static sl_status jpeg_apply(const sl_fn *fn, sl_element *e, const sl_fn_call *ca
     sl_jpeg_info info;
     sl_tensor out = SL_TENSOR_EMPTY;
     if ((s = sl_jpeg_header(st->dec, b.ptr, b.len, &info))) goto done;
+    int ch = f->channels ? f->channels : info.components == 1 ? 1 : 3;
     if ((int64_t)info.width * info.height > f->max_pixels) { /* refuse before allocating */
         s = sl_err(SL_ERANGE, "'%s': the JPEG is %dx%d (%lld pixels), over decode_jpeg's limit of %lld pixels",
                    f->comp, info.width, info.height, (long long)info.width * info.height,
                    (long long)f->max_pixels);
-        sl_err_hint("decoding it would take %.1f GB; if the image is genuine, raise the limit with "
+        double mb = (double)info.width * info.height * ch / 1e6;
+        sl_err_hint("decoded, it would take %.*f MB; if the image is genuine, raise the limit with "
                     "decode_jpeg(%s, max_pixels=%lld) in the config (sl_fn_set_max_pixels in C)",
-                    (double)info.width * info.height * (f->channels ? f->channels : info.components == 1 ? 1 : 3) / 1e9,
-                    f->comp, (long long)info.width * info.height);
+                    mb < 10 ? 1 : 0, mb, f->comp, (long long)info.width * info.height);
         goto done;
     }
-    int ch = f->channels ? f->channels : info.components == 1 ? 1 : 3;
     uint64_t gseed = 0;
     const sl_fn *next = sl__fn_absorbed(call, 1, &gseed);
     const sl__geom_fn *g = next ? sl__as_geom(next) : NULL;
