@@ -140,10 +140,11 @@ static sl_status jpeg_apply(const sl_fn *fn, sl_element *e, const sl_fn_call *ca
         s = sl_err(SL_ERANGE, "'%s': the JPEG is %dx%d (%lld pixels), over decode_jpeg's limit of %lld pixels",
                    f->comp, info.width, info.height, (long long)info.width * info.height,
                    (long long)f->max_pixels);
-        double mb = (double)info.width * info.height * ch / 1e6;
-        sl_err_hint("decoded, it would take %.*f MB; if the image is genuine, raise the limit with "
+        double bytes = (double)info.width * info.height * ch;
+        sl_err_hint("decoded, it would take %.0f %s; if the image is genuine, raise the limit with "
                     "decode_jpeg(%s, max_pixels=%lld) in the config (sl_fn_set_max_pixels in C)",
-                    mb < 10 ? 1 : 0, mb, f->comp, (long long)info.width * info.height);
+                    bytes < 1e6 ? bytes / 1e3 : bytes / 1e6, bytes < 1e6 ? "kB" : "MB", f->comp,
+                    (long long)info.width * info.height);
         goto done;
     }
     uint64_t gseed = 0;
