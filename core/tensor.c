@@ -243,11 +243,15 @@ char *sl_tensor_describe(const sl_tensor *t, char *out, size_t cap) {
 
 /* ---- elements ---- */
 
-void sl_element_init(sl_element *e) { e->n = 0; }
+void sl_element_init(sl_element *e) {
+    e->n = 0;
+    e->origin = (sl_origin){0};
+}
 
 void sl_element_clear(sl_element *e) {
     for (int i = 0; i < e->n; i++) sl_tensor_release(&e->t[i]);
     e->n = 0;
+    e->origin = (sl_origin){0};
 }
 
 int sl_element_find(const sl_element *e, const char *name) {
@@ -281,5 +285,45 @@ void sl_element_move(sl_element *dst, sl_element *src) {
         memcpy(dst->names[i], src->names[i], SL_NAME_MAX);
         dst->t[i] = src->t[i];
     }
+    dst->origin = src->origin;
     src->n = 0;
+    src->origin = (sl_origin){0};
+}
+
+/* ---- origins ---- */
+
+/* Interned file names: a chained hash set that only grows (one entry per distinct file a
+ * process reads: thousands at most). Entries are never freed, so an element's origin stays
+ * valid however long the element lives. */
+#define INTERN_BUCKETS 1024
+
+typedef struct intern_entry {
+    struct intern_entry *next;
+    char path[];
+} intern_entry;
+
+static pthread_mutex_t intern_mu = PTHREAD_MUTEX_INITIALIZER;
+static intern_entry *intern_tab[INTERN_BUCKETS]; /* guarded by intern_mu */
+
+const char *sl_origin_path(const char *path) {
+    if (!path) return NULL;
+    uint64_t h = 1469598103934665603ull; /* FNV-1a */
+    for (const unsigned char *p = (const unsigned char *)path; *p; p++) h = (h ^ *p) * 1099511628211ull;
+    size_t b = (size_t)(h % INTERN_BUCKETS);
+    const char *found = NULL;
+    pthread_mutex_lock(&intern_mu);
+    for (intern_entry *e = intern_tab[b]; e && !found; e = e->next)
+        if (strcmp(e->path, path) == 0) found = e->path;
+    if (!found) {
+        size_t len = strlen(path);
+        intern_entry *e = malloc(sizeof *e + len + 1);
+        if (e) {
+            memcpy(e->path, path, len + 1);
+            e->next = intern_tab[b];
+            intern_tab[b] = e;
+            found = e->path;
+        }
+    }
+    pthread_mutex_unlock(&intern_mu);
+    return found;
 }

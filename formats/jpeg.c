@@ -56,6 +56,7 @@ struct sl_jpeg_decoder {
     size_t scratch_cap;
     int tj_nums[32];                       /* TurboJPEG's scaling factors as n/8, -1 if not */
     int tj_nfactors;
+    int64_t max_pixels;                    /* decodes refuse larger images (header size) */
 };
 
 /* ---- libjpeg callbacks ------------------------------------------------------------- */
@@ -177,6 +178,7 @@ sl_status sl_jpeg_decoder_new(sl_jpeg_decoder **out) {
     sl_jpeg_decoder *d = calloc(1, sizeof *d);
     if (!d)
         return sl_err(SL_ENOMEM, "jpeg: cannot allocate a decoder");
+    d->max_pixels = SL_JPEG_MAX_PIXELS_DEFAULT;
     d->tj = tjInitDecompress();
     if (!d->tj) {
         sl_err(SL_ENOMEM, "jpeg: tjInitDecompress failed: %s", tjGetErrorStr2(NULL));
@@ -240,6 +242,27 @@ void sl_jpeg_decoder_free(sl_jpeg_decoder *d) {
 void sl_jpeg_decoder_set_lenient(sl_jpeg_decoder *d, bool lenient) {
     if (d)
         d->lenient = lenient;
+}
+
+void sl_jpeg_decoder_set_max_pixels(sl_jpeg_decoder *d, int64_t max_pixels) {
+    if (d)
+        d->max_pixels = max_pixels > 0 ? max_pixels : SL_JPEG_MAX_PIXELS_DEFAULT;
+}
+
+int64_t sl_jpeg_decoder_max_pixels(const sl_jpeg_decoder *d) {
+    return d ? d->max_pixels : SL_JPEG_MAX_PIXELS_DEFAULT;
+}
+
+/* Refuse an image over the decoder's pixel limit, before anything is allocated for it. */
+static sl_status check_size(const sl_jpeg_decoder *d, const sl_jpeg_info *info) {
+    int64_t px = (int64_t)info->width * info->height;
+    if (px <= d->max_pixels)
+        return SL_OK;
+    sl_err(SL_ERANGE, "jpeg: the image is %dx%d (%lld pixels), over the decoder's limit of %lld pixels",
+           info->width, info->height, (long long)px, (long long)d->max_pixels);
+    sl_err_hint("a header can claim a huge image in a few bytes; if the image is genuine, raise "
+                "the limit with sl_jpeg_decoder_set_max_pixels");
+    return SL_ERANGE;
 }
 
 /* ---- header ---------------------------------------------------------------------- */
@@ -432,7 +455,7 @@ sl_status sl_jpeg_decode(sl_jpeg_decoder *d, const uint8_t *data, size_t len, in
     if (s)
         return s;
     sl_jpeg_info info;
-    if ((s = sl_jpeg_header(d, data, len, &info)))
+    if ((s = sl_jpeg_header(d, data, len, &info)) || (s = check_size(d, &info)))
         return s;
     int sw, sh;
     sl_jpeg_scaled_size(info.width, info.height, scale_num, &sw, &sh);
@@ -476,7 +499,7 @@ sl_status sl_jpeg_decode_crop(sl_jpeg_decoder *d, const uint8_t *data, size_t le
     if (s)
         return s;
     sl_jpeg_info info;
-    if ((s = sl_jpeg_header(d, data, len, &info)))
+    if ((s = sl_jpeg_header(d, data, len, &info)) || (s = check_size(d, &info)))
         return s;
     int sw, sh;
     sl_jpeg_scaled_size(info.width, info.height, scale_num, &sw, &sh);

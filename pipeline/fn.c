@@ -236,6 +236,14 @@ const sl_fn *sl__fn_absorbed(const sl_fn_call *call, int k, uint64_t *seed) {
     return x->chain->fns[j];
 }
 
+void sl__fn_err_context(const char *label, const char *where, const sl_origin *o) {
+    char site[256];
+    if (where && *where) snprintf(site, sizeof site, "op '%s' (%s): ", label, where);
+    else snprintf(site, sizeof site, "op '%s': ", label);
+    if (o && o->path) sl_err_prefix("%s: byte %lld: %s", o->path, (long long)o->offset, site);
+    else sl_err_prefix("%s", site);
+}
+
 int sl__fn_component(const sl_fn *fn, const sl_element *e, const char *name, sl_status *err) {
     int i = sl_element_find(e, name);
     if (i >= 0) return i;

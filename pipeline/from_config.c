@@ -278,6 +278,8 @@ static sl_status chain(builder *b, const sl_cfg_stmt *s, sl_status st, sl_datase
     sl_dataset_unref(b->ds);
     b->ds = next;
     label(b, next, op);
+    /* errors met while running (a function failing on a record) name the statement */
+    snprintf(next->where, sizeof next->where, "%s:%d", sl_cfg_filename(b->cfg), s->loc.line);
     return SL_OK;
 }
 
@@ -593,6 +595,28 @@ static sl_status fn_err(builder *b, const fn_def *f, sl_cfg_loc loc, const char 
     return SL_EINVAL;
 }
 
+/* An image function's max_pixels=N (v NULL: the default) onto the new *fn; for a crop or
+ * resize (size_v given) the target h x w must fit under it, which is checked here so that
+ * a typo in a size is reported at its spot before anything runs. *fn is released on failure. */
+static sl_status with_max_pixels(builder *b, const fn_def *f, const sl_cfg_value *v,
+                                 const sl_cfg_value *size_v, int h, int w, sl_status st, sl_fn **fn) {
+    if (st) return st;
+    int64_t max = SL_FN_MAX_PIXELS_DEFAULT;
+    if (v && (st = read_int(b, NULL, v, 1, (int64_t)1 << 40, &max))) goto fail;
+    if (v && (st = sl_fn_set_max_pixels(*fn, max))) goto fail;
+    if (size_v && (int64_t)h * w > max) {
+        st = sl_cfg_err(b->cfg, size_v->loc, SL_ERANGE, "%s: the target %dx%d is %lld pixels, over the limit of %lld",
+                        f->name, h, w, (long long)h * w, (long long)max);
+        sl_err_hint("if you mean it, raise the limit: %s(..., max_pixels=%lld)", f->name, (long long)h * w);
+        goto fail;
+    }
+    return SL_OK;
+fail:
+    sl_fn_unref(*fn);
+    *fn = NULL;
+    return st;
+}
+
 static sl_status fn_decode_jpeg(builder *b, const fn_def *f, const sl_cfg_value *call,
                                 const sl_cfg_value *const *a, sl_fn **out) {
     const char *comp;
@@ -602,7 +626,7 @@ static sl_status fn_decode_jpeg(builder *b, const fn_def *f, const sl_cfg_value 
         if (read_int(b, NULL, a[1], 0, 3, &ch)) return sl_errcode();
         if (ch == 2) return fn_err(b, f, a[1]->loc, "channels must be 0 (as in the file), 1 or 3");
     }
-    return sl_fn_decode_jpeg(comp, (int)ch, out);
+    return with_max_pixels(b, f, a[2], NULL, 0, 0, sl_fn_decode_jpeg(comp, (int)ch, out), out);
 }
 
 static sl_status fn_random_resized_crop(builder *b, const fn_def *f, const sl_cfg_value *call,
@@ -614,7 +638,8 @@ static sl_status fn_random_resized_crop(builder *b, const fn_def *f, const sl_cf
     if (a[2] && read_range2(b, a[2], &slo, &shi)) return sl_errcode();
     if (a[2] && shi > 1) return fn_err(b, f, a[2]->loc, "scale is a fraction of the area: at most 1");
     if (a[3] && read_range2(b, a[3], &rlo, &rhi)) return sl_errcode();
-    return sl_fn_random_resized_crop(comp, h, w, slo, shi, rlo, rhi, out);
+    return with_max_pixels(b, f, a[4], a[1], h, w, sl_fn_random_resized_crop(comp, h, w, slo, shi, rlo, rhi, out),
+                           out);
 }
 
 static sl_status fn_center_crop(builder *b, const fn_def *f, const sl_cfg_value *call,
@@ -622,7 +647,7 @@ static sl_status fn_center_crop(builder *b, const fn_def *f, const sl_cfg_value 
     const char *comp;
     int h, w;
     if (read_comp(b, a[0], &comp) || read_size(b, a[1], &h, &w)) return sl_errcode();
-    return sl_fn_center_crop(comp, h, w, out);
+    return with_max_pixels(b, f, a[2], a[1], h, w, sl_fn_center_crop(comp, h, w, out), out);
 }
 
 static sl_status fn_resize(builder *b, const fn_def *f, const sl_cfg_value *call, const sl_cfg_value *const *a,
@@ -630,7 +655,7 @@ static sl_status fn_resize(builder *b, const fn_def *f, const sl_cfg_value *call
     const char *comp;
     int h, w;
     if (read_comp(b, a[0], &comp) || read_size(b, a[1], &h, &w)) return sl_errcode();
-    return sl_fn_resize(comp, h, w, out);
+    return with_max_pixels(b, f, a[2], a[1], h, w, sl_fn_resize(comp, h, w, out), out);
 }
 
 static sl_status fn_random_flip(builder *b, const fn_def *f, const sl_cfg_value *call,
@@ -811,11 +836,15 @@ static sl_status fn_parse_example(builder *b, const fn_def *f, const sl_cfg_valu
 static const fn_def FNS[] = {
     {"parse_example", "parse_example(FEATURE: bytes|int64|float[(SHAPE, default=V, as=NAME)], ..., input=record)",
      {0}, 0, fn_parse_example},
-    {"decode_jpeg", "decode_jpeg(COMP, channels=0|1|3)", {"comp", "channels"}, 1, fn_decode_jpeg},
-    {"random_resized_crop", "random_resized_crop(COMP, SIZE, scale=[0.08, 1], ratio=[0.75, 1.333])",
-     {"comp", "size", "scale", "ratio"}, 2, fn_random_resized_crop},
-    {"center_crop", "center_crop(COMP, SIZE)   SIZE: 224 or 224x200", {"comp", "size"}, 2, fn_center_crop},
-    {"resize", "resize(COMP, SIZE)   SIZE: 256 or 256x192", {"comp", "size"}, 2, fn_resize},
+    {"decode_jpeg", "decode_jpeg(COMP, channels=0|1|3, max_pixels=89478485)", {"comp", "channels", "max_pixels"},
+     1, fn_decode_jpeg},
+    {"random_resized_crop",
+     "random_resized_crop(COMP, SIZE, scale=[0.08, 1], ratio=[0.75, 1.333], max_pixels=89478485)",
+     {"comp", "size", "scale", "ratio", "max_pixels"}, 2, fn_random_resized_crop},
+    {"center_crop", "center_crop(COMP, SIZE, max_pixels=89478485)   SIZE: 224 or 224x200",
+     {"comp", "size", "max_pixels"}, 2, fn_center_crop},
+    {"resize", "resize(COMP, SIZE, max_pixels=89478485)   SIZE: 256 or 256x192", {"comp", "size", "max_pixels"}, 2,
+     fn_resize},
     {"random_flip", "random_flip(COMP, p=0.5, horizontal=true, vertical=false)",
      {"comp", "p", "horizontal", "vertical"}, 1, fn_random_flip},
     {"normalize", "normalize(COMP, mean=[...], std=[...], scale_uint8=true)",

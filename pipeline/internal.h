@@ -34,6 +34,8 @@ struct sl_dataset {
     int ninputs;
     sl_dataset *inputs[SL_DS_MAX_INPUTS]; /* references held */
     char label[64];                        /* shown in errors and stats */
+    char where[128];                       /* the config statement that made it, "FILE:LINE"
+                                            * (from_config sets it); "" if none */
 };
 
 /* Allocate an op of `size` bytes (>= sizeof(sl_dataset)), zeroed, refcount 1, taking a
@@ -302,6 +304,13 @@ sl_status sl__fn_apply(const sl_fn *fn, sl_element *e, uint64_t seed, int64_t in
  * there. `call` must be the sl_fn_call the function received from sl__fn_apply. */
 const sl_fn *sl__fn_absorbed(const sl_fn_call *call, int k, uint64_t *seed);
 
+/* A function failed on an element that came from `o` inside the op labelled `label` (made
+ * by the config statement `where`, or ""): prefix the current error with all of it, so it
+ * says which record, which statement and which function, as
+ *   "PATH: byte OFFSET: op 'LABEL' (FILE:LINE): FN: what"
+ * (the parts that are unknown are left out). The one place map and map_batch word it. */
+void sl__fn_err_context(const char *label, const char *where, const sl_origin *o);
+
 /* Component lookup helper for functions: the index of `name` in e, or an SL_EINVAL error
  * "FN: no component 'name' (components: a, b)". */
 int sl__fn_component(const sl_fn *fn, const sl_element *e, const char *name, sl_status *err);
@@ -371,5 +380,9 @@ sl_status sl__elems_reserve(sl_element **arr, int *cap, int need);
 
 /* Is ds a map (for batch's automatic fusion)? Then its fn, parallelism and determinism. */
 bool sl__ds_as_map(const sl_dataset *ds, sl_fn **fn, int *parallelism, bool *deterministic);
+
+/* A map_batch fused from a map: its function's errors name the map (label and config
+ * statement) rather than the batch, since that is where the function was written. */
+void sl__map_batch_set_fn_site(sl_dataset *mb, const char *label, const char *where);
 
 #endif

@@ -2,7 +2,10 @@
  * element must have the same components with the same dtypes and ranks; shapes must be
  * equal unless padding, in which case each component is padded to the largest extent of
  * each dimension in the batch. Bytes components are copied into one buffer per batch so a
- * batch does not pin many records' memory. */
+ * batch does not pin many records' memory. A batch's origin is unknown (it has many); an
+ * element that does not fit is named by its own origin in the error.
+ *
+ * Workload: once per batch, after every element was gathered. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -131,6 +134,12 @@ static sl_status stack_bytes(const sl_element *elems, int n, int c, const int *i
     return SL_OK;
 }
 
+/* Prefix the current error with where element e was read from, when known. */
+static sl_status at_origin(const sl_element *e, sl_status code) {
+    if (e->origin.path) sl_err_prefix("%s: byte %lld: ", e->origin.path, (long long)e->origin.offset);
+    return code;
+}
+
 sl_status sl__stack(const sl_element *elems, int n, const sl_batch_opts *opts, const char *label,
                     sl_element *out) {
     char b1[128], b2[128];
@@ -138,8 +147,8 @@ sl_status sl__stack(const sl_element *elems, int n, const sl_batch_opts *opts, c
     const sl_element *first = &elems[0];
     for (int i = 1; i < n; i++)
         if (elems[i].n != first->n)
-            return sl_err(SL_EINVAL, "op '%s': element %d of the batch has %d components, the first has %d",
-                          label, i, elems[i].n, first->n);
+            return at_origin(&elems[i], sl_err(SL_EINVAL, "op '%s': element %d of the batch has %d components, "
+                                               "the first has %d", label, i, elems[i].n, first->n));
     int *idx = malloc(sizeof *idx * (size_t)n);
     if (!idx) return sl_err(SL_ENOMEM, "out of memory batching");
     sl_status s = SL_OK;
@@ -158,12 +167,14 @@ sl_status sl__stack(const sl_element *elems, int n, const sl_batch_opts *opts, c
             idx[i] = strcmp(elems[i].names[c], name) == 0 ? c : sl_element_find(&elems[i], name);
             if (idx[i] < 0) {
                 s = sl_err(SL_EINVAL, "op '%s': element %d of the batch has no component '%s'", label, i, name);
+                at_origin(&elems[i], s);
                 break;
             }
             const sl_tensor *t = &elems[i].t[idx[i]];
             if (t->dtype != t0->dtype || t->rank != t0->rank) {
                 s = sl_err(SL_EINVAL, "op '%s': component '%s' is %s in element 0 but %s in element %d of the batch",
                            label, name, shape_str(t0, b1, sizeof b1), shape_str(t, b2, sizeof b2), i);
+                at_origin(&elems[i], s);
                 break;
             }
             for (int d = 0; d < t->rank; d++) {
@@ -174,6 +185,7 @@ sl_status sl__stack(const sl_element *elems, int n, const sl_batch_opts *opts, c
                 s = sl_err(SL_EINVAL, "op '%s': component '%s' is %s in element 0 but %s in element %d of the batch",
                            label, name, shape_str(t0, b1, sizeof b1), shape_str(t, b2, sizeof b2), i);
                 sl_err_hint("use a padded batch (batch N padded) or resize/crop to one shape before batching");
+                at_origin(&elems[i], s);
                 break;
             }
         }

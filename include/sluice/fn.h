@@ -11,6 +11,18 @@
  * (libjpeg's jpeg_crop_scanline / jpeg_skip_scanlines) — the same pixels at a fraction of
  * the work.
  *
+ * Size limits: decode_jpeg, resize, center_crop and random_resized_crop refuse an image
+ * over max_pixels (height x width; SL_FN_MAX_PIXELS_DEFAULT unless raised with
+ * sl_fn_set_max_pixels, or `max_pixels=N` on the function in the config language) with
+ * SL_ERANGE, before allocating it: a 10 MB JPEG can hold 30000 x 30000 pixels, and a typo
+ * in a resize target can ask for tens of gigabytes. The message gives the size, the limit
+ * and how to raise it.
+ *
+ * Errors name the element: map and map_batch prefix a function's error with the element's
+ * origin (the file and the record's byte offset, see sl_origin), the op and the config
+ * statement (FILE:LINE) that wrote the map, then the function's name:
+ *   "data/a.tfrecord: byte 1234: op 'train/map' (job.sl:7): parse_example: ...".
+ *
  * Randomness: random functions draw from a generator seeded by sl_fn_call.seed, which the
  * map op derives from the pipeline seed and the element's position, so results do not
  * depend on which thread ran the call. */
@@ -53,6 +65,17 @@ sl_status sl_fn_chain(sl_fn *const *fns, int n, sl_fn **out);
 
 /* ---- the stock functions -------------------------------------------------------------- */
 
+/* Pillow's default MAX_IMAGE_PIXELS: a quarter gigabyte of 24-bit pixels (about 9459 x 9459). */
+#define SL_FN_MAX_PIXELS_DEFAULT ((int64_t)89478485)
+
+/* Set the pixel limit (height x width, >= 1) of decode_jpeg (the image as its header
+ * declares it, at full size: checked before decoding, also when a crop or resize is fused
+ * into the decode), resize, center_crop or random_resized_crop (the output: checked before
+ * allocating it). An image over the limit is SL_ERANGE. Call it after creating the function
+ * and before sharing it with a map: functions are immutable once in use. Returns SL_OK, or
+ * SL_EINVAL for max_pixels < 1 or another kind of function (a chain included). */
+sl_status sl_fn_set_max_pixels(sl_fn *fn, int64_t max_pixels);
+
 /* One feature to parse out of a serialized tf.train.Example. */
 typedef struct sl_feature_spec {
     const char *name;        /* the feature key; also the output component unless `as` is set */
@@ -68,11 +91,13 @@ typedef struct sl_feature_spec {
 /* Parse component `input` (bytes scalar: a serialized Example; usually "record") into one
  * component per spec; `input` is removed from the element. Bytes outputs are zero-copy
  * views of the record. Errors: a missing feature without default, a wrong kind, or a wrong
- * value count is SL_EINVAL naming the feature; a malformed Example is SL_ECORRUPT. */
+ * value count is SL_EINVAL naming the feature (a missing one lists the features the record
+ * has: "the record has: image (bytes), label (int64)"); a malformed Example is SL_ECORRUPT. */
 sl_status sl_fn_parse_example(const char *input, const sl_feature_spec *specs, int n, sl_fn **out);
 
 /* Decode a JPEG (bytes scalar component) in place to uint8 [h, w, channels]; channels 1
- * or 3 (0: as in the file, 1 or 3). */
+ * or 3 (0: as in the file, 1 or 3). Not a JPEG, or damaged: SL_ECORRUPT; more pixels than
+ * the function's max_pixels (see sl_fn_set_max_pixels): SL_ERANGE, before decoding. */
 sl_status sl_fn_decode_jpeg(const char *comp, int channels, sl_fn **out);
 
 /* torchvision's RandomResizedCrop: a random area fraction in [scale_lo, scale_hi] and
@@ -84,7 +109,8 @@ sl_status sl_fn_random_resized_crop(const char *comp, int height, int width, dou
 /* The central height x width region (the whole image where it is smaller: no padding). */
 sl_status sl_fn_center_crop(const char *comp, int height, int width, sl_fn **out);
 
-/* Bilinear resize to height x width (half-pixel centers, as torchvision with antialias off). */
+/* Bilinear resize to height x width (half-pixel centers, as torchvision with antialias off).
+ * An output over max_pixels is SL_ERANGE when applied (the same for the crops above). */
 sl_status sl_fn_resize(const char *comp, int height, int width, sl_fn **out);
 
 /* Mirror left-right (and/or top-bottom) with probability p. */

@@ -4,7 +4,15 @@
  * a longjmp out of the library. Warnings TurboJPEG can recover from (premature end of data
  * in the entropy stream) are errors too, unless the decoder is told to be lenient.
  *
- * A decoder is one TurboJPEG handle plus scratch space: create one per thread. */
+ * A decoder is one TurboJPEG handle plus scratch space: create one per thread.
+ *
+ * Size limit. A JPEG's header can declare up to 65500 x 65500 pixels in a few hundred
+ * bytes, and a valid 10 MB file can hold a 30000 x 30000 image (900 million pixels: 2.7 GB
+ * as RGB, more inside libjpeg for progressive files). So the decodes refuse, with
+ * SL_ERANGE and before allocating anything, an image whose header declares more than the
+ * decoder's max_pixels (width x height, at full size whatever the scale or crop asked
+ * for), SL_JPEG_MAX_PIXELS_DEFAULT unless raised with sl_jpeg_decoder_set_max_pixels.
+ * sl_jpeg_header has no limit: it only reads the header. */
 #ifndef SLUICE_JPEG_H
 #define SLUICE_JPEG_H
 
@@ -27,6 +35,10 @@ typedef struct sl_jpeg_info {
 
 typedef struct sl_jpeg_decoder sl_jpeg_decoder;
 
+/* Pillow's default MAX_IMAGE_PIXELS: a quarter gigabyte of 24-bit pixels (about 9459 x
+ * 9459), far above any photo a training set holds. */
+#define SL_JPEG_MAX_PIXELS_DEFAULT ((int64_t)89478485)
+
 sl_status sl_jpeg_decoder_new(sl_jpeg_decoder **out);
 void sl_jpeg_decoder_free(sl_jpeg_decoder *d); /* NULL is a no-op */
 
@@ -34,6 +46,11 @@ void sl_jpeg_decoder_free(sl_jpeg_decoder *d); /* NULL is a no-op */
  * truncated entropy stream) and return SL_OK with the pixels they could recover (the rest
  * grey); strict ones (the default) return SL_ECORRUPT. */
 void sl_jpeg_decoder_set_lenient(sl_jpeg_decoder *d, bool lenient);
+
+/* The most pixels (width x height as the header declares) the decodes accept; <= 0 means
+ * SL_JPEG_MAX_PIXELS_DEFAULT. */
+void sl_jpeg_decoder_set_max_pixels(sl_jpeg_decoder *d, int64_t max_pixels);
+int64_t sl_jpeg_decoder_max_pixels(const sl_jpeg_decoder *d);
 
 /* Read the header only. SL_ECORRUPT if it is not a JPEG or the header is damaged (*out is
  * zeroed then). subsamp is -1 for a valid file whose subsampling has no TJSAMP_* name. */
@@ -55,7 +72,9 @@ int sl_jpeg_pick_scale(int w, int h, int target_w, int target_h);
  * `-grayscale` for channels 1: the Y plane of a color image). CMYK/YCCK files are read as
  * Adobe (inverted) CMYK and converted to RGB (R = C*K/255, ...), and to gray from that RGB.
  * Errors: SL_EINVAL (arguments), SL_ECORRUPT (not a JPEG, damaged, or truncated: the
- * message has TurboJPEG's reason), SL_ERANGE (cap too small), SL_ENOMEM. On failure
+ * message has TurboJPEG's reason), SL_ERANGE (the image has more pixels than the decoder's
+ * max_pixels: the message gives both and how to raise the limit; or cap too small),
+ * SL_ENOMEM. On failure
  * *out_w and *out_h are 0 and out holds unspecified bytes. */
 sl_status sl_jpeg_decode(sl_jpeg_decoder *d, const uint8_t *data, size_t len, int channels,
                          int scale_num, uint8_t *out, size_t cap, int *out_w, int *out_h);
@@ -67,7 +86,8 @@ sl_status sl_jpeg_decode(sl_jpeg_decoder *d, const uint8_t *data, size_t len, in
  * w*h*channels bytes. SL_EINVAL if the rectangle is empty or outside the image. */
 sl_status sl_jpeg_decode_crop(sl_jpeg_decoder *d, const uint8_t *data, size_t len, int channels,
                               int scale_num, int x, int y, int w, int h, uint8_t *out, size_t cap);
-/* (Also: SL_ERANGE if cap < w*h*channels, SL_ECORRUPT as for sl_jpeg_decode. Damage in the
+/* (Also: SL_ERANGE if cap < w*h*channels or the whole image is over max_pixels, SL_ECORRUPT
+ * as for sl_jpeg_decode. Damage in the
  * rows below the rectangle is not seen, since they are never decoded.) */
 
 /* Encode 8-bit pixels (channels 1 or 3) at quality 1..100 with 4:2:0 subsampling for color

@@ -121,16 +121,33 @@ char *sl_tensor_describe(const sl_tensor *t, char *out, size_t cap);
 #define SL_ELEM_MAX 16
 #define SL_NAME_MAX 64
 
+/* Where an element came from, so that an error met while transforming it can name the
+ * record: "data/train-3.tfrecord: byte 123456: ...". The tfrecord source sets it; ops that
+ * pass whole elements along (map, shuffle, prefetch, filter, take, interleave, ...) keep
+ * it, because they move elements with sl_element_move; ops that make new elements out of
+ * several (batch, zip) leave it unknown. Plain data: copying an element copies it. */
+typedef struct sl_origin {
+    const char *path; /* the file, interned by sl_origin_path (never freed); NULL: unknown */
+    int64_t offset;   /* byte offset of the record in path (the uncompressed stream) */
+} sl_origin;
+
+/* An interned copy of `path`: the same pointer for equal strings, valid until the process
+ * ends, so elements can point at it long after the dataset that read the file is gone.
+ * Meant for file names (one call per file opened, not per record); thread-safe. NULL when
+ * memory runs out (the origin is then simply unknown). */
+const char *sl_origin_path(const char *path);
+
 typedef struct sl_element {
     int n;                                   /* components in use */
     char names[SL_ELEM_MAX][SL_NAME_MAX];    /* component names, unique */
     sl_tensor t[SL_ELEM_MAX];
+    sl_origin origin;                        /* where it was read from ({0}: unknown) */
 } sl_element;
 
-/* Make *e empty (n = 0). Does not release anything: use on fresh memory. */
+/* Make *e empty (n = 0, origin unknown). Does not release anything: use on fresh memory. */
 void sl_element_init(sl_element *e);
 
-/* Release every component and leave *e empty. */
+/* Release every component and leave *e empty (origin unknown). */
 void sl_element_clear(sl_element *e);
 
 /* Index of the component named `name`, or -1. */
@@ -141,7 +158,8 @@ int sl_element_find(const sl_element *e, const char *name);
  * failure *t still holds its references (the caller releases them). */
 sl_status sl_element_set(sl_element *e, const char *name, sl_tensor *t);
 
-/* Move: *dst takes everything from *src; *src is left empty. dst must be empty. */
+/* Move: *dst takes everything (its origin included) from *src; *src is left empty. dst
+ * must be empty. */
 void sl_element_move(sl_element *dst, sl_element *src);
 
 #ifdef __cplusplus

@@ -20,7 +20,12 @@
  *
  * Workload: the most expensive function of an ImageNet-style pipeline (a 500x375 photo
  * cropped to ~40% of its area and resized to 224x224). Each map thread keeps a decoder and
- * a scratch buffer for the scaled crop in its state. */
+ * a scratch buffer for the scaled crop in its state.
+ *
+ * Size limit: an image whose header declares more than max_pixels (width x height at full
+ * size) is refused with SL_ERANGE right after the header is read, before any allocation,
+ * fused or not (libjpeg's own buffers for a progressive file grow with the full size,
+ * whatever the scale). A fused crop or resize also checks its output against its limit. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -33,6 +38,7 @@ typedef struct {
     char comp[SL_NAME_MAX];
     int channels;     /* 0 (as in the file), 1 or 3 */
     bool dct_scaling; /* may decode at a smaller DCT scale when fused */
+    int64_t max_pixels; /* images whose header declares more are refused */
 } jpeg_fn;
 
 typedef struct {
@@ -49,6 +55,7 @@ static sl_status jpeg_state_new(const sl_fn *fn, void **out) {
         free(st);
         return s;
     }
+    sl_jpeg_decoder_set_max_pixels(st->dec, ((const jpeg_fn *)fn)->max_pixels);
     *out = st;
     return SL_OK;
 }
@@ -76,6 +83,8 @@ static sl_status fused(const jpeg_fn *f, jpeg_state *st, const sl_bytes *b, cons
     sl__rect r;
     int64_t oh, ow;
     sl__geom_plan(g, info->height, info->width, gseed, &r, &oh, &ow);
+    sl_status s = sl__check_pixels(&g->base, g->comp, oh, ow, g->max_pixels);
+    if (s) return s;
     int num = f->dct_scaling ? sl_jpeg_pick_scale((int)r.w, (int)r.h, (int)ow, (int)oh) : 8;
     int sw, sh;
     sl_jpeg_scaled_size(info->width, info->height, num, &sw, &sh);
@@ -85,7 +94,7 @@ static sl_status fused(const jpeg_fn *f, jpeg_state *st, const sl_bytes *b, cons
     if (x1 > sw) x1 = sw;
     if (y1 > sh) y1 = sh;
     int64_t dims[3] = {oh, ow, ch};
-    sl_status s = sl_tensor_alloc(out, SL_DT_U8, 3, dims);
+    s = sl_tensor_alloc(out, SL_DT_U8, 3, dims);
     if (s) return s;
     if (num == 8 && oh == r.h && ow == r.w) {
         s = sl_jpeg_decode_crop(st->dec, b->ptr, b->len, ch, 8, (int)r.x, (int)r.y, (int)r.w,
@@ -121,11 +130,23 @@ static sl_status jpeg_apply(const sl_fn *fn, sl_element *e, const sl_fn_call *ca
     if (!st) {
         st = &local;
         if ((s = sl_jpeg_decoder_new(&local.dec))) return s;
+        sl_jpeg_decoder_set_max_pixels(local.dec, f->max_pixels);
     }
     sl_jpeg_info info;
     sl_tensor out = SL_TENSOR_EMPTY;
     if ((s = sl_jpeg_header(st->dec, b.ptr, b.len, &info))) goto done;
     int ch = f->channels ? f->channels : info.components == 1 ? 1 : 3;
+    if ((int64_t)info.width * info.height > f->max_pixels) { /* refuse before allocating */
+        s = sl_err(SL_ERANGE, "'%s': the JPEG is %dx%d (%lld pixels), over decode_jpeg's limit of %lld pixels",
+                   f->comp, info.width, info.height, (long long)info.width * info.height,
+                   (long long)f->max_pixels);
+        double bytes = (double)info.width * info.height * ch;
+        sl_err_hint("decoded, it would take %.0f %s; if the image is genuine, raise the limit with "
+                    "decode_jpeg(%s, max_pixels=%lld) in the config (sl_fn_set_max_pixels in C)",
+                    bytes < 1e6 ? bytes / 1e3 : bytes / 1e6, bytes < 1e6 ? "kB" : "MB", f->comp,
+                    (long long)info.width * info.height);
+        goto done;
+    }
     uint64_t gseed = 0;
     const sl_fn *next = sl__fn_absorbed(call, 1, &gseed);
     const sl__geom_fn *g = next ? sl__as_geom(next) : NULL;
@@ -165,6 +186,12 @@ void sl__fn_decode_jpeg_set_dct_scaling(sl_fn *fn, bool allow) {
     if (fn && fn->vt == &jpeg_vt) ((jpeg_fn *)fn)->dct_scaling = allow;
 }
 
+bool sl__fn_decode_jpeg_set_max_pixels(sl_fn *fn, int64_t max_pixels) {
+    if (!fn || fn->vt != &jpeg_vt) return false;
+    ((jpeg_fn *)fn)->max_pixels = max_pixels;
+    return true;
+}
+
 sl_status sl_fn_decode_jpeg(const char *comp, int channels, sl_fn **out) {
     *out = NULL;
     if (!comp || !*comp || strlen(comp) >= SL_NAME_MAX)
@@ -178,6 +205,7 @@ sl_status sl_fn_decode_jpeg(const char *comp, int channels, sl_fn **out) {
     snprintf(f->comp, sizeof f->comp, "%s", comp);
     f->channels = channels;
     f->dct_scaling = true;
+    f->max_pixels = SL_FN_MAX_PIXELS_DEFAULT;
     *out = &f->base;
     return SL_OK;
 }

@@ -286,6 +286,7 @@ sl_status sl__geom_apply(const sl_fn *fn, sl_element *e, const sl_fn_call *call)
         sl_err_hint("decode the image first, or cast it to float32");
         return s;
     }
+    if ((s = sl__check_pixels(fn, g->comp, oh, ow, g->max_pixels))) return s;
     sl_tensor out;
     int64_t dims[3] = {oh, ow, C};
     if ((s = sl_tensor_alloc(&out, in->dtype, in->rank, dims))) return s;
@@ -320,6 +321,30 @@ sl_status sl__geom_new(const sl_fn_vt *vt, sl__geom_kind kind, const char *comp,
     snprintf(g->comp, sizeof g->comp, "%s", comp);
     g->height = height;
     g->width = width;
+    g->max_pixels = SL_FN_MAX_PIXELS_DEFAULT;
     *out = g;
+    return SL_OK;
+}
+
+sl_status sl__check_pixels(const sl_fn *fn, const char *comp, int64_t oh, int64_t ow, int64_t max) {
+    if (oh <= max / ow) return SL_OK; /* (oh, ow >= 1) */
+    double px = (double)oh * (double)ow;
+    sl_err(SL_ERANGE, "'%s': the output would be %lldx%lld (%.0f pixels), over %s's limit of %lld pixels",
+           comp, (long long)oh, (long long)ow, px, fn->name, (long long)max);
+    sl_err_hint("raise it with %s(%s, ..., max_pixels=%.0f) in the config (sl_fn_set_max_pixels in C), "
+                "or ask for a smaller size", fn->name, comp, px);
+    return SL_ERANGE;
+}
+
+sl_status sl_fn_set_max_pixels(sl_fn *fn, int64_t max_pixels) {
+    if (!fn) return sl_err(SL_EINVAL, "sl_fn_set_max_pixels: function is NULL");
+    if (max_pixels < 1)
+        return sl_err(SL_EINVAL, "%s: max_pixels %lld must be >= 1", fn->name, (long long)max_pixels);
+    if (sl__fn_decode_jpeg_set_max_pixels(fn, max_pixels)) return SL_OK;
+    sl__geom_fn *g = (sl__geom_fn *)sl__as_geom(fn);
+    if (!g)
+        return sl_err(SL_EINVAL, "%s has no pixel limit (only decode_jpeg, resize, center_crop and "
+                      "random_resized_crop have one)", fn->name);
+    g->max_pixels = max_pixels;
     return SL_OK;
 }

@@ -52,6 +52,7 @@ typedef struct sl__geom_fn {
     int64_t height, width;           /* the output size (center_crop: at most this) */
     double scale_lo, scale_hi;       /* random_resized_crop only */
     double ratio_lo, ratio_hi;
+    int64_t max_pixels;              /* outputs over this many pixels are refused */
 } sl__geom_fn;
 
 extern const sl_fn_vt sl__random_resized_crop_vt;
@@ -88,6 +89,13 @@ sl_status sl__geom_new(const sl_fn_vt *vt, sl__geom_kind kind, const char *comp,
  * pixels of decode-then-crop-then-resize (tests compare the two). Call before the function
  * is used: functions are immutable once shared. */
 void sl__fn_decode_jpeg_set_dct_scaling(sl_fn *fn, bool allow);
+
+/* decode_jpeg's pixel limit (for sl_fn_set_max_pixels): false if fn is not decode_jpeg. */
+bool sl__fn_decode_jpeg_set_max_pixels(sl_fn *fn, int64_t max_pixels);
+
+/* An oh x ow output of fn over `max` pixels: SL_ERANGE naming comp, the size, the limit
+ * and how to raise it; SL_OK otherwise. */
+sl_status sl__check_pixels(const sl_fn *fn, const char *comp, int64_t oh, int64_t ow, int64_t max);
 
 /* ---- numbers (pipeline/fn/cast.c) ---- */
 

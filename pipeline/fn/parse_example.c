@@ -12,7 +12,8 @@
  * values; one dimension may be -1 and then takes count / prod(other dims) (the count must
  * be a whole multiple). A missing feature — or one whose Feature has no list set — takes
  * the spec's default when it has one: every value of a fixed shape is the default, and a
- * -1 dimension becomes 1. Otherwise it is SL_EINVAL naming the feature, as are a wrong
+ * -1 dimension becomes 1. Otherwise it is SL_EINVAL naming the feature and listing the
+ * features the record does have (name and kind), as are a wrong
  * kind and a wrong count; a malformed Example is SL_ECORRUPT with the byte offset. On any
  * error the element is left exactly as it was (outputs are built aside first). */
 #include <stdio.h>
@@ -90,12 +91,37 @@ static sl_status own_bytes(sl_tensor *t) {
     return SL_OK;
 }
 
+/* "image (bytes), label (int64)": what the Example holds, for a missing feature's message
+ * (cut short with "..." when long). */
+static const char *list_features(const sl_example *ex, char *buf, size_t cap) {
+    if (ex->n == 0) return "no features at all";
+    size_t len = 0;
+    buf[0] = 0;
+    for (size_t i = 0; i < ex->n; i++) {
+        const sl_feature *f = &ex->f[i];
+        char one[128];
+        int klen = f->key.len > 64 ? 64 : (int)f->key.len;
+        int w = snprintf(one, sizeof one, "%s%.*s%s (%s)", i ? ", " : "", klen, (const char *)f->key.ptr,
+                         klen < (int)f->key.len ? "..." : "", sl_feat_kind_name(f->kind));
+        if (len + (size_t)w + sizeof ", ..." > cap) { /* no room for this one and the ellipsis */
+            snprintf(buf + len, cap - len, ", ...");
+            break;
+        }
+        memcpy(buf + len, one, (size_t)w + 1);
+        len += (size_t)w;
+    }
+    return buf;
+}
+
 /* One spec's output from the parsed Example. */
 static sl_status parse_one(const spec *sp, const sl_example *ex, const sl_tensor *rec, sl_tensor *t) {
     const sl_feature *f = sl_example_get(ex, sp->key);
     if (!f || f->kind == SL_FEAT_NONE) {
         if (sp->has_default) return make_default(sp, t);
-        if (!f) return sl_err(SL_EINVAL, "feature '%s' is missing (and has no default)", sp->key);
+        char have[400];
+        if (!f)
+            return sl_err(SL_EINVAL, "feature '%s' is missing (and has no default); the record has: %s",
+                          sp->key, list_features(ex, have, sizeof have));
         return sl_err(SL_EINVAL, "feature '%s' has no value list set (and has no default)", sp->key);
     }
     if (f->kind != sp->kind)

@@ -93,7 +93,9 @@ sl_status sl_ds_batch(sl_dataset *in, const sl_batch_opts *opts, sl_dataset **ou
         sl_batch_opts o = *opts;
         o.parallelism = par;
         o.deterministic = det;
-        return sl_ds_map_batch(in->inputs[0], fn, &o, out);
+        sl_status s = sl_ds_map_batch(in->inputs[0], fn, &o, out);
+        if (!s) sl__map_batch_set_fn_site(*out, in->label, in->where);
+        return s;
     }
     batch_ds *d = sl__ds_new(sizeof *d, &batch_vt, &in, 1);
     if (!d) return sl_errcode();

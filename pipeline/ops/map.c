@@ -1,7 +1,11 @@
 /* map: apply an element function to every element, on `parallelism` worker threads
  * (through the runner), in order unless deterministic is false. Parallelism 1 still uses
  * one worker thread, so the function overlaps with the consumer. Element k's randomness is
- * seeded with mix(stream seed, k). */
+ * seeded with mix(stream seed, k).
+ *
+ * A function's error names the element's origin (file and record offset, when it came
+ * from a file), the op and the config statement that wrote the map, then the function:
+ * "data/a.tfrecord: byte 1234: op 'train/map' (job.sl:7): parse_example: ...". */
 #include <stdlib.h>
 
 #include "pipeline/internal.h"
@@ -32,9 +36,10 @@ static sl_status map_work(void *op, void *job, int64_t seq, void *tstate, sl_ele
     map_it *m = op;
     map_job *j = job;
     const map_ds *d = (const map_ds *)m->base.ds;
+    sl_origin o = j->e.origin; /* (the function may leave the element half-changed) */
     sl_status s = sl__fn_apply(d->fn, &j->e, sl__mix(m->base.seed, (uint64_t)seq), seq, tstate);
     if (s < 0) {
-        sl__op_err_prefix(&m->base);
+        sl__fn_err_context(d->base.label, d->base.where, &o);
         return s;
     }
     sl_element_move(out, &j->e);

@@ -7,7 +7,10 @@
  * An input error while gathering a batch is returned in order, and the elements already
  * gathered are carried into the next batch (nothing lost). A function error fails the
  * whole batch; put ignore_errors between map and batch to skip single elements instead
- * (that pipeline is not fused). */
+ * (that pipeline is not fused). A function's error names the element's origin and the map
+ * it was fused from, as map's do (sl__fn_err_context).
+ */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -19,6 +22,8 @@ typedef struct {
     sl_dataset base;
     sl_fn *fn;
     sl_batch_opts opts;
+    char fn_label[64];  /* the map this was fused from ("" when made directly) */
+    char fn_where[128]; /* and its config statement */
 } mb_ds;
 
 typedef struct {
@@ -122,6 +127,7 @@ static sl_status write_slot(const mb_it *m, sl_element *e, int k, sl_element *ou
             sl__op_err(&m->base, SL_EINVAL, "component '%s' is %s in element 0 but %s in element %d of the batch",
                        e->names[c], sl_tensor_describe(&row, b1, sizeof b1), sl_tensor_describe(t, b2, sizeof b2), k);
             sl_err_hint("resize or crop to one shape before batching, or use a padded batch");
+            if (e->origin.path) sl_err_prefix("%s: byte %lld: ", e->origin.path, (long long)e->origin.offset);
             return SL_EINVAL;
         }
         size_t per = sl_tensor_nbytes(t);
@@ -145,9 +151,11 @@ static sl_status mb_work(void *op, void *job, int64_t seq, void *tstate, sl_elem
         int64_t index = seq * d->opts.size + k;
         /* the seed a map under a batch would have: its stream seed is the batch's child 0 */
         uint64_t map_seed = sl__child_seed(m->base.seed, 0);
+        sl_origin o = j->elems[k].origin;
         s = sl__fn_apply(d->fn, &j->elems[k], sl__mix(map_seed, (uint64_t)index), index, tstate);
         if (s < 0) {
-            sl__op_err_prefix(&m->base);
+            if (d->fn_label[0]) sl__fn_err_context(d->fn_label, d->fn_where, &o);
+            else sl__fn_err_context(d->base.label, d->base.where, &o);
             break;
         }
         if (k == 0) {
@@ -265,6 +273,13 @@ static int64_t mb_card(const sl_dataset *ds) {
 
 static const sl_ds_vt mb_vt = {.name = "map_batch", .make_iter = mb_make, .destroy = mb_destroy,
                                .cardinality = mb_card};
+
+void sl__map_batch_set_fn_site(sl_dataset *ds, const char *label, const char *where) {
+    if (ds->vt != &mb_vt) return;
+    mb_ds *d = (mb_ds *)ds;
+    snprintf(d->fn_label, sizeof d->fn_label, "%s", label ? label : "");
+    snprintf(d->fn_where, sizeof d->fn_where, "%s", where ? where : "");
+}
 
 sl_status sl_ds_map_batch(sl_dataset *in, sl_fn *fn, const sl_batch_opts *opts, sl_dataset **out) {
     *out = NULL;

@@ -14,6 +14,9 @@
  * errors_ignored count (sl_iter_errors_ignored) and logged at WARN level, so skipped data
  * is never silent.
  *
+ * Each record carries its origin (the file and the record's byte offset, sl_origin), so
+ * that an error in a function applied to it later can say which record it was.
+ *
  * Workload: a handful to thousands of files of MBs to GBs, records of bytes to MBs; the
  * per-record cost here is one small allocation. */
 #include <stdlib.h>
@@ -38,6 +41,8 @@ typedef struct {
     int file;              /* index of the file being read (or to open next) */
     sl_tfr_reader *rd;     /* open reader of paths[file], or NULL */
     uint64_t skipped_seen; /* corrupt_skipped already counted for rd */
+    const char *origin;    /* paths[origin_file] interned (sl_origin_path): records' origin */
+    int origin_file;       /* which file origin names (-1: none yet) */
 } tfr_it;
 
 static void count_skipped(tfr_it *t, const char *path) {
@@ -73,6 +78,10 @@ static sl_status tfr_next(sl_iter *it, sl_element *out) {
                 return s;
             }
         }
+        if (t->origin_file != t->file) {
+            t->origin = sl_origin_path(d->paths[t->file]);
+            t->origin_file = t->file;
+        }
         sl_record rec;
         sl_status s = sl_tfr_reader_next(t->rd, &rec);
         count_skipped(t, d->paths[t->file]);
@@ -100,6 +109,7 @@ static sl_status tfr_next(sl_iter *it, sl_element *out) {
         tt.aux = sl_buf_ref(rec.buf);
         s = sl_element_set(out, "record", &tt);
         if (s) sl_tensor_release(&tt);
+        else out->origin = (sl_origin){.path = t->origin, .offset = (int64_t)rec.offset};
         return s;
     }
 }
@@ -111,6 +121,7 @@ static const sl_iter_vt tfr_it_vt = {.next = tfr_next, .close = tfr_close};
 static sl_status tfr_make(sl_dataset *ds, sl_ictx *ctx, uint64_t seed, sl_iter **out) {
     tfr_it *t = sl__iter_new(sizeof *t, &tfr_it_vt, ds, ctx, seed);
     if (!t) return SL_ENOMEM;
+    t->origin_file = -1;
     *out = &t->base;
     return SL_OK;
 }

@@ -641,7 +641,8 @@ TEST(test_parse_example_errors) {
         {spec("x", SL_DT_F32, 2, -1, 2, 0), SL_EINVAL,
          "parse_example: feature 'x': expected a multiple of 2 values, found 3"},
         {spec("nope", SL_DT_F32, 0, 0, 0, 0), SL_EINVAL,
-         "parse_example: feature 'nope' is missing (and has no default)"},
+         "parse_example: feature 'nope' is missing (and has no default); the record has: "
+         "label (int64), image (bytes), x (float), pix (float), pix783 (float)"},
     };
     for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
         sl_fn *fn;
@@ -1109,6 +1110,180 @@ TEST(test_parse_decode_chain) {
     free(jpeg);
 }
 
+
+/* ---- pixel limits ---- */
+
+/* A valid baseline grayscale JPEG of w x h flat grey pixels (128), written by hand: each
+ * Huffman table has one 1-bit code (DC difference 0; end of block), so an 8x8 block takes
+ * 2 bits and a 30000 x 30000 image (900 million pixels) fits in 3.5 MB. */
+static uint8_t *flat_jpeg(int w, int h, size_t *len) {
+    size_t blocks = (size_t)((w + 7) / 8) * (size_t)((h + 7) / 8), bits = blocks * 2, scan = (bits + 7) / 8;
+    uint8_t *p = malloc(2 + 69 + 13 + 44 + 10 + scan + 2), *q = p;
+    if (!p) abort();
+    static const uint8_t soi_dqt[] = {0xFF, 0xD8, 0xFF, 0xDB, 0, 67, 0};
+    memcpy(q, soi_dqt, sizeof soi_dqt), q += sizeof soi_dqt;
+    memset(q, 1, 64), q += 64;
+    uint8_t sof[] = {0xFF, 0xC0, 0, 11, 8, (uint8_t)(h >> 8), (uint8_t)h, (uint8_t)(w >> 8), (uint8_t)w, 1, 1, 0x11, 0};
+    memcpy(q, sof, sizeof sof), q += sizeof sof;
+    for (int cls = 0; cls < 2; cls++) { /* DHT: class cls, table 0: one code of length 1, symbol 0 */
+        uint8_t dht[22] = {0xFF, 0xC4, 0, 20, (uint8_t)(cls << 4), 1};
+        memcpy(q, dht, sizeof dht), q += sizeof dht;
+    }
+    static const uint8_t sos[] = {0xFF, 0xDA, 0, 8, 1, 1, 0x00, 0, 63, 0};
+    memcpy(q, sos, sizeof sos), q += sizeof sos;
+    memset(q, 0, scan);
+    if (bits % 8) q[scan - 1] = (uint8_t)(0xFF >> (bits % 8)); /* pad with 1 bits */
+    q += scan;
+    *q++ = 0xFF;
+    *q++ = 0xD9;
+    *len = (size_t)(q - p);
+    return p;
+}
+
+/* A field of /proc/self/status in kB, -1 if unreadable. */
+static long status_kb(const char *key) {
+    FILE *f = fopen("/proc/self/status", "r");
+    if (!f) return -1;
+    char line[256];
+    long v = -1;
+    size_t kl = strlen(key);
+    while (fgets(line, sizeof line, f))
+        if (strncmp(line, key, kl) == 0 && line[kl] == ':') v = strtol(line + kl + 1, NULL, 10);
+    fclose(f);
+    return v;
+}
+
+/* Reset the peak resident size (VmHWM) to the current one; false where the kernel cannot. */
+static bool reset_peak_rss(void) {
+    FILE *f = fopen("/proc/self/clear_refs", "w");
+    if (!f) return false;
+    bool ok = fputs("5", f) >= 0;
+    return fclose(f) == 0 && ok;
+}
+
+TEST(test_decode_jpeg_pixel_limit) {
+    /* the generator makes real JPEGs: a 64x64 one decodes to flat grey */
+    size_t len;
+    uint8_t *small = flat_jpeg(64, 64, &len);
+    sl_fn *dec;
+    ASSERT_OK(sl_fn_decode_jpeg("image", 0, &dec));
+    sl_element e;
+    elem1(&e, "image", bytes_of(small, len, 3));
+    ASSERT_OK(apply(dec, &e, 0));
+    const sl_tensor *t = comp(&e, "image");
+    ASSERT_EQ(t->rank, 3);
+    ASSERT_EQ(t->dims[0] * t->dims[1] * t->dims[2], 64 * 64);
+    for (int i = 0; i < 64 * 64; i++) ASSERT_EQ(((const uint8_t *)t->data)[i], 128);
+    sl_element_clear(&e);
+    sl_fn_unref(dec);
+
+    /* a limit below its 4096 pixels refuses it, one at 4096 takes it */
+    ASSERT_OK(sl_fn_decode_jpeg("image", 0, &dec));
+    ASSERT_OK(sl_fn_set_max_pixels(dec, 4095));
+    elem1(&e, "image", bytes_of(small, len, 0));
+    ASSERT_EQ(apply(dec, &e, 0), SL_ERANGE);
+    ASSERT_STREQ(sl_errmsg(), "decode_jpeg: 'image': the JPEG is 64x64 (4096 pixels), over decode_jpeg's limit of "
+                              "4095 pixels\n---> HINT: decoded, it would take 4 kB; if the image is genuine, raise the "
+                              "limit with decode_jpeg(image, max_pixels=4096) in the config (sl_fn_set_max_pixels in C)");
+    ASSERT_EQ(e.t[0].dtype, SL_DT_BYTES); /* left as it was */
+    ASSERT_OK(sl_fn_set_max_pixels(dec, 4096));
+    ASSERT_OK(apply(dec, &e, 0));
+    ASSERT_EQ(comp(&e, "image")->dtype, SL_DT_U8);
+    sl_element_clear(&e);
+    ASSERT_EQ(sl_fn_set_max_pixels(dec, 0), SL_EINVAL);
+    sl_fn_unref(dec);
+
+    /* a valid 30000 x 30000 JPEG (3.5 MB, 900 MB decoded) is refused by default, before
+     * anything is allocated for it: the peak resident size hardly moves */
+    uint8_t *big = flat_jpeg(30000, 30000, &len);
+    ASSERT(len < 4000000);
+    sl_fn *fns[2];
+    ASSERT_OK(sl_fn_decode_jpeg("image", 0, &dec));
+    ASSERT_OK(sl_fn_resize("image", 224, 224, &fns[1]));
+    fns[0] = dec;
+    sl_fn *fused;
+    ASSERT_OK(sl_fn_chain(fns, 2, &fused)); /* fused with a resize: refused all the same */
+    bool peak_ok = reset_peak_rss();
+    long rss0 = status_kb(peak_ok ? "VmHWM" : "VmRSS");
+    for (int k = 0; k < 2; k++) {
+        elem1(&e, "image", bytes_of(big, len, 0));
+        ASSERT_EQ(apply(k ? fused : dec, &e, 0), SL_ERANGE);
+        ASSERT(strncmp(sl_errmsg(), "decode_jpeg: 'image': the JPEG is 30000x30000 (900000000 pixels), over decode_jpeg's "
+                       "limit of 89478485 pixels\n---> HINT: decoded, it would take 900 MB; if the image is genuine, "
+                       "raise the limit with decode_jpeg(image, max_pixels=900000000)", 200) == 0);
+        ASSERT_EQ(e.t[0].dtype, SL_DT_BYTES);
+        sl_element_clear(&e);
+    }
+    long rss1 = status_kb(peak_ok ? "VmHWM" : "VmRSS");
+    printf("  30000x30000 refused: %s grew by %ld kB\n", peak_ok ? "peak RSS" : "RSS", rss1 - rss0);
+    if (rss0 >= 0 && rss1 >= 0) ASSERT(rss1 - rss0 < 16 * 1024);
+    free(big);
+    free(small);
+    sl_fn_unref(fused);
+    sl_fn_unref(fns[1]);
+    sl_fn_unref(dec);
+}
+
+TEST(test_resize_pixel_limit) {
+    /* a 2x2x3 image resized to 200000 x 200000 would be 120 GB: refused before allocating */
+    int64_t dims[3] = {2, 2, 3};
+    sl_fn *rs;
+    ASSERT_OK(sl_fn_resize("image", 200000, 200000, &rs));
+    sl_element e;
+    elem1(&e, "image", tensor_of(SL_DT_U8, 3, dims, NULL));
+    ASSERT_EQ(apply(rs, &e, 0), SL_ERANGE);
+    ASSERT_STREQ(sl_errmsg(), "resize: 'image': the output would be 200000x200000 (40000000000 pixels), over resize's "
+                              "limit of 89478485 pixels\n---> HINT: raise it with resize(image, ..., "
+                              "max_pixels=40000000000) in the config (sl_fn_set_max_pixels in C), or ask for a smaller size");
+    ASSERT_EQ(comp(&e, "image")->dims[0], 2); /* left as it was */
+    sl_fn_unref(rs);
+    /* the limit is the function's: 10x10 passes at 100, not at 99; the crops have one too */
+    ASSERT_OK(sl_fn_resize("image", 10, 10, &rs));
+    ASSERT_OK(sl_fn_set_max_pixels(rs, 99));
+    ASSERT_EQ(apply(rs, &e, 0), SL_ERANGE);
+    ASSERT_OK(sl_fn_set_max_pixels(rs, 100));
+    ASSERT_OK(apply(rs, &e, 0));
+    ASSERT_EQ(comp(&e, "image")->dims[0], 10);
+    sl_fn_unref(rs);
+    sl_fn *rrc, *cc, *sc;
+    ASSERT_OK(sl_fn_random_resized_crop("image", 8, 8, 0.5, 1, 0.75, 1.333, &rrc));
+    ASSERT_OK(sl_fn_set_max_pixels(rrc, 63));
+    ASSERT_EQ(apply(rrc, &e, 5), SL_ERANGE);
+    ASSERT_CONTAINS(sl_errmsg(), "random_resized_crop: 'image': the output would be 8x8 (64 pixels), over "
+                                 "random_resized_crop's limit of 63 pixels");
+    ASSERT_OK(sl_fn_center_crop("image", 5, 5, &cc));
+    ASSERT_OK(sl_fn_set_max_pixels(cc, 24));
+    ASSERT_EQ(apply(cc, &e, 0), SL_ERANGE);
+    ASSERT_OK(sl_fn_set_max_pixels(cc, 25));
+    ASSERT_OK(apply(cc, &e, 0));
+    ASSERT_EQ(comp(&e, "image")->dims[0], 5);
+    ASSERT_OK(sl_fn_scale("image", 2.0, &sc));
+    ASSERT_EQ(sl_fn_set_max_pixels(sc, 100), SL_EINVAL); /* scale has no limit */
+    ASSERT_STREQ(sl_errmsg(), "scale has no pixel limit (only decode_jpeg, resize, center_crop and "
+                              "random_resized_crop have one)");
+    sl_element_clear(&e);
+    sl_fn_unref(sc);
+    sl_fn_unref(cc);
+    sl_fn_unref(rrc);
+
+    /* fused into decode_jpeg, a resize keeps its limit */
+    size_t len;
+    uint8_t *small = flat_jpeg(64, 64, &len);
+    sl_fn *fns[2], *chain;
+    ASSERT_OK(sl_fn_decode_jpeg("image", 0, &fns[0]));
+    ASSERT_OK(sl_fn_resize("image", 200000, 200000, &fns[1]));
+    ASSERT_OK(sl_fn_chain(fns, 2, &chain));
+    elem1(&e, "image", bytes_of(small, len, 0));
+    ASSERT_EQ(apply(chain, &e, 0), SL_ERANGE);
+    ASSERT(strncmp(sl_errmsg(), "decode_jpeg: 'image': the output would be 200000x200000 (40000000000 pixels), over "
+                   "resize's limit of 89478485 pixels", 110) == 0);
+    sl_element_clear(&e);
+    sl_fn_unref(chain);
+    sl_fn_unref(fns[0]);
+    sl_fn_unref(fns[1]);
+    free(small);
+}
+
 int main(void) {
     RUN(test_resize_by_hand);
     RUN(test_resize_against_reference);
@@ -1125,5 +1300,7 @@ int main(void) {
     RUN(test_determinism_across_parallelism);
     RUN(test_decode_jpeg_fused_vs_unfused);
     RUN(test_parse_decode_chain);
+    RUN(test_decode_jpeg_pixel_limit);
+    RUN(test_resize_pixel_limit);
     TEST_MAIN_END();
 }

@@ -8,6 +8,7 @@
 #include "sluice/config.h"
 #include "sluice/example.h"
 #include "sluice/from_config.h"
+#include "sluice/jpeg.h"
 #include "sluice/pipeline.h"
 #include "sluice/tfrecord.h"
 #include "test.h"
@@ -346,6 +347,196 @@ TEST(test_files_in_order_and_options) {
     clean_dir();
 }
 
+/* ---- errors that say where: file, record offset, statement ---- */
+
+/* DIR/NAME of 5 Examples {image: bytes, height: int64, label: int64, raw: bytes}; record
+ * `bad` (0-based) is spoiled as `how` says: 'L' lacks label, 'J' has an image that is not a
+ * JPEG, 'R' has a raw of 3 bytes instead of 4. The byte offset of each record goes into
+ * offs[]. image is a real 8x8 JPEG otherwise. */
+static sl_status write_spoiled(const char *name, int bad, char how, uint64_t *offs) {
+    uint8_t px[64], *jpg = NULL;
+    size_t jlen;
+    for (int i = 0; i < 64; i++) px[i] = (uint8_t)(4 * i);
+    sl_status s = sl_jpeg_encode(px, 8, 8, 1, 90, &jpg, &jlen);
+    if (s) return s;
+    sl_exb *b;
+    if ((s = sl_exb_new(&b))) {
+        free(jpg);
+        return s;
+    }
+    char path[160];
+    snprintf(path, sizeof path, "%s/%s", tmpdir, name);
+    sl_tfr_write_opts wo = sl_tfr_write_opts_default();
+    sl_tfr_writer *w;
+    uint64_t off = 0;
+    if (!(s = sl_tfr_writer_open(path, &wo, &w))) {
+        for (int i = 0; i < 5 && !s; i++) {
+            bool spoil = i == bad;
+            sl_bytes ib = spoil && how == 'J' ? (sl_bytes){(const uint8_t *)"not a jpeg", 10} : (sl_bytes){jpg, jlen};
+            sl_bytes rb = {(const uint8_t *)"abcd", spoil && how == 'R' ? 3 : 4};
+            int64_t h = 8, label = i;
+            uint8_t *ser = NULL;
+            size_t len;
+            sl_exb_reset(b);
+            if (!(s = sl_exb_bytes(b, "image", &ib, 1)) && !(s = sl_exb_int64s(b, "height", &h, 1)) &&
+                !(spoil && how == 'L' ? 0 : (s = sl_exb_int64s(b, "label", &label, 1))) &&
+                !(s = sl_exb_bytes(b, "raw", &rb, 1)) && !(s = sl_exb_serialize(b, &ser, &len))) {
+                offs[i] = off;
+                off += 12 + len + 4; /* length, its CRC, the data, its CRC */
+                s = sl_tfr_writer_write(w, ser, len);
+            }
+            free(ser);
+        }
+        sl_status c = sl_tfr_writer_close(w);
+        if (!s) s = c;
+    }
+    sl_exb_free(b);
+    free(jpg);
+    return s;
+}
+
+/* Run the pipeline to its first error; its code (SL_END / SL_OK if none), *got elements
+ * before it. */
+static sl_status first_error(sl_dataset *ds, int *got) {
+    sl_iter *it;
+    sl_status s = sl_iter_create(ds, NULL, &it);
+    if (s) return s;
+    sl_element e;
+    sl_element_init(&e);
+    *got = 0;
+    while ((s = sl_iter_next(it, &e)) == SL_OK) {
+        (*got)++;
+        sl_element_clear(&e);
+    }
+    sl_error err;
+    sl_err_save(&err);
+    sl_iter_close(it);
+    sl_err_restore(&err);
+    return s;
+}
+
+TEST(test_data_errors_say_where) {
+    snprintf(tmpdir, sizeof tmpdir, "/tmp/sluice-fc-XXXXXX");
+    ASSERT(mkdtemp(tmpdir));
+    uint64_t offs[5];
+    char want[1024];
+    int got;
+    sl_dataset *ds;
+
+    /* the 3rd record lacks 'label': the file, the record's offset, the map statement (line
+     * 3 of p.sl), the function, and what the record does have */
+    ASSERT_OK(write_spoiled("nolabel.tfrecord", 2, 'L', offs));
+    ASSERT(offs[2] > 0);
+    ASSERT_OK(build_in_dir(" files \"nolabel.tfrecord\"\n"
+                           " map parse_example(label: int64, image: bytes)\n", NULL, &ds));
+    ASSERT_EQ(first_error(ds, &got), SL_EINVAL);
+    ASSERT_EQ(got, 2);
+    snprintf(want, sizeof want,
+             "%s/nolabel.tfrecord: byte %llu: op 'p/map' (%s/p.sl:3): parse_example: feature 'label' is "
+             "missing (and has no default); the record has: image (bytes), height (int64), raw (bytes)",
+             tmpdir, (unsigned long long)offs[2], tmpdir);
+    ASSERT_STREQ(sl_errmsg(), want);
+    sl_dataset_unref(ds);
+
+    /* the same through interleave, shuffle and a map fused with batch (map_batch): the
+     * origin travels with the element, the map's statement is still named */
+    ASSERT_OK(build_in_dir(" files \"nolabel.tfrecord\"\n interleave cycle=2\n shuffle 3 seed=7\n"
+                           " map parse_example(label: int64, image: bytes)\n batch 2\n", NULL, &ds));
+    ASSERT_STREQ(sl_dataset_op(ds), "map_batch");
+    ASSERT_EQ(first_error(ds, &got), SL_EINVAL);
+    snprintf(want, sizeof want,
+             "%s/nolabel.tfrecord: byte %llu: op 'p/map' (%s/p.sl:5): parse_example: feature 'label' is missing",
+             tmpdir, (unsigned long long)offs[2], tmpdir);
+    ASSERT_EQ(strncmp(sl_errmsg(), want, strlen(want)), 0);
+    sl_dataset_unref(ds);
+
+    /* ignore_errors still skips and counts them */
+    ASSERT_OK(build_in_dir(" files \"nolabel.tfrecord\"\n map parse_example(label: int64, image: bytes)\n"
+                           " ignore_errors\n", NULL, &ds));
+    sl_iter *it;
+    ASSERT_OK(sl_iter_create(ds, NULL, &it));
+    sl_element e;
+    sl_element_init(&e);
+    int n = 0;
+    while (sl_iter_next(it, &e) == SL_OK) {
+        n++;
+        sl_element_clear(&e);
+    }
+    ASSERT_EQ(n, 4);
+    ASSERT_EQ(sl_iter_errors_ignored(it), 1);
+    sl_iter_close(it);
+    sl_dataset_unref(ds);
+
+    /* decode_jpeg on bytes that are not a JPEG (4th record) */
+    ASSERT_OK(write_spoiled("notjpeg.tfrecord", 3, 'J', offs));
+    ASSERT_OK(build_in_dir(" files \"notjpeg.tfrecord\"\n"
+                           " map parse_example(image: bytes, label: int64)\n"
+                           "     | decode_jpeg(image)\n", NULL, &ds));
+    ASSERT_EQ(first_error(ds, &got), SL_ECORRUPT);
+    ASSERT_EQ(got, 3);
+    snprintf(want, sizeof want, "%s/notjpeg.tfrecord: byte %llu: op 'p/map' (%s/p.sl:3): decode_jpeg: 'image': jpeg: ",
+             tmpdir, (unsigned long long)offs[3], tmpdir);
+    ASSERT_EQ(strncmp(sl_errmsg(), want, strlen(want)), 0);
+    sl_dataset_unref(ds);
+
+    /* decode_raw with a wrong byte count (1st record) */
+    ASSERT_OK(write_spoiled("shortraw.tfrecord", 0, 'R', offs));
+    ASSERT_OK(build_in_dir(" files \"shortraw.tfrecord\"\n"
+                           " map parse_example(raw: bytes, label: int64) | decode_raw(raw, uint8, 4)\n", NULL, &ds));
+    ASSERT_EQ(first_error(ds, &got), SL_EINVAL);
+    ASSERT_EQ(got, 0);
+    snprintf(want, sizeof want, "%s/shortraw.tfrecord: byte 0: op 'p/map' (%s/p.sl:3): decode_raw: 'raw' holds 3 "
+             "bytes but uint8[4] needs 4", tmpdir, tmpdir);
+    ASSERT_STREQ(sl_errmsg(), want);
+    sl_dataset_unref(ds);
+    clean_dir();
+}
+
+/* Pixel limits in the config: a resize target over max_pixels is refused where it is
+ * written; max_pixels= raises it; decode_jpeg(max_pixels=) refuses an image over it. */
+TEST(test_max_pixels_option) {
+    sl_dataset *ds;
+    ASSERT_EQ(build("pipeline p {\n range 0 1\n map resize(image, 100000x100000)\n}\n", "p", NULL, &ds), SL_ERANGE);
+    ASSERT_STREQ(sl_errmsg(), "p.sl:3:20: resize: the target 100000x100000 is 10000000000 pixels, over the limit of "
+                              "89478485\n     map resize(image, 100000x100000)\n                       ^~~~~~~~~~~~~\n"
+                              "---> HINT: if you mean it, raise the limit: resize(..., max_pixels=10000000000)");
+    ASSERT_EQ(build("pipeline p {\n range 0 1\n map random_resized_crop(image, 20000)\n}\n", "p", NULL, &ds),
+              SL_ERANGE);
+    ASSERT_EQ(build("pipeline p {\n range 0 1\n map center_crop(image, 10x10, max_pixels=99)\n}\n", "p", NULL, &ds),
+              SL_ERANGE);
+    ASSERT_OK(build("pipeline p {\n range 0 1\n map center_crop(image, 10x10, max_pixels=100)\n}\n", "p", NULL, &ds));
+    sl_dataset_unref(ds);
+    ASSERT_OK(build("pipeline p {\n range 0 1\n map resize(image, 100000x100000, max_pixels=10000000000)\n}\n", "p",
+                    NULL, &ds));
+    sl_dataset_unref(ds);
+    ASSERT_EQ(build("pipeline p {\n range 0 1\n map decode_jpeg(image, max_pixels=0)\n}\n", "p", NULL, &ds),
+              SL_ERANGE);
+    ASSERT_CONTAINS(sl_errmsg(), "p.sl:3:");
+
+    /* decode_jpeg's limit at work: 8x8 images pass under 64 and fail under 63 */
+    snprintf(tmpdir, sizeof tmpdir, "/tmp/sluice-fc-XXXXXX");
+    ASSERT(mkdtemp(tmpdir));
+    uint64_t offs[5];
+    int got;
+    ASSERT_OK(write_spoiled("ok.tfrecord", -1, 0, offs));
+    ASSERT_OK(build_in_dir(" files \"ok.tfrecord\"\n map parse_example(image: bytes) | decode_jpeg(image, max_pixels=64)\n",
+                           NULL, &ds));
+    ASSERT_EQ(first_error(ds, &got), SL_END);
+    ASSERT_EQ(got, 5);
+    sl_dataset_unref(ds);
+    ASSERT_OK(build_in_dir(" files \"ok.tfrecord\"\n map parse_example(image: bytes) | decode_jpeg(image, max_pixels=63)\n",
+                           NULL, &ds));
+    ASSERT_EQ(first_error(ds, &got), SL_ERANGE);
+    ASSERT_EQ(got, 0);
+    char want[512];
+    snprintf(want, sizeof want, "%s/ok.tfrecord: byte 0: op 'p/map' (%s/p.sl:3): decode_jpeg: 'image': the JPEG is 8x8 "
+             "(64 pixels), over decode_jpeg's limit of 63 pixels\n---> HINT: ", tmpdir, tmpdir);
+    ASSERT_EQ(strncmp(sl_errmsg(), want, strlen(want)), 0);
+    ASSERT_CONTAINS(sl_errmsg(), "decode_jpeg(image, max_pixels=64)");
+    sl_dataset_unref(ds);
+    clean_dir();
+}
+
 TEST(test_shard_auto_picks_file_or_data) {
     snprintf(tmpdir, sizeof tmpdir, "/tmp/sluice-fc-XXXXXX");
     ASSERT(mkdtemp(tmpdir));
@@ -651,6 +842,8 @@ int main(void) {
     RUN(test_filter_runtime_error_and_ignore_errors);
     RUN(test_map_functions_on_range);
     RUN(test_files_in_order_and_options);
+    RUN(test_data_errors_say_where);
+    RUN(test_max_pixels_option);
     RUN(test_shard_auto_picks_file_or_data);
     RUN(test_overrides_change_the_graph);
     RUN(test_seeds);

@@ -681,6 +681,91 @@ TEST(test_encode_roundtrip_quality) {
     sl_jpeg_decoder_free(d);
 }
 
+
+/* A valid baseline grayscale JPEG of w x h flat grey pixels (128), written by hand: each
+ * Huffman table has one 1-bit code (DC difference 0; end of block), so an 8x8 block takes
+ * 2 bits and a 30000 x 30000 image (900 million pixels) fits in 3.5 MB. */
+static uint8_t *flat_jpeg(int w, int h, size_t *len) {
+    size_t blocks = (size_t)((w + 7) / 8) * (size_t)((h + 7) / 8), bits = blocks * 2, scan = (bits + 7) / 8;
+    uint8_t *p = malloc(2 + 69 + 13 + 44 + 10 + scan + 2), *q = p;
+    if (!p)
+        abort();
+    static const uint8_t soi_dqt[] = {0xFF, 0xD8, 0xFF, 0xDB, 0, 67, 0};
+    memcpy(q, soi_dqt, sizeof soi_dqt), q += sizeof soi_dqt;
+    memset(q, 1, 64), q += 64;
+    uint8_t sof[] = {0xFF, 0xC0, 0, 11, 8, (uint8_t)(h >> 8), (uint8_t)h, (uint8_t)(w >> 8), (uint8_t)w, 1, 1, 0x11, 0};
+    memcpy(q, sof, sizeof sof), q += sizeof sof;
+    for (int cls = 0; cls < 2; cls++) { /* DHT: class cls, table 0: one code of length 1, symbol 0 */
+        uint8_t dht[22] = {0xFF, 0xC4, 0, 20, (uint8_t)(cls << 4), 1};
+        memcpy(q, dht, sizeof dht), q += sizeof dht;
+    }
+    static const uint8_t sos[] = {0xFF, 0xDA, 0, 8, 1, 1, 0x00, 0, 63, 0};
+    memcpy(q, sos, sizeof sos), q += sizeof sos;
+    memset(q, 0, scan);
+    if (bits % 8)
+        q[scan - 1] = (uint8_t)(0xFF >> (bits % 8)); /* pad with 1 bits */
+    q += scan;
+    *q++ = 0xFF;
+    *q++ = 0xD9;
+    *len = (size_t)(q - p);
+    return p;
+}
+
+/* The decoder's pixel limit: refused with SL_ERANGE before decoding (whatever the scale or
+ * crop), the message naming the size, the limit and how to raise it. */
+TEST(test_max_pixels) {
+    sl_jpeg_decoder *d;
+    ASSERT_OK(sl_jpeg_decoder_new(&d));
+    ASSERT_EQ(sl_jpeg_decoder_max_pixels(d), SL_JPEG_MAX_PIXELS_DEFAULT);
+    size_t len;
+    uint8_t *small = flat_jpeg(64, 64, &len), buf[64 * 64];
+    int w, h;
+    ASSERT_OK(sl_jpeg_decode(d, small, len, 1, 8, buf, sizeof buf, &w, &h));
+    ASSERT_EQ(w, 64);
+    for (int i = 0; i < 64 * 64; i++)
+        ASSERT_EQ(buf[i], 128);
+    if (have_djpeg()) { /* and djpeg agrees it is a valid JPEG */
+        img im = {small, len, "flat 64x64"};
+        int dw, dh;
+        uint8_t *ref = djpeg(&im, 1, 8, &dw, &dh);
+        ASSERT(ref != NULL);
+        ASSERT_EQ(memcmp(ref, buf, sizeof buf), 0);
+        free(ref);
+    }
+    sl_jpeg_decoder_set_max_pixels(d, 4095);
+    ASSERT_EQ(sl_jpeg_decode(d, small, len, 1, 8, buf, sizeof buf, &w, &h), SL_ERANGE);
+    ASSERT_EQ(w, 0);
+    ASSERT_STREQ(sl_errmsg(), "jpeg: the image is 64x64 (4096 pixels), over the decoder's limit of 4095 pixels\n"
+                              "---> HINT: a header can claim a huge image in a few bytes; if the image is genuine, "
+                              "raise the limit with sl_jpeg_decoder_set_max_pixels");
+    ASSERT_EQ(sl_jpeg_decode_crop(d, small, len, 1, 8, 0, 0, 8, 8, buf, sizeof buf), SL_ERANGE);
+    sl_jpeg_info info;
+    ASSERT_OK(sl_jpeg_header(d, small, len, &info)); /* the header alone is always read */
+    sl_jpeg_decoder_set_max_pixels(d, 4096);
+    ASSERT_OK(sl_jpeg_decode(d, small, len, 1, 8, buf, sizeof buf, &w, &h));
+    ASSERT_OK(sl_jpeg_decode_crop(d, small, len, 1, 8, 0, 0, 8, 8, buf, sizeof buf));
+    sl_jpeg_decoder_set_max_pixels(d, 0); /* back to the default */
+    ASSERT_EQ(sl_jpeg_decoder_max_pixels(d), SL_JPEG_MAX_PIXELS_DEFAULT);
+
+    /* a valid 30000 x 30000 file: even a scaled decode or an 8x8 crop (cheap for a baseline
+     * file, but libjpeg keeps full-size buffers for progressive ones) is refused by default */
+    uint8_t *big = flat_jpeg(30000, 30000, &len);
+    ASSERT_OK(sl_jpeg_header(d, big, len, &info));
+    ASSERT_EQ(info.width, 30000);
+    ASSERT_EQ(info.components, 1);
+    ASSERT_EQ(sl_jpeg_decode(d, big, len, 1, 1, buf, sizeof buf, &w, &h), SL_ERANGE);
+    ASSERT_CONTAINS(sl_errmsg(), "jpeg: the image is 30000x30000 (900000000 pixels), over the decoder's limit of "
+                                 "89478485 pixels\n---> HINT: ");
+    ASSERT_EQ(sl_jpeg_decode_crop(d, big, len, 1, 8, 100, 100, 8, 8, buf, sizeof buf), SL_ERANGE);
+    /* raised, the crop is decoded */
+    sl_jpeg_decoder_set_max_pixels(d, 900000000);
+    ASSERT_OK(sl_jpeg_decode_crop(d, big, len, 1, 8, 100, 100, 8, 8, buf, sizeof buf));
+    ASSERT_EQ(buf[0], 128);
+    free(big);
+    free(small);
+    sl_jpeg_decoder_free(d);
+}
+
 int main(void) {
     RUN(test_header_encoded);
     RUN(test_header_tfrecord_images);
@@ -694,5 +779,6 @@ int main(void) {
     RUN(test_random_byte_flips);
     RUN(test_cmyk);
     RUN(test_encode_roundtrip_quality);
+    RUN(test_max_pixels);
     TEST_MAIN_END();
 }

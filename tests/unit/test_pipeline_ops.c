@@ -1041,6 +1041,111 @@ TEST(test_close_midstream) {
     sl_fn_unref(fn);
 }
 
+/* ---- element origins ---- */
+
+static sl_status pass(void *ctx, sl_element *e, const sl_fn_call *call) { return SL_OK; }
+
+/* Fails on record 4 of file 3. */
+static sl_status fail_3_4(void *ctx, sl_element *e, const sl_fn_call *call) {
+    return rec_is(e, 3, 4) ? sl_err(SL_EINVAL, "this one is bad") : SL_OK;
+}
+
+/* Which (file, record) an origin names: -1 if none matches. */
+static int origin_rec(const sl_origin *o) {
+    for (int f = 0; f < NFILES; f++) {
+        char p[300];
+        file_path(p, sizeof p, f);
+        if (o->path != sl_origin_path(p)) continue; /* interned: the same pointer */
+        for (int r = 0; r < NREC; r++)
+            if ((uint64_t)o->offset == rec_offset(f, r)) return f * 100 + r;
+    }
+    return -1;
+}
+
+/* Records carry their file and offset through interleave, shuffle, map and prefetch; a
+ * batch has none; a function's error names the record. */
+TEST(test_element_origin) {
+    ASSERT_OK(write_files());
+    char pat[300];
+    snprintf(pat, sizeof pat, "%s/part-*.tfrecord", tmpdir);
+    const char *pats[] = {pat};
+    sl_dataset *lf, *il, *sh, *mp, *pf, *bt;
+    sl_fn *id, *bad;
+    ASSERT_OK(sl_fn_custom("pass", pass, NULL, NULL, &id));
+    ASSERT_OK(sl_fn_custom("fail_3_4", fail_3_4, NULL, NULL, &bad));
+    ASSERT_OK(sl_ds_list_files(pats, 1, false, 0, &lf));
+    sl_interleave_opts io = sl_interleave_opts_default();
+    io.cycle_length = 3;
+    io.parallelism = 2;
+    ASSERT_OK(sl_ds_interleave_tfrecord(lf, NULL, &io, &il));
+    ASSERT_OK(sl_ds_shuffle(il, 10, 5, false, &sh));
+    ASSERT_OK(sl_ds_map(sh, id, 3, true, &mp));
+    ASSERT_OK(sl_ds_prefetch(mp, 2, &pf));
+    sl_iter *it;
+    ASSERT_OK(sl_iter_create(pf, NULL, &it));
+    sl_element e, keep;
+    sl_element_init(&e);
+    sl_element_init(&keep);
+    int seen[NFILES * 100] = {0}, n = 0;
+    while (sl_iter_next(it, &e) == SL_OK) {
+        int fr = origin_rec(&e.origin);
+        ASSERT(fr >= 0);
+        ASSERT(rec_is(&e, fr / 100, fr % 100)); /* the origin is this element's own */
+        ASSERT_EQ(seen[fr]++, 0);
+        n++;
+        if (fr == 502) sl_element_move(&keep, &e);
+        else sl_element_clear(&e);
+    }
+    ASSERT_EQ(n, NFILES * NREC);
+    sl_iter_close(it);
+    sl_dataset_unref(pf);
+    sl_dataset_unref(mp);
+    sl_dataset_unref(sh);
+    sl_dataset_unref(il);
+    /* the origin outlives every dataset that read it */
+    char p5[300];
+    file_path(p5, sizeof p5, 5);
+    ASSERT_STREQ(keep.origin.path, p5);
+    ASSERT_EQ(keep.origin.offset, (int64_t)rec_offset(5, 2));
+    sl_element_clear(&keep);
+    ASSERT(keep.origin.path == NULL);
+
+    /* a batch's origin is unknown (it has many) */
+    ASSERT_OK(sl_ds_tfrecord(pats, 1, NULL, &il));
+    sl_batch_opts bo = sl_batch_opts_default(4);
+    ASSERT_OK(sl_ds_batch(il, &bo, &bt));
+    ASSERT_OK(sl_iter_create(bt, NULL, &it));
+    ASSERT_OK(sl_iter_next(it, &e));
+    ASSERT(e.origin.path == NULL);
+    sl_element_clear(&e);
+    sl_iter_close(it);
+    sl_dataset_unref(bt);
+
+    /* a function's error names the record (map, and map fused with batch) */
+    char p3[300], want[600];
+    file_path(p3, sizeof p3, 3);
+    snprintf(want, sizeof want, "%s: byte %llu: op 'map': fail_3_4: this one is bad", p3,
+             (unsigned long long)rec_offset(3, 4));
+    ASSERT_OK(sl_ds_map(il, bad, 2, true, &mp));
+    for (int fused = 0; fused < 2; fused++) {
+        sl_dataset *top = mp;
+        if (fused) ASSERT_OK(sl_ds_batch(mp, &bo, &top));
+        ASSERT_STREQ(sl_dataset_op(top), fused ? "map_batch" : "map");
+        ASSERT_OK(sl_iter_create(top, NULL, &it));
+        sl_status st;
+        while ((st = sl_iter_next(it, &e)) == SL_OK) sl_element_clear(&e);
+        ASSERT_EQ(st, SL_EINVAL);
+        ASSERT_STREQ(sl_errmsg(), want);
+        sl_iter_close(it);
+        if (fused) sl_dataset_unref(top);
+    }
+    sl_dataset_unref(mp);
+    sl_dataset_unref(il);
+    sl_dataset_unref(lf);
+    sl_fn_unref(id);
+    sl_fn_unref(bad);
+}
+
 int main(void) {
     RUN(test_interleave_orders);
     RUN(test_interleave_errors);
@@ -1056,6 +1161,7 @@ int main(void) {
     RUN(test_zip);
     RUN(test_prefetch_order_errors);
     RUN(test_close_midstream);
+    RUN(test_element_origin);
     rm_tmpdir();
     TEST_MAIN_END();
 }
