@@ -337,8 +337,7 @@ static sl_status resume(sl_trainer *t, sl_ckpt_position *pos) {
             sl_train_free_list(list, n);
             return s;
         }
-        warnf(t, "skipping damaged checkpoint %s: %s%s", list[i], sl_errmsg(),
-              i + 1 < n ? "\n  (trying the next older one)" : "");
+        warnf(t, "skipping damaged checkpoint %s: %s", list[i], sl_errmsg());
         if (len < sizeof names)
             len += (size_t)snprintf(names + len, sizeof names - len, "%s%s", i ? ", " : "", list[i]);
     }
