@@ -3,7 +3,8 @@
  * skipping damaged ones (naming them) down to an older good one, failing when none is
  * loadable, FIFOs and folders named like checkpoints, run folders of another run (refused,
  * or removed with overwrite; a failed removal is an error), and the message for a
- * non-finite loss right after a resume. Data: the synthetic TFRecord file of
+ * non-finite loss right after a resume. `test_checkpoint --write-seeds DIR` writes the fuzz
+ * seeds (tests/fuzz/seeds/checkpoint/). Data: the synthetic TFRecord file of
  * test_trainer.c (two classes of 4-float points) in a temporary folder. */
 #include <errno.h>
 #include <fcntl.h>
@@ -687,12 +688,38 @@ TEST(test_nonfinite_loss_after_resume) {
     sl_cfg_free(cfg);
 }
 
-int main(void) {
+/* test_checkpoint --write-seeds DIR: the fuzz seeds of tests/fuzz/fuzz_checkpoint.c. */
+static int write_seeds(const char *dir) {
+    char p[700];
+    struct {
+        int step;
+        const char *name, *key, *value;
+        bool crc;
+    } seeds[] = {{5, "v2_step5", NULL, NULL, true},
+                 {20, "v2_step20", NULL, NULL, true},
+                 {20, "v2_hash1234", "model_hash", "0000000000001234", true},
+                 {5, "v1_step5", "version", "1", false},
+                 {20, "v1_step20", "version", "1", false}};
+    if (train_run("ref", NULL)) return 1;
+    for (size_t i = 0; i < sizeof seeds / sizeof seeds[0]; i++) {
+        snprintf(p, sizeof p, "%s/%s.safetensors", dir, seeds[i].name);
+        if (rewrite(ckpt("ref", seeds[i].step), p, seeds[i].key, seeds[i].value, seeds[i].crc)) return 1;
+    }
+    return 0;
+}
+
+int main(int argc, char **argv) {
     snprintf(tmpdir, sizeof tmpdir, "/tmp/sluice-test-checkpoint.%d", (int)getpid());
     mkdir(tmpdir, 0777);
     if (write_data()) {
         printf("cannot write test data: %s\n", sl_errmsg());
         return 1;
+    }
+    if (argc == 3 && strcmp(argv[1], "--write-seeds") == 0) {
+        int rc = write_seeds(argv[2]);
+        if (rc) printf("%s\n", sl_errmsg());
+        rm_rf(tmpdir);
+        return rc;
     }
     RUN(test_roundtrip_v2);
     RUN(test_zeroed_tensor_bytes);
