@@ -184,7 +184,13 @@ sl_model *sl_trainer_model(sl_trainer *t);
 /* Train (resuming first when opts.resume), evaluate, checkpoint, log; the last console
  * line is "test accuracy 0.XXXX" when there is an eval pipeline. Returns SL_OK, or the
  * first error from the pipeline (its op and file), the model, a checkpoint write (SL_EIO)
- * or a hook; checkpoints already written stay. Call once. */
+ * or a hook; checkpoints already written stay. Before training: a new run's folder of
+ * another run is SL_EINVAL, a failed removal with opts.overwrite SL_EIO
+ * (sl_train_prepare_run_dir); with opts.resume, checkpoints that are all damaged are
+ * SL_ECORRUPT naming them ("--resume: none of the N checkpoints in DIR is loadable: ..."),
+ * a sound one of another configuration SL_EINVAL (sl_train_load_checkpoint), and no
+ * checkpoint at all starts from step 0. A NaN or Inf loss is SL_ERANGE; at the first step
+ * after a resume its message names the checkpoint the parameters came from. Call once. */
 sl_status sl_trainer_run(sl_trainer *t);
 
 /* The summary of the run so far (after sl_trainer_run: of the whole run). */
@@ -262,13 +268,13 @@ sl_status sl_train_load_checkpoint(const char *path, sl_model *m, sl_optim *o, c
 
 /* Get run_dir ready for a new run (not a resumed one). The files of an earlier run there
  * (checkpoints ckpt-*.safetensors, TensorBoard event files events.out.tfevents.*, and ps
- * shard checkpoints: shard-*.safetensors in its ps-N folders) would otherwise be resumed later as if they
- * were this run's, or mix with its curves. Without `overwrite` their presence is refused:
- * SL_EINVAL, naming the folder, how many of each kind and the newest checkpoint, with a
- * hint (--resume, --overwrite, another --run-dir); nothing is removed. With `overwrite`
- * they are removed (a line on `console`, which may be NULL); a removal that fails is
- * SL_EIO naming the file and the OS reason (the files before it are gone, the rest stay).
- * A missing folder, or one without such files, is SL_OK. */
+ * shard checkpoints: shard-*.safetensors in its ps-N folders) would otherwise be resumed
+ * later as if they were this run's, or mix with its curves. Without `overwrite` their
+ * presence is refused: SL_EINVAL, naming the folder, how many of each kind and the newest
+ * checkpoint, with a hint (--resume, --overwrite, another --run-dir); nothing is removed.
+ * With `overwrite` they are removed (a line on `console`, which may be NULL); a removal that
+ * fails is SL_EIO naming the file and the OS reason (the files before it are gone, the rest
+ * stay). A missing folder, or one without such files, is SL_OK. */
 sl_status sl_train_prepare_run_dir(const char *run_dir, bool overwrite, FILE *console);
 
 #ifdef __cplusplus
