@@ -344,8 +344,10 @@ static sl_status resume(sl_trainer *t, sl_ckpt_position *pos) {
     if (n > 0) {
         sl_train_free_list(list, n);
         if (len >= sizeof names) strcpy(names + sizeof names - 5, "...");
-        sl_err(SL_ECORRUPT, "--resume: none of the %d checkpoint%s in %s is loadable: %s", n, n > 1 ? "s" : "",
-               t->c.run_dir, names);
+        if (n == 1)
+            sl_err(SL_ECORRUPT, "--resume: the only checkpoint in %s is not loadable: %s", t->c.run_dir, names);
+        else
+            sl_err(SL_ECORRUPT, "--resume: none of the %d checkpoints in %s is loadable: %s", n, t->c.run_dir, names);
         sl_err_hint("the warnings above say what is wrong with each; move them away to resume from nothing, or start "
                     "a new run with --overwrite");
         return SL_ECORRUPT;

@@ -35,8 +35,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         check_status(s, false);
         if (s == SL_OK && !present) {
             /* no checksum key at all */
-            for (int i = 0; i < sl_st_meta_count(f); i++)
-                if (strncmp(sl_st_meta_key(f, i), "crc32c", 6) == 0) abort();
+            for (int i = 0; i < sl_st_meta_count(f); i++) {
+                const char *k = sl_st_meta_key(f, i);
+                if (strcmp(k, SL_ST_CRC_HEADER) == 0 || strncmp(k, SL_ST_CRC_PREFIX, strlen(SL_ST_CRC_PREFIX)) == 0)
+                    abort();
+            }
         }
         sl_st_close(f);
     }
