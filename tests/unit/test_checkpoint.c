@@ -547,6 +547,37 @@ TEST(test_resume_skips_damaged) {
     rmdir(ckpt("dmg", 25));
 }
 
+/* A checkpoint of the previous version (no checksums, no batch_size) still resumes, with a
+ * note that its contents cannot be verified. */
+TEST(test_resume_version1) {
+    if (no_backend) SKIP("no CPU backend");
+    char run[600], tmp[600];
+    snprintf(run, sizeof run, "%s/v1run", tmpdir);
+    mkdir(run, 0755);
+    snprintf(tmp, sizeof tmp, "%s/nobs.safetensors", tmpdir);
+    ASSERT_OK(rewrite(ckpt("ref", 10), tmp, "batch_size", NULL, false));
+    ASSERT_OK(rewrite(tmp, ckpt("v1run", 10), "version", "1", false));
+    sl_cfg *cfg;
+    sl_trainer *t;
+    ASSERT_OK(trainer("v1run", true, false, "train.steps=12", &cfg, &t));
+    capture_begin();
+    sl_status s = sl_trainer_run(t);
+    char *err = capture_end();
+    ASSERT_OK(s);
+    ASSERT_EQ(sl_trainer_summary(t)->start_step, 10);
+    ASSERT_EQ(sl_trainer_summary(t)->steps, 12);
+    char line[900];
+    snprintf(line, sizeof line,
+             "warning: checkpoint %s has no checksums (written by an earlier Sluice, version 1): loaded, but its "
+             "contents cannot be verified",
+             ckpt("v1run", 10));
+    ASSERT(err);
+    ASSERT_CONTAINS(err, line);
+    free(err);
+    sl_trainer_free(t);
+    sl_cfg_free(cfg);
+}
+
 /* --resume with no loadable checkpoint fails naming them, the model untouched. */
 TEST(test_resume_none_loadable) {
     if (no_backend) SKIP("no CPU backend");
@@ -727,6 +758,7 @@ int main(int argc, char **argv) {
     RUN(test_nonfinite_values);
     RUN(test_metadata_edits);
     RUN(test_resume_skips_damaged);
+    RUN(test_resume_version1);
     RUN(test_resume_none_loadable);
     RUN(test_run_folder_of_another_run);
     RUN(test_nonfinite_loss_after_resume);
