@@ -363,7 +363,12 @@ static bool parse_name(const char *name, const char *prefix, const char *suffix,
 int sl__list_numbered(const char *dir, const char *prefix, const char *suffix, char ***out) {
     *out = NULL;
     DIR *d = opendir(dir);
-    if (!d) return 0;
+    if (!d) {
+        /* a missing folder holds nothing; an unreadable one must not look empty (a resume
+         * would start from step 0) */
+        if (errno == ENOENT) return 0;
+        return sl_err(SL_EIO, "cannot list %s: %s", dir, strerror(errno));
+    }
     ck_entry *e = NULL;
     int n = 0, cap = 0;
     struct dirent *de;

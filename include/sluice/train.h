@@ -206,7 +206,8 @@ void sl_trainer_free(sl_trainer *t); /* NULL is a no-op */
 
 /* Paths of the checkpoints in run_dir, newest (highest step) first: *out is a malloc'd
  * array of malloc'd strings (free with sl_train_free_list). Returns how many (0 when the
- * folder is missing or holds none), or SL_ENOMEM. */
+ * folder is missing or holds none), SL_EIO when the folder cannot be listed (naming it and
+ * the OS reason), or SL_ENOMEM. */
 int sl_train_list_checkpoints(const char *run_dir, char ***out);
 void sl_train_free_list(char **list, int n);
 

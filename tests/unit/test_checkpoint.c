@@ -651,6 +651,13 @@ TEST(test_run_folder_of_another_run) {
     ASSERT_OK(sl_train_prepare_run_dir(ev, false, NULL)); /* empty now */
     snprintf(p, sizeof p, "%s/missing", tmpdir);
     ASSERT_OK(sl_train_prepare_run_dir(p, false, NULL));
+    /* a folder that cannot be listed does not look empty (a resume would start afresh) */
+    char **none;
+    snprintf(p, sizeof p, "%s/points.tfrecord", tmpdir); /* not a folder: ENOTDIR, even for root */
+    ASSERT_EQ(sl_train_list_checkpoints(p, &none), SL_EIO);
+    ASSERT_CONTAINS(sl_errmsg(), "cannot list ");
+    ASSERT_CONTAINS(sl_errmsg(), strerror(ENOTDIR));
+    ASSERT_EQ(sl_train_prepare_run_dir(p, false, NULL), SL_EIO);
 
     /* overwrite: the old files go, the new run's are the only ones */
     ASSERT_OK(trainer("used", false, true, NULL, &cfg, &t));
