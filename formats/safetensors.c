@@ -23,6 +23,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "sluice/crc32c.h"
+#include "sluice/file.h"
 #include "sluice/safetensors.h"
 
 static const char TRUNC_HINT[] =
@@ -88,7 +90,72 @@ struct sl_st_writer {
     int n, cap;
     char **mkey, **mval; /* metadata, in the order set */
     int nmeta, capmeta;
+    bool checksums;      /* record CRC32Cs in the metadata (sl_st_writer_set_checksums) */
 };
+
+/* ---- checksums (the format is in sluice/safetensors.h) --------------------------------- */
+
+typedef struct kv {
+    const char *k, *v;
+} kv;
+
+typedef struct tdesc {
+    const char *name;
+    sl_dtype dt;
+    int rank;
+    const int64_t *dims;
+} tdesc;
+
+static int cmp_kv(const void *a, const void *b) { return strcmp(((const kv *)a)->k, ((const kv *)b)->k); }
+static int cmp_tdesc(const void *a, const void *b) {
+    return strcmp(((const tdesc *)a)->name, ((const tdesc *)b)->name);
+}
+
+static bool is_crc_key(const char *k) {
+    return strcmp(k, SL_ST_CRC_HEADER) == 0 || strncmp(k, SL_ST_CRC_PREFIX, strlen(SL_ST_CRC_PREFIX)) == 0;
+}
+
+/* CRC32C of the header's canonical form: every metadata entry but SL_ST_CRC_HEADER, sorted
+ * by key, as 'M' key NUL value NUL; then every tensor, sorted by name, as 'T' name NUL dtype
+ * NUL dims (decimal, ',' between) NUL. Sorts m and t in place. */
+static uint32_t header_crc(kv *m, int nm, tdesc *t, int nt) {
+    qsort(m, (size_t)nm, sizeof *m, cmp_kv);
+    qsort(t, (size_t)nt, sizeof *t, cmp_tdesc);
+    uint32_t c = 0;
+    for (int i = 0; i < nm; i++) {
+        if (strcmp(m[i].k, SL_ST_CRC_HEADER) == 0) continue;
+        c = sl_crc32c(c, "M", 1);
+        c = sl_crc32c(c, m[i].k, strlen(m[i].k) + 1);
+        c = sl_crc32c(c, m[i].v, strlen(m[i].v) + 1);
+    }
+    for (int i = 0; i < nt; i++) {
+        char dims[SL_MAX_RANK * 21 + 1];
+        size_t len = 0;
+        dims[0] = 0;
+        for (int d = 0; d < t[i].rank; d++)
+            len += (size_t)snprintf(dims + len, sizeof dims - len, d ? ",%lld" : "%lld", (long long)t[i].dims[d]);
+        const char *dn = sl_st_dtype_name(t[i].dt);
+        c = sl_crc32c(c, "T", 1);
+        c = sl_crc32c(c, t[i].name, strlen(t[i].name) + 1);
+        c = sl_crc32c(c, dn, strlen(dn) + 1);
+        c = sl_crc32c(c, dims, len + 1);
+    }
+    return c;
+}
+
+/* 8 lowercase hex digits exactly. */
+static bool parse_crc(const char *v, uint32_t *out) {
+    uint32_t x = 0;
+    for (int i = 0; i < 8; i++) {
+        char ch = v[i];
+        int d = ch >= '0' && ch <= '9' ? ch - '0' : ch >= 'a' && ch <= 'f' ? ch - 'a' + 10 : -1;
+        if (d < 0) return false;
+        x = x << 4 | (uint32_t)d;
+    }
+    if (v[8]) return false;
+    *out = x;
+    return true;
+}
 
 sl_status sl_st_writer_new(sl_st_writer **out) {
     *out = calloc(1, sizeof **out);
@@ -158,8 +225,12 @@ sl_status sl_st_writer_add_tensor(sl_st_writer *w, const char *name, const sl_te
     return sl_st_writer_add(w, name, t->dtype, t->rank, t->dims, t->data);
 }
 
+void sl_st_writer_set_checksums(sl_st_writer *w, bool on) { w->checksums = on; }
+
 sl_status sl_st_writer_set_meta(sl_st_writer *w, const char *key, const char *value) {
     if (!key || !*key) return sl_err(SL_EINVAL, "safetensors: a metadata key must not be empty");
+    if (is_crc_key(key))
+        return sl_err(SL_EINVAL, "safetensors: metadata key \"%s\" is reserved for checksums", key);
     char *v = strdup(value ? value : "");
     if (!v) return sl_err(SL_ENOMEM, "safetensors: out of memory setting metadata");
     for (int i = 0; i < w->nmeta; i++)
@@ -293,16 +364,46 @@ sl_status sl_st_writer_write(const sl_st_writer *w, const char *path) {
     int fd = -1, dfd = -1;
     int *ord = layout_order(w);
     if (!ord) return sl_err(SL_ENOMEM, "%s: out of memory writing a checkpoint", path);
+    /* the metadata as written: the writer's, then (with checksums) one CRC32C per tensor
+     * and the header's; crcs holds the text of the added entries */
+    int nm = w->nmeta + (w->checksums ? w->n + 1 : 0);
+    kv *meta = malloc((size_t)(nm ? nm : 1) * sizeof *meta);
+    kv *sorted = malloc((size_t)(nm ? nm : 1) * sizeof *sorted);
+    tdesc *td = malloc((size_t)(w->n ? w->n : 1) * sizeof *td);
+    char *crcs = w->checksums ? malloc((size_t)(w->n + 1) * 9) : NULL;
+    char **ckeys = w->checksums ? calloc((size_t)(w->n ? w->n : 1), sizeof *ckeys) : NULL;
+    if (!meta || !sorted || !td || (w->checksums && (!crcs || !ckeys))) {
+        s = sl_err(SL_ENOMEM, "%s: out of memory writing a checkpoint", path);
+        goto fail;
+    }
+    for (int i = 0; i < w->nmeta; i++) meta[i] = (kv){w->mkey[i], w->mval[i]};
+    if (w->checksums) {
+        for (int k = 0; k < w->n; k++) {
+            const wtensor *t = &w->t[k];
+            size_t kl = strlen(SL_ST_CRC_PREFIX) + strlen(t->name) + 1;
+            if (!(ckeys[k] = malloc(kl))) {
+                s = sl_err(SL_ENOMEM, "%s: out of memory writing a checkpoint", path);
+                goto fail;
+            }
+            snprintf(ckeys[k], kl, "%s%s", SL_ST_CRC_PREFIX, t->name);
+            snprintf(crcs + 9 * (size_t)k, 9, "%08x", (unsigned)sl_crc32c(0, t->data, (size_t)t->nbytes));
+            meta[w->nmeta + k] = (kv){ckeys[k], crcs + 9 * (size_t)k};
+            td[k] = (tdesc){t->name, t->dt, t->rank, t->dims};
+        }
+        memcpy(sorted, meta, (size_t)(nm - 1) * sizeof *sorted);
+        snprintf(crcs + 9 * (size_t)w->n, 9, "%08x", (unsigned)header_crc(sorted, nm - 1, td, w->n));
+        meta[nm - 1] = (kv){SL_ST_CRC_HEADER, crcs + 9 * (size_t)w->n};
+    }
 
     sb_put(&hb, "{", 1);
     bool first = true;
-    if (w->nmeta) {
+    if (nm) {
         sb_put(&hb, "\"__metadata__\":{", 16);
-        for (int i = 0; i < w->nmeta; i++) {
+        for (int i = 0; i < nm; i++) {
             if (i) sb_put(&hb, ",", 1);
-            sb_json_str(&hb, w->mkey[i]);
+            sb_json_str(&hb, meta[i].k);
             sb_put(&hb, ":", 1);
-            sb_json_str(&hb, w->mval[i]);
+            sb_json_str(&hb, meta[i].v);
         }
         sb_put(&hb, "}", 1);
         first = false;
@@ -369,21 +470,21 @@ sl_status sl_st_writer_write(const sl_st_writer *w, const char *path) {
     if (dfd < 0 || fsync(dfd) != 0) {
         s = sl_err(SL_EIO, "%s: fsync of the folder %s failed: %s", path, dir, strerror(errno));
         if (dfd >= 0) close(dfd);
-        free(tmp);
-        free(dir);
-        free(hb.p);
-        free(ord);
-        return s;
+        goto out;
     }
     close(dfd);
-    free(tmp);
-    free(dir);
-    free(hb.p);
-    free(ord);
-    return SL_OK;
+    goto out;
 fail:
     if (fd >= 0) close(fd);
     if (tmp && s != SL_ENOTFOUND) unlink(tmp);
+out:
+    if (ckeys)
+        for (int k = 0; k < w->n; k++) free(ckeys[k]);
+    free(ckeys);
+    free(crcs);
+    free(meta);
+    free(sorted);
+    free(td);
     free(tmp);
     free(dir);
     free(hb.p);
@@ -1094,22 +1195,22 @@ sl_status sl_st_open(const char *path, sl_st_file **out) {
         free(f);
         return sl_err(SL_ENOMEM, "%s: out of memory opening a safetensors file", path);
     }
-    sl_status s;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) {
-        int e = errno;
-        s = sl_err(e == ENOENT ? SL_ENOTFOUND : SL_EIO, "%s: cannot open: %s", path, strerror(e));
+    /* a FIFO, socket, device or folder named like a checkpoint is refused at once: open()
+     * would block on a FIFO and mmap() fails on the rest with an unhelpful reason */
+    int fd;
+    uint64_t fsize;
+    sl_status s = sl_file_open_read(path, "safetensors file", &fd, &fsize);
+    if (s) {
+        if (s == SL_EINVAL) { /* not a regular file: the header promises SL_EIO */
+            sl_error e;
+            sl_err_save(&e);
+            e.code = SL_EIO;
+            s = sl_err_restore(&e);
+        }
         sl_st_close(f);
         return s;
     }
-    struct stat st;
-    if (fstat(fd, &st) != 0) {
-        s = sl_err(SL_EIO, "%s: cannot stat: %s", path, strerror(errno));
-        close(fd);
-        sl_st_close(f);
-        return s;
-    }
-    f->size = (uint64_t)st.st_size;
+    f->size = fsize;
     void *map = NULL;
     if (f->size > 0) {
         map = mmap(NULL, (size_t)f->size, PROT_READ, MAP_PRIVATE, fd, 0);
@@ -1164,6 +1265,102 @@ sl_status sl_st_get(const sl_st_file *f, const char *name, sl_tensor *out) {
         }
     }
     return sl_err(SL_ENOTFOUND, "%s: no tensor named \"%s\"", f->path, name);
+}
+
+/* ---- checksums ---------------------------------------------------------------------- */
+
+static int cmp_meta_key(const void *a, const void *b) {
+    return strcmp(((const meta *)a)->key, ((const meta *)b)->key);
+}
+
+sl_status sl_st_verify(const sl_st_file *f, bool *present) {
+    if (present) *present = false;
+    const meta *hm = NULL;
+    int ncrc = 0;
+    for (int i = 0; i < f->nmeta; i++) {
+        if (strcmp(f->m[i].key, SL_ST_CRC_HEADER) == 0) hm = &f->m[i];
+        else if (is_crc_key(f->m[i].key)) ncrc++;
+    }
+    if (!hm && ncrc == 0) return SL_OK;
+    if (present) *present = true;
+    if (!hm)
+        return sl_err_at(SL_ECORRUPT, f->path, -1,
+                         "the metadata holds tensor checksums (\"%s...\") but no header checksum \"%s\"",
+                         SL_ST_CRC_PREFIX, SL_ST_CRC_HEADER);
+    uint32_t want;
+    if (!parse_crc(hm->val, &want))
+        return sl_err_at(SL_ECORRUPT, f->path, hm->at, "metadata \"%s\" is \"%s\", not 8 lowercase hex digits",
+                         hm->key, hm->val);
+    sl_status s = SL_OK;
+    kv *m = malloc((size_t)(f->nmeta ? f->nmeta : 1) * sizeof *m);
+    tdesc *t = malloc((size_t)(f->n ? f->n : 1) * sizeof *t);
+    meta *byk = malloc((size_t)(f->nmeta ? f->nmeta : 1) * sizeof *byk);
+    if (!m || !t || !byk) {
+        s = sl_err(SL_ENOMEM, "%s: out of memory verifying checksums", f->path);
+        goto done;
+    }
+    for (int i = 0; i < f->nmeta; i++) m[i] = (kv){f->m[i].key, f->m[i].val};
+    for (int i = 0; i < f->n; i++) t[i] = (tdesc){f->e[i].name, f->e[i].dt, f->e[i].rank, f->e[i].dims};
+    uint32_t got = header_crc(m, f->nmeta, t, f->n);
+    if (got != want) {
+        s = sl_err_at(SL_ECORRUPT, f->path, hm->at,
+                      "the header does not match its checksum (CRC32C %08x, recorded %08x): its metadata or "
+                      "tensor entries changed after it was written",
+                      (unsigned)got, (unsigned)want);
+        goto done;
+    }
+    memcpy(byk, f->m, (size_t)f->nmeta * sizeof *byk);
+    qsort(byk, (size_t)f->nmeta, sizeof *byk, cmp_meta_key);
+    size_t lp = strlen(SL_ST_CRC_PREFIX);
+    int matched = 0;
+    for (int i = 0; i < f->n && !s; i++) {
+        const entry *e = &f->e[i];
+        char *key = malloc(lp + strlen(e->name) + 1);
+        if (!key) {
+            s = sl_err(SL_ENOMEM, "%s: out of memory verifying checksums", f->path);
+            break;
+        }
+        sprintf(key, "%s%s", SL_ST_CRC_PREFIX, e->name);
+        meta probe = {.key = key};
+        const meta *cm = bsearch(&probe, byk, (size_t)f->nmeta, sizeof *byk, cmp_meta_key);
+        free(key);
+        int64_t off = (int64_t)(f->data_start + e->begin);
+        uint32_t rec;
+        if (!cm) {
+            s = sl_err_at(SL_ECORRUPT, f->path, e->at, "tensor \"%s\" has no checksum (\"%s%s\") in the metadata",
+                          e->name, SL_ST_CRC_PREFIX, e->name);
+        } else if (!parse_crc(cm->val, &rec)) {
+            s = sl_err_at(SL_ECORRUPT, f->path, cm->at, "metadata \"%s\" is \"%s\", not 8 lowercase hex digits",
+                          cm->key, cm->val);
+        } else {
+            matched++;
+            uint32_t c = sl_crc32c(0, f->base + f->data_start + e->begin, (size_t)(e->end - e->begin));
+            if (c != rec)
+                s = sl_err_at(SL_ECORRUPT, f->path, off,
+                              "tensor \"%s\" (%llu bytes from here) does not match its checksum (CRC32C %08x, "
+                              "recorded %08x): its data changed after it was written",
+                              e->name, (unsigned long long)(e->end - e->begin), (unsigned)c, (unsigned)rec);
+        }
+    }
+    if (!s && matched != ncrc) {
+        /* a checksum of a tensor the file does not hold */
+        for (int i = 0; i < f->nmeta; i++) {
+            const meta *x = &f->m[i];
+            if (strncmp(x->key, SL_ST_CRC_PREFIX, lp) != 0) continue;
+            bool found = false;
+            for (int k = 0; k < f->n && !found; k++) found = strcmp(f->e[k].name, x->key + lp) == 0;
+            if (!found) {
+                s = sl_err_at(SL_ECORRUPT, f->path, x->at, "metadata \"%s\": the file has no tensor \"%s\"", x->key,
+                              x->key + lp);
+                break;
+            }
+        }
+    }
+done:
+    free(m);
+    free(t);
+    free(byk);
+    return s;
 }
 
 const char *sl_st_meta(const sl_st_file *f, const char *key) {

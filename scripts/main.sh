@@ -21,10 +21,12 @@ if [ "$out" != data/fashion ]; then
     sets=(--set "pipeline.train.files=\"$abs/train-*.tfrecord\"" --set "pipeline.test.files=\"$abs/test-*.tfrecord\"")
 fi
 # Checkpoints, TensorBoard event files and the pipeline stats go to runs/fashion_mlp
-# (written by rank 0, the only replica that prints). The launcher prefixes each line with
+# (written by rank 0, the only replica that prints). Each run of the main job trains anew:
+# --overwrite removes what an earlier run left there (sluice-train refuses a used run
+# folder without it, or --resume). The launcher prefixes each line with
 # "[worker 0] "; the sed takes it off so the last line is `test accuracy 0.XXXX`.
 replicas=2
 threads=$(($(nproc) / replicas))
 [ "$threads" -ge 1 ] || threads=1
 build/bin/sluice-launch -n "$replicas" -- build/bin/sluice-train examples/fashion_mlp.sl \
-    --set train.strategy=ring --set train.threads="$threads" "${sets[@]}" | sed -u 's/^\[worker 0\] //'
+    --set train.strategy=ring --set train.threads="$threads" --overwrite "${sets[@]}" | sed -u 's/^\[worker 0\] //'

@@ -1,6 +1,6 @@
 /* sluice-train: train the model of a config file on its pipelines (sluice/train.h).
  *
- *   sluice-train CONFIG [--set PATH=VALUE]... [--resume] [--run-dir DIR]
+ *   sluice-train CONFIG [--set PATH=VALUE]... [--resume | --overwrite] [--run-dir DIR]
  *                [--backend cpu|cuda|auto] [--quiet] [--timeout S] [--retry S] [--hash-log PREFIX]
  *
  * With `strategy ring` (or --set train.strategy=ring) the process is one replica of a
@@ -14,6 +14,11 @@
  *
  * A thin main over sl_trainer_*: parse the config, apply the overrides, run, and print the
  * result. The last line on stdout is "test accuracy 0.XXXX" (the final evaluation).
+ *
+ * Run folders: a new run refuses a folder that holds another run's checkpoints, event files
+ * or ps shards (exit 1, naming them) unless --resume continues that run or --overwrite
+ * removes them first (a removal that fails is exit 1 naming the file and the reason). A task
+ * that sluice-launch restarted (SLUICE_RESTART > 0) continues its run as with --resume.
  * Exit status: 0 ok, 1 the config, the data, the model or a write failed (message with
  * file:line:col, or file and byte offset), 2 wrong usage (tools/tool.h). */
 #include <errno.h>
@@ -46,8 +51,12 @@ static const char USAGE[] =
     "\n"
     "  --set PATH=VALUE    override a config value, e.g. --set train.epochs=1\n"
     "                      or --set pipeline.train.batch=64 (repeatable)\n"
-    "  --resume            continue from the newest checkpoint in the run folder that loads\n"
-    "                      cleanly (a torn one is skipped with a warning)\n"
+    "  --resume            continue from the newest checkpoint in the run folder that passes\n"
+    "                      its checks (checksums, metadata, finite values); a damaged one is\n"
+    "                      skipped with a warning, and none loadable is an error\n"
+    "  --overwrite         start a new run in a run folder that holds an earlier run's\n"
+    "                      checkpoints, event files or ps shards: remove them first (without\n"
+    "                      it, or --resume, such a folder is refused)\n"
     "  --run-dir DIR       where checkpoints and event files go (default: the train block's\n"
     "                      run_dir, relative to the current directory)\n"
     "  --backend B         cpu, cuda or auto (default: the train block's backend)\n"
@@ -107,10 +116,11 @@ int main(int argc, char **argv) {
         free(sets);
         return sl__tool_exit(PROG, rc);
     }
-    bool resume = false, quiet = false;
+    bool resume = false, quiet = false, overwrite = false;
     const char *run_dir = NULL, *backend = NULL, *hash_prefix = NULL, *timeout = NULL, *retry = NULL;
     sl__opt opts[] = {
         {"resume", 0, SL__OPT_FLAG, &resume, 0, 0},
+        {"overwrite", 0, SL__OPT_FLAG, &overwrite, 0, 0},
         {"quiet", 'q', SL__OPT_FLAG, &quiet, 0, 0},
         {"run-dir", 0, SL__OPT_STR, &run_dir, 0, 0},
         {"backend", 0, SL__OPT_STR, &backend, 0, 0},
@@ -162,6 +172,10 @@ int main(int argc, char **argv) {
             goto done;
         }
     }
+    if (resume && overwrite) {
+        rc = sl__usage_error(PROG, "--resume continues the run in the folder, --overwrite replaces it: give one");
+        goto done;
+    }
     if (run_dir && !*run_dir) {
         rc = sl__usage_error(PROG, "--run-dir needs a folder name");
         goto done;
@@ -187,6 +201,7 @@ int main(int argc, char **argv) {
     sl_train_opts to = sl_train_opts_default();
     to.run_dir = run_dir;
     to.resume = resume;
+    to.overwrite = overwrite;
     to.console = stdout;
     to.progress = !quiet && isatty(STDOUT_FILENO);
     if (quiet) to.console = NULL;
@@ -213,11 +228,12 @@ int main(int argc, char **argv) {
     /* sluice-launch --restarts says how often this task was started again (SLUICE_RESTART) */
     const char *rs = getenv("SLUICE_RESTART");
     bool restarted = rs && atoi(rs) > 0;
-    if (is_ps && restarted && cl.rank == 0) {
-        /* a restarted chief of a ps job continues its run: it keeps the model checkpoints
-         * written so far (a fresh start would remove them) and the ps tasks move it to the
-         * step they recorded for it */
+    if (restarted) {
+        /* a restarted task continues its run: it keeps the checkpoints written so far (its
+         * first start already did any --overwrite; a new run would refuse the folder); a ps
+         * chief is then moved on by the ps tasks to the step they recorded for it */
         to.resume = true;
+        to.overwrite = false;
     }
     if (is_ps && cl.tasks[cl.self].type == SL_TASK_PS) {
         if (run_dir && set_run_dir(cfg, run_dir)) {
@@ -228,7 +244,7 @@ int main(int argc, char **argv) {
         /* a ps that sluice-launch restarted (SLUICE_RESTART > 0) or a --resume run continues
          * from its shard checkpoints; any other start is a new run */
         sl_strategy_ps_opts po = {.timeout_s = timeout_s, .curve = have_curve ? &curve : NULL,
-                                  .fresh = !resume && !restarted};
+                                  .fresh = !resume && !restarted, .overwrite = overwrite};
         sl_status s = sl_ps_task_run(cfg, &cl, &po, quiet ? NULL : stdout, &stop_flag);
         if (s && s != SL_ECANCELED) {
             rc = sl__fail(PROG);

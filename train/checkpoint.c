@@ -2,14 +2,19 @@
  * state, and where training stands (step, epoch, batch) in the metadata. The layout is in
  * sluice/train.h. Loading validates everything into host buffers before touching the model,
  * so a torn or foreign file leaves the model as it was and the caller can try an older one.
+ * A file proves its own integrity: CRC32Cs of every tensor and of the header (written with
+ * sl_st_writer_set_checksums, checked with sl_st_verify), metadata whose numbers must agree
+ * with each other and with the run being resumed, and only finite floats.
  * Workload: a few MB to a few hundred MB, written every epoch or every few hundred steps. */
 #include <dirent.h>
 #include <errno.h>
 #include <inttypes.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "sluice/safetensors.h"
 #include "sluice/train.h"
@@ -41,6 +46,7 @@ sl_status sl_train_save_checkpoint(const char *path, sl_model *m, sl_optim *o, c
     if ((s = sl_model_get_params(m, params, np))) goto done;
     if (o && ns && (s = sl_optim_get_state(o, state, ns))) goto done;
     if ((s = sl_st_writer_new(&w))) goto done;
+    sl_st_writer_set_checksums(w, true);
     int count = sl_model_param_count(m);
     for (int i = 0; i < count; i++) {
         const char *name;
@@ -56,11 +62,12 @@ sl_status sl_train_save_checkpoint(const char *path, sl_model *m, sl_optim *o, c
     if (ns && (s = sl_st_writer_add(w, "optimizer/state", SL_DT_F32, 1, &sd, state))) goto done;
     char hash[32];
     snprintf(hash, sizeof hash, "%016" PRIx64, pos->model_hash);
-    if ((s = sl_st_writer_set_meta(w, "format", "sluice-checkpoint")) || (s = sl_st_writer_set_meta(w, "version", "1")) ||
+    if ((s = sl_st_writer_set_meta(w, "format", "sluice-checkpoint")) || (s = sl_st_writer_set_meta(w, "version", "2")) ||
         (s = set_meta_i64(w, "step", pos->step)) || (s = set_meta_i64(w, "epoch", pos->epoch)) ||
         (s = set_meta_i64(w, "batch", pos->batch)) || (s = set_meta_i64(w, "optimizer_step", ostep)) ||
         (s = set_meta_i64(w, "optimizer_size", sd)) ||
         (s = set_meta_i64(w, "steps_per_epoch", pos->steps_per_epoch)) ||
+        (s = set_meta_i64(w, "batch_size", pos->batch_size)) ||
         (s = sl_st_writer_set_meta(w, "model", model_name ? model_name : "")) ||
         (s = sl_st_writer_set_meta(w, "model_hash", hash)) ||
         (s = sl_st_writer_set_meta(w, "config", config_name ? config_name : "")))
@@ -79,12 +86,168 @@ static sl_status meta_i64(const sl_st_file *f, const char *path, const char *key
     if (!v || !*v) return sl_err(SL_ECORRUPT, "%s: checkpoint metadata has no '%s'", path, key);
     errno = 0;
     long long x = strtoll(v, &end, 10);
-    if (*end || errno || x < 0) return sl_err(SL_ECORRUPT, "%s: checkpoint metadata '%s' is '%s', not a count", path, key, v);
+    if (*end || errno || x < 0 || v[0] < '0' || v[0] > '9')
+        return sl_err(SL_ECORRUPT, "%s: checkpoint metadata '%s' is '%s', not a count", path, key, v);
     *out = x;
     return SL_OK;
 }
 
-sl_status sl_train_load_checkpoint(const char *path, sl_model *m, sl_optim *o, uint64_t expect_hash,
+/* The first value of t that is not finite: its index, or -1. */
+static int64_t first_nonfinite(const sl_tensor *t) {
+    const float *x = t->data;
+    int64_t n = sl_tensor_numel(t);
+    for (int64_t i = 0; i < n; i++)
+        if (!isfinite(x[i])) return i;
+    return -1;
+}
+
+/* Everything that can be checked without a model: format, version, checksums, metadata
+ * (each number, their agreement, and `want`), finite floats. *p filled on success. */
+static sl_status check_file(const sl_st_file *f, const char *path, const sl_ckpt_expect *want,
+                            sl_ckpt_position *out) {
+    sl_ckpt_position p = {0};
+    sl_status s;
+    sl_tensor t = SL_TENSOR_EMPTY;
+    const char *fmt = sl_st_meta(f, "format");
+    if (!fmt || strcmp(fmt, "sluice-checkpoint") != 0)
+        return sl_err(SL_ECORRUPT, "%s: not a sluice checkpoint (metadata format is '%s')", path, fmt ? fmt : "");
+    const char *ver = sl_st_meta(f, "version");
+    int version = ver && strcmp(ver, "1") == 0 ? 1 : ver && strcmp(ver, "2") == 0 ? 2 : 0;
+    if (!version)
+        return sl_err(SL_EUNSUPPORTED, "%s: checkpoint version '%s' (this build reads versions 1 and 2)", path,
+                      ver ? ver : "");
+    bool present = false;
+    if ((s = sl_st_verify(f, &present))) {
+        sl_err_prefix("checkpoint ");
+        sl_err_hint("the file was damaged after it was written (disk, copy or edit): resume from an older one");
+        return s;
+    }
+    if (version == 2 && !present)
+        return sl_err(SL_ECORRUPT, "%s: a version 2 checkpoint without its checksums (metadata '%s')", path,
+                      SL_ST_CRC_HEADER);
+    p.verified = present;
+    int64_t osize = 0;
+    if ((s = meta_i64(f, path, "step", &p.step)) || (s = meta_i64(f, path, "epoch", &p.epoch)) ||
+        (s = meta_i64(f, path, "batch", &p.batch)) || (s = meta_i64(f, path, "optimizer_step", &p.optimizer_step)) ||
+        (s = meta_i64(f, path, "optimizer_size", &osize)) ||
+        (s = meta_i64(f, path, "steps_per_epoch", &p.steps_per_epoch)) ||
+        (version >= 2 && (s = meta_i64(f, path, "batch_size", &p.batch_size))))
+        return s;
+    const char *hash = sl_st_meta(f, "model_hash");
+    char *hend = NULL;
+    if (hash) {
+        errno = 0;
+        p.model_hash = strtoull(hash, &hend, 16);
+    }
+    if (!hash || strlen(hash) != 16 || *hend || errno || hash[0] == '-' || hash[0] == '+' || hash[0] == ' ')
+        return sl_err(SL_ECORRUPT, "%s: checkpoint metadata 'model_hash' is '%s', not 16 hex digits", path,
+                      hash ? hash : "(none)");
+    /* the run it belongs to */
+    if (want && want->model_hash && p.model_hash != want->model_hash) {
+        sl_err(SL_EINVAL, "%s: checkpoint of another model (model '%s', hash %s; this model's hash is %016" PRIx64 ")",
+               path, sl_st_meta(f, "model") ? sl_st_meta(f, "model") : "", hash, want->model_hash);
+        sl_err_hint("the model block changed since the checkpoint was written: use another --run-dir, or restore the block");
+        return SL_EINVAL;
+    }
+    if (want && want->batch_size && p.batch_size && p.batch_size != want->batch_size) {
+        sl_err(SL_EINVAL, "%s: checkpoint of a run with a global batch of %" PRId64 "; the config's batch is %" PRId64,
+               path, p.batch_size, want->batch_size);
+        sl_err_hint("its step, epoch and batch count batches of %" PRId64 ": resume with that batch, or start a new run "
+                    "(--overwrite, or another --run-dir)", p.batch_size);
+        return SL_EINVAL;
+    }
+    /* the numbers must agree: every epoch has steps_per_epoch batches (0 until the first
+     * epoch ended), and a position may sit at the end of an epoch (a run that stopped there) */
+    if (p.steps_per_epoch == 0) {
+        if (p.epoch != 0 || p.step != p.batch)
+            return sl_err(SL_ECORRUPT,
+                          "%s: inconsistent position: step %" PRId64 ", epoch %" PRId64 ", batch %" PRId64
+                          " with no complete epoch recorded (steps_per_epoch 0): expected epoch 0 and batch = step",
+                          path, p.step, p.epoch, p.batch);
+    } else {
+        if (p.batch > p.steps_per_epoch)
+            return sl_err(SL_ECORRUPT, "%s: inconsistent position: batch %" PRId64 " of an epoch of %" PRId64 " batches",
+                          path, p.batch, p.steps_per_epoch);
+        if (p.epoch > (INT64_MAX - p.batch) / p.steps_per_epoch ||
+            p.step != p.epoch * p.steps_per_epoch + p.batch)
+            return sl_err(SL_ECORRUPT,
+                          "%s: inconsistent position: step %" PRId64 " is not epoch %" PRId64 " x %" PRId64
+                          " steps per epoch + batch %" PRId64,
+                          path, p.step, p.epoch, p.steps_per_epoch, p.batch);
+    }
+    if (p.optimizer_step > p.step)
+        return sl_err(SL_ECORRUPT, "%s: inconsistent position: optimizer step %" PRId64 " is past step %" PRId64, path,
+                      p.optimizer_step, p.step);
+    if (want && want->steps_per_epoch > 0) {
+        if (p.steps_per_epoch > 0 && p.steps_per_epoch != want->steps_per_epoch) {
+            sl_err(SL_EINVAL, "%s: checkpoint of a run with %" PRId64 " batches per epoch; the training pipeline now makes %" PRId64,
+                   path, p.steps_per_epoch, want->steps_per_epoch);
+            sl_err_hint("the training data or its batching changed since the checkpoint was written: restore them, or start a new run");
+            return SL_EINVAL;
+        }
+        if (p.batch > want->steps_per_epoch) {
+            sl_err(SL_EINVAL, "%s: checkpoint at batch %" PRId64 " of an epoch; the training pipeline makes %" PRId64 " batches per epoch",
+                   path, p.batch, want->steps_per_epoch);
+            sl_err_hint("the training data or its batching changed since the checkpoint was written: restore them, or start a new run");
+            return SL_EINVAL;
+        }
+    }
+    /* the tensors: the optimizer state matches its recorded size; every float is finite */
+    bool have_state = false;
+    for (int i = 0; i < sl_st_count(f); i++) {
+        const char *name = sl_st_name(f, i);
+        bool is_state = strcmp(name, "optimizer/state") == 0;
+        if (!is_state && strncmp(name, "model/", 6) != 0) continue;
+        if ((s = sl_st_get(f, name, &t))) return s;
+        if (is_state) {
+            have_state = true;
+            if (sl_tensor_numel(&t) != osize) {
+                s = sl_err(SL_ECORRUPT, "%s: 'optimizer/state' has %" PRId64 " values; metadata optimizer_size says %" PRId64,
+                           path, sl_tensor_numel(&t), osize);
+                break;
+            }
+        }
+        int64_t bad = t.dtype == SL_DT_F32 ? first_nonfinite(&t) : -1;
+        if (bad >= 0) {
+            float v = ((const float *)t.data)[bad];
+            s = sl_err(SL_ECORRUPT, "%s: tensor '%s' holds %s at index %" PRId64 " (of %" PRId64 ")", path, name,
+                       isnan(v) ? "NaN" : v > 0 ? "+Inf" : "-Inf", bad, sl_tensor_numel(&t));
+            sl_err_hint("%s", is_state ? "the optimizer state is damaged: resume from an older checkpoint"
+                                       : "the run had diverged or the file is damaged: resume from an older checkpoint");
+            break;
+        }
+        sl_tensor_release(&t);
+    }
+    sl_tensor_release(&t);
+    if (s) return s;
+    if (!have_state && osize != 0)
+        return sl_err(SL_ECORRUPT, "%s: metadata optimizer_size is %" PRId64 " but there is no 'optimizer/state'", path,
+                      osize);
+    *out = p;
+    return SL_OK;
+}
+
+sl_status sl_train_check_checkpoint_mem(const void *data, size_t size, const char *name, const sl_ckpt_expect *want,
+                                        sl_ckpt_position *pos) {
+    sl_st_file *f = NULL;
+    if (!name) name = "<memory>";
+    sl_status s = sl_st_open_mem(data, size, name, &f);
+    if (s) return s;
+    s = check_file(f, name, want, pos);
+    sl_st_close(f);
+    return s;
+}
+
+sl_status sl_train_check_checkpoint(const char *path, const sl_ckpt_expect *want, sl_ckpt_position *pos) {
+    sl_st_file *f = NULL;
+    sl_status s = sl_st_open(path, &f);
+    if (s) return s;
+    s = check_file(f, path, want, pos);
+    sl_st_close(f);
+    return s;
+}
+
+sl_status sl_train_load_checkpoint(const char *path, sl_model *m, sl_optim *o, const sl_ckpt_expect *want,
                                    sl_ckpt_position *pos) {
     sl_st_file *f = NULL;
     float *params = NULL, *state = NULL;
@@ -92,30 +255,9 @@ sl_status sl_train_load_checkpoint(const char *path, sl_model *m, sl_optim *o, u
     sl_ckpt_position p = {0};
     sl_status s = sl_st_open(path, &f);
     if (s) return s;
-    const char *fmt = sl_st_meta(f, "format");
-    if (!fmt || strcmp(fmt, "sluice-checkpoint") != 0) {
-        s = sl_err(SL_ECORRUPT, "%s: not a sluice checkpoint (metadata format is '%s')", path, fmt ? fmt : "");
-        goto done;
-    }
-    const char *ver = sl_st_meta(f, "version");
-    if (!ver || strcmp(ver, "1") != 0) {
-        s = sl_err(SL_EUNSUPPORTED, "%s: checkpoint version '%s' (this build reads version 1)", path, ver ? ver : "");
-        goto done;
-    }
+    if ((s = check_file(f, path, want, &p))) goto done;
     int64_t osize = 0;
-    if ((s = meta_i64(f, path, "step", &p.step)) || (s = meta_i64(f, path, "epoch", &p.epoch)) ||
-        (s = meta_i64(f, path, "batch", &p.batch)) || (s = meta_i64(f, path, "optimizer_step", &p.optimizer_step)) ||
-        (s = meta_i64(f, path, "optimizer_size", &osize)) ||
-        (s = meta_i64(f, path, "steps_per_epoch", &p.steps_per_epoch)))
-        goto done;
-    const char *hash = sl_st_meta(f, "model_hash");
-    p.model_hash = hash ? strtoull(hash, NULL, 16) : 0;
-    if (expect_hash && p.model_hash != expect_hash) {
-        s = sl_err(SL_EINVAL, "%s: checkpoint of another model (model '%s', hash %s; this model's hash is %016" PRIx64 ")",
-                   path, sl_st_meta(f, "model") ? sl_st_meta(f, "model") : "", hash ? hash : "none", expect_hash);
-        sl_err_hint("the model block changed since the checkpoint was written: use another --run-dir, or restore the block");
-        goto done;
-    }
+    if ((s = meta_i64(f, path, "optimizer_size", &osize))) goto done;
     size_t np = 0, ns = 0;
     int64_t dummy;
     sl_model_params(m, &np);
@@ -221,7 +363,12 @@ static bool parse_name(const char *name, const char *prefix, const char *suffix,
 int sl__list_numbered(const char *dir, const char *prefix, const char *suffix, char ***out) {
     *out = NULL;
     DIR *d = opendir(dir);
-    if (!d) return 0;
+    if (!d) {
+        /* a missing folder holds nothing; an unreadable one must not look empty (a resume
+         * would start from step 0) */
+        if (errno == ENOENT) return 0;
+        return sl_err(SL_EIO, "cannot list %s: %s", dir, strerror(errno));
+    }
     ck_entry *e = NULL;
     int n = 0, cap = 0;
     struct dirent *de;
@@ -289,4 +436,99 @@ sl_status sl__make_dirs(const char *path, const char *what) {
     struct stat sb;
     if (stat(path, &sb) != 0 || !S_ISDIR(sb.st_mode)) return sl_err(SL_EIO, "%s %s is not a directory", what, path);
     return SL_OK;
+}
+
+/* ---- run folders --------------------------------------------------------------------- */
+
+typedef struct {
+    char **p;
+    int n, cap;
+} pathlist;
+
+static sl_status pl_add(pathlist *l, const char *dir, const char *name) {
+    if (l->n == l->cap) {
+        int cap = l->cap ? 2 * l->cap : 16;
+        char **np = realloc(l->p, (size_t)cap * sizeof *np);
+        if (!np) return sl_err(SL_ENOMEM, "out of memory listing %s", dir);
+        l->p = np;
+        l->cap = cap;
+    }
+    size_t len = strlen(dir) + strlen(name) + 2;
+    if (!(l->p[l->n] = malloc(len))) return sl_err(SL_ENOMEM, "out of memory listing %s", dir);
+    snprintf(l->p[l->n++], len, "%s/%s", dir, name);
+    return SL_OK;
+}
+
+/* Append a numbered list (sl__list_numbered) to l. */
+static sl_status pl_numbered(pathlist *l, const char *dir, const char *prefix, const char *suffix, int *count) {
+    char **files;
+    int n = sl__list_numbered(dir, prefix, suffix, &files);
+    *count = n > 0 ? n : 0;
+    if (n < 0) return n;
+    sl_status s = SL_OK;
+    for (int i = 0; i < n && !s; i++) {
+        const char *slash = strrchr(files[i], '/');
+        s = pl_add(l, dir, slash ? slash + 1 : files[i]);
+    }
+    if (n > 0) sl_train_free_list(files, n);
+    return s;
+}
+
+sl_status sl_train_prepare_run_dir(const char *run_dir, bool overwrite, FILE *console) {
+    pathlist l = {0};
+    int nckpt = 0, nev = 0, nshard = 0;
+    sl_status s = pl_numbered(&l, run_dir, CKPT_PREFIX, CKPT_SUFFIX, &nckpt);
+    if (s) goto done;
+    DIR *d = opendir(run_dir);
+    if (!d) {
+        if (errno != ENOENT) s = sl_err(SL_EIO, "cannot list the run folder %s: %s", run_dir, strerror(errno));
+        goto done;
+    }
+    struct dirent *de;
+    while (!s && (de = readdir(d))) {
+        if (strncmp(de->d_name, "events.out.tfevents.", 20) == 0) {
+            if (!(s = pl_add(&l, run_dir, de->d_name))) nev++;
+        } else if (strncmp(de->d_name, "ps-", 3) == 0 && de->d_name[3] >= '0' && de->d_name[3] <= '9' &&
+                   strspn(de->d_name + 3, "0123456789") == strlen(de->d_name + 3)) {
+            char sub[1200];
+            snprintf(sub, sizeof sub, "%s/%s", run_dir, de->d_name);
+            struct stat sb;
+            int k = 0;
+            if (stat(sub, &sb) == 0 && S_ISDIR(sb.st_mode)) s = pl_numbered(&l, sub, "shard-", ".safetensors", &k);
+            nshard += k;
+        }
+    }
+    closedir(d);
+    if (s || l.n == 0) goto done;
+    char what[256];
+    size_t len = 0;
+    if (nckpt)
+        len += (size_t)snprintf(what + len, sizeof what - len, "%d checkpoint%s (newest %s)", nckpt, nckpt > 1 ? "s" : "",
+                                strrchr(l.p[0], '/') + 1);
+    if (nev && len < sizeof what)
+        len += (size_t)snprintf(what + len, sizeof what - len, "%s%d TensorBoard event file%s", len ? ", " : "", nev,
+                                nev > 1 ? "s" : "");
+    if (nshard && len < sizeof what)
+        snprintf(what + len, sizeof what - len, "%s%d ps shard checkpoint%s", len ? ", " : "", nshard,
+                 nshard > 1 ? "s" : "");
+    if (!overwrite) {
+        s = sl_err(SL_EINVAL, "run folder %s holds another run's files: %s; a new run would mix with them", run_dir, what);
+        sl_err_hint("continue that run with --resume, replace it with --overwrite, or choose another --run-dir");
+        goto done;
+    }
+    if (console) {
+        fprintf(console, "run folder %s: removing an earlier run's %s (--overwrite)\n", run_dir, what);
+        fflush(console);
+    }
+    for (int i = 0; i < l.n; i++)
+        if (unlink(l.p[i]) != 0 && errno != ENOENT) {
+            int e = errno;
+            s = sl_err(SL_EIO, "cannot remove %s (an earlier run's file in the run folder): %s", l.p[i], strerror(e));
+            sl_err_hint("remove it yourself, or choose another --run-dir; a new run must not start beside it");
+            goto done;
+        }
+done:
+    for (int i = 0; i < l.n; i++) free(l.p[i]);
+    free(l.p);
+    return s;
 }

@@ -39,7 +39,7 @@ sl_status sl__make_dirs(const char *path, const char *what);
 
 /* The files DIR/PREFIX<digits>SUFFIX (checkpoints, ps shards), highest number first: *out
  * is a malloc'd array of malloc'd paths (free with sl_train_free_list). Returns how many (0
- * when the folder is missing or holds none), or SL_ENOMEM. */
+ * when the folder is missing or holds none), SL_EIO when it cannot be listed, or SL_ENOMEM. */
 int sl__list_numbered(const char *dir, const char *prefix, const char *suffix, char ***out);
 
 #endif

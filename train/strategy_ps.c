@@ -313,7 +313,9 @@ static sl_status task_save(void *ctx, const float *params, size_t n, const sl_ps
     snprintf(hash, sizeof hash, "%08" PRIx32, t->plan_hash);
     snprintf(path, sizeof path, "%s/" SHARD_PREFIX "%012" PRId64 SHARD_SUFFIX, t->dir, ss->version);
     int64_t dn = (int64_t)n, ds = (int64_t)t->nstate;
-    if ((st = sl_st_writer_new(&w)) || (st = sl_st_writer_add(w, "params", SL_DT_F32, 1, &dn, params)) ||
+    if ((st = sl_st_writer_new(&w))) goto done;
+    sl_st_writer_set_checksums(w, true);
+    if ((st = sl_st_writer_add(w, "params", SL_DT_F32, 1, &dn, params)) ||
         (t->nstate && (st = sl_st_writer_add(w, "optimizer/state", SL_DT_F32, 1, &ds, t->state))) ||
         (st = sl_st_writer_set_meta(w, "format", SHARD_FORMAT)) || (st = set_meta_i64(w, "version", ss->version)) ||
         (st = sl_st_writer_set_meta(w, "plan_hash", hash)) || (st = set_meta_i64(w, "ps", t->index)) ||
@@ -353,6 +355,7 @@ static sl_status load_shard(ps_task *t, const char *path, float *params, sl_ps_s
     int64_t version, ostep, osize;
     sl_status st = sl_st_open(path, &f);
     if (st) return st;
+    if ((st = sl_st_verify(f, NULL))) goto done; /* shards written before checksums have none */
     const char *fmt = sl_st_meta(f, "format"), *hash = sl_st_meta(f, "plan_hash"), *steps = sl_st_meta(f, "worker_steps");
     if (!fmt || strcmp(fmt, SHARD_FORMAT) != 0) {
         st = sl_err(SL_ECORRUPT, "%s: not a ps shard (metadata format is '%s')", path, fmt ? fmt : "");
@@ -492,12 +495,20 @@ sl_status sl_ps_task_run(sl_cfg *cfg, const sl_cluster *c, const sl_strategy_ps_
     if (o.fresh && nfiles > 0) {
         /* a new run in a used folder: the old shards would hand the workers another run's
          * parameters and step counts */
+        if (!o.overwrite) {
+            st = sl_err(SL_EINVAL, "%s holds %d shard checkpoint(s) of an earlier run (newest %s)", t.dir, nfiles,
+                        files[0]);
+            sl_err_hint("continue that run with --resume, replace it with --overwrite, or choose another --run-dir");
+            goto fail;
+        }
         if (console)
-            fprintf(console, "ps %d: %s holds %d shard checkpoint(s) of an earlier run: removing them (use --resume to continue it)\n",
+            fprintf(console, "ps %d: %s holds %d shard checkpoint(s) of an earlier run: removing them (--overwrite)\n",
                     t.index, t.dir, nfiles);
         for (int i = 0; i < nfiles; i++)
-            if (unlink(files[i]) != 0 && errno != ENOENT)
-                SL_WARN("ps %d: cannot remove %s: %s", t.index, files[i], strerror(errno));
+            if (unlink(files[i]) != 0 && errno != ENOENT) {
+                st = sl_err(SL_EIO, "cannot remove %s (an earlier run's shard checkpoint): %s", files[i], strerror(errno));
+                goto fail;
+            }
     }
     for (int i = 0; i < nfiles && !restored && !o.fresh; i++) {
         const char *path = files[i];

@@ -420,13 +420,15 @@ static sl_status save(sl_trainer *t, int64_t step, int64_t epoch, int64_t batch)
     char path[1200];
     snprintf(path, sizeof path, "%s/ckpt-%09" PRId64 ".safetensors", t->c.run_dir, step);
     sl_ckpt_position pos = {.step = step, .epoch = epoch, .batch = batch, .steps_per_epoch = t->steps_per_epoch,
-                            .model_hash = t->c.model_hash};
+                            .model_hash = t->c.model_hash, .batch_size = t->c.batch};
     sl_status s = sl_train_save_checkpoint(path, t->model, t->optim, t->c.model, sl_cfg_filename(t->cfg), &pos);
     if (s) return s;
     if (t->c.ckpt_keep > 0) {
         char **list;
         int n = sl_train_list_checkpoints(t->c.run_dir, &list);
-        for (int i = t->c.ckpt_keep; i < n; i++) unlink(list[i]);
+        for (int i = t->c.ckpt_keep; i < n; i++)
+            if (unlink(list[i]) != 0 && errno != ENOENT)
+                warnf(t, "cannot remove old checkpoint %s (keep=%d): %s", list[i], t->c.ckpt_keep, strerror(errno));
         if (n > 0) sl_train_free_list(list, n);
     }
     return SL_OK;
@@ -446,32 +448,78 @@ static void remove_stale(const sl_trainer *t) {
     closedir(d);
 }
 
-/* The newest checkpoint that loads cleanly, into the model and optimizer. */
+/* What a checkpoint must agree with to be this run's. */
+static sl_ckpt_expect expectation(const sl_trainer *t) {
+    sl_ckpt_expect want = {.model_hash = t->c.model_hash, .batch_size = t->c.batch};
+    /* the epoch's length, when the pipeline knows it (with replicas the chief's shard may
+     * differ from the others', so only for one) */
+    int64_t card = sl_dataset_cardinality(t->train_ds);
+    if (t->hooks.world_size == 1 && card > 0) want.steps_per_epoch = card;
+    return want;
+}
+
+/* The newest checkpoint that passes every check, into the model and optimizer. A damaged
+ * one is skipped with a warning naming it; a sound one of another configuration stops the
+ * run; when every one is damaged the run fails naming them. */
 static sl_status resume(sl_trainer *t, sl_ckpt_position *pos) {
     char **list;
     int n = sl_train_list_checkpoints(t->c.run_dir, &list);
     if (n < 0) return n;
+    sl_ckpt_expect want = expectation(t);
+    char names[700];
+    size_t len = 0;
+    names[0] = 0;
     for (int i = 0; i < n; i++) {
-        sl_status s = sl_train_load_checkpoint(list[i], t->model, t->optim, t->c.model_hash, pos);
+        sl_status s = sl_train_load_checkpoint(list[i], t->model, t->optim, &want, pos);
         if (s == SL_OK) {
             snprintf(t->sum.resumed_from, sizeof t->sum.resumed_from, "%s", list[i]);
+            if (!pos->verified)
+                warnf(t, "checkpoint %s has no checksums (written by an earlier Sluice, version 1): loaded, but its "
+                         "contents cannot be verified", list[i]);
             sl_train_free_list(list, n);
             return SL_OK;
         }
-        if (s == SL_EINVAL || s == SL_ENOMEM) { /* another model or optimizer: not a torn file */
+        if (s == SL_EINVAL || s == SL_ENOMEM || s == SL_EUNSUPPORTED) {
+            /* sound, but another model, optimizer, batch or data; or a newer format */
             sl_train_free_list(list, n);
             return s;
         }
-        warnf(t, "skipping checkpoint %s: %s", list[i], sl_errmsg());
+        warnf(t, "skipping damaged checkpoint %s: %s", list[i], sl_errmsg());
+        if (len < sizeof names)
+            len += (size_t)snprintf(names + len, sizeof names - len, "%s%s", i ? ", " : "", list[i]);
     }
     if (n > 0) {
-        warnf(t, "no loadable checkpoint in %s (%d tried): starting from step 0", t->c.run_dir, n);
         sl_train_free_list(list, n);
-    } else if (console(t)) {
-        fprintf(console(t), "no checkpoint in %s: starting from step 0\n", t->c.run_dir);
+        if (len >= sizeof names) strcpy(names + sizeof names - 5, "...");
+        if (n == 1)
+            sl_err(SL_ECORRUPT, "--resume: the only checkpoint in %s is not loadable: %s", t->c.run_dir, names);
+        else
+            sl_err(SL_ECORRUPT, "--resume: none of the %d checkpoints in %s is loadable: %s", n, t->c.run_dir, names);
+        sl_err_hint("the warnings above say what is wrong with each; move them away to resume from nothing, or start "
+                    "a new run with --overwrite");
+        return SL_ECORRUPT;
     }
+    if (console(t)) fprintf(console(t), "no checkpoint in %s: starting from step 0\n", t->c.run_dir);
     *pos = (sl_ckpt_position){0};
     return SL_OK;
+}
+
+/* A NaN or Inf loss. Right after parameters were loaded the learning rate is not to blame. */
+static sl_status nonfinite_loss(const sl_trainer *t, int64_t step, double loss) {
+    if (step == t->sum.start_step && t->sum.resumed_from[0]) {
+        sl_err(SL_ERANGE, "step %" PRId64 ": the loss is %g: the parameters loaded from %s produce a non-finite loss",
+               step, loss, t->sum.resumed_from);
+        sl_err_hint("that checkpoint holds parameters the model cannot use (the run may have been diverging when it "
+                    "was written): move it away and resume from an older one");
+    } else if (step == t->sum.start_step && step > 0) {
+        sl_err(SL_ERANGE, "step %" PRId64 ": the loss is %g: the parameters this run resumed with (from its peers) "
+                          "produce a non-finite loss", step, loss);
+        sl_err_hint("the parameters the run continues from are unusable: resume from an older checkpoint");
+    } else {
+        sl_err(SL_ERANGE, "step %" PRId64 ": the loss is %g", step, loss);
+        sl_err_hint("lower the learning rate (optimizer lr=) or add a warmup (schedule ... warmup=N)");
+    }
+    return SL_ERANGE;
 }
 
 /* ---- console and events ------------------------------------------------------------- */
@@ -688,8 +736,7 @@ static sl_status train_loop(sl_trainer *t, int64_t step, int64_t epoch, int64_t 
             }
             uneven = lockstep(t) && more > 0 && more < t->hooks.world_size;
             if (!isfinite(r.loss)) {
-                s = sl_err(SL_ERANGE, "step %" PRId64 ": the loss is %g", step, r.loss);
-                sl_err_hint("lower the learning rate (optimizer lr=) or add a warmup (schedule ... warmup=N)");
+                s = nonfinite_loss(t, step, r.loss);
                 goto out;
             }
             a.wait += tw;
@@ -787,15 +834,18 @@ sl_status sl_trainer_run(sl_trainer *t) {
     sl_status s = SL_OK;
     sl_ckpt_position pos = {0};
     FILE *f = console(t);
+    /* a new run must not mix with files an earlier run left in its folder */
+    if (chief(t) && !t->opts.resume && (s = sl_train_prepare_run_dir(t->c.run_dir, t->opts.overwrite, f))) goto done;
     if (t->opts.resume && chief(t) && (s = resume(t, &pos))) goto done;
     if (!chief(t) && t->opts.resume) {
         /* a replica reads the same checkpoint as the chief when the run folder is shared;
          * start() then makes all of them agree */
         sl_ckpt_position p = {0};
+        sl_ckpt_expect want = expectation(t);
         char **list;
         int n = sl_train_list_checkpoints(t->c.run_dir, &list);
         for (int i = 0; i < n; i++)
-            if (sl_train_load_checkpoint(list[i], t->model, t->optim, t->c.model_hash, &p) == SL_OK) {
+            if (sl_train_load_checkpoint(list[i], t->model, t->optim, &want, &p) == SL_OK) {
                 pos = p;
                 break;
             }
@@ -830,18 +880,6 @@ sl_status sl_trainer_run(sl_trainer *t) {
             t->c.schedule.total = t->c.epochs * t->steps_per_epoch - t->c.schedule.warmup;
         }
         if (t->c.schedule.total < 1) t->c.schedule.total = 1;
-    }
-    if (chief(t) && !t->opts.resume) {
-        /* a fresh run in a used folder: the old run's checkpoints would otherwise outrank
-         * (by step) and evict the new ones */
-        char **list;
-        int n = sl_train_list_checkpoints(t->c.run_dir, &list);
-        if (n > 0) {
-            warnf(t, "%s holds %d checkpoint(s) of an earlier run (newest: %s): removing them (use --resume to continue it)",
-                  t->c.run_dir, n, list[0]);
-            for (int i = 0; i < n; i++) unlink(list[i]);
-            sl_train_free_list(list, n);
-        }
     }
     if (chief(t)) {
         remove_stale(t);

@@ -20,6 +20,23 @@
  * overlap and no trailing byte. Every error names the file and the byte offset of what is
  * wrong (for header problems, the offset of the JSON token in the file).
  *
+ * Checksums (Sluice's addition, inside the format: other readers see plain metadata strings).
+ * A writer with sl_st_writer_set_checksums on records, in "__metadata__":
+ *     "crc32c:NAME"  for every tensor NAME: the CRC32C (sluice/crc32c.h, unmasked) of its data
+ *                    bytes, as 8 lowercase hex digits;
+ *     "crc32c"       the CRC32C of the header's canonical form: every other metadata entry
+ *                    (the tensor checksums included), sorted by key (bytewise), each as the
+ *                    byte 'M', the key, NUL, the value, NUL; then every tensor, sorted by
+ *                    name, as 'T', the name, NUL, the dtype name, NUL, the dims in decimal
+ *                    joined by ',' (nothing for a scalar), NUL.
+ * So any changed byte of a tensor's data, any changed metadata value or tensor entry is
+ * caught by sl_st_verify, whatever order another writer puts the entries in. (Changes that
+ * leave the JSON's meaning alone, such as its spacing, are not.) The keys "crc32c" and
+ * "crc32c:..." are reserved: sl_st_writer_set_meta refuses them.
+ *
+ * Opening: sl_st_open goes through sl_file_open_read (sluice/file.h), so a FIFO, socket,
+ * device or folder at the path is refused at once, naming what it is, and never blocks.
+ *
  * Writes are crash-safe: the file is written to a temporary name beside the target
  * (TARGET.tmp.PID.N), fsynced, renamed over the target, and the directory fsynced, so a
  * process killed at any point leaves either the old complete file or the new complete
@@ -28,6 +45,7 @@
 #ifndef SLUICE_SAFETENSORS_H
 #define SLUICE_SAFETENSORS_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -67,8 +85,17 @@ sl_status sl_st_writer_add(sl_st_writer *w, const char *name, sl_dtype dt, int r
  * is taken). */
 sl_status sl_st_writer_add_tensor(sl_st_writer *w, const char *name, const sl_tensor *t);
 
+/* Metadata keys of the checksums (see the top of this file). */
+#define SL_ST_CRC_HEADER "crc32c"
+#define SL_ST_CRC_PREFIX "crc32c:"
+
+/* Record checksums of every tensor and of the header when writing (off by default, so a
+ * writer makes plain Hugging Face files unless asked). */
+void sl_st_writer_set_checksums(sl_st_writer *w, bool on);
+
 /* Set metadata key -> value (both copied; a key set twice keeps the last value). Returns
- * SL_OK, SL_EINVAL for an empty key, or SL_ENOMEM (the writer is then unchanged). */
+ * SL_OK, SL_EINVAL for an empty key or a reserved checksum key ("crc32c", "crc32c:..."),
+ * or SL_ENOMEM (the writer is then unchanged). */
 sl_status sl_st_writer_set_meta(sl_st_writer *w, const char *key, const char *value);
 
 /* Write everything added so far to `path`, crash-safe (see the top of this file): tensors
@@ -95,7 +122,9 @@ int sl_st_remove_stale(const char *path);
 typedef struct sl_st_file sl_st_file;
 
 /* Map `path` and validate its header (and every offset) in *out. On failure *out is NULL
- * and the status is SL_ENOTFOUND, SL_EIO, SL_ECORRUPT ("PATH: byte OFFSET: what"),
+ * and the status is SL_ENOTFOUND, SL_EIO (an OS error, or the path is not a regular file:
+ * "safetensors file 'PATH': is a FIFO (named pipe), not a regular file"), SL_ECORRUPT
+ * ("PATH: byte OFFSET: what"),
  * SL_EUNSUPPORTED (a dtype of the format that sl_dtype lacks, or rank > SL_MAX_RANK) or
  * SL_ENOMEM. */
 sl_status sl_st_open(const char *path, sl_st_file **out);
@@ -122,6 +151,14 @@ const char *sl_st_meta(const sl_st_file *f, const char *key);
 int sl_st_meta_count(const sl_st_file *f);
 const char *sl_st_meta_key(const sl_st_file *f, int i);
 const char *sl_st_meta_value(const sl_st_file *f, int i);
+
+/* Check the file's checksums (see the top of this file), reading every tensor's bytes once.
+ * *present (may be NULL) says whether the file records any. Returns SL_OK when it records
+ * none (*present false) or when every one matches; SL_ECORRUPT when one does not, naming
+ * the file and the byte offset (the tensor's data, or the metadata key), and the CRC32Cs
+ * computed and recorded; also for a malformed checksum value, a tensor without a checksum,
+ * a checksum of a tensor the file lacks, or tensor checksums without the header's. SL_ENOMEM. */
+sl_status sl_st_verify(const sl_st_file *f, bool *present);
 
 /* Close the file. Tensors taken with sl_st_get stay valid (they hold the mapping). NULL
  * is a no-op. */

@@ -122,9 +122,11 @@ typedef struct sl_strategy_ps_opts {
     double retry_s;            /* how long a worker waits for a lost ps to come back; 0 = 120 s */
     double ckpt_every_s;       /* ps shard checkpoints; 0 = 5 s */
     const sl_tp_curve *curve;  /* CURVE keys (borrowed), or NULL */
-    bool fresh;                /* ps tasks: a new run: remove an earlier run's shard checkpoints
-                                  instead of restoring them (sluice-train sets it unless --resume
+    bool fresh;                /* ps tasks: a new run: never restore an earlier run's shard
+                                  checkpoints; their presence fails the task (SL_EINVAL naming the
+                                  folder) unless overwrite (sluice-train sets it unless --resume
                                   is given or sluice-launch restarted the task) */
+    bool overwrite;            /* with fresh: remove them instead (a failed removal: SL_EIO) */
 } sl_strategy_ps_opts;
 
 typedef struct sl_strategy_ps sl_strategy_ps;

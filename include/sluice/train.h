@@ -36,9 +36,18 @@
  * (the flat optimizer state), metadata format=sluice-checkpoint, version=1, step, epoch and
  * batch (the data position: the next batch to train is batch `batch` of 0-based epoch
  * `epoch`), optimizer_step, model (name), model_hash (of the model block), config (file
- * name), steps_per_epoch. Written crash-safe (temporary name, fsync, rename) by
- * sluice/safetensors.h; the oldest beyond `keep` are deleted. Resume loads the newest that
- * loads cleanly, skipping (with a warning naming it) any torn or corrupt one.
+ * name), steps_per_epoch, batch_size (the global batch), and CRC32Cs of every tensor and of
+ * the header (version=2; see sl_train_check_checkpoint). Written crash-safe (temporary name,
+ * fsync, rename) by sluice/safetensors.h; the oldest beyond `keep` are deleted (a failed
+ * removal is a warning naming the file). Resume loads the newest that passes every check,
+ * skipping with a warning that names it and says what is wrong any damaged one (torn,
+ * checksum mismatch, inconsistent metadata, NaN or Inf, a FIFO or folder by that name); when
+ * none is loadable the run fails naming them. A sound checkpoint of another configuration
+ * (model, optimizer, batch, data) stops the run instead. Version 1 checkpoints (written
+ * before checksums) still load, with a note that their contents cannot be verified.
+ *
+ * Run folders: a new run (neither resume nor overwrite) refuses a folder that holds another
+ * run's checkpoints or event files (sl_train_prepare_run_dir); overwrite removes them first.
  *
  * Event files: RUN_DIR/events.out.tfevents.<time>.<host> with scalars per epoch
  * (train/loss, train/accuracy, train/learning_rate, train/examples_per_sec,
@@ -157,6 +166,9 @@ typedef struct sl_train_hooks {
 typedef struct sl_train_opts {
     const char *run_dir;          /* overrides the config's run_dir; NULL: keep it */
     bool resume;                  /* continue from the newest loadable checkpoint in run_dir */
+    bool overwrite;               /* a new run may remove an earlier run's checkpoints and event
+                                     files from run_dir (sl_train_prepare_run_dir); without it,
+                                     and without resume, their presence fails the run */
     FILE *console;                /* epoch lines and the final "test accuracy"; NULL: silent */
     bool progress;                /* draw a progress bar within epochs on console (a terminal) */
     const sl_train_hooks *hooks;  /* NULL: one replica; borrowed, must outlive the trainer */
@@ -197,7 +209,13 @@ sl_model *sl_trainer_model(sl_trainer *t);
 /* Train (resuming first when opts.resume), evaluate, checkpoint, log; the last console
  * line is "test accuracy 0.XXXX" when there is an eval pipeline. Returns SL_OK, or the
  * first error from the pipeline (its op and file), the model, a checkpoint write (SL_EIO)
- * or a hook; checkpoints already written stay. Call once. */
+ * or a hook; checkpoints already written stay. Before training: a new run's folder of
+ * another run is SL_EINVAL, a failed removal with opts.overwrite SL_EIO
+ * (sl_train_prepare_run_dir); with opts.resume, checkpoints that are all damaged are
+ * SL_ECORRUPT naming them ("--resume: none of the N checkpoints in DIR is loadable: ..."),
+ * a sound one of another configuration SL_EINVAL (sl_train_load_checkpoint), and no
+ * checkpoint at all starts from step 0. A NaN or Inf loss is SL_ERANGE; at the first step
+ * after a resume its message names the checkpoint the parameters came from. Call once. */
 sl_status sl_trainer_run(sl_trainer *t);
 
 /* The summary of the run so far (after sl_trainer_run: of the whole run). */
@@ -213,7 +231,8 @@ void sl_trainer_free(sl_trainer *t); /* NULL is a no-op */
 
 /* Paths of the checkpoints in run_dir, newest (highest step) first: *out is a malloc'd
  * array of malloc'd strings (free with sl_train_free_list). Returns how many (0 when the
- * folder is missing or holds none), or SL_ENOMEM. */
+ * folder is missing or holds none), SL_EIO when the folder cannot be listed (naming it and
+ * the OS reason), or SL_ENOMEM. */
 int sl_train_list_checkpoints(const char *run_dir, char ***out);
 void sl_train_free_list(char **list, int n);
 
@@ -221,20 +240,68 @@ void sl_train_free_list(char **list, int n);
 typedef struct sl_ckpt_position {
     int64_t step, epoch, batch, optimizer_step, steps_per_epoch;
     uint64_t model_hash;
+    int64_t batch_size;  /* the run's global batch; 0 in a version 1 file (not recorded) */
+    bool verified;       /* its checksums matched; false for a version 1 file (it has none) */
 } sl_ckpt_position;
 
-/* Write m's parameters, o's state and pos to path (crash-safe). SL_OK or SL_EIO/SL_ENOMEM;
- * on failure the file at path is the old one or none. */
+/* What the run being resumed expects of a checkpoint; a zero field is not checked. */
+typedef struct sl_ckpt_expect {
+    uint64_t model_hash;      /* the model block's hash (sl_train_config.model_hash) */
+    int64_t batch_size;       /* the training pipeline's global batch */
+    int64_t steps_per_epoch;  /* batches per epoch, when known before training */
+} sl_ckpt_expect;
+
+/* Write m's parameters, o's state and pos (step, epoch, batch, steps_per_epoch, batch_size,
+ * model_hash) to path as a version 2 checkpoint with checksums (crash-safe). SL_OK or
+ * SL_EIO/SL_ENOMEM; on failure the file at path is the old one or none. */
 sl_status sl_train_save_checkpoint(const char *path, sl_model *m, sl_optim *o, const char *model_name,
                                    const char *config_name, const sl_ckpt_position *pos);
 
-/* Load path into m and o (o may be NULL) and *pos, checking that every parameter is there
- * with the model's shape and that model_hash matches (when expect_hash is non-zero).
- * SL_OK; SL_ENOTFOUND, SL_ECORRUPT (torn file, missing tensor, wrong shape or metadata)
- * naming the file; SL_EINVAL for another model's checkpoint. m and o are unchanged on
- * failure. */
-sl_status sl_train_load_checkpoint(const char *path, sl_model *m, sl_optim *o, uint64_t expect_hash,
+/* Check a checkpoint without a model, as sl_train_load_checkpoint does before it loads:
+ *   - the file: a regular file (a FIFO or folder is refused at once, SL_EIO, saying what
+ *     it is), a valid safetensors layout (SL_ECORRUPT with the byte offset);
+ *   - format=sluice-checkpoint (SL_ECORRUPT), version 1 or 2 (else SL_EUNSUPPORTED);
+ *   - checksums (sluice/safetensors.h): a version 2 file must have them and every one must
+ *     match (SL_ECORRUPT naming the tensor or metadata and its byte offset). A version 1
+ *     file (written by Sluice before checksums) has none: it is accepted with
+ *     pos->verified false, so the caller can say that its contents cannot be verified;
+ *   - metadata: step, epoch, batch, optimizer_step, optimizer_size, steps_per_epoch (and
+ *     batch_size in version 2) are decimal counts, model_hash 16 hex digits, and they agree:
+ *     with steps_per_epoch 0 (no epoch ended yet) epoch is 0 and batch = step; otherwise
+ *     batch <= steps_per_epoch and step = epoch * steps_per_epoch + batch; optimizer_step
+ *     <= step; optimizer_size = the values of "optimizer/state" (SL_ECORRUPT, naming them);
+ *   - every float of "model/..." and "optimizer/state" is finite (SL_ECORRUPT naming the
+ *     tensor and the index of the first NaN or Inf);
+ *   - `want` (may be NULL): another model_hash, another batch_size, or steps_per_epoch
+ *     (or a batch) that the training pipeline no longer has is SL_EINVAL, saying both
+ *     values: the checkpoint is sound but belongs to another configuration.
+ * On success *pos holds its position; on failure *pos is unchanged. */
+sl_status sl_train_check_checkpoint(const char *path, const sl_ckpt_expect *want, sl_ckpt_position *pos);
+
+/* The same over memory (borrowed); `name` labels messages (NULL: "<memory>"). */
+sl_status sl_train_check_checkpoint_mem(const void *data, size_t size, const char *name, const sl_ckpt_expect *want,
+                                        sl_ckpt_position *pos);
+
+/* sl_train_check_checkpoint, then load path into m and o (o may be NULL) and *pos,
+ * checking that every parameter is there with the model's shape and that the optimizer
+ * state has the configured optimizer's size. SL_OK; SL_ENOTFOUND; SL_EIO (unreadable, or
+ * not a regular file); SL_ECORRUPT (damaged: torn, a checksum, the metadata, a missing
+ * tensor, a wrong shape, a non-finite value) naming the file; SL_EUNSUPPORTED (a newer
+ * version); SL_EINVAL (a sound checkpoint of another configuration: model, optimizer,
+ * batch, data). m and o are unchanged on failure. */
+sl_status sl_train_load_checkpoint(const char *path, sl_model *m, sl_optim *o, const sl_ckpt_expect *want,
                                    sl_ckpt_position *pos);
+
+/* Get run_dir ready for a new run (not a resumed one). The files of an earlier run there
+ * (checkpoints ckpt-*.safetensors, TensorBoard event files events.out.tfevents.*, and ps
+ * shard checkpoints: shard-*.safetensors in its ps-N folders) would otherwise be resumed
+ * later as if they were this run's, or mix with its curves. Without `overwrite` their
+ * presence is refused: SL_EINVAL, naming the folder, how many of each kind and the newest
+ * checkpoint, with a hint (--resume, --overwrite, another --run-dir); nothing is removed.
+ * With `overwrite` they are removed (a line on `console`, which may be NULL); a removal that
+ * fails is SL_EIO naming the file and the OS reason (the files before it are gone, the rest
+ * stay). A missing folder, or one without such files, is SL_OK. */
+sl_status sl_train_prepare_run_dir(const char *run_dir, bool overwrite, FILE *console);
 
 #ifdef __cplusplus
 }

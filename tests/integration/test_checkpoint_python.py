@@ -15,7 +15,12 @@ TensorBoard package needed):
      record parses as a tensorflow.Event (message classes built here at run time from a
      FileDescriptorProto): first file_version "brain.Event:2", then the scalars written;
   4. an event file Python writes (graph_def, several values per summary, an image value,
-     an unknown field) reads through Sluice's reader (`--dump`) as the expected entries.
+     an unknown field) reads through Sluice's reader (`--dump`) as the expected entries;
+  5. checksums (sluice/safetensors.h): a file Sluice writes with them
+     (`--write-sample-crc DIR`) still loads with json + numpy, and its "crc32c:NAME" and
+     "crc32c" entries equal CRC32Cs computed here (a pure-Python CRC32C, so the spec is
+     checked independently); a file Python writes with checksums (entries in another
+     order) verifies in Sluice (`--verify`), and one changed byte is then caught.
 
 The helper programs come from $SLUICE_TESTS_BIN (the build's tests/ folder).
 Exit 0 on success, 1 on the first failure, 77 when a Python module is missing.
@@ -144,6 +149,80 @@ def check_sluice_safetensors(tmp):
         if (data_start + header[name]["data_offsets"][0]) % got.dtype.itemsize:
             fail(f"{name}: data not aligned to {got.dtype.itemsize} bytes in the file")
     print(f"  {len(want)} tensors and {len(meta)} metadata entries equal")
+
+
+def crc32c_py(data, crc=0):
+    """CRC32C (Castagnoli, reflected 0x82F63B78), bit by bit: slow, but independent."""
+    crc ^= 0xFFFFFFFF
+    for b in data:
+        crc ^= b
+        for _ in range(8):
+            crc = (crc >> 1) ^ (0x82F63B78 if crc & 1 else 0)
+    return crc ^ 0xFFFFFFFF
+
+
+def header_crc(meta, header):
+    """The "crc32c" entry's value: the canonical form of sluice/safetensors.h."""
+    buf = b""
+    for k in sorted(meta, key=lambda k: k.encode("utf-8")):
+        if k != "crc32c":
+            buf += b"M" + k.encode("utf-8") + b"\0" + meta[k].encode("utf-8") + b"\0"
+    for name in sorted(header, key=lambda k: k.encode("utf-8")):
+        v = header[name]
+        buf += (b"T" + name.encode("utf-8") + b"\0" + v["dtype"].encode() + b"\0" +
+                ",".join(str(d) for d in v["shape"]).encode() + b"\0")
+    return f"{crc32c_py(buf):08x}"
+
+
+def check_checksums(tmp):
+    check("checksums: Sluice's verify in Python, Python's in Sluice (--verify)")
+    if f"{crc32c_py(b'123456789'):08x}" != "e3069283":
+        fail("the pure-Python CRC32C is wrong")
+    run(ST_BIN, "--write-sample-crc", tmp)
+    path = os.path.join(tmp, "sample_crc.safetensors")
+    tensors, meta, header, data_start = load_safetensors(path)
+    with open(path, "rb") as f:
+        raw = f.read()
+    want = expected_sample()
+    if sorted(tensors) != sorted(want):
+        fail(f"tensor names {sorted(tensors)} != {sorted(want)}")
+    for name, v in header.items():
+        b, e = v["data_offsets"]
+        got = meta.get("crc32c:" + name)
+        exp = f"{crc32c_py(raw[data_start + b:data_start + e]):08x}"
+        if got != exp:
+            fail(f"crc32c:{name} is {got!r}, Python computes {exp}")
+    if meta.get("crc32c") != header_crc(meta, header):
+        fail(f"crc32c is {meta.get('crc32c')!r}, Python computes {header_crc(meta, header)}")
+    for k, v in EXPECTED_META.items():
+        if meta.get(k) != v:
+            fail(f"metadata {k}: {meta.get(k)!r}, expected {v!r}")
+    print(f"  {len(header)} tensor checksums and the header's equal Python's")
+    # Python writes one, metadata keys in reverse order, tensors in their own order
+    arrs = {"w": ("F32", np.arange(6, dtype="<f4").reshape(2, 3)), "b": ("I16", np.array([-1, 7], dtype="<i2")),
+            "\u00fcber": ("U8", np.arange(3, dtype="u1"))}
+    m = {"zeta": "1", "alpha": "\u00e9t\u00e9"}
+    hdr = {}
+    for name, (dtype, arr) in arrs.items():
+        m["crc32c:" + name] = f"{crc32c_py(np.ascontiguousarray(arr).tobytes()):08x}"
+        hdr[name] = {"dtype": dtype, "shape": list(arr.shape)}
+    m["crc32c"] = header_crc(m, hdr)
+    m = dict(reversed(list(m.items())))
+    pth = os.path.join(tmp, "python_crc.safetensors")
+    write_safetensors(pth, arrs, m)
+    out = run(ST_BIN, "--verify", pth).strip()
+    if out != "verified":
+        fail(f"--verify of Python's file: {out!r}")
+    with open(pth, "rb") as f:
+        raw = bytearray(f.read())
+    raw[-1] ^= 1  # the last byte of the last tensor's data
+    with open(pth, "wb") as f:
+        f.write(raw)
+    p = subprocess.run([ST_BIN, "--verify", pth], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    err = p.stderr.decode()
+    if p.returncode != 1 or "does not match its checksum" not in err or "\u00fcber" not in err:
+        fail(f"--verify of a changed byte: exit {p.returncode}, {err!r}")
+    print("  Python's checksums verify in Sluice; one changed byte is named")
 
 
 def write_safetensors(path, tensors, meta):
@@ -377,6 +456,7 @@ def main():
         with tempfile.TemporaryDirectory(prefix="sluice-ckpt-") as tmp:
             check_sluice_safetensors(tmp)
             check_python_safetensors(tmp)
+            check_checksums(tmp)
             check_sluice_events(tmp)
             check_python_events(tmp)
     except Failure as e:

@@ -4,7 +4,10 @@
 # land in the run folder; --set changes the number of epochs; --resume of a finished run
 # starts at its last step; usage mistakes exit 2; config mistakes exit 1 with
 # file:line:col and a hint; the shipped examples (model, pipelines, train block) run 2
-# steps on the small conversion.
+# steps on the small conversion. Damaged checkpoints: zeroed tensor bytes in the newest are
+# caught by its checksums and --resume takes the older good one (naming the damaged one),
+# none loadable exits 1 naming them, a FIFO named like a checkpoint is refused at once; a
+# new run refuses a folder that holds another run's files unless --overwrite.
 set -u
 
 SRC=${SLUICE_SRC:-$(cd "$(dirname "$0")/../.." && pwd)}
@@ -85,6 +88,60 @@ if run resume 0 "$BIN/sluice-train" "$T/tiny.sl" --run-dir "$T/run" --resume --s
     grep -q "^resuming from $T/run/ckpt-000000040.safetensors at step 40 (epoch 3, batch 0)$" "$T/resume.out" &&
         grep -q '^epoch 3/3  step 60 ' "$T/resume.out" && ok "--resume continues at step 40" ||
         fail "resume: $(cat "$T/resume.out")"
+fi
+
+# 3b. the newest checkpoint's tensor bytes zeroed (a damaged disk or copy): --resume skips it
+#     with a warning naming it and takes the older good one; it never trains on from zeros
+zero_tensors() { # FILE: zero everything after the header
+    local hl size
+    hl=$(od -An -tu8 -N8 "$1" | tr -d ' ')
+    size=$(stat -c %s "$1")
+    dd if=/dev/zero of="$1" bs=1 seek=$((8 + hl)) count=$((size - 8 - hl)) conv=notrunc status=none
+}
+if [ -f "$T/run/ckpt-000000060.safetensors" ]; then
+    zero_tensors "$T/run/ckpt-000000060.safetensors"
+    if run zeroed 0 "$BIN/sluice-train" "$T/tiny.sl" --run-dir "$T/run" --resume --set train.epochs=4; then
+        grep -q "^warning: skipping damaged checkpoint $T/run/ckpt-000000060.safetensors: checkpoint $T/run/ckpt-000000060.safetensors: byte [0-9]*: tensor \".*\" .* does not match its checksum" "$T/zeroed.err" &&
+            ok "zeroed tensors: skipped with a warning naming the file" || fail "zeroed: no warning: $(cat "$T/zeroed.err")"
+        grep -q "^resuming from $T/run/ckpt-000000040.safetensors at step 40 (epoch 3, batch 0)$" "$T/zeroed.out" &&
+            grep -q '^epoch 4/4  step 80 ' "$T/zeroed.out" && ok "zeroed newest: resumed from the older good checkpoint" ||
+            fail "zeroed: $(cat "$T/zeroed.out")"
+        acc=$(tail -n 1 "$T/zeroed.out" | sed -n 's/^test accuracy //p')
+        [ -n "$acc" ] && [ "$acc" != 0.1000 ] && ok "zeroed newest: test accuracy $acc" || fail "zeroed: last line $(tail -n 1 "$T/zeroed.out")"
+    fi
+    # every checkpoint damaged: exit 1 naming them
+    mkdir -p "$T/alldmg"
+    for f in "$T/run"/ckpt-*.safetensors; do cp "$f" "$T/alldmg/" && zero_tensors "$T/alldmg/$(basename "$f")"; done
+    n=$(ls "$T/alldmg" | wc -l)
+    if run alldmg 1 "$BIN/sluice-train" "$T/tiny.sl" --run-dir "$T/alldmg" --resume; then
+        grep -q "sluice-train: --resume: none of the $n checkpoints in $T/alldmg is loadable: $T/alldmg/ckpt-" "$T/alldmg.err" &&
+            ok "no loadable checkpoint: exit 1 naming them" || fail "alldmg: $(cat "$T/alldmg.err")"
+        grep -q "test accuracy" "$T/alldmg.out" && fail "alldmg printed an accuracy" || ok "no loadable checkpoint: no accuracy"
+    fi
+    # a FIFO named like the newest checkpoint: refused at once, not a hang
+    mkdir -p "$T/fifo" && cp "$T/run/ckpt-000000040.safetensors" "$T/fifo/" && mkfifo "$T/fifo/ckpt-000000999.safetensors"
+    if run fifo 0 timeout 120 "$BIN/sluice-train" "$T/tiny.sl" --run-dir "$T/fifo" --resume --set train.epochs=3; then
+        grep -q "^warning: skipping damaged checkpoint $T/fifo/ckpt-000000999.safetensors: safetensors file '$T/fifo/ckpt-000000999.safetensors': is a FIFO (named pipe), not a regular file" "$T/fifo.err" &&
+            grep -q "^resuming from $T/fifo/ckpt-000000040.safetensors at step 40 " "$T/fifo.out" &&
+            ok "a FIFO named ckpt-*: skipped at once" || fail "fifo: $(cat "$T/fifo.err" "$T/fifo.out")"
+    fi
+fi
+
+# 3c. a new run into a folder of another run: refused (nothing removed); --overwrite replaces it
+if [ -f "$T/run/ckpt-000000040.safetensors" ]; then
+    if run reuse 1 "$BIN/sluice-train" "$T/tiny.sl" --run-dir "$T/run" --set train.epochs=1; then
+        grep -q "sluice-train: run folder $T/run holds another run's files: [0-9]* checkpoints (newest ckpt-0000000[0-9]*.safetensors), [0-9]* TensorBoard event files" "$T/reuse.err" &&
+            grep -q "HINT: continue that run with --resume, replace it with --overwrite" "$T/reuse.err" &&
+            ok "a new run into a used folder: exit 1 naming it" || fail "reuse: $(cat "$T/reuse.err")"
+        [ -f "$T/run/ckpt-000000080.safetensors" ] && ok "the refused run removed nothing" || fail "reuse removed files: $(ls "$T/run")"
+    fi
+    if run overwrite 0 "$BIN/sluice-train" "$T/tiny.sl" --run-dir "$T/run" --set train.epochs=1 --overwrite; then
+        grep -q "^run folder $T/run: removing an earlier run's " "$T/overwrite.out" &&
+            [ "$(ls "$T/run"/ckpt-*.safetensors)" = "$T/run/ckpt-000000020.safetensors" ] &&
+            [ "$(ls "$T/run"/events.out.tfevents.* | wc -l)" = 1 ] &&
+            ok "--overwrite: the earlier run's checkpoints and event files removed" || fail "overwrite: $(ls "$T/run")"
+    fi
+    run both 2 "$BIN/sluice-train" "$T/tiny.sl" --run-dir "$T/run" --resume --overwrite && ok "--resume --overwrite: exit 2"
 fi
 
 # 4. usage mistakes exit 2

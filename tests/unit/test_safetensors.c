@@ -5,8 +5,11 @@
  *
  * Also a helper for tests/integration/test_checkpoint_python.py:
  *     test_safetensors --write-sample DIR   writes DIR/sample.safetensors (values below)
+ *     test_safetensors --write-sample-crc DIR   the same with checksums: DIR/sample_crc.safetensors
  *     test_safetensors --dump FILE          prints each tensor: name dtype [dims] hex bytes,
- *                                           then each metadata entry: meta key=value */
+ *                                           then each metadata entry: meta key=value
+ *     test_safetensors --verify FILE        prints "verified" or "no checksums" (exit 0), or
+ *                                           the error (exit 1) */
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -17,6 +20,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "sluice/crc32c.h"
 #include "sluice/safetensors.h"
 #include "test.h"
 
@@ -157,11 +161,12 @@ static void fill_sample(void) {
     for (int i = 0; i < 7; i++) s_u8[i] = (uint8_t)(i * 40);
 }
 
-static sl_status write_sample(const char *path) {
+static sl_status write_sample_crc(const char *path, bool crc) {
     fill_sample();
     sl_st_writer *w;
     sl_status s = sl_st_writer_new(&w);
     if (s) return s;
+    sl_st_writer_set_checksums(w, crc);
     for (int i = 0; i < NSAMPLE && !s; i++)
         s = sl_st_writer_add(w, sample[i].name, sample[i].dt, sample[i].rank, sample[i].dims,
                              sample[i].data);
@@ -170,6 +175,8 @@ static sl_status write_sample(const char *path) {
     sl_st_writer_free(w);
     return s;
 }
+
+static sl_status write_sample(const char *path) { return write_sample_crc(path, false); }
 
 /* ---- tests ------------------------------------------------------------------------ */
 
@@ -628,6 +635,167 @@ TEST(test_kill_during_write) {
 
 /* ---- helper modes for the Python test ----------------------------------------------- */
 
+
+/* ---- checksums -------------------------------------------------------------------- */
+
+/* The header checksum of the spec (sluice/safetensors.h), computed here independently for
+ * one tensor "a" U8 [2] and metadata entries given already sorted by key. */
+static uint32_t spec_crc(const char *const (*kv)[2], int n) {
+    uint32_t c = 0;
+    for (int i = 0; i < n; i++) {
+        c = sl_crc32c(c, "M", 1);
+        c = sl_crc32c(c, kv[i][0], strlen(kv[i][0]) + 1);
+        c = sl_crc32c(c, kv[i][1], strlen(kv[i][1]) + 1);
+    }
+    return sl_crc32c(c, "Ta\0U8\0" "2", 8);
+}
+
+TEST(test_checksums) {
+    const char *dir = mktmp();
+    ASSERT(dir);
+    char path[300];
+    snprintf(path, sizeof path, "%s/crc.safetensors", dir);
+    ASSERT_OK(write_sample_crc(path, true));
+    size_t n;
+    uint8_t *p = read_file(path, &n);
+    ASSERT(p);
+    sl_st_file *f;
+    ASSERT_OK(sl_st_open_mem(p, n, "m.st", &f));
+    ASSERT_EQ(sl_st_meta_count(f), 4 + NSAMPLE + 1);
+    ASSERT_STREQ(sl_st_meta_key(f, 4 + NSAMPLE), "crc32c");
+    char want[16];
+    snprintf(want, sizeof want, "%08x", (unsigned)sl_crc32c(0, s_f32, sizeof s_f32));
+    ASSERT_STREQ(sl_st_meta(f, "crc32c:f32"), want);
+    ASSERT_STREQ(sl_st_meta(f, "crc32c:empty"), "00000000");
+    bool present = false;
+    ASSERT_OK(sl_st_verify(f, &present));
+    ASSERT(present);
+    /* a changed data byte: named, at its offset */
+    sl_tensor t;
+    ASSERT_OK(sl_st_get(f, "f32", &t));
+    size_t off = (size_t)((const uint8_t *)t.data - p);
+    sl_tensor_release(&t);
+    sl_st_close(f);
+    p[off + 5] ^= 0x10;
+    ASSERT_OK(sl_st_open_mem(p, n, "m.st", &f));
+    ASSERT_EQ(sl_st_verify(f, &present), SL_ECORRUPT);
+    char msg[200];
+    snprintf(msg, sizeof msg, "m.st: byte %zu: tensor \"f32\" (48 bytes from here) does not match its checksum", off);
+    ASSERT_CONTAINS(sl_errmsg(), msg);
+    sl_st_close(f);
+    p[off + 5] ^= 0x10;
+    /* a changed metadata value (same length, so the layout stays valid) */
+    uint8_t *at = (uint8_t *)strstr((char *)p + 8, "\"1234\"");
+    ASSERT(at);
+    at[4] = '5';
+    ASSERT_OK(sl_st_open_mem(p, n, "m.st", &f));
+    ASSERT_EQ(sl_st_verify(f, &present), SL_ECORRUPT);
+    ASSERT_CONTAINS(sl_errmsg(), "m.st: byte ");
+    ASSERT_CONTAINS(sl_errmsg(), "the header does not match its checksum");
+    sl_st_close(f);
+    free(p);
+    /* without checksums: nothing to verify */
+    ASSERT_OK(write_sample(path));
+    ASSERT_OK(sl_st_open(path, &f));
+    ASSERT_OK(sl_st_verify(f, &present));
+    ASSERT(!present);
+    sl_st_close(f);
+    /* the keys are reserved */
+    sl_st_writer *w;
+    ASSERT_OK(sl_st_writer_new(&w));
+    ASSERT_EQ(sl_st_writer_set_meta(w, "crc32c", "0"), SL_EINVAL);
+    ASSERT_EQ(sl_st_writer_set_meta(w, "crc32c:x", "0"), SL_EINVAL);
+    ASSERT_CONTAINS(sl_errmsg(), "reserved for checksums");
+    sl_st_writer_free(w);
+    rmtree(dir);
+
+    /* files other writers could make: each inconsistency is named */
+    char hdr[400], crc_a[16];
+    const uint8_t two[2] = {0, 1}; /* mkfile's data bytes */
+    snprintf(crc_a, sizeof crc_a, "%08x", (unsigned)sl_crc32c(0, two, 2));
+    const char *const kv_a[][2] = {{"crc32c:a", crc_a}};
+    struct {
+        const char *meta;
+        const char *msg;
+    } cases[] = {
+        {"\"crc32c:a\":\"%s\"", "but no header checksum \"crc32c\""},
+        {"\"crc32c\":\"XYZ\"", "metadata \"crc32c\" is \"XYZ\", not 8 lowercase hex digits"},
+        {"\"crc32c\":\"%s\"", "tensor \"a\" has no checksum (\"crc32c:a\") in the metadata"},
+        {"\"crc32c\":\"%s\",\"crc32c:a\":\"%s\",\"crc32c:b\":\"00000000\"",
+         "metadata \"crc32c:b\": the file has no tensor \"b\""},
+        {"\"crc32c\":\"%s\",\"crc32c:a\":\"%s\"", NULL},
+    };
+    for (int i = 0; i < 5; i++) {
+        char head[16];
+        uint32_t hc = 0;
+        if (i == 2) hc = spec_crc(NULL, 0);
+        if (i == 3) {
+            const char *const kv3[][2] = {{"crc32c:a", crc_a}, {"crc32c:b", "00000000"}};
+            hc = spec_crc(kv3, 2);
+        }
+        if (i == 4) hc = spec_crc(kv_a, 1);
+        snprintf(head, sizeof head, "%08x", (unsigned)hc);
+        char meta[200];
+        if (i == 0) snprintf(meta, sizeof meta, cases[i].meta, crc_a);
+        else if (i == 1) snprintf(meta, sizeof meta, "%s", cases[i].meta);
+        else snprintf(meta, sizeof meta, cases[i].meta, head, crc_a);
+        snprintf(hdr, sizeof hdr, "{\"__metadata__\":{%s},\"a\":{\"dtype\":\"U8\",\"shape\":[2],\"data_offsets\":[0,2]}}",
+                 meta);
+        uint8_t *q = mkfile(hdr, 2, true, &n);
+        ASSERT_OK(sl_st_open_mem(q, n, "h.st", &f));
+        sl_status s = sl_st_verify(f, &present);
+        if (cases[i].msg) {
+            if (s != SL_ECORRUPT) printf("  case %d: %s\n", i, sl_errmsg());
+            ASSERT_EQ(s, SL_ECORRUPT);
+            ASSERT_CONTAINS(sl_errmsg(), "h.st");
+            ASSERT_CONTAINS(sl_errmsg(), cases[i].msg);
+        } else {
+            if (s) printf("  case %d: %s\n", i, sl_errmsg());
+            ASSERT_OK(s);
+            ASSERT(present);
+        }
+        sl_st_close(f);
+        free(q);
+    }
+}
+
+/* A FIFO or a folder at the path: refused at once (a FIFO would block open()). */
+TEST(test_open_not_regular) {
+    const char *dir = mktmp();
+    ASSERT(dir);
+    char path[300];
+    snprintf(path, sizeof path, "%s/fifo.safetensors", dir);
+    ASSERT_EQ(mkfifo(path, 0644), 0);
+    sl_st_file *f = (sl_st_file *)1;
+    ASSERT_EQ(sl_st_open(path, &f), SL_EIO);
+    ASSERT(f == NULL);
+    char msg[400];
+    snprintf(msg, sizeof msg, "safetensors file '%s': is a FIFO (named pipe), not a regular file", path);
+    ASSERT_CONTAINS(sl_errmsg(), msg);
+    unlink(path);
+    snprintf(path, sizeof path, "%s/dir.safetensors", dir);
+    ASSERT_EQ(mkdir(path, 0755), 0);
+    ASSERT_EQ(sl_st_open(path, &f), SL_EIO);
+    snprintf(msg, sizeof msg, "safetensors file '%s': is a directory, not a regular file", path);
+    ASSERT_CONTAINS(sl_errmsg(), msg);
+    rmdir(path);
+    snprintf(path, sizeof path, "%s/none.safetensors", dir);
+    ASSERT_EQ(sl_st_open(path, &f), SL_ENOTFOUND);
+    rmtree(dir);
+}
+
+static int verify_cmd(const char *path) {
+    sl_st_file *f;
+    bool present;
+    if (sl_st_open(path, &f) || sl_st_verify(f, &present)) {
+        fprintf(stderr, "%s\n", sl_errmsg());
+        return 1;
+    }
+    printf("%s\n", present ? "verified" : "no checksums");
+    sl_st_close(f);
+    return 0;
+}
+
 static int dump(const char *path) {
     sl_st_file *f;
     if (sl_st_open(path, &f)) {
@@ -663,7 +831,17 @@ int main(int argc, char **argv) {
         }
         return 0;
     }
+    if (argc == 3 && strcmp(argv[1], "--write-sample-crc") == 0) {
+        char path[4096];
+        snprintf(path, sizeof path, "%s/sample_crc.safetensors", argv[2]);
+        if (write_sample_crc(path, true)) {
+            fprintf(stderr, "%s\n", sl_errmsg());
+            return 1;
+        }
+        return 0;
+    }
     if (argc == 3 && strcmp(argv[1], "--dump") == 0) return dump(argv[2]);
+    if (argc == 3 && strcmp(argv[1], "--verify") == 0) return verify_cmd(argv[2]);
     RUN(test_roundtrip_every_dtype);
     RUN(test_exact_layout);
     RUN(test_writer_errors);
@@ -673,5 +851,7 @@ int main(int argc, char **argv) {
     RUN(test_random_byte_flips);
     RUN(test_atomic_replace_half_written_temp);
     RUN(test_kill_during_write);
+    RUN(test_checksums);
+    RUN(test_open_not_regular);
     TEST_MAIN_END();
 }

@@ -368,6 +368,9 @@ static void check_shard(const ref *r, const scenario *sc, int j, int64_t version
     ASSERT(n >= 1);
     sl_st_file *f;
     ASSERT_OK(sl_st_open(path, &f));
+    bool checksums = false; /* written with CRC32Cs, which the restore verifies */
+    ASSERT_OK(sl_st_verify(f, &checksums));
+    ASSERT(checksums);
     ASSERT_STREQ(sl_st_meta(f, "format"), "sluice-ps-shard");
     char buf[64];
     snprintf(buf, sizeof buf, "%" PRId64, version);

@@ -323,7 +323,7 @@ TEST(test_checkpoint_load_errors) {
     char path[500];
     snprintf(path, sizeof path, "%s/ck/ckpt-000000005.safetensors", tmpdir);
     sl_ckpt_position pos;
-    ASSERT_OK(sl_train_load_checkpoint(path, m, NULL, sl_trainer_config(t)->model_hash, &pos));
+    ASSERT_OK(sl_train_load_checkpoint(path, m, NULL, &(sl_ckpt_expect){.model_hash = sl_trainer_config(t)->model_hash}, &pos));
     ASSERT_EQ(pos.step, 5);
     ASSERT_EQ(pos.epoch, 0);
     ASSERT_EQ(pos.batch, 5);
@@ -342,7 +342,7 @@ TEST(test_checkpoint_load_errors) {
     sl_tensor_release(&k);
     sl_st_close(sf);
     /* another model's hash: SL_EINVAL, the model untouched */
-    ASSERT_EQ(sl_train_load_checkpoint(path, m, NULL, 42, &pos), SL_EINVAL);
+    ASSERT_EQ(sl_train_load_checkpoint(path, m, NULL, &(sl_ckpt_expect){.model_hash = 42}, &pos), SL_EINVAL);
     ASSERT_CONTAINS(sl_errmsg(), "checkpoint of another model");
     /* truncated: SL_ECORRUPT naming the file */
     char torn[520];
@@ -354,7 +354,7 @@ TEST(test_checkpoint_load_errors) {
     fwrite(buf, 1, got, out);
     fclose(in);
     fclose(out);
-    ASSERT_EQ(sl_train_load_checkpoint(torn, m, NULL, 0, &pos), SL_ECORRUPT);
+    ASSERT_EQ(sl_train_load_checkpoint(torn, m, NULL, NULL, &pos), SL_ECORRUPT);
     ASSERT_CONTAINS(sl_errmsg(), "ckpt-000000001.safetensors");
     size_t n2;
     float *after = params_of(t, &n2);
