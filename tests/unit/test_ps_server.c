@@ -510,11 +510,12 @@ TEST(test_dead_worker_releases_sync_round) {
     sl_ps_plan_free(p);
 }
 
-/* A raw DEALER that claims worker `w` (routing id "r<w>") on the server's inbox. */
+/* A raw DEALER that claims worker `w` on the server's inbox, under a routing id of the
+ * transport's form "r<w>.<16 hex digits>" (a fixed nonce: a stand-in for a real worker). */
 static void *raw_dealer(void *ctx, const char *server_ep, int w) {
     void *s = zmq_socket(ctx, ZMQ_DEALER);
-    char id[16], ep[64];
-    snprintf(id, sizeof id, "r%d", w);
+    char id[32], ep[64];
+    snprintf(id, sizeof id, "r%d.00000000000000%02x", w, w & 0xff);
     snprintf(ep, sizeof ep, "tcp://%s", server_ep);
     int zero = 0;
     zmq_setsockopt(s, ZMQ_ROUTING_ID, id, strlen(id));
