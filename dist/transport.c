@@ -652,18 +652,29 @@ static void read_monitor(sl_tp *tp, int i) {
 
 /* The rank in a routing id "r<rank>.<16 hex digits>" (what sl_tp_connect sets), or -1 for
  * any other id, this task's own rank, or a rank outside the job. */
-static int parse_routing_id(const sl_tp *tp, const char *id, size_t idn) {
+static int parse_routing_id(int self, int n, const char *id, size_t idn) {
     if (idn < 2 + 1 + 16 || idn > 1 + 10 + 1 + 16 || id[0] != 'r' || id[idn - 17] != '.') return -1;
     long r = 0;
     size_t i = 1;
     for (; i < idn - 17; i++) {
         if (id[i] < '0' || id[i] > '9' || (i == 1 && id[i] == '0' && idn - 17 > 2)) return -1;
         r = r * 10 + (id[i] - '0');
-        if (r >= tp->n) return -1;
+        if (r >= n) return -1;
     }
     for (i = idn - 16; i < idn; i++)
         if (!((id[i] >= '0' && id[i] <= '9') || (id[i] >= 'a' && id[i] <= 'f'))) return -1;
-    return r == tp->self ? -1 : (int)r;
+    return r == self ? -1 : (int)r;
+}
+
+int sl_msg_accept(const void *id, size_t idn, const void *hdr, size_t hlen, size_t plen, int self, int n,
+                  uint64_t job, size_t max_msg, sl_msg_hdr *out) {
+    sl_msg_hdr h;
+    if (sl_msg_decode(hdr, hlen, &h) != SL_OK) return SL_MSG_INVALID;
+    if (h.job != job) return SL_MSG_FOREIGN;
+    int rank = parse_routing_id(self, n, id, idn);
+    if (rank < 0 || h.sender != (uint32_t)rank || h.length != plen || h.length > max_msg) return SL_MSG_INVALID;
+    *out = h;
+    return rank;
 }
 
 /* Read all frames of one inbox message. Returns 1 with *h and tp->cur set for a valid
@@ -695,15 +706,12 @@ static int read_inbox(sl_tp *tp, sl_msg_hdr *h) {
     if (ok && nparts == 3) {
         const char *id = zmq_msg_data(&parts[0]);
         size_t idn = zmq_msg_size(&parts[0]);
-        rank = parse_routing_id(tp, id, idn);
-        ok = sl_msg_decode(zmq_msg_data(&parts[1]), zmq_msg_size(&parts[1]), &hd) == SL_OK;
-        if (ok && hd.job != tp->job) {
-            /* another job's message (a leftover task, a stranger): never acted on, not even
-             * an ABORT */
-            tp->st.foreign++;
-            ok = 0;
-        }
-        ok = ok && rank >= 0 && hd.sender == (uint32_t)rank && hd.length == zmq_msg_size(&parts[2]) && hd.length <= tp->max_msg;
+        rank = sl_msg_accept(id, idn, zmq_msg_data(&parts[1]), zmq_msg_size(&parts[1]), zmq_msg_size(&parts[2]),
+                             tp->self, tp->n, tp->job, tp->max_msg, &hd);
+        /* another job's message (a leftover task, a stranger) is never acted on, not even
+         * an ABORT */
+        if (rank == SL_MSG_FOREIGN) tp->st.foreign++;
+        ok = rank >= 0;
     } else {
         ok = 0;
     }

@@ -114,6 +114,18 @@ void sl_msg_encode(const sl_msg_hdr *h, uint8_t out[SL_MSG_HDR_SIZE]);
  * success. */
 sl_status sl_msg_decode(const void *buf, size_t len, sl_msg_hdr *out);
 
+/* The inbox's verdict on one received message, the rule sl_tp_recv applies before it uses
+ * anything: routing id id[0..idn), header frame hdr[0..hlen) and a payload of plen bytes,
+ * received by rank `self` of `n` in job `job`, which accepts payloads up to max_msg bytes.
+ * Returns the sender's rank (>= 0, != self) and fills *out when the header is valid, of
+ * this job, and agrees with the connection (routing id "r<rank>.<16 hex digits>" naming
+ * the header's sender) and the payload (length <= max_msg); SL_MSG_FOREIGN when the header
+ * is valid but of another job (whoever sent it); SL_MSG_INVALID otherwise. *out is written
+ * only on success. */
+enum { SL_MSG_FOREIGN = -1, SL_MSG_INVALID = -2 };
+int sl_msg_accept(const void *id, size_t idn, const void *hdr, size_t hlen, size_t plen, int self, int n,
+                  uint64_t job, size_t max_msg, sl_msg_hdr *out);
+
 typedef struct sl_tp sl_tp;
 
 /* ---- CURVE security (optional) -------------------------------------------------------

@@ -479,6 +479,36 @@ TEST(test_random_u64) {
     ASSERT(x != 0 && y != 0 && x != y);
 }
 
+TEST(test_msg_accept) {
+    const uint64_t J = 0x0123456789abcdefull;
+    sl_msg_hdr h = {.type = SL_MSG_ABORT, .dtype = SL_DT_U8, .sender = 0, .job = J, .length = 4}, g;
+    uint8_t hb[SL_MSG_HDR_SIZE];
+    sl_msg_encode(&h, hb);
+    const char *id = "r0.00ff00ff00ff00ff";
+    memset(&g, 0, sizeof g);
+    ASSERT_EQ(sl_msg_accept(id, strlen(id), hb, sizeof hb, 4, 1, 2, J, 100, &g), 0);
+    ASSERT_U64(g.job, J);
+    ASSERT_EQ(g.type, SL_MSG_ABORT);
+    /* another job, whoever claims to send it */
+    ASSERT_EQ(sl_msg_accept(id, strlen(id), hb, sizeof hb, 4, 1, 2, J + 1, 100, &g), SL_MSG_FOREIGN);
+    ASSERT_EQ(sl_msg_accept("x", 1, hb, sizeof hb, 4, 1, 2, 0, 100, &g), SL_MSG_FOREIGN);
+    /* ids that are not "r<rank>.<16 hex digits>" of another rank of this job */
+    const char *bad[] = {"r0", "r0.00ff00ff00ff00f", "r0.00ff00ff00ff00ff0", "r00.00ff00ff00ff00ff", "r1.00ff00ff00ff00ff",
+                         "r2.00ff00ff00ff00ff", "r0.00FF00ff00ff00ff", "r0:00ff00ff00ff00ff", "s0.00ff00ff00ff00ff",
+                         "r-0.00ff00ff00ff00f", "r.000ff00ff00ff00ff", ""};
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++)
+        if (sl_msg_accept(bad[i], strlen(bad[i]), hb, sizeof hb, 4, 1, 2, J, 100, &g) != SL_MSG_INVALID)
+            FAILF("id \"%s\" accepted", bad[i]);
+    ASSERT_EQ(sl_msg_accept(id, strlen(id), hb, sizeof hb, 5, 1, 2, J, 100, &g), SL_MSG_INVALID); /* payload size */
+    ASSERT_EQ(sl_msg_accept(id, strlen(id), hb, sizeof hb, 4, 1, 2, J, 3, &g), SL_MSG_INVALID);   /* over max_msg */
+    ASSERT_EQ(sl_msg_accept(id, strlen(id), hb, 48, 4, 1, 2, J, 100, &g), SL_MSG_INVALID);        /* a v1 header */
+    const char *id12 = "r12.00ff00ff00ff00ff";
+    h.sender = 12;
+    sl_msg_encode(&h, hb);
+    ASSERT_EQ(sl_msg_accept(id12, strlen(id12), hb, sizeof hb, 4, 1, 13, J, 100, &g), 12);
+    ASSERT_EQ(sl_msg_accept(id, strlen(id), hb, sizeof hb, 4, 1, 13, J, 100, &g), SL_MSG_INVALID); /* sender 12, id 0 */
+}
+
 TEST(test_create_errors) {
     sl_tp *t;
     const char *bad[] = {"127.0.0.1:0", "nocolon"};
@@ -512,5 +542,6 @@ int main(void) {
     RUN(test_impostor_cannot_take_over_a_rank);
     RUN(test_peer_never_started_is_named);
     RUN(test_random_u64);
+    RUN(test_msg_accept);
     TEST_MAIN_END();
 }
