@@ -1,7 +1,7 @@
 /* ZeroMQ transport: one ROUTER inbox per task, one DEALER per peer (routing id
  * "r<rank>.<random nonce>", fresh at every connect),
  * a socket monitor on every DEALER so a peer's death is seen when its connection closes,
- * and a fixed, validated 48-byte header before every payload (layout in transport.h).
+ * and a fixed, validated 56-byte header (job id included) before every payload (layout in transport.h).
  *
  * Workload: a few to a few dozen peers; a ring moves MiB-sized chunks at network speed, a
  * parameter server answers many small requests. Every ZeroMQ call goes through ZCHECK so a
@@ -66,6 +66,7 @@ struct sl_tp {
     unsigned char *lost;  /* lost[r]: r's connection closed and did not come back */
     unsigned char *seen;  /* seen[r]: a connection to r opened since connect */
     uint64_t job;         /* this job's id, in every header sent, required in every one received */
+    uint64_t last_foreign; /* the job id of the last message of another job (for the hint) */
     double *lost_at;      /* when it closed */
     double timeout_s;
     size_t max_msg;
@@ -710,7 +711,11 @@ static int read_inbox(sl_tp *tp, sl_msg_hdr *h) {
                              tp->self, tp->n, tp->job, tp->max_msg, &hd);
         /* another job's message (a leftover task, a stranger) is never acted on, not even
          * an ABORT */
-        if (rank == SL_MSG_FOREIGN) tp->st.foreign++;
+        if (rank == SL_MSG_FOREIGN) {
+            tp->st.foreign++;
+            sl_msg_hdr fh;
+            if (sl_msg_decode(zmq_msg_data(&parts[1]), zmq_msg_size(&parts[1]), &fh) == SL_OK) tp->last_foreign = fh.job;
+        }
         ok = rank >= 0;
     } else {
         ok = 0;
@@ -803,6 +808,12 @@ sl_status sl_tp_recv(sl_tp *tp, int from, double timeout_s, sl_msg_hdr *h, const
             if (refused >= 0)
                 sl_err_hint("rank %d (%s) refused this task's CURVE handshake: %s", refused, tp->addrs[refused],
                             REFUSED_HINT);
+            else if (tp->st.foreign)
+                sl_err_hint("%llu messages of another job (job id %016llx, this job's is %016llx) were dropped: start "
+                            "every task of a job with the same SLUICE_JOB_ID (sluice-launch does), and stop tasks "
+                            "left over from an earlier job on these ports",
+                            (unsigned long long)tp->st.foreign, (unsigned long long)tp->last_foreign,
+                            (unsigned long long)tp->job);
             else
                 sl_err_hint("the peer may be stuck, overloaded or unreachable; raise the timeout (cluster { timeout 60s })");
             return SL_ETIMEDOUT;

@@ -229,11 +229,13 @@ sl_status sl_tp_send_copy(sl_tp *tp, int to, sl_msg_hdr *h, const void *data, si
 sl_status sl_tp_flush(sl_tp *tp);
 
 /* Receive the next valid message of this job (invalid ones, and those of another job, are
- * dropped and counted on the way). `from`
- * is the rank the caller waits for, or -1 for anyone; it only decides which peer a failure
- * is about: messages from any rank are returned and the caller judges them (sl_tp_drop).
- * An SL_MSG_ABORT from any rank of this job fails the receive with SL_EPEER quoting the sender's message
- * ("rank R (ADDR) failed: ..."). Waits at most timeout_s (< 0: the transport's timeout).
+ * dropped and counted on the way: sl_msg_accept). `from` is the rank the caller waits for,
+ * or -1 for anyone; it only decides which peer a failure is about: messages from any rank
+ * are returned and the caller judges them (sl_tp_drop). An SL_MSG_ABORT from a rank of
+ * this job fails the receive with SL_EPEER quoting the sender's message ("rank R (ADDR)
+ * failed: ..."); one of another job is dropped like any stranger's message. Waits at most
+ * timeout_s (< 0: the transport's timeout); when messages of another job were dropped, the
+ * timeout's hint says how many and which job id they carried.
  * On success *h is the header and *data / *len the payload, valid until the next
  * sl_tp_recv, sl_tp_forward, sl_tp_drop or sl_tp_destroy. Failures:
  *   SL_ETIMEDOUT  "no message from rank R (ADDR) in T s (N received, M dropped so far)",

@@ -345,6 +345,10 @@ TEST(test_strangers_cannot_end_or_alter_job) {
     ASSERT_EQ(st.dropped, 12);
     ASSERT_EQ(st.foreign, 9);
     ASSERT_EQ(st.received, 0);
+    /* a timeout says that messages of another job came */
+    ASSERT_EQ(sl_tp_recv(b, 0, 0.1, &g, &data, &len), SL_ETIMEDOUT);
+    ASSERT_CONTAINS(sl_errmsg(), "---> HINT: 9 messages of another job (job id 0000000000000000, this job's is "
+                                 "5eed5eed00c0ffee) were dropped: start every task of a job with the same SLUICE_JOB_ID");
     /* the real rank 0 still gets through, with exactly what it sent */
     sl_msg_hdr h = {.type = SL_MSG_DATA, .dtype = SL_DT_U8, .tensor = 4};
     ASSERT_OK(sl_tp_send_copy(a, 1, &h, "valid", 5));
