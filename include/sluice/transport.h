@@ -42,7 +42,11 @@
  *      guess) only ever holds an id of its own: the real rank's connection is never
  *      refused. A task that reconnects (sl_tp_disconnect + sl_tp_connect, or a restarted
  *      process) comes back under a new nonce, so it never waits for its old id to be
- *      released either.
+ *      released either. The one case left: a link that drops and that ZeroMQ restores
+ *      by itself keeps its id, and is taken once the inbox has seen the old link close;
+ *      should the old link still look alive there (a half-open TCP connection), the
+ *      peer's messages are not delivered and the receive times out naming the peer:
+ *      an error, never someone else's messages.
  *   3. Where the job id comes from (sluice/cluster.h: sl_cluster.job_id): sluice-launch
  *      draws a random one per job (SLUICE_JOB_ID in the tasks' environment; set it
  *      yourself to a fresh random value on every task of a job started otherwise), else it
