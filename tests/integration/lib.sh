@@ -13,14 +13,15 @@
 # ("Address already in use"). Tests that may run at the same time never share a port:
 #   unit tests              port 0 (the kernel picks), except the ps ones: 12000..19999
 #                           (test_strategy_ps 12000..15999, test_ps_server 16000..19999)
-#   integration scripts     20000..31999, in blocks of 100 ports; within each block
-#     offsets  0..49  the script's own range below
-#     offsets 50..99  test_train_ps.sh (PB = 20000 + (pid % 120) * 100 + 50, all blocks)
-#   test_train_ring.sh      blocks 20000..23999 (PB = 20000 + (pid % 40) * 100, uses PB..PB+19)
-#   test_sluice_launch.sh   blocks 24000..27999 (PB = 24000 + (pid % 40) * 100, uses PB..PB+29)
-#   free for new scripts    blocks 28000..31999, offsets 0..49
-#   test_ring_netns.sh      29500 inside network namespaces of its own (no host port)
-# sl_port_base FIRST: a block in FIRST..FIRST+3999 picked from this shell's pid.
+#   integration scripts     20000..31999, in blocks of 100 ports (offsets below are within
+#                           a block):
+#     test_train_ps.sh      PB = 20000 + (pid % 120) * 100 + 50 in any block, using PB..PB+52:
+#                           offsets 50..99 of its block and 0..2 of the next one
+#     test_train_ring.sh    blocks 20000..23999, offsets 5..18  (PB = 20005 + (pid % 40) * 100)
+#     test_sluice_launch.sh blocks 24000..27999, offsets 5..27  (PB = 24005 + (pid % 40) * 100)
+#     free for new scripts  blocks 28000..31999, offsets 5..49
+#     test_ring_netns.sh    29500 inside network namespaces of its own (no host port)
+# sl_port_base FIRST: FIRST + a block of 0..3999 picked from this shell's pid.
 sl_port_base() { echo $(($1 + ($$ % 40) * 100)); }
 
 BIN=${SLUICE_BIN:-build/bin}

@@ -20,7 +20,7 @@ fails=0
 fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
 ok() { echo "ok   $*"; }
 # a port base of our own so parallel runs do not collide
-PB=$((24000 + ($$ % 40) * 100)) # 24000..27999, offsets 0..29: see the port plan in lib.sh
+PB=$((24005 + ($$ % 40) * 100)) # blocks 24000..27999, offsets 5..27: see the port plan in lib.sh
 
 # 1. environment and prefixes
 "$L" -n 2 --ps 1 --port-base $PB -- sh -c 'echo "task=$SLUICE_TASK rank=$SLUICE_RANK world=$SLUICE_WORLD ps=$SLUICE_NUM_PS"; echo "tf=$TF_CONFIG"; echo "job=$SLUICE_JOB_ID"; echo oops >&2; [ "$SLUICE_TASK" = "ps 0" ] && exec sleep 30; sleep 1; exit 0' >"$T/o" 2>"$T/e"

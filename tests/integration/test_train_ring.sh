@@ -20,7 +20,7 @@ cleanup() {
 }
 trap cleanup EXIT
 # ports of our own, so parallel test runs do not collide
-PB=$(sl_port_base 20000) # 20000..23999, offsets 0..19: see the port plan in lib.sh
+PB=$(sl_port_base 20005) # blocks 20000..23999, offsets 5..18: see the port plan in lib.sh
 sl_convert_fashion 4 2000
 
 # 2000 training records, 500 per shard; the global batch 50 is 25 per replica, so each
