@@ -300,6 +300,9 @@ static sl_status from_tf_config(const char *text, spec *s) {
             st = sl_err_at(SL_EINVAL, "TF_CONFIG", (int64_t)cl->offset, "\"cluster\" must be an object");
             goto out;
         }
+        /* a cluster object states the members even when its lists are empty: it must not
+         * fall through to a later source or to a single replica */
+        s->have_members = 1;
         for (size_t i = 0; i < cl->len; i++) {
             int t = sl_task_type_from_name(cl->keys[i]);
             const sl_json *lst = &cl->items[i];
@@ -357,6 +360,49 @@ static sl_status from_tf_config(const char *text, spec *s) {
 out:
     sl_json_free(root);
     return st;
+}
+
+/* The job id (transport.h, "Job membership"): SLUICE_JOB_ID when the environment has it
+ * (sluice-launch sets a random one per job), else FNV-1a 64 over every task's type, index
+ * and address, so that tasks of clusters with different members never take each other's
+ * messages. Never 0. */
+static sl_status resolve_job_id(const char *const *envp, sl_cluster *out) {
+    const sl_cluster *c = out;
+    const char *v = env_get(envp, "SLUICE_JOB_ID");
+    if (v) {
+        uint64_t id = 0;
+        size_t n = strlen(v);
+        int ok = n >= 1 && n <= 16;
+        for (size_t i = 0; ok && i < n; i++) {
+            char ch = v[i];
+            int d = ch >= '0' && ch <= '9' ? ch - '0' : ch >= 'a' && ch <= 'f' ? ch - 'a' + 10
+                  : ch >= 'A' && ch <= 'F' ? ch - 'A' + 10 : -1;
+            if (d < 0) ok = 0;
+            else id = id << 4 | (uint64_t)d;
+        }
+        if (!ok || id == 0) {
+            sl_err(SL_EINVAL, "SLUICE_JOB_ID: \"%.40s\" is not a job id (1 to 16 hex digits, not all zero)", v);
+            sl_err_hint("every task of one job needs the same random id, e.g. SLUICE_JOB_ID=$(od -An -N8 -tx8 "
+                        "/dev/urandom | tr -d ' '); or unset it to derive one from the cluster spec");
+            return SL_EINVAL;
+        }
+        out->job_id = id;
+        snprintf(out->job_source, sizeof out->job_source, "SLUICE_JOB_ID");
+        return SL_OK;
+    }
+    uint64_t h = 0xcbf29ce484222325ull;
+    char line[300];
+    for (int i = 0; i < c->ntasks; i++) {
+        int n = snprintf(line, sizeof line, "%s %d %s\n", sl_task_type_name(c->tasks[i].type), c->tasks[i].index,
+                         c->tasks[i].addr);
+        for (int k = 0; k < n && k < (int)sizeof line; k++) {
+            h ^= (unsigned char)line[k];
+            h *= 0x100000001b3ull;
+        }
+    }
+    out->job_id = h ? h : 1;
+    snprintf(out->job_source, sizeof out->job_source, "cluster spec");
+    return SL_OK;
 }
 
 /* Expand a Slurm hostlist: "node[01-03,7],login1" -> node01 node02 node03 node7 login1. */
@@ -651,6 +697,7 @@ sl_status sl_cluster_resolve(const sl_cluster_args *args, const sl_cfg *cfg,
         expand_task(cv.path[1], task, out->curve_client, sizeof out->curve_client);
         expand_task(cv.path[2], task, out->curve_allow, sizeof out->curve_allow);
     }
+    if ((st = resolve_job_id(envp, out))) goto fail_single;
     snprintf(out->members_source, sizeof out->members_source, "%s", mem->src);
     snprintf(out->task_source, sizeof out->task_source, "%s", tsrc);
     spec_free(&single);

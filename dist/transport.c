@@ -1,6 +1,7 @@
-/* ZeroMQ transport: one ROUTER inbox per task, one DEALER per peer (routing id "r<rank>"),
+/* ZeroMQ transport: one ROUTER inbox per task, one DEALER per peer (routing id
+ * "r<rank>.<random nonce>", fresh at every connect),
  * a socket monitor on every DEALER so a peer's death is seen when its connection closes,
- * and a fixed, validated 48-byte header before every payload (layout in transport.h).
+ * and a fixed, validated 56-byte header (job id included) before every payload (layout in transport.h).
  *
  * Workload: a few to a few dozen peers; a ring moves MiB-sized chunks at network speed, a
  * parameter server answers many small requests. Every ZeroMQ call goes through ZCHECK so a
@@ -8,8 +9,10 @@
  * failure leaves nothing to act on: closing, ABORT notices (never block), monitor reads,
  * and zmq_msg_init / zmq_msg_close / zmq_msg_move on valid messages (they cannot fail).
  *
- * Routing ids are not authentication: a stranger may claim "r2". Every frame is still
- * validated, so such a stranger can confuse a ring but not crash it; CURVE with an
+ * Routing ids are not authentication: a stranger may claim "r2.<anything>". It cannot take
+ * a live id over (ROUTER_HANDOVER is off) nor block the real rank's id (the nonce is
+ * unknown to it), and its messages carry another job id (or none) and are dropped before
+ * use: see "Job membership" in transport.h. CURVE with an
  * allow-list is what keeps strangers out: the inbox is then a CURVE server and the ZAP
  * handler of dist/curve.c (bound in this transport's context before the inbox binds, so no
  * handshake slips through unchecked) vets every client key. */
@@ -18,8 +21,11 @@
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <fcntl.h>
 #include <string.h>
+#include <sys/random.h>
 #include <time.h>
+#include <unistd.h>
 #include <zmq.h>
 
 #include "dist/curve_priv.h"
@@ -56,18 +62,29 @@ struct sl_tp {
     char **addrs;         /* "host:port" of every rank */
     char endpoint[300];
     int self, n, connected;
+    unsigned gen;         /* sl_tp_connect calls so far (names the monitor endpoints) */
     unsigned char *lost;  /* lost[r]: r's connection closed and did not come back */
+    unsigned char *seen;  /* seen[r]: a connection to r opened since connect */
+    uint64_t job;         /* this job's id, in every header sent, required in every one received */
+    uint64_t last_foreign; /* the job id of the last message of another job (for the hint) */
     double *lost_at;      /* when it closed */
     double timeout_s;
     size_t max_msg;
     zmq_msg_t cur;        /* payload of the last received message */
     int have_cur;
     atomic_long inflight; /* zero-copy sends not yet released by ZeroMQ */
+    struct peer_count *pc; /* pc[r]: the counted sends to r not yet released */
     sl_tp_stats st;
     int curve;            /* keys below are set */
     char server_public[41], client_public[41], client_secret[41];
     sl__zap *zap;         /* the ZAP handler thread with curve */
     unsigned char *refused; /* refused[r]: r's inbox refused our CURVE handshake */
+};
+
+/* The free-callback hint of a counted zero-copy send to one peer. */
+struct peer_count {
+    sl_tp *tp;
+    atomic_long n;
 };
 
 static double now_s(void) {
@@ -100,6 +117,7 @@ void sl_msg_encode(const sl_msg_hdr *h, uint8_t out[SL_MSG_HDR_SIZE]) {
     out[41] = h->flags;
     put16(out + 42, h->round);
     put32(out + 44, 0);
+    put64(out + 48, h->job);
 }
 
 sl_status sl_msg_decode(const void *buf, size_t len, sl_msg_hdr *out) {
@@ -125,6 +143,7 @@ sl_status sl_msg_decode(const void *buf, size_t len, sl_msg_hdr *out) {
     h.dtype = p[40];
     h.flags = p[41];
     h.round = get16(p + 42);
+    h.job = get64(p + 48);
     if (h.dtype >= SL_DT_COUNT_ || h.dtype == SL_DT_BYTES)
         return sl_err_at(SL_ECORRUPT, "message header", 40, "bad dtype %u", h.dtype);
     if (h.flags & ~(unsigned)SL_MSGF_FP16)
@@ -223,9 +242,17 @@ sl_status sl_tp_create(int self, int n, const char *const *addrs, const sl_tp_op
     tp->out = calloc((size_t)n, sizeof *tp->out);
     tp->mon = calloc((size_t)n, sizeof *tp->mon);
     tp->lost = calloc((size_t)n, 1);
+    tp->seen = calloc((size_t)n, 1);
+    tp->pc = calloc((size_t)n, sizeof *tp->pc);
     tp->lost_at = calloc((size_t)n, sizeof *tp->lost_at);
     tp->refused = calloc((size_t)n, 1);
-    if (!tp->addrs || !tp->out || !tp->mon || !tp->lost || !tp->lost_at || !tp->refused) goto nomem;
+    if (!tp->addrs || !tp->out || !tp->mon || !tp->lost || !tp->lost_at || !tp->refused || !tp->seen || !tp->pc)
+        goto nomem;
+    for (int i = 0; i < n; i++) {
+        tp->pc[i].tp = tp;
+        atomic_init(&tp->pc[i].n, 0);
+    }
+    tp->job = opts ? opts->job_id : 0;
     for (int i = 0; i < n; i++)
         if (!(tp->addrs[i] = strdup(addrs[i]))) goto nomem;
     tp->ctx = zmq_ctx_new();
@@ -246,10 +273,10 @@ sl_status sl_tp_create(int self, int n, const char *const *addrs, const sl_tp_op
     ZCHECK_GOTO(zmq_setsockopt(tp->inbox, ZMQ_LINGER, &linger, sizeof linger), st);
     ZCHECK_GOTO(zmq_setsockopt(tp->inbox, ZMQ_RCVHWM, &zero, sizeof zero), st);
     ZCHECK_GOTO(zmq_setsockopt(tp->inbox, ZMQ_MAXMSGSIZE, &maxsz, sizeof maxsz), st);
-    /* a restarted peer reconnects under its old routing id before the dead link is noticed:
-     * let the new connection take the id over instead of being refused */
-    int one = 1;
-    ZCHECK_GOTO(zmq_setsockopt(tp->inbox, ZMQ_ROUTER_HANDOVER, &one, sizeof one), st);
+    /* nobody takes over a live connection's routing id (an impostor would cut the real
+     * rank off and lose its messages); a peer that reconnects comes back under a new nonce,
+     * so it never needs its old id (transport.h, "Job membership") */
+    ZCHECK_GOTO(zmq_setsockopt(tp->inbox, ZMQ_ROUTER_HANDOVER, &zero, sizeof zero), st);
     split_addr(addrs[self], host, sizeof host, &port);
     char ep[320];
     if (port) snprintf(ep, sizeof ep, "tcp://%s:%d", bind_host(host), port);
@@ -284,6 +311,23 @@ const char *sl_tp_peer_addr(const sl_tp *tp, int rank) {
     return rank >= 0 && rank < tp->n ? tp->addrs[rank] : "?";
 }
 int sl_tp_peer_lost(const sl_tp *tp, int rank) { return rank >= 0 && rank < tp->n && tp->lost[rank]; }
+sl_status sl_tp_random_u64(uint64_t *out) {
+    uint64_t v = 0;
+    for (int tries = 0; tries < 4 && v == 0; tries++) {
+        ssize_t got = getrandom(&v, sizeof v, 0);
+        if (got != (ssize_t)sizeof v) {
+            int fd = open("/dev/urandom", O_RDONLY | O_CLOEXEC);
+            got = fd >= 0 ? read(fd, &v, sizeof v) : -1;
+            if (fd >= 0) close(fd);
+            if (got != (ssize_t)sizeof v)
+                return sl_err(SL_EIO, "transport: no random bytes from getrandom or /dev/urandom: %s", strerror(errno));
+        }
+    }
+    if (v == 0) return sl_err(SL_EIO, "transport: the kernel's random source gave zeros");
+    *out = v;
+    return SL_OK;
+}
+
 void sl_tp_get_stats(const sl_tp *tp, sl_tp_stats *out) {
     *out = tp->st;
     out->denied = sl__zap_denied(tp->zap);
@@ -318,14 +362,17 @@ static void close_peers(sl_tp *tp) {
 sl_status sl_tp_connect(sl_tp *tp) {
     if (tp->connected) return SL_OK;
     sl_status st = SL_OK;
+    tp->gen++;
     for (int i = 0; i < tp->n; i++) {
         if (i == tp->self) continue;
-        char host[256], ep[320], id[16], monep[64];
+        char host[256], ep[320], id[40], monep[80];
         int port;
         split_addr(tp->addrs[i], host, sizeof host, &port);
         if (port == 0) { st = sl_err(SL_EINVAL, "transport: rank %d's address %s has no port", i, tp->addrs[i]); goto fail; }
         snprintf(ep, sizeof ep, "tcp://%s:%d", strcmp(host, "localhost") ? host : "127.0.0.1", port);
-        snprintf(id, sizeof id, "r%d", tp->self);
+        uint64_t nonce;
+        if ((st = sl_tp_random_u64(&nonce))) goto fail;
+        snprintf(id, sizeof id, "r%d.%016llx", tp->self, (unsigned long long)nonce);
         void *s = tp->out[i] = zmq_socket(tp->ctx, ZMQ_DEALER);
         if (!s) ZCHECK_GOTO(-1, st);
         int linger = LINGER_MS, hwm = 100000, sndto = (int)(tp->timeout_s * 1000);
@@ -341,7 +388,8 @@ sl_status sl_tp_connect(sl_tp *tp) {
             events |= ZMQ_EVENT_HANDSHAKE_FAILED_AUTH | ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL |
                       ZMQ_EVENT_HANDSHAKE_SUCCEEDED;
         }
-        snprintf(monep, sizeof monep, "inproc://sl-tp-mon-%p-%d", (void *)tp, i);
+        /* a new name per connect: the last connect's monitor endpoint may still be bound */
+        snprintf(monep, sizeof monep, "inproc://sl-tp-mon-%p-%u-%d", (void *)tp, tp->gen, i);
         ZCHECK_GOTO(zmq_socket_monitor(s, monep, events), st);
         tp->mon[i] = zmq_socket(tp->ctx, ZMQ_PAIR);
         if (!tp->mon[i]) ZCHECK_GOTO(-1, st);
@@ -353,6 +401,7 @@ sl_status sl_tp_connect(sl_tp *tp) {
         }
         tp->lost[i] = 0;
         tp->refused[i] = 0;
+        tp->seen[i] = 0;
     }
     tp->connected = 1;
     return SL_OK;
@@ -363,20 +412,42 @@ fail:
 
 static void read_monitor(sl_tp *tp, int i);
 
-/* Wait (bounded) until ZeroMQ has released every counted zero-copy payload. */
+/* Wait (bounded) until ZeroMQ has released every counted zero-copy payload; on timeout,
+ * name the first peer whose sends are still queued and say what became of it. */
 static sl_status wait_inflight(sl_tp *tp, double limit_s) {
     double end = now_s() + limit_s;
     while (atomic_load(&tp->inflight) > 0) {
         if (now_s() > end) {
-            char lost[256] = "";
-            size_t at = 0;
+            int who = -1;
             for (int i = 0; i < tp->n; i++) {
                 if (tp->mon[i]) read_monitor(tp, i);
-                if (tp->lost[i] && at < sizeof lost - 1)
-                    at += (size_t)snprintf(lost + at, sizeof lost - at, "; lost rank %d (%s)", i, tp->addrs[i]);
+                if (who < 0 && atomic_load(&tp->pc[i].n) > 0) who = i;
             }
-            return sl_err(SL_ETIMEDOUT, "transport: %ld zero-copy sends still queued after %.1f s%s",
-                          (long)atomic_load(&tp->inflight), limit_s, lost);
+            long q = who >= 0 ? atomic_load(&tp->pc[who].n) : atomic_load(&tp->inflight);
+            const char *sends = q == 1 ? "send" : "sends";
+            if (who < 0)
+                return sl_err(SL_ETIMEDOUT, "transport: %ld zero-copy %s still queued after %.1f s", q, sends, limit_s);
+            if (tp->refused[who]) {
+                sl_err(SL_ETIMEDOUT, "rank %d (%s) refused this task's CURVE handshake: %ld %s still queued for it",
+                       who, tp->addrs[who], q, sends);
+                sl_err_hint(REFUSED_HINT);
+                return SL_ETIMEDOUT;
+            }
+            if (!tp->seen[who]) {
+                sl_err(SL_ETIMEDOUT, "rank %d (%s) never answered within %.1f s: %ld %s still queued for it", who,
+                       tp->addrs[who], limit_s, q, sends);
+                sl_err_hint("no connection to rank %d ever opened: its process did not start, failed before it "
+                            "listened, or listens on another address", who);
+                return SL_ETIMEDOUT;
+            }
+            if (tp->lost[who]) {
+                sl_err(SL_ETIMEDOUT, "lost rank %d (%s): connection closed with %ld %s still queued", who,
+                       tp->addrs[who], q, sends);
+                sl_err_hint("the process of rank %d died or left; see its own output for why", who);
+                return SL_ETIMEDOUT;
+            }
+            return sl_err(SL_ETIMEDOUT, "rank %d (%s) took nothing for %.1f s: %ld %s still queued for it", who,
+                          tp->addrs[who], limit_s, q, sends);
         }
         struct timespec ts = {0, 200000};
         nanosleep(&ts, NULL);
@@ -402,6 +473,8 @@ void sl_tp_destroy(sl_tp *tp) {
     sl__zap_free(tp->zap);
     memset(tp->client_secret, 0, sizeof tp->client_secret);
     free(tp->refused);
+    free(tp->seen);
+    free(tp->pc);
     if (tp->addrs)
         for (int i = 0; i < tp->n; i++) free(tp->addrs[i]);
     free(tp->addrs);
@@ -421,8 +494,9 @@ typedef struct user_free {
 
 static void free_counted(void *data, void *hint) {
     (void)data;
-    sl_tp *tp = hint;
-    atomic_fetch_sub(&tp->inflight, 1);
+    struct peer_count *pc = hint;
+    atomic_fetch_sub(&pc->n, 1);
+    atomic_fetch_sub(&pc->tp->inflight, 1);
 }
 
 static void free_user(void *data, void *hint) {
@@ -442,6 +516,7 @@ static sl_status check_to(sl_tp *tp, int to) {
 static sl_status send_parts(sl_tp *tp, int to, sl_msg_hdr *h, zmq_msg_t *m) {
     uint8_t hb[SL_MSG_HDR_SIZE];
     h->sender = (uint32_t)tp->self;
+    h->job = tp->job;
     h->length = zmq_msg_size(m);
     sl_msg_encode(h, hb);
     if (zmq_send(tp->out[to], hb, sizeof hb, ZMQ_SNDMORE) == -1) {
@@ -496,7 +571,9 @@ sl_status sl_tp_send(sl_tp *tp, int to, sl_msg_hdr *h, const void *data, size_t 
         }
     } else {
         atomic_fetch_add(&tp->inflight, 1);
-        if (zmq_msg_init_data(&m, (void *)data, len, free_counted, tp) == -1) {
+        atomic_fetch_add(&tp->pc[to].n, 1);
+        if (zmq_msg_init_data(&m, (void *)data, len, free_counted, &tp->pc[to]) == -1) {
+            atomic_fetch_sub(&tp->pc[to].n, 1);
             atomic_fetch_sub(&tp->inflight, 1);
             ZCHECK(-1);
         }
@@ -528,6 +605,7 @@ void sl_tp_abort(sl_tp *tp, const char *why) {
     sl_msg_hdr h = {.type = SL_MSG_ABORT, .dtype = SL_DT_U8};
     uint8_t hb[SL_MSG_HDR_SIZE];
     h.sender = (uint32_t)tp->self;
+    h.job = tp->job;
     h.length = len;
     sl_msg_encode(&h, hb);
     for (int i = 0; i < tp->n; i++) {
@@ -564,12 +642,40 @@ static void read_monitor(sl_tp *tp, int i) {
             tp->lost[i] = 1;
         } else if (event == ZMQ_EVENT_CONNECTED) {
             tp->lost[i] = 0;
+            tp->seen[i] = 1;
         } else if (event == ZMQ_EVENT_HANDSHAKE_FAILED_AUTH || event == ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL) {
             tp->refused[i] = 1;
         } else if (event == ZMQ_EVENT_HANDSHAKE_SUCCEEDED) {
             tp->refused[i] = 0;
         }
     }
+}
+
+/* The rank in a routing id "r<rank>.<16 hex digits>" (what sl_tp_connect sets), or -1 for
+ * any other id, this task's own rank, or a rank outside the job. */
+static int parse_routing_id(int self, int n, const char *id, size_t idn) {
+    if (idn < 2 + 1 + 16 || idn > 1 + 10 + 1 + 16 || id[0] != 'r' || id[idn - 17] != '.') return -1;
+    long r = 0;
+    size_t i = 1;
+    for (; i < idn - 17; i++) {
+        if (id[i] < '0' || id[i] > '9' || (i == 1 && id[i] == '0' && idn - 17 > 2)) return -1;
+        r = r * 10 + (id[i] - '0');
+        if (r >= n) return -1;
+    }
+    for (i = idn - 16; i < idn; i++)
+        if (!((id[i] >= '0' && id[i] <= '9') || (id[i] >= 'a' && id[i] <= 'f'))) return -1;
+    return r == self ? -1 : (int)r;
+}
+
+int sl_msg_accept(const void *id, size_t idn, const void *hdr, size_t hlen, size_t plen, int self, int n,
+                  uint64_t job, size_t max_msg, sl_msg_hdr *out) {
+    sl_msg_hdr h;
+    if (sl_msg_decode(hdr, hlen, &h) != SL_OK) return SL_MSG_INVALID;
+    if (h.job != job) return SL_MSG_FOREIGN;
+    int rank = parse_routing_id(self, n, id, idn);
+    if (rank < 0 || h.sender != (uint32_t)rank || h.length != plen || h.length > max_msg) return SL_MSG_INVALID;
+    *out = h;
+    return rank;
 }
 
 /* Read all frames of one inbox message. Returns 1 with *h and tp->cur set for a valid
@@ -601,16 +707,16 @@ static int read_inbox(sl_tp *tp, sl_msg_hdr *h) {
     if (ok && nparts == 3) {
         const char *id = zmq_msg_data(&parts[0]);
         size_t idn = zmq_msg_size(&parts[0]);
-        char buf[16];
-        if (idn >= 2 && idn < sizeof buf && id[0] == 'r') {
-            memcpy(buf, id + 1, idn - 1);
-            buf[idn - 1] = 0;
-            char *end;
-            long r = strtol(buf, &end, 10);
-            if (!*end && buf[0] >= '0' && buf[0] <= '9' && r >= 0 && r < tp->n && r != tp->self) rank = (int)r;
+        rank = sl_msg_accept(id, idn, zmq_msg_data(&parts[1]), zmq_msg_size(&parts[1]), zmq_msg_size(&parts[2]),
+                             tp->self, tp->n, tp->job, tp->max_msg, &hd);
+        /* another job's message (a leftover task, a stranger) is never acted on, not even
+         * an ABORT */
+        if (rank == SL_MSG_FOREIGN) {
+            tp->st.foreign++;
+            sl_msg_hdr fh;
+            if (sl_msg_decode(zmq_msg_data(&parts[1]), zmq_msg_size(&parts[1]), &fh) == SL_OK) tp->last_foreign = fh.job;
         }
-        ok = rank >= 0 && sl_msg_decode(zmq_msg_data(&parts[1]), zmq_msg_size(&parts[1]), &hd) == SL_OK &&
-             hd.sender == (uint32_t)rank && hd.length == zmq_msg_size(&parts[2]) && hd.length <= tp->max_msg;
+        ok = rank >= 0;
     } else {
         ok = 0;
     }
@@ -680,6 +786,15 @@ sl_status sl_tp_recv(sl_tp *tp, int from, double timeout_s, sl_msg_hdr *h, const
             }
         }
         if (t >= deadline) {
+            if (from >= 0 && from < tp->n && tp->mon[from]) read_monitor(tp, from);
+            if (from >= 0 && from < tp->n && tp->mon[from] && !tp->seen[from] && !tp->refused[from]) {
+                sl_err(SL_ETIMEDOUT, "rank %d (%s) never answered within %.1f s (%llu received, %llu dropped so far)",
+                       from, tp->addrs[from], timeout_s, (unsigned long long)tp->st.received,
+                       (unsigned long long)tp->st.dropped);
+                sl_err_hint("no connection to rank %d ever opened: its process did not start, failed before it "
+                            "listened, or listens on another address", from);
+                return SL_ETIMEDOUT;
+            }
             if (from >= 0 && from < tp->n)
                 sl_err(SL_ETIMEDOUT, "no message from rank %d (%s) in %.1f s (%llu received, %llu dropped so far)", from,
                        tp->addrs[from], timeout_s, (unsigned long long)tp->st.received, (unsigned long long)tp->st.dropped);
@@ -693,6 +808,12 @@ sl_status sl_tp_recv(sl_tp *tp, int from, double timeout_s, sl_msg_hdr *h, const
             if (refused >= 0)
                 sl_err_hint("rank %d (%s) refused this task's CURVE handshake: %s", refused, tp->addrs[refused],
                             REFUSED_HINT);
+            else if (tp->st.foreign)
+                sl_err_hint("%llu messages of another job (job id %016llx, this job's is %016llx) were dropped: start "
+                            "every task of a job with the same SLUICE_JOB_ID (sluice-launch does), and stop tasks "
+                            "left over from an earlier job on these ports",
+                            (unsigned long long)tp->st.foreign, (unsigned long long)tp->last_foreign,
+                            (unsigned long long)tp->job);
             else
                 sl_err_hint("the peer may be stuck, overloaded or unreachable; raise the timeout (cluster { timeout 60s })");
             return SL_ETIMEDOUT;

@@ -46,7 +46,7 @@ int main(int argc, char **argv) {
     if (c.rank < 0) { fprintf(stderr, "not a ring member (%s)\n", sl_task_type_name(c.tasks[c.self].type)); return 1; }
     const char **addrs;
     sl_cluster_ring_addrs(&c, &addrs);
-    sl_tp_opts o = {.timeout_s = c.timeout_s > 0 ? c.timeout_s : timeout};
+    sl_tp_opts o = {.timeout_s = c.timeout_s > 0 ? c.timeout_s : timeout, .job_id = c.job_id};
     sl_tp *tp = NULL;
     sl_ring *ring = NULL;
     float *x = malloc(count * 4 + 4);

@@ -12,6 +12,11 @@
  *   SLUICE_TASK       "worker 1" / "ps 0"
  *   SLUICE_RANK       the ring rank (workers) or ps index; SLUICE_WORLD: N; SLUICE_NUM_PS: M
  *   SLUICE_PORT_BASE  P
+ *   SLUICE_JOB_ID     a random 64-bit id (16 hex digits), new for every launch and the
+ *                     same for every task and restart of it: every message carries it,
+ *                     so tasks left over from an earlier job on these ports (or any
+ *                     other process) cannot end, stall or alter this one
+ *                     (sluice/transport.h, "Job membership")
  *   SLUICE_RESTART    how many times this task was restarted: 0 at its first start, R for
  *                     restart R (like TorchElastic's restart count): a restarted ps task
  *                     continues from its shard checkpoints instead of starting a new run
@@ -66,7 +71,7 @@ static const char USAGE[] =
     "\n"
     "Start N local replicas (workers) and M parameter-server tasks of PROGRAM, each told its\n"
     "place in the cluster through TF_CONFIG (and SLUICE_TASK, SLUICE_RANK, SLUICE_WORLD,\n"
-    "SLUICE_NUM_PS, SLUICE_PORT_BASE, SLUICE_RESTART). Their output is prefixed with \"[worker I] \" / \"[ps I] \";\n"
+    "SLUICE_NUM_PS, SLUICE_PORT_BASE, SLUICE_RESTART, SLUICE_JOB_ID). Their output is prefixed with \"[worker I] \" / \"[ps I] \";\n"
     "the launcher's own notes (\"[launch] started worker I (pid P)\", ...) go to stderr.\n"
     "A task that fails is restarted while it has restarts left (SLUICE_RESTART tells it\n"
     "which restart it is; a restarted ps continues from its shard checkpoints). Otherwise, with --ps, a worker\n"
@@ -103,6 +108,7 @@ typedef struct task {
 
 typedef struct job {
     long long nw, nps, port_base, restarts;
+    char job_id[17];    /* SLUICE_JOB_ID: 16 hex digits, random per launch */
     char **prog;
     task *ts;
     int n;
@@ -239,6 +245,7 @@ static int spawn(job *j, task *t) {
         setenv("SLUICE_PORT_BASE", v, 1);
         snprintf(v, sizeof v, "%d", t->restarts);
         setenv("SLUICE_RESTART", v, 1);
+        setenv("SLUICE_JOB_ID", j->job_id, 1);
         signal(SIGPIPE, SIG_DFL);
         struct sigaction dfl = {0};
         dfl.sa_handler = SIG_DFL;
@@ -333,6 +340,12 @@ int main(int argc, char **argv) {
     }
 
     job j = {.nw = nw, .nps = nps, .port_base = port_base, .restarts = restarts, .prog = prog, .ts = ts, .n = n};
+    uint64_t job_id;
+    if (sl_tp_random_u64(&job_id)) {
+        fprintf(stderr, "%s: %s\n", PROG, sl_errmsg());
+        return SL__EXIT_FAIL;
+    }
+    snprintf(j.job_id, sizeof j.job_id, "%016llx", (unsigned long long)job_id);
     sigset_t block;
     sigemptyset(&block);
     sigaddset(&block, SIGINT);

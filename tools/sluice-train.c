@@ -211,6 +211,17 @@ int main(int argc, char **argv) {
     if (sl_train_config_parse(cfg, &tc) == SL_OK) {
         is_ring = strcmp(tc.strategy, "ring") == 0;
         is_ps = strcmp(tc.strategy, "ps") == 0;
+        /* sluice-launch -n N > 1 with strategy none would run N separate trainings into
+         * one run folder: refuse (SLUICE_WORLD is what sluice-launch tells each task) */
+        const char *world = getenv("SLUICE_WORLD");
+        if (!is_ring && !is_ps && world && atoi(world) > 1) {
+            fprintf(stderr, "%s: this task is one of %s replicas (SLUICE_WORLD, from sluice-launch) but the train "
+                    "block says strategy %s: each would train alone into the same run folder\n"
+                    "---> HINT: set `strategy ring` (or ps) in the train block, or run one process without "
+                    "sluice-launch -n\n", PROG, world, tc.strategy);
+            rc = SL__EXIT_FAIL;
+            goto done;
+        }
     }
     if (is_ring || is_ps) {
         if (sl_cluster_resolve(NULL, cfg, (const char *const *)environ, &cl)) {

@@ -148,7 +148,7 @@ static sl_status ps_start(void *ctx, sl_model *m, sl_optim *o, int64_t *stepp) {
         st = sl_err(SL_ENOMEM, "out of memory for %zu parameters", s->np);
         goto fail;
     }
-    sl_tp_opts to = {.timeout_s = timeout_of(c, &s->o), .curve = s->o.curve};
+    sl_tp_opts to = {.timeout_s = timeout_of(c, &s->o), .curve = s->o.curve, .job_id = c->job_id};
     sl_ps_client_opts co = {.retry_s = s->o.retry_s};
     if ((st = sl_ps_client_create(s->addrs, c->world, c->rank, s->plan, &to, &co, &s->client))) goto fail;
     int64_t resume = -1;
@@ -525,7 +525,7 @@ sl_status sl_ps_task_run(sl_cfg *cfg, const sl_cluster *c, const sl_strategy_ps_
     }
 
     if ((st = cluster_addrs(c, &addrs))) goto fail;
-    sl_tp_opts to = {.timeout_s = timeout_of(c, &o), .curve = o.curve};
+    sl_tp_opts to = {.timeout_s = timeout_of(c, &o), .curve = o.curve, .job_id = c->job_id};
     sl_ps_server_ops ops = {.ctx = &t, .apply = task_apply, .save = task_save};
     sl_ps_server_opts so = {.sync = tc.ps_sync, .staleness = tc.ps_staleness, .ckpt_every_s = o.ckpt_every_s, .stop = stop};
     if ((st = sl_ps_server_create(addrs, c->world, t.index, plan, &to, &ops, &so, restored ? params : NULL,

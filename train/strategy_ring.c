@@ -248,7 +248,7 @@ sl_status sl_strategy_ring_create(const sl_cluster *c, const sl_strategy_ring_op
     sl_status st;
     if (c->world > 1) {
         sl_tp_opts to = {.timeout_s = o.timeout_s > 0 ? o.timeout_s : c->timeout_s > 0 ? c->timeout_s : 30.0,
-                         .curve = o.curve};
+                         .curve = o.curve, .job_id = c->job_id};
         if ((st = sl_tp_create(c->rank, c->world, c->ring_addrs, &to, &s->tp)) || (st = sl_tp_connect(s->tp)) ||
             (st = sl_ring_create(s->tp, &o.ring, &s->ring))) {
             sl_err_prefix("ring strategy (rank %d of %d): ", c->rank, c->world);

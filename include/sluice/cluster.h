@@ -34,6 +34,19 @@
  * Ring ranks follow MultiWorkerMirroredStrategy: the chief (if any) is rank 0, then the
  * workers in list order. ps and evaluator tasks have ring rank -1.
  *
+ * The job id (sluice/transport.h, "Job membership": every message carries it and a task
+ * drops every message of another job) is SLUICE_JOB_ID from envp when set (1 to 16 hex
+ * digits, not all zero; sluice-launch sets a random one for each job, and a job started
+ * any other way should set one random value on all its tasks), else a hash (FNV-1a 64) of
+ * every task's type, index and address: tasks of clusters with different members never
+ * mix, while a leftover task of an earlier job with the very same spec is only kept out by
+ * SLUICE_JOB_ID. A malformed SLUICE_JOB_ID fails resolution with SL_EINVAL naming it.
+ *
+ * TF_CONFIG is held to the same standard as the config block: a "cluster" object states
+ * the member list even when its lists are empty (an empty worker list is an error naming
+ * TF_CONFIG, never a silent single replica), the task's index must be within its list, and
+ * no address may be given to two tasks.
+ *
  * The library never reads the process environment: callers pass `envp` (a NULL-terminated
  * "NAME=value" array such as `environ`, or NULL for none). Workload: once per process. */
 #ifndef SLUICE_CLUSTER_H
@@ -85,6 +98,8 @@ typedef struct sl_cluster {
     char curve_server[1024]; /* the curve statement's paths, {task} expanded; "" without one */
     char curve_client[1024];
     char curve_allow[1024];
+    uint64_t job_id;         /* this job's id, never 0 (see below) */
+    char job_source[16];     /* "SLUICE_JOB_ID" or "cluster spec" */
 } sl_cluster;
 
 /* Explicit arguments. Zero-initialise, then set what the command line gave. */

@@ -19,7 +19,7 @@
  * in flat order) travels in every frame, so a worker with another model is turned away.
  *
  * ---- frames -----------------------------------------------------------------------------
- * A ps message is an sl_tp message (48-byte header, validated by sl_msg_decode) whose
+ * A ps message is an sl_tp message (56-byte header carrying the job id, validated by sl_msg_decode) whose
  * payload starts with a 32-byte ps prefix, followed by float32 data:
  *
  *   offset size field

@@ -1,15 +1,16 @@
 /* Message transport between the tasks of a cluster, over ZeroMQ.
  *
  * Every task binds one ROUTER socket (its inbox) on its own address and connects one
- * DEALER socket to each peer's inbox, with the DEALER's routing id set to its rank: the
- * inbox thus knows which connection a message came from, and any task can send to any
- * other (a ring uses two neighbours, a parameter server answers whoever asked).
+ * DEALER socket to each peer's inbox: the inbox thus knows which connection a message came
+ * from, and any task can send to any other (a ring uses two neighbours, a parameter server
+ * answers whoever asked). Replies never go back through the ROUTER: every send leaves by
+ * the sender's own DEALER to the receiver's inbox.
  *
- * A message is two frames: a fixed 48-byte header and a payload (possibly empty):
+ * A message is two frames: a fixed 56-byte header and a payload (possibly empty):
  *
  *   offset size field
  *        0    4 magic    "SLW1" (0x31574c53 little-endian)
- *        4    2 version  1
+ *        4    2 version  2 (version 1 had no job id and was 48 bytes)
  *        6    2 type     SL_MSG_* below
  *        8    4 sender   rank of the sender (must match the connection's routing id)
  *       12    4 tensor   caller's tensor id
@@ -20,14 +21,48 @@
  *       41    1 flags    SL_MSGF_* below
  *       42    2 round    ring round within a collective
  *       44    4 reserved must be 0
+ *       48    8 job      the job id (sl_tp_opts.job_id) of the sender's job
  *
  * All integers are little-endian. The header is validated before anything else in the
  * message is used; a message that fails (a stranger, garbage, a truncated or oversized
  * frame, a stale step) is dropped and counted, never fatal.
  *
+ * Job membership. A process that is not part of this job (a stranger on the port, a task
+ * left over from an earlier job on the same ports, an impostor using a rank's routing id)
+ * must not end, stall or alter the job. Three rules keep it out:
+ *   1. Every header carries the job id, and a receiver drops (and counts in
+ *      stats.foreign and stats.dropped) every message whose job id differs from its own,
+ *      before acting on any other field: an ABORT from another job ends nothing, a DATA
+ *      chunk from another job is never summed.
+ *   2. A DEALER's routing id is "r<rank>.<16 hex digits>": the rank, then a random 64-bit
+ *      nonce drawn afresh by every sl_tp_connect. The inbox reads the rank from the id (and
+ *      checks it against the header's sender); anything else is dropped. ROUTER_HANDOVER
+ *      is off, so nobody can take over a live connection's id, and since no other process
+ *      knows the nonce, an impostor that connects first (under "r1" or any id it can
+ *      guess) only ever holds an id of its own: the real rank's connection is never
+ *      refused. A task that reconnects (sl_tp_disconnect + sl_tp_connect, or a restarted
+ *      process) comes back under a new nonce, so it never waits for its old id to be
+ *      released either. The one case left: a link that drops and that ZeroMQ restores
+ *      by itself keeps its id, and is taken once the inbox has seen the old link close;
+ *      should the old link still look alive there (a half-open TCP connection), the
+ *      peer's messages are not delivered and the receive times out naming the peer:
+ *      an error, never someone else's messages.
+ *   3. Where the job id comes from (sluice/cluster.h: sl_cluster.job_id): sluice-launch
+ *      draws a random one per job (SLUICE_JOB_ID in the tasks' environment; set it
+ *      yourself to a fresh random value on every task of a job started otherwise), else it
+ *      is derived from the cluster spec (a hash of every task's type and address), so that
+ *      jobs with different members never mix.
+ * Limits, written down: without CURVE nothing is authenticated. A process that knows the
+ * job id (the same user reading a task's environment, or, for a derived id, anyone who
+ * knows the cluster spec; a leftover task of an earlier job with the same spec and no
+ * SLUICE_JOB_ID) can still speak for a rank. CURVE with an allow-list (below) keeps out
+ * every process without an allowed key; the job id then still separates jobs that share
+ * keys. Job id 0 means "no id" (library users who set none): it only matches 0.
+ *
  * Every receive waits at most the timeout; a peer whose connection closes (the process
  * died) or that stays silent past the timeout turns into SL_EPEER / SL_ETIMEDOUT with a
- * message that names it by rank and address. Sends are zero-copy: the payload is handed to
+ * message that names it by rank and address; a peer that never accepted a connection is
+ * "rank R (ADDR) never answered within T s". Sends are zero-copy: the payload is handed to
  * ZeroMQ with a free callback (sl_tp_send), so the caller must keep it alive until the
  * callback runs or sl_tp_flush returns.
  *
@@ -47,8 +82,8 @@ extern "C" {
 #endif
 
 #define SL_MSG_MAGIC 0x31574c53u /* "SLW1" */
-#define SL_MSG_VERSION 1
-#define SL_MSG_HDR_SIZE 48
+#define SL_MSG_VERSION 2
+#define SL_MSG_HDR_SIZE 56
 
 enum {
     SL_MSG_DATA = 1,      /* a chunk of a tensor (reduce-scatter, allgather, broadcast) */
@@ -71,9 +106,10 @@ typedef struct sl_msg_hdr {
     uint8_t dtype, flags;
     uint32_t sender, tensor;
     uint64_t step, offset, length;
+    uint64_t job;       /* the sender's job id (sl_tp_send fills it in) */
 } sl_msg_hdr;
 
-/* Write h as 48 bytes (magic, version and reserved filled in). */
+/* Write h as 56 bytes (magic, version and reserved filled in). */
 void sl_msg_encode(const sl_msg_hdr *h, uint8_t out[SL_MSG_HDR_SIZE]);
 
 /* Decode and validate a header frame of `len` bytes. SL_OK, or SL_ECORRUPT with
@@ -81,6 +117,18 @@ void sl_msg_encode(const sl_msg_hdr *h, uint8_t out[SL_MSG_HDR_SIZE]);
  * reserved bits, a payload length that disagrees with the dtype). *out is written only on
  * success. */
 sl_status sl_msg_decode(const void *buf, size_t len, sl_msg_hdr *out);
+
+/* The inbox's verdict on one received message, the rule sl_tp_recv applies before it uses
+ * anything: routing id id[0..idn), header frame hdr[0..hlen) and a payload of plen bytes,
+ * received by rank `self` of `n` in job `job`, which accepts payloads up to max_msg bytes.
+ * Returns the sender's rank (>= 0, != self) and fills *out when the header is valid, of
+ * this job, and agrees with the connection (routing id "r<rank>.<16 hex digits>" naming
+ * the header's sender) and the payload (length <= max_msg); SL_MSG_FOREIGN when the header
+ * is valid but of another job (whoever sent it); SL_MSG_INVALID otherwise. *out is written
+ * only on success. */
+enum { SL_MSG_FOREIGN = -1, SL_MSG_INVALID = -2 };
+int sl_msg_accept(const void *id, size_t idn, const void *hdr, size_t hlen, size_t plen, int self, int n,
+                  uint64_t job, size_t max_msg, sl_msg_hdr *out);
 
 typedef struct sl_tp sl_tp;
 
@@ -121,12 +169,14 @@ typedef struct sl_tp_opts {
     size_t max_msg;       /* largest payload accepted; 0 = 1 GiB. Bigger frames drop the link */
     int io_threads;       /* ZeroMQ I/O threads; 0 = 1 */
     const sl_tp_curve *curve; /* NULL: plaintext; else copied at create */
+    uint64_t job_id;      /* this job's id (see "Job membership" above); 0 = none */
 } sl_tp_opts;
 
 typedef struct sl_tp_stats {
     uint64_t sent, sent_bytes;    /* messages and payload bytes sent */
     uint64_t received, received_bytes;
-    uint64_t dropped;             /* invalid or stray messages dropped */
+    uint64_t dropped;             /* invalid or stray messages dropped (foreign included) */
+    uint64_t foreign;             /* well-formed messages of another job (other job id) dropped */
     uint64_t denied;              /* CURVE handshakes the ZAP handler refused */
 } sl_tp_stats;
 
@@ -175,18 +225,27 @@ sl_status sl_tp_send(sl_tp *tp, int to, sl_msg_hdr *h, const void *data, size_t 
 sl_status sl_tp_send_copy(sl_tp *tp, int to, sl_msg_hdr *h, const void *data, size_t len);
 
 /* Wait until every zero-copy send made with free_fn NULL has been released by ZeroMQ, at
- * most the timeout: SL_OK or SL_ETIMEDOUT. */
+ * most the timeout: SL_OK or SL_ETIMEDOUT naming the peer whose sends are still queued:
+ * "rank R (ADDR) never answered within T s: N sends still queued for it" when no
+ * connection to it ever opened (the process never started, or listens elsewhere), "lost
+ * rank R (ADDR): connection closed with N sends still queued", or "rank R (ADDR) took
+ * nothing for T s: N sends still queued for it". */
 sl_status sl_tp_flush(sl_tp *tp);
 
-/* Receive the next valid message (invalid ones are dropped and counted on the way). `from`
- * is the rank the caller waits for, or -1 for anyone; it only decides which peer a failure
- * is about: messages from any rank are returned and the caller judges them (sl_tp_drop).
- * An SL_MSG_ABORT from anyone fails the receive with SL_EPEER quoting the sender's message
- * ("rank R (ADDR) failed: ..."). Waits at most timeout_s (< 0: the transport's timeout).
+/* Receive the next valid message of this job (invalid ones, and those of another job, are
+ * dropped and counted on the way: sl_msg_accept). `from` is the rank the caller waits for,
+ * or -1 for anyone; it only decides which peer a failure is about: messages from any rank
+ * are returned and the caller judges them (sl_tp_drop). An SL_MSG_ABORT from a rank of
+ * this job fails the receive with SL_EPEER quoting the sender's message ("rank R (ADDR)
+ * failed: ..."); one of another job is dropped like any stranger's message. Waits at most
+ * timeout_s (< 0: the transport's timeout); when messages of another job were dropped, the
+ * timeout's hint says how many and which job id they carried.
  * On success *h is the header and *data / *len the payload, valid until the next
  * sl_tp_recv, sl_tp_forward, sl_tp_drop or sl_tp_destroy. Failures:
  *   SL_ETIMEDOUT  "no message from rank R (ADDR) in T s (N received, M dropped so far)",
  *                 or "rank R: no message from any peer in T s" when from is -1;
+ *                 "rank R (ADDR) never answered within T s" when no connection to R
+ *                 ever opened;
  *   SL_EPEER      from >= 0, its connection closed and nothing arrived for a grace period
  *                 (min(1 s, timeout/2)): "lost rank R (ADDR): connection closed";
  *   SL_EIO        a ZeroMQ failure (file:line and zmq_strerror).
@@ -209,6 +268,10 @@ void sl_tp_abort(sl_tp *tp, const char *why);
 int sl_tp_peer_lost(const sl_tp *tp, int rank);
 
 void sl_tp_get_stats(const sl_tp *tp, sl_tp_stats *out);
+
+/* 64 random bits from the kernel (getrandom, else /dev/urandom), never 0: routing-id
+ * nonces and sluice-launch's job ids. SL_OK, or SL_EIO when no randomness can be had. */
+sl_status sl_tp_random_u64(uint64_t *out);
 
 #ifdef __cplusplus
 }

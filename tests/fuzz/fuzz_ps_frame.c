@@ -1,5 +1,5 @@
 /* libFuzzer target for the parameter-server frame decoder (dist/ps_wire.c). The input is a
- * 48-byte transport header followed by the payload: the header must pass sl_msg_decode,
+ * 56-byte transport header followed by the payload: the header must pass sl_msg_decode,
  * then the payload is decoded as a ps frame without checks, against the hash it claims,
  * and against a shard length. A frame that decodes must keep every promise of ps.h: a ps
  * message type, u8 dtype, no flags, a prefix that re-encodes to the same 32 bytes, finite

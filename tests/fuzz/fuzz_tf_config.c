@@ -1,6 +1,7 @@
 /* libFuzzer target for the strict JSON reader and TF_CONFIG resolution (dist/json.c,
  * dist/cluster.c): parse arbitrary bytes as JSON and walk the tree, then resolve a cluster
- * from them as TF_CONFIG (NUL-terminated, as the environment would hold it). */
+ * from them as TF_CONFIG (NUL-terminated, as the environment would hold it) and check what
+ * a resolved cluster promises (sluice/cluster.h). */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -32,7 +33,19 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     env0[size + 10] = 0;
     const char *env[] = {env0, NULL};
     sl_cluster c;
-    if (sl_cluster_resolve(NULL, NULL, env, &c) == SL_OK) sl_cluster_free(&c);
+    if (sl_cluster_resolve(NULL, NULL, env, &c) == SL_OK) {
+        /* what resolution promises: at least one ring member, this task among the tasks and
+         * within its list, no address given twice, a job id that is never 0 and the same on
+         * every resolve of the same spec */
+        if (c.world < 1 || c.self < 0 || c.self >= c.ntasks || c.job_id == 0) __builtin_trap();
+        for (int i = 0; i < c.ntasks; i++)
+            for (int k = 0; k < i; k++)
+                if (strcmp(c.tasks[i].addr, c.tasks[k].addr) == 0) __builtin_trap();
+        sl_cluster again;
+        if (sl_cluster_resolve(NULL, NULL, env, &again) != SL_OK || again.job_id != c.job_id) __builtin_trap();
+        sl_cluster_free(&again);
+        sl_cluster_free(&c);
+    }
     free(env0);
     return 0;
 }

@@ -7,6 +7,23 @@
 #   sl_convert_fashion 2 1000                      # $T/data: 2 shards of the first 1000 records
 #   run NAME WANT_RC CMD... && ok "..."            # output kept in $T/NAME.{out,err}
 #   sl_finish                                      # exit 1 if anything failed
+#
+# Ports. Every test port is below 32768: Linux hands out 32768..60999 as the source ports of
+# outgoing connections, so a fixed port up there can be taken by any other test's connection
+# ("Address already in use"). Tests that may run at the same time never share a port:
+#   unit tests              port 0 (the kernel picks), except the ps ones: 12000..19999
+#                           (test_strategy_ps 12000..15999, test_ps_server 16000..19999)
+#   integration scripts     20000..31999, in blocks of 100 ports (offsets below are within
+#                           a block):
+#     test_train_ps.sh      PB = 20000 + (pid % 120) * 100 + 50 in any block, using PB..PB+52:
+#                           offsets 50..99 of its block and 0..2 of the next one
+#     test_train_ring.sh    blocks 20000..23999, offsets 5..28  (PB = 20005 + (pid % 40) * 100)
+#     test_sluice_launch.sh blocks 24000..27999, offsets 5..27  (PB = 24005 + (pid % 40) * 100)
+#     free for new scripts  blocks 28000..31999, offsets 5..49
+#     test_ring_netns.sh    29500 inside network namespaces of its own (no host port)
+# sl_port_base FIRST: FIRST + a block of 0..3999 picked from this shell's pid.
+sl_port_base() { echo $(($1 + ($$ % 40) * 100)); }
+
 BIN=${SLUICE_BIN:-build/bin}
 FM=/usr/share/datasets/fashion-mnist
 fails=0

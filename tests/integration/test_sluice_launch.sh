@@ -20,16 +20,21 @@ fails=0
 fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
 ok() { echo "ok   $*"; }
 # a port base of our own so parallel runs do not collide
-PB=$((20000 + ($$ * 7) % 12000)) # below the ephemeral ports (32768..)
+PB=$((24005 + ($$ % 40) * 100)) # blocks 24000..27999, offsets 5..27: see the port plan in lib.sh
 
 # 1. environment and prefixes
-"$L" -n 2 --ps 1 --port-base $PB -- sh -c 'echo "task=$SLUICE_TASK rank=$SLUICE_RANK world=$SLUICE_WORLD ps=$SLUICE_NUM_PS"; echo "tf=$TF_CONFIG"; echo oops >&2; [ "$SLUICE_TASK" = "ps 0" ] && exec sleep 30; sleep 1; exit 0' >"$T/o" 2>"$T/e"
+"$L" -n 2 --ps 1 --port-base $PB -- sh -c 'echo "task=$SLUICE_TASK rank=$SLUICE_RANK world=$SLUICE_WORLD ps=$SLUICE_NUM_PS"; echo "tf=$TF_CONFIG"; echo "job=$SLUICE_JOB_ID"; echo oops >&2; [ "$SLUICE_TASK" = "ps 0" ] && exec sleep 30; sleep 1; exit 0' >"$T/o" 2>"$T/e"
 rc=$?
 [ $rc -eq 0 ] || fail "env run exited $rc"
 grep -qx "\[worker 1\] task=worker 1 rank=1 world=2 ps=1" "$T/o" || fail "worker 1 line: $(cat "$T/o")"
 grep -qx "\[ps 0\] task=ps 0 rank=0 world=2 ps=1" "$T/o" || fail "ps 0 line"
 grep -qxF "[worker 0] tf={\"cluster\": {\"worker\": [\"127.0.0.1:$PB\", \"127.0.0.1:$((PB + 1))\"], \"ps\": [\"127.0.0.1:$((PB + 2))\"]}, \"task\": {\"type\": \"worker\", \"index\": 0}}" "$T/o" || fail "TF_CONFIG line: $(grep tf= "$T/o")"
 [ "$(grep -c '^\[.*\] oops$' "$T/e")" = 3 ] || fail "stderr prefixes: $(cat "$T/e")"
+# SLUICE_JOB_ID: 16 hex digits, the same for every task of a launch, new for the next launch
+[ "$(grep -cE '^\[(worker [01]|ps 0)\] job=[0-9a-f]{16}$' "$T/o")" = 3 ] || fail "job id lines: $(grep job= "$T/o")"
+[ "$(grep -o 'job=.*' "$T/o" | sort -u | wc -l)" = 1 ] || fail "tasks got different job ids: $(grep job= "$T/o")"
+"$L" -n 1 --port-base $PB -- sh -c 'echo "job=$SLUICE_JOB_ID"' >"$T/o2" 2>/dev/null
+[ "$(grep -o 'job=.*' "$T/o2")" != "$(grep -o 'job=.*' "$T/o" | head -n 1)" ] || fail "two launches share job id $(cat "$T/o2")"
 [ $fails -eq 0 ] && ok "environment, prefixes, ps stopped after the workers"
 
 # 2. a failing task: its status comes back, the sleepers are stopped quickly

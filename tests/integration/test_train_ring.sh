@@ -20,7 +20,7 @@ cleanup() {
 }
 trap cleanup EXIT
 # ports of our own, so parallel test runs do not collide
-PB=$((20000 + ($$ % 400) * 100))
+PB=$(sl_port_base 20005) # blocks 20000..23999, offsets 5..28: see the port plan in lib.sh
 sl_convert_fashion 4 2000
 
 # 2000 training records, 500 per shard; the global batch 50 is 25 per replica, so each
@@ -141,7 +141,25 @@ if run resume 0 "$BIN/sluice-launch" -n 2 --port-base "$PB" -- "$BIN/sluice-trai
     [ -f "$T/kill/ckpt-000001600.safetensors" ] && ok "final checkpoint at step 1600" || fail "no ckpt at step 1600"
 fi
 
-# 5. unequal shards: 3 files of 400 records over 2 replicas (shard auto: by file) give rank 0
+# 5. sluice-launch -n 2 with strategy none would run two separate trainings into one run
+#    folder: refused, naming the strategy
+if run none2 1 "$BIN/sluice-launch" -n 2 --port-base "$PB" -- "$BIN/sluice-train" "$T/tiny.sl" --run-dir "$T/none2"; then
+    grep -q "sluice-train: this task is one of 2 replicas (SLUICE_WORLD, from sluice-launch) but the train block says strategy none" \
+        "$T/none2.err" && ok "-n 2 with strategy none refused" || { fail "message:"; cat "$T/none2.err"; }
+    ls "$T/none2"/ckpt-* >/dev/null 2>&1 && fail "a strategy-none replica trained anyway"
+fi
+
+# 6. a peer that never starts: rank 0 fails within the timeout naming rank 1 and its address
+tfn() {
+    echo "{\"cluster\": {\"worker\": [\"127.0.0.1:$((PB + 12))\", \"127.0.0.1:$((PB + 13))\"]}, \"task\": {\"type\": \"worker\", \"index\": 0}}"
+}
+if TF_CONFIG=$(tfn) run alone 1 "$BIN/sluice-train" "$T/tiny.sl" "${RING[@]}" --run-dir "$T/alone" --timeout 2; then
+    grep -q "rank 1 (127.0.0.1:$((PB + 13))) never answered within 2.0 s" "$T/alone.err" &&
+        ok "a peer that never started is named: $(grep -o 'rank 1 (.*never answered within 2.0 s' "$T/alone.err" | head -n 1)" ||
+        { fail "error does not say rank 1 never answered:"; cat "$T/alone.err"; }
+fi
+
+# 7. unequal shards: 3 files of 400 records over 2 replicas (shard auto: by file) give rank 0
 #    two files (800 records, 32 batches of 25) and rank 1 one (16 batches). Both warnings
 #    come from rank 0: the uneven file split at the start, and after epoch 1 the counts;
 #    every epoch ends at 16 steps on both replicas (32 steps in all), exit 0, identical

@@ -82,6 +82,15 @@ TEST(test_tf_config_errors) {
                    "TF_CONFIG: 2 chiefs listed; a cluster has at most one");
     expect_env_err("{\"cluster\": {\"ps\": [\"a:1\"]}, \"task\": {\"type\": \"ps\"}}",
                    "TF_CONFIG: the cluster lists no chief and no worker");
+    /* an empty member list is an error naming TF_CONFIG, never a single replica */
+    expect_env_err("{\"cluster\": {\"worker\": []}, \"task\": {\"type\": \"worker\", \"index\": 0}}",
+                   "TF_CONFIG: the cluster lists no chief and no worker");
+    expect_env_err("{\"cluster\": {}, \"task\": {\"type\": \"worker\", \"index\": 0}}",
+                   "TF_CONFIG: the cluster lists no chief and no worker");
+    expect_env_err("{\"cluster\": {\"chief\": [\"a:1\"], \"worker\": []}, \"task\": {\"type\": \"worker\", \"index\": 0}}",
+                   "inconsistent cluster: the task is worker 0 (from TF_CONFIG) but TF_CONFIG lists 0 worker tasks");
+    expect_env_err("{\"cluster\": {\"worker\": [\"a:1\"], \"ps\": [\"b:2\", \"a:1\"]}, \"task\": {\"type\": \"ps\"}}",
+                   "TF_CONFIG: address a:1 is given to both worker 0 and ps 1");
     expect_env_err("[1]", "TF_CONFIG: byte 0: expected an object");
     expect_env_err("{\"cluster\": {}, \"tsk\": 1}", "TF_CONFIG: byte 23: unknown key \"tsk\"");
     expect_env_err("{\"cluster\": {\"worker\": [\"a:1\", \"b:1\"]}}",
@@ -358,6 +367,41 @@ TEST(test_curve_statement) {
     ASSERT_EQ(c.tasks, NULL);
 }
 
+TEST(test_job_id) {
+    sl_cluster c0, c1, d;
+    const char *w0[] = {"TF_CONFIG={\"cluster\": {\"worker\": [\"a:1\", \"b:1\"]}, \"task\": {\"type\": \"worker\"}}", NULL};
+    const char *w1[] = {"TF_CONFIG={\"cluster\": {\"worker\": [\"a:1\", \"b:1\"]}, \"task\": {\"type\": \"worker\", \"index\": 1}}",
+                        NULL};
+    const char *other[] = {"TF_CONFIG={\"cluster\": {\"worker\": [\"a:1\", \"b:2\"]}, \"task\": {\"type\": \"worker\"}}", NULL};
+    ASSERT_OK(from_env(w0, &c0));
+    ASSERT_OK(from_env(w1, &c1));
+    ASSERT_OK(from_env(other, &d));
+    /* every task of one spec derives the same id; another spec another one */
+    ASSERT(c0.job_id != 0);
+    ASSERT_U64(c0.job_id, c1.job_id);
+    ASSERT(d.job_id != c0.job_id);
+    ASSERT_STREQ(c0.job_source, "cluster spec");
+    sl_cluster_free(&c0);
+    sl_cluster_free(&c1);
+    sl_cluster_free(&d);
+    const char *given[] = {w0[0], "SLUICE_JOB_ID=00C0ffee12345678", NULL};
+    ASSERT_OK(from_env(given, &c0));
+    ASSERT_U64(c0.job_id, 0x00c0ffee12345678ull);
+    ASSERT_STREQ(c0.job_source, "SLUICE_JOB_ID");
+    sl_cluster_free(&c0);
+    const char *bad[] = {"xyz", "0", "00000000", "123456789abcdef01", "", "12 4"};
+    for (int i = 0; i < 6; i++) {
+        char e[64];
+        snprintf(e, sizeof e, "SLUICE_JOB_ID=%s", bad[i]);
+        const char *env[] = {w0[0], e, NULL};
+        ASSERT_EQ(from_env(env, &c0), SL_EINVAL);
+        char want[128];
+        snprintf(want, sizeof want, "SLUICE_JOB_ID: \"%s\" is not a job id (1 to 16 hex digits, not all zero)", bad[i]);
+        ASSERT_CONTAINS(sl_errmsg(), want);
+        ASSERT_EQ(c0.tasks, NULL);
+    }
+}
+
 int main(void) {
     RUN(test_single);
     RUN(test_tf_config);
@@ -369,5 +413,6 @@ int main(void) {
     RUN(test_args_errors);
     RUN(test_tf_config_writer);
     RUN(test_curve_statement);
+    RUN(test_job_id);
     TEST_MAIN_END();
 }

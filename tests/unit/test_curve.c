@@ -575,6 +575,92 @@ TEST(test_cluster_curve_load) {
     rm_tree(dir);
 }
 
+/* A raw CURVE client DEALER at tp's inbox with client keys (pub, sec) and routing id `id`. */
+static void *curve_dealer(void *ctx, const sl_tp *tp, const char *pub, const char *sec, const char *id) {
+    char ep[128];
+    int zero = 0;
+    snprintf(ep, sizeof ep, "tcp://%s", sl_tp_endpoint(tp));
+    void *s = zmq_socket(ctx, ZMQ_DEALER);
+    zmq_setsockopt(s, ZMQ_LINGER, &zero, sizeof zero);
+    zmq_setsockopt(s, ZMQ_CURVE_SERVERKEY, SPUB, 40);
+    zmq_setsockopt(s, ZMQ_CURVE_PUBLICKEY, pub, 40);
+    zmq_setsockopt(s, ZMQ_CURVE_SECRETKEY, sec, 40);
+    if (id) zmq_setsockopt(s, ZMQ_ROUTING_ID, id, strlen(id));
+    zmq_connect(s, ep);
+    return s;
+}
+
+static void send_msg(void *s, int type, uint32_t sender, uint64_t job, const char *payload) {
+    sl_msg_hdr h = {.type = (uint16_t)type, .dtype = SL_DT_U8, .sender = sender, .job = job,
+                    .length = strlen(payload)};
+    uint8_t hb[SL_MSG_HDR_SIZE];
+    sl_msg_encode(&h, hb);
+    zmq_send(s, hb, sizeof hb, ZMQ_SNDMORE | ZMQ_DONTWAIT);
+    zmq_send(s, payload, strlen(payload), ZMQ_DONTWAIT);
+}
+
+TEST(test_curve_strangers_of_another_job) {
+    if (!have_curve()) SKIP("libzmq has no CURVE");
+    const uint64_t JOB = 0x1234abcd5678ef01ull;
+    sl_tp_curve k = keys_for(CPUB, CSEC);
+    const char *addrs[2] = {"127.0.0.1:0", "127.0.0.1:0"};
+    sl_tp_opts o = {.timeout_s = 5, .curve = &k, .job_id = JOB};
+    sl_tp *a, *b;
+    ASSERT_OK(sl_tp_create(0, 2, addrs, &o, &a));
+    ASSERT_OK(sl_tp_create(1, 2, addrs, &o, &b));
+    ASSERT_OK(sl_tp_set_peer(a, 1, sl_tp_endpoint(b)));
+    ASSERT_OK(sl_tp_set_peer(b, 0, sl_tp_endpoint(a)));
+    ASSERT_OK(sl_tp_connect(a));
+    ASSERT_OK(sl_tp_connect(b));
+    /* rank 1's message waits unread at rank 0 while the strangers come */
+    sl_msg_hdr h = {.type = SL_MSG_DATA, .dtype = SL_DT_U8}, g;
+    ASSERT_OK(sl_tp_send_copy(b, 0, &h, "one", 3));
+    usleep(300000);
+    void *ctx = zmq_ctx_new();
+    char xpub[41], xsec[41];
+    ASSERT_EQ(zmq_curve_keypair(xpub, xsec), 0);
+    /* two with the allowed key (a leftover task of another job that shares the keys), under
+     * rank 1's old plain id and under the transport's id form; one with an unknown key */
+    void *s[3] = {curve_dealer(ctx, a, CPUB, CSEC, "r1"), curve_dealer(ctx, a, CPUB, CSEC, "r1.0123456789abcdef"),
+                  curve_dealer(ctx, a, xpub, xsec, "r1")};
+    for (int i = 0; i < 3; i++) {
+        zmq_send(s[i], "garbage", 7, ZMQ_DONTWAIT);
+        send_msg(s[i], SL_MSG_ABORT, 1, JOB ^ 1, "injected by a stranger");
+        send_msg(s[i], SL_MSG_DATA, 1, JOB + 1, "evil");
+    }
+    usleep(300000);
+    ASSERT_OK(sl_tp_send_copy(b, 0, &h, "two", 3));
+    const void *data;
+    size_t len;
+    ASSERT_OK(sl_tp_recv(a, 1, -1, &g, &data, &len));
+    ASSERT_EQ(len, 3);
+    ASSERT_MEMEQ(data, "one", 3);
+    ASSERT_OK(sl_tp_recv(a, 1, -1, &g, &data, &len));
+    ASSERT_EQ(len, 3);
+    ASSERT_MEMEQ(data, "two", 3);
+    sl_tp_stats st;
+    for (int i = 0; i < 20; i++) {
+        sl_tp_get_stats(a, &st);
+        if (st.dropped >= 6 && st.denied >= 1) break;
+        ASSERT_EQ(sl_tp_recv(a, -1, 0.1, &g, &data, &len), SL_ETIMEDOUT);
+    }
+    sl_tp_get_stats(a, &st);
+    ASSERT_EQ(st.dropped, 6); /* the allowed-key strangers' 3 + 3 */
+    ASSERT_EQ(st.foreign, 4);
+    ASSERT(st.denied >= 1);   /* the unknown key never got in */
+    ASSERT_EQ(st.received, 2);
+    /* the real peer's ABORT (this job's id) still ends the receive */
+    sl_tp_abort(b, "real failure");
+    ASSERT_EQ(sl_tp_recv(a, 1, -1, &g, &data, &len), SL_EPEER);
+    char want[200];
+    snprintf(want, sizeof want, "rank 1 (%s) failed: real failure", sl_tp_endpoint(b));
+    ASSERT_STREQ(sl_errmsg(), want);
+    for (int i = 0; i < 3; i++) zmq_close(s[i]);
+    zmq_ctx_term(ctx);
+    sl_tp_destroy(a);
+    sl_tp_destroy(b);
+}
+
 int main(void) {
     RUN(test_known_keys);
     RUN(test_keygen_roundtrip);
@@ -587,5 +673,6 @@ int main(void) {
     RUN(test_curve_bad_opts);
     RUN(test_curve_ring);
     RUN(test_cluster_curve_load);
+    RUN(test_curve_strangers_of_another_job);
     TEST_MAIN_END();
 }

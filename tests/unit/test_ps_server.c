@@ -126,12 +126,15 @@ static void *srv_main(void *arg) {
     return NULL;
 }
 
+static uint64_t test_job; /* the job id of the servers and workers a test starts (0: none) */
+static uint64_t raw_job;  /* the job id raw_frame puts in its headers */
+
 static int srv_start(srv *v, cluster *c, int j, const sl_ps_plan *plan, const sl_ps_server_opts *o,
                      const float *init, const sl_ps_shard_state *ist) {
     sl_ps_server_ops ops = {.ctx = v, .apply = apply_sgd, .save = save_cb};
     sl_ps_server_opts oo = o ? *o : (sl_ps_server_opts){.staleness = -1};
     oo.stop = &v->stop;
-    sl_tp_opts to = {.timeout_s = 5, .max_msg = 1 << 20};
+    sl_tp_opts to = {.timeout_s = 5, .max_msg = 1 << 20, .job_id = test_job};
     if (sl_ps_server_create(c->addrs, c->nw, j, plan, &to, &ops, &oo, init, ist, &v->s)) return -1;
     return pthread_create(&v->t, NULL, srv_main, v) ? -1 : 0;
 }
@@ -177,7 +180,8 @@ static void *worker_main(void *arg) {
     for (size_t i = 0; i < n; i++) j->params[i] = j->w == 0 ? init_of(i) : 0.0f;
     sl_ps_client *c = NULL;
     double t0 = now_s();
-    j->st = sl_ps_client_create(j->c->addrs, j->c->nw, j->w, j->plan, NULL, &j->co, &c);
+    sl_tp_opts to = {.timeout_s = 5, .job_id = test_job};
+    j->st = sl_ps_client_create(j->c->addrs, j->c->nw, j->w, j->plan, test_job ? &to : NULL, &j->co, &c);
     if (!j->st) j->st = sl_ps_client_join(c, j->params, &j->resume);
     if (j->after_join) pthread_barrier_wait(j->after_join);
     for (int64_t s = j->from; s < j->from + j->nsteps && !j->st; s++) {
@@ -510,11 +514,12 @@ TEST(test_dead_worker_releases_sync_round) {
     sl_ps_plan_free(p);
 }
 
-/* A raw DEALER that claims worker `w` (routing id "r<w>") on the server's inbox. */
+/* A raw DEALER that claims worker `w` on the server's inbox, under a routing id of the
+ * transport's form "r<w>.<16 hex digits>" (a fixed nonce: a stand-in for a real worker). */
 static void *raw_dealer(void *ctx, const char *server_ep, int w) {
     void *s = zmq_socket(ctx, ZMQ_DEALER);
-    char id[16], ep[64];
-    snprintf(id, sizeof id, "r%d", w);
+    char id[32], ep[64];
+    snprintf(id, sizeof id, "r%d.00000000000000%02x", w, w & 0xff);
     snprintf(ep, sizeof ep, "tcp://%s", server_ep);
     int zero = 0;
     zmq_setsockopt(s, ZMQ_ROUTING_ID, id, strlen(id));
@@ -526,7 +531,7 @@ static void *raw_dealer(void *ctx, const char *server_ep, int w) {
 /* Send a transport header (type, sender w, tensor, step) and payload p[0..n). */
 static void raw_frame(void *s, int type, int w, int tensor, uint64_t step, const void *p, size_t n) {
     sl_msg_hdr h = {.type = (uint16_t)type, .dtype = SL_DT_U8, .sender = (uint32_t)w, .tensor = (uint32_t)tensor,
-                    .step = step, .length = n};
+                    .step = step, .length = n, .job = raw_job};
     uint8_t hb[SL_MSG_HDR_SIZE];
     sl_msg_encode(&h, hb);
     zmq_send(s, hb, sizeof hb, ZMQ_SNDMORE);
@@ -773,6 +778,65 @@ TEST(test_garbage_dropped_server_serves_on) {
     ASSERT_MEMEQ(v.saved, want, p->total * sizeof(float));
     ASSERT_EQ(v.stats.dropped, dropped);
     ASSERT_EQ(v.stats.rejected, 1);
+    ASSERT_EQ(v.stats.applied, 3);
+    ASSERT_EQ(v.stats.pushes, 3);
+    free(want); free(buf); free(j.params);
+    srv_done(&v);
+    sl_ps_plan_free(p);
+}
+
+TEST(test_other_job_cannot_alter_ps) {
+    /* tasks of another job (leftovers on the same ports, sharing the plan) speak for worker
+     * 1 and for the chief: a HELLO, a PUSH of huge gradients, a PULL and a BYE each. None of
+     * it may reach the ps: the chief trains alone and its parameters are exact. */
+    test_job = 0x0b5e55ed0b5e55edull;
+    cluster c;
+    cluster_init(&c, 2, 1);
+    sl_ps_plan *p = test_plan(1);
+    size_t n = p->shard_len[0];
+    srv v;
+    memset(&v, 0, sizeof v);
+    ASSERT_EQ(srv_start(&v, &c, 0, p, NULL, NULL, NULL), 0);
+    void *zctx = zmq_ctx_new();
+    void *raw[2] = {raw_dealer(zctx, sl_ps_server_endpoint(v.s), 0), raw_dealer(zctx, sl_ps_server_endpoint(v.s), 1)};
+    uint8_t *buf = calloc(SL_PS_PREFIX + 4 * n, 1);
+    sl_ps_frame f = {.plan_hash = p->hash, .seq = 1, .value = 0, .lr = 0.5f};
+    sl_ps_frame_encode_prefix(&f, buf);
+    for (size_t i = 0; i < n; i++) {
+        float big = 1e6f;
+        memcpy(buf + SL_PS_PREFIX + 4 * i, &big, 4);
+    }
+    sl_ps_frame pf = {.plan_hash = p->hash, .seq = 2};
+    uint8_t pre[SL_PS_PREFIX];
+    sl_ps_frame_encode_prefix(&pf, pre);
+    raw_job = test_job ^ 0x10;
+    int dropped = 0;
+    for (int w = 0; w < 2; w++) {
+        raw_frame(raw[w], SL_MSG_HELLO, w, 0, 0, pre, sizeof pre);
+        raw_frame(raw[w], SL_MSG_PUSH, w, 0, 0, buf, SL_PS_PREFIX + 4 * n);
+        raw_frame(raw[w], SL_MSG_PULL, w, 0, 0, pre, sizeof pre);
+        raw_frame(raw[w], SL_MSG_BYE, w, 0, 0, pre, sizeof pre);
+        dropped += 4;
+    }
+    raw_job = 0;
+    sleep_ms(300);
+    wjob j = {.c = &c, .plan = p, .w = 0, .co = {.retry_s = 20}, .nsteps = 3};
+    pthread_t t;
+    pthread_create(&t, NULL, worker_main, &j);
+    pthread_join(t, NULL);
+    pthread_join(v.t, NULL);
+    zmq_close(raw[0]);
+    zmq_close(raw[1]);
+    zmq_ctx_term(zctx);
+    test_job = 0;
+    CHECK_WORKER(j);
+    CHECK_SRV(v);
+    float *want = malloc(p->total * sizeof(float));
+    int64_t pushes[1][2] = {{0, 3}};
+    expect_async(p, 1, pushes, want, 2);
+    ASSERT_MEMEQ(j.params, want, p->total * sizeof(float));
+    ASSERT_MEMEQ(v.saved, want, p->total * sizeof(float));
+    ASSERT_EQ(v.stats.dropped, dropped);
     ASSERT_EQ(v.stats.applied, 3);
     ASSERT_EQ(v.stats.pushes, 3);
     free(want); free(buf); free(j.params);
@@ -1136,6 +1200,7 @@ int main(void) {
     RUN(test_restarted_worker_resumes);
     RUN(test_restarted_server);
     RUN(test_garbage_dropped_server_serves_on);
+    RUN(test_other_job_cannot_alter_ps);
     RUN(test_retried_push_applied_once);
     RUN(test_client_resends_same_seq);
     RUN(test_errors);

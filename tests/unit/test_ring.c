@@ -30,11 +30,13 @@ static double now_s(void) {
     return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
+static uint64_t ring_job; /* the job id make_ring gives its transports */
+
 /* n transports bound on ephemeral ports of 127.0.0.1, told each other's ports, connected. */
 static int make_ring(int n, double timeout, sl_tp **tps) {
     const char *addrs[16];
     for (int i = 0; i < n; i++) addrs[i] = "127.0.0.1:0";
-    sl_tp_opts o = {.timeout_s = timeout};
+    sl_tp_opts o = {.timeout_s = timeout, .job_id = ring_job};
     for (int i = 0; i < n; i++)
         if (sl_tp_create(i, n, addrs, &o, &tps[i])) return -1;
     for (int i = 0; i < n; i++)
@@ -472,6 +474,89 @@ TEST(test_garbage_during_allreduce) {
     for (int r = 0; r < N; r++) ASSERT_EQ(st[r].dropped, 3);
 }
 
+TEST(test_strangers_during_allreduce) {
+    /* strangers at every rank's inbox speak for its left neighbour (under the plain id
+     * "r<left>", under an id of the transport's own form, and with no id): garbage, an
+     * ABORT of another job, and a DATA chunk of another job that would poison the sum */
+    enum { N = 3, K = 3 };
+    ring_job = 0x00c0ffee5eed1234ull;
+    sl_tp *tps[N];
+    ASSERT_EQ(make_ring(N, 10, tps), 0);
+    ring_job = 0;
+    void *ctx = zmq_ctx_new();
+    void *raw[N][K];
+    int zero = 0;
+    static float poison[16];
+    for (int i = 0; i < 16; i++) poison[i] = 1e9f;
+    for (int i = 0; i < N; i++) {
+        int left = (i + N - 1) % N;
+        char ep[128], ids[2][40];
+        snprintf(ep, sizeof ep, "tcp://%s", sl_tp_endpoint(tps[i]));
+        snprintf(ids[0], sizeof ids[0], "r%d", left);
+        snprintf(ids[1], sizeof ids[1], "r%d.0123456789abcdef", left);
+        for (int k = 0; k < K; k++) {
+            void *s = raw[i][k] = zmq_socket(ctx, ZMQ_DEALER);
+            zmq_setsockopt(s, ZMQ_LINGER, &zero, sizeof zero);
+            if (k < 2) zmq_setsockopt(s, ZMQ_ROUTING_ID, ids[k], strlen(ids[k]));
+            ASSERT_EQ(zmq_connect(s, ep), 0);
+            zmq_send(s, "garbage", 7, 0);
+            uint8_t hb[SL_MSG_HDR_SIZE];
+            sl_msg_hdr h = {.type = SL_MSG_ABORT, .dtype = SL_DT_U8, .sender = (uint32_t)left, .job = 0xbad,
+                            .length = 22};
+            sl_msg_encode(&h, hb);
+            zmq_send(s, hb, sizeof hb, ZMQ_SNDMORE);
+            zmq_send(s, "injected by a stranger", 22, 0);
+            h = (sl_msg_hdr){.type = SL_MSG_DATA, .dtype = SL_DT_F32, .sender = (uint32_t)left, .tensor = 7,
+                             .job = 0x00c0ffee5eed1235ull, .length = sizeof poison};
+            sl_msg_encode(&h, hb);
+            zmq_send(s, hb, sizeof hb, ZMQ_SNDMORE);
+            zmq_send(s, poison, sizeof poison, 0);
+        }
+    }
+    struct timespec ts = {0, 300 * 1000000};
+    nanosleep(&ts, NULL);
+    size_t len = 100003;
+    float *bufs[N];
+    job jobs[N];
+    pthread_t th[N];
+    for (int r = 0; r < N; r++) {
+        bufs[r] = malloc(len * 4);
+        for (size_t i = 0; i < len; i++) bufs[r][i] = val(r, i);
+        jobs[r] = (job){.tp = tps[r], .rank = r, .n = N, .what = DO_ALLREDUCE, .reps = 2, .count = len,
+                        .buf = bufs[r], .dt = SL_DT_F32, .op = SL_REDUCE_SUM, .ro = {.chunk_bytes = 16 << 10}};
+        pthread_create(&th[r], NULL, run_job, &jobs[r]);
+    }
+    for (int r = 0; r < N; r++) pthread_join(th[r], NULL);
+    int wrong = 0;
+    for (int r = 0; r < N; r++) {
+        if (jobs[r].st) { printf("  rank %d: %s\n", r, jobs[r].msg); wrong = 1; }
+        for (size_t i = 0; i < len && !wrong; i++)
+            if (bufs[r][i] != val(0, i) * 6 * N) wrong = 1; /* sum twice: N * (1+2+3) */
+    }
+    /* whatever the ring did not read by itself is dropped now: nothing else is waiting */
+    sl_tp_stats st[N];
+    for (int r = 0; r < N; r++) {
+        sl_msg_hdr g;
+        const void *d;
+        size_t l;
+        for (int k = 0; k < 10; k++) {
+            sl_tp_get_stats(tps[r], &st[r]);
+            if (st[r].dropped >= 3 * K) break;
+            if (sl_tp_recv(tps[r], -1, 0.1, &g, &d, &l) != SL_ETIMEDOUT) wrong = 1;
+        }
+        sl_tp_get_stats(tps[r], &st[r]);
+    }
+    for (int i = 0; i < N; i++)
+        for (int k = 0; k < K; k++) zmq_close(raw[i][k]);
+    zmq_ctx_term(ctx);
+    for (int r = 0; r < N; r++) { sl_tp_destroy(tps[r]); free(bufs[r]); }
+    ASSERT_EQ(wrong, 0);
+    for (int r = 0; r < N; r++) {
+        ASSERT_EQ(st[r].dropped, 3 * K);
+        ASSERT_EQ(st[r].foreign, 2 * K);
+    }
+}
+
 int main(void) {
     RUN(test_fp16_conversion);
     RUN(test_allreduce_bad_args);
@@ -483,5 +568,6 @@ int main(void) {
     RUN(test_broadcast_and_barrier);
     RUN(test_silent_peer_times_out);
     RUN(test_garbage_during_allreduce);
+    RUN(test_strangers_during_allreduce);
     TEST_MAIN_END();
 }

@@ -25,7 +25,7 @@ static int pair(sl_tp **a, sl_tp **b, const sl_tp_opts *o) {
 TEST(test_header_roundtrip) {
     sl_msg_hdr h = {.type = SL_MSG_DATA, .round = 513, .dtype = SL_DT_F32, .flags = SL_MSGF_FP16,
                     .sender = 70000, .tensor = 0xdeadbeef, .step = 0x0102030405060708ull,
-                    .offset = 1ull << 40, .length = 4096};
+                    .offset = 1ull << 40, .length = 4096, .job = 0xfedcba9876543210ull};
     uint8_t b[SL_MSG_HDR_SIZE];
     sl_msg_encode(&h, b);
     ASSERT_EQ(b[0], 'S');
@@ -41,6 +41,9 @@ TEST(test_header_roundtrip) {
     ASSERT_U64(g.step, 0x0102030405060708ull);
     ASSERT_U64(g.offset, 1ull << 40);
     ASSERT_U64(g.length, 4096);
+    ASSERT_U64(g.job, 0xfedcba9876543210ull);
+    ASSERT_EQ(b[48], 0x10); /* the job id is little-endian at byte 48 */
+    ASSERT_EQ(b[55], 0xfe);
 }
 
 static sl_status corrupt(int at, uint8_t v) {
@@ -55,13 +58,13 @@ static sl_status corrupt(int at, uint8_t v) {
 TEST(test_header_corruption) {
     uint8_t b[SL_MSG_HDR_SIZE] = {0};
     sl_msg_hdr g;
-    ASSERT_EQ(sl_msg_decode(b, 47, &g), SL_ECORRUPT);
-    ASSERT_STREQ(sl_errmsg(), "message header: byte 47: header frame is 47 bytes, expected 48");
+    ASSERT_EQ(sl_msg_decode(b, 48, &g), SL_ECORRUPT); /* a version-1 header (no job id) */
+    ASSERT_STREQ(sl_errmsg(), "message header: byte 48: header frame is 48 bytes, expected 56");
     ASSERT_EQ(sl_msg_decode(b, 0, &g), SL_ECORRUPT);
     ASSERT_EQ(corrupt(0, 'X'), SL_ECORRUPT);
     ASSERT_STREQ(sl_errmsg(), "message header: byte 0: bad magic 0x31574c58 (expected 0x31574c53 \"SLW1\")");
-    ASSERT_EQ(corrupt(4, 2), SL_ECORRUPT);
-    ASSERT_STREQ(sl_errmsg(), "message header: byte 4: unsupported version 2 (this build speaks 1)");
+    ASSERT_EQ(corrupt(4, 1), SL_ECORRUPT);
+    ASSERT_STREQ(sl_errmsg(), "message header: byte 4: unsupported version 1 (this build speaks 2)");
     ASSERT_EQ(corrupt(6, 0), SL_ECORRUPT);
     ASSERT_STREQ(sl_errmsg(), "message header: byte 6: unknown message type 0");
     ASSERT_EQ(corrupt(6, 99), SL_ECORRUPT);
@@ -279,6 +282,237 @@ TEST(test_garbage_dropped_and_counted) {
     sl_tp_destroy(b);
 }
 
+/* A raw DEALER to tp's inbox under routing id `id` (NULL: ZeroMQ's own random id). */
+static void *raw_dealer(void *ctx, const sl_tp *tp, const char *id) {
+    char ep[128];
+    int zero = 0;
+    snprintf(ep, sizeof ep, "tcp://%s", sl_tp_endpoint(tp));
+    void *s = zmq_socket(ctx, ZMQ_DEALER);
+    zmq_setsockopt(s, ZMQ_LINGER, &zero, sizeof zero);
+    if (id) zmq_setsockopt(s, ZMQ_ROUTING_ID, id, strlen(id));
+    zmq_connect(s, ep);
+    return s;
+}
+
+/* Send a well-formed message of job `job` claiming to come from `sender`. */
+static void raw_msg(void *s, int type, uint32_t sender, uint64_t job, const char *payload) {
+    sl_msg_hdr h = {.type = (uint16_t)type, .dtype = SL_DT_U8, .sender = sender, .job = job,
+                    .length = strlen(payload)};
+    uint8_t hb[SL_MSG_HDR_SIZE];
+    sl_msg_encode(&h, hb);
+    zmq_send(s, hb, sizeof hb, ZMQ_SNDMORE);
+    zmq_send(s, payload, strlen(payload), 0);
+}
+
+/* Receive on tp until a message of this job arrives or `want_dropped` drops were counted
+ * and limit_s passed; SL_OK with the message, else the last status. */
+static sl_status recv_past_drops(sl_tp *tp, int from, uint64_t want_dropped, sl_msg_hdr *g, const void **data,
+                                 size_t *len) {
+    sl_status s = SL_ETIMEDOUT;
+    for (int k = 0; k < 50; k++) {
+        s = sl_tp_recv(tp, from, 0.2, g, data, len);
+        if (s != SL_ETIMEDOUT) return s;
+        sl_tp_stats st;
+        sl_tp_get_stats(tp, &st);
+        if (want_dropped && st.dropped >= want_dropped) return s;
+    }
+    return s;
+}
+
+#define JOB 0x5eed5eed00c0ffeeull
+
+TEST(test_strangers_cannot_end_or_alter_job) {
+    sl_tp *a, *b;
+    sl_tp_opts o = {.timeout_s = 5, .job_id = JOB};
+    ASSERT_EQ(pair(&a, &b, &o), 0);
+    void *ctx = zmq_ctx_new();
+    /* three strangers at b's inbox: one under the plain id rank 0 used to have, one under
+     * an id of the transport's own form (a guessed nonce), one with no id at all */
+    void *socks[3] = {raw_dealer(ctx, b, "r0"), raw_dealer(ctx, b, "r0.0123456789abcdef"), raw_dealer(ctx, b, NULL)};
+    for (int i = 0; i < 3; i++) {
+        zmq_send(socks[i], "garbage", 7, 0);                                   /* (a) garbage */
+        raw_msg(socks[i], SL_MSG_ABORT, 0, JOB ^ 1, "injected by a stranger"); /* (b) ABORT, wrong job */
+        raw_msg(socks[i], SL_MSG_DATA, 0, JOB + 7, "evil!");                  /* (c) DATA, wrong job */
+        raw_msg(socks[i], SL_MSG_ABORT, 0, 0, "a job without id");             /* an old / id-less job */
+    }
+    sl_msg_hdr g;
+    const void *data;
+    size_t len;
+    sl_tp_stats st;
+    /* wait until every stranger's message was seen and dropped: none of them ends b */
+    ASSERT_EQ(recv_past_drops(b, -1, 12, &g, &data, &len), SL_ETIMEDOUT);
+    sl_tp_get_stats(b, &st);
+    ASSERT_EQ(st.dropped, 12);
+    ASSERT_EQ(st.foreign, 9);
+    ASSERT_EQ(st.received, 0);
+    /* a timeout says that messages of another job came */
+    ASSERT_EQ(sl_tp_recv(b, 0, 0.1, &g, &data, &len), SL_ETIMEDOUT);
+    ASSERT_CONTAINS(sl_errmsg(), "---> HINT: 9 messages of another job (job id 0000000000000000, this job's is "
+                                 "5eed5eed00c0ffee) were dropped: start every task of a job with the same SLUICE_JOB_ID");
+    /* the real rank 0 still gets through, with exactly what it sent */
+    sl_msg_hdr h = {.type = SL_MSG_DATA, .dtype = SL_DT_U8, .tensor = 4};
+    ASSERT_OK(sl_tp_send_copy(a, 1, &h, "valid", 5));
+    ASSERT_OK(sl_tp_recv(b, 0, -1, &g, &data, &len));
+    ASSERT_EQ(g.sender, 0);
+    ASSERT_EQ(g.tensor, 4);
+    ASSERT_U64(g.job, JOB);
+    ASSERT_EQ(len, 5);
+    ASSERT_MEMEQ(data, "valid", 5);
+    /* and an ABORT from the real peer, with the right job id, still ends the receive */
+    sl_tp_abort(a, "real failure");
+    ASSERT_EQ(sl_tp_recv(b, 0, -1, &g, &data, &len), SL_EPEER);
+    char want[200];
+    snprintf(want, sizeof want, "rank 0 (%s) failed: real failure", sl_tp_endpoint(a));
+    ASSERT_STREQ(sl_errmsg(), want);
+    sl_tp_get_stats(b, &st);
+    ASSERT_EQ(st.dropped, 12);
+    ASSERT_EQ(st.foreign, 9);
+    ASSERT_EQ(st.received, 2);
+    for (int i = 0; i < 3; i++) zmq_close(socks[i]);
+    zmq_ctx_term(ctx);
+    sl_tp_destroy(a);
+    sl_tp_destroy(b);
+}
+
+static void sleep_ms(int ms) {
+    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000};
+    nanosleep(&ts, NULL);
+}
+
+TEST(test_impostor_cannot_take_over_a_rank) {
+    void *ctx = zmq_ctx_new();
+    sl_tp_opts o = {.timeout_s = 5, .job_id = JOB};
+    const char *addrs[2] = {"127.0.0.1:0", "127.0.0.1:0"};
+    sl_msg_hdr h = {.type = SL_MSG_DATA, .dtype = SL_DT_U8}, g;
+    const void *data;
+    size_t len;
+    sl_tp_stats st;
+    /* while: rank 1 is connected and its message waits unread in rank 0's inbox when an
+     * impostor connects under "r1" (the routing id rank 1 used to have) */
+    sl_tp *a, *b;
+    ASSERT_EQ(pair(&a, &b, &o), 0);
+    ASSERT_OK(sl_tp_send_copy(b, 0, &h, "one", 3));
+    sleep_ms(300);
+    void *imp = raw_dealer(ctx, a, "r1");
+    raw_msg(imp, SL_MSG_DATA, 1, JOB ^ 0xff, "xyz");
+    sleep_ms(300);
+    ASSERT_OK(sl_tp_send_copy(b, 0, &h, "two", 3));
+    ASSERT_OK(sl_tp_recv(a, 1, -1, &g, &data, &len));
+    ASSERT_EQ(g.sender, 1);
+    ASSERT_EQ(len, 3);
+    ASSERT_MEMEQ(data, "one", 3); /* not lost to a takeover */
+    ASSERT_OK(sl_tp_recv(a, 1, -1, &g, &data, &len));
+    ASSERT_EQ(len, 3);
+    ASSERT_MEMEQ(data, "two", 3);
+    ASSERT_EQ(recv_past_drops(a, -1, 1, &g, &data, &len), SL_ETIMEDOUT);
+    sl_tp_get_stats(a, &st);
+    ASSERT_EQ(st.dropped, 1);
+    ASSERT_EQ(st.foreign, 1);
+    zmq_close(imp);
+    sl_tp_destroy(a);
+    sl_tp_destroy(b);
+    /* before: the impostor holds "r1" at rank 0's inbox before rank 1 connects; its ABORT
+     * (another job's) ends nothing, and rank 1 still gets through */
+    ASSERT_OK(sl_tp_create(0, 2, addrs, &o, &a));
+    ASSERT_OK(sl_tp_create(1, 2, addrs, &o, &b));
+    ASSERT_OK(sl_tp_set_peer(a, 1, sl_tp_endpoint(b)));
+    ASSERT_OK(sl_tp_set_peer(b, 0, sl_tp_endpoint(a)));
+    ASSERT_OK(sl_tp_connect(a));
+    imp = raw_dealer(ctx, a, "r1");
+    raw_msg(imp, SL_MSG_ABORT, 1, 42, "injected by a stranger");
+    ASSERT_EQ(recv_past_drops(a, -1, 1, &g, &data, &len), SL_ETIMEDOUT);
+    ASSERT_OK(sl_tp_connect(b));
+    ASSERT_OK(sl_tp_send_copy(b, 0, &h, "real", 4));
+    raw_msg(imp, SL_MSG_ABORT, 1, 42, "injected again");
+    ASSERT_OK(sl_tp_recv(a, 1, -1, &g, &data, &len));
+    ASSERT_EQ(g.sender, 1);
+    ASSERT_EQ(len, 4);
+    ASSERT_MEMEQ(data, "real", 4);
+    ASSERT_EQ(recv_past_drops(a, -1, 2, &g, &data, &len), SL_ETIMEDOUT);
+    sl_tp_get_stats(a, &st);
+    ASSERT_EQ(st.dropped, 2);
+    ASSERT_EQ(st.foreign, 2);
+    ASSERT_EQ(st.received, 1);
+    /* a reconnect (new nonce) is not refused as a duplicate of the old connection */
+    ASSERT_OK(sl_tp_disconnect(b));
+    ASSERT_OK(sl_tp_connect(b));
+    ASSERT_OK(sl_tp_send_copy(b, 0, &h, "back", 4));
+    ASSERT_OK(sl_tp_recv(a, 1, -1, &g, &data, &len));
+    ASSERT_MEMEQ(data, "back", 4);
+    zmq_close(imp);
+    zmq_ctx_term(ctx);
+    sl_tp_destroy(a);
+    sl_tp_destroy(b);
+}
+
+TEST(test_peer_never_started_is_named) {
+    /* rank 1's address is a port nobody listens on */
+    sl_tp *a, *gone;
+    const char *addrs[2] = {"127.0.0.1:0", "127.0.0.1:0"};
+    sl_tp_opts o = {.timeout_s = 0.5};
+    ASSERT_OK(sl_tp_create(1, 2, addrs, &o, &gone));
+    char dead[64];
+    snprintf(dead, sizeof dead, "%s", sl_tp_endpoint(gone));
+    sl_tp_destroy(gone); /* the port is free again: nothing answers there */
+    ASSERT_OK(sl_tp_create(0, 2, addrs, &o, &a));
+    ASSERT_OK(sl_tp_set_peer(a, 1, dead));
+    ASSERT_OK(sl_tp_connect(a));
+    static float x[256];
+    sl_msg_hdr h = {.type = SL_MSG_DATA, .dtype = SL_DT_F32};
+    ASSERT_OK(sl_tp_send(a, 1, &h, x, sizeof x, NULL, NULL));
+    ASSERT_EQ(sl_tp_flush(a), SL_ETIMEDOUT);
+    char want[300];
+    snprintf(want, sizeof want, "rank 1 (%s) never answered within 0.5 s: 1 send still queued for it\n---> HINT: no "
+             "connection to rank 1 ever opened: its process did not start, failed before it listened, or listens on "
+             "another address", dead);
+    ASSERT_STREQ(sl_errmsg(), want);
+    sl_msg_hdr g;
+    const void *data;
+    size_t len;
+    ASSERT_EQ(sl_tp_recv(a, 1, 0.3, &g, &data, &len), SL_ETIMEDOUT);
+    snprintf(want, sizeof want, "rank 1 (%s) never answered within 0.3 s (0 received, 0 dropped so far)", dead);
+    ASSERT_CONTAINS(sl_errmsg(), want);
+    ASSERT_OK(sl_tp_disconnect(a));
+    sl_tp_destroy(a);
+}
+
+TEST(test_random_u64) {
+    uint64_t x = 0, y = 0;
+    ASSERT_OK(sl_tp_random_u64(&x));
+    ASSERT_OK(sl_tp_random_u64(&y));
+    ASSERT(x != 0 && y != 0 && x != y);
+}
+
+TEST(test_msg_accept) {
+    const uint64_t J = 0x0123456789abcdefull;
+    sl_msg_hdr h = {.type = SL_MSG_ABORT, .dtype = SL_DT_U8, .sender = 0, .job = J, .length = 4}, g;
+    uint8_t hb[SL_MSG_HDR_SIZE];
+    sl_msg_encode(&h, hb);
+    const char *id = "r0.00ff00ff00ff00ff";
+    memset(&g, 0, sizeof g);
+    ASSERT_EQ(sl_msg_accept(id, strlen(id), hb, sizeof hb, 4, 1, 2, J, 100, &g), 0);
+    ASSERT_U64(g.job, J);
+    ASSERT_EQ(g.type, SL_MSG_ABORT);
+    /* another job, whoever claims to send it */
+    ASSERT_EQ(sl_msg_accept(id, strlen(id), hb, sizeof hb, 4, 1, 2, J + 1, 100, &g), SL_MSG_FOREIGN);
+    ASSERT_EQ(sl_msg_accept("x", 1, hb, sizeof hb, 4, 1, 2, 0, 100, &g), SL_MSG_FOREIGN);
+    /* ids that are not "r<rank>.<16 hex digits>" of another rank of this job */
+    const char *bad[] = {"r0", "r0.00ff00ff00ff00f", "r0.00ff00ff00ff00ff0", "r00.00ff00ff00ff00ff", "r1.00ff00ff00ff00ff",
+                         "r2.00ff00ff00ff00ff", "r0.00FF00ff00ff00ff", "r0:00ff00ff00ff00ff", "s0.00ff00ff00ff00ff",
+                         "r-0.00ff00ff00ff00f", "r.000ff00ff00ff00ff", ""};
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++)
+        if (sl_msg_accept(bad[i], strlen(bad[i]), hb, sizeof hb, 4, 1, 2, J, 100, &g) != SL_MSG_INVALID)
+            FAILF("id \"%s\" accepted", bad[i]);
+    ASSERT_EQ(sl_msg_accept(id, strlen(id), hb, sizeof hb, 5, 1, 2, J, 100, &g), SL_MSG_INVALID); /* payload size */
+    ASSERT_EQ(sl_msg_accept(id, strlen(id), hb, sizeof hb, 4, 1, 2, J, 3, &g), SL_MSG_INVALID);   /* over max_msg */
+    ASSERT_EQ(sl_msg_accept(id, strlen(id), hb, 48, 4, 1, 2, J, 100, &g), SL_MSG_INVALID);        /* a v1 header */
+    const char *id12 = "r12.00ff00ff00ff00ff";
+    h.sender = 12;
+    sl_msg_encode(&h, hb);
+    ASSERT_EQ(sl_msg_accept(id12, strlen(id12), hb, sizeof hb, 4, 1, 13, J, 100, &g), 12);
+    ASSERT_EQ(sl_msg_accept(id, strlen(id), hb, sizeof hb, 4, 1, 13, J, 100, &g), SL_MSG_INVALID); /* sender 12, id 0 */
+}
+
 TEST(test_create_errors) {
     sl_tp *t;
     const char *bad[] = {"127.0.0.1:0", "nocolon"};
@@ -308,5 +542,10 @@ int main(void) {
     RUN(test_lost_peer);
     RUN(test_garbage_dropped_and_counted);
     RUN(test_create_errors);
+    RUN(test_strangers_cannot_end_or_alter_job);
+    RUN(test_impostor_cannot_take_over_a_rank);
+    RUN(test_peer_never_started_is_named);
+    RUN(test_random_u64);
+    RUN(test_msg_accept);
     TEST_MAIN_END();
 }
