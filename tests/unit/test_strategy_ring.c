@@ -249,6 +249,7 @@ static void *train_replica(void *arg) {
         goto out;
     sl_train_opts o = sl_train_opts_default();
     o.run_dir = run;
+    o.overwrite = true; /* the tests of this file reuse run0 and run1 */
     o.hooks = &h;
     if ((st = sl_trainer_create(cfg, &o, &t))) {
         h.finish(h.ctx, st);
