@@ -1096,7 +1096,10 @@ TEST(test_record_limits) {
         char want[300];
         snprintf(want, sizeof want, "huge: byte 0: truncated record: needs %s bytes (12-byte header, %llu of data, 4-byte CRC) but only 40 are left",
                  need[k], (unsigned long long)big[k]);
-        ASSERT_STREQ(strtok(strdup(sl_errmsg()), "\n"), want);
+        char got[400];
+        snprintf(got, sizeof got, "%s", sl_errmsg());
+        if (strchr(got, '\n')) *strchr(got, '\n') = 0; /* the hint follows */
+        ASSERT_STREQ(got, want);
         sl_tfr_reader_close(r);
         /* skip mode: counted, no overflow in the scan */
         o = ropts(SL_COMP_NONE, true);
