@@ -139,8 +139,11 @@ static int parse_compression(const char *prog, const char *name, sl_compression 
 
 /* Open FILE for reading, or standard input for "-". */
 static sl_status open_input(const char *path, const sl_tfr_read_opts *ro, sl_tfr_reader **r) {
-    if (strcmp(path, "-") == 0) return sl_tfr_reader_open_fd(0, "<stdin>", ro, r);
-    return sl_tfr_reader_open(path, ro, r);
+    if (strcmp(path, "-") == 0) return sl_tfr_reader_open_fd(0, "-", ro, r);
+    sl_status s = sl_tfr_reader_open(path, ro, r);
+    if (s == SL_EINVAL && strstr(sl_errmsg(), "FIFO"))
+        sl_err_hint("to read a pipe, give it as standard input: sluice-record COMMAND - < %s", path);
+    return s;
 }
 
 #define MAX_RECORD_OPT(dest) {"max-record", 0, SL__OPT_INT, (dest), 1, (long long)1 << 62}
