@@ -781,12 +781,12 @@ static int in_child(int (*fn)(void), unsigned alarm_s) {
 #define SHRINK_REC (16 + SHRINK_LEN)
 
 /* Open a 4 MiB file (mapped), read 3 records, truncate the file to `to` bytes, read on. */
-static int shrink_case(uint64_t to, bool verify) {
+static int shrink_case(uint64_t to, bool verify, bool skip) {
     static size_t lens[SHRINK_N];
     for (int i = 0; i < SHRINK_N; i++) lens[i] = SHRINK_LEN;
     const char *path = tmp("shrink.tfrecord");
     if (write_file(path, SL_COMP_NONE, lens, SHRINK_N)) return 2;
-    sl_tfr_read_opts o = ropts(SL_COMP_NONE, false);
+    sl_tfr_read_opts o = ropts(SL_COMP_NONE, skip);
     o.verify_data_crc = verify;
     sl_tfr_reader *r;
     sl_record rec, first;
@@ -822,10 +822,11 @@ static int shrink_case(uint64_t to, bool verify) {
     return 0;
 }
 
-static int shrink_mid(void) { return shrink_case(1 << 20, true); }              /* page boundary */
-static int shrink_odd(void) { return shrink_case(1000003, true); }              /* mid page */
-static int shrink_zero(void) { return shrink_case(0, true); }                   /* everything gone */
-static int shrink_nocrc(void) { return shrink_case(1 << 20, false); }           /* no data CRC */
+static int shrink_mid(void) { return shrink_case(1 << 20, true, false); }     /* page boundary */
+static int shrink_odd(void) { return shrink_case(1000003, true, false); }     /* mid page */
+static int shrink_zero(void) { return shrink_case(0, true, false); }          /* everything gone */
+static int shrink_nocrc(void) { return shrink_case(1 << 20, false, false); }  /* no data CRC */
+static int shrink_skip(void) { return shrink_case(1000003, true, true); }     /* skip mode: not "corrupt" */
 
 /* A shrinking gzip file: inflating from the mapping faults; an error, not a signal. */
 static int shrink_gzip(void) {
@@ -856,6 +857,7 @@ TEST(test_shrink_while_mapped) {
     ASSERT_EQ(in_child(shrink_odd, 60), 0);
     ASSERT_EQ(in_child(shrink_zero, 60), 0);
     ASSERT_EQ(in_child(shrink_nocrc, 60), 0);
+    ASSERT_EQ(in_child(shrink_skip, 60), 0);
     ASSERT_EQ(in_child(shrink_gzip, 60), 0);
     /* A file that grows is read as it was when opened. */
     static const size_t lens[] = {10, 20};
@@ -982,6 +984,32 @@ TEST(test_gzip_damage_keeps_earlier_records) {
     ASSERT_EQ(st.corrupt_skipped, 0);
     ASSERT(st.compressed_bytes_lost > 0 && st.compressed_bytes_lost <= n1 - flush_at);
     sl_tfr_reader_close(r);
+    /* The same through a pipe (the read(2) path of sl_tfr_reader_open_fd). */
+    int fds[2];
+    ASSERT_EQ(pipe(fds), 0);
+    fflush(stdout);
+    pid_t pid = fork();
+    if (pid == 0) {
+        close(fds[0]);
+        size_t off = 0, total = n1 + n2;
+        while (off < total) {
+            ssize_t w = write(fds[1], gz + off, total - off < 1000 ? total - off : 1000);
+            if (w <= 0) _exit(1);
+            off += (size_t)w;
+        }
+        _exit(0);
+    }
+    close(fds[1]);
+    ASSERT_OK(sl_tfr_reader_open_fd(fds[0], "dmg2.gz|", &o, &r));
+    got = 0;
+    while ((s = sl_tfr_reader_next(r, &rec)) == SL_OK) got++;
+    ASSERT_EQ(s, SL_END);
+    ASSERT_EQ(got, GOOD + M);
+    ASSERT_EQ(sl_tfr_reader_stats(r).stream_damage, 1);
+    sl_tfr_reader_close(r);
+    close(fds[0]);
+    int status;
+    waitpid(pid, &status, 0);
     /* Damage inside a record (not at a flush point) in a two-member file: the records before,
      * one corrupt record where the member breaks off, then all of the second member. */
     ASSERT_OK(write_file(tmp("two.gz"), SL_COMP_GZIP, lens, N));
