@@ -11,10 +11,18 @@
  * Framing errors name the file, the record's offset in the uncompressed stream and what
  * was wrong, with a hint. Skip mode: after a bad length CRC (or a record that runs past the
  * end) the length cannot be trusted, so we scan forward one byte at a time for a position
- * whose header CRC matches, whose record fits, and whose data CRC matches; after a bad data
- * CRC under a good length CRC the length is trusted and the record is stepped over. Every
- * loop advances by at least one byte, and every read is bounds-checked against the window,
- * so hostile input can neither hang nor overrun us. */
+ * whose header CRC matches, whose record fits, and whose data CRC matches (resync: one
+ * running CRC for all candidates, so the scan is linear however many false headers claim
+ * long records); after a bad data CRC under a good length CRC the length is trusted and the
+ * record is stepped over. Every loop advances by at least one byte, and every read is
+ * bounds-checked against the window, so hostile input can neither hang nor overrun us.
+ *
+ * Hostile files (issue 11): the mapping is guarded (sl_buf_wrap_mapping) so a file that
+ * shrinks is SL_EIO, not SIGBUS; before reporting bad framing in a mapped file we ask
+ * whether it shrank (a shrink inside the file's last page reads zeros without a fault);
+ * streamed records are limited to max_record; a damaged compressed stream hands out what
+ * was inflated before the damage first (fail mode) or resumes at the next gzip member
+ * (skip mode). See tfrecord.h for the contract. */
 #include "sluice/tfrecord.h"
 
 #include <errno.h>
