@@ -12,7 +12,10 @@
 #include <unistd.h>
 #include <zlib.h>
 
+#include "sluice/config.h"
 #include "sluice/crc32c.h"
+#include "sluice/from_config.h"
+#include "sluice/pipeline.h"
 #include "sluice/tfrecord.h"
 #include "test.h"
 
@@ -1229,6 +1232,63 @@ TEST(test_resync_finds_overlapping_records) {
     sl_tfr_reader_close(r);
 }
 
+/* The limit and the damage counting end to end: max_record=BYTES on `files` in a config
+ * reaches the reader, and in a pipeline with skip_corrupt a damaged gzip stream is counted
+ * in errors_ignored (never silent). */
+TEST(test_limits_and_damage_in_a_pipeline) {
+    static const size_t lens[] = {5, 0, 8};
+    const char *path = tmp("cfg.gz");
+    ASSERT_OK(write_file(path, SL_COMP_GZIP, lens, 3));
+    char text[1200];
+    snprintf(text, sizeof text, "pipeline p {\n    files \"%s\" max_record=6\n}\n", path);
+    sl_cfg *cfg;
+    ASSERT_OK(sl_cfg_parse(text, strlen(text), "t.sl", &cfg));
+    sl_dataset *ds;
+    ASSERT_OK(sl_pipeline_from_config(cfg, "p", NULL, &ds));
+    sl_cfg_free(cfg);
+    sl_iter *it;
+    sl_element e;
+    sl_element_init(&e);
+    ASSERT_OK(sl_iter_create(ds, NULL, &it));
+    ASSERT_OK(sl_iter_next(it, &e));
+    sl_element_clear(&e);
+    ASSERT_OK(sl_iter_next(it, &e));
+    sl_element_clear(&e);
+    ASSERT_EQ(sl_iter_next(it, &e), SL_ERANGE);
+    ASSERT_CONTAINS(sl_errmsg(), "byte 37 (uncompressed): record of 8 bytes is larger than the limit of 6 bytes");
+    sl_iter_close(it);
+    sl_dataset_unref(ds);
+
+    enum { N = 100, GOOD = 50 };
+    size_t dl[N];
+    for (int i = 0; i < N; i++) dl[i] = 900 + (size_t)(i * 7 % 200);
+    size_t cap = 4 << 20, flush_at = 0;
+    uint8_t *gz = malloc(cap);
+    size_t n1 = gzip_member(gz, cap, dl, N, 0, GOOD - 1, &flush_at);
+    gz[flush_at] |= 0x06;
+    const char *dpath = tmp("cfgdmg.gz");
+    FILE *f = fopen(dpath, "wb");
+    ASSERT(f && fwrite(gz, 1, n1, f) == n1);
+    fclose(f);
+    free(gz);
+    snprintf(text, sizeof text, "pipeline p {\n    files \"%s\" skip_corrupt=true\n}\n", dpath);
+    ASSERT_OK(sl_cfg_parse(text, strlen(text), "t.sl", &cfg));
+    ASSERT_OK(sl_pipeline_from_config(cfg, "p", NULL, &ds));
+    sl_cfg_free(cfg);
+    ASSERT_OK(sl_iter_create(ds, NULL, &it));
+    int n = 0;
+    sl_status st;
+    while ((st = sl_iter_next(it, &e)) == SL_OK) {
+        sl_element_clear(&e);
+        n++;
+    }
+    ASSERT_EQ(st, SL_END);
+    ASSERT_EQ(n, GOOD);
+    ASSERT_EQ(sl_iter_errors_ignored(it), 1);
+    sl_iter_close(it);
+    sl_dataset_unref(ds);
+}
+
 int main(void) {
     snprintf(tmpdir, sizeof tmpdir, "/tmp/sluice-test-tfrecord-XXXXXX");
     if (!mkdtemp(tmpdir)) {
@@ -1256,6 +1316,7 @@ int main(void) {
     RUN(test_record_limits);
     RUN(test_resync_is_linear);
     RUN(test_resync_finds_overlapping_records);
+    RUN(test_limits_and_damage_in_a_pipeline);
     char cmd[300];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
     if (system(cmd) != 0) printf("  could not remove %s\n", tmpdir);
