@@ -2,11 +2,15 @@
  * in the same allocation as its header (one malloc per buffer); wrapped memory has a free
  * callback instead. */
 #include <pthread.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "sluice/tensor.h"
+
+#include <sys/mman.h>
+#include <unistd.h>
 
 #define BUF_ALIGN 64
 /* header padded so data stays 64-byte aligned inside one aligned allocation */
@@ -78,6 +82,7 @@ sl_buf *sl_buf_new(size_t size) {
         return NULL;
     }
     atomic_init(&b->refs, 1);
+    atomic_init(&b->damaged, false);
     b->data = (char *)b + BUF_HDR;
     b->size = size;
     b->free_fn = inline_bytes;
@@ -98,11 +103,133 @@ sl_buf *sl_buf_wrap(void *data, size_t size, sl_free_fn free_fn, void *free_ctx)
         return NULL;
     }
     atomic_init(&b->refs, 1);
+    atomic_init(&b->damaged, false);
     b->data = data;
     b->size = size;
     b->free_fn = free_fn;
     b->free_ctx = free_ctx;
     return b;
+}
+
+/* ---- guarded file mappings ----
+ *
+ * A file that shrinks while it is mapped (a shard replaced in place, a copy still being
+ * written) turns reads past its new end into SIGBUS. Guarded mappings sit in a registry
+ * that the SIGBUS handler can walk without locks: chunks of slots that are never freed,
+ * linked by an atomic pointer, each slot claimed by a CAS on its `start` (0 = free) and
+ * published with release order after len/prot/buf are written. The handler replaces the
+ * faulting page and the rest of that mapping by anonymous zero pages (MAP_FIXED), sets the
+ * buffer's damaged flag (a lock-free atomic store) and returns, so the read completes. */
+#define GUARD_SLOTS 256
+
+typedef struct guard_slot {
+    _Atomic uintptr_t start; /* mapping address; 0: free */
+    size_t len;              /* bytes mapped; written before start is published */
+    int prot;
+    sl_buf *buf;
+} guard_slot;
+
+typedef struct guard_chunk {
+    guard_slot slot[GUARD_SLOTS];
+    struct guard_chunk *_Atomic next;
+} guard_chunk;
+
+static guard_chunk guard_first;
+static pthread_mutex_t guard_mu = PTHREAD_MUTEX_INITIALIZER; /* serialises chunk appends */
+static pthread_once_t guard_once = PTHREAD_ONCE_INIT;
+static struct sigaction guard_prev; /* the SIGBUS disposition before ours; read by the handler */
+
+static void guard_on_bus(int sig, siginfo_t *info, void *uctx) {
+    uintptr_t a = (uintptr_t)info->si_addr;
+    for (guard_chunk *c = &guard_first; c; c = atomic_load_explicit(&c->next, memory_order_acquire))
+        for (int i = 0; i < GUARD_SLOTS; i++) {
+            guard_slot *g = &c->slot[i];
+            uintptr_t start = atomic_load_explicit(&g->start, memory_order_acquire);
+            if (!start || a < start || a - start >= g->len) continue;
+            uintptr_t pg = (uintptr_t)sysconf(_SC_PAGESIZE); /* async-signal-safe */
+            uintptr_t from = a & ~(pg - 1), to = (start + g->len + pg - 1) & ~(pg - 1);
+            void *m = mmap((void *)from, to - from, g->prot, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED,
+                           -1, 0);
+            if (m == MAP_FAILED) break; /* cannot repair: fall through to the old disposition */
+            atomic_store(&g->buf->damaged, true);
+            return;
+        }
+    if ((guard_prev.sa_flags & SA_SIGINFO) && guard_prev.sa_sigaction) {
+        guard_prev.sa_sigaction(sig, info, uctx);
+    } else if (guard_prev.sa_handler != SIG_DFL && guard_prev.sa_handler != SIG_IGN) {
+        guard_prev.sa_handler(sig);
+    } else {
+        /* Default action: restore it; returning re-runs the faulting access, which then
+         * gets the default action (the process ends with SIGBUS, as without us). */
+        struct sigaction dfl;
+        memset(&dfl, 0, sizeof dfl);
+        dfl.sa_handler = SIG_DFL;
+        sigemptyset(&dfl.sa_mask);
+        sigaction(SIGBUS, &dfl, NULL);
+    }
+}
+
+static void guard_install(void) {
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_sigaction = guard_on_bus;
+    sa.sa_flags = SA_SIGINFO | SA_ONSTACK | SA_NODEFER;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGBUS, &sa, &guard_prev);
+}
+
+static guard_slot *guard_claim(void) {
+    for (guard_chunk *c = &guard_first;;) {
+        for (int i = 0; i < GUARD_SLOTS; i++) {
+            uintptr_t zero = 0;
+            /* 1 reserves the slot (no mapping starts at address 1); the handler skips it as
+             * its len is not yet trusted: len stays 0 until published */
+            if (atomic_compare_exchange_strong(&c->slot[i].start, &zero, 1)) return &c->slot[i];
+        }
+        guard_chunk *next = atomic_load_explicit(&c->next, memory_order_acquire);
+        if (!next) {
+            pthread_mutex_lock(&guard_mu);
+            next = atomic_load_explicit(&c->next, memory_order_acquire);
+            if (!next) {
+                next = calloc(1, sizeof *next);
+                if (next) atomic_store_explicit(&c->next, next, memory_order_release);
+            }
+            pthread_mutex_unlock(&guard_mu);
+            if (!next) return NULL;
+        }
+        c = next;
+    }
+}
+
+static void unmap_guarded(void *ctx, void *data) {
+    guard_slot *g = ctx;
+    size_t len = g->len;
+    g->len = 0;
+    atomic_store_explicit(&g->start, 0, memory_order_release);
+    munmap(data, len);
+}
+
+sl_buf *sl_buf_wrap_mapping(void *addr, size_t len, int prot) {
+    pthread_once(&guard_once, guard_install);
+    guard_slot *g = guard_claim();
+    if (!g) {
+        sl_err(SL_ENOMEM, "out of memory guarding a file mapping");
+        return NULL;
+    }
+    sl_buf *b = sl_buf_wrap(addr, len, unmap_guarded, g);
+    if (!b) {
+        atomic_store(&g->start, 0);
+        return NULL;
+    }
+    g->len = len;
+    g->prot = prot;
+    g->buf = b;
+    atomic_store_explicit(&g->start, (uintptr_t)addr, memory_order_release);
+    return b;
+}
+
+bool sl_buf_damaged(const sl_buf *b) {
+    return b && atomic_load_explicit(&((sl_buf *)b)->damaged, memory_order_acquire);
 }
 
 sl_buf *sl_buf_ref(sl_buf *b) {

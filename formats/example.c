@@ -26,8 +26,12 @@
  *     message (its merge_messages looks up oneof case 0 and gives up), so we do too.
  *     Python's protobuf accepts that last case; protobuf-c is our reference.
  *   - a map entry without key has key "", without value a Feature with no kind.
- *   - keys are not checked for UTF-8 (protobuf-c does not check), and because protobuf-c
- *     stores them as C strings a key is cut at its first NUL byte, on both paths.
+ *   - keys are not checked for UTF-8 (protobuf-c does not check). Keys are the exact bytes
+ *     they are: a key with a NUL byte inside ("label\0evil") is a key of its own, as in
+ *     TensorFlow's parser, and never the same as its part before the NUL ("label"). (It
+ *     used to be cut at the NUL, so such a key silently replaced the real "label".)
+ *     protobuf-c stores keys as C strings, so the pb path recovers each key's length from
+ *     the size of the allocation protobuf-c made for it (see example_pb.c).
  *   - FloatList.value: packed (length a multiple of 4) or fixed32 (wire type 5);
  *     Int64List.value: packed varints (each terminated, at most 10 bytes) or varints;
  *     BytesList.value: length-delimited.
@@ -152,6 +156,11 @@ void sl_example_free(sl_example *ex) {
 const sl_feature *sl_example_get(const sl_example *ex, const char *key) {
     if (!ex || !key) return NULL;
     return find(ex, (const uint8_t *)key, strlen(key));
+}
+
+const sl_feature *sl_example_get_n(const sl_example *ex, const void *key, size_t klen) {
+    if (!ex || (!key && klen)) return NULL;
+    return find(ex, klen ? key : empty_key, klen);
 }
 
 const char *sl_feat_kind_name(sl_feat_kind k) {
@@ -450,8 +459,6 @@ static sl_status scan_entry(const scan *s, sl_example *ex, const uint8_t *p, con
             return st;
         }
     }
-    const uint8_t *nul = klen ? memchr(key, 0, klen) : NULL;
-    if (nul) klen = (size_t)(nul - key);
     sl_feature *f;
     if ((st = sl__example_slot(ex, key, klen, &f))) return st;
     f->kind = acc.kind;

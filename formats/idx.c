@@ -20,6 +20,7 @@
 
 #include <zlib.h>
 
+#include "sluice/file.h"
 #include "sluice/idx.h"
 
 /* Deflate cannot expand data by more than about 1032:1, so a gzipped file whose header
@@ -304,27 +305,21 @@ sl_status sl_idx_read(const char *path, sl_tensor *out) {
     *out = SL_TENSOR_EMPTY;
     if (!path)
         return sl_err(SL_EINVAL, "idx: NULL path");
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) {
-        int e = errno;
-        sl_status st = sl_err_at(e == ENOENT ? SL_ENOTFOUND : SL_EIO, path, -1,
-                                 "cannot open: %s", strerror(e));
-        if (e == ENOENT)
+    int fd;
+    uint64_t fsize;
+    sl_status ost = sl_file_open_read(path, "idx file", &fd, &fsize);
+    if (ost) {
+        if (ost == SL_ENOTFOUND)
             sl_err_hint("check the path; Debian's dataset-fashion-mnist installs "
                         "/usr/share/datasets/fashion-mnist/");
-        return st;
+        return ost;
     }
-    struct stat sb;
-    if (fstat(fd, &sb) != 0) {
-        int e = errno;
+    if (fsize > SIZE_MAX / 2) {
         close(fd);
-        return sl_err_at(SL_EIO, path, -1, "cannot stat: %s", strerror(e));
+        return sl_err_at(SL_ERANGE, path, -1, "idx file of %llu bytes is too large",
+                         (unsigned long long)fsize);
     }
-    if (!S_ISREG(sb.st_mode)) {
-        close(fd);
-        return sl_err_at(SL_EIO, path, -1, "not a regular file");
-    }
-    size_t n = (size_t)sb.st_size;
+    size_t n = (size_t)fsize;
     uint8_t *buf = malloc(n ? n : 1);
     if (!buf) {
         close(fd);
@@ -393,14 +388,18 @@ sl_status sl_idx_write(const char *path, const sl_tensor *t, bool gzip) {
         return sl_err_at(SL_EINVAL, path, -1, "idx write: tensor has no data");
 
     sink k = {0};
+    int fd;
+    sl_status ost = sl_file_open_write(path, O_WRONLY | O_CREAT | O_TRUNC, 0666, "idx file", &fd);
+    if (ost)
+        return ost;
     if (gzip)
-        k.gz = gzopen(path, "wb6");
+        k.gz = gzdopen(fd, "wb6");
     else
-        k.f = fopen(path, "wb");
+        k.f = fdopen(fd, "wb");
     if (!k.gz && !k.f) {
         int e = errno;
-        return sl_err_at(e == ENOENT ? SL_ENOTFOUND : SL_EIO, path, -1, "cannot create: %s",
-                         strerror(e));
+        close(fd);
+        return sl_err_at(SL_ENOMEM, path, -1, "cannot start writing: %s", strerror(e));
     }
     sl_status st = SL_OK;
     uint8_t hdr[4 + 4 * SL_MAX_RANK] = {0, 0, (uint8_t)code, (uint8_t)t->rank};

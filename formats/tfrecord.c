@@ -11,10 +11,18 @@
  * Framing errors name the file, the record's offset in the uncompressed stream and what
  * was wrong, with a hint. Skip mode: after a bad length CRC (or a record that runs past the
  * end) the length cannot be trusted, so we scan forward one byte at a time for a position
- * whose header CRC matches, whose record fits, and whose data CRC matches; after a bad data
- * CRC under a good length CRC the length is trusted and the record is stepped over. Every
- * loop advances by at least one byte, and every read is bounds-checked against the window,
- * so hostile input can neither hang nor overrun us. */
+ * whose header CRC matches, whose record fits, and whose data CRC matches (resync: one
+ * running CRC for all candidates, so the scan is linear however many false headers claim
+ * long records); after a bad data CRC under a good length CRC the length is trusted and the
+ * record is stepped over. Every loop advances by at least one byte, and every read is
+ * bounds-checked against the window, so hostile input can neither hang nor overrun us.
+ *
+ * Hostile files (issue 11): the mapping is guarded (sl_buf_wrap_mapping) so a file that
+ * shrinks is SL_EIO, not SIGBUS; before reporting bad framing in a mapped file we ask
+ * whether it shrank (a shrink inside the file's last page reads zeros without a fault);
+ * streamed records are limited to max_record; a damaged compressed stream hands out what
+ * was inflated before the damage first (fail mode) or resumes at the next gzip member
+ * (skip mode). See tfrecord.h for the contract. */
 #include "sluice/tfrecord.h"
 
 #include <errno.h>
@@ -32,6 +40,7 @@
 #include <zlib.h>
 
 #include "sluice/crc32c.h"
+#include "sluice/file.h"
 
 #define HDR 12             /* uint64 length + uint32 masked crc */
 #define FTR 4              /* uint32 masked crc of data */
@@ -92,19 +101,70 @@ sl_status sl_compression_parse(const char *name, sl_compression *out) {
 
 sl_tfr_read_opts sl_tfr_read_opts_default(void) {
     return (sl_tfr_read_opts){.compression = SL_COMP_AUTO, .skip_corrupt = false,
-                              .verify_data_crc = true};
+                              .verify_data_crc = true, .max_record = SL_TFR_MAX_RECORD_DEFAULT};
 }
 
 sl_tfr_write_opts sl_tfr_write_opts_default(void) {
     return (sl_tfr_write_opts){.compression = SL_COMP_NONE, .level = -1, .fsync = false};
 }
 
+/* ---- CRC32C of a sub-range from two running CRCs ------------------------------------ */
+
+/* crc(A || B) = x^(8|B|) * crc(A) ^ crc(B) over GF(2) mod the (reflected) Castagnoli
+ * polynomial, as zlib's crc32_combine does for its polynomial. Resync uses it to get the
+ * CRC of any record candidate's data from one forward pass. */
+#define CRC32C_POLY 0x82f63b78u
+
+static uint32_t multmodp(uint32_t a, uint32_t b) {
+    uint32_t m = 1u << 31, p = 0;
+    for (;;) {
+        if (a & m) {
+            p ^= b;
+            if ((a & (m - 1)) == 0) break;
+        }
+        m >>= 1;
+        b = b & 1 ? (b >> 1) ^ CRC32C_POLY : b >> 1;
+    }
+    return p;
+}
+
+/* x^(8n) mod p. */
+static uint32_t x8nmodp(uint64_t n) {
+    static _Atomic uint32_t table[64];
+    static atomic_bool ready;
+    if (!atomic_load_explicit(&ready, memory_order_acquire)) {
+        uint32_t p = 1u << 30; /* x^1 */
+        for (int k = 0; k < 64; k++) {
+            atomic_store_explicit(&table[k], p, memory_order_relaxed);
+            p = multmodp(p, p);
+        }
+        atomic_store_explicit(&ready, true, memory_order_release);
+    }
+    uint32_t p = 1u << 31; /* x^0 */
+    for (int k = 3; n; n >>= 1, k++)
+        if (n & 1) p = multmodp(atomic_load_explicit(&table[k & 63], memory_order_relaxed), p);
+    return p;
+}
+
+/* The CRC of bytes [a, b) given crc_a = crc of [o, a) and crc_b = crc of [o, b). */
+static uint32_t crc_between(uint32_t crc_a, uint32_t crc_b, uint64_t len) {
+    return crc_b ^ multmodp(x8nmodp(len), crc_a);
+}
+
 /* ---- reader ------------------------------------------------------------------------- */
+
+typedef struct cand {     /* a resync candidate: header at p passed its CRC */
+    uint64_t p, b;        /* header offset; offset of its data CRC (end of data) */
+    uint32_t crc_a;       /* running CRC at the start of its data */
+} cand;
+
+#define MAX_CANDS ((size_t)1 << 20) /* resync candidates pending at once (24 MiB) */
 
 struct sl_tfr_reader {
     char *name;               /* for messages */
     sl_tfr_read_opts opts;
     sl_compression comp;      /* resolved */
+    uint64_t max_record;      /* streamed input: the record length limit in force */
 
     /* The window of uncompressed bytes: base[0..end) is valid, base[pos] is the next
      * record; base[0] sits at stream offset base_off. */
@@ -114,8 +174,14 @@ struct sl_tfr_reader {
     uint64_t base_off;
     bool eof;                 /* no bytes will follow base[end) */
 
+    /* A file we mapped (plain: buf is the mapping; compressed: src_buf is). */
+    bool mapped;              /* plain and mapped: base is the whole file */
+    int map_fd;               /* kept open to tell a shrink (fstat) from damage; -1 if none */
+    uint64_t map_size;        /* the size we mapped */
+
     /* Streamed input: from fd, or from memory (mem/mem_size). */
     int fd;
+    bool own_fd;              /* close fd at close (not for sl_tfr_reader_open_fd) */
     bool from_mem;
     const uint8_t *mem;
     size_t mem_size, mem_pos;
@@ -126,12 +192,24 @@ struct sl_tfr_reader {
     z_stream zs;
     bool zs_live, zs_done;    /* inflate initialised; current member finished */
 
+    /* Damage in the compressed stream. Fail mode: the error waits until the bytes inflated
+     * before it are used up. Skip mode: after resuming at the next gzip member, `gap` is
+     * the uncompressed offset where its bytes begin (records cannot span it). */
+    sl_status zerr;
+    sl_error zerr_msg;
+    bool has_gap;
+    uint64_t gap;
+    uint64_t resumed_at;      /* in_off of the last resumption (progress guard) */
+    bool inflated_any;        /* some output came, or a member ended: the stream is this kind */
+
+    cand *heap;               /* resync candidates, a min-heap on b */
+    size_t nheap, capheap;
+
     sl_status failed;         /* sticky error, and its message */
     sl_error err;
     sl_tfr_stats st;
 };
 
-static void unmap_fn(void *ctx, void *data) { munmap(data, (size_t)(uintptr_t)ctx); }
 static void free_fn(void *ctx, void *data) { free(data); }
 
 /* Record a framing error at stream offset `off`; hint attached. */
@@ -156,7 +234,38 @@ static sl_status fail(sl_tfr_reader *r, sl_status s) {
     return s;
 }
 
-/* Read more compressed (or plain) input into zs.next_in. Returns SL_OK (possibly with
+/* Did the file we mapped shrink under us? (a guarded page was replaced, or it is shorter
+ * now: bytes past its end on its last page read as zeros without any fault). */
+static bool map_shrunk(sl_tfr_reader *r) {
+    if (r->map_fd < 0) return false;
+    if (sl_buf_damaged(r->mapped ? r->buf : r->src_buf)) return true;
+    struct stat sb;
+    return fstat(r->map_fd, &sb) == 0 && (uint64_t)sb.st_size < r->map_size;
+}
+
+static sl_status shrink_err(sl_tfr_reader *r, uint64_t off) {
+    struct stat sb;
+    char now[32] = "fewer";
+    if (r->map_fd >= 0 && fstat(r->map_fd, &sb) == 0 && (uint64_t)sb.st_size < r->map_size)
+        snprintf(now, sizeof now, "%llu", (unsigned long long)sb.st_size);
+    sl_err(SL_EIO, "%s: shrank from %llu to %s bytes while being read (at %s byte %llu)", r->name,
+           (unsigned long long)r->map_size, now, r->mapped ? "record" : "compressed",
+           (unsigned long long)(r->mapped ? off : r->in_off));
+    sl_err_hint("the file was truncated or rewritten in place while it was being read; replace "
+                "shards by writing a new file and renaming it over the old one");
+    return SL_EIO;
+}
+
+/* Before reporting bad framing: was it really the file shrinking, or the compressed stream
+ * breaking (fail mode) under the bytes we had? Returns that error, or SL_OK. */
+static sl_status framing_cause(sl_tfr_reader *r, uint64_t off) {
+    if (r->zerr) return sl_err_restore(&r->zerr_msg);
+    if (r->map_fd >= 0 && map_shrunk(r)) return shrink_err(r, off);
+    return SL_OK;
+}
+
+/* Read more compressed (or plain) input into zs.next_in, after the `keep` bytes still
+ * unconsumed there (which move to the front of the chunk). Returns SL_OK (possibly with
  * src_eof set and nothing new) or SL_EIO. */
 static sl_status src_fill(sl_tfr_reader *r) {
     if (r->zs.avail_in || r->src_eof) return SL_OK;
@@ -180,6 +289,79 @@ static sl_status src_fill(sl_tfr_reader *r) {
         r->zs.avail_in = (uInt)got;
         return SL_OK;
     }
+}
+
+static void src_skip(sl_tfr_reader *r, size_t n) {
+    r->zs.next_in += n;
+    r->zs.avail_in -= (uInt)n;
+    r->in_off += n;
+    r->st.compressed_bytes_lost += n;
+}
+
+/* The compressed stream broke at zs.next_in (the message is set). Fail mode: keep what was
+ * inflated and report the error when it is used up. Skip mode: count the damage, look for
+ * the start of another gzip member (1f 8b 08) and go on there, or end the stream; the
+ * compressed bytes passed over are counted. One pass over the input: linear. */
+static sl_status stream_damage(sl_tfr_reader *r, sl_status code) {
+    /* A stream that never inflated anything is not damaged but not compressed this way at
+     * all (a wrong compression option, or nothing there): an error in skip mode too. */
+    if (!r->opts.skip_corrupt || !r->inflated_any) {
+        r->zerr = code;
+        sl_err_save(&r->zerr_msg);
+        r->eof = true;
+        return SL_OK;
+    }
+    sl_err_clear();
+    r->st.stream_damage++;
+    /* a member that broke where the last one began: step past its first byte */
+    if (r->in_off == r->resumed_at && r->zs.avail_in) src_skip(r, 1);
+    while (r->comp == SL_COMP_GZIP) {
+        sl_status s = src_fill(r);
+        if (s) return s;
+        const uint8_t *p = r->zs.next_in;
+        size_t n = r->zs.avail_in, i = 0;
+        if (n == 0 && r->src_eof) break;
+        for (; i + 3 <= n; i++)
+            if (p[i] == 0x1f && p[i + 1] == 0x8b && p[i + 2] == 8) break;
+        if (i + 3 <= n) {
+            src_skip(r, i);
+            inflateReset(&r->zs);
+            r->zs_done = false;
+            r->resumed_at = r->in_off;
+            r->has_gap = true;
+            r->gap = r->base_off + r->end;
+            return SL_OK;
+        }
+        /* keep a possible start of a magic that a chunk boundary splits */
+        size_t keep = n < 2 ? n : 2;
+        if (r->src_eof || r->from_mem) keep = 0;
+        src_skip(r, n - keep);
+        if (keep) {
+            memmove(r->in, r->zs.next_in, keep);
+            ssize_t got;
+            do got = read(r->fd, r->in + keep, IN_CHUNK - keep);
+            while (got < 0 && errno == EINTR);
+            if (got < 0)
+                return sl_err(SL_EIO, "%s: read failed after byte %llu: %s", r->name,
+                              (unsigned long long)r->in_off, strerror(errno));
+            if (got == 0) r->src_eof = true;
+            r->zs.next_in = r->in;
+            r->zs.avail_in = (uInt)(keep + (size_t)got);
+            if (got == 0) {
+                src_skip(r, keep);
+                break;
+            }
+        }
+    }
+    /* ZLIB has no members to resume at; GZIP had none left: the rest is lost. */
+    for (;;) {
+        src_skip(r, r->zs.avail_in);
+        if (r->src_eof) break;
+        sl_status s = src_fill(r);
+        if (s) return s;
+    }
+    r->eof = true;
+    return SL_OK;
 }
 
 /* Make room for at least `want` bytes from pos in the window, moving the unread bytes to
@@ -254,30 +436,36 @@ static sl_status win_produce(sl_tfr_reader *r) {
         size_t made = room - r->zs.avail_out;
         r->in_off += in_before - r->zs.avail_in;
         r->end += made;
+        if (r->src_buf && sl_buf_damaged(r->src_buf)) return shrink_err(r, 0);
+        if (made) r->inflated_any = true;
         if (z == Z_STREAM_END) {
             r->zs_done = true;
+            r->inflated_any = true;
         } else if (z == Z_BUF_ERROR || (z == Z_OK && made == 0)) {
             if (r->src_eof && r->zs.avail_in == 0) {
+                if (r->map_fd >= 0 && map_shrunk(r)) return shrink_err(r, 0);
                 sl_err(SL_ECORRUPT, "%s: byte %llu (compressed): truncated %s stream", r->name,
                        (unsigned long long)r->in_off, sl_compression_name(r->comp));
                 sl_err_hint("the file was cut short (an interrupted copy, or a writer that was "
                             "not closed)");
-                return SL_ECORRUPT;
+                return stream_damage(r, SL_ECORRUPT);
             }
         } else if (z != Z_OK) {
             sl_err(SL_ECORRUPT, "%s: byte %llu (compressed): bad %s stream: %s", r->name,
                    (unsigned long long)r->in_off, sl_compression_name(r->comp),
                    r->zs.msg ? r->zs.msg : zError(z));
-            sl_err_hint("the file is damaged or not %s-compressed; check the compression option",
+            sl_err_hint("the file is damaged or not %s-compressed; check the compression option; "
+                        "read with skip_corrupt (sluice-record verify --skip-corrupt) to keep "
+                        "what can be recovered",
                         sl_compression_name(r->comp));
-            return SL_ECORRUPT;
+            return stream_damage(r, SL_ECORRUPT);
         }
         if (made) return SL_OK;
     }
 }
 
 /* Ensure base[pos..pos+n) is valid if the stream has that many bytes. Returns SL_OK (check
- * end - pos for what is there) or an error (SL_EIO, SL_ECORRUPT stream, SL_ENOMEM). */
+ * end - pos for what is there) or an error (SL_EIO, SL_ENOMEM). */
 static sl_status ensure_slow(sl_tfr_reader *r, size_t n);
 static inline sl_status ensure(sl_tfr_reader *r, size_t n) {
     if (r->end - r->pos >= n || r->eof) return SL_OK;
@@ -298,35 +486,174 @@ static sl_status ensure_slow(sl_tfr_reader *r, size_t n) {
     return SL_OK;
 }
 
-/* After a header whose length cannot be trusted: scan forward one byte at a time for the
- * next position holding a complete record whose length CRC and data CRC both match. Counts
- * one corrupt record and the bytes passed over; leaves pos at that record or at the end. */
+/* Make stream bytes up to absolute offset x available if the stream has them; *ok says
+ * whether it does. */
+static sl_status have_to(sl_tfr_reader *r, uint64_t x, bool *ok) {
+    uint64_t at = r->base_off + r->pos;
+    *ok = false;
+    if (x < at) return SL_OK;
+    if (x - at > SIZE_MAX) return SL_OK;
+    sl_status s = ensure(r, (size_t)(x - at));
+    if (s) return s;
+    *ok = r->base_off + r->end >= x;
+    return SL_OK;
+}
+
+/* ---- resync (skip mode) -------------------------------------------------------------
+ * After a header whose length cannot be trusted, the next record is the first position p
+ * whose length CRC matches, whose record fits in the stream, and whose data CRC matches.
+ * Checking each candidate's data separately costs its length each time, so a crafted run
+ * of headers with long, bad data would be quadratic. Instead one running CRC goes forward
+ * over the stream, stopping at each candidate's data start (saving the CRC there) and data
+ * end (where crc_between gives the data's CRC from the two running values). Candidates
+ * wait in a heap ordered by data end; every stream byte is CRC'd once. Pending candidates
+ * are capped at MAX_CANDS (only crafted input reaches that; new ones are then passed over).
+ * For streamed input, candidates longer than max_record are not records we could return,
+ * so the window never needs more than max_record bytes behind the scan. */
+
+static bool heap_push(sl_tfr_reader *r, cand c) {
+    if (r->nheap == r->capheap) {
+        if (r->capheap >= MAX_CANDS) return false;
+        size_t cap = r->capheap ? 2 * r->capheap : 256;
+        cand *h = realloc(r->heap, cap * sizeof *h);
+        if (!h) return false;
+        r->heap = h;
+        r->capheap = cap;
+    }
+    size_t i = r->nheap++;
+    while (i && r->heap[(i - 1) / 2].b > c.b) {
+        r->heap[i] = r->heap[(i - 1) / 2];
+        i = (i - 1) / 2;
+    }
+    r->heap[i] = c;
+    return true;
+}
+
+static cand heap_pop(sl_tfr_reader *r) {
+    cand top = r->heap[0], last = r->heap[--r->nheap];
+    size_t i = 0, n = r->nheap;
+    for (;;) {
+        size_t c = 2 * i + 1;
+        if (c >= n) break;
+        if (c + 1 < n && r->heap[c + 1].b < r->heap[c].b) c++;
+        if (r->heap[c].b >= last.b) break;
+        r->heap[i] = r->heap[c];
+        i = c;
+    }
+    if (n) r->heap[i] = last;
+    return top;
+}
+
+typedef struct cursor {
+    uint64_t at;  /* stream offset the CRC has reached */
+    uint32_t crc; /* CRC of [origin, at) */
+} cursor;
+
+/* Move the running CRC to x (bytes must be in the window). */
+static void cursor_to(sl_tfr_reader *r, cursor *c, uint64_t x) {
+    if (x <= c->at) return;
+    c->crc = sl_crc32c(c->crc, r->base + (size_t)(c->at - r->base_off), (size_t)(x - c->at));
+    r->st.resync_bytes_crc += x - c->at;
+    c->at = x;
+}
+
+/* Does candidate q hold a whole record? Moves the cursor to q.b. */
+static sl_status resolve(sl_tfr_reader *r, cursor *c, const cand *q, bool *good) {
+    bool ok;
+    *good = false;
+    sl_status s = have_to(r, q->b + FTR, &ok);
+    if (s || !ok) return s;
+    cursor_to(r, c, q->b);
+    uint64_t a = q->p + HDR;
+    uint32_t crc = crc_between(q->crc_a, c->crc, q->b - a);
+    *good = sl_crc32c_mask(crc) == le32(r->base + (size_t)(q->b - r->base_off));
+    return SL_OK;
+}
+
 static sl_status resync(sl_tfr_reader *r) {
     r->st.corrupt_skipped++;
-    uint64_t start = r->base_off + r->pos;
-    r->pos++;
+    const uint64_t start = r->base_off + r->pos;
+    const uint64_t limit = r->mapped ? UINT64_MAX : r->max_record;
+    uint64_t s = start + 1, best = 0;
+    bool found = false, ok;
+    cursor cur = {s, 0};
+    r->nheap = 0;
+    sl_status st;
     for (;;) {
-        sl_status s = ensure(r, HDR);
-        if (s) return s;
-        size_t avail = r->end - r->pos;
-        if (avail < HDR) {
-            r->pos = r->end;
-            break;
+        /* Decide the candidates whose data ends by s + HDR before the cursor goes there. */
+        while (r->nheap && r->heap[0].b <= s + HDR) {
+            cand q = heap_pop(r);
+            bool good;
+            if ((st = resolve(r, &cur, &q, &good))) return st;
+            if (good && (!found || q.p < best)) {
+                best = q.p;
+                found = true;
+            }
         }
-        const uint8_t *h = r->base + r->pos;
+        if (found) break; /* later candidates start after best */
+        if ((st = have_to(r, s + HDR, &ok))) return st;
+        if (!ok) break;
+        const uint8_t *h = r->base + (size_t)(s - r->base_off);
         uint64_t len = le64(h);
-        if (len <= SIZE_MAX - HDR - FTR && masked_crc(h, 8) == le32(h + 8)) {
-            s = ensure(r, HDR + len + FTR);
-            if (s) return s;
-            h = r->base + r->pos;
-            if (r->end - r->pos >= HDR + len + FTR &&
-                masked_crc(h + HDR, len) == le32(h + HDR + len))
-                break;
+        if (len <= limit && masked_crc(h, 8) == le32(h + 8)) {
+            uint64_t a = s + HDR;
+            /* mapped: the whole file is here, so a record that cannot fit is no candidate */
+            bool fits = !r->eof || (r->base_off + r->end - a >= FTR &&
+                                    len <= r->base_off + r->end - a - FTR);
+            if (fits) {
+                if (r->nheap == 0) cur = (cursor){a, 0};
+                cursor_to(r, &cur, a);
+                heap_push(r, (cand){s, a + len, cur.crc});
+            }
         }
-        r->pos++;
+        s++;
+        /* Streamed: let the window drop what no pending candidate can need. */
+        if (!r->mapped) {
+            uint64_t low = r->nheap ? (s > limit + start ? s - limit : start) : s;
+            if (r->nheap == 0) cur = (cursor){s, 0};
+            if (low > r->base_off + r->pos && low <= r->base_off + r->end)
+                r->pos = (size_t)(low - r->base_off);
+        }
     }
-    r->st.bytes_skipped += r->base_off + r->pos - start;
+    /* Candidates that began before best (or all, at the end of the stream) may still hold
+     * an earlier record. */
+    while (r->nheap) {
+        cand q = heap_pop(r);
+        if (found && q.p > best) continue;
+        bool good;
+        if ((st = resolve(r, &cur, &q, &good))) return st;
+        if (good && (!found || q.p < best)) {
+            best = q.p;
+            found = true;
+        }
+    }
+    uint64_t to = found ? best : r->base_off + r->end;
+    r->st.bytes_skipped += to - start;
+    r->pos = (size_t)(to - r->base_off);
     return SL_OK;
+}
+
+/* "18446744073709551631": the decimal of a + b without overflow. */
+static const char *u128_str(char *buf, size_t cap, uint64_t a, uint64_t b) {
+    unsigned __int128 v = (unsigned __int128)a + b;
+    char tmp[48];
+    int n = 0;
+    do {
+        tmp[n++] = (char)('0' + (int)(v % 10));
+        v /= 10;
+    } while (v);
+    size_t k = 0;
+    while (n && k + 1 < cap) buf[k++] = tmp[--n];
+    buf[k] = 0;
+    return buf;
+}
+
+/* A record up to a gap (damage in the compressed stream) cannot be whole: skip to it. */
+static void skip_to_gap(sl_tfr_reader *r, uint64_t off) {
+    r->st.corrupt_skipped++;
+    r->st.bytes_skipped += r->gap - off;
+    r->pos += (size_t)(r->gap - off);
+    r->has_gap = false;
 }
 
 sl_status sl_tfr_reader_next(sl_tfr_reader *r, sl_record *rec) {
@@ -336,10 +663,20 @@ sl_status sl_tfr_reader_next(sl_tfr_reader *r, sl_record *rec) {
         sl_status s = ensure(r, HDR);
         if (s) return fail(r, s);
         size_t avail = r->end - r->pos;
-        if (avail == 0) return SL_END;
         uint64_t off = r->base_off + r->pos;
+        if (r->has_gap && off >= r->gap) r->has_gap = false;
+        uint64_t to_gap = r->has_gap ? r->gap - off : UINT64_MAX;
+        if (avail == 0) {
+            if ((s = framing_cause(r, off))) return fail(r, s);
+            return SL_END;
+        }
         const uint8_t *h = r->base + r->pos;
+        if (r->has_gap && to_gap < HDR && avail >= to_gap) {
+            skip_to_gap(r, off);
+            continue;
+        }
         if (avail < HDR) {
+            if ((s = framing_cause(r, off))) return fail(r, s);
             if (skip) {
                 r->st.corrupt_skipped++;
                 r->st.bytes_skipped += avail;
@@ -353,6 +690,7 @@ sl_status sl_tfr_reader_next(sl_tfr_reader *r, sl_record *rec) {
         uint64_t len = le64(h);
         uint32_t stored = le32(h + 8), computed = masked_crc(h, 8);
         if (stored != computed) {
+            if ((s = framing_cause(r, off))) return fail(r, s);
             if (!skip)
                 return fail(r, frame_err(r, off, HINT_CORRUPT,
                                          "corrupt record: length CRC mismatch (stored 0x%08x, "
@@ -360,6 +698,19 @@ sl_status sl_tfr_reader_next(sl_tfr_reader *r, sl_record *rec) {
                                          stored, computed));
             if ((s = resync(r))) return fail(r, s);
             continue;
+        }
+        if (r->has_gap && (len > to_gap - HDR || to_gap - HDR - len < FTR)) {
+            skip_to_gap(r, off);
+            continue;
+        }
+        if (!r->mapped && len > r->max_record) {
+            sl_err(SL_ERANGE,
+                   "%s: byte %llu%s: record of %llu bytes is larger than the limit of %llu bytes",
+                   r->name, (unsigned long long)off, r->comp == SL_COMP_NONE ? "" : " (uncompressed)",
+                   (unsigned long long)len, (unsigned long long)r->max_record);
+            sl_err_hint("if the record is real, raise the limit: sl_tfr_read_opts.max_record, "
+                        "max_record=BYTES on `files` in a config, or sluice-record --max-record BYTES");
+            return fail(r, SL_ERANGE);
         }
         bool fits = len <= SIZE_MAX - HDR - FTR;
         if (fits) {
@@ -369,12 +720,15 @@ sl_status sl_tfr_reader_next(sl_tfr_reader *r, sl_record *rec) {
             fits = avail >= HDR + len + FTR;
         }
         if (!fits) {
-            if (!skip)
+            if ((s = framing_cause(r, off))) return fail(r, s);
+            if (!skip) {
+                char need[48];
                 return fail(r, frame_err(r, off, HINT_TRUNC,
-                                         "truncated record: needs %llu bytes (12-byte header, "
+                                         "truncated record: needs %s bytes (12-byte header, "
                                          "%llu of data, 4-byte CRC) but only %zu are left",
-                                         (unsigned long long)len + HDR + FTR,
+                                         u128_str(need, sizeof need, len, HDR + FTR),
                                          (unsigned long long)len, avail));
+            }
             /* The length is sound but the bytes are not all there: maybe the end of the file
              * is missing, maybe bytes went missing inside; later records may survive. */
             if ((s = resync(r))) return fail(r, s);
@@ -385,6 +739,7 @@ sl_status sl_tfr_reader_next(sl_tfr_reader *r, sl_record *rec) {
             stored = le32(d + len);
             computed = masked_crc(d, len);
             if (stored != computed) {
+                if ((s = framing_cause(r, off))) return fail(r, s);
                 if (!skip)
                     return fail(r, frame_err(r, off, HINT_CORRUPT,
                                              "corrupt record: data CRC mismatch (stored 0x%08x, "
@@ -396,7 +751,10 @@ sl_status sl_tfr_reader_next(sl_tfr_reader *r, sl_record *rec) {
                 r->pos += HDR + len + FTR;
                 continue;
             }
+        } else if (r->mapped) {
+            (void)*(volatile const uint8_t *)(d + len + FTR - 1); /* fault now if it is gone */
         }
+        if (r->mapped && sl_buf_damaged(r->buf)) return fail(r, shrink_err(r, off));
         rec->data = d;
         rec->len = (size_t)len;
         rec->offset = off;
@@ -417,7 +775,9 @@ void sl_tfr_reader_close(sl_tfr_reader *r) {
     if (r->zs_live) inflateEnd(&r->zs);
     sl_buf_unref(r->buf);
     sl_buf_unref(r->src_buf);
-    if (r->fd >= 0) close(r->fd);
+    if (r->fd >= 0 && r->own_fd) close(r->fd);
+    if (r->map_fd >= 0) close(r->map_fd);
+    free(r->heap);
     free(r->in);
     free(r->name);
     free(r);
@@ -440,7 +800,12 @@ static sl_status reader_new(const char *name, const sl_tfr_read_opts *opts, sl_t
         return sl_err(SL_ENOMEM, "%s: out of memory opening a reader", name);
     }
     r->opts = opts ? *opts : sl_tfr_read_opts_default();
+    r->max_record = r->opts.max_record ? r->opts.max_record : SL_TFR_MAX_RECORD_DEFAULT;
+    if (r->max_record > ((uint64_t)1 << 62)) r->max_record = (uint64_t)1 << 62; /* no overflow in offsets */
+    r->comp = r->opts.compression;
     r->fd = -1;
+    r->map_fd = -1;
+    r->resumed_at = UINT64_MAX;
     *out = r;
     return SL_OK;
 }
@@ -469,12 +834,12 @@ sl_status sl_tfr_reader_open_mem(const void *data, size_t size, const char *name
     sl_tfr_reader *r;
     sl_status s = reader_new(name ? name : "<memory>", opts, &r);
     if (s) return s;
-    r->comp = r->opts.compression;
     if (r->comp == SL_COMP_AUTO) r->comp = detect(data, size);
     if (r->comp == SL_COMP_NONE) {
         sl_buf *b = sl_buf_wrap((void *)data, size, NULL, NULL);
         if (!b) goto fail_nomem;
         start_whole(r, b, data, size);
+        r->mapped = true; /* all there: no streamed-record limit */
     } else {
         r->from_mem = true;
         r->mem = data;
@@ -492,51 +857,82 @@ fail:
     return s;
 }
 
+/* Streamed input from r->fd: read enough to recognise the compression. */
+static sl_status start_fd(sl_tfr_reader *r) {
+    r->in = malloc(IN_CHUNK);
+    if (!r->in) return sl_err(SL_ENOMEM, "%s: out of memory opening a reader", r->name);
+    size_t have = 0;
+    while (have < HDR) {
+        ssize_t got = read(r->fd, r->in + have, IN_CHUNK - have);
+        if (got < 0 && errno == EINTR) continue;
+        if (got < 0) return sl_err(SL_EIO, "%s: read failed: %s", r->name, strerror(errno));
+        if (got == 0) {
+            r->src_eof = true;
+            break;
+        }
+        have += (size_t)got;
+    }
+    r->zs.next_in = r->in;
+    r->zs.avail_in = (uInt)have;
+    return start_stream(r);
+}
+
+sl_status sl_tfr_reader_open_fd(int fd, const char *name, const sl_tfr_read_opts *opts,
+                                sl_tfr_reader **out) {
+    *out = NULL;
+    sl_tfr_reader *r;
+    sl_status s = reader_new(name ? name : "<fd>", opts, &r);
+    if (s) return s;
+    r->fd = fd;
+    if ((s = start_fd(r))) {
+        sl_tfr_reader_close(r);
+        return s;
+    }
+    *out = r;
+    return SL_OK;
+}
+
 sl_status sl_tfr_reader_open(const char *path, const sl_tfr_read_opts *opts,
                              sl_tfr_reader **out) {
     *out = NULL;
     sl_tfr_reader *r;
     sl_status s = reader_new(path, opts, &r);
     if (s) return s;
-    r->comp = r->opts.compression;
-    r->fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (r->fd < 0) {
-        int e = errno;
-        s = sl_err(e == ENOENT || e == ENOTDIR ? SL_ENOTFOUND : SL_EIO, "%s: cannot open: %s",
-                   path, strerror(e));
-        if (e == ENOENT) sl_err_hint("check the path (and the working directory, for a relative one)");
+    uint64_t fsize = 0;
+    if ((s = sl_file_open_read(path, "TFRecord file", &r->fd, &fsize))) {
+        if (s == SL_ENOTFOUND)
+            sl_err_hint("check the path (and the working directory, for a relative one)");
         goto fail;
     }
-    struct stat sb;
-    if (fstat(r->fd, &sb) != 0) {
-        s = sl_err(SL_EIO, "%s: cannot stat: %s", path, strerror(errno));
-        goto fail;
-    }
-    if (S_ISDIR(sb.st_mode)) {
-        s = sl_err(SL_EIO, "%s: is a directory, not a TFRecord file", path);
-        goto fail;
-    }
-    if (S_ISREG(sb.st_mode) && sb.st_size == 0 && r->comp == SL_COMP_AUTO) {
+    r->own_fd = true;
+    if (fsize == 0 && r->comp == SL_COMP_AUTO) {
         start_whole(r, NULL, NULL, 0); /* empty: no records */
         r->comp = SL_COMP_NONE;
+        r->mapped = true;
         goto done;
     }
-    if (S_ISREG(sb.st_mode) && sb.st_size > 0 && (uint64_t)sb.st_size <= SIZE_MAX) {
-        size_t size = (size_t)sb.st_size;
+    if (fsize > 0 && fsize <= SIZE_MAX) {
+        size_t size = (size_t)fsize;
         void *map = mmap(NULL, size, PROT_READ, MAP_PRIVATE, r->fd, 0);
         if (map != MAP_FAILED) {
             madvise(map, size, MADV_SEQUENTIAL);
-            sl_buf *b = sl_buf_wrap(map, size, unmap_fn, (void *)(uintptr_t)size);
+            sl_buf *b = sl_buf_wrap_mapping(map, size, PROT_READ);
             if (!b) {
                 munmap(map, size);
                 s = sl_err(SL_ENOMEM, "%s: out of memory opening a reader", path);
                 goto fail;
             }
-            close(r->fd);
+            r->map_fd = r->fd; /* kept to tell a shrink from damage */
             r->fd = -1;
+            r->map_size = fsize;
             if (r->comp == SL_COMP_AUTO) r->comp = detect(map, size);
             if (r->comp == SL_COMP_NONE) {
                 start_whole(r, b, map, size);
+                r->mapped = true;
+                if (sl_buf_damaged(b)) { /* shrank before detect looked */
+                    s = shrink_err(r, 0);
+                    goto fail;
+                }
             } else {
                 /* Inflate straight from the mapping. */
                 r->src_buf = b;
@@ -548,29 +944,8 @@ sl_status sl_tfr_reader_open(const char *path, const sl_tfr_read_opts *opts,
             goto done;
         }
     }
-    /* Pipes, character devices, unmappable files: read() in chunks. */
-    r->in = malloc(IN_CHUNK);
-    if (!r->in) {
-        s = sl_err(SL_ENOMEM, "%s: out of memory opening a reader", path);
-        goto fail;
-    }
-    size_t have = 0;
-    while (have < HDR) { /* enough to recognise the compression */
-        ssize_t got = read(r->fd, r->in + have, IN_CHUNK - have);
-        if (got < 0 && errno == EINTR) continue;
-        if (got < 0) {
-            s = sl_err(SL_EIO, "%s: read failed: %s", path, strerror(errno));
-            goto fail;
-        }
-        if (got == 0) {
-            r->src_eof = true;
-            break;
-        }
-        have += (size_t)got;
-    }
-    r->zs.next_in = r->in;
-    r->zs.avail_in = (uInt)have;
-    if ((s = start_stream(r))) goto fail;
+    /* Files that cannot be mapped: read() in chunks. */
+    if ((s = start_fd(r))) goto fail;
 done:
     *out = r;
     return SL_OK;
@@ -690,12 +1065,9 @@ sl_status sl_tfr_writer_open(const char *path, const sl_tfr_write_opts *opts,
     }
     w->comp = o.compression == SL_COMP_AUTO ? SL_COMP_NONE : o.compression;
     w->fsync = o.fsync;
-    w->fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
-    sl_status s;
-    if (w->fd < 0) {
-        s = sl_err(SL_EIO, "%s: cannot create: %s", path, strerror(errno));
-        goto fail;
-    }
+    sl_status s = sl_file_open_write(path, O_WRONLY | O_CREAT | O_TRUNC, 0666, "TFRecord file",
+                                     &w->fd);
+    if (s) goto fail;
     if (w->comp != SL_COMP_NONE) {
         int z = deflateInit2(&w->zs, o.level, Z_DEFLATED, w->comp == SL_COMP_GZIP ? 16 + 15 : 15,
                              8, Z_DEFAULT_STRATEGY);

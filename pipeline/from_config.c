@@ -357,6 +357,11 @@ static sl_status build_files(builder *b, const op_def *d, const sl_cfg_stmt *s) 
     }
     if ((v = sl_cfg_opt(s, "skip_corrupt")) && read_bool(b, v, &b->ropts.skip_corrupt)) return sl_errcode();
     if ((v = sl_cfg_opt(s, "verify_crc")) && read_bool(b, v, &b->ropts.verify_data_crc)) return sl_errcode();
+    if ((v = sl_cfg_opt(s, "max_record"))) { /* bytes; limit on one compressed record (tfrecord.h) */
+        int64_t mr;
+        if (read_int(b, d, v, 1, (int64_t)1 << 62, &mr)) return sl_errcode();
+        b->ropts.max_record = (uint64_t)mr;
+    }
     b->src = SRC_FILES;
     return SL_OK;
 }
@@ -1169,7 +1174,7 @@ static sl_status build_filter(builder *b, const op_def *d, const sl_cfg_stmt *s)
 
 static const op_def OPS[] = {
     {"files", "files \"GLOB\"... [shuffle=BOOL] [seed=N] [compression=auto|none|gzip|zlib]\n      [skip_corrupt=BOOL] [verify_crc=BOOL]",
-     {"shuffle", "seed", "compression", "skip_corrupt", "verify_crc"}, 1, -1, build_files},
+     {"shuffle", "seed", "compression", "skip_corrupt", "verify_crc", "max_record"}, 1, -1, build_files},
     {"range", "range START STOP [STEP]", {0}, 2, 3, build_range},
     {"shard", "shard [auto|file|data] [num=N] [index=I]", {"num", "index"}, 0, 1, build_shard},
     {"interleave", "interleave [cycle=N|auto] [block=N] [parallel=N|auto] [deterministic=BOOL]",

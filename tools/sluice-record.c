@@ -56,6 +56,9 @@ static const char USAGE_INSPECT[] =
     "\n"
     "  --compression C   gzip, zlib or none (default: detected from the first bytes)\n"
     "  --skip-corrupt    skip and count corrupt records instead of stopping at the first\n"
+    "  --max-record N    longest record accepted in a compressed (or piped) file, in bytes\n"
+    "                    (default 268435456, 256 MiB)\n"
+    "FILE may be - for standard input (FIFOs, devices and directories are refused).\n"
     "\n"
     "Exit status: 0 if every file is sound, 1 if any is corrupt or unreadable, 2 usage.\n";
 
@@ -67,6 +70,10 @@ static const char USAGE_VERIFY[] =
     "\n"
     "  --compression C   gzip, zlib or none (default: detected from the first bytes)\n"
     "  --skip-corrupt    read through damage and report how many records were corrupt\n"
+    "                    (and, for a damaged gzip stream, how many compressed bytes were lost)\n"
+    "  --max-record N    longest record accepted in a compressed (or piped) file, in bytes\n"
+    "                    (default 268435456, 256 MiB)\n"
+    "FILE may be - for standard input (FIFOs, devices and directories are refused).\n"
     "\n"
     "Exit status: 0 only if every record of every file is sound, 1 otherwise, 2 usage.\n";
 
@@ -80,8 +87,12 @@ static const char USAGE_CAT[] =
     "  --limit N         stop after N records in all (default: all)\n"
     "  --values N        text mode: show at most N values per feature (default 8)\n"
     "  --compression C   gzip, zlib or none (default: detected from the first bytes)\n"
+    "  --max-record N    longest record accepted in a compressed (or piped) file, in bytes\n"
+    "                    (default 268435456, 256 MiB)\n"
+    "FILE may be - for standard input (FIFOs, devices and directories are refused).\n"
     "\n"
-    "Exit status: 0 ok, 1 corrupt/unreadable file or a record that is not an Example, 2 usage.\n";
+    "Exit status: 0 ok, 1 corrupt/unreadable file (or one that shrank while read) or a record\n"
+    "that is not an Example, 2 usage.\n";
 
 static const char USAGE_CONVERT[] =
     "Usage: sluice-record convert fashion-mnist OUT --shards N [OPTIONS]\n"
@@ -125,6 +136,17 @@ static int parse_compression(const char *prog, const char *name, sl_compression 
                                name);
     return SL__EXIT_OK;
 }
+
+/* Open FILE for reading, or standard input for "-". */
+static sl_status open_input(const char *path, const sl_tfr_read_opts *ro, sl_tfr_reader **r) {
+    if (strcmp(path, "-") == 0) return sl_tfr_reader_open_fd(0, "-", ro, r);
+    sl_status s = sl_tfr_reader_open(path, ro, r);
+    if (s == SL_EINVAL && strstr(sl_errmsg(), "FIFO"))
+        sl_err_hint("to read a pipe, give it as standard input: sluice-record COMMAND - < %s", path);
+    return s;
+}
+
+#define MAX_RECORD_OPT(dest) {"max-record", 0, SL__OPT_INT, (dest), 1, (long long)1 << 62}
 
 /* ---- inspect -------------------------------------------------------------------------- */
 
@@ -216,6 +238,7 @@ static void print_kinds(unsigned kinds, char *out, size_t cap) {
 typedef struct inspect_opts {
     sl_compression comp;
     bool skip_corrupt;
+    long long max_record; /* 0: the default */
 } inspect_opts;
 
 /* Inspect one file; prints its report to stdout. Returns SL__EXIT_OK or SL__EXIT_FAIL. */
@@ -223,12 +246,13 @@ static int inspect_file(const char *path, const inspect_opts *io) {
     sl_tfr_read_opts ro = sl_tfr_read_opts_default();
     ro.compression = io->comp;
     ro.skip_corrupt = io->skip_corrupt;
+    ro.max_record = (uint64_t)io->max_record;
     sl_tfr_reader *r = NULL;
     key_table keys = {0};
     sl_example ex;
     sl_example_init(&ex);
     int rc = SL__EXIT_OK;
-    sl_status s = sl_tfr_reader_open(path, &ro, &r);
+    sl_status s = open_input(path, &ro, &r);
     if (s != SL_OK) return sl__fail(PROG);
 
     uint64_t n = 0, not_examples = 0, min_len = UINT64_MAX, max_len = 0;
@@ -336,6 +360,7 @@ static int cmd_inspect(int argc, char **argv) {
     sl__opt opts[] = {
         {"compression", 'c', SL__OPT_STR, &co.compression, 0, 0},
         {"skip-corrupt", 0, SL__OPT_FLAG, &io.skip_corrupt, 0, 0},
+        MAX_RECORD_OPT(&io.max_record),
         {NULL, 0, 0, NULL, 0, 0},
     };
     int npos = 0;
@@ -356,13 +381,14 @@ static int cmd_inspect(int argc, char **argv) {
 
 /* ---- verify --------------------------------------------------------------------------- */
 
-static int verify_file(const char *path, sl_compression comp, bool skip) {
+static int verify_file(const char *path, sl_compression comp, bool skip, long long max_record) {
     sl_tfr_read_opts ro = sl_tfr_read_opts_default();
     ro.compression = comp;
     ro.skip_corrupt = skip;
     ro.verify_data_crc = true;
+    ro.max_record = (uint64_t)max_record;
     sl_tfr_reader *r = NULL;
-    if (sl_tfr_reader_open(path, &ro, &r) != SL_OK) return sl__fail(PROG);
+    if (open_input(path, &ro, &r) != SL_OK) return sl__fail(PROG);
     sl__progress bar;
     sl__progress_start(&bar, path, 0);
     sl_status s;
@@ -375,13 +401,19 @@ static int verify_file(const char *path, sl_compression comp, bool skip) {
     if (s != SL_END) {
         rc = sl__fail(PROG);
         printf("%s: CORRUPT after %" PRIu64 " good records\n", path, n);
-    } else if (st.corrupt_skipped) {
+    } else if (st.corrupt_skipped || st.stream_damage) {
         const char *pl = st.corrupt_skipped == 1 ? "" : "s";
         fprintf(stderr, "%s: %s: %" PRIu64 " corrupt record%s skipped\n", PROG, path,
                 st.corrupt_skipped, pl);
         printf("%s: CORRUPT, %" PRIu64 " good records, %" PRIu64
-               " corrupt record%s skipped (%" PRIu64 " bytes passed over)\n",
+               " corrupt record%s skipped (%" PRIu64 " bytes passed over)",
                path, n, st.corrupt_skipped, pl, st.bytes_skipped);
+        if (st.stream_damage)
+            printf(", %" PRIu64 " damaged place%s in the %s stream (%" PRIu64
+                   " compressed bytes lost)",
+                   st.stream_damage, st.stream_damage == 1 ? "" : "s",
+                   sl_compression_name(sl_tfr_reader_compression(r)), st.compressed_bytes_lost);
+        printf("\n");
         rc = SL__EXIT_FAIL;
     } else {
         printf("%s: OK, %" PRIu64 " records\n", path, n);
@@ -395,9 +427,11 @@ static int cmd_verify(int argc, char **argv) {
     const char *prog = "sluice-record verify";
     common_opts co = {0};
     bool skip = false;
+    long long max_record = 0;
     sl__opt opts[] = {
         {"compression", 'c', SL__OPT_STR, &co.compression, 0, 0},
         {"skip-corrupt", 0, SL__OPT_FLAG, &skip, 0, 0},
+        MAX_RECORD_OPT(&max_record),
         {NULL, 0, 0, NULL, 0, 0},
     };
     int npos = 0;
@@ -411,7 +445,7 @@ static int cmd_verify(int argc, char **argv) {
     int rc = parse_compression(prog, co.compression, &comp);
     if (rc) return rc;
     for (int i = 0; i < npos; i++)
-        if (verify_file(argv[i], comp, skip) != SL__EXIT_OK) rc = SL__EXIT_FAIL;
+        if (verify_file(argv[i], comp, skip, max_record) != SL__EXIT_OK) rc = SL__EXIT_FAIL;
     return rc;
 }
 
@@ -421,9 +455,10 @@ static int cmd_cat(int argc, char **argv) {
     const char *prog = "sluice-record cat";
     common_opts co = {0};
     bool json = false;
-    long long limit = -1, values = 8;
+    long long limit = -1, values = 8, max_record = 0;
     sl__opt opts[] = {
         {"compression", 'c', SL__OPT_STR, &co.compression, 0, 0},
+        MAX_RECORD_OPT(&max_record),
         {"json", 'j', SL__OPT_FLAG, &json, 0, 0},
         {"limit", 'n', SL__OPT_INT, &limit, 0, INT64_MAX},
         {"values", 0, SL__OPT_INT, &values, 0, 1 << 30},
@@ -437,6 +472,7 @@ static int cmd_cat(int argc, char **argv) {
     }
     if (npos == 0) return sl__usage_error(prog, "missing FILE");
     sl_tfr_read_opts ro = sl_tfr_read_opts_default();
+    ro.max_record = (uint64_t)max_record;
     int rc = parse_compression(prog, co.compression, &ro.compression);
     if (rc) return rc;
 
@@ -445,14 +481,22 @@ static int cmd_cat(int argc, char **argv) {
     long long printed = 0;
     for (int i = 0; i < npos && rc == SL__EXIT_OK && (limit < 0 || printed < limit); i++) {
         sl_tfr_reader *r = NULL;
-        if (sl_tfr_reader_open(argv[i], &ro, &r) != SL_OK) {
+        if (open_input(argv[i], &ro, &r) != SL_OK) {
             rc = sl__fail(PROG);
             break;
         }
         sl_record rec;
         sl_status s = SL_END;
         while ((limit < 0 || printed < limit) && (s = sl_tfr_reader_next(r, &rec)) == SL_OK) {
-            if (sl_example_parse(&ex, rec.data, rec.len) != SL_OK) {
+            sl_status ps = sl_example_parse(&ex, rec.data, rec.len);
+            if (sl_buf_damaged(rec.buf)) {
+                /* the file shrank after the reader checked this record: its bytes are gone */
+                fprintf(stderr, "%s: %s: byte %" PRIu64 ": the file shrank while being read\n",
+                        PROG, argv[i], rec.offset);
+                rc = SL__EXIT_FAIL;
+                break;
+            }
+            if (ps != SL_OK) {
                 fprintf(stderr,
                         "%s: %s: byte %" PRIu64 ": record is not a tf.train.Example; in the "
                         "record, %s\n", PROG, argv[i], rec.offset, sl_errmsg());

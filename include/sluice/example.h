@@ -68,8 +68,13 @@ sl_status sl_example_parse(sl_example *ex, const uint8_t *data, size_t len);
  * *ex until the next parse or free. */
 sl_status sl_example_parse_pb(sl_example *ex, const uint8_t *data, size_t len);
 
-/* The feature named `key` (NUL-terminated), or NULL. */
+/* The feature named `key` (NUL-terminated), or NULL. Keys compare as exact bytes: a key
+ * that holds a NUL byte ("label\0evil", 10 bytes) is never found by its part before the
+ * NUL ("label"); look it up with sl_example_get_n. */
 const sl_feature *sl_example_get(const sl_example *ex, const char *key);
+
+/* The feature whose key is exactly the `klen` bytes at `key`, or NULL. */
+const sl_feature *sl_example_get_n(const sl_example *ex, const void *key, size_t klen);
 
 /* Copy all `f->count` values out. `cap` is the room at out, in values. SL_EINVAL if the
  * feature is of another kind, SL_ERANGE if cap < count (nothing written), SL_ECORRUPT for a

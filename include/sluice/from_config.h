@@ -17,7 +17,9 @@
  * `files` (before any element op) decide how the files are read:
  *
  *   files GLOB... [shuffle=BOOL] [seed=N] [compression=auto|none|gzip|zlib] [skip_corrupt=BOOL]
- *         [verify_crc=BOOL]
+ *         [verify_crc=BOOL] [max_record=BYTES]
+ *       (max_record: the longest record accepted from a compressed file, default 256 MiB;
+ *       see sl_tfr_read_opts in tfrecord.h)
  *       TFRecord files ({"record": bytes}). Relative paths are relative to env->base_dir.
  *       Every pattern must match at least one file. With `interleave` the files go through
  *       sl_ds_list_files -> sl_ds_interleave_tfrecord; without it, sl_ds_tfrecord reads

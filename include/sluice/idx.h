@@ -23,7 +23,8 @@ extern "C" {
  * SL_ECORRUPT, ranks 9..255 are valid idx but SL_EUNSUPPORTED (tensors have SL_MAX_RANK
  * dims); in gzipped files offsets count decompressed bytes (the message says so), and a
  * damaged or truncated gzip stream is SL_ECORRUPT with the compressed offset. Concatenated
- * gzip members are read as one stream. */
+ * gzip members are read as one stream. A FIFO, socket, device or directory is refused at
+ * once with SL_EINVAL naming the path (include/sluice/file.h). */
 sl_status sl_idx_read(const char *path, sl_tensor *out);
 /* The same from memory (borrowed; copied into the tensor). `name` is used in messages
  * (NULL: "<memory>"). */
@@ -31,8 +32,9 @@ sl_status sl_idx_read_mem(const void *data, size_t size, const char *name, sl_te
 
 /* Write tensor t (a dtype listed above, rank 1..255) to path, gzipped if `gzip`.
  * (Rank is at most SL_MAX_RANK in practice; every dim must fit in uint32.) Returns SL_OK,
- * SL_EINVAL (other dtype, rank, dims), SL_ENOTFOUND (the directory does not exist) or
- * SL_EIO; on failure the file may exist, partly written. */
+ * SL_EINVAL (other dtype, rank, dims; or path is an existing FIFO, socket, device or
+ * directory), SL_ENOTFOUND (the directory does not exist) or SL_EIO; on failure the file
+ * may exist, partly written. */
 sl_status sl_idx_write(const char *path, const sl_tensor *t, bool gzip);
 
 #ifdef __cplusplus

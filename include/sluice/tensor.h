@@ -31,6 +31,7 @@ typedef struct sl_buf {
     size_t size;        /* bytes at data */
     sl_free_fn free_fn; /* releases data when the last reference goes (NULL: nothing to free) */
     void *free_ctx;
+    atomic_bool damaged; /* a guarded file mapping whose file shrank under it (sl_buf_damaged) */
 } sl_buf;
 
 /* A new buffer of `size` bytes, 64-byte aligned, uninitialised, refcount 1. NULL when
@@ -46,6 +47,28 @@ sl_buf *sl_buf_copy(const void *data, size_t size);
  * last reference goes (free_fn may be NULL for memory that outlives the buffer). NULL on
  * ENOMEM, in which case nothing was handed over and free_fn is not called. */
 sl_buf *sl_buf_wrap(void *data, size_t size, sl_free_fn free_fn, void *free_ctx);
+
+/* Wrap a file mapping made with mmap(2) (`prot` as given to mmap; the mapping is handed
+ * over: munmap runs when the last reference goes) and guard it against the file shrinking.
+ * Reading a page of a mapping past the end of its file raises SIGBUS, which would kill the
+ * process; for a guarded mapping a process-wide SIGBUS handler (installed on first use with
+ * sigaction, SA_SIGINFO; faults outside guarded mappings are passed on to the handler that
+ * was there before, or get the default action) instead maps zero pages over the rest of the
+ * mapping, marks the buffer damaged and lets the read go on. Readers check sl_buf_damaged
+ * after reading and report an error instead of the zeros. NULL on ENOMEM, in which case
+ * nothing was handed over.
+ *
+ * The window that remains: bytes between the file's new end and the end of that page read
+ * as zeros without any fault (the kernel's rule for the last page of a file), so a reader
+ * must also compare the file's size (fstat) when it finds bad bytes; and a consumer that
+ * holds a view into the mapping and reads it after the shrink gets zeros for what is gone
+ * (it can ask sl_buf_damaged). A program that installs its own SIGBUS handler later
+ * replaces this one. */
+sl_buf *sl_buf_wrap_mapping(void *addr, size_t len, int prot);
+
+/* True once the bytes of b are known not to be what the source held: a guarded mapping
+ * whose file shrank while it was read. False for every other buffer. */
+bool sl_buf_damaged(const sl_buf *b);
 
 /* Take one more reference; returns b. NULL is passed through. */
 sl_buf *sl_buf_ref(sl_buf *b);

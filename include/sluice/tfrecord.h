@@ -14,8 +14,41 @@
  *
  * Errors name the file, the byte offset of the record (in the uncompressed stream) and what
  * was wrong. In skip mode a corrupt record is counted and skipped: after a bad length CRC
- * the reader cannot trust the length, so it scans forward byte by byte for the next
- * position where a length and its CRC agree and the data CRC matches. */
+ * the reader cannot trust the length, so it looks for the next position where a length
+ * and its CRC agree, the record fits, and its data CRC matches; that search costs time
+ * linear in the bytes it passes over (each is CRC'd once, however many false headers claim
+ * long records: stats.resync_bytes_crc counts them).
+ *
+ * What is only opened: regular files. A FIFO, socket, device or directory given as a path
+ * is refused at once (SL_EINVAL, naming the path); to read a pipe, hand its descriptor to
+ * sl_tfr_reader_open_fd.
+ *
+ * Bad input and what happens:
+ *   - A file that shrinks while mapped (a shard replaced in place): reading on would raise
+ *     SIGBUS; the mapping is guarded (sl_buf_wrap_mapping, tensor.h) so the process lives
+ *     and the reader fails with SL_EIO "FILE: shrank from N to M bytes while being read (at
+ *     record byte OFFSET)". A record is checked after its CRC pass, before it is returned;
+ *     records returned earlier are views into the mapping and read as zeros where the file
+ *     is gone: sl_buf_damaged(rec.buf) tells. With verify_data_crc off only the record's
+ *     last byte is touched, so a shrink inside the last page of the file can go unseen
+ *     until a consumer reads zeros. A file that grows is read as it was when opened.
+ *   - Resource limits (streamed input: compressed, or read through a descriptor): a record
+ *     may declare a length up to max_record (default SL_TFR_MAX_RECORD_DEFAULT, 256 MiB);
+ *     a longer one fails with SL_ERANGE naming the file and the record's offset, in both
+ *     modes, before any of it is inflated. The window of inflated bytes held for one record
+ *     (or for a resync) is therefore at most about twice max_record. 256 MiB is 100 times
+ *     the largest records seen in practice (encoded images, audio clips: a few MiB) and
+ *     small enough that a few readers in parallel fit in a worker's memory; protobuf's own
+ *     hard limit on one message is 2 GiB. Uncompressed regular files are mapped and need no
+ *     memory per record, so there a record is limited only by the file's size.
+ *   - A damaged compressed stream: the records inflated before the damage are returned
+ *     (each as soon as it is complete and verified). Fail mode: then the stream's error
+ *     (SL_ECORRUPT, "FILE: byte N (compressed): bad gzip stream: ..."). Skip mode: the
+ *     damage is counted (stats.stream_damage), the reader looks for the start of another
+ *     gzip member after it and goes on there (a record cut by the damage is one corrupt
+ *     record), or, when there is none (ZLIB, or a one-member GZIP file as TensorFlow
+ *     writes), the rest of the input is passed over and counted in
+ *     stats.compressed_bytes_lost, and reading ends with SL_END. */
 #ifndef SLUICE_TFRECORD_H
 #define SLUICE_TFRECORD_H
 
@@ -45,9 +78,12 @@ typedef struct sl_tfr_read_opts {
     sl_compression compression; /* default AUTO */
     bool skip_corrupt;          /* count and skip corrupt records instead of failing */
     bool verify_data_crc;       /* default true; false skips the data CRC (length CRC is always checked) */
+    uint64_t max_record;        /* streamed input: longest record accepted, bytes; 0 = the default */
 } sl_tfr_read_opts;
 
-/* Defaults: AUTO, fail on corruption, verify data CRCs. */
+#define SL_TFR_MAX_RECORD_DEFAULT ((uint64_t)256 << 20)
+
+/* Defaults: AUTO, fail on corruption, verify data CRCs, max_record 256 MiB. */
 sl_tfr_read_opts sl_tfr_read_opts_default(void);
 
 typedef struct sl_record {
@@ -62,14 +98,25 @@ typedef struct sl_tfr_stats {
     uint64_t bytes;            /* payload bytes returned */
     uint64_t corrupt_skipped;  /* corrupt records skipped (skip mode) */
     uint64_t bytes_skipped;    /* stream bytes passed over while resynchronising */
+    uint64_t stream_damage;    /* damaged places in a compressed stream (skip mode) */
+    uint64_t compressed_bytes_lost; /* compressed bytes passed over after such damage */
+    uint64_t resync_bytes_crc; /* bytes CRC'd while looking for records after damage (<= the stream) */
 } sl_tfr_stats;
 
 typedef struct sl_tfr_reader sl_tfr_reader;
 
-/* Open `path` for reading. opts may be NULL for defaults. On failure *out is NULL and the
- * status is SL_ENOTFOUND (no such file), SL_EIO, SL_ECORRUPT (bad compressed header) or
- * SL_ENOMEM, with a message naming the file. */
+/* Open `path` (a regular file) for reading. opts may be NULL for defaults. On failure *out
+ * is NULL and the status is SL_ENOTFOUND (no such file), SL_EINVAL (a FIFO, socket, device
+ * or directory: refused without blocking), SL_EIO (the OS failed, or the file shrank before
+ * it was looked at), SL_ECORRUPT (bad compressed header) or SL_ENOMEM, with a message
+ * naming the file. */
 sl_status sl_tfr_reader_open(const char *path, const sl_tfr_read_opts *opts, sl_tfr_reader **out);
+
+/* Read from an open descriptor (a pipe, standard input): borrowed, the caller closes it
+ * after sl_tfr_reader_close. Always streamed (read(2) in chunks), so max_record applies.
+ * `name` labels messages. Same results as sl_tfr_reader_open. */
+sl_status sl_tfr_reader_open_fd(int fd, const char *name, const sl_tfr_read_opts *opts,
+                                sl_tfr_reader **out);
 
 /* Read from memory (borrowed: it must outlive the reader). `name` labels error messages. */
 sl_status sl_tfr_reader_open_mem(const void *data, size_t size, const char *name,
@@ -77,10 +124,13 @@ sl_status sl_tfr_reader_open_mem(const void *data, size_t size, const char *name
 
 /* The next record into *rec. Returns SL_OK, SL_END after the last record, or an error:
  * SL_ECORRUPT (length CRC mismatch, data CRC mismatch, truncated record, bad compressed
- * stream) with "FILE: byte OFFSET: what" in sl_errmsg, or SL_EIO. After an error the reader
- * is finished: further calls return the same status again. In skip mode corrupt records
- * are skipped and counted and only SL_EIO or a corrupt compressed stream fail. A truncated
- * last record in skip mode is counted as one corrupt record and reading ends with SL_END. */
+ * stream: after the records before the damage) with "FILE: byte OFFSET: what" in
+ * sl_errmsg; SL_ERANGE (a record longer than max_record in streamed input); SL_EIO (a read
+ * failed, or the file shrank while mapped); SL_ENOMEM. After an error the reader is
+ * finished: further calls return the same status again. In skip mode corrupt records and
+ * damage in a compressed stream are skipped and counted; only SL_EIO, SL_ERANGE and
+ * SL_ENOMEM fail. A truncated last record in skip mode is counted as one corrupt record and
+ * reading ends with SL_END. */
 sl_status sl_tfr_reader_next(sl_tfr_reader *r, sl_record *rec);
 
 /* Counters so far. */
@@ -103,7 +153,9 @@ typedef struct sl_tfr_write_opts {
 
 sl_tfr_write_opts sl_tfr_write_opts_default(void);
 
-/* Create (truncate) `path`. On failure *out is NULL: SL_EIO with the OS reason. */
+/* Create (truncate) `path`, a regular file (an existing FIFO, socket, device or directory is
+ * refused with SL_EINVAL). On failure *out is NULL: SL_ENOTFOUND (no such directory),
+ * SL_EINVAL, or SL_EIO with the OS reason. */
 sl_status sl_tfr_writer_open(const char *path, const sl_tfr_write_opts *opts, sl_tfr_writer **out);
 
 /* Append one record (data borrowed). SL_EIO on a write failure. */

@@ -41,6 +41,7 @@
 
 #include "pipeline/internal.h"
 #include "sluice/crc32c.h"
+#include "sluice/file.h"
 #include "sluice/log.h"
 
 #define CACHE_VERSION 1u
@@ -292,10 +293,16 @@ static void finish_file(cache_it *c) {
 
 /* ---- file replay ---- */
 
-static void unmap_fn(void *ctx, void *data) { munmap(data, (size_t)(uintptr_t)ctx); }
-
 static sl_status corrupt(const cache_it *c, uint64_t off, const char *what) {
     const cache_ds *d = (const cache_ds *)c->base.ds;
+    if (c->map && sl_buf_damaged(c->map)) {
+        /* the bytes read as zeros because the file shrank while mapped */
+        sl_err_at(SL_EIO, d->path, (int64_t)off, "cache file shrank from %zu bytes while being read",
+                  c->map->size);
+        sl_err_hint("another process truncated or rewrote the cache file; delete it to rebuild it");
+        sl__op_err_prefix(&c->base);
+        return SL_EIO;
+    }
     sl_err_at(SL_ECORRUPT, d->path, (int64_t)off, "cache file: %s", what);
     sl_err_hint("delete the cache file to rebuild it");
     sl__op_err_prefix(&c->base);
@@ -304,20 +311,14 @@ static sl_status corrupt(const cache_it *c, uint64_t off, const char *what) {
 
 static sl_status open_replay(cache_it *c) {
     const cache_ds *d = (const cache_ds *)c->base.ds;
-    int fd = open(d->path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) {
-        sl_err_at(SL_EIO, d->path, -1, "cannot open cache file: %s", strerror(errno));
+    int fd;
+    uint64_t size;
+    /* a FIFO, socket, device or directory at PATH is refused at once (file.h) */
+    sl_status os = sl_file_open_read(d->path, "cache file", &fd, &size);
+    if (os) {
         sl__op_err_prefix(&c->base);
-        return SL_EIO;
+        return os;
     }
-    struct stat st;
-    if (fstat(fd, &st) != 0) {
-        close(fd);
-        sl_err_at(SL_EIO, d->path, -1, "cannot stat cache file");
-        sl__op_err_prefix(&c->base);
-        return SL_EIO;
-    }
-    uint64_t size = (uint64_t)st.st_size;
     if (size < HDR_SIZE + FOOTER_SIZE) {
         close(fd);
         return corrupt(c, size, "truncated (too short for header and footer)");
@@ -329,7 +330,8 @@ static sl_status open_replay(cache_it *c) {
         sl__op_err_prefix(&c->base);
         return SL_EIO;
     }
-    c->map = sl_buf_wrap(p, size, unmap_fn, (void *)(uintptr_t)size);
+    /* guarded: a cache file that shrinks under us is an error, not SIGBUS (tensor.h) */
+    c->map = sl_buf_wrap_mapping(p, size, PROT_READ | PROT_WRITE);
     if (!c->map) {
         munmap(p, size);
         return SL_ENOMEM;
@@ -369,7 +371,8 @@ static sl_status replay_file(cache_it *c, sl_element *out) {
     if (memcmp(b + at, ENTRY_MAGIC, 4) != 0) return corrupt(c, at, "bad entry magic");
     if (size > c->body_end - at - ENTRY_HDR) return corrupt(c, at, "entry runs past the end of the data");
     const uint8_t *p = b + at + ENTRY_HDR, *end = p + size;
-    if (sl_crc32c(0, p, size) != crc) return corrupt(c, at, "entry checksum mismatch");
+    if (sl_crc32c(0, p, size) != crc || sl_buf_damaged(c->map))
+        return corrupt(c, at, "entry checksum mismatch");
     uint64_t next = at + ENTRY_HDR + pad8(size);
     if (kind == KIND_ERR) {
         int32_t code;
@@ -545,8 +548,8 @@ static sl_status cache_make(sl_dataset *ds, sl_ictx *ctx, uint64_t seed, sl_iter
             goto fail;
         }
         snprintf(c->tmp, n, "%s.tmp.%ld.%u", d->path, (long)getpid(), atomic_fetch_add(&d->tmp_seq, 1));
-        if (!(c->f = fopen(c->tmp, "wb"))) {
-            SL_WARN("op '%s': not caching: cannot create %s: %s", ds->label, c->tmp, strerror(errno));
+        if (sl_file_fopen_write(c->tmp, "w", "cache file", &c->f) != SL_OK) {
+            SL_WARN("op '%s': not caching: %s", ds->label, sl_errmsg());
         } else {
             uint8_t hdr[HDR_SIZE] = {0};
             uint32_t ver = CACHE_VERSION, hs = HDR_SIZE;

@@ -4,12 +4,15 @@
  * epoch has a new order, and the same orders run after run.
  *
  * Workload: tens to tens of thousands of shard files, expanded once at creation. Also home
- * of the glob helper tfrecord uses (sl__glob_paths). */
+ * of the glob helper tfrecord uses (sl__glob_paths). Every match must be a regular file: a
+ * FIFO, socket, device or directory among the matches fails creation with SL_EINVAL naming
+ * it (a FIFO would otherwise block its reader for ever). */
 #include <glob.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "pipeline/internal.h"
+#include "sluice/file.h"
 
 /* Expand patterns with glob(3) into a malloc'd array of malloc'd strings. Each pattern's
  * matches are sorted (glob's order); with sort_all the whole list is sorted and duplicates
@@ -78,6 +81,13 @@ sl_status sl__glob_paths(const char *op, const char *const *patterns, int n, boo
         }
         globfree(&g);
     }
+    /* Only regular files: a FIFO would block the reader that opens it, a directory or a
+     * device is no data file. Refused here, at once, naming the path. */
+    for (int k = 0; k < np; k++)
+        if ((s = sl_file_check_regular(paths[k], "matched file"))) {
+            sl_err_prefix("%s: ", op);
+            goto fail;
+        }
     if (sort_all && np > 1) {
         qsort(paths, (size_t)np, sizeof *paths, cmp_str);
         int w = 1;

@@ -11,8 +11,9 @@
  * reported it ("FILE: byte OFFSET: what") prefixed with the op's label; the reader is
  * finished after an error, so the next call goes on with the NEXT file. With skip_corrupt
  * the reader skips corrupt records itself; each skipped record is added to the iterator's
- * errors_ignored count (sl_iter_errors_ignored) and logged at WARN level, so skipped data
- * is never silent.
+ * errors_ignored count (sl_iter_errors_ignored) and logged at WARN level, as is each
+ * damaged place in a compressed stream (the reader then resumes at the next gzip member or
+ * ends the file), so skipped data is never silent.
  *
  * Each record carries its origin (the file and the record's byte offset, sl_origin), so
  * that an error in a function applied to it later can say which record it was.
@@ -41,6 +42,7 @@ typedef struct {
     int file;              /* index of the file being read (or to open next) */
     sl_tfr_reader *rd;     /* open reader of paths[file], or NULL */
     uint64_t skipped_seen; /* corrupt_skipped already counted for rd */
+    uint64_t damage_seen;  /* stream_damage already counted for rd */
     const char *origin;    /* paths[origin_file] interned (sl_origin_path): records' origin */
     int origin_file;       /* which file origin names (-1: none yet) */
 } tfr_it;
@@ -55,12 +57,23 @@ static void count_skipped(tfr_it *t, const char *path) {
         SL_WARN("op '%s': %s: skipped %llu corrupt record(s) (%llu so far in this file)", t->base.ds->label,
                 path, (unsigned long long)k, (unsigned long long)st.corrupt_skipped);
     }
+    if (st.stream_damage > t->damage_seen) {
+        /* damage in a compressed stream: what lay in the lost bytes is unknown, so it is
+         * counted as one ignored error per damaged place */
+        uint64_t k = st.stream_damage - t->damage_seen;
+        t->damage_seen = st.stream_damage;
+        atomic_fetch_add(&t->base.ctx->errors_ignored, (long long)k);
+        SL_WARN("op '%s': %s: damaged %s stream, %llu compressed bytes passed over so far",
+                t->base.ds->label, path, sl_compression_name(sl_tfr_reader_compression(t->rd)),
+                (unsigned long long)st.compressed_bytes_lost);
+    }
 }
 
 static void close_reader(tfr_it *t) {
     sl_tfr_reader_close(t->rd);
     t->rd = NULL;
     t->skipped_seen = 0;
+    t->damage_seen = 0;
     t->file++;
 }
 

@@ -29,11 +29,15 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         const sl_feature *f = &ex.f[i];
         size_t n = f->count;
         if (f->kind == SL_FEAT_NONE && n) die("kind none with values", SL_OK);
-        /* the key, NUL-terminated, must find this very feature (keys are cut at NUL) */
+        /* the key's exact bytes find this very feature; NUL-terminated, only a key without
+         * a NUL inside finds it, and a key with one never finds another feature under its
+         * part before the NUL (issue 11) */
+        if (sl_example_get_n(&ex, f->key.ptr, f->key.len) != f) die("lookup", SL_OK);
         char *key = malloc(f->key.len + 1);
         memcpy(key, f->key.ptr, f->key.len);
         key[f->key.len] = 0;
-        if (strlen(key) != f->key.len || sl_example_get(&ex, key) != f) die("lookup", SL_OK);
+        const sl_feature *g = sl_example_get(&ex, key);
+        if (strlen(key) == f->key.len ? g != f : (g && g->key.len != strlen(key))) die("lookup by C string", SL_OK);
         free(key);
         void *v = malloc(n ? n * 16 : 1);
         if (f->kind == SL_FEAT_FLOAT) {

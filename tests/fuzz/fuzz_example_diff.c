@@ -52,14 +52,16 @@ static void compare(const sl_example *a, const sl_example *b) {
     }
 }
 
-/* Re-encode with the builder (keys may not be empty there, so skip those Examples). */
+/* Re-encode with the builder (keys may not be empty there, nor hold a NUL byte: its keys
+ * are C strings; so skip those Examples). */
 static void reencode(const sl_example *ex) {
     sl_exb *b;
     if (sl_exb_new(&b)) die("sl_exb_new %zu", 0);
     char key[512];
     for (size_t i = 0; i < ex->n; i++) {
         const sl_feature *f = &ex->f[i];
-        if (f->key.len == 0 || f->key.len >= sizeof key || f->kind == SL_FEAT_NONE) {
+        if (f->key.len == 0 || f->key.len >= sizeof key || f->kind == SL_FEAT_NONE ||
+            memchr(f->key.ptr, 0, f->key.len)) {
             sl_exb_free(b);
             return;
         }

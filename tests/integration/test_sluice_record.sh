@@ -1,15 +1,15 @@
 #!/usr/bin/env bash
 # End-to-end test of tools/sluice-record: usage and exit codes, verify/inspect/cat on the
-# TFRecord files other writers made ($SLUICE_SHARED/data/tfrecord-samples, corrupt ones
-# included), Fashion-MNIST conversion (raw, JPEG, gzip) and conversion of a folder tree of
+# TFRecord files other writers made (tests/data/tfrecord-samples, copies with their
+# MANIFEST.md: sources and licences; corrupt ones included), Fashion-MNIST conversion (raw, JPEG, gzip) and conversion of a folder tree of
 # JPEGs this script makes with cjpeg. Each check is printed; the first failure exits 1 with
 # what was expected and what came out.
 set -euo pipefail
 
 BIN="${SLUICE_BIN:?set SLUICE_BIN to the bin directory of the build}"
 TOOL="$BIN/sluice-record"
-SHARED="${SLUICE_SHARED:-/work/shared}"
-SAMPLES="$SHARED/data/tfrecord-samples"
+SRC="${SLUICE_SRC:-$(cd "$(dirname "$0")/../.." && pwd)}"
+SAMPLES="$SRC/tests/data/tfrecord-samples"
 FMNIST=/usr/share/datasets/fashion-mnist
 
 [ -x "$TOOL" ] || { echo "FAIL: $TOOL not built"; exit 1; }
@@ -371,6 +371,61 @@ expect_out "wrote 4 records of 3 classes"
 check "convert images on a missing DIR: exit 1 naming it"
 expect_rc 1 "$TOOL" convert images "$TMP/no-tree" "$TMP/imgbad2" --shards 1
 expect_err "$TMP/no-tree"
+
+
+# ---------------------------------------------------------------- issue 11: hostile inputs
+check "a FIFO given as a file is refused at once (it used to block in open)"
+mkfifo "$TMP/fifo"
+for c in verify inspect cat; do
+    expect_rc 1 timeout 10 "$TOOL" "$c" "$TMP/fifo"
+    expect_err "'$TMP/fifo': is a FIFO (named pipe), not a regular file"
+done
+
+check "- reads standard input (a pipe): verify and cat"
+set +e
+gzip -dc "$GZ" | "$TOOL" verify - >"$OUT" 2>"$ERR"
+RC=$?
+set -e
+[ "$RC" -eq 0 ] || fail "verify - exited $RC"
+expect_out "-: OK, 3 records"
+set +e
+"$TOOL" cat --json - <"$SINGLES" >"$OUT" 2>"$ERR"
+RC=$?
+set -e
+[ "$RC" -eq 0 ] || fail "cat - exited $RC"
+diff -u "$TMP/expected.json" "$OUT" || fail "cat - output differs"
+
+check "--max-record: a longer record in a gzip file is refused, naming the file and offset"
+expect_rc 1 "$TOOL" verify --max-record 100 "$GZ"
+expect_err "$GZ: byte 0 (uncompressed): record of 140 bytes is larger than the limit of 100 bytes"
+expect_err "--max-record"
+expect_rc 0 "$TOOL" verify --max-record 140 "$GZ"
+expect_rc 2 "$TOOL" verify --max-record 0 "$GZ"
+
+check "cat while the file is truncated under it: exit 1 naming the file (was SIGBUS, 135)"
+cp "$FM/train-00000-of-00004.tfrecord" "$TMP/shrink.tfrecord"
+full=$(stat -c %s "$TMP/shrink.tfrecord")
+set +e
+"$TOOL" cat "$TMP/shrink.tfrecord" 2>"$ERR" |
+    { head -c 1000 >/dev/null; truncate -s 8192 "$TMP/shrink.tfrecord"; cat >/dev/null; }
+rcs=("${PIPESTATUS[@]}")
+set -e
+[ "${rcs[0]}" -eq 1 ] || fail "cat exited ${rcs[0]} during the truncation (135 is SIGBUS), expected 1"
+expect_err "$TMP/shrink.tfrecord: shrank from $full to 8192 bytes while being read"
+
+check "damage inside a gzip file: the records before it are kept (fail and skip mode)"
+expect_rc 0 "$TOOL" convert fashion-mnist "$TMP/fmgz" --shards 1 --limit 1250 --compression gzip
+DG="$TMP/fmgz/train-00000-of-00001.tfrecord"
+gsize=$(stat -c %s "$DG")
+printf '\x55\xaa\x55\xaa\x55\xaa\x55\xaa' | dd of="$DG" bs=1 seek=$((gsize / 2)) conv=notrunc status=none
+expect_rc 1 "$TOOL" verify "$DG"
+good=$(sed -n 's/.*CORRUPT after \([0-9]*\) good records.*/\1/p' "$OUT")
+[ -n "$good" ] && [ "$good" -gt 0 ] || fail "fail mode kept no records (was 0 before issue 11)"
+expect_rc 1 "$TOOL" verify --skip-corrupt "$DG"
+kept=$(sed -n 's/.*CORRUPT, \([0-9]*\) good records.*/\1/p' "$OUT")
+[ -n "$kept" ] && [ "$kept" -ge "$good" ] || fail "skip mode kept $kept records, fewer than fail mode's $good"
+expect_out "damaged place in the gzip stream"
+echo "  gzip damage: $good records before the error, $kept in skip mode (of 1250)"
 
 check "no progress output when stderr is not a terminal"
 expect_rc 0 "$TOOL" verify "$FM/train-00000-of-00004.tfrecord"

@@ -437,10 +437,11 @@ TEST(test_edge_cases) {
         {"no key", EX(FEATURES1(VAL(I64(1, 1LL)))), "=int64[1]{1}"},
         {"no value", EX(FEATURES1(KEY("a"))), "a=none"},
         {"empty feature", EX1("a", EMPTY()), "a=none"},
-        {"key with NUL is cut", EX(FEATURES1(CAT(LD(1, STR("a\0b", 3)), VAL(I64(1, 1LL))))), "a=int64[1]{1}"},
-        {"keys equal up to NUL merge",
+        /* issue 11: keys are exact bytes (these used to be cut at the NUL and merged) */
+        {"key with NUL is its own key", EX(FEATURES1(CAT(LD(1, STR("a\0b", 3)), VAL(I64(1, 1LL))))), "a\\x00b=int64[1]{1}"},
+        {"keys equal up to NUL stay apart",
          EX(CAT(FEATURES1(CAT(LD(1, STR("a\0b", 3)), VAL(I64(1, 1LL)))),
-                FEATURES1(CAT(LD(1, STR("a\0c", 3)), VAL(I64(1, 2LL)))))), "a=int64[1]{2}"},
+                FEATURES1(CAT(LD(1, STR("a\0c", 3)), VAL(I64(1, 2LL)))))), "a\\x00b=int64[1]{1} a\\x00c=int64[1]{2}"},
         {"key not UTF-8", EX(FEATURES1(CAT(LD(1, STR("\xff\xfe", 2)), VAL(I64(1, 1LL))))), "\\xff\\xfe=int64[1]{1}"},
         {"empty features", EX(EMPTY()), ""},
         {"unknown fields everywhere",
@@ -504,6 +505,39 @@ TEST(test_edge_cases) {
         free(pb);
         if (!ok) return;
     }
+}
+
+/* Issue 11 item 6: a key with a NUL byte was read as the key before the NUL, so
+ * "label\0evil" = 7 replaced the real "label" = 3. Keys are exact bytes now, on both
+ * decoders, in either order of the entries. */
+TEST(test_key_with_nul) {
+    wb orders[2] = {
+        EX(CAT(FEATURES1(ENTRY("label", I64(1, 3LL))),
+               FEATURES1(CAT(LD(1, STR("label\0evil", 10)), VAL(I64(1, 7LL)))))),
+        EX(CAT(FEATURES1(CAT(LD(1, STR("label\0evil", 10)), VAL(I64(1, 7LL)))),
+               FEATURES1(ENTRY("label", I64(1, 3LL))))),
+    };
+    for (int o = 0; o < 2; o++)
+        for (int pb = 0; pb < 2; pb++) {
+            sl_example ex;
+            sl_example_init(&ex);
+            ASSERT_OK(pb ? sl_example_parse_pb(&ex, orders[o].d, orders[o].n)
+                         : sl_example_parse(&ex, orders[o].d, orders[o].n));
+            ASSERT_EQ(ex.n, 2);
+            int64_t v = 0;
+            ASSERT_OK(sl_feature_int64s(sl_example_get(&ex, "label"), &v, 1));
+            ASSERT_EQ(v, 3);
+            const sl_feature *f = sl_example_get_n(&ex, "label\0evil", 10);
+            ASSERT(f != NULL);
+            ASSERT_EQ(f->key.len, 10);
+            ASSERT_OK(sl_feature_int64s(f, &v, 1));
+            ASSERT_EQ(v, 7);
+            ASSERT(sl_example_get_n(&ex, "label\0evi", 9) == NULL);
+            ASSERT(sl_example_get(&ex, "evil") == NULL);
+            sl_example_free(&ex);
+        }
+    ASSERT(both_agree(orders[0].d, orders[0].n, NULL));
+    ASSERT(both_agree(orders[1].d, orders[1].n, NULL));
 }
 
 TEST(test_error_messages) {
@@ -736,7 +770,7 @@ static int read_records(const char *path, uint8_t **data, size_t *off, size_t *l
 TEST(test_file_singles) {
     uint8_t *data = NULL;
     size_t off[8], len[8];
-    int n = read_records(SL_TEST_SHARED "/data/tfrecord-samples/pwnall__tfrecord/testdata__singles.tfrecords",
+    int n = read_records(SL_TEST_DATA "/tfrecord-samples/pwnall__tfrecord/testdata__singles.tfrecords",
                          &data, off, len, 8);
     if (n < 0) { free(data); SKIP("testdata__singles.tfrecords not readable"); }
     ASSERT_EQ(n, 3);
@@ -782,7 +816,7 @@ TEST(test_file_tfrecord_lite) {
     };
     uint8_t *data = NULL;
     size_t off[64], len[64];
-    int n = read_records(SL_TEST_SHARED "/data/tfrecord-samples/jongwook__tfrecord_lite/tests__test.tfrecord",
+    int n = read_records(SL_TEST_DATA "/tfrecord-samples/jongwook__tfrecord_lite/tests__test.tfrecord",
                          &data, off, len, 64);
     if (n < 0) { free(data); SKIP("tests__test.tfrecord not readable"); }
     ASSERT_EQ(n, 42);
@@ -819,6 +853,7 @@ int main(void) {
     RUN(test_builder_errors);
     RUN(test_unpacked_lists);
     RUN(test_edge_cases);
+    RUN(test_key_with_nul);
     RUN(test_error_messages);
     RUN(test_truncations);
     RUN(test_byte_flips);

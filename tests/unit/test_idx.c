@@ -3,6 +3,8 @@
  * exact status and byte offset. */
 #include <math.h>
 #include <stdint.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <zlib.h>
@@ -293,10 +295,39 @@ TEST(test_corruption) {
 TEST(test_not_found) {
     sl_tensor t = SL_TENSOR_EMPTY;
     ASSERT_EQ(sl_idx_read("/nonexistent/train-images-idx3-ubyte", &t), SL_ENOTFOUND);
-    ASSERT_CONTAINS(sl_errmsg(), "/nonexistent/train-images-idx3-ubyte: cannot open: No such file");
+    ASSERT_CONTAINS(sl_errmsg(), "idx file '/nonexistent/train-images-idx3-ubyte': no such file");
     ASSERT_EQ(t.dtype, SL_DT_INVALID);
-    ASSERT_EQ(sl_idx_read("/tmp", &t), SL_EIO);
+    /* not regular files: refused at once, saying what they are (was SL_EIO) */
+    ASSERT_EQ(sl_idx_read("/tmp", &t), SL_EINVAL);
+    ASSERT_CONTAINS(sl_errmsg(), "idx file '/tmp': is a directory, not a regular file");
     ASSERT_EQ(sl_idx_read(NULL, &t), SL_EINVAL);
+}
+
+/* Issue 11 item 10a: a FIFO blocked open() for ever; refused at once now, for reading and
+ * for writing (a child with 10 s before SIGALRM, so old code fails instead of hanging). */
+TEST(test_fifo_refused) {
+    char fifo[64];
+    snprintf(fifo, sizeof fifo, "/tmp/sluice-test-idx-fifo-%d", (int)getpid());
+    unlink(fifo);
+    ASSERT_EQ(mkfifo(fifo, 0600), 0);
+    fflush(stdout);
+    pid_t pid = fork();
+    if (pid == 0) {
+        alarm(10);
+        sl_tensor t = SL_TENSOR_EMPTY;
+        if (sl_idx_read(fifo, &t) != SL_EINVAL || !strstr(sl_errmsg(), "is a FIFO")) _exit(1);
+        int64_t dims[1] = {3};
+        if (sl_tensor_alloc(&t, SL_DT_U8, 1, dims)) _exit(2);
+        memset(t.data, 1, 3);
+        if (sl_idx_write(fifo, &t, false) != SL_EINVAL || !strstr(sl_errmsg(), "is a FIFO")) _exit(3);
+        sl_tensor_release(&t);
+        _exit(0);
+    }
+    int status = 0;
+    waitpid(pid, &status, 0);
+    unlink(fifo);
+    ASSERT(WIFEXITED(status));
+    ASSERT_EQ(WEXITSTATUS(status), 0);
 }
 
 int main(void) {
@@ -305,5 +336,6 @@ int main(void) {
     RUN(test_fashion_mnist);
     RUN(test_corruption);
     RUN(test_not_found);
+    RUN(test_fifo_refused);
     TEST_MAIN_END();
 }

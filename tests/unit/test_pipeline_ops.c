@@ -4,6 +4,7 @@
 #include <dirent.h>
 #include <stdatomic.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "sluice/fn.h"
@@ -1146,6 +1147,40 @@ TEST(test_element_origin) {
     sl_fn_unref(bad);
 }
 
+/* Issue 11 item 10a: a FIFO among list_files' matches, or at a cache's path, used to block
+ * the reader in open() for ever; refused at once now (in a child with 10 s before SIGALRM,
+ * so old code fails instead of hanging the test). */
+static int fifo_child(void) {
+    char fifo[300], pat[300];
+    snprintf(fifo, sizeof fifo, "%s/fifo.tfrecord", tmpdir);
+    snprintf(pat, sizeof pat, "%s/fifo.*", tmpdir);
+    unlink(fifo);
+    if (mkfifo(fifo, 0600) != 0) return 2;
+    const char *pats[1] = {pat};
+    sl_dataset *ds = NULL;
+    if (sl_ds_list_files(pats, 1, false, 0, &ds) != SL_EINVAL || !strstr(sl_errmsg(), "is a FIFO")) return 3;
+    sl_dataset *r, *c;
+    if (sl_ds_range(0, 3, 1, &r) || sl_ds_cache(r, fifo, &c)) return 4;
+    sl_iter *it = NULL;
+    if (sl_iter_create(c, NULL, &it) != SL_EINVAL || !strstr(sl_errmsg(), "is a FIFO")) return 5;
+    unlink(fifo);
+    return 0;
+}
+
+TEST(test_fifo_refused) {
+    make_tmpdir();
+    fflush(stdout);
+    pid_t pid = fork();
+    if (pid == 0) {
+        alarm(10);
+        _exit(fifo_child());
+    }
+    int status = 0;
+    waitpid(pid, &status, 0);
+    ASSERT(WIFEXITED(status));
+    ASSERT_EQ(WEXITSTATUS(status), 0);
+}
+
 int main(void) {
     RUN(test_interleave_orders);
     RUN(test_interleave_errors);
@@ -1162,6 +1197,7 @@ int main(void) {
     RUN(test_prefetch_order_errors);
     RUN(test_close_midstream);
     RUN(test_element_origin);
+    RUN(test_fifo_refused);
     rm_tmpdir();
     TEST_MAIN_END();
 }
