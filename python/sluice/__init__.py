@@ -152,7 +152,9 @@ class Pipeline(_Pipeline):
               "PATH=VALUE" strings. A str VALUE is config-language text, used as written
               (so a file pattern needs its quotes: '"data/train-*.tfrecord"'); numbers
               and bools are written for you.
-    shard     (index, count): this replica's part, the default of the `shard` statement.
+    shard     (index, count): this replica's part, the default of the `shard` statement;
+              with count > 1 the block must have one (else sluice.Error: every replica
+              would read everything).
     seed      the pipeline seed (see the module's notes on epochs).
     base_dir  where relative paths start; default: the config file's folder (for text=,
               the current directory).

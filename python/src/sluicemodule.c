@@ -7,7 +7,9 @@
  *             ram_budget)
  *       parses the config (a file, or text), applies the `sets` overrides ("PATH=VALUE",
  *       as sluice-stats --set), builds the dataset of `pipeline NAME { }` (sluice/from_config.h)
- *       and keeps it. ._iter(seed) starts an _Iterator.
+ *       and keeps it. ._iter(seed) starts an _Iterator. num_shards > 1 on a pipeline block
+ *       without a `shard` statement is an error (SL_EINVAL): from_config shards only through
+ *       that statement, so every replica would otherwise read all of the data.
  *   _Iterator
  *       __next__ returns a dict {component name: Buffer}, in the element's order. The GIL is
  *       released while sl_iter_next waits, so other Python threads (a training step) run
@@ -240,6 +242,19 @@ typedef struct {
 
 static PyTypeObject PipelineType;
 
+/* Does `pipeline NAME { }` (unknown NAME: yes, from_config reports it) hold a `shard`
+ * statement? */
+static int has_shard_stmt(const sl_cfg *cfg, const char *name) {
+    int n = 0;
+    const sl_cfg_stmt *root = sl_cfg_root(cfg, &n);
+    for (int i = 0; i < n; i++) {
+        const sl_cfg_value *v = sl_cfg_pos(&root[i], 0);
+        if (strcmp(root[i].name, "pipeline") != 0 || !v || !v->text || strcmp(v->text, name) != 0) continue;
+        return sl_cfg_find(root[i].body, root[i].nbody, "shard") != NULL;
+    }
+    return 1;
+}
+
 static int pipeline_init(PipelineObject *self, PyObject *args, PyObject *kw) {
     static char *kwlist[] = {"path", "text", "name", "sets", "shard_index", "num_shards", "seed",
                              "base_dir", "cpu_budget", "ram_budget", NULL};
@@ -307,6 +322,16 @@ static int pipeline_init(PipelineObject *self, PyObject *args, PyObject *kw) {
             raise_sl(n ? SL_EINVAL : SL_ENOTFOUND, NULL);
             goto fail;
         }
+    }
+    if (num_shards > 1 && !has_shard_stmt(cfg, name)) {
+        /* from_config applies the env's shard only through a `shard` statement: without one
+         * every replica would silently read all the data */
+        sl_err(SL_EINVAL, "pipeline '%s' has no `shard` statement, so shard=(%lld, %lld) would not split it: "
+               "every replica would read all of the data", name, shard_index, num_shards);
+        sl_err_hint("add `shard auto` after `files` (or `shard data` later), or pass shard=(0, 1) to read "
+                    "everything on purpose");
+        raise_sl(SL_EINVAL, NULL);
+        goto fail;
     }
     sl_pipeline_env env = sl_pipeline_env_default();
     env.num_shards = num_shards;

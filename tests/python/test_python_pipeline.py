@@ -13,7 +13,8 @@ sluice-record converts here:
      tensor outlives the array and the pipeline (skipped part when torch is missing);
   4. errors: sluice.Error (a RuntimeError) with Sluice's message, status and hint for a
      config mistake (FILE:LINE:COL), a missing file, a bad override, a corrupt record (file
-     and byte offset; the pass goes on after it), and a pipeline name that is not there;
+     and byte offset; the pass goes on after it), a pipeline name that is not there, and
+     shard=(i, n > 1) on a block without a `shard` statement (it would not be split);
   5. the GIL is released while sl_iter_next runs (another thread makes progress meanwhile);
   6. stats() returns the stats JSON as a dict; epochs: pass k > 0 is seeded with
      sluice.mix_seed(seed, k) and reshuffles.
@@ -289,6 +290,14 @@ pipeline big {
         fail("shard=(2, 2) did not raise")
     except ValueError as e:
         ok(f"shard=(2, 2): ValueError ({e})")
+    try:
+        sluice.Pipeline(CFG, "batched", shard=(1, 2))
+        fail("shard=(1, 2) on a pipeline without a shard statement did not raise")
+    except sluice.Error as e:
+        if e.status == "SL_EINVAL" and "pipeline 'batched' has no `shard` statement" in e.message and "shard auto" in e.hint:
+            ok("shard=(1, 2) on a block without `shard`: sluice.Error (every replica would read everything)")
+        else:
+            fail(f"shard without statement: {e.status} {e}")
     # a corrupt record: the error names the file and the byte offset; the pass goes on
     cdir = os.path.join(T, "corrupt")
     os.mkdir(cdir)
