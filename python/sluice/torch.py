@@ -83,6 +83,12 @@ class IterableDataset(torch.utils.data.IterableDataset):
         self._next_epoch = 0
         self.last_iterator = None
 
+    def __getstate__(self):
+        # DataLoader workers started by spawn get a copy without the built pipeline
+        st = self.__dict__.copy()
+        st["_pipe"] = st["_pipe_key"] = st["last_iterator"] = None
+        return st
+
     def set_epoch(self, epoch):
         """Make the next iteration epoch `epoch` (else epochs count from 0)."""
         self._epoch = int(epoch)
