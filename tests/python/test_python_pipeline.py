@@ -15,7 +15,8 @@ sluice-record converts here:
      config mistake (FILE:LINE:COL), a missing file, a bad override, a corrupt record (file
      and byte offset; the pass goes on after it), a pipeline name that is not there, and
      shard=(i, n > 1) on a block without a `shard` statement (it would not be split);
-  5. the GIL is released while sl_iter_next runs (another thread makes progress meanwhile);
+  5. the GIL is released while sl_iter_next runs (another thread makes progress meanwhile),
+     and a second thread advancing the same iterator meanwhile gets RuntimeError;
   6. stats() returns the stats JSON as a dict; epochs: pass k > 0 is seeded with
      sluice.mix_seed(seed, k) and reshuffles.
 
@@ -357,6 +358,27 @@ pipeline big {
         ok(f"GIL released in next(): another thread ran {len(inside)} times during a {t1 - t0:.2f} s call")
     else:
         fail(f"GIL: call took {t1 - t0:.3f} s, {len(inside)} stamps of the other thread inside it")
+
+    # the same iterator advanced from two threads at once: one of them gets RuntimeError
+    results = {}
+    shared = iter(sluice.Pipeline(text="pipeline s {\n range 0 3000000\n filter value < 0\n}\n"))
+
+    def advance(who):
+        try:
+            results[who] = list(shared)
+        except RuntimeError as e:
+            results[who] = e
+
+    th = threading.Thread(target=advance, args=("thread",))
+    th.start()
+    advance("main")
+    th.join()
+    errs = [r for r in results.values() if isinstance(r, RuntimeError)]
+    if (len(errs) == 1 and "already being advanced by another thread" in str(errs[0])
+            and [r for r in results.values() if not isinstance(r, RuntimeError)] == [[]]):
+        ok("an iterator advanced from two threads at once: the second gets RuntimeError, no crash")
+    else:
+        fail(f"two threads on one iterator: {results}")
 
     # ---- 6. stats and epochs ----
     p = sluice.Pipeline(CFG, "train", seed=5)
