@@ -10,6 +10,8 @@ pkgs=(
   # tests: independent readers, reference decoder, fuzzing
   libjpeg-turbo-progs python3 python3-protobuf python3-crc32c python3-numpy
   clang libclang-rt-14-dev
+  # the Python module (python/) and its tests: headers, pip install ./python offline, torch
+  python3-dev python3-setuptools python3-pip python3-wheel python3-torch
 )
 missing=()
 for p in "${pkgs[@]}"; do

@@ -1,0 +1,636 @@
+/* sluice._sluice: the CPython extension under the `sluice` Python package (python/sluice/).
+ *
+ * Three types and one exception, kept small; the friendly API (keyword arguments, numpy
+ * arrays, JSON stats, epochs) is written in Python on top of them (python/sluice/__init__.py):
+ *
+ *   _Pipeline(path, text, name, sets, shard_index, num_shards, seed, base_dir, cpu_budget,
+ *             ram_budget)
+ *       parses the config (a file, or text), applies the `sets` overrides ("PATH=VALUE",
+ *       as sluice-stats --set), builds the dataset of `pipeline NAME { }` (sluice/from_config.h)
+ *       and keeps it. ._iter(seed) starts an _Iterator. num_shards > 1 on a pipeline block
+ *       without a `shard` statement is an error (SL_EINVAL): from_config shards only through
+ *       that statement, so every replica would otherwise read all of the data.
+ *   _Iterator
+ *       __next__ returns a dict {component name: Buffer}, in the element's order. The GIL is
+ *       released while sl_iter_next waits, so other Python threads (a training step) run
+ *       meanwhile. An error raises sluice.Error; the iterator stays usable (the pipeline
+ *       contract: an error consumes the input that caused it). At the end (or close()) the
+ *       Sluice iterator is closed, after a last stats snapshot is kept for stats_json().
+ *   Buffer
+ *       one component: an sl_tensor whose references it holds, so the bytes stay alive as
+ *       long as the Buffer does, whatever happens to the pipeline. It exports them through
+ *       the buffer protocol (PEP 3118: format, shape, C-contiguous strides) without a copy;
+ *       numpy arrays made from it keep it alive as their base. Byte-string tensors
+ *       (dtype "bytes") export nothing: bytes_list() copies them out as Python bytes.
+ *   Error (sluice.Error, a RuntimeError): str() is Sluice's message (sl_errmsg(), with the
+ *       "---> HINT:" line when there is one); attributes status ("SL_EINVAL"), code (-1),
+ *       message (without the hint) and hint (str or None).
+ *
+ * Threads: an _Iterator must not be advanced from two threads at once (the second gets a
+ * RuntimeError instead of a crash); Sluice's own threads never touch Python objects. */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "sluice/config.h"
+#include "sluice/from_config.h"
+#include "sluice/pipeline.h"
+#include "sluice/stats.h"
+#include "sluice/status.h"
+#include "sluice/tensor.h"
+
+static PyObject *ErrorType; /* sluice.Error */
+
+/* Raise sluice.Error from the calling thread's Sluice error (code s), with `what` (may be
+ * NULL) put before the message. Returns NULL. */
+static PyObject *raise_sl(sl_status s, const char *what) {
+    const char *full = sl_errmsg();
+    if (!full[0]) full = sl_strerror(s);
+    char *buf = malloc(strlen(full) + (what ? strlen(what) : 0) + 4);
+    if (!buf) return PyErr_NoMemory();
+    sprintf(buf, "%s%s%s", what ? what : "", what ? ": " : "", full);
+    const char *h = strstr(buf, "\n---> HINT: ");
+    PyObject *exc = PyObject_CallFunction(ErrorType, "s", buf);
+    PyObject *msg = h ? PyUnicode_FromStringAndSize(buf, h - buf) : PyUnicode_FromString(buf);
+    PyObject *hint = h ? PyUnicode_FromString(h + strlen("\n---> HINT: ")) : (Py_INCREF(Py_None), Py_None);
+    free(buf);
+    if (exc && msg && hint) {
+        PyObject *name = PyUnicode_FromString(sl_status_name(s));
+        PyObject *code = PyLong_FromLong(s);
+        if (name && code && !PyObject_SetAttrString(exc, "status", name) &&
+            !PyObject_SetAttrString(exc, "code", code) && !PyObject_SetAttrString(exc, "message", msg) &&
+            !PyObject_SetAttrString(exc, "hint", hint))
+            PyErr_SetObject(ErrorType, exc);
+        Py_XDECREF(name);
+        Py_XDECREF(code);
+    }
+    Py_XDECREF(exc);
+    Py_XDECREF(msg);
+    Py_XDECREF(hint);
+    return NULL;
+}
+
+/* ---- Buffer ----------------------------------------------------------------------- */
+
+typedef struct {
+    PyObject_HEAD
+    sl_tensor t;                        /* references held */
+    Py_ssize_t shape[SL_MAX_RANK];
+    Py_ssize_t strides[SL_MAX_RANK];
+    int exports;                        /* live Py_buffer views */
+} BufferObject;
+
+static PyTypeObject BufferType;
+
+/* struct-module format of each dtype; bf16 has none: it is exported as uint16 ("H"). */
+static const char *dtype_format(sl_dtype dt) {
+    switch (dt) {
+    case SL_DT_U8: return "B";
+    case SL_DT_I8: return "b";
+    case SL_DT_U16: return "H";
+    case SL_DT_I16: return "h";
+    case SL_DT_I32: return "i";
+    case SL_DT_U32: return "I";
+    case SL_DT_I64: return "q";
+    case SL_DT_F16: return "e";
+    case SL_DT_BF16: return "H";
+    case SL_DT_F32: return "f";
+    case SL_DT_F64: return "d";
+    case SL_DT_BOOL: return "?";
+    default: return NULL;
+    }
+}
+
+/* A Buffer taking over the references of *t (left empty). */
+static PyObject *buffer_new_from(sl_tensor *t) {
+    BufferObject *b = PyObject_New(BufferObject, &BufferType);
+    if (!b) return NULL;
+    b->t = *t;
+    *t = SL_TENSOR_EMPTY;
+    b->exports = 0;
+    Py_ssize_t item = (Py_ssize_t)sl_dtype_size(b->t.dtype), stride = item;
+    for (int d = b->t.rank - 1; d >= 0; d--) {
+        b->shape[d] = (Py_ssize_t)b->t.dims[d];
+        b->strides[d] = stride;
+        stride *= (Py_ssize_t)b->t.dims[d];
+    }
+    return (PyObject *)b;
+}
+
+static void buffer_dealloc(BufferObject *b) {
+    sl_tensor_release(&b->t);
+    PyObject_Free(b);
+}
+
+static char empty_bytes[64] __attribute__((aligned(64)));
+
+static int buffer_getbuffer(BufferObject *b, Py_buffer *view, int flags) {
+    const char *fmt = dtype_format(b->t.dtype);
+    if (!fmt) {
+        PyErr_Format(PyExc_BufferError, "a Sluice %s tensor has no buffer (use bytes_list())",
+                     sl_dtype_name(b->t.dtype));
+        view->obj = NULL;
+        return -1;
+    }
+    /* Writable on request: the arrays sluice makes are read-only (the bytes may be a
+     * read-only mapping of a file); DLPack export needs a writable view (sluice.Array). */
+    view->buf = b->t.data ? b->t.data : empty_bytes;
+    view->obj = (PyObject *)b;
+    Py_INCREF(b);
+    view->len = (Py_ssize_t)sl_tensor_nbytes(&b->t);
+    view->readonly = 0;
+    view->itemsize = (Py_ssize_t)sl_dtype_size(b->t.dtype);
+    view->format = (flags & PyBUF_FORMAT) ? (char *)fmt : NULL;
+    view->ndim = b->t.rank;
+    view->shape = (flags & PyBUF_ND) == PyBUF_ND ? b->shape : NULL;
+    view->strides = (flags & PyBUF_STRIDES) == PyBUF_STRIDES ? b->strides : NULL;
+    view->suboffsets = NULL;
+    view->internal = NULL;
+    if (!view->shape && b->t.rank != 1) view->ndim = 1; /* a flat view of the bytes */
+    b->exports++;
+    return 0;
+}
+
+static void buffer_releasebuffer(BufferObject *b, Py_buffer *view) { b->exports--; }
+
+static PyBufferProcs buffer_as_buffer = {
+    .bf_getbuffer = (getbufferproc)buffer_getbuffer,
+    .bf_releasebuffer = (releasebufferproc)buffer_releasebuffer,
+};
+
+static PyObject *buffer_get_dtype(BufferObject *b, void *c) { return PyUnicode_FromString(sl_dtype_name(b->t.dtype)); }
+
+static PyObject *buffer_get_shape(BufferObject *b, void *c) {
+    PyObject *t = PyTuple_New(b->t.rank);
+    for (int d = 0; t && d < b->t.rank; d++) PyTuple_SET_ITEM(t, d, PyLong_FromLongLong(b->t.dims[d]));
+    return t;
+}
+
+static PyObject *buffer_get_nbytes(BufferObject *b, void *c) {
+    return PyLong_FromSize_t(b->t.dtype == SL_DT_BYTES ? 0 : sl_tensor_nbytes(&b->t));
+}
+
+static PyObject *buffer_get_address(BufferObject *b, void *c) { return PyLong_FromVoidPtr(b->t.data); }
+
+/* Byte strings: a flat list of bytes objects (copies), in C order. */
+static PyObject *buffer_bytes_list(BufferObject *b, PyObject *unused) {
+    if (b->t.dtype != SL_DT_BYTES) {
+        PyErr_SetString(PyExc_TypeError, "bytes_list(): the tensor does not hold byte strings");
+        return NULL;
+    }
+    int64_t n = sl_tensor_numel(&b->t);
+    const sl_bytes *v = b->t.data;
+    PyObject *l = PyList_New((Py_ssize_t)n);
+    for (int64_t i = 0; l && i < n; i++) {
+        PyObject *o = PyBytes_FromStringAndSize((const char *)v[i].ptr, (Py_ssize_t)v[i].len);
+        if (!o) {
+            Py_DECREF(l);
+            return NULL;
+        }
+        PyList_SET_ITEM(l, (Py_ssize_t)i, o);
+    }
+    return l;
+}
+
+static PyObject *buffer_repr(BufferObject *b) {
+    char d[128];
+    return PyUnicode_FromFormat("<sluice.Buffer %s>", sl_tensor_describe(&b->t, d, sizeof d));
+}
+
+static PyGetSetDef buffer_getset[] = {
+    {"dtype", (getter)buffer_get_dtype, NULL, "Sluice dtype name (\"float32\", \"bytes\", ...)", NULL},
+    {"shape", (getter)buffer_get_shape, NULL, "dims, a tuple", NULL},
+    {"nbytes", (getter)buffer_get_nbytes, NULL, "bytes of data (0 for byte strings)", NULL},
+    {"address", (getter)buffer_get_address, NULL, "address of the first element", NULL},
+    {NULL},
+};
+
+static PyMethodDef buffer_methods[] = {
+    {"bytes_list", (PyCFunction)buffer_bytes_list, METH_NOARGS, "byte strings as a flat list of bytes (copied)"},
+    {NULL},
+};
+
+static PyTypeObject BufferType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "sluice.Buffer",
+    .tp_doc = "One tensor of a Sluice element; keeps its bytes alive (numpy arrays use it as their base).",
+    .tp_basicsize = sizeof(BufferObject),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_dealloc = (destructor)buffer_dealloc,
+    .tp_repr = (reprfunc)buffer_repr,
+    .tp_as_buffer = &buffer_as_buffer,
+    .tp_getset = buffer_getset,
+    .tp_methods = buffer_methods,
+};
+
+/* ---- _Pipeline -------------------------------------------------------------------- */
+
+typedef struct IterObject IterObject;
+
+typedef struct {
+    PyObject_HEAD
+    sl_dataset *ds;
+    PyObject *name;        /* str */
+    int cpu_budget;
+    long long ram_budget;
+    PyObject *last_stats;  /* JSON str of the last closed iterator, or NULL */
+    PyObject *weakrefs;
+} PipelineObject;
+
+static PyTypeObject PipelineType;
+
+/* Does `pipeline NAME { }` (unknown NAME: yes, from_config reports it) hold a `shard`
+ * statement? */
+static int has_shard_stmt(const sl_cfg *cfg, const char *name) {
+    int n = 0;
+    const sl_cfg_stmt *root = sl_cfg_root(cfg, &n);
+    for (int i = 0; i < n; i++) {
+        const sl_cfg_value *v = sl_cfg_pos(&root[i], 0);
+        if (strcmp(root[i].name, "pipeline") != 0 || !v || !v->text || strcmp(v->text, name) != 0) continue;
+        return sl_cfg_find(root[i].body, root[i].nbody, "shard") != NULL;
+    }
+    return 1;
+}
+
+static int pipeline_init(PipelineObject *self, PyObject *args, PyObject *kw) {
+    static char *kwlist[] = {"path", "text", "name", "sets", "shard_index", "num_shards", "seed",
+                             "base_dir", "cpu_budget", "ram_budget", NULL};
+    const char *path = NULL, *text = NULL, *name = NULL, *base_dir = NULL;
+    Py_ssize_t text_len = 0;
+    PyObject *sets = NULL;
+    long long shard_index = 0, num_shards = 1, ram_budget = 0;
+    unsigned long long seed = 0;
+    int cpu_budget = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "|zz#zOLLKziL", kwlist, &path, &text, &text_len, &name, &sets,
+                                     &shard_index, &num_shards, &seed, &base_dir, &cpu_budget, &ram_budget))
+        return -1;
+    if (self->ds) {
+        PyErr_SetString(PyExc_RuntimeError, "a Pipeline is initialised once");
+        return -1;
+    }
+    if ((path == NULL) == (text == NULL)) {
+        PyErr_SetString(PyExc_TypeError, "give a config file path or config text (text=...), not both");
+        return -1;
+    }
+    if (num_shards < 1 || shard_index < 0 || shard_index >= num_shards) {
+        PyErr_Format(PyExc_ValueError, "shard=(%lld, %lld): the index must be in [0, count) and count >= 1",
+                     shard_index, num_shards);
+        return -1;
+    }
+    if (cpu_budget < 0 || ram_budget < 0) {
+        PyErr_SetString(PyExc_ValueError, "cpu_budget and ram_budget must be >= 0 (0: Sluice's default)");
+        return -1;
+    }
+    PyObject *seq = NULL;
+    if (sets && sets != Py_None) {
+        seq = PySequence_Fast(sets, "sets must be a sequence of \"PATH=VALUE\" strings");
+        if (!seq) return -1;
+    }
+    sl_cfg *cfg = NULL;
+    sl_status s = path ? sl_cfg_parse_file(path, &cfg) : sl_cfg_parse(text, (size_t)text_len, "<text>", &cfg);
+    if (s) {
+        Py_XDECREF(seq);
+        raise_sl(s, NULL);
+        return -1;
+    }
+    for (Py_ssize_t i = 0; seq && i < PySequence_Fast_GET_SIZE(seq); i++) {
+        const char *a = PyUnicode_AsUTF8(PySequence_Fast_GET_ITEM(seq, i));
+        if (!a) goto fail;
+        if ((s = sl_cfg_set(cfg, a))) {
+            raise_sl(s, "set");
+            goto fail;
+        }
+    }
+    const char *names[64];
+    int n = sl_pipeline_names(cfg, names, 64);
+    if (!name) {
+        for (int i = 0; i < n && i < 64 && !name; i++)
+            if (strcmp(names[i], "train") == 0) name = names[i];
+        if (!name && n == 1) name = names[0];
+        if (!name) {
+            char list[512];
+            size_t len = 0;
+            list[0] = 0;
+            for (int i = 0; i < n && i < 64 && len < sizeof list; i++)
+                len += (size_t)snprintf(list + len, sizeof list - len, i ? ", %s" : "%s", names[i]);
+            if (n == 0) sl_err(SL_ENOTFOUND, "%s: no `pipeline NAME { }` block", sl_cfg_filename(cfg));
+            else sl_err(SL_EINVAL, "%s has several pipelines (%s), none named 'train'", sl_cfg_filename(cfg), list);
+            if (n) sl_err_hint("choose one: sluice.Pipeline(config, \"NAME\")");
+            raise_sl(n ? SL_EINVAL : SL_ENOTFOUND, NULL);
+            goto fail;
+        }
+    }
+    if (num_shards > 1 && !has_shard_stmt(cfg, name)) {
+        /* from_config applies the env's shard only through a `shard` statement: without one
+         * every replica would silently read all the data */
+        sl_err(SL_EINVAL, "pipeline '%s' has no `shard` statement, so shard=(%lld, %lld) would not split it: "
+               "every replica would read all of the data", name, shard_index, num_shards);
+        sl_err_hint("add `shard auto` after `files` (or `shard data` later), or pass shard=(0, 1) to read "
+                    "everything on purpose");
+        raise_sl(SL_EINVAL, NULL);
+        goto fail;
+    }
+    sl_pipeline_env env = sl_pipeline_env_default();
+    env.num_shards = num_shards;
+    env.shard_index = shard_index;
+    env.seed = seed;
+    env.base_dir = base_dir;
+    sl_dataset *ds = NULL;
+    if ((s = sl_pipeline_from_config(cfg, name, &env, &ds))) {
+        raise_sl(s, NULL);
+        goto fail;
+    }
+    self->name = PyUnicode_FromString(name);
+    if (!self->name) {
+        sl_dataset_unref(ds);
+        goto fail;
+    }
+    self->ds = ds;
+    self->cpu_budget = cpu_budget;
+    self->ram_budget = ram_budget;
+    sl_cfg_free(cfg);
+    Py_XDECREF(seq);
+    return 0;
+fail:
+    sl_cfg_free(cfg);
+    Py_XDECREF(seq);
+    return -1;
+}
+
+static void pipeline_dealloc(PipelineObject *self) {
+    if (self->weakrefs) PyObject_ClearWeakRefs((PyObject *)self);
+    sl_dataset_unref(self->ds);
+    Py_XDECREF(self->name);
+    Py_XDECREF(self->last_stats);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyObject *pipeline_get_name(PipelineObject *self, void *c) {
+    if (!self->name) Py_RETURN_NONE;
+    Py_INCREF(self->name);
+    return self->name;
+}
+
+/* Number of elements per pass; None when it cannot be known without reading; -1 for an
+ * endless pipeline. */
+static PyObject *pipeline_get_card(PipelineObject *self, void *c) {
+    if (!self->ds) Py_RETURN_NONE;
+    int64_t n = sl_dataset_cardinality(self->ds);
+    if (n == SL_UNKNOWN_CARD) Py_RETURN_NONE;
+    return PyLong_FromLongLong(n == SL_INFINITE ? -1 : n);
+}
+
+static PyObject *pipeline_get_last_stats(PipelineObject *self, void *c) {
+    if (!self->last_stats) Py_RETURN_NONE;
+    Py_INCREF(self->last_stats);
+    return self->last_stats;
+}
+
+static PyObject *pipeline_iter_new(PipelineObject *self, PyObject *args);
+
+static PyGetSetDef pipeline_getset[] = {
+    {"name", (getter)pipeline_get_name, NULL, "the pipeline's name in the config", NULL},
+    {"_cardinality", (getter)pipeline_get_card, NULL, "elements per pass (-1 endless, None unknown)", NULL},
+    {"_last_stats_json", (getter)pipeline_get_last_stats, NULL, "stats JSON of the last closed iterator", NULL},
+    {NULL},
+};
+
+static PyMethodDef pipeline_methods[] = {
+    {"_iter", (PyCFunction)pipeline_iter_new, METH_VARARGS, "_iter(seed): a new _Iterator"},
+    {NULL},
+};
+
+static PyTypeObject PipelineType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "sluice._sluice._Pipeline",
+    .tp_doc = "A dataset built from a `pipeline NAME { }` block (use sluice.Pipeline).",
+    .tp_basicsize = sizeof(PipelineObject),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE,
+    .tp_new = PyType_GenericNew,
+    .tp_init = (initproc)pipeline_init,
+    .tp_dealloc = (destructor)pipeline_dealloc,
+    .tp_getset = pipeline_getset,
+    .tp_methods = pipeline_methods,
+    .tp_weaklistoffset = offsetof(PipelineObject, weakrefs),
+};
+
+/* ---- _Iterator -------------------------------------------------------------------- */
+
+struct IterObject {
+    PyObject_HEAD
+    sl_iter *it;           /* NULL once closed */
+    PipelineObject *pipe;  /* strong */
+    int busy;              /* a thread is inside sl_iter_next */
+    long long produced;
+    PyObject *weakrefs;
+};
+
+static PyTypeObject IterType;
+
+/* The JSON of a stats snapshot of it, as a str; NULL with sluice.Error set. */
+static PyObject *stats_json(sl_iter *it) {
+    sl_stats *st = NULL;
+    sl_status s = sl_iter_stats(it, &st);
+    if (s) return raise_sl(s, "stats");
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&text, &len);
+    if (!f) {
+        sl_stats_free(st);
+        return PyErr_NoMemory();
+    }
+    s = sl_stats_fprint(st, f);
+    int cerr = fclose(f);
+    sl_stats_free(st);
+    PyObject *r = NULL;
+    if (s || cerr) raise_sl(s ? s : sl_err(SL_ENOMEM, "cannot format the stats"), "stats");
+    else r = PyUnicode_DecodeUTF8(text, (Py_ssize_t)len, "replace");
+    free(text);
+    return r;
+}
+
+/* Close the Sluice iterator (joining its threads, without the GIL), keeping a last stats
+ * snapshot in the pipeline. */
+static void iter_finish(IterObject *self) {
+    sl_iter *it = self->it;
+    if (!it) return;
+    self->it = NULL;
+    PyObject *exc_type, *exc_val, *exc_tb;
+    PyErr_Fetch(&exc_type, &exc_val, &exc_tb);
+    PyObject *js = stats_json(it);
+    if (js) {
+        Py_XSETREF(self->pipe->last_stats, js);
+    } else {
+        PyErr_Clear();
+    }
+    PyErr_Restore(exc_type, exc_val, exc_tb);
+    Py_BEGIN_ALLOW_THREADS
+    sl_iter_close(it);
+    Py_END_ALLOW_THREADS
+}
+
+static PyObject *pipeline_iter_new(PipelineObject *self, PyObject *args) {
+    unsigned long long seed = 0;
+    if (!PyArg_ParseTuple(args, "K", &seed)) return NULL;
+    if (!self->ds) {
+        PyErr_SetString(PyExc_RuntimeError, "the Pipeline was not initialised");
+        return NULL;
+    }
+    sl_iter_opts o = sl_iter_opts_default();
+    o.seed = seed;
+    o.cpu_budget = self->cpu_budget;
+    o.ram_budget = self->ram_budget;
+    sl_iter *it = NULL;
+    sl_status s = sl_iter_create(self->ds, &o, &it);
+    if (s) return raise_sl(s, NULL);
+    IterObject *io = PyObject_New(IterObject, &IterType);
+    if (!io) {
+        sl_iter_close(it);
+        return NULL;
+    }
+    io->it = it;
+    io->pipe = self;
+    Py_INCREF(self);
+    io->busy = 0;
+    io->produced = 0;
+    io->weakrefs = NULL;
+    return (PyObject *)io;
+}
+
+static void iter_dealloc(IterObject *self) {
+    if (self->weakrefs) PyObject_ClearWeakRefs((PyObject *)self);
+    iter_finish(self);
+    Py_XDECREF(self->pipe);
+    PyObject_Free(self);
+}
+
+static PyObject *iter_self(PyObject *self) {
+    Py_INCREF(self);
+    return self;
+}
+
+static PyObject *iter_next(IterObject *self) {
+    if (self->busy) {
+        PyErr_SetString(PyExc_RuntimeError, "this sluice iterator is already being advanced by another thread");
+        return NULL;
+    }
+    if (!self->it) return NULL; /* StopIteration */
+    sl_element e;
+    sl_element_init(&e);
+    sl_status s;
+    sl_iter *it = self->it;
+    self->busy = 1;
+    Py_BEGIN_ALLOW_THREADS
+    s = sl_iter_next(it, &e);
+    Py_END_ALLOW_THREADS
+    self->busy = 0;
+    if (s == SL_END) {
+        iter_finish(self);
+        return NULL;
+    }
+    if (s) {
+        char what[160];
+        PyObject *nm = self->pipe->name;
+        snprintf(what, sizeof what, "pipeline '%s', element %lld", nm ? PyUnicode_AsUTF8(nm) : "?", self->produced);
+        return raise_sl(s, what);
+    }
+    self->produced++;
+    PyObject *d = PyDict_New();
+    for (int c = 0; d && c < e.n; c++) {
+        PyObject *b = buffer_new_from(&e.t[c]);
+        if (!b || PyDict_SetItemString(d, e.names[c], b)) {
+            Py_XDECREF(b);
+            Py_CLEAR(d);
+            break;
+        }
+        Py_DECREF(b);
+    }
+    sl_element_clear(&e);
+    return d;
+}
+
+static PyObject *iter_close(IterObject *self, PyObject *unused) {
+    if (self->busy) {
+        PyErr_SetString(PyExc_RuntimeError, "close(): another thread is advancing this iterator");
+        return NULL;
+    }
+    iter_finish(self);
+    Py_RETURN_NONE;
+}
+
+static PyObject *iter_stats_json(IterObject *self, PyObject *unused) {
+    if (!self->it) {
+        if (self->pipe->last_stats) {
+            Py_INCREF(self->pipe->last_stats);
+            return self->pipe->last_stats;
+        }
+        sl_err(SL_ESTATE, "stats(): the iterator is closed");
+        return raise_sl(SL_ESTATE, NULL);
+    }
+    return stats_json(self->it);
+}
+
+static PyObject *iter_get_closed(IterObject *self, void *c) { return PyBool_FromLong(self->it == NULL); }
+
+static PyObject *iter_get_ignored(IterObject *self, void *c) {
+    return PyLong_FromLongLong(self->it ? sl_iter_errors_ignored(self->it) : 0);
+}
+
+static PyMethodDef iter_methods[] = {
+    {"close", (PyCFunction)iter_close, METH_NOARGS, "stop: cancel in-flight work, join threads, free buffers"},
+    {"stats_json", (PyCFunction)iter_stats_json, METH_NOARGS, "a stats snapshot as JSON text"},
+    {NULL},
+};
+
+static PyGetSetDef iter_getset[] = {
+    {"closed", (getter)iter_get_closed, NULL, "True once the end was reached or close() was called", NULL},
+    {"errors_ignored", (getter)iter_get_ignored, NULL, "elements dropped by ignore_errors so far", NULL},
+    {NULL},
+};
+
+static PyTypeObject IterType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "sluice._sluice._Iterator",
+    .tp_doc = "One pass over a pipeline; yields {name: Buffer} dicts.",
+    .tp_basicsize = sizeof(IterObject),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_dealloc = (destructor)iter_dealloc,
+    .tp_iter = iter_self,
+    .tp_iternext = (iternextfunc)iter_next,
+    .tp_methods = iter_methods,
+    .tp_getset = iter_getset,
+    .tp_weaklistoffset = offsetof(IterObject, weakrefs),
+};
+
+/* ---- module ----------------------------------------------------------------------- */
+
+static struct PyModuleDef sluice_module = {
+    PyModuleDef_HEAD_INIT,
+    .m_name = "sluice._sluice",
+    .m_doc = "CPython binding of libsluice's pipeline API (use the `sluice` package).",
+    .m_size = -1,
+};
+
+PyMODINIT_FUNC PyInit__sluice(void) {
+    if (PyType_Ready(&BufferType) < 0 || PyType_Ready(&PipelineType) < 0 || PyType_Ready(&IterType) < 0)
+        return NULL;
+    PyObject *m = PyModule_Create(&sluice_module);
+    if (!m) return NULL;
+    ErrorType = PyErr_NewExceptionWithDoc(
+        "sluice.Error",
+        "A Sluice error. str(e) is Sluice's message (file:line:col or file and byte offset, and the "
+        "hint); e.status is the status name ('SL_EINVAL'), e.code its number, e.message the message "
+        "without the hint, e.hint the hint or None.",
+        PyExc_RuntimeError, NULL);
+    if (!ErrorType || PyModule_AddObjectRef(m, "Error", ErrorType) < 0 ||
+        PyModule_AddObjectRef(m, "Buffer", (PyObject *)&BufferType) < 0 ||
+        PyModule_AddObjectRef(m, "_Pipeline", (PyObject *)&PipelineType) < 0 ||
+        PyModule_AddObjectRef(m, "_Iterator", (PyObject *)&IterType) < 0) {
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
+}
