@@ -125,7 +125,7 @@ const char *sl_cfg_filename(const sl_cfg *cfg);
  *   PATH=-          removes what PATH names: an option ("train.checkpoint.every=-") or a
  *                   whole statement, body and all ("train.epochs=-", "pipeline.test=-");
  *                   SL_EINVAL "nothing named 'KEY' in STMT to remove" when it is absent
- *                   (with a did-you-mean hint). A string "-" is written "\"-\"".
+ *                   (with a did-you-mean hint). A value "-" is written as a string, quotes included.
  *   PATH=(ARGS...)  replaces the whole argument list of the statement PATH names, ARGS
  *                   written as on the statement's line ("train.checkpoint=(steps=20 keep=3)",
  *                   "pipeline.train.batch=(64 drop_remainder)", "()" for none); a missing
