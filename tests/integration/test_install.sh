@@ -39,6 +39,10 @@ done
 # anywhere before "--" (like --help), and a failed write of it is an error
 run version-late 0 "$BIN/sluice-stats" x.sl --peek 1 --version && grep -q "^sluice-stats (Sluice) $VERSION" "$T/version-late.out" &&
     ok "--version after other arguments" || fail "--version after other arguments: $(cat "$T/version-late.out")"
+# after "--" it belongs to the program sluice-launch runs
+run version-launch 0 "$BIN/sluice-launch" -n 1 --port-base 23970 -- /bin/sh -c 'echo "arg $1"' sh --version &&
+    grep -qx '\[worker 0\] arg --version' "$T/version-launch.out" && ! grep -q '(Sluice)' "$T/version-launch.out" &&
+    ok "sluice-launch -- PROGRAM --version: passed to PROGRAM" || fail "launch --: $(cat "$T/version-launch.out")"
 if [ -w /dev/full ]; then
     run version-full 1 sh -c "'$BIN/sluice-train' --version >/dev/full" &&
         grep -q "sluice-train: writing to standard output failed: No space left on device" "$T/version-full.err" &&
