@@ -586,12 +586,10 @@ typedef struct {
 
 static sl_status parse_block(lexer *L, stmtvec *out, bool nested, int depth, sl_cfg_loc open);
 
-static sl_status parse_statement(lexer *L, sl_cfg_stmt *st, int depth) {
+/* A statement's arguments, from the current token to the end of the line, a '{' or a '}'
+ * (not consumed), into st->args / st->nargs (st->name names it in messages). */
+static sl_status parse_args(lexer *L, sl_cfg_stmt *st, int depth) {
     char b[64];
-    memset(st, 0, sizeof *st);
-    st->name = arena_strndup(L->c, L->tok.start, L->tok.len);
-    st->loc = L->tok.loc;
-    advance(L);
     argvec av = {0};
     while (!L->err) {
         tok_kind k = L->tok.kind;
@@ -626,7 +624,16 @@ static sl_status parse_statement(lexer *L, sl_cfg_stmt *st, int depth) {
     if (!L->err) check_dup_keys(L, av.a, av.n, "option", NULL);
     st->nargs = av.n;
     st->args = argvec_commit(L, &av);
-    if (L->err) return L->err;
+    return L->err;
+}
+
+static sl_status parse_statement(lexer *L, sl_cfg_stmt *st, int depth) {
+    char b[64];
+    memset(st, 0, sizeof *st);
+    st->name = arena_strndup(L->c, L->tok.start, L->tok.len);
+    st->loc = L->tok.loc;
+    advance(L);
+    if (parse_args(L, st, depth)) return L->err;
     if (L->tok.kind == T_LBRACE) {
         sl_cfg_loc open = L->tok.loc;
         advance(L);
@@ -979,6 +986,34 @@ static sl_status ambiguous(const sl_cfg *c, const char *assignment, char **comps
     return SL_EINVAL;
 }
 
+/* Values that came from an override are not in the file: line 0 everywhere inside them, so
+ * an interpreter's message about one says so instead of quoting an unrelated line. */
+static void mark_override(sl_cfg_value *v) {
+    v->loc.line = 0;
+    for (int k = 0; k < v->nargs; k++) {
+        sl_cfg_arg *a = (sl_cfg_arg *)&v->args[k];
+        a->kloc.line = 0;
+        mark_override(&a->v);
+    }
+}
+
+/* What an override's VALUE asks for: one value, removal (`-`), or a whole argument list
+ * (`(ARGS...)`). */
+typedef enum { SET_VALUE, SET_REMOVE, SET_ARGS } set_kind;
+
+/* "nothing named KEY in STMT to remove", with a did-you-mean over its options and statements */
+static sl_status nothing_to_remove(const char *assignment, const sl_cfg_stmt *cur, const char *key) {
+    const char *cands[64];
+    int n = 0;
+    for (int k = 0; k < cur->nargs && n < 64; k++)
+        if (cur->args[k].key) cands[n++] = cur->args[k].key;
+    for (int k = 0; k < cur->nbody && n < 64; k++) cands[n++] = cur->body[k].name;
+    sl_err(SL_EINVAL, "override '%s': nothing named '%s' in %s to remove", assignment, key, cur->name);
+    const char *sug = sl_suggest(key, cands, n);
+    if (sug) sl_err_hint("did you mean '%s'?", sug);
+    return SL_EINVAL;
+}
+
 sl_status sl_cfg_set(sl_cfg *c, const char *assignment) {
     const char *eq = strchr(assignment, '=');
     if (!eq || eq == assignment)
@@ -989,30 +1024,61 @@ sl_status sl_cfg_set(sl_cfg *c, const char *assignment) {
     memcpy(path, assignment, plen);
     path[plen] = 0;
 
-    /* the value: parsed in a scratch lexer whose strings land in this arena */
+    /* the value: parsed in a scratch lexer whose strings land in this arena. `-` is not a
+     * value of the language (a lone '-' is a syntax error) and neither is a bare '(', so
+     * both are free to mean "remove" and "these arguments". */
     const char *vtext = eq + 1;
     size_t vlen = strlen(vtext);
-    lexer L;
-    lexer_init(&L, c, vtext, vlen);
-    char *saved_src = c->src;
-    size_t saved_len = c->src_len;
-    char *saved_name = c->filename;
-    char label[64] = "--set";
-    c->src = (char *)vtext; /* so messages quote the value */
-    c->src_len = vlen;
-    c->filename = label;
-    advance(&L);
+    set_kind kind = vlen == 1 && vtext[0] == '-' ? SET_REMOVE : vlen >= 1 && vtext[0] == '(' ? SET_ARGS : SET_VALUE;
     sl_cfg_value val;
-    sl_status s = parse_value(&L, &val, 0);
-    if (!s && L.tok.kind != T_EOF) s = lex_error(&L, L.tok.loc, "unexpected text after the value");
-    c->src = saved_src;
-    c->src_len = saved_len;
-    c->filename = saved_name;
-    if (s) {
-        sl_err_prefix("override '%s': ", path);
-        return s;
+    memset(&val, 0, sizeof val);
+    sl_cfg_stmt given; /* SET_ARGS: the arguments */
+    memset(&given, 0, sizeof given);
+    if (kind != SET_REMOVE) {
+        lexer L;
+        lexer_init(&L, c, vtext, vlen);
+        char *saved_src = c->src;
+        size_t saved_len = c->src_len;
+        char *saved_name = c->filename;
+        char label[64] = "--set";
+        c->src = (char *)vtext; /* so messages quote the value */
+        c->src_len = vlen;
+        c->filename = label;
+        sl_status s;
+        if (kind == SET_VALUE) {
+            advance(&L);
+            s = parse_value(&L, &val, 0);
+            if (!s && L.tok.kind != T_EOF) s = lex_error(&L, L.tok.loc, "unexpected text after the value");
+        } else if (vtext[vlen - 1] != ')') {
+            s = lex_error(&L, here(&L, vtext, 1), "this '(' is never closed");
+            sl_err_hint("write PATH=(ARGS...), the arguments as on the statement's line, ending with ')'");
+        } else {
+            L.end = vtext + vlen - 1; /* lex between the parentheses */
+            L.p = vtext + 1;
+            advance(&L);
+            const char *slash = strrchr(path, '.');
+            given.name = slash ? slash + 1 : path;
+            s = parse_args(&L, &given, 0);
+            if (!s && L.tok.kind != T_EOF) {
+                char b[64];
+                s = lex_error(&L, L.tok.loc, "unexpected %s in an argument list", tok_desc(&L.tok, b, sizeof b));
+                sl_err_hint("PATH=(ARGS...) sets one statement's arguments: no ';', newline or { } body");
+            }
+        }
+        c->src = saved_src;
+        c->src_len = saved_len;
+        c->filename = saved_name;
+        if (s) {
+            sl_err_prefix("override '%s': ", path);
+            return s;
+        }
+        mark_override(&val);
+        for (int k = 0; k < given.nargs; k++) {
+            sl_cfg_arg *a = (sl_cfg_arg *)&given.args[k];
+            a->kloc.line = 0;
+            mark_override(&a->v);
+        }
     }
-    val.loc.line = 0; /* not from the file */
 
     char *comps[MAX_PATH];
     int nc = 0;
@@ -1025,18 +1091,20 @@ sl_status sl_cfg_set(sl_cfg *c, const char *assignment) {
     }
     if (nc < 1) return sl_err(SL_EINVAL, "override '%s' has an empty path", assignment);
 
-    sl_cfg_stmt *list = c->root;
-    int nlist = c->nroot;
-    sl_cfg_stmt *cur = NULL;
+    /* walk: `owner`/`owner_n` is the list the next statement is found in (for removal) */
+    sl_cfg_stmt **owner = &c->root;
+    int *owner_n = &c->nroot;
+    sl_cfg_stmt *cur = NULL, *target = NULL;
+    bool target_two = false; /* the target was named by two parts (pipeline.train) */
     int i = 0;
     while (i < nc) {
         bool last = i == nc - 1;
         sl_cfg_stmt *m[MAX_LISTED];
         int nm = 0;
         /* prefer statements whose first word matches the next component (pipeline train) */
-        if (!last) nm = matches(list, nlist, comps[i], comps[i + 1], m);
+        if (!last) nm = matches(*owner, *owner_n, comps[i], comps[i + 1], m);
         bool consumed_two = nm > 0;
-        if (nm == 0) nm = matches(list, nlist, comps[i], NULL, m);
+        if (nm == 0) nm = matches(*owner, *owner_n, comps[i], NULL, m);
         if (nm > 1) return ambiguous(c, assignment, comps, nc, i, consumed_two, m, nm);
         sl_cfg_stmt *found = nm ? m[0] : NULL;
         if (!found) {
@@ -1044,62 +1112,103 @@ sl_status sl_cfg_set(sl_cfg *c, const char *assignment) {
             return sl_err(SL_EINVAL, "override '%s': no '%s' statement%s%s", assignment, comps[i],
                           cur ? " inside " : "", cur ? cur->name : "");
         }
-        if (last) { /* replace (or add) the first positional argument */
-            for (int k = 0; k < found->nargs; k++)
-                if (!found->args[k].key && found->args[k].v.kind != SL_CV_PIPE) {
-                    ((sl_cfg_arg *)found->args)[k].v = val;
-                    return SL_OK;
-                }
-            cur = found;
-            goto add_positional;
+        i += consumed_two ? 2 : 1;
+        if (i == nc) {
+            target = found;
+            target_two = consumed_two;
+            break;
         }
         cur = found;
-        i += consumed_two ? 2 : 1;
-        list = (sl_cfg_stmt *)cur->body;
-        nlist = cur->nbody;
-        if (i == nc) return sl_err(SL_EINVAL, "override '%s' names a statement, not a value inside it", assignment);
+        owner = (sl_cfg_stmt **)&cur->body;
+        owner_n = &cur->nbody;
     }
-    /* comps[nc-1] not found as a statement of cur */
+
+    if (target) { /* the path names a statement */
+        if (kind == SET_REMOVE) {
+            size_t at = (size_t)(target - *owner);
+            memmove(target, target + 1, sizeof *target * ((size_t)*owner_n - at - 1));
+            (*owner_n)--;
+            return SL_OK;
+        }
+        if (kind == SET_ARGS) {
+            target->args = given.args;
+            target->nargs = given.nargs;
+            return SL_OK;
+        }
+        if (target_two) {
+            sl_err(SL_EINVAL, "override '%s' names a statement, not a value inside it", assignment);
+            sl_err_hint("PATH=- removes it; PATH=(ARGS...) replaces its arguments");
+            return SL_EINVAL;
+        }
+        /* replace (or add) the first positional argument */
+        for (int k = 0; k < target->nargs; k++)
+            if (!target->args[k].key && target->args[k].v.kind != SL_CV_PIPE) {
+                ((sl_cfg_arg *)target->args)[k].v = val;
+                return SL_OK;
+            }
+        sl_cfg_arg *a = arena_alloc(c, sizeof *a * (size_t)(target->nargs + 1));
+        if (!a) return sl_err(SL_ENOMEM, "out of memory");
+        memset(a, 0, sizeof *a);
+        a[0].v = val;
+        if (target->nargs) memcpy(a + 1, target->args, sizeof *a * (size_t)target->nargs);
+        target->args = a;
+        target->nargs++;
+        return SL_OK;
+    }
+
+    /* comps[nc-1] is not a statement of cur: one of its options, or a new statement */
     const char *key = comps[nc - 1];
-    if (cur->has_body) { /* append "key value" to the body */
+    int opt = -1;
+    for (int k = 0; k < cur->nargs; k++)
+        if (cur->args[k].key && strcmp(cur->args[k].key, key) == 0) opt = k;
+    if (kind == SET_REMOVE) {
+        if (opt < 0) return nothing_to_remove(assignment, cur, key);
+        sl_cfg_arg *args = (sl_cfg_arg *)cur->args;
+        memmove(args + opt, args + opt + 1, sizeof *args * (size_t)(cur->nargs - opt - 1));
+        cur->nargs--;
+        return SL_OK;
+    }
+    if (cur->has_body) { /* append "key value" (or "key ARGS...") to the body */
         sl_cfg_stmt *nb = arena_alloc(c, sizeof *nb * (size_t)(cur->nbody + 1));
-        sl_cfg_arg *a = arena_alloc(c, sizeof *a);
+        sl_cfg_arg *a = kind == SET_VALUE ? arena_alloc(c, sizeof *a) : NULL;
         char *name = arena_strndup(c, key, strlen(key));
-        if (!nb || !a || !name) return sl_err(SL_ENOMEM, "out of memory");
+        if (!nb || (kind == SET_VALUE && !a) || !name) return sl_err(SL_ENOMEM, "out of memory");
         if (cur->nbody) memcpy(nb, cur->body, sizeof *nb * (size_t)cur->nbody);
-        a->v = val;
+        memset(&nb[cur->nbody], 0, sizeof *nb);
         nb[cur->nbody].name = name;
-        nb[cur->nbody].loc = val.loc;
-        nb[cur->nbody].nargs = 1;
-        nb[cur->nbody].args = a;
+        nb[cur->nbody].loc = (sl_cfg_loc){0, 1, 1};
+        if (kind == SET_VALUE) {
+            memset(a, 0, sizeof *a);
+            a->v = val;
+            nb[cur->nbody].nargs = 1;
+            nb[cur->nbody].args = a;
+        } else {
+            nb[cur->nbody].nargs = given.nargs;
+            nb[cur->nbody].args = given.args;
+        }
         cur->body = nb;
         cur->nbody++;
         return SL_OK;
     }
-    for (int k = 0; k < cur->nargs; k++)
-        if (cur->args[k].key && strcmp(cur->args[k].key, key) == 0) {
-            ((sl_cfg_arg *)cur->args)[k].v = val;
-            return SL_OK;
-        }
-    {
-        sl_cfg_arg *a = arena_alloc(c, sizeof *a * (size_t)(cur->nargs + 1));
-        char *k2 = arena_strndup(c, key, strlen(key));
-        if (!a || !k2) return sl_err(SL_ENOMEM, "out of memory");
-        if (cur->nargs) memcpy(a, cur->args, sizeof *a * (size_t)cur->nargs);
-        a[cur->nargs].key = k2;
-        a[cur->nargs].sep = '=';
-        a[cur->nargs].v = val;
-        cur->args = a;
-        cur->nargs++;
+    if (kind == SET_ARGS) {
+        if (opt >= 0) sl_err(SL_EINVAL, "override '%s': '%s' is an option of %s: it takes one value", assignment, key, cur->name);
+        else sl_err(SL_EINVAL, "override '%s': no '%s' statement inside %s", assignment, key, cur->name);
+        sl_err_hint("PATH=(ARGS...) replaces a statement's arguments; an option is set with PATH=VALUE");
+        return SL_EINVAL;
+    }
+    if (opt >= 0) {
+        ((sl_cfg_arg *)cur->args)[opt].v = val;
         return SL_OK;
     }
-add_positional: {
-        sl_cfg_arg *a = arena_alloc(c, sizeof *a * (size_t)(cur->nargs + 1));
-        if (!a) return sl_err(SL_ENOMEM, "out of memory");
-        a[0].v = val;
-        if (cur->nargs) memcpy(a + 1, cur->args, sizeof *a * (size_t)cur->nargs);
-        cur->args = a;
-        cur->nargs++;
-        return SL_OK;
-    }
+    sl_cfg_arg *a = arena_alloc(c, sizeof *a * (size_t)(cur->nargs + 1));
+    char *k2 = arena_strndup(c, key, strlen(key));
+    if (!a || !k2) return sl_err(SL_ENOMEM, "out of memory");
+    if (cur->nargs) memcpy(a, cur->args, sizeof *a * (size_t)cur->nargs);
+    memset(&a[cur->nargs], 0, sizeof *a);
+    a[cur->nargs].key = k2;
+    a[cur->nargs].sep = '=';
+    a[cur->nargs].v = val;
+    cur->args = a;
+    cur->nargs++;
+    return SL_OK;
 }

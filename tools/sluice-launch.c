@@ -282,6 +282,7 @@ static int keygen(const char **paths, int n) {
 }
 
 int main(int argc, char **argv) {
+    if (sl__tool_version(PROG, argc, argv)) return sl__tool_exit(PROG, SL__EXIT_OK);
     long long nw = 0, nps = 0, port_base = 29500, timeout = 0, grace = 5, restarts = 0;
     const char *host = "127.0.0.1";
     const char **keys = calloc((size_t)argc + 1, sizeof *keys);

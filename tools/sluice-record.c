@@ -1005,6 +1005,7 @@ static int cmd_convert(int argc, char **argv) {
 /* ---- main ----------------------------------------------------------------------------- */
 
 int main(int argc, char **argv) {
+    if (sl__tool_version(PROG, argc, argv)) return sl__tool_exit(PROG, SL__EXIT_OK);
     if (argc < 2) {
         fprintf(stderr, "%s: missing COMMAND\nTry '%s --help' for more information.\n", PROG,
                 PROG);

@@ -627,6 +627,7 @@ static const char *default_pipeline(const sl_cfg *cfg) {
 }
 
 int main(int argc, char **argv) {
+    if (sl__tool_version(PROG, argc, argv)) return sl__tool_exit(PROG, SL__EXIT_OK);
     stats_args a = {.peek = -1, .values = 8, .shards = 1, .shard_index = 0};
     a.sets = calloc((size_t)argc + 1, sizeof *a.sets);
     if (!a.sets) return sl__tool_exit(PROG, sl__failf(PROG, "out of memory"));

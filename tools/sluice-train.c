@@ -108,6 +108,7 @@ static sl_status set_run_dir(sl_cfg *cfg, const char *dir) {
 }
 
 int main(int argc, char **argv) {
+    if (sl__tool_version(PROG, argc, argv)) return sl__tool_exit(PROG, SL__EXIT_OK);
     const char **sets = calloc((size_t)argc + 1, sizeof *sets);
     if (!sets) return sl__tool_exit(PROG, sl__failf(PROG, "out of memory"));
     int nsets = 0, nargs = 0, npos = 0;

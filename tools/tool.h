@@ -2,7 +2,7 @@
  * the usage/exit-status conventions, error reporting, and a progress bar.
  *
  * Conventions every tool follows (so scripts can rely on them):
- *   exit 0  success, and --help / -h (usage on stdout)
+ *   exit 0  success, and --help / -h (usage on stdout), and --version (sl__tool_version)
  *   exit 1  the work failed: corrupt or unreadable input, a write error (message on stderr,
  *           naming the file and byte offset when there is one), including a failed write to
  *           standard output (sl__tool_exit: every main returns through it)
@@ -53,6 +53,12 @@ typedef enum sl__args_result {
  * option destinations may have been written for options before the bad one. */
 sl__args_result sl__args_parse(const char *prog, const sl__opt *opts, int argc, char **argv,
                                int *npos);
+
+/* The first line of every main: `if (sl__tool_version(PROG, argc, argv)) return
+ * sl__tool_exit(PROG, SL__EXIT_OK);`. True when "--version" is among argv[1..argc) before
+ * a "--" (anywhere, like --help; after "--" it belongs to the command sluice-launch runs);
+ * it has then printed "PROG (Sluice) 0.1.0 (git 705441a)" (sluice/version.h) to stdout. */
+bool sl__tool_version(const char *prog, int argc, char **argv);
 
 /* Print "PROG: message" and "Try 'PROG --help' for more information." to stderr and
  * return SL__EXIT_USAGE, so a tool can `return sl__usage_error(...)`. */

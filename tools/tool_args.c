@@ -11,7 +11,17 @@
 #include <time.h>
 
 #include "sluice/file.h"
+#include "sluice/version.h"
 #include "tool.h"
+
+bool sl__tool_version(const char *prog, int argc, char **argv) {
+    for (int i = 1; i < argc && strcmp(argv[i], "--") != 0; i++)
+        if (strcmp(argv[i], "--version") == 0) {
+            printf("%s (Sluice) %s\n", prog, sl_version_string());
+            return true;
+        }
+    return false;
+}
 
 int sl__usage_error(const char *prog, const char *fmt, ...) {
     va_list ap;

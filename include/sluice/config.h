@@ -121,14 +121,26 @@ const char *sl_cfg_filename(const sl_cfg *cfg);
  * The last component names an option of the statement reached (replaced, or added when
  * absent) or, when it names a statement itself, that statement's first positional argument
  * is replaced (or added). A missing statement inside a block is appended to the block.
- * VALUE is parsed as one value of the language.
+ * VALUE is parsed as one value of the language, except two spellings that are not values:
+ *   PATH=-          removes what PATH names: an option ("train.checkpoint.every=-") or a
+ *                   whole statement, body and all ("train.epochs=-", "pipeline.test=-");
+ *                   SL_EINVAL "nothing named 'KEY' in STMT to remove" when it is absent
+ *                   (with a did-you-mean hint). A value "-" is written as a string, quotes included.
+ *   PATH=(ARGS...)  replaces the whole argument list of the statement PATH names, ARGS
+ *                   written as on the statement's line ("train.checkpoint=(steps=20 keep=3)",
+ *                   "pipeline.train.batch=(64 drop_remainder)", "()" for none); a missing
+ *                   statement inside a block is added with them; an option path is an error
+ *                   (an option takes one value). The body, if any, is kept.
+ * Values set by an override carry line 0 in their locations (and nested ones too), so
+ * interpreters' messages say "(value given with --set)". Pointers into the tree taken
+ * before a successful sl_cfg_set (statements, arguments) may no longer be valid.
  * A component that matches more than one statement is an error, never a guess: with
  * pipelines 'train' and 'test', "pipeline.batch=7" fails with "override 'pipeline.batch=7':
  * pipeline.batch matches pipeline 'train' and pipeline 'test': say pipeline.train.batch or
  * pipeline.test.batch" (candidates without distinct first words are listed by FILE:LINE:COL).
  * SL_EINVAL with a message naming the path on a malformed override (empty path part, more
- * than 32 parts), a path that leads nowhere, or an ambiguous one; the tree is unchanged on
- * failure. */
+ * than 32 parts, an unclosed "(", a ';' or '{' inside one), a path that leads nowhere, or an
+ * ambiguous one; the tree is unchanged on failure. */
 sl_status sl_cfg_set(sl_cfg *cfg, const char *assignment);
 
 /* Lookups. sl_cfg_find: the first statement named `name` among n, or NULL.

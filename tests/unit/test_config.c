@@ -422,6 +422,119 @@ TEST(test_config_file_kinds) {
     rmdir(dir);
 }
 
+/* PATH=- removes an option or a statement; failures leave the tree as it was. */
+TEST(test_override_remove) {
+    sl_cfg *c = parse("pipeline train {\n shuffle 100 seed=1\n batch 32\n}\n"
+                      "train {\n epochs 15\n checkpoint every=1 keep=3\n seed 1\n}\n");
+    ASSERT(c);
+    int n;
+    const sl_cfg_stmt *r = sl_cfg_root(c, &n);
+    ASSERT_OK(sl_cfg_set(c, "train.epochs=-")); /* a statement */
+    ASSERT_EQ(r[1].nbody, 2);
+    ASSERT_STREQ(r[1].body[0].name, "checkpoint");
+    ASSERT_STREQ(r[1].body[1].name, "seed");
+    ASSERT_OK(sl_cfg_set(c, "train.checkpoint.every=-")); /* an option */
+    ASSERT_EQ(r[1].body[0].nargs, 1);
+    ASSERT_STREQ(r[1].body[0].args[0].key, "keep");
+    ASSERT_EQ(r[1].body[0].args[0].v.inum, 3);
+    ASSERT(!sl_cfg_opt(&r[1].body[0], "every"));
+    ASSERT_OK(sl_cfg_set(c, "train.checkpoint.steps=20")); /* then the other spelling is added */
+    ASSERT_EQ(sl_cfg_opt(&r[1].body[0], "steps")->inum, 20);
+    ASSERT_OK(sl_cfg_set(c, "train.steps=60"));
+    ASSERT_EQ(r[1].nbody, 3);
+    ASSERT_STREQ(r[1].body[2].name, "steps");
+    ASSERT_EQ(sl_cfg_pos(&r[1].body[2], 0)->inum, 60);
+    ASSERT_OK(sl_cfg_set(c, "pipeline.train.shuffle.seed=-"));
+    ASSERT_EQ(r[0].body[0].nargs, 1);
+    ASSERT_EQ(sl_cfg_pos(&r[0].body[0], 0)->inum, 100);
+    /* a whole block, named by its first word */
+    ASSERT_OK(sl_cfg_set(c, "pipeline.train=-"));
+    r = sl_cfg_root(c, &n);
+    ASSERT_EQ(n, 1);
+    ASSERT_STREQ(r[0].name, "train");
+    /* nothing to remove is an error, with a did-you-mean */
+    ASSERT_EQ(sl_cfg_set(c, "train.sed=-"), SL_EINVAL);
+    ASSERT_STREQ(sl_errmsg(), "override 'train.sed=-': nothing named 'sed' in train to remove\n"
+                              "---> HINT: did you mean 'seed'?");
+    ASSERT_EQ(sl_cfg_set(c, "train.checkpoint.every=-"), SL_EINVAL);
+    ASSERT_STREQ(sl_errmsg(), "override 'train.checkpoint.every=-': nothing named 'every' in checkpoint to remove");
+    ASSERT_EQ(sl_cfg_set(c, "model.x=-"), SL_EINVAL);
+    ASSERT_STREQ(sl_errmsg(), "override 'model.x=-': no 'model' statement");
+    ASSERT_EQ(r[0].nbody, 3); /* unchanged by the failures */
+    /* '-' glued to something else is still a value (or a syntax error), not a removal */
+    ASSERT_EQ(sl_cfg_set(c, "train.seed=-x"), SL_EINVAL);
+    ASSERT_CONTAINS(sl_errmsg(), "unexpected character '-'");
+    ASSERT_OK(sl_cfg_set(c, "train.seed=-3"));
+    ASSERT_EQ(sl_cfg_pos(&r[0].body[1], 0)->inum, -3);
+    ASSERT_OK(sl_cfg_set(c, "train.seed=\"-\"")); /* a string "-" when one is meant */
+    ASSERT_STREQ(sl_cfg_pos(&r[0].body[1], 0)->text, "-");
+    sl_cfg_free(c);
+}
+
+/* PATH=(ARGS...) replaces a statement's whole argument list (or adds the statement). */
+TEST(test_override_args) {
+    sl_cfg *c = parse("pipeline train {\n shuffle 100 seed=1\n map a(x) | b(y) parallel=4\n}\n"
+                      "train {\n checkpoint every=1 keep=3\n}\n");
+    ASSERT(c);
+    int n;
+    const sl_cfg_stmt *r = sl_cfg_root(c, &n);
+    ASSERT_OK(sl_cfg_set(c, "train.checkpoint=(steps=20)"));
+    const sl_cfg_stmt *ck = &r[1].body[0];
+    ASSERT_EQ(ck->nargs, 1);
+    ASSERT_STREQ(ck->args[0].key, "steps");
+    ASSERT_EQ(ck->args[0].v.inum, 20);
+    ASSERT_EQ(ck->args[0].v.loc.line, 0); /* from --set, not the file */
+    ASSERT_OK(sl_cfg_set(c, "train.checkpoint=(none)"));
+    ASSERT_EQ(ck->nargs, 1);
+    ASSERT_STREQ(sl_cfg_pos(ck, 0)->text, "none");
+    ASSERT_OK(sl_cfg_set(c, "train.checkpoint=()")); /* no arguments at all */
+    ASSERT_EQ(ck->nargs, 0);
+    ASSERT_OK(sl_cfg_set(c, "pipeline.train.shuffle=(50 seed=2 reshuffle=false)"));
+    const sl_cfg_stmt *sh = &r[0].body[0];
+    ASSERT_EQ(sh->nargs, 3);
+    ASSERT_EQ(sl_cfg_pos(sh, 0)->inum, 50);
+    ASSERT_EQ(sl_cfg_opt(sh, "seed")->inum, 2);
+    ASSERT_STREQ(sl_cfg_opt(sh, "reshuffle")->text, "false");
+    /* a chain with calls and pipes */
+    ASSERT_OK(sl_cfg_set(c, "pipeline.train.map=(c(z, k: 1) | d() parallel=2)"));
+    const sl_cfg_stmt *mp = &r[0].body[1];
+    ASSERT_EQ(mp->nargs, 4);
+    ASSERT_EQ(mp->args[0].v.kind, SL_CV_CALL);
+    ASSERT_STREQ(mp->args[0].v.text, "c");
+    ASSERT_EQ(mp->args[0].v.args[1].v.loc.line, 0);
+    ASSERT_EQ(mp->args[1].v.kind, SL_CV_PIPE);
+    ASSERT_STREQ(mp->args[2].v.text, "d");
+    ASSERT_EQ(sl_cfg_opt(mp, "parallel")->inum, 2);
+    /* a missing statement in a block is added with those arguments */
+    ASSERT_OK(sl_cfg_set(c, "pipeline.train.batch=(16 drop_remainder)"));
+    ASSERT_EQ(r[0].nbody, 3);
+    ASSERT_STREQ(r[0].body[2].name, "batch");
+    ASSERT_EQ(r[0].body[2].nargs, 2);
+    ASSERT_STREQ(sl_cfg_pos(&r[0].body[2], 1)->text, "drop_remainder");
+    /* errors: unclosed, a second statement, a repeated key, an option, leave things as they were */
+    ASSERT_EQ(sl_cfg_set(c, "train.checkpoint=(steps=20"), SL_EINVAL);
+    ASSERT_STREQ(sl_errmsg(), "override 'train.checkpoint': --set:1:1: this '(' is never closed\n    (steps=20\n    ^\n"
+                              "---> HINT: write PATH=(ARGS...), the arguments as on the statement's line, ending with ')'");
+    ASSERT_EQ(sl_cfg_set(c, "train.checkpoint=(steps=20; keep=1)"), SL_EINVAL);
+    ASSERT_CONTAINS(sl_errmsg(), "unexpected end of line in an argument list");
+    ASSERT_EQ(sl_cfg_set(c, "train.checkpoint=(steps=2 steps=3)"), SL_EINVAL);
+    ASSERT_CONTAINS(sl_errmsg(), "option 'steps' given twice");
+    ASSERT_EQ(sl_cfg_set(c, "pipeline.train.shuffle.seed=(3)"), SL_EINVAL);
+    ASSERT_STREQ(sl_errmsg(), "override 'pipeline.train.shuffle.seed=(3)': 'seed' is an option of shuffle: it takes "
+                              "one value\n---> HINT: PATH=(ARGS...) replaces a statement's arguments; an option is set "
+                              "with PATH=VALUE");
+    ASSERT_EQ(ck->nargs, 0);
+    ASSERT_EQ(sh->nargs, 3);
+    /* a block named by two parts takes (ARGS) too, but not a single value */
+    ASSERT_EQ(sl_cfg_set(c, "pipeline.train=x"), SL_EINVAL);
+    ASSERT_STREQ(sl_errmsg(), "override 'pipeline.train=x' names a statement, not a value inside it\n"
+                              "---> HINT: PATH=- removes it; PATH=(ARGS...) replaces its arguments");
+    ASSERT_OK(sl_cfg_set(c, "pipeline.train=(val)"));
+    ASSERT_STREQ(sl_cfg_pos(&r[0], 0)->text, "val");
+    ASSERT_EQ(r[0].nbody, 3); /* the body stays */
+    sl_cfg_free(c);
+}
+
 int main(void) {
     RUN(test_pipeline_sketch);
     RUN(test_values);
@@ -435,5 +548,7 @@ int main(void) {
     RUN(test_duplicate_options);
     RUN(test_ambiguous_overrides);
     RUN(test_config_file_kinds);
+    RUN(test_override_remove);
+    RUN(test_override_args);
     TEST_MAIN_END();
 }
