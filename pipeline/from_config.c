@@ -1352,6 +1352,17 @@ static sl_status find_pipeline(const sl_cfg *cfg, const char *name, const sl_cfg
     return SL_ENOTFOUND;
 }
 
+/* A pipeline read by several replicas without a `shard` statement gives every replica all
+ * of its data (tf.data without auto-sharding does the same): legal, but rarely meant, so
+ * shard 0 says so once. */
+static void unsharded_warning(const builder *b) {
+    for (int i = 0; i < b->pstmt->nbody; i++)
+        if (strcmp(b->pstmt->body[i].name, "shard") == 0) return;
+    SL_WARN("pipeline '%s': read by %lld replicas, but it has no `shard` statement, so every replica "
+            "reads all of its data; add `shard auto` after `files` to give each replica its own part",
+            b->pname, (long long)b->env.num_shards);
+}
+
 sl_status sl_pipeline_from_config(const sl_cfg *cfg, const char *name, const sl_pipeline_env *env,
                                   sl_dataset **out) {
     *out = NULL;
@@ -1380,6 +1391,7 @@ sl_status sl_pipeline_from_config(const sl_cfg *cfg, const char *name, const sl_
     }
     if (!st && b.src == SRC_NONE) st = missing_source(&b);
     if (!st) st = materialise(&b);
+    if (!st && b.env.num_shards > 1 && b.env.shard_index == 0) unsharded_warning(&b);
     free_strs(b.patterns, b.npatterns);
     free_strs(b.paths, b.npaths);
     if (st) {

@@ -35,7 +35,9 @@
  *       `num` files, data otherwise. With num 1 it does nothing. By file, when the
  *       files do not divide by num, shard 0 logs a warning (SL_WARN) naming the files per
  *       replica ("pipeline 'train': 3 files do not split evenly over 2 replicas (shard by
- *       file): replica 0 reads 2, replica 1 reads 1; ...").
+ *       file): replica 0 reads 2, replica 1 reads 1; ..."). A pipeline built for
+ *       num_shards > 1 that has no shard statement at all is built as written (every
+ *       replica reads everything), and shard 0 logs a warning saying so.
  *   interleave [cycle=N|auto] [block=N] [parallel=N|auto] [deterministic=BOOL]
  *   shuffle BUFFER [seed=N] [reshuffle=BOOL]       reshuffle (each epoch) defaults to true
  *   map FN(...) [| FN(...)...] [parallel=N|auto] [deterministic=BOOL]

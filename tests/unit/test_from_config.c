@@ -2,6 +2,7 @@
  * message exactly (file:line:col, the line, the caret, the hint); --set overrides; shard
  * auto choosing file or data (told apart by which elements come out). */
 #include <stdlib.h>
+#include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -604,6 +605,45 @@ TEST(test_shard_auto_picks_file_or_data) {
     clean_dir();
 }
 
+/* Builds `text`'s pipeline p with env and returns what was logged to stderr meanwhile. */
+static void build_capturing_stderr(const char *text, const sl_pipeline_env *env, char *log, size_t cap) {
+    char path[] = "/tmp/sluice-fc-log-XXXXXX";
+    int fd = mkstemp(path), saved = dup(2);
+    fflush(stderr);
+    dup2(fd, 2);
+    sl_dataset *ds = NULL;
+    sl_status s = build(text, "p", env, &ds);
+    fflush(stderr);
+    dup2(saved, 2);
+    close(saved);
+    sl_dataset_unref(ds);
+    ssize_t n = pread(fd, log, cap - 1, 0);
+    log[n > 0 ? n : 0] = 0;
+    if (s) snprintf(log, cap, "build failed: %s", sl_errmsg());
+    close(fd);
+    unlink(path);
+}
+
+/* A pipeline read by several replicas with no shard statement: every replica reads all of
+ * it, and shard 0 says so once; with a shard statement, or one replica, nothing is said. */
+TEST(test_unsharded_pipeline_warns) {
+    char log[2048];
+    sl_pipeline_env env = sl_pipeline_env_default();
+    env.num_shards = 2;
+    build_capturing_stderr("pipeline p {\n range 0 10\n batch 2\n}\n", &env, log, sizeof log);
+    ASSERT_CONTAINS(log, "pipeline 'p': read by 2 replicas, but it has no `shard` statement, so every replica "
+                         "reads all of its data; add `shard auto` after `files` to give each replica its own part");
+    env.shard_index = 1;
+    build_capturing_stderr("pipeline p {\n range 0 10\n batch 2\n}\n", &env, log, sizeof log);
+    ASSERT_STREQ(log, "");
+    env.shard_index = 0;
+    build_capturing_stderr("pipeline p {\n range 0 10\n shard\n batch 2\n}\n", &env, log, sizeof log);
+    ASSERT_STREQ(log, "");
+    env.num_shards = 1;
+    build_capturing_stderr("pipeline p {\n range 0 10\n batch 2\n}\n", &env, log, sizeof log);
+    ASSERT_STREQ(log, "");
+}
+
 TEST(test_overrides_change_the_graph) {
     const char *text = "pipeline train {\n range 0 10\n shuffle 4 seed=3\n batch 4\n}\n";
     sl_cfg *c = parse(text);
@@ -845,6 +885,7 @@ int main(void) {
     RUN(test_data_errors_say_where);
     RUN(test_max_pixels_option);
     RUN(test_shard_auto_picks_file_or_data);
+    RUN(test_unsharded_pipeline_warns);
     RUN(test_overrides_change_the_graph);
     RUN(test_seeds);
     RUN(test_pipeline_names);
