@@ -109,6 +109,7 @@ static void clist_free(clist *l) {
 static void share_element(sl_element *dst, const sl_element *src) {
     sl_element_init(dst);
     dst->n = src->n;
+    dst->origin = src->origin; /* replayed records still say where they were read */
     for (int c = 0; c < src->n; c++) {
         memcpy(dst->names[c], src->names[c], SL_NAME_MAX);
         sl_tensor_share(&dst->t[c], &src->t[c]);

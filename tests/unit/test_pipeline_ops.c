@@ -1111,6 +1111,26 @@ TEST(test_element_origin) {
     sl_element_clear(&keep);
     ASSERT(keep.origin.path == NULL);
 
+    /* an in-memory cache's replay keeps each record's origin */
+    sl_dataset *src, *ca;
+    ASSERT_OK(sl_ds_tfrecord(pats, 1, NULL, &src));
+    ASSERT_OK(sl_ds_cache(src, NULL, &ca));
+    for (int pass = 0; pass < 2; pass++) {
+        ASSERT_OK(sl_iter_create(ca, NULL, &it));
+        int k = 0;
+        while (sl_iter_next(it, &e) == SL_OK) {
+            int fr = origin_rec(&e.origin);
+            ASSERT(fr >= 0);
+            ASSERT(rec_is(&e, fr / 100, fr % 100));
+            sl_element_clear(&e);
+            k++;
+        }
+        ASSERT_EQ(k, NFILES * NREC);
+        sl_iter_close(it);
+    }
+    sl_dataset_unref(ca);
+    sl_dataset_unref(src);
+
     /* a batch's origin is unknown (it has many) */
     ASSERT_OK(sl_ds_tfrecord(pats, 1, NULL, &il));
     sl_batch_opts bo = sl_batch_opts_default(4);
