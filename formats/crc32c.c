@@ -10,9 +10,9 @@
  *   - PCLMULQDQ folding of 64-byte blocks into 128-bit remainders on one part of each
  *     11.5 KB block while three crc32 chains run over the rest (the two use different
  *     execution units), the crc32 instruction doing the final reduction and short buffers.
- * The choice is made once, at first use (call_once), from __builtin_cpu_supports (and the
- * vendor: see clmul_pays); the build needs no -msse4.2 because the fast paths carry target
- * attributes.
+ * The choice is made once, at first use (pthread_once: ThreadSanitizer sees its ordering,
+ * not glibc's C11 call_once's), from __builtin_cpu_supports (and the vendor: see
+ * clmul_pays); the build needs no -msse4.2 because the fast paths carry target attributes.
  *
  * All internal state is the "raw" CRC (no pre/post inversion), so that CRC is linear over
  * GF(2): raw(s, A||B) = raw(s, A) * x^(8|B|) xor raw(0, B). Bits are reflected: bit 31 of
@@ -21,7 +21,7 @@
 
 #include <stdint.h>
 #include <string.h>
-#include <threads.h>
+#include <pthread.h>
 
 #if defined(__x86_64__)
 #define SL_CRC_X86 1
@@ -32,8 +32,8 @@
 #define POLY 0x82f63b78u /* reflected Castagnoli polynomial */
 
 static uint32_t tab8[8][256];      /* slicing-by-8 */
-static once_flag init_once = ONCE_FLAG_INIT;
-static sl_crc32c_impl active_impl; /* written once inside call_once */
+static pthread_once_t init_once = PTHREAD_ONCE_INIT;
+static sl_crc32c_impl active_impl; /* written once inside pthread_once */
 
 /* ---- GF(2) arithmetic mod P, reflected ---------------------------------------------- */
 
@@ -326,14 +326,14 @@ static uint32_t run_impl(sl_crc32c_impl impl, uint32_t crc, const void *data, si
 }
 
 uint32_t sl_crc32c(uint32_t crc, const void *data, size_t n) {
-    call_once(&init_once, init);
+    pthread_once(&init_once, init);
     if (n == 0) return crc;
     return run_impl(active_impl, crc, data, n);
 }
 
 uint32_t sl_crc32c_with(sl_crc32c_impl impl, uint32_t crc, const void *data, size_t n,
                         int *ok) {
-    call_once(&init_once, init);
+    pthread_once(&init_once, init);
     if ((unsigned)impl >= SL_CRC32C_IMPL_COUNT || !cpu_has(impl)) {
         if (ok) *ok = 0;
         return 0;
@@ -349,7 +349,7 @@ int sl_crc32c_available(sl_crc32c_impl impl) {
 }
 
 sl_crc32c_impl sl_crc32c_active(void) {
-    call_once(&init_once, init);
+    pthread_once(&init_once, init);
     return active_impl;
 }
 
