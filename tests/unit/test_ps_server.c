@@ -1,7 +1,8 @@
 /* dist/ps_server.c and dist/ps_client.c: in-process clusters (threads over TCP on
  * 127.0.0.1) of workers and ps tasks with an apply callback doing p -= lr * g on
  * integer-valued multiples of 1/8, so every expected parameter is exact whatever order the
- * pushes arrive in. Covers async and sync training, a worker joining before the chief's
+ * pushes arrive in. Covers async and sync training (with the has-data counts and SUM rounds
+ * of lockstep epochs, a dead and an out-of-phase worker among them), a worker joining before the chief's
  * INIT, the staleness bound, heartbeats, dead workers (connection closed, silence), a
  * restarted worker (resume step), a restarted ps (restored shard, clients retrying across
  * the restart), checkpoints, retried pushes applied once (raw frames), a client re-sending

@@ -7,8 +7,11 @@
  * gradients each round, at lr). The shard checkpoints
  * must hold exactly the local optimizer's parameters and state, and a second run of the ps
  * tasks restores them (skipping a torn newer file), moves the rejoining workers' start step
- * past what they already pushed, and continues exactly where the first run stopped. The
- * trainer end to end with sluice-launch is a manual / integration check. */
+ * past what they already pushed, and continues exactly where the first run stopped. Then
+ * the trainer itself, two sync workers and two ps tasks as threads, on shards of 13 and 10
+ * batches: every epoch ends together after 10 rounds of both (lockstep epochs), the workers
+ * end identical, and the chief warns with the counts. The trainer end to end with
+ * sluice-launch is an integration check (test_train_ps.sh). */
 #include <arpa/inet.h>
 #include <dirent.h>
 #include <errno.h>
