@@ -241,8 +241,8 @@ static sl_status sum_round(sl_ps_server *s, int lo) {
         sl__ps_buf_unref(ws->sum_ans);
         ws->sum_ans = sl__ps_buf_new(n + nw);
         if (!ws->sum_ans) {
-            SL_WARN("ps %d: out of memory for a sum answer to worker %d; it will retry", s->idx, i);
-            continue;
+            free(acc);
+            return sl_err(SL_ENOMEM, "ps %d: out of memory for a sum answer of %zu counts to worker %d", s->idx, n, i);
         }
         ws->sum_ans_seq = ws->sum_seq;
         sl_ps_frame f = {.plan_hash = s->plan->hash, .seq = ws->sum_seq, .value = tag, .status = SL_PS_SUMS};

@@ -28,7 +28,8 @@
  *        8    8 seq       request number (replies echo the request's)
  *       16    8 value     PUSH: the worker's step; REPLY: the shard's version (updates
  *                         applied so far); HELLO reply: the worker's last recorded step
- *                         (-1: none); SUM: its tag (0..0xffff); others 0
+ *                         (-1: none); SUM and REPLY(SUMS): the SUM's tag (0..0xffff);
+ *                         others 0
  *       24    4 lr        PUSH: learning rate (finite, >= 0); others 0.0
  *       28    2 status    REPLY: SL_PS_OK, SL_PS_UNINIT (the ps has no parameters yet:
  *                         the chief has not sent INIT), SL_PS_REJECT (wrong plan hash or a
@@ -45,12 +46,13 @@
  *                         and lack are then 0 and 1); both 0: the worker says nothing (an
  *                         async push, or a sync push outside lockstep epochs); 1 and 1 is
  *                         malformed. REPLY to a PUSH of a sync round: how many of the
- *                         round's workers said lack. Others 0.
+ *                         round's workers said lack. Others 0 (a REPLY(OK) may carry any
+ *                         counts: the worker checks have + lack <= its workers).
  *       40  4*n data      PUSH: the gradient shard (n floats); INIT and REPLY(OK): the
  *                         parameter shard; SUM: n int32 counts (1 <= n <= SL_PS_SUM_MAX);
  *                         REPLY(SUMS): the n sums (int32), then one int32 per worker, 1
- *                         when its counts are in the sums, else 0; HELLO/PULL/BYE/HEARTBEAT:
- *                         none
+ *                         when its counts are in the sums, else 0 (at most 2 x SL_PS_SUM_MAX
+ *                         values); HELLO/PULL/BYE/HEARTBEAT: none
  *
  * The sl_tp header carries: type (SL_MSG_PUSH, PULL, REPLY, HEARTBEAT, INIT, HELLO, BYE, SUM),
  * dtype SL_DT_U8, flags 0, tensor = the ps index the frame is for
