@@ -21,7 +21,9 @@
  *     retry of an answered PUSH gets the same counts again (a ps restarted since answers
  *     0/0: it no longer knows them); a SUM round comes before a step round when both could
  *     form; each worker's last SUM answer is kept to answer its retry;
- *   - a worker has one request outstanding: a new one replaces a pending PUSH or SUM. */
+ *   - a worker has one request outstanding: a new one replaces a pending PUSH or SUM;
+ *   - sync: a fresh ps forms no round until every worker has been live once (a restored
+ *     one does not wait: a worker dead before the restart may never come back). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -35,6 +37,7 @@ typedef struct wstate {
     int64_t step;        /* last step applied for this worker, -1 none */
     double seen;         /* when its last valid frame came */
     int live, bye;
+    int joined;          /* it has been live once (a fresh sync ps's first round waits for all) */
     int dead;            /* left the live set by dying (not BYE); cleared when it comes back */
     int lost_prev;       /* sl_tp_peer_lost at the last check: death is the 0 -> 1 edge */
     int have_seq;
@@ -67,6 +70,7 @@ struct sl_ps_server {
     size_t n;            /* floats in the shard */
     float *params;
     int have;            /* params hold a shard (restored or INIT) */
+    int all_joined;      /* sync: every worker has been live once, or the shard was restored */
     int64_t saved_version;
     double last_ckpt;
     wstate *w;
@@ -107,6 +111,8 @@ sl_status sl_ps_server_create(const char *const *addrs, int nworkers, int ps_ind
     if (init) {
         memcpy(s->params, init, s->n * sizeof(float));
         s->have = 1;
+        /* a worker that died before the restart may never come back: no join barrier */
+        s->all_joined = 1;
         if (init_state) {
             s->st.version = init_state->version;
             for (int i = 0; i < nworkers; i++) s->w[i].step = init_state->worker_steps[i];
@@ -264,6 +270,12 @@ static sl_status sum_round(sl_ps_server *s, int lo) {
  * the round's has-data counts. */
 static sl_status try_round(sl_ps_server *s) {
     if (!s->opts.sync) return SL_OK;
+    /* a fresh ps's first round waits for every worker: a worker that joins late would
+     * otherwise find the others in rounds it was not counted in (at one ps and not at
+     * another: a SUM on ps 0 then waits for a worker stuck in a step round on ps 1) */
+    for (int i = 0; i < s->nw && !s->all_joined; i++)
+        if (!s->w[i].joined) return SL_OK;
+    s->all_joined = 1;
     int npend = 0, first = -1, sfirst = -1;
     for (int i = 0; i < s->nw; i++) {
         if (s->w[i].live && !s->w[i].pending && !s->w[i].sum_pending) return SL_OK;
@@ -463,6 +475,7 @@ static sl_status handle(sl_ps_server *s, const sl_msg_hdr *h, const void *data, 
     }
     if (!ws->live) {
         ws->live = 1;
+        ws->joined = 1;
         ws->bye = 0;
         ws->dead = 0;
         SL_INFO("ps %d: worker %d is live (last step %lld)", s->idx, w, (long long)ws->step);

@@ -77,7 +77,9 @@
  *                          global step; the dead leave their share to the others), reply
  *                          with the new parameters. Sync mode: held until every live worker has
  *                          pushed for this round, then the mean is applied once and every
- *                          waiting worker gets the reply. With a staleness bound k the reply
+ *                          waiting worker gets the reply (a fresh ps forms its first round,
+ *                          step or sum, only once every worker has been live: the workers
+ *                          start together; a restored ps does not wait). With a staleness bound k the reply
  *                          to a worker more than k steps ahead of the slowest live worker
  *                          is held until the slowest catches up (or dies). In a sync round
                           the reply's have and lack count the round's workers that said

@@ -116,6 +116,9 @@ void sl_strategy_ring_free(sl_strategy_ring *s); /* NULL is a no-op */
  *             round on ps 0 (SL_MSG_SUM). A worker left out of a sum (dead, done, or, after
  *             a restart, waiting in a step round) reads as a copy of the lowest worker that
  *             took part.
+ * A fresh ps forms no round before every worker has joined, so the workers start together
+ * (a late joiner would otherwise find the others in rounds it was not counted in: at ps 0
+ * and not at ps 1, a SUM on ps 0 would wait for a worker held in a step round on ps 1).
  * The chief warns with the counts as under the ring ("epoch 1: rank 1 ran out after 10
  * steps; rank 0 had 13: all replicas end the epoch at 10 (3 batches of rank 0 unused)").
  * A worker restarted mid-run starts its epoch where its step count puts it; the epochs line

@@ -540,6 +540,42 @@ TEST(test_sync_has_data_and_sums) {
     sl_ps_plan_free(p);
 }
 
+/* A fresh sync ps forms no round before every worker has joined: worker 1 starts 600 ms
+ * after the chief, and every round is still the mean of both. The old server took the
+ * chief's pushes alone (here all 4, after which the chief said BYE and the ps tasks ended
+ * before worker 1 could join); with 2 ps, a worker that joined one ps before the other
+ * could leave a SUM on ps 0 waiting for a chief stuck in a step round on ps 1. */
+TEST(test_sync_first_round_waits_for_all) {
+    cluster c;
+    cluster_init(&c, 2, 2);
+    sl_ps_plan *p = test_plan(2);
+    srv v[2];
+    memset(v, 0, sizeof v);
+    sl_ps_server_opts o = {.sync = true, .staleness = -1};
+    for (int k = 0; k < 2; k++) ASSERT_EQ(srv_start(&v[k], &c, k, p, &o, NULL, NULL), 0);
+    wjob jobs[2];
+    pthread_t t[2];
+    for (int w = 0; w < 2; w++) {
+        jobs[w] = (wjob){.c = &c, .plan = p, .w = w, .co = {.retry_s = 20}, .nsteps = 4, .sync_check = 1};
+        if (w) sleep_ms(600);
+        pthread_create(&t[w], NULL, worker_main, &jobs[w]);
+    }
+    for (int w = 0; w < 2; w++) pthread_join(t[w], NULL);
+    for (int k = 0; k < 2; k++) pthread_join(v[k].t, NULL);
+    for (int w = 0; w < 2; w++) CHECK_WORKER(jobs[w]);
+    for (int k = 0; k < 2; k++) CHECK_SRV(v[k]);
+    ASSERT_EQ(jobs[0].bad, 0);
+    ASSERT_EQ(jobs[1].bad, 0);
+    ASSERT_MEMEQ(jobs[0].params, jobs[1].params, p->total * sizeof(float));
+    for (int k = 0; k < 2; k++) {
+        ASSERT_EQ(v[k].stats.pushes, 8);
+        ASSERT_EQ(v[k].stats.applied, 4);
+    }
+    for (int w = 0; w < 2; w++) free(jobs[w].params);
+    for (int k = 0; k < 2; k++) srv_done(&v[k]);
+    sl_ps_plan_free(p);
+}
+
 /* A SUM to a ps in async mode is refused with the reason (the configs disagree on the
  * mode); bad arguments are refused before anything is sent. */
 TEST(test_sum_needs_sync) {
@@ -1376,6 +1412,7 @@ int main(void) {
     RUN(test_sync_rounds);
     RUN(test_sync_has_data_and_sums);
     RUN(test_sum_needs_sync);
+    RUN(test_sync_first_round_waits_for_all);
     RUN(test_staleness_bound);
     RUN(test_dead_worker_releases_sync_round);
     RUN(test_silent_worker_and_heartbeats);

@@ -224,9 +224,7 @@ static void *ps_main(void *arg) {
 
 /* A port base whose NW + NPS ports are free right now. */
 static int free_ports(void) {
-    /* a new draw per call: tests in the same second would otherwise take the same ports */
-    static unsigned calls;
-    unsigned seed = (unsigned)getpid() ^ (unsigned)time(NULL) ^ (++calls * 2654435761u);
+    unsigned seed = (unsigned)getpid() ^ (unsigned)time(NULL);
     for (int attempt = 0; attempt < 50; attempt++) {
         /* 12000..15999: below Linux's ephemeral ports (32768..60999, the source ports of
          * other tests' connections, which may take a port between this probe and the bind)
@@ -710,23 +708,7 @@ out:
     return NULL;
 }
 
-/* Wait (at most 20 s) until something listens on 127.0.0.1:port. */
-static void wait_listening(int port) {
-    for (int i = 0; i < 400; i++) {
-        int fd = socket(AF_INET, SOCK_STREAM, 0);
-        struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
-        sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-        int ok = fd >= 0 && connect(fd, (struct sockaddr *)&sa, sizeof sa) == 0;
-        if (fd >= 0) close(fd);
-        if (ok) return;
-        usleep(50000);
-    }
-}
-
-/* NW workers and NPS ps tasks as threads; stderr (the warnings) into *err (malloc'd). The
- * workers start once the ps tasks listen: a worker that connected to a ps port before its
- * bind was seen (in about 1 run of 15 here) never to reach that ps within the retry time:
- * a start-up race below the ps protocol, left open (not what this test is about). */
+/* NW workers and NPS ps tasks as threads; stderr (the warnings) into *err (malloc'd). */
 static void run_uneven(uneven *u, trainer_job *w, trainer_job *p, char **err) {
     int base = free_ports();
     snprintf(u->peers, sizeof u->peers, "127.0.0.1:%d,127.0.0.1:%d", base, base + 1);
@@ -745,7 +727,6 @@ static void run_uneven(uneven *u, trainer_job *w, trainer_job *p, char **err) {
         p[j].rank = -1 - j;
         pthread_create(&pt[j], NULL, trainer_main, &p[j]);
     }
-    for (int j = 0; j < NPS; j++) wait_listening(base + 2 + j);
     for (int i = 0; i < NW; i++) {
         memset(&w[i], 0, sizeof w[i]);
         w[i].u = u;
@@ -849,10 +830,6 @@ TEST(test_sync_empty_shard) {
     trainer_job w[NW], p[NPS];
     char *err;
     run_uneven(&u, w, p, &err);
-    for (int i = 0; i < NW; i++)
-        if (w[i].st != SL_EINVAL)
-            FAILF("worker %d: %d after %lld steps: %s\nps 0: %s\nps 1: %s\nstderr:\n%s", i, w[i].st,
-                  (long long)w[i].sum.steps, w[i].err, p[0].err, p[1].err, err ? err : "");
     free(err);
     for (int i = 0; i < NW; i++) {
         ASSERT_EQ(w[i].st, SL_EINVAL);
