@@ -80,12 +80,14 @@ static sl_status send_req_locked(sl_ps_client *c, int j) {
     return st;
 }
 
-/* Make a new request of `type` for ps j (data gathered from flat when non-NULL) and send
- * it, now or after `delay` seconds. */
-static sl_status start_req_locked(sl_ps_client *c, int j, int type, const float *flat, int64_t value, float lr,
-                                  double delay) {
+/* Make a new request of `type` for ps j (data gathered from flat when non-NULL, or the
+ * counts sums[0..nsums) of a SUM) with the has-data pair have/lack, and send it, now or
+ * after `delay` seconds. */
+static sl_status start_req_full_locked(sl_ps_client *c, int j, int type, const float *flat, const int32_t *sums,
+                                       size_t nsums, int64_t value, float lr, uint32_t have, uint32_t lack,
+                                       double delay) {
     ps_req *r = &c->req[j];
-    size_t n = flat ? c->plan->shard_len[j] : 0;
+    size_t n = flat ? c->plan->shard_len[j] : sums ? nsums : 0;
     sl__ps_buf_unref(r->buf);
     r->buf = sl__ps_buf_new(n);
     if (!r->buf) return sl_err(SL_ENOMEM, "worker %d: out of memory for a request of %zu floats to ps %d", c->self, n, j);
@@ -94,14 +96,20 @@ static sl_status start_req_locked(sl_ps_client *c, int j, int type, const float 
     r->value = value;
     r->active = 1;
     r->ivl = RESEND_FIRST_S;
-    sl_ps_frame f = {.plan_hash = c->plan->hash, .seq = r->seq, .value = value, .lr = lr};
+    sl_ps_frame f = {.plan_hash = c->plan->hash, .seq = r->seq, .value = value, .lr = lr, .have = have, .lack = lack};
     sl_ps_frame_encode_prefix(&f, r->buf->data);
     if (flat) sl_ps_plan_gather(c->plan, j, flat, sl__ps_buf_floats(r->buf));
+    else if (sums) memcpy(r->buf->data + SL_PS_PREFIX, sums, nsums * sizeof *sums);
     if (delay > 0) {
         r->send_at = sl__ps_now() + delay;
         return SL_OK;
     }
     return send_req_locked(c, j);
+}
+
+static sl_status start_req_locked(sl_ps_client *c, int j, int type, const float *flat, int64_t value, float lr,
+                                  double delay) {
+    return start_req_full_locked(c, j, type, flat, NULL, 0, value, lr, 0, 0, delay);
 }
 
 /* HEARTBEAT to every ps that heard nothing from this worker for heartbeat_s (when joined).
@@ -270,7 +278,9 @@ static sl_status collect_locked(sl_ps_client *c, on_reply_fn fn, void *ctx, cons
         sl_ps_frame f;
         if (j < 0 || j >= c->np || !c->req[j].active || !(data = sl__ps_aligned(data, len, &c->scratch, &c->scratch_cap)) ||
             sl_ps_frame_decode(&h, data, len, 0, c->plan->shard_len[j], &f) || f.type != SL_MSG_REPLY || f.ps != j ||
-            f.seq != c->req[j].seq) {
+            f.seq != c->req[j].seq ||
+            ((f.status == SL_PS_SUMS) != (c->req[j].type == SL_MSG_SUM) && f.status != SL_PS_REJECT) ||
+            f.have > (uint32_t)c->nw || f.lack > (uint32_t)c->nw - f.have) {
             sl_tp_drop(c->tp); /* a stray, a late answer to an earlier request, or garbage */
             continue;
         }
@@ -365,6 +375,105 @@ sl_status sl_ps_client_push_pull(sl_ps_client *c, const float *grad, int64_t ste
     if (!st) st = collect_locked(c, on_params_reply, params, "push");
     cancel_all(c);
     pthread_mutex_unlock(&c->mu);
+    return st;
+}
+
+typedef struct more_ctx {
+    float *params;
+    uint32_t have, lack;
+    int counted;     /* some ps answered with counts */
+} more_ctx;
+
+static sl_status on_more_reply(sl_ps_client *c, int j, const sl_ps_frame *f, void *ctx) {
+    more_ctx *mc = ctx;
+    sl_status st = on_params_reply(c, j, f, mc->params);
+    if (st) return st;
+    /* 0/0: this ps did not count (async, or restarted since the round); the others decide */
+    if (f->have || f->lack) {
+        if (!mc->counted || f->lack > mc->lack || (f->lack == mc->lack && f->have < mc->have)) {
+            mc->have = f->have;
+            mc->lack = f->lack;
+        }
+        mc->counted = 1;
+    }
+    return 0;
+}
+
+sl_status sl_ps_client_push_pull_more(sl_ps_client *c, const float *grad, int64_t step, float lr, float *params,
+                                      bool has_next, int *have, int *lack) {
+    if (step < 0 || !isfinite(lr) || lr < 0)
+        return sl_err(SL_EINVAL, "worker %d: push for step %lld with lr %g (need step >= 0, finite lr >= 0)", c->self,
+                      (long long)step, (double)lr);
+    sl_status st = check_finite(c, grad, "gradient");
+    if (st) return st;
+    more_ctx mc = {.params = params};
+    pthread_mutex_lock(&c->mu);
+    for (int j = 0; j < c->np && !st; j++)
+        st = start_req_full_locked(c, j, SL_MSG_PUSH, grad, NULL, 0, step, lr, has_next, !has_next, 0);
+    if (!st) st = collect_locked(c, on_more_reply, &mc, "push");
+    cancel_all(c);
+    pthread_mutex_unlock(&c->mu);
+    if (!st) {
+        *have = (int)mc.have;
+        *lack = (int)mc.lack;
+    }
+    return st;
+}
+
+typedef struct sum_ctx {
+    int32_t *v;
+    size_t n;
+    uint8_t *took_part;
+} sum_ctx;
+
+static sl_status on_sum_reply(sl_ps_client *c, int j, const sl_ps_frame *f, void *ctx) {
+    sum_ctx *sc = ctx;
+    size_t nw = (size_t)c->nw;
+    int32_t flag;
+    int bad = f->n != sc->n + nw || (uint32_t)f->value != c->req[j].value;
+    for (size_t i = 0; !bad && i < nw; i++) {
+        memcpy(&flag, f->sums + sc->n + i, sizeof flag);
+        bad = (flag != 0 && flag != 1) || (i == (size_t)c->self && flag != 1);
+    }
+    if (bad) {
+        sl_err(SL_ECORRUPT, "worker %d: ps %d (%s) answered a sum of %zu counts with %zu values (tag %lld, expected "
+               "%lld) or bad worker flags", c->self, j, sl_tp_peer_addr(c->tp, c->nw + j), sc->n, f->n,
+               (long long)f->value, (long long)c->req[j].value);
+        return SL_ECORRUPT;
+    }
+    memcpy(sc->v, f->sums, sc->n * sizeof *sc->v);
+    if (sc->took_part)
+        for (size_t i = 0; i < nw; i++) {
+            memcpy(&flag, f->sums + sc->n + i, sizeof flag);
+            sc->took_part[i] = (uint8_t)flag;
+        }
+    return 0;
+}
+
+sl_status sl_ps_client_sum(sl_ps_client *c, int32_t *v, size_t n, uint32_t tag, uint8_t *took_part) {
+    if (!v || n < 1 || n > SL_PS_SUM_MAX || tag > 0xffff)
+        return sl_err(SL_EINVAL, "worker %d: a sum of %zu counts with tag %u (need 1..%d counts, tag < 0x10000)", c->self,
+                      n, tag, SL_PS_SUM_MAX);
+    /* the answer is written only once it is whole */
+    int32_t *out = malloc(n * sizeof *out);
+    uint8_t *took = malloc((size_t)c->nw);
+    if (!out || !took) {
+        free(out);
+        free(took);
+        return sl_err(SL_ENOMEM, "worker %d: out of memory for a sum of %zu counts", c->self, n);
+    }
+    sum_ctx sc = {.v = out, .n = n, .took_part = took};
+    pthread_mutex_lock(&c->mu);
+    sl_status st = start_req_full_locked(c, 0, SL_MSG_SUM, NULL, v, n, tag, 0.0f, 0, 0, 0);
+    if (!st) st = collect_locked(c, on_sum_reply, &sc, "sum");
+    cancel_all(c);
+    pthread_mutex_unlock(&c->mu);
+    if (!st) {
+        memcpy(v, out, n * sizeof *v);
+        if (took_part) memcpy(took_part, took, (size_t)c->nw);
+    }
+    free(out);
+    free(took);
     return st;
 }
 

@@ -16,7 +16,14 @@
  *   - a sync round uses the lr of its lowest-numbered worker, and sums the gradients in
  *     worker order (the mean is the same bits whatever order they arrived in);
  *   - a PUSH to a ps without parameters is answered UNINIT and not applied;
- *   - a frame with another plan hash gets a REJECT and does not make its sender live. */
+ *   - a frame with another plan hash gets a REJECT and does not make its sender live;
+ *   - sync: a round's has-data counts go to every worker of the round with its reply, and a
+ *     retry of an answered PUSH gets the same counts again (a ps restarted since answers
+ *     0/0: it no longer knows them); a SUM round comes before a step round when both could
+ *     form; each worker's last SUM answer is kept to answer its retry;
+ *   - a worker has one request outstanding: a new one replaces a pending PUSH or SUM;
+ *   - sync: a fresh ps forms no round until every worker has been live once (a restored
+ *     one does not wait: a worker dead before the restart may never come back). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -30,6 +37,7 @@ typedef struct wstate {
     int64_t step;        /* last step applied for this worker, -1 none */
     double seen;         /* when its last valid frame came */
     int live, bye;
+    int joined;          /* it has been live once (a fresh sync ps's first round waits for all) */
     int dead;            /* left the live set by dying (not BYE); cleared when it comes back */
     int lost_prev;       /* sl_tp_peer_lost at the last check: death is the 0 -> 1 edge */
     int have_seq;
@@ -40,6 +48,15 @@ typedef struct wstate {
     uint64_t pend_seq;
     int64_t pend_step;
     float pend_lr;
+    uint32_t pend_have, pend_lack; /* sync: its has-data pair for the round */
+    uint32_t ans_have, ans_lack;   /* the counts of its last round (its replies carry them) */
+    int sum_pending;     /* sync: a SUM waits for its round */
+    uint64_t sum_seq;
+    uint32_t sum_tag;
+    size_t sum_n, sum_cap;
+    int32_t *sum_v;      /* [sum_n] its counts */
+    sl__ps_buf *sum_ans; /* its last SUM's answer (for a retry), with sum_ans_seq */
+    uint64_t sum_ans_seq;
     int in_round;        /* scratch of try_round */
     float *grad;         /* sync: [n], allocated at its first sync push */
 } wstate;
@@ -53,6 +70,7 @@ struct sl_ps_server {
     size_t n;            /* floats in the shard */
     float *params;
     int have;            /* params hold a shard (restored or INIT) */
+    int all_joined;      /* sync: every worker has been live once, or the shard was restored */
     int64_t saved_version;
     double last_ckpt;
     wstate *w;
@@ -93,6 +111,8 @@ sl_status sl_ps_server_create(const char *const *addrs, int nworkers, int ps_ind
     if (init) {
         memcpy(s->params, init, s->n * sizeof(float));
         s->have = 1;
+        /* a worker that died before the restart may never come back: no join barrier */
+        s->all_joined = 1;
         if (init_state) {
             s->st.version = init_state->version;
             for (int i = 0; i < nworkers; i++) s->w[i].step = init_state->worker_steps[i];
@@ -114,7 +134,11 @@ void sl_ps_server_free(sl_ps_server *s) {
     if (!s) return;
     sl_tp_destroy(s->tp); /* runs every zero-copy release before the buffers go */
     if (s->w)
-        for (int i = 0; i < s->nw; i++) free(s->w[i].grad);
+        for (int i = 0; i < s->nw; i++) {
+            free(s->w[i].grad);
+            free(s->w[i].sum_v);
+            sl__ps_buf_unref(s->w[i].sum_ans);
+        }
     free(s->w);
     free(s->params);
     free(s->acc);
@@ -133,7 +157,8 @@ void sl_ps_server_get_stats(const sl_ps_server *s, sl_ps_server_stats *out) {
 
 /* ---- replies ----------------------------------------------------------------------- */
 
-static void reply(sl_ps_server *s, int w, uint64_t seq, uint32_t status, int64_t value, const char *reason) {
+static void reply_pair(sl_ps_server *s, int w, uint64_t seq, uint32_t status, int64_t value, const char *reason,
+                       uint32_t have, uint32_t lack) {
     size_t rlen = reason ? strlen(reason) : 0;
     size_t nf = status == SL_PS_OK ? s->n : (rlen + 3) / 4;
     sl__ps_buf *b = sl__ps_buf_new(nf);
@@ -141,7 +166,8 @@ static void reply(sl_ps_server *s, int w, uint64_t seq, uint32_t status, int64_t
         SL_WARN("ps %d: out of memory for a reply to worker %d; it will retry", s->idx, w);
         return;
     }
-    sl_ps_frame f = {.plan_hash = s->plan->hash, .seq = seq, .value = value, .status = status};
+    sl_ps_frame f = {.plan_hash = s->plan->hash, .seq = seq, .value = value, .status = status, .have = have,
+                     .lack = lack};
     sl_ps_frame_encode_prefix(&f, b->data);
     if (status == SL_PS_OK) memcpy(b->data + SL_PS_PREFIX, s->params, s->n * sizeof(float));
     else {
@@ -152,6 +178,10 @@ static void reply(sl_ps_server *s, int w, uint64_t seq, uint32_t status, int64_t
     if (sl__ps_buf_send(s->tp, w, &h, b))
         SL_WARN("ps %d: reply to worker %d failed (%s); it will retry", s->idx, w, sl_errmsg());
     sl__ps_buf_unref(b);
+}
+
+static void reply(sl_ps_server *s, int w, uint64_t seq, uint32_t status, int64_t value, const char *reason) {
+    reply_pair(s, w, seq, status, value, reason, 0, 0);
 }
 
 static int64_t min_live_step(const sl_ps_server *s) {
@@ -174,14 +204,14 @@ static void respond_push(sl_ps_server *s, int w, uint64_t seq) {
         return;
     }
     s->w[w].held = 0;
-    reply(s, w, seq, SL_PS_OK, s->st.version, NULL);
+    reply_pair(s, w, seq, SL_PS_OK, s->st.version, NULL, s->w[w].ans_have, s->w[w].ans_lack);
 }
 
 static void release_held(sl_ps_server *s) {
     for (int i = 0; i < s->nw; i++)
         if (s->w[i].held && s->w[i].live && !too_far_ahead(s, i)) {
             s->w[i].held = 0;
-            reply(s, i, s->w[i].held_seq, SL_PS_OK, s->st.version, NULL);
+            reply_pair(s, i, s->w[i].held_seq, SL_PS_OK, s->st.version, NULL, s->w[i].ans_have, s->w[i].ans_lack);
         }
 }
 
@@ -196,16 +226,69 @@ static sl_status apply(sl_ps_server *s, const float *grad, float lr) {
     return SL_OK;
 }
 
-/* Sync: when every live worker has its gradient in, apply the mean once and answer all. */
+/* Sync: the SUMs with the tag and count of the lowest-numbered worker that sent one are added
+ * (64-bit, clamped to int32) and answered; the workers not in it are named in the answer. */
+static sl_status sum_round(sl_ps_server *s, int lo) {
+    uint32_t tag = s->w[lo].sum_tag;
+    size_t n = s->w[lo].sum_n, nw = (size_t)s->nw;
+    int64_t *acc = calloc(n, sizeof *acc);
+    if (!acc) return sl_err(SL_ENOMEM, "ps %d: out of memory for a sum of %zu counts", s->idx, n);
+    for (int i = lo; i < s->nw; i++) {
+        wstate *ws = &s->w[i];
+        ws->in_round = ws->sum_pending && ws->sum_tag == tag && ws->sum_n == n;
+        if (ws->in_round)
+            for (size_t k = 0; k < n; k++) acc[k] += ws->sum_v[k];
+    }
+    for (int i = 0; i < lo; i++) s->w[i].in_round = 0;
+    for (int i = lo; i < s->nw; i++) {
+        wstate *ws = &s->w[i];
+        if (!ws->in_round) continue;
+        ws->sum_pending = 0;
+        sl__ps_buf_unref(ws->sum_ans);
+        ws->sum_ans = sl__ps_buf_new(n + nw);
+        if (!ws->sum_ans) {
+            free(acc);
+            return sl_err(SL_ENOMEM, "ps %d: out of memory for a sum answer of %zu counts to worker %d", s->idx, n, i);
+        }
+        ws->sum_ans_seq = ws->sum_seq;
+        sl_ps_frame f = {.plan_hash = s->plan->hash, .seq = ws->sum_seq, .value = tag, .status = SL_PS_SUMS};
+        sl_ps_frame_encode_prefix(&f, ws->sum_ans->data);
+        int32_t *out = (int32_t *)(void *)(ws->sum_ans->data + SL_PS_PREFIX);
+        for (size_t k = 0; k < n; k++)
+            out[k] = acc[k] > INT32_MAX ? INT32_MAX : acc[k] < INT32_MIN ? INT32_MIN : (int32_t)acc[k];
+        for (int j = 0; j < s->nw; j++) out[n + (size_t)j] = s->w[j].in_round;
+        sl_msg_hdr h = {.type = SL_MSG_REPLY, .dtype = SL_DT_U8, .tensor = (uint32_t)s->idx};
+        if (sl__ps_buf_send(s->tp, i, &h, ws->sum_ans))
+            SL_WARN("ps %d: sum answer to worker %d failed (%s); it will retry", s->idx, i, sl_errmsg());
+    }
+    free(acc);
+    return SL_OK;
+}
+
+/* Sync: once every live worker has a request waiting, a sum round (when any waits in one),
+ * else a step round: the mean of the gradients applied once, every worker answered with
+ * the round's has-data counts. */
 static sl_status try_round(sl_ps_server *s) {
     if (!s->opts.sync) return SL_OK;
-    int npend = 0, first = -1;
+    /* a fresh ps's first round waits for every worker: a worker that joins late would
+     * otherwise find the others in rounds it was not counted in (at one ps and not at
+     * another: a SUM on ps 0 then waits for a worker stuck in a step round on ps 1) */
+    for (int i = 0; i < s->nw && !s->all_joined; i++)
+        if (!s->w[i].joined) return SL_OK;
+    s->all_joined = 1;
+    int npend = 0, first = -1, sfirst = -1;
     for (int i = 0; i < s->nw; i++) {
-        if (s->w[i].live && !s->w[i].pending) return SL_OK;
+        if (s->w[i].live && !s->w[i].pending && !s->w[i].sum_pending) return SL_OK;
+        if (s->w[i].sum_pending && sfirst < 0) sfirst = i;
         if (s->w[i].pending) {
             npend++;
             if (first < 0) first = i;
         }
+    }
+    if (sfirst >= 0) {
+        sl_status st = sum_round(s, sfirst);
+        /* the workers answered are not waiting now: no other round can form yet */
+        return st;
     }
     if (!npend) return SL_OK;
     if (!s->acc && !(s->acc = malloc((s->n ? s->n : 1) * sizeof(float))))
@@ -218,11 +301,19 @@ static sl_status try_round(sl_ps_server *s) {
         for (size_t k = 0; k < s->n; k++) s->acc[k] /= (float)npend;
     sl_status st = apply(s, s->acc, s->w[first].pend_lr);
     if (st) return st;
+    uint32_t have = 0, lack = 0;
+    for (int i = 0; i < s->nw; i++)
+        if (s->w[i].pending) {
+            have += s->w[i].pend_have;
+            lack += s->w[i].pend_lack;
+        }
     for (int i = 0; i < s->nw; i++) {
         s->w[i].in_round = s->w[i].pending;
         if (s->w[i].pending) {
             s->w[i].pending = 0;
             s->w[i].step = s->w[i].pend_step;
+            s->w[i].ans_have = have;
+            s->w[i].ans_lack = lack;
         }
     }
     for (int i = 0; i < s->nw; i++)
@@ -238,6 +329,7 @@ static sl_status worker_gone(sl_ps_server *s, int w, const char *why) {
     ws->live = 0;
     ws->held = 0;
     ws->pending = 0;
+    ws->sum_pending = 0;
     SL_INFO("ps %d: worker %d %s (last step %lld)", s->idx, w, why, (long long)ws->step);
     sl_status st = try_round(s);
     release_held(s);
@@ -284,6 +376,8 @@ static sl_status on_push(sl_ps_server *s, int w, const sl_ps_frame *f) {
     ws->have_seq = 1;
     ws->seq = f->seq;
     ws->held = 0;
+    ws->sum_pending = 0;
+    ws->ans_have = ws->ans_lack = 0; /* the counts of this push's round, once there is one */
     if (f->value <= ws->step) { /* already applied (a retry across a ps restart) */
         respond_push(s, w, f->seq);
         return SL_OK;
@@ -296,6 +390,8 @@ static sl_status on_push(sl_ps_server *s, int w, const sl_ps_frame *f) {
         ws->pend_seq = f->seq;
         ws->pend_step = f->value;
         ws->pend_lr = f->lr;
+        ws->pend_have = f->have;
+        ws->pend_lack = f->lack;
         return try_round(s);
     }
     /* one push from each worker makes one step of the global batch; the dead leave their
@@ -308,6 +404,42 @@ static sl_status on_push(sl_ps_server *s, int w, const sl_ps_frame *f) {
     respond_push(s, w, f->seq);
     release_held(s);
     return SL_OK;
+}
+
+/* Sync mode: a worker's counts wait for the sum round (ps.h). */
+static sl_status on_sum(sl_ps_server *s, int w, const sl_ps_frame *f) {
+    wstate *ws = &s->w[w];
+    if (!s->opts.sync) {
+        char why[160];
+        snprintf(why, sizeof why, "ps %d runs async rounds: a SUM needs `strategy ps mode=sync` on the ps tasks too",
+                 s->idx);
+        reply(s, w, f->seq, SL_PS_REJECT, 0, why);
+        return SL_OK;
+    }
+    if (ws->have_seq && ws->seq == f->seq) { /* a retry */
+        if (!ws->sum_pending && ws->sum_ans && ws->sum_ans_seq == f->seq) {
+            sl_msg_hdr h = {.type = SL_MSG_REPLY, .dtype = SL_DT_U8, .tensor = (uint32_t)s->idx};
+            if (sl__ps_buf_send(s->tp, w, &h, ws->sum_ans))
+                SL_WARN("ps %d: sum answer to worker %d failed (%s); it will retry", s->idx, w, sl_errmsg());
+        }
+        return SL_OK;
+    }
+    if (f->n > ws->sum_cap) {
+        int32_t *v = realloc(ws->sum_v, f->n * sizeof *v);
+        if (!v) return sl_err(SL_ENOMEM, "ps %d: out of memory for worker %d's %zu counts", s->idx, w, f->n);
+        ws->sum_v = v;
+        ws->sum_cap = f->n;
+    }
+    memcpy(ws->sum_v, f->sums, f->n * sizeof *ws->sum_v);
+    ws->have_seq = 1;
+    ws->seq = f->seq;
+    ws->held = 0;
+    ws->pending = 0;
+    ws->sum_pending = 1;
+    ws->sum_seq = f->seq;
+    ws->sum_tag = (uint32_t)f->value;
+    ws->sum_n = f->n;
+    return try_round(s);
 }
 
 static sl_status handle(sl_ps_server *s, const sl_msg_hdr *h, const void *data, size_t len) {
@@ -343,6 +475,7 @@ static sl_status handle(sl_ps_server *s, const sl_msg_hdr *h, const void *data, 
     }
     if (!ws->live) {
         ws->live = 1;
+        ws->joined = 1;
         ws->bye = 0;
         ws->dead = 0;
         SL_INFO("ps %d: worker %d is live (last step %lld)", s->idx, w, (long long)ws->step);
@@ -354,6 +487,9 @@ static sl_status handle(sl_ps_server *s, const sl_msg_hdr *h, const void *data, 
         ws->have_seq = 0;
         ws->held = 0;
         ws->pending = 0;
+        ws->sum_pending = 0;
+        sl__ps_buf_unref(ws->sum_ans);
+        ws->sum_ans = NULL;
         reply(s, w, f.seq, s->have ? SL_PS_OK : SL_PS_UNINIT, ws->step, NULL);
         return try_round(s);
     case SL_MSG_INIT:
@@ -371,6 +507,8 @@ static sl_status handle(sl_ps_server *s, const sl_msg_hdr *h, const void *data, 
         s->st.pulls++;
         reply(s, w, f.seq, s->have ? SL_PS_OK : SL_PS_UNINIT, s->st.version, NULL);
         return SL_OK;
+    case SL_MSG_SUM:
+        return on_sum(s, w, &f);
     default:
         return on_push(s, w, &f);
     }

@@ -173,27 +173,84 @@ fail:
     return st;
 }
 
-static sl_status ps_exchange(void *ctx, sl_model *m, float *grads, size_t n, int64_t step, float lr,
-                             bool *applied) {
-    sl_strategy_ps *s = ctx;
+/* The exchange; with more non-NULL (sync mode, lockstep epochs) the has-data flag rides on
+ * the push: *more in: this worker holds its next batch; out: see ps_exchange_more. */
+static sl_status exchange(sl_strategy_ps *s, sl_model *m, float *grads, size_t n, int64_t step, float lr, bool *applied,
+                          int *more) {
     *applied = false;
     if (n < s->nt) return sl_err(SL_EINVAL, "ps strategy: exchange of %zu floats, the model trains %zu", n, s->nt);
     sl_backend *bk = sl__model_backend(m);
     float *params = sl_model_params(m, NULL);
     sl_status st;
-    if (on_cpu(m)) {
-        /* host memory: push from and pull into the model's own buffers */
-        if ((st = bk->ops->sync(bk)) || (st = sl_ps_client_push_pull(s->client, grads, step, lr, params))) goto fail;
-    } else {
-        if ((st = bk->ops->to_host(bk, s->ghost, grads, s->nt * sizeof(float))) ||
-            (st = sl_ps_client_push_pull(s->client, s->ghost, step, lr, s->host)) ||
-            (st = bk->ops->to_device(bk, params, s->host, s->nt * sizeof(float))) || (st = bk->ops->sync(bk)))
-            goto fail;
+    bool has_next = more && *more;
+    int have = 0, lack = 0;
+    /* host memory on the CPU: push from and pull into the model's own buffers */
+    const float *g = grads;
+    float *into = params;
+    if (!on_cpu(m)) {
+        if ((st = bk->ops->to_host(bk, s->ghost, grads, s->nt * sizeof(float)))) goto fail;
+        g = s->ghost;
+        into = s->host;
+    } else if ((st = bk->ops->sync(bk))) {
+        goto fail;
     }
+    st = more ? sl_ps_client_push_pull_more(s->client, g, step, lr, into, has_next, &have, &lack)
+              : sl_ps_client_push_pull(s->client, g, step, lr, into);
+    if (st) goto fail;
+    if (!on_cpu(m) && ((st = bk->ops->to_device(bk, params, s->host, s->nt * sizeof(float))) || (st = bk->ops->sync(bk))))
+        goto fail;
     *applied = true;
+    if (more) {
+        int w = s->c->world;
+        if (!have && !lack) *more = has_next ? w : 0; /* no ps counted (restarted since the round): its own flag */
+        else if (!lack) *more = w;
+        else if (!have) *more = 0;
+        else *more = w - lack; /* the dead count as holding one: they do not end the epoch */
+    }
     return SL_OK;
 fail:
     sl_err_prefix("ps strategy (worker %d): step %" PRId64 ": ", s->c->rank, step);
+    return st;
+}
+
+static sl_status ps_exchange(void *ctx, sl_model *m, float *grads, size_t n, int64_t step, float lr,
+                             bool *applied) {
+    return exchange(ctx, m, grads, n, step, lr, applied, NULL);
+}
+
+/* Sync mode, lockstep epochs (sluice/strategy.h): *more out: the workers the step's round
+ * counted as holding a next batch, plus those outside the round (dead or done); 0 when no
+ * worker of the round holds one; the world size when all do. */
+static sl_status ps_exchange_more(void *ctx, sl_model *m, float *grads, size_t n, int64_t step, float lr,
+                                  bool *applied, int *more) {
+    return exchange(ctx, m, grads, n, step, lr, applied, more);
+}
+
+/* Sync mode: the counts added over the workers through ps 0. A worker left out of the sum
+ * (dead, done, or in a step round after a restart) reads as a copy of the lowest worker
+ * that took part: v is blocks of world ints, slot r of each being worker r's (the trainer's
+ * layout, sluice/train.h). */
+static sl_status ps_allsum(void *ctx, int32_t *v, size_t n, uint32_t tag) {
+    sl_strategy_ps *s = ctx;
+    int w = s->c->world;
+    uint8_t *took = malloc((size_t)w);
+    if (!took) return sl_err(SL_ENOMEM, "ps strategy: out of memory");
+    sl_status st = sl_ps_client_sum(s->client, v, n, tag, took);
+    int lo = -1, out = -1;
+    for (int r = 0; !st && r < w; r++) {
+        if (took[r] && lo < 0) lo = r;
+        if (!took[r] && out < 0) out = r;
+    }
+    if (!st && out >= 0 && (lo < 0 || n % (size_t)w)) {
+        st = sl_err(SL_EPEER, "ps strategy (worker %d): worker %d took no part in a sum (tag %u) of %zu counts, which "
+                    "are not one per worker", s->c->rank, out, tag, n);
+    } else if (!st && out >= 0) {
+        for (int r = 0; r < w; r++)
+            if (!took[r])
+                for (size_t k = 0; k < n; k += (size_t)w) v[k + (size_t)r] = v[k + (size_t)lo];
+    }
+    free(took);
+    if (st) sl_err_prefix("ps strategy (worker %d): ", s->c->rank);
     return st;
 }
 
@@ -213,7 +270,7 @@ sl_status sl_strategy_ps_create(const sl_cluster *c, const sl_train_config *tc, 
                                 sl_train_hooks *hooks, sl_strategy_ps **out) {
     *out = NULL;
     memset(hooks, 0, sizeof *hooks);
-    (void)tc; /* mode and staleness are the servers' business (sl_ps_task_run) */
+    /* staleness is the servers' business (sl_ps_task_run); sync mode adds lockstep epochs */
     if (!c || c->world < 1 || !c->ring_addrs || !c->tasks)
         return sl_err(SL_EINVAL, "ps strategy: the cluster is not resolved");
     if (c->nps < 1 || !c->ps_addrs) {
@@ -244,6 +301,10 @@ sl_status sl_strategy_ps_create(const sl_cluster *c, const sl_train_config *tc, 
     hooks->start = ps_start;
     hooks->exchange = ps_exchange;
     hooks->finish = ps_finish;
+    if (tc && tc->ps_sync) {
+        hooks->exchange_more = ps_exchange_more;
+        hooks->allsum = ps_allsum;
+    }
     *out = s;
     return SL_OK;
 }

@@ -20,7 +20,7 @@
  *
  * ---- frames -----------------------------------------------------------------------------
  * A ps message is an sl_tp message (56-byte header carrying the job id, validated by sl_msg_decode) whose
- * payload starts with a 32-byte ps prefix, followed by float32 data:
+ * payload starts with a 40-byte ps prefix (frame version 2), followed by its data:
  *
  *   offset size field
  *        0    4 magic     "SLPS" (0x53504c53 little-endian)
@@ -28,21 +28,40 @@
  *        8    8 seq       request number (replies echo the request's)
  *       16    8 value     PUSH: the worker's step; REPLY: the shard's version (updates
  *                         applied so far); HELLO reply: the worker's last recorded step
- *                         (-1: none); others 0
+ *                         (-1: none); SUM and REPLY(SUMS): the SUM's tag (0..0xffff);
+ *                         others 0
  *       24    4 lr        PUSH: learning rate (finite, >= 0); others 0.0
- *       28    4 status    REPLY: SL_PS_OK, SL_PS_UNINIT (the ps has no parameters yet:
+ *       28    2 status    REPLY: SL_PS_OK, SL_PS_UNINIT (the ps has no parameters yet:
  *                         the chief has not sent INIT), SL_PS_REJECT (wrong plan hash or a
- *                         malformed request; data is then a UTF-8 reason); requests: 0
- *       32  4*n data      n floats: PUSH: the gradient shard; INIT and REPLY(OK): the
- *                         parameter shard; HELLO/PULL/BYE/HEARTBEAT: none
+ *                         malformed request; data is then a UTF-8 reason), SL_PS_SUMS (the
+ *                         answer to a SUM); requests: 0
+ *       30    2 version   SL_PS_VERSION (2). Version 1 frames (a 32-byte prefix whose status
+ *                         was 4 bytes) have 0 here, and a version 1 reader sees a version 2
+ *                         frame's status out of range: either way the frame is refused.
+ *       32    4 have      the has-data flag (sync rounds, lockstep epochs). PUSH: 1 when the
+ *                         worker holds a batch for its next step of this epoch, else 0;
+ *                         REPLY to a PUSH of a sync round: how many of the round's workers
+ *                         said 1. Others 0.
+ *       36    4 lack      PUSH: 1 when the worker holds no batch for its next step (have
+ *                         and lack are then 0 and 1); both 0: the worker says nothing (an
+ *                         async push, or a sync push outside lockstep epochs); 1 and 1 is
+ *                         malformed. REPLY to a PUSH of a sync round: how many of the
+ *                         round's workers said lack. Others 0 (a REPLY(OK) may carry any
+ *                         counts: the worker checks have + lack <= its workers).
+ *       40  4*n data      PUSH: the gradient shard (n floats); INIT and REPLY(OK): the
+ *                         parameter shard; SUM: n int32 counts (1 <= n <= SL_PS_SUM_MAX);
+ *                         REPLY(SUMS): the n sums (int32), then one int32 per worker, 1
+ *                         when its counts are in the sums, else 0 (at most 2 x SL_PS_SUM_MAX
+ *                         values); HELLO/PULL/BYE/HEARTBEAT: none
  *
- * The sl_tp header carries: type (SL_MSG_PUSH, PULL, REPLY, HEARTBEAT, INIT, HELLO, BYE),
+ * The sl_tp header carries: type (SL_MSG_PUSH, PULL, REPLY, HEARTBEAT, INIT, HELLO, BYE, SUM),
  * dtype SL_DT_U8, flags 0, tensor = the ps index the frame is for
  * or from, step = the worker's step (PUSH) or 0. sl_ps_frame_decode checks every field:
- * magic, hash (when expect_hash != 0), a data length that is a multiple of 4 and equals the
- * shard length where the type carries the shard, finite gradient and parameter values,
- * finite lr >= 0, status values, zero fields where the type has none. A frame that fails
- * is dropped and counted by the server, which goes on serving.
+ * magic, version, hash (when expect_hash != 0), a data length that is a multiple of 4 and
+ * equals the shard length where the type carries the shard, finite gradient and parameter
+ * values, finite lr >= 0, status values, the has-data pair (PUSH: 0/0, 1/0 or 0/1), a SUM's
+ * tag and count, zero fields where the type has none. A frame that fails is dropped and
+ * counted by the server, which goes on serving.
  *
  * ---- protocol ---------------------------------------------------------------------------
  *   HELLO   worker -> ps   "I am worker i": reply REPLY with value = the worker's last
@@ -58,12 +77,25 @@
  *                          global step; the dead leave their share to the others), reply
  *                          with the new parameters. Sync mode: held until every live worker has
  *                          pushed for this round, then the mean is applied once and every
- *                          waiting worker gets the reply. With a staleness bound k the reply
+ *                          waiting worker gets the reply (a fresh ps forms its first round,
+ *                          step or sum, only once every worker has been live: the workers
+ *                          start together; a restored ps does not wait). With a staleness bound k the reply
  *                          to a worker more than k steps ahead of the slowest live worker
- *                          is held until the slowest catches up (or dies). A PUSH that
+ *                          is held until the slowest catches up (or dies). In a sync round
+                          the reply's have and lack count the round's workers that said
+                          they hold a next batch or not (lockstep epochs: sluice/strategy.h);
+                          in async mode the pair is ignored and answered 0/0. A PUSH that
  *                          repeats the worker's last seq, or is for a step at or below the
  *                          step the ps recorded for it (a client's retry), is answered
  *                          without being applied again.
+ *   SUM     worker -> ps   sync mode: int32 counts to add over the workers (the trainer's
+ *                          per-epoch agreements). A sum round forms, like a step round, once
+ *                          every live worker has a request waiting; it takes the SUMs with
+ *                          the tag and count of the lowest-numbered worker that sent one, adds
+ *                          them (in 64 bits, clamped to int32) and answers each REPLY(SUMS)
+ *                          naming the workers in it. A worker that waits in a step round
+ *                          meanwhile (it restarted and is not at the same place) is left out
+ *                          of the sum, as a dead one is. Async mode answers REJECT.
  *   HEARTBEAT worker -> ps every heartbeat_s while the worker is otherwise silent; no reply.
  *   BYE     worker -> ps   the worker is done (no reply). It leaves the live set.
  * A worker is live from its first message until BYE, until its connection closes
@@ -117,9 +149,11 @@ void sl_ps_plan_scatter(const sl_ps_plan *p, int ps, const float *packed, float 
 /* ---- frames ---- */
 
 #define SL_PS_MAGIC 0x53504c53u /* "SLPS" */
-#define SL_PS_PREFIX 32
+#define SL_PS_VERSION 2
+#define SL_PS_PREFIX 40
+#define SL_PS_SUM_MAX 65536     /* counts in one SUM */
 
-enum { SL_PS_OK = 0, SL_PS_UNINIT = 1, SL_PS_REJECT = 2 };
+enum { SL_PS_OK = 0, SL_PS_UNINIT = 1, SL_PS_REJECT = 2, SL_PS_SUMS = 3 };
 
 typedef struct sl_ps_frame {
     int type;             /* SL_MSG_* of the header */
@@ -129,10 +163,13 @@ typedef struct sl_ps_frame {
     int64_t value;
     float lr;
     uint32_t status;
-    const float *data;    /* points into the payload at byte 32: aligned for float only when
+    uint32_t have, lack;  /* the has-data pair (see the layout) */
+    const float *data;    /* points into the payload at byte 40: aligned for float only when
                              the payload is (ZeroMQ may deliver a payload at any offset of its
                              receive buffer: copy a misaligned one before decoding) */
-    size_t n;             /* floats in data */
+    size_t n;             /* floats in data, or int32 counts in sums */
+    const int32_t *sums;  /* SUM and REPLY(SUMS): the counts (payload byte 40, aligned as data
+                             is), data is then NULL; else NULL */
     const char *reason;   /* REJECT: the reason text (not NUL-terminated), n_reason bytes */
     size_t n_reason;
 } sl_ps_frame;
@@ -145,7 +182,7 @@ typedef struct sl_ps_frame {
 sl_status sl_ps_frame_decode(const sl_msg_hdr *h, const void *payload, size_t len, uint32_t expect_hash,
                              size_t shard_len, sl_ps_frame *out);
 
-/* Write the 32-byte prefix of f (magic filled in) into out. */
+/* Write the 40-byte prefix of f (magic and version filled in) into out. */
 void sl_ps_frame_encode_prefix(const sl_ps_frame *f, uint8_t out[SL_PS_PREFIX]);
 
 /* ---- server ---- */
@@ -231,6 +268,24 @@ sl_status sl_ps_client_join(sl_ps_client *c, float *flat, int64_t *resume_step);
  * ps, and receive the new parameters into params (flat). A ps that is lost is retried
  * for retry_s (a restarted ps answers from its restored shard). */
 sl_status sl_ps_client_push_pull(sl_ps_client *c, const float *grad, int64_t step, float lr, float *params);
+
+/* Sync mode, lockstep epochs (sluice/strategy.h): push_pull with this worker's has-data
+ * flag (has_next: it holds a batch for step + 1 of its epoch). On SL_OK *have and *lack
+ * count the workers of the step's round that said they hold one or not: the answer of the
+ * ps whose round lacked most (ties: the one that had least), so every worker of a round
+ * reads the same pair. 0 and 0 when a ps runs async rounds (it ignores the flag). A reply
+ * whose pair is out of range (more than the workers, or 0/0 from one ps while another
+ * counted) is dropped like any malformed frame. */
+sl_status sl_ps_client_push_pull_more(sl_ps_client *c, const float *grad, int64_t step, float lr, float *params,
+                                      bool has_next, int *have, int *lack);
+
+/* Sync mode: add v[0..n) (1 <= n <= SL_PS_SUM_MAX) over the workers, in place, through ps 0
+ * (a SUM with tag < 0x10000). took_part (may be NULL): [nworkers], set to 1 for the workers
+ * whose counts are in the sums (this one always) and 0 for those left out (dead, done, or
+ * waiting in a step round). SL_OK; SL_EINVAL for bad arguments or when ps 0 refuses (async
+ * mode: its reason is in the message); otherwise the errors of push_pull. v and took_part
+ * are unchanged on failure. */
+sl_status sl_ps_client_sum(sl_ps_client *c, int32_t *v, size_t n, uint32_t tag, uint8_t *took_part);
 
 /* Pull the parameters into flat. */
 sl_status sl_ps_client_pull(sl_ps_client *c, float *flat);

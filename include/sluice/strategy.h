@@ -98,17 +98,34 @@ void sl_strategy_ring_free(sl_strategy_ring *s); /* NULL is a no-op */
  *             Running statistics (batchnorm) stay per worker; the chief's are the ones
  *             evaluated and checkpointed.
  *   finish    BYE to every ps.
+ *   exchange_more, allsum   sync mode only (tc->ps_sync): lockstep epochs, below.
  *
  * Unequal data: in async mode (the default) nothing is needed: workers are independent, each
  * pushes its own batches at its own pace and ends its epochs when its own data ends; a
- * worker with fewer batches just finishes first. In sync mode a round is one push from every
- * live worker, whatever epoch each is in: a worker that runs out starts its next epoch
- * while the others finish theirs (the round pairs their batches across the epoch boundary),
- * and one that has finished (BYE) leaves the rounds to the rest. Every push is still applied
- * exactly once to one model, so nothing is lost or counted twice, but the workers do not
- * agree on epoch ends: that would need a has-data flag in the PUSH frame (sluice/ps.h), which
- * the protocol does not have. Give sync workers equal shards; the pipeline warns at the start
- * when files do not split evenly over the replicas (sluice/from_config.h).
+ * worker with fewer batches just finishes first. In sync mode the workers end every epoch
+ * together, as ring replicas do (lockstep epochs, sluice/train.h): the hooks add
+ *   exchange_more  the push carries the worker's has-data flag (whether it holds a batch
+ *             for its next step; the frame's have/lack pair, sluice/ps.h), and the sync
+ *             round's reply tells every worker of the round how many said yes and no. When
+ *             any said no, every worker ends the epoch after this step: no step is taken
+ *             that another worker does not take, and every round is the exact mean of one
+ *             real batch from each worker. A worker outside the round (dead, or done) does
+ *             not end the epoch: *more counts it as holding a batch.
+ *   allsum    the trainer's per-epoch agreements (every worker has a first batch, the
+ *             counts for the warning, the batches per epoch of a cosine schedule) as a SUM
+ *             round on ps 0 (SL_MSG_SUM). A worker left out of a sum (dead, done, or, after
+ *             a restart, waiting in a step round) reads as a copy of the lowest worker that
+ *             took part.
+ * A fresh ps forms no round before every worker has joined, so the workers start together
+ * (a late joiner would otherwise find the others in rounds it was not counted in: at ps 0
+ * and not at ps 1, a SUM on ps 0 would wait for a worker held in a step round on ps 1).
+ * The chief warns with the counts as under the ring ("epoch 1: rank 1 ran out after 10
+ * steps; rank 0 had 13: all replicas end the epoch at 10 (3 batches of rank 0 unused)").
+ * A worker restarted mid-run starts its epoch where its step count puts it; the epochs line
+ * up again at the next epoch end (the first worker out ends it for all). A ps restarted
+ * mid-round answers a retried push it had already applied without counts (0/0): that
+ * worker then goes by its own flag for that step. A sync worker whose ps tasks run async
+ * fails at the start (the ps refuses the SUM, naming the mode).
  *
  * ps tasks (sl_ps_task_run): build the model from the config on the CPU to know the
  * variables, plan the shards (sl_ps_plan_create), restore the newest shard checkpoint of
@@ -132,7 +149,8 @@ typedef struct sl_strategy_ps_opts {
 typedef struct sl_strategy_ps sl_strategy_ps;
 
 /* Fill *hooks for worker c->rank of cluster c (borrowed, must outlive the strategy); tc
- * may be NULL (mode and staleness are the ps tasks' business). SL_EINVAL when c has no ps
+ * may be NULL (async hooks; staleness is the ps tasks' business). With tc->ps_sync the
+ * lockstep hooks (exchange_more, allsum) are set too. SL_EINVAL when c has no ps
  * tasks or this process is not a chief/worker; SL_ENOMEM. On failure *out NULL and *hooks
  * zeroed. Nothing is opened yet: the plan needs the model, so the start hook plans, binds
  * this worker's address and joins (its errors: SL_EIO when the bind fails, SL_EPEER /

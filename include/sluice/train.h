@@ -117,7 +117,7 @@ sl_status sl_train_config_parse(const sl_cfg *cfg, sl_train_config *out);
  * Only the chief (is_chief) evaluates, writes checkpoints, event files and the console
  * lines.
  *
- * Lockstep epochs (exchange_more and allsum both set: strategy ring): every replica runs
+ * Lockstep epochs (exchange_more and allsum both set: strategy ring, ps sync): every replica runs
  * the same number of steps in every epoch, however unequal the shards. Each step the
  * replicas agree whether every one of them holds a batch for the next step (the loop takes
  * batch k+1 from the pipeline before step k's exchange, so the answer rides on step k's
@@ -130,7 +130,7 @@ sl_status sl_train_config_parse(const sl_cfg *cfg, sl_train_config *out);
  * counts are known without reading (sl_dataset_cardinality) and differ. A replica with no
  * batch at all in an epoch while others have some fails the run on every replica (SL_EINVAL
  * naming it). The steps per epoch used by a cosine schedule are the fewest of any replica.
- * Without them (ps) each replica ends its epochs when its own data ends. */
+ * Without them (ps async) each replica ends its epochs when its own data ends. */
 typedef struct sl_train_hooks {
     void *ctx;
     int world_size;  /* replicas (>= 1) */
@@ -157,7 +157,8 @@ typedef struct sl_train_hooks {
                                bool *applied, int *more);
     /* allsum: add v[0..n) over the replicas in place (every replica passes the same n and tag, a
      * label below 0x10000 checked on receipt); the loop gathers per-replica counts with it
-     * (each replica fills its own slots, zeros elsewhere). Errors as for exchange. */
+     * (each replica fills its own slots, zeros elsewhere: slot r of each block of world_size
+     * ints is replica r's). Errors as for exchange. */
     sl_status (*allsum)(void *ctx, int32_t *v, size_t n, uint32_t tag);
 } sl_train_hooks;
 

@@ -96,6 +96,7 @@ enum {
     SL_MSG_INIT = 8,      /* the chief's initial parameter shard */
     SL_MSG_HELLO = 9,     /* a worker joins (or rejoins) */
     SL_MSG_BYE = 10,      /* a worker is done */
+    SL_MSG_SUM = 11,      /* int32 counts to add over the workers (sync ps rounds) */
     SL_MSG_TYPES_
 };
 

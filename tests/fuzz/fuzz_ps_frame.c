@@ -2,9 +2,11 @@
  * 56-byte transport header followed by the payload: the header must pass sl_msg_decode,
  * then the payload is decoded as a ps frame without checks, against the hash it claims,
  * and against a shard length. A frame that decodes must keep every promise of ps.h: a ps
- * message type, u8 dtype, no flags, a prefix that re-encodes to the same 32 bytes, finite
- * floats that fill the payload exactly, a finite lr >= 0 and the header's step on a PUSH,
- * status values in range; and a stricter decode may fail only where a looser one passed. */
+ * message type, u8 dtype, no flags, a prefix that re-encodes to the same 40 bytes (version
+ * 2), finite floats that fill the payload exactly, a finite lr >= 0 and the header's step
+ * on a PUSH, status values in range, a has-data pair of 0/0, 1/0 or 0/1 on a PUSH and 0/0
+ * where the type has none, a SUM tag below 0x10000 and 1..SL_PS_SUM_MAX int32 counts that
+ * fill the payload; and a stricter decode may fail only where a looser one passed. */
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -14,17 +16,32 @@
 
 static void check(const sl_msg_hdr *h, const uint8_t *p, size_t len, const sl_ps_frame *f) {
     int t = f->type;
-    if (t != h->type || t < SL_MSG_PUSH || t > SL_MSG_BYE) __builtin_trap();
+    if (t != h->type || t < SL_MSG_PUSH || t > SL_MSG_SUM) __builtin_trap();
     if (h->dtype != SL_DT_U8 || h->flags || f->ps != (int)h->tensor || len < SL_PS_PREFIX) __builtin_trap();
     uint8_t again[SL_PS_PREFIX];
     sl_ps_frame_encode_prefix(f, again);
     if (memcmp(again, p, SL_PS_PREFIX) != 0) __builtin_trap();
+    if (p[30] != SL_PS_VERSION || p[31] != 0) __builtin_trap();
+    int sums = t == SL_MSG_SUM || (t == SL_MSG_REPLY && f->status == SL_PS_SUMS);
+    if (t == SL_MSG_PUSH) {
+        if (f->have > 1 || f->lack > 1 || (f->have && f->lack)) __builtin_trap();
+    } else if (!(t == SL_MSG_REPLY && f->status == SL_PS_OK) && (f->have || f->lack)) {
+        __builtin_trap();
+    }
+    if (sums) {
+        if (f->data || !f->sums || (const uint8_t *)f->sums != p + SL_PS_PREFIX || SL_PS_PREFIX + 4 * f->n != len ||
+            f->n < 1 || f->n > (t == SL_MSG_SUM ? SL_PS_SUM_MAX : 2 * (size_t)SL_PS_SUM_MAX))
+            __builtin_trap();
+        if (t == SL_MSG_SUM && (f->value < 0 || f->value > 0xffff || h->step || f->lr != 0.0f)) __builtin_trap();
+        return;
+    }
+    if (f->sums) __builtin_trap();
     if (t == SL_MSG_PUSH) {
         if (!isfinite(f->lr) || f->lr < 0 || f->value < 0 || (uint64_t)f->value != h->step) __builtin_trap();
     } else if (h->step) {
         __builtin_trap();
     }
-    if (t == SL_MSG_REPLY ? f->status > SL_PS_REJECT : f->status != 0) __builtin_trap();
+    if (t == SL_MSG_REPLY ? f->status > SL_PS_SUMS : f->status != 0) __builtin_trap();
     if (t == SL_MSG_REPLY && f->status == SL_PS_REJECT) {
         if (f->n || f->reason != (const char *)p + SL_PS_PREFIX || f->n_reason != len - SL_PS_PREFIX) __builtin_trap();
     } else if (f->n) {

@@ -241,6 +241,58 @@ TEST(test_frame_roundtrip) {
     memcpy(fb.b + 16, &m1, 8);
     ASSERT_OK(dec(&fb, 2, &f));
     ASSERT_EQ(f.value, -1);
+    ASSERT(f.sums == NULL);
+    /* the version sits in the upper half of the status word; have/lack after it */
+    ASSERT_EQ(fb.b[30], SL_PS_VERSION);
+    ASSERT_EQ(fb.b[31], 0);
+}
+
+static void put_u32(uint8_t *p, uint32_t v) { memcpy(p, &v, 4); }
+static void put_f(frame_buf *fb, size_t at, float v) { memcpy(fb->b + at, &v, 4); }
+static void put_i64(frame_buf *fb, size_t at, int64_t v) { memcpy(fb->b + at, &v, 8); }
+
+/* The has-data pair and the SUM frames (sync rounds, lockstep epochs): encoded, decoded and
+ * read back exactly. */
+TEST(test_frame_has_data_and_sums) {
+    frame_buf fb;
+    sl_ps_frame f;
+    for (int k = 0; k < 3; k++) {
+        make(&fb, SL_MSG_PUSH, 0, 3);
+        sl_ps_frame e = {.plan_hash = 0xabcdef01u, .seq = 9, .value = 41, .lr = 0.125f, .have = k == 1, .lack = k == 2};
+        sl_ps_frame_encode_prefix(&e, fb.b);
+        ASSERT_OK(dec(&fb, 3, &f));
+        ASSERT_EQ(f.have, k == 1);
+        ASSERT_EQ(f.lack, k == 2);
+        ASSERT_EQ(fb.b[32], k == 1);
+        ASSERT_EQ(fb.b[36], k == 2);
+    }
+    /* a sync round's reply counts its workers */
+    make(&fb, SL_MSG_REPLY, SL_PS_OK, 3);
+    put_u32(fb.b + 32, 3);
+    put_u32(fb.b + 36, 2);
+    ASSERT_OK(dec(&fb, 3, &f));
+    ASSERT_EQ(f.have, 3);
+    ASSERT_EQ(f.lack, 2);
+    /* SUM: int32 counts, any values (-1 is a NaN's bits: not a float check) */
+    make(&fb, SL_MSG_SUM, 0, 0);
+    put_i64(&fb, 16, 65535);
+    int32_t c[3] = {-1, 13, INT32_MIN};
+    memcpy(fb.b + SL_PS_PREFIX, c, sizeof c);
+    fb.len += sizeof c;
+    ASSERT_OK(dec(&fb, 7, &f)); /* the shard length does not apply */
+    ASSERT_EQ(f.type, SL_MSG_SUM);
+    ASSERT_EQ(f.value, 65535);
+    ASSERT_EQ(f.n, 3);
+    ASSERT(f.data == NULL);
+    ASSERT(f.sums == (const int32_t *)(const void *)(fb.b + SL_PS_PREFIX));
+    ASSERT(f.sums[0] == -1 && f.sums[1] == 13 && f.sums[2] == INT32_MIN);
+    make(&fb, SL_MSG_REPLY, SL_PS_SUMS, 0);
+    memcpy(fb.b + SL_PS_PREFIX, c, sizeof c);
+    fb.len += sizeof c;
+    ASSERT_OK(dec(&fb, 7, &f));
+    ASSERT_EQ(f.status, SL_PS_SUMS);
+    ASSERT_EQ(f.n, 3);
+    ASSERT(f.sums[0] == -1);
 }
 
 /* Decode fb after letting `breakit` spoil it; expect SL_ECORRUPT and message `want`. */
@@ -254,8 +306,6 @@ TEST(test_frame_roundtrip) {
         ASSERT_STREQ(sl_errmsg(), want);                                          \
     } while (0)
 
-static void put_f(frame_buf *fb, size_t at, float v) { memcpy(fb->b + at, &v, 4); }
-static void put_i64(frame_buf *fb, size_t at, int64_t v) { memcpy(fb->b + at, &v, 8); }
 
 TEST(test_frame_corruption) {
     CORRUPT(SL_MSG_DATA, 0, 0, 0, (void)0, "ps frame: byte 0: message type 1 is not a ps message");
@@ -265,7 +315,14 @@ TEST(test_frame_corruption) {
             "ps frame: byte 0: PULL header has offset 8 and round 0, expected 0");
     CORRUPT(SL_MSG_PULL, 0, 0, 0, fb->h.step = 3, "ps frame: byte 0: PULL header has step 3, expected 0");
     CORRUPT(SL_MSG_PULL, 0, 0, 0, fb->len = 31,
-            "ps frame: byte 31: PULL payload of 31 bytes is shorter than the 32-byte prefix");
+            "ps frame: byte 31: PULL payload of 31 bytes is shorter than the 40-byte prefix");
+    CORRUPT(SL_MSG_PULL, 0, 0, 0, fb->len = 36,
+            "ps frame: byte 36: PULL payload of 36 bytes is shorter than the 40-byte prefix");
+    /* a version 1 frame (32-byte prefix, a 4-byte status) names the version */
+    CORRUPT(SL_MSG_PULL, 0, 0, 0, (fb->b[30] = 0, fb->len = 32),
+            "ps frame: byte 30: PULL frame version 0, expected 2 (a worker or ps of another Sluice version)");
+    CORRUPT(SL_MSG_PUSH, 0, 3, 3, fb->b[30] = 3,
+            "ps frame: byte 30: PUSH frame version 3, expected 2 (a worker or ps of another Sluice version)");
     CORRUPT(SL_MSG_PULL, 0, 0, 0, fb->b[0] = 'X',
             "ps frame: byte 0: bad magic 0x53504c58 (expected 0x53504c53 \"SLPS\")");
     CORRUPT(SL_MSG_PULL, 0, 0, 0, fb->b[4] ^= 1, "ps frame: byte 4: plan hash 0xabcdef00, expected 0xabcdef01");
@@ -280,15 +337,36 @@ TEST(test_frame_corruption) {
             "ps frame: byte 24: PUSH learning rate inf (bits 0x7f800000) is not allowed (must be finite and >= 0)");
     CORRUPT(SL_MSG_INIT, 0, 3, 3, put_f(fb, 24, -0.0f),
             "ps frame: byte 24: INIT learning rate -0 (bits 0x80000000) is not allowed (must be 0)");
-    CORRUPT(SL_MSG_REPLY, 3, 0, 3, (void)0, "ps frame: byte 28: REPLY status 3 is out of range");
+    CORRUPT(SL_MSG_REPLY, 4, 0, 3, (void)0, "ps frame: byte 28: REPLY status 4 is out of range");
+    /* the has-data pair: a PUSH says 0/0, 1/0 or 0/1; a frame other than a reply none */
+    CORRUPT(SL_MSG_PUSH, 0, 3, 3, put_u32(fb->b + 32, 2),
+            "ps frame: byte 32: PUSH has-data pair 2/0 is not allowed (0/0, 1/0 or 0/1)");
+    CORRUPT(SL_MSG_PUSH, 0, 3, 3, put_u32(fb->b + 36, 0x100),
+            "ps frame: byte 36: PUSH has-data pair 0/256 is not allowed (0/0, 1/0 or 0/1)");
+    CORRUPT(SL_MSG_PUSH, 0, 3, 3, (put_u32(fb->b + 32, 1), put_u32(fb->b + 36, 1)),
+            "ps frame: byte 36: PUSH has-data pair 1/1 is not allowed (0/0, 1/0 or 0/1)");
+    CORRUPT(SL_MSG_PULL, 0, 0, 0, put_u32(fb->b + 32, 1), "ps frame: byte 32: PULL has-data pair 1/0, expected 0/0");
+    CORRUPT(SL_MSG_REPLY, SL_PS_UNINIT, 0, 3, put_u32(fb->b + 36, 1),
+            "ps frame: byte 36: REPLY has-data pair 0/1, expected 0/0");
+    CORRUPT(SL_MSG_INIT, 0, 3, 3, put_u32(fb->b + 32, 1), "ps frame: byte 32: INIT has-data pair 1/0, expected 0/0");
+    /* SUM: a tag below 0x10000, no lr, no step, 1..SL_PS_SUM_MAX whole int32s */
+    CORRUPT(SL_MSG_SUM, 0, 1, 0, put_i64(fb, 16, 65536), "ps frame: byte 16: SUM tag 65536 is out of range (0..65535)");
+    CORRUPT(SL_MSG_SUM, 0, 1, 0, put_i64(fb, 16, -1), "ps frame: byte 16: SUM tag -1 is out of range (0..65535)");
+    CORRUPT(SL_MSG_SUM, 0, 1, 0, fb->h.step = 3, "ps frame: byte 0: SUM header has step 3, expected 0");
+    CORRUPT(SL_MSG_SUM, 0, 1, 0, put_f(fb, 24, 0.5f),
+            "ps frame: byte 24: SUM learning rate 0.5 (bits 0x3f000000) is not allowed (must be 0)");
+    CORRUPT(SL_MSG_SUM, 0, 0, 0, (void)0, "ps frame: byte 40: SUM carries 0 counts, expected 1..65536");
+    CORRUPT(SL_MSG_SUM, 0, 2, 0, fb->len -= 1, "ps frame: byte 40: SUM data of 7 bytes is not a whole number of int32s");
+    CORRUPT(SL_MSG_SUM, 0, 1, 0, put_u32(fb->b + 32, 1), "ps frame: byte 32: SUM has-data pair 1/0, expected 0/0");
+    CORRUPT(SL_MSG_REPLY, SL_PS_SUMS, 0, 0, (void)0, "ps frame: byte 40: REPLY carries 0 counts, expected 1..131072");
     CORRUPT(SL_MSG_PULL, 1, 0, 0, (void)0, "ps frame: byte 28: PULL status 1 is out of range");
     CORRUPT(SL_MSG_PUSH, 0, 3, 3, fb->len -= 2,
-            "ps frame: byte 32: PUSH data of 10 bytes is not a whole number of floats");
-    CORRUPT(SL_MSG_PUSH, 0, 3, 4, (void)0, "ps frame: byte 32: PUSH carries 3 floats, the shard has 4");
-    CORRUPT(SL_MSG_INIT, 0, 4, 0, put_f(fb, 40, NAN), "ps frame: byte 40: INIT float 2 is nan");
-    CORRUPT(SL_MSG_REPLY, 0, 4, 4, put_f(fb, 44, -INFINITY), "ps frame: byte 44: REPLY float 3 is -inf");
-    CORRUPT(SL_MSG_HEARTBEAT, 0, 1, 0, (void)0, "ps frame: byte 32: HEARTBEAT frame has 4 data bytes, expected none");
-    CORRUPT(SL_MSG_REPLY, SL_PS_UNINIT, 1, 0, (void)0, "ps frame: byte 32: REPLY frame has 4 data bytes, expected none");
+            "ps frame: byte 40: PUSH data of 10 bytes is not a whole number of floats");
+    CORRUPT(SL_MSG_PUSH, 0, 3, 4, (void)0, "ps frame: byte 40: PUSH carries 3 floats, the shard has 4");
+    CORRUPT(SL_MSG_INIT, 0, 4, 0, put_f(fb, 48, NAN), "ps frame: byte 48: INIT float 2 is nan");
+    CORRUPT(SL_MSG_REPLY, 0, 4, 4, put_f(fb, 52, -INFINITY), "ps frame: byte 52: REPLY float 3 is -inf");
+    CORRUPT(SL_MSG_HEARTBEAT, 0, 1, 0, (void)0, "ps frame: byte 40: HEARTBEAT frame has 4 data bytes, expected none");
+    CORRUPT(SL_MSG_REPLY, SL_PS_UNINIT, 1, 0, (void)0, "ps frame: byte 40: REPLY frame has 4 data bytes, expected none");
     /* *out is left alone on failure */
     frame_buf fb;
     make(&fb, SL_MSG_PULL, 0, 0);
@@ -305,6 +383,7 @@ int main(void) {
     RUN(test_plan_rules_and_hash);
     RUN(test_plan_errors);
     RUN(test_frame_roundtrip);
+    RUN(test_frame_has_data_and_sums);
     RUN(test_frame_corruption);
     TEST_MAIN_END();
 }

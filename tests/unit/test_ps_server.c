@@ -1,7 +1,8 @@
 /* dist/ps_server.c and dist/ps_client.c: in-process clusters (threads over TCP on
  * 127.0.0.1) of workers and ps tasks with an apply callback doing p -= lr * g on
  * integer-valued multiples of 1/8, so every expected parameter is exact whatever order the
- * pushes arrive in. Covers async and sync training, a worker joining before the chief's
+ * pushes arrive in. Covers async and sync training (with the has-data counts and SUM rounds
+ * of lockstep epochs, a dead and an out-of-phase worker among them), a worker joining before the chief's
  * INIT, the staleness bound, heartbeats, dead workers (connection closed, silence), a
  * restarted worker (resume step), a restarted ps (restored shard, clients retrying across
  * the restart), checkpoints, retried pushes applied once (raw frames), a client re-sending
@@ -425,6 +426,198 @@ TEST(test_sync_rounds) {
     sl_ps_plan_free(p);
 }
 
+/* ---- sync rounds: the has-data counts and SUM rounds (lockstep epochs) ---- */
+
+typedef struct flag_job {
+    cluster *c;
+    const sl_ps_plan *plan;
+    int w;
+    pthread_barrier_t *all, *two;
+    sl_status st;
+    char msg[1024];
+    int have[4], lack[4];       /* the counts of rounds 0..3 */
+    int32_t sum1[3], sum2[3], sum3[3];
+    uint8_t took1[3], took2[3], took3[3];
+} flag_job;
+
+static void *flag_main(void *arg) {
+    flag_job *j = arg;
+    size_t n = j->plan->total;
+    float *g = malloc(n * sizeof(float)), *params = malloc(n * sizeof(float));
+    for (size_t i = 0; i < n; i++) params[i] = init_of(i);
+    sl_ps_client *c = NULL;
+    sl_ps_client_opts co = {.retry_s = 20};
+    sl_status st = sl_ps_client_create(j->c->addrs, j->c->nw, j->w, j->plan, NULL, &co, &c);
+    if (!st) st = sl_ps_client_join(c, params, NULL);
+    pthread_barrier_wait(j->all);
+#define PUSH(s, more, k)                                                                            \
+    do {                                                                                            \
+        for (size_t i = 0; i < n; i++) g[i] = grad_of(j->w, s, i);                                  \
+        if (!st) st = sl_ps_client_push_pull_more(c, g, s, LR, params, more, &j->have[k], &j->lack[k]); \
+    } while (0)
+    /* round 0: all have a next batch; round 1: worker 2 has none */
+    PUSH(0, true, 0);
+    PUSH(1, j->w != 2, 1);
+    /* every worker's count in its own slot */
+    j->sum1[j->w] = j->w + 1;
+    if (!st) st = sl_ps_client_sum(c, j->sum1, 3, 3, j->took1);
+    pthread_barrier_wait(j->all);
+    if (j->w == 2) goto out; /* it dies: its connection closes, no BYE */
+    PUSH(2, true, 2);
+    j->sum2[j->w] = 10 * (j->w + 1);
+    if (!st) st = sl_ps_client_sum(c, j->sum2, 3, 5, j->took2);
+    pthread_barrier_wait(j->two);
+    /* out of phase (a restarted worker): worker 0 sums while worker 1 waits in round 3 */
+    if (j->w == 0) {
+        j->sum3[0] = 7;
+        if (!st) st = sl_ps_client_sum(c, j->sum3, 3, 6, j->took3);
+    }
+    PUSH(3, true, 3);
+#undef PUSH
+    if (!st) st = sl_ps_client_bye(c);
+out:
+    if (st) snprintf(j->msg, sizeof j->msg, "%s", sl_errmsg());
+    j->st = st;
+    sl_ps_client_free(c);
+    free(g);
+    free(params);
+    return NULL;
+}
+
+/* Three sync workers on two ps: every worker of a round reads the same has-data counts
+ * (3/0, then 2/1 when worker 2 has no next batch); a SUM round adds every worker's counts
+ * and names who took part; a dead worker is left out of the later rounds and sums (2/0,
+ * took part 1,1,0); a worker that sums while another waits in a step round gets its own
+ * counts back (took part 1,0,0) and then joins that round. */
+TEST(test_sync_has_data_and_sums) {
+    cluster c;
+    cluster_init(&c, 3, 2);
+    sl_ps_plan *p = test_plan(2);
+    srv v[2];
+    memset(v, 0, sizeof v);
+    sl_ps_server_opts o = {.sync = true, .staleness = -1, .dead_after_s = 30};
+    for (int k = 0; k < 2; k++) ASSERT_EQ(srv_start(&v[k], &c, k, p, &o, NULL, NULL), 0);
+    pthread_barrier_t all, two;
+    pthread_barrier_init(&all, NULL, 3);
+    pthread_barrier_init(&two, NULL, 2);
+    flag_job jobs[3];
+    pthread_t t[3];
+    for (int w = 0; w < 3; w++) {
+        jobs[w] = (flag_job){.c = &c, .plan = p, .w = w, .all = &all, .two = &two};
+        pthread_create(&t[w], NULL, flag_main, &jobs[w]);
+    }
+    for (int w = 0; w < 3; w++) pthread_join(t[w], NULL);
+    for (int k = 0; k < 2; k++) pthread_join(v[k].t, NULL);
+    pthread_barrier_destroy(&all);
+    pthread_barrier_destroy(&two);
+    for (int w = 0; w < 3; w++)
+        if (jobs[w].st) FAILF("worker %d: %d %s", w, jobs[w].st, jobs[w].msg);
+    for (int k = 0; k < 2; k++) CHECK_SRV(v[k]);
+    if (t_cur_failed) return;
+    for (int w = 0; w < 3; w++) {
+        ASSERT_EQ(jobs[w].have[0], 3);
+        ASSERT_EQ(jobs[w].lack[0], 0);
+        ASSERT_EQ(jobs[w].have[1], 2);
+        ASSERT_EQ(jobs[w].lack[1], 1);
+        ASSERT(jobs[w].sum1[0] == 1 && jobs[w].sum1[1] == 2 && jobs[w].sum1[2] == 3);
+        ASSERT(jobs[w].took1[0] == 1 && jobs[w].took1[1] == 1 && jobs[w].took1[2] == 1);
+    }
+    for (int w = 0; w < 2; w++) {
+        ASSERT_EQ(jobs[w].have[2], 2);
+        ASSERT_EQ(jobs[w].lack[2], 0);
+        ASSERT(jobs[w].sum2[0] == 10 && jobs[w].sum2[1] == 20 && jobs[w].sum2[2] == 0);
+        ASSERT(jobs[w].took2[0] == 1 && jobs[w].took2[1] == 1 && jobs[w].took2[2] == 0);
+        ASSERT_EQ(jobs[w].have[3], 2);
+        ASSERT_EQ(jobs[w].lack[3], 0);
+    }
+    ASSERT(jobs[0].sum3[0] == 7 && jobs[0].sum3[1] == 0 && jobs[0].sum3[2] == 0);
+    ASSERT(jobs[0].took3[0] == 1 && jobs[0].took3[1] == 0 && jobs[0].took3[2] == 0);
+    for (int k = 0; k < 2; k++) {
+        ASSERT_EQ(v[k].stats.applied, 4); /* rounds 0..3, each once */
+        ASSERT_EQ(v[k].stats.dropped, 0);
+    }
+    for (int k = 0; k < 2; k++) srv_done(&v[k]);
+    sl_ps_plan_free(p);
+}
+
+/* A fresh sync ps forms no round before every worker has joined: worker 1 starts 600 ms
+ * after the chief, and every round is still the mean of both. The old server took the
+ * chief's pushes alone (here all 4, after which the chief said BYE and the ps tasks ended
+ * before worker 1 could join); with 2 ps, a worker that joined one ps before the other
+ * could leave a SUM on ps 0 waiting for a chief stuck in a step round on ps 1. */
+TEST(test_sync_first_round_waits_for_all) {
+    cluster c;
+    cluster_init(&c, 2, 2);
+    sl_ps_plan *p = test_plan(2);
+    srv v[2];
+    memset(v, 0, sizeof v);
+    sl_ps_server_opts o = {.sync = true, .staleness = -1};
+    for (int k = 0; k < 2; k++) ASSERT_EQ(srv_start(&v[k], &c, k, p, &o, NULL, NULL), 0);
+    wjob jobs[2];
+    pthread_t t[2];
+    for (int w = 0; w < 2; w++) {
+        jobs[w] = (wjob){.c = &c, .plan = p, .w = w, .co = {.retry_s = 20}, .nsteps = 4, .sync_check = 1};
+        if (w) sleep_ms(600);
+        pthread_create(&t[w], NULL, worker_main, &jobs[w]);
+    }
+    for (int w = 0; w < 2; w++) pthread_join(t[w], NULL);
+    for (int k = 0; k < 2; k++) pthread_join(v[k].t, NULL);
+    for (int w = 0; w < 2; w++) CHECK_WORKER(jobs[w]);
+    for (int k = 0; k < 2; k++) CHECK_SRV(v[k]);
+    ASSERT_EQ(jobs[0].bad, 0);
+    ASSERT_EQ(jobs[1].bad, 0);
+    ASSERT_MEMEQ(jobs[0].params, jobs[1].params, p->total * sizeof(float));
+    for (int k = 0; k < 2; k++) {
+        ASSERT_EQ(v[k].stats.pushes, 8);
+        ASSERT_EQ(v[k].stats.applied, 4);
+    }
+    for (int w = 0; w < 2; w++) free(jobs[w].params);
+    for (int k = 0; k < 2; k++) srv_done(&v[k]);
+    sl_ps_plan_free(p);
+}
+
+/* A SUM to a ps in async mode is refused with the reason (the configs disagree on the
+ * mode); bad arguments are refused before anything is sent. */
+TEST(test_sum_needs_sync) {
+    cluster c;
+    cluster_init(&c, 1, 1);
+    sl_ps_plan *p = test_plan(1);
+    srv v;
+    memset(&v, 0, sizeof v);
+    ASSERT_EQ(srv_start(&v, &c, 0, p, NULL, NULL, NULL), 0);
+    float *params = malloc(p->total * sizeof(float));
+    for (size_t i = 0; i < p->total; i++) params[i] = init_of(i);
+    sl_ps_client *cl;
+    sl_ps_client_opts co = {.retry_s = 20};
+    ASSERT_OK(sl_ps_client_create(c.addrs, 1, 0, p, NULL, &co, &cl));
+    ASSERT_OK(sl_ps_client_join(cl, params, NULL));
+    int32_t x[2] = {4, 5};
+    ASSERT_EQ(sl_ps_client_sum(cl, x, 2, 1, NULL), SL_EINVAL);
+    char want[400];
+    snprintf(want, sizeof want,
+             "worker 0: ps 0 (%s) rejected sum: ps 0 runs async rounds: a SUM needs `strategy ps mode=sync` on the ps "
+             "tasks too\n---> HINT: every worker and ps must plan the same model over the same number of ps tasks",
+             c.addrs[1]);
+    ASSERT_STREQ(sl_errmsg(), want);
+    ASSERT(x[0] == 4 && x[1] == 5); /* unchanged */
+    ASSERT_EQ(sl_ps_client_sum(cl, x, 0, 1, NULL), SL_EINVAL);
+    ASSERT_STREQ(sl_errmsg(), "worker 0: a sum of 0 counts with tag 1 (need 1..65536 counts, tag < 0x10000)");
+    ASSERT_EQ(sl_ps_client_sum(cl, x, 2, 0x10000, NULL), SL_EINVAL);
+    /* an async push's counts are 0/0 (the flag is ignored) */
+    int have = -1, lack = -1;
+    ASSERT_OK(sl_ps_client_push_pull_more(cl, params, 0, LR, params, false, &have, &lack));
+    ASSERT_EQ(have, 0);
+    ASSERT_EQ(lack, 0);
+    ASSERT_OK(sl_ps_client_bye(cl));
+    sl_ps_client_free(cl);
+    pthread_join(v.t, NULL);
+    CHECK_SRV(v);
+    ASSERT_EQ(v.stats.dropped, 0);
+    free(params);
+    srv_done(&v);
+    sl_ps_plan_free(p);
+}
+
 /* Fast worker 0 and slow worker 1 under staleness bound k: returns worker 0's max lead. */
 static int64_t run_stale(int k, int *failed) {
     cluster c;
@@ -754,6 +947,29 @@ TEST(test_garbage_dropped_server_serves_on) {
     memcpy(buf + SL_PS_PREFIX + 8, &nan, 4);
     raw_frame(raw, SL_MSG_PUSH, 1, 0, 0, buf, push_len); /* a NaN gradient */
     dropped++;
+    memset(buf + SL_PS_PREFIX + 8, 0, 4);
+    /* the has-data pair: 2 is no flag value, and a push cannot both have and lack a batch */
+    sl_ps_frame ff = f;
+    ff.have = 2;
+    sl_ps_frame_encode_prefix(&ff, buf);
+    raw_frame(raw, SL_MSG_PUSH, 1, 0, 0, buf, push_len);
+    dropped++;
+    ff.have = ff.lack = 1;
+    sl_ps_frame_encode_prefix(&ff, buf);
+    raw_frame(raw, SL_MSG_PUSH, 1, 0, 0, buf, push_len);
+    dropped++;
+    ff = (sl_ps_frame){.plan_hash = p->hash, .seq = 10, .value = 0x10000}; /* a SUM tag out of range */
+    sl_ps_frame_encode_prefix(&ff, buf);
+    raw_frame(raw, SL_MSG_SUM, 1, 0, 0, buf, SL_PS_PREFIX + 4);
+    dropped++;
+    ff.value = 1;
+    sl_ps_frame_encode_prefix(&ff, buf);
+    raw_frame(raw, SL_MSG_SUM, 1, 0, 0, buf, SL_PS_PREFIX); /* a SUM of no counts */
+    dropped++;
+    buf[30] = 1; /* frame version 1 */
+    raw_frame(raw, SL_MSG_PULL, 1, 0, 0, buf, SL_PS_PREFIX);
+    dropped++;
+    sl_ps_frame_encode_prefix(&f, buf);
     rf.plan_hash ^= 1;
     sl_ps_frame_encode_prefix(&rf, rpre);
     raw_frame(raw, SL_MSG_PULL, 1, 0, 0, rpre, sizeof rpre); /* another plan: rejected, not dropped */
@@ -1194,6 +1410,9 @@ int main(void) {
     RUN(test_async_two_by_two);
     RUN(test_join_waits_for_chief);
     RUN(test_sync_rounds);
+    RUN(test_sync_has_data_and_sums);
+    RUN(test_sum_needs_sync);
+    RUN(test_sync_first_round_waits_for_all);
     RUN(test_staleness_bound);
     RUN(test_dead_worker_releases_sync_round);
     RUN(test_silent_worker_and_heartbeats);

@@ -7,11 +7,15 @@
  * gradients each round, at lr). The shard checkpoints
  * must hold exactly the local optimizer's parameters and state, and a second run of the ps
  * tasks restores them (skipping a torn newer file), moves the rejoining workers' start step
- * past what they already pushed, and continues exactly where the first run stopped. The
- * trainer end to end with sluice-launch is a manual / integration check. */
+ * past what they already pushed, and continues exactly where the first run stopped. Then
+ * the trainer itself, two sync workers and two ps tasks as threads, on shards of 13 and 10
+ * batches: every epoch ends together after 10 rounds of both (lockstep epochs), the workers
+ * end identical, and the chief warns with the counts. The trainer end to end with
+ * sluice-launch is an integration check (test_train_ps.sh). */
 #include <arpa/inet.h>
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <netinet/in.h>
 #include <pthread.h>
@@ -25,10 +29,12 @@
 
 #include "sluice/cluster.h"
 #include "sluice/config.h"
+#include "sluice/example.h"
 #include "sluice/model.h"
 #include "sluice/ps.h"
 #include "sluice/safetensors.h"
 #include "sluice/strategy.h"
+#include "sluice/tfrecord.h"
 #include "sluice/train.h"
 #include "test.h"
 #include "train/model_priv.h"
@@ -562,6 +568,278 @@ TEST(test_wrong_tasks) {
     sl_cfg_free(cfg);
 }
 
+/* ---- unequal shards in sync mode: two trainers whose pipelines give 13 and 10 batches ---- */
+
+/* 256 examples: image float(4) in [0, 1), label 1 when x0 + x1 > x2 + x3. */
+static int write_points(void) {
+    char path[400];
+    snprintf(path, sizeof path, "%s/points.tfrecord", tmpdir);
+    sl_tfr_writer *w;
+    sl_exb *b;
+    if (sl_tfr_writer_open(path, NULL, &w) || sl_exb_new(&b)) return -1;
+    uint64_t r = 12345;
+    for (int i = 0; i < 256; i++) {
+        float x[4];
+        for (int j = 0; j < 4; j++) {
+            r = r * 6364136223846793005ULL + 1442695040888963407ULL;
+            x[j] = (float)((r >> 40) & 0xffff) / 65536.0f;
+        }
+        int64_t y = x[0] + x[1] > x[2] + x[3];
+        uint8_t *buf;
+        size_t len;
+        sl_exb_reset(b);
+        if (sl_exb_floats(b, "image", x, 4) || sl_exb_int64s(b, "label", &y, 1) || sl_exb_serialize(b, &buf, &len))
+            return -1;
+        sl_status s = sl_tfr_writer_write(w, buf, len);
+        free(buf);
+        if (s) return -1;
+    }
+    sl_exb_free(b);
+    return sl_tfr_writer_close(w) ? -1 : 0;
+}
+
+/* Each worker's pipeline: its half of the records, repeated, in batches of 8 (the global 16
+ * over 2), cut to `take` batches (a cardinality known without reading). The ps tasks read
+ * the same file (take is theirs to ignore). */
+static const char UNEVEN[] = "pipeline train {\n"
+                             "    files \"points.tfrecord\"\n"
+                             "    shard auto\n"
+                             "    repeat\n"
+                             "    shuffle 64\n"
+                             "    map parse_example(image: float(4), label: int64)\n"
+                             "    batch 16 drop_remainder\n"
+                             "    take %d\n"
+                             "}\n"
+                             "model tiny {\n"
+                             "    input 4\n"
+                             "    dense 8 activation=relu\n"
+                             "    dense 2\n"
+                             "}\n"
+                             "train {\n"
+                             "    model tiny\n"
+                             "    data train\n"
+                             "    %s\n"
+                             "    optimizer sgd lr=0.1 momentum=0.9\n"
+                             "    schedule cosine\n"
+                             "    backend cpu\n"
+                             "    threads 1\n"
+                             "    seed 5\n"
+                             "    strategy ps mode=sync\n"
+                             "    run_dir \"%s/%s\"\n"
+                             "}\n";
+
+typedef struct uneven {
+    const char *name;   /* run folder of the ps tasks, under tmpdir */
+    const char *length; /* "epochs 2" or "steps 25" */
+    int takes[NW];
+    char peers[64], ps[64];
+    volatile int stop;
+} uneven;
+
+typedef struct trainer_job {
+    uneven *u;
+    int rank;           /* worker rank, or -1 - j for ps j */
+    sl_status st;
+    char err[1024];
+    sl_train_summary sum;
+    float params[64];
+    size_t np;
+} trainer_job;
+
+static sl_status write_text(const uneven *u, int take, const char *file, char *path, size_t cap) {
+    char text[2048];
+    snprintf(text, sizeof text, UNEVEN, take, u->length, tmpdir, u->name);
+    snprintf(path, cap, "%s/%s", tmpdir, file);
+    FILE *f = fopen(path, "w");
+    if (!f) return sl_err(SL_EIO, "cannot write %s", path);
+    fputs(text, f);
+    fclose(f);
+    return SL_OK;
+}
+
+static void *trainer_main(void *arg) {
+    trainer_job *j = arg;
+    uneven *u = j->u;
+    sl_cfg *cfg = NULL;
+    sl_cluster c = {0};
+    sl_strategy_ps *s = NULL;
+    sl_trainer *t = NULL;
+    char file[64], path[600], run[600];
+    snprintf(file, sizeof file, "%s-%d.sl", u->name, j->rank);
+    sl_status st = write_text(u, j->rank >= 0 ? u->takes[j->rank] : 1, file, path, sizeof path);
+    if (st || (st = sl_cfg_parse_file(path, &cfg))) goto out;
+    if (j->rank < 0) {
+        sl_cluster_args a = {.peers = u->peers, .ps = u->ps, .task_type = "ps", .task_index = -1 - j->rank};
+        sl_strategy_ps_opts po = {.timeout_s = 10, .ckpt_every_s = 0.05};
+        if (!(st = sl_cluster_resolve(&a, NULL, NULL, &c))) st = sl_ps_task_run(cfg, &c, &po, NULL, &u->stop);
+        goto out;
+    }
+    sl_train_config tc;
+    sl_cluster_args a = {.peers = u->peers, .ps = u->ps, .rank = j->rank, .has_rank = 1};
+    sl_train_hooks h;
+    sl_strategy_ps_opts po = {.timeout_s = 10, .retry_s = 30};
+    if ((st = sl_train_config_parse(cfg, &tc)) || (st = sl_cluster_resolve(&a, NULL, NULL, &c)) ||
+        (st = sl_strategy_ps_create(&c, &tc, &po, &h, &s)))
+        goto out;
+    if (!h.exchange_more || !h.allsum) {
+        st = sl_err(SL_EINTERNAL, "sync mode without the lockstep hooks");
+        goto out;
+    }
+    sl_train_opts o = sl_train_opts_default();
+    snprintf(run, sizeof run, "%s/%s-w%d", tmpdir, u->name, j->rank);
+    o.run_dir = run;
+    o.hooks = &h;
+    if ((st = sl_trainer_create(cfg, &o, &t))) {
+        h.finish(h.ctx, st);
+        goto out;
+    }
+    st = sl_trainer_run(t);
+    j->sum = *sl_trainer_summary(t);
+    sl_model *m = sl_trainer_model(t);
+    sl_model_params(m, &j->np);
+    if (!st && j->np <= 64) st = sl_model_get_params(m, j->params, j->np);
+out:
+    if (st) snprintf(j->err, sizeof j->err, "%s", sl_errmsg());
+    j->st = st;
+    sl_trainer_free(t);
+    sl_strategy_ps_free(s);
+    sl_cluster_free(&c);
+    sl_cfg_free(cfg);
+    return NULL;
+}
+
+/* NW workers and NPS ps tasks as threads; stderr (the warnings) into *err (malloc'd). */
+static void run_uneven(uneven *u, trainer_job *w, trainer_job *p, char **err) {
+    int base = free_ports();
+    snprintf(u->peers, sizeof u->peers, "127.0.0.1:%d,127.0.0.1:%d", base, base + 1);
+    snprintf(u->ps, sizeof u->ps, "127.0.0.1:%d,127.0.0.1:%d", base + 2, base + 3);
+    u->stop = 0;
+    char path[400];
+    snprintf(path, sizeof path, "%s/%s.stderr", tmpdir, u->name);
+    fflush(stderr);
+    int saved = dup(2), fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    dup2(fd, 2);
+    close(fd);
+    pthread_t pt[NPS], wt[NW];
+    for (int j = 0; j < NPS; j++) {
+        memset(&p[j], 0, sizeof p[j]);
+        p[j].u = u;
+        p[j].rank = -1 - j;
+        pthread_create(&pt[j], NULL, trainer_main, &p[j]);
+    }
+    for (int i = 0; i < NW; i++) {
+        memset(&w[i], 0, sizeof w[i]);
+        w[i].u = u;
+        w[i].rank = i;
+        pthread_create(&wt[i], NULL, trainer_main, &w[i]);
+    }
+    for (int i = 0; i < NW; i++) pthread_join(wt[i], NULL);
+    if (w[0].st || w[1].st) u->stop = 1; /* the ps tasks would wait for the chief's BYE */
+    for (int j = 0; j < NPS; j++) pthread_join(pt[j], NULL);
+    fflush(stderr);
+    dup2(saved, 2);
+    close(saved);
+    *err = NULL;
+    FILE *f = fopen(path, "r");
+    if (!f) return;
+    char *buf = calloc(1, 16384);
+    if (buf && fread(buf, 1, 16383, f) == 0) buf[0] = 0;
+    fclose(f);
+    *err = buf;
+}
+
+/* The rounds every ps applied (its newest shard's version) and the workers' recorded steps. */
+static void check_rounds(const uneven *u, int64_t version, const char *wsteps) {
+    char run[600], path[800], want[32];
+    snprintf(run, sizeof run, "%s/%s", tmpdir, u->name);
+    snprintf(want, sizeof want, "%" PRId64, version);
+    for (int j = 0; j < NPS; j++) {
+        ASSERT(newest_shard(run, j, path, sizeof path) >= 1);
+        sl_st_file *f;
+        ASSERT_OK(sl_st_open(path, &f));
+        ASSERT_STREQ(sl_st_meta(f, "version"), want);
+        ASSERT_STREQ(sl_st_meta(f, "worker_steps"), wsteps);
+        sl_st_close(f);
+    }
+}
+
+/* epochs 2 over 13 and 10 batches, mode=sync: both workers take 10 steps per epoch (20 in
+ * all, every one a round of both workers' real batches: the ps tasks applied 20 rounds),
+ * end with the same parameters, and the chief warns with the counts, at the start and
+ * after epoch 1. The old sync workers did not agree: worker 0 took 26 steps, the last 6
+ * alone, pairing its batches 11-13 with worker 1's next epoch on the way. */
+TEST(test_sync_unequal_shards_epochs) {
+    uneven u = {.name = "uneven-epochs", .length = "epochs 2", .takes = {13, 10}};
+    trainer_job w[NW], p[NPS];
+    char *err;
+    run_uneven(&u, w, p, &err);
+    for (int i = 0; i < NW; i++)
+        if (w[i].st) FAILF("worker %d: %s", i, w[i].err);
+    for (int j = 0; j < NPS; j++)
+        if (p[j].st) FAILF("ps %d: %s", j, p[j].err);
+    if (t_cur_failed) goto out;
+    for (int i = 0; i < NW; i++) {
+        ASSERT_EQ(w[i].sum.steps, 20);
+        ASSERT_EQ(w[i].sum.epochs_done, 2);
+        ASSERT_EQ(w[i].sum.steps_per_epoch, 10);
+    }
+    ASSERT_EQ(w[0].np, 58); /* 4*8 + 8 + 8*2 + 2 */
+    ASSERT_MEMEQ(w[0].params, w[1].params, w[0].np * sizeof(float));
+    check_rounds(&u, 20, "19,19");
+    ASSERT(err);
+    ASSERT_CONTAINS(err, "warning: pipeline 'train': the replicas' shards give unequal batches per epoch (rank 0 13, "
+                         "rank 1 10): every epoch ends at 10 steps on all replicas (3 batches of rank 0 unused per "
+                         "epoch); give every replica as many batches to use all the data\n");
+    ASSERT_CONTAINS(err, "warning: epoch 1: rank 1 ran out after 10 steps; rank 0 had 13: all replicas end the epoch "
+                         "at 10 (3 batches of rank 0 unused); give every replica as many batches to use all the data\n");
+    ASSERT(!strstr(err, "epoch 2:"));
+out:
+    free(err);
+}
+
+/* steps 25 over 10 and 13 batches (the chief has fewer): the epochs end together at 10 and
+ * 20 and the third stops at the step limit on both: 25 rounds of both workers. */
+TEST(test_sync_unequal_shards_steps) {
+    uneven u = {.name = "uneven-steps", .length = "steps 25", .takes = {10, 13}};
+    trainer_job w[NW], p[NPS];
+    char *err;
+    run_uneven(&u, w, p, &err);
+    for (int i = 0; i < NW; i++)
+        if (w[i].st) FAILF("worker %d: %s", i, w[i].err);
+    for (int j = 0; j < NPS; j++)
+        if (p[j].st) FAILF("ps %d: %s", j, p[j].err);
+    if (t_cur_failed) goto out;
+    for (int i = 0; i < NW; i++) {
+        ASSERT_EQ(w[i].sum.steps, 25);
+        ASSERT_EQ(w[i].sum.epochs_done, 2);
+        ASSERT_EQ(w[i].sum.steps_per_epoch, 10);
+    }
+    ASSERT_MEMEQ(w[0].params, w[1].params, w[0].np * sizeof(float));
+    check_rounds(&u, 25, "24,24");
+    ASSERT(err);
+    ASSERT_CONTAINS(err, "warning: epoch 1: rank 0 ran out after 10 steps; rank 1 had 13: all replicas end the epoch at "
+                         "10 (3 batches of rank 1 unused)");
+out:
+    free(err);
+}
+
+/* A worker whose pipeline is known to be empty while the other has 13 batches: both fail at
+ * the start with the same error naming it (the agreement is a SUM round on ps 0). */
+TEST(test_sync_empty_shard) {
+    uneven u = {.name = "uneven-empty", .length = "epochs 1", .takes = {13, 0}};
+    trainer_job w[NW], p[NPS];
+    char *err;
+    run_uneven(&u, w, p, &err);
+    free(err);
+    for (int i = 0; i < NW; i++) {
+        ASSERT_EQ(w[i].st, SL_EINVAL);
+        ASSERT_STREQ(w[i].err, "pipeline 'train': rank 1 has no batch in an epoch while rank 0 has 13: its shard is empty\n"
+                               "---> HINT: give every replica data: at least as many files as replicas with `shard "
+                               "file`, or `shard data`, and a batch no larger than a replica's shard");
+        ASSERT_EQ(w[i].sum.steps, 0);
+    }
+}
+
 int main(void) {
     snprintf(tmpdir, sizeof tmpdir, "/tmp/sl_ps_XXXXXX");
     if (!mkdtemp(tmpdir)) {
@@ -571,6 +849,13 @@ int main(void) {
     RUN(test_wrong_tasks);
     RUN(test_async_sgd_momentum);
     RUN(test_sync_adam);
+    if (write_points()) {
+        printf("cannot write test data: %s\n", sl_errmsg());
+        return 1;
+    }
+    RUN(test_sync_unequal_shards_epochs);
+    RUN(test_sync_unequal_shards_steps);
+    RUN(test_sync_empty_shard);
     char cmd[300];
     snprintf(cmd, sizeof cmd, "rm -rf %s", tmpdir);
     if (system(cmd) != 0) printf("could not remove %s\n", tmpdir);
