@@ -16,6 +16,7 @@
 #include "sluice/safetensors.h"
 #include "sluice/tfrecord.h"
 #include "sluice/train.h"
+#include "helper_points.h"
 #include "test.h"
 
 static char tmpdir[256];
@@ -26,33 +27,7 @@ static void rm_rf(const char *dir) {
     if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", dir);
 }
 
-/* 256 examples: image float(4) in [0, 1), label 1 when x0 + x1 > x2 + x3. */
-static int write_data(void) {
-    char path[400];
-    snprintf(path, sizeof path, "%s/points.tfrecord", tmpdir);
-    sl_tfr_writer *w;
-    sl_exb *b;
-    if (sl_tfr_writer_open(path, NULL, &w) || sl_exb_new(&b)) return -1;
-    uint64_t r = 12345;
-    for (int i = 0; i < 256; i++) {
-        float x[4];
-        for (int j = 0; j < 4; j++) {
-            r = r * 6364136223846793005ULL + 1442695040888963407ULL;
-            x[j] = (float)((r >> 40) & 0xffff) / 65536.0f;
-        }
-        int64_t y = x[0] + x[1] > x[2] + x[3];
-        uint8_t *buf;
-        size_t len;
-        sl_exb_reset(b);
-        if (sl_exb_floats(b, "image", x, 4) || sl_exb_int64s(b, "label", &y, 1) || sl_exb_serialize(b, &buf, &len))
-            return -1;
-        sl_status s = sl_tfr_writer_write(w, buf, len);
-        free(buf);
-        if (s) return -1;
-    }
-    sl_exb_free(b);
-    return sl_tfr_writer_close(w) ? -1 : 0;
-}
+static int write_data(void) { return sl_test_write_points(tmpdir); }
 
 static const char BASE[] =
     "pipeline train {\n"
