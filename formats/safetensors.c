@@ -1114,9 +1114,7 @@ out:
 
 /* ---- reader: open, lookup, close ---------------------------------------------------- */
 
-static void unmap(void *ctx, void *data) {
-    munmap(data, (size_t)(uintptr_t)ctx);
-}
+static sl_status verify_checksums(const sl_st_file *f, bool *present);
 
 void sl_st_close(sl_st_file *f) {
     if (!f) return;
@@ -1224,7 +1222,9 @@ sl_status sl_st_open(const char *path, sl_st_file **out) {
     }
     close(fd);
     static const uint8_t empty[1];
-    f->buf = map ? sl_buf_wrap(map, (size_t)f->size, unmap, (void *)(uintptr_t)f->size)
+    /* guarded: a file that shrinks under the mapping reads as zeros instead of raising
+     * SIGBUS, and sl_st_intact reports it */
+    f->buf = map ? sl_buf_wrap_mapping(map, (size_t)f->size, PROT_READ)
                  : sl_buf_wrap((void *)empty, 0, NULL, NULL);
     if (!f->buf) {
         if (map) munmap(map, (size_t)f->size);
@@ -1273,7 +1273,26 @@ static int cmp_meta_key(const void *a, const void *b) {
     return strcmp(((const meta *)a)->key, ((const meta *)b)->key);
 }
 
+sl_status sl_st_intact(const sl_st_file *f) {
+    if (!sl_buf_damaged(f->buf)) return SL_OK;
+    struct stat st;
+    if (stat(f->path, &st) == 0)
+        sl_err(SL_EIO, "%s: shrank from %llu to %llu bytes while being read", f->path,
+               (unsigned long long)f->size, (unsigned long long)st.st_size);
+    else
+        sl_err(SL_EIO, "%s: shrank from %llu bytes while being read (now: %s)", f->path,
+               (unsigned long long)f->size, strerror(errno));
+    sl_err_hint("another process truncated or rewrote the file in place; write a new file and rename it over the old one instead");
+    return SL_EIO;
+}
+
 sl_status sl_st_verify(const sl_st_file *f, bool *present) {
+    sl_status s = verify_checksums(f, present);
+    sl_status si = sl_st_intact(f); /* a shrink explains any mismatch: say that instead */
+    return si ? si : s;
+}
+
+static sl_status verify_checksums(const sl_st_file *f, bool *present) {
     if (present) *present = false;
     const meta *hm = NULL;
     int ncrc = 0;

@@ -323,6 +323,8 @@ sl_status sl_train_load_checkpoint(const char *path, sl_model *m, sl_optim *o, c
             sl_tensor_release(&t);
         }
     }
+    /* the copies are the file's bytes only if it did not shrink meanwhile */
+    if ((s = sl_st_intact(f))) goto done;
     /* everything validated: now change the model */
     if ((s = sl_model_set_params(m, params, np))) goto done;
     if (o && (s = sl_optim_set_state(o, state, ns, p.optimizer_step))) goto done;

@@ -471,6 +471,9 @@ static sl_status load_shard(ps_task *t, const char *path, float *params, sl_ps_s
     }
     memcpy(params, pt.data, t->n * sizeof(float));
     if (t->nstate) memcpy(t->state, ot.data, t->nstate * sizeof(float));
+    /* the copies are the file's bytes only if it did not shrink meanwhile (the task then
+     * fails: the caller does not serve a half-restored shard) */
+    if ((st = sl_st_intact(f))) goto done;
     t->ostep = ostep;
     ss->version = version;
 done:

@@ -160,6 +160,13 @@ const char *sl_st_meta_value(const sl_st_file *f, int i);
  * a checksum of a tensor the file lacks, or tensor checksums without the header's. SL_ENOMEM. */
 sl_status sl_st_verify(const sl_st_file *f, bool *present);
 
+/* SL_OK while the bytes of f are the file's; SL_EIO ("PATH: shrank from N to M bytes while
+ * being read") once the file shrank under its mapping (another process truncated it), after
+ * which the bytes past the new end read as zeros instead of raising SIGBUS. sl_st_verify
+ * checks it too (a shrink is reported instead of the checksum mismatch it causes); a reader
+ * that copies tensors out of f calls it after copying, so zeros are never taken as data. */
+sl_status sl_st_intact(const sl_st_file *f);
+
 /* Close the file. Tensors taken with sl_st_get stay valid (they hold the mapping). NULL
  * is a no-op. */
 void sl_st_close(sl_st_file *f);

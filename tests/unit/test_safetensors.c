@@ -821,6 +821,57 @@ static int dump(const char *path) {
     return 0;
 }
 
+/* A checkpoint truncated by another process after it was opened (mapped): SL_EIO naming
+ * the shrink, never SIGBUS (run in a child, so a signal fails the test instead of ending
+ * it), and the zeros past the new end are never taken as data. */
+static int shrink_child(const char *path) {
+    sl_st_writer *w;
+    if (sl_st_writer_new(&w)) return 10;
+    sl_st_writer_set_checksums(w, true);
+    static float big[1 << 18]; /* 1 MiB: many pages past the cut */
+    for (size_t i = 0; i < sizeof big / sizeof big[0]; i++) big[i] = (float)i;
+    int64_t dims[1] = {(int64_t)(sizeof big / sizeof big[0])};
+    if (sl_st_writer_add(w, "model/w", SL_DT_F32, 1, dims, big) || sl_st_writer_write(w, path)) return 11;
+    sl_st_writer_free(w);
+    struct stat st0;
+    if (stat(path, &st0)) return 12;
+    sl_st_file *f;
+    if (sl_st_open(path, &f)) return 13;
+    if (truncate(path, 65536)) return 14;
+    if (sl_st_verify(f, NULL) != SL_EIO) return 15;
+    char want[600];
+    snprintf(want, sizeof want, "%s: shrank from %lld to 65536 bytes while being read", path, (long long)st0.st_size);
+    if (strncmp(sl_errmsg(), want, strlen(want)) != 0) {
+        printf("  got: %s\n  want: %s\n", sl_errmsg(), want);
+        return 16;
+    }
+    if (sl_st_intact(f) != SL_EIO) return 17;
+    sl_st_close(f);
+    return 0;
+}
+
+TEST(test_shrink_while_mapped) {
+    const char *dir = mktmp();
+    ASSERT(dir);
+    char path[300];
+    snprintf(path, sizeof path, "%s/shrink.safetensors", dir);
+    fflush(stdout);
+    pid_t pid = fork();
+    ASSERT(pid >= 0);
+    if (pid == 0) {
+        alarm(60);
+        _exit(shrink_child(path));
+    }
+    int status = 0;
+    ASSERT_EQ(waitpid(pid, &status, 0), pid);
+    if (WIFSIGNALED(status)) {
+        FAILF("the reader died of signal %d", WTERMSIG(status));
+        return;
+    }
+    ASSERT(WIFEXITED(status));
+    ASSERT_EQ(WEXITSTATUS(status), 0);
+}
+
 int main(int argc, char **argv) {
     if (argc == 3 && strcmp(argv[1], "--write-sample") == 0) {
         char path[4096];
@@ -853,5 +904,6 @@ int main(int argc, char **argv) {
     RUN(test_kill_during_write);
     RUN(test_checksums);
     RUN(test_open_not_regular);
+    RUN(test_shrink_while_mapped);
     TEST_MAIN_END();
 }
