@@ -146,13 +146,16 @@ static void put_quoted(FILE *f, const char *a) {
 
 /* After a stop request: where the run stopped, what was saved, and the command that
  * resumes it (this command without --overwrite, with --resume). Returns the exit status. */
-static int report_stop(const sl_trainer *t, int argc, char **argv) {
+static int report_stop(const sl_trainer *t, bool is_chief, int argc, char **argv) {
     int sig = (int)train_stop;
     const sl_train_config *c = sl_trainer_config(t);
     const sl_train_summary *sum = sl_trainer_summary(t);
     const char *name = sig == SIGTERM ? "SIGTERM" : "SIGINT (Ctrl-C)";
     fflush(stdout);
-    if (c->ckpt_every.epochs || c->ckpt_every.steps) {
+    if (!is_chief) {
+        /* a ps async worker: the chief (worker 0) writes the checkpoints */
+        fprintf(stderr, "%s: stopped by %s at step %lld\n", PROG, name, (long long)sum->steps);
+    } else if (c->ckpt_every.epochs || c->ckpt_every.steps) {
         fprintf(stderr, "%s: stopped by %s at step %lld; saved checkpoint %s/ckpt-%09lld.safetensors\n", PROG, name,
                 (long long)sum->steps, c->run_dir, (long long)sum->steps);
         fputs("---> HINT: resume with: ", stderr);
@@ -391,7 +394,7 @@ int main(int argc, char **argv) {
         goto done;
     }
     if (sl_trainer_summary(t)->stopped) {
-        rc = report_stop(t, argc, argv);
+        rc = report_stop(t, !(is_ring || is_ps) || hooks.is_chief, argc, argv);
         goto done;
     }
     if (quiet) {
