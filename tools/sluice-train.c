@@ -19,6 +19,13 @@
  * or ps shards (exit 1, naming them) unless --resume continues that run or --overwrite
  * removes them first (a removal that fails is exit 1 naming the file and the reason). A task
  * that sluice-launch restarted (SLUICE_RESTART > 0) continues its run as with --resume.
+ * Ctrl-C (SIGINT) or SIGTERM stops a run at the next step boundary: the trainer writes a
+ * checkpoint of that step (when checkpoints are on), the tool prints the command that
+ * resumes it, and exits 130 (SIGINT) or 143 (SIGTERM), the shell's 128 + signal. A second
+ * signal ends the process at once (the default action). Lockstep replicas (strategy ring
+ * with several replicas, ps sync) must all stop at the same step, which the trainer cannot
+ * promise for a signal that reaches them at different moments: there the signal ends the
+ * process at once as before, and a run resumes from its last periodic checkpoint.
  * Exit status: 0 ok, 1 the config, the data, the model or a write failed (message with
  * file:line:col, or file and byte offset), 2 wrong usage (tools/tool.h). */
 #include <errno.h>
@@ -71,7 +78,12 @@ static const char USAGE[] =
     "                      parameters to PREFIX.RANK; equal files = bit-identical replicas\n"
     "  -h, --help          this help\n"
     "\n"
-    "Exit status: 0 trained, 1 error (config, data, model, write), 2 wrong usage.\n";
+    "Ctrl-C (or SIGTERM) stops at the next step: a checkpoint of that step is written when\n"
+    "checkpoints are on, and the command that resumes the run is printed; a second Ctrl-C\n"
+    "stops at once. (Lockstep replicas, strategy ring or ps sync, stop at once.)\n"
+    "\n"
+    "Exit status: 0 trained, 1 error (config, data, model, write), 2 wrong usage,\n"
+    "130 stopped by SIGINT (Ctrl-C), 143 stopped by SIGTERM.\n";
 
 static volatile int stop_flag;
 
@@ -89,6 +101,80 @@ static void catch_stop_signals(void) {
     sigemptyset(&sa.sa_mask);
     sigaction(SIGTERM, &sa, NULL);
     sigaction(SIGINT, &sa, NULL);
+}
+
+/* A training run stops at the next step boundary on the first SIGINT / SIGTERM (the
+ * trainer checks train_stop, sluice/train.h opts.stop); the second ends the process with
+ * the default action. Only async-signal-safe calls here. */
+static volatile sig_atomic_t train_stop;
+
+static void on_train_signal(int sig) {
+    if (train_stop) {
+        signal(sig, SIG_DFL);
+        raise(sig);
+        return;
+    }
+    train_stop = sig;
+}
+
+static void catch_train_signals(void) {
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_train_signal;
+    sa.sa_flags = SA_RESTART; /* the library's reads and waits go on; the loop checks the flag */
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGINT, &sa, NULL);
+}
+
+/* Shell-quote a for the resume hint (plain words as they are). */
+static void put_quoted(FILE *f, const char *a) {
+    bool plain = *a != 0;
+    for (const char *p = a; *p; p++)
+        if (!strchr("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_./=:,+@%", *p)) plain = false;
+    if (plain) {
+        fputs(a, f);
+        return;
+    }
+    fputc('\'', f);
+    for (const char *p = a; *p; p++) {
+        if (*p == '\'') fputs("'\\''", f);
+        else fputc(*p, f);
+    }
+    fputc('\'', f);
+}
+
+/* After a stop request: where the run stopped, what was saved, and the command that
+ * resumes it (this command without --overwrite, with --resume). Returns the exit status. */
+static int report_stop(const sl_trainer *t, bool is_chief, int argc, char **argv) {
+    int sig = (int)train_stop;
+    const sl_train_config *c = sl_trainer_config(t);
+    const sl_train_summary *sum = sl_trainer_summary(t);
+    const char *name = sig == SIGTERM ? "SIGTERM" : "SIGINT (Ctrl-C)";
+    fflush(stdout);
+    if (!is_chief) {
+        /* a ps async worker: the chief (worker 0) writes the checkpoints */
+        fprintf(stderr, "%s: stopped by %s at step %lld\n", PROG, name, (long long)sum->steps);
+    } else if (c->ckpt_every.epochs || c->ckpt_every.steps) {
+        fprintf(stderr, "%s: stopped by %s at step %lld; saved checkpoint %s/ckpt-%09lld.safetensors\n", PROG, name,
+                (long long)sum->steps, c->run_dir, (long long)sum->steps);
+        fputs("---> HINT: resume with: ", stderr);
+        bool has_resume = false;
+        for (int i = 0; i < argc; i++) {
+            if (strcmp(argv[i], "--overwrite") == 0) continue;
+            if (strcmp(argv[i], "--resume") == 0) has_resume = true;
+            if (i) fputc(' ', stderr);
+            put_quoted(stderr, i == 0 ? PROG : argv[i]);
+        }
+        if (!has_resume) fputs(" --resume", stderr);
+        fputc('\n', stderr);
+    } else {
+        fprintf(stderr, "%s: stopped by %s at step %lld; checkpoints are off (`checkpoint none`): nothing was saved\n",
+                PROG, name, (long long)sum->steps);
+        fputs("---> HINT: add `checkpoint every=1` (epochs) or `checkpoint steps=N` to the train block to be able to "
+              "resume a stopped run\n", stderr);
+    }
+    return 128 + (sig == SIGTERM ? SIGTERM : SIGINT);
 }
 
 /* --run-dir for a ps task, which reads the run folder from the config. */
@@ -293,12 +379,22 @@ int main(int argc, char **argv) {
         /* only the chief talks on the console: the others would repeat its lines */
         if (!hooks.is_chief) to.progress = false;
     }
+    /* lockstep replicas cannot stop at one step on a signal: it ends them as before */
+    bool lockstep = (is_ring && cl.world > 1) || (is_ps && tc.ps_sync);
+    if (!lockstep) {
+        catch_train_signals();
+        to.stop = &train_stop;
+    }
     if (sl_trainer_create(cfg, &to, &t)) {
         rc = sl__fail(PROG);
         goto done;
     }
     if (sl_trainer_run(t)) {
         rc = sl__fail(PROG);
+        goto done;
+    }
+    if (sl_trainer_summary(t)->stopped) {
+        rc = report_stop(t, !(is_ring || is_ps) || hooks.is_chief, argc, argv);
         goto done;
     }
     if (quiet) {

@@ -42,4 +42,16 @@ sl_status sl__make_dirs(const char *path, const char *what);
  * when the folder is missing or holds none), SL_EIO when it cannot be listed, or SL_ENOMEM. */
 int sl__list_numbered(const char *dir, const char *prefix, const char *suffix, char ***out);
 
+/* The trainer's progress line (train/trainer.c), without the leading "\r\033[K":
+ *   epochs mode (epochs > 0), steps per epoch known:
+ *     "epoch 2/5 [=====>      ] 12/40  loss 0.1234  accuracy 0.9000  eta 1m05s"
+ *   steps mode (epochs 0), total_steps > 0:
+ *     "step 120/1000 [==>         ]  12%  epoch 3  loss 0.1234  accuracy 0.9000  eta 35s"
+ *   else "epoch 1  batch 12  loss ...": no total, no eta (the first epoch's length is not
+ *   known yet). epoch is 0-based, b the batches done in it, step the global steps done;
+ *   eta_s < 0: unknown (left out). Writes at most cap bytes (NUL included); returns the
+ *   length snprintf would. */
+int sl__train_progress_line(char *out, size_t cap, int64_t epoch, int64_t epochs, int64_t b, int64_t steps_per_epoch,
+                            int64_t step, int64_t total_steps, double loss, double accuracy, double eta_s);
+
 #endif

@@ -44,6 +44,8 @@ struct sl_trainer {
     int64_t total_steps;       /* the run's length in steps, 0 until known */
     bool ran;
     int32_t *warned;           /* lockstep: the per-replica counts last warned about (2 x world), or NULL */
+    double run_t0;             /* progress eta: when the loop began, at step run_step0 */
+    int64_t run_step0;
 };
 
 static double now_s(void) {
@@ -524,25 +526,56 @@ static sl_status nonfinite_loss(const sl_trainer *t, int64_t step, double loss) 
 
 /* ---- console and events ------------------------------------------------------------- */
 
-static void progress(sl_trainer *t, double *last, int64_t epoch, int64_t b, double loss, int64_t correct,
+/* "eta 5s", "eta 1m05s", "eta 2h03m" */
+static int fmt_eta(char *out, size_t cap, double s) {
+    long v = (long)(s + 0.5);
+    if (v < 60) return snprintf(out, cap, "  eta %lds", v);
+    if (v < 3600) return snprintf(out, cap, "  eta %ldm%02lds", v / 60, v % 60);
+    return snprintf(out, cap, "  eta %ldh%02ldm", v / 3600, (v % 3600) / 60);
+}
+
+static void fill_bar(char *bar, int w, int64_t done, int64_t total) {
+    int fill = (int)((double)w * (double)done / (double)total);
+    if (fill > w) fill = w;
+    for (int i = 0; i < w; i++) bar[i] = i < fill ? '=' : i == fill ? '>' : ' ';
+    bar[w] = 0;
+}
+
+int sl__train_progress_line(char *out, size_t cap, int64_t epoch, int64_t epochs, int64_t b, int64_t steps_per_epoch,
+                            int64_t step, int64_t total_steps, double loss, double accuracy, double eta_s) {
+    char bar[32], eta[48] = "";
+    if (eta_s >= 0) fmt_eta(eta, sizeof eta, eta_s);
+    if (epochs > 0 && steps_per_epoch > 0) {
+        fill_bar(bar, 24, b, steps_per_epoch);
+        return snprintf(out, cap, "epoch %" PRId64 "/%" PRId64 " [%s] %" PRId64 "/%" PRId64 "  loss %.4f  accuracy %.4f%s",
+                        epoch + 1, epochs, bar, b, steps_per_epoch, loss, accuracy, eta);
+    }
+    if (epochs == 0 && total_steps > 0) {
+        fill_bar(bar, 24, step, total_steps);
+        int pct = (int)(100 * step / total_steps);
+        return snprintf(out, cap, "step %" PRId64 "/%" PRId64 " [%s] %3d%%  epoch %" PRId64 "  loss %.4f  accuracy %.4f%s",
+                        step, total_steps, bar, pct, epoch + 1, loss, accuracy, eta);
+    }
+    return snprintf(out, cap, "epoch %" PRId64 "  batch %" PRId64 "  loss %.4f  accuracy %.4f", epoch + 1, b, loss,
+                    accuracy);
+}
+
+static void progress(sl_trainer *t, double *last, int64_t epoch, int64_t b, int64_t step, double loss, int64_t correct,
                      int64_t seen) {
     FILE *f = console(t);
     if (!f || !t->opts.progress) return;
     double tn = now_s();
     if (tn - *last < 0.1) return;
     *last = tn;
-    char bar[32] = "";
-    if (t->steps_per_epoch > 0) {
-        int w = 24, fill = (int)((double)w * (double)b / (double)t->steps_per_epoch);
-        if (fill > w) fill = w;
-        for (int i = 0; i < w; i++) bar[i] = i < fill ? '=' : i == fill ? '>' : ' ';
-        bar[w] = 0;
-        fprintf(f, "\r\033[Kepoch %" PRId64 " [%s] %" PRId64 "/%" PRId64 "  loss %.4f  accuracy %.4f", epoch + 1,
-                bar, b, t->steps_per_epoch, loss, seen ? (double)correct / (double)seen : 0.0);
-    } else {
-        fprintf(f, "\r\033[Kepoch %" PRId64 "  batch %" PRId64 "  loss %.4f  accuracy %.4f", epoch + 1, b, loss,
-                seen ? (double)correct / (double)seen : 0.0);
-    }
+    /* the run's length: steps N, or epochs x steps per epoch once the first epoch is counted */
+    int64_t total = t->c.steps > 0 ? t->c.steps : t->steps_per_epoch > 0 ? t->c.epochs * t->steps_per_epoch : 0;
+    double eta = -1, dt = tn - t->run_t0;
+    int64_t done = step - t->run_step0;
+    if (total > 0 && done > 0 && dt > 0) eta = (double)(total > step ? total - step : 0) * dt / (double)done;
+    char line[256];
+    sl__train_progress_line(line, sizeof line, epoch, t->c.steps > 0 ? 0 : t->c.epochs, b, t->steps_per_epoch, step,
+                            total, loss, seen ? (double)correct / (double)seen : 0.0, eta);
+    fprintf(f, "\r\033[K%s", line);
     fflush(f);
 }
 
@@ -636,6 +669,9 @@ static sl_status first_batch(sl_trainer *t, int64_t epoch, bool have) {
     return SL_EINVAL;
 }
 
+/* opts.stop (sluice/train.h): not with lockstep replicas, which must all stop together */
+static bool stop_requested(const sl_trainer *t) { return t->opts.stop && *t->opts.stop && !lockstep(t); }
+
 static sl_status train_loop(sl_trainer *t, int64_t step, int64_t epoch, int64_t skip) {
     sl_status s = SL_OK;
     sl_iter *it = NULL;
@@ -649,8 +685,15 @@ static sl_status train_loop(sl_trainer *t, int64_t step, int64_t epoch, int64_t 
     double last_eval = -1;
     int64_t pos_batch = skip; /* the data position after the last step: batch pos_batch of epoch */
     bool done = t->c.steps > 0 ? step >= t->c.steps : epoch >= t->c.epochs;
+    bool stopped = false; /* opts.stop: the run ends at this step boundary */
+    t->run_t0 = run_t0;
+    t->run_step0 = step;
     t->sum.epochs_done = epoch;
     while (!done) {
+        if (stop_requested(t)) {
+            stopped = true;
+            break;
+        }
         epoch_acc a = {.t0 = now_s()};
         double last_draw = 0;
         if ((s = open_epoch(t, epoch, &it))) goto out;
@@ -748,7 +791,7 @@ static sl_status train_loop(sl_trainer *t, int64_t step, int64_t epoch, int64_t 
             b++;
             step++;
             a.batches = b;
-            progress(t, &last_draw, epoch, b, a.examples ? a.loss_sum / (double)a.examples : 0, a.correct,
+            progress(t, &last_draw, epoch, b, step, a.examples ? a.loss_sum / (double)a.examples : 0, a.correct,
                      a.examples);
             if (chief(t) && every_steps(&t->c.ckpt_every, step) && (s = save(t, step, epoch, b))) goto out;
             if (chief(t) && t->eval_ds && every_steps(&t->c.eval_every, step)) {
@@ -759,6 +802,10 @@ static sl_status train_loop(sl_trainer *t, int64_t step, int64_t epoch, int64_t 
                 if (have_cur && (s = sl_model_prefetch(t->model, x, y))) goto out;
             }
             if (t->c.steps > 0 && step >= t->c.steps) break;
+            if (stop_requested(t)) {
+                stopped = true;
+                break;
+            }
         }
         s = end_seen ? SL_END : SL_OK;
         a.t1 = now_s();
@@ -785,7 +832,9 @@ static sl_status train_loop(sl_trainer *t, int64_t step, int64_t epoch, int64_t 
             t->sum.epochs_done = epoch;
         }
         done = t->c.steps > 0 ? step >= t->c.steps : epoch >= t->c.epochs;
-        if (chief(t) && t->eval_ds && full && every_epochs(&t->c.eval_every, epoch) && last_eval_step != step) {
+        stopped = stopped && !done; /* the last step's boundary: the run is simply complete */
+        done = done || stopped;
+        if (chief(t) && t->eval_ds && full && !stopped && every_epochs(&t->c.eval_every, epoch) && last_eval_step != step) {
             if ((s = run_eval(t, step, &eval_acc))) goto out;
             last_eval = eval_acc;
             last_eval_step = step;
@@ -799,6 +848,12 @@ static sl_status train_loop(sl_trainer *t, int64_t step, int64_t epoch, int64_t 
         t->sum.steps = step;
         t->sum.steps_per_epoch = t->steps_per_epoch;
     }
+    t->sum.stopped = stopped;
+    if (stopped && console(t)) {
+        progress_clear(t);
+        fprintf(console(t), "stop requested: stopping at step %" PRId64 "\n", step);
+        fflush(console(t));
+    }
     /* the final state is always checkpointed when checkpoints are on */
     if (chief(t) && (t->c.ckpt_every.epochs || t->c.ckpt_every.steps)) {
         char **list;
@@ -809,7 +864,7 @@ static sl_status train_loop(sl_trainer *t, int64_t step, int64_t epoch, int64_t 
         if (n > 0) sl_train_free_list(list, n);
         if (!have && (s = save(t, step, epoch, pos_batch))) goto out;
     }
-    if (chief(t) && t->eval_ds) {
+    if (chief(t) && t->eval_ds && !stopped) {
         if (last_eval_step != step) {
             if ((s = run_eval(t, step, &last_eval))) goto out;
         }
@@ -910,7 +965,7 @@ done:
         if (!s) s = fs;
     }
     t->sum.seconds = now_s() - t0;
-    if (!s && f && t->eval_ds) {
+    if (!s && f && t->eval_ds && !t->sum.stopped) {
         fprintf(f, "test accuracy %.4f\n", t->sum.eval_accuracy);
         fflush(f);
     }

@@ -55,6 +55,7 @@
 #ifndef SLUICE_TRAIN_H
 #define SLUICE_TRAIN_H
 
+#include <signal.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -173,6 +174,13 @@ typedef struct sl_train_opts {
     FILE *console;                /* epoch lines and the final "test accuracy"; NULL: silent */
     bool progress;                /* draw a progress bar within epochs on console (a terminal) */
     const sl_train_hooks *hooks;  /* NULL: one replica; borrowed, must outlive the trainer */
+    /* Stop request (e.g. set by the caller's SIGINT handler; the library installs none):
+     * when *stop is non-zero at a step boundary the loop stops there, writes a checkpoint
+     * of that step when checkpoints are on, skips the final evaluation, and sl_trainer_run
+     * returns SL_OK with summary.stopped true (summary.steps: the step it stopped at). Not
+     * honoured with lockstep replicas (strategy ring, ps sync: they must all stop at the
+     * same step; the caller lets the signal end them instead). NULL: never. */
+    volatile sig_atomic_t *stop;
 } sl_train_opts;
 
 sl_train_opts sl_train_opts_default(void);
@@ -191,6 +199,7 @@ typedef struct sl_train_summary {
     double input_wait;        /* fraction of step time waiting for the pipeline */
     double seconds;           /* wall time of sl_trainer_run */
     char resumed_from[1100];  /* checkpoint path, "" when none */
+    bool stopped;             /* opts.stop ended the run early (at step `steps`) */
 } sl_train_summary;
 
 typedef struct sl_trainer sl_trainer;

@@ -144,6 +144,65 @@ if [ -f "$T/run/ckpt-000000040.safetensors" ]; then
     run both 2 "$BIN/sluice-train" "$T/tiny.sl" --run-dir "$T/run" --resume --overwrite && ok "--resume --overwrite: exit 2"
 fi
 
+# 3d. Ctrl-C: SIGINT after the first epoch line stops at the next step with a checkpoint of
+#     that step, the command that resumes it, and exit 130; that command continues from that
+#     step. SIGTERM: the same, exit 143. Checkpoints off: stopped cleanly, "nothing was saved".
+# start_bg NAME CMD...: run CMD in the background with output in $T/NAME.{out,err}; BG_PID
+start_bg() {
+    local name=$1
+    shift
+    "$@" >"$T/$name.out" 2>"$T/$name.err" &
+    BG_PID=$!
+}
+# signal_after_epoch NAME SIG: once $T/NAME.out has an epoch line (bounded: 60 s), send SIG
+# to BG_PID and wait for it (bounded: 60 s more); BG_RC its exit status
+signal_after_epoch() {
+    local i
+    for ((i = 0; i < 600; i++)); do
+        grep -q '^epoch ' "$T/$1.out" 2>/dev/null && break
+        sleep 0.1
+    done
+    kill -s "$2" "$BG_PID"
+    for ((i = 0; i < 600; i++)); do
+        kill -0 "$BG_PID" 2>/dev/null || break
+        sleep 0.1
+    done
+    kill -0 "$BG_PID" 2>/dev/null && { kill -9 "$BG_PID"; fail "$1: still running 60 s after SIG$2"; }
+    wait "$BG_PID"
+    BG_RC=$?
+}
+start_bg int "$BIN/sluice-train" "$T/tiny.sl" --run-dir "$T/runint" --set train.epochs=500
+signal_after_epoch int INT
+[ "$BG_RC" = 130 ] && ok "SIGINT: exit 130" || fail "SIGINT: exit $BG_RC: $(cat "$T/int.err")"
+stopped=$(sed -n 's/^sluice-train: stopped by SIGINT (Ctrl-C) at step \([0-9]*\); saved checkpoint .*/\1/p' "$T/int.err")
+ck=$(printf '%s/ckpt-%09d.safetensors' "$T/runint" "${stopped:-0}")
+if [ -n "$stopped" ] && [ "$stopped" -ge 20 ] && [ "$stopped" -lt 10000 ] &&
+    grep -qx "sluice-train: stopped by SIGINT (Ctrl-C) at step $stopped; saved checkpoint $ck" "$T/int.err" && [ -f "$ck" ]; then
+    ok "SIGINT: checkpoint of the stopped step $stopped"
+else
+    fail "SIGINT: $(cat "$T/int.err"; ls "$T/runint")"
+fi
+grep -qx -- "---> HINT: resume with: sluice-train $T/tiny.sl --run-dir $T/runint --set train.epochs=500 --resume" "$T/int.err" &&
+    ok "SIGINT: the resume command" || fail "SIGINT hint: $(cat "$T/int.err")"
+grep -qx "stop requested: stopping at step $stopped" "$T/int.out" && ! grep -q "test accuracy" "$T/int.out" &&
+    ok "SIGINT: stop line, no final evaluation" || fail "SIGINT out: $(tail -3 "$T/int.out")"
+# the printed command resumes at that step (and a SIGTERM stops it again: exit 143)
+if [ -n "$stopped" ]; then
+    ep=$((stopped / 20 + 1)) bt=$((stopped % 20))
+    start_bg int2 "$BIN/sluice-train" "$T/tiny.sl" --run-dir "$T/runint" --set train.epochs=500 --resume
+    signal_after_epoch int2 TERM
+    grep -qx "resuming from $ck at step $stopped (epoch $ep, batch $bt)" "$T/int2.out" &&
+        ok "--resume continues at the stopped step $stopped" || fail "resume after SIGINT: $(head -3 "$T/int2.out")"
+    [ "$BG_RC" = 143 ] && grep -q "^sluice-train: stopped by SIGTERM at step [0-9]*; saved checkpoint " "$T/int2.err" &&
+        ok "SIGTERM: exit 143 with a checkpoint" || fail "SIGTERM: exit $BG_RC: $(cat "$T/int2.err")"
+fi
+sed 's/^    checkpoint every=1 keep=5$/    checkpoint none/' "$T/tiny.sl" >"$T/nockpt.sl"
+start_bg nock "$BIN/sluice-train" "$T/nockpt.sl" --run-dir "$T/runnock" --set train.epochs=500
+signal_after_epoch nock INT
+[ "$BG_RC" = 130 ] && grep -q "^sluice-train: stopped by SIGINT (Ctrl-C) at step [0-9]*; checkpoints are off (\`checkpoint none\`): nothing was saved$" "$T/nock.err" &&
+    ! ls "$T/runnock"/ckpt-* >/dev/null 2>&1 && ok "SIGINT without checkpoints: exit 130, nothing saved, said so" ||
+    fail "SIGINT no checkpoints: exit $BG_RC: $(cat "$T/nock.err")"
+
 # 4. usage mistakes exit 2
 run usage0 2 "$BIN/sluice-train" && grep -q "missing CONFIG" "$T/usage0.err" && ok "no CONFIG: exit 2"
 run usage1 2 "$BIN/sluice-train" "$T/tiny.sl" --bogus && ok "unknown option: exit 2"

@@ -5,6 +5,7 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <math.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,6 +18,7 @@
 #include "sluice/tfrecord.h"
 #include "sluice/train.h"
 #include "helper_points.h"
+#include "train/model_priv.h"
 #include "test.h"
 
 static char tmpdir[256];
@@ -603,6 +605,121 @@ TEST(test_config_strategy_ps) {
     }
 }
 
+/* ---- stop requests (opts.stop) and the progress line --------------------------------- */
+
+/* A single-replica exchange hook that raises the stop flag while step `at` (0-based) runs,
+ * as a SIGINT handler would. */
+typedef struct {
+    volatile sig_atomic_t *stop;
+    int64_t at;
+} stopper;
+
+static sl_status stop_exchange(void *ctx, sl_model *m, float *grads, size_t n, int64_t step, float lr, bool *applied) {
+    stopper *st = ctx;
+    *applied = false;
+    if (step == st->at) *st->stop = SIGINT;
+    return SL_OK;
+}
+
+/* Stopped at step 12 of 40 (mid-epoch: 16 per epoch): a checkpoint of step 12, no final
+ * evaluation, summary.stopped; a resume from it ends bit-identical to an uninterrupted run. */
+TEST(test_stop_request) {
+    volatile sig_atomic_t flag = 0;
+    stopper st = {.stop = &flag, .at = 11};
+    sl_train_hooks hooks = {.ctx = &st, .world_size = 1, .rank = 0, .is_chief = true, .exchange = stop_exchange};
+    sl_cfg *cfg = NULL;
+    sl_trainer *t = NULL;
+    ASSERT_OK(parse_with(STEPS_BODY(40), &cfg));
+    char dir[400];
+    snprintf(dir, sizeof dir, "%s/stop", tmpdir);
+    sl_train_opts o = sl_train_opts_default();
+    o.run_dir = dir;
+    o.hooks = &hooks;
+    o.stop = &flag;
+    char *text = NULL;
+    size_t len = 0;
+    FILE *con = open_memstream(&text, &len);
+    ASSERT(con);
+    o.console = con;
+    o.progress = true; /* drawn into the stream: the first step's line is always drawn */
+    sl_status s = sl_trainer_create(cfg, &o, &t);
+    if (s == SL_EUNSUPPORTED) {
+        fclose(con);
+        free(text);
+        sl_cfg_free(cfg);
+        SKIP("no CPU backend in this build");
+    }
+    ASSERT_OK(s);
+    ASSERT_OK(sl_trainer_run(t));
+    fclose(con);
+    const sl_train_summary *sum = sl_trainer_summary(t);
+    ASSERT(sum->stopped);
+    ASSERT_EQ(sum->steps, 12);
+    ASSERT_EQ(sum->eval_accuracy, -1); /* no final evaluation */
+    ASSERT_CONTAINS(text, "\r\033[Kstep 1/40 [>                       ]   2%  epoch 1  loss ");
+    ASSERT_CONTAINS(text, "  eta ");
+    ASSERT_CONTAINS(text, "\r\033[Kstop requested: stopping at step 12\n");
+    ASSERT(!strstr(text, "test accuracy"));
+    free(text);
+    sl_trainer_free(t);
+    sl_cfg_free(cfg);
+    char **list;
+    int n = sl_train_list_checkpoints(dir, &list);
+    ASSERT(n >= 1);
+    ASSERT_CONTAINS(list[0], "/ckpt-000000012.safetensors");
+    sl_ckpt_position pos;
+    ASSERT_OK(sl_train_check_checkpoint(list[0], NULL, &pos));
+    ASSERT_EQ(pos.step, 12);
+    ASSERT_EQ(pos.epoch, 0);
+    ASSERT_EQ(pos.batch, 12);
+    sl_train_free_list(list, n);
+
+    /* resume to 40: the same parameters as 40 steps at once */
+    ASSERT_OK(make_trainer(STEPS_BODY(40), "stop", true, NULL, &cfg, &t));
+    ASSERT_OK(sl_trainer_run(t));
+    ASSERT_EQ(sl_trainer_summary(t)->start_step, 12);
+    ASSERT_EQ(sl_trainer_summary(t)->steps, 40);
+    ASSERT(!sl_trainer_summary(t)->stopped);
+    size_t n1, n2;
+    float *p1 = params_of(t, &n1);
+    sl_trainer_free(t);
+    sl_cfg_free(cfg);
+    ASSERT_OK(make_trainer(STEPS_BODY(40), "nostop", false, NULL, &cfg, &t));
+    ASSERT_OK(sl_trainer_run(t));
+    float *p2 = params_of(t, &n2);
+    ASSERT(p1 && p2);
+    ASSERT_EQ(n1, n2);
+    ASSERT_MEMEQ(p1, p2, n1 * sizeof(float));
+    free(p1);
+    free(p2);
+    sl_trainer_free(t);
+    sl_cfg_free(cfg);
+}
+
+/* The progress line: totals and the run's ETA in both modes, exact strings. */
+TEST(test_progress_line) {
+    char b[256];
+    sl__train_progress_line(b, sizeof b, 1, 5, 12, 40, 52, 200, 0.12341, 0.9, 65.2);
+    ASSERT_STREQ(b, "epoch 2/5 [=======>                ] 12/40  loss 0.1234  accuracy 0.9000  eta 1m05s");
+    sl__train_progress_line(b, sizeof b, 2, 0, 5, 40, 120, 1000, 0.5, 0.75, 35.4);
+    ASSERT_STREQ(b, "step 120/1000 [==>                     ]  12%  epoch 3  loss 0.5000  accuracy 0.7500  eta 35s");
+    sl__train_progress_line(b, sizeof b, 24, 0, 40, 40, 1000, 1000, 0.5, 0.75, 0);
+    ASSERT_STREQ(b, "step 1000/1000 [========================] 100%  epoch 25  loss 0.5000  accuracy 0.7500  eta 0s");
+    sl__train_progress_line(b, sizeof b, 0, 5, 12, 40, 12, 200, 1, 0.5, 7384);
+    ASSERT_STREQ(b, "epoch 1/5 [=======>                ] 12/40  loss 1.0000  accuracy 0.5000  eta 2h03m");
+    /* the first epoch's length is not known yet: no total, no eta */
+    sl__train_progress_line(b, sizeof b, 0, 5, 12, 0, 12, 0, 1, 0.5, -1);
+    ASSERT_STREQ(b, "epoch 1  batch 12  loss 1.0000  accuracy 0.5000");
+    /* steps mode, eta not measured yet: the total without an eta */
+    sl__train_progress_line(b, sizeof b, 0, 0, 1, 0, 1, 40, 1, 0.5, -1);
+    ASSERT_STREQ(b, "step 1/40 [>                       ]   2%  epoch 1  loss 1.0000  accuracy 0.5000");
+    /* a short buffer: truncated, NUL-terminated, the full length returned */
+    char small[8];
+    int n = sl__train_progress_line(small, sizeof small, 0, 0, 1, 0, 1, 40, 1, 0.5, -1);
+    ASSERT_STREQ(small, "step 1/");
+    ASSERT_EQ(n, 80);
+}
+
 int main(void) {
     snprintf(tmpdir, sizeof tmpdir, "/tmp/sluice-test-trainer.%d", (int)getpid());
     mkdir(tmpdir, 0777);
@@ -619,6 +736,8 @@ int main(void) {
     RUN(test_lockstep_peer_runs_out);
     RUN(test_lockstep_peer_empty);
     RUN(test_config_strategy_ps);
+    RUN(test_stop_request);
+    RUN(test_progress_line);
     rm_rf(tmpdir);
     TEST_MAIN_END();
 }
