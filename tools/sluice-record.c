@@ -1101,8 +1101,8 @@ static int convert_images(const char *prog, const char *dir, const char *out,
         }
     printf("wrote %" PRIu64 " records of %zu classes to %s:", written, classes.n, out);
     for (int k = 0; k < n_splits; k++)
-        printf("%s %s %" PRIu64 " in %d shards", k ? "," : "", split_name[k], sw[k].written,
-               split_shards[k]);
+        printf("%s %s %" PRIu64 " in %d shard%s", k ? "," : "", split_name[k], sw[k].written,
+               split_shards[k], split_shards[k] == 1 ? "" : "s");
     if (co->no_shuffle) printf(" (class order)");
     else printf(" (shuffled, seed %lld)", co->seed);
     printf(" in %.1f s\n", sl__now() - t0);

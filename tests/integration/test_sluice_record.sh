@@ -426,7 +426,7 @@ expect_err "--split '../up': expected a name"
 
 check "convert images --validation-fraction 0.25: train and validation, exact counts per class"
 expect_rc 0 "$TOOL" convert images "$MIX" "$TMP/mixtv" --shards 2 --validation-fraction 0.25
-expect_out "wrote 12 records of 3 classes to $TMP/mixtv: train 9 in 2 shards, validation 3 in 1 shards (shuffled, seed 12345) in "
+expect_out "wrote 12 records of 3 classes to $TMP/mixtv: train 9 in 2 shards, validation 3 in 1 shard (shuffled, seed 12345) in "
 (cd "$TMP/mixtv" && ls -A) >"$TMP/names"
 printf '%s\n' train-00000-of-00002.tfrecord train-00001-of-00002.tfrecord validation-00000-of-00001.tfrecord >"$TMP/names.expected"
 diff -u "$TMP/names.expected" "$TMP/names" || fail "train/validation names differ"
