@@ -450,11 +450,20 @@ check "convert images skips and counts a text file and a truncated JPEG, exit 0"
 cp -r "$MIX" "$TMP/mixbad"
 echo "just text" >"$TMP/mixbad/bee/readme.txt"
 head -c 20 "$MIX/cow/1.jpg" >"$TMP/mixbad/cow/0-cut.jpg"
+# cut inside its tables: TurboJPEG's header reader fails mid-header, and (before the fix in
+# formats/jpeg.c) its handle then failed every later file as "0 x 0 image"
+head -c 300 "$MIX/ant/1.jpg" >"$TMP/mixbad/ant/0-tables.jpg"
 expect_rc 0 "$TOOL" convert images "$TMP/mixbad" "$TMP/mixbadout" --shards 3
 expect_out "wrote 12 records of 3 classes to $TMP/mixbadout: train 12 in 3 shards (shuffled, seed 12345) in "
-[ "$(sed -n 2p "$OUT")" = "skipped 2 files that are not decodable JPEGs: bee/readme.txt, cow/0-cut.jpg" ] || fail "summary line 2: $(sed -n 2p "$OUT")"
+[ "$(sed -n 2p "$OUT")" = "skipped 3 files that are not decodable JPEGs: bee/readme.txt, cow/0-cut.jpg, ant/0-tables.jpg" ] || fail "summary line 2: $(sed -n 2p "$OUT")"
 expect_err "skipped $TMP/mixbad/bee/readme.txt: not a .jpg, .jpeg or .JPEG file"
-expect_err "skipped $TMP/mixbad/cow/0-cut.jpg: jpeg: bad header"
+expect_err "skipped $TMP/mixbad/cow/0-cut.jpg: jpeg: bad header: 0 x 0 image"
+expect_err "skipped $TMP/mixbad/ant/0-tables.jpg: jpeg: bad header: Invalid JPEG file structure: missing SOS marker"
+[ "$(grep -c skipped "$ERR")" -eq 3 ] || fail "expected 3 skipped files on stderr"
+for seed in 1 2 3 4; do
+    expect_rc 0 "$TOOL" convert images "$TMP/mixbad" "$TMP/mixbadout$seed" --shards 1 --seed "$seed"
+    expect_out "train 12 in 1 shard (shuffled, seed $seed)"
+done
 n=0
 for f in "$TMP/mixbadout"/train-*; do n=$((n + $(labels "$f" | wc -w))); done
 [ "$n" -eq 12 ] || fail "expected 12 records, found $n"
