@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # End-to-end test of tools/sluice-record: usage and exit codes, verify/inspect/cat on the
 # TFRecord files other writers made (tests/data/tfrecord-samples, copies with their
-# MANIFEST.md: sources and licences; corrupt ones included), Fashion-MNIST conversion (raw, JPEG, gzip) and conversion of a folder tree of
-# JPEGs this script makes with cjpeg. Each check is printed; the first failure exits 1 with
+# MANIFEST.md: sources and licences; corrupt ones included), Fashion-MNIST conversion (raw, JPEG, gzip) and conversion of folder trees of
+# JPEGs this script makes with cjpeg (shuffled shards, train/validation splits, bad files skipped and counted). Each check is printed; the first failure exits 1 with
 # what was expected and what came out.
 set -euo pipefail
 
@@ -88,6 +88,11 @@ usage_case "missing --shards N" convert fashion-mnist "$TMP/never"
 usage_case "option --shards must be between 1 and 99999, got 0" convert fashion-mnist "$TMP/never" --shards 0
 usage_case "unknown source 'cifar'" convert cifar "$TMP/never" --shards 2
 usage_case "images: missing DIR or OUT" convert images "$TMP/never" --shards 2
+usage_case "--seed, --no-shuffle, --first-label and --strict apply to images only" convert fashion-mnist "$TMP/never" --shards 2 --seed 3
+usage_case "--seed and --no-shuffle do not go together" convert images "$TMP/never" "$TMP/never2" --shards 2 --seed 3 --no-shuffle
+usage_case "--split and --validation-fraction do not go together" convert images "$TMP/never" "$TMP/never2" --shards 2 --split x --validation-fraction 0.1
+usage_case "--validation-shards needs --validation-fraction" convert images "$TMP/never" "$TMP/never2" --shards 2 --validation-shards 3
+usage_case "--validation-fraction 'abc': expected a number between 0 and 1" convert images "$TMP/never" "$TMP/never2" --shards 2 --validation-fraction abc
 usage_case "option --json takes no argument" cat --json=yes "$SAMPLES/pwnall__tfrecord/testdata__singles.tfrecords"
 [ ! -e "$TMP/never" ] || fail "a usage error created $TMP/never"
 
@@ -365,6 +370,10 @@ expect_out '"image/height": {"int64List": {"value": ["48"]}}, "image/width": {"i
 expect_rc 1 "$TOOL" convert images "$CUT" "$TMP/cutout2" --shards 1 --full-decode --strict
 expect_err "$CUT/only/half.jpg"
 [ -z "$(ls -A "$TMP/cutout2" 2>/dev/null)" ] || fail "left files behind"
+# without --strict the cut file is skipped; being the only one, nothing is written: exit 1
+expect_rc 1 "$TOOL" convert images "$CUT" "$TMP/cutout3" --shards 1 --full-decode
+expect_err "$CUT: no image converted (1 files found); skipped 1 file that is not a decodable JPEG: only/half.jpg"
+[ -z "$(ls -A "$TMP/cutout3" 2>/dev/null)" ] || fail "left files behind"
 expect_rc 0 "$TOOL" convert images "$IMG" "$TMP/imgfull" --shards 1 --full-decode --limit 4 --no-shuffle
 expect_out "wrote 4 records of 3 classes"
 
