@@ -1088,7 +1088,8 @@ static int convert_images(const char *prog, const char *dir, const char *out,
         }
     uint64_t written = sw[0].written + sw[1].written;
     if (written == 0) {
-        fprintf(stderr, "%s: %s: no image converted (%zu files found); ", PROG, dir, total);
+        fprintf(stderr, "%s: %s: no image converted (%zu file%s found); ", PROG, dir, total,
+                total == 1 ? "" : "s");
         if (x.skips.n) skip_print(stderr, &x.skips);
         else fputs("no files in the class folders\n", stderr);
         rc = SL__EXIT_FAIL;

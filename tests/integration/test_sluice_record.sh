@@ -372,7 +372,7 @@ expect_err "$CUT/only/half.jpg"
 [ -z "$(ls -A "$TMP/cutout2" 2>/dev/null)" ] || fail "left files behind"
 # without --strict the cut file is skipped; being the only one, nothing is written: exit 1
 expect_rc 1 "$TOOL" convert images "$CUT" "$TMP/cutout3" --shards 1 --full-decode
-expect_err "$CUT: no image converted (1 files found); skipped 1 file that is not a decodable JPEG: only/half.jpg"
+expect_err "$CUT: no image converted (1 file found); skipped 1 file that is not a decodable JPEG: only/half.jpg"
 [ -z "$(ls -A "$TMP/cutout3" 2>/dev/null)" ] || fail "left files behind"
 expect_rc 0 "$TOOL" convert images "$IMG" "$TMP/imgfull" --shards 1 --full-decode --limit 4 --no-shuffle
 expect_out "wrote 4 records of 3 classes"
