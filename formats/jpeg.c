@@ -295,6 +295,17 @@ static sl_status header_libjpeg(sl_jpeg_decoder *d, const uint8_t *data, size_t 
     return SL_OK;
 }
 
+/* TurboJPEG 2.1's tjDecompressHeader3 leaves its handle mid-header when it fails, so the
+ * next header read on the handle fails too ("0 x 0 image") even for a sound file. Start a
+ * fresh handle after a failure (keeping the old one if that cannot be had). */
+static void tj_reset(sl_jpeg_decoder *d) {
+    tjhandle t = tjInitDecompress();
+    if (!t)
+        return;
+    tjDestroy(d->tj);
+    d->tj = t;
+}
+
 sl_status sl_jpeg_header(sl_jpeg_decoder *d, const uint8_t *data, size_t len, sl_jpeg_info *out) {
     if (!d || !out)
         return sl_err(SL_EINVAL, "jpeg: NULL decoder or info");
@@ -307,10 +318,14 @@ sl_status sl_jpeg_header(sl_jpeg_decoder *d, const uint8_t *data, size_t len, sl
         const char *why = tjGetErrorStr2(d->tj);
         if (strstr(why, "subsampling"))
             return header_libjpeg(d, data, len, out);
-        return sl_err(SL_ECORRUPT, "jpeg: bad header: %s", why);
+        sl_err(SL_ECORRUPT, "jpeg: bad header: %s", why);
+        tj_reset(d);
+        return SL_ECORRUPT;
     }
-    if (w <= 0 || h <= 0)
+    if (w <= 0 || h <= 0) {
+        tj_reset(d);
         return sl_err(SL_ECORRUPT, "jpeg: bad header: %d x %d image", w, h);
+    }
     out->width = w;
     out->height = h;
     out->subsamp = sub;

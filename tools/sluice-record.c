@@ -102,13 +102,17 @@ static const char USAGE_CONVERT[] =
     "  --src DIR (default /usr/share/datasets/fashion-mnist) and write\n"
     "  OUT/train-00000-of-0000N.tfrecord ... and OUT/test-00000-of-0000N.tfrecord ...\n"
     "  Features: image (784 raw uint8 bytes, or a JPEG with --jpeg), label (int64).\n"
-    "images: DIR holds one folder per class (sorted names -> labels 0..K-1) of *.jpg, *.jpeg,\n"
-    "  *.JPEG files (others are skipped and counted). Writes OUT/train-0000i-of-0000N.tfrecord\n"
+    "images: DIR holds one folder per class (sorted names -> labels 0..K-1, or FIRST..FIRST+K-1\n"
+    "  with --first-label) of *.jpg, *.jpeg, *.JPEG files. Writes OUT/SPLIT-0000i-of-0000N.tfrecord\n"
     "  with image/encoded, image/format, image/class/label, image/class/text, image/height,\n"
-    "  image/width, image/filename.\n"
-    "Records are dealt to shards in contiguous blocks in their original order: shard i of N\n"
-    "holds records [i*n/N, (i+1)*n/N). Files are written under a temporary name and renamed\n"
-    "when all are complete.\n"
+    "  image/width, image/filename. The files are shuffled with --seed before sharding, so every\n"
+    "  shard mixes the classes, as TensorFlow's build_imagenet_data.py does. A file that cannot\n"
+    "  be read or is not a decodable JPEG is skipped and counted (stderr says why for the first\n"
+    "  10, the summary names the first 3); exit 1 if no image was written.\n"
+    "fashion-mnist, and images with --no-shuffle: records are dealt to shards in contiguous\n"
+    "blocks in their original order: shard i of N holds records [i*n/N, (i+1)*n/N) (a skipped\n"
+    "image leaves its shard one record short). Files are written under a temporary name and\n"
+    "renamed when all are complete.\n"
     "\n"
     "  --shards N        number of output files per split (required, 1..99999)\n"
     "  --compression C   gzip, zlib or none (default none)\n"
@@ -118,6 +122,16 @@ static const char USAGE_CONVERT[] =
     "  --limit N         convert only the first N records of each split\n"
     "  --full-decode     images: decode every file to reject damage past the header\n"
     "                    (default: only the header is read, for height and width)\n"
+    "  --seed N          images: shuffle seed (default 12345); one seed, one byte-identical output\n"
+    "  --no-shuffle      images: keep class-then-file order\n"
+    "  --split NAME      images: the shard name prefix (default train; validation, test...)\n"
+    "  --validation-fraction F  images: also write validation-*: round(F x n) of each class's\n"
+    "                    files (at least 1 and at most n-1 when a class has 2 or more), drawn\n"
+    "                    with the seed; the rest go to train-*\n"
+    "  --validation-shards N    images: validation shards (default ceil(--shards / 8))\n"
+    "  --first-label L   images: label of the first class (default 0; 1 for TensorFlow's\n"
+    "                    ImageNet convention, 0 reserved for background)\n"
+    "  --strict          images: exit 1 at the first unreadable or undecodable file\n"
     "\n"
     "Exit status: 0 ok, 1 unreadable/corrupt input or failed write, 2 usage.\n";
 
@@ -537,6 +551,7 @@ typedef struct sharded {
     const char *dir, *split;
     int shards, cur;       /* cur: index of the open shard, -1 before the first */
     uint64_t n, written;   /* records in the split, records written so far */
+    uint64_t pos;          /* records written or skipped (sharded_skip) so far */
     sl_tfr_write_opts wo;
     sl_tfr_writer *w;
     char **tmp, **final;   /* per shard */
@@ -606,15 +621,20 @@ static sl_status sharded_open_through(sharded *sw, int target) {
 
 static sl_status sharded_write(sharded *sw, const void *data, size_t len) {
     int target = sw->cur < 0 ? 0 : sw->cur;
-    /* written < n == shard_begin(n, N, N), so target stays below N. */
-    while (sw->written >= shard_begin(sw->n, sw->shards, target + 1)) target++;
+    /* pos < n == shard_begin(n, N, N), so target stays below N. */
+    while (sw->pos >= shard_begin(sw->n, sw->shards, target + 1)) target++;
     sl_status s = sharded_open_through(sw, target);
     if (s != SL_OK) return s;
     s = sl_tfr_writer_write(sw->w, data, len);
     if (s != SL_OK) return s;
     sw->written++;
+    sw->pos++;
     return SL_OK;
 }
+
+/* Pass over the next planned record (an input file that turned out unusable): the shard
+ * it was dealt to holds one record fewer, the others keep theirs. */
+static void sharded_skip(sharded *sw) { sw->pos++; }
 
 /* Create the trailing (empty) shards and close the last one. The files keep their
  * temporary names until sharded_rename. */
@@ -644,6 +664,12 @@ typedef struct convert_opts {
     long long shards, quality, limit;
     bool jpeg;
     bool full_decode;      /* images: decode every file, not just its header */
+    /* images only: */
+    const char *split;          /* shard name prefix (default train) */
+    const char *vfrac_arg;      /* --validation-fraction as given */
+    double validation_fraction; /* 0: one split */
+    long long validation_shards, seed, first_label;
+    bool no_shuffle, strict;
 } convert_opts;
 
 /* Load one split's images and labels, checking they agree: images uint8 [n,28,28] (any
@@ -816,18 +842,157 @@ typedef struct image_item {
     char *name;   /* file name inside the class folder (owned by the class's file list) */
 } image_item;
 
+/* Items of one class, by file name. */
+static int cmp_str_item(const void *a, const void *b) {
+    return strcmp(((const image_item *)a)->name, ((const image_item *)b)->name);
+}
+
+/* splitmix64: a fixed, portable generator, so one seed gives the same shards everywhere. */
+static uint64_t rng_next(uint64_t *x) {
+    uint64_t z = (*x += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+/* Fisher-Yates: a uniform permutation of v[0..n) drawn from *rng. */
+static void shuffle_items(image_item *v, size_t n, uint64_t *rng) {
+    for (size_t i = n; i > 1; i--) {
+        size_t j = (size_t)(((unsigned __int128)rng_next(rng) * i) >> 64);
+        image_item t = v[i - 1];
+        v[i - 1] = v[j];
+        v[j] = t;
+    }
+}
+
+/* The files convert images passed over: how many, the first few by name. */
+#define SKIP_NAMED 3
+#define SKIP_WARNED 10
+typedef struct skip_log {
+    size_t n;
+    char *first[SKIP_NAMED]; /* "CLASS/FILE" */
+} skip_log;
+
+/* Count CLASS/FILE as skipped; the first SKIP_WARNED get a line on stderr saying why. */
+static void skip_note(skip_log *log, const char *dir, const char *cls, const char *name,
+                      const char *why) {
+    if (log->n < SKIP_NAMED && asprintf(&log->first[log->n], "%s/%s", cls, name) < 0)
+        log->first[log->n] = NULL;
+    if (log->n < SKIP_WARNED)
+        fprintf(stderr, "%s: skipped %s/%s/%s: %s\n", PROG, dir, cls, name, why);
+    else if (log->n == SKIP_WARNED)
+        fprintf(stderr, "%s: (further skipped files are counted, not listed)\n", PROG);
+    log->n++;
+}
+
+/* "skipped N files that are not decodable JPEGs: a/x, b/y, c/z and M more" */
+static void skip_print(FILE *f, const skip_log *log) {
+    fprintf(f, "skipped %zu %s:", log->n,
+            log->n == 1 ? "file that is not a decodable JPEG" : "files that are not decodable JPEGs");
+    for (size_t i = 0; i < log->n && i < SKIP_NAMED; i++)
+        fprintf(f, "%s %s", i ? "," : "", log->first[i] ? log->first[i] : "?");
+    if (log->n > SKIP_NAMED) fprintf(f, " and %zu more", log->n - SKIP_NAMED);
+    fputc('\n', f);
+}
+
+typedef struct image_ctx {
+    const char *dir;
+    const strlist *classes;
+    const convert_opts *co;
+    sl_exb *b;
+    sl_jpeg_decoder *dec;
+    uint8_t *data, *ser, *pix;
+    size_t pix_cap;
+    skip_log skips;
+    sl__progress bar;
+    size_t done;
+} image_ctx;
+
+/* Read and check one file (its JPEG header; every pixel with --full-decode) and write its
+ * Example to sw. A file that cannot be read or is not a decodable JPEG is skipped and
+ * counted (with --strict: exit 1 naming it); out of memory or a failed write is exit 1. */
+static int write_image(image_ctx *x, const image_item *it, sharded *sw) {
+    const char *cls = x->classes->v[it->cls];
+    char path[4096];
+    size_t len = 0, ser_len = 0;
+    snprintf(path, sizeof path, "%s/%s/%s", x->dir, cls, it->name);
+    free(x->data);
+    x->data = NULL;
+    sl_jpeg_info info;
+    sl_status s = sl__read_file(path, &x->data, &len);
+    if (s == SL_OK) s = sl_jpeg_header(x->dec, x->data, len, &info);
+    if (s == SL_OK && x->co->full_decode) {
+        /* Damage past the header (a cut-off entropy stream) only shows when decoding. */
+        size_t need = (size_t)info.width * (size_t)info.height * 3;
+        if (need > x->pix_cap) {
+            free(x->pix);
+            x->pix_cap = 0;
+            if (!(x->pix = malloc(need))) {
+                s = sl_err(SL_ENOMEM, "out of memory for a %dx%d image", info.width,
+                           info.height);
+            } else {
+                x->pix_cap = need;
+            }
+        }
+        int ow, oh;
+        if (s == SL_OK) s = sl_jpeg_decode(x->dec, x->data, len, 3, 8, x->pix, x->pix_cap, &ow, &oh);
+    }
+    if (s != SL_OK) {
+        if (s == SL_ENOMEM || x->co->strict) {
+            sl__progress_end(&x->bar);
+            /* The JPEG layer does not know the path; the message says what was wrong. */
+            return strstr(sl_errmsg(), path) ? sl__fail(PROG) : sl__failf(PROG, "%s", path);
+        }
+        /* sl_errmsg() may name the path already; the note names it once. */
+        const char *msg = sl_errmsg(), *p = strstr(msg, path);
+        if (p == msg && strncmp(msg + strlen(path), ": ", 2) == 0) msg += strlen(path) + 2;
+        skip_note(&x->skips, x->dir, cls, it->name, msg);
+        sharded_skip(sw);
+        return SL__EXIT_OK;
+    }
+    sl_bytes enc = {x->data, len};
+    sl_bytes fmt = {(const uint8_t *)"JPEG", 4};
+    sl_bytes text = {(const uint8_t *)cls, strlen(cls)};
+    sl_bytes fname = {(const uint8_t *)it->name, strlen(it->name)};
+    int64_t label = (int64_t)it->cls + x->co->first_label, hh = info.height, ww = info.width;
+    sl_exb_reset(x->b);
+    s = sl_exb_bytes(x->b, "image/encoded", &enc, 1);
+    if (s == SL_OK) s = sl_exb_bytes(x->b, "image/format", &fmt, 1);
+    if (s == SL_OK) s = sl_exb_int64s(x->b, "image/class/label", &label, 1);
+    if (s == SL_OK) s = sl_exb_bytes(x->b, "image/class/text", &text, 1);
+    if (s == SL_OK) s = sl_exb_int64s(x->b, "image/height", &hh, 1);
+    if (s == SL_OK) s = sl_exb_int64s(x->b, "image/width", &ww, 1);
+    if (s == SL_OK) s = sl_exb_bytes(x->b, "image/filename", &fname, 1);
+    if (s == SL_OK) s = sl_exb_serialize(x->b, &x->ser, &ser_len);
+    if (s == SL_OK) s = sharded_write(sw, x->ser, ser_len);
+    free(x->ser);
+    x->ser = NULL;
+    if (s != SL_OK) {
+        sl__progress_end(&x->bar);
+        return sl__failf(PROG, "%s", path);
+    }
+    return SL__EXIT_OK;
+}
+
 static int convert_images(const char *prog, const char *dir, const char *out,
                           const convert_opts *co, sl_compression comp) {
     strlist classes = {0};
     strlist *files = NULL;
     image_item *items = NULL;
-    size_t n_items = 0, skipped = 0;
-    sharded sw;
-    memset(&sw, 0, sizeof sw);
-    sl_exb *b = NULL;
-    sl_jpeg_decoder *dec = NULL;
-    uint8_t *data = NULL, *ser = NULL, *pix = NULL;
-    size_t pix_cap = 0;
+    size_t n_items = 0;
+    /* split 0: --split (default train); split 1: validation with --validation-fraction */
+    const char *split_name[2] = {co->split ? co->split : "train", "validation"};
+    int split_shards[2] = {(int)co->shards, (int)co->validation_shards};
+    size_t split_n[2] = {0, 0};
+    image_item *split_items[2] = {NULL, NULL};
+    int n_splits = co->validation_fraction > 0 ? 2 : 1;
+    sharded sw[2];
+    memset(sw, 0, sizeof sw);
+    image_ctx x;
+    memset(&x, 0, sizeof x);
+    x.dir = dir;
+    x.classes = &classes;
+    x.co = co;
     int rc = SL__EXIT_OK;
     double t0 = sl__now();
 
@@ -857,109 +1022,115 @@ static int convert_images(const char *prog, const char *dir, const char *out,
         total += files[c].n;
     }
     items = calloc(total ? total : 1, sizeof *items);
-    if (!items) {
+    split_items[1] = calloc(total ? total : 1, sizeof *items);
+    if (!items || !split_items[1]) {
         rc = sl__failf(PROG, "out of memory");
         goto done;
     }
-    for (size_t c = 0; c < classes.n; c++)
+    /* Class by class, files sorted: the same tree gives the same items, whatever order the
+     * file system lists them in. Validation takes round(n_c * F) of each class's files (at
+     * least 1 and at most n_c - 1 when the class has 2 or more), drawn with the seed. */
+    uint64_t rng = (uint64_t)co->seed;
+    for (size_t c = 0; c < classes.n; c++) {
+        size_t first = n_items;
         for (size_t i = 0; i < files[c].n; i++) {
             if (!is_jpeg_name(files[c].v[i])) {
-                skipped++;
+                skip_note(&x.skips, dir, classes.v[c], files[c].v[i],
+                          "not a .jpg, .jpeg or .JPEG file");
                 continue;
             }
             items[n_items++] = (image_item){c, files[c].v[i]};
         }
-    if (co->limit >= 0 && (size_t)co->limit < n_items) n_items = (size_t)co->limit;
+        if (n_splits == 2) {
+            size_t nc = n_items - first;
+            size_t nv = (size_t)((double)nc * co->validation_fraction + 0.5);
+            if (nc >= 2 && nv < 1) nv = 1;
+            if (nc >= 2 && nv > nc - 1) nv = nc - 1;
+            if (nc < 2) nv = 0;
+            shuffle_items(items + first, nc, &rng);
+            for (size_t i = 0; i < nv; i++) split_items[1][split_n[1]++] = items[first + i];
+            /* the rest back in file order, so that --no-shuffle keeps class-then-file order */
+            memmove(items + first, items + first + nv, (nc - nv) * sizeof *items);
+            n_items -= nv;
+            qsort(items + first, n_items - first, sizeof *items, cmp_str_item);
+            qsort(split_items[1] + split_n[1] - nv, nv, sizeof *items, cmp_str_item);
+        }
+    }
+    split_items[0] = items;
+    split_n[0] = n_items;
+    for (int k = 0; k < n_splits; k++) {
+        if (!co->no_shuffle) shuffle_items(split_items[k], split_n[k], &rng);
+        if (co->limit >= 0 && (size_t)co->limit < split_n[k]) split_n[k] = (size_t)co->limit;
+    }
 
-    if (sl__mkdirs(out) != SL_OK || sl_exb_new(&b) != SL_OK || sl_jpeg_decoder_new(&dec) != SL_OK ||
-        sharded_init(&sw, out, "train", (int)co->shards, n_items, comp) != SL_OK) {
+    if (sl__mkdirs(out) != SL_OK || sl_exb_new(&x.b) != SL_OK ||
+        sl_jpeg_decoder_new(&x.dec) != SL_OK) {
         rc = sl__fail(prog);
         goto done;
     }
-    sl__progress bar;
-    sl__progress_start(&bar, "images", n_items);
-    for (size_t i = 0; i < n_items; i++) {
-        const image_item *it = &items[i];
-        char path[4096];
-        size_t len = 0, ser_len = 0;
-        snprintf(path, sizeof path, "%s/%s/%s", dir, classes.v[it->cls], it->name);
-        free(data);
-        data = NULL;
-        sl_jpeg_info info;
-        sl_status s = sl__read_file(path, &data, &len);
-        if (s == SL_OK) s = sl_jpeg_header(dec, data, len, &info);
-        if (s == SL_OK && co->full_decode) {
-            /* Damage past the header (a cut-off entropy stream) only shows when decoding. */
-            size_t need = (size_t)info.width * (size_t)info.height * 3;
-            if (need > pix_cap) {
-                free(pix);
-                pix_cap = 0;
-                if (!(pix = malloc(need))) {
-                    s = sl_err(SL_ENOMEM, "out of memory for a %dx%d image", info.width,
-                               info.height);
-                } else {
-                    pix_cap = need;
-                }
-            }
-            int ow, oh;
-            if (s == SL_OK) s = sl_jpeg_decode(dec, data, len, 3, 8, pix, pix_cap, &ow, &oh);
-        }
-        if (s != SL_OK) {
-            sl__progress_end(&bar);
-            /* The JPEG layer does not know the path; the message says what was wrong. */
-            rc = strstr(sl_errmsg(), path) ? sl__fail(PROG) : sl__failf(PROG, "%s", path);
+    for (int k = 0; k < n_splits; k++)
+        if (sharded_init(&sw[k], out, split_name[k], split_shards[k], split_n[k], comp) !=
+            SL_OK) {
+            rc = sl__fail(prog);
             goto done;
         }
-        sl_bytes enc = {data, len};
-        sl_bytes fmt = {(const uint8_t *)"JPEG", 4};
-        sl_bytes text = {(const uint8_t *)classes.v[it->cls], strlen(classes.v[it->cls])};
-        sl_bytes fname = {(const uint8_t *)it->name, strlen(it->name)};
-        int64_t label = (int64_t)it->cls, hh = info.height, ww = info.width;
-        sl_exb_reset(b);
-        s = sl_exb_bytes(b, "image/encoded", &enc, 1);
-        if (s == SL_OK) s = sl_exb_bytes(b, "image/format", &fmt, 1);
-        if (s == SL_OK) s = sl_exb_int64s(b, "image/class/label", &label, 1);
-        if (s == SL_OK) s = sl_exb_bytes(b, "image/class/text", &text, 1);
-        if (s == SL_OK) s = sl_exb_int64s(b, "image/height", &hh, 1);
-        if (s == SL_OK) s = sl_exb_int64s(b, "image/width", &ww, 1);
-        if (s == SL_OK) s = sl_exb_bytes(b, "image/filename", &fname, 1);
-        if (s == SL_OK) s = sl_exb_serialize(b, &ser, &ser_len);
-        if (s == SL_OK) s = sharded_write(&sw, ser, ser_len);
-        free(ser);
-        ser = NULL;
-        if (s != SL_OK) {
-            sl__progress_end(&bar);
-            rc = sl__failf(PROG, "%s", path);
+    sl__progress_start(&x.bar, "images", split_n[0] + split_n[1]);
+    for (int k = 0; k < n_splits && rc == SL__EXIT_OK; k++)
+        for (size_t i = 0; i < split_n[k]; i++) {
+            if ((rc = write_image(&x, &split_items[k][i], &sw[k])) != SL__EXIT_OK) goto done;
+            sl__progress_set(&x.bar, ++x.done);
+        }
+    sl__progress_end(&x.bar);
+    for (int k = 0; k < n_splits; k++)
+        if (sharded_finish(&sw[k]) != SL_OK) {
+            rc = sl__fail(PROG);
             goto done;
         }
-        sl__progress_set(&bar, i + 1);
-    }
-    sl__progress_end(&bar);
-    if (sharded_finish(&sw) != SL_OK || sharded_rename(&sw) != SL_OK) {
-        rc = sl__fail(PROG);
+    uint64_t written = sw[0].written + sw[1].written;
+    if (written == 0) {
+        fprintf(stderr, "%s: %s: no image converted (%zu file%s found); ", PROG, dir, total,
+                total == 1 ? "" : "s");
+        if (x.skips.n) skip_print(stderr, &x.skips);
+        else fputs("no files in the class folders\n", stderr);
+        rc = SL__EXIT_FAIL;
         goto done;
     }
-    printf("wrote %zu records of %zu classes to %s in %lld shards (%zu non-JPEG files skipped) "
-           "in %.1f s\n",
-           n_items, classes.n, out, co->shards, skipped, sl__now() - t0);
+    for (int k = 0; k < n_splits; k++)
+        if (sharded_rename(&sw[k]) != SL_OK) {
+            rc = sl__fail(PROG);
+            goto done;
+        }
+    printf("wrote %" PRIu64 " records of %zu classes to %s:", written, classes.n, out);
+    for (int k = 0; k < n_splits; k++)
+        printf("%s %s %" PRIu64 " in %d shard%s", k ? "," : "", split_name[k], sw[k].written,
+               split_shards[k], split_shards[k] == 1 ? "" : "s");
+    if (co->no_shuffle) printf(" (class order)");
+    else printf(" (shuffled, seed %lld)", co->seed);
+    printf(" in %.1f s\n", sl__now() - t0);
+    if (x.skips.n) skip_print(stdout, &x.skips);
 done:
-    if (rc) sharded_abort(&sw);
-    sharded_free(&sw);
-    free(data);
-    free(pix);
+    for (int k = 0; k < 2; k++) {
+        if (rc) sharded_abort(&sw[k]);
+        sharded_free(&sw[k]);
+    }
+    for (size_t i = 0; i < SKIP_NAMED; i++) free(x.skips.first[i]);
+    free(x.data);
+    free(x.pix);
     free(items);
+    free(split_items[1]);
     if (files)
         for (size_t c = 0; c < classes.n; c++) strlist_free(&files[c]);
     free(files);
     strlist_free(&classes);
-    sl_exb_free(b);
-    sl_jpeg_decoder_free(dec);
+    sl_exb_free(x.b);
+    sl_jpeg_decoder_free(x.dec);
     return rc;
 }
 
 static int cmd_convert(int argc, char **argv) {
     const char *prog = "sluice-record convert";
-    convert_opts co = {.shards = -1, .quality = 95, .limit = -1};
+    convert_opts co = {.shards = -1, .quality = 95, .limit = -1, .validation_shards = -1,
+                       .seed = -1, .first_label = -1};
     sl__opt opts[] = {
         {"compression", 'c', SL__OPT_STR, &co.compression, 0, 0},
         {"shards", 's', SL__OPT_INT, &co.shards, 1, 99999},
@@ -968,6 +1139,13 @@ static int cmd_convert(int argc, char **argv) {
         {"src", 0, SL__OPT_STR, &co.src, 0, 0},
         {"limit", 'n', SL__OPT_INT, &co.limit, 0, INT64_MAX},
         {"full-decode", 0, SL__OPT_FLAG, &co.full_decode, 0, 0},
+        {"split", 0, SL__OPT_STR, &co.split, 0, 0},
+        {"validation-fraction", 0, SL__OPT_STR, &co.vfrac_arg, 0, 0},
+        {"validation-shards", 0, SL__OPT_INT, &co.validation_shards, 1, 99999},
+        {"seed", 0, SL__OPT_INT, &co.seed, 0, INT64_MAX},
+        {"no-shuffle", 0, SL__OPT_FLAG, &co.no_shuffle, 0, 0},
+        {"first-label", 0, SL__OPT_INT, &co.first_label, 0, INT32_MAX},
+        {"strict", 0, SL__OPT_FLAG, &co.strict, 0, 0},
         {NULL, 0, 0, NULL, 0, 0},
     };
     int npos = 0;
@@ -985,8 +1163,11 @@ static int cmd_convert(int argc, char **argv) {
             return sl__usage_error(prog, npos < 2 ? "fashion-mnist: missing OUT"
                                                   : "fashion-mnist: too many arguments");
         if (co.shards < 0) return sl__usage_error(prog, "missing --shards N");
-        if (co.full_decode)
-            return sl__usage_error(prog, "--full-decode applies to images only");
+        if (co.full_decode || co.split || co.vfrac_arg || co.validation_shards >= 0 ||
+            co.seed >= 0 || co.no_shuffle || co.first_label >= 0 || co.strict)
+            return sl__usage_error(prog, "--full-decode, --split, --validation-fraction, "
+                                         "--validation-shards, --seed, --no-shuffle, "
+                                         "--first-label and --strict apply to images only");
         return convert_fashion_mnist(prog, argv[1], &co, comp);
     }
     if (strcmp(argv[0], "images") == 0) {
@@ -996,6 +1177,31 @@ static int cmd_convert(int argc, char **argv) {
         if (co.shards < 0) return sl__usage_error(prog, "missing --shards N");
         if (co.jpeg || co.src)
             return sl__usage_error(prog, "images: --jpeg and --src apply to fashion-mnist only");
+        if (co.split && (!co.split[0] || co.split[0] == '.' || strchr(co.split, '/')))
+            return sl__usage_error(prog, "--split '%s': expected a name such as train or "
+                                         "validation (not empty, no '/', no leading '.')",
+                                   co.split);
+        if (co.vfrac_arg) {
+            char *end;
+            errno = 0;
+            co.validation_fraction = strtod(co.vfrac_arg, &end);
+            if (end == co.vfrac_arg || *end || errno || !(co.validation_fraction > 0) ||
+                !(co.validation_fraction < 1))
+                return sl__usage_error(prog, "--validation-fraction '%s': expected a number "
+                                             "between 0 and 1 (exclusive), such as 0.1",
+                                       co.vfrac_arg);
+            if (co.split)
+                return sl__usage_error(prog, "--split and --validation-fraction do not go "
+                                             "together (the latter writes train-* and "
+                                             "validation-*)");
+            if (co.validation_shards < 0) co.validation_shards = (co.shards + 7) / 8;
+        } else if (co.validation_shards >= 0) {
+            return sl__usage_error(prog, "--validation-shards needs --validation-fraction");
+        }
+        if (co.no_shuffle && co.seed >= 0)
+            return sl__usage_error(prog, "--seed and --no-shuffle do not go together");
+        if (co.seed < 0) co.seed = 12345;
+        if (co.first_label < 0) co.first_label = 0;
         return convert_images(prog, argv[1], argv[2], &co, comp);
     }
     return sl__usage_error(prog, "unknown source '%s' (expected fashion-mnist or images)",

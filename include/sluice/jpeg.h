@@ -53,7 +53,8 @@ void sl_jpeg_decoder_set_max_pixels(sl_jpeg_decoder *d, int64_t max_pixels);
 int64_t sl_jpeg_decoder_max_pixels(const sl_jpeg_decoder *d);
 
 /* Read the header only. SL_ECORRUPT if it is not a JPEG or the header is damaged (*out is
- * zeroed then). subsamp is -1 for a valid file whose subsampling has no TJSAMP_* name. */
+ * zeroed then; the decoder stays usable for the next file). subsamp is -1 for a valid file
+ * whose subsampling has no TJSAMP_* name. */
 sl_status sl_jpeg_header(sl_jpeg_decoder *d, const uint8_t *data, size_t len, sl_jpeg_info *out);
 
 /* Scaled size of a w x h image at scale num/8 (TurboJPEG rounds up: ceil(w*num/8)). */

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # End-to-end test of tools/sluice-record: usage and exit codes, verify/inspect/cat on the
 # TFRecord files other writers made (tests/data/tfrecord-samples, copies with their
-# MANIFEST.md: sources and licences; corrupt ones included), Fashion-MNIST conversion (raw, JPEG, gzip) and conversion of a folder tree of
-# JPEGs this script makes with cjpeg. Each check is printed; the first failure exits 1 with
+# MANIFEST.md: sources and licences; corrupt ones included), Fashion-MNIST conversion (raw, JPEG, gzip) and conversion of folder trees of
+# JPEGs this script makes with cjpeg (shuffled shards, train/validation splits, bad files skipped and counted). Each check is printed; the first failure exits 1 with
 # what was expected and what came out.
 set -euo pipefail
 
@@ -88,6 +88,11 @@ usage_case "missing --shards N" convert fashion-mnist "$TMP/never"
 usage_case "option --shards must be between 1 and 99999, got 0" convert fashion-mnist "$TMP/never" --shards 0
 usage_case "unknown source 'cifar'" convert cifar "$TMP/never" --shards 2
 usage_case "images: missing DIR or OUT" convert images "$TMP/never" --shards 2
+usage_case "--seed, --no-shuffle, --first-label and --strict apply to images only" convert fashion-mnist "$TMP/never" --shards 2 --seed 3
+usage_case "--seed and --no-shuffle do not go together" convert images "$TMP/never" "$TMP/never2" --shards 2 --seed 3 --no-shuffle
+usage_case "--split and --validation-fraction do not go together" convert images "$TMP/never" "$TMP/never2" --shards 2 --split x --validation-fraction 0.1
+usage_case "--validation-shards needs --validation-fraction" convert images "$TMP/never" "$TMP/never2" --shards 2 --validation-shards 3
+usage_case "--validation-fraction 'abc': expected a number between 0 and 1" convert images "$TMP/never" "$TMP/never2" --shards 2 --validation-fraction abc
 usage_case "option --json takes no argument" cat --json=yes "$SAMPLES/pwnall__tfrecord/testdata__singles.tfrecords"
 [ ! -e "$TMP/never" ] || fail "a usage error created $TMP/never"
 
@@ -312,11 +317,11 @@ make_jpeg "$IMG/birds/z.jpg" 12 4 4
 make_jpeg "$IMG/birds/y.jpg" 3 3 5
 echo "not an image" >"$IMG/cats/notes.txt"
 cp "$IMG/cats/b.jpg" "$IMG/dogs/upper.JPG"   # .JPG is not an accepted name: skipped
-check "convert images --shards 2: 5 records, 2 skipped, TensorFlow's names"
+check "convert images --shards 2 --no-shuffle: 5 records, 2 skipped, TensorFlow's names"
 IO="$TMP/imgout"
-expect_rc 0 "$TOOL" convert images "$IMG" "$IO" --shards 2
-expect_out "wrote 5 records of 3 classes"
-expect_out "(2 non-JPEG files skipped)"
+expect_rc 0 "$TOOL" convert images "$IMG" "$IO" --shards 2 --no-shuffle
+expect_out "wrote 5 records of 3 classes to $IO: train 5 in 2 shards (class order) in "
+expect_out "skipped 2 files that are not decodable JPEGs: cats/notes.txt, dogs/upper.JPG"
 (cd "$IO" && ls -A) >"$TMP/names"
 printf '%s\n' train-00000-of-00002.tfrecord train-00001-of-00002.tfrecord >"$TMP/names.expected"
 diff -u "$TMP/names.expected" "$TMP/names" || fail "shard names differ"
@@ -324,7 +329,7 @@ expect_rc 0 "$TOOL" verify "$IO/train-00000-of-00002.tfrecord" "$IO/train-00001-
 expect_out "train-00000-of-00002.tfrecord: OK, 2 records"
 expect_out "train-00001-of-00002.tfrecord: OK, 3 records"
 
-check "convert images: records in class then file order with every feature exact"
+check "convert images --no-shuffle: records in class then file order with every feature exact"
 expect_rc 0 "$TOOL" cat --json "$IO/train-00000-of-00002.tfrecord" "$IO/train-00001-of-00002.tfrecord"
 cp "$OUT" "$TMP/images.json"
 b64() { printf '%s' "$1" | base64 -w0; }
@@ -346,9 +351,9 @@ expect_record 4 cats 1 b.jpg 8 6
 expect_record 5 dogs 2 x.JPEG 5 9
 [ "$(wc -l <"$TMP/images.json")" -eq 5 ] || fail "expected 5 records"
 
-check "convert images with a corrupt JPEG: exit 1 naming its path, no shards left"
+check "convert images --strict with a corrupt JPEG: exit 1 naming its path, no shards left"
 printf '\xff\xd8\xff\xe0garbage, not a JPEG at all' >"$IMG/dogs/broken.jpg"
-expect_rc 1 "$TOOL" convert images "$IMG" "$TMP/imgbad" --shards 2
+expect_rc 1 "$TOOL" convert images "$IMG" "$TMP/imgbad" --shards 2 --strict
 expect_err "$IMG/dogs/broken.jpg"
 [ -z "$(ls -A "$TMP/imgbad" 2>/dev/null)" ] || fail "left files behind: $(ls -A "$TMP/imgbad")"
 
@@ -362,16 +367,123 @@ expect_rc 0 "$TOOL" convert images "$CUT" "$TMP/cutout" --shards 1
 expect_out "wrote 1 records of 1 classes"
 expect_rc 0 "$TOOL" cat --json "$TMP/cutout/train-00000-of-00001.tfrecord"
 expect_out '"image/height": {"int64List": {"value": ["48"]}}, "image/width": {"int64List": {"value": ["64"]}}'
-expect_rc 1 "$TOOL" convert images "$CUT" "$TMP/cutout2" --shards 1 --full-decode
+expect_rc 1 "$TOOL" convert images "$CUT" "$TMP/cutout2" --shards 1 --full-decode --strict
 expect_err "$CUT/only/half.jpg"
 [ -z "$(ls -A "$TMP/cutout2" 2>/dev/null)" ] || fail "left files behind"
-expect_rc 0 "$TOOL" convert images "$IMG" "$TMP/imgfull" --shards 1 --full-decode --limit 4
+# without --strict the cut file is skipped; being the only one, nothing is written: exit 1
+expect_rc 1 "$TOOL" convert images "$CUT" "$TMP/cutout3" --shards 1 --full-decode
+expect_err "$CUT: no image converted (1 file found); skipped 1 file that is not a decodable JPEG: only/half.jpg"
+[ -z "$(ls -A "$TMP/cutout3" 2>/dev/null)" ] || fail "left files behind"
+expect_rc 0 "$TOOL" convert images "$IMG" "$TMP/imgfull" --shards 1 --full-decode --limit 4 --no-shuffle
 expect_out "wrote 4 records of 3 classes"
 
 check "convert images on a missing DIR: exit 1 naming it"
 expect_rc 1 "$TOOL" convert images "$TMP/no-tree" "$TMP/imgbad2" --shards 1
 expect_err "$TMP/no-tree"
 
+
+# ---------------------------------------------------------------- issue 15: convert images like TF's ImageNet scripts
+# 3 classes x 4 JPEGs (ant=0, bee=1, cow=2), 3 shards.
+MIX="$TMP/mix"
+ci=0
+for c in ant bee cow; do
+    mkdir -p "$MIX/$c"
+    ci=$((ci + 1))
+    for k in 1 2 3 4; do make_jpeg "$MIX/$c/$k.jpg" $((k + 2)) 3 $((ci * 40 + k)); done
+done
+# labels FILE: the image/class/label values of FILE's records, in order, space-separated.
+labels() {
+    "$TOOL" cat --json "$1" | sed 's/.*"image\/class\/label": {"int64List": {"value": \["\([0-9]*\)"\].*/\1/' | tr '\n' ' '
+}
+# shard_labels DIR SPLIT N: "i: labels" for each shard, one line each.
+shard_labels() {
+    local i
+    for ((i = 0; i < $3; i++)); do
+        echo "$i: $(labels "$(printf '%s/%s-%05d-of-%05d.tfrecord' "$1" "$2" "$i" "$3")")"
+    done
+}
+check "convert images shuffles with the default seed 12345: every shard mixes classes"
+expect_rc 0 "$TOOL" convert images "$MIX" "$TMP/mix1" --shards 3
+expect_out "wrote 12 records of 3 classes to $TMP/mix1: train 12 in 3 shards (shuffled, seed 12345) in "
+shard_labels "$TMP/mix1" train 3 >"$TMP/got"
+printf '%s\n' "0: 0 1 1 2 " "1: 1 0 2 1 " "2: 2 2 0 0 " >"$TMP/want"
+diff -u "$TMP/want" "$TMP/got" || fail "shard labels differ (old code: 0 0 0 0 / 1 1 1 1 / 2 2 2 2)"
+
+check "convert images: the same seed gives byte-identical shards, another seed another order"
+expect_rc 0 "$TOOL" convert images "$MIX" "$TMP/mix2" --shards 3 --seed 12345
+for i in 0 1 2; do
+    f="$(printf 'train-%05d-of-00003.tfrecord' "$i")"
+    cmp "$TMP/mix1/$f" "$TMP/mix2/$f" || fail "$f differs between two runs with seed 12345"
+done
+expect_rc 0 "$TOOL" convert images "$MIX" "$TMP/mix3" --shards 3 --seed 7
+expect_out "(shuffled, seed 7)"
+shard_labels "$TMP/mix3" train 3 >"$TMP/got7"
+! diff -q "$TMP/got" "$TMP/got7" >/dev/null || fail "seed 7 gave the order of seed 12345"
+cat "$TMP/mix3"/train-* | cmp -s - <(cat "$TMP/mix1"/train-*) && fail "seed 7 wrote seed 12345's bytes"
+# the same 12 records either way
+sort <(tr ' ' '\n' <"$TMP/got7" | grep -v ':' | grep .) | uniq -c | tr -s ' ' >"$TMP/c7"
+printf '%s\n' " 4 0" " 4 1" " 4 2" >"$TMP/c7.want"
+diff -u "$TMP/c7.want" "$TMP/c7" || fail "seed 7: label counts differ"
+
+check "convert images --split validation names the shards validation-*"
+expect_rc 0 "$TOOL" convert images "$MIX" "$TMP/mixv" --shards 2 --split validation
+(cd "$TMP/mixv" && ls -A) >"$TMP/names"
+printf '%s\n' validation-00000-of-00002.tfrecord validation-00001-of-00002.tfrecord >"$TMP/names.expected"
+diff -u "$TMP/names.expected" "$TMP/names" || fail "--split names differ"
+expect_rc 2 "$TOOL" convert images "$MIX" "$TMP/mixw" --shards 2 --split ../up
+expect_err "--split '../up': expected a name"
+
+check "convert images --validation-fraction 0.25: train and validation, exact counts per class"
+expect_rc 0 "$TOOL" convert images "$MIX" "$TMP/mixtv" --shards 2 --validation-fraction 0.25
+expect_out "wrote 12 records of 3 classes to $TMP/mixtv: train 9 in 2 shards, validation 3 in 1 shard (shuffled, seed 12345) in "
+(cd "$TMP/mixtv" && ls -A) >"$TMP/names"
+printf '%s\n' train-00000-of-00002.tfrecord train-00001-of-00002.tfrecord validation-00000-of-00001.tfrecord >"$TMP/names.expected"
+diff -u "$TMP/names.expected" "$TMP/names" || fail "train/validation names differ"
+count_labels() { cat "$@" | tr ' ' '\n' | grep . | sort | uniq -c | tr -s ' '; }
+labels "$TMP/mixtv/train-00000-of-00002.tfrecord" >"$TMP/t0"
+labels "$TMP/mixtv/train-00001-of-00002.tfrecord" >"$TMP/t1"
+labels "$TMP/mixtv/validation-00000-of-00001.tfrecord" >"$TMP/v0"
+[ "$(count_labels "$TMP/t0" "$TMP/t1")" = "$(printf '%s\n' " 3 0" " 3 1" " 3 2")" ] || fail "train counts: $(count_labels "$TMP/t0" "$TMP/t1")"
+[ "$(count_labels "$TMP/v0")" = "$(printf '%s\n' " 1 0" " 1 1" " 1 2")" ] || fail "validation counts: $(count_labels "$TMP/v0")"
+# no file in both splits
+"$TOOL" cat --json "$TMP/mixtv"/*.tfrecord | grep -o '"image/encoded": {"bytesList": {"value": \["[^"]*' | sort | uniq -d >"$TMP/dups"
+[ ! -s "$TMP/dups" ] || fail "an image is in both splits"
+expect_rc 2 "$TOOL" convert images "$MIX" "$TMP/mixx" --shards 2 --validation-fraction 1
+expect_err "--validation-fraction '1': expected a number between 0 and 1"
+
+check "convert images --first-label 1: TensorFlow's ImageNet labels 1..N (0 = background)"
+expect_rc 0 "$TOOL" convert images "$MIX" "$TMP/mix1b" --shards 1 --no-shuffle --first-label 1
+[ "$(labels "$TMP/mix1b/train-00000-of-00001.tfrecord")" = "1 1 1 1 2 2 2 2 3 3 3 3 " ] || fail "labels: $(labels "$TMP/mix1b/train-00000-of-00001.tfrecord")"
+
+check "convert images skips and counts a text file and a truncated JPEG, exit 0"
+cp -r "$MIX" "$TMP/mixbad"
+echo "just text" >"$TMP/mixbad/bee/readme.txt"
+head -c 20 "$MIX/cow/1.jpg" >"$TMP/mixbad/cow/0-cut.jpg"
+# cut inside its tables: TurboJPEG's header reader fails mid-header, and (before the fix in
+# formats/jpeg.c) its handle then failed every later file as "0 x 0 image"
+head -c 300 "$MIX/ant/1.jpg" >"$TMP/mixbad/ant/0-tables.jpg"
+expect_rc 0 "$TOOL" convert images "$TMP/mixbad" "$TMP/mixbadout" --shards 3
+expect_out "wrote 12 records of 3 classes to $TMP/mixbadout: train 12 in 3 shards (shuffled, seed 12345) in "
+[ "$(sed -n 2p "$OUT")" = "skipped 3 files that are not decodable JPEGs: bee/readme.txt, cow/0-cut.jpg, ant/0-tables.jpg" ] || fail "summary line 2: $(sed -n 2p "$OUT")"
+expect_err "skipped $TMP/mixbad/bee/readme.txt: not a .jpg, .jpeg or .JPEG file"
+expect_err "skipped $TMP/mixbad/cow/0-cut.jpg: jpeg: bad header: 0 x 0 image"
+expect_err "skipped $TMP/mixbad/ant/0-tables.jpg: jpeg: bad header: Invalid JPEG file structure: missing SOS marker"
+[ "$(grep -c skipped "$ERR")" -eq 3 ] || fail "expected 3 skipped files on stderr"
+for seed in 1 2 3 4; do
+    expect_rc 0 "$TOOL" convert images "$TMP/mixbad" "$TMP/mixbadout$seed" --shards 1 --seed "$seed"
+    expect_out "train 12 in 1 shard (shuffled, seed $seed)"
+done
+n=0
+for f in "$TMP/mixbadout"/train-*; do n=$((n + $(labels "$f" | wc -w))); done
+[ "$n" -eq 12 ] || fail "expected 12 records, found $n"
+
+check "convert images on a folder of only bad files: exit 1, the counts, no shards"
+mkdir -p "$TMP/allbad/x"
+echo "text" >"$TMP/allbad/x/a.jpg"
+head -c 20 "$MIX/ant/1.jpg" >"$TMP/allbad/x/b.jpg"
+expect_rc 1 "$TOOL" convert images "$TMP/allbad" "$TMP/allbadout" --shards 2
+expect_err "$TMP/allbad: no image converted (2 files found); skipped 2 files that are not decodable JPEGs: x/b.jpg, x/a.jpg"
+[ -z "$(ls -A "$TMP/allbadout" 2>/dev/null)" ] || fail "left files behind: $(ls -A "$TMP/allbadout")"
 
 # ---------------------------------------------------------------- issue 11: hostile inputs
 check "a FIFO given as a file is refused at once (it used to block in open)"
