@@ -266,7 +266,7 @@ static void run_cluster(scenario *sc, worker *w, pstask *t) {
         pthread_create(&wt[i], NULL, worker_main, &w[i]);
     }
     for (int i = 0; i < NW; i++) pthread_join(wt[i], NULL);
-    if (w[0].st || w[1].st) sc->stop = 1; /* the ps tasks would wait for the chief's BYE */
+    if (w[0].st || w[1].st) __atomic_store_n(&sc->stop, 1, __ATOMIC_RELAXED); /* the ps tasks would wait for the chief's BYE */
     for (int j = 0; j < NPS; j++) pthread_join(pt[j], NULL);
 }
 
@@ -709,7 +709,7 @@ static void run_uneven(uneven *u, trainer_job *w, trainer_job *p, char **err) {
         pthread_create(&wt[i], NULL, trainer_main, &w[i]);
     }
     for (int i = 0; i < NW; i++) pthread_join(wt[i], NULL);
-    if (w[0].st || w[1].st) u->stop = 1; /* the ps tasks would wait for the chief's BYE */
+    if (w[0].st || w[1].st) __atomic_store_n(&u->stop, 1, __ATOMIC_RELAXED); /* the ps tasks would wait for the chief's BYE */
     for (int j = 0; j < NPS; j++) pthread_join(pt[j], NULL);
     fflush(stderr);
     dup2(saved, 2);
