@@ -659,6 +659,25 @@ int sl_stats_bottleneck(const sl_stats *st, sl_stats_verdict *v) {
                      "speed up the consumer (the training step) first; then a prefetch (buffer=auto) before "
                      "the consumer hides the rest of its wait; more threads for an op would not help");
         } else {
+            int ahead = -1; /* an op whose producers sit on full buffers: the wait is downstream of it */
+            for (int i = 0; i < st->n; i++)
+                if (sl_stats_blocked(st, &st->ops[i]) > 0.5 &&
+                    (ahead < 0 || sl_stats_blocked(st, &st->ops[i]) > sl_stats_blocked(st, &st->ops[ahead])))
+                    ahead = i;
+            if (ahead >= 0) {
+                const sl_op_stat *a = &st->ops[ahead];
+                snprintf(v->evidence, sizeof v->evidence,
+                         "the busiest op, '%s' (%s), is busy %.0f%% of its lanes' time (under %.0f%%), yet the "
+                         "consumer waited inside next() %.0f%% of the time (%.1f elements/s), while '%s' is "
+                         "blocked on full buffers %.0f%% of the time: the time goes to handing elements over "
+                         "one at a time between the ops above it, not to any op's work",
+                         o->label, o->op, 100 * bu, 100 * SL_STATS_SATURATED, 100 * inside, rate, a->label,
+                         100 * sl_stats_blocked(st, a));
+                snprintf(v->advice, sizeof v->advice,
+                         "fewer, larger elements between those ops: a larger interleave block, batch earlier, "
+                         "or fuse maps into one; more threads would not help");
+                return v->op;
+            }
             snprintf(v->evidence, sizeof v->evidence,
                      "the busiest op, '%s' (%s), is busy %.0f%% of its lanes' time (under %.0f%%), yet the "
                      "consumer waited inside next() %.0f%% of the time (%.1f elements/s): the pipeline is "

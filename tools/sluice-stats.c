@@ -623,13 +623,14 @@ static int run_profile(const stats_args *a, sl_dataset *ds, const char *pname) {
         sl_element_clear(&e);
         n++;
     }
+    sl_trace_info ti; /* now: writing the trace takes a while, and is not part of the run */
+    bool has_ti = a->trace && !sl_iter_trace_info(it, &ti);
     sl_stats *st = NULL;
     if (!rc && sl_iter_stats(it, &st)) rc = sl__fail(PROG);
     if (!rc && a->save && sl_stats_save(st, a->save)) rc = sl__fail(PROG);
     /* write the trace here, not at close, so that a failed write is an error, not a log line */
     if (!rc && a->trace && sl_iter_trace_end(it)) rc = sl__fail(PROG);
-    sl_trace_info ti;
-    if (!rc && a->trace && !sl_iter_trace_info(it, &ti) && ti.dropped > 0) {
+    if (!rc && a->trace && has_ti && ti.dropped > 0) {
         char nd[32], nk[32];
         group_digits(ti.dropped, nd, sizeof nd);
         group_digits(ti.recorded, nk, sizeof nk);

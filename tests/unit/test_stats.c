@@ -314,6 +314,13 @@ TEST(test_verdict_unsaturated) {
                                 "the consumer waited inside next() 80% of the time (200.0 elements/s)");
     ASSERT_CONTAINS(v.evidence, "limited by latency");
     ASSERT_CONTAINS(v.advice, "add a prefetch");
+    /* the source's producer sits on a full buffer 70% of the time: the hand-offs above it */
+    ops[2].blocked_s = 3.5;
+    ASSERT_EQ(sl_stats_bottleneck(&st, &v), SL_VERDICT_UNSATURATED);
+    ASSERT_STREQ(v.summary, "no op is saturated");
+    ASSERT_CONTAINS(v.evidence, "while 'u/source' is blocked on full buffers 70% of the time: the time goes to "
+                                "handing elements over one at a time between the ops above it");
+    ops[2].blocked_s = 0;
     /* the consumer waits 30% of the time, works 70%: it is the larger limit, and it is said */
     st.next_s = 1.5;
     ASSERT_EQ(sl_stats_bottleneck(&st, &v), SL_VERDICT_UNSATURATED);
