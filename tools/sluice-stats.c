@@ -1,7 +1,7 @@
 /* sluice-stats: look at what a configured pipeline produces and how fast.
  *
  *   sluice-stats CONFIG [--pipeline NAME] [--seconds S | --batches N] [--trace FILE]
- *                [--json] [--html FILE] [--save FILE] [--cpu-budget N] [--ram-budget BYTES]
+ *                [--trace-max N] [--json] [--html FILE] [--save FILE] [--cpu-budget N] [--ram-budget BYTES]
  *   sluice-stats --from FILE [--max-bytes N] [--json] [--html FILE]
  *   sluice-stats CONFIG [--pipeline NAME] --peek N [--json] [--values K]
  *   (all with [--set PATH=VALUE]... [--seed N] [--shards N --shard-index I])
@@ -9,7 +9,9 @@
  * The profile (the default): build the pipeline from the config file, run it alone as fast
  * as it goes for S seconds (default 5) or N elements, and print a table per op (elements/s,
  * busy, waiting on input, blocked on output, buffer use, the parallelism autotune chose)
- * and the verdict: the bottleneck op, the evidence and what to try (sluice/stats.h).
+ * and the verdict: the bottleneck op, the evidence and what to try, or "no op is saturated"
+ * when even the busiest op idles half its time (sluice/stats.h). --trace keeps the first
+ * --trace-max events (1,000,000) and warns on standard error when it dropped any.
  * --from reports on a stats file the trainer (sl_stats_write_json) wrote instead.
  *
  * --peek: print the pipeline's first N elements: per component the name, dtype, shape, the

@@ -1,7 +1,9 @@
 /* pipeline/stats.c and pipeline/trace.c: exact counters (elements, bytes, the graph's
  * parent links), busy time that excludes the input's time, the JSON round trip, the
  * bottleneck verdict on three constructed pipelines (a slow source, a slow map function, a
- * slow consumer), and a trace file that parses as trace-event JSON. */
+ * slow consumer), "no op is saturated" when the busiest op is under 50% busy, a trace that
+ * counts what it dropped (sl_iter_trace_info), and a trace file that parses as trace-event
+ * JSON. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
