@@ -643,6 +643,53 @@ int sl_stats_bottleneck(const sl_stats *st, sl_stats_verdict *v) {
         }
     }
     const sl_op_stat *o = &st->ops[best];
+    if (bu < SL_STATS_SATURATED) {
+        /* The consumer waits, yet no op's lanes are even half busy: no op's throughput is
+         * the limit. The time goes to latency (the source waiting on storage, a chain of
+         * single-threaded hand-offs with no buffer in between), not to work. */
+        v->op = SL_VERDICT_UNSATURATED;
+        snprintf(v->summary, sizeof v->summary, "no op is saturated");
+        if (inside < 0.5) {
+            snprintf(v->evidence, sizeof v->evidence,
+                     "the busiest op, '%s' (%s), is busy %.0f%% of its lanes' time (under %.0f%%); the "
+                     "consumer waited inside next() %.0f%% of the time and spent %.0f%% on its own work "
+                     "between calls (%.1f elements/s): the consumer limits the throughput more than any op",
+                     o->label, o->op, 100 * bu, 100 * SL_STATS_SATURATED, 100 * inside, 100 * (1 - inside), rate);
+            snprintf(v->advice, sizeof v->advice,
+                     "speed up the consumer (the training step) first; then a prefetch (buffer=auto) before "
+                     "the consumer hides the rest of its wait; more threads for an op would not help");
+        } else {
+            int ahead = -1; /* an op whose producers sit on full buffers: the wait is downstream of it */
+            for (int i = 0; i < st->n; i++)
+                if (sl_stats_blocked(st, &st->ops[i]) > 0.5 &&
+                    (ahead < 0 || sl_stats_blocked(st, &st->ops[i]) > sl_stats_blocked(st, &st->ops[ahead])))
+                    ahead = i;
+            if (ahead >= 0) {
+                const sl_op_stat *a = &st->ops[ahead];
+                snprintf(v->evidence, sizeof v->evidence,
+                         "the busiest op, '%s' (%s), is busy %.0f%% of its lanes' time (under %.0f%%), yet the "
+                         "consumer waited inside next() %.0f%% of the time (%.1f elements/s), while '%s' is "
+                         "blocked on full buffers %.0f%% of the time: the time goes to handing elements over "
+                         "one at a time between the ops above it, not to any op's work",
+                         o->label, o->op, 100 * bu, 100 * SL_STATS_SATURATED, 100 * inside, rate, a->label,
+                         100 * sl_stats_blocked(st, a));
+                snprintf(v->advice, sizeof v->advice,
+                         "fewer, larger elements between those ops: a larger interleave block, batch earlier, "
+                         "or fuse maps into one; more threads would not help");
+                return v->op;
+            }
+            snprintf(v->evidence, sizeof v->evidence,
+                     "the busiest op, '%s' (%s), is busy %.0f%% of its lanes' time (under %.0f%%), yet the "
+                     "consumer waited inside next() %.0f%% of the time (%.1f elements/s): the pipeline is "
+                     "limited by latency (its source waiting on storage, or one-at-a-time hand-offs "
+                     "between ops), not by any op's work",
+                     o->label, o->op, 100 * bu, 100 * SL_STATS_SATURATED, 100 * inside, rate);
+            snprintf(v->advice, sizeof v->advice,
+                     "overlap the waits: add a prefetch (buffer=auto) before the consumer, read several "
+                     "files at once (interleave parallel=auto); more threads for a busy op would not help");
+        }
+        return v->op;
+    }
     v->op = best;
     snprintf(v->summary, sizeof v->summary, "bottleneck: op '%s' (%s)", o->label, o->op);
     char par[64] = "the time";

@@ -37,6 +37,7 @@ typedef struct sl_trace {
     long long gen;        /* unique per trace: threads remember which one has their name */
     int64_t cap;
     atomic_llong n;       /* slots taken (may exceed cap: the excess was dropped) */
+    atomic_ullong full_ns; /* when the first event was dropped (its end); 0: none dropped */
     tev *ev;
     uint64_t t0;
     pthread_mutex_t mu;   /* guards names, nnames */
@@ -78,7 +79,10 @@ void sl__trace_event(sl_ictx *ctx, const char *label, const char *cat, uint64_t 
     if (!t) return;
     if (tl_registered != t->gen) register_thread(t);
     long long k = atomic_fetch_add_explicit(&t->n, 1, memory_order_relaxed);
-    if (k >= t->cap) return;
+    if (k >= t->cap) {
+        if (k == t->cap) atomic_store_explicit(&t->full_ns, t0_ns + dur_ns, memory_order_relaxed);
+        return;
+    }
     tev *e = &t->ev[k];
     e->name = label;
     e->cat = cat;
@@ -187,6 +191,28 @@ sl_status sl_iter_trace_end(sl_iter *it) {
     FILE *f = t->f;
     t->f = NULL; /* written once, here: close writes nothing more */
     return write_trace(t, f, t->path);
+}
+
+sl_status sl_iter_trace_info(const sl_iter *it, sl_trace_info *out) {
+    if (!out) return sl_err(SL_EINVAL, "sl_iter_trace_info: out is NULL");
+    memset(out, 0, sizeof *out);
+    sl_trace *t = it ? atomic_load(&it->ctx->trace) : NULL;
+    if (!t) return sl_err(SL_EINVAL, "sl_iter_trace_info: tracing is off (call sl_iter_trace first)");
+    long long n = atomic_load(&t->n);
+    uint64_t now = sl_now_ns();
+    out->max_events = t->cap;
+    out->recorded = n > t->cap ? t->cap : n;
+    out->dropped = n > t->cap ? n - t->cap : 0;
+    out->wall_s = now > t->t0 ? (double)(now - t->t0) / 1e9 : 0;
+    out->covered_s = out->wall_s;
+    uint64_t full = atomic_load_explicit(&t->full_ns, memory_order_relaxed);
+    if (out->dropped > 0) {
+        /* the thread that took the first slot past the cap may not have stored it yet */
+        if (!full) full = now;
+        out->covered_s = full > t->t0 ? (double)(full - t->t0) / 1e9 : 0;
+        if (out->covered_s > out->wall_s) out->covered_s = out->wall_s;
+    }
+    return SL_OK;
 }
 
 void sl__trace_finish(sl_ictx *ctx) {

@@ -1,7 +1,7 @@
 /* sluice-stats: look at what a configured pipeline produces and how fast.
  *
  *   sluice-stats CONFIG [--pipeline NAME] [--seconds S | --batches N] [--trace FILE]
- *                [--json] [--html FILE] [--save FILE] [--cpu-budget N] [--ram-budget BYTES]
+ *                [--trace-max N] [--json] [--html FILE] [--save FILE] [--cpu-budget N] [--ram-budget BYTES]
  *   sluice-stats --from FILE [--max-bytes N] [--json] [--html FILE]
  *   sluice-stats CONFIG [--pipeline NAME] --peek N [--json] [--values K]
  *   (all with [--set PATH=VALUE]... [--seed N] [--shards N --shard-index I])
@@ -9,7 +9,9 @@
  * The profile (the default): build the pipeline from the config file, run it alone as fast
  * as it goes for S seconds (default 5) or N elements, and print a table per op (elements/s,
  * busy, waiting on input, blocked on output, buffer use, the parallelism autotune chose)
- * and the verdict: the bottleneck op, the evidence and what to try (sluice/stats.h).
+ * and the verdict: the bottleneck op, the evidence and what to try, or "no op is saturated"
+ * when even the busiest op idles half its time (sluice/stats.h). --trace keeps the first
+ * --trace-max events (1,000,000) and warns on standard error when it dropped any.
  * --from reports on a stats file the trainer (sl_stats_write_json) wrote instead.
  *
  * --peek: print the pipeline's first N elements: per component the name, dtype, shape, the
@@ -49,6 +51,8 @@ static const char USAGE[] =
     "  --seconds S         run for S seconds (default 5; the pipeline's end stops it sooner)\n"
     "  --batches N         run for N elements of the pipeline's output instead\n"
     "  --trace FILE        write Chrome trace-event JSON of every op's activity (Perfetto)\n"
+    "  --trace-max N       events the trace keeps (default 1000000, about 40 bytes each); later\n"
+    "                      ones are dropped and counted, with a warning\n"
     "  --html FILE         write one self-contained page with the table and charts\n"
     "  --save FILE         write the stats file (what the trainer writes; read with --from)\n"
     "  --from FILE         report on a stats file instead of running a pipeline\n"
@@ -83,6 +87,7 @@ typedef struct stats_args {
     long long batches;      /* 0: run by time */
     const char *trace, *html, *save, *from;
     long long cpu_budget, ram_budget;
+    long long trace_max;  /* --trace-max: events kept; 0: 1,000,000 */
     long long max_bytes;  /* --from: the file size limit; 0: SL_STATS_MAX_BYTES */
     const char **sets;   /* --set assignments, in order */
     int nsets;
@@ -326,7 +331,7 @@ static int print_json_report(const sl_stats *st, const char *pname) {
     json_str(stdout, pname);
     printf(", \"verdict\": {\"op\": ");
     if (v.op >= 0) json_str(stdout, st->ops[v.op].label);
-    else printf(v.op == SL_VERDICT_CONSUMER ? "\"(consumer)\"" : "null");
+    else printf(v.op == SL_VERDICT_CONSUMER ? "\"(consumer)\"" : "null"); /* none, or none saturated */
     printf(", \"summary\": ");
     json_str(stdout, v.summary);
     printf(", \"evidence\": ");
@@ -392,33 +397,45 @@ static void svg_shares(FILE *f, const sl_stats *st) {
     fprintf(f, "</svg>\n");
 }
 
-/* Horizontal bars: elements per second per op. */
+/* Horizontal bars: elements per second per op, on a log axis (one decade per gridline):
+ * a batch-level op makes 1/batch as many elements as the record-level ops below it, and on a
+ * linear axis its bar would shrink to nothing. Each bar starts at the decade below the
+ * slowest op, so every op with a nonzero rate has a visible bar. */
 static void svg_throughput(FILE *f, const sl_stats *st) {
-    int rowh = 26, left = 230, width = 560, h = 40 + rowh * st->n;
-    double mx = 0;
-    for (int i = 0; i < st->n; i++) mx = fmax(mx, st->wall_s > 0 ? st->ops[i].elements / st->wall_s : 0);
-    if (mx <= 0) mx = 1;
+    int rowh = 26, left = 230, width = 560, top = 44, h = top + 18 + rowh * st->n;
+    double mx = 0, mn = 0;
+    for (int i = 0; i < st->n; i++) {
+        double r = st->wall_s > 0 ? st->ops[i].elements / st->wall_s : 0;
+        if (r > 0 && (mn <= 0 || r < mn)) mn = r;
+        mx = fmax(mx, r);
+    }
+    if (mx <= 0) mx = mn = 1;
+    double lo = floor(log10(mn)) - (log10(mn) == floor(log10(mn)) ? 1 : 0), hi = ceil(log10(mx));
+    if (hi <= lo) hi = lo + 1;
     fprintf(f, "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" font-family=\"sans-serif\" "
-               "font-size=\"12\">\n", left + width + 120, h);
-    fprintf(f, "<text x=\"0\" y=\"16\" font-weight=\"bold\">Throughput (elements/s produced by each op)</text>\n");
+               "font-size=\"12\" data-scale=\"log\">\n", left + width + 120, h);
+    fprintf(f, "<text x=\"0\" y=\"16\" font-weight=\"bold\">Throughput (elements/s produced by each op; "
+               "log scale, one gridline per factor of 10)</text>\n");
+    for (int d = (int)lo; d <= (int)hi; d++) {
+        double x = left + width * (d - lo) / (hi - lo);
+        fprintf(f, "<line x1=\"%.1f\" y1=\"%d\" x2=\"%.1f\" y2=\"%d\" stroke=\"#ccc\"/>"
+                   "<text x=\"%.1f\" y=\"%d\" text-anchor=\"middle\" fill=\"#666\">%.*f/s</text>\n",
+                x, top - 12, x, h - 4, x, top - 16, d < 0 ? -d : 0, pow(10, d));
+    }
     for (int i = 0; i < st->n; i++) {
         const sl_op_stat *o = &st->ops[i];
         double r = st->wall_s > 0 ? o->elements / st->wall_s : 0;
-        int y = 28 + rowh * i;
+        double bw = r > 0 ? width * (log10(r) - lo) / (hi - lo) : 0;
+        int y = top - 8 + rowh * i;
         fprintf(f, "<text x=\"%d\" y=\"%d\" text-anchor=\"end\">", left - 8, y + 16);
         html_str(f, o->label);
         fprintf(f, "</text><rect x=\"%d\" y=\"%d\" width=\"%.1f\" height=\"%d\" fill=\"%s\"/>"
                    "<text x=\"%.1f\" y=\"%d\" fill=\"#333\">%.1f/s</text>\n",
-                left, y + 3, fmax(1, width * r / mx), rowh - 8, COLORS[i % 10], left + fmax(1, width * r / mx) + 6,
-                y + 16, r);
+                left, y + 3, fmax(1, bw), rowh - 8, COLORS[i % 10], left + fmax(1, bw) + 6, y + 16, r);
     }
     fprintf(f, "</svg>\n");
 }
 
-/* Lines over time. choices: the parallelism of parallel ops (solid) and the capacity of
- * tuned buffers (dashed), as the tuner chose them. Otherwise: how full each buffer was
- * (mean elements held / capacity), so a 10,000-element shuffle and a 2-batch prefetch share
- * one axis. */
 static bool plotted(const sl_op_stat *o, bool choices, bool *dashed) {
     *dashed = false;
     if (o->nhist == 0) return false;
@@ -568,6 +585,18 @@ static int report(const stats_args *a, const sl_stats *st, const char *pname) {
     return rc;
 }
 
+/* 2612345 -> "2,612,345" */
+static void group_digits(int64_t v, char *out, size_t cap) {
+    char d[32];
+    int n = snprintf(d, sizeof d, "%lld", (long long)v);
+    size_t j = 0;
+    for (int i = 0; i < n && j + 2 < cap; i++) {
+        if (i > 0 && d[i - 1] != '-' && (n - i) % 3 == 0) out[j++] = ',';
+        out[j++] = d[i];
+        }
+    out[j] = 0;
+}
+
 static int run_profile(const stats_args *a, sl_dataset *ds, const char *pname) {
     sl_iter_opts io = sl_iter_opts_default();
     io.seed = (uint64_t)a->seed;
@@ -575,7 +604,7 @@ static int run_profile(const stats_args *a, sl_dataset *ds, const char *pname) {
     io.ram_budget = a->ram_budget;
     sl_iter *it;
     if (sl_iter_create(ds, &io, &it)) return sl__failf(PROG, "pipeline '%s'", pname);
-    if (a->trace && sl_iter_trace(it, a->trace, 0)) {
+    if (a->trace && sl_iter_trace(it, a->trace, a->trace_max > 0 ? a->trace_max : 1000000)) {
         sl_iter_close(it);
         return sl__fail(PROG);
     }
@@ -596,11 +625,21 @@ static int run_profile(const stats_args *a, sl_dataset *ds, const char *pname) {
         sl_element_clear(&e);
         n++;
     }
+    sl_trace_info ti; /* now: writing the trace takes a while, and is not part of the run */
+    bool has_ti = a->trace && !sl_iter_trace_info(it, &ti);
     sl_stats *st = NULL;
     if (!rc && sl_iter_stats(it, &st)) rc = sl__fail(PROG);
     if (!rc && a->save && sl_stats_save(st, a->save)) rc = sl__fail(PROG);
     /* write the trace here, not at close, so that a failed write is an error, not a log line */
     if (!rc && a->trace && sl_iter_trace_end(it)) rc = sl__fail(PROG);
+    if (!rc && a->trace && has_ti && ti.dropped > 0) {
+        char nd[32], nk[32];
+        group_digits(ti.dropped, nd, sizeof nd);
+        group_digits(ti.recorded, nk, sizeof nk);
+        int dig = ti.wall_s < 0.1 ? 3 : 1; /* a short run still shows how much the trace covers */
+        fprintf(stderr, "%s: trace: %s events dropped after the first %s (the trace covers %.*f s of %.*f s); "
+                        "raise --trace-max\n", PROG, nd, nk, dig, ti.covered_s, dig, ti.wall_s);
+    }
     sl_iter_close(it);
     if (!rc) rc = report(a, st, pname);
     sl_stats_free(st);
@@ -648,6 +687,7 @@ int main(int argc, char **argv) {
         {"seconds", 0, SL__OPT_STR, &a.seconds_s, 0, 0},
         {"batches", 0, SL__OPT_INT, &a.batches, 1, INT64_MAX},
         {"trace", 0, SL__OPT_STR, &a.trace, 0, 0},
+        {"trace-max", 0, SL__OPT_INT, &a.trace_max, 1, 1000000000},
         {"html", 0, SL__OPT_STR, &a.html, 0, 0},
         {"save", 0, SL__OPT_STR, &a.save, 0, 0},
         {"from", 0, SL__OPT_STR, &a.from, 0, 0},
@@ -703,9 +743,13 @@ int main(int argc, char **argv) {
     }
     a.config = argv[1];
     int mode = a.peek >= 0 ? 0 : 1;
-    if (mode == 0 && (a.trace || a.html || a.save || a.seconds_s || a.batches)) {
+    if (mode == 0 && (a.trace || a.trace_max || a.html || a.save || a.seconds_s || a.batches)) {
         rc = sl__usage_error(PROG, "--peek prints elements: --seconds, --batches, --trace, --html and --save "
                                    "belong to the profile (leave out --peek)");
+        goto done;
+    }
+    if (a.trace_max && !a.trace) {
+        rc = sl__usage_error(PROG, "--trace-max limits the --trace file: give --trace FILE too");
         goto done;
     }
     if (a.shard_index >= a.shards) {

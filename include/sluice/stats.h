@@ -137,18 +137,28 @@ typedef struct sl_stats_verdict {
 
 #define SL_VERDICT_CONSUMER (-1)
 #define SL_VERDICT_NONE (-2)
+#define SL_VERDICT_UNSATURATED (-3)
+
+/* The busy share (sl_stats_busy) below which an op is not called the bottleneck: 0.5. */
+#define SL_STATS_SATURATED 0.5
 
 /* Decide the bottleneck. The consumer is the bottleneck when it spent less than 15% of
  * the wall time inside sl_iter_next (input was ready when it asked). Otherwise it is the op
  * with the highest busy share of its lanes (sl_stats_busy), ties going to the op nearer
- * the source. Returns v->op. */
+ * the source, when that share is at least SL_STATS_SATURATED. When even the busiest op is
+ * under it, no op's work limits the throughput (it is latency: the source waiting on
+ * storage, unbuffered hand-offs): v->op is SL_VERDICT_UNSATURATED, v->summary exactly
+ * "no op is saturated", and the evidence names the busiest op and its share and what the
+ * numbers support: with the consumer inside next() under half the time, that the consumer
+ * limits the throughput more than any op; otherwise that latency does. Returns v->op. */
 int sl_stats_bottleneck(const sl_stats *st, sl_stats_verdict *v);
 
 /* ---- traces ---- */
 
 /* Start recording trace events for the whole pipeline of `it` (call on the root iterator),
  * at most max_events of them (<= 0: 1,000,000; about 40 bytes each); later events are
- * dropped and counted. With path non-NULL the file is opened (created or truncated) now,
+ * dropped and counted (sl_iter_trace_info tells how many, and how much of the run the trace
+ * covers). With path non-NULL the file is opened (created or truncated) now,
  * through sl_file_fopen_write (a FIFO, socket, device or directory is refused at once with
  * SL_EINVAL; an unwritable path fails with SL_EIO or SL_ENOTFOUND), and the trace is
  * written there by sl_iter_trace_end or, failing that, when the iterator is closed (where a
@@ -165,6 +175,23 @@ sl_status sl_iter_trace_end(sl_iter *it);
 /* Write the events recorded so far to path (tracing goes on); path is opened as by
  * sl_iter_trace. SL_EINVAL when tracing is off; SL_EIO naming the path. */
 sl_status sl_iter_trace_write(sl_iter *it, const char *path);
+
+/* How much of the run the trace holds. A trace that filled its buffer keeps the first
+ * max_events events, so it covers only the start of the run: tools should say so (sluice-stats
+ * prints "sluice-stats: trace: N events dropped after the first M (the trace covers A s of
+ * B s); raise --trace-max"), and the file notes the count as otherData.dropped_events. */
+typedef struct sl_trace_info {
+    int64_t max_events;  /* the buffer's capacity */
+    int64_t recorded;    /* events kept (at most max_events) */
+    int64_t dropped;     /* events past max_events, not recorded */
+    double covered_s;    /* seconds since the iterator was created up to the end of the event
+                          * that first did not fit (wall_s when none was dropped) */
+    double wall_s;       /* seconds since the iterator was created, now */
+} sl_trace_info;
+
+/* The counts of the trace on it's pipeline into *out (zeroed first). SL_EINVAL when tracing
+ * is off (or out is NULL). Safe while the pipeline runs; call it before sl_iter_close. */
+sl_status sl_iter_trace_info(const sl_iter *it, sl_trace_info *out);
 
 #ifdef __cplusplus
 }

@@ -31,7 +31,7 @@ if run table 0 "$BIN/sluice-stats" "$T/f.sl" --seconds 1; then
     if grep -Eq '^op +kind +elements/s +busy +wait in +blocked +buffer use +parallel$' "$T/table.out" &&
         grep -Eq '^train/prefetch +prefetch +[0-9.]+ +[0-9]+% ' "$T/table.out" &&
         grep -Eq '^ +train/batch +map_batch +[0-9.]+ .* [0-9]+ auto$' "$T/table.out" &&
-        grep -Eq "^verdict: (bottleneck: op '[^']+' \([a-z_]+\)|the pipeline is not the bottleneck)" "$T/table.out" &&
+        grep -Eq "^verdict: (bottleneck: op '[^']+' \([a-z_]+\)|the pipeline is not the bottleneck|no op is saturated$)" "$T/table.out" &&
         grep -q '^  try: ' "$T/table.out" && grep -q "^pipeline 'train': [0-9]* elements in " "$T/table.out"; then
         ok "table: header, one row per op (map_batch with its auto parallelism), verdict and advice"
     else
@@ -57,7 +57,7 @@ mb = st["ops"][labels.index("train/batch")]
 assert mb["op"] == "map_batch" and mb["tuned"] is True and 1 <= mb["parallelism"] <= mb["threads"], mb
 assert mb["bytes"] == mb["elements"] * 32 * (784 * 4 + 8), mb
 v = d["verdict"]
-assert v["op"] in labels or v["op"] == "(consumer)", v
+assert v["op"] in labels or v["op"] == "(consumer)" or (v["op"] is None and v["summary"] == "no op is saturated"), v
 assert v["summary"] and v["advice"], v
 EOF
         ok "--json: parses; 40 elements at the root; map_batch bytes exact; the verdict names an op"
@@ -106,6 +106,63 @@ EOF
     fi
 fi
 
+# 3b. (issue 15) a trace that fills its buffer says so on the console, with the exact count:
+# range's one op makes one event per element, so 2000 elements with --trace-max 500 drop 1,500
+cat >"$T/r.sl" <<'EOF'
+pipeline train {
+    range 0 100000000
+}
+EOF
+if run trace_max 0 "$BIN/sluice-stats" "$T/r.sl" --batches 2000 --trace "$T/tmax.json" --trace-max 500; then
+    if grep -Eqx "sluice-stats: trace: 1,500 events dropped after the first 500 \(the trace covers [0-9.]+ s of [0-9.]+ s\); raise --trace-max" "$T/trace_max.err" &&
+        "$PY" -c 'import json,sys; d=json.load(open(sys.argv[1])); assert d["otherData"]["dropped_events"] == 1500; assert sum(e["ph"] == "X" for e in d["traceEvents"]) == 500' "$T/tmax.json"; then
+        ok "--trace-max 500: 500 events kept, the warning names the 1,500 dropped"
+    else
+        fail "--trace-max warning"
+        cat "$T/trace_max.err"
+    fi
+fi
+if run trace_nomax 0 "$BIN/sluice-stats" "$T/r.sl" --batches 2000 --trace "$T/tnomax.json" && ! grep -q "dropped" "$T/trace_nomax.err"; then
+    ok "--trace under the default 1,000,000: no warning"
+else
+    fail "--trace without drops warned"
+fi
+
+# 3c. (issue 15) the throughput chart is on a log axis: a batch op at 100/s next to a map at
+# 3200/s gets a bar of a third of the width (186.7 px of 560; on the old linear axis, 17.5)
+cat >"$T/h.json" <<'EOF'
+{"format": "sluice-stats", "version": 1, "wall_s": 10, "next_s": 9, "elements": 1000, "cpu_budget": 2,
+ "ops": [{"label": "t/batch", "op": "batch", "parent": -1, "elements": 1000, "busy_s": 1},
+         {"label": "t/map", "op": "map", "parent": 0, "elements": 32000, "busy_s": 9}]}
+EOF
+if run html_log 0 "$BIN/sluice-stats" --from "$T/h.json" --html "$T/h.html" &&
+    grep -q 'font-size="12" data-scale="log">' "$T/h.html" &&
+    grep -q 'log scale, one gridline per factor of 10' "$T/h.html" &&
+    grep -q '>t/batch</text><rect x="230" y="39" width="186.7" height="18"' "$T/h.html" &&
+    grep -q '>t/map</text><rect x="230" y="65" width="467.6" height="18"' "$T/h.html" &&
+    grep -q 'fill="#666">100/s</text>' "$T/h.html"; then
+    ok "--html: throughput on a log axis, the batch-level bar visible"
+else
+    fail "--html log axis"
+    grep -A8 'data-scale' "$T/h.html"
+fi
+
+# 3d. (issue 15) no op saturated: the busiest op 21% busy while the consumer waits is not
+# called "the bottleneck" (--from a file: the shares are exact)
+cat >"$T/u.json" <<'EOF'
+{"format": "sluice-stats", "version": 1, "wall_s": 5, "next_s": 4, "elements": 1000, "cpu_budget": 4,
+ "ops": [{"label": "u/prefetch", "op": "prefetch", "parent": -1, "elements": 1000, "busy_s": 0.25},
+         {"label": "u/map", "op": "map", "parent": 0, "elements": 1000, "busy_s": 4.2, "parallelism": 4},
+         {"label": "u/source", "op": "tfrecord", "parent": 1, "elements": 1000, "busy_s": 0.5}]}
+EOF
+if run unsat 0 "$BIN/sluice-stats" --from "$T/u.json" && grep -qx "verdict: no op is saturated" "$T/unsat.out" &&
+    grep -q "the busiest op, 'u/map' (map), is busy 21% of its lanes' time (under 50%)" "$T/unsat.out"; then
+    ok "--from: busiest op 21% busy: 'no op is saturated'"
+else
+    fail "unsaturated verdict"
+    cat "$T/unsat.out"
+fi
+
 # 4. usage and file errors
 check() {
     local name=$1 want=$2 pat=$3 desc=$4
@@ -121,6 +178,8 @@ check both 2 "exclude each other" "--seconds with --batches: exit 2" \
     "$BIN/sluice-stats" "$T/f.sl" --seconds 1 --batches 3
 check from_cfg 2 "no CONFIG" "--from with a CONFIG: exit 2" "$BIN/sluice-stats" "$T/f.sl" --from "$T/saved.json"
 check peek_html 2 "belong to the profile" "--peek with --html: exit 2" "$BIN/sluice-stats" "$T/f.sl" --peek 1 --html x
+check trace_max_alone 2 "give --trace FILE too" "--trace-max without --trace: exit 2" \
+    "$BIN/sluice-stats" "$T/r.sl" --trace-max 5
 check from_missing 1 "stats file '$T/nope.json': no such file" "--from a missing file: exit 1" "$BIN/sluice-stats" --from "$T/nope.json"
 echo '{"hello": 1}' >"$T/other.json"
 check from_other 1 "not a sluice-stats file" "--from a JSON file of another kind: exit 1" \

@@ -1,7 +1,9 @@
 /* pipeline/stats.c and pipeline/trace.c: exact counters (elements, bytes, the graph's
  * parent links), busy time that excludes the input's time, the JSON round trip, the
  * bottleneck verdict on three constructed pipelines (a slow source, a slow map function, a
- * slow consumer), and a trace file that parses as trace-event JSON. */
+ * slow consumer), "no op is saturated" when the busiest op is under 50% busy, a trace that
+ * counts what it dropped (sl_iter_trace_info), and a trace file that parses as trace-event
+ * JSON. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -287,6 +289,94 @@ TEST(test_verdict_none) {
     sl_stats st = {0};
     sl_stats_verdict v;
     ASSERT_EQ(sl_stats_bottleneck(&st, &v), SL_VERDICT_NONE);
+}
+
+/* Busiest op ~21% busy while the consumer waits 80% of the time: nothing is saturated, and
+ * the verdict says so instead of naming the 21% op "the bottleneck". Built by hand so the
+ * shares are exact on a loaded machine. At 60% the same graph names the op, as before. */
+TEST(test_verdict_unsaturated) {
+    sl_op_stat ops[3] = {{0}};
+    const char *labels[3] = {"u/prefetch", "u/map", "u/source"}, *kinds[3] = {"prefetch", "map", "tfrecord"};
+    for (int i = 0; i < 3; i++) {
+        ops[i].id = i;
+        ops[i].parent = i - 1;
+        snprintf(ops[i].label, sizeof ops[i].label, "%s", labels[i]);
+        snprintf(ops[i].op, sizeof ops[i].op, "%s", kinds[i]);
+        ops[i].elements = 1000;
+    }
+    ops[0].busy_s = 0.25;       /* 5% of 5 s */
+    ops[1].parallelism = 4;
+    ops[1].busy_s = 4.2;        /* 21% of 4 lanes x 5 s */
+    ops[2].busy_s = 0.5;        /* 10% */
+    sl_stats st = {.wall_s = 5, .next_s = 4, .elements = 1000, .cpu_budget = 4, .n = 3, .ops = ops};
+    sl_stats_verdict v;
+    ASSERT_EQ(sl_stats_bottleneck(&st, &v), SL_VERDICT_UNSATURATED);
+    ASSERT_STREQ(v.summary, "no op is saturated");
+    ASSERT_CONTAINS(v.evidence, "the busiest op, 'u/map' (map), is busy 21% of its lanes' time (under 50%), yet "
+                                "the consumer waited inside next() 80% of the time (200.0 elements/s)");
+    ASSERT_CONTAINS(v.evidence, "limited by latency");
+    ASSERT_CONTAINS(v.advice, "add a prefetch");
+    /* the source's producer sits on a full buffer 70% of the time: the hand-offs above it */
+    ops[2].blocked_s = 3.5;
+    ASSERT_EQ(sl_stats_bottleneck(&st, &v), SL_VERDICT_UNSATURATED);
+    ASSERT_STREQ(v.summary, "no op is saturated");
+    ASSERT_CONTAINS(v.evidence, "while 'u/source' is blocked on full buffers 70% of the time: the time goes to "
+                                "handing elements over one at a time between the ops above it");
+    ops[2].blocked_s = 0;
+    /* the consumer waits 30% of the time, works 70%: it is the larger limit, and it is said */
+    st.next_s = 1.5;
+    ASSERT_EQ(sl_stats_bottleneck(&st, &v), SL_VERDICT_UNSATURATED);
+    ASSERT_STREQ(v.summary, "no op is saturated");
+    ASSERT_CONTAINS(v.evidence, "the consumer waited inside next() 30% of the time and spent 70% on its own "
+                                "work between calls (200.0 elements/s): the consumer limits the throughput "
+                                "more than any op");
+    st.next_s = 4;
+    /* just saturated: the op is named, with the old wording */
+    ops[1].busy_s = 12.0;       /* 60% */
+    ASSERT_EQ(sl_stats_bottleneck(&st, &v), 1);
+    ASSERT_STREQ(v.summary, "bottleneck: op 'u/map' (map)");
+    ASSERT_CONTAINS(v.evidence, "busy 60% of its 4 threads' time");
+    /* at the threshold exactly: saturated */
+    ops[1].busy_s = 10.0;
+    ASSERT_EQ(sl_stats_bottleneck(&st, &v), 1);
+    /* the consumer not waiting still wins over both */
+    ops[1].busy_s = 4.2;
+    st.next_s = 0.5;
+    ASSERT_EQ(sl_stats_bottleneck(&st, &v), SL_VERDICT_CONSUMER);
+}
+
+/* A trace that fills its buffer: the exact number kept and dropped, and the time covered. */
+TEST(test_trace_info_dropped) {
+    sl_dataset *r;
+    ASSERT_OK(sl_ds_range(0, 100, 1, &r));
+    sl_iter *it;
+    ASSERT_OK(sl_iter_create(r, NULL, &it));
+    sl_trace_info ti;
+    ASSERT_EQ(sl_iter_trace_info(it, &ti), SL_EINVAL); /* tracing off */
+    ASSERT_OK(sl_iter_trace(it, NULL, 10));
+    sl_element e;
+    sl_element_init(&e);
+    for (int i = 0; i < 4; i++) {
+        ASSERT_OK(sl_iter_next(it, &e));
+        sl_element_clear(&e);
+    }
+    ASSERT_OK(sl_iter_trace_info(it, &ti));
+    ASSERT_EQ(ti.max_events, 10);
+    ASSERT_EQ(ti.recorded, 4);
+    ASSERT_EQ(ti.dropped, 0);
+    ASSERT(ti.covered_s == ti.wall_s);
+    for (int i = 0; i < 26; i++) {
+        ASSERT_OK(sl_iter_next(it, &e));
+        sl_element_clear(&e);
+    }
+    sleep_us(20000);
+    ASSERT_OK(sl_iter_trace_info(it, &ti));
+    ASSERT_EQ(ti.recorded, 10);
+    ASSERT_EQ(ti.dropped, 20); /* one event per next() of the one op: 30 - 10 */
+    ASSERT(ti.covered_s > 0);
+    ASSERT(ti.covered_s + 0.015 < ti.wall_s); /* the trace ends before the run does */
+    sl_iter_close(it);
+    sl_dataset_unref(r);
 }
 
 /* The trace: written at close, parsed by Python's json module, every event checked. */
@@ -592,6 +682,8 @@ int main(void) {
     RUN(test_verdict_slow_map);
     RUN(test_verdict_slow_consumer);
     RUN(test_verdict_none);
+    RUN(test_verdict_unsaturated);
+    RUN(test_trace_info_dropped);
     RUN(test_trace_json);
     RUN(test_load_refuses_files);
     RUN(test_load_hostile_json);
