@@ -766,8 +766,38 @@ TEST(test_max_pixels) {
     sl_jpeg_decoder_free(d);
 }
 
+/* A damaged header (a JPEG cut inside its tables) must not leave the decoder stuck: the next
+ * sound JPEG on the same decoder reads and decodes (TurboJPEG's handle kept its half-read
+ * header state, so the next file failed as a '0 x 0 image'; decode_jpeg under
+ * ignore_errors and convert images reuse one decoder across records). */
+TEST(test_decoder_usable_after_damaged_header) {
+    sl_jpeg_decoder *d;
+    ASSERT_OK(sl_jpeg_decoder_new(&d));
+    img a = encode_img(64, 48, 3, TJSAMP_420, 90, 7);
+    sl_jpeg_info in;
+    uint8_t *px = malloc(64 * 48 * 3);
+    ASSERT(px);
+    int bad = 0;
+    for (size_t cut = 4; cut < a.len && cut < 400; cut += 7) {
+        if (sl_jpeg_header(d, a.data, cut, &in) == SL_OK) continue;
+        bad++;
+        ASSERT_OK(sl_jpeg_header(d, a.data, a.len, &in));
+        ASSERT_EQ(in.width, 64);
+        ASSERT_EQ(in.height, 48);
+        int ow = 0, oh = 0;
+        ASSERT_OK(sl_jpeg_decode(d, a.data, a.len, 3, 8, px, 64 * 48 * 3, &ow, &oh));
+        ASSERT_EQ(ow, 64);
+        ASSERT_EQ(oh, 48);
+    }
+    ASSERT(bad > 10);
+    free(px);
+    free(a.data);
+    sl_jpeg_decoder_free(d);
+}
+
 int main(void) {
     RUN(test_header_encoded);
+    RUN(test_decoder_usable_after_damaged_header);
     RUN(test_header_tfrecord_images);
     RUN(test_decode_matches_djpeg);
     RUN(test_crop_equals_full_decode_cropped);
