@@ -38,12 +38,12 @@ EPOCHS=${SLUICE_PS_EPOCHS:-15}
 RECORDS=60000
 BAR=0.875
 if [ -n "${SLUICE_SANITIZE:-}" ]; then
-    # under a sanitizer (3-10x slower) the same paths run for 4 epochs over a third of the
-    # data (what this build checks is memory and thread safety, not accuracy: it took 9
-    # minutes over all 60,000), with a lower accuracy bar
-    EPOCHS=${SLUICE_PS_EPOCHS:-4}
+    # under a sanitizer (3-10x slower) the same paths run for 2 epochs over a third of the
+    # data (what this build checks is memory and thread safety, not accuracy: 4 epochs over
+    # all 60,000 took 9 minutes), with a lower accuracy bar; the kills still come mid-run
+    EPOCHS=${SLUICE_PS_EPOCHS:-2}
     RECORDS=20000
-    BAR=0.80
+    BAR=0.78
 fi
 HALF=$((EPOCHS / 2))
 # per worker: 4 of the 8 shards (RECORDS/2 records), batch 128/2, drop_remainder
