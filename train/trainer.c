@@ -572,6 +572,13 @@ static sl_status run_eval(sl_trainer *t, int64_t step, double *acc_out) {
     t->sum.eval_accuracy = acc;
     t->sum.eval_loss = loss;
     *acc_out = acc;
+    /* one console line per evaluation (steps mode included), as Keras prints val_ metrics */
+    FILE *f = console(t);
+    if (f) {
+        progress_clear(t);
+        fprintf(f, "eval  step %" PRId64 "  loss %.4f  accuracy %.4f\n", step, loss, acc);
+        fflush(f);
+    }
     if ((s = scalar(t, "eval/accuracy", step, acc)) || (s = scalar(t, "eval/loss", step, loss))) return s;
     return SL_OK;
 }

@@ -603,6 +603,47 @@ TEST(test_config_strategy_ps) {
     }
 }
 
+/* Issue 15: every evaluation gets one console line, steps mode included (it used to reach
+ * TensorBoard only); the final evaluation at the last step is not repeated. */
+static void test_eval_console_lines(void) {
+    sl_cfg *cfg;
+    ASSERT_OK(parse_with("    model tiny\n    data train\n    eval test steps=20\n    steps 60\n"
+                         "    backend cpu\n    seed 3\n",
+                         &cfg));
+    char dir[400], con_path[400];
+    snprintf(dir, sizeof dir, "%s/evalcon", tmpdir);
+    snprintf(con_path, sizeof con_path, "%s/evalcon.txt", tmpdir);
+    rm_rf(dir);
+    FILE *con = fopen(con_path, "w+");
+    ASSERT(con != NULL);
+    sl_train_opts o = sl_train_opts_default();
+    o.run_dir = dir;
+    o.console = con;
+    sl_trainer *t;
+    ASSERT_OK(sl_trainer_create(cfg, &o, &t));
+    ASSERT_OK(sl_trainer_run(t));
+    sl_trainer_free(t);
+    sl_cfg_free(cfg);
+    fflush(con);
+    rewind(con);
+    char line[512];
+    int n = 0;
+    int64_t steps[8];
+    while (fgets(line, sizeof line, con)) {
+        long long st;
+        double l, a;
+        if (sscanf(line, "eval  step %lld  loss %lf  accuracy %lf", &st, &l, &a) == 3) {
+            if (n < 8) steps[n] = st;
+            n++;
+        }
+    }
+    fclose(con);
+    ASSERT_EQ(n, 3);
+    ASSERT_EQ(steps[0], 20);
+    ASSERT_EQ(steps[1], 40);
+    ASSERT_EQ(steps[2], 60);
+}
+
 int main(void) {
     snprintf(tmpdir, sizeof tmpdir, "/tmp/sluice-test-trainer.%d", (int)getpid());
     mkdir(tmpdir, 0777);
@@ -619,6 +660,7 @@ int main(void) {
     RUN(test_lockstep_peer_runs_out);
     RUN(test_lockstep_peer_empty);
     RUN(test_config_strategy_ps);
+    RUN(test_eval_console_lines);
     rm_rf(tmpdir);
     TEST_MAIN_END();
 }
