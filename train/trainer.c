@@ -565,15 +565,16 @@ typedef struct {
     double t0, t1;         /* the epoch's training began / ended (t1 before its evaluation) */
 } epoch_acc;
 
-static sl_status run_eval(sl_trainer *t, int64_t step, double *acc_out) {
+/* line: print an "eval  step N ..." console line; the epoch-end evaluation is printed on
+ * the epoch line instead ("eval accuracy"), so every evaluation shows once on the console. */
+static sl_status run_eval(sl_trainer *t, int64_t step, bool line, double *acc_out) {
     double loss, acc;
     sl_status s = sl_trainer_evaluate(t, &loss, &acc);
     if (s) return s;
     t->sum.eval_accuracy = acc;
     t->sum.eval_loss = loss;
     *acc_out = acc;
-    /* one console line per evaluation (steps mode included), as Keras prints val_ metrics */
-    FILE *f = console(t);
+    FILE *f = line ? console(t) : NULL;
     if (f) {
         progress_clear(t);
         fprintf(f, "eval  step %" PRId64 "  loss %.4f  accuracy %.4f\n", step, loss, acc);
@@ -759,7 +760,7 @@ static sl_status train_loop(sl_trainer *t, int64_t step, int64_t epoch, int64_t 
                      a.examples);
             if (chief(t) && every_steps(&t->c.ckpt_every, step) && (s = save(t, step, epoch, b))) goto out;
             if (chief(t) && t->eval_ds && every_steps(&t->c.eval_every, step)) {
-                if ((s = run_eval(t, step, &eval_acc))) goto out;
+                if ((s = run_eval(t, step, true, &eval_acc))) goto out;
                 last_eval = eval_acc;
                 last_eval_step = step;
                 /* evaluation used the staging slots: stage the next batch again */
@@ -793,7 +794,7 @@ static sl_status train_loop(sl_trainer *t, int64_t step, int64_t epoch, int64_t 
         }
         done = t->c.steps > 0 ? step >= t->c.steps : epoch >= t->c.epochs;
         if (chief(t) && t->eval_ds && full && every_epochs(&t->c.eval_every, epoch) && last_eval_step != step) {
-            if ((s = run_eval(t, step, &eval_acc))) goto out;
+            if ((s = run_eval(t, step, false, &eval_acc))) goto out;
             last_eval = eval_acc;
             last_eval_step = step;
         }
@@ -818,7 +819,7 @@ static sl_status train_loop(sl_trainer *t, int64_t step, int64_t epoch, int64_t 
     }
     if (chief(t) && t->eval_ds) {
         if (last_eval_step != step) {
-            if ((s = run_eval(t, step, &last_eval))) goto out;
+            if ((s = run_eval(t, step, true, &last_eval))) goto out;
         }
         t->sum.eval_accuracy = last_eval;
     }
