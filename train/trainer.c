@@ -609,11 +609,29 @@ static sl_status end_epoch(sl_trainer *t, int64_t epoch, int64_t step, const epo
         fflush(f);
     }
     sl_status s;
+    if (t->c.log_every > 0) return t->events ? sl_tfev_flush(t->events) : SL_OK; /* log_window writes them */
     if ((s = scalar(t, "train/loss", step, loss)) || (s = scalar(t, "train/accuracy", step, acc)) ||
         (s = scalar(t, "train/learning_rate", step, lr)) || (s = scalar(t, "train/examples_per_sec", step, eps)) ||
         (s = scalar(t, "train/input_wait_fraction", step, wait)))
         return s;
     if (t->events && (s = sl_tfev_flush(t->events))) return s;
+    return SL_OK;
+}
+
+/* `log every=N`: the train scalars averaged over the last N steps (w), then w restarts. */
+static sl_status log_window(sl_trainer *t, int64_t step, epoch_acc *w, float lr) {
+    double secs = now_s() - w->t0;
+    double busy = w->wait + w->compute + w->exchange;
+    double loss = w->examples ? w->loss_sum / (double)w->examples : 0;
+    double acc = w->examples ? (double)w->correct / (double)w->examples : 0;
+    double eps = secs > 0 ? (double)w->examples * t->hooks.world_size / secs : 0;
+    double wait = busy > 0 ? w->wait / busy : 0;
+    *w = (epoch_acc){.t0 = now_s()};
+    sl_status s;
+    if ((s = scalar(t, "train/loss", step, loss)) || (s = scalar(t, "train/accuracy", step, acc)) ||
+        (s = scalar(t, "train/learning_rate", step, lr)) || (s = scalar(t, "train/examples_per_sec", step, eps)) ||
+        (s = scalar(t, "train/input_wait_fraction", step, wait)))
+        return s;
     return SL_OK;
 }
 
@@ -655,6 +673,7 @@ static sl_status train_loop(sl_trainer *t, int64_t step, int64_t epoch, int64_t 
     double run_t0 = now_s(), busy_wait = 0, busy_all = 0;
     int64_t run_examples = 0, last_eval_step = -1;
     double last_eval = -1;
+    epoch_acc win = {.t0 = now_s()}; /* `log every=N`: the steps since the last train scalars */
     int64_t pos_batch = skip; /* the data position after the last step: batch pos_batch of epoch */
     bool done = t->c.steps > 0 ? step >= t->c.steps : epoch >= t->c.epochs;
     t->sum.epochs_done = epoch;
@@ -756,6 +775,14 @@ static sl_status train_loop(sl_trainer *t, int64_t step, int64_t epoch, int64_t 
             b++;
             step++;
             a.batches = b;
+            win.wait += tw;
+            win.compute += (t2 - t1 - tw) + (t4 - t3);
+            win.exchange += t3 - t2;
+            win.loss_sum += r.loss * (double)r.examples;
+            win.correct += r.correct;
+            win.examples += r.examples;
+            if (chief(t) && t->c.log_every > 0 && step % t->c.log_every == 0 && (s = log_window(t, step, &win, lr)))
+                goto out;
             progress(t, &last_draw, epoch, b, a.examples ? a.loss_sum / (double)a.examples : 0, a.correct,
                      a.examples);
             if (chief(t) && every_steps(&t->c.ckpt_every, step) && (s = save(t, step, epoch, b))) goto out;
