@@ -31,6 +31,7 @@ static const stmt_def DEFS[] = {
     {"backend", "backend auto|cpu|cuda", {NULL}},
     {"threads", "threads N            (CPU backend threads, 0: all cores)", {NULL}},
     {"seed", "seed N", {NULL}},
+    {"log", "log every=N          (TensorBoard train scalars every N steps; default: once per epoch)", {"every", NULL}},
     {"strategy", "strategy none | ring | ps [mode=async|sync] [staleness=K]", {"mode", "staleness", NULL}},
 };
 #define NDEFS ((int)(sizeof DEFS / sizeof DEFS[0]))
@@ -369,12 +370,12 @@ sl_status sl_train_config_parse(const sl_cfg *cfg, sl_train_config *out) {
             const char *sug = sl_suggest(s->name, names, NDEFS);
             if (sug) sl_err_hint("did you mean '%s'?", sug);
             else sl_err_hint("the train statements are model, data, eval, epochs, steps, optimizer, schedule, "
-                             "checkpoint, run_dir, backend, threads, seed, strategy");
+                             "checkpoint, log, run_dir, backend, threads, seed, strategy");
             return SL_EINVAL;
         }
         const char *nm = s->name;
         int maxpos = 1, minpos = 1;
-        if (strcmp(nm, "checkpoint") == 0) minpos = 0;
+        if (strcmp(nm, "checkpoint") == 0 || strcmp(nm, "log") == 0) minpos = 0;
         if (check_stmt(cfg, s, d, minpos, maxpos)) return sl_errcode();
         const sl_cfg_value *p0 = sl_cfg_pos(s, 0);
         sl_status st = SL_OK;
@@ -433,6 +434,18 @@ sl_status sl_train_config_parse(const sl_cfg *cfg, sl_train_config *out) {
             int64_t t;
             st = sl_cfg_int(cfg, p0, 0, 1024, &t);
             c.threads = (int)t;
+        } else if (strcmp(nm, "log") == 0) {
+            const sl_cfg_value *v = sl_cfg_opt(s, "every");
+            if (p0) {
+                sl_cfg_err(cfg, p0->loc, SL_EINVAL, "log: unexpected value");
+                return usage_hint(SL_EINVAL, d);
+            }
+            if (!v) {
+                sl_cfg_err(cfg, s->loc, SL_EINVAL, "log needs every=N (steps)");
+                return usage_hint(SL_EINVAL, d);
+            }
+            st = sl_cfg_int(cfg, v, 1, INT64_MAX / 4, &c.log_every);
+            if (st) return usage_hint(st, d);
         } else if (strcmp(nm, "seed") == 0) {
             int64_t sd;
             st = sl_cfg_int(cfg, p0, 0, INT64_MAX, &sd);

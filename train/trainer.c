@@ -598,13 +598,21 @@ typedef struct {
     double t0, t1;         /* the epoch's training began / ended (t1 before its evaluation) */
 } epoch_acc;
 
-static sl_status run_eval(sl_trainer *t, int64_t step, double *acc_out) {
+/* line: print an "eval  step N ..." console line; the epoch-end evaluation is printed on
+ * the epoch line instead ("eval accuracy"), so every evaluation shows once on the console. */
+static sl_status run_eval(sl_trainer *t, int64_t step, bool line, double *acc_out) {
     double loss, acc;
     sl_status s = sl_trainer_evaluate(t, &loss, &acc);
     if (s) return s;
     t->sum.eval_accuracy = acc;
     t->sum.eval_loss = loss;
     *acc_out = acc;
+    FILE *f = line ? console(t) : NULL;
+    if (f) {
+        progress_clear(t);
+        fprintf(f, "eval  step %" PRId64 "  loss %.4f  accuracy %.4f\n", step, loss, acc);
+        fflush(f);
+    }
     if ((s = scalar(t, "eval/accuracy", step, acc)) || (s = scalar(t, "eval/loss", step, loss))) return s;
     return SL_OK;
 }
@@ -634,11 +642,29 @@ static sl_status end_epoch(sl_trainer *t, int64_t epoch, int64_t step, const epo
         fflush(f);
     }
     sl_status s;
+    if (t->c.log_every > 0) return t->events ? sl_tfev_flush(t->events) : SL_OK; /* log_window writes them */
     if ((s = scalar(t, "train/loss", step, loss)) || (s = scalar(t, "train/accuracy", step, acc)) ||
         (s = scalar(t, "train/learning_rate", step, lr)) || (s = scalar(t, "train/examples_per_sec", step, eps)) ||
         (s = scalar(t, "train/input_wait_fraction", step, wait)))
         return s;
     if (t->events && (s = sl_tfev_flush(t->events))) return s;
+    return SL_OK;
+}
+
+/* `log every=N`: the train scalars averaged over the last N steps (w), then w restarts. */
+static sl_status log_window(sl_trainer *t, int64_t step, epoch_acc *w, float lr) {
+    double secs = now_s() - w->t0;
+    double busy = w->wait + w->compute + w->exchange;
+    double loss = w->examples ? w->loss_sum / (double)w->examples : 0;
+    double acc = w->examples ? (double)w->correct / (double)w->examples : 0;
+    double eps = secs > 0 ? (double)w->examples * t->hooks.world_size / secs : 0;
+    double wait = busy > 0 ? w->wait / busy : 0;
+    *w = (epoch_acc){.t0 = now_s()};
+    sl_status s;
+    if ((s = scalar(t, "train/loss", step, loss)) || (s = scalar(t, "train/accuracy", step, acc)) ||
+        (s = scalar(t, "train/learning_rate", step, lr)) || (s = scalar(t, "train/examples_per_sec", step, eps)) ||
+        (s = scalar(t, "train/input_wait_fraction", step, wait)))
+        return s;
     return SL_OK;
 }
 
@@ -683,6 +709,7 @@ static sl_status train_loop(sl_trainer *t, int64_t step, int64_t epoch, int64_t 
     double run_t0 = now_s(), busy_wait = 0, busy_all = 0;
     int64_t run_examples = 0, last_eval_step = -1;
     double last_eval = -1;
+    epoch_acc win = {.t0 = now_s()}; /* `log every=N`: the steps since the last train scalars */
     int64_t pos_batch = skip; /* the data position after the last step: batch pos_batch of epoch */
     bool done = t->c.steps > 0 ? step >= t->c.steps : epoch >= t->c.epochs;
     bool stopped = false; /* opts.stop: the run ends at this step boundary */
@@ -791,11 +818,19 @@ static sl_status train_loop(sl_trainer *t, int64_t step, int64_t epoch, int64_t 
             b++;
             step++;
             a.batches = b;
+            win.wait += tw;
+            win.compute += (t2 - t1 - tw) + (t4 - t3);
+            win.exchange += t3 - t2;
+            win.loss_sum += r.loss * (double)r.examples;
+            win.correct += r.correct;
+            win.examples += r.examples;
+            if (chief(t) && t->c.log_every > 0 && step % t->c.log_every == 0 && (s = log_window(t, step, &win, lr)))
+                goto out;
             progress(t, &last_draw, epoch, b, step, a.examples ? a.loss_sum / (double)a.examples : 0, a.correct,
                      a.examples);
             if (chief(t) && every_steps(&t->c.ckpt_every, step) && (s = save(t, step, epoch, b))) goto out;
             if (chief(t) && t->eval_ds && every_steps(&t->c.eval_every, step)) {
-                if ((s = run_eval(t, step, &eval_acc))) goto out;
+                if ((s = run_eval(t, step, true, &eval_acc))) goto out;
                 last_eval = eval_acc;
                 last_eval_step = step;
                 /* evaluation used the staging slots: stage the next batch again */
@@ -835,7 +870,7 @@ static sl_status train_loop(sl_trainer *t, int64_t step, int64_t epoch, int64_t 
         stopped = stopped && !done; /* the last step's boundary: the run is simply complete */
         done = done || stopped;
         if (chief(t) && t->eval_ds && full && !stopped && every_epochs(&t->c.eval_every, epoch) && last_eval_step != step) {
-            if ((s = run_eval(t, step, &eval_acc))) goto out;
+            if ((s = run_eval(t, step, false, &eval_acc))) goto out;
             last_eval = eval_acc;
             last_eval_step = step;
         }
@@ -866,7 +901,7 @@ static sl_status train_loop(sl_trainer *t, int64_t step, int64_t epoch, int64_t 
     }
     if (chief(t) && t->eval_ds && !stopped) {
         if (last_eval_step != step) {
-            if ((s = run_eval(t, step, &last_eval))) goto out;
+            if ((s = run_eval(t, step, true, &last_eval))) goto out;
         }
         t->sum.eval_accuracy = last_eval;
     }

@@ -97,6 +97,8 @@ typedef struct sl_train_config {
     int64_t batch;              /* the training pipeline's global batch (its `batch N`) */
     int64_t eval_batch;         /* the evaluation pipeline's batch (0 without one) */
     uint64_t model_hash;        /* FNV-1a over the model block's statements */
+    int64_t log_every;          /* `log every=N`: train scalars every N steps, averaged over
+                                   them; 0 (default): once per epoch, as Keras' update_freq='epoch' */
 } sl_train_config;
 
 /* Read the `train { }` block of cfg (borrowed) into *out, filling defaults, and look up

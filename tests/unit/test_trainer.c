@@ -15,6 +15,7 @@
 #include "sluice/config.h"
 #include "sluice/example.h"
 #include "sluice/safetensors.h"
+#include "sluice/tfevents.h"
 #include "sluice/tfrecord.h"
 #include "sluice/train.h"
 #include "helper_points.h"
@@ -720,6 +721,115 @@ TEST(test_progress_line) {
     ASSERT_EQ(n, 80);
 }
 
+/* Issue 15: every evaluation gets one console line, steps mode included (it used to reach
+ * TensorBoard only); the final evaluation at the last step is not repeated. */
+static void test_eval_console_lines(void) {
+    sl_cfg *cfg;
+    ASSERT_OK(parse_with("    model tiny\n    data train\n    eval test steps=20\n    steps 60\n"
+                         "    backend cpu\n    seed 3\n",
+                         &cfg));
+    char dir[400], con_path[400];
+    snprintf(dir, sizeof dir, "%s/evalcon", tmpdir);
+    snprintf(con_path, sizeof con_path, "%s/evalcon.txt", tmpdir);
+    rm_rf(dir);
+    FILE *con = fopen(con_path, "w+");
+    ASSERT(con != NULL);
+    sl_train_opts o = sl_train_opts_default();
+    o.run_dir = dir;
+    o.console = con;
+    sl_trainer *t;
+    ASSERT_OK(sl_trainer_create(cfg, &o, &t));
+    ASSERT_OK(sl_trainer_run(t));
+    sl_trainer_free(t);
+    sl_cfg_free(cfg);
+    fflush(con);
+    rewind(con);
+    char line[512];
+    int n = 0;
+    int64_t steps[8];
+    while (fgets(line, sizeof line, con)) {
+        long long st;
+        double l, a;
+        if (sscanf(line, "eval  step %lld  loss %lf  accuracy %lf", &st, &l, &a) == 3) {
+            if (n < 8) steps[n] = st;
+            n++;
+        }
+    }
+    fclose(con);
+    ASSERT_EQ(n, 3);
+    ASSERT_EQ(steps[0], 20);
+    ASSERT_EQ(steps[1], 40);
+    ASSERT_EQ(steps[2], 60);
+}
+
+/* Issue 15: `log every=N` writes the train scalars every N steps (not once per epoch). */
+static void test_log_every_steps(void) {
+    sl_cfg *cfg;
+    ASSERT_OK(parse_with("    model tiny\n    data train\n    eval none\n    steps 60\n    log every=20\n"
+                         "    backend cpu\n    seed 3\n",
+                         &cfg));
+    sl_train_config c;
+    ASSERT_OK(sl_train_config_parse(cfg, &c));
+    ASSERT_EQ(c.log_every, 20);
+    char dir[400];
+    snprintf(dir, sizeof dir, "%s/logevery", tmpdir);
+    rm_rf(dir);
+    sl_train_opts o = sl_train_opts_default();
+    o.run_dir = dir;
+    sl_trainer *t;
+    ASSERT_OK(sl_trainer_create(cfg, &o, &t));
+    ASSERT_OK(sl_trainer_run(t));
+    sl_trainer_free(t);
+    sl_cfg_free(cfg);
+    DIR *dd = opendir(dir);
+    ASSERT(dd != NULL);
+    struct dirent *de;
+    char ev[800] = "";
+    while ((de = readdir(dd)))
+        if (strncmp(de->d_name, "events.out.tfevents.", 20) == 0) snprintf(ev, sizeof ev, "%s/%s", dir, de->d_name);
+    closedir(dd);
+    ASSERT(ev[0] != 0);
+    sl_tfev_reader *r;
+    ASSERT_OK(sl_tfev_reader_open(ev, &r));
+    sl_tfev_event e;
+    int64_t loss_steps[8];
+    int nloss = 0, nlr = 0, nscalar = 0;
+    sl_status s;
+    while ((s = sl_tfev_reader_next(r, &e)) == SL_OK) {
+        if (e.kind != SL_TFEV_SCALAR) continue;
+        nscalar++;
+        if (strcmp(e.text, "train/loss") == 0 && nloss < 8) loss_steps[nloss++] = e.step;
+        if (strcmp(e.text, "train/learning_rate") == 0) nlr++;
+    }
+    ASSERT_EQ(s, SL_END);
+    sl_tfev_reader_close(r);
+    ASSERT_EQ(nloss, 3);
+    ASSERT_EQ(loss_steps[0], 20);
+    ASSERT_EQ(loss_steps[1], 40);
+    ASSERT_EQ(loss_steps[2], 60);
+    ASSERT_EQ(nlr, 3);
+    ASSERT_EQ(nscalar, 15); /* 5 train tags x 3 points, nothing per epoch */
+
+    static const struct {
+        const char *body;
+        int code;
+        const char *where, *msg;
+    } cases[] = {
+        {"    model tiny\n    data train\n    log every=0\n", SL_ERANGE, "t.sl:20:15:", "log every=N"},
+        {"    model tiny\n    data train\n    log evry=5\n", SL_EINVAL, "t.sl:20:", "did you mean 'every'?"},
+        {"    model tiny\n    data train\n    log\n", SL_EINVAL, "t.sl:20:5:", "log needs every=N (steps)"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        ASSERT_OK(parse_with(cases[i].body, &cfg));
+        s = sl_train_config_parse(cfg, &c);
+        if (s != cases[i].code) printf("  case %zu: %s\n", i, sl_errmsg());
+        ASSERT_EQ(s, cases[i].code);
+        ASSERT_CONTAINS(sl_errmsg(), cases[i].where);
+        ASSERT_CONTAINS(sl_errmsg(), cases[i].msg);
+        sl_cfg_free(cfg);
+    }
+}
+
 int main(void) {
     snprintf(tmpdir, sizeof tmpdir, "/tmp/sluice-test-trainer.%d", (int)getpid());
     mkdir(tmpdir, 0777);
@@ -738,6 +848,8 @@ int main(void) {
     RUN(test_config_strategy_ps);
     RUN(test_stop_request);
     RUN(test_progress_line);
+    RUN(test_eval_console_lines);
+    RUN(test_log_every_steps);
     rm_rf(tmpdir);
     TEST_MAIN_END();
 }
