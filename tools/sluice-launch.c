@@ -37,8 +37,11 @@
  * and every other worker has exited; the ps tasks then get PS_LINGER_S seconds to return by
  * themselves (a ps returns once every worker said BYE, after its final shard checkpoint)
  * before they are stopped as above. SIGINT / SIGTERM sent to the launcher are forwarded to
- * every task (nothing is restarted then); --timeout S stops all after S seconds and
- * exits 124.
+ * every task's process group (nothing is restarted then; a second one is forwarded too, and
+ * SIGKILL follows --grace S after the first): sluice-train replicas then stop together at
+ * the next step boundary with a checkpoint and exit 128 + the signal, which is then the
+ * launcher's status too, unless a task exits otherwise while stopping (a failed stop: its
+ * status, with a note). --timeout S stops all after S seconds and exits 124.
  *
  * A thin supervisor: a handful of tasks, their output relayed line by line through one
  * ppoll loop. Exit status: a task's, 0, 124 (timeout), 1 (--keygen or start-up failed),
@@ -369,6 +372,7 @@ int main(int argc, char **argv) {
     double ps_until = 0;                  /* > 0: the workers are done; the ps tasks may linger until then */
     int result = -1;                      /* the exit status decided so far */
     bool stopping = false;
+    int fwd_sig = 0;                      /* the signal forwarded to every task (stopping for it) */
     for (;;) {
         struct pollfd pf[2 * 512 + 1];
         task *owner[2 * 512];
@@ -402,6 +406,14 @@ int main(int argc, char **argv) {
                 pid_t old = tk->pid;
                 tk->pid = 0; /* judged */
                 int code = exit_code(tk->status);
+                if (fwd_sig && result == 128 + fwd_sig && code != 0 && code != 128 + SIGINT && code != 128 + SIGTERM &&
+                    code != 128 + SIGKILL) {
+                    /* the tasks stop with 128 + the signal; anything else is a stop that failed */
+                    char why[64];
+                    fprintf(stderr, "[launch] %s exited with %s while stopping\n", tk->label,
+                            status_text(tk->status, why, sizeof why));
+                    result = code;
+                }
                 if (code == 0 || stopping) continue;
                 char why[64];
                 status_text(tk->status, why, sizeof why);
@@ -444,6 +456,7 @@ int main(int argc, char **argv) {
             if (!stopping) {
                 fprintf(stderr, "%s: got signal %d; passing it to every task\n", PROG, sig);
                 result = 128 + sig;
+                fwd_sig = sig;
                 stopping = true;
                 stop_at = now_s() + (double)grace;
             }

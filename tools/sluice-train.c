@@ -23,9 +23,14 @@
  * checkpoint of that step (when checkpoints are on), the tool prints the command that
  * resumes it, and exits 130 (SIGINT) or 143 (SIGTERM), the shell's 128 + signal. A second
  * signal ends the process at once (the default action). Lockstep replicas (strategy ring
- * with several replicas, ps sync) must all stop at the same step, which the trainer cannot
- * promise for a signal that reaches them at different moments: there the signal ends the
- * process at once as before, and a run resumes from its last periodic checkpoint.
+ * with several replicas, ps sync) stop together: the request rides the next step's
+ * exchange (sluice/train.h, opts.stop), so whichever replicas got the signal (sluice-launch
+ * passes it to all; one is enough), every replica stops after the same step, each prints
+ * where it stopped, the chief writes the checkpoint and prints the command that resumes
+ * the whole job, and all exit 128 + the signal that stopped the run. A ps task that gets
+ * the signal keeps serving the workers' last step for up to PS_STOP_LINGER_S seconds (it
+ * returns as soon as every worker said BYE), then saves its shard and exits the same way;
+ * a second signal stops it at once (its shard saved).
  * Exit status: 0 ok, 1 the config, the data, the model or a write failed (message with
  * file:line:col, or file and byte offset), 2 wrong usage (tools/tool.h). */
 #include <errno.h>
@@ -80,27 +85,43 @@ static const char USAGE[] =
     "\n"
     "Ctrl-C (or SIGTERM) stops at the next step: a checkpoint of that step is written when\n"
     "checkpoints are on, and the command that resumes the run is printed; a second Ctrl-C\n"
-    "stops at once. (Lockstep replicas, strategy ring or ps sync, stop at once.)\n"
+    "stops at once. Replicas (strategy ring, ps) stop together at the same step: a signal\n"
+    "to sluice-launch (which passes it on) or to any one replica stops them all, the chief\n"
+    "checkpoints that step and the ps tasks save their shards.\n"
     "\n"
     "Exit status: 0 trained, 1 error (config, data, model, write), 2 wrong usage,\n"
     "130 stopped by SIGINT (Ctrl-C), 143 stopped by SIGTERM.\n";
 
 static volatile int stop_flag;
+static volatile sig_atomic_t ps_signal; /* the first SIGINT / SIGTERM a ps task got */
+
+/* Seconds a ps task keeps serving after its first SIGINT / SIGTERM: the workers got the
+ * same signal (sluice-launch passes it to every task) and need the ps for the round of the
+ * step they stop after, and a sync job for the stop agreement; they then say BYE and the
+ * server returns by itself. Within sluice-launch's default --grace (5 s). */
+#define PS_STOP_LINGER_S 3
 
 static void on_signal(int sig) {
-    (void)sig;
-    stop_flag = 1;
+    if (sig == SIGALRM || ps_signal) {
+        stop_flag = 1;
+        return;
+    }
+    ps_signal = sig;
+    alarm(PS_STOP_LINGER_S);
 }
 
 /* A ps task stops cleanly (saving its shard) on SIGTERM / SIGINT, which the launcher sends
- * when the workers are done or one failed. */
+ * when the workers are done or one failed, or passes on from the user: the first lets the
+ * workers finish their step (PS_STOP_LINGER_S at most), a second stops at once. */
 static void catch_stop_signals(void) {
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
     sa.sa_handler = on_signal;
+    sa.sa_flags = SA_RESTART;
     sigemptyset(&sa.sa_mask);
     sigaction(SIGTERM, &sa, NULL);
     sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGALRM, &sa, NULL);
 }
 
 /* A training run stops at the next step boundary on the first SIGINT / SIGTERM (the
@@ -145,20 +166,39 @@ static void put_quoted(FILE *f, const char *a) {
 }
 
 /* After a stop request: where the run stopped, what was saved, and the command that
- * resumes it (this command without --overwrite, with --resume). Returns the exit status. */
-static int report_stop(const sl_trainer *t, bool is_chief, int argc, char **argv) {
-    int sig = (int)train_stop;
+ * resumes it (this command without --overwrite, with --resume; under sluice-launch inside
+ * the launch command that starts the whole job). Lockstep replicas all stop at the same
+ * step, also those that got no signal themselves (the summary names the replica that did).
+ * Returns the exit status: 128 + the signal that stopped the run. */
+static int report_stop(const sl_trainer *t, bool is_chief, bool lockstep, int argc, char **argv) {
     const sl_train_config *c = sl_trainer_config(t);
     const sl_train_summary *sum = sl_trainer_summary(t);
+    int sig = train_stop ? (int)train_stop : sum->stop_value;
     const char *name = sig == SIGTERM ? "SIGTERM" : "SIGINT (Ctrl-C)";
+    char who[96] = "";
+    if (lockstep) {
+        const char *r = getenv("SLUICE_RANK");
+        if (sum->stop_rank >= 0 && (!train_stop || !r || atoi(r) != sum->stop_rank))
+            snprintf(who, sizeof who, " (rank %d got it; every replica stops at this step)", sum->stop_rank);
+        else
+            snprintf(who, sizeof who, " (every replica stops at this step)");
+    }
     fflush(stdout);
     if (!is_chief) {
-        /* a ps async worker: the chief (worker 0) writes the checkpoints */
-        fprintf(stderr, "%s: stopped by %s at step %lld\n", PROG, name, (long long)sum->steps);
+        /* the chief (worker 0) writes the checkpoints */
+        fprintf(stderr, "%s: stopped by %s at step %lld%s\n", PROG, name, (long long)sum->steps, who);
     } else if (c->ckpt_every.epochs || c->ckpt_every.steps) {
-        fprintf(stderr, "%s: stopped by %s at step %lld; saved checkpoint %s/ckpt-%09lld.safetensors\n", PROG, name,
-                (long long)sum->steps, c->run_dir, (long long)sum->steps);
+        fprintf(stderr, "%s: stopped by %s at step %lld%s; saved checkpoint %s/ckpt-%09lld.safetensors\n", PROG, name,
+                (long long)sum->steps, who, c->run_dir, (long long)sum->steps);
         fputs("---> HINT: resume with: ", stderr);
+        /* under sluice-launch the job is resumed as it was started: all its tasks */
+        const char *world = getenv("SLUICE_WORLD"), *nps = getenv("SLUICE_NUM_PS"), *pb = getenv("SLUICE_PORT_BASE");
+        if (world && getenv("SLUICE_TASK")) {
+            fprintf(stderr, "sluice-launch -n %s", world);
+            if (nps && atoi(nps) > 0) fprintf(stderr, " --ps %s", nps);
+            if (pb && atoi(pb) != 29500) fprintf(stderr, " --port-base %s", pb);
+            fputs(" -- ", stderr);
+        }
         bool has_resume = false;
         for (int i = 0; i < argc; i++) {
             if (strcmp(argv[i], "--overwrite") == 0) continue;
@@ -169,8 +209,8 @@ static int report_stop(const sl_trainer *t, bool is_chief, int argc, char **argv
         if (!has_resume) fputs(" --resume", stderr);
         fputc('\n', stderr);
     } else {
-        fprintf(stderr, "%s: stopped by %s at step %lld; checkpoints are off (`checkpoint none`): nothing was saved\n",
-                PROG, name, (long long)sum->steps);
+        fprintf(stderr, "%s: stopped by %s at step %lld%s; checkpoints are off (`checkpoint none`): nothing was saved\n",
+                PROG, name, (long long)sum->steps, who);
         fputs("---> HINT: add `checkpoint every=1` (epochs) or `checkpoint steps=N` to the train block to be able to "
               "resume a stopped run\n", stderr);
     }
@@ -349,6 +389,15 @@ int main(int argc, char **argv) {
             goto done;
         }
         rc = SL__EXIT_OK;
+        if (ps_signal) {
+            /* stopped with the workers (or alone): the server saved its shard on the way out */
+            int sig = (int)ps_signal;
+            fflush(stdout);
+            fprintf(stderr, "%s: ps %d stopped by %s; its shard is saved in %s/ps-%d\n", PROG,
+                    cl.tasks[cl.self].index, sig == SIGTERM ? "SIGTERM" : "SIGINT (Ctrl-C)",
+                    run_dir ? run_dir : tc.run_dir, cl.tasks[cl.self].index);
+            rc = 128 + (sig == SIGTERM ? SIGTERM : SIGINT);
+        }
         goto done;
     }
     if (is_ring) {
@@ -379,12 +428,10 @@ int main(int argc, char **argv) {
         /* only the chief talks on the console: the others would repeat its lines */
         if (!hooks.is_chief) to.progress = false;
     }
-    /* lockstep replicas cannot stop at one step on a signal: it ends them as before */
+    /* lockstep replicas stop together: the trainer agrees on the step (sluice/train.h) */
     bool lockstep = (is_ring && cl.world > 1) || (is_ps && tc.ps_sync);
-    if (!lockstep) {
-        catch_train_signals();
-        to.stop = &train_stop;
-    }
+    catch_train_signals();
+    to.stop = &train_stop;
     if (sl_trainer_create(cfg, &to, &t)) {
         rc = sl__fail(PROG);
         goto done;
@@ -394,7 +441,7 @@ int main(int argc, char **argv) {
         goto done;
     }
     if (sl_trainer_summary(t)->stopped) {
-        rc = report_stop(t, !(is_ring || is_ps) || hooks.is_chief, argc, argv);
+        rc = report_stop(t, !(is_ring || is_ps) || hooks.is_chief, lockstep, argc, argv);
         goto done;
     }
     if (quiet) {

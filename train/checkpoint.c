@@ -501,6 +501,20 @@ sl_status sl_train_prepare_run_dir(const char *run_dir, bool overwrite, FILE *co
         }
     }
     closedir(d);
+    /* the TensorBoard runs RUN_DIR/train and RUN_DIR/eval (sluice/train.h) */
+    for (int k = 0; k < 2 && !s; k++) {
+        char sub[1200];
+        snprintf(sub, sizeof sub, "%s/%s", run_dir, k ? "eval" : "train");
+        DIR *sd = opendir(sub);
+        if (!sd) {
+            if (errno != ENOENT && errno != ENOTDIR)
+                s = sl_err(SL_EIO, "cannot list the run folder's %s: %s", sub, strerror(errno));
+            continue;
+        }
+        while (!s && (de = readdir(sd)))
+            if (strncmp(de->d_name, "events.out.tfevents.", 20) == 0 && !(s = pl_add(&l, sub, de->d_name))) nev++;
+        closedir(sd);
+    }
     if (s || l.n == 0) goto done;
     char what[256];
     size_t len = 0;

@@ -38,7 +38,8 @@ struct sl_trainer {
     sl_model *model;
     sl_optim *optim;
     sl_dataset *train_ds, *eval_ds;
-    sl_tfev_writer *events;
+    sl_tfev_writer *events;    /* RUN_DIR/train/ (train scalars) */
+    sl_tfev_writer *eval_events; /* RUN_DIR/eval/ (evaluations; NULL without an eval pipeline) */
     sl_train_summary sum;
     int64_t steps_per_epoch;   /* 0 until known */
     int64_t total_steps;       /* the run's length in steps, 0 until known */
@@ -174,6 +175,7 @@ const sl_train_summary *sl_trainer_summary(const sl_trainer *t) { return &t->sum
 void sl_trainer_free(sl_trainer *t) {
     if (!t) return;
     sl_tfev_close(t->events);
+    sl_tfev_close(t->eval_events);
     sl_dataset_unref(t->train_ds);
     sl_dataset_unref(t->eval_ds);
     sl_optim_free(t->optim);
@@ -228,7 +230,7 @@ static sl_status open_epoch(sl_trainer *t, int64_t epoch, sl_iter **it) {
 /* ---- lockstep epochs (sluice/train.h) ------------------------------------------------ */
 
 /* allsum tags: one per kind of agreement, so replicas out of phase fail instead of mixing */
-enum { TAG_CARD = 1, TAG_COUNT = 2, TAG_FIRST = 3, TAG_ENDS = 4 };
+enum { TAG_CARD = 1, TAG_COUNT = 2, TAG_FIRST = 3, TAG_ENDS = 4, TAG_STOP = 5 };
 
 static int32_t clamp32(int64_t v) { return v > INT32_MAX ? INT32_MAX : v < INT32_MIN ? INT32_MIN : (int32_t)v; }
 
@@ -584,9 +586,16 @@ static void progress_clear(sl_trainer *t) {
     if (f && t->opts.progress) fputs("\r\033[K", f);
 }
 
+/* A train scalar (RUN_DIR/train/); eval_scalar: an evaluation's (RUN_DIR/eval/). The two
+ * runs use the same tags for the same quantities, so TensorBoard overlays them. */
 static sl_status scalar(sl_trainer *t, const char *tag, int64_t step, double v) {
     if (!t->events) return SL_OK;
     return sl_tfev_add_scalar(t->events, tag, step, (float)v, 0);
+}
+
+static sl_status eval_scalar(sl_trainer *t, const char *tag, int64_t step, double v) {
+    if (!t->eval_events) return SL_OK;
+    return sl_tfev_add_scalar(t->eval_events, tag, step, (float)v, 0);
 }
 
 /* ---- the loop ------------------------------------------------------------------------ */
@@ -613,7 +622,8 @@ static sl_status run_eval(sl_trainer *t, int64_t step, bool line, double *acc_ou
         fprintf(f, "eval  step %" PRId64 "  loss %.4f  accuracy %.4f\n", step, loss, acc);
         fflush(f);
     }
-    if ((s = scalar(t, "eval/accuracy", step, acc)) || (s = scalar(t, "eval/loss", step, loss))) return s;
+    if ((s = eval_scalar(t, "accuracy", step, acc)) || (s = eval_scalar(t, "loss", step, loss))) return s;
+    if (t->eval_events && (s = sl_tfev_flush(t->eval_events))) return s;
     return SL_OK;
 }
 
@@ -643,9 +653,9 @@ static sl_status end_epoch(sl_trainer *t, int64_t epoch, int64_t step, const epo
     }
     sl_status s;
     if (t->c.log_every > 0) return t->events ? sl_tfev_flush(t->events) : SL_OK; /* log_window writes them */
-    if ((s = scalar(t, "train/loss", step, loss)) || (s = scalar(t, "train/accuracy", step, acc)) ||
-        (s = scalar(t, "train/learning_rate", step, lr)) || (s = scalar(t, "train/examples_per_sec", step, eps)) ||
-        (s = scalar(t, "train/input_wait_fraction", step, wait)))
+    if ((s = scalar(t, "loss", step, loss)) || (s = scalar(t, "accuracy", step, acc)) ||
+        (s = scalar(t, "learning_rate", step, lr)) || (s = scalar(t, "examples_per_sec", step, eps)) ||
+        (s = scalar(t, "input_wait_fraction", step, wait)))
         return s;
     if (t->events && (s = sl_tfev_flush(t->events))) return s;
     return SL_OK;
@@ -661,9 +671,9 @@ static sl_status log_window(sl_trainer *t, int64_t step, epoch_acc *w, float lr)
     double wait = busy > 0 ? w->wait / busy : 0;
     *w = (epoch_acc){.t0 = now_s()};
     sl_status s;
-    if ((s = scalar(t, "train/loss", step, loss)) || (s = scalar(t, "train/accuracy", step, acc)) ||
-        (s = scalar(t, "train/learning_rate", step, lr)) || (s = scalar(t, "train/examples_per_sec", step, eps)) ||
-        (s = scalar(t, "train/input_wait_fraction", step, wait)))
+    if ((s = scalar(t, "loss", step, loss)) || (s = scalar(t, "accuracy", step, acc)) ||
+        (s = scalar(t, "learning_rate", step, lr)) || (s = scalar(t, "examples_per_sec", step, eps)) ||
+        (s = scalar(t, "input_wait_fraction", step, wait)))
         return s;
     return SL_OK;
 }
@@ -695,8 +705,41 @@ static sl_status first_batch(sl_trainer *t, int64_t epoch, bool have) {
     return SL_EINVAL;
 }
 
-/* opts.stop (sluice/train.h): not with lockstep replicas, which must all stop together */
-static bool stop_requested(const sl_trainer *t) { return t->opts.stop && *t->opts.stop && !lockstep(t); }
+/* opts.stop (sluice/train.h): this replica's own request (its value, 0: none) */
+static int own_stop(const sl_trainer *t) { return t->opts.stop ? (int)*t->opts.stop : 0; }
+
+/* Not for lockstep replicas, which stop together (agree_stop) */
+static bool stop_requested(const sl_trainer *t) { return own_stop(t) && !lockstep(t); }
+
+/* Lockstep: a step's exchange said that fewer than all replicas hold a next batch (*more <
+ * world). A replica with a stop request says "no next batch" on the exchange, so this is
+ * where the replicas learn of it: they gather each one's real has-next flag and stop value
+ * (TAG_STOP). When any asked to stop, every replica stops after this step (*stop true;
+ * the summary names the lowest rank that asked and its value) and *more becomes the real
+ * count, which says whether the epoch ended here too. Otherwise *more stays the
+ * exchange's. Every replica calls it at the same step: *more is the same on all. */
+static sl_status agree_stop(sl_trainer *t, bool have_next, int mine, int *more, bool *stop) {
+    int w = t->hooks.world_size;
+    int32_t *v = calloc((size_t)w * 2, sizeof *v);
+    if (!v) return sl_err(SL_ENOMEM, "out of memory");
+    int64_t vals[2] = {have_next, mine};
+    sl_status s = gather(t, vals, 2, TAG_STOP, v);
+    if (!s) {
+        int have = 0, who = -1;
+        for (int r = 0; r < w; r++) {
+            have += v[r] != 0;
+            if (v[w + r] && who < 0) who = r;
+        }
+        if (who >= 0) {
+            *more = have;
+            *stop = true;
+            t->sum.stop_rank = who;
+            t->sum.stop_value = v[w + who];
+        }
+    }
+    free(v);
+    return s;
+}
 
 static sl_status train_loop(sl_trainer *t, int64_t step, int64_t epoch, int64_t skip) {
     sl_status s = SL_OK;
@@ -713,6 +756,7 @@ static sl_status train_loop(sl_trainer *t, int64_t step, int64_t epoch, int64_t 
     int64_t pos_batch = skip; /* the data position after the last step: batch pos_batch of epoch */
     bool done = t->c.steps > 0 ? step >= t->c.steps : epoch >= t->c.epochs;
     bool stopped = false; /* opts.stop: the run ends at this step boundary */
+    bool agreed = false;  /* lockstep: the replicas agreed to stop after this step (agree_stop) */
     t->run_t0 = run_t0;
     t->run_step0 = step;
     t->sum.epochs_done = epoch;
@@ -784,7 +828,10 @@ static sl_status train_loop(sl_trainer *t, int64_t step, int64_t epoch, int64_t 
             if (lockstep(t)) {
                 size_t n;
                 float *g = sl_model_grads(t->model, &n);
+                int want = own_stop(t); /* read once: the value sent is the value reported */
+                if (want) more = 0;     /* a stop request rides the has-data flag */
                 if ((s = t->hooks.exchange_more(t->hooks.ctx, t->model, g, n, step, lr, &applied, &more))) goto out;
+                if (more < t->hooks.world_size && (s = agree_stop(t, have_next, want, &more, &agreed))) goto out;
             } else if (t->hooks.exchange) {
                 size_t n;
                 float *g = sl_model_grads(t->model, &n);
@@ -837,7 +884,7 @@ static sl_status train_loop(sl_trainer *t, int64_t step, int64_t epoch, int64_t 
                 if (have_cur && (s = sl_model_prefetch(t->model, x, y))) goto out;
             }
             if (t->c.steps > 0 && step >= t->c.steps) break;
-            if (stop_requested(t)) {
+            if (stop_requested(t) || agreed) {
                 stopped = true;
                 break;
             }
@@ -884,9 +931,17 @@ static sl_status train_loop(sl_trainer *t, int64_t step, int64_t epoch, int64_t 
         t->sum.steps_per_epoch = t->steps_per_epoch;
     }
     t->sum.stopped = stopped;
+    if (stopped && !lockstep(t)) {
+        t->sum.stop_rank = t->hooks.rank;
+        t->sum.stop_value = own_stop(t);
+    }
     if (stopped && console(t)) {
         progress_clear(t);
-        fprintf(console(t), "stop requested: stopping at step %" PRId64 "\n", step);
+        if (lockstep(t))
+            fprintf(console(t), "stop requested (rank %d): all %d replicas stop at step %" PRId64 "\n", t->sum.stop_rank,
+                    t->hooks.world_size, step);
+        else
+            fprintf(console(t), "stop requested: stopping at step %" PRId64 "\n", step);
         fflush(console(t));
     }
     /* the final state is always checkpointed when checkpoints are on */
@@ -973,7 +1028,12 @@ sl_status sl_trainer_run(sl_trainer *t) {
     }
     if (chief(t)) {
         remove_stale(t);
-        if ((s = sl_tfev_open(t->c.run_dir, 0, &t->events))) goto done;
+        /* two TensorBoard runs, as Keras writes them: RUN_DIR/train and RUN_DIR/eval */
+        char evdir[1100];
+        snprintf(evdir, sizeof evdir, "%s/train", t->c.run_dir);
+        if ((s = sl_tfev_open(evdir, 0, &t->events))) goto done;
+        snprintf(evdir, sizeof evdir, "%s/eval", t->c.run_dir);
+        if (t->eval_ds && (s = sl_tfev_open(evdir, 0, &t->eval_events))) goto done;
         if (f) {
             size_t np;
             sl_model_params(t->model, &np);
@@ -993,6 +1053,11 @@ sl_status sl_trainer_run(sl_trainer *t) {
     if (!s && t->events) {
         s = sl_tfev_close(t->events);
         t->events = NULL;
+    }
+    if (t->eval_events) {
+        sl_status es = sl_tfev_close(t->eval_events);
+        t->eval_events = NULL;
+        if (!s) s = es;
     }
 done:
     if (t->hooks.finish) {

@@ -49,9 +49,17 @@
  * Run folders: a new run (neither resume nor overwrite) refuses a folder that holds another
  * run's checkpoints or event files (sl_train_prepare_run_dir); overwrite removes them first.
  *
- * Event files: RUN_DIR/events.out.tfevents.<time>.<host> with scalars per epoch
- * (train/loss, train/accuracy, train/learning_rate, train/examples_per_sec,
- * train/input_wait_fraction, eval/accuracy, eval/loss), tagged with the global step. */
+ * Event files: two TensorBoard runs, as Keras' TensorBoard callback writes them, so that
+ * `tensorboard --logdir RUN_DIR` draws train and eval curves of the same tag on one chart:
+ *   RUN_DIR/train/events.out.tfevents.<time>.<host>  loss, accuracy (the mean over the
+ *     epoch, or with `log every=N` over the last N steps), learning_rate, examples_per_sec,
+ *     input_wait_fraction;
+ *   RUN_DIR/eval/events.out.tfevents.<time>.<host>   loss, accuracy of every evaluation
+ *     (only with an eval pipeline).
+ * Every scalar is tagged with the global step (the same axis in both runs). A resumed run
+ * adds a new event file in each folder (TensorBoard reads them as one run). Earlier
+ * Sluice versions wrote one file RUN_DIR/events.out.tfevents.* with tags train/loss,
+ * eval/accuracy, ...; such files count as another run's (sl_train_prepare_run_dir). */
 #ifndef SLUICE_TRAIN_H
 #define SLUICE_TRAIN_H
 
@@ -176,12 +184,20 @@ typedef struct sl_train_opts {
     FILE *console;                /* epoch lines and the final "test accuracy"; NULL: silent */
     bool progress;                /* draw a progress bar within epochs on console (a terminal) */
     const sl_train_hooks *hooks;  /* NULL: one replica; borrowed, must outlive the trainer */
-    /* Stop request (e.g. set by the caller's SIGINT handler; the library installs none):
-     * when *stop is non-zero at a step boundary the loop stops there, writes a checkpoint
-     * of that step when checkpoints are on, skips the final evaluation, and sl_trainer_run
-     * returns SL_OK with summary.stopped true (summary.steps: the step it stopped at). Not
-     * honoured with lockstep replicas (strategy ring, ps sync: they must all stop at the
-     * same step; the caller lets the signal end them instead). NULL: never. */
+    /* Stop request (e.g. set by the caller's SIGINT handler to the signal number; the
+     * library installs none): when *stop is non-zero at a step boundary the loop stops
+     * there, the chief writes a checkpoint of that step when checkpoints are on, the final
+     * evaluation is skipped, and sl_trainer_run returns SL_OK with summary.stopped true
+     * (summary.steps: the step it stopped at; stop_value: *stop; stop_rank: this rank).
+     * Lockstep replicas (strategy ring with several replicas, ps sync) stop together: a
+     * replica whose *stop is set sends "no batch for the next step" on that step's
+     * exchange (the has-data flag, see lockstep epochs above), so every replica learns
+     * at the same step that some replica is out; they then agree through allsum which
+     * were stop requests (and whether the data really ended there too), and every replica
+     * stops after that SAME step: the chief checkpoints it, and each one's summary names
+     * the lowest rank that asked (stop_rank) and its *stop value (stop_value), so a
+     * replica that got no signal itself can say why it stopped. A request reaches the
+     * others within one step. Async ps workers stop on their own. NULL: never. */
     volatile sig_atomic_t *stop;
 } sl_train_opts;
 
@@ -202,6 +218,10 @@ typedef struct sl_train_summary {
     double seconds;           /* wall time of sl_trainer_run */
     char resumed_from[1100];  /* checkpoint path, "" when none */
     bool stopped;             /* opts.stop ended the run early (at step `steps`) */
+    int stop_value;           /* stopped: the *opts.stop value that ended it (lockstep: that of
+                                 stop_rank), e.g. the signal number; else 0 */
+    int stop_rank;            /* stopped: the replica that asked (lockstep: the lowest rank that
+                                 did; every replica stops at the same step) */
 } sl_train_summary;
 
 typedef struct sl_trainer sl_trainer;
@@ -305,7 +325,8 @@ sl_status sl_train_load_checkpoint(const char *path, sl_model *m, sl_optim *o, c
                                    sl_ckpt_position *pos);
 
 /* Get run_dir ready for a new run (not a resumed one). The files of an earlier run there
- * (checkpoints ckpt-*.safetensors, TensorBoard event files events.out.tfevents.*, and ps
+ * (checkpoints ckpt-*.safetensors, TensorBoard event files events.out.tfevents.* in
+ * run_dir/train, run_dir/eval or, as earlier versions wrote them, run_dir itself, and ps
  * shard checkpoints: shard-*.safetensors in its ps-N folders) would otherwise be resumed
  * later as if they were this run's, or mix with its curves. Without `overwrite` their
  * presence is refused: SL_EINVAL, naming the folder, how many of each kind and the newest

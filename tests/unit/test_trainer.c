@@ -3,6 +3,7 @@
  * and the gradient exchange hook. Data: a small synthetic TFRecord file (two classes of
  * 4-float points) written to a temporary folder, so the test needs nothing else. */
 #include <dirent.h>
+#include <errno.h>
 #include <fcntl.h>
 #include <math.h>
 #include <signal.h>
@@ -427,6 +428,14 @@ typedef struct {
     int exchanges, allsums, finishes;
     sl_status finish_result;
     int32_t ends[4];       /* the last end counts the loop sent */
+    /* stop requests (opts.stop): the peer asks (value SIGTERM) in exchange number
+     * peer_stop_at (1-based, 0: never); this replica's flag is raised (SIGINT) while
+     * exchange number own_stop_at runs, as a signal handler would */
+    int peer_stop_at, own_stop_at;
+    volatile sig_atomic_t *own_stop;
+    bool peer_has, peer_stops; /* what the peer said in the last exchange */
+    int stop_sums;             /* TAG_STOP sums (5) */
+    int32_t stop_sent[4];      /* what the loop sent in the last one */
 } peer_sim;
 
 static sl_status p_exchange_more(void *ctx, sl_model *m, float *grads, size_t n, int64_t step, float lr,
@@ -435,14 +444,23 @@ static sl_status p_exchange_more(void *ctx, sl_model *m, float *grads, size_t n,
     p->exchanges++;
     p->epoch_steps++;
     *applied = false;
-    *more += p->epoch_steps < p->peer_batches;
+    p->peer_has = p->epoch_steps < p->peer_batches;
+    p->peer_stops = p->peer_stop_at > 0 && p->exchanges == p->peer_stop_at;
+    *more += p->peer_has && !p->peer_stops; /* a stop request says "no next batch" */
+    if (p->own_stop && p->exchanges == p->own_stop_at) *p->own_stop = SIGINT;
     return SL_OK;
 }
 
 static sl_status p_allsum(void *ctx, int32_t *v, size_t n, uint32_t tag) {
     peer_sim *p = ctx;
     p->allsums++;
-    if (n == 2 && v[0] == 1) { /* the first batch (a cardinality would be -1 here: unknown) */
+    if (tag == 5) { /* the stop agreement: per replica its real has-next flag, then its stop value */
+        if (n != 4) return sl_err(SL_EINVAL, "stop agreement of %zu values, expected 4", n);
+        memcpy(p->stop_sent, v, sizeof p->stop_sent);
+        p->stop_sums++;
+        v[1] = p->peer_has;
+        v[3] = p->peer_stops ? SIGTERM : 0;
+    } else if (n == 2 && v[0] == 1) { /* the first batch (a cardinality would be -1 here: unknown) */
         v[1] = p->peer_batches > 0;
         p->epoch_steps = 0;
     } else if (n == 2) {
@@ -660,6 +678,8 @@ TEST(test_stop_request) {
     ASSERT_CONTAINS(text, "\r\033[Kstep 1/40 [>                       ]   2%  epoch 1  loss ");
     ASSERT_CONTAINS(text, "  eta ");
     ASSERT_CONTAINS(text, "\r\033[Kstop requested: stopping at step 12\n");
+    ASSERT_EQ(sum->stop_value, SIGINT);
+    ASSERT_EQ(sum->stop_rank, 0);
     ASSERT(!strstr(text, "test accuracy"));
     free(text);
     sl_trainer_free(t);
@@ -781,12 +801,14 @@ static void test_log_every_steps(void) {
     ASSERT_OK(sl_trainer_run(t));
     sl_trainer_free(t);
     sl_cfg_free(cfg);
-    DIR *dd = opendir(dir);
+    char sub[500];
+    snprintf(sub, sizeof sub, "%s/train", dir); /* the train run (no eval/ without an eval pipeline) */
+    DIR *dd = opendir(sub);
     ASSERT(dd != NULL);
     struct dirent *de;
     char ev[800] = "";
     while ((de = readdir(dd)))
-        if (strncmp(de->d_name, "events.out.tfevents.", 20) == 0) snprintf(ev, sizeof ev, "%s/%s", dir, de->d_name);
+        if (strncmp(de->d_name, "events.out.tfevents.", 20) == 0) snprintf(ev, sizeof ev, "%s/%s", sub, de->d_name);
     closedir(dd);
     ASSERT(ev[0] != 0);
     sl_tfev_reader *r;
@@ -798,8 +820,8 @@ static void test_log_every_steps(void) {
     while ((s = sl_tfev_reader_next(r, &e)) == SL_OK) {
         if (e.kind != SL_TFEV_SCALAR) continue;
         nscalar++;
-        if (strcmp(e.text, "train/loss") == 0 && nloss < 8) loss_steps[nloss++] = e.step;
-        if (strcmp(e.text, "train/learning_rate") == 0) nlr++;
+        if (strcmp(e.text, "loss") == 0 && nloss < 8) loss_steps[nloss++] = e.step;
+        if (strcmp(e.text, "learning_rate") == 0) nlr++;
     }
     ASSERT_EQ(s, SL_END);
     sl_tfev_reader_close(r);
@@ -830,6 +852,384 @@ static void test_log_every_steps(void) {
     }
 }
 
+
+/* ---- lockstep stop requests: every replica stops at the same step ------------------- */
+
+#define LOCKSTEP_STOP_BODY LOCKSTEP_BODY "    checkpoint steps=1000 keep=0\n"
+
+/* Run LOCKSTEP_STOP_BODY on a simulated pair (peer sim p; flag: this replica's opts.stop)
+ * into TMP/run; console text into *text (malloc'd). */
+static sl_status run_pair(const char *run, bool resume, peer_sim *p, volatile sig_atomic_t *flag, sl_trainer **t,
+                          sl_cfg **cfg, char **text, char **err) {
+    sl_train_hooks hooks = {.ctx = p, .world_size = 2, .rank = 0, .is_chief = true, .finish = p_finish,
+                            .exchange_more = p_exchange_more, .allsum = p_allsum};
+    sl_status s = parse_with(LOCKSTEP_STOP_BODY, cfg);
+    if (s) return s;
+    char dir[400];
+    snprintf(dir, sizeof dir, "%s/%s", tmpdir, run);
+    sl_train_opts o = sl_train_opts_default();
+    o.run_dir = dir;
+    o.resume = resume;
+    o.hooks = &hooks; /* copied by the trainer */
+    o.stop = flag;
+    size_t len = 0;
+    FILE *con = open_memstream(text, &len);
+    if (!con) return SL_ENOMEM;
+    o.console = con;
+    s = sl_trainer_create(*cfg, &o, t);
+    if (!s) {
+        char *e = stderr_of(sl_trainer_run, *t, &s);
+        if (err) *err = e;
+        else free(e);
+    }
+    fclose(con);
+    return s;
+}
+
+static void check_ckpt(const char *run, int64_t step, int64_t epoch, int64_t batch) {
+    char **list;
+    char dir[400];
+    snprintf(dir, sizeof dir, "%s/%s", tmpdir, run);
+    int n = sl_train_list_checkpoints(dir, &list);
+    ASSERT(n >= 1);
+    char want[64];
+    snprintf(want, sizeof want, "/ckpt-%09lld.safetensors", (long long)step);
+    ASSERT_CONTAINS(list[0], want);
+    sl_ckpt_position pos;
+    ASSERT_OK(sl_train_check_checkpoint(list[0], NULL, &pos));
+    ASSERT_EQ(pos.step, step);
+    ASSERT_EQ(pos.epoch, epoch);
+    ASSERT_EQ(pos.batch, batch);
+    sl_train_free_list(list, n);
+}
+
+/* The peer (rank 1) asks to stop on its 5th step: this replica stops after the same step
+ * (5), checkpoints it (epoch 0, batch 5), names rank 1 and its value; --resume then ends
+ * bit-identical to a run never stopped. This replica's own flag, raised during step 7,
+ * stops both after step 8 (the request rides the next exchange). */
+TEST(test_lockstep_stop) {
+    volatile sig_atomic_t flag = 0;
+    peer_sim p = {.peer_batches = 1000, .peer_stop_at = 5};
+    sl_cfg *cfg = NULL;
+    sl_trainer *t = NULL;
+    char *text = NULL;
+    sl_status s = run_pair("lstop", false, &p, &flag, &t, &cfg, &text, NULL);
+    if (s == SL_EUNSUPPORTED) {
+        sl_trainer_free(t);
+        sl_cfg_free(cfg);
+        free(text);
+        SKIP("no CPU backend in this build");
+    }
+    ASSERT_OK(s);
+    const sl_train_summary *sum = sl_trainer_summary(t);
+    ASSERT(sum->stopped);
+    ASSERT_EQ(sum->steps, 5);
+    ASSERT_EQ(sum->stop_rank, 1);
+    ASSERT_EQ(sum->stop_value, SIGTERM);
+    ASSERT_EQ(p.exchanges, 5);
+    ASSERT_EQ(p.stop_sums, 1);
+    ASSERT_EQ(p.stop_sent[0], 1); /* this replica holds batch 6 */
+    ASSERT_EQ(p.stop_sent[2], 0); /* and asked nothing */
+    ASSERT_OK(p.finish_result);
+    ASSERT_CONTAINS(text, "stop requested (rank 1): all 2 replicas stop at step 5\n");
+    ASSERT(!strstr(text, "test accuracy"));
+    free(text);
+    text = NULL;
+    sl_trainer_free(t);
+    sl_cfg_free(cfg);
+    check_ckpt("lstop", 5, 0, 5);
+
+    /* resume: runs to the end (2 epochs of this replica's 32 batches) as if never stopped */
+    peer_sim p2 = {.peer_batches = 1000};
+    ASSERT_OK(run_pair("lstop", true, &p2, NULL, &t, &cfg, &text, NULL));
+    ASSERT_EQ(sl_trainer_summary(t)->start_step, 5);
+    ASSERT_EQ(sl_trainer_summary(t)->steps, 64);
+    ASSERT(!sl_trainer_summary(t)->stopped);
+    size_t n1, n2;
+    float *p1 = params_of(t, &n1);
+    free(text);
+    text = NULL;
+    sl_trainer_free(t);
+    sl_cfg_free(cfg);
+    peer_sim p3 = {.peer_batches = 1000};
+    ASSERT_OK(run_pair("lnostop", false, &p3, NULL, &t, &cfg, &text, NULL));
+    ASSERT_EQ(sl_trainer_summary(t)->steps, 64);
+    float *q = params_of(t, &n2);
+    ASSERT(p1 && q);
+    ASSERT_EQ(n1, n2);
+    ASSERT_MEMEQ(p1, q, n1 * sizeof(float));
+    free(p1);
+    free(q);
+    free(text);
+    text = NULL;
+    sl_trainer_free(t);
+    sl_cfg_free(cfg);
+
+    /* this replica's own request */
+    peer_sim p4 = {.peer_batches = 1000, .own_stop_at = 7, .own_stop = &flag};
+    flag = 0;
+    ASSERT_OK(run_pair("lown", false, &p4, &flag, &t, &cfg, &text, NULL));
+    sum = sl_trainer_summary(t);
+    ASSERT(sum->stopped);
+    ASSERT_EQ(sum->steps, 8);
+    ASSERT_EQ(sum->stop_rank, 0);
+    ASSERT_EQ(sum->stop_value, SIGINT);
+    ASSERT_EQ(p4.stop_sums, 1);
+    ASSERT_EQ(p4.stop_sent[0], 1);      /* it did hold a next batch ... */
+    ASSERT_EQ(p4.stop_sent[2], SIGINT); /* ... and asked to stop */
+    ASSERT_CONTAINS(text, "stop requested (rank 0): all 2 replicas stop at step 8\n");
+    free(text);
+    text = NULL;
+    sl_trainer_free(t);
+    sl_cfg_free(cfg);
+    check_ckpt("lown", 8, 0, 8);
+}
+
+/* A stop request on the step where the peer's data ends too: the epoch is complete (the
+ * checkpoint's position is the next epoch's start), and the uneven warning still comes. */
+TEST(test_lockstep_stop_at_epoch_end) {
+    peer_sim p = {.peer_batches = 3, .peer_stop_at = 3};
+    sl_cfg *cfg = NULL;
+    sl_trainer *t = NULL;
+    char *text = NULL, *err = NULL;
+    sl_status s = run_pair("lstopend", false, &p, NULL, &t, &cfg, &text, &err);
+    if (s == SL_EUNSUPPORTED) {
+        sl_trainer_free(t);
+        sl_cfg_free(cfg);
+        free(text);
+        free(err);
+        SKIP("no CPU backend in this build");
+    }
+    ASSERT_OK(s);
+    const sl_train_summary *sum = sl_trainer_summary(t);
+    ASSERT(sum->stopped);
+    ASSERT_EQ(sum->steps, 3);
+    ASSERT_EQ(sum->epochs_done, 1);
+    ASSERT_EQ(sum->stop_rank, 1);
+    ASSERT_EQ(p.stop_sums, 1);
+    ASSERT(err);
+    ASSERT_CONTAINS(err, "warning: epoch 1: rank 1 ran out after 3 steps");
+    ASSERT_CONTAINS(text, "stop requested (rank 1): all 2 replicas stop at step 3\n");
+    free(text);
+    free(err);
+    sl_trainer_free(t);
+    sl_cfg_free(cfg);
+    check_ckpt("lstopend", 3, 1, 0);
+}
+
+/* ---- TensorBoard: RUN_DIR/train and RUN_DIR/eval ------------------------------------- */
+
+/* Event files in dir, sorted by name (at most max); returns how many. */
+static int event_files(const char *dir, char paths[][800], int max) {
+    DIR *d = opendir(dir);
+    if (!d) return 0;
+    struct dirent *de;
+    int n = 0;
+    while ((de = readdir(d)))
+        if (strncmp(de->d_name, "events.out.tfevents.", 20) == 0 && n < max)
+            snprintf(paths[n++], 800, "%s/%s", dir, de->d_name);
+    closedir(d);
+    for (int i = 1; i < n; i++)
+        for (int j = i; j > 0 && strcmp(paths[j - 1], paths[j]) > 0; j--) {
+            char tmp[800];
+            memcpy(tmp, paths[j], 800);
+            memcpy(paths[j], paths[j - 1], 800);
+            memcpy(paths[j - 1], tmp, 800);
+        }
+    return n;
+}
+
+typedef struct {
+    char tag[32];
+    int64_t step;
+    float value;
+} scalar_ev;
+
+/* The scalars of one event file in order; returns how many (the file_version event first
+ * is checked), or -1. */
+static int read_scalars(const char *path, scalar_ev *out, int max) {
+    sl_tfev_reader *r;
+    if (sl_tfev_reader_open(path, &r)) return -1;
+    sl_tfev_event e;
+    int n = 0, i = 0;
+    sl_status s;
+    while ((s = sl_tfev_reader_next(r, &e)) == SL_OK) {
+        if (i++ == 0 && (e.kind != SL_TFEV_VERSION || strcmp(e.text, SL_TFEV_FILE_VERSION) != 0)) break;
+        if (e.kind != SL_TFEV_SCALAR || n >= max) continue;
+        snprintf(out[n].tag, sizeof out[n].tag, "%s", e.text);
+        out[n].step = e.step;
+        out[n].value = e.value;
+        n++;
+    }
+    sl_tfev_reader_close(r);
+    return s == SL_END ? n : -1;
+}
+
+#define EVENTS_BODY                                                                                        \
+    "    model tiny\n    data train\n    eval test every=1\n    epochs 2\n    optimizer sgd lr=0.05\n" \
+    "    backend cpu\n    threads 1\n    seed 3\n"
+
+/* Two TensorBoard runs with the same tags on the same step axis: train/ gets loss,
+ * accuracy, learning_rate, examples_per_sec, input_wait_fraction at steps 16 and 32;
+ * eval/ gets accuracy and loss at the same steps, the last ones equal to the summary's;
+ * nothing at the top level. --resume adds one new file in each. */
+TEST(test_event_runs) {
+    sl_cfg *cfg = NULL;
+    sl_trainer *t = NULL;
+    char dir[400], sub[500];
+    snprintf(dir, sizeof dir, "%s/events", tmpdir);
+    sl_status s = make_trainer(EVENTS_BODY "    checkpoint every=1\n", "events", false, NULL, &cfg, &t);
+    if (s == SL_EUNSUPPORTED) {
+        sl_cfg_free(cfg);
+        SKIP("no CPU backend in this build");
+    }
+    ASSERT_OK(s);
+    ASSERT_OK(sl_trainer_run(t));
+    const sl_train_summary *sum = sl_trainer_summary(t);
+    ASSERT_EQ(sum->steps, 32);
+    static char paths[4][800];
+    ASSERT_EQ(event_files(dir, paths, 4), 0); /* none at the top level */
+    snprintf(sub, sizeof sub, "%s/train", dir);
+    ASSERT_EQ(event_files(sub, paths, 4), 1);
+    scalar_ev ev[32];
+    ASSERT_EQ(read_scalars(paths[0], ev, 32), 10);
+    static const char *const train_tags[] = {"loss", "accuracy", "learning_rate", "examples_per_sec",
+                                             "input_wait_fraction"};
+    for (int i = 0; i < 10; i++) {
+        ASSERT_STREQ(ev[i].tag, train_tags[i % 5]);
+        ASSERT_EQ(ev[i].step, i < 5 ? 16 : 32);
+    }
+    ASSERT(ev[5].value == (float)sum->train_loss);
+    ASSERT(ev[6].value == (float)sum->train_accuracy);
+    ASSERT(ev[7].value == 0.05f);
+    ASSERT(ev[8].value > 0);
+    ASSERT(ev[9].value >= 0 && ev[9].value <= 1);
+    snprintf(sub, sizeof sub, "%s/eval", dir);
+    ASSERT_EQ(event_files(sub, paths, 4), 1);
+    ASSERT_EQ(read_scalars(paths[0], ev, 32), 4);
+    for (int i = 0; i < 4; i++) {
+        ASSERT_STREQ(ev[i].tag, i % 2 ? "loss" : "accuracy");
+        ASSERT_EQ(ev[i].step, i < 2 ? 16 : 32);
+    }
+    ASSERT(ev[2].value == (float)sum->eval_accuracy);
+    ASSERT(ev[3].value == (float)sum->eval_loss);
+    /* the same numbers as sl_trainer_evaluate on the final parameters */
+    double el, ea;
+    ASSERT_OK(sl_trainer_evaluate(t, &el, &ea));
+    ASSERT(ev[2].value == (float)ea);
+    ASSERT(ev[3].value == (float)el);
+    sl_trainer_free(t);
+    sl_cfg_free(cfg);
+
+    /* --resume with one more epoch: a second file in each folder, with step 48 */
+    ASSERT_OK(make_trainer(EVENTS_BODY "    checkpoint every=1\n    epochs 3\n", "events", true, NULL, &cfg, &t));
+    ASSERT_OK(sl_trainer_run(t));
+    ASSERT_EQ(sl_trainer_summary(t)->start_step, 32);
+    sl_trainer_free(t);
+    sl_cfg_free(cfg);
+    snprintf(sub, sizeof sub, "%s/train", dir);
+    ASSERT_EQ(event_files(sub, paths, 4), 2);
+    int found = 0;
+    for (int k = 0; k < 2; k++) {
+        int n = read_scalars(paths[k], ev, 32);
+        if (n == 5 && ev[0].step == 48 && strcmp(ev[0].tag, "loss") == 0) found++;
+    }
+    ASSERT_EQ(found, 1);
+    snprintf(sub, sizeof sub, "%s/eval", dir);
+    ASSERT_EQ(event_files(sub, paths, 4), 2);
+    found = 0;
+    for (int k = 0; k < 2; k++) {
+        int n = read_scalars(paths[k], ev, 32);
+        if (n == 2 && ev[0].step == 48 && strcmp(ev[0].tag, "accuracy") == 0) found++;
+    }
+    ASSERT_EQ(found, 1);
+
+    /* without an eval pipeline: no eval/ folder */
+    ASSERT_OK(make_trainer("    model tiny\n    data train\n    steps 3\n    backend cpu\n    threads 1\n", "noeval",
+                           false, NULL, &cfg, &t));
+    ASSERT_OK(sl_trainer_run(t));
+    sl_trainer_free(t);
+    sl_cfg_free(cfg);
+    snprintf(sub, sizeof sub, "%s/noeval/eval", tmpdir);
+    struct stat sb;
+    ASSERT_EQ(stat(sub, &sb), -1);
+    snprintf(sub, sizeof sub, "%s/noeval/train", tmpdir);
+    ASSERT_EQ(event_files(sub, paths, 4), 1);
+}
+
+static void touch(const char *path) {
+    FILE *f = fopen(path, "w");
+    ASSERT(f);
+    fclose(f);
+}
+
+/* A new run refuses a folder with another run's event files in train/, eval/ or (the old
+ * layout) at the top; --overwrite removes them; a removal that fails names the file. */
+TEST(test_run_dir_event_subfolders) {
+    char run[400], p[600];
+    snprintf(run, sizeof run, "%s/evsub", tmpdir);
+    rm_rf(run);
+    snprintf(p, sizeof p, "%s/train", run);
+    ASSERT_EQ(mkdir(run, 0755), 0);
+    ASSERT_EQ(mkdir(p, 0755), 0);
+    snprintf(p, sizeof p, "%s/train/events.out.tfevents.1700000000.host", run);
+    touch(p);
+    ASSERT_EQ(sl_train_prepare_run_dir(run, false, NULL), SL_EINVAL);
+    char want[800];
+    snprintf(want, sizeof want, "run folder %s holds another run's files: 1 TensorBoard event file;", run);
+    ASSERT_CONTAINS(sl_errmsg(), want);
+    ASSERT_CONTAINS(sl_errmsg(), "--resume");
+    ASSERT_EQ(access(p, F_OK), 0); /* nothing removed */
+    /* eval/ and the old top-level layout count too */
+    snprintf(p, sizeof p, "%s/eval", run);
+    ASSERT_EQ(mkdir(p, 0755), 0);
+    snprintf(p, sizeof p, "%s/eval/events.out.tfevents.1700000000.host", run);
+    touch(p);
+    snprintf(p, sizeof p, "%s/events.out.tfevents.1600000000.host", run);
+    touch(p);
+    snprintf(p, sizeof p, "%s/train/notes.txt", run); /* not an event file: stays */
+    touch(p);
+    ASSERT_EQ(sl_train_prepare_run_dir(run, false, NULL), SL_EINVAL);
+    ASSERT_CONTAINS(sl_errmsg(), "holds another run's files: 3 TensorBoard event files;");
+    /* the trainer refuses it too, before training */
+    sl_cfg *cfg = NULL;
+    sl_trainer *t = NULL;
+    sl_status s = make_trainer("    model tiny\n    data train\n    steps 2\n    backend cpu\n", "evsub", false, NULL, &cfg,
+                               &t);
+    if (s != SL_EUNSUPPORTED) {
+        ASSERT_OK(s);
+        ASSERT_EQ(sl_trainer_run(t), SL_EINVAL);
+        ASSERT_CONTAINS(sl_errmsg(), "3 TensorBoard event files");
+    }
+    sl_trainer_free(t);
+    sl_cfg_free(cfg);
+    char *text = NULL;
+    size_t len = 0;
+    FILE *con = open_memstream(&text, &len);
+    ASSERT(con);
+    ASSERT_OK(sl_train_prepare_run_dir(run, true, con));
+    fclose(con);
+    snprintf(want, sizeof want, "run folder %s: removing an earlier run's 3 TensorBoard event files (--overwrite)\n", run);
+    ASSERT_STREQ(text, want);
+    free(text);
+    snprintf(p, sizeof p, "%s/train/events.out.tfevents.1700000000.host", run);
+    ASSERT(access(p, F_OK) != 0);
+    snprintf(p, sizeof p, "%s/eval/events.out.tfevents.1700000000.host", run);
+    ASSERT(access(p, F_OK) != 0);
+    snprintf(p, sizeof p, "%s/events.out.tfevents.1600000000.host", run);
+    ASSERT(access(p, F_OK) != 0);
+    snprintf(p, sizeof p, "%s/train/notes.txt", run);
+    ASSERT_EQ(access(p, F_OK), 0);
+    ASSERT_OK(sl_train_prepare_run_dir(run, false, NULL));
+    /* a removal that fails (a folder by an event file's name: EISDIR, even for root) */
+    snprintf(p, sizeof p, "%s/eval/events.out.tfevents.1700000001.host", run);
+    ASSERT_EQ(mkdir(p, 0755), 0);
+    ASSERT_EQ(sl_train_prepare_run_dir(run, true, NULL), SL_EIO);
+    snprintf(want, sizeof want, "cannot remove %s (an earlier run's file in the run folder): %s", p, strerror(EISDIR));
+    ASSERT_CONTAINS(sl_errmsg(), want);
+    rm_rf(run);
+}
+
 int main(void) {
     snprintf(tmpdir, sizeof tmpdir, "/tmp/sluice-test-trainer.%d", (int)getpid());
     mkdir(tmpdir, 0777);
@@ -850,6 +1250,10 @@ int main(void) {
     RUN(test_progress_line);
     RUN(test_eval_console_lines);
     RUN(test_log_every_steps);
+    RUN(test_lockstep_stop);
+    RUN(test_lockstep_stop_at_epoch_end);
+    RUN(test_event_runs);
+    RUN(test_run_dir_event_subfolders);
     rm_rf(tmpdir);
     TEST_MAIN_END();
 }
