@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # sluice-train end to end on a --limit'ed Fashion-MNIST conversion with a tiny model: two
-# epochs exit 0 and the last line is `test accuracy 0.XXXX`; checkpoints and an event file
-# land in the run folder; --set changes the number of epochs; --resume of a finished run
-# starts at its last step; usage mistakes exit 2; config mistakes exit 1 with
-# file:line:col and a hint; the shipped examples (model, pipelines, train block) run 2
+# epochs exit 0 and the last line is `test accuracy 0.XXXX`; checkpoints land in the run
+# folder and TensorBoard event files in its train/ and eval/ (same tags on the same steps,
+# read back); --set changes the number of epochs; --resume of a finished run starts at its
+# last step (and adds a new event file in train/ and eval/); usage mistakes exit 2; config
+# mistakes exit 1 with file:line:col and a hint; the shipped examples (model, pipelines, train block) run 2
 # steps on the small conversion. Damaged checkpoints: zeroed tensor bytes in the newest are
 # caught by its checksums and --resume takes the older good one (naming the damaged one),
 # none loadable exits 1 naming them, a FIFO named like a checkpoint is refused at once; a
@@ -61,7 +62,24 @@ if run train2 0 "$BIN/sluice-train" "$T/tiny.sl" --run-dir "$T/run"; then
         ok "epoch line fields" || fail "epoch line: $(grep '^epoch 2/2' "$T/train2.out")"
     ls "$T/run"/ckpt-000000020.safetensors "$T/run"/ckpt-000000040.safetensors >/dev/null 2>&1 &&
         ok "checkpoints at steps 20 and 40" || fail "checkpoints: $(ls "$T/run")"
-    ls "$T/run"/events.out.tfevents.* >/dev/null 2>&1 && ok "event file" || fail "no event file: $(ls "$T/run")"
+    ls "$T/run"/train/events.out.tfevents.* "$T/run"/eval/events.out.tfevents.* >/dev/null 2>&1 &&
+        ! ls "$T/run"/events.out.tfevents.* >/dev/null 2>&1 && ok "event files in train/ and eval/, none at the top" ||
+        fail "event files: $(ls -R "$T/run")"
+    # the two TensorBoard runs read back: the same tags on the same steps; the final eval is
+    # the printed test accuracy
+    DUMP=${SLUICE_TESTS_BIN:-build/tests}/test_tfevents
+    if [ -x "$DUMP" ]; then
+        tr_tags=$("$DUMP" --dump "$T/run"/train/events.out.tfevents.* | awk '$1 == "scalar" {printf "%s %s;", $3, $4}')
+        ev_tags=$("$DUMP" --dump "$T/run"/eval/events.out.tfevents.* | awk '$1 == "scalar" {printf "%s %s;", $3, $4}')
+        want_tr="20 loss;20 accuracy;20 learning_rate;20 examples_per_sec;20 input_wait_fraction;"
+        want_tr="$want_tr${want_tr//20/40}"
+        [ "$tr_tags" = "$want_tr" ] && ok "train/: loss, accuracy, ... at steps 20 and 40" ||
+            fail "train/ scalars: '$tr_tags'"
+        [ "$ev_tags" = "20 accuracy;20 loss;40 accuracy;40 loss;" ] && ok "eval/: accuracy, loss at steps 20 and 40" ||
+            fail "eval/ scalars: '$ev_tags'"
+        acc=$("$DUMP" --dump "$T/run"/eval/events.out.tfevents.* | awk '$1 == "scalar" && $3 == 40 && $4 == "accuracy" {printf "%.4f", $5}')
+        [ "test accuracy $acc" = "$last" ] && ok "eval/ accuracy at step 40 = $last" || fail "eval/ accuracy $acc vs '$last'"
+    fi
     grep -q '"format": "sluice-stats"' "$T/run/stats.json" 2>/dev/null && ok "pipeline stats file" ||
         fail "no stats.json: $(ls "$T/run")"
     if [ -x "$BIN/sluice-stats" ]; then
@@ -88,6 +106,8 @@ if run resume 0 "$BIN/sluice-train" "$T/tiny.sl" --run-dir "$T/run" --resume --s
     grep -q "^resuming from $T/run/ckpt-000000040.safetensors at step 40 (epoch 3, batch 0)$" "$T/resume.out" &&
         grep -q '^epoch 3/3  step 60 ' "$T/resume.out" && ok "--resume continues at step 40" ||
         fail "resume: $(cat "$T/resume.out")"
+    [ "$(ls "$T/run"/train/events.out.tfevents.* | wc -l)" = 2 ] && [ "$(ls "$T/run"/eval/events.out.tfevents.* | wc -l)" = 2 ] &&
+        ok "--resume: a new event file in train/ and in eval/" || fail "resume event files: $(ls -R "$T/run")"
 fi
 
 # 3b. the newest checkpoint's tensor bytes zeroed (a damaged disk or copy): --resume skips it
@@ -138,7 +158,8 @@ if [ -f "$T/run/ckpt-000000040.safetensors" ]; then
     if run overwrite 0 "$BIN/sluice-train" "$T/tiny.sl" --run-dir "$T/run" --set train.epochs=1 --overwrite; then
         grep -q "^run folder $T/run: removing an earlier run's " "$T/overwrite.out" &&
             [ "$(ls "$T/run"/ckpt-*.safetensors)" = "$T/run/ckpt-000000020.safetensors" ] &&
-            [ "$(ls "$T/run"/events.out.tfevents.* | wc -l)" = 1 ] &&
+            [ "$(ls "$T/run"/train/events.out.tfevents.* | wc -l)" = 1 ] &&
+            [ "$(ls "$T/run"/eval/events.out.tfevents.* | wc -l)" = 1 ] &&
             ok "--overwrite: the earlier run's checkpoints and event files removed" || fail "overwrite: $(ls "$T/run")"
     fi
     run both 2 "$BIN/sluice-train" "$T/tiny.sl" --run-dir "$T/run" --resume --overwrite && ok "--resume --overwrite: exit 2"

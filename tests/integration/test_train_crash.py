@@ -9,8 +9,10 @@ that checkpoints every 2 steps), ten times in a row; after each kill:
     of that newest checkpoint (or starts from 0 when none was written yet);
 
 then a last --resume runs to the end: exit 0, the last line is `test accuracy 0.XXXX`, the
-final checkpoint is at the configured step, and that run's event file parses as
-TFRecord-framed tensorflow.Event protos (first file_version, then the scalars).
+final checkpoint is at the configured step, and that run's event files (the newest in the
+run folder's train/ and eval/, the two TensorBoard runs; none at the top) parse as
+TFRecord-framed tensorflow.Event protos (first file_version, then the scalars), with the
+same tags for the same quantities (loss, accuracy) in both.
 
 Needs sluice-record and sluice-train in $SLUICE_BIN, the Fashion-MNIST idx files, and
 python3-numpy / python3-protobuf / python3-crc32c. Exit 0 pass, 1 fail, 77 skipped.
@@ -97,7 +99,8 @@ def check_loads(path):
     return step
 
 
-def check_events(path, trained):
+def event_tags(path):
+    """(number of records, set of scalar tags) of one event file."""
     recs = tcp.read_tfrecord(path)
     tags = set()
     for i, r in enumerate(recs):
@@ -108,14 +111,22 @@ def check_events(path, trained):
         if i > 0:
             for v in ev.summary.value:
                 tags.add(v.tag)
-    wants = ["eval/accuracy"]
+    return len(recs), tags
+
+
+def check_events(train_path, eval_path, trained):
+    """The train/ and eval/ runs' newest files: the same tags for the same quantities."""
+    n, tags = event_tags(eval_path)
+    wants = [(eval_path, tags, "accuracy"), (eval_path, tags, "loss")]
     if trained:  # (a run resumed at the last step only evaluates)
-        wants += ["train/loss", "train/accuracy", "train/learning_rate", "train/input_wait_fraction",
-                  "train/examples_per_sec"]
-    for want in wants:
-        if want not in tags:
-            raise Failure(f"{path}: no scalar {want} (tags: {sorted(tags)})")
-    return len(recs)
+        m, ttags = event_tags(train_path)
+        n += m
+        wants += [(train_path, ttags, t) for t in ("loss", "accuracy", "learning_rate", "input_wait_fraction",
+                                                    "examples_per_sec")]
+    for path, have, want in wants:
+        if want not in have:
+            raise Failure(f"{path}: no scalar {want} (tags: {sorted(have)})")
+    return n
 
 
 def main():
@@ -203,11 +214,16 @@ def main():
         newest = newest_checkpoint(run)
         if check_loads(newest) != TOTAL:
             raise Failure(f"newest checkpoint {newest} is not at step {TOTAL}")
-        evs = sorted(glob.glob(os.path.join(run, "events.out.tfevents.*")), key=os.path.getmtime)
-        if not evs:
-            raise Failure("no event file")
-        n = check_events(evs[-1], expect != TOTAL)
-        print(f"  {lines[-1]}; final checkpoint step {TOTAL}; {n} events in {os.path.basename(evs[-1])}")
+        if glob.glob(os.path.join(run, "events.out.tfevents.*")):
+            raise Failure("an event file at the top of the run folder (they belong in train/ and eval/)")
+        newest = {}
+        for sub in ("train", "eval"):
+            evs = sorted(glob.glob(os.path.join(run, sub, "events.out.tfevents.*")), key=os.path.getmtime)
+            if not evs:
+                raise Failure(f"no event file in {sub}/")
+            newest[sub] = evs[-1]
+        n = check_events(newest["train"], newest["eval"], expect != TOTAL)
+        print(f"  {lines[-1]}; final checkpoint step {TOTAL}; {n} events in train/ and eval/")
     except (Failure, tcp.Failure) as e:
         print(f"FAIL: {e}")
         return 1

@@ -600,7 +600,7 @@ TEST(test_run_folder_of_another_run) {
     snprintf(p, sizeof p, "run folder %s holds another run's files: 5 checkpoints (newest ckpt-000000040.safetensors)",
              run);
     ASSERT_CONTAINS(sl_errmsg(), p);
-    ASSERT_CONTAINS(sl_errmsg(), "1 TensorBoard event file");
+    ASSERT_CONTAINS(sl_errmsg(), "2 TensorBoard event files"); /* its train/ and eval/ runs */
     ASSERT_CONTAINS(sl_errmsg(), "--resume");
     ASSERT_CONTAINS(sl_errmsg(), "--overwrite");
     ASSERT_EQ(access(ckpt("used", 40), F_OK), 0); /* nothing removed */
