@@ -41,7 +41,13 @@
  * SIGKILL follows --grace S after the first): sluice-train replicas then stop together at
  * the next step boundary with a checkpoint and exit 128 + the signal, which is then the
  * launcher's status too, unless a task exits otherwise while stopping (a failed stop: its
- * status, with a note). --timeout S stops all after S seconds and exits 124.
+ * status, with a note). A task that itself exits 130 or 143 (a normal exit with that
+ * status: sluice-train stopped by a SIGINT / SIGTERM sent to it alone) stops the job the
+ * same way without a second signal to anyone: it is not restarted, the others get --grace S
+ * to stop by themselves (lockstep replicas stop at the same step as it did), then SIGTERM,
+ * then SIGKILL after another --grace S; the launcher exits with its status. (A ps job's
+ * worker other than worker 0 that stops so is let go, never restarted.) --timeout S
+ * stops all after S seconds and exits 124.
  *
  * A thin supervisor: a handful of tasks, their output relayed line by line through one
  * ppoll loop. Exit status: a task's, 0, 124 (timeout), 1 (--keygen or start-up failed),
@@ -373,6 +379,7 @@ int main(int argc, char **argv) {
     int result = -1;                      /* the exit status decided so far */
     bool stopping = false;
     int fwd_sig = 0;                      /* the signal forwarded to every task (stopping for it) */
+    double term_at = 0;                   /* > 0: a task stopped on request; SIGTERM to the rest then */
     for (;;) {
         struct pollfd pf[2 * 512 + 1];
         task *owner[2 * 512];
@@ -389,6 +396,7 @@ int main(int argc, char **argv) {
         if (running == 0 && np == 0) break;
         double wait = 1.0, t = now_s();
         if (stopping && stop_at > t && stop_at - t < wait) wait = stop_at - t;
+        if (term_at > t && term_at - t < wait) wait = term_at - t;
         if (timeout && !stopping && ps_until == 0 && start + (double)timeout - t < wait) wait = start + (double)timeout - t;
         if (ps_until > 0 && !stopping && ps_until - t < wait) wait = ps_until - t;
         if (wait < 0) wait = 0;
@@ -415,6 +423,23 @@ int main(int argc, char **argv) {
                     result = code;
                 }
                 if (code == 0 || stopping) continue;
+                if (WIFEXITED(tk->status) && (code == 128 + SIGINT || code == 128 + SIGTERM)) {
+                    if (nps > 0 && !tk->is_ps && tk->type_index != 0) {
+                        /* a ps worker other than the chief: the others train on (never restarted) */
+                        fprintf(stderr, "[launch] %s stopped on request (status %d): training goes on without it\n",
+                                tk->label, code);
+                        continue;
+                    }
+                    /* stopped on request at a step boundary: the job stops; lockstep replicas
+                     * are stopping at the same step already, the others get the grace period */
+                    fprintf(stderr, "[launch] %s stopped on request (status %d): stopping the job; the others get %lld s "
+                            "to stop by themselves\n", tk->label, code, grace);
+                    result = code;
+                    fwd_sig = code - 128;
+                    stopping = true;
+                    term_at = now_s() + (double)grace;
+                    continue;
+                }
                 char why[64];
                 status_text(tk->status, why, sizeof why);
                 if (tk->is_ps && ps_until > 0) { /* the workers are done: training is over */
@@ -479,6 +504,11 @@ int main(int argc, char **argv) {
             stopping = true;
             stop_at = t + (double)grace;
             signal_all(ts, n, SIGTERM);
+        }
+        if (term_at > 0 && t >= term_at) {
+            signal_all(ts, n, SIGTERM);
+            term_at = 0;
+            stop_at = t + (double)grace;
         }
         if (stopping && stop_at > 0 && t >= stop_at) {
             signal_all(ts, n, SIGKILL);
