@@ -40,6 +40,12 @@
  * steps per epoch that a cosine schedule counts are the fewest of any replica, so the
  * learning rates agree too.
  *
+ * Stop requests (Ctrl-C; sluice/train.h opts.stop) ride the same flag: a replica asked to
+ * stop sends 0 ("no next batch"), so at that step every replica sees a count below the world
+ * size, and the trainer's small allsum then tells a stop from the data's end (each
+ * replica's real flag and stop value). Every replica stops after that same step; rank 0
+ * checkpoints it. Nothing is added to a step's exchange.
+ *
  * Workload: one strategy per process, one exchange per training step. */
 #ifndef SLUICE_STRATEGY_H
 #define SLUICE_STRATEGY_H
@@ -112,8 +118,8 @@ void sl_strategy_ring_free(sl_strategy_ring *s); /* NULL is a no-op */
  *             real batch from each worker. A worker outside the round (dead, or done) does
  *             not end the epoch: *more counts it as holding a batch.
  *   allsum    the trainer's per-epoch agreements (every worker has a first batch, the
- *             counts for the warning, the batches per epoch of a cosine schedule) as a SUM
- *             round on ps 0 (SL_MSG_SUM). A worker left out of a sum (dead, done, or, after
+ *             counts for the warning, the batches per epoch of a cosine schedule, and
+ *             whether a "lack" was a stop request) as a SUM round on ps 0 (SL_MSG_SUM). A worker left out of a sum (dead, done, or, after
  *             a restart, waiting in a step round) reads as a copy of the lowest worker that
  *             took part.
  * A fresh ps forms no round before every worker has joined, so the workers start together
@@ -125,7 +131,11 @@ void sl_strategy_ring_free(sl_strategy_ring *s); /* NULL is a no-op */
  * up again at the next epoch end (the first worker out ends it for all). A ps restarted
  * mid-round answers a retried push it had already applied without counts (0/0): that
  * worker then goes by its own flag for that step. A sync worker whose ps tasks run async
- * fails at the start (the ps refuses the SUM, naming the mode).
+ * fails at the start (the ps refuses the SUM, naming the mode). A stop request (Ctrl-C) in
+ * sync mode rides the push's has-data pair as a "lack", as under the ring: every worker
+ * stops after the same round, the chief checkpoints it, and the ps tasks save their shards
+ * when the last worker's BYE ends the server (sluice-train keeps a ps task that got the
+ * signal serving for that last round). Async workers stop each on its own.
  *
  * ps tasks (sl_ps_task_run): build the model from the config on the CPU to know the
  * variables, plan the shards (sl_ps_plan_create), restore the newest shard checkpoint of

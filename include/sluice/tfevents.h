@@ -1,8 +1,9 @@
 /* TensorBoard event files: the trainer's scalar logs (loss, accuracy, learning rate,
- * examples/s, input-wait fraction).
+ * examples/s, input-wait fraction). The trainer writes two runs, RUN_DIR/train and
+ * RUN_DIR/eval, one writer each (sluice/train.h); this header knows only folders.
  *
  * A file is TFRecord-framed (see tfrecord.h) serialized tensorflow.Event protos, named
- * RUN_DIR/events.out.tfevents.<unix time, 10 digits>.<hostname> (with ".<pid>.<n>" added
+ * DIR/events.out.tfevents.<unix time, 10 digits>.<hostname> (with ".<pid>.<n>" added
  * when that name is taken). The first event carries file_version "brain.Event:2"; each
  * scalar is one Event {wall_time, step, summary {value {tag, simple_value}}}, which
  * TensorBoard's scalars dashboard reads.
