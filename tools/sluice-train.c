@@ -177,8 +177,7 @@ static int report_stop(const sl_trainer *t, bool is_chief, bool lockstep, int ar
     const char *name = sig == SIGTERM ? "SIGTERM" : "SIGINT (Ctrl-C)";
     char who[96] = "";
     if (lockstep) {
-        const char *r = getenv("SLUICE_RANK");
-        if (sum->stop_rank >= 0 && (!train_stop || !r || atoi(r) != sum->stop_rank))
+        if (!train_stop) /* the signal reached another replica */
             snprintf(who, sizeof who, " (rank %d got it; every replica stops at this step)", sum->stop_rank);
         else
             snprintf(who, sizeof who, " (every replica stops at this step)");

@@ -107,9 +107,10 @@ if wait_for 60 grep -q '^\[worker 0\] epoch 2/300 ' "$T/ring1.out"; then
         fail "stopped at '$s0' and '$s1'"; show ring1
     fi
     S=${s0:-0}
-    grep -qx "\[worker 0\] sluice-train: stopped by SIGINT (Ctrl-C) at step $S (every replica stops at this step); saved checkpoint $(ckpt "$R1" "$S")" "$T/ring1.err" ||
-        grep -qx "\[worker 0\] sluice-train: stopped by SIGINT (Ctrl-C) at step $S (rank 1 got it; every replica stops at this step); saved checkpoint $(ckpt "$R1" "$S")" "$T/ring1.err" &&
+    grep -qx "\[worker 0\] sluice-train: stopped by SIGINT (Ctrl-C) at step $S (every replica stops at this step); saved checkpoint $(ckpt "$R1" "$S")" "$T/ring1.err" &&
         [ -f "$(ckpt "$R1" "$S")" ] && ok "the chief checkpointed step $S" || { fail "no checkpoint of step $S: $(ls "$R1")"; show ring1; }
+    grep -qx "\[worker 1\] sluice-train: stopped by SIGINT (Ctrl-C) at step $S (every replica stops at this step)" "$T/ring1.err" &&
+        ok "worker 1 says where it stopped" || { fail "worker 1's line"; show ring1; }
     grep -qE "^\[worker 0\] stop requested \(rank [01]\): all 2 replicas stop at step $S$" "$T/ring1.out" &&
         ok "the chief's stop line" || fail "stop line: $(grep 'stop requested' "$T/ring1.out")"
     grep -q "test accuracy" "$T/ring1.out" && fail "a final evaluation after the stop" || ok "no final evaluation"
@@ -153,6 +154,8 @@ if wait_for 60 grep -q '^\[worker 0\] epoch 2/300 ' "$T/ring2.out"; then
     [ -n "$s0" ] && [ "$s0" = "$s1" ] && ok "both stopped at step $s0" || { fail "stopped at '$s0' and '$s1'"; show ring2; }
     grep -qx "\[worker 0\] sluice-train: stopped by SIGINT (Ctrl-C) at step $s0 (rank 1 got it; every replica stops at this step); saved checkpoint $(ckpt "$R2" "$s0")" "$T/ring2.err" &&
         [ -f "$(ckpt "$R2" "$s0")" ] && ok "worker 0 names rank 1 and checkpoints step $s0" || { fail "worker 0's line"; show ring2; }
+    grep -qx "\[worker 1\] sluice-train: stopped by SIGINT (Ctrl-C) at step $s0 (every replica stops at this step)" "$T/ring2.err" &&
+        ok "worker 1's line" || { fail "worker 1's line"; show ring2; }
     grep -qE "^\[worker 0\] stop requested \(rank 1\): all 2 replicas stop at step $s0$" "$T/ring2.out" &&
         ok "the chief's stop line names rank 1" || fail "stop line: $(grep 'stop requested' "$T/ring2.out")"
     grep -q "SIGTERM" "$T/ring2.err" && { fail "a SIGTERM was needed"; show ring2; } || ok "no SIGTERM: both stopped by themselves"
