@@ -10,6 +10,7 @@
 #   3. strategy ps mode=sync, 2 workers + 1 ps: SIGINT to sluice-launch: both workers stop at
 #      the same step, the chief checkpoints it, the ps saves its shard and says so; exit 130;
 #      --resume finishes the run from that step (the ps restores its shard).
+#   4. sluice-launch: tasks that exit 1 on the forwarded signal (a failed stop): exit 1, noted.
 # Ports: blocks 28000..31999, offsets 38..49 (tests/integration/lib.sh).
 set -u
 
@@ -159,6 +160,8 @@ if wait_for 60 grep -q '^\[worker 0\] epoch 2/300 ' "$T/ring2.out"; then
     grep -qE "^\[worker 0\] stop requested \(rank 1\): all 2 replicas stop at step $s0$" "$T/ring2.out" &&
         ok "the chief's stop line names rank 1" || fail "stop line: $(grep 'stop requested' "$T/ring2.out")"
     grep -q "SIGTERM" "$T/ring2.err" && { fail "a SIGTERM was needed"; show ring2; } || ok "no SIGTERM: both stopped by themselves"
+    grep -qE "^\[launch\] worker [01] stopped on request \(status 130\): stopping the job; the others get 5 s to stop by themselves$" "$T/ring2.err" &&
+        ok "the launcher's note: a task stopped on request" || fail "launcher notes: $(grep '^\[launch\]' "$T/ring2.err")"
 else
     fail "ring2: no second epoch line in 60 s"; show ring2
     kill -KILL "$lp"
@@ -190,6 +193,20 @@ if wait_for 60 grep -q '^\[worker 0\] epoch 2/300 ' "$T/ps.out"; then
     fi
 else
     fail "ps: no second epoch line in 60 s"; show ps
+    kill -KILL "$lp"
+fi
+
+# 4. a stop that fails (a task exits 1 on the forwarded SIGINT): the launcher says so and
+#    exits with that status, not 130
+launch fstop -n 2 "${L[@]}" -- sh -c 'trap "kill \$! 2>/dev/null; exit 1" INT; echo ready; sleep 30 </dev/null >/dev/null 2>&1 & wait'
+both_ready() { [ "$(grep -c '\] ready$' "$T/fstop.out")" = 2 ]; }
+if wait_for 20 both_ready; then
+    kill -INT "$lp"
+    finish
+    [ "$rc" = 1 ] && grep -qE "^\[launch\] worker [01] exited with status 1 while stopping$" "$T/fstop.err" &&
+        ok "a failed stop: launcher exit 1 with a note" || { fail "failed stop: exit $rc"; show fstop; }
+else
+    fail "fstop: the tasks did not start"; show fstop
     kill -KILL "$lp"
 fi
 
