@@ -189,10 +189,12 @@ static int report_stop(const sl_trainer *t, bool is_chief, bool lockstep, int ar
     } else if (c->ckpt_every.epochs || c->ckpt_every.steps) {
         fprintf(stderr, "%s: stopped by %s at step %lld%s; saved checkpoint %s/ckpt-%09lld.safetensors\n", PROG, name,
                 (long long)sum->steps, who, c->run_dir, (long long)sum->steps);
-        fputs("---> HINT: resume with: ", stderr);
         /* under sluice-launch the job is resumed as it was started: all its tasks */
         const char *world = getenv("SLUICE_WORLD"), *nps = getenv("SLUICE_NUM_PS"), *pb = getenv("SLUICE_PORT_BASE");
-        if (world && getenv("SLUICE_TASK")) {
+        bool launched = world && getenv("SLUICE_TASK");
+        /* replicas started otherwise (TF_CONFIG, a cluster block, Slurm) each run it */
+        fputs(lockstep && !launched ? "---> HINT: resume with (on every replica): " : "---> HINT: resume with: ", stderr);
+        if (launched) {
             fprintf(stderr, "sluice-launch -n %s", world);
             if (nps && atoi(nps) > 0) fprintf(stderr, " --ps %s", nps);
             if (pb && atoi(pb) != 29500) fprintf(stderr, " --port-base %s", pb);
