@@ -9,7 +9,8 @@ Reads README.md, finds its fenced blocks (with their line numbers) and checks ea
                is run (bash, in the work folder) and must exit 0; with the `exact` marker the
                lines shown after it must equal the command's output instead (stdout and
                stderr merged, compared as sorted lines: the two streams interleave
-               differently through a pipe), whatever its exit status.
+               differently through a pipe; durations such as `0.0 s` are not compared),
+               whatever its exit status.
                Otherwise a config of the config language, checked by the project's parser
                (libsluice's sl_cfg_parse_file, through ctypes), then: each `pipeline NAME`
                block must build and yield an element (`sluice-stats --pipeline NAME --peek
@@ -31,7 +32,8 @@ rendered page:
 
 The work folder is what a user has after `bash scripts/main.sh`: `build` (a link to this
 build), a copy of `examples/`, Fashion-MNIST converted into `data/fashion/` (8+8 shards,
-2 s), `pets_examples.record` (the damaged sample of tests/data), the build's bin/ on PATH,
+2 s), `pets_examples.record` (the damaged sample of tests/data), `photos/` (two class
+folders of 100 JPEGs each, with a text file and a cut JPEG), the build's bin/ on PATH,
 `python3` the tests' Python ($PYTHON, Debian's /usr/bin/python3) and HOME inside it. Lines `bash scripts/main.sh` and `cmake --build build ...` of a block
 are taken as done (the work folder is that state; they would rebuild or re-download). The
 run folder `runs/` is removed before each block. `sluice-launch -n ...` gets `--port-base`
@@ -43,7 +45,9 @@ An unmarked example that fails fails the test, naming README.md:LINE. Exit 0 whe
 1 on any failure, 77 when the tools, the Fashion-MNIST files or the plain build (a sanitizer
 build's libsluice.so cannot be loaded by ctypes) are missing.
 """
+import base64
 import ctypes
+import json
 import os
 import re
 import shlex
@@ -126,7 +130,32 @@ def make_workdir():
                        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     if r.returncode:
         raise SystemExit(f"FAIL: converting Fashion-MNIST for the examples:\n{r.stdout}")
+    make_photos(t)
     return t
+
+
+def make_photos(t):
+    """photos/cats/ and photos/dogs/, 100 JPEGs each (Fashion-MNIST images), a text file in
+    cats and a JPEG cut inside its header in dogs: the folder `convert images` shows."""
+    rec = os.path.join(t, "photos-rec")
+    tool = os.path.join(BIN, "sluice-record")
+    subprocess.run([tool, "convert", "fashion-mnist", rec, "--shards", "1", "--jpeg", "--limit", "200"],
+                   check=True, stdout=subprocess.DEVNULL)
+    out = subprocess.run([tool, "cat", "--json", os.path.join(rec, "train-00000-of-00001.tfrecord")],
+                         check=True, stdout=subprocess.PIPE, text=True).stdout
+    for i, line in enumerate(out.splitlines()):
+        d = os.path.join(t, "photos", "cats" if i < 100 else "dogs")
+        os.makedirs(d, exist_ok=True)
+        jpeg = base64.b64decode(json.loads(line)["features"]["feature"]["image"]["bytesList"]["value"][0])
+        with open(os.path.join(d, f"{i:03d}.jpg"), "wb") as f:
+            f.write(jpeg)
+        if i == 0:
+            cut = jpeg[:10]  # SOI and part of APP0: "jpeg: bad header: 0 x 0 image"
+    with open(os.path.join(t, "photos", "dogs", "cut.jpg"), "wb") as f:
+        f.write(cut)
+    with open(os.path.join(t, "photos", "cats", "notes.txt"), "w") as f:
+        f.write("not a photo\n")
+    shutil.rmtree(rec)
 
 
 def env_for(t):
@@ -184,6 +213,7 @@ def adapt(cmd, blk):
     return cmd
 
 
+DURATION = re.compile(r"\b\d+(\.\d+)? s\b")  # "in 0.0 s": how long it took is not compared
 MISSING_MODULE = re.compile(r"ModuleNotFoundError: No module named '(torch|numpy)'")
 
 
@@ -240,6 +270,7 @@ def check_transcript(t, blk):
             out = run_or_fail(t, cmd, blk, "command", stop_on_error=False)  # `CMD; echo $?` as typed
         if blk.kind == "exact":
             got = out.rstrip("\n").split("\n") if out.strip() else []
+            got, want = [DURATION.sub("N s", x) for x in got], [DURATION.sub("N s", x) for x in want]
             if sorted(got) != sorted(want):
                 missing = [x for x in want if x not in got]
                 extra = [x for x in got if x not in want]
