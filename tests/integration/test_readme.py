@@ -19,6 +19,9 @@ Reads README.md, finds its fenced blocks (with their line numbers) and checks ea
                examples/fashion.sl's pipelines when the block has none).
   other        (cmake, ...) must carry a marker.
 
+Every examples/ file the README names must exist; each .sl of them must parse and its
+pipelines yield an element.
+
 A marker is an HTML comment on the line before the block's opening fence, invisible on the
 rendered page:
 
@@ -315,6 +318,23 @@ def check_config(t, blk, lib):
     return ", ".join(done), ""
 
 
+def check_named_examples(t, lib):
+    """Every examples/ file the README names exists; each config parses and its pipelines
+    yield an element (the blocks train fashion_mlp.sl; fashion_cnn.sl is only named)."""
+    with open(os.path.join(SRC, "README.md"), encoding="utf-8") as f:
+        names = sorted(set(re.findall(r"examples/[\w-]+\.\w+", f.read())))
+    for name in names:
+        path = os.path.join(t, name)
+        if not os.path.exists(path):
+            raise Failed(f"the README names {name}, which does not exist")
+        if name.endswith(".sl"):
+            cfg_parse(lib, path)
+            with open(path) as f:
+                for pipe in re.findall(r"^\s*pipeline\s+(\w+)\s*\{", f.read(), re.M):
+                    run_or_fail(t, f"sluice-stats {name} --pipeline {pipe} --peek 1", None, f"{name}: pipeline '{pipe}'")
+    return f"{len(names)} named files exist: {', '.join(names)}; the configs parse and their pipelines yield"
+
+
 def tool_help(tool, sub, cache={}):
     key = (tool, sub)
     if key not in cache:
@@ -392,6 +412,12 @@ def main():
     t = make_workdir()
     passed, failed, skipped = 0, [], []
     try:
+        if not only:
+            try:
+                print(f"ok   README.md: {check_named_examples(t, lib)}", flush=True)
+            except Failed as e:
+                failed.append("examples")
+                print(f"FAIL README.md: {e}", flush=True)
         for blk in blocks:
             if only and blk.line not in only:
                 continue
