@@ -16,8 +16,8 @@ Then the JPEG pipeline of bench_pipeline (TFRecords of the same JPEG corpus,
 /tmp/sluice-bench/jpeg-N: parse_example | decode_jpeg | random_resized_crop 224 | random_flip
 | normalize, batch 64 drop_remainder, shuffle 1024, prefetch 2) against PyTorch's DataLoader:
   python  sluice.Pipeline on that config (numpy batches, zero-copy): best of 2 epochs, as
-          bench_pipeline reports the C API's rate on it (the first epoch pays for first
-          touches of the batch buffers);
+          bench_pipeline reports the C API's rate on it (the first epoch also pays for
+          starting the pipeline: threads, buffers, the shuffle buffer's fill);
   torch   ../shared/anchors/torch_loader.py DIR 2 64 2 MODE (DataLoader with 2 workers +
           torchvision, best of 2 epochs), MODE `pil` (PIL decode, antialiased resize: the
           usual training script) and `tensor` (torchvision.io.decode_jpeg, antialias=False);
@@ -91,6 +91,7 @@ def py_rate(cfg, name, n):
     dt = time.perf_counter() - t0
     it.close()
     return n / dt
+
 
 # bench_pipeline.c's build(): the same files, shuffle, functions, batch and prefetch
 JPEG_CONFIG = """
