@@ -12,11 +12,11 @@ Reads README.md, finds its fenced blocks (with their line numbers) and checks ea
                differently through a pipe; durations such as `0.0 s` are not compared),
                whatever its exit status.
                Otherwise a config of the config language, checked by the project's parser
-               (libsluice's sl_cfg_parse_file, through ctypes), then: each `pipeline NAME`
+               (libsluice's sl_cfg_parse_file, through ctypes); then each `pipeline NAME`
                block must build and yield an element (`sluice-stats --pipeline NAME --peek
-               1`), and a `train` block must train (`sluice-train --set train.steps=3`: the last of
-               `epochs`/`steps` wins; with
-               examples/fashion.sl's pipelines when the block has none).
+               1`), and a `train` block must train (`sluice-train --set train.steps=3`: the
+               last of `epochs` and `steps` wins), on examples/fashion.sl's pipelines when
+               the block has none.
   other        (cmake, ...) must carry a marker.
 
 Every examples/ file the README names must exist; each .sl of them must parse and its
@@ -37,12 +37,15 @@ The work folder is what a user has after `bash scripts/main.sh`: `build` (a link
 build), a copy of `examples/`, Fashion-MNIST converted into `data/fashion/` (8+8 shards,
 2 s), `pets_examples.record` (the damaged sample of tests/data), `photos/` (two class
 folders of 100 JPEGs each, with a text file and a cut JPEG), the build's bin/ on PATH,
-`python3` the tests' Python ($PYTHON, Debian's /usr/bin/python3) and HOME inside it. Lines `bash scripts/main.sh` and `cmake --build build ...` of a block
-are taken as done (the work folder is that state; they would rebuild or re-download). The
-run folder `runs/` is removed before each block. `sluice-launch -n ...` gets `--port-base`
-of this test's ports (28000 + (pid % 40) * 100 + 40..49, in the block lib.sh leaves to new
-scripts) instead of the default 29500. A block that fails because an optional Python module
-(torch) is missing is counted as skipped.
+`python3` the tests' Python ($PYTHON, Debian's /usr/bin/python3), and HOME inside it.
+Lines `bash scripts/main.sh` and `cmake --build build ...` of a block are taken as done
+(the work folder is that state; they would rebuild or re-download). Blocks run in order in
+the one work folder (the pkg-config block uses the install the block before it made in
+HOME), but the run folder `runs/` is removed before each block. `sluice-launch -n ...` gets
+`--port-base` of this test's ports (28000 + (pid % 40) * 100 + 40..49, in the block lib.sh
+leaves to new scripts) instead of the default 29500. A block that fails because an
+optional Python module (torch) is missing is counted as skipped. Took 67 s on the 2-core
+machine with other builds running, most of it the three shortened trainings.
 
 An unmarked example that fails fails the test, naming README.md:LINE. Exit 0 when all pass,
 1 on any failure, 77 when the tools, the Fashion-MNIST files or the plain build (a sanitizer
