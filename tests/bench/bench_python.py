@@ -12,12 +12,35 @@ run for N batches:
 The same two numbers for the unbatched pipeline (one 28x28 image per element: the
 per-element cost of the Python layer) are printed as an extra line.
 
-    tests/bench/run bench_python [N_BATCHES]     (default 2000)
+Then the JPEG pipeline of bench_pipeline (TFRecords of the same JPEG corpus,
+/tmp/sluice-bench/jpeg-N: parse_example | decode_jpeg | random_resized_crop 224 | random_flip
+| normalize, batch 64 drop_remainder, shuffle 1024, prefetch 2) against PyTorch's DataLoader:
+  python  sluice.Pipeline on that config (numpy batches, zero-copy): best of 2 epochs, as
+          bench_pipeline reports the C API's rate on it (the first epoch also pays for
+          starting the pipeline: threads, buffers, the shuffle buffer's fill);
+  torch   ../shared/anchors/torch_loader.py DIR 2 64 2 MODE (DataLoader with 2 workers +
+          torchvision, best of 2 epochs), MODE `pil` (PIL decode, antialiased resize: the
+          usual training script) and `tensor` (torchvision.io.decode_jpeg, antialias=False);
+alternating python, torch pil, torch tensor, REPS (3) times; medians and min-max in
+images/s. The corpus comes from ../shared/anchors/make_jpeg_corpus.py (as bench_pipeline's)
+and is converted with `sluice-record convert images`; without ../shared (or its packages:
+python3-torch python3-torchvision python3-pil) that part says why it is skipped.
+SLUICE_BENCH_JPEG_DIR=DIR uses another folder of *_D.jpg files (D: the label digit).
 
-Ends with: RESULT bench_python ratio=R sluice=X anchor=Y unit=elements/s (R = X / Y).
+    tests/bench/run bench_python [N_BATCHES] [--quick]   (default 2000 batches, 2000 JPEGs;
+                                                           --quick or SLUICE_BENCH_QUICK=1: 100
+                                                           batches, 256 JPEGs, for a smoke run)
+
+Ends with: RESULT bench_python ratio=R sluice=X anchor=Y unit=elements/s (R = X / Y: the
+Fashion pipeline's batches/s, Python over C; target >= 0.9), then for the JPEG pipeline
+jpeg_python=, torch_pil=, torch_tensor= (medians, images/s) and
+jpeg_vs_torch=jpeg_python / the faster torch mode (or torch=skipped).
 """
+import glob
 import json
 import os
+import re
+import statistics
 import shutil
 import subprocess
 import sys
@@ -27,7 +50,15 @@ import time
 import sluice
 
 BIN = os.environ.get("SLUICE_BIN", "build/bin")
-N = int(sys.argv[1]) if len(sys.argv) > 1 else 2000
+HERE = os.path.dirname(os.path.abspath(__file__))
+SHARED = os.environ.get("SLUICE_SHARED") or os.path.normpath(os.path.join(HERE, "..", "..", "..", "shared"))
+ARGS = [a for a in sys.argv[1:] if a != "--quick"]
+QUICK = "--quick" in sys.argv[1:] or os.environ.get("SLUICE_BENCH_QUICK", "") not in ("", "0")
+N = int(ARGS[0]) if ARGS else (100 if QUICK else 2000)
+N_JPEG = 256 if QUICK else 2000   # bench_pipeline's default corpus
+REPS = 3
+BATCH = 64                        # bench_pipeline's BATCH
+WORK = "/tmp/sluice-bench"        # bench_pipeline's work folder (the corpus is shared)
 
 CONFIG = """
 pipeline {name} {{
@@ -62,6 +93,131 @@ def py_rate(cfg, name, n):
     return n / dt
 
 
+# bench_pipeline.c's build(): the same files, shuffle, functions, batch and prefetch
+JPEG_CONFIG = """
+pipeline jpeg {{
+    files "{rec}/train-*.tfrecord" shuffle=true seed=1
+    interleave cycle=4 parallel=0
+    shuffle 1024 seed=2
+    map parse_example(image/encoded: bytes(as=image), image/class/label: int64(as=label))
+        | decode_jpeg(image, channels=3)
+        | random_resized_crop(image, 224, scale=[0.08, 1], ratio=[0.75, 1.3333333333])
+        | random_flip(image, p=0.5)
+        | normalize(image, mean=[0.485, 0.456, 0.406], std=[0.229, 0.224, 0.225])  parallel=auto
+    batch {batch} drop_remainder
+    prefetch 2
+}}
+"""
+
+
+def jpeg_corpus():
+    """(folder of JPEGs, None) or (None, why the comparison is skipped)."""
+    d = os.environ.get("SLUICE_BENCH_JPEG_DIR")
+    if d:
+        return (d, None) if glob.glob(os.path.join(d, "*.jpg")) else (None, f"no *.jpg in {d}")
+    d = os.path.join(WORK, f"jpeg-{N_JPEG}")
+    if len(glob.glob(os.path.join(d, "*.jpg"))) >= N_JPEG:
+        return d, None
+    script = os.path.join(SHARED, "anchors", "make_jpeg_corpus.py")
+    if not os.path.exists(script):
+        return None, f"{SHARED} not found (its anchors make the JPEG corpus and run PyTorch's DataLoader)"
+    os.makedirs(WORK, exist_ok=True)
+    r = subprocess.run(["/usr/bin/python3", script, d, str(N_JPEG)], stdout=subprocess.PIPE,
+                       stderr=subprocess.STDOUT, text=True)
+    if r.returncode:
+        last = r.stdout.strip().split("\n")[-1]
+        return None, f"make_jpeg_corpus.py failed ({last}); it needs python3-pil"
+    return d, None
+
+
+def jpeg_records(jpeg_dir, t):
+    """The corpus as 8 TFRecord shards (TensorFlow's ImageNet feature names, as bench_pipeline
+    writes them), via `sluice-record convert images` on a class-per-folder view of it."""
+    view = os.path.join(t, "classes")
+    for f in sorted(glob.glob(os.path.join(jpeg_dir, "*.jpg"))):
+        label = os.path.basename(f)[-5]  # img00042_2.jpg -> class "2", label 2 (sorted names)
+        os.makedirs(os.path.join(view, label), exist_ok=True)
+        os.symlink(f, os.path.join(view, label, os.path.basename(f)))
+    rec = os.path.join(t, "jpeg-tfrecord")
+    subprocess.run([os.path.join(BIN, "sluice-record"), "convert", "images", view, rec, "--shards", "8"],
+                   check=True, stdout=subprocess.DEVNULL)
+    return rec
+
+
+def py_jpeg_rate(cfg, epochs=2):
+    """Best of `epochs` epochs of sluice.Pipeline, images/s (as bench_pipeline and torch_loader)."""
+    p = sluice.Pipeline(cfg, "jpeg", seed=1)
+    best = 0.0
+    for ep in range(epochs):
+        n, t0 = 0, time.perf_counter()
+        for e in p.iter(epoch=ep):
+            n += e["image"].shape[0]
+        best = max(best, n / (time.perf_counter() - t0))
+    return best
+
+
+def torch_rate(jpeg_dir, mode):
+    """torch_loader.py's figure (the number after the last '=' of its last line), or None."""
+    cmd = ["/usr/bin/python3", os.path.join(SHARED, "anchors", "torch_loader.py"), jpeg_dir, "2", str(BATCH), "2", mode]
+    r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    lines = r.stdout.strip().split("\n")
+    m = re.search(r"=\s*([0-9.]+)\s*images/s", lines[-1]) if lines else None
+    if r.returncode or not m:
+        return None, lines[-1] if lines else f"exit {r.returncode}"
+    return float(m.group(1)), None
+
+
+def summary(name, xs):
+    return f"{name} median {statistics.median(xs):.1f} (min {min(xs):.1f}, max {max(xs):.1f}) images/s"
+
+
+def jpeg_vs_torch(t):
+    """The JPEG comparison; returns the RESULT fields."""
+    jpeg_dir, why = jpeg_corpus()
+    if not jpeg_dir:
+        print(f"JPEG pipeline vs PyTorch DataLoader: skipped: {why}")
+        return " torch=skipped"
+    cfg = os.path.join(t, "jpeg.sl")
+    rec = jpeg_records(jpeg_dir, t)
+    with open(cfg, "w") as f:
+        f.write(JPEG_CONFIG.format(rec=rec, batch=BATCH))
+    n_images = len(glob.glob(os.path.join(jpeg_dir, "*.jpg")))
+    subprocess.run(f"cat {jpeg_dir}/*.jpg {rec}/*.tfrecord > /dev/null", shell=True)  # page cache, both sides
+    loader = os.path.join(SHARED, "anchors", "torch_loader.py")
+    have_torch, why = os.path.exists(loader), f"{loader} not found"
+    if have_torch:
+        r = subprocess.run(["/usr/bin/python3", "-c", "import torch, torchvision, PIL"], stdout=subprocess.PIPE,
+                           stderr=subprocess.STDOUT, text=True)
+        have_torch, why = r.returncode == 0, (r.stdout.strip().split("\n") or ["?"])[-1]
+    print(f"JPEG pipeline ({n_images} images of {jpeg_dir}, batch {BATCH}, crop 224): {REPS} alternating repetitions"
+          + ("" if have_torch else f"; PyTorch side skipped: {why} (needs python3-torch python3-torchvision python3-pil)"))
+    res = {"python": [], "pil": [], "tensor": []}
+    for rep in range(REPS):
+        res["python"].append(py_jpeg_rate(cfg))
+        line = f"  rep {rep + 1}: sluice.Pipeline {res['python'][-1]:.1f}"
+        for mode in ("pil", "tensor") if have_torch else ():
+            r, err = torch_rate(jpeg_dir, mode)
+            if r is None:
+                print(f"  torch_loader.py {mode} failed: {err}")
+                have_torch = False
+                break
+            res[mode].append(r)
+            line += f", torch {mode} {r:.1f}"
+        print(line + " images/s", flush=True)
+    print("  " + summary("sluice.Pipeline (Python, numpy batches)", res["python"]))
+    py = statistics.median(res["python"])
+    fields = f" jpeg_python={py:.1f}"
+    if have_torch and len(res["tensor"]) == REPS:
+        print("  " + summary("torch DataLoader 2 workers, mode pil", res["pil"]))
+        print("  " + summary("torch DataLoader 2 workers, mode tensor", res["tensor"]))
+        tp, tt = statistics.median(res["pil"]), statistics.median(res["tensor"])
+        print(f"  sluice.Pipeline / torch: {py / tp:.2f} (pil), {py / tt:.2f} (tensor)")
+        fields += f" torch_pil={tp:.1f} torch_tensor={tt:.1f} jpeg_vs_torch={py / max(tp, tt):.3f}"
+    else:
+        fields += " torch=skipped"
+    return fields
+
+
 T = tempfile.mkdtemp(prefix="sluice-bench-python-")
 try:
     subprocess.run([os.path.join(BIN, "sluice-record"), "convert", "fashion-mnist", os.path.join(T, "data"),
@@ -74,7 +230,8 @@ try:
     print(f"unbatched ({N * 32} elements of 28x28x1): C API {c1:.0f} elements/s, Python {p1:.0f} elements/s, "
           f"ratio {p1 / c1:.3f}")
     c, p = c_rate(cfg, "batched", N), py_rate(cfg, "batched", N)
-    print(f"batch 128 ({N} batches): C API {c:.1f} batches/s, Python {p:.1f} batches/s")
-    print(f"RESULT bench_python ratio={p / c:.3f} sluice={p:.1f} anchor={c:.1f} unit=elements/s")
+    print(f"batch 128 ({N} batches): C API {c:.1f} batches/s, Python {p:.1f} batches/s", flush=True)
+    extra = jpeg_vs_torch(T)
+    print(f"RESULT bench_python ratio={p / c:.3f} sluice={p:.1f} anchor={c:.1f} unit=elements/s{extra} jpeg_unit=images/s")
 finally:
     shutil.rmtree(T, ignore_errors=True)
