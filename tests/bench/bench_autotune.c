@@ -28,7 +28,7 @@
  * final rate (median over the rounds: the first moment from which a 0.5 s window delivers
  * >= 0.95 x the rate of the run's last 40%).
  *
- * Usage: bench_autotune [RUN_S]   (default 3.0). BENCH_QUICK=1: a smoke run (1.2 s per
+ * Usage: bench_autotune [RUN_S]   (default 3.0). BENCH_QUICK=1: a smoke run (2 s per
  * setting, 2 rounds, grid values 1, 2, 4).
  * Ends with RESULT bench_autotune ratio=R sluice=X anchor=Y unit=elements/s, R = auto /
  * best for the pipeline where that ratio is worst (X: its auto, Y: its best); the line
@@ -483,7 +483,7 @@ int main(int argc, char **argv) {
     const char *q = getenv("BENCH_QUICK");
     quick = q && *q && strcmp(q, "0");
     if (quick) {
-        run_s = 1.2;
+        run_s = 2.0;
         rounds = 2;
     }
     if (argc > 1) run_s = atof(argv[1]);
