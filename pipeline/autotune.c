@@ -29,6 +29,18 @@
  * core, and the thread budget grows by those lanes (to at most 2 x cpu_budget). One more exception: a parallel interleave whose readers need under half
  * a core (X * W < 0.5: they mostly wait on storage) keeps its one thread without counting.
  *
+ * Work that blocks (a map whose function reads from storage or a remote service, or sleeps):
+ * runner workers sample, about every 10 ms, one unit's thread CPU time and run-queue wait
+ * around its work (runner.c). The rest of the unit's wall time was spent blocked in the
+ * function and needs no core: a runner's work W splits into W x need (CPU, descheduled
+ * included) and W x (1 - need) (blocked). X's CPU bound uses only the first part, the
+ * lanes still come from all of W (so a stage that mostly waits gets many lanes), each lane
+ * counts as need of a core against the budget, and those blocked lanes (floor of
+ * L x (1 - need) per stage) are added to the thread budget's limit: with need 0.05, a map
+ * waiting on I/O takes all its threads (2 x cpu_budget) while using a tenth of a core. A
+ * runner whose one lane needs under half a core is not counted against the cores either,
+ * as the light interleave above. The descheduling factor f leaves the blocked time out.
+ *
  * Buffers: a map keeps 2L + 2 result slots (a map_batch L + 1: its results are batches); a
  * prefetch starts at 2 and doubles (up to 64) while its consumer finds it empty on more
  * than 10% of calls and its producer spent at least 10% of the window blocked on a full
@@ -69,6 +81,8 @@ struct sl_tuner {
     long long prev_busy[MAX_NODES], prev_blocked[MAX_NODES], prev_hits[MAX_NODES], prev_elems[MAX_NODES];
     long long prev_occ_sum[MAX_NODES], prev_occ_n[MAX_NODES], prev_wait[MAX_NODES];
     double idle_f[MAX_NODES]; /* runner: 1 / (1 - share of a worker's time idle in the fetch), smoothed */
+    long long prev_sw[MAX_NODES], prev_sc[MAX_NODES], prev_sr[MAX_NODES];
+    double need[MAX_NODES];   /* runner: share of its work's wall time that needs a core, smoothed (0: unknown) */
     long long prev_root;
     uint64_t prev_t;      /* when the current window started */
     uint64_t prev_cpu;    /* the process's CPU time then */
@@ -122,6 +136,7 @@ typedef struct {
     int kind;
     int node;      /* the op whose threads run the stage (-1: the consumer) */
     double work;   /* ns of busy time per root output */
+    double cpu_work; /* of it, the time that needs a core (a runner's work blocked in its function does not) */
     int lanes;     /* chosen */
 } stage;
 
@@ -140,6 +155,7 @@ static int new_stage(model *m, int kind, int node) {
     s->kind = kind;
     s->node = node;
     s->work = 0;
+    s->cpu_work = 0;
     s->lanes = 1;
     return m->nst++;
 }
@@ -193,7 +209,7 @@ static bool optimize(struct sl_tuner *t, model *m) {
     t->prev_cpu = cpu_now;
     build_stages(m);
     long long dbusy[MAX_NODES], dblk[MAX_NODES], dhits[MAX_NODES], delem[MAX_NODES], dwait[MAX_NODES];
-    double sumbusy = 0;
+    double sumbusy = 0, blocked_in_work = 0;
     for (int i = 0; i < m->n; i++) {
         sl_op_stats *c = &m->nodes[i]->stats;
         long long b = atomic_load(&c->busy_ns), k = atomic_load(&c->blocked_ns), h = atomic_load(&c->empty_hits),
@@ -208,17 +224,32 @@ static bool optimize(struct sl_tuner *t, model *m) {
         t->prev_blocked[i] = k;
         t->prev_hits[i] = h;
         t->prev_elems[i] = e;
+        /* runner work blocked inside the function (I/O, sleeps): from the sampled units,
+         * wall - CPU - run-queue wait. Such time needs no core */
+        long long sw = atomic_load(&c->samp_wall_ns), sc = atomic_load(&c->samp_cpu_ns), sr = atomic_load(&c->samp_rq_ns);
+        double dsw = (double)(sw - t->prev_sw[i]), need = (double)(sc - t->prev_sc[i] + sr - t->prev_sr[i]);
+        t->prev_sw[i] = sw;
+        t->prev_sc[i] = sc;
+        t->prev_sr[i] = sr;
+        if (dsw >= 2e6) { /* 2 ms of sampled work: enough to update */
+            need = need / dsw;
+            need = need < 0.02 ? 0.02 : need > 1 ? 1 : need;
+            t->need[i] = t->need[i] > 0 ? 0.5 * t->need[i] + 0.5 * need : need;
+        }
+        double nd = t->need[i] > 0 ? t->need[i] : 1;
         m->st[m->own[i]].work += (double)dbusy[i] / (double)droot;
+        m->st[m->own[i]].cpu_work += nd * (double)dbusy[i] / (double)droot;
         sumbusy += (double)dbusy[i];
+        blocked_in_work += (1 - nd) * (double)dbusy[i];
     }
     t->prev_root = root;
     /* how much less CPU the busy threads got than their busy wall time: > 1 when other
      * processes deschedule them. The budget counts cores kept busy, so it then takes more
      * threads to use it; anything else in the process using CPU only lowers this */
-    double f = dcpu > 0 ? sumbusy / dcpu : 1;
+    double f = dcpu > 0 ? (sumbusy - blocked_in_work) / dcpu : 1;
     /* ... but not what the pipeline's own threads cause: with R of them busy on average on C
      * cores they get C / R of a core each even on an idle machine */
-    double runnable = window > 0 ? sumbusy / window : 0, ncores = sl_cpu_count();
+    double runnable = window > 0 ? (sumbusy - blocked_in_work) / window : 0, ncores = sl_cpu_count();
     if (runnable > ncores) f /= runnable / ncores;
     f = f < 1 ? 1 : f > 2 ? 2 : f;
     t->desched = t->desched > 0 ? 0.5 * t->desched + 0.5 * f : f;
@@ -230,12 +261,18 @@ static bool optimize(struct sl_tuner *t, model *m) {
     /* the throughput the budget and the serial stages allow. A runner's workers also do its
      * serial fetch, one unit at a time each: with L workers a unit costs (fetch + work) / L,
      * and the fetch alone bounds it at 1 / fetch. */
-    double total = 0, x = INFINITY, lanework[3 * MAX_NODES + 1];
-    for (int k = 0; k < m->nst; k++) total += m->st[k].work;
+    double total = 0, x = INFINITY, lanework[3 * MAX_NODES + 1], cpuw[3 * MAX_NODES + 1];
+    for (int k = 0; k < m->nst; k++) total += m->st[k].cpu_work;
     for (int k = 0; k < m->nst; k++) {
         stage *s = &m->st[k];
         lanework[k] = s->work;
-        if (s->kind == ST_RUNNER) lanework[k] += m->st[m->below[s->node]].work;
+        double lanecpu = s->cpu_work;
+        if (s->kind == ST_RUNNER) {
+            lanework[k] += m->st[m->below[s->node]].work;
+            lanecpu += m->st[m->below[s->node]].cpu_work;
+        }
+        /* the share of a lane's time that needs a core */
+        cpuw[k] = lanework[k] > 0 ? lanecpu / lanework[k] : 1;
         if (lanework[k] <= 0) continue;
         if (s->kind == ST_SERIAL) x = fmin(x, 1.0 / s->work);
         else if (!tunable(m, s)) x = fmin(x, atomic_load(&m->nodes[s->node]->stats.parallelism) / lanework[k]);
@@ -261,9 +298,10 @@ static bool optimize(struct sl_tuner *t, model *m) {
         t->idle_f[i] = t->idle_f[i] > 0 ? 0.5 * t->idle_f[i] + 0.5 * f1 : f1;
         qf[k] = t->idle_f[i];
     }
-    int sum = 0, ntun = 0;
+    int sum = 0, ntun = 0, waiting = 0;
     double eff = 0; /* cores the chosen lanes keep busy */
     bool light[3 * MAX_NODES + 1] = {0}; /* needs under half a core: its one thread is not counted */
+    bool light1[3 * MAX_NODES + 1] = {0}; /* a runner's one lane needing under half a core: no core counted */
     for (int k = 0; k < m->nst; k++) {
         stage *s = &m->st[k];
         if (!tunable(m, s)) continue;
@@ -274,9 +312,13 @@ static bool optimize(struct sl_tuner *t, model *m) {
         if (l < 1) l = 1;
         if (l > m->nodes[s->node]->max_par) l = m->nodes[s->node]->max_par;
         s->lanes = l;
+        light1[k] = s->kind == ST_RUNNER && l == 1 && isfinite(x) && x * lanework[k] * cpuw[k] < 0.5;
         sum += light[k] ? 0 : l;
-        eff += light[k] ? 0 : l / qf[k];
+        eff += light[k] || light1[k] ? 0 : l * cpuw[k] / qf[k];
+        /* lanes that mostly block inside their function (I/O) are threads, not cores */
+        waiting += (int)floor(l * (1 - cpuw[k]) + 1e-9);
     }
+    tmax += waiting;
     while (eff > tbudget + 1e-9 || sum > tmax) { /* take back from the stage with the most slack */
         int best = -1;
         double slack = 0;
@@ -298,9 +340,9 @@ static bool optimize(struct sl_tuner *t, model *m) {
         }
         m->st[best].lanes--;
         sum--;
-        eff -= 1 / qf[best];
+        eff -= light1[best] ? 0 : cpuw[best] / qf[best];
     }
-    /* the threads the lanes may run: the cores' worth, plus the queued lanes */
+    /* the threads the lanes may run: the cores' worth, plus the queued and the blocked lanes */
     if (sum > tbudget) tbudget = sum > tmax ? tmax : sum;
     if (tbudget > old_tb) atomic_store(&ctx->thread_budget, tbudget); /* raise before the choices */
 
@@ -457,7 +499,8 @@ static void *tuner_main(void *arg) {
 }
 
 /* Before any data: share the CPU budget evenly among the auto-parallel ops, so the sum of
- * parallelism is within the budget from the start (each keeps its threads for growing). */
+ * parallelism is within the budget from the start (each keeps its threads for growing; with
+ * more such ops than cores, each has one and the thread budget is their number). */
 static void initial_split(sl_ictx *ctx) {
     sl_op_node *nodes[MAX_NODES];
     atomic_store(&ctx->thread_budget, ctx->ncpu);
@@ -465,7 +508,8 @@ static void initial_split(sl_ictx *ctx) {
     if (n > MAX_NODES) n = MAX_NODES;
     for (int i = 0; i < n; i++) nauto += nodes[i]->auto_par;
     if (nauto < 2) return;
-    atomic_store(&ctx->thread_budget, ctx->ncpu);
+    /* more auto ops than cores: each still runs one thread */
+    atomic_store(&ctx->thread_budget, nauto > ctx->ncpu ? nauto : ctx->ncpu);
     int each = ctx->ncpu / nauto < 1 ? 1 : ctx->ncpu / nauto;
     for (int i = 0; i < n; i++) {
         sl_op_node *nd = nodes[i];

@@ -77,6 +77,10 @@ typedef struct sl_op_stats {
     atomic_llong buffered_bytes_peak;
     atomic_llong occ_sum;    /* sampled occupancy (elements, x1000) summed, by the tuner thread */
     atomic_llong occ_samples;
+    /* runner workers, on a sample of their units (one per worker every ~10 ms): the work's
+     * wall time, and of it the thread's CPU time and run-queue wait (runner.c). What is left
+     * is time blocked inside the function (I/O, sleeps): it needs no core (autotune.c) */
+    atomic_llong samp_wall_ns, samp_cpu_ns, samp_rq_ns;
 } sl_op_stats;
 
 /* A point of a node's history: what the tuner chose, and the buffer use, at time t. */

@@ -9,14 +9,19 @@
  * Deterministic mode returns the slot whose seq is next_out; otherwise any finished slot.
  *
  * Stats: a worker reads the clock three times per unit (fetch start, work start, work end):
- * fetch time is the op's time waiting on input, work time its busy time. Time waiting for a
+ * fetch time is the op's time waiting on input, work time its busy time. About every 10 ms
+ * a worker also samples one unit's thread CPU time and run-queue wait around its work
+ * (samp_* in the stats): the tuner learns from them how much of the work needs a core. Time waiting for a
  * free slot is "blocked on output"; the consumer's waits for a result are its stall time.
  * The tuner may change the active workers (up to the threads started) and the capacity (up
  * to the slots allocated, 2 * nthreads + 2). */
+#include <fcntl.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "pipeline/internal.h"
 #include "sluice/pool.h"
@@ -85,6 +90,26 @@ static void timed_wait_ms(pthread_cond_t *cv, pthread_mutex_t *mu, int ms) {
     pthread_cond_timedwait(cv, mu, &ts);
 }
 
+#define SAMPLE_EVERY_NS 10000000ull
+
+/* This thread's CPU time and run-queue wait (ns; the wait is 0 where
+ * /proc/thread-self/schedstat is missing: then descheduled time reads as blocked) */
+static void thread_times(uint64_t *cpu, uint64_t *rq) {
+    struct timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    *cpu = (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+    *rq = 0;
+    int fd = open("/proc/thread-self/schedstat", O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return;
+    char buf[96];
+    ssize_t n = read(fd, buf, sizeof buf - 1);
+    close(fd);
+    if (n <= 0) return;
+    buf[n] = 0;
+    unsigned long long run, wait;
+    if (sscanf(buf, "%llu %llu", &run, &wait) == 2) *rq = wait;
+}
+
 static void *worker(void *arg) {
     worker_arg *wa = arg;
     sl_runner *r = wa->r;
@@ -94,6 +119,7 @@ static void *worker(void *arg) {
     const char *label = r->owner->node->label;
     int idx = (int)(wa - r->args);
     sl__trace_thread_name("%s worker %d", label, idx + 1);
+    uint64_t next_sample = 0;
 
     pthread_mutex_lock(&r->mu);
     for (;;) {
@@ -151,6 +177,10 @@ static void *worker(void *arg) {
         sl_element out;
         sl_element_init(&out);
         long long bytes = 0;
+        bool sample = got && s == SL_OK && t1 >= next_sample;
+        uint64_t cpu0 = 0, rq0 = 0, cpu1, rq1;
+        if (sample) thread_times(&cpu0, &rq0);
+        uint64_t t1s = sample ? sl__now_fast() : t1;
         if (got && s == SL_OK) {
             s = r->ops->work(r->op, job, seq, tstate, &out);
             if (s < 0) sl_element_clear(&out);
@@ -159,6 +189,13 @@ static void *worker(void *arg) {
         if (got && r->ops->job_clear) r->ops->job_clear(r->op, job);
         if (got) {
             uint64_t t2 = sl__now_fast();
+            if (sample) {
+                thread_times(&cpu1, &rq1);
+                atomic_fetch_add_explicit(&st->samp_wall_ns, (long long)(t2 - t1s), memory_order_relaxed);
+                atomic_fetch_add_explicit(&st->samp_cpu_ns, (long long)(cpu1 - cpu0), memory_order_relaxed);
+                atomic_fetch_add_explicit(&st->samp_rq_ns, (long long)(rq1 - rq0), memory_order_relaxed);
+                next_sample = t2 + SAMPLE_EVERY_NS;
+            }
             atomic_fetch_add_explicit(&st->busy_ns, (long long)(t2 - t1), memory_order_relaxed);
             if (atomic_load_explicit(&ctx->trace, memory_order_relaxed))
                 sl__trace_event(ctx, label, "work", t1, t2 - t1);

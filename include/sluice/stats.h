@@ -68,7 +68,8 @@ typedef struct sl_stats {
     int64_t elements;       /* returned to the consumer (the root op's elements) */
     int cpu_budget;         /* cores the pipeline may use */
     int thread_budget;      /* threads autotune lets the tuned ops run now: cpu_budget, or up to
-                             * twice that while other processes deschedule them (autotune.c) */
+                             * twice that while other processes deschedule them, plus the lanes
+                             * of maps whose work blocks (I/O) rather than computes (autotune.c) */
     int64_t ram_budget;     /* bytes of buffers autotune may use */
     int64_t buffered_bytes_peak; /* most bytes held in all buffers at once */
     int n;                  /* ops */

@@ -2,20 +2,37 @@
  * config pipeline (parse_example, decode_raw, scale, shuffle, batch, prefetch) -> the CPU
  * backend's train step and optimizer — for the MLP (784-256-128-10) and TensorFlow's
  * tutorial CNN, beside PyTorch on the CPU with the data already in memory
- * (../shared/anchors/torch_fashion.py), run in the same process run with the same batch
- * (128), optimizer (SGD momentum 0.9) and threads (2).
+ * (../shared/anchors/torch_fashion.py: one thread-pool size for torch's OpenMP and
+ * OpenBLAS, passive OpenMP waits, 20 untimed warm-up steps, then one epoch timed), with the
+ * same batch (128), optimizer (SGD momentum 0.9, same lr) and threads (2).
  *
- * Usage: bench_train [MLP_STEPS] [CNN_STEPS]   (defaults 1000 and 120, after 20 / 5 warm-up
- * steps). Sluice's rate is timed between two steps of the training loop through the
- * trainer's exchange hook (sluice/train.h), so pipeline waits, epoch boundaries and the
- * optimizer are all inside it; no evaluation or checkpoints. The anchor trains one epoch
- * (468 steps) and prints its own rate. Data: data/fashion/ of the source tree when
- * `bash scripts/main.sh` made it, else converted here into /tmp/sluice-bench/fashion.
- * SLUICE_SHARED (default ../shared beside the sources) locates the anchor. Ends with:
+ * Per model, REPS (3) alternating runs of each side (Sluice first on even rounds, the
+ * anchor first on odd ones, so drift on a shared machine falls on both); printed: the
+ * median and min-max examples/s of each side. Sluice's rate is timed between two steps of
+ * the training loop through the trainer's exchange hook (sluice/train.h), so pipeline
+ * waits, epoch boundaries and the optimizer are all inside it; no evaluation or checkpoints.
+ *
+ * The arithmetic ceiling, in the same run: each model's FLOPs per example (forward and
+ * backward, counted from the layer shapes: 2 x multiply-adds of every dense and conv layer's
+ * forward GEMM, its weight-gradient GEMM and, except the first layer, its input-gradient
+ * GEMM; bias, activations, pooling and the optimizer are not counted), OpenBLAS's sgemm rate
+ * on THREADS threads (each a single-threaded sgemm on a slice of C, as the CPU backend runs
+ * them) on exactly those GEMMs at batch 128 (the model's GEMM mix), and on a large square
+ * GEMM (this machine's sgemm rate). Printed per model: achieved GFLOP/s =
+ * FLOPs x examples/s, and its share of each rate (target for the CNN: >= 0.8 of the square).
+ *
+ * Usage: bench_train [MLP_STEPS] [CNN_STEPS]   (defaults 1000 and 200 timed steps after 20
+ * warm-up steps, as the anchor has). BENCH_QUICK=1: a smoke run (2 rounds, 200 / 10 steps,
+ * a 1024 square, the CNN's anchor skipped: its epoch takes a minute). Data: data/fashion/
+ * of the source tree when `bash scripts/main.sh` made it, else converted here into
+ * /tmp/sluice-bench/fashion. SLUICE_SHARED (default ../shared beside the sources) locates
+ * the anchor. Ends with:
  *   RESULT bench_train ratio=R sluice=X anchor=Y unit=examples/s
- * where R is the worse of the two models' ratios (sluice / anchor) and X, Y are that
- * model's rates. */
+ * where R is the worse of the two models' ratios of medians (sluice / anchor) and X, Y are
+ * that model's medians. */
+#include <cblas.h>
 #include <glob.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -25,6 +42,7 @@
 #include "sluice/config.h"
 #include "sluice/example.h"
 #include "sluice/idx.h"
+#include "sluice/pool.h"
 #include "sluice/tfrecord.h"
 #include "sluice/train.h"
 
@@ -32,6 +50,11 @@
 #define BATCH 128
 #define THREADS 2
 #define FM "/usr/share/datasets/fashion-mnist"
+#define REPS 3
+#define WARM 20
+
+/* declared by OpenBLAS's cblas.h, but not by every cblas.h */
+void openblas_set_num_threads(int num_threads);
 
 static double now(void) {
     struct timespec ts;
@@ -60,7 +83,7 @@ static int convert(const char *dir) {
     sl_exb *b;
     if (sl_exb_new(&b)) return die("example builder");
     for (int s = 0; s < 2; s++) {
-        char p[512];
+        char p[700];
         sl_tensor img = SL_TENSOR_EMPTY, lab = SL_TENSOR_EMPTY;
         snprintf(p, sizeof p, "%s/%s", FM, splits[s][1]);
         if (sl_idx_read(p, &img)) return die(p);
@@ -136,6 +159,7 @@ static int run_sluice(const char *data, int k, int64_t warm, int64_t steps, doub
     sl_train_hooks hooks = {.ctx = &h, .world_size = 1, .rank = 0, .is_chief = true, .exchange = on_step};
     sl_train_opts o = sl_train_opts_default();
     o.hooks = &hooks;
+    o.overwrite = true; /* each run replaces the last one's event file in WORK/run */
     sl_trainer *t;
     if (sl_trainer_create(cfg, &o, &t)) {
         sl_cfg_free(cfg);
@@ -171,9 +195,140 @@ static int run_anchor(const char *shared, const char *kind, double *rate) {
     return 0;
 }
 
+/* sorts v; the median */
+static double median(double *v, int n) {
+    for (int i = 1; i < n; i++)
+        for (int j = i; j > 0 && v[j] < v[j - 1]; j--) {
+            double t = v[j];
+            v[j] = v[j - 1];
+            v[j - 1] = t;
+        }
+    return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+/* ---- FLOPs and the sgemm ceiling ---- */
+
+/* A dense or conv layer as its forward GEMM at batch 1: rows per example (conv: output
+ * pixels), N (outputs / out channels), K (inputs / kernel taps x in channels). */
+typedef struct {
+    int rows, n, k;
+} layer;
+
+static const layer LAYERS[2][4] = {
+    {{1, 256, 784}, {1, 128, 256}, {1, 10, 128}, {0, 0, 0}},
+    {{28 * 28, 32, 5 * 5 * 1}, {14 * 14, 64, 5 * 5 * 32}, {1, 1024, 7 * 7 * 64}, {1, 10, 1024}},
+};
+
+/* FLOPs per example, forward + backward (see the header) */
+static double model_flops(int k) {
+    double f = 0;
+    for (int i = 0; i < 4 && LAYERS[k][i].n; i++) {
+        const layer *l = &LAYERS[k][i];
+        double macs = (double)l->rows * l->n * l->k;
+        f += 2 * macs * (i == 0 ? 2 : 3);
+    }
+    return f;
+}
+
+typedef struct {
+    int m, n, k;
+    bool ta, tb;
+} gemm;
+
+/* The model's GEMMs at batch B: forward C[M,N] = X[M,K] W[K,N]; weight gradient
+ * dW[K,N] = X^T dY; input gradient dX[M,K] = dY W^T (not for the first layer). */
+static int model_gemms(int k, int b, gemm *g) {
+    int n = 0;
+    for (int i = 0; i < 4 && LAYERS[k][i].n; i++) {
+        const layer *l = &LAYERS[k][i];
+        int m = l->rows * b;
+        g[n++] = (gemm){m, l->n, l->k, false, false};
+        g[n++] = (gemm){l->k, l->n, m, true, false};
+        if (i > 0) g[n++] = (gemm){m, l->k, l->n, false, true};
+    }
+    return n;
+}
+
+/* One GEMM split along the longer of M and N into `parts` slices of C, each a
+ * single-threaded OpenBLAS call: how the CPU backend runs its GEMMs on THREADS threads. */
+typedef struct {
+    const gemm *g;
+    const float *a, *b;
+    float *c;
+    int part, parts;
+} gemm_slice;
+
+static void run_slice(void *arg) {
+    const gemm_slice *s = arg;
+    const gemm *x = s->g;
+    bool split_n = x->n > x->m;
+    int len = split_n ? x->n : x->m, i0 = (int)((long)len * s->part / s->parts),
+        i1 = (int)((long)len * (s->part + 1) / s->parts);
+    if (i0 >= i1) return;
+    int lda = x->ta ? x->m : x->k, ldb = x->tb ? x->k : x->n, ldc = x->n, m = x->m, n = x->n;
+    const float *a = s->a, *b = s->b;
+    float *c = s->c;
+    if (split_n) {
+        b += x->tb ? (size_t)i0 * ldb : (size_t)i0;
+        c += i0;
+        n = i1 - i0;
+    } else {
+        a += x->ta ? (size_t)i0 : (size_t)i0 * lda;
+        c += (size_t)i0 * ldc;
+        m = i1 - i0;
+    }
+    cblas_sgemm(CblasRowMajor, x->ta ? CblasTrans : CblasNoTrans, x->tb ? CblasTrans : CblasNoTrans, m, n, x->k, 1.0f,
+                a, lda, b, ldb, 0.0f, c, ldc);
+}
+
+/* GFLOP/s of THREADS threads running the GEMMs `g` in turn (median of `reps` passes, each
+ * at least `min_s` seconds); -1 when out of memory */
+static double sgemm_rate(sl_pool *pool, const gemm *g, int ng, int reps, double min_s) {
+    size_t amax = 0, bmax = 0, cmax = 0;
+    for (int i = 0; i < ng; i++) {
+        size_t a = (size_t)g[i].m * g[i].k, bb = (size_t)g[i].k * g[i].n, c = (size_t)g[i].m * g[i].n;
+        amax = a > amax ? a : amax;
+        bmax = bb > bmax ? bb : bmax;
+        cmax = c > cmax ? c : cmax;
+    }
+    float *a = malloc(amax * sizeof *a), *b = malloc(bmax * sizeof *b), *c = malloc(cmax * sizeof *c);
+    if (!a || !b || !c) {
+        free(a), free(b), free(c);
+        return -1;
+    }
+    for (size_t i = 0; i < amax; i++) a[i] = (float)((i * 7919) % 1000) * 1e-3f;
+    for (size_t i = 0; i < bmax; i++) b[i] = (float)((i * 104729) % 1000) * 1e-3f;
+    memset(c, 0, cmax * sizeof *c);
+    double flops = 0, r[8];
+    for (int i = 0; i < ng; i++) flops += 2.0 * g[i].m * g[i].n * g[i].k;
+    if (reps > 8) reps = 8;
+    gemm_slice sl[THREADS];
+    for (int rep = -1; rep < reps; rep++) { /* rep -1: warm-up (pages, caches) */
+        double t0 = now(), t;
+        long passes = 0;
+        do {
+            for (int i = 0; i < ng; i++) {
+                for (int p = 0; p < THREADS; p++) {
+                    sl[p] = (gemm_slice){&g[i], a, b, c, p, THREADS};
+                    if (p > 0) sl_pool_submit(pool, run_slice, &sl[p]);
+                }
+                run_slice(&sl[0]);
+                sl_pool_wait(pool);
+            }
+            passes++;
+            t = now() - t0;
+        } while (t < (rep < 0 ? min_s / 4 : min_s));
+        if (rep >= 0) r[rep] = flops * passes / t / 1e9;
+    }
+    free(a), free(b), free(c);
+    return median(r, reps);
+}
+
 int main(int argc, char **argv) {
-    int64_t steps[2] = {argc > 1 ? atoll(argv[1]) : 1000, argc > 2 ? atoll(argv[2]) : 120};
-    int64_t warm[2] = {20, 5};
+    const char *q = getenv("BENCH_QUICK");
+    bool quick = q && *q && strcmp(q, "0");
+    int reps = quick ? 2 : REPS;
+    int64_t steps[2] = {argc > 1 ? atoll(argv[1]) : quick ? 200 : 1000, argc > 2 ? atoll(argv[2]) : quick ? 10 : 200};
     if (steps[0] < 1 || steps[1] < 1) {
         fprintf(stderr, "usage: bench_train [MLP_STEPS] [CNN_STEPS]\n");
         return 2;
@@ -196,22 +351,82 @@ int main(int argc, char **argv) {
         snprintf(sharedbuf, sizeof sharedbuf, "%s/../shared", SLUICE_SRC_DIR);
         shared = sharedbuf;
     }
-    printf("bench_train: batch %d, %d threads, CPU backend; data %s\n", BATCH, THREADS, data);
+    printf("bench_train%s: batch %d, %d threads, CPU backend; data %s\n", quick ? " (quick)" : "", BATCH, THREADS,
+           data);
+
+    /* the sgemm ceiling first, while nothing else of ours runs. OpenBLAS single-threaded
+     * per slice on THREADS threads of a pool: its own threads spin between calls, which on
+     * a small shared machine measures the spinning, not the arithmetic */
     const char *kinds[2] = {"mlp", "cnn"};
-    double sl[2], an[2], ratio[2], wait[2];
+    openblas_set_num_threads(1);
+    sl_pool *pool;
+    if (sl_pool_create(THREADS - 1, &pool)) return die("pool");
+    int sq = quick ? 1024 : 2048;
+    gemm square = {sq, sq, sq, false, false};
+    double sq_rate = sgemm_rate(pool, &square, 1, quick ? 3 : 5, quick ? 0.2 : 0.5);
+    double mix_rate[2], flops[2];
     for (int k = 0; k < 2; k++) {
-        if (run_sluice(data, k, warm[k], steps[k], &sl[k], &wait[k])) return 1;
-        printf("  sluice %s: %lld steps after %lld warm-up: %.0f examples/s (input wait %.1f%% of step time)\n",
-               kinds[k], (long long)steps[k], (long long)warm[k], sl[k], 100 * wait[k]);
-        fflush(stdout);
-        if (run_anchor(shared, kinds[k], &an[k])) return 1;
-        ratio[k] = sl[k] / an[k];
-        printf("  torch  %s: 1 epoch, data in memory: %.0f examples/s\n", kinds[k], an[k]);
-        printf("  ratio  %s: %.2f\n", kinds[k], ratio[k]);
+        gemm g[12];
+        int ng = model_gemms(k, BATCH, g);
+        mix_rate[k] = sgemm_rate(pool, g, ng, quick ? 3 : 5, quick ? 0.2 : 0.5);
+        flops[k] = model_flops(k);
+    }
+    sl_pool_destroy(pool);
+    if (sq_rate <= 0 || mix_rate[0] <= 0 || mix_rate[1] <= 0) {
+        fprintf(stderr, "bench_train: out of memory for the sgemm measurement\n");
+        return 1;
+    }
+    printf("OpenBLAS sgemm, %d threads (median of %d): %dx%dx%d square %.1f GFLOP/s; the models' GEMMs at batch %d: "
+           "mlp %.1f, cnn %.1f GFLOP/s\n",
+           THREADS, quick ? 3 : 5, sq, sq, sq, sq_rate, BATCH, mix_rate[0], mix_rate[1]);
+    printf("FLOPs per example (forward + backward, GEMM layers): mlp %.3f M, cnn %.2f M\n\n", flops[0] / 1e6,
+           flops[1] / 1e6);
+    fflush(stdout);
+
+    double med_sl[2], med_an[2], ratio[2];
+    for (int k = 0; k < 2; k++) {
+        double sl[REPS] = {0}, an[REPS] = {0}, wait[REPS] = {0};
+        bool anchor = !(quick && k == 1);
+        for (int r = 0; r < reps; r++) {
+            for (int side = 0; side < 2; side++) {
+                if ((side == 0) == (r % 2 == 0)) {
+                    if (run_sluice(data, k, WARM, steps[k], &sl[r], &wait[r])) return 1;
+                    printf("  round %d sluice %s: %.0f examples/s (input wait %.1f%% of step time)\n", r + 1,
+                           kinds[k], sl[r], 100 * wait[r]);
+                } else if (anchor) {
+                    if (run_anchor(shared, kinds[k], &an[r])) return 1;
+                    printf("  round %d torch  %s: %.0f examples/s\n", r + 1, kinds[k], an[r]);
+                }
+                fflush(stdout);
+            }
+        }
+        double sls[REPS], ans[REPS];
+        memcpy(sls, sl, sizeof sl);
+        memcpy(ans, an, sizeof an);
+        med_sl[k] = median(sls, reps);
+        printf("%s: sluice %.0f examples/s (min %.0f, max %.0f; %lld steps after %d warm-up, median of %d)\n", kinds[k],
+               med_sl[k], sls[0], sls[reps - 1], (long long)steps[k], WARM, reps);
+        if (anchor) {
+            med_an[k] = median(ans, reps);
+            ratio[k] = med_sl[k] / med_an[k];
+            printf("%s: torch  %.0f examples/s (min %.0f, max %.0f; 1 epoch after %d warm-up, data in memory, median of %d)\n",
+                   kinds[k], med_an[k], ans[0], ans[reps - 1], WARM, reps);
+            printf("%s: ratio %.2f (medians)\n", kinds[k], ratio[k]);
+        } else {
+            med_an[k] = 0;
+            ratio[k] = INFINITY;
+            printf("%s: torch skipped (BENCH_QUICK)\n", kinds[k]);
+        }
+        double gf = flops[k] * med_sl[k] / 1e9;
+        printf("%s: sluice achieves %.1f GFLOP/s = %.2f of the square sgemm rate, %.2f of its own GEMMs' rate", kinds[k],
+               gf, gf / sq_rate, gf / mix_rate[k]);
+        if (anchor) printf("; torch %.1f GFLOP/s = %.2f", flops[k] * med_an[k] / 1e9, flops[k] * med_an[k] / 1e9 / sq_rate);
+        printf("\n\n");
         fflush(stdout);
     }
     int w = ratio[0] <= ratio[1] ? 0 : 1;
-    printf("ratios: mlp %.2f, cnn %.2f (the worse: %s)\n", ratio[0], ratio[1], kinds[w]);
-    printf("RESULT bench_train ratio=%.2f sluice=%.0f anchor=%.0f unit=examples/s\n", ratio[w], sl[w], an[w]);
+    printf("ratios: mlp %.2f, cnn %.2f (the worse: %s); cnn sgemm share %.2f (target >= 0.8)\n", ratio[0], ratio[1],
+           kinds[w], flops[1] * med_sl[1] / 1e9 / sq_rate);
+    printf("RESULT bench_train ratio=%.2f sluice=%.0f anchor=%.0f unit=examples/s\n", ratio[w], med_sl[w], med_an[w]);
     return 0;
 }

@@ -1,22 +1,27 @@
 #!/usr/bin/env bash
 # `strategy ps` end to end with examples/fashion_mlp.sl (MLP 784-256-128-10) on the whole
 # Fashion-MNIST conversion, 2 workers and 1 ps started by sluice-launch:
-#   1. a plain run: exit 0, the ps serves all 235146 parameters, checkpoints its shard, and
-#      the chief's test accuracy is >= 0.875;
+#   1. a plain run of the example's 15 epochs: exit 0, the ps serves all 235146 parameters,
+#      checkpoints its shard, and the chief's test accuracy is >= 0.875 (the issue's bar;
+#      measured: 0.88-0.89);
 #   2. worker 1 killed (SIGKILL) mid-run: the launcher lets it go, the chief finishes all
-#      its epochs, exit 0, accuracy >= 0.875;
+#      its epochs, exit 0, accuracy >= KBAR;
 #   3. the ps killed after its first shard checkpoint, with --restarts 1: the launcher
 #      restarts it, it restores its newest shard (version > 0), the workers carry on,
-#      exit 0, accuracy >= 0.875;
+#      exit 0, accuracy >= KBAR;
 #   5. the chief killed half-way, with --restarts 1: it resumes from its own checkpoint (kept,
-#      not removed as a fresh run would), the ps moves it to its recorded step, exit 0, >= 0.875;
+#      not removed as a fresh run would), the ps moves it to its recorded step, exit 0, >= KBAR;
 #   4. a cluster block with `curve` (keys from sluice-launch --keygen): training works;
 #      with an allow-list that lacks the workers' keys they cannot join: the chief fails
-#      naming the ps and nothing is trained.
-# The example runs as it is (15 epochs; SLUICE_PS_EPOCHS=N for fewer) except for its data
-# paths, backend cpu and 1 thread per task: about 25 s a run on a 2-core machine. The bar
-# is the issue's 0.875; measured: 0.88-0.89 (8 epochs gave 0.874-0.878 with worker 1
-# killed half-way, too close to it: the chief alone then goes on at the ps's lr / 2).
+#      naming the ps and nothing is trained. Case 4 runs beside 2 (its own ports): its
+#      denied half mostly waits on timeouts.
+# The kill cases (2, 3, 5) check recovery, not the model's final quality (case 1 holds the
+# issue's bar on the same code path): they train KEPOCHS = 4 epochs, killed after epoch 2
+# (or the ps's first shard), to KBAR = 0.85 (measured 0.868-0.873): that training still
+# converges after the kill; that nothing was lost is checked by the restore line (a shard
+# version > 0) and the resume line (the chief's checkpoint step). With 15 epochs each, as
+# before, the test took 192 s of a 2-core machine's 16-minute CI run, its critical path.
+# backend cpu and 1 thread per task; SLUICE_PS_EPOCHS=N sets every case's epochs.
 set -u
 
 . "$(dirname "$0")/lib.sh"
@@ -35,19 +40,24 @@ trap cleanup EXIT
 # (32768..60999: the source ports of other tests' connections)
 PB=$((20000 + ($$ % 120) * 100 + 50))
 EPOCHS=${SLUICE_PS_EPOCHS:-15}
+KEPOCHS=${SLUICE_PS_EPOCHS:-4}
 RECORDS=60000
 BAR=0.875
+KBAR=0.85
 if [ -n "${SLUICE_SANITIZE:-}" ]; then
     # under a sanitizer (3-10x slower) the same paths run for 2 epochs over a third of the
     # data (what this build checks is memory and thread safety, not accuracy: 4 epochs over
     # all 60,000 took 9 minutes), with a lower accuracy bar; the kills still come mid-run
     EPOCHS=${SLUICE_PS_EPOCHS:-2}
+    KEPOCHS=$EPOCHS
     RECORDS=20000
     BAR=0.78
+    KBAR=0.78
 fi
-HALF=$((EPOCHS / 2))
+HALF=$((KEPOCHS / 2))
 # per worker: 4 of the 8 shards (RECORDS/2 records), batch 128/2, drop_remainder
 STEPS=$((RECORDS / 2 / 64 * EPOCHS))
+KSTEPS=$((RECORDS / 2 / 64 * KEPOCHS))
 sl_convert_fashion 8 "$RECORDS"
 
 sed -e 's#"\.\./data/fashion/#"data/#' -e "s#^\( *epochs\) [0-9]*#\1 $EPOCHS#" \
@@ -57,16 +67,17 @@ for want in '"data/train-\*.tfrecord"' '"data/test-\*.tfrecord"' "epochs $EPOCHS
 done
 PS=(--set train.strategy=ps)
 TRAIN=("$BIN/sluice-train" "$T/mlp.sl" "${PS[@]}")
+KTRAIN=("${TRAIN[@]}" --set "train.epochs=$KEPOCHS")
 
 # acc NAME: the chief's final test accuracy from $T/NAME.out ("" when the last line is not it)
 acc() { tail -n 1 "$T/$1.out" | sed -n 's/^\[worker 0\] test accuracy \(0\.[0-9]\{4\}\)$/\1/p'; }
-# check_acc NAME WHAT: the accuracy reached the bar
+# check_acc NAME WHAT [BAR]: the accuracy reached the bar ($BAR by default)
 check_acc() {
-    local a
+    local a b=${3:-$BAR}
     a=$(acc "$1")
     if [ -z "$a" ]; then fail "$2: last line '$(tail -n 1 "$T/$1.out")'"
-    elif awk -v a="$a" -v b="$BAR" 'BEGIN { exit !(a >= b) }'; then ok "$2: test accuracy $a >= $BAR"
-    else fail "$2: test accuracy $a < $BAR"; fi
+    elif awk -v a="$a" -v b="$b" 'BEGIN { exit !(a >= b) }'; then ok "$2: test accuracy $a >= $b"
+    else fail "$2: test accuracy $a < $b"; fi
 }
 # wait_for SECONDS CMD...: poll CMD every 0.1 s; 1 when it never held
 wait_for() {
@@ -92,7 +103,7 @@ launch() {
     lp=$!
     pids+=("$lp")
 }
-ckpt_final() { printf '%s/ckpt-%09d.safetensors' "$1" "$STEPS"; }
+ckpt_final() { printf '%s/ckpt-%09d.safetensors' "$1" "${2:-$STEPS}"; }
 t_all=$(date +%s)
 
 # 1. two workers, one ps
@@ -113,9 +124,65 @@ if run plain 0 "$BIN/sluice-launch" -n 2 --ps 1 --port-base "$PB" -- "${TRAIN[@]
         ok "no launcher notes: the ps returned by itself after the workers' BYE"
 fi
 
+# 4. CURVE: keys from --keygen, the cluster block names them. Runs in the background beside
+# case 2 (its own ports; the denied half mostly waits on timeouts); its lines are printed, and
+# its FAIL lines counted, after case 5.
+case_curve() {
+    K=$T/keys
+    mkdir -p "$K"
+    if run keygen 0 "$BIN/sluice-launch" --keygen "$K/server" --keygen "$K/worker0" --keygen "$K/worker1" --keygen "$K/ps0"; then
+        cat "$K/worker0.pub" "$K/worker1.pub" "$K/ps0.pub" >"$K/allow"
+        cp "$K/ps0.pub" "$K/allow-ps-only"
+        # curve_cfg ALLOW PORT: the example plus a cluster block with these ports and keys
+        curve_cfg() {
+            cat "$T/mlp.sl"
+            cat <<EOF
+    cluster {
+        worker "127.0.0.1:$2" "127.0.0.1:$(($2 + 1))"
+        ps "127.0.0.1:$(($2 + 2))"
+        timeout 5s
+        curve server="$K/server.key" client="$K/{task}.key" allow="$1"
+    }
+EOF
+        }
+        curve_cfg "$K/allow" $((PB + 30)) >"$T/curve.sl"
+        if run curve 0 "$BIN/sluice-launch" -n 2 --ps 1 --port-base $((PB + 30)) -- "$BIN/sluice-train" "$T/curve.sl" \
+            "${PS[@]}" --set train.epochs=1 --run-dir "$T/run4"; then
+            a=$(acc curve)
+            [ -n "$a" ] && ok "CURVE with every task's key allowed: 1 epoch, test accuracy $a" ||
+                fail "CURVE run: last line '$(tail -n 1 "$T/curve.out")'"
+            have_shard "$T/run4" && ok "the CURVE ps checkpointed its shard" || fail "no shard in $T/run4/ps-0"
+        fi
+        # the workers' keys are not allowed: their HELLO never reaches the ps
+        curve_cfg "$K/allow-ps-only" $((PB + 40)) >"$T/denied.sl"
+        RETRY=()
+        if "$BIN/sluice-train" --help | grep -q -- '--retry'; then RETRY=(--retry 5); fi
+        if [ ${#RETRY[@]} = 0 ]; then
+            echo "  (sluice-train has no --retry: a worker would wait 120 s for the ps; denied case not run)"
+        else
+            t0=$(date +%s)
+            if run denied 1 "$BIN/sluice-launch" -n 2 --ps 1 --grace 2 --port-base $((PB + 40)) -- "$BIN/sluice-train" \
+                "$T/denied.sl" "${PS[@]}" --set train.epochs=1 --run-dir "$T/run5" --timeout 2 "${RETRY[@]}"; then
+                took=$(($(date +%s) - t0))
+                if grep -q "^\[worker 0\] sluice-train: .*ps 0 (127.0.0.1:$((PB + 42)))" "$T/denied.err"; then
+                    ok "workers not on the allow-list fail naming the ps in ${took} s: $(grep '^\[worker 0\] sluice-train' "$T/denied.err" | head -n 1)"
+                else fail "the chief's error does not name ps 0:"; grep -v '^\[launch\]' "$T/denied.err" | head -5; fi
+                grep -q "sluice-launch: worker 0 exited with status 1; stopping the others" "$T/denied.err" &&
+                    ok "the chief's failure stopped the job" || fail "launcher notes: $(grep -v '^\[worker' "$T/denied.err")"
+                n=$(grep -c '^\[worker 0\] epoch ' "$T/denied.out")
+                ls "$T/run5"/ckpt-*.safetensors "$T/run5"/ps-0/shard-*.safetensors >/dev/null 2>&1 && fail "something was checkpointed"
+                [ "$n" = 0 ] && ok "nothing was trained" || fail "$n epoch lines"
+            fi
+        fi
+    fi
+}
+case_curve >"$T/case4.log" 2>&1 &
+curve_pid=$!
+pids+=("$curve_pid")
+
 # 2. kill worker 1 half-way (after the chief's epoch HALF): training goes on without it
-launch wkill -n 2 --ps 1 --port-base $((PB + 10)) -- "${TRAIN[@]}" --run-dir "$T/run2"
-if wait_for 120 grep -q "^\[worker 0\] epoch $HALF/$EPOCHS " "$T/wkill.out"; then
+launch wkill -n 2 --ps 1 --port-base $((PB + 10)) -- "${KTRAIN[@]}" --run-dir "$T/run2"
+if wait_for 120 grep -q "^\[worker 0\] epoch $HALF/$KEPOCHS " "$T/wkill.out"; then
     w1=$(started_pid wkill "worker 1")
     kill -9 "$w1"
     wait "$lp"
@@ -124,12 +191,12 @@ if wait_for 120 grep -q "^\[worker 0\] epoch $HALF/$EPOCHS " "$T/wkill.out"; the
         fail "worker 1 killed: launcher exit $rc"; tail -n 20 "$T/wkill.err"; fi
     grep -qx "\[launch\] worker 1 exited with status 137 (signal 9): training goes on without it" "$T/wkill.err" &&
         ok "the launcher let worker 1 go" || fail "no let-go note: $(grep '^\[launch\]' "$T/wkill.err")"
-    n=$(grep -c "^\[worker 0\] epoch [0-9]*/$EPOCHS  step " "$T/wkill.out")
-    [ "$n" = "$EPOCHS" ] && ok "the chief trained all $EPOCHS epochs" || fail "$n epoch lines from the chief"
+    n=$(grep -c "^\[worker 0\] epoch [0-9]*/$KEPOCHS  step " "$T/wkill.out")
+    [ "$n" = "$KEPOCHS" ] && ok "the chief trained all $KEPOCHS epochs" || fail "$n epoch lines from the chief"
     grep -q "^\[launch\] ps 0 still runs" "$T/wkill.err" && fail "the ps did not return by itself (worker 1 not seen as lost)" ||
         ok "the ps returned by itself: it saw worker 1 lost and the chief's BYE"
-    [ -f "$(ckpt_final "$T/run2")" ] && ok "the chief checkpointed step $STEPS" || fail "no $(ckpt_final "$T/run2")"
-    check_acc wkill "without worker 1 after epoch $HALF"
+    [ -f "$(ckpt_final "$T/run2" "$KSTEPS")" ] && ok "the chief checkpointed step $KSTEPS" || fail "no $(ckpt_final "$T/run2" "$KSTEPS")"
+    check_acc wkill "without worker 1 after epoch $HALF of $KEPOCHS" "$KBAR"
 else
     fail "the chief never finished epoch $HALF"
     tail -n 20 "$T/wkill.err"
@@ -138,7 +205,7 @@ else
 fi
 
 # 3. kill the ps after its first shard checkpoint past version 0; --restarts 1 brings it back from it
-launch pkill -n 2 --ps 1 --restarts 1 --port-base $((PB + 20)) -- "${TRAIN[@]}" --run-dir "$T/run3"
+launch pkill -n 2 --ps 1 --restarts 1 --port-base $((PB + 20)) -- "${KTRAIN[@]}" --run-dir "$T/run3"
 if wait_for 120 have_trained_shard "$T/run3"; then
     p0=$(started_pid pkill "ps 0")
     kill -9 "$p0"
@@ -155,8 +222,8 @@ if wait_for 120 have_trained_shard "$T/run3"; then
     v=$(sed -n 's/^\[ps 0\] ps 0: restored .*\/ps-0\/shard-[0-9]*\.safetensors (version \([0-9]*\))$/\1/p' <<<"$line")
     if [ -n "$v" ] && [ "$v" -gt 0 ]; then ok "restored with version $v: ${line#\[ps 0\] }"; else
         fail "no restore line with a version > 0: '$line'"; fi
-    [ -f "$(ckpt_final "$T/run3")" ] && ok "the chief checkpointed step $STEPS" || fail "no $(ckpt_final "$T/run3")"
-    check_acc pkill "after the ps restart"
+    [ -f "$(ckpt_final "$T/run3" "$KSTEPS")" ] && ok "the chief checkpointed step $KSTEPS" || fail "no $(ckpt_final "$T/run3" "$KSTEPS")"
+    check_acc pkill "after the ps restart ($KEPOCHS epochs)" "$KBAR"
 else
     fail "ps 0 never wrote a shard checkpoint"
     tail -n 20 "$T/pkill.err"
@@ -166,8 +233,8 @@ fi
 
 # 5 (before 4). kill the chief half-way, with --restarts 1: it comes back, keeps its checkpoints,
 # continues at the step the ps recorded for it and finishes
-launch ckill -n 2 --ps 1 --restarts 1 --port-base $((PB + 50)) -- "${TRAIN[@]}" --run-dir "$T/run6"
-if wait_for 120 grep -q "^\[worker 0\] epoch $HALF/$EPOCHS " "$T/ckill.out"; then
+launch ckill -n 2 --ps 1 --restarts 1 --port-base $((PB + 50)) -- "${KTRAIN[@]}" --run-dir "$T/run6"
+if wait_for 120 grep -q "^\[worker 0\] epoch $HALF/$KEPOCHS " "$T/ckill.out"; then
     w0=$(started_pid ckill "worker 0")
     kill -9 "$w0"
     wait "$lp"
@@ -180,8 +247,8 @@ if wait_for 120 grep -q "^\[worker 0\] epoch $HALF/$EPOCHS " "$T/ckill.out"; the
     [ -n "$line" ] && ok "${line#\[worker 0\] }" || fail "the restarted chief did not resume from its checkpoint"
     grep -q 'removing them' "$T/ckill.out" && fail "the restarted chief removed its run's checkpoints" ||
         ok "the restarted chief kept its run's checkpoints"
-    [ -f "$(ckpt_final "$T/run6")" ] && ok "the chief checkpointed step $STEPS" || fail "no $(ckpt_final "$T/run6")"
-    check_acc ckill "after the chief's restart"
+    [ -f "$(ckpt_final "$T/run6" "$KSTEPS")" ] && ok "the chief checkpointed step $KSTEPS" || fail "no $(ckpt_final "$T/run6" "$KSTEPS")"
+    check_acc ckill "after the chief's restart ($KEPOCHS epochs)" "$KBAR"
 else
     fail "the chief never finished epoch $HALF"
     tail -n 20 "$T/ckill.err"
@@ -189,55 +256,9 @@ else
     wait "$lp"
 fi
 
-# 4. CURVE: keys from --keygen, the cluster block names them
-K=$T/keys
-mkdir -p "$K"
-if run keygen 0 "$BIN/sluice-launch" --keygen "$K/server" --keygen "$K/worker0" --keygen "$K/worker1" --keygen "$K/ps0"; then
-    cat "$K/worker0.pub" "$K/worker1.pub" "$K/ps0.pub" >"$K/allow"
-    cp "$K/ps0.pub" "$K/allow-ps-only"
-    # curve_cfg ALLOW PORT: the example plus a cluster block with these ports and keys
-    curve_cfg() {
-        cat "$T/mlp.sl"
-        cat <<EOF
-cluster {
-    worker "127.0.0.1:$2" "127.0.0.1:$(($2 + 1))"
-    ps "127.0.0.1:$(($2 + 2))"
-    timeout 5s
-    curve server="$K/server.key" client="$K/{task}.key" allow="$1"
-}
-EOF
-    }
-    curve_cfg "$K/allow" $((PB + 30)) >"$T/curve.sl"
-    if run curve 0 "$BIN/sluice-launch" -n 2 --ps 1 --port-base $((PB + 30)) -- "$BIN/sluice-train" "$T/curve.sl" \
-        "${PS[@]}" --set train.epochs=1 --run-dir "$T/run4"; then
-        a=$(acc curve)
-        [ -n "$a" ] && ok "CURVE with every task's key allowed: 1 epoch, test accuracy $a" ||
-            fail "CURVE run: last line '$(tail -n 1 "$T/curve.out")'"
-        have_shard "$T/run4" && ok "the CURVE ps checkpointed its shard" || fail "no shard in $T/run4/ps-0"
-    fi
-    # the workers' keys are not allowed: their HELLO never reaches the ps
-    curve_cfg "$K/allow-ps-only" $((PB + 40)) >"$T/denied.sl"
-    RETRY=()
-    if "$BIN/sluice-train" --help | grep -q -- '--retry'; then RETRY=(--retry 5); fi
-    if [ ${#RETRY[@]} = 0 ]; then
-        echo "  (sluice-train has no --retry: a worker would wait 120 s for the ps; denied case not run)"
-    else
-        t0=$(date +%s)
-        if run denied 1 "$BIN/sluice-launch" -n 2 --ps 1 --grace 2 --port-base $((PB + 40)) -- "$BIN/sluice-train" \
-            "$T/denied.sl" "${PS[@]}" --set train.epochs=1 --run-dir "$T/run5" --timeout 2 "${RETRY[@]}"; then
-            took=$(($(date +%s) - t0))
-            if grep -q "^\[worker 0\] sluice-train: .*ps 0 (127.0.0.1:$((PB + 42)))" "$T/denied.err"; then
-                ok "workers not on the allow-list fail naming the ps in ${took} s: $(grep '^\[worker 0\] sluice-train' "$T/denied.err" | head -n 1)"
-            else fail "the chief's error does not name ps 0:"; grep -v '^\[launch\]' "$T/denied.err" | head -5; fi
-            grep -q "sluice-launch: worker 0 exited with status 1; stopping the others" "$T/denied.err" &&
-                ok "the chief's failure stopped the job" || fail "launcher notes: $(grep -v '^\[worker' "$T/denied.err")"
-            n=$(grep -c '^\[worker 0\] epoch ' "$T/denied.out")
-            ls "$T/run5"/ckpt-*.safetensors "$T/run5"/ps-0/shard-*.safetensors >/dev/null 2>&1 && fail "something was checkpointed"
-            [ "$n" = 0 ] && ok "nothing was trained" || fail "$n epoch lines"
-        fi
-    fi
-fi
-
+wait "$curve_pid"
+cat "$T/case4.log"
+fails=$((fails + $(grep -c '^FAIL' "$T/case4.log")))
 echo "took $(($(date +%s) - t_all)) s"
 if [ "$fails" -gt 0 ]; then echo "$fails failure(s)"; exit 1; fi
 echo "all ok"
