@@ -106,7 +106,7 @@ static sl_status fused(const jpeg_fn *f, jpeg_state *st, const sl_bytes *b, cons
                                     (int)(x1 - x0), (int)(y1 - y0), st->scratch, st->cap);
         if (!s) {
             double k = num / 8.0;
-            s = sl__resize_u8(st->scratch, y1 - y0, x1 - x0, ch, (x1 - x0) * ch,
+            s = sl__geom_resize_u8(g, st->scratch, y1 - y0, x1 - x0, ch, (x1 - x0) * ch,
                               (double)r.y * k - (double)y0, (double)r.x * k - (double)x0,
                               (double)r.h * k, (double)r.w * k, out->data, oh, ow);
         }
@@ -184,6 +184,14 @@ static const sl_fn_vt jpeg_vt = {.name = "decode_jpeg", .apply = jpeg_apply,
 
 void sl__fn_decode_jpeg_set_dct_scaling(sl_fn *fn, bool allow) {
     if (fn && fn->vt == &jpeg_vt) ((jpeg_fn *)fn)->dct_scaling = allow;
+}
+
+sl_status sl_fn_set_dct_scaling(sl_fn *fn, bool allow) {
+    if (!fn) return sl_err(SL_EINVAL, "sl_fn_set_dct_scaling: function is NULL");
+    if (fn->vt != &jpeg_vt)
+        return sl_err(SL_EINVAL, "%s has no dct_scaling setting (only decode_jpeg has one)", fn->name);
+    ((jpeg_fn *)fn)->dct_scaling = allow;
+    return SL_OK;
 }
 
 bool sl__fn_decode_jpeg_set_max_pixels(sl_fn *fn, int64_t max_pixels) {
