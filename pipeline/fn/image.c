@@ -215,10 +215,11 @@ static void kernel_free(kernel *k) {
     free(k->wt);
 }
 
-static sl_status make_kernel(kernel *k, int64_t dn, int64_t sn, double r0, double rn, bool aa) {
+static sl_status make_kernel(kernel *k, int64_t dn, int64_t sn, double r0, double rn, bool aa, bool pad) {
     double scale = rn / (double)dn;
     bool wide = aa && scale > 1.0;
     k->kmax = wide ? 2 * (int)ceil(scale) + 1 : 2;
+    if (k->kmax > sn) k->kmax = (int)sn;
     k->start = malloc(sizeof(int64_t) * (size_t)dn);
     k->n = malloc(sizeof(int) * (size_t)dn);
     k->wt = malloc(sizeof(float) * (size_t)dn * (size_t)k->kmax);
@@ -274,18 +275,35 @@ static sl_status make_kernel(kernel *k, int64_t dn, int64_t sn, double r0, doubl
         }
         free(heap);
     }
+    if (pad) /* every output kmax taps (zero weights after its own, start moved left where
+              * needed to stay inside the source): fixed-length inner loops. Only for finite
+              * inputs (uint8): 0 * inf would be NaN. */
+        for (int64_t d = 0; d < dn; d++) {
+            float *w = k->wt + d * k->kmax;
+            int n = k->n[d];
+            int64_t st = k->start[d];
+            int64_t nst = st + k->kmax > sn ? sn - k->kmax : st;
+            int off = (int)(st - nst);
+            for (int i = n - 1; i >= 0; i--) w[i + off] = w[i];
+            for (int i = 0; i < off; i++) w[i] = 0.0f;
+            for (int i = off + n; i < k->kmax; i++) w[i] = 0.0f;
+            k->start[d] = nst;
+            k->n[d] = k->kmax;
+        }
     return SL_OK;
 }
 
 /* Rows first (each output row is a weighted sum of source rows over the columns the
  * horizontal taps need, contiguous and vectorized), then columns (a weighted gather per
  * output sample). Accumulation is in float in a fixed order. */
-#define STORE_U8(v) to_u8((v) < 255.0f ? (v) : 255.0f)
-#define RESIZE_AA_BODY(T, STORE)                                                            \
+/* The weights are >= 0 and sum to 1 within a few float ulps, so a blend of uint8 samples
+ * stays below 255.5 + 1e-4 and to_u8 needs no clamp (and the store loop vectorizes). */
+#define STORE_U8(v) to_u8(v)
+#define RESIZE_AA_BODY(T, STORE, PAD)                                                       \
     kernel kx = {0}, ky = {0};                                                              \
-    sl_status s = make_kernel(&kx, dw, sw, rx, rw, true);                                   \
+    sl_status s = make_kernel(&kx, dw, sw, rx, rw, true, PAD);                              \
     if (s) return s;                                                                        \
-    if ((s = make_kernel(&ky, dh, sh, ry, rh, true))) {                                     \
+    if ((s = make_kernel(&ky, dh, sh, ry, rh, true, false))) {                              \
         kernel_free(&kx);                                                                   \
         return s;                                                                           \
     }                                                                                       \
@@ -295,13 +313,14 @@ static sl_status make_kernel(kernel *k, int64_t dn, int64_t sn, double r0, doubl
         if (kx.start[x] + kx.n[x] > hi) hi = kx.start[x] + kx.n[x];                         \
     }                                                                                       \
     int64_t span = (hi - lo) * c;                                                           \
-    float *tmp = malloc(sizeof(float) * (size_t)span);                                      \
+    float *tmp = malloc(sizeof(float) * (size_t)(span + dw * c));                           \
     if (!tmp) {                                                                             \
         kernel_free(&kx);                                                                   \
         kernel_free(&ky);                                                                   \
         return sl_err(SL_ENOMEM, "out of memory resizing to %lldx%lld", (long long)dh,      \
                       (long long)dw);                                                       \
     }                                                                                       \
+    float *orow = tmp + span;                                                               \
     for (int64_t y = 0; y < dh; y++) {                                                      \
         const float *wy = ky.wt + y * ky.kmax;                                              \
         const T *row = src + ky.start[y] * stride + lo * c;                                 \
@@ -312,17 +331,35 @@ static sl_status make_kernel(kernel *k, int64_t dn, int64_t sn, double r0, doubl
             float wk = wy[k];                                                               \
             for (int64_t i = 0; i < span; i++) tmp[i] += wk * (float)r[i];                  \
         }                                                                                   \
-        T *o = dst + y * dw * c;                                                            \
-        for (int64_t x = 0; x < dw; x++) {                                                  \
-            const float *wx = kx.wt + x * kx.kmax;                                          \
-            const float *t = tmp + (kx.start[x] - lo) * c;                                  \
-            int nk = kx.n[x];                                                               \
-            for (int64_t ch = 0; ch < c; ch++) {                                            \
-                float acc = wx[0] * t[ch];                                                  \
-                for (int k = 1; k < nk; k++) acc += wx[k] * t[k * c + ch];                  \
-                o[x * c + ch] = STORE(acc);                                                 \
+        if (c == 3) {                                                                       \
+            for (int64_t x = 0; x < dw; x++) {                                              \
+                const float *wx = kx.wt + x * kx.kmax;                                      \
+                const float *t = tmp + (kx.start[x] - lo) * 3;                              \
+                int nk = kx.n[x];                                                           \
+                float a0 = wx[0] * t[0], a1 = wx[0] * t[1], a2 = wx[0] * t[2];              \
+                for (int k = 1; k < nk; k++) {                                              \
+                    a0 += wx[k] * t[3 * k];                                                 \
+                    a1 += wx[k] * t[3 * k + 1];                                             \
+                    a2 += wx[k] * t[3 * k + 2];                                             \
+                }                                                                           \
+                orow[3 * x] = a0;                                                           \
+                orow[3 * x + 1] = a1;                                                       \
+                orow[3 * x + 2] = a2;                                                       \
+            }                                                                               \
+        } else {                                                                            \
+            for (int64_t x = 0; x < dw; x++) {                                              \
+                const float *wx = kx.wt + x * kx.kmax;                                      \
+                const float *t = tmp + (kx.start[x] - lo) * c;                              \
+                int nk = kx.n[x];                                                           \
+                for (int64_t ch = 0; ch < c; ch++) {                                        \
+                    float acc = wx[0] * t[ch];                                              \
+                    for (int k = 1; k < nk; k++) acc += wx[k] * t[k * c + ch];              \
+                    orow[x * c + ch] = acc;                                                 \
+                }                                                                           \
             }                                                                               \
         }                                                                                   \
+        T *o = dst + y * dw * c;                                                            \
+        for (int64_t i = 0; i < dw * c; i++) o[i] = STORE(orow[i]);                         \
     }                                                                                       \
     free(tmp);                                                                              \
     kernel_free(&kx);                                                                       \
@@ -334,7 +371,7 @@ sl_status sl__resize_aa_u8(const uint8_t *src, int64_t sh, int64_t sw, int64_t c
                            int64_t dw) {
     if (!(rh > (double)dh) && !(rw > (double)dw))
         return sl__resize_u8(src, sh, sw, c, stride, ry, rx, rh, rw, dst, dh, dw);
-    RESIZE_AA_BODY(uint8_t, STORE_U8)
+    RESIZE_AA_BODY(uint8_t, STORE_U8, true)
 }
 
 sl_status sl__resize_aa_f32(const float *src, int64_t sh, int64_t sw, int64_t c, int64_t stride,
@@ -342,7 +379,7 @@ sl_status sl__resize_aa_f32(const float *src, int64_t sh, int64_t sw, int64_t c,
                             int64_t dw) {
     if (!(rh > (double)dh) && !(rw > (double)dw))
         return sl__resize_f32(src, sh, sw, c, stride, ry, rx, rh, rw, dst, dh, dw);
-    RESIZE_AA_BODY(float, AS_F32)
+    RESIZE_AA_BODY(float, AS_F32, false)
 }
 
 /* ---- crop geometry ---- */
