@@ -240,7 +240,7 @@ static sl_status make_kernel(kernel *k, int64_t dn, int64_t sn, double r0, doubl
             k->start[d] = i0;
             k->n[d] = i1 == i0 ? 1 : 2;
             w[0] = i1 == i0 ? 1.0f : 1.0f - l;
-            w[1] = l;
+            if (i1 != i0) w[1] = l; /* (kmax is 1 for a one-sample axis) */
             continue;
         }
         double centre = r0 + ((double)d + 0.5) * scale;
