@@ -21,6 +21,9 @@
  * from wait4); for torch, every process of the DataLoader (the main one and its workers,
  * found through /proc) sampled every 50 ms: the sum of each process's peak RSS (VmHWM), and
  * the peak of the summed RSS (pages shared after fork count once per process in both).
+ * CPU time per image of each side (user + system over the whole run, setup and both epochs,
+ * every process: wait4 on the Sluice child, and on python, whose reaped workers count) is
+ * printed too: on a busy machine it says more than images/s.
  * The TurboJPEG full-decode ceiling (tjDecompress2 to RGB of every image, what
  * ../shared/anchors/tj_ceiling.c times) is measured in each repetition on 1 core and on 2
  * cores (two decoding processes at once).
@@ -274,8 +277,15 @@ static int pin(int cores) {
     return got;
 }
 
+/* CPU seconds (user + system) of a finished child, its waited-for descendants included. */
+static double cpu_s(const struct rusage *ru) {
+    return (double)ru->ru_utime.tv_sec + ru->ru_utime.tv_usec * 1e-6 + (double)ru->ru_stime.tv_sec +
+           ru->ru_stime.tv_usec * 1e-6;
+}
+static double last_cpu_s; /* of the last in_child / run_anchor */
+
 /* A forked child runs fn(arg) and writes one double back; *maxrss_kb gets the child's peak
- * RSS. Returns the double, or -1. */
+ * RSS (and last_cpu_s its CPU time). Returns the double, or -1. */
 typedef double (*child_fn)(void *arg);
 static double in_child(child_fn fn, void *arg, long *maxrss_kb) {
     int p[2];
@@ -299,6 +309,7 @@ static double in_child(child_fn fn, void *arg, long *maxrss_kb) {
     struct rusage ru;
     if (wait4(pid, &status, 0, &ru) < 0 || !WIFEXITED(status) || WEXITSTATUS(status) != 0) v = -1;
     *maxrss_kb = ru.ru_maxrss;
+    last_cpu_s = cpu_s(&ru);
     return v;
 }
 
@@ -511,7 +522,10 @@ static double run_anchor(const char *cmd, const char *key, long *hwm_sum_kb, lon
     }
     fclose(f);
     int status;
-    waitpid(pid, &status, 0);
+    struct rusage ru;
+    memset(&ru, 0, sizeof ru);
+    wait4(pid, &status, 0, &ru);
+    last_cpu_s = cpu_s(&ru); /* python and its reaped DataLoader workers */
     m->stop = 1;
     pthread_join(th, NULL);
     *hwm_sum_kb = 0;
@@ -627,13 +641,17 @@ int main(int argc, char **argv) {
            synthetic ? " (synthetic)" : "", BATCH, reps, reps > 1 ? "s" : "", cores,
            quick ? " (--quick: a smoke run, not a measurement)" : "");
 
-    static series sl[NMODES][3], sl_mem[NMODES], an[NMODES], an_hwm[NMODES], an_peak[NMODES], ceil1, ceil2;
+    static series sl[NMODES][3], sl_mem[NMODES], an[NMODES], an_hwm[NMODES], an_peak[NMODES], ceil1, ceil2,
+        sl_cpu[NMODES], an_cpu[NMODES], ceil_cpu;
+    /* images each run handles: 2 epochs of whole batches (the ceiling: every image once per thread) */
+    double run_images = 2.0 * (n / BATCH) * BATCH;
     int anchor_ok[NMODES] = {anchors, anchors}, nproc = 0;
     for (int rep = 0; rep < reps; rep++) {
         printf("repetition %d of %d\n", rep + 1, reps);
         long rss;
         ceil_args ca = {1, n, jpeg_dir};
         double c1 = in_child(ceiling_child, &ca, &rss);
+        add(&ceil_cpu, last_cpu_s * 1e3 / n);
         ca.cores = 2;
         double c2 = in_child(ceiling_child, &ca, &rss);
         if (c1 < 0 || c2 < 0) return fprintf(stderr, "bench_pipeline: the decode ceiling failed\n"), 1;
@@ -647,8 +665,9 @@ int main(int argc, char **argv) {
                 if (r < 0) return fprintf(stderr, "bench_pipeline: the Sluice %s run failed\n", MODE_NAME[mode]), 1;
                 add(&sl[mode][c], r);
                 if (c == 2) add(&sl_mem[mode], rss / 1024.0);
-                printf("  sluice %-5s %d core%s: best epoch %.1f images/s, peak RSS %.0f MB\n", MODE_NAME[mode], c,
-                       c > 1 ? "s" : "", r, rss / 1024.0);
+                if (c == 2) add(&sl_cpu[mode], last_cpu_s * 1e3 / run_images);
+                printf("  sluice %-5s %d core%s: best epoch %.1f images/s, peak RSS %.0f MB, CPU %.2f ms/image\n",
+                       MODE_NAME[mode], c, c > 1 ? "s" : "", r, rss / 1024.0, last_cpu_s * 1e3 / run_images);
             }
             if (!anchor_ok[mode]) continue;
             snprintf(cmd, sizeof cmd, "exec /usr/bin/python3 %s %s 2 %d 2 %s", loader, jpeg_dir, BATCH,
@@ -661,10 +680,12 @@ int main(int argc, char **argv) {
                 continue;
             }
             add(&an[mode], t);
+            add(&an_cpu[mode], last_cpu_s * 1e3 / run_images);
             add(&an_hwm[mode], hwm / 1024.0);
             add(&an_peak[mode], peak / 1024.0);
             printf("  torch %-6s 2 workers: best epoch %.1f images/s, %d processes: sum of peak RSS %.0f MB, "
-                   "peak of summed RSS %.0f MB\n", ANCHOR_MODE[mode], t, nproc, hwm / 1024.0, peak / 1024.0);
+                   "peak of summed RSS %.0f MB, CPU %.2f ms/image\n", ANCHOR_MODE[mode], t, nproc, hwm / 1024.0,
+                   peak / 1024.0, last_cpu_s * 1e3 / run_images);
         }
     }
 
@@ -686,6 +707,13 @@ int main(int argc, char **argv) {
             printf("  %s ratio (sluice / torch %s): %.3f\n", MODE_NAME[mode], ANCHOR_MODE[mode], ratio[mode]);
         }
     }
+    printf("  CPU time per image, median (whole runs: setup and both epochs; all processes): full decode %.2f ms",
+           median(&ceil_cpu));
+    for (int mode = 0; mode < NMODES; mode++) {
+        printf(", sluice %s %.2f ms", MODE_NAME[mode], median(&sl_cpu[mode]));
+        if (an_cpu[mode].n) printf(", torch %s %.2f ms", ANCHOR_MODE[mode], median(&an_cpu[mode]));
+    }
+    printf("\n");
     double vs_ceiling = median(&sl[FAST][2]) / median(&ceil2);
     printf("  fast mode / 2-core full-decode ceiling: %.3f; exact mode: %.3f\n", vs_ceiling,
            median(&sl[EXACT][2]) / median(&ceil2));
