@@ -631,7 +631,22 @@ static sl_status fn_decode_jpeg(builder *b, const fn_def *f, const sl_cfg_value 
         if (read_int(b, NULL, a[1], 0, 3, &ch)) return sl_errcode();
         if (ch == 2) return fn_err(b, f, a[1]->loc, "channels must be 0 (as in the file), 1 or 3");
     }
-    return with_max_pixels(b, f, a[2], NULL, 0, 0, sl_fn_decode_jpeg(comp, (int)ch, out), out);
+    bool dct = true;
+    if (a[3] && read_bool(b, a[3], &dct)) return sl_errcode();
+    sl_status st = with_max_pixels(b, f, a[2], NULL, 0, 0, sl_fn_decode_jpeg(comp, (int)ch, out), out);
+    if (!st && !dct) st = sl_fn_set_dct_scaling(*out, false);
+    return st;
+}
+
+/* antialias=BOOL (v NULL: the default, true) onto a crop or resize *fn, released on failure. */
+static sl_status with_antialias(builder *b, const sl_cfg_value *v, sl_status st, sl_fn **fn) {
+    if (st || !v) return st;
+    bool aa = true;
+    if ((st = read_bool(b, v, &aa)) || (st = sl_fn_set_antialias(*fn, aa))) {
+        sl_fn_unref(*fn);
+        *fn = NULL;
+    }
+    return st;
 }
 
 static sl_status fn_random_resized_crop(builder *b, const fn_def *f, const sl_cfg_value *call,
@@ -643,8 +658,10 @@ static sl_status fn_random_resized_crop(builder *b, const fn_def *f, const sl_cf
     if (a[2] && read_range2(b, a[2], &slo, &shi)) return sl_errcode();
     if (a[2] && shi > 1) return fn_err(b, f, a[2]->loc, "scale is a fraction of the area: at most 1");
     if (a[3] && read_range2(b, a[3], &rlo, &rhi)) return sl_errcode();
-    return with_max_pixels(b, f, a[4], a[1], h, w, sl_fn_random_resized_crop(comp, h, w, slo, shi, rlo, rhi, out),
-                           out);
+    return with_antialias(b, a[5],
+                          with_max_pixels(b, f, a[4], a[1], h, w,
+                                          sl_fn_random_resized_crop(comp, h, w, slo, shi, rlo, rhi, out), out),
+                          out);
 }
 
 static sl_status fn_center_crop(builder *b, const fn_def *f, const sl_cfg_value *call,
@@ -652,15 +669,30 @@ static sl_status fn_center_crop(builder *b, const fn_def *f, const sl_cfg_value 
     const char *comp;
     int h, w;
     if (read_comp(b, a[0], &comp) || read_size(b, a[1], &h, &w)) return sl_errcode();
-    return with_max_pixels(b, f, a[2], a[1], h, w, sl_fn_center_crop(comp, h, w, out), out);
+    return with_antialias(b, a[3], with_max_pixels(b, f, a[2], a[1], h, w, sl_fn_center_crop(comp, h, w, out), out),
+                          out);
 }
 
 static sl_status fn_resize(builder *b, const fn_def *f, const sl_cfg_value *call, const sl_cfg_value *const *a,
                            sl_fn **out) {
     const char *comp;
     int h, w;
-    if (read_comp(b, a[0], &comp) || read_size(b, a[1], &h, &w)) return sl_errcode();
-    return with_max_pixels(b, f, a[2], a[1], h, w, sl_fn_resize(comp, h, w, out), out);
+    if (read_comp(b, a[0], &comp)) return sl_errcode();
+    if (a[1] && a[4])
+        return fn_err(b, f, a[4]->loc, "give SIZE or shorter=N, not both");
+    if (!a[1] && !a[4])
+        return fn_err(b, f, call->loc, "missing the size: SIZE (256 or 256x192) or shorter=N (keeps the aspect ratio)");
+    if (a[4]) { /* torchvision's Resize(N): the shorter side to N */
+        int64_t n;
+        if (read_int(b, NULL, a[4], 1, 1 << 20, &n)) return sl_errcode();
+        /* the output is at least N x N: refuse a target that cannot fit under the limit */
+        return with_antialias(b, a[3],
+                              with_max_pixels(b, f, a[2], a[4], (int)n, (int)n, sl_fn_resize_shorter(comp, (int)n, out),
+                                              out),
+                              out);
+    }
+    if (read_size(b, a[1], &h, &w)) return sl_errcode();
+    return with_antialias(b, a[3], with_max_pixels(b, f, a[2], a[1], h, w, sl_fn_resize(comp, h, w, out), out), out);
 }
 
 static sl_status fn_random_flip(builder *b, const fn_def *f, const sl_cfg_value *call,
@@ -841,15 +873,16 @@ static sl_status fn_parse_example(builder *b, const fn_def *f, const sl_cfg_valu
 static const fn_def FNS[] = {
     {"parse_example", "parse_example(FEATURE: bytes|int64|float[(SHAPE, default=V, as=NAME)], ..., input=record)",
      {0}, 0, fn_parse_example},
-    {"decode_jpeg", "decode_jpeg(COMP, channels=0|1|3, max_pixels=89478485)", {"comp", "channels", "max_pixels"},
-     1, fn_decode_jpeg},
+    {"decode_jpeg", "decode_jpeg(COMP, channels=0|1|3, max_pixels=89478485, dct_scaling=true)",
+     {"comp", "channels", "max_pixels", "dct_scaling"}, 1, fn_decode_jpeg},
     {"random_resized_crop",
-     "random_resized_crop(COMP, SIZE, scale=[0.08, 1], ratio=[0.75, 1.333], max_pixels=89478485)",
-     {"comp", "size", "scale", "ratio", "max_pixels"}, 2, fn_random_resized_crop},
-    {"center_crop", "center_crop(COMP, SIZE, max_pixels=89478485)   SIZE: 224 or 224x200",
-     {"comp", "size", "max_pixels"}, 2, fn_center_crop},
-    {"resize", "resize(COMP, SIZE, max_pixels=89478485)   SIZE: 256 or 256x192", {"comp", "size", "max_pixels"}, 2,
-     fn_resize},
+     "random_resized_crop(COMP, SIZE, scale=[0.08, 1], ratio=[0.75, 1.333], max_pixels=89478485, antialias=true)",
+     {"comp", "size", "scale", "ratio", "max_pixels", "antialias"}, 2, fn_random_resized_crop},
+    {"center_crop", "center_crop(COMP, SIZE, max_pixels=89478485, antialias=true)   SIZE: 224 or 224x200",
+     {"comp", "size", "max_pixels", "antialias"}, 2, fn_center_crop},
+    {"resize",
+     "resize(COMP, SIZE, max_pixels=89478485, antialias=true) or resize(COMP, shorter=N, ...)   SIZE: 256 or 256x192",
+     {"comp", "size", "max_pixels", "antialias", "shorter"}, 1, fn_resize},
     {"random_flip", "random_flip(COMP, p=0.5, horizontal=true, vertical=false)",
      {"comp", "p", "horizontal", "vertical"}, 1, fn_random_flip},
     {"normalize", "normalize(COMP, mean=[...], std=[...], scale_uint8=true)",

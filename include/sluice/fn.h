@@ -6,10 +6,10 @@
  * Images are uint8 or float32 tensors laid out [height, width, channels].
  *
  * A chain (sl_fn_chain) runs functions in order and lets each learn what comes after it:
- * decode_jpeg followed by random_resized_crop, center_crop or resize decodes at the
- * smallest DCT scale (M/8) that still covers the target size, and only the crop region
- * (libjpeg's jpeg_crop_scanline / jpeg_skip_scanlines) — the same pixels at a fraction of
- * the work.
+ * decode_jpeg followed by random_resized_crop, center_crop or resize decodes only the crop
+ * region (libjpeg's jpeg_crop_scanline / jpeg_skip_scanlines: the same pixels at a fraction
+ * of the work) and, unless sl_fn_set_dct_scaling(fn, false), at the smallest DCT scale that
+ * still covers the target size (close to, not equal to, the full-size pixels).
  *
  * Size limits: decode_jpeg, resize, center_crop and random_resized_crop refuse an image
  * over max_pixels (height x width; SL_FN_MAX_PIXELS_DEFAULT unless raised with
@@ -109,9 +109,34 @@ sl_status sl_fn_random_resized_crop(const char *comp, int height, int width, dou
 /* The central height x width region (the whole image where it is smaller: no padding). */
 sl_status sl_fn_center_crop(const char *comp, int height, int width, sl_fn **out);
 
-/* Bilinear resize to height x width (half-pixel centers, as torchvision with antialias off).
- * An output over max_pixels is SL_ERANGE when applied (the same for the crops above). */
+/* Bilinear resize to height x width (half-pixel centers, as torchvision's). Antialiased
+ * unless sl_fn_set_antialias(fn, false) (see there). An output over max_pixels is
+ * SL_ERANGE when applied (the same for the crops above). */
 sl_status sl_fn_resize(const char *comp, int height, int width, sl_fn **out);
+
+/* torchvision's Resize(shorter): the shorter side becomes `shorter`, the longer
+ * int(shorter * long / short) (truncated, as torchvision computes it); a square image
+ * becomes shorter x shorter. Otherwise as sl_fn_resize. SL_EINVAL for shorter < 1. */
+sl_status sl_fn_resize_shorter(const char *comp, int shorter, sl_fn **out);
+
+/* Antialiasing of resize, random_resized_crop and center_crop (tf.image.resize's name).
+ * true (the default, as PIL and torchvision >= 0.17): where the image shrinks along an
+ * axis by a factor s > 1, each output pixel is a triangle-weighted mean of the source pixels
+ * within s of its centre (the bilinear filter widened by s; PIL's and torchvision's
+ * antialias=True weights), so detail finer than the output grid is averaged instead of
+ * aliased; it costs about s times the taps of 2-tap bilinear along that axis. false: 2-tap
+ * bilinear (tf.image.resize's default, torchvision's antialias=False). Growing, both are
+ * the same bilinear, bit for bit. center_crop never resamples: it accepts the setting and
+ * is unaffected. Call before the function is used. Returns SL_OK, or SL_EINVAL for
+ * another kind of function. */
+sl_status sl_fn_set_antialias(sl_fn *fn, bool antialias);
+
+/* decode_jpeg followed in a chain by random_resized_crop, center_crop or resize decodes at
+ * a reduced DCT scale when one still covers the target (see sl_jpeg_pick_scale): allowed by
+ * default. With allow = false it decodes the crop at full size, and the output equals the
+ * unfused decode -> crop -> resize bit for bit. Returns SL_OK, or SL_EINVAL if fn is not
+ * decode_jpeg. Call before the function is used. */
+sl_status sl_fn_set_dct_scaling(sl_fn *fn, bool allow);
 
 /* Mirror left-right (and/or top-bottom) with probability p. */
 sl_status sl_fn_random_flip(const char *comp, bool horizontal, bool vertical, double p, sl_fn **out);

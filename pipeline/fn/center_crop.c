@@ -1,7 +1,8 @@
 /* center_crop: the central height x width region (torchvision's CenterCrop offsets,
  * round((H - h) / 2) with ties to even), or the whole extent in a dimension where the
  * image is smaller: no padding. Any fixed-size dtype; the result is a fresh copy (a
- * shared view when the image already fits).
+ * shared view when the image already fits). It never resamples: its antialias setting
+ * (sl_fn_set_antialias, accepted like the other geometry functions') changes nothing.
  *
  * Workload: evaluation pipelines, once per image. decode_jpeg absorbs it when it follows
  * directly, and then decodes only the rectangle (sl__center_rect in image.c). */

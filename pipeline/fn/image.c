@@ -193,6 +193,195 @@ sl_status sl__resize_f32(const float *src, int64_t sh, int64_t sw, int64_t c, in
     RESIZE_BODY(float, AS_F32)
 }
 
+/* ---- the antialiased resampler ---- */
+
+/* One axis of the antialiased resampler: for each output d, the first source sample
+ * start[d], the number of taps n[d] (at most kmax) and their weights wt[d * kmax + k].
+ * Shrinking (rn > dn) with antialias, the weights are PIL's / torchvision's antialiased
+ * bilinear: a triangle of half-width s = rn / dn centred on r0 + (d + 0.5) * s, over the
+ * samples j in [floor(centre - s + 0.5), floor(centre + s + 0.5)) clipped to the image, each
+ * weighted tri((j + 0.5 - centre) / s), normalized to sum 1 (in double, then stored as
+ * float). Otherwise the two taps of make_taps. */
+typedef struct {
+    int64_t *start;
+    int *n;
+    float *wt;
+    int kmax;
+} kernel;
+
+static void kernel_free(kernel *k) {
+    free(k->start);
+    free(k->n);
+    free(k->wt);
+}
+
+static sl_status make_kernel(kernel *k, int64_t dn, int64_t sn, double r0, double rn, bool aa, bool pad) {
+    double scale = rn / (double)dn;
+    bool wide = aa && scale > 1.0;
+    k->kmax = wide ? 2 * (int)ceil(scale) + 1 : 2;
+    if (k->kmax > sn) k->kmax = (int)sn;
+    k->start = malloc(sizeof(int64_t) * (size_t)dn);
+    k->n = malloc(sizeof(int) * (size_t)dn);
+    k->wt = malloc(sizeof(float) * (size_t)dn * (size_t)k->kmax);
+    if (!k->start || !k->n || !k->wt) {
+        kernel_free(k);
+        return sl_err(SL_ENOMEM, "out of memory for the resize tables (%lld outputs)", (long long)dn);
+    }
+    for (int64_t d = 0; d < dn; d++) {
+        float *w = k->wt + d * k->kmax;
+        if (!wide) {
+            /* make_taps' arithmetic, so an axis that grows is plain bilinear */
+            double src = r0 + ((double)d + 0.5) * scale - 0.5;
+            if (src < 0) src = 0;
+            int64_t i0 = (int64_t)src;
+            if (i0 > sn - 1) i0 = sn - 1;
+            int64_t i1 = i0 < sn - 1 ? i0 + 1 : i0;
+            float l = i1 == i0 ? 0.0f : (float)(src - (double)i0);
+            k->start[d] = i0;
+            k->n[d] = i1 == i0 ? 1 : 2;
+            w[0] = i1 == i0 ? 1.0f : 1.0f - l;
+            if (i1 != i0) w[1] = l; /* (kmax is 1 for a one-sample axis) */
+            continue;
+        }
+        double centre = r0 + ((double)d + 0.5) * scale;
+        int64_t lo = (int64_t)floor(centre - scale + 0.5), hi = (int64_t)floor(centre + scale + 0.5);
+        if (lo < 0) lo = 0;
+        if (hi > sn) hi = sn;
+        if (hi - lo > k->kmax) hi = lo + k->kmax; /* (cannot happen: the span is < 2s + 1) */
+        double ww[64], sum = 0;
+        double *wp = hi - lo <= 64 ? ww : NULL;
+        double *heap = NULL;
+        if (!wp) wp = heap = malloc(sizeof(double) * (size_t)(hi - lo));
+        if (!wp) {
+            kernel_free(k);
+            return sl_err(SL_ENOMEM, "out of memory for the resize tables");
+        }
+        for (int64_t j = lo; j < hi; j++) {
+            double x = fabs(((double)j + 0.5 - centre) / scale);
+            wp[j - lo] = x < 1.0 ? 1.0 - x : 0.0;
+            sum += wp[j - lo];
+        }
+        if (hi <= lo || sum <= 0) { /* the window missed every sample: take the nearest */
+            int64_t j = (int64_t)floor(centre);
+            if (j < 0) j = 0;
+            if (j > sn - 1) j = sn - 1;
+            k->start[d] = j;
+            k->n[d] = 1;
+            w[0] = 1.0f;
+        } else {
+            k->start[d] = lo;
+            k->n[d] = (int)(hi - lo);
+            for (int64_t j = lo; j < hi; j++) w[j - lo] = (float)(wp[j - lo] / sum);
+        }
+        free(heap);
+    }
+    if (pad) /* every output kmax taps (zero weights after its own, start moved left where
+              * needed to stay inside the source): fixed-length inner loops. Only for finite
+              * inputs (uint8): 0 * inf would be NaN. */
+        for (int64_t d = 0; d < dn; d++) {
+            float *w = k->wt + d * k->kmax;
+            int n = k->n[d];
+            int64_t st = k->start[d];
+            int64_t nst = st + k->kmax > sn ? sn - k->kmax : st;
+            int off = (int)(st - nst);
+            for (int i = n - 1; i >= 0; i--) w[i + off] = w[i];
+            for (int i = 0; i < off; i++) w[i] = 0.0f;
+            for (int i = off + n; i < k->kmax; i++) w[i] = 0.0f;
+            k->start[d] = nst;
+            k->n[d] = k->kmax;
+        }
+    return SL_OK;
+}
+
+/* Rows first (each output row is a weighted sum of source rows over the columns the
+ * horizontal taps need, contiguous and vectorized), then columns (a weighted gather per
+ * output sample). Accumulation is in float in a fixed order. */
+/* The weights are >= 0 and sum to 1 within a few float ulps, so a blend of uint8 samples
+ * stays below 255.5 + 1e-4 and to_u8 needs no clamp (and the store loop vectorizes). */
+#define STORE_U8(v) to_u8(v)
+#define RESIZE_AA_BODY(T, STORE, PAD)                                                       \
+    kernel kx = {0}, ky = {0};                                                              \
+    sl_status s = make_kernel(&kx, dw, sw, rx, rw, true, PAD);                              \
+    if (s) return s;                                                                        \
+    if ((s = make_kernel(&ky, dh, sh, ry, rh, true, false))) {                              \
+        kernel_free(&kx);                                                                   \
+        return s;                                                                           \
+    }                                                                                       \
+    int64_t lo = kx.start[0], hi = kx.start[0] + kx.n[0];                                   \
+    for (int64_t x = 1; x < dw; x++) {                                                      \
+        if (kx.start[x] < lo) lo = kx.start[x];                                             \
+        if (kx.start[x] + kx.n[x] > hi) hi = kx.start[x] + kx.n[x];                         \
+    }                                                                                       \
+    int64_t span = (hi - lo) * c;                                                           \
+    float *tmp = malloc(sizeof(float) * (size_t)(span + dw * c));                           \
+    if (!tmp) {                                                                             \
+        kernel_free(&kx);                                                                   \
+        kernel_free(&ky);                                                                   \
+        return sl_err(SL_ENOMEM, "out of memory resizing to %lldx%lld", (long long)dh,      \
+                      (long long)dw);                                                       \
+    }                                                                                       \
+    float *orow = tmp + span;                                                               \
+    for (int64_t y = 0; y < dh; y++) {                                                      \
+        const float *wy = ky.wt + y * ky.kmax;                                              \
+        const T *row = src + ky.start[y] * stride + lo * c;                                 \
+        float w0 = wy[0];                                                                   \
+        for (int64_t i = 0; i < span; i++) tmp[i] = w0 * (float)row[i];                     \
+        for (int k = 1; k < ky.n[y]; k++) {                                                 \
+            const T *r = row + k * stride;                                                  \
+            float wk = wy[k];                                                               \
+            for (int64_t i = 0; i < span; i++) tmp[i] += wk * (float)r[i];                  \
+        }                                                                                   \
+        if (c == 3) {                                                                       \
+            for (int64_t x = 0; x < dw; x++) {                                              \
+                const float *wx = kx.wt + x * kx.kmax;                                      \
+                const float *t = tmp + (kx.start[x] - lo) * 3;                              \
+                int nk = kx.n[x];                                                           \
+                float a0 = wx[0] * t[0], a1 = wx[0] * t[1], a2 = wx[0] * t[2];              \
+                for (int k = 1; k < nk; k++) {                                              \
+                    a0 += wx[k] * t[3 * k];                                                 \
+                    a1 += wx[k] * t[3 * k + 1];                                             \
+                    a2 += wx[k] * t[3 * k + 2];                                             \
+                }                                                                           \
+                orow[3 * x] = a0;                                                           \
+                orow[3 * x + 1] = a1;                                                       \
+                orow[3 * x + 2] = a2;                                                       \
+            }                                                                               \
+        } else {                                                                            \
+            for (int64_t x = 0; x < dw; x++) {                                              \
+                const float *wx = kx.wt + x * kx.kmax;                                      \
+                const float *t = tmp + (kx.start[x] - lo) * c;                              \
+                int nk = kx.n[x];                                                           \
+                for (int64_t ch = 0; ch < c; ch++) {                                        \
+                    float acc = wx[0] * t[ch];                                              \
+                    for (int k = 1; k < nk; k++) acc += wx[k] * t[k * c + ch];              \
+                    orow[x * c + ch] = acc;                                                 \
+                }                                                                           \
+            }                                                                               \
+        }                                                                                   \
+        T *o = dst + y * dw * c;                                                            \
+        for (int64_t i = 0; i < dw * c; i++) o[i] = STORE(orow[i]);                         \
+    }                                                                                       \
+    free(tmp);                                                                              \
+    kernel_free(&kx);                                                                       \
+    kernel_free(&ky);                                                                       \
+    return SL_OK;
+
+sl_status sl__resize_aa_u8(const uint8_t *src, int64_t sh, int64_t sw, int64_t c, int64_t stride,
+                           double ry, double rx, double rh, double rw, uint8_t *dst, int64_t dh,
+                           int64_t dw) {
+    if (!(rh > (double)dh) && !(rw > (double)dw))
+        return sl__resize_u8(src, sh, sw, c, stride, ry, rx, rh, rw, dst, dh, dw);
+    RESIZE_AA_BODY(uint8_t, STORE_U8, true)
+}
+
+sl_status sl__resize_aa_f32(const float *src, int64_t sh, int64_t sw, int64_t c, int64_t stride,
+                            double ry, double rx, double rh, double rw, float *dst, int64_t dh,
+                            int64_t dw) {
+    if (!(rh > (double)dh) && !(rw > (double)dw))
+        return sl__resize_f32(src, sh, sw, c, stride, ry, rx, rh, rw, dst, dh, dw);
+    RESIZE_AA_BODY(float, AS_F32, false)
+}
+
 /* ---- crop geometry ---- */
 
 const sl__geom_fn *sl__as_geom(const sl_fn *fn) {
@@ -242,6 +431,25 @@ sl__rect sl__center_rect(int64_t H, int64_t W, int64_t h, int64_t w) {
     return (sl__rect){round_even((double)(H - h) / 2.0), round_even((double)(W - w) / 2.0), h, w};
 }
 
+void sl__shorter_size(int64_t H, int64_t W, int64_t n, int64_t *oh, int64_t *ow) {
+    /* torchvision: new_long = int(n * long / short), true division then truncation */
+    if (W <= H) {
+        *ow = n;
+        *oh = (int64_t)((double)(n * H) / (double)W);
+    } else {
+        *oh = n;
+        *ow = (int64_t)((double)(n * W) / (double)H);
+    }
+}
+
+sl_status sl__geom_resize_u8(const sl__geom_fn *g, const uint8_t *src, int64_t sh, int64_t sw,
+                             int64_t c, int64_t stride, double ry, double rx, double rh, double rw,
+                             uint8_t *dst, int64_t dh, int64_t dw) {
+    if (g->antialias)
+        return sl__resize_aa_u8(src, sh, sw, c, stride, ry, rx, rh, rw, dst, dh, dw);
+    return sl__resize_u8(src, sh, sw, c, stride, ry, rx, rh, rw, dst, dh, dw);
+}
+
 void sl__geom_plan(const sl__geom_fn *g, int64_t H, int64_t W, uint64_t seed, sl__rect *r,
                    int64_t *oh, int64_t *ow) {
     switch (g->kind) {
@@ -258,6 +466,10 @@ void sl__geom_plan(const sl__geom_fn *g, int64_t H, int64_t W, uint64_t seed, sl
     case SL__GEOM_RESIZE:
     default:
         *r = (sl__rect){0, 0, H, W};
+        if (g->shorter > 0) {
+            sl__shorter_size(H, W, g->shorter, oh, ow);
+            return;
+        }
         *oh = g->height;
         *ow = g->width;
         return;
@@ -297,7 +509,11 @@ sl_status sl__geom_apply(const sl_fn *fn, sl_element *e, const sl_fn_call *call)
             memcpy((uint8_t *)out.data + (size_t)(y * ow * C) * es, base + (size_t)(y * W * C) * es,
                    (size_t)(ow * C) * es);
     } else if (in->dtype == SL_DT_U8) {
-        s = sl__resize_u8(base, r.h, r.w, C, W * C, 0, 0, (double)r.h, (double)r.w, out.data, oh, ow);
+        s = sl__geom_resize_u8(g, base, r.h, r.w, C, W * C, 0, 0, (double)r.h, (double)r.w, out.data,
+                               oh, ow);
+    } else if (g->antialias) {
+        s = sl__resize_aa_f32((const float *)base, r.h, r.w, C, W * C, 0, 0, (double)r.h,
+                              (double)r.w, out.data, oh, ow);
     } else {
         s = sl__resize_f32((const float *)base, r.h, r.w, C, W * C, 0, 0, (double)r.h, (double)r.w,
                            out.data, oh, ow);
@@ -322,6 +538,7 @@ sl_status sl__geom_new(const sl_fn_vt *vt, sl__geom_kind kind, const char *comp,
     g->height = height;
     g->width = width;
     g->max_pixels = SL_FN_MAX_PIXELS_DEFAULT;
+    g->antialias = true;
     *out = g;
     return SL_OK;
 }
@@ -346,5 +563,15 @@ sl_status sl_fn_set_max_pixels(sl_fn *fn, int64_t max_pixels) {
         return sl_err(SL_EINVAL, "%s has no pixel limit (only decode_jpeg, resize, center_crop and "
                       "random_resized_crop have one)", fn->name);
     g->max_pixels = max_pixels;
+    return SL_OK;
+}
+
+sl_status sl_fn_set_antialias(sl_fn *fn, bool antialias) {
+    if (!fn) return sl_err(SL_EINVAL, "sl_fn_set_antialias: function is NULL");
+    sl__geom_fn *g = (sl__geom_fn *)sl__as_geom(fn);
+    if (!g)
+        return sl_err(SL_EINVAL, "%s has no antialias setting (only resize, center_crop and "
+                      "random_resized_crop have one)", fn->name);
+    g->antialias = antialias;
     return SL_OK;
 }

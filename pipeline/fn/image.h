@@ -31,6 +31,20 @@ sl_status sl__resize_f32(const float *src, int64_t sh, int64_t sw, int64_t c, in
                          double ry, double rx, double rh, double rw, float *dst, int64_t dh,
                          int64_t dw);
 
+/* Antialiased resampling (PIL's and torchvision's antialias=True bilinear): where the region
+ * shrinks along an axis (rh > dh, rw > dw), each output sample is a normalized triangle-
+ * weighted mean of the source samples within rh / dh (rw / dw) of its centre, the filter
+ * widened by the scale factor, clipped at the source's edges (no padding); an axis that
+ * grows or keeps its size is plain bilinear as above. When neither axis shrinks this is
+ * exactly sl__resize_u8 / sl__resize_f32. Computed in float (uint8 rounded to nearest).
+ * Returns SL_OK or SL_ENOMEM. */
+sl_status sl__resize_aa_u8(const uint8_t *src, int64_t sh, int64_t sw, int64_t c, int64_t stride,
+                           double ry, double rx, double rh, double rw, uint8_t *dst, int64_t dh,
+                           int64_t dw);
+sl_status sl__resize_aa_f32(const float *src, int64_t sh, int64_t sw, int64_t c, int64_t stride,
+                            double ry, double rx, double rh, double rw, float *dst, int64_t dh,
+                            int64_t dw);
+
 /* ---- crop geometry ---- */
 
 typedef struct sl__rect {
@@ -50,6 +64,8 @@ typedef struct sl__geom_fn {
     sl__geom_kind kind;
     char comp[SL_NAME_MAX];
     int64_t height, width;           /* the output size (center_crop: at most this) */
+    int64_t shorter;                 /* resize only: > 0 = the shorter side to this, keep aspect */
+    bool antialias;                  /* antialiased resampling when shrinking (default true) */
     double scale_lo, scale_hi;       /* random_resized_crop only */
     double ratio_lo, ratio_hi;
     int64_t max_pixels;              /* outputs over this many pixels are refused */
@@ -71,6 +87,10 @@ sl__rect sl__rrc_rect(int64_t H, int64_t W, double scale_lo, double scale_hi, do
  * torchvision's CenterCrop: round((H - h) / 2), ties to even. */
 sl__rect sl__center_rect(int64_t H, int64_t W, int64_t h, int64_t w);
 
+/* torchvision's Resize(n) output size for an H x W image: the shorter side becomes n, the
+ * longer int(n * long / short) (a square gives n x n). */
+void sl__shorter_size(int64_t H, int64_t W, int64_t n, int64_t *oh, int64_t *ow);
+
 /* What g does to an H x W image called with `seed`: the source rectangle it reads and the
  * output size (*oh x *ow; equal to the rectangle's size when there is no resize). */
 void sl__geom_plan(const sl__geom_fn *g, int64_t H, int64_t W, uint64_t seed, sl__rect *r,
@@ -85,10 +105,15 @@ sl_status sl__geom_new(const sl_fn_vt *vt, sl__geom_kind kind, const char *comp,
                        int width, sl__geom_fn **out);
 
 /* decode_jpeg: allow (the default) or forbid DCT-scaled decoding when it absorbs a crop or
- * resize. Forbidden, the fused path decodes the crop at full size and gives exactly the
- * pixels of decode-then-crop-then-resize (tests compare the two). Call before the function
- * is used: functions are immutable once shared. */
+ * resize (sl_fn_set_dct_scaling). Forbidden, the fused path decodes the crop at full size
+ * and gives exactly the pixels of decode-then-crop-then-resize (tests compare the two).
+ * Call before the function is used: functions are immutable once shared. */
 void sl__fn_decode_jpeg_set_dct_scaling(sl_fn *fn, bool allow);
+
+/* The resampler g uses for a region of rh x rw onto oh x ow (antialiased when g says so). */
+sl_status sl__geom_resize_u8(const sl__geom_fn *g, const uint8_t *src, int64_t sh, int64_t sw,
+                             int64_t c, int64_t stride, double ry, double rx, double rh, double rw,
+                             uint8_t *dst, int64_t dh, int64_t dw);
 
 /* decode_jpeg's pixel limit (for sl_fn_set_max_pixels): false if fn is not decode_jpeg. */
 bool sl__fn_decode_jpeg_set_max_pixels(sl_fn *fn, int64_t max_pixels);

@@ -1,6 +1,7 @@
 /* random_resized_crop: torchvision's RandomResizedCrop — a crop of random area fraction in
  * [scale_lo, scale_hi] and log-uniform aspect ratio in [ratio_lo, ratio_hi] (10 tries, then
- * a center crop clamped to the ratio range), bilinearly resized to height x width.
+ * a center crop clamped to the ratio range), bilinearly resized to height x width,
+ * antialiased unless sl_fn_set_antialias(fn, false) (torchvision's antialias argument).
  *
  * Workload: once per training image, after decode. The crop is chosen by sl__rrc_rect
  * (pipeline/fn/image.c) from the call's seed, the same code decode_jpeg runs when it absorbs

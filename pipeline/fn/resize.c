@@ -1,12 +1,14 @@
-/* resize: bilinear resize to height x width with half-pixel centers (PyTorch's
- * align_corners=False, antialias off); uint8 in gives uint8 out (rounded to nearest),
- * float32 gives float32. The resampler (sl__resize_u8 / sl__resize_f32 in image.c) uses
- * precomputed column and row tables and works row by row.
+/* resize: bilinear resize to height x width, or (sl_fn_resize_shorter) the shorter side to N
+ * keeping the aspect ratio as torchvision's Resize(N) does, with half-pixel centers
+ * (PyTorch's align_corners=False); uint8 in gives uint8 out (rounded to nearest), float32
+ * gives float32. Antialiased by default (sl_fn_set_antialias): shrinking, the bilinear
+ * filter is widened by the scale factor (sl__resize_aa_u8 in image.c), as PIL and
+ * torchvision's antialias=True do; without it, 2-tap bilinear (sl__resize_u8), which
+ * aliases when shrinking by more than 2x. Both use precomputed tables and work row by row.
  *
  * Workload: the hot path of an image pipeline (e.g. 224 x 224 x 3 outputs). An image that
- * already has the size passes through untouched. Downscaling by large factors aliases, as
- * bilinear without antialias does; decode_jpeg absorbs a resize that follows it and
- * decodes at the smallest DCT scale that still covers the target, which avoids most of it. */
+ * already has the size passes through untouched. decode_jpeg absorbs a resize that follows
+ * it and decodes at the smallest DCT scale that still covers the target. */
 #include "pipeline/fn/image.h"
 
 const sl_fn_vt sl__resize_vt = {.name = "resize", .apply = sl__geom_apply};
@@ -16,6 +18,17 @@ sl_status sl_fn_resize(const char *comp, int height, int width, sl_fn **out) {
     sl__geom_fn *g;
     sl_status s = sl__geom_new(&sl__resize_vt, SL__GEOM_RESIZE, comp, height, width, &g);
     if (s) return s;
+    *out = &g->base;
+    return SL_OK;
+}
+
+sl_status sl_fn_resize_shorter(const char *comp, int shorter, sl_fn **out) {
+    *out = NULL;
+    if (shorter < 1) return sl_err(SL_EINVAL, "resize: shorter side %d must be at least 1", shorter);
+    sl__geom_fn *g;
+    sl_status s = sl__geom_new(&sl__resize_vt, SL__GEOM_RESIZE, comp, shorter, shorter, &g);
+    if (s) return s;
+    g->shorter = shorter;
     *out = &g->base;
     return SL_OK;
 }

@@ -876,6 +876,119 @@ TEST(test_relative_paths_follow_the_config_file) {
     clean_dir();
 }
 
+/* One 12x20 (h x w) grayscale noise JPEG in photo.tfrecord as feature "image". */
+static sl_status write_photo(void) {
+    uint8_t px[240], *jpg = NULL;
+    uint64_t r = 12345;
+    for (int i = 0; i < 240; i++) {
+        r = r * 6364136223846793005ull + 1442695040888963407ull;
+        px[i] = (uint8_t)(r >> 56);
+    }
+    size_t jlen, len;
+    sl_status s = sl_jpeg_encode(px, 20, 12, 1, 95, &jpg, &jlen);
+    if (s) return s;
+    sl_exb *b = NULL;
+    sl_tfr_writer *w = NULL;
+    uint8_t *ser = NULL;
+    char path[160];
+    snprintf(path, sizeof path, "%s/photo.tfrecord", tmpdir);
+    sl_bytes ib = {jpg, jlen};
+    if (!(s = sl_exb_new(&b)) && !(s = sl_exb_bytes(b, "image", &ib, 1)) && !(s = sl_exb_serialize(b, &ser, &len)) &&
+        !(s = sl_tfr_writer_open(path, NULL, &w))) {
+        s = sl_tfr_writer_write(w, ser, len);
+        sl_status c = sl_tfr_writer_close(w);
+        if (!s) s = c;
+    }
+    free(ser);
+    sl_exb_free(b);
+    free(jpg);
+    return s;
+}
+
+/* The first element's uint8 "image" of the pipeline with map `fns` over photo.tfrecord:
+ * its dims into d[3] and its bytes into px (up to cap). Returns its byte count, -1 on error. */
+static int photo_through(const char *fns, int64_t *d, uint8_t *px, int cap) {
+    char body[512];
+    snprintf(body, sizeof body, " files \"photo.tfrecord\"\n map parse_example(image: bytes) | %s\n", fns);
+    sl_dataset *ds;
+    if (build_in_dir(body, NULL, &ds)) {
+        printf("  %s: %s\n", fns, sl_errmsg());
+        return -1;
+    }
+    sl_iter *it;
+    sl_element e;
+    sl_element_init(&e);
+    int n = -1;
+    if (!sl_iter_create(ds, NULL, &it)) {
+        if (sl_iter_next(it, &e) == SL_OK && e.t[0].dtype == SL_DT_U8 && e.t[0].rank == 3) {
+            n = (int)sl_tensor_nbytes(&e.t[0]);
+            memcpy(d, e.t[0].dims, 3 * sizeof *d);
+            memcpy(px, e.t[0].data, (size_t)(n < cap ? n : cap));
+        } else {
+            printf("  %s: %s\n", fns, sl_errmsg());
+        }
+        sl_element_clear(&e);
+        sl_iter_close(it);
+    }
+    sl_dataset_unref(ds);
+    return n;
+}
+
+/* antialias=, resize(shorter=N) and decode_jpeg(dct_scaling=) in the config: each changes
+ * the output it should, the defaults are what the README says, bad values are refused. */
+TEST(test_image_options) {
+    snprintf(tmpdir, sizeof tmpdir, "/tmp/sluice-fc-XXXXXX");
+    ASSERT(mkdtemp(tmpdir));
+    ASSERT_OK(write_photo());
+    int64_t d[3];
+    uint8_t a[1024], b[1024];
+    /* Resize(6) + CenterCrop(4): 12x20 -> 6x10 -> 4x4 */
+    ASSERT_EQ(photo_through("decode_jpeg(image) | resize(image, shorter=6) | center_crop(image, 4)", d, a, 1024), 16);
+    ASSERT(d[0] == 4 && d[1] == 4 && d[2] == 1);
+    ASSERT_EQ(photo_through("decode_jpeg(image) | resize(image, shorter=6)", d, a, 1024), 60);
+    ASSERT(d[0] == 6 && d[1] == 10);
+    /* shorter=6 is 6x10 with the same (antialiased, DCT-scaled) pixels */
+    ASSERT_EQ(photo_through("decode_jpeg(image) | resize(image, 6x10, antialias=true)", d, b, 1024), 60);
+    ASSERT_MEMEQ(a, b, 60);
+    ASSERT_EQ(photo_through("decode_jpeg(image, dct_scaling=false) | resize(image, 6x10)", d, a, 1024), 60);
+    ASSERT(memcmp(a, b, 60) != 0); /* 4/8 scale decode vs full size */
+    ASSERT_EQ(photo_through("decode_jpeg(image, dct_scaling=false) | resize(image, 6x10, antialias=false)", d, b, 1024),
+              60);
+    ASSERT(memcmp(a, b, 60) != 0); /* antialiased vs 2-tap */
+    /* unfused (a flip in between would not do: decode_jpeg absorbs only what follows it
+     * directly, so resize a second component) equals fused without DCT scaling */
+    ASSERT_EQ(photo_through("decode_jpeg(image, dct_scaling=false) | resize(image, 6x10, antialias=false) | "
+                            "random_flip(image, p=0)", d, a, 1024), 60);
+    ASSERT_MEMEQ(a, b, 60);
+    ASSERT_EQ(photo_through("decode_jpeg(image) | center_crop(image, 4, antialias=false)", d, a, 1024), 16);
+    ASSERT_EQ(photo_through("decode_jpeg(image) | center_crop(image, 4)", d, b, 1024), 16);
+    ASSERT_MEMEQ(a, b, 16); /* center_crop never resamples */
+    ASSERT_EQ(photo_through("decode_jpeg(image) | random_resized_crop(image, 3x5, antialias=false)", d, a, 1024), 15);
+    ASSERT(d[0] == 3 && d[1] == 5);
+
+    sl_dataset *ds;
+    ASSERT_EQ(build("pipeline p {\n range 0 1\n map resize(image)\n}\n", "p", NULL, &ds), SL_EINVAL);
+    ASSERT_STREQ(sl_errmsg(), "p.sl:3:6: resize: missing the size: SIZE (256 or 256x192) or shorter=N (keeps the "
+                              "aspect ratio)\n     map resize(image)\n         ^~~~~~\n---> HINT: usage: resize(COMP, "
+                              "SIZE, max_pixels=89478485, antialias=true) or resize(COMP, shorter=N, ...)   SIZE: 256 "
+                              "or 256x192");
+    ASSERT_EQ(build("pipeline p {\n range 0 1\n map resize(image, 7, shorter=6)\n}\n", "p", NULL, &ds), SL_EINVAL);
+    ASSERT_CONTAINS(sl_errmsg(), "p.sl:3:31: resize: give SIZE or shorter=N, not both");
+    ASSERT_EQ(build("pipeline p {\n range 0 1\n map resize(image, shorter=0)\n}\n", "p", NULL, &ds), SL_ERANGE);
+    ASSERT_CONTAINS(sl_errmsg(), "p.sl:3:");
+    ASSERT_EQ(build("pipeline p {\n range 0 1\n map resize(image, shorter=20000)\n}\n", "p", NULL, &ds), SL_ERANGE);
+    ASSERT_CONTAINS(sl_errmsg(), "resize: the target 20000x20000 is 400000000 pixels, over the limit of 89478485");
+    ASSERT_EQ(build("pipeline p {\n range 0 1\n map random_resized_crop(image, 7, antialias=7)\n}\n", "p", NULL, &ds),
+              SL_EINVAL);
+    ASSERT_CONTAINS(sl_errmsg(), "p.sl:3:");
+    ASSERT_EQ(build("pipeline p {\n range 0 1\n map decode_jpeg(image, dct_scaling=maybe)\n}\n", "p", NULL, &ds),
+              SL_EINVAL);
+    ASSERT_CONTAINS(sl_errmsg(), "p.sl:3:");
+    ASSERT_EQ(build("pipeline p {\n range 0 1\n map resize(image, 7, antialis=false)\n}\n", "p", NULL, &ds), SL_EINVAL);
+    ASSERT_CONTAINS(sl_errmsg(), "did you mean 'antialias'?");
+    clean_dir();
+}
+
 int main(void) {
     RUN(test_range_ops);
     RUN(test_filter_comparisons);
@@ -884,6 +997,7 @@ int main(void) {
     RUN(test_files_in_order_and_options);
     RUN(test_data_errors_say_where);
     RUN(test_max_pixels_option);
+    RUN(test_image_options);
     RUN(test_shard_auto_picks_file_or_data);
     RUN(test_unsharded_pipeline_warns);
     RUN(test_overrides_change_the_graph);
