@@ -125,6 +125,7 @@ def read_blocks(path):
 def make_workdir():
     t = tempfile.mkdtemp(prefix="sluice-readme-")
     os.symlink(BUILD, os.path.join(t, "build"))
+    os.symlink(os.path.join(SRC, "tests"), os.path.join(t, "tests"))  # examples read tests/data
     shutil.copytree(os.path.join(SRC, "examples"), os.path.join(t, "examples"))
     if os.path.exists(PETS):
         os.symlink(PETS, os.path.join(t, "pets_examples.record"))
