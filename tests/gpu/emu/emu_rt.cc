@@ -9,8 +9,8 @@
 //     up to the event first.
 // Between those points the "early" streams run as far as they can without forcing
 // anything, after every call; the "late" ones run only when forced. Default: compute-like
-// streams (priority 0, and the legacy stream) early, copy-like streams (created with a
-// higher priority, as the backend's copy stream is) late; emu_set_order(1) swaps them.
+// streams early, copy-like streams (created with a higher priority, as the backend's copy
+// stream is, or carrying only host-to-device copies) late; emu_set_order(1) swaps them.
 // So a kernel that reads a staged buffer without waiting for its copy reads stale bytes in
 // the default order, and a copy that should wait for compute work (a zero-fill, the last
 // reader of a slot) overwrites or is overwritten in the swapped one: a missing wait shows
@@ -45,6 +45,7 @@ struct EmuOp {
 };
 struct EmuStream {
     int priority = 0;
+    long long kernels = 0, h2d = 0; // queued so far: kernels (GEMMs, memsets too) and host-to-device copies
     std::deque<EmuOp> q;
     unsigned long long done = 0; // ops run so far (positions are counted from the creation)
     unsigned long long end() const { return done + q.size(); }
@@ -58,7 +59,10 @@ static std::vector<EmuStream *> streams = {&legacy};
 static std::map<char *, size_t> pinned; // cudaMallocHost blocks
 
 static EmuStream *S(cudaStream_t s) { return s ? (EmuStream *)s : &legacy; }
-static bool early(const EmuStream *s) { return (s->priority < 0) == (order_copy_first != 0); }
+// A copy-like stream: created with a higher priority, or one that has carried host-to-device
+// copies and never a kernel. The others (and the legacy stream) are compute-like.
+static bool copy_like(const EmuStream *s) { return s->priority < 0 || (s->h2d > 0 && s->kernels == 0); }
+static bool early(const EmuStream *s) { return copy_like(s) == (order_copy_first != 0); }
 
 static void run_one(EmuStream *s);
 // Run s until `pos` ops have run, forcing whatever its waits need.
@@ -99,12 +103,15 @@ static void run_all(void) {
             }
     }
 }
-static void enqueue(cudaStream_t st, std::function<void()> fn, bool h2d = false) {
+static void enqueue(cudaStream_t st, std::function<void()> fn, bool h2d = false, bool copy = false) {
     EmuOp op;
     op.fn = std::move(fn);
     op.h2d = h2d;
     if (h2d) pending_h2d++;
-    S(st)->q.push_back(std::move(op));
+    EmuStream *es = S(st);
+    if (h2d) es->h2d++;
+    else if (!copy) es->kernels++;
+    es->q.push_back(std::move(op));
     progress();
 }
 
@@ -165,7 +172,7 @@ cudaError_t cudaMemcpyAsync(void *d, const void *s, size_t n, cudaMemcpyKind k, 
         enqueue(st, [=] { memcpy(d, copy->data(), n); }, true);
         return cudaSuccess;
     }
-    enqueue(st, [=] { memmove(d, s, n); }, k == cudaMemcpyHostToDevice);
+    enqueue(st, [=] { memmove(d, s, n); }, k == cudaMemcpyHostToDevice, true);
     if (k == cudaMemcpyDeviceToHost && !is_pinned(d, n)) run_until(S(st), S(st)->end()); // pageable: synchronous
     return cudaSuccess;
 }

@@ -6,8 +6,8 @@
 // Streams are deferred queues (emu_rt.cc): kernels, copies and memsets run only when
 // something makes them (a stream or event synchronisation, cudaFree, a wait that a running
 // stream needs), in an order chosen to expose a missing wait: by default the compute-like
-// streams (priority 0) run as early as they may and the copy-like ones (created with a
-// higher priority) as late as they may; emu_set_order(1) turns that round. Copies read and
+// streams run as early as they may and the copy-like ones (created with a higher priority,
+// or carrying host-to-device copies and no kernels) as late as they may; emu_set_order(1) turns that round. Copies read and
 // write host memory when they run, as DMA does (pageable sources are captured at the call,
 // as the driver's staging does).
 #pragma once
