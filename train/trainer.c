@@ -152,7 +152,7 @@ sl_status sl_trainer_create(sl_cfg *cfg, const sl_train_opts *opts, sl_trainer *
         /* backend auto without a GPU (or a build without CUDA) trains on the CPU: no choice to make */
         if ((mo.backend == SL_BACKEND_CUDA || ngpu > 0) &&
             (s = sl_cuda_choose_device(t->opts.envp, explicit_dev, ngpu, &dc))) {
-            sl_err_prefix("replica %d: choosing a GPU", t->hooks.rank);
+            sl_err_prefix("replica %d: choosing a GPU: ", t->hooks.rank);
             goto fail;
         }
         mo.cuda_device = dc.device;
