@@ -1,6 +1,7 @@
 /* Which GPU a replica uses (sl_cuda_choose_device): local rank % visible GPUs, the local
  * rank from sluice-launch / Open MPI / torchrun / Slurm / TF_CONFIG, an explicit device
  * first, and a clear error naming the variable for a bad value. No GPU needed. */
+#include "sluice/cluster.h"
 #include "sluice/config.h"
 #include "sluice/cuda.h"
 #include "sluice/train.h"
@@ -87,6 +88,22 @@ TEST(test_tf_config_same_host) {
     ASSERT_STREQ(pick(ps, -1, 4).source, "default");
 }
 
+/* round trip: the TF_CONFIG sl_cluster_tf_config writes (as sluice-launch does) gives each
+ * worker its index among the workers on its host */
+TEST(test_tf_config_round_trip) {
+    const char *workers[] = {"h1:29500", "h2:29500", "h1:29501", "h1:29502", "h2:29501"};
+    const int want[] = {0, 0, 1, 2, 1};
+    for (int i = 0; i < 5; i++) {
+        char tf[1024] = "TF_CONFIG=";
+        ASSERT(sl_cluster_tf_config(tf + 10, sizeof tf - 10, workers, 5, NULL, 0, "worker", i) > 0);
+        const char *env[] = {tf, NULL};
+        sl_device_choice c = pick(env, -1, 2);
+        ASSERT_EQ(c.local_rank, want[i]);
+        ASSERT_EQ(c.device, want[i] % 2);
+        ASSERT_STREQ(c.source, "TF_CONFIG");
+    }
+}
+
 TEST(test_explicit_device_wins) {
     const char *env[] = {"SLUICE_LOCAL_RANK=3", NULL};
     sl_device_choice c = pick(env, 1, 4);
@@ -156,6 +173,7 @@ int main(void) {
     RUN(test_local_rank_modulo_visible);
     RUN(test_launcher_variables);
     RUN(test_tf_config_same_host);
+    RUN(test_tf_config_round_trip);
     RUN(test_explicit_device_wins);
     RUN(test_bad_values);
     TEST_MAIN_END();
