@@ -12,6 +12,8 @@
  *   SLUICE_TASK       "worker 1" / "ps 0"
  *   SLUICE_RANK       the ring rank (workers) or ps index; SLUICE_WORLD: N; SLUICE_NUM_PS: M
  *   SLUICE_PORT_BASE  P
+ *   SLUICE_LOCAL_RANK the worker's index I on this host (workers only): sluice-train puts
+ *                     each replica on GPU I % visible GPUs (sluice/cuda.h)
  *   SLUICE_JOB_ID     a random 64-bit id (16 hex digits), new for every launch and the
  *                     same for every task and restart of it: every message carries it,
  *                     so tasks left over from an earlier job on these ports (or any
@@ -244,6 +246,12 @@ static int spawn(job *j, task *t) {
         char v[64];
         setenv("TF_CONFIG", t->tf_config, 1);
         setenv("SLUICE_TASK", t->label, 1);
+        if (!t->is_ps) {
+            snprintf(v, sizeof v, "%d", t->type_index);
+            setenv("SLUICE_LOCAL_RANK", v, 1); /* every worker of a launch is on this host */
+        } else {
+            unsetenv("SLUICE_LOCAL_RANK");
+        }
         snprintf(v, sizeof v, "%d", t->type_index);
         setenv("SLUICE_RANK", v, 1);
         snprintf(v, sizeof v, "%lld", j->nw);

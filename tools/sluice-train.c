@@ -1,7 +1,7 @@
 /* sluice-train: train the model of a config file on its pipelines (sluice/train.h).
  *
  *   sluice-train CONFIG [--set PATH=VALUE]... [--resume | --overwrite] [--run-dir DIR]
- *                [--backend cpu|cuda|auto] [--quiet] [--timeout S] [--retry S] [--hash-log PREFIX]
+ *                [--backend cpu|cuda|auto] [--device N] [--quiet] [--timeout S] [--retry S] [--hash-log PREFIX]
  *
  * With `strategy ring` (or --set train.strategy=ring) the process is one replica of a
  * ring: its place comes from sl_cluster_resolve over the config's `cluster` block and the
@@ -72,6 +72,9 @@ static const char USAGE[] =
     "  --run-dir DIR       where checkpoints and event files go (default: the train block's\n"
     "                      run_dir, relative to the current directory)\n"
     "  --backend B         cpu, cuda or auto (default: the train block's backend)\n"
+    "  --device N          the GPU to use (default: the train block's `device`, else the\n"
+    "                      local rank from sluice-launch, Open MPI, torchrun or Slurm\n"
+    "                      modulo the visible GPUs)\n"
     "  --quiet             print only the final `test accuracy` line\n"
     "  --timeout S         with strategy ring or ps: seconds a replica waits for a peer\n"
     "                      before it fails naming it (default: the cluster block's\n"
@@ -245,6 +248,7 @@ int main(int argc, char **argv) {
         return sl__tool_exit(PROG, rc);
     }
     bool resume = false, quiet = false, overwrite = false;
+    long long device = -1;
     const char *run_dir = NULL, *backend = NULL, *hash_prefix = NULL, *timeout = NULL, *retry = NULL;
     sl__opt opts[] = {
         {"resume", 0, SL__OPT_FLAG, &resume, 0, 0},
@@ -252,6 +256,7 @@ int main(int argc, char **argv) {
         {"quiet", 'q', SL__OPT_FLAG, &quiet, 0, 0},
         {"run-dir", 0, SL__OPT_STR, &run_dir, 0, 0},
         {"backend", 0, SL__OPT_STR, &backend, 0, 0},
+        {"device", 0, SL__OPT_INT, &device, 0, 65535},
         {"timeout", 0, SL__OPT_STR, &timeout, 0, 0},
         {"retry", 0, SL__OPT_STR, &retry, 0, 0},
         {"hash-log", 0, SL__OPT_STR, &hash_prefix, 0, 0},
@@ -330,6 +335,8 @@ int main(int argc, char **argv) {
     to.run_dir = run_dir;
     to.resume = resume;
     to.overwrite = overwrite;
+    to.device = (int)device;
+    to.envp = (const char *const *)environ;
     to.console = stdout;
     to.progress = !quiet && isatty(STDOUT_FILENO);
     if (quiet) to.console = NULL;

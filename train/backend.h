@@ -25,6 +25,9 @@
 
 typedef struct sl_backend sl_backend;
 
+/* Input staging slots every backend has (stage_begin ... stage_release below). */
+#define SL_BK_STAGE_SLOTS 3
+
 typedef enum sl_act {
     SL_ACT_NONE = 0,
     SL_ACT_RELU,
@@ -42,14 +45,31 @@ typedef struct sl_backend_ops {
     sl_status (*to_device)(sl_backend *b, void *dst, const void *host_src, size_t bytes);
     sl_status (*to_host)(sl_backend *b, void *host_dst, const void *src, size_t bytes); /* waits */
     sl_status (*copy)(sl_backend *b, void *dst, const void *src, size_t bytes);        /* device to device */
-    /* Input staging: host buffers the async copy can read from (pinned on CUDA), copies
-     * that overlap with compute (their own stream on CUDA), and the point where compute
-     * waits for the copies issued so far. */
+    /* Input staging through numbered slots 0..SL_BK_STAGE_SLOTS-1 (pinned host buffers and a
+     * copy stream of their own on CUDA, so the copy of batch k+1 overlaps step k). For slot s:
+     *   stage_begin(s)    before refilling the slot: returns once the copies the slot's last
+     *                     stage_end covered have read its host buffer (the host waits on that
+     *                     slot's event only), and makes later copies wait (on the copy stream)
+     *                     for the compute work that stage_release(s) marked as the slot's last
+     *                     reader;
+     *   to_device_async   a copy on the copy stream (host_src must stay unchanged until the
+     *                     slot's next stage_begin returns);
+     *   stage_end(s)      records the slot's event after the copies queued so far;
+     *   stage_wait(s)     compute waits for that event: this slot's copies, not later slots';
+     *   stage_release(s)  the compute work queued so far is the slot's last reader.
+     * No device-wide synchronisation anywhere. The CPU backend copies at once; the rest are
+     * no-ops there. */
     sl_status (*host_alloc)(sl_backend *b, size_t bytes, void **out);
     void (*host_free)(sl_backend *b, void *p);
     sl_status (*to_device_async)(sl_backend *b, void *dst, const void *host_src, size_t bytes);
-    sl_status (*wait_copies)(sl_backend *b);
+    sl_status (*stage_begin)(sl_backend *b, int slot);
+    sl_status (*stage_end)(sl_backend *b, int slot);
+    sl_status (*stage_wait)(sl_backend *b, int slot);
+    sl_status (*stage_release)(sl_backend *b, int slot);
     sl_status (*sync)(sl_backend *b); /* wait for all queued work */
+    /* Kernel launches so far (cuBLAS calls and memsets count one each; the CPU backend
+     * launches none and answers 0): tests hold a step to a launch budget. */
+    uint64_t (*launches)(sl_backend *b);
 
     /* ---- dense math ---- */
     /* C = alpha * op(A) * op(B) + beta * C; op(A) is M x K, op(B) is K x N, C is M x N.
@@ -79,7 +99,10 @@ typedef struct sl_backend_ops {
      * cells) ---- argmax holds, per output, the flat input index chosen. */
     sl_status (*maxpool_forward)(sl_backend *b, const float *x, int n, int h, int w, int c, int k, int s,
                                  int pad_top, int pad_left, int oh, int ow, float *y, int32_t *argmax);
-    sl_status (*maxpool_backward)(sl_backend *b, const float *dy, const int32_t *argmax, size_t ny, float *dx);
+    /* dx[argmax[o]] += dy[o], each input's terms added in output order (deterministic: the
+     * CUDA kernel gathers per input element over the windows that cover it, no atomics) */
+    sl_status (*maxpool_backward)(sl_backend *b, const float *dy, const int32_t *argmax, int n, int h, int w,
+                                  int c, int k, int s, int pad_top, int pad_left, int oh, int ow, float *dx);
     /* average over the window cells inside the image (count_include_pad = false) */
     sl_status (*avgpool_forward)(sl_backend *b, const float *x, int n, int h, int w, int c, int k, int s,
                                  int pad_top, int pad_left, int oh, int ow, float *y);
@@ -94,6 +117,14 @@ typedef struct sl_backend_ops {
      * NULL (evaluation). */
     sl_status (*softmax_xent)(sl_backend *b, const float *logits, const int32_t *labels, int n, int k,
                               float grad_scale, float *dlogits, double *loss_sum_host, int64_t *correct_host);
+    /* The same in two halves, so that a step never waits in the middle: start queues it
+     * (the loss sum and count go to pinned host memory behind the compute stream, no wait);
+     * result waits for that copy only (an event, not the device) and returns what
+     * softmax_xent would have, SL_ERANGE for a bad label included. One start at a time:
+     * result before the next start. */
+    sl_status (*softmax_xent_start)(sl_backend *b, const float *logits, const int32_t *labels, int n, int k,
+                                    float grad_scale, float *dlogits);
+    sl_status (*softmax_xent_result)(sl_backend *b, double *loss_sum_host, int64_t *correct_host);
 
     /* ---- dropout: keep with probability 1 - rate, scale kept values by 1 / (1 - rate);
      * element i is kept iff sl__bk_rand_u32(seed, i) >= rate * 2^32. mask gets 0 or

@@ -17,6 +17,7 @@
 #include <cblas.h>
 #include <math.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -30,6 +31,10 @@ typedef struct cpu_backend {
     sl_backend base;
     int threads;
     sl_pool *pool; /* threads - 1 workers; NULL when single-threaded */
+    sl_status xent_status; /* softmax_xent_start's outcome, for softmax_xent_result */
+    double xent_loss;
+    int64_t xent_correct;
+    char xent_msg[256];
 } cpu_backend;
 
 /* ---- parallel loops ---------------------------------------------------------------- */
@@ -491,11 +496,16 @@ static void maxpool_scatter(void *vc, size_t lo, size_t hi) {
     }
 }
 
-static sl_status cpu_maxpool_backward(sl_backend *b, const float *dy, const int32_t *argmax, size_t ny, float *dx) {
-    /* Different outputs may pick the same input when windows overlap, so only the serial
-     * loop is safe without knowing the geometry; it is one pass over ny values. */
-    scatter_ctx c = {dy, argmax, dx};
-    maxpool_scatter(&c, 0, ny);
+static sl_status cpu_maxpool_backward(sl_backend *b, const float *dy, const int32_t *argmax, int n, int h, int w,
+                                      int c, int k, int s, int pad_top, int pad_left, int oh, int ow, float *dx) {
+    (void)h, (void)w, (void)k, (void)s, (void)pad_top, (void)pad_left;
+    if (n < 0 || c <= 0 || oh <= 0 || ow <= 0)
+        return sl_err(SL_EINVAL, "maxpool_backward: bad geometry n=%d c=%d out=%dx%d", n, c, oh, ow);
+    /* Different outputs may pick the same input when windows overlap, so the serial loop
+     * (output order: the order the CUDA kernel's gather adds in) is one pass over ny values. */
+    size_t ny = (size_t)n * oh * ow * c;
+    scatter_ctx sc = {dy, argmax, dx};
+    maxpool_scatter(&sc, 0, ny);
     return SL_OK;
 }
 
@@ -909,6 +919,27 @@ static sl_status cpu_sum_squares(sl_backend *b, const float *x, size_t n, double
 
 static void cpu_host_free(sl_backend *b, void *p) { free(p); }
 
+static sl_status cpu_slot_nop(sl_backend *b, int slot) { return SL_OK; }
+
+static uint64_t cpu_launches(sl_backend *b) { return 0; } /* no kernels on the CPU */
+
+/* softmax_xent in two halves: the CPU computes at start and keeps the answer */
+static sl_status cpu_xent_start(sl_backend *bb, const float *logits, const int32_t *labels, int n, int k,
+                                float grad_scale, float *dlogits) {
+    cpu_backend *b = (cpu_backend *)bb;
+    b->xent_status = cpu_softmax_xent(bb, logits, labels, n, k, grad_scale, dlogits, &b->xent_loss, &b->xent_correct);
+    if (b->xent_status) snprintf(b->xent_msg, sizeof b->xent_msg, "%s", sl_errmsg());
+    return b->xent_status == SL_ERANGE ? SL_OK : b->xent_status; /* a bad label is the result's to report */
+}
+
+static sl_status cpu_xent_result(sl_backend *bb, double *loss_sum_host, int64_t *correct_host) {
+    cpu_backend *b = (cpu_backend *)bb;
+    if (b->xent_status) return sl_err(b->xent_status, "%s", b->xent_msg);
+    if (loss_sum_host) *loss_sum_host = b->xent_loss;
+    if (correct_host) *correct_host = b->xent_correct;
+    return SL_OK;
+}
+
 static const sl_backend_ops CPU_OPS = {
     .name = "cpu",
     .destroy = cpu_destroy,
@@ -920,8 +951,12 @@ static const sl_backend_ops CPU_OPS = {
     .host_alloc = cpu_alloc,
     .host_free = cpu_host_free,
     .to_device_async = cpu_memcpy,
-    .wait_copies = cpu_nop,
+    .stage_begin = cpu_slot_nop,
+    .stage_end = cpu_slot_nop,
+    .stage_wait = cpu_slot_nop,
+    .stage_release = cpu_slot_nop,
     .sync = cpu_nop,
+    .launches = cpu_launches,
     .gemm = cpu_gemm,
     .fill = cpu_fill,
     .axpy = cpu_axpy,
@@ -937,6 +972,8 @@ static const sl_backend_ops CPU_OPS = {
     .avgpool_forward = cpu_avgpool_forward,
     .avgpool_backward = cpu_avgpool_backward,
     .softmax_xent = cpu_softmax_xent,
+    .softmax_xent_start = cpu_xent_start,
+    .softmax_xent_result = cpu_xent_result,
     .dropout_forward = cpu_dropout_forward,
     .dropout_backward = cpu_dropout_backward,
     .batchnorm_forward = cpu_batchnorm_forward,

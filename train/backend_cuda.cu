@@ -1,14 +1,20 @@
 // The CUDA backend: every op of train/backend.h on one GPU, for the trainer's
 // workload (small CNNs and MLPs on batches of 32..1024 images, e.g. Fashion-MNIST).
 //
-// Work is queued in order on one compute stream; input staging uses a second stream and
-// an event (wait_copies) so the next batch's copy overlaps the current step. GEMMs go to
+// Work is queued in order on one compute stream; input staging uses a second stream (of
+// the highest priority) and two events per staging slot: "copied", recorded after the
+// slot's copies, which the step that reads the slot waits for (and nothing later), and
+// "free", recorded on compute after that step, which the next copy into the slot waits for.
+// Nothing in a step synchronises the device: the loss comes back through pinned memory and
+// an event (softmax_xent_start / _result). Memory that alloc zero-fills on the compute
+// stream is ordered before every later copy on the copy stream (an event), so a staged copy
+// into a fresh buffer can never be overwritten by its zero-fill. GEMMs go to
 // cuBLAS with TF32 off, so results stay within float rounding of the CPU reference. The
 // other ops are plain kernels written to be deterministic: reductions run in a fixed
-// order (per-block partials, then one ordered pass), col2im and avgpool_backward gather
-// per input pixel instead of scattering with atomics. The one exception is
-// maxpool_backward, whose signature carries no geometry: it scatters with atomicAdd,
-// which is exact when windows do not overlap (stride >= window, the usual case).
+// order (per-block partials, then one ordered pass), col2im, avgpool_backward and
+// maxpool_backward gather per input element (in output order, the CPU's order) instead of
+// scattering with atomics, so every run gives the same bits. Every kernel launch, cuBLAS
+// call and memset is counted (ops->launches) so tests can hold a step to a launch budget.
 //
 // Every CUDA and cuBLAS call goes through CK/CKB, which turn a failure into SL_EIO naming
 // the call, the error string and file:line.
@@ -45,6 +51,7 @@ extern "C" {
 // After a kernel launch: configuration errors show up here, faults at the next sync.
 #define CK_LAUNCH(what)                                                                   \
     do {                                                                                  \
+        cb->launches++;                                                                   \
         cudaError_t ck_e_ = cudaGetLastError();                                           \
         if (ck_e_ != cudaSuccess)                                                         \
             return sl_err(SL_EIO, "CUDA error: launching kernel %s: %s (%s:%d)", what,    \
@@ -63,11 +70,18 @@ typedef struct cuda_backend {
     int device;
     cudaStream_t compute;  // every op
     cudaStream_t copy;     // to_device_async
-    cudaEvent_t copied;    // recorded on copy, waited on by compute
+    cudaEvent_t copied[SL_BK_STAGE_SLOTS]; // after a slot's copies (copy stream)
+    cudaEvent_t freed[SL_BK_STAGE_SLOTS];  // after the slot's last reader (compute stream)
+    bool copied_rec[SL_BK_STAGE_SLOTS], freed_rec[SL_BK_STAGE_SLOTS];
+    cudaEvent_t zeroed;    // after alloc's zero-fill (compute), waited on by copy
+    cudaEvent_t xent_done; // after softmax_xent_start's copy of the result to res
+    bool xent_pending;
+    int xent_k;
+    uint64_t launches;
     cublasHandle_t blas;
     void *scratch;         // device scratch for reductions; stream-ordered reuse
     size_t scratch_cap;
-    struct host_result *res; // pinned; small results read back by softmax_xent, sum_squares
+    struct host_result *res; // pinned, two: [0] softmax_xent's result, [1] sum_squares'
     struct host_result *dres; // device twin of res
 } cuda_backend;
 
@@ -114,7 +128,12 @@ static void cu_destroy(sl_backend *b) {
     if (cb->compute) cudaStreamSynchronize(cb->compute);
     if (cb->copy) cudaStreamSynchronize(cb->copy);
     if (cb->blas) cublasDestroy(cb->blas);
-    if (cb->copied) cudaEventDestroy(cb->copied);
+    for (int i = 0; i < SL_BK_STAGE_SLOTS; i++) {
+        if (cb->copied[i]) cudaEventDestroy(cb->copied[i]);
+        if (cb->freed[i]) cudaEventDestroy(cb->freed[i]);
+    }
+    if (cb->zeroed) cudaEventDestroy(cb->zeroed);
+    if (cb->xent_done) cudaEventDestroy(cb->xent_done);
     if (cb->compute) cudaStreamDestroy(cb->compute);
     if (cb->copy) cudaStreamDestroy(cb->copy);
     if (cb->scratch) cudaFree(cb->scratch);
@@ -137,11 +156,16 @@ static sl_status cu_alloc(sl_backend *b, size_t bytes, void **out) {
         return SL_ENOMEM;
     }
     CK(e);
+    // Zero-fill on compute; the copy stream waits for it, so a staged copy into this buffer
+    // (to_device_async) always lands after the zeros.
     cudaError_t z = cudaMemsetAsync(p, 0, n, cb->compute);
+    if (z == cudaSuccess) z = cudaEventRecord(cb->zeroed, cb->compute);
+    if (z == cudaSuccess) z = cudaStreamWaitEvent(cb->copy, cb->zeroed, 0);
     if (z != cudaSuccess) {
         cudaFree(p);
         CK(z);
     }
+    cb->launches++;
     *out = p;
     return SL_OK;
 }
@@ -208,12 +232,46 @@ static sl_status cu_to_device_async(sl_backend *b, void *dst, const void *host_s
     return SL_OK;
 }
 
-static sl_status cu_wait_copies(sl_backend *b) {
-    ENTER(b);
-    CK(cudaEventRecord(cb->copied, cb->copy));
-    CK(cudaStreamWaitEvent(cb->compute, cb->copied, 0));
+static sl_status check_slot(int slot) {
+    if (slot < 0 || slot >= SL_BK_STAGE_SLOTS)
+        return sl_err(SL_EINVAL, "staging slot %d outside 0..%d", slot, SL_BK_STAGE_SLOTS - 1);
     return SL_OK;
 }
+
+static sl_status cu_stage_begin(sl_backend *b, int slot) {
+    ENTER(b);
+    if (check_slot(slot)) return SL_EINVAL;
+    // the host buffer is free once the slot's last copies have read it
+    if (cb->copied_rec[slot]) CK(cudaEventSynchronize(cb->copied[slot]));
+    // the device buffers are free once the slot's last reader has run
+    if (cb->freed_rec[slot]) CK(cudaStreamWaitEvent(cb->copy, cb->freed[slot], 0));
+    return SL_OK;
+}
+
+static sl_status cu_stage_end(sl_backend *b, int slot) {
+    ENTER(b);
+    if (check_slot(slot)) return SL_EINVAL;
+    CK(cudaEventRecord(cb->copied[slot], cb->copy));
+    cb->copied_rec[slot] = true;
+    return SL_OK;
+}
+
+static sl_status cu_stage_wait(sl_backend *b, int slot) {
+    ENTER(b);
+    if (check_slot(slot)) return SL_EINVAL;
+    if (cb->copied_rec[slot]) CK(cudaStreamWaitEvent(cb->compute, cb->copied[slot], 0));
+    return SL_OK;
+}
+
+static sl_status cu_stage_release(sl_backend *b, int slot) {
+    ENTER(b);
+    if (check_slot(slot)) return SL_EINVAL;
+    CK(cudaEventRecord(cb->freed[slot], cb->compute));
+    cb->freed_rec[slot] = true;
+    return SL_OK;
+}
+
+static uint64_t cu_launches(sl_backend *b) { return CB(b)->launches; }
 
 static sl_status cu_sync(sl_backend *b) {
     ENTER(b);
@@ -241,12 +299,15 @@ static sl_status cu_gemm(sl_backend *b, bool trans_a, bool trans_b, int m, int n
         if (beta == 0.0f) {
             CK(cudaMemset2DAsync(c, (size_t)ldc * sizeof(float), 0, (size_t)n * sizeof(float), (size_t)m,
                                  cb->compute));
+            cb->launches++;
             return SL_OK;
         }
         for (int r = 0; r < m; r++) CKB(cublasSscal(cb->blas, n, &beta, c + (size_t)r * ldc, 1));
+        cb->launches += (uint64_t)m;
         return SL_OK;
     }
     CKB(cublasSgemm(cb->blas, ob, oa, n, m, k, &alpha, bm, ldb, a, lda, &beta, c, ldc));
+    cb->launches++;
     return SL_OK;
 }
 
@@ -584,10 +645,34 @@ static __global__ void k_maxpool_fwd(const float *x, conv_geom g, float *y, int3
     }
 }
 
-static __global__ void k_maxpool_bwd(const float *dy, const int32_t *argmax, size_t ny, float *dx) {
-    GRID_STRIDE(i, ny) {
-        int32_t a = argmax[i];
-        if (a >= 0) atomicAdd(dx + a, dy[i]);
+// One thread per input element: the outputs whose window covers it, in increasing (oy, ox)
+// order (the CPU's scatter order), add their gradient when they chose this element. One
+// writer per element, no atomics: the same bits on every run, also for overlapping windows.
+static __global__ void k_maxpool_bwd(const float *dy, const int32_t *argmax, conv_geom g, float *dx, size_t total) {
+    GRID_STRIDE(i, total) {
+        size_t t = i;
+        int ch = (int)(t % g.c); t /= g.c;
+        int ix = (int)(t % g.w); t /= g.w;
+        int iy = (int)(t % g.h); t /= g.h;
+        size_t ni = t;
+        int py = iy + g.pad_top, px = ix + g.pad_left;
+        int ay = py - g.kh + 1, ax = px - g.kw + 1;
+        int oy0 = ay <= 0 ? 0 : (ay + g.stride - 1) / g.stride;
+        int ox0 = ax <= 0 ? 0 : (ax + g.stride - 1) / g.stride;
+        int oy1 = py / g.stride, ox1 = px / g.stride;
+        if (oy1 > g.oh - 1) oy1 = g.oh - 1;
+        if (ox1 > g.ow - 1) ox1 = g.ow - 1;
+        float acc = dx[i];
+        bool hit = false;
+        for (int oy = oy0; oy <= oy1; oy++)
+            for (int ox = ox0; ox <= ox1; ox++) {
+                size_t o = ((ni * g.oh + oy) * g.ow + ox) * g.c + ch;
+                if ((size_t)argmax[o] == i) {
+                    acc += dy[o];
+                    hit = true;
+                }
+            }
+        if (hit) dx[i] = acc;
     }
 }
 
@@ -664,10 +749,16 @@ static sl_status cu_maxpool_forward(sl_backend *b, const float *x, int n, int h,
     return SL_OK;
 }
 
-static sl_status cu_maxpool_backward(sl_backend *b, const float *dy, const int32_t *argmax, size_t ny, float *dx) {
+static sl_status cu_maxpool_backward(sl_backend *b, const float *dy, const int32_t *argmax, int n, int h, int w,
+                                     int c, int k, int s, int pad_top, int pad_left, int oh, int ow, float *dx) {
     ENTER(b);
-    if (!ny) return SL_OK;
-    k_maxpool_bwd<<<grid_for(ny), THREADS, 0, cb->compute>>>(dy, argmax, ny, dx);
+    conv_geom g = {n, h, w, c, k, k, s, pad_top, pad_left, oh, ow};
+    if (check_geom(&g, "maxpool_backward")) return SL_EINVAL;
+    size_t total = (size_t)n * h * w * c;
+    if (!total) return SL_OK;
+    if (total > (size_t)INT32_MAX)
+        return sl_err(SL_EUNSUPPORTED, "maxpool_backward: input of %zu floats is over 2^31 (int32 argmax)", total);
+    k_maxpool_bwd<<<grid_for(total), THREADS, 0, cb->compute>>>(dy, argmax, g, dx, total);
     CK_LAUNCH("maxpool_backward");
     return SL_OK;
 }
@@ -775,13 +866,18 @@ static __global__ void k_xent_sum(const double *row_loss, const int *row_ok, con
     o->count = tc;
 }
 
-static sl_status cu_softmax_xent(sl_backend *b, const float *logits, const int32_t *labels, int n, int k,
-                                 float grad_scale, float *dlogits, double *loss_sum_host, int64_t *correct_host) {
+static sl_status cu_softmax_xent_start(sl_backend *b, const float *logits, const int32_t *labels, int n, int k,
+                                       float grad_scale, float *dlogits) {
     ENTER(b);
     if (n < 0 || k <= 0) return sl_err(SL_EINVAL, "softmax_xent: bad size %d rows of %d logits", n, k);
+    if (cb->xent_pending) return sl_err(SL_ESTATE, "softmax_xent_start: the previous result was not read");
+    cb->xent_k = k;
     if (n == 0) {
-        if (loss_sum_host) *loss_sum_host = 0;
-        if (correct_host) *correct_host = 0;
+        cb->res->sum = 0;
+        cb->res->count = 0;
+        cb->res->bad_row = -1;
+        cb->xent_pending = true;
+        CK(cudaEventRecord(cb->xent_done, cb->compute));
         return SL_OK;
     }
     sl_status s = ensure_scratch(cb, (size_t)n * (sizeof(double) + sizeof(int)) + sizeof(int));
@@ -798,14 +894,30 @@ static sl_status cu_softmax_xent(sl_backend *b, const float *logits, const int32
     CK_LAUNCH("xent_rows");
     k_xent_sum<<<1, 32, 0, cb->compute>>>(row_loss, row_ok, labels, n, first_bad, cb->dres);
     CK_LAUNCH("xent_sum");
+    // into pinned memory behind the step; softmax_xent_result waits for this event only
     CK(cudaMemcpyAsync(cb->res, cb->dres, sizeof(struct host_result), cudaMemcpyDeviceToHost, cb->compute));
-    CK(cudaStreamSynchronize(cb->compute));
+    CK(cudaEventRecord(cb->xent_done, cb->compute));
+    cb->xent_pending = true;
+    return SL_OK;
+}
+
+static sl_status cu_softmax_xent_result(sl_backend *b, double *loss_sum_host, int64_t *correct_host) {
+    ENTER(b);
+    if (!cb->xent_pending) return sl_err(SL_ESTATE, "softmax_xent_result: no softmax_xent_start to wait for");
+    cb->xent_pending = false;
+    CK(cudaEventSynchronize(cb->xent_done));
     if (cb->res->bad_row >= 0)
         return sl_err(SL_ERANGE, "softmax_xent: label %d of row %d is outside 0..%d", cb->res->bad_label,
-                      cb->res->bad_row, k - 1);
+                      cb->res->bad_row, cb->xent_k - 1);
     if (loss_sum_host) *loss_sum_host = cb->res->sum;
     if (correct_host) *correct_host = cb->res->count;
     return SL_OK;
+}
+
+static sl_status cu_softmax_xent(sl_backend *b, const float *logits, const int32_t *labels, int n, int k,
+                                 float grad_scale, float *dlogits, double *loss_sum_host, int64_t *correct_host) {
+    sl_status s = cu_softmax_xent_start(b, logits, labels, n, k, grad_scale, dlogits);
+    return s ? s : cu_softmax_xent_result(b, loss_sum_host, correct_host);
 }
 
 // ---------------------------------------------------------------------------------------
@@ -1058,11 +1170,11 @@ static sl_status cu_sum_squares(sl_backend *b, const float *x, size_t n, double 
     double *partial = (double *)cb->scratch;
     k_ssq_partial<<<SSQ_BLOCKS, 256, 0, cb->compute>>>(x, n, partial);
     CK_LAUNCH("sum_squares");
-    k_ssq_final<<<1, 32, 0, cb->compute>>>(partial, SSQ_BLOCKS, &cb->dres->sum);
+    k_ssq_final<<<1, 32, 0, cb->compute>>>(partial, SSQ_BLOCKS, &cb->dres[1].sum);
     CK_LAUNCH("sum_squares_final");
-    CK(cudaMemcpyAsync(cb->res, cb->dres, sizeof(double), cudaMemcpyDeviceToHost, cb->compute));
+    CK(cudaMemcpyAsync(&cb->res[1].sum, &cb->dres[1].sum, sizeof(double), cudaMemcpyDeviceToHost, cb->compute));
     CK(cudaStreamSynchronize(cb->compute));
-    *out_host = cb->res->sum;
+    *out_host = cb->res[1].sum;
     return SL_OK;
 }
 
@@ -1079,8 +1191,12 @@ static const sl_backend_ops cuda_ops = {
     cu_host_alloc,
     cu_host_free,
     cu_to_device_async,
-    cu_wait_copies,
+    cu_stage_begin,
+    cu_stage_end,
+    cu_stage_wait,
+    cu_stage_release,
     cu_sync,
+    cu_launches,
     cu_gemm,
     cu_fill,
     cu_axpy,
@@ -1096,6 +1212,8 @@ static const sl_backend_ops cuda_ops = {
     cu_avgpool_forward,
     cu_avgpool_backward,
     cu_softmax_xent,
+    cu_softmax_xent_start,
+    cu_softmax_xent_result,
     cu_dropout_forward,
     cu_dropout_backward,
     cu_batchnorm_forward,
@@ -1108,14 +1226,22 @@ static const sl_backend_ops cuda_ops = {
 static sl_status cuda_init(cuda_backend *cb) {
     CK(cudaSetDevice(cb->device));
     CK(cudaStreamCreateWithFlags(&cb->compute, cudaStreamNonBlocking));
-    CK(cudaStreamCreateWithFlags(&cb->copy, cudaStreamNonBlocking));
-    CK(cudaEventCreateWithFlags(&cb->copied, cudaEventDisableTiming));
+    // the copy stream at the highest priority: a staged copy never queues behind kernels
+    int lo_prio = 0, hi_prio = 0;
+    CK(cudaDeviceGetStreamPriorityRange(&lo_prio, &hi_prio));
+    CK(cudaStreamCreateWithPriority(&cb->copy, cudaStreamNonBlocking, hi_prio));
+    for (int i = 0; i < SL_BK_STAGE_SLOTS; i++) {
+        CK(cudaEventCreateWithFlags(&cb->copied[i], cudaEventDisableTiming));
+        CK(cudaEventCreateWithFlags(&cb->freed[i], cudaEventDisableTiming));
+    }
+    CK(cudaEventCreateWithFlags(&cb->zeroed, cudaEventDisableTiming));
+    CK(cudaEventCreateWithFlags(&cb->xent_done, cudaEventDisableTiming));
     CKB(cublasCreate(&cb->blas));
     CKB(cublasSetStream(cb->blas, cb->compute));
     // Full float32 GEMMs: TF32 would drift ~1e-3 from the CPU reference.
     CKB(cublasSetMathMode(cb->blas, CUBLAS_DEFAULT_MATH));
-    CK(cudaMallocHost((void **)&cb->res, sizeof(struct host_result)));
-    CK(cudaMalloc((void **)&cb->dres, sizeof(struct host_result)));
+    CK(cudaMallocHost((void **)&cb->res, 2 * sizeof(struct host_result)));
+    CK(cudaMalloc((void **)&cb->dres, 2 * sizeof(struct host_result)));
     return ensure_scratch(cb, 1 << 16);
 }
 

@@ -8,8 +8,9 @@
  * its input. Each layer's backward SETS its input gradient (one layer reads each
  * activation), so buffers that ops accumulate into are zeroed just before; the first layer
  * computes no input gradient unless asked (sl__model_input_grad). Convolutions run a few
- * images at a time through one shared im2col buffer (see CONV_CHUNK_FLOATS) and backward
- * recomputes it. Dropout masks come from (seed, train steps taken, layer index).
+ * images at a time through one shared im2col buffer on the CPU (see CONV_CHUNK_FLOATS), the
+ * whole batch at once on a GPU, and backward recomputes it. Inputs go through
+ * SL_MODEL_STAGE_SLOTS staging slots named by explicit handles (sl_model_stage). Dropout masks come from (seed, train steps taken, layer index).
  * Parameter layout: all trainable tensors first (layer order: kernel then bias, gamma then
  * beta), then batchnorm running statistics, which no optimizer touches. */
 #include <math.h>
@@ -48,7 +49,7 @@ typedef struct pview {
     int64_t dims[4];
 } pview;
 
-#define NSLOTS 3 /* device input slots: two for prefetch, one for plain uploads */
+#define NSLOTS SL_MODEL_STAGE_SLOTS /* input staging slots, used in turn */
 
 struct sl_model {
     sl_backend *bk;
@@ -70,17 +71,19 @@ struct sl_model {
     int npv;
     pview *pv;
     uint64_t steps;  /* train steps taken: dropout seeds */
-    int32_t *labels_host; /* [max_batch] int32 conversion */
-    /* inputs on non-CPU backends */
+    /* staged inputs (sl_model_stage): on non-CPU backends pinned host buffers and device
+     * buffers per slot; on the CPU the caller's x and int32 labels (converted when int64) */
     float *x_dev[NSLOTS];
     int32_t *y_dev[NSLOTS];
-    void *stage[2];          /* pinned host staging for prefetch slots 0, 1 */
-    const sl_tensor *pre_x[2], *pre_y[2];
-    int64_t pre_b[2];
-    bool pre_valid[2];
-    int pre_next;
-    uint64_t nstaged;        /* steps that have consumed device inputs */
-    uint64_t slot_used[2];   /* nstaged value of the step that last read each prefetch slot */
+    void *stage[NSLOTS];
+    const float *slot_x[NSLOTS];
+    const int32_t *slot_y[NSLOTS];
+    int32_t *slot_labels[NSLOTS]; /* CPU: int32 conversions, max_batch each */
+    int64_t slot_b[NSLOTS];
+    uint64_t slot_id[NSLOTS];     /* the staging that filled the slot (0: none) */
+    uint64_t nstaged;
+    int next_slot;
+    char fallback[256];      /* backend auto: why the GPU could not be opened ("" when it was not tried or opened) */
 };
 
 sl_model_opts sl_model_opts_default(void) {
@@ -380,7 +383,8 @@ static sl_status plan_layers(sl_model *m, const sl_layer_spec *specs, int n) {
     return SL_OK;
 }
 
-#define CONV_CHUNK_FLOATS ((size_t)1 << 20) /* 4 MiB of im2col per pass */
+#define CONV_CHUNK_FLOATS ((size_t)1 << 20) /* CPU: 4 MiB of im2col per pass (stays in cache) */
+#define CONV_CHUNK_FLOATS_GPU ((size_t)1 << 26) /* GPU: 256 MiB per pass (x2 with its gradient) */
 
 /* Carve per-layer buffers out of one allocation: pass base NULL to count bytes. */
 static size_t carve(sl_model *m, char *base) {
@@ -401,12 +405,14 @@ static size_t carve(sl_model *m, char *base) {
         if (B * l->out_size > sa) sa = B * l->out_size;
         switch (l->kind) {
         case SL_LAYER_CONV2D: {
-            /* Convolutions run a few images at a time so that the im2col matrix (kh*kw
-             * times the input) stays in cache between im2col, the GEMM and col2im instead
-             * of streaming tens of MB through memory; backward recomputes it. */
+            /* On the CPU convolutions run a few images at a time so that the im2col matrix
+             * (kh*kw times the input) stays in cache between im2col, the GEMM and col2im
+             * instead of streaming tens of MB through memory; on a GPU the whole batch (or
+             * chunks of 256 MiB) goes through each kernel at once, since there launches
+             * cost more than memory traffic. Backward recomputes it. */
             l->direct = l->kh == 1 && l->kw == 1 && l->stride == 1 && l->pt == 0 && l->pl == 0;
             size_t row_floats = (size_t)l->kh * l->kw * l->c, img_rows = (size_t)l->oh * l->ow;
-            size_t imgs = CONV_CHUNK_FLOATS / (row_floats * img_rows);
+            size_t imgs = (m->is_cpu ? CONV_CHUNK_FLOATS : CONV_CHUNK_FLOATS_GPU) / (row_floats * img_rows);
             if (imgs < 1) imgs = 1;
             if (imgs > B) imgs = B;
             l->chunk = (int)imgs;
@@ -430,13 +436,20 @@ static size_t carve(sl_model *m, char *base) {
     return at;
 }
 
-static sl_status make_backend(const sl_model_opts *o, sl_backend **out) {
+/* backend auto: the GPU when there is one and it opens; no GPU (SL_EUNSUPPORTED) is
+ * silent, a GPU that fails to open (busy in exclusive-process mode, out of memory, a bad
+ * device number) is kept in m->fallback for the caller to warn about. */
+static sl_status make_backend(sl_model *m, const sl_model_opts *o, sl_backend **out) {
     switch (o->backend) {
     case SL_BACKEND_CPU: return sl__backend_cpu_new(o->threads, out);
     case SL_BACKEND_CUDA: return sl__backend_cuda_new(o->cuda_device, out);
     case SL_BACKEND_AUTO: {
         sl_status s = sl__backend_cuda_new(o->cuda_device, out);
-        if (s != SL_EUNSUPPORTED) return s;
+        if (s == SL_OK || s == SL_ENOMEM) return s;
+        if (s != SL_EUNSUPPORTED) {
+            snprintf(m->fallback, sizeof m->fallback, "%s", sl_errmsg());
+            m->fallback[strcspn(m->fallback, "\n")] = 0; /* without the hint */
+        }
         sl_err_clear();
         return sl__backend_cpu_new(o->threads, out);
     }
@@ -454,7 +467,7 @@ sl_status sl_model_create(const sl_layer_spec *specs, int n, const sl_model_opts
     m->opts = o;
     sl_status s = plan_layers(m, specs, n);
     if (s) goto fail;
-    s = make_backend(&o, &m->bk);
+    s = make_backend(m, &o, &m->bk);
     if (s) goto fail;
     m->is_cpu = strcmp(m->bk->ops->name, "cpu") == 0;
     const sl_backend_ops *ops = m->bk->ops;
@@ -465,11 +478,6 @@ sl_status sl_model_create(const sl_layer_spec *specs, int n, const sl_model_opts
     size_t abytes = carve(m, NULL);
     if ((s = ops->alloc(m->bk, abytes, &m->act_mem))) goto fail;
     carve(m, m->act_mem);
-    m->labels_host = malloc((size_t)o.max_batch * sizeof(int32_t));
-    if (!m->labels_host) {
-        s = sl_err(SL_ENOMEM, "model: out of memory");
-        goto fail;
-    }
     /* Initialise on the host so every backend starts from the same numbers. */
     float *host = calloc(m->n_params ? m->n_params : 1, sizeof(float));
     if (!host) {
@@ -501,9 +509,15 @@ sl_status sl_model_create(const sl_layer_spec *specs, int n, const sl_model_opts
                 (s = ops->alloc(m->bk, (size_t)o.max_batch * sizeof(int32_t), (void **)&m->y_dev[k])))
                 goto fail;
         }
-        for (int k = 0; k < 2; k++)
+        for (int k = 0; k < NSLOTS; k++)
             if ((s = ops->host_alloc(m->bk, (size_t)o.max_batch * (m->in_size * sizeof(float) + sizeof(int32_t)), &m->stage[k])))
                 goto fail;
+    } else {
+        for (int k = 0; k < NSLOTS; k++)
+            if (!(m->slot_labels[k] = malloc((size_t)o.max_batch * sizeof(int32_t)))) {
+                s = sl_err(SL_ENOMEM, "model: out of memory");
+                goto fail;
+            }
     }
     if ((s = ops->sync(m->bk))) goto fail;
     *out = m;
@@ -526,11 +540,11 @@ void sl_model_free(sl_model *m) {
             ops->free(m->bk, m->x_dev[k]);
             ops->free(m->bk, m->y_dev[k]);
         }
-        for (int k = 0; k < 2; k++)
+        for (int k = 0; k < NSLOTS; k++)
             if (m->stage[k]) ops->host_free(m->bk, m->stage[k]);
         sl__backend_free(m->bk);
     }
-    free(m->labels_host);
+    for (int k = 0; k < NSLOTS; k++) free(m->slot_labels[k]);
     free(m->L);
     free(m->pv);
     free(m);
@@ -539,6 +553,10 @@ void sl_model_free(sl_model *m) {
 const char *sl_model_backend_name(const sl_model *m) { return m->bk->ops->name; }
 
 sl_backend *sl__model_backend(sl_model *m) { return m->bk; }
+
+uint64_t sl__model_launches(sl_model *m) { return m->bk->ops->launches(m->bk); }
+
+const char *sl__model_fallback(const sl_model *m) { return m->fallback[0] ? m->fallback : NULL; }
 
 size_t sl__model_trainable(const sl_model *m) { return m->n_train; }
 
@@ -741,7 +759,8 @@ static sl_status backward_layer(sl_model *m, int li, const float *x, float *dx, 
     case SL_LAYER_MAXPOOL:
         if (!dx) break;
         s = ops->fill(bk, dx, 0.0f, nin);
-        if (!s) s = ops->maxpool_backward(bk, dy, l->argmax, nout, dx);
+        if (!s) s = ops->maxpool_backward(bk, dy, l->argmax, B, l->h, l->w, l->c, l->kh, l->stride, l->pt, l->pl, l->oh,
+                                          l->ow, dx);
         break;
     case SL_LAYER_AVGPOOL:
         if (!dx) break;
@@ -830,109 +849,129 @@ static sl_status convert_labels(sl_model *m, const sl_tensor *labels, int32_t *d
     return SL_OK;
 }
 
-sl_status sl_model_prefetch(sl_model *m, const sl_tensor *x, const sl_tensor *labels) {
-    sl_status s = check_inputs(m, x, labels, "prefetch");
-    if (s || m->is_cpu) return s; /* the CPU steps read the host tensors directly */
-    int k = m->pre_next;
-    m->pre_next ^= 1;
-    m->pre_valid[k] = false;
-    int64_t B = x->dims[0];
-    size_t xb = (size_t)B * m->in_size * sizeof(float);
-    const sl_backend_ops *ops = m->bk->ops;
-    char *st = m->stage[k];
-    /* The previous copy out of this staging slot was waited for by the step that used it;
-     * wait again in case that step never came. The step that last read the device slot
-     * may still be running its backward pass when it was the latest one (a caller that
-     * prefetches two batches ahead): then wait for the compute stream too. */
-    if ((s = ops->wait_copies(m->bk))) return s;
-    if (m->slot_used[k] && m->slot_used[k] == m->nstaged && (s = ops->sync(m->bk))) return s;
-    if ((s = convert_labels(m, labels, (int32_t *)(void *)(st + xb), "prefetch"))) return s;
-    memcpy(st, x->data, xb);
-    if ((s = ops->to_device_async(m->bk, m->x_dev[k], st, xb)) ||
-        (s = ops->to_device_async(m->bk, m->y_dev[k], st + xb, (size_t)B * sizeof(int32_t))))
-        return s;
-    m->pre_x[k] = x;
-    m->pre_y[k] = labels;
-    m->pre_b[k] = B;
-    m->pre_valid[k] = true;
-    return SL_OK;
-}
-
-static sl_status stage_inputs(sl_model *m, const sl_tensor *x, const sl_tensor *labels, const char *what,
-                              const float **xd, const int32_t **yd) {
+static sl_status stage(sl_model *m, const sl_tensor *x, const sl_tensor *labels, const char *what, sl_staged *out) {
+    out->slot = -1;
+    out->id = 0;
     sl_status s = check_inputs(m, x, labels, what);
     if (s) return s;
+    int k = m->next_slot;
     int64_t B = x->dims[0];
+    const sl_backend_ops *ops = m->bk->ops;
+    m->slot_id[k] = 0; /* until it holds the new batch */
     if (m->is_cpu) {
-        *xd = x->data;
         if (labels->dtype == SL_DT_I32) {
             for (int64_t i = 0; i < B; i++) {
                 int32_t v = ((const int32_t *)labels->data)[i];
                 if (v < 0 || v >= m->classes)
-                    return sl_err(SL_ERANGE, "%s: label %d of example %lld is outside 0..%d", what, (int)v, (long long)i, m->classes - 1);
+                    return sl_err(SL_ERANGE, "%s: label %d of example %lld is outside 0..%d", what, (int)v,
+                                  (long long)i, m->classes - 1);
             }
-            *yd = labels->data;
-            return SL_OK;
+            m->slot_y[k] = labels->data;
+        } else {
+            if ((s = convert_labels(m, labels, m->slot_labels[k], what))) return s;
+            m->slot_y[k] = m->slot_labels[k];
         }
-        *yd = m->labels_host;
-        return convert_labels(m, labels, m->labels_host, what);
+        m->slot_x[k] = x->data;
+    } else {
+        size_t xb = (size_t)B * m->in_size * sizeof(float);
+        char *st = m->stage[k];
+        /* the host buffer once this slot's last copies have read it; the copies below wait
+         * (on the device) for the step that last read the slot */
+        if ((s = ops->stage_begin(m->bk, k))) return s;
+        if ((s = convert_labels(m, labels, (int32_t *)(void *)(st + xb), what))) return s;
+        memcpy(st, x->data, xb);
+        if ((s = ops->to_device_async(m->bk, m->x_dev[k], st, xb)) ||
+            (s = ops->to_device_async(m->bk, m->y_dev[k], st + xb, (size_t)B * sizeof(int32_t))) ||
+            (s = ops->stage_end(m->bk, k)))
+            return s;
+        m->slot_x[k] = m->x_dev[k];
+        m->slot_y[k] = m->y_dev[k];
     }
-    const sl_backend_ops *ops = m->bk->ops;
-    for (int k = 0; k < 2; k++) {
-        if (m->pre_valid[k] && m->pre_x[k] == x && m->pre_y[k] == labels && m->pre_b[k] == B) {
-            m->pre_valid[k] = false;
-            m->slot_used[k] = ++m->nstaged;
-            if ((s = ops->wait_copies(m->bk))) return s;
-            *xd = m->x_dev[k];
-            *yd = m->y_dev[k];
-            return SL_OK;
-        }
-    }
-    if ((s = convert_labels(m, labels, m->labels_host, what))) return s;
-    /* the previous step may still be reading this slot on the compute stream */
-    m->nstaged++;
-    if ((s = ops->sync(m->bk))) return s;
-    if ((s = ops->to_device(m->bk, m->x_dev[2], x->data, (size_t)B * m->in_size * sizeof(float))) ||
-        (s = ops->to_device(m->bk, m->y_dev[2], m->labels_host, (size_t)B * sizeof(int32_t))))
-        return s;
-    *xd = m->x_dev[2];
-    *yd = m->y_dev[2];
+    m->slot_b[k] = B;
+    m->slot_id[k] = ++m->nstaged;
+    m->next_slot = (k + 1) % NSLOTS;
+    out->slot = k;
+    out->id = m->slot_id[k];
     return SL_OK;
 }
 
-sl_status sl_model_train_step(sl_model *m, const sl_tensor *x, const sl_tensor *labels, float grad_scale,
-                              sl_step_result *res) {
+sl_status sl_model_stage(sl_model *m, const sl_tensor *x, const sl_tensor *labels, sl_staged *out) {
+    return stage(m, x, labels, "stage", out);
+}
+
+/* The staged batch of handle st, after the step's wait for its copy. */
+static sl_status take_staged(sl_model *m, const sl_staged *st, const char *what, const float **xd,
+                             const int32_t **yd, int *B) {
+    if (!st || st->slot < 0 || st->slot >= NSLOTS || st->id == 0 || m->slot_id[st->slot] != st->id) {
+        sl_err(SL_ESTATE, "%s: staged batch %llu (slot %d) is %s", what, st ? (unsigned long long)st->id : 0ull,
+               st ? st->slot : -1,
+               st && st->id && st->id < m->nstaged && st->slot >= 0 && st->slot < NSLOTS ? "gone: its slot was refilled"
+                                                                                         : "not a staged batch");
+        sl_err_hint("a handle stays good until %d more batches are staged; stage the batch again", NSLOTS - 1);
+        return SL_ESTATE;
+    }
+    sl_status s = m->bk->ops->stage_wait(m->bk, st->slot);
+    if (s) return s;
+    *xd = m->slot_x[st->slot];
+    *yd = m->slot_y[st->slot];
+    *B = (int)m->slot_b[st->slot];
+    return SL_OK;
+}
+
+sl_status sl_model_train_staged(sl_model *m, const sl_staged *st, float grad_scale, sl_step_result *res) {
     const float *xd;
     const int32_t *yd;
-    sl_status s = stage_inputs(m, x, labels, "train step", &xd, &yd);
+    int B;
+    sl_status s = take_staged(m, st, "train step", &xd, &yd, &B);
     if (s) return s;
-    int B = (int)x->dims[0];
+    const sl_backend_ops *ops = m->bk->ops;
     layer *last = &m->L[m->nl - 1];
     double loss = 0.0;
     int64_t correct = 0;
     if ((s = forward(m, xd, B, true))) return s;
     m->steps++;
-    if ((s = m->bk->ops->softmax_xent(m->bk, last->out, yd, B, m->classes, grad_scale / (float)B, last->dout, &loss,
-                                      &correct)))
+    /* the loss comes back behind the step: wait for it once backward is queued */
+    if ((s = ops->softmax_xent_start(m->bk, last->out, yd, B, m->classes, grad_scale / (float)B, last->dout)))
         return s;
-    if ((s = backward(m, xd, B))) return s;
+    s = backward(m, xd, B);
+    if (!s) s = ops->stage_release(m->bk, st->slot);
+    sl_status r = ops->softmax_xent_result(m->bk, &loss, &correct); /* always: one start, one result */
+    if (s) return s;
+    if (r) return r;
     if (res) *res = (sl_step_result){.loss = loss / B, .correct = correct, .examples = B};
     return SL_OK;
 }
 
-sl_status sl_model_eval_step(sl_model *m, const sl_tensor *x, const sl_tensor *labels, sl_step_result *res) {
+sl_status sl_model_eval_staged(sl_model *m, const sl_staged *st, sl_step_result *res) {
     const float *xd;
     const int32_t *yd;
-    sl_status s = stage_inputs(m, x, labels, "eval step", &xd, &yd);
+    int B;
+    sl_status s = take_staged(m, st, "eval step", &xd, &yd, &B);
     if (s) return s;
-    int B = (int)x->dims[0];
+    const sl_backend_ops *ops = m->bk->ops;
     double loss = 0.0;
     int64_t correct = 0;
     if ((s = forward(m, xd, B, false))) return s;
-    if ((s = m->bk->ops->softmax_xent(m->bk, m->L[m->nl - 1].out, yd, B, m->classes, 0.0f, NULL, &loss, &correct)))
-        return s;
+    if ((s = ops->softmax_xent_start(m->bk, m->L[m->nl - 1].out, yd, B, m->classes, 0.0f, NULL))) return s;
+    s = ops->stage_release(m->bk, st->slot);
+    sl_status r = ops->softmax_xent_result(m->bk, &loss, &correct);
+    if (s) return s;
+    if (r) return r;
     if (res) *res = (sl_step_result){.loss = loss / B, .correct = correct, .examples = B};
     return SL_OK;
+}
+
+sl_status sl_model_train_step(sl_model *m, const sl_tensor *x, const sl_tensor *labels, float grad_scale,
+                              sl_step_result *res) {
+    sl_staged st;
+    sl_status s = stage(m, x, labels, "train step", &st);
+    return s ? s : sl_model_train_staged(m, &st, grad_scale, res);
+}
+
+sl_status sl_model_eval_step(sl_model *m, const sl_tensor *x, const sl_tensor *labels, sl_step_result *res) {
+    sl_staged st;
+    sl_status s = stage(m, x, labels, "eval step", &st);
+    return s ? s : sl_model_eval_staged(m, &st, res);
 }
 
 sl_status sl_model_zero_grads(sl_model *m) { return m->bk->ops->fill(m->bk, m->grads, 0.0f, m->n_params); }

@@ -12,6 +12,13 @@
 /* The backend the model computes on (borrowed; lives as long as the model). */
 sl_backend *sl__model_backend(sl_model *m);
 
+/* Kernel launches the model's backend made so far (0 on the CPU): see backend.h. */
+uint64_t sl__model_launches(sl_model *m);
+
+/* backend auto that could not open its GPU and uses the CPU: why (the CUDA error, one
+ * line); NULL when the model runs on the backend it asked for or no GPU exists. */
+const char *sl__model_fallback(const sl_model *m);
+
 /* Floats at the start of the parameter / gradient buffers that a gradient updates. The
  * rest (batchnorm running statistics) is state that optimizers must leave alone. */
 size_t sl__model_trainable(const sl_model *m);

@@ -29,6 +29,7 @@ static const stmt_def DEFS[] = {
      {"every", "steps", "keep", NULL}},
     {"run_dir", "run_dir \"PATH\"", {NULL}},
     {"backend", "backend auto|cpu|cuda", {NULL}},
+    {"device", "device N             (the GPU to use; default: local rank % visible GPUs)", {NULL}},
     {"threads", "threads N            (CPU backend threads, 0: all cores)", {NULL}},
     {"seed", "seed N", {NULL}},
     {"log", "log every=N          (TensorBoard train scalars every N steps; default: once per epoch)", {"every", NULL}},
@@ -331,6 +332,7 @@ sl_status sl_train_config_parse(const sl_cfg *cfg, sl_train_config *out) {
     c.schedule = (sl_schedule){.kind = SL_SCHED_CONSTANT, .lr = 0.01f, .gamma = 0.1f};
     c.ckpt_keep = 3;
     c.backend = SL_BACKEND_AUTO;
+    c.device = -1;
     c.seed = 1;
     strcpy(c.strategy, "none");
     c.ps_staleness = -1;
@@ -370,7 +372,7 @@ sl_status sl_train_config_parse(const sl_cfg *cfg, sl_train_config *out) {
             const char *sug = sl_suggest(s->name, names, NDEFS);
             if (sug) sl_err_hint("did you mean '%s'?", sug);
             else sl_err_hint("the train statements are model, data, eval, epochs, steps, optimizer, schedule, "
-                             "checkpoint, log, run_dir, backend, threads, seed, strategy");
+                             "checkpoint, log, run_dir, backend, device, threads, seed, strategy");
             return SL_EINVAL;
         }
         const char *nm = s->name;
@@ -430,6 +432,10 @@ sl_status sl_train_config_parse(const sl_cfg *cfg, sl_train_config *out) {
             int k;
             st = read_choice(cfg, p0, BACKENDS, 3, &k);
             c.backend = k == 0 ? SL_BACKEND_AUTO : k == 1 ? SL_BACKEND_CPU : SL_BACKEND_CUDA;
+        } else if (strcmp(nm, "device") == 0) {
+            int64_t d;
+            st = sl_cfg_int(cfg, p0, 0, 65535, &d);
+            c.device = (int)d;
         } else if (strcmp(nm, "threads") == 0) {
             int64_t t;
             st = sl_cfg_int(cfg, p0, 0, 1024, &t);

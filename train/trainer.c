@@ -5,8 +5,8 @@
  * Step time is split three ways, the numbers that say whether the input pipeline is the
  * bottleneck: waiting for the pipeline (sl_iter_next), compute (prefetch + forward +
  * backward + optimizer), and exchange (the hook). The pipeline's own `prefetch` op keeps
- * batch k+1 in the making on its threads while step k computes; sl_model_prefetch stages
- * the batch for the device (an async copy on CUDA).
+ * batch k+1 in the making on its threads while step k computes; sl_model_stage stages
+ * the batch for the device (an async copy on CUDA that overlaps step k).
  *
  * Workload: thousands of steps of a few ms to a few hundred ms each; one console line per
  * epoch, a progress bar redrawn at most ten times a second, a checkpoint every epoch or
@@ -23,6 +23,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "sluice/cuda.h"
 #include "sluice/from_config.h"
 #include "sluice/pipeline.h"
 #include "sluice/stats.h"
@@ -65,6 +66,7 @@ static uint64_t mix(uint64_t a, uint64_t b) {
 
 sl_train_opts sl_train_opts_default(void) {
     sl_train_opts o = {0};
+    o.device = -1;
     return o;
 }
 
@@ -138,10 +140,37 @@ sl_status sl_trainer_create(sl_cfg *cfg, const sl_train_opts *opts, sl_trainer *
     sl_model_opts mo = sl_model_opts_default();
     mo.backend = t->c.backend;
     mo.threads = t->c.threads;
+    /* GPU placement: --device, else the block's `device`, else local rank % visible GPUs */
+    int ngpu = 0;
+    sl_device_choice dc = {0};
+    if (mo.backend != SL_BACKEND_CPU) {
+        char gname[128];
+        if (sl_cuda_devices(&ngpu, gname, sizeof gname) != SL_OK) {
+            ngpu = 0;
+            sl_err_clear();
+        }
+        int explicit_dev = t->opts.device >= 0 ? t->opts.device : t->c.device;
+        /* backend auto without a GPU (or a build without CUDA) trains on the CPU: no choice to make */
+        if ((mo.backend == SL_BACKEND_CUDA || ngpu > 0) &&
+            (s = sl_cuda_choose_device(t->opts.envp, explicit_dev, ngpu, &dc))) {
+            sl_err_prefix("replica %d: choosing a GPU: ", t->hooks.rank);
+            goto fail;
+        }
+        mo.cuda_device = dc.device;
+    }
     mo.seed = t->c.seed;
     int64_t per_replica = t->c.batch / w;
     mo.max_batch = (int)(per_replica > t->c.eval_batch ? per_replica : t->c.eval_batch);
     if ((s = sl_model_from_config(cfg, t->c.model, &mo, &t->model))) goto fail;
+    if (mo.backend != SL_BACKEND_CPU) {
+        const char *why = sl__model_fallback(t->model);
+        char line[160];
+        sl_cuda_choice_describe(&dc, ngpu, line, sizeof line);
+        if (why)
+            warnf(t, "replica %d: %s could not be opened (%s); backend auto uses the CPU", t->hooks.rank, line, why);
+        else if (strcmp(sl_model_backend_name(t->model), "cuda") == 0 && t->opts.console)
+            fprintf(t->opts.console, "replica %d: %s\n", t->hooks.rank, line);
+    }
     if ((s = sl_optim_create(t->model, &t->c.optim, &t->optim))) goto fail;
 
     sl_pipeline_env env = sl_pipeline_env_default();
@@ -400,8 +429,9 @@ sl_status sl_trainer_evaluate(sl_trainer *t, double *loss, double *accuracy) {
     while ((s = sl_iter_next(it, &e)) == SL_OK) {
         const sl_tensor *x, *y;
         sl_step_result r = {0};
-        if ((s = batch_parts(t, t->c.eval, &e, &x, &y)) || (s = sl_model_prefetch(t->model, x, y)) ||
-            (s = sl_model_eval_step(t->model, x, y, &r))) {
+        sl_staged h;
+        if ((s = batch_parts(t, t->c.eval, &e, &x, &y)) || (s = sl_model_stage(t->model, x, y, &h)) ||
+            (s = sl_model_eval_staged(t->model, &h, &r))) {
             sl_element_clear(&e);
             break;
         }
@@ -780,16 +810,19 @@ static sl_status train_loop(sl_trainer *t, int64_t step, int64_t epoch, int64_t 
         double eval_acc = -1;
         bool uneven = false; /* lockstep: the epoch ended on some replicas before their data did */
         /* Two batch slots: while step k computes on cur, batch k+1 is already taken from
-         * the pipeline and staged (sl_model_prefetch: an async copy on CUDA). Elements are
-         * never moved between slots, since prefetch matches tensors by address. */
+         * the pipeline and staged (sl_model_stage: an async copy on CUDA that step k does
+         * not wait for), named by the handle in hs[]. On the CPU the step reads the
+         * element's tensors in place, so an element lives until its step is done. */
         int cur = 0;
+        sl_staged hs[2] = {{-1, 0}, {-1, 0}};
         bool have_cur = false, end_seen = false;
         const sl_tensor *x = NULL, *y = NULL;
         double t0 = now_s();
         s = sl_iter_next(it, &el[cur]);
         a.wait += now_s() - t0;
         if (s == SL_OK) {
-            if ((s = batch_parts(t, t->c.data, &el[cur], &x, &y)) || (s = sl_model_prefetch(t->model, x, y))) goto out;
+            if ((s = batch_parts(t, t->c.data, &el[cur], &x, &y)) || (s = sl_model_stage(t->model, x, y, &hs[cur])))
+                goto out;
             have_cur = true;
         } else if (s == SL_END) {
             end_seen = true;
@@ -810,7 +843,7 @@ static sl_status train_loop(sl_trainer *t, int64_t step, int64_t epoch, int64_t 
                 tw = now_s() - t1;
                 if (s == SL_OK) {
                     if ((s = batch_parts(t, t->c.data, &el[nx], &nxx, &nxy)) ||
-                        (s = sl_model_prefetch(t->model, nxx, nxy)))
+                        (s = sl_model_stage(t->model, nxx, nxy, &hs[nx])))
                         goto out;
                     have_next = true;
                 } else if (s == SL_END) {
@@ -821,7 +854,7 @@ static sl_status train_loop(sl_trainer *t, int64_t step, int64_t epoch, int64_t 
             }
             sl_step_result r = {0};
             lr = sl_schedule_lr(&t->c.schedule, step);
-            if ((s = sl_model_zero_grads(t->model)) || (s = sl_model_train_step(t->model, x, y, 1.0f, &r))) goto out;
+            if ((s = sl_model_zero_grads(t->model)) || (s = sl_model_train_staged(t->model, &hs[cur], 1.0f, &r))) goto out;
             double t2 = now_s();
             bool applied = false;
             int more = have_next; /* lockstep: in, this replica has batch b + 1; out, how many do */
@@ -880,8 +913,8 @@ static sl_status train_loop(sl_trainer *t, int64_t step, int64_t epoch, int64_t 
                 if ((s = run_eval(t, step, true, &eval_acc))) goto out;
                 last_eval = eval_acc;
                 last_eval_step = step;
-                /* evaluation used the staging slots: stage the next batch again */
-                if (have_cur && (s = sl_model_prefetch(t->model, x, y))) goto out;
+                /* evaluation refilled the staging slots: stage the next batch again */
+                if (have_cur && (s = sl_model_stage(t->model, x, y, &hs[cur]))) goto out;
             }
             if (t->c.steps > 0 && step >= t->c.steps) break;
             if (stop_requested(t) || agreed) {

@@ -123,10 +123,33 @@ sl_status sl_model_train_step(sl_model *m, const sl_tensor *x, const sl_tensor *
 sl_status sl_model_eval_step(sl_model *m, const sl_tensor *x, const sl_tensor *labels,
                              sl_step_result *res);
 
-/* Stage the next batch's input while the current step computes: copies x and labels to
- * the device on the copy stream (pinned staging on CUDA; a plain copy on the CPU), to be
- * used by the next train/eval step called with the SAME tensors (pointer identity). */
-sl_status sl_model_prefetch(sl_model *m, const sl_tensor *x, const sl_tensor *labels);
+/* A batch staged for a later step (sl_model_stage): which slot, and which staging. */
+typedef struct sl_staged {
+    int slot;
+    uint64_t id;
+} sl_staged;
+
+/* The model's staging slots, used in turn: a handle stays good until this many more
+ * batches have been staged. */
+#define SL_MODEL_STAGE_SLOTS 3
+
+/* Stage a batch for a later step, so that its copy to the device overlaps the step before
+ * it (tf.data's prefetch_to_device): checks x and labels as the steps do (same errors,
+ * labels converted to int32), then on CUDA copies them into the next slot's pinned host
+ * buffer and queues the copy to the device on the copy stream, recording the slot's own
+ * event; on the CPU the step reads x where it is, so x must stay alive and unchanged until
+ * the step. *out is the handle to pass to sl_model_train_staged / sl_model_eval_staged.
+ * Refilling a slot waits (on the host) only for that slot's previous copy, and the copy
+ * waits (on the device) only for the step that last read the slot. */
+sl_status sl_model_stage(sl_model *m, const sl_tensor *x, const sl_tensor *labels, sl_staged *out);
+
+/* sl_model_train_step / sl_model_eval_step on a staged batch: the step waits for that
+ * batch's copy only, never for the device as a whole; the loss comes back through pinned
+ * memory, waited for after the backward pass is queued. SL_ESTATE naming the handle when
+ * its slot was refilled since (more than SL_MODEL_STAGE_SLOTS - 1 later stagings) or it was
+ * never staged. */
+sl_status sl_model_train_staged(sl_model *m, const sl_staged *st, float grad_scale, sl_step_result *res);
+sl_status sl_model_eval_staged(sl_model *m, const sl_staged *st, sl_step_result *res);
 
 sl_status sl_model_zero_grads(sl_model *m);
 

@@ -15,6 +15,7 @@
  *         checkpoint every=1 keep=3      # every N epochs (or steps=N); keep the last K; `checkpoint none`
  *         run_dir "runs/fashion_mlp"     # relative to the current directory
  *         backend auto                   # cpu | cuda | auto
+ *         device 1                       # this GPU (default: local rank % visible GPUs, sluice/cuda.h)
  *         threads 0                      # CPU backend threads (0: all cores)
  *         seed 1                         # initialisation, dropout, per-epoch shuffle order
  *         strategy none                  # none | ring | ps [mode=async|sync] [staleness=K]
@@ -98,6 +99,7 @@ typedef struct sl_train_config {
     char run_dir[1024];         /* default "runs/<model>" */
     sl_backend_kind backend;
     int threads;                /* CPU backend threads, 0: all */
+    int device;                 /* `device N`: the GPU to use; -1 (default): local rank % visible GPUs */
     uint64_t seed;
     char strategy[16];          /* "none", "ring", "ps" */
     bool ps_sync;               /* strategy ps mode=sync (default async) */
@@ -199,6 +201,13 @@ typedef struct sl_train_opts {
      * replica that got no signal itself can say why it stopped. A request reaches the
      * others within one step. Async ps workers stop on their own. NULL: never. */
     volatile sig_atomic_t *stop;
+    /* GPU placement (sluice/cuda.h sl_cuda_choose_device): device >= 0 wins over the train
+     * block's `device` (sluice-train --device N); -1 (default): the block's, else the local
+     * rank read from envp (NULL-terminated "NAME=value", e.g. environ; NULL: none) modulo
+     * the visible GPUs. Each replica prints the GPU it uses on console; `backend auto` that
+     * cannot open its GPU (e.g. taken in exclusive-process mode) warns and uses the CPU. */
+    int device;
+    const char *const *envp;
 } sl_train_opts;
 
 sl_train_opts sl_train_opts_default(void);

@@ -388,10 +388,26 @@ TEST(test_step_errors) {
     ASSERT_EQ(sl_model_train_step(m, &b.x, &lab2, 1.0f, &r), SL_EINVAL);
     ASSERT_STREQ(sl_errmsg(), "train step: labels are int64[7], expected int64[8] or int32[8]");
     sl_tensor_release(&lab2);
-    /* prefetch validates, then the step runs on the same tensors */
-    ASSERT_OK(sl_model_prefetch(m, &b.x, &b.y));
-    ASSERT_OK(sl_model_train_step(m, &b.x, &b.y, 1.0f, &r));
+    /* stage validates like the steps, then the step runs on the handle */
+    sl_staged h, h2, bad = {7, 1};
+    ((int64_t *)b.y.data)[2] = -1;
+    ASSERT_EQ(sl_model_stage(m, &b.x, &b.y, &h), SL_ERANGE);
+    ASSERT_STREQ(sl_errmsg(), "stage: label -1 of example 2 is outside 0..2");
+    ASSERT_EQ(h.slot, -1);
+    ((int64_t *)b.y.data)[2] = 0;
+    ASSERT_OK(sl_model_stage(m, &b.x, &b.y, &h));
+    ASSERT_OK(sl_model_train_staged(m, &h, 1.0f, &r));
     ASSERT_EQ(r.examples, 8);
+    sl_step_result r2;
+    ASSERT_OK(sl_model_eval_staged(m, &h, &r2)); /* a handle stays good while its slot is not refilled */
+    ASSERT_EQ(r2.examples, 8);
+    /* SL_MODEL_STAGE_SLOTS more stagings refill its slot: the handle is refused, not misread */
+    for (int i = 0; i < SL_MODEL_STAGE_SLOTS; i++) ASSERT_OK(sl_model_stage(m, &b.x, &b.y, &h2));
+    ASSERT_EQ(sl_model_train_staged(m, &h, 1.0f, &r), SL_ESTATE);
+    ASSERT_CONTAINS(sl_errmsg(), "train step: staged batch 1 (slot 0) is gone: its slot was refilled");
+    ASSERT_EQ(sl_model_eval_staged(m, &bad, &r), SL_ESTATE);
+    ASSERT_CONTAINS(sl_errmsg(), "eval step: staged batch 1 (slot 7) is not a staged batch");
+    ASSERT_OK(sl_model_train_staged(m, &h2, 1.0f, &r));
     free_batch(&b);
     sl_model_free(m);
 }

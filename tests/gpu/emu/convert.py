@@ -1,6 +1,8 @@
 # tests/gpu/emu: turn CUDA kernel launches in a .cu file into emu_launch calls so the file
 # compiles as plain C++ against the emulated runtime in include/.
-# Rewrite kernel launches NAME<<<G, B, SH, ST>>>(ARGS); into emu_launch calls.
+# Rewrite kernel launches NAME<<<G, B, SH, ST>>>(ARGS); into
+#   emu_launch("NAME", THREADED, dim3(G), dim3(B), ST, NAME, ARGS)
+# which evaluates ARGS now (as a real launch does) and queues the kernel on stream ST.
 import re, sys
 src = open(sys.argv[1]).read()
 THREADED = {"k_col_partial", "k_xent_check", "k_xent_rows", "k_ssq_partial"}
@@ -24,6 +26,7 @@ while True:
         else:
             cur += ch
     parts.append(cur)
+    stream = parts[3].strip() if len(parts) > 3 else "0"
     assert src[k + 3] == "("
     depth, p = 0, k + 3
     while True:
@@ -32,10 +35,11 @@ while True:
             depth -= 1
             if depth == 0: break
         p += 1
-    args = src[k + 4:p]
+    args = src[k + 4:p].strip()
     base = name.split("<")[0]
     out.append(src[i:start])
-    out.append('emu_launch("%s", %s, dim3(%s), dim3(%s), [&] { %s(%s); })' % (
-        base, "true" if base in THREADED else "false", parts[0].strip(), parts[1].strip(), name, args))
+    out.append('emu_launch("%s", %s, dim3(%s), dim3(%s), (cudaStream_t)(%s), %s%s)' % (
+        base, "true" if base in THREADED else "false", parts[0].strip(), parts[1].strip(), stream, name,
+        ", " + args if args else ""))
     i = p + 1
 print("".join(out), end="")

@@ -2,6 +2,14 @@
 // for checking the kernels' logic on a machine without a GPU. Kernels run on the CPU:
 // blocks one after another; threads of a block in sequence, or as real threads with a
 // barrier for kernels that use __syncthreads or warp shuffles.
+//
+// Streams are deferred queues (emu_rt.cc): kernels, copies and memsets run only when
+// something makes them (a stream or event synchronisation, cudaFree, a wait that a running
+// stream needs), in an order chosen to expose a missing wait: by default the compute-like
+// streams run as early as they may and the copy-like ones (created with a higher priority,
+// or carrying host-to-device copies and no kernels) as late as they may; emu_set_order(1) turns that round. Copies read and
+// write host memory when they run, as DMA does (pageable sources are captured at the call,
+// as the driver's staging does).
 #pragma once
 #include <barrier>
 #include <cmath>
@@ -33,7 +41,8 @@ extern dim3 emu_bdim, emu_gdim;
 
 typedef int cudaError_t;
 enum { cudaSuccess = 0, cudaErrorInvalidValue = 1, cudaErrorMemoryAllocation = 2, cudaErrorInsufficientDriver = 35,
-       cudaErrorNoDevice = 100 };
+       cudaErrorNoDevice = 100, cudaErrorInvalidResourceHandle = 400, cudaErrorNotReady = 600,
+       cudaErrorDevicesUnavailable = 46 };
 typedef void *cudaStream_t;
 typedef void *cudaEvent_t;
 enum cudaMemcpyKind { cudaMemcpyHostToDevice, cudaMemcpyDeviceToHost, cudaMemcpyDeviceToDevice };
@@ -52,6 +61,10 @@ cudaError_t cudaMemset2DAsync(void *p, size_t pitch, int v, size_t w, size_t h, 
 cudaError_t cudaMemcpyAsync(void *d, const void *s, size_t n, cudaMemcpyKind k, cudaStream_t st);
 cudaError_t cudaStreamSynchronize(cudaStream_t s);
 cudaError_t cudaStreamCreateWithFlags(cudaStream_t *s, unsigned f);
+cudaError_t cudaStreamCreateWithPriority(cudaStream_t *s, unsigned f, int priority);
+cudaError_t cudaDeviceGetStreamPriorityRange(int *least, int *greatest);
+cudaError_t cudaEventSynchronize(cudaEvent_t e);
+cudaError_t cudaDeviceSynchronize(void);
 cudaError_t cudaStreamDestroy(cudaStream_t s);
 cudaError_t cudaEventCreateWithFlags(cudaEvent_t *e, unsigned f);
 cudaError_t cudaEventDestroy(cudaEvent_t e);
@@ -83,4 +96,20 @@ template <typename T> static inline T __shfl_xor_sync(unsigned, T v, int off) {
     return r;
 }
 
-void emu_launch(const char *name, bool threaded, dim3 g, dim3 b, const std::function<void()> &body);
+// A kernel launch: checks the configuration now (a bad one sets the last error and runs
+// nothing), evaluates the arguments now, and queues the kernel on stream st.
+bool emu_launch_check(const char *name, dim3 g, dim3 b);
+void emu_enqueue_kernel(const char *name, bool threaded, dim3 g, dim3 b, cudaStream_t st, std::function<void()> body);
+template <typename K, typename... A>
+void emu_launch(const char *name, bool threaded, dim3 g, dim3 b, cudaStream_t st, K kernel, A... args) {
+    if (!emu_launch_check(name, g, b)) return;
+    emu_enqueue_kernel(name, threaded, g, b, st, [=] { kernel(args...); });
+}
+
+// Test hooks (C linkage, tests/unit/test_backend_cuda.c under SL_EMU):
+extern "C" {
+void emu_set_order(int copy_first);    // 0: compute early, copies late (default); 1: the reverse
+int emu_pending_copies(void);          // host-to-device copies queued and not yet run
+long long emu_kernel_launches(void);   // kernels launched so far
+void emu_set_busy(int busy);           // 1: opening a stream fails as on a GPU taken in exclusive-process mode
+}
