@@ -19,7 +19,9 @@
 #                           offsets 50..99 of its block and 0..2 of the next one
 #     test_train_ring.sh    blocks 20000..23999, offsets 5..28  (PB = 20005 + (pid % 40) * 100)
 #     test_sluice_launch.sh blocks 24000..27999, offsets 5..27  (PB = 24005 + (pid % 40) * 100)
-#     free for new scripts  blocks 28000..31999, offsets 5..37
+#     test_gpu_placement.sh blocks 28000..31999, offsets 5..7   (PB = 28005 + (pid % 40) * 100)
+#     test_readme.py        blocks 28000..31999, offsets 10..19 (its sluice-launch --port-base)
+#     free for new scripts  blocks 28000..31999, offsets 8..9 and 20..37
 #     test_train_stop_replicas.sh blocks 28000..31999, offsets 38..49 (PB = 28038 + (pid % 40) * 100)
 #     test_ring_netns.sh    29500 inside network namespaces of its own (no host port)
 # sl_port_base FIRST: FIRST + a block of 0..3999 picked from this shell's pid.

@@ -42,7 +42,7 @@ Lines `bash scripts/main.sh` and `cmake --build build ...` of a block are taken 
 (the work folder is that state; they would rebuild or re-download). Blocks run in order in
 the one work folder (the pkg-config block uses the install the block before it made in
 HOME), but the run folder `runs/` is removed before each block. `sluice-launch -n ...` gets
-`--port-base` of this test's ports (28000 + (pid % 40) * 100 + 40..49, in the block lib.sh
+`--port-base` of this test's ports (28000 + (pid % 40) * 100 + 10..19, in the block lib.sh
 leaves to new scripts) instead of the default 29500. A block that fails because an
 optional Python module (torch) is missing is counted as skipped. Took 67 s on the 2-core
 machine with other builds running, most of it the three shortened trainings.
@@ -71,7 +71,7 @@ PETS = os.path.join(SRC, "tests/data/tfrecord-samples/corrupt/"
                          "models__research__object_detection__test_data__pets_examples.record")
 TOOLS = ["sluice-stats", "sluice-record", "sluice-train", "sluice-launch"]
 BLOCK_TIMEOUT = 60
-PORT_BASE = 28000 + (os.getpid() % 40) * 100 + 40
+PORT_BASE = 28000 + (os.getpid() % 40) * 100 + 10
 MARKER = re.compile(r"^<!--\s*readme-test:\s*(\w+)\s*(.*?)\s*-->\s*$")
 PROVIDED = re.compile(r"^\s*(bash scripts/main\.sh|cmake --build build)\b")
 
