@@ -58,6 +58,7 @@ import os
 import re
 import shlex
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -179,15 +180,27 @@ def clean_runs(t):
 
 
 def sh(t, script, timeout=BLOCK_TIMEOUT, stop_on_error=True):
-    """Run a bash script in t: (exit status, output). stop_on_error: bash -e."""
+    """Run a bash script in t: (exit status, output). stop_on_error: bash -e. The script runs
+    in a session of its own, so a timeout kills everything it started (a launcher's workers
+    too), and no process of one block holds ports or files into the next."""
+    p = subprocess.Popen(["bash"] + (["-e"] if stop_on_error else []) + ["-o", "pipefail", "-c", script],
+                         cwd=t, env=env_for(t), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                         stderr=subprocess.STDOUT, start_new_session=True)
     try:
-        r = subprocess.run(["bash"] + (["-e"] if stop_on_error else []) + ["-o", "pipefail", "-c", script], cwd=t, env=env_for(t),
-                           stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                           timeout=timeout)
-        return r.returncode, r.stdout.decode("utf-8", "replace")
-    except subprocess.TimeoutExpired as e:
-        out = (e.stdout or b"").decode("utf-8", "replace")
-        return 124, out + f"\n(killed after {timeout} s)"
+        out, _ = p.communicate(timeout=timeout)
+        rc = p.returncode
+    except subprocess.TimeoutExpired:
+        try:
+            os.killpg(p.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        out, _ = p.communicate()
+        return 124, (out or b"").decode("utf-8", "replace") + f"\n(killed after {timeout} s)"
+    try:  # a block that exited leaves nothing running behind it
+        os.killpg(p.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    return rc, out.decode("utf-8", "replace")
 
 
 def logical_commands(body):
