@@ -18,6 +18,7 @@
  *         threads 0                      # CPU backend threads (0: all cores)
  *         seed 1                         # initialisation, dropout, per-epoch shuffle order
  *         strategy none                  # none | ring | ps [mode=async|sync] [staleness=K]
+ *                                        #  ring and ps: [compress=none|fp16|int8|sign|topk(F)]
  *     }
  *
  * Batches: the training pipeline's `batch N` is the GLOBAL batch (tf.distribute's
@@ -60,6 +61,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "sluice/compress.h"
 #include "sluice/config.h"
 #include "sluice/model.h"
 #include "sluice/status.h"
@@ -94,6 +96,7 @@ typedef struct sl_train_config {
     char strategy[16];          /* "none", "ring", "ps" */
     bool ps_sync;               /* strategy ps mode=sync (default async) */
     int ps_staleness;           /* strategy ps staleness=K; -1 (default): no bound */
+    sl_compress_spec compress;  /* strategy ring|ps compress=...; default none (sluice/compress.h) */
     int64_t batch;              /* the training pipeline's global batch (its `batch N`) */
     int64_t eval_batch;         /* the evaluation pipeline's batch (0 without one) */
     uint64_t model_hash;        /* FNV-1a over the model block's statements */
