@@ -3,6 +3,7 @@
  *
  * Workload: one encode of 0.1-100 M floats per replica per step and up to world_size
  * decodes; payloads are outside bytes, validated in full before anything is written. */
+#include <float.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -313,9 +314,9 @@ static sl_status walk(const sl_compress_spec *spec, const unsigned char *b, size
         for (size_t c0 = 0; c0 < count; c0 += C) {
             size_t m = count - c0 < C ? count - c0 : C;
             float scale = getf(p);
-            if (!isfinite(scale) || scale < 0)
-                return bad(who, (size_t)(p - b), "chunk %zu: scale %g is not a finite number >= 0", c0 / C,
-                           (double)scale);
+            if (!isfinite(scale) || scale < 0 || scale > FLT_MAX / 127)
+                return bad(who, (size_t)(p - b), "chunk %zu: scale %g is not a finite number in [0, FLT_MAX/127]",
+                           c0 / C, (double)scale);
             p += 4;
             for (size_t i = 0; i < m; i++) {
                 int8_t q = (int8_t)p[i];
