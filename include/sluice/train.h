@@ -166,6 +166,16 @@ typedef struct sl_train_hooks {
      * (each replica fills its own slots, zeros elsewhere: slot r of each block of world_size
      * ints is replica r's). Errors as for exchange. */
     sl_status (*allsum)(void *ctx, int32_t *v, size_t n, uint32_t tag);
+    /* Optional (NULL: none). wire_bytes: payload bytes this replica has sent so far; the
+     * loop reports the bytes per step in the epoch line ("wire N KiB/step") and as the
+     * scalar train/wire_bytes_per_step. save_state: per-replica state that checkpoints must
+     * keep (compression residuals, sluice/strategy.h), called on EVERY replica at each
+     * checkpoint step (the chief's checkpoint is written first), with the run folder and the
+     * config's keep. load_state: on every replica after start, when the run resumed from the
+     * checkpoint of `step`. Their errors stop the run like a checkpoint's. */
+    uint64_t (*wire_bytes)(void *ctx);
+    sl_status (*save_state)(void *ctx, const char *run_dir, int64_t step, int keep);
+    sl_status (*load_state)(void *ctx, const char *run_dir, int64_t step);
 } sl_train_hooks;
 
 /* ---- the trainer ---------------------------------------------------------------------- */
