@@ -545,7 +545,7 @@ sl_status sl_ps_client_set_compress(sl_ps_client *c, const sl_compress_spec *spe
         size_t mx = 1;
         for (int j = 0; j < c->np; j++)
             if (c->plan->shard_len[j] > mx) mx = c->plan->shard_len[j];
-        c->ef = calloc((size_t)c->np, sizeof *c->ef);
+        c->ef = calloc(c->np > 0 ? (size_t)c->np : 1, sizeof *c->ef);
         c->gshard = malloc(mx * sizeof *c->gshard);
         if (!c->ef || !c->gshard) st = sl_err(SL_ENOMEM, "worker %d: out of memory for compression state", c->self);
         for (int j = 0; j < c->np && !st; j++) st = sl_compress_ef_create(&c->cs, c->plan->shard_len[j], &c->ef[j]);
