@@ -110,7 +110,7 @@ static size_t body_size(sl_compress_kind kind, uint32_t k, size_t count) {
     switch (kind) {
     case SL_COMPRESS_FP16: return count * 2;
     case SL_COMPRESS_INT8: return count + 4 * (full + (rest ? 1 : 0));
-    case SL_COMPRESS_SIGN: return full * (4 + C / 8) + (rest ? 4 + (rest + 7) / 8 : 0);
+    case SL_COMPRESS_SIGN: return full * (8 + C / 8) + (rest ? 8 + (rest + 7) / 8 : 0);
     case SL_COMPRESS_TOPK: {
         size_t kr = rest < k ? rest : k;
         return full * 6 * (size_t)k + 6 * kr;
@@ -225,10 +225,22 @@ sl_status sl_compress_encode(const sl_compress_spec *spec, const float *x, size_
     case SL_COMPRESS_SIGN:
         for (size_t c0 = 0; c0 < count; c0 += C) {
             size_t m = count - c0 < C ? count - c0 : C;
-            double s = 0;
-            for (size_t i = 0; i < m; i++) s += fabs((double)x[c0 + i]);
-            putf(p, (float)(s / (double)m));
-            p += 4;
+            /* the two reconstruction values of 1-bit SGD: the mean of the values >= 0 and the
+             * mean magnitude of those < 0 (the least-squares choice for a sign threshold) */
+            double sp = 0, sn = 0;
+            size_t np = 0;
+            for (size_t i = 0; i < m; i++) {
+                double v = x[c0 + i];
+                if (v >= 0) {
+                    sp += v;
+                    np++;
+                } else {
+                    sn -= v;
+                }
+            }
+            putf(p, np ? (float)(sp / (double)np) : 0.0f);
+            putf(p + 4, np < m ? (float)(sn / (double)(m - np)) : 0.0f);
+            p += 8;
             size_t nb = (m + 7) / 8;
             memset(p, 0, nb);
             for (size_t i = 0; i < m; i++)
@@ -329,16 +341,19 @@ static sl_status walk(const sl_compress_spec *spec, const unsigned char *b, size
     case SL_COMPRESS_SIGN:
         for (size_t c0 = 0; c0 < count; c0 += C) {
             size_t m = count - c0 < C ? count - c0 : C, nb = (m + 7) / 8;
-            float scale = getf(p);
-            if (!isfinite(scale) || scale < 0)
-                return bad(who, (size_t)(p - b), "chunk %zu: scale %g is not a finite number >= 0", c0 / C,
-                           (double)scale);
-            p += 4;
+            float pos = getf(p), neg = getf(p + 4);
+            for (int k = 0; k < 2; k++) {
+                float v = k ? neg : pos;
+                if (!isfinite(v) || v < 0)
+                    return bad(who, (size_t)(p - b) + 4 * (size_t)k, "chunk %zu: %s scale %g is not a finite number >= 0",
+                               c0 / C, k ? "negative" : "positive", (double)v);
+            }
+            p += 8;
             if ((m & 7) && (p[nb - 1] >> (m & 7)))
                 return bad(who, (size_t)(p - b) + nb - 1, "chunk %zu: padding bits past value %zu are not zero", c0 / C,
                            c0 + m - 1);
             if (acc)
-                for (size_t i = 0; i < m; i++) acc[c0 + i] += (p[i >> 3] >> (i & 7) & 1) ? scale : -scale;
+                for (size_t i = 0; i < m; i++) acc[c0 + i] += (p[i >> 3] >> (i & 7) & 1) ? pos : -neg;
             p += nb;
         }
         break;

@@ -8,10 +8,11 @@
  *   int8   chunks of SL_COMPRESS_CHUNK (512) values: a float32 scale = max|x| / 127, then
  *          one int8 q = round(x / scale) in [-127, 127] per value; decodes to q * scale:
  *                                                                  1 + 4/512 = 1.008 B/element.
- *   sign   chunks of 512: a float32 scale = mean |x| over the chunk, then one bit per value
- *          (1: x >= 0, 0: x < 0), LSB first, the last byte's unused bits 0; decodes to
- *          +scale or -scale (signSGD with a scale, as 1-bit SGD / 1-bit Adam): 1/8 + 4/512
- *          = 0.133 B/element.
+ *   sign   chunks of 512: two float32 scales, P = the mean of the chunk's values >= 0 and
+ *          N = the mean magnitude of those < 0 (0 when there are none), then one bit per
+ *          value (1: x >= 0, 0: x < 0), LSB first, the last byte's unused bits 0; decodes
+ *          to +P or -N (1-bit SGD's reconstruction values, the least-squares pair for a
+ *          sign threshold): 1/8 + 8/512 = 0.141 B/element.
  *   topk   chunks (buckets) of SL_COMPRESS_TOPK_CHUNK (4096) values: the k = ceil(F * 4096)
  *          (at least 1; the last, shorter chunk keeps min(k, its length)) values of largest
  *          |x| (ties: the lower index), sent as k uint16 offsets within the chunk, strictly

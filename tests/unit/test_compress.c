@@ -52,8 +52,8 @@ TEST(sizes) {
     ASSERT_EQ(sl_compress_size(&FP16, 1000), 24 + 2000);
     ASSERT_EQ(sl_compress_size(&INT8, 1024), 24 + 1024 + 8);
     ASSERT_EQ(sl_compress_size(&INT8, 1025), 24 + 1025 + 12);
-    ASSERT_EQ(sl_compress_size(&SIGN, 1024), 24 + 2 * (4 + 64));
-    ASSERT_EQ(sl_compress_size(&SIGN, 1030), 24 + 2 * (4 + 64) + 4 + 1);
+    ASSERT_EQ(sl_compress_size(&SIGN, 1024), 24 + 2 * (8 + 64));
+    ASSERT_EQ(sl_compress_size(&SIGN, 1030), 24 + 2 * (8 + 64) + 8 + 1);
     ASSERT_EQ(sl_compress_size(&TOPK, 8192), 24 + 2 * 41 * 6);
     ASSERT_EQ(sl_compress_size(&TOPK, 8192 + 10), 24 + 2 * 41 * 6 + 10 * 6);
     ASSERT_EQ(sl_compress_size(&TOPK, 0), 24);
@@ -89,14 +89,17 @@ TEST(roundtrip_values) {
         for (int i = 0; i < m; i++) mx = fmaxf(mx, fabsf(x[c + i]));
         for (int i = 0; i < m; i++) ASSERT(fabsf(y[c + i] - x[c + i]) <= mx / 127 * 0.5001f);
     }
-    /* sign: +-mean|x| of the chunk */
+    /* sign: the chunk's mean of the values >= 0, or minus the mean magnitude of those < 0 */
     ASSERT_OK(roundtrip(&SIGN, x, N, y));
     for (int c = 0; c < N; c += 512) {
-        int m = N - c < 512 ? N - c : 512;
-        double s = 0;
-        for (int i = 0; i < m; i++) s += fabs(x[c + i]);
-        float sc = (float)(s / m);
-        for (int i = 0; i < m; i++) ASSERT(y[c + i] == (x[c + i] >= 0 ? sc : -sc));
+        int m = N - c < 512 ? N - c : 512, np = 0;
+        double sp = 0, sn = 0;
+        for (int i = 0; i < m; i++) {
+            if (x[c + i] >= 0) sp += x[c + i], np++;
+            else sn -= x[c + i];
+        }
+        float pos = (float)(sp / np), neg = (float)(sn / (m - np));
+        for (int i = 0; i < m; i++) ASSERT(y[c + i] == (x[c + i] >= 0 ? pos : -neg));
     }
     /* top-k: exactly the 41 largest |x| of each 4096-bucket, the rest 0 */
     ASSERT_OK(roundtrip(&TOPK, x, N, y));
@@ -275,6 +278,7 @@ static void d_long(unsigned char *b, size_t *l) { (void)b; *l += 1; }
 static void d_tiny(unsigned char *b, size_t *l) { (void)b; *l = 10; }
 static void d_scale_nan(unsigned char *b, size_t *l) { (void)l; memcpy(b + 24 + 516, "\x00\x00\xc0\x7f", 4); }
 static void d_scale_neg(unsigned char *b, size_t *l) { (void)l; b[24 + 3] |= 0x80; }
+static void d_scale_neg2(unsigned char *b, size_t *l) { (void)l; b[24 + 7] |= 0x80; }
 static void d_int8_min(unsigned char *b, size_t *l) { (void)l; b[24 + 4 + 100] = 0x80; }
 static void d_sign_pad(unsigned char *b, size_t *l) { (void)l; b[*l - 1] |= 0x80; }
 static void d_fp16_inf(unsigned char *b, size_t *l) { (void)l; b[24 + 2 * 3] = 0; b[24 + 2 * 3 + 1] = 0x7c; }
@@ -299,7 +303,8 @@ TEST(corruption) {
     ASSERT_EQ(corrupt_one(&INT8, 1000, d_long, "1033 bytes, expected 1032"), SL_ECORRUPT);
     ASSERT_EQ(corrupt_one(&SIGN, 1000, d_tiny, "byte 10: 10 bytes, shorter than the 24-byte header"), SL_ECORRUPT);
     ASSERT_EQ(corrupt_one(&INT8, 1000, d_scale_nan, "byte 540: chunk 1: scale nan"), SL_ECORRUPT);
-    ASSERT_EQ(corrupt_one(&SIGN, 1000, d_scale_neg, "byte 24: chunk 0: scale -"), SL_ECORRUPT);
+    ASSERT_EQ(corrupt_one(&SIGN, 1000, d_scale_neg, "byte 24: chunk 0: positive scale -"), SL_ECORRUPT);
+    ASSERT_EQ(corrupt_one(&SIGN, 1000, d_scale_neg2, "byte 28: chunk 0: negative scale -"), SL_ECORRUPT);
     ASSERT_EQ(corrupt_one(&INT8, 1000, d_int8_min, "byte 128: value 100: int8 -128"), SL_ECORRUPT);
     ASSERT_EQ(corrupt_one(&SIGN, 1001, d_sign_pad, "chunk 1: padding bits past value 1000"), SL_ECORRUPT);
     ASSERT_EQ(corrupt_one(&FP16, 10, d_fp16_inf, "byte 30: value 3 is inf"), SL_ECORRUPT);
