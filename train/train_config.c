@@ -32,8 +32,8 @@ static const stmt_def DEFS[] = {
     {"threads", "threads N            (CPU backend threads, 0: all cores)", {NULL}},
     {"seed", "seed N", {NULL}},
     {"log", "log every=N          (TensorBoard train scalars every N steps; default: once per epoch)", {"every", NULL}},
-    {"strategy", "strategy none | ring [compress=C] | ps [mode=async|sync] [staleness=K] [compress=C]\n"
-                 "          C: none | fp16 | int8 | sign | topk(F)   (F: the fraction kept, e.g. topk(0.01) or \"topk:0.01\")",
+    {"strategy", "strategy none | ring | ps [mode=async|sync] [staleness=K]\n"
+                 "          ring and ps: [compress=none|fp16|int8|sign|topk(F)]   (F: the fraction kept, e.g. topk(0.01))",
      {"mode", "staleness", "compress", NULL}},
 };
 #define NDEFS ((int)(sizeof DEFS / sizeof DEFS[0]))

@@ -474,6 +474,60 @@ static void compressed_resume(const sl_compress_spec *cs, int port) {
     pair_cs = (sl_compress_spec){0};
 }
 
+/* The residual sidecar on its own: an exact round trip of float64 values, and each way it
+ * can be wrong; a new run's folder refuses (or, with overwrite, removes) residual files. */
+TEST(test_residual_files) {
+    char dir[400], path[600];
+    snprintf(dir, sizeof dir, "%s/resid", tmpdir);
+    enum { N = 1000 };
+    double r[N], back[N];
+    for (int i = 0; i < N; i++) r[i] = (i - 500) * 1.0000001e-3 / 3;
+    ASSERT_OK(sl_train_save_residual(dir, 1, 42, "int8", r, N, 0));
+    sl_train_residual_path(dir, 1, 42, path, sizeof path);
+    ASSERT_CONTAINS(path, "/resid/replica-1/residual-000000042.safetensors");
+    ASSERT_OK(sl_train_load_residual(dir, 1, 42, "int8", back, N));
+    ASSERT_MEMEQ(back, r, sizeof r);
+    ASSERT_EQ(sl_train_load_residual(dir, 1, 43, "int8", back, N), SL_ENOTFOUND);
+    ASSERT_CONTAINS(sl_errmsg(), "residual-000000043.safetensors: no residual for rank 1 at step 43");
+    ASSERT_EQ(sl_train_load_residual(dir, 1, 42, "topk:0.01", back, N), SL_EINVAL);
+    ASSERT_CONTAINS(sl_errmsg(), "the residual of compress=int8; this run uses compress=topk:0.01");
+    ASSERT_EQ(sl_train_load_residual(dir, 1, 42, "int8", back, N - 1), SL_EINVAL);
+    ASSERT_CONTAINS(sl_errmsg(), "the model's gradient has 999 float64 values");
+    /* a residual of another rank copied in: refused by its metadata */
+    char other[600];
+    ASSERT_OK(sl_train_save_residual(dir, 0, 42, "int8", r, N, 0));
+    sl_train_residual_path(dir, 0, 42, other, sizeof other);
+    ASSERT_EQ(rename(other, path), 0);
+    ASSERT_EQ(sl_train_load_residual(dir, 1, 42, "int8", back, N), SL_ECORRUPT);
+    ASSERT_CONTAINS(sl_errmsg(), "not the residual of rank 1 at step 42");
+    /* a flipped bit in the values: the checksum */
+    ASSERT_OK(sl_train_save_residual(dir, 1, 42, "int8", r, N, 0));
+    int fd = open(path, O_RDWR);
+    ASSERT(fd >= 0);
+    unsigned char c;
+    struct stat sb;
+    fstat(fd, &sb);
+    ASSERT_EQ(pread(fd, &c, 1, sb.st_size - 100), 1);
+    c ^= 4;
+    ASSERT_EQ(pwrite(fd, &c, 1, sb.st_size - 100), 1);
+    close(fd);
+    memset(back, 0, sizeof back);
+    ASSERT_EQ(sl_train_load_residual(dir, 1, 42, "int8", back, N), SL_ECORRUPT);
+    ASSERT_CONTAINS(sl_errmsg(), "residual-000000042.safetensors");
+    /* keep=2 removes the older ones of that replica */
+    for (int st = 1; st <= 4; st++) ASSERT_OK(sl_train_save_residual(dir, 3, st, "sign", r, 10, 2));
+    sl_train_residual_path(dir, 3, 2, path, sizeof path);
+    ASSERT(!file_exists(path));
+    sl_train_residual_path(dir, 3, 3, path, sizeof path);
+    ASSERT(file_exists(path));
+    /* a new run in that folder */
+    ASSERT_EQ(sl_train_prepare_run_dir(dir, false, NULL), SL_EINVAL);
+    ASSERT_CONTAINS(sl_errmsg(), "holds another run's files: 3 replica residual files"); /* ranks 1 (42), 3 (3, 4) */
+    ASSERT_OK(sl_train_prepare_run_dir(dir, true, NULL));
+    ASSERT(!file_exists(path));
+    ASSERT_OK(sl_train_prepare_run_dir(dir, false, NULL));
+}
+
 TEST(test_compressed_resume_int8) { compressed_resume(&(sl_compress_spec){SL_COMPRESS_INT8, 0}, test_port(0)); }
 TEST(test_compressed_resume_topk) { compressed_resume(&(sl_compress_spec){SL_COMPRESS_TOPK, 0.01}, test_port(0)); }
 TEST(test_compressed_resume_sign) { compressed_resume(&(sl_compress_spec){SL_COMPRESS_SIGN, 0}, test_port(0)); }
@@ -491,6 +545,7 @@ int main(void) {
     RUN(test_unequal_shards_epochs);
     RUN(test_unequal_shards_steps);
     RUN(test_empty_shard);
+    RUN(test_residual_files);
     RUN(test_compressed_resume_int8);
     RUN(test_compressed_resume_topk);
     RUN(test_compressed_resume_sign);
