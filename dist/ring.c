@@ -396,7 +396,7 @@ sl_status sl_ring_allgather(sl_ring *r, void *all, size_t len, uint32_t tensor) 
 }
 
 sl_status sl_ring_allreduce_compressed(sl_ring *r, sl_compress_ef *ef, float *buf, size_t count, sl_reduce_op op,
-                                       uint32_t tensor, int32_t *flag) {
+                                       uint32_t tensor, int32_t *flag, float *sent) {
     if (!ef) return sl_err(SL_EINVAL, "ring compressed allreduce: no error-feedback state");
     if (count && !buf) return sl_err(SL_EINVAL, "ring compressed allreduce: NULL buffer");
     if (op != SL_REDUCE_SUM && op != SL_REDUCE_AVG)
@@ -414,7 +414,7 @@ sl_status sl_ring_allreduce_compressed(sl_ring *r, sl_compress_ef *ef, float *bu
     unsigned char *mine = r->gather + (size_t)me * blk;
     /* a NaN or Inf is refused before anything is sent: the peers then learn it from the
      * strategy's abort, not from a payload */
-    sl_status s = sl_compress_ef_step(ef, buf, count, mine, L, &len, NULL);
+    sl_status s = sl_compress_ef_step(ef, buf, count, mine, L, &len, sent);
     if (s) return s;
     if (flag) memcpy(mine + L, flag, 4);
     if ((s = sl_ring_allgather(r, r->gather, blk, tensor))) return s;

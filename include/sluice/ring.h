@@ -71,7 +71,8 @@ sl_status sl_ring_allgather(sl_ring *r, void *all, size_t len, uint32_t tensor);
  * in rank order 0..n-1, adding into buf from zero (then dividing by n for SL_REDUCE_AVG):
  * the same payload bytes summed in the same order, so the result is bit-identical on every
  * rank. flag (may be NULL): an int32 that rides along in every payload and comes back as
- * the sum over the ranks. Bytes each rank sends and receives per call: (n - 1) * (P + 4 if
+ * the sum over the ranks. sent (may be NULL): count floats, this rank's own decoded values
+ * (what it contributed). Bytes each rank sends and receives per call: (n - 1) * (P + 4 if
  * flag), P = sl_compress_size (int8: about count bytes; sign: count / 7.5; topk F: 6 F
  * count; fp16: 2 count), against 2 (n - 1) / n * 4 count for the float32 ring allreduce:
  * int8 sends 4x less at 2 ranks and breaks even near 8; sign and top-k stay far below
@@ -81,7 +82,7 @@ sl_status sl_ring_allgather(sl_ring *r, void *all, size_t len, uint32_t tensor);
  * unspecified. */
 struct sl_compress_ef;
 sl_status sl_ring_allreduce_compressed(sl_ring *r, struct sl_compress_ef *ef, float *buf, size_t count,
-                                       sl_reduce_op op, uint32_t tensor, int32_t *flag);
+                                       sl_reduce_op op, uint32_t tensor, int32_t *flag, float *sent);
 
 /* Return when every rank has entered the barrier. Errors as for allreduce. */
 sl_status sl_ring_barrier(sl_ring *r);

@@ -65,6 +65,16 @@ extern "C" {
  * codec costs on the wire is there). The has-data flag of lockstep epochs rides in the
  * payloads as an int32.
  *
+ * Top-k with `optimizer sgd momentum=M` (not nesterov): Deep Gradient Compression's
+ * momentum correction. Error feedback then accumulates each replica's local velocity
+ * u = M u + (g + weight_decay p) instead of the raw gradient, top-k sends the largest of
+ * it, the coordinates sent are cleared from u as well (momentum factor masking), and every
+ * replica applies the average as plain SGD (p -= lr avg; the exchange sets *applied, so
+ * the optimizer's own momentum stays unused). Plain error feedback on the gradient under a
+ * global momentum applies rarely-sent coordinates late and amplified, which cost fashion_mlp
+ * about a point; this recovers it (README). The sidecar then holds the residual followed by
+ * the velocity (2 n values, codec "topk:F+momentum").
+ *
  * Residuals in checkpoints: they are per replica, so each replica writes its own sidecar
  * file RUN_DIR/replica-R/residual-SSSSSSSSS.safetensors at every checkpoint step (the
  * trainer's save_state hook; tensor "residual" float64 [n], metadata format=sluice-residual,
@@ -97,6 +107,9 @@ typedef struct sl_strategy_ring_opts {
                             logs to check that they hold bit-identical parameters */
     const sl_tp_curve *curve; /* NULL: plaintext; else CURVE keys (borrowed, copied at create) */
     sl_compress_spec compress; /* sl_train_config.compress; zero: none (float32, or ring.fp16) */
+    sl_optim_spec optim;       /* sl_train_config.optim: with compress=topk and sgd with momentum
+                                  (not nesterov) the momentum is corrected locally, see above;
+                                  zero: not known (plain error feedback) */
 } sl_strategy_ring_opts;
 
 typedef struct sl_strategy_ring sl_strategy_ring;

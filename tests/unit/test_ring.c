@@ -94,7 +94,7 @@ static sl_status run_callred(job *j, sl_ring *r) {
     for (int t = 0; t < (j->steps ? j->steps : 1) && !st; t++) {
         for (size_t i = 0; i < j->count; i++) g[i] = grad_at(j->rank, t, i);
         f = j->flag;
-        st = sl_ring_allreduce_compressed(r, ef, g, j->count, SL_REDUCE_AVG, (uint32_t)t, &f);
+        st = sl_ring_allreduce_compressed(r, ef, g, j->count, SL_REDUCE_AVG, (uint32_t)t, &f, NULL);
         if (!st) j->hash = fnv_bytes(j->hash, g, j->count * sizeof *g);
     }
     j->flag = f;

@@ -224,7 +224,8 @@ static void *train_replica(void *arg) {
     fclose(f);
     sl_cluster_args a = {.peers = r->peers, .rank = r->rank, .has_rank = 1};
     sl_train_hooks h;
-    sl_strategy_ring_opts ro = {.timeout_s = 20, .hash_log = log, .ring = {.fp16 = r->fp16}, .compress = pair_cs};
+    sl_strategy_ring_opts ro = {.timeout_s = 20, .hash_log = log, .ring = {.fp16 = r->fp16}, .compress = pair_cs,
+                                .optim = {.kind = SL_OPTIM_SGD, .momentum = 0.9f}}; /* as in UNEVEN */
     if ((st = sl_cfg_parse_file(name, &cfg)) || (st = sl_cluster_resolve(&a, NULL, NULL, &c)) ||
         (st = sl_strategy_ring_create(&c, &ro, &h, &s)))
         goto out;
