@@ -1217,7 +1217,7 @@ TEST(test_compressed_pushes) {
         ASSERT_MEMEQ(job.params, got, n * sizeof(float));
         /* the INIT (4 n bytes) and ten pushes; float32 pushes would be 10 x 4 n bytes */
         ASSERT(job.sent < (uint64_t)(4 * n + (k == 0 ? 10 * n * 3 / 2 : 10 * n / 2) + 4096)); /* INIT: 4 n */
-        free(want), free(g), free(got), free(sh), free(sent), free(pk), free(buf);
+        free(want), free(g), free(got), free(sh), free(sent), free(pk), free(buf), free(job.params);
         for (int j = 0; j < 2; j++) srv_done(&v[j]);
         sl_ps_plan_free(p);
     }
