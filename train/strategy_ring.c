@@ -253,9 +253,10 @@ static sl_status exchange(sl_strategy_ring *s, sl_model *m, float *grads, size_t
             return st;
         }
         if (s->dgc) {
-            /* momentum factor masking: what was sent leaves the velocity too */
-            for (size_t i = 0; i < n; i++)
-                if (s->sent[i] != 0) s->u[i] = 0;
+            /* momentum factor masking (top-k): what was sent leaves the velocity too */
+            if (s->cs.kind == SL_COMPRESS_TOPK)
+                for (size_t i = 0; i < n; i++)
+                    if (s->sent[i] != 0) s->u[i] = 0;
             for (size_t i = 0; i < n; i++) p[i] -= lr * buf[i];
             if (!cpu && (st = bk->ops->to_device(bk, sl_model_params(m, NULL), p, n * sizeof(float)))) return st;
             *applied = true;
@@ -373,8 +374,8 @@ sl_status sl_strategy_ring_create(const sl_cluster *c, const sl_strategy_ring_op
     s->last_step = -1;
     s->cs = o.compress;
     s->optim = o.optim;
-    s->dgc = s->cs.kind == SL_COMPRESS_TOPK && o.optim.kind == SL_OPTIM_SGD && o.optim.momentum > 0 &&
-             !o.optim.nesterov;
+    s->dgc = (s->cs.kind == SL_COMPRESS_TOPK || s->cs.kind == SL_COMPRESS_SIGN) && o.optim.kind == SL_OPTIM_SGD &&
+             o.optim.momentum > 0 && !o.optim.nesterov;
     sl_status st;
     if (c->world > 1) {
         sl_tp_opts to = {.timeout_s = o.timeout_s > 0 ? o.timeout_s : c->timeout_s > 0 ? c->timeout_s : 30.0,

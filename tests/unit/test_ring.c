@@ -61,6 +61,7 @@ typedef struct job {
     int32_t flag;         /* DO_CALLRED: in: this rank's flag; out: the sum */
     int steps;            /* DO_CALLRED: steps of fresh gradients */
     uint64_t hash;        /* DO_CALLRED: FNV-1a over every step's result */
+    int cs_mix;           /* DO_CALLRED: rank 1 uses sign instead of cs (a misconfigured replica) */
     sl_status st;
     char msg[1024];
     double took;
@@ -86,7 +87,9 @@ static float grad_at(int rank, int t, size_t i) {
 /* steps of compressed allreduce with error feedback; buf ends with the last result */
 static sl_status run_callred(job *j, sl_ring *r) {
     sl_compress_ef *ef;
-    sl_status st = sl_compress_ef_create(&j->cs, j->count, &ef);
+    sl_compress_spec cs = j->cs;
+    if (j->cs_mix && j->rank == 1) cs = (sl_compress_spec){SL_COMPRESS_SIGN, 0};
+    sl_status st = sl_compress_ef_create(&cs, j->count, &ef);
     if (st) return st;
     float *g = j->buf;
     j->hash = 0xcbf29ce484222325ULL;
@@ -413,6 +416,14 @@ TEST(test_allreduce_compressed_identical) {
     ASSERT_MEMEQ(b2[0], want, count * 4);
     ASSERT_MEMEQ(b2[1], want, count * 4);
     free(b2[0]), free(b2[1]), free(want), free(g), free(p);
+    /* a replica with another codec: its payloads have another length, refused naming it */
+    float *b3[2] = {malloc(count * 4), malloc(count * 4)};
+    job t3 = {.what = DO_CALLRED, .count = count, .cs = specs[1], .steps = 1, .cs_mix = 1};
+    ASSERT_EQ(run_all(2, &t3, (void **)b3, out), -1);
+    ASSERT_EQ(out[0].st, SL_EPEER);
+    ASSERT_CONTAINS(out[0].msg, "rank 1 (");
+    ASSERT_CONTAINS(out[0].msg, "same count, dtype, fp16 and compress= setting");
+    free(b3[0]), free(b3[1]);
 }
 
 TEST(test_silent_peer_times_out) {
