@@ -65,15 +65,16 @@ extern "C" {
  * codec costs on the wire is there). The has-data flag of lockstep epochs rides in the
  * payloads as an int32.
  *
- * Top-k with `optimizer sgd momentum=M` (not nesterov): Deep Gradient Compression's
+ * Top-k or sign with `optimizer sgd momentum=M` (not nesterov): Deep Gradient Compression's
  * momentum correction. Error feedback then accumulates each replica's local velocity
- * u = M u + (g + weight_decay p) instead of the raw gradient, top-k sends the largest of
- * it, the coordinates sent are cleared from u as well (momentum factor masking), and every
+ * u = M u + (g + weight_decay p) instead of the raw gradient, the codec sends it, top-k's
+ * coordinates sent are cleared from u as well (momentum factor masking), and every
  * replica applies the average as plain SGD (p -= lr avg; the exchange sets *applied, so
  * the optimizer's own momentum stays unused). Plain error feedback on the gradient under a
  * global momentum applies rarely-sent coordinates late and amplified, which cost fashion_mlp
  * about a point; this recovers it (README). The sidecar then holds the residual followed by
- * the velocity (2 n values, codec "topk:F+momentum").
+ * the velocity (2 n values, codec "topk:F+momentum" or "sign+momentum"). `strategy ps`
+ * uses plain error feedback (the ps tasks run the optimizer).
  *
  * Residuals in checkpoints: they are per replica, so each replica writes its own sidecar
  * file RUN_DIR/replica-R/residual-SSSSSSSSS.safetensors at every checkpoint step (the
