@@ -228,6 +228,7 @@ static sl_status exchange(sl_strategy_ring *s, sl_model *m, float *grads, size_t
         /* compressed: the flag rides in the payloads as an int32 and comes back summed */
         if ((st = ensure_ef(s, n))) return st;
         float *p = NULL;
+        size_t dgc_n = 0;
         if (s->dgc) {
             /* momentum correction: the velocity u = m u + (g + wd p) is what error feedback
              * accumulates and top-k sends; the replicas then apply the average as plain SGD */
@@ -241,7 +242,9 @@ static sl_status exchange(sl_strategy_ring *s, sl_model *m, float *grads, size_t
                 p = s->phost;
             }
             float mom = s->optim.momentum, wd = s->optim.weight_decay;
-            for (size_t i = 0; i < n; i++) {
+            /* the trainable parameters only: running statistics (after them) are averaged below */
+            dgc_n = sl__model_trainable(m) < n ? sl__model_trainable(m) : n;
+            for (size_t i = 0; i < dgc_n; i++) {
                 s->u[i] = mom * s->u[i] + (buf[i] + wd * p[i]);
                 buf[i] = s->u[i];
             }
@@ -255,10 +258,10 @@ static sl_status exchange(sl_strategy_ring *s, sl_model *m, float *grads, size_t
         if (s->dgc) {
             /* momentum factor masking (top-k): what was sent leaves the velocity too */
             if (s->cs.kind == SL_COMPRESS_TOPK)
-                for (size_t i = 0; i < n; i++)
+                for (size_t i = 0; i < dgc_n; i++)
                     if (s->sent[i] != 0) s->u[i] = 0;
-            for (size_t i = 0; i < n; i++) p[i] -= lr * buf[i];
-            if (!cpu && (st = bk->ops->to_device(bk, sl_model_params(m, NULL), p, n * sizeof(float)))) return st;
+            for (size_t i = 0; i < dgc_n; i++) p[i] -= lr * buf[i];
+            if (!cpu && (st = bk->ops->to_device(bk, sl_model_params(m, NULL), p, dgc_n * sizeof(float)))) return st;
             *applied = true;
         }
         if (more) {
