@@ -2,6 +2,7 @@
  * refused, and two replicas (threads of this process, over TCP on 127.0.0.1) leave start
  * with rank 0's parameters and exchange with the exact average of their gradients, with
  * equal hash logs. The trainer end to end is tests/integration/test_train_ring.sh. */
+#include <dirent.h>
 #include <fcntl.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -15,6 +16,7 @@
 #include "sluice/model.h"
 #include "sluice/example.h"
 #include "sluice/strategy.h"
+#include "sluice/tfevents.h"
 #include "sluice/tfrecord.h"
 #include "sluice/train.h"
 #include "helper_points.h"
@@ -198,6 +200,8 @@ typedef struct trep {
     size_t np;
     char *log;
     size_t loglen;
+    char *con;          /* rank 0's console (epoch lines) */
+    size_t conlen;
 } trep;
 
 /* Settings of the next run_pair (the compression tests): the codec, --resume, one run
@@ -213,6 +217,7 @@ static void *train_replica(void *arg) {
     sl_strategy_ring *s = NULL;
     sl_trainer *t = NULL;
     FILE *log = open_memstream(&r->log, &r->loglen);
+    FILE *con = r->rank == 0 ? open_memstream(&r->con, &r->conlen) : NULL;
     char text[2048], name[400], run[400];
     snprintf(text, sizeof text, UNEVEN, r->take, r->length, pair_sched);
     snprintf(name, sizeof name, "%s/r%d.sl", tmpdir, r->rank);
@@ -233,6 +238,7 @@ static void *train_replica(void *arg) {
     o.run_dir = run;
     o.overwrite = !pair_resume; /* the tests of this file reuse run0 and run1 */
     o.resume = pair_resume;
+    o.console = con;
     o.hooks = &h;
     if ((st = sl_trainer_create(cfg, &o, &t))) {
         h.finish(h.ctx, st);
@@ -251,6 +257,7 @@ out:
     sl_cluster_free(&c);
     sl_cfg_free(cfg);
     fclose(log);
+    if (con) fclose(con);
     return NULL;
 }
 
@@ -529,6 +536,59 @@ TEST(test_residual_files) {
     ASSERT_OK(sl_train_prepare_run_dir(dir, false, NULL));
 }
 
+/* The wire bytes per step, sent by rank 0 in each epoch, in the epoch line and as the
+ * train/wire_bytes_per_step scalar: int8's payloads (24-byte header, one scale, 58 int8s,
+ * the has-data int32: 90 bytes) against the float32 ring allreduce of 59 floats. */
+static double wire_scalar(const char *run, int *count) {
+    char path[700];
+    DIR *d = opendir(run);
+    struct dirent *de;
+    double v = -1;
+    *count = 0;
+    while (d && (de = readdir(d)))
+        if (strncmp(de->d_name, "events.out.tfevents.", 20) == 0) {
+            snprintf(path, sizeof path, "%s/%s", run, de->d_name);
+            sl_tfev_reader *r;
+            if (sl_tfev_reader_open(path, &r)) break;
+            sl_tfev_event ev;
+            while (sl_tfev_reader_next(r, &ev) == SL_OK)
+                if (ev.kind == SL_TFEV_SCALAR && strcmp(ev.text, "train/wire_bytes_per_step") == 0) {
+                    v = ev.value;
+                    (*count)++;
+                }
+            sl_tfev_reader_close(r);
+        }
+    if (d) closedir(d);
+    return v;
+}
+
+TEST(test_wire_bytes_reported) {
+    trep r[2];
+    char *err, run[400];
+    double v[2];
+    snprintf(run, sizeof run, "%s/run0", tmpdir);
+    for (int k = 0; k < 2; k++) {
+        pair_cs = k ? (sl_compress_spec){SL_COMPRESS_INT8, 0} : (sl_compress_spec){0};
+        run_pair(r, (const int[2]){10, 10}, "epochs 2", 0, test_port(0), &err);
+        free(err);
+        ASSERT_OK(r[0].st);
+        ASSERT_OK(r[1].st);
+        int n;
+        v[k] = wire_scalar(run, &n);
+        ASSERT_EQ(n, 2); /* one per epoch */
+        ASSERT(r[0].con);
+        ASSERT_CONTAINS(r[0].con, "epoch 2/2  step 20");
+        char want[64];
+        snprintf(want, sizeof want, "  wire %.1f KiB/step", v[k] / 1024);
+        ASSERT_CONTAINS(r[0].con, want);
+        for (int i = 0; i < 2; i++) free(r[i].log), free(r[i].con);
+    }
+    pair_cs = (sl_compress_spec){0};
+    printf("  wire bytes per step: float32 %.1f, int8 %.1f\n", v[0], v[1]);
+    ASSERT(v[1] >= 90 && v[1] < 90 + 16); /* 90 per step, plus the epoch's small agreements */
+    ASSERT(v[0] >= 236 && v[0] < 236 + 16); /* 30 + 29 floats: reduce-scatter and allgather */
+}
+
 TEST(test_compressed_resume_int8) { compressed_resume(&(sl_compress_spec){SL_COMPRESS_INT8, 0}, test_port(0)); }
 TEST(test_compressed_resume_topk) { compressed_resume(&(sl_compress_spec){SL_COMPRESS_TOPK, 0.01}, test_port(0)); }
 TEST(test_compressed_resume_sign) { compressed_resume(&(sl_compress_spec){SL_COMPRESS_SIGN, 0}, test_port(0)); }
@@ -547,6 +607,7 @@ int main(void) {
     RUN(test_unequal_shards_steps);
     RUN(test_empty_shard);
     RUN(test_residual_files);
+    RUN(test_wire_bytes_reported);
     RUN(test_compressed_resume_int8);
     RUN(test_compressed_resume_topk);
     RUN(test_compressed_resume_sign);
