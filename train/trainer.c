@@ -967,7 +967,7 @@ sl_status sl_trainer_run(sl_trainer *t) {
         int64_t st0 = pos.step;
         if ((s = t->hooks.start(t->hooks.ctx, t->model, t->optim, &pos.step))) goto done;
         /* every replica's own checkpointed state (compression residuals) of that step */
-        if (t->opts.resume && pos.step > 0 && pos.step == st0 && t->hooks.load_state &&
+        if (t->opts.resume && pos.step > 0 && t->hooks.load_state &&
             (s = t->hooks.load_state(t->hooks.ctx, t->c.run_dir, pos.step)))
             goto done;
         if (pos.step != st0) {
