@@ -41,9 +41,9 @@
  *
  * Decoding validates everything before it touches the output: the header (magic, codec,
  * the zero bytes, count, chunk and k as the receiver expects them), the exact size, every
- * scale finite and >= 0 (int8: at most FLT_MAX / 127), every int8 in [-127, 127], every sign chunk's padding bits 0,
- * every top-k offset below its chunk's length and strictly increasing, every value finite
- * (fp16 and top-k). A violation is SL_ECORRUPT naming `who` (the peer and step the caller
+ * scale finite and >= 0 (int8: at most FLT_MAX / 127), every int8 in [-127, 127], every
+ * sign chunk's padding bits 0, every top-k offset below its chunk's length and strictly
+ * increasing, every value finite (fp16 and top-k). A violation is SL_ECORRUPT naming `who` (the peer and step the caller
  * passes), the byte offset and what is wrong; the output is then unchanged. Encoding a
  * NaN or Inf is SL_ERANGE naming the index (a diverged gradient is not sent).
  *
