@@ -33,6 +33,12 @@ struct sl_strategy_ring {
     size_t n_host;
     int64_t last_step;  /* the last exchanged step, -1 before the first */
     sl_model *model;    /* from start (borrowed), for the final hash */
+    sl_compress_spec cs; /* compress=...; kind none: float32 (or ring.fp16) allreduce */
+    sl_compress_ef *ef; /* this replica's residual, created at the first compressed exchange */
+    size_t ef_n;        /* the gradient's length (ef's count) */
+    sl_optim_spec optim; /* the train block's optimizer */
+    bool dgc;           /* top-k with sgd momentum: momentum corrected locally (see strategy.h) */
+    float *u, *sent, *phost; /* dgc: the local velocity, this step's sent values, staged params */
 };
 
 /* FNV-1a 64 over bytes: cheap, and any flipped bit changes it. */
@@ -116,13 +122,90 @@ fail:
     return st;
 }
 
+static sl_status ensure_ef(sl_strategy_ring *s, size_t n) {
+    if (s->ef && s->ef_n == n) return SL_OK;
+    if (s->ef)
+        return sl_err(SL_EINVAL, "ring strategy: the gradient had %zu values and now %zu (compression keeps a residual "
+                                 "per value)", s->ef_n, n);
+    if (s->dgc && (!(s->u = calloc(n ? n : 1, sizeof *s->u)) || !(s->sent = malloc((n ? n : 1) * sizeof *s->sent))))
+        return sl_err(SL_ENOMEM, "ring strategy: out of memory for the momentum of %zu values", n);
+    sl_status st = sl_compress_ef_create(&s->cs, n, &s->ef);
+    if (!st) s->ef_n = n;
+    return st;
+}
+
+static uint64_t ring_wire_bytes(void *ctx) {
+    sl_strategy_ring *s = ctx;
+    if (!s->tp) return 0;
+    sl_tp_stats ts;
+    sl_tp_get_stats(s->tp, &ts);
+    return ts.sent_bytes;
+}
+
+static void codec_name(const sl_strategy_ring *s, char *buf, size_t n) {
+    char c[32];
+    snprintf(buf, n, "%s%s", sl_compress_name(&s->cs, c, sizeof c), s->dgc ? "+momentum" : "");
+}
+
+/* The residual goes into a per-replica sidecar of the checkpoint (sluice/strategy.h). */
+static sl_status ring_save_state(void *ctx, const char *run_dir, int64_t step, int keep) {
+    sl_strategy_ring *s = ctx;
+    if (s->cs.kind == SL_COMPRESS_NONE) return SL_OK;
+    size_t ng = 0;
+    if (s->model) sl_model_grads(s->model, &ng);
+    sl_status st = ensure_ef(s, s->ef ? s->ef_n : ng);
+    if (st) return st;
+    char codec[48];
+    size_t n;
+    const double *r = sl_compress_ef_residual(s->ef, &n);
+    codec_name(s, codec, sizeof codec);
+    double *all = (double *)r;
+    if (s->dgc) { /* the residual, then the velocity */
+        if (!(all = malloc(2 * (n ? n : 1) * sizeof *all))) return sl_err(SL_ENOMEM, "ring strategy: out of memory");
+        memcpy(all, r, n * sizeof *r);
+        for (size_t i = 0; i < n; i++) all[n + i] = s->u[i];
+    }
+    st = sl_train_save_residual(run_dir, s->rank, step, codec, all, s->dgc ? 2 * n : n, keep);
+    if (all != r) free(all);
+    if (st) sl_err_prefix("ring strategy: rank %d: saving the compression residual: ", s->rank);
+    return st;
+}
+
+static sl_status ring_load_state(void *ctx, const char *run_dir, int64_t step) {
+    sl_strategy_ring *s = ctx;
+    if (s->cs.kind == SL_COMPRESS_NONE || !s->model) return SL_OK;
+    size_t ng;
+    sl_model_grads(s->model, &ng);
+    sl_status st = ensure_ef(s, ng);
+    if (st) return st;
+    char codec[48];
+    size_t n;
+    double *r = sl_compress_ef_residual(s->ef, &n);
+    codec_name(s, codec, sizeof codec);
+    double *all = r;
+    if (s->dgc && !(all = malloc(2 * (n ? n : 1) * sizeof *all))) return sl_err(SL_ENOMEM, "ring strategy: out of memory");
+    st = sl_train_load_residual(run_dir, s->rank, step, codec, all, s->dgc ? 2 * n : n);
+    if (!st && all != r) {
+        memcpy(r, all, n * sizeof *r);
+        for (size_t i = 0; i < n; i++) s->u[i] = (float)all[n + i];
+    }
+    if (all != r) free(all);
+    if (st == SL_ENOTFOUND) {
+        fprintf(stderr, "warning: ring strategy: rank %d: %s: starting compress=%s from a zero residual\n", s->rank,
+                sl_errmsg(), codec);
+        return SL_OK;
+    }
+    if (st) sl_err_prefix("ring strategy: rank %d: --resume: ", s->rank);
+    return st;
+}
+
 /* The exchange; with more != NULL the has-data flag rides as float n of the same allreduce
  * (the model's spare gradient float on the CPU, SL__GRADS_SPARE; the staging buffer's
  * otherwise): 1 or 0 per replica, averaged like the gradient to k / world, k the replicas
  * that have a next batch. k / world is exact or within an ulp (fp16: well within 1 / (2
  * world) for world <= 1024), so every replica rounds it back to the same k. */
-static sl_status exchange(sl_strategy_ring *s, sl_model *m, float *grads, size_t n, int64_t step, bool *applied,
-                          int *more) {
+static sl_status exchange(sl_strategy_ring *s, sl_model *m, float *grads, size_t n, int64_t step, float lr,
+                          bool *applied, int *more) {
     *applied = false;
     sl_status st;
     /* the parameters now are those after `step` steps: the same on every replica, or the
@@ -141,10 +224,59 @@ static sl_status exchange(sl_strategy_ring *s, sl_model *m, float *grads, size_t
             return st;
         buf = s->host;
     }
-    if (extra) buf[n] = *more ? 1.0f : 0.0f;
-    if ((st = sl_ring_allreduce(s->ring, buf, n + extra, SL_DT_F32, SL_REDUCE_AVG, (uint32_t)step))) {
-        sl_err_prefix("ring strategy: step %" PRId64 ": ", step);
-        return st;
+    if (s->cs.kind != SL_COMPRESS_NONE) {
+        /* compressed: the flag rides in the payloads as an int32 and comes back summed */
+        if ((st = ensure_ef(s, n))) return st;
+        float *p = NULL;
+        size_t dgc_n = 0;
+        if (s->dgc) {
+            /* momentum correction: the velocity u = m u + (g + wd p) is what error feedback
+             * accumulates and top-k sends; the replicas then apply the average as plain SGD */
+            size_t np;
+            p = sl_model_params(m, &np);
+            if (np < n) return sl_err(SL_EINVAL, "ring strategy: %zu gradient values for %zu parameters", n, np);
+            if (!cpu) {
+                if (!s->phost && !(s->phost = malloc(n * sizeof(float))))
+                    return sl_err(SL_ENOMEM, "ring strategy: out of memory");
+                if ((st = bk->ops->to_host(bk, s->phost, p, n * sizeof(float)))) return st;
+                p = s->phost;
+            }
+            float mom = s->optim.momentum, wd = s->optim.weight_decay;
+            /* the trainable parameters only: running statistics (after them) are averaged below */
+            dgc_n = sl__model_trainable(m) < n ? sl__model_trainable(m) : n;
+            for (size_t i = 0; i < dgc_n; i++) {
+                s->u[i] = mom * s->u[i] + (buf[i] + wd * p[i]);
+                buf[i] = s->u[i];
+            }
+        }
+        int32_t flag = more && *more ? 1 : 0;
+        if ((st = sl_ring_allreduce_compressed(s->ring, s->ef, buf, n, SL_REDUCE_AVG, (uint32_t)step,
+                                               more ? &flag : NULL, s->dgc ? s->sent : NULL))) {
+            sl_err_prefix("ring strategy: step %" PRId64 ": ", step);
+            return st;
+        }
+        if (s->dgc) {
+            /* momentum factor masking (top-k): what was sent leaves the velocity too */
+            if (s->cs.kind == SL_COMPRESS_TOPK)
+                for (size_t i = 0; i < dgc_n; i++)
+                    if (s->sent[i] != 0) s->u[i] = 0;
+            for (size_t i = 0; i < dgc_n; i++) p[i] -= lr * buf[i];
+            if (!cpu && (st = bk->ops->to_device(bk, sl_model_params(m, NULL), p, dgc_n * sizeof(float)))) return st;
+            *applied = true;
+        }
+        if (more) {
+            if (flag < 0 || flag > s->world)
+                return sl_err(SL_EPEER, "ring strategy: step %" PRId64 ": the replicas' has-data flags sum to %d of %d",
+                              step, (int)flag, s->world);
+            *more = (int)flag;
+        }
+        extra = 0;
+    } else {
+        if (extra) buf[n] = *more ? 1.0f : 0.0f;
+        if ((st = sl_ring_allreduce(s->ring, buf, n + extra, SL_DT_F32, SL_REDUCE_AVG, (uint32_t)step))) {
+            sl_err_prefix("ring strategy: step %" PRId64 ": ", step);
+            return st;
+        }
     }
     if (extra) {
         float f = buf[n] * (float)s->world;
@@ -177,14 +309,12 @@ static sl_status exchange(sl_strategy_ring *s, sl_model *m, float *grads, size_t
 
 static sl_status ring_exchange(void *ctx, sl_model *m, float *grads, size_t n, int64_t step, float lr,
                                bool *applied) {
-    (void)lr;
-    return exchange(ctx, m, grads, n, step, applied, NULL);
+    return exchange(ctx, m, grads, n, step, lr, applied, NULL);
 }
 
 static sl_status ring_exchange_more(void *ctx, sl_model *m, float *grads, size_t n, int64_t step, float lr,
                                     bool *applied, int *more) {
-    (void)lr;
-    return exchange(ctx, m, grads, n, step, applied, more);
+    return exchange(ctx, m, grads, n, step, lr, applied, more);
 }
 
 static sl_status ring_allsum(void *ctx, int32_t *v, size_t n, uint32_t tag) {
@@ -245,6 +375,10 @@ sl_status sl_strategy_ring_create(const sl_cluster *c, const sl_strategy_ring_op
     s->world = c->world;
     s->hash_log = o.hash_log;
     s->last_step = -1;
+    s->cs = o.compress;
+    s->optim = o.optim;
+    s->dgc = (s->cs.kind == SL_COMPRESS_TOPK || s->cs.kind == SL_COMPRESS_SIGN) && o.optim.kind == SL_OPTIM_SGD &&
+             o.optim.momentum > 0 && !o.optim.nesterov;
     sl_status st;
     if (c->world > 1) {
         sl_tp_opts to = {.timeout_s = o.timeout_s > 0 ? o.timeout_s : c->timeout_s > 0 ? c->timeout_s : 30.0,
@@ -260,6 +394,11 @@ sl_status sl_strategy_ring_create(const sl_cluster *c, const sl_strategy_ring_op
         hooks->finish = ring_finish;
         hooks->exchange_more = ring_exchange_more;
         hooks->allsum = ring_allsum;
+        hooks->wire_bytes = ring_wire_bytes;
+        if (o.compress.kind != SL_COMPRESS_NONE) {
+            hooks->save_state = ring_save_state;
+            hooks->load_state = ring_load_state;
+        }
     }
     hooks->ctx = s;
     hooks->world_size = c->world;
@@ -272,6 +411,10 @@ sl_status sl_strategy_ring_create(const sl_cluster *c, const sl_strategy_ring_op
 void sl_strategy_ring_free(sl_strategy_ring *s) {
     if (!s) return;
     teardown(s);
+    sl_compress_ef_free(s->ef);
+    free(s->u);
+    free(s->sent);
+    free(s->phost);
     free(s->host);
     free(s);
 }

@@ -2,6 +2,7 @@
  * refused, and two replicas (threads of this process, over TCP on 127.0.0.1) leave start
  * with rank 0's parameters and exchange with the exact average of their gradients, with
  * equal hash logs. The trainer end to end is tests/integration/test_train_ring.sh. */
+#include <dirent.h>
 #include <fcntl.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -15,6 +16,7 @@
 #include "sluice/model.h"
 #include "sluice/example.h"
 #include "sluice/strategy.h"
+#include "sluice/tfevents.h"
 #include "sluice/tfrecord.h"
 #include "sluice/train.h"
 #include "helper_points.h"
@@ -179,7 +181,7 @@ static const char UNEVEN[] = "pipeline train {\n"
                              "    data train\n"
                              "    %s\n"
                              "    optimizer sgd lr=0.1 momentum=0.9\n"
-                             "    schedule cosine\n"
+                             "    schedule cosine%s\n"
                              "    backend cpu\n"
                              "    threads 1\n"
                              "    seed 5\n"
@@ -198,7 +200,15 @@ typedef struct trep {
     size_t np;
     char *log;
     size_t loglen;
+    char *con;          /* rank 0's console (epoch lines) */
+    size_t conlen;
 } trep;
+
+/* Settings of the next run_pair (the compression tests): the codec, --resume, one run
+ * folder for both replicas (run0), and what follows `schedule cosine`. */
+static sl_compress_spec pair_cs;
+static bool pair_resume, pair_shared_run, pair_console; /* pair_console: rank 0's epoch lines into con */
+static const char *pair_sched = "";
 
 static void *train_replica(void *arg) {
     trep *r = arg;
@@ -207,10 +217,11 @@ static void *train_replica(void *arg) {
     sl_strategy_ring *s = NULL;
     sl_trainer *t = NULL;
     FILE *log = open_memstream(&r->log, &r->loglen);
+    FILE *con = r->rank == 0 && pair_console ? open_memstream(&r->con, &r->conlen) : NULL;
     char text[2048], name[400], run[400];
-    snprintf(text, sizeof text, UNEVEN, r->take, r->length);
+    snprintf(text, sizeof text, UNEVEN, r->take, r->length, pair_sched);
     snprintf(name, sizeof name, "%s/r%d.sl", tmpdir, r->rank);
-    snprintf(run, sizeof run, "%s/run%d", tmpdir, r->rank);
+    snprintf(run, sizeof run, "%s/run%d", tmpdir, pair_shared_run ? 0 : r->rank);
     FILE *f = fopen(name, "w");
     sl_status st = SL_EIO;
     if (!f) goto out;
@@ -218,13 +229,16 @@ static void *train_replica(void *arg) {
     fclose(f);
     sl_cluster_args a = {.peers = r->peers, .rank = r->rank, .has_rank = 1};
     sl_train_hooks h;
-    sl_strategy_ring_opts ro = {.timeout_s = 20, .hash_log = log, .ring = {.fp16 = r->fp16}};
+    sl_strategy_ring_opts ro = {.timeout_s = 20, .hash_log = log, .ring = {.fp16 = r->fp16}, .compress = pair_cs,
+                                .optim = {.kind = SL_OPTIM_SGD, .momentum = 0.9f}}; /* as in UNEVEN */
     if ((st = sl_cfg_parse_file(name, &cfg)) || (st = sl_cluster_resolve(&a, NULL, NULL, &c)) ||
         (st = sl_strategy_ring_create(&c, &ro, &h, &s)))
         goto out;
     sl_train_opts o = sl_train_opts_default();
     o.run_dir = run;
-    o.overwrite = true; /* the tests of this file reuse run0 and run1 */
+    o.overwrite = !pair_resume; /* the tests of this file reuse run0 and run1 */
+    o.resume = pair_resume;
+    o.console = con;
     o.hooks = &h;
     if ((st = sl_trainer_create(cfg, &o, &t))) {
         h.finish(h.ctx, st);
@@ -243,6 +257,7 @@ out:
     sl_cluster_free(&c);
     sl_cfg_free(cfg);
     fclose(log);
+    if (con) fclose(con);
     return NULL;
 }
 
@@ -364,6 +379,222 @@ TEST(test_empty_shard) {
     }
 }
 
+/* ---- compression: identical replicas, residuals in checkpoints, exact resume ---- */
+
+static int file_exists(const char *p) {
+    struct stat sb;
+    return stat(p, &sb) == 0;
+}
+
+/* One codec: 20 steps straight (A), versus 7 steps with a checkpoint, then --resume to 20
+ * (B): the replicas agree at every step in both, and B's final parameters equal A's bit for
+ * bit, because each replica's residual went into its sidecar file at step 7 and came back.
+ * Without rank 1's sidecar the resumed run warns and ends elsewhere: the residual matters. */
+static void compressed_resume(const sl_compress_spec *cs, int port) {
+    trep a[2], b[2], c[2];
+    char *err;
+    char cmd[600];
+    pair_cs = *cs;
+    pair_shared_run = true;
+    pair_sched = " total=20";
+    snprintf(cmd, sizeof cmd, "rm -rf '%s/run0'", tmpdir);
+    ASSERT_EQ(system(cmd), 0);
+    pair_resume = false;
+    run_pair(a, (const int[2]){13, 13}, "steps 20", 0, port, &err);
+    free(err);
+    for (int i = 0; i < 2; i++)
+        if (a[i].st) FAILF("A rank %d: %s", i, a[i].err);
+    ASSERT_OK(a[0].st);
+    ASSERT_OK(a[1].st);
+    ASSERT_STREQ(a[0].log, a[1].log); /* identical replicas at every step */
+    ASSERT_MEMEQ(a[0].params, a[1].params, a[0].np * sizeof(float));
+    ASSERT_EQ(system(cmd), 0);
+    run_pair(b, (const int[2]){13, 13}, "steps 7\n    checkpoint steps=7 keep=2", 0, port, &err);
+    free(err);
+    ASSERT_OK(b[0].st);
+    ASSERT_OK(b[1].st);
+    char path[600];
+    for (int r = 0; r < 2; r++) {
+        snprintf(path, sizeof path, "%s/run0/replica-%d/residual-000000007.safetensors", tmpdir, r);
+        ASSERT(file_exists(path));
+    }
+    pair_resume = true;
+    run_pair(c, (const int[2]){13, 13}, "steps 20\n    checkpoint steps=7 keep=2", 0, port, &err);
+    for (int i = 0; i < 2; i++)
+        if (c[i].st) FAILF("B rank %d: %s", i, c[i].err);
+    ASSERT_OK(c[0].st);
+    ASSERT_OK(c[1].st);
+    ASSERT(!err || !strstr(err, "zero residual"));
+    free(err);
+    ASSERT_EQ(c[0].sum.start_step, 7);
+    ASSERT_EQ(c[0].sum.steps, 20);
+    ASSERT_STREQ(c[0].log, c[1].log);
+    ASSERT_MEMEQ(c[0].params, a[0].params, a[0].np * sizeof(float)); /* bit-identical to A */
+    ASSERT_MEMEQ(c[1].params, a[0].params, a[0].np * sizeof(float));
+    /* keep=2: steps 14 and 20 remain, 7 is gone, on both replicas */
+    snprintf(path, sizeof path, "%s/run0/replica-1/residual-000000007.safetensors", tmpdir);
+    ASSERT(!file_exists(path));
+    snprintf(path, sizeof path, "%s/run0/replica-1/residual-000000020.safetensors", tmpdir);
+    ASSERT(file_exists(path));
+    for (int i = 0; i < 2; i++) free(a[i].log), free(b[i].log), free(c[i].log);
+
+    /* the same resume without rank 1's residual: a warning, and other parameters */
+    ASSERT_EQ(system(cmd), 0);
+    pair_resume = false;
+    run_pair(b, (const int[2]){13, 13}, "steps 7\n    checkpoint steps=7", 0, port, &err);
+    free(err);
+    ASSERT_OK(b[1].st);
+    snprintf(path, sizeof path, "%s/run0/replica-1/residual-000000007.safetensors", tmpdir);
+    ASSERT_EQ(unlink(path), 0);
+    pair_resume = true;
+    run_pair(c, (const int[2]){13, 13}, "steps 20\n    checkpoint steps=7", 0, port, &err);
+    ASSERT_OK(c[1].st);
+    ASSERT(err);
+    ASSERT_CONTAINS(err, "warning: ring strategy: rank 1: ");
+    ASSERT_CONTAINS(err, "residual-000000007.safetensors: no residual for rank 1 at step 7: starting compress=");
+    free(err);
+    ASSERT(memcmp(c[0].params, a[0].params, a[0].np * sizeof(float)) != 0);
+    for (int i = 0; i < 2; i++) free(b[i].log), free(c[i].log);
+
+    /* a damaged residual fails the resume on that replica, naming the file */
+    ASSERT_EQ(system(cmd), 0);
+    pair_resume = false;
+    run_pair(b, (const int[2]){13, 13}, "steps 7\n    checkpoint steps=7", 0, port, &err);
+    free(err);
+    ASSERT_OK(b[1].st);
+    int fd = open(path, O_WRONLY);
+    ASSERT(fd >= 0);
+    struct stat sb;
+    fstat(fd, &sb);
+    ASSERT_EQ(pwrite(fd, "\x55", 1, sb.st_size - 3), 1);
+    close(fd);
+    pair_resume = true;
+    run_pair(c, (const int[2]){13, 13}, "steps 20\n    checkpoint steps=7", 0, port, &err);
+    free(err);
+    ASSERT_EQ(c[1].st, SL_ECORRUPT);
+    ASSERT_CONTAINS(c[1].err, "ring strategy: rank 1: --resume: ");
+    ASSERT_CONTAINS(c[1].err, "residual-000000007.safetensors");
+    ASSERT(c[0].st != SL_OK);
+    for (int i = 0; i < 2; i++) free(b[i].log), free(c[i].log);
+    pair_resume = false;
+    pair_shared_run = false;
+    pair_sched = "";
+    pair_cs = (sl_compress_spec){0};
+}
+
+/* The residual sidecar on its own: an exact round trip of float64 values, and each way it
+ * can be wrong; a new run's folder refuses (or, with overwrite, removes) residual files. */
+TEST(test_residual_files) {
+    char dir[400], path[600];
+    snprintf(dir, sizeof dir, "%s/resid", tmpdir);
+    enum { N = 1000 };
+    double r[N], back[N];
+    for (int i = 0; i < N; i++) r[i] = (i - 500) * 1.0000001e-3 / 3;
+    ASSERT_OK(sl_train_save_residual(dir, 1, 42, "int8", r, N, 0));
+    sl_train_residual_path(dir, 1, 42, path, sizeof path);
+    ASSERT_CONTAINS(path, "/resid/replica-1/residual-000000042.safetensors");
+    ASSERT_OK(sl_train_load_residual(dir, 1, 42, "int8", back, N));
+    ASSERT_MEMEQ(back, r, sizeof r);
+    ASSERT_EQ(sl_train_load_residual(dir, 1, 43, "int8", back, N), SL_ENOTFOUND);
+    ASSERT_CONTAINS(sl_errmsg(), "residual-000000043.safetensors: no residual for rank 1 at step 43");
+    ASSERT_EQ(sl_train_load_residual(dir, 1, 42, "topk:0.01", back, N), SL_EINVAL);
+    ASSERT_CONTAINS(sl_errmsg(), "the residual of compress=int8; this run uses compress=topk:0.01");
+    ASSERT_EQ(sl_train_load_residual(dir, 1, 42, "int8", back, N - 1), SL_EINVAL);
+    ASSERT_CONTAINS(sl_errmsg(), "the model's gradient has 999 float64 values");
+    /* a residual of another rank copied in: refused by its metadata */
+    char other[600];
+    ASSERT_OK(sl_train_save_residual(dir, 0, 42, "int8", r, N, 0));
+    sl_train_residual_path(dir, 0, 42, other, sizeof other);
+    ASSERT_EQ(rename(other, path), 0);
+    ASSERT_EQ(sl_train_load_residual(dir, 1, 42, "int8", back, N), SL_ECORRUPT);
+    ASSERT_CONTAINS(sl_errmsg(), "not the residual of rank 1 at step 42");
+    /* a flipped bit in the values: the checksum */
+    ASSERT_OK(sl_train_save_residual(dir, 1, 42, "int8", r, N, 0));
+    int fd = open(path, O_RDWR);
+    ASSERT(fd >= 0);
+    unsigned char c;
+    struct stat sb;
+    fstat(fd, &sb);
+    ASSERT_EQ(pread(fd, &c, 1, sb.st_size - 100), 1);
+    c ^= 4;
+    ASSERT_EQ(pwrite(fd, &c, 1, sb.st_size - 100), 1);
+    close(fd);
+    memset(back, 0, sizeof back);
+    ASSERT_EQ(sl_train_load_residual(dir, 1, 42, "int8", back, N), SL_ECORRUPT);
+    ASSERT_CONTAINS(sl_errmsg(), "residual-000000042.safetensors");
+    /* keep=2 removes the older ones of that replica */
+    for (int st = 1; st <= 4; st++) ASSERT_OK(sl_train_save_residual(dir, 3, st, "sign", r, 10, 2));
+    sl_train_residual_path(dir, 3, 2, path, sizeof path);
+    ASSERT(!file_exists(path));
+    sl_train_residual_path(dir, 3, 3, path, sizeof path);
+    ASSERT(file_exists(path));
+    /* a new run in that folder */
+    ASSERT_EQ(sl_train_prepare_run_dir(dir, false, NULL), SL_EINVAL);
+    ASSERT_CONTAINS(sl_errmsg(), "holds another run's files: 3 replica residual files"); /* ranks 1 (42), 3 (3, 4) */
+    ASSERT_OK(sl_train_prepare_run_dir(dir, true, NULL));
+    ASSERT(!file_exists(path));
+    ASSERT_OK(sl_train_prepare_run_dir(dir, false, NULL));
+}
+
+/* The wire bytes per step, sent by rank 0 in each epoch, in the epoch line and as the
+ * train/wire_bytes_per_step scalar: int8's payloads (24-byte header, one scale, 58 int8s,
+ * the has-data int32: 90 bytes) against the float32 ring allreduce of 59 floats. */
+static double wire_scalar(const char *run, int *count) {
+    char path[700];
+    DIR *d = opendir(run);
+    struct dirent *de;
+    double v = -1;
+    *count = 0;
+    while (d && (de = readdir(d)))
+        if (strncmp(de->d_name, "events.out.tfevents.", 20) == 0) {
+            snprintf(path, sizeof path, "%s/%s", run, de->d_name);
+            sl_tfev_reader *r;
+            if (sl_tfev_reader_open(path, &r)) break;
+            sl_tfev_event ev;
+            while (sl_tfev_reader_next(r, &ev) == SL_OK)
+                if (ev.kind == SL_TFEV_SCALAR && strcmp(ev.text, "train/wire_bytes_per_step") == 0) {
+                    v = ev.value;
+                    (*count)++;
+                }
+            sl_tfev_reader_close(r);
+        }
+    if (d) closedir(d);
+    return v;
+}
+
+TEST(test_wire_bytes_reported) {
+    trep r[2];
+    char *err, run[400];
+    double v[2];
+    snprintf(run, sizeof run, "%s/run0", tmpdir);
+    pair_console = true;
+    for (int k = 0; k < 2; k++) {
+        pair_cs = k ? (sl_compress_spec){SL_COMPRESS_INT8, 0} : (sl_compress_spec){0};
+        run_pair(r, (const int[2]){10, 10}, "epochs 2", 0, test_port(0), &err);
+        free(err);
+        ASSERT_OK(r[0].st);
+        ASSERT_OK(r[1].st);
+        int n;
+        v[k] = wire_scalar(run, &n);
+        ASSERT_EQ(n, 2); /* one per epoch */
+        ASSERT(r[0].con);
+        ASSERT_CONTAINS(r[0].con, "epoch 2/2  step 20");
+        char want[64];
+        snprintf(want, sizeof want, "  wire %.1f KiB/step", v[k] / 1024);
+        ASSERT_CONTAINS(r[0].con, want);
+        for (int i = 0; i < 2; i++) free(r[i].log), free(r[i].con);
+    }
+    pair_cs = (sl_compress_spec){0};
+    pair_console = false;
+    printf("  wire bytes per step: float32 %.1f, int8 %.1f\n", v[0], v[1]);
+    ASSERT(v[1] >= 90 && v[1] < 90 + 16); /* 90 per step, plus the epoch's small agreements */
+    ASSERT(v[0] >= 236 && v[0] < 236 + 16); /* 30 + 29 floats: reduce-scatter and allgather */
+}
+
+TEST(test_compressed_resume_int8) { compressed_resume(&(sl_compress_spec){SL_COMPRESS_INT8, 0}, test_port(0)); }
+TEST(test_compressed_resume_topk) { compressed_resume(&(sl_compress_spec){SL_COMPRESS_TOPK, 0.01}, test_port(0)); }
+TEST(test_compressed_resume_sign) { compressed_resume(&(sl_compress_spec){SL_COMPRESS_SIGN, 0}, test_port(0)); }
+
 int main(void) {
     RUN(test_single_replica);
     RUN(test_ps_task_refused);
@@ -377,6 +608,11 @@ int main(void) {
     RUN(test_unequal_shards_epochs);
     RUN(test_unequal_shards_steps);
     RUN(test_empty_shard);
+    RUN(test_residual_files);
+    RUN(test_wire_bytes_reported);
+    RUN(test_compressed_resume_int8);
+    RUN(test_compressed_resume_topk);
+    RUN(test_compressed_resume_sign);
     char cmd[400];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
     if (system(cmd) != 0) printf("could not remove %s\n", tmpdir);
