@@ -7,7 +7,8 @@
 # examples/fashion_mlp.sl: 784-256-128-10, 235146 float32 = 919 KiB of gradient per step;
 # global batch 128, SGD momentum 0.9, CPU backend, 1 thread each) with `strategy ring`
 # (and `strategy ps` with one ps task on a host of its own, BENCH_STRATEGIES="ring ps") for
-# each compression: none, fp16, int8, sign, topk:0.01 (`strategy ring compress=MODE`).
+# each compression: none, fp16, int8, sign, topk:0.01 (`strategy ring compress=MODE`; top-k
+# is written compress=topk(0.01) in the config).
 #
 # Usage: tests/bench/run bench_compress [--quick]
 #   --quick or BENCH_QUICK=1: a smoke run (under ~2 minutes): the 100 Mbit/s link only,
@@ -162,10 +163,14 @@ probe() { # probe STRATEGY_LINE: 0 when the build takes the line
         --set train.steps=2 >/dev/null 2>"$T/probe.err" && return 0
     ! grep -q "probe\.sl:[0-9]*:[0-9]*" "$T/probe.err"
 }
+opt() { # opt MODE: the option as the config language writes it (topk:F is topk(F): a bare
+    # word cannot hold a ':')
+    case $1 in topk:*) echo "compress=topk(${1#topk:})" ;; *) echo "compress=$1" ;; esac
+}
 for st in $STRATEGIES; do
     for m in $MODES; do
-        if probe "strategy $st compress=$m"; then
-            LINE[$st,$m]="strategy $st compress=$m"
+        if probe "strategy $st $(opt "$m")"; then
+            LINE[$st,$m]="strategy $st $(opt "$m")"
         elif [ "$m" = none ]; then
             LINE[$st,$m]="strategy $st"
         else
