@@ -5,9 +5,11 @@
  * does the socket work meanwhile, so summing chunk k+1 overlaps sending chunk k, and a rank
  * forwards each chunk the moment it is summed (several chunks of a segment in flight). */
 #include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "sluice/compress.h"
 #include "sluice/ring.h"
 
 struct sl_ring {
@@ -18,6 +20,8 @@ struct sl_ring {
     uint64_t seq;        /* collectives started; the step field of every message */
     float *scratch;      /* aligned copy of an unaligned float payload */
     size_t scratch_n;
+    unsigned char *gather; /* compressed allreduce: every rank's payload */
+    size_t gather_n;
 };
 
 /* ---- float16 ----------------------------------------------------------------------- */
@@ -128,6 +132,7 @@ sl_status sl_ring_create(sl_tp *tp, const sl_ring_opts *opts, sl_ring **out) {
 void sl_ring_destroy(sl_ring *r) {
     if (!r) return;
     free(r->scratch);
+    free(r->gather);
     free(r);
 }
 
@@ -353,6 +358,90 @@ sl_status sl_ring_broadcast(sl_ring *r, void *buf, size_t len, int root, uint32_
         if (c.next != root && (s = sl_tp_forward(r->tp, c.next, &h))) return fail(&c, s);
     }
     if ((s = sl_tp_flush(r->tp))) return fail(&c, s);
+    return SL_OK;
+}
+
+sl_status sl_ring_allgather(sl_ring *r, void *all, size_t len, uint32_t tensor) {
+    if (len && !all) return sl_err(SL_EINVAL, "ring allgather: NULL buffer");
+    coll c;
+    sl_status s = begin(r, &c, tensor);
+    if (s) return s;
+    c.dtype = SL_DT_U8;
+    c.esz = c.wsz = 1;
+    int n = c.n, me = c.me;
+    if (n == 1 || len == 0) return SL_OK;
+    char *b = all;
+    size_t chunk = r->chunk_bytes;
+    /* round 0: our own block, zero-copy from the caller's buffer */
+    for (size_t k = 0; k < len; k += chunk)
+        if ((s = send_chunk(&c, b, (size_t)me * len + k, len - k < chunk ? len - k : chunk, 0))) return fail(&c, s);
+    /* round j: the block of rank me - j - 1 arrives from prev and goes on to next, except in
+     * the last round (next is its owner) */
+    for (int round = 0; round < n - 1; round++) {
+        size_t blk = (size_t)((me - round - 1 + 2 * n) % n) * len;
+        for (size_t k = 0; k < len; k += chunk) {
+            size_t cn = len - k < chunk ? len - k : chunk;
+            sl_msg_hdr h;
+            const void *data;
+            if ((s = recv_chunk(&c, SL_MSG_DATA, (uint16_t)round, blk + k, cn, &h, &data))) return fail(&c, s);
+            memcpy(b + blk + k, data, cn);
+            if (round < n - 2) {
+                h.round = (uint16_t)(round + 1);
+                if ((s = sl_tp_forward(r->tp, c.next, &h))) return fail(&c, s);
+            }
+        }
+    }
+    if ((s = sl_tp_flush(r->tp))) return fail(&c, s);
+    return SL_OK;
+}
+
+sl_status sl_ring_allreduce_compressed(sl_ring *r, sl_compress_ef *ef, float *buf, size_t count, sl_reduce_op op,
+                                       uint32_t tensor, int32_t *flag) {
+    if (!ef) return sl_err(SL_EINVAL, "ring compressed allreduce: no error-feedback state");
+    if (count && !buf) return sl_err(SL_EINVAL, "ring compressed allreduce: NULL buffer");
+    if (op != SL_REDUCE_SUM && op != SL_REDUCE_AVG)
+        return sl_err(SL_EINVAL, "ring compressed allreduce: unknown reduce op %d", (int)op);
+    if (r->broken) return sl_err(SL_ESTATE, "ring: an earlier collective failed; the ring must be rebuilt");
+    const sl_compress_spec *sp = sl_compress_ef_spec(ef);
+    int n = sl_tp_size(r->tp), me = sl_tp_rank(r->tp);
+    size_t L = sl_compress_size(sp, count), blk = L + (flag ? 4 : 0), len;
+    if (r->gather_n < blk * (size_t)n) {
+        unsigned char *g = realloc(r->gather, blk * (size_t)n);
+        if (!g) return sl_err(SL_ENOMEM, "ring: out of memory for %d compressed payloads of %zu bytes", n, blk);
+        r->gather = g;
+        r->gather_n = blk * (size_t)n;
+    }
+    unsigned char *mine = r->gather + (size_t)me * blk;
+    /* a NaN or Inf is refused before anything is sent: the peers then learn it from the
+     * strategy's abort, not from a payload */
+    sl_status s = sl_compress_ef_step(ef, buf, count, mine, L, &len, NULL);
+    if (s) return s;
+    if (flag) memcpy(mine + L, flag, 4);
+    if ((s = sl_ring_allgather(r, r->gather, blk, tensor))) return s;
+    /* every rank sums the same payloads in the same order: identical bits everywhere */
+    memset(buf, 0, count * sizeof *buf);
+    int32_t fsum = 0;
+    for (int k = 0; k < n; k++) {
+        const unsigned char *p = r->gather + (size_t)k * blk;
+        char who[160];
+        snprintf(who, sizeof who, "rank %d (%s), collective %llu", k, k == me ? "this rank" : sl_tp_peer_addr(r->tp, k),
+                 (unsigned long long)r->seq);
+        if ((s = sl_compress_decode_add(sp, p, L, count, buf, who))) {
+            r->broken = 1;
+            sl_error e;
+            sl_err_save(&e);
+            sl_tp_abort(r->tp, e.msg);
+            return sl_err_restore(&e);
+        }
+        if (flag) {
+            int32_t f;
+            memcpy(&f, p + L, 4);
+            fsum = (int32_t)((uint32_t)fsum + (uint32_t)f);
+        }
+    }
+    if (op == SL_REDUCE_AVG)
+        for (size_t i = 0; i < count; i++) buf[i] /= (float)n;
+    if (flag) *flag = fsum;
     return SL_OK;
 }
 

@@ -352,7 +352,7 @@ int main(int argc, char **argv) {
         goto done;
     }
     if (is_ring) {
-        sl_strategy_ring_opts ro = {.timeout_s = timeout_s, .curve = have_curve ? &curve : NULL};
+        sl_strategy_ring_opts ro = {.timeout_s = timeout_s, .curve = have_curve ? &curve : NULL, .compress = tc.compress};
         if (hash_prefix && cl.world > 1) {
             char path[4096];
             snprintf(path, sizeof path, "%s.%d", hash_prefix, cl.rank);

@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "sluice/safetensors.h"
+#include "sluice/strategy.h"
 #include "sluice/train.h"
 #include "train/model_priv.h"
 
@@ -478,7 +479,7 @@ static sl_status pl_numbered(pathlist *l, const char *dir, const char *prefix, c
 
 sl_status sl_train_prepare_run_dir(const char *run_dir, bool overwrite, FILE *console) {
     pathlist l = {0};
-    int nckpt = 0, nev = 0, nshard = 0;
+    int nckpt = 0, nev = 0, nshard = 0, nres = 0;
     sl_status s = pl_numbered(&l, run_dir, CKPT_PREFIX, CKPT_SUFFIX, &nckpt);
     if (s) goto done;
     DIR *d = opendir(run_dir);
@@ -498,6 +499,15 @@ sl_status sl_train_prepare_run_dir(const char *run_dir, bool overwrite, FILE *co
             int k = 0;
             if (stat(sub, &sb) == 0 && S_ISDIR(sb.st_mode)) s = pl_numbered(&l, sub, "shard-", ".safetensors", &k);
             nshard += k;
+        } else if (strncmp(de->d_name, "replica-", 8) == 0 && de->d_name[8] >= '0' && de->d_name[8] <= '9' &&
+                   strspn(de->d_name + 8, "0123456789") == strlen(de->d_name + 8)) {
+            /* compression residuals of the replicas (sl_train_save_residual) */
+            char sub[1200];
+            snprintf(sub, sizeof sub, "%s/%s", run_dir, de->d_name);
+            struct stat sb;
+            int k = 0;
+            if (stat(sub, &sb) == 0 && S_ISDIR(sb.st_mode)) s = pl_numbered(&l, sub, "residual-", ".safetensors", &k);
+            nres += k;
         }
     }
     closedir(d);
@@ -511,8 +521,11 @@ sl_status sl_train_prepare_run_dir(const char *run_dir, bool overwrite, FILE *co
         len += (size_t)snprintf(what + len, sizeof what - len, "%s%d TensorBoard event file%s", len ? ", " : "", nev,
                                 nev > 1 ? "s" : "");
     if (nshard && len < sizeof what)
-        snprintf(what + len, sizeof what - len, "%s%d ps shard checkpoint%s", len ? ", " : "", nshard,
-                 nshard > 1 ? "s" : "");
+        len += (size_t)snprintf(what + len, sizeof what - len, "%s%d ps shard checkpoint%s", len ? ", " : "", nshard,
+                                nshard > 1 ? "s" : "");
+    if (nres && len < sizeof what)
+        snprintf(what + len, sizeof what - len, "%s%d replica residual file%s", len ? ", " : "", nres,
+                 nres > 1 ? "s" : "");
     if (!overwrite) {
         s = sl_err(SL_EINVAL, "run folder %s holds another run's files: %s; a new run would mix with them", run_dir, what);
         sl_err_hint("continue that run with --resume, replace it with --overwrite, or choose another --run-dir");
@@ -532,5 +545,95 @@ sl_status sl_train_prepare_run_dir(const char *run_dir, bool overwrite, FILE *co
 done:
     for (int i = 0; i < l.n; i++) free(l.p[i]);
     free(l.p);
+    return s;
+}
+
+/* ---- per-replica residuals (sluice/strategy.h) ------------------------------------------ */
+
+void sl_train_residual_path(const char *run_dir, int rank, int64_t step, char *buf, size_t n) {
+    snprintf(buf, n, "%s/replica-%d/residual-%09" PRId64 ".safetensors", run_dir, rank, step);
+}
+
+sl_status sl_train_save_residual(const char *run_dir, int rank, int64_t step, const char *codec, const double *r,
+                                 size_t n, int keep) {
+    char dir[1200], path[1300];
+    snprintf(dir, sizeof dir, "%s/replica-%d", run_dir, rank);
+    sl_status s = sl__make_dirs(dir, "replica state folder");
+    if (s) return s;
+    sl_train_residual_path(run_dir, rank, step, path, sizeof path);
+    sl_st_writer *w = NULL;
+    if ((s = sl_st_writer_new(&w))) return s;
+    sl_st_writer_set_checksums(w, true);
+    int64_t dims = (int64_t)n;
+    char cnt[32];
+    snprintf(cnt, sizeof cnt, "%zu", n);
+    if (!(s = sl_st_writer_add(w, "residual", SL_DT_F64, 1, &dims, r)) &&
+        !(s = sl_st_writer_set_meta(w, "format", "sluice-residual")) && !(s = sl_st_writer_set_meta(w, "version", "1")) &&
+        !(s = set_meta_i64(w, "step", step)) && !(s = set_meta_i64(w, "rank", rank)) &&
+        !(s = sl_st_writer_set_meta(w, "codec", codec)) && !(s = sl_st_writer_set_meta(w, "count", cnt)))
+        s = sl_st_writer_write(w, path);
+    sl_st_writer_free(w);
+    if (s) return s;
+    if (keep > 0) {
+        char **list;
+        int k = sl__list_numbered(dir, "residual-", ".safetensors", &list);
+        for (int i = keep; i < k; i++)
+            if (unlink(list[i]) != 0 && errno != ENOENT)
+                fprintf(stderr, "warning: cannot remove old residual %s (keep=%d): %s\n", list[i], keep, strerror(errno));
+        if (k > 0) sl_train_free_list(list, k);
+    }
+    return SL_OK;
+}
+
+sl_status sl_train_load_residual(const char *run_dir, int rank, int64_t step, const char *codec, double *r, size_t n) {
+    char path[1300];
+    sl_train_residual_path(run_dir, rank, step, path, sizeof path);
+    struct stat sb;
+    if (stat(path, &sb) != 0 && errno == ENOENT)
+        return sl_err(SL_ENOTFOUND, "%s: no residual for rank %d at step %" PRId64, path, rank, step);
+    sl_st_file *f = NULL;
+    sl_tensor t = SL_TENSOR_EMPTY;
+    sl_status s = sl_st_open(path, &f);
+    if (s) return s;
+    bool present = false;
+    if ((s = sl_st_verify(f, &present))) goto done;
+    const char *fmt = sl_st_meta(f, "format"), *cd = sl_st_meta(f, "codec"), *st = sl_st_meta(f, "step"),
+               *rk = sl_st_meta(f, "rank");
+    char want_step[32], want_rank[16];
+    snprintf(want_step, sizeof want_step, "%" PRId64, step);
+    snprintf(want_rank, sizeof want_rank, "%d", rank);
+    if (!present || !fmt || strcmp(fmt, "sluice-residual") != 0 || !st || strcmp(st, want_step) != 0 || !rk ||
+        strcmp(rk, want_rank) != 0 || !cd) {
+        s = sl_err(SL_ECORRUPT, "%s: not the residual of rank %d at step %" PRId64
+                   " (format %s, step %s, rank %s, checksums %s)", path, rank, step, fmt ? fmt : "missing",
+                   st ? st : "missing", rk ? rk : "missing", present ? "present" : "missing");
+        goto done;
+    }
+    if (strcmp(cd, codec) != 0) {
+        s = sl_err(SL_EINVAL, "%s: the residual of compress=%s; this run uses compress=%s", path, cd, codec);
+        sl_err_hint("resume with the compression the run was checkpointed with, or start a new run");
+        goto done;
+    }
+    if ((s = sl_st_get(f, "residual", &t))) {
+        if (s == SL_ENOTFOUND) s = sl_err(SL_ECORRUPT, "%s: no tensor 'residual'", path);
+        goto done;
+    }
+    if (t.dtype != SL_DT_F64 || t.rank != 1 || t.dims[0] != (int64_t)n) {
+        char got[96];
+        s = sl_err(SL_EINVAL, "%s: residual is %s, the model's gradient has %zu float64 values", path,
+                   sl_tensor_describe(&t, got, sizeof got), n);
+        goto done;
+    }
+    const double *v = t.data;
+    for (size_t i = 0; i < n; i++)
+        if (!isfinite(v[i])) {
+            s = sl_err(SL_ECORRUPT, "%s: residual value %zu is not finite", path, i);
+            goto done;
+        }
+    memcpy(r, v, n * sizeof *r);
+    s = sl_st_intact(f);
+done:
+    sl_tensor_release(&t);
+    sl_st_close(f);
     return s;
 }

@@ -33,6 +33,9 @@ struct sl_strategy_ring {
     size_t n_host;
     int64_t last_step;  /* the last exchanged step, -1 before the first */
     sl_model *model;    /* from start (borrowed), for the final hash */
+    sl_compress_spec cs; /* compress=...; kind none: float32 (or ring.fp16) allreduce */
+    sl_compress_ef *ef; /* this replica's residual, created at the first compressed exchange */
+    size_t ef_n;        /* the gradient's length (ef's count) */
 };
 
 /* FNV-1a 64 over bytes: cheap, and any flipped bit changes it. */
@@ -116,6 +119,60 @@ fail:
     return st;
 }
 
+static sl_status ensure_ef(sl_strategy_ring *s, size_t n) {
+    if (s->ef && s->ef_n == n) return SL_OK;
+    if (s->ef)
+        return sl_err(SL_EINVAL, "ring strategy: the gradient had %zu values and now %zu (compression keeps a residual "
+                                 "per value)", s->ef_n, n);
+    sl_status st = sl_compress_ef_create(&s->cs, n, &s->ef);
+    if (!st) s->ef_n = n;
+    return st;
+}
+
+static uint64_t ring_wire_bytes(void *ctx) {
+    sl_strategy_ring *s = ctx;
+    if (!s->tp) return 0;
+    sl_tp_stats ts;
+    sl_tp_get_stats(s->tp, &ts);
+    return ts.sent_bytes;
+}
+
+/* The residual goes into a per-replica sidecar of the checkpoint (sluice/strategy.h). */
+static sl_status ring_save_state(void *ctx, const char *run_dir, int64_t step, int keep) {
+    sl_strategy_ring *s = ctx;
+    if (s->cs.kind == SL_COMPRESS_NONE) return SL_OK;
+    size_t ng = 0;
+    if (s->model) sl_model_grads(s->model, &ng);
+    sl_status st = ensure_ef(s, s->ef ? s->ef_n : ng);
+    if (st) return st;
+    char codec[32];
+    size_t n;
+    const double *r = sl_compress_ef_residual(s->ef, &n);
+    st = sl_train_save_residual(run_dir, s->rank, step, sl_compress_name(&s->cs, codec, sizeof codec), r, n, keep);
+    if (st) sl_err_prefix("ring strategy: rank %d: saving the compression residual: ", s->rank);
+    return st;
+}
+
+static sl_status ring_load_state(void *ctx, const char *run_dir, int64_t step) {
+    sl_strategy_ring *s = ctx;
+    if (s->cs.kind == SL_COMPRESS_NONE || !s->model) return SL_OK;
+    size_t ng;
+    sl_model_grads(s->model, &ng);
+    sl_status st = ensure_ef(s, ng);
+    if (st) return st;
+    char codec[32];
+    size_t n;
+    double *r = sl_compress_ef_residual(s->ef, &n);
+    st = sl_train_load_residual(run_dir, s->rank, step, sl_compress_name(&s->cs, codec, sizeof codec), r, n);
+    if (st == SL_ENOTFOUND) {
+        fprintf(stderr, "warning: ring strategy: rank %d: %s: starting compress=%s from a zero residual\n", s->rank,
+                sl_errmsg(), codec);
+        return SL_OK;
+    }
+    if (st) sl_err_prefix("ring strategy: rank %d: --resume: ", s->rank);
+    return st;
+}
+
 /* The exchange; with more != NULL the has-data flag rides as float n of the same allreduce
  * (the model's spare gradient float on the CPU, SL__GRADS_SPARE; the staging buffer's
  * otherwise): 1 or 0 per replica, averaged like the gradient to k / world, k the replicas
@@ -141,10 +198,28 @@ static sl_status exchange(sl_strategy_ring *s, sl_model *m, float *grads, size_t
             return st;
         buf = s->host;
     }
-    if (extra) buf[n] = *more ? 1.0f : 0.0f;
-    if ((st = sl_ring_allreduce(s->ring, buf, n + extra, SL_DT_F32, SL_REDUCE_AVG, (uint32_t)step))) {
-        sl_err_prefix("ring strategy: step %" PRId64 ": ", step);
-        return st;
+    if (s->cs.kind != SL_COMPRESS_NONE) {
+        /* compressed: the flag rides in the payloads as an int32 and comes back summed */
+        if ((st = ensure_ef(s, n))) return st;
+        int32_t flag = more && *more ? 1 : 0;
+        if ((st = sl_ring_allreduce_compressed(s->ring, s->ef, buf, n, SL_REDUCE_AVG, (uint32_t)step,
+                                               more ? &flag : NULL))) {
+            sl_err_prefix("ring strategy: step %" PRId64 ": ", step);
+            return st;
+        }
+        if (more) {
+            if (flag < 0 || flag > s->world)
+                return sl_err(SL_EPEER, "ring strategy: step %" PRId64 ": the replicas' has-data flags sum to %d of %d",
+                              step, (int)flag, s->world);
+            *more = (int)flag;
+        }
+        extra = 0;
+    } else {
+        if (extra) buf[n] = *more ? 1.0f : 0.0f;
+        if ((st = sl_ring_allreduce(s->ring, buf, n + extra, SL_DT_F32, SL_REDUCE_AVG, (uint32_t)step))) {
+            sl_err_prefix("ring strategy: step %" PRId64 ": ", step);
+            return st;
+        }
     }
     if (extra) {
         float f = buf[n] * (float)s->world;
@@ -245,6 +320,7 @@ sl_status sl_strategy_ring_create(const sl_cluster *c, const sl_strategy_ring_op
     s->world = c->world;
     s->hash_log = o.hash_log;
     s->last_step = -1;
+    s->cs = o.compress;
     sl_status st;
     if (c->world > 1) {
         sl_tp_opts to = {.timeout_s = o.timeout_s > 0 ? o.timeout_s : c->timeout_s > 0 ? c->timeout_s : 30.0,
@@ -260,6 +336,11 @@ sl_status sl_strategy_ring_create(const sl_cluster *c, const sl_strategy_ring_op
         hooks->finish = ring_finish;
         hooks->exchange_more = ring_exchange_more;
         hooks->allsum = ring_allsum;
+        hooks->wire_bytes = ring_wire_bytes;
+        if (o.compress.kind != SL_COMPRESS_NONE) {
+            hooks->save_state = ring_save_state;
+            hooks->load_state = ring_load_state;
+        }
     }
     hooks->ctx = s;
     hooks->world_size = c->world;
@@ -272,6 +353,7 @@ sl_status sl_strategy_ring_create(const sl_cluster *c, const sl_strategy_ring_op
 void sl_strategy_ring_free(sl_strategy_ring *s) {
     if (!s) return;
     teardown(s);
+    sl_compress_ef_free(s->ef);
     free(s->host);
     free(s);
 }

@@ -32,7 +32,9 @@ static const stmt_def DEFS[] = {
     {"threads", "threads N            (CPU backend threads, 0: all cores)", {NULL}},
     {"seed", "seed N", {NULL}},
     {"log", "log every=N          (TensorBoard train scalars every N steps; default: once per epoch)", {"every", NULL}},
-    {"strategy", "strategy none | ring | ps [mode=async|sync] [staleness=K]", {"mode", "staleness", NULL}},
+    {"strategy", "strategy none | ring [compress=C] | ps [mode=async|sync] [staleness=K] [compress=C]\n"
+                 "          C: none | fp16 | int8 | sign | topk(F)   (F: the fraction kept, e.g. topk(0.01) or \"topk:0.01\")",
+     {"mode", "staleness", "compress", NULL}},
 };
 #define NDEFS ((int)(sizeof DEFS / sizeof DEFS[0]))
 
@@ -322,6 +324,49 @@ static sl_status read_ps_options(const sl_cfg *cfg, const sl_cfg_stmt *s, const 
     return SL_OK;
 }
 
+static const char COMPRESS_CHOICES[] = "none, fp16, int8, sign, topk(F) (F in (0, 1], e.g. topk(0.01) or \"topk:0.01\")";
+
+/* compress=none|fp16|int8|sign|topk(F), also "topk:F" as a string (a ':' cannot stand in a
+ * bare word of the language). Only ring and ps exchange gradients; a later strategy
+ * statement resets it. */
+static sl_status read_compress(const sl_cfg *cfg, const sl_cfg_stmt *s, sl_train_config *c) {
+    c->compress = (sl_compress_spec){0};
+    const sl_cfg_value *v = sl_cfg_opt(s, "compress");
+    if (!v) return SL_OK;
+    if (strcmp(c->strategy, "none") == 0) {
+        sl_cfg_err(cfg, v->loc, SL_EINVAL, "compress= is an option of `strategy ring` and `strategy ps`, not of "
+                                           "`strategy none` (one replica sends no gradients)");
+        sl_err_hint("write `strategy ring compress=...`, or drop the option");
+        return SL_EINVAL;
+    }
+    char text[64];
+    if (v->kind == SL_CV_CALL && v->text && strcmp(v->text, "topk") == 0) {
+        if (v->nargs != 1 || v->args[0].key || v->args[0].v.kind != SL_CV_NUMBER) {
+            sl_cfg_err(cfg, v->loc, SL_EINVAL, "compress=topk(F) takes one number, the fraction kept");
+            sl_err_hint("e.g. compress=topk(0.01) keeps the largest 1%% of each bucket; the choices: %s",
+                        COMPRESS_CHOICES);
+            return SL_EINVAL;
+        }
+        snprintf(text, sizeof text, "topk:%.17g", v->args[0].v.num);
+    } else if ((v->kind == SL_CV_IDENT || v->kind == SL_CV_STRING) && v->text && strlen(v->text) < sizeof text) {
+        snprintf(text, sizeof text, "%s", v->text);
+    } else {
+        sl_cfg_err(cfg, v->loc, SL_EINVAL, "compress= takes a codec name");
+        sl_err_hint("the choices: %s", COMPRESS_CHOICES);
+        return SL_EINVAL;
+    }
+    if (sl_compress_parse(text, &c->compress)) {
+        char msg[512];
+        snprintf(msg, sizeof msg, "%s", sl_errmsg());
+        sl_cfg_err(cfg, v->loc, SL_EINVAL, "compress=%s: %s", text, msg);
+        const char *sug = sl_suggest(text, (const char *const[]){"none", "fp16", "int8", "sign", "topk"}, 5);
+        if (sug) sl_err_hint("did you mean '%s'? the choices: %s", sug, COMPRESS_CHOICES);
+        else sl_err_hint("the choices: %s", COMPRESS_CHOICES);
+        return SL_EINVAL;
+    }
+    return SL_OK;
+}
+
 sl_status sl_train_config_parse(const sl_cfg *cfg, sl_train_config *out) {
     sl_train_config c;
     memset(&c, 0, sizeof c);
@@ -457,6 +502,7 @@ sl_status sl_train_config_parse(const sl_cfg *cfg, sl_train_config *out) {
                 strcpy(c.strategy, STRATEGIES[k]);
                 st = read_ps_options(cfg, s, d, &c);
             }
+            if (!st) st = read_compress(cfg, s, &c);
         }
         if (st) {
             if (!strstr(sl_errmsg(), "HINT")) usage_hint(st, d);

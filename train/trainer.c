@@ -43,6 +43,7 @@ struct sl_trainer {
     int64_t steps_per_epoch;   /* 0 until known */
     int64_t total_steps;       /* the run's length in steps, 0 until known */
     bool ran;
+    int64_t last_save;         /* the step of the last checkpoint this replica saved (0: none) */
     int32_t *warned;           /* lockstep: the per-replica counts last warned about (2 x world), or NULL */
     double run_t0;             /* progress eta: when the loop began, at step run_step0 */
     int64_t run_step0;
@@ -423,8 +424,13 @@ static sl_status save(sl_trainer *t, int64_t step, int64_t epoch, int64_t batch)
     snprintf(path, sizeof path, "%s/ckpt-%09" PRId64 ".safetensors", t->c.run_dir, step);
     sl_ckpt_position pos = {.step = step, .epoch = epoch, .batch = batch, .steps_per_epoch = t->steps_per_epoch,
                             .model_hash = t->c.model_hash, .batch_size = t->c.batch};
-    sl_status s = sl_train_save_checkpoint(path, t->model, t->optim, t->c.model, sl_cfg_filename(t->cfg), &pos);
+    /* every replica's own state (compression residuals) beside the chief's checkpoint */
+    sl_status s = SL_OK;
+    if (chief(t)) s = sl_train_save_checkpoint(path, t->model, t->optim, t->c.model, sl_cfg_filename(t->cfg), &pos);
+    if (!s && t->hooks.save_state) s = t->hooks.save_state(t->hooks.ctx, t->c.run_dir, step, t->c.ckpt_keep);
     if (s) return s;
+    t->last_save = step;
+    if (!chief(t)) return SL_OK;
     if (t->c.ckpt_keep > 0) {
         char **list;
         int n = sl_train_list_checkpoints(t->c.run_dir, &list);
@@ -596,7 +602,11 @@ typedef struct {
     int64_t correct, examples, batches;
     double wait, compute, exchange; /* seconds */
     double t0, t1;         /* the epoch's training began / ended (t1 before its evaluation) */
+    uint64_t wire0;        /* the exchange's bytes sent before the epoch (hooks.wire_bytes) */
+    int64_t step0;         /* the step the epoch began at */
 } epoch_acc;
+
+static uint64_t wire_bytes(const sl_trainer *t) { return t->hooks.wire_bytes ? t->hooks.wire_bytes(t->hooks.ctx) : 0; }
 
 /* line: print an "eval  step N ..." console line; the epoch-end evaluation is printed on
  * the epoch line instead ("eval accuracy"), so every evaluation shows once on the console. */
@@ -628,6 +638,8 @@ static sl_status end_epoch(sl_trainer *t, int64_t epoch, int64_t step, const epo
     double wait = busy > 0 ? a->wait / busy : 0;
     t->sum.train_loss = loss;
     t->sum.train_accuracy = acc;
+    /* bytes this replica sent per step in the epoch (every replica sends about as many) */
+    double wire = step > a->step0 ? (double)(wire_bytes(t) - a->wire0) / (double)(step - a->step0) : 0;
     FILE *f = console(t);
     if (f) {
         progress_clear(t);
@@ -638,10 +650,12 @@ static sl_status end_epoch(sl_trainer *t, int64_t epoch, int64_t step, const epo
         fprintf(f, "  step %" PRId64 "  loss %.4f  accuracy %.4f  %.0f examples/s  input wait %.1f%%  lr %.3g", step,
                 loss, acc, eps, 100 * wait, lr);
         if (eval_acc >= 0) fprintf(f, "  eval accuracy %.4f", eval_acc);
+        if (t->hooks.wire_bytes && step > a->step0) fprintf(f, "  wire %.1f KiB/step", wire / 1024);
         fprintf(f, "  (%.1f s)\n", now_s() - a->t0);
         fflush(f);
     }
     sl_status s;
+    if (t->hooks.wire_bytes && step > a->step0 && (s = scalar(t, "train/wire_bytes_per_step", step, wire))) return s;
     if (t->c.log_every > 0) return t->events ? sl_tfev_flush(t->events) : SL_OK; /* log_window writes them */
     if ((s = scalar(t, "train/loss", step, loss)) || (s = scalar(t, "train/accuracy", step, acc)) ||
         (s = scalar(t, "train/learning_rate", step, lr)) || (s = scalar(t, "train/examples_per_sec", step, eps)) ||
@@ -721,7 +735,7 @@ static sl_status train_loop(sl_trainer *t, int64_t step, int64_t epoch, int64_t 
             stopped = true;
             break;
         }
-        epoch_acc a = {.t0 = now_s()};
+        epoch_acc a = {.t0 = now_s(), .wire0 = wire_bytes(t), .step0 = step};
         double last_draw = 0;
         if ((s = open_epoch(t, epoch, &it))) goto out;
         int64_t b = 0;
@@ -828,7 +842,8 @@ static sl_status train_loop(sl_trainer *t, int64_t step, int64_t epoch, int64_t 
                 goto out;
             progress(t, &last_draw, epoch, b, step, a.examples ? a.loss_sum / (double)a.examples : 0, a.correct,
                      a.examples);
-            if (chief(t) && every_steps(&t->c.ckpt_every, step) && (s = save(t, step, epoch, b))) goto out;
+            if ((chief(t) || t->hooks.save_state) && every_steps(&t->c.ckpt_every, step) && (s = save(t, step, epoch, b)))
+                goto out;
             if (chief(t) && t->eval_ds && every_steps(&t->c.eval_every, step)) {
                 if ((s = run_eval(t, step, true, &eval_acc))) goto out;
                 last_eval = eval_acc;
@@ -876,7 +891,9 @@ static sl_status train_loop(sl_trainer *t, int64_t step, int64_t epoch, int64_t 
         }
         if (chief(t) && (s = end_epoch(t, full ? epoch - 1 : epoch, step, &a, lr, eval_acc))) goto out;
         if (uneven && (s = warn_uneven(t, epoch - 1, b, end_seen))) goto out;
-        if (chief(t) && full && every_epochs(&t->c.ckpt_every, epoch) && (s = save(t, step, epoch, 0))) goto out;
+        if ((chief(t) || t->hooks.save_state) && full && every_epochs(&t->c.ckpt_every, epoch) &&
+            (s = save(t, step, epoch, 0)))
+            goto out;
         busy_wait += a.wait;
         busy_all += a.wait + a.compute + a.exchange;
         run_examples += a.examples;
@@ -898,6 +915,9 @@ static sl_status train_loop(sl_trainer *t, int64_t step, int64_t epoch, int64_t 
         bool have = n > 0 && strcmp(list[0], want) == 0;
         if (n > 0) sl_train_free_list(list, n);
         if (!have && (s = save(t, step, epoch, pos_batch))) goto out;
+    } else if (t->hooks.save_state && (t->c.ckpt_every.epochs || t->c.ckpt_every.steps) && t->last_save != step &&
+               t->sum.start_step != step && (s = save(t, step, epoch, pos_batch))) {
+        goto out; /* the other replicas: the same decision as the chief's, from what they saved */
     }
     if (chief(t) && t->eval_ds && !stopped) {
         if (last_eval_step != step) {
@@ -946,6 +966,10 @@ sl_status sl_trainer_run(sl_trainer *t) {
     if (t->hooks.start) {
         int64_t st0 = pos.step;
         if ((s = t->hooks.start(t->hooks.ctx, t->model, t->optim, &pos.step))) goto done;
+        /* every replica's own checkpointed state (compression residuals) of that step */
+        if (t->opts.resume && pos.step > 0 && pos.step == st0 && t->hooks.load_state &&
+            (s = t->hooks.load_state(t->hooks.ctx, t->c.run_dir, pos.step)))
+            goto done;
         if (pos.step != st0) {
             /* a ps worker rejoining: start at that step's epoch and batch */
             if (pos.step < st0) {

@@ -57,6 +57,32 @@ sl_status sl_ring_allreduce(sl_ring *r, void *buf, size_t count, sl_dtype dtype,
  * for allreduce. */
 sl_status sl_ring_broadcast(sl_ring *r, void *buf, size_t len, int root, uint32_t tensor);
 
+/* Allgather: all holds n blocks of len bytes (n = the ring's size); this rank's block is
+ * all[rank * len .. +len) on entry, and on return every block holds its owner's bytes, on
+ * every rank. Ring algorithm: n - 1 rounds, each block forwarded around once, chunked as
+ * allreduce; each rank sends and receives (n - 1) * len bytes (an allreduce of the same
+ * len bytes sends 2 (n - 1) / n * len). Every rank passes the same len and tensor id (a
+ * length mismatch is SL_EPEER naming the peer). Errors as for allreduce. */
+sl_status sl_ring_allgather(sl_ring *r, void *all, size_t len, uint32_t tensor);
+
+/* Compressed allreduce with error feedback (sluice/compress.h): buf holds this rank's count
+ * float32 values; ef (this rank's residual state, count values) compresses buf + residual
+ * into one payload, the ring allgathers every rank's payload, and every rank decodes them
+ * in rank order 0..n-1, adding into buf from zero (then dividing by n for SL_REDUCE_AVG):
+ * the same payload bytes summed in the same order, so the result is bit-identical on every
+ * rank. flag (may be NULL): an int32 that rides along in every payload and comes back as
+ * the sum over the ranks. Bytes each rank sends and receives per call: (n - 1) * (P + 4 if
+ * flag), P = sl_compress_size (int8: about count bytes; sign: count / 7.5; topk F: 6 F
+ * count; fp16: 2 count), against 2 (n - 1) / n * 4 count for the float32 ring allreduce:
+ * int8 sends 4x less at 2 ranks and breaks even near 8; sign and top-k stay far below
+ * it for any ring size this workload has. Errors as for allreduce, plus the codec's:
+ * SL_ERANGE for a NaN or Inf in this rank's values (nothing sent), SL_ECORRUPT naming the
+ * rank whose payload does not validate (the ring is then unusable). On failure buf is
+ * unspecified. */
+struct sl_compress_ef;
+sl_status sl_ring_allreduce_compressed(sl_ring *r, struct sl_compress_ef *ef, float *buf, size_t count,
+                                       sl_reduce_op op, uint32_t tensor, int32_t *flag);
+
 /* Return when every rank has entered the barrier. Errors as for allreduce. */
 sl_status sl_ring_barrier(sl_ring *r);
 

@@ -47,6 +47,7 @@
 #include <stdio.h>
 
 #include "sluice/cluster.h"
+#include "sluice/compress.h"
 #include "sluice/ring.h"
 #include "sluice/status.h"
 #include "sluice/train.h"
@@ -54,6 +55,37 @@
 #ifdef __cplusplus
 extern "C" {
 #endif
+
+/* ---- gradient compression (sluice/compress.h) -----------------------------------------
+ *
+ * `strategy ring compress=C` (C: fp16, int8, sign, topk(F); opts.compress): every step each
+ * replica adds its residual to its gradient, compresses it (error feedback), and the ring
+ * allgathers the payloads; every replica decodes all of them in rank order and averages,
+ * so the replicas hold bit-identical averages (sl_ring_allreduce_compressed: what each
+ * codec costs on the wire is there). The has-data flag of lockstep epochs rides in the
+ * payloads as an int32.
+ *
+ * Residuals in checkpoints: they are per replica, so each replica writes its own sidecar
+ * file RUN_DIR/replica-R/residual-SSSSSSSSS.safetensors at every checkpoint step (the
+ * trainer's save_state hook; tensor "residual" float64 [n], metadata format=sluice-residual,
+ * version=1, step, rank, codec, count, with CRC32Cs like the checkpoints; the oldest beyond
+ * `keep` removed). On --resume each replica loads the one of the step the run resumes from
+ * (load_state): a damaged one fails the run naming the file (SL_ECORRUPT), one of another
+ * codec fails it too (SL_EINVAL); a missing one (the run was checkpointed without
+ * compression) starts from a zero residual with a warning. A new run's folder preparation
+ * removes (or, without --overwrite, refuses) earlier runs' residual files. */
+
+/* RUN_DIR/replica-R/residual-SSSSSSSSS.safetensors into buf. */
+void sl_train_residual_path(const char *run_dir, int rank, int64_t step, char *buf, size_t n);
+/* Write r[0..n) as replica `rank`'s residual at `step` (crash-safe, with checksums); keep >
+ * 0: remove that replica's older residual files beyond the newest `keep`. SL_OK, SL_EIO,
+ * SL_ENOMEM. */
+sl_status sl_train_save_residual(const char *run_dir, int rank, int64_t step, const char *codec, const double *r,
+                                 size_t n, int keep);
+/* Load it into r[0..n). SL_OK; SL_ENOTFOUND (no file: r unchanged); SL_ECORRUPT naming the
+ * file (checksums, metadata of another step or rank, a non-finite value); SL_EINVAL (another
+ * codec, or another count than n); SL_EIO. */
+sl_status sl_train_load_residual(const char *run_dir, int rank, int64_t step, const char *codec, double *r, size_t n);
 
 typedef struct sl_strategy_ring_opts {
     double timeout_s;    /* receive timeout: a dead or silent peer fails the step after at most
@@ -64,6 +96,7 @@ typedef struct sl_strategy_ring_opts {
                             digits) and one for the final parameters: replicas compare their
                             logs to check that they hold bit-identical parameters */
     const sl_tp_curve *curve; /* NULL: plaintext; else CURVE keys (borrowed, copied at create) */
+    sl_compress_spec compress; /* sl_train_config.compress; zero: none (float32, or ring.fp16) */
 } sl_strategy_ring_opts;
 
 typedef struct sl_strategy_ring sl_strategy_ring;

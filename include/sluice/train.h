@@ -18,6 +18,7 @@
  *         threads 0                      # CPU backend threads (0: all cores)
  *         seed 1                         # initialisation, dropout, per-epoch shuffle order
  *         strategy none                  # none | ring | ps [mode=async|sync] [staleness=K]
+ *                                        #  ring and ps: [compress=none|fp16|int8|sign|topk(F)]
  *     }
  *
  * Batches: the training pipeline's `batch N` is the GLOBAL batch (tf.distribute's
@@ -60,6 +61,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "sluice/compress.h"
 #include "sluice/config.h"
 #include "sluice/model.h"
 #include "sluice/status.h"
@@ -94,6 +96,7 @@ typedef struct sl_train_config {
     char strategy[16];          /* "none", "ring", "ps" */
     bool ps_sync;               /* strategy ps mode=sync (default async) */
     int ps_staleness;           /* strategy ps staleness=K; -1 (default): no bound */
+    sl_compress_spec compress;  /* strategy ring|ps compress=...; default none (sluice/compress.h) */
     int64_t batch;              /* the training pipeline's global batch (its `batch N`) */
     int64_t eval_batch;         /* the evaluation pipeline's batch (0 without one) */
     uint64_t model_hash;        /* FNV-1a over the model block's statements */
@@ -163,6 +166,16 @@ typedef struct sl_train_hooks {
      * (each replica fills its own slots, zeros elsewhere: slot r of each block of world_size
      * ints is replica r's). Errors as for exchange. */
     sl_status (*allsum)(void *ctx, int32_t *v, size_t n, uint32_t tag);
+    /* Optional (NULL: none). wire_bytes: payload bytes this replica has sent so far; the
+     * loop reports the bytes per step in the epoch line ("wire N KiB/step") and as the
+     * scalar train/wire_bytes_per_step. save_state: per-replica state that checkpoints must
+     * keep (compression residuals, sluice/strategy.h), called on EVERY replica at each
+     * checkpoint step (the chief's checkpoint is written first), with the run folder and the
+     * config's keep. load_state: on every replica after start, when the run resumed from the
+     * checkpoint of `step`. Their errors stop the run like a checkpoint's. */
+    uint64_t (*wire_bytes)(void *ctx);
+    sl_status (*save_state)(void *ctx, const char *run_dir, int64_t step, int keep);
+    sl_status (*load_state)(void *ctx, const char *run_dir, int64_t step);
 } sl_train_hooks;
 
 /* ---- the trainer ---------------------------------------------------------------------- */

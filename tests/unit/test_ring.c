@@ -11,6 +11,7 @@
 #include <unistd.h>
 #include <zmq.h>
 
+#include "sluice/compress.h"
 #include "sluice/ring.h"
 #include "sluice/transport.h"
 #include "test.h"
@@ -56,12 +57,50 @@ typedef struct job {
     sl_dtype dt;
     sl_reduce_op op;
     int root;
+    sl_compress_spec cs;  /* DO_CALLRED: the codec */
+    int32_t flag;         /* DO_CALLRED: in: this rank's flag; out: the sum */
+    int steps;            /* DO_CALLRED: steps of fresh gradients */
+    uint64_t hash;        /* DO_CALLRED: FNV-1a over every step's result */
     sl_status st;
     char msg[1024];
     double took;
 } job;
 
-enum { DO_ALLREDUCE, DO_BROADCAST, DO_BARRIER };
+enum { DO_ALLREDUCE, DO_BROADCAST, DO_BARRIER, DO_ALLGATHER, DO_CALLRED };
+
+static uint64_t fnv_bytes(uint64_t h, const void *p, size_t n) {
+    const unsigned char *b = p;
+    for (size_t i = 0; i < n; i++) h = (h ^ b[i]) * 0x100000001b3ULL;
+    return h;
+}
+
+/* Rank r's gradient at step t: different on every rank and step. */
+static float grad_at(int rank, int t, size_t i) {
+    uint32_t x = (uint32_t)(i * 2654435761u) ^ (uint32_t)(rank * 40503 + t * 977);
+    x ^= x >> 15;
+    x *= 0x2c1b3c6du;
+    x ^= x >> 12;
+    return ((float)(x % 20001) - 10000.0f) * 1e-4f;
+}
+
+/* steps of compressed allreduce with error feedback; buf ends with the last result */
+static sl_status run_callred(job *j, sl_ring *r) {
+    sl_compress_ef *ef;
+    sl_status st = sl_compress_ef_create(&j->cs, j->count, &ef);
+    if (st) return st;
+    float *g = j->buf;
+    j->hash = 0xcbf29ce484222325ULL;
+    int32_t f = j->flag;
+    for (int t = 0; t < (j->steps ? j->steps : 1) && !st; t++) {
+        for (size_t i = 0; i < j->count; i++) g[i] = grad_at(j->rank, t, i);
+        f = j->flag;
+        st = sl_ring_allreduce_compressed(r, ef, g, j->count, SL_REDUCE_AVG, (uint32_t)t, &f);
+        if (!st) j->hash = fnv_bytes(j->hash, g, j->count * sizeof *g);
+    }
+    j->flag = f;
+    sl_compress_ef_free(ef);
+    return st;
+}
 
 static atomic_int barrier_in;
 static atomic_int barrier_bad;
@@ -74,6 +113,8 @@ static void *run_job(void *arg) {
     for (int k = 0; k < (j->reps ? j->reps : 1) && !j->st; k++) {
         if (j->what == DO_ALLREDUCE) j->st = sl_ring_allreduce(r, j->buf, j->count, j->dt, j->op, 7);
         else if (j->what == DO_BROADCAST) j->st = sl_ring_broadcast(r, j->buf, j->count, j->root, 9);
+        else if (j->what == DO_ALLGATHER) j->st = sl_ring_allgather(r, j->buf, j->count, 11);
+        else if (j->what == DO_CALLRED) j->st = run_callred(j, r);
         else {
             atomic_fetch_add(&barrier_in, 1);
             j->st = sl_ring_barrier(r);
@@ -311,6 +352,67 @@ TEST(test_broadcast_and_barrier) {
         ASSERT_EQ(atomic_load(&barrier_bad), 0);
         ASSERT_EQ(atomic_load(&barrier_in), nn * 5);
     }
+}
+
+TEST(test_allgather) {
+    for (int n = 2; n <= 5; n += 3) {
+        size_t len = 100003;
+        uint8_t *bufs[5];
+        for (int r = 0; r < n; r++) {
+            bufs[r] = calloc((size_t)n, len);
+            for (size_t i = 0; i < len; i++) bufs[r][(size_t)r * len + i] = (uint8_t)(i * 31 + 7 * r + 1);
+        }
+        job t = {.what = DO_ALLGATHER, .count = len, .ro = {.chunk_bytes = 8192}};
+        job out[8];
+        ASSERT_EQ(run_all(n, &t, (void **)bufs, out), 0);
+        for (int r = 0; r < n; r++)
+            for (int k = 0; k < n; k++)
+                for (size_t i = 0; i < len; i += 997) ASSERT_EQ(bufs[r][(size_t)k * len + i], (uint8_t)(i * 31 + 7 * k + 1));
+        for (int r = 1; r < n; r++) ASSERT_MEMEQ(bufs[r], bufs[0], (size_t)n * len);
+        for (int r = 0; r < n; r++) free(bufs[r]);
+    }
+}
+
+/* Compressed allreduce: every codec, 2 and 3 ranks, 20 steps of different gradients with
+ * error feedback: every rank holds the same bits after every step (the hash over all the
+ * steps' results), the flag is summed, and the result is the average of what the ranks
+ * sent (checked against decodes made here, for int8 at step 0). */
+TEST(test_allreduce_compressed_identical) {
+    const sl_compress_spec specs[] = {{SL_COMPRESS_FP16, 0}, {SL_COMPRESS_INT8, 0}, {SL_COMPRESS_SIGN, 0},
+                                      {SL_COMPRESS_TOPK, 0.01}};
+    size_t count = 10007;
+    for (int n = 2; n <= 3; n++)
+        for (int c = 0; c < 4; c++) {
+            float *bufs[3];
+            for (int r = 0; r < n; r++) bufs[r] = malloc(count * sizeof(float));
+            job t = {.what = DO_CALLRED, .count = count, .cs = specs[c], .steps = 20, .ro = {.chunk_bytes = 4096}};
+            job out[8];
+            ASSERT_EQ(run_all(n, &t, (void **)bufs, out), 0);
+            for (int r = 1; r < n; r++) {
+                ASSERT_U64(out[r].hash, out[0].hash);
+                ASSERT_MEMEQ(bufs[r], bufs[0], count * sizeof(float));
+            }
+            for (int r = 0; r < n; r++) free(bufs[r]);
+        }
+    /* one step of int8 on 2 ranks equals the mean of the two decoded payloads */
+    float *b2[2] = {malloc(count * 4), malloc(count * 4)};
+    job t = {.what = DO_CALLRED, .count = count, .cs = specs[1], .steps = 1, .flag = 1};
+    job out[2];
+    ASSERT_EQ(run_all(2, &t, (void **)b2, out), 0);
+    ASSERT_EQ(out[0].flag, 2);
+    ASSERT_EQ(out[1].flag, 2);
+    float *want = calloc(count, 4), *g = malloc(count * 4);
+    size_t cap = sl_compress_size(&specs[1], count), len;
+    unsigned char *p = malloc(cap);
+    for (int r = 0; r < 2; r++) {
+        for (size_t i = 0; i < count; i++) g[i] = grad_at(r, 0, i);
+        ASSERT_OK(sl_compress_encode(&specs[1], g, count, p, cap, &len));
+        ASSERT_OK(sl_compress_decode_add(&specs[1], p, len, count, want, NULL));
+    }
+    for (size_t i = 0; i < count; i++) want[i] /= 2;
+    ASSERT_MEMEQ(b2[0], want, count * 4);
+    ASSERT_MEMEQ(b2[1], want, count * 4);
+    free(b2[0]), free(b2[1]), free(want), free(g), free(p);
 }
 
 TEST(test_silent_peer_times_out) {
@@ -566,6 +668,8 @@ int main(void) {
     RUN(test_allreduce_bit_reproducible);
     RUN(test_allreduce_fp16);
     RUN(test_broadcast_and_barrier);
+    RUN(test_allgather);
+    RUN(test_allreduce_compressed_identical);
     RUN(test_silent_peer_times_out);
     RUN(test_garbage_during_allreduce);
     RUN(test_strangers_during_allreduce);

@@ -179,7 +179,7 @@ static const char UNEVEN[] = "pipeline train {\n"
                              "    data train\n"
                              "    %s\n"
                              "    optimizer sgd lr=0.1 momentum=0.9\n"
-                             "    schedule cosine\n"
+                             "    schedule cosine%s\n"
                              "    backend cpu\n"
                              "    threads 1\n"
                              "    seed 5\n"
@@ -200,6 +200,12 @@ typedef struct trep {
     size_t loglen;
 } trep;
 
+/* Settings of the next run_pair (the compression tests): the codec, --resume, one run
+ * folder for both replicas (run0), and what follows `schedule cosine`. */
+static sl_compress_spec pair_cs;
+static bool pair_resume, pair_shared_run;
+static const char *pair_sched = "";
+
 static void *train_replica(void *arg) {
     trep *r = arg;
     sl_cfg *cfg = NULL;
@@ -208,9 +214,9 @@ static void *train_replica(void *arg) {
     sl_trainer *t = NULL;
     FILE *log = open_memstream(&r->log, &r->loglen);
     char text[2048], name[400], run[400];
-    snprintf(text, sizeof text, UNEVEN, r->take, r->length);
+    snprintf(text, sizeof text, UNEVEN, r->take, r->length, pair_sched);
     snprintf(name, sizeof name, "%s/r%d.sl", tmpdir, r->rank);
-    snprintf(run, sizeof run, "%s/run%d", tmpdir, r->rank);
+    snprintf(run, sizeof run, "%s/run%d", tmpdir, pair_shared_run ? 0 : r->rank);
     FILE *f = fopen(name, "w");
     sl_status st = SL_EIO;
     if (!f) goto out;
@@ -218,13 +224,14 @@ static void *train_replica(void *arg) {
     fclose(f);
     sl_cluster_args a = {.peers = r->peers, .rank = r->rank, .has_rank = 1};
     sl_train_hooks h;
-    sl_strategy_ring_opts ro = {.timeout_s = 20, .hash_log = log, .ring = {.fp16 = r->fp16}};
+    sl_strategy_ring_opts ro = {.timeout_s = 20, .hash_log = log, .ring = {.fp16 = r->fp16}, .compress = pair_cs};
     if ((st = sl_cfg_parse_file(name, &cfg)) || (st = sl_cluster_resolve(&a, NULL, NULL, &c)) ||
         (st = sl_strategy_ring_create(&c, &ro, &h, &s)))
         goto out;
     sl_train_opts o = sl_train_opts_default();
     o.run_dir = run;
-    o.overwrite = true; /* the tests of this file reuse run0 and run1 */
+    o.overwrite = !pair_resume; /* the tests of this file reuse run0 and run1 */
+    o.resume = pair_resume;
     o.hooks = &h;
     if ((st = sl_trainer_create(cfg, &o, &t))) {
         h.finish(h.ctx, st);
@@ -364,6 +371,113 @@ TEST(test_empty_shard) {
     }
 }
 
+/* ---- compression: identical replicas, residuals in checkpoints, exact resume ---- */
+
+static int file_exists(const char *p) {
+    struct stat sb;
+    return stat(p, &sb) == 0;
+}
+
+/* One codec: 20 steps straight (A), versus 7 steps with a checkpoint, then --resume to 20
+ * (B): the replicas agree at every step in both, and B's final parameters equal A's bit for
+ * bit, because each replica's residual went into its sidecar file at step 7 and came back.
+ * Without rank 1's sidecar the resumed run warns and ends elsewhere: the residual matters. */
+static void compressed_resume(const sl_compress_spec *cs, int port) {
+    trep a[2], b[2], c[2];
+    char *err;
+    char cmd[600];
+    pair_cs = *cs;
+    pair_shared_run = true;
+    pair_sched = " total=20";
+    snprintf(cmd, sizeof cmd, "rm -rf '%s/run0'", tmpdir);
+    ASSERT_EQ(system(cmd), 0);
+    pair_resume = false;
+    run_pair(a, (const int[2]){13, 13}, "steps 20", 0, port, &err);
+    free(err);
+    for (int i = 0; i < 2; i++)
+        if (a[i].st) FAILF("A rank %d: %s", i, a[i].err);
+    ASSERT_OK(a[0].st);
+    ASSERT_OK(a[1].st);
+    ASSERT_STREQ(a[0].log, a[1].log); /* identical replicas at every step */
+    ASSERT_MEMEQ(a[0].params, a[1].params, a[0].np * sizeof(float));
+    ASSERT_EQ(system(cmd), 0);
+    run_pair(b, (const int[2]){13, 13}, "steps 7\n    checkpoint steps=7 keep=2", 0, port, &err);
+    free(err);
+    ASSERT_OK(b[0].st);
+    ASSERT_OK(b[1].st);
+    char path[600];
+    for (int r = 0; r < 2; r++) {
+        snprintf(path, sizeof path, "%s/run0/replica-%d/residual-000000007.safetensors", tmpdir, r);
+        ASSERT(file_exists(path));
+    }
+    pair_resume = true;
+    run_pair(c, (const int[2]){13, 13}, "steps 20\n    checkpoint steps=7 keep=2", 0, port, &err);
+    for (int i = 0; i < 2; i++)
+        if (c[i].st) FAILF("B rank %d: %s", i, c[i].err);
+    ASSERT_OK(c[0].st);
+    ASSERT_OK(c[1].st);
+    ASSERT(!err || !strstr(err, "zero residual"));
+    free(err);
+    ASSERT_EQ(c[0].sum.start_step, 7);
+    ASSERT_EQ(c[0].sum.steps, 20);
+    ASSERT_STREQ(c[0].log, c[1].log);
+    ASSERT_MEMEQ(c[0].params, a[0].params, a[0].np * sizeof(float)); /* bit-identical to A */
+    ASSERT_MEMEQ(c[1].params, a[0].params, a[0].np * sizeof(float));
+    /* keep=2: steps 14 and 20 remain, 7 is gone, on both replicas */
+    snprintf(path, sizeof path, "%s/run0/replica-1/residual-000000007.safetensors", tmpdir);
+    ASSERT(!file_exists(path));
+    snprintf(path, sizeof path, "%s/run0/replica-1/residual-000000020.safetensors", tmpdir);
+    ASSERT(file_exists(path));
+    for (int i = 0; i < 2; i++) free(a[i].log), free(b[i].log), free(c[i].log);
+
+    /* the same resume without rank 1's residual: a warning, and other parameters */
+    ASSERT_EQ(system(cmd), 0);
+    pair_resume = false;
+    run_pair(b, (const int[2]){13, 13}, "steps 7\n    checkpoint steps=7", 0, port, &err);
+    free(err);
+    ASSERT_OK(b[1].st);
+    snprintf(path, sizeof path, "%s/run0/replica-1/residual-000000007.safetensors", tmpdir);
+    ASSERT_EQ(unlink(path), 0);
+    pair_resume = true;
+    run_pair(c, (const int[2]){13, 13}, "steps 20\n    checkpoint steps=7", 0, port, &err);
+    ASSERT_OK(c[1].st);
+    ASSERT(err);
+    ASSERT_CONTAINS(err, "warning: ring strategy: rank 1: ");
+    ASSERT_CONTAINS(err, "residual-000000007.safetensors: no residual for rank 1 at step 7: starting compress=");
+    free(err);
+    ASSERT(memcmp(c[0].params, a[0].params, a[0].np * sizeof(float)) != 0);
+    for (int i = 0; i < 2; i++) free(b[i].log), free(c[i].log);
+
+    /* a damaged residual fails the resume on that replica, naming the file */
+    ASSERT_EQ(system(cmd), 0);
+    pair_resume = false;
+    run_pair(b, (const int[2]){13, 13}, "steps 7\n    checkpoint steps=7", 0, port, &err);
+    free(err);
+    ASSERT_OK(b[1].st);
+    int fd = open(path, O_WRONLY);
+    ASSERT(fd >= 0);
+    struct stat sb;
+    fstat(fd, &sb);
+    ASSERT_EQ(pwrite(fd, "\x55", 1, sb.st_size - 3), 1);
+    close(fd);
+    pair_resume = true;
+    run_pair(c, (const int[2]){13, 13}, "steps 20\n    checkpoint steps=7", 0, port, &err);
+    free(err);
+    ASSERT_EQ(c[1].st, SL_ECORRUPT);
+    ASSERT_CONTAINS(c[1].err, "ring strategy: rank 1: --resume: ");
+    ASSERT_CONTAINS(c[1].err, "residual-000000007.safetensors");
+    ASSERT(c[0].st != SL_OK);
+    for (int i = 0; i < 2; i++) free(b[i].log), free(c[i].log);
+    pair_resume = false;
+    pair_shared_run = false;
+    pair_sched = "";
+    pair_cs = (sl_compress_spec){0};
+}
+
+TEST(test_compressed_resume_int8) { compressed_resume(&(sl_compress_spec){SL_COMPRESS_INT8, 0}, test_port(0)); }
+TEST(test_compressed_resume_topk) { compressed_resume(&(sl_compress_spec){SL_COMPRESS_TOPK, 0.01}, test_port(0)); }
+TEST(test_compressed_resume_sign) { compressed_resume(&(sl_compress_spec){SL_COMPRESS_SIGN, 0}, test_port(0)); }
+
 int main(void) {
     RUN(test_single_replica);
     RUN(test_ps_task_refused);
@@ -377,6 +491,9 @@ int main(void) {
     RUN(test_unequal_shards_epochs);
     RUN(test_unequal_shards_steps);
     RUN(test_empty_shard);
+    RUN(test_compressed_resume_int8);
+    RUN(test_compressed_resume_topk);
+    RUN(test_compressed_resume_sign);
     char cmd[400];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
     if (system(cmd) != 0) printf("could not remove %s\n", tmpdir);
