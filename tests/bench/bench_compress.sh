@@ -12,14 +12,14 @@
 #
 # Usage: tests/bench/run bench_compress [--quick]
 #   --quick or BENCH_QUICK=1: a smoke run (under ~2 minutes): the 100 Mbit/s link only,
-#   16 steps per epoch, 2 epochs, 1 round.
+#   10 steps per epoch, 3 epochs, 1 round.
 # Environment (defaults in brackets; quick mode's in braces):
 #   BENCH_LINKS       link rates for tc, slowest last [1gbit 100mbit] {100mbit}
 #   BENCH_WORLDS      replica counts [2 4]
 #   BENCH_MODES       compressions [none fp16 int8 sign topk:0.01]
 #   BENCH_STRATEGIES  ring and/or ps [ring]
-#   BENCH_STEPS       steps per epoch [50] {16}
-#   BENCH_EPOCHS      epochs per run, the first is warm-up [4] {2}
+#   BENCH_STEPS       steps per epoch [50] {10}
+#   BENCH_EPOCHS      epochs per run, the first is warm-up [4] {3}
 #   BENCH_ROUNDS      rounds; each runs every mode once, in alternating order [3] {1}
 #   BENCH_NET=loopback  skip the namespaces: the host's loopback (as where they are refused)
 #   SLUICE_BIN        the tools' folder (the wrapper in build-bench/bench sets build-bench/bin)
@@ -28,11 +28,13 @@
 # (first batch to last exchange): the step time of a run is the mean over epochs 2..E of
 # 1000 * 128 / (examples/s), i.e. total timed wall over timed steps. Each (link, strategy,
 # replicas, mode) cell prints the median over rounds and the min-max. Bytes: "link tx" is
-# what the kernel counted on each worker host's eth0 (tx_bytes, read before and after the
-# run; everything the replica sent, TCP/IP headers, the warm-up epoch and the start-up
-# broadcast included) / (E * steps), the mean over workers; for ps rows also the ps host's
-# tx per step. "trainer" is the bytes per step the trainer's epoch line reports (a build
-# with compression reports what it sent), "-" when the line has none.
+# what the kernel counted on each worker host's link (the bridge port's rx_bytes, read
+# when rank 0 prints epoch 1 and again when it prints epoch E-1: everything the replica
+# sent in epochs 2..E-1, TCP/IP headers included) / ((E-2) * steps), the mean over
+# workers, its median over rounds; for ps rows also the ps host's (with E = 2: from epoch
+# 1 to the end). "trainer" is the bytes per step the trainer's
+# epoch line reports ("wire X KiB/step": the payloads this replica sent), "-" when the
+# line has none.
 #
 # Ends with:
 #   RESULT bench_compress ratio=R sluice=X anchor=Y unit=ms/step
@@ -61,7 +63,7 @@ for a in "$@"; do
     esac
 done
 if [ "$QUICK" = 1 ]; then
-    LINKS=${BENCH_LINKS:-100mbit} STEPS=${BENCH_STEPS:-16} EPOCHS=${BENCH_EPOCHS:-2} ROUNDS=${BENCH_ROUNDS:-1}
+    LINKS=${BENCH_LINKS:-100mbit} STEPS=${BENCH_STEPS:-10} EPOCHS=${BENCH_EPOCHS:-3} ROUNDS=${BENCH_ROUNDS:-1}
 else
     LINKS=${BENCH_LINKS:-1gbit 100mbit} STEPS=${BENCH_STEPS:-50} EPOCHS=${BENCH_EPOCHS:-4} ROUNDS=${BENCH_ROUNDS:-3}
 fi
@@ -288,10 +290,27 @@ in_host() { # in_host I CMD...
     shift
     if [ -n "$ns" ]; then ip netns exec "$ns" "$@"; else "$@"; fi
 }
-tx_bytes() { # tx_bytes I: bytes sent by host I's interface so far
-    local dev=eth0
-    [ "$NET" = netns ] || dev=lo
-    in_host "$1" cat "/sys/class/net/$dev/statistics/tx_bytes" 2>/dev/null || echo 0
+read_tx() { # read_tx HOSTS: the bytes each host 0..HOSTS-1 has sent so far, one per line; in
+    # one call, so that the hosts are read at nearly one moment. With namespaces: the rx
+    # counters of the bridge's ports (what each host's eth0 put on its link); on the
+    # loopback: the one lo's tx counter, for every host.
+    local i files=()
+    if [ "$NET" = netns ]; then
+        for ((i = 0; i < $1; i++)); do files+=("/sys/class/net/$P-s$i/statistics/rx_bytes"); done
+        ip netns exec "$P-sw" cat "${files[@]}" 2>/dev/null
+    else
+        local v
+        v=$(in_host 0 cat /sys/class/net/lo/statistics/tx_bytes 2>/dev/null)
+        for ((i = 0; i < $1; i++)); do echo "${v:-0}"; done
+    fi
+}
+
+seen_line() { # seen_line K FILE PID: 0 once FILE holds rank 0's "epoch K" line while PID runs
+    while ! grep -q "^epoch $1[ /]" "$2" 2>/dev/null; do
+        kill -0 "$3" 2>/dev/null || return 1
+        sleep 0.05
+    done
+    kill -0 "$3" 2>/dev/null
 }
 
 # ---- one run --------------------------------------------------------------------------
@@ -304,8 +323,8 @@ run_job() {
     local workers="" ps=""
     for ((i = 0; i < n; i++)); do workers+="${workers:+, }\"${ADDR[$i]}\""; done
     [ $nps = 1 ] && ps=", \"ps\": [\"${ADDR[$n]}\"]"
-    local hosts=$((n + nps)) before=() after=() t0 t1 rc=0
-    for ((i = 0; i < hosts; i++)); do before[$i]=$(tx_bytes $i); done
+    local hosts=$((n + nps)) before=() after=() t0 t1 rc=0 timed=$((EPOCHS * STEPS))
+    mapfile -t before < <(read_tx $hosts)
     t0=$(date +%s.%N)
     PIDS=()
     local tmo=$((EPOCHS * STEPS * 2 + 120)) # 2 s a step is far slower than any link here
@@ -317,6 +336,21 @@ run_job() {
             >"$T/$tag.out$i" 2>"$T/$tag.err$i" &
         PIDS+=($!)
     done
+    # the counters again when rank 0 prints epoch 1 (after the warm-up: start-up, the
+    # parameter broadcast, buffers filling) and epoch E-1, so that the bytes cover whole
+    # timed epochs: both reads come equally late after their line (polled every 50 ms), so
+    # the window holds (E-2) * STEPS steps whatever the load. With E = 2: from epoch 1's
+    # line to the end (a late first read then misses some bytes); without the lines: the
+    # whole run.
+    local last=$((EPOCHS - 1)) mid=()
+    if seen_line 1 "$T/$tag.out0" "${PIDS[0]}"; then
+        mapfile -t before < <(read_tx $hosts)
+        timed=$(((EPOCHS - 1) * STEPS))
+        if [ $last -ge 2 ] && seen_line $last "$T/$tag.out0" "${PIDS[0]}"; then
+            mapfile -t mid < <(read_tx $hosts)
+            timed=$(((EPOCHS - 2) * STEPS))
+        fi
+    fi
     for ((i = 0; i < hosts; i++)); do
         wait "${PIDS[$i]}"
         local e=$?
@@ -328,7 +362,8 @@ run_job() {
     done
     PIDS=()
     t1=$(date +%s.%N)
-    for ((i = 0; i < hosts; i++)); do after[$i]=$(tx_bytes $i); done
+    mapfile -t after < <(read_tx $hosts)
+    [ ${#mid[@]} -gt 0 ] && after=("${mid[@]}")
     R_WALL=$(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.1f", b - a }')
     [ $rc = 0 ] || return 1
     # step time: epochs 2..E of rank 0's epoch lines
@@ -340,8 +375,8 @@ run_job() {
         tail -5 "$T/$tag.out0" >&2
         return 1
     fi
-    local steps=$((EPOCHS * STEPS)) sum=0
-    for ((i = 0; i < n; i++)); do sum=$((sum + after[i] - before[i])); done
+    local steps=$timed sum=0
+    for ((i = 0; i < n; i++)); do sum=$((sum + ${after[i]:-0} - ${before[i]:-0})); done
     if [ "$NET" = netns ]; then
         R_TX=$((sum / n / steps))
         R_PSTX=-
@@ -384,7 +419,8 @@ esac
 echo "  fashion MLP 784-256-128-10 (235146 float32 = 919 KiB of gradient), global batch $BATCH, CPU, 1 thread a task;"
 echo "  $STEPS steps an epoch, $EPOCHS epochs a run (epoch 1 warm-up), $ROUNDS round(s), modes alternating;" \
     "data $DATA"
-echo "  step ms: median over rounds [min-max]; link tx: bytes each worker host sent per step (ps: and the ps host);"
+echo "  step ms: median over rounds [min-max]; link tx: bytes each worker host put on its link per timed step"
+echo "  (the kernel's count over whole epochs, headers included; ps rows: and the ps host's)"
 echo "  trainer: bytes per step from the trainer's epoch line"
 for st in $STRATEGIES; do
     for m in $MODES; do
