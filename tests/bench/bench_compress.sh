@@ -21,7 +21,8 @@
 #   BENCH_STEPS       steps per epoch [50] {10}
 #   BENCH_EPOCHS      epochs per run, the first is warm-up [4] {3}
 #   BENCH_ROUNDS      rounds; each runs every mode once, in alternating order [3] {1}
-#   BENCH_NET=loopback  skip the namespaces: the host's loopback (as where they are refused)
+#   BENCH_NET         loopback: skip the namespaces, use the host's lo (as where they are
+#                     refused); loopback-ns: the lo of a namespace of its own (as where tc is)
 #   SLUICE_BIN        the tools' folder (the wrapper in build-bench/bench sets build-bench/bin)
 #
 # Timing: from rank 0's epoch lines, which give examples/s over the epoch's training steps
@@ -210,8 +211,8 @@ probe_net() {
         { NETWHY="tc tbf not permitted: $(head -1 "$T/net.err")"; return 2; }
     return 0
 }
-if [ "${BENCH_NET:-}" = loopback ]; then
-    NET=loopback NETWHY="BENCH_NET=loopback"
+if [ "${BENCH_NET:-}" = loopback ] || [ "${BENCH_NET:-}" = loopback-ns ]; then
+    NET=$BENCH_NET NETWHY="BENCH_NET=$BENCH_NET"
 elif ! command -v ip >/dev/null || ! command -v tc >/dev/null; then
     NET=loopback NETWHY="no ip or tc command"
 else
