@@ -240,8 +240,7 @@ up_hosts() {
         ADDR[$i]=10.78.0.$((i + 1)):$PORT
     done
     for ((i = 1; i < NHOSTS; i++)); do
-        local k
-        for k in $(seq 1 25); do
+        for _ in $(seq 1 25); do
             ip netns exec "$P-h0" ping -c 1 -W 1 "10.78.0.$((i + 1))" >/dev/null 2>&1 && break
             sleep 0.2
         done
@@ -316,17 +315,17 @@ seen_line() { # seen_line K FILE PID: 0 once FILE holds rank 0's "epoch K" line 
 
 # ---- one run --------------------------------------------------------------------------
 # run_job STRATEGY WORLD MODE TAG: sets R_MS (step ms), R_TX (worker tx bytes/step),
-# R_PSTX (ps tx bytes/step), R_TR (trainer bytes/step or -), R_WALL; returns 1 on failure.
+# R_PSTX (ps tx bytes/step), R_TR (trainer bytes/step or -); returns 1 on failure.
 run_job() {
-    local st=$1 n=$2 m=$3 tag=$4 i nps=0 cfgf=$T/$tag.sl
+    local st=$1 n=$2 m=$3 tag=$4 i nps=0 cfgf
+    cfgf=$T/$4.sl
     [ "$st" = ps ] && nps=1
     write_config "$cfgf" "${LINE[$st,$m]}" "$EPOCHS"
     local workers="" ps=""
     for ((i = 0; i < n; i++)); do workers+="${workers:+, }\"${ADDR[$i]}\""; done
     [ $nps = 1 ] && ps=", \"ps\": [\"${ADDR[$n]}\"]"
-    local hosts=$((n + nps)) before=() after=() t0 t1 rc=0 timed=$((EPOCHS * STEPS))
+    local hosts=$((n + nps)) before=() after=() rc=0 timed=$((EPOCHS * STEPS))
     mapfile -t before < <(read_tx $hosts)
-    t0=$(date +%s.%N)
     PIDS=()
     local tmo=$((EPOCHS * STEPS * 2 + 120)) # 2 s a step is far slower than any link here
     for ((i = 0; i < hosts; i++)); do
@@ -362,10 +361,8 @@ run_job() {
         fi
     done
     PIDS=()
-    t1=$(date +%s.%N)
     mapfile -t after < <(read_tx $hosts)
     [ ${#mid[@]} -gt 0 ] && after=("${mid[@]}")
-    R_WALL=$(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.1f", b - a }')
     [ $rc = 0 ] || return 1
     # step time: epochs 2..E of rank 0's epoch lines
     R_MS=$(awk -v b=$BATCH '/^epoch [0-9]+/ { split($2, e, "/"); if (e[1] < 2) next
