@@ -23,6 +23,7 @@
 #include <time.h>
 
 #include "ps_internal.h"
+#include "sluice/compress.h"
 #include "sluice/log.h"
 
 #define POLL_S 0.05
@@ -59,7 +60,12 @@ struct sl_ps_client {
     void *scratch;       /* aligned copy of a misaligned reply */
     size_t scratch_cap;
     uint8_t bye[SL_PS_PREFIX];
+    sl_compress_spec cs;  /* pushes compressed with error feedback when kind != none */
+    sl_compress_ef **ef;  /* [np]: each shard's residual */
+    float *gshard;        /* a gathered shard before compression */
 };
+
+static void free_ef(sl_ps_client *c);
 
 /* ---- sending ----------------------------------------------------------------------- */
 
@@ -88,17 +94,31 @@ static sl_status start_req_full_locked(sl_ps_client *c, int j, int type, const f
                                        double delay) {
     ps_req *r = &c->req[j];
     size_t n = flat ? c->plan->shard_len[j] : sums ? nsums : 0;
+    /* a compressed push: the payload's bytes instead of n floats */
+    int comp = type == SL_MSG_PUSH && flat && c->ef;
+    size_t clen = comp ? sl_compress_size(&c->cs, n) : 0;
     sl__ps_buf_unref(r->buf);
-    r->buf = sl__ps_buf_new(n);
+    r->buf = sl__ps_buf_new(comp ? (clen + 3) / 4 : n);
     if (!r->buf) return sl_err(SL_ENOMEM, "worker %d: out of memory for a request of %zu floats to ps %d", c->self, n, j);
+    if (comp) r->buf->len = SL_PS_PREFIX + clen;
     r->type = type;
     r->seq = ++c->seq;
     r->value = value;
     r->active = 1;
     r->ivl = RESEND_FIRST_S;
-    sl_ps_frame f = {.plan_hash = c->plan->hash, .seq = r->seq, .value = value, .lr = lr, .have = have, .lack = lack};
+    sl_ps_frame f = {.plan_hash = c->plan->hash, .seq = r->seq, .value = value, .lr = lr, .have = have, .lack = lack,
+                     .codec = comp ? (uint32_t)c->cs.kind : 0};
     sl_ps_frame_encode_prefix(&f, r->buf->data);
-    if (flat) sl_ps_plan_gather(c->plan, j, flat, sl__ps_buf_floats(r->buf));
+    if (comp) {
+        sl_ps_plan_gather(c->plan, j, flat, c->gshard);
+        size_t len;
+        sl_status st = sl_compress_ef_step(c->ef[j], c->gshard, n, r->buf->data + SL_PS_PREFIX, clen, &len, NULL);
+        if (st) {
+            r->active = 0;
+            sl_err_prefix("worker %d: push to ps %d: ", c->self, j);
+            return st;
+        }
+    } else if (flat) sl_ps_plan_gather(c->plan, j, flat, sl__ps_buf_floats(r->buf));
     else if (sums) memcpy(r->buf->data + SL_PS_PREFIX, sums, nsums * sizeof *sums);
     if (delay > 0) {
         r->send_at = sl__ps_now() + delay;
@@ -207,6 +227,7 @@ void sl_ps_client_free(sl_ps_client *c) {
     for (int j = 0; j < c->np; j++) sl__ps_buf_unref(c->req[j].buf);
     free(c->req);
     free(c->scratch);
+    free_ef(c);
     pthread_mutex_destroy(&c->mu);
     pthread_cond_destroy(&c->cv);
     free(c);
@@ -502,4 +523,53 @@ sl_status sl_ps_client_bye(sl_ps_client *c) {
     sl_status st = any_lost ? SL_OK : sl_tp_flush(c->tp);
     pthread_mutex_unlock(&c->mu);
     return st;
+}
+
+/* ---- compression ------------------------------------------------------------------------ */
+
+static void free_ef(sl_ps_client *c) {
+    if (c->ef)
+        for (int j = 0; j < c->np; j++) sl_compress_ef_free(c->ef[j]);
+    free(c->ef);
+    c->ef = NULL;
+    free(c->gshard);
+    c->gshard = NULL;
+}
+
+sl_status sl_ps_client_set_compress(sl_ps_client *c, const sl_compress_spec *spec) {
+    pthread_mutex_lock(&c->mu);
+    free_ef(c);
+    c->cs = spec ? *spec : (sl_compress_spec){0};
+    sl_status st = SL_OK;
+    if (c->cs.kind != SL_COMPRESS_NONE) {
+        size_t mx = 1;
+        for (int j = 0; j < c->np; j++)
+            if (c->plan->shard_len[j] > mx) mx = c->plan->shard_len[j];
+        c->ef = calloc(c->np > 0 ? (size_t)c->np : 1, sizeof *c->ef);
+        c->gshard = malloc(mx * sizeof *c->gshard);
+        if (!c->ef || !c->gshard) st = sl_err(SL_ENOMEM, "worker %d: out of memory for compression state", c->self);
+        for (int j = 0; j < c->np && !st; j++) st = sl_compress_ef_create(&c->cs, c->plan->shard_len[j], &c->ef[j]);
+        if (st) {
+            free_ef(c);
+            c->cs = (sl_compress_spec){0};
+        }
+    }
+    pthread_mutex_unlock(&c->mu);
+    return st;
+}
+
+double *sl_ps_client_residual(sl_ps_client *c, int j, size_t *n) {
+    if (!c->ef || j < 0 || j >= c->np) {
+        if (n) *n = 0;
+        return NULL;
+    }
+    return sl_compress_ef_residual(c->ef[j], n);
+}
+
+uint64_t sl_ps_client_sent_bytes(sl_ps_client *c) {
+    pthread_mutex_lock(&c->mu);
+    sl_tp_stats ts = {0};
+    if (c->tp) sl_tp_get_stats(c->tp, &ts);
+    pthread_mutex_unlock(&c->mu);
+    return ts.sent_bytes;
 }

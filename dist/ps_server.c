@@ -29,6 +29,7 @@
 #include <string.h>
 
 #include "ps_internal.h"
+#include "sluice/compress.h"
 #include "sluice/log.h"
 
 #define TICK_S 0.1
@@ -69,6 +70,7 @@ struct sl_ps_server {
     int nw, idx;
     size_t n;            /* floats in the shard */
     float *params;
+    float *dec;          /* a compressed PUSH's decoded gradient */
     int have;            /* params hold a shard (restored or INIT) */
     int all_joined;      /* sync: every worker has been live once, or the shard was restored */
     int64_t saved_version;
@@ -141,6 +143,7 @@ void sl_ps_server_free(sl_ps_server *s) {
         }
     free(s->w);
     free(s->params);
+    free(s->dec);
     free(s->acc);
     free(s->scratch);
     free(s);
@@ -373,6 +376,35 @@ static sl_status on_push(sl_ps_server *s, int w, const sl_ps_frame *f) {
         if (!ws->held && !(ws->pending && ws->pend_seq == f->seq)) respond_push(s, w, f->seq);
         return SL_OK;
     }
+    /* a compressed gradient is validated before the push counts (a refused one is not taken
+     * as applied when the worker retries it) */
+    const float *grad = f->data;
+    if (f->codec && f->value > ws->step) {
+        char why[600], nm[32], got[32];
+        sl_compress_spec gs = {(sl_compress_kind)f->codec, 0};
+        if (f->codec != (uint32_t)s->opts.compress.kind) {
+            snprintf(why, sizeof why, "ps %d: worker %d's push for step %lld is compressed with %s; this ps takes %s",
+                     s->idx, w, (long long)f->value, sl_compress_name(&gs, got, sizeof got),
+                     s->opts.compress.kind ? sl_compress_name(&s->opts.compress, nm, sizeof nm) : "float32 only");
+            s->st.rejected++;
+            SL_WARN("%s", why);
+            reply(s, w, f->seq, SL_PS_REJECT, 0, why);
+            return SL_OK;
+        }
+        if (!s->dec && !(s->dec = malloc((s->n ? s->n : 1) * sizeof(float))))
+            return sl_err(SL_ENOMEM, "ps %d: out of memory for a decoded gradient", s->idx);
+        memset(s->dec, 0, s->n * sizeof(float));
+        char who[96];
+        snprintf(who, sizeof who, "ps %d: worker %d, step %lld", s->idx, w, (long long)f->value);
+        if (sl_compress_decode_add(&s->opts.compress, f->comp, f->comp_len, s->n, s->dec, who)) {
+            snprintf(why, sizeof why, "%s", sl_errmsg());
+            s->st.dropped++;
+            SL_WARN("%s", why);
+            reply(s, w, f->seq, SL_PS_REJECT, 0, why);
+            return SL_OK;
+        }
+        grad = s->dec;
+    }
     ws->have_seq = 1;
     ws->seq = f->seq;
     ws->held = 0;
@@ -385,7 +417,7 @@ static sl_status on_push(sl_ps_server *s, int w, const sl_ps_frame *f) {
     if (s->opts.sync) {
         if (!ws->grad && !(ws->grad = malloc((s->n ? s->n : 1) * sizeof(float))))
             return sl_err(SL_ENOMEM, "ps %d: out of memory for worker %d's gradient", s->idx, w);
-        memcpy(ws->grad, f->data, s->n * sizeof(float));
+        memcpy(ws->grad, grad, s->n * sizeof(float));
         ws->pending = 1;
         ws->pend_seq = f->seq;
         ws->pend_step = f->value;
@@ -398,7 +430,7 @@ static sl_status on_push(sl_ps_server *s, int w, const sl_ps_frame *f) {
      * share to the others (see ps.h) */
     int nalive = s->nw;
     for (int i = 0; i < s->nw; i++) nalive -= s->w[i].dead != 0;
-    sl_status st = apply(s, f->data, f->lr / (float)(nalive > 0 ? nalive : 1));
+    sl_status st = apply(s, grad, f->lr / (float)(nalive > 0 ? nalive : 1));
     if (st) return st;
     ws->step = f->value;
     respond_push(s, w, f->seq);
@@ -462,7 +494,7 @@ static sl_status handle(sl_ps_server *s, const sl_msg_hdr *h, const void *data, 
         if (f.type != SL_MSG_BYE && f.type != SL_MSG_HEARTBEAT) reply(s, w, f.seq, SL_PS_REJECT, 0, why);
         return SL_OK;
     }
-    if ((f.type == SL_MSG_PUSH || f.type == SL_MSG_INIT) && f.n != s->n) {
+    if ((f.type == SL_MSG_PUSH || f.type == SL_MSG_INIT) && f.n != s->n && !(f.type == SL_MSG_PUSH && f.codec)) {
         drop(s, w, "wrong shard length");
         return SL_OK;
     }

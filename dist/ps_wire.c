@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "ps_internal.h"
+#include "sluice/compress.h"
 
 #define WHERE "ps frame"
 
@@ -44,7 +45,7 @@ void sl_ps_frame_encode_prefix(const sl_ps_frame *f, uint8_t out[SL_PS_PREFIX]) 
     put64(out + 8, f->seq);
     put64(out + 16, (uint64_t)f->value);
     put32(out + 24, lr);
-    put32(out + 28, (f->status & 0xffffu) | (uint32_t)SL_PS_VERSION << 16);
+    put32(out + 28, ((f->status | f->codec) & 0xffffu) | (uint32_t)SL_PS_VERSION << 16);
     put32(out + 32, f->have);
     put32(out + 36, f->lack);
 }
@@ -101,8 +102,15 @@ sl_status sl_ps_frame_decode(const sl_msg_hdr *h, const void *payload, size_t le
         return sl_err_at(SL_ECORRUPT, WHERE, 24, "%s learning rate %g (bits 0x%08x) is not allowed%s", type_name(t),
                          (double)f.lr, lrbits, t == SL_MSG_PUSH ? " (must be finite and >= 0)" : " (must be 0)");
     f.status = get32(p + 28) & 0xffffu;
-    if (t == SL_MSG_REPLY ? f.status > SL_PS_SUMS : f.status != 0)
+    if (t == SL_MSG_PUSH) { /* the codec of its data (sluice/compress.h); 0: float32 */
+        if (f.status > SL_COMPRESS_TOPK)
+            return sl_err_at(SL_ECORRUPT, WHERE, 28, "PUSH codec %u is out of range (0 float32, 1..4 compressed)",
+                             f.status);
+        f.codec = f.status;
+        f.status = 0;
+    } else if (t == SL_MSG_REPLY ? f.status > SL_PS_SUMS : f.status != 0) {
         return sl_err_at(SL_ECORRUPT, WHERE, 28, "%s status %u is out of range", type_name(t), f.status);
+    }
     f.have = get32(p + 32);
     f.lack = get32(p + 36);
     if (t == SL_MSG_PUSH) {
@@ -128,6 +136,13 @@ sl_status sl_ps_frame_decode(const sl_msg_hdr *h, const void *payload, size_t le
             return sl_err_at(SL_ECORRUPT, WHERE, SL_PS_PREFIX, "%s carries %zu counts, expected 1..%zu", type_name(t),
                              f.n, max);
         f.sums = (const int32_t *)(const void *)(p + SL_PS_PREFIX);
+    } else if (t == SL_MSG_PUSH && f.codec) {
+        /* a compressed gradient: the server validates it against its codec and shard */
+        if (dlen < SL_COMPRESS_HEADER)
+            return sl_err_at(SL_ECORRUPT, WHERE, SL_PS_PREFIX, "PUSH compressed data of %zu bytes is shorter than its "
+                             "%u-byte header", dlen, SL_COMPRESS_HEADER);
+        f.comp = p + SL_PS_PREFIX;
+        f.comp_len = dlen;
     } else if (t == SL_MSG_REPLY && f.status == SL_PS_REJECT) {
         f.reason = (const char *)p + SL_PS_PREFIX;
         f.n_reason = dlen;

@@ -130,6 +130,7 @@ struct sl_strategy_ps {
     float *ghost;               /* gradient staging on non-CPU backends (trainable floats) */
     size_t np, nt;
     bool joined;
+    sl_compress_spec cs;        /* compress= of the train block: pushes compressed */
 };
 
 static bool on_cpu(sl_model *m) { return strcmp(sl_model_backend_name(m), "cpu") == 0; }
@@ -151,6 +152,7 @@ static sl_status ps_start(void *ctx, sl_model *m, sl_optim *o, int64_t *stepp) {
     sl_tp_opts to = {.timeout_s = timeout_of(c, &s->o), .curve = s->o.curve, .job_id = c->job_id};
     sl_ps_client_opts co = {.retry_s = s->o.retry_s};
     if ((st = sl_ps_client_create(s->addrs, c->world, c->rank, s->plan, &to, &co, &s->client))) goto fail;
+    if (s->cs.kind != SL_COMPRESS_NONE && (st = sl_ps_client_set_compress(s->client, &s->cs))) goto fail;
     int64_t resume = -1;
     /* the chief offers its initialisation (or its resumed checkpoint); a ps that already
      * holds parameters keeps them, and everyone leaves with the servers' values */
@@ -266,6 +268,56 @@ static sl_status ps_finish(void *ctx, sl_status result) {
     return st;
 }
 
+static uint64_t ps_wire_bytes(void *ctx) {
+    sl_strategy_ps *s = ctx;
+    return s->client ? sl_ps_client_sent_bytes(s->client) : 0;
+}
+
+/* The worker's residuals (one per ps shard, concatenated in ps order) as its sidecar of the
+ * checkpoint (sluice/strategy.h), and back. */
+static sl_status ps_state(sl_strategy_ps *s, const char *run_dir, int64_t step, int keep, bool save) {
+    if (!s->client || !s->plan) return SL_OK;
+    size_t total = 0;
+    for (int j = 0; j < s->plan->nps; j++) total += s->plan->shard_len[j];
+    double *all = malloc((total ? total : 1) * sizeof *all);
+    if (!all) return sl_err(SL_ENOMEM, "ps strategy: out of memory for the residual");
+    size_t off = 0, n;
+    for (int j = 0; j < s->plan->nps; j++, off += n) {
+        double *r = sl_ps_client_residual(s->client, j, &n);
+        if (save && r) memcpy(all + off, r, n * sizeof *r);
+    }
+    char codec[32];
+    sl_compress_name(&s->cs, codec, sizeof codec);
+    int rank = s->c->rank;
+    sl_status st;
+    if (save) {
+        st = sl_train_save_residual(run_dir, rank, step, codec, all, total, keep);
+    } else {
+        st = sl_train_load_residual(run_dir, rank, step, codec, all, total);
+        if (st == SL_ENOTFOUND) {
+            fprintf(stderr, "warning: ps strategy: worker %d: %s: starting compress=%s from a zero residual\n", rank,
+                    sl_errmsg(), codec);
+            st = SL_OK;
+        } else if (!st) {
+            off = 0;
+            for (int j = 0; j < s->plan->nps; j++, off += n) {
+                double *r = sl_ps_client_residual(s->client, j, &n);
+                if (r) memcpy(r, all + off, n * sizeof *r);
+            }
+        }
+    }
+    free(all);
+    if (st) sl_err_prefix("ps strategy: worker %d: %s the compression residual: ", rank, save ? "saving" : "loading");
+    return st;
+}
+
+static sl_status ps_save_state(void *ctx, const char *run_dir, int64_t step, int keep) {
+    return ps_state(ctx, run_dir, step, keep, true);
+}
+static sl_status ps_load_state(void *ctx, const char *run_dir, int64_t step) {
+    return ps_state(ctx, run_dir, step, 0, false);
+}
+
 sl_status sl_strategy_ps_create(const sl_cluster *c, const sl_train_config *tc, const sl_strategy_ps_opts *opts,
                                 sl_train_hooks *hooks, sl_strategy_ps **out) {
     *out = NULL;
@@ -301,6 +353,12 @@ sl_status sl_strategy_ps_create(const sl_cluster *c, const sl_train_config *tc, 
     hooks->start = ps_start;
     hooks->exchange = ps_exchange;
     hooks->finish = ps_finish;
+    hooks->wire_bytes = ps_wire_bytes;
+    if (tc && tc->compress.kind != SL_COMPRESS_NONE) {
+        s->cs = tc->compress;
+        hooks->save_state = ps_save_state;
+        hooks->load_state = ps_load_state;
+    }
     if (tc && tc->ps_sync) {
         hooks->exchange_more = ps_exchange_more;
         hooks->allsum = ps_allsum;
@@ -591,7 +649,8 @@ sl_status sl_ps_task_run(sl_cfg *cfg, const sl_cluster *c, const sl_strategy_ps_
     if ((st = cluster_addrs(c, &addrs))) goto fail;
     sl_tp_opts to = {.timeout_s = timeout_of(c, &o), .curve = o.curve, .job_id = c->job_id};
     sl_ps_server_ops ops = {.ctx = &t, .apply = task_apply, .save = task_save};
-    sl_ps_server_opts so = {.sync = tc.ps_sync, .staleness = tc.ps_staleness, .ckpt_every_s = o.ckpt_every_s, .stop = stop};
+    sl_ps_server_opts so = {.sync = tc.ps_sync, .staleness = tc.ps_staleness, .ckpt_every_s = o.ckpt_every_s, .stop = stop,
+                            .compress = tc.compress};
     if ((st = sl_ps_server_create(addrs, c->world, t.index, plan, &to, &ops, &so, restored ? params : NULL,
                                   restored ? &ss : NULL, &srv)))
         goto fail;

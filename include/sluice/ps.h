@@ -31,7 +31,10 @@
  *                         (-1: none); SUM and REPLY(SUMS): the SUM's tag (0..0xffff);
  *                         others 0
  *       24    4 lr        PUSH: learning rate (finite, >= 0); others 0.0
- *       28    2 status    REPLY: SL_PS_OK, SL_PS_UNINIT (the ps has no parameters yet:
+ *       28    2 status    PUSH: the codec of its data (0: n float32; 1 fp16, 2 int8, 3 sign,
+ *                         4 topk: one sluice/compress.h payload of the shard's values, which
+ *                         the ps validates against its own `compress=` and shard length);
+ *                         REPLY: SL_PS_OK, SL_PS_UNINIT (the ps has no parameters yet:
  *                         the chief has not sent INIT), SL_PS_REJECT (wrong plan hash or a
  *                         malformed request; data is then a UTF-8 reason), SL_PS_SUMS (the
  *                         answer to a SUM); requests: 0
@@ -48,7 +51,7 @@
  *                         malformed. REPLY to a PUSH of a sync round: how many of the
  *                         round's workers said lack. Others 0 (a REPLY(OK) may carry any
  *                         counts: the worker checks have + lack <= its workers).
- *       40  4*n data      PUSH: the gradient shard (n floats); INIT and REPLY(OK): the
+ *       40  4*n data      PUSH: the gradient shard (n floats, or the compressed payload); INIT and REPLY(OK): the
  *                         parameter shard; SUM: n int32 counts (1 <= n <= SL_PS_SUM_MAX);
  *                         REPLY(SUMS): the n sums (int32), then one int32 per worker, 1
  *                         when its counts are in the sums, else 0 (at most 2 x SL_PS_SUM_MAX
@@ -113,6 +116,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "sluice/compress.h"
 #include "sluice/status.h"
 #include "sluice/transport.h"
 
@@ -172,6 +176,11 @@ typedef struct sl_ps_frame {
                              is), data is then NULL; else NULL */
     const char *reason;   /* REJECT: the reason text (not NUL-terminated), n_reason bytes */
     size_t n_reason;
+    uint32_t codec;       /* PUSH: 0 (data holds n floats) or a sl_compress_kind: comp holds
+                             comp_len bytes of a compressed shard (not yet validated beyond
+                             its length >= its 24-byte header), data is NULL and n 0 */
+    const uint8_t *comp;
+    size_t comp_len;
 } sl_ps_frame;
 
 /* Validate header h (already decoded by sl_msg_decode) and payload[0..len) as a ps frame.
@@ -212,6 +221,12 @@ typedef struct sl_ps_server_opts {
     double dead_after_s;    /* silence after which a worker is dead; 0 = 10 s */
     double ckpt_every_s;    /* 0 = 5 s */
     volatile int *stop;     /* when non-NULL and set, the server saves and returns SL_ECANCELED */
+    sl_compress_spec compress; /* the codec compressed PUSHes must use (float32 PUSHes are
+                               always taken): a compressed PUSH of another codec is answered
+                               REJECT naming both; one that does not validate (sluice/compress.h)
+                               is answered REJECT with the decoder's message naming the worker
+                               and step, and counted as dropped. Decoded values are applied as
+                               a float32 push would be. */
 } sl_ps_server_opts;
 
 typedef struct sl_ps_server_stats {
@@ -286,6 +301,18 @@ sl_status sl_ps_client_push_pull_more(sl_ps_client *c, const float *grad, int64_
  * mode: its reason is in the message); otherwise the errors of push_pull. v and took_part
  * are unchanged on failure. */
 sl_status sl_ps_client_sum(sl_ps_client *c, int32_t *v, size_t n, uint32_t tag, uint8_t *took_part);
+
+/* Gradient compression with error feedback for this worker's pushes (sluice/compress.h):
+ * each ps's shard gets its own residual (shard_len float64 values); a push then sends each
+ * shard as one compressed payload (int8: about 1 byte per value, sign 0.13, topk F 6 F,
+ * fp16 2, against 4 for float32: a top-k push is a sparse push of (offset, value) pairs).
+ * A retry resends the same bytes (the residual moves once per step). spec kind none turns
+ * it off. SL_OK, SL_ENOMEM; call before the first push. */
+sl_status sl_ps_client_set_compress(sl_ps_client *c, const sl_compress_spec *spec);
+/* Ps j's residual (NULL without compression), *n its length; writable (a restore). */
+double *sl_ps_client_residual(sl_ps_client *c, int j, size_t *n);
+/* Payload bytes this worker has sent (all messages). */
+uint64_t sl_ps_client_sent_bytes(sl_ps_client *c);
 
 /* Pull the parameters into flat. */
 sl_status sl_ps_client_pull(sl_ps_client *c, float *flat);

@@ -4,7 +4,8 @@
  * and against a shard length. A frame that decodes must keep every promise of ps.h: a ps
  * message type, u8 dtype, no flags, a prefix that re-encodes to the same 40 bytes (version
  * 2), finite floats that fill the payload exactly, a finite lr >= 0 and the header's step
- * on a PUSH, status values in range, a has-data pair of 0/0, 1/0 or 0/1 on a PUSH and 0/0
+ * on a PUSH, status values in range (a PUSH's codec 0..4: 1..4 carry a compressed shard of at
+ * least its 24-byte header instead of floats), a has-data pair of 0/0, 1/0 or 0/1 on a PUSH and 0/0
  * where the type has none, a SUM tag below 0x10000 and 1..SL_PS_SUM_MAX int32 counts that
  * fill the payload; and a stricter decode may fail only where a looser one passed. */
 #include <math.h>
@@ -42,7 +43,13 @@ static void check(const sl_msg_hdr *h, const uint8_t *p, size_t len, const sl_ps
         __builtin_trap();
     }
     if (t == SL_MSG_REPLY ? f->status > SL_PS_SUMS : f->status != 0) __builtin_trap();
-    if (t == SL_MSG_REPLY && f->status == SL_PS_REJECT) {
+    if (f->codec && (t != SL_MSG_PUSH || f->codec > 4)) __builtin_trap();
+    if (f->codec) { /* a compressed push: the bytes after the prefix, at least their header */
+        if (f->data || f->n || f->comp != p + SL_PS_PREFIX || f->comp_len != len - SL_PS_PREFIX || f->comp_len < 24)
+            __builtin_trap();
+    } else if (f->comp || f->comp_len) {
+        __builtin_trap();
+    } else if (t == SL_MSG_REPLY && f->status == SL_PS_REJECT) {
         if (f->n || f->reason != (const char *)p + SL_PS_PREFIX || f->n_reason != len - SL_PS_PREFIX) __builtin_trap();
     } else if (f->n) {
         if (SL_PS_PREFIX + 4 * f->n != len || (const uint8_t *)f->data != p + SL_PS_PREFIX) __builtin_trap();
@@ -77,7 +84,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
             if (strict.plan_hash != hashes[a] || memcmp(&strict, &loose, sizeof strict) != 0) __builtin_trap();
             int carries = strict.type == SL_MSG_PUSH || strict.type == SL_MSG_INIT ||
                           (strict.type == SL_MSG_REPLY && strict.status == SL_PS_OK);
-            if (carries && strict.n != shards[b]) __builtin_trap();
+            if (carries && !strict.codec && strict.n != shards[b]) __builtin_trap();
         }
     free(p);
     return 0;

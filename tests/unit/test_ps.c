@@ -253,6 +253,44 @@ static void put_i64(frame_buf *fb, size_t at, int64_t v) { memcpy(fb->b + at, &v
 
 /* The has-data pair and the SUM frames (sync rounds, lockstep epochs): encoded, decoded and
  * read back exactly. */
+/* A PUSH's codec (the status field): 1..4 carry a compressed shard (sluice/compress.h),
+ * handed over as bytes for the server to validate; 5 and more are refused, as is a
+ * compressed payload shorter than its header. */
+TEST(test_frame_compressed_push) {
+    frame_buf fb;
+    sl_ps_frame f;
+    make(&fb, SL_MSG_PUSH, 0, 0);
+    sl_ps_frame e = {.plan_hash = 0xabcdef01u, .seq = 9, .value = 41, .lr = 0.125f, .codec = SL_COMPRESS_INT8};
+    sl_ps_frame_encode_prefix(&e, fb.b);
+    ASSERT_EQ(fb.b[28], 2);
+    ASSERT_EQ(fb.b[30], SL_PS_VERSION);
+    memset(fb.b + SL_PS_PREFIX, 7, 25); /* 25 bytes: not a whole number of floats */
+    fb.len = SL_PS_PREFIX + 25;
+    fb.h.length = fb.len;
+    ASSERT_OK(dec(&fb, 5, &f)); /* the shard length is the server's to check */
+    ASSERT_EQ(f.codec, SL_COMPRESS_INT8);
+    ASSERT_EQ(f.status, 0);
+    ASSERT(f.data == NULL);
+    ASSERT_EQ(f.n, 0);
+    ASSERT(f.comp == fb.b + SL_PS_PREFIX);
+    ASSERT_EQ(f.comp_len, 25);
+    uint8_t again[SL_PS_PREFIX];
+    sl_ps_frame_encode_prefix(&f, again);
+    ASSERT_MEMEQ(again, fb.b, SL_PS_PREFIX);
+    fb.len = SL_PS_PREFIX + 23;
+    ASSERT_EQ(dec(&fb, 5, &f), SL_ECORRUPT);
+    ASSERT_CONTAINS(sl_errmsg(), "byte 40: PUSH compressed data of 23 bytes is shorter than its 24-byte header");
+    fb.len = SL_PS_PREFIX + 25;
+    fb.b[28] = 5;
+    ASSERT_EQ(dec(&fb, 5, &f), SL_ECORRUPT);
+    ASSERT_CONTAINS(sl_errmsg(), "byte 28: PUSH codec 5 is out of range (0 float32, 1..4 compressed)");
+    /* other types keep status 0 */
+    make(&fb, SL_MSG_INIT, 0, 2);
+    fb.b[28] = 2;
+    ASSERT_EQ(dec(&fb, 2, &f), SL_ECORRUPT);
+    ASSERT_CONTAINS(sl_errmsg(), "INIT status 2 is out of range");
+}
+
 TEST(test_frame_has_data_and_sums) {
     frame_buf fb;
     sl_ps_frame f;
@@ -384,6 +422,7 @@ int main(void) {
     RUN(test_plan_errors);
     RUN(test_frame_roundtrip);
     RUN(test_frame_has_data_and_sums);
+    RUN(test_frame_compressed_push);
     RUN(test_frame_corruption);
     TEST_MAIN_END();
 }

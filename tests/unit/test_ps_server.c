@@ -19,6 +19,7 @@
 #include <unistd.h>
 #include <zmq.h>
 
+#include "sluice/compress.h"
 #include "sluice/ps.h"
 #include "test.h"
 
@@ -164,6 +165,8 @@ typedef struct wjob {
     atomic_int *hold;          /* wait while set before pushing step hold_at */
     int64_t hold_at;
     atomic_int *phase;         /* set to 1 when the pushes before hold_at are done */
+    sl_compress_spec cs;       /* pushes compressed with error feedback (kind none: float32) */
+    uint64_t sent;             /* result: payload bytes the client sent */
     /* results */
     sl_status st;
     char msg[1024];
@@ -183,6 +186,7 @@ static void *worker_main(void *arg) {
     double t0 = now_s();
     sl_tp_opts to = {.timeout_s = 5, .job_id = test_job};
     j->st = sl_ps_client_create(j->c->addrs, j->c->nw, j->w, j->plan, test_job ? &to : NULL, &j->co, &c);
+    if (!j->st && j->cs.kind) j->st = sl_ps_client_set_compress(c, &j->cs);
     if (!j->st) j->st = sl_ps_client_join(c, j->params, &j->resume);
     if (j->after_join) pthread_barrier_wait(j->after_join);
     for (int64_t s = j->from; s < j->from + j->nsteps && !j->st; s++) {
@@ -217,6 +221,7 @@ static void *worker_main(void *arg) {
     if (!j->st && !j->no_bye) j->st = sl_ps_client_bye(c);
     if (j->st) snprintf(j->msg, sizeof j->msg, "%s", sl_errmsg());
     j->took = now_s() - t0;
+    if (c) j->sent = sl_ps_client_sent_bytes(c);
     sl_ps_client_free(c);
     free(g);
     return NULL;
@@ -1163,6 +1168,145 @@ TEST(test_retried_push_applied_once) {
     sl_ps_plan_free(p);
 }
 
+/* Compressed pushes (int8, top-k 1%): one worker, two ps tasks, 10 async steps. The servers
+ * apply exactly what the worker's error feedback sent: replayed here with one residual per
+ * shard, the final parameters match bit for bit; and the worker sent a fraction of the
+ * float32 bytes. */
+TEST(test_compressed_pushes) {
+    const sl_compress_spec specs[2] = {{SL_COMPRESS_INT8, 0}, {SL_COMPRESS_TOPK, 0.01}};
+    for (int k = 0; k < 2; k++) {
+        cluster c;
+        cluster_init(&c, 1, 2);
+        sl_ps_plan *p = test_plan(2);
+        ASSERT(p);
+        srv v[2];
+        memset(v, 0, sizeof v);
+        sl_ps_server_opts o = {.staleness = -1, .compress = specs[k]};
+        for (int j = 0; j < 2; j++) ASSERT_EQ(srv_start(&v[j], &c, j, p, &o, NULL, NULL), 0);
+        wjob job = {.c = &c, .plan = p, .w = 0, .co = {.retry_s = 20}, .nsteps = 10, .cs = specs[k]};
+        pthread_t t;
+        pthread_create(&t, NULL, worker_main, &job);
+        pthread_join(t, NULL);
+        for (int j = 0; j < 2; j++) pthread_join(v[j].t, NULL);
+        CHECK_WORKER(job);
+        for (int j = 0; j < 2; j++) CHECK_SRV(v[j]);
+        size_t n = p->total;
+        float *want = malloc(n * sizeof(float)), *g = malloc(n * sizeof(float)), *got = malloc(n * sizeof(float));
+        float *sh = malloc(n * sizeof(float)), *sent = malloc(n * sizeof(float)), *pk = malloc(n * sizeof(float));
+        size_t cap = sl_compress_size(&specs[k], n), len;
+        unsigned char *buf = malloc(cap);
+        for (int j = 0; j < 2; j++) {
+            sl_compress_ef *ef;
+            size_t m = p->shard_len[j];
+            ASSERT_OK(sl_compress_ef_create(&specs[k], m, &ef));
+            for (size_t i = 0; i < n; i++) want[i] = init_of(i);
+            sl_ps_plan_gather(p, j, want, pk);
+            for (int64_t s = 0; s < 10; s++) {
+                for (size_t i = 0; i < n; i++) g[i] = grad_of(0, s, i);
+                sl_ps_plan_gather(p, j, g, sh);
+                ASSERT_OK(sl_compress_ef_step(ef, sh, m, buf, cap, &len, sent));
+                for (size_t i = 0; i < m; i++) pk[i] -= LR * sent[i];
+            }
+            sl_compress_ef_free(ef);
+            ASSERT_EQ(v[j].n, m);
+            ASSERT_MEMEQ(v[j].saved, pk, m * sizeof(float));
+            ASSERT_EQ(v[j].stats.applied, 10);
+            ASSERT_EQ(v[j].stats.dropped, 0);
+        }
+        saved_flat(p, v, got);
+        ASSERT_MEMEQ(job.params, got, n * sizeof(float));
+        /* the INIT (4 n bytes) and ten pushes; float32 pushes would be 10 x 4 n bytes */
+        ASSERT(job.sent < (uint64_t)(4 * n + (k == 0 ? 10 * n * 3 / 2 : 10 * n / 2) + 4096)); /* INIT: 4 n */
+        free(want), free(g), free(got), free(sh), free(sent), free(pk), free(buf);
+        for (int j = 0; j < 2; j++) srv_done(&v[j]);
+        sl_ps_plan_free(p);
+    }
+}
+
+/* A compressed push that does not validate, or of another codec, is answered REJECT naming
+ * the worker and step (and not taken as applied: the corrected push with the same seq is
+ * then applied). Worker 1 is raw ZeroMQ, as above. */
+TEST(test_compressed_push_refused) {
+    cluster c;
+    cluster_init(&c, 2, 1);
+    sl_ps_plan *p = test_plan(1);
+    size_t n = p->total;
+    srv v;
+    memset(&v, 0, sizeof v);
+    sl_compress_spec tk = {SL_COMPRESS_TOPK, 0.01}, i8 = {SL_COMPRESS_INT8, 0};
+    sl_ps_server_opts o = {.staleness = -1, .compress = tk};
+    ASSERT_EQ(srv_start(&v, &c, 0, p, &o, NULL, NULL), 0);
+    sl_ps_client *chief;
+    sl_ps_client_opts co = {.retry_s = 20};
+    float *flat = malloc(n * sizeof(float)), *got = malloc(n * sizeof(float)), *g = malloc(n * sizeof(float));
+    for (size_t i = 0; i < n; i++) flat[i] = init_of(i);
+    int64_t resume;
+    ASSERT_OK(sl_ps_client_create(c.addrs, 2, 0, p, NULL, &co, &chief));
+    ASSERT_OK(sl_ps_client_join(chief, flat, &resume));
+    void *zctx = zmq_ctx_new();
+    void *out = raw_dealer(zctx, sl_ps_server_endpoint(v.s), 1);
+    void *in = zmq_socket(zctx, ZMQ_ROUTER);
+    char ep[64];
+    int zero = 0;
+    snprintf(ep, sizeof ep, "tcp://%s", c.addrs[1]);
+    zmq_setsockopt(in, ZMQ_LINGER, &zero, sizeof zero);
+    ASSERT_EQ(zmq_bind(in, ep), 0);
+    size_t cap = SL_PS_PREFIX + sl_compress_size(&i8, n), len;
+    uint8_t *buf = malloc(cap);
+    sl_ps_frame f = {.plan_hash = p->hash, .seq = 100};
+    sl_ps_frame_encode_prefix(&f, buf);
+    raw_frame(out, SL_MSG_HELLO, 1, 0, 0, buf, SL_PS_PREFIX);
+    sl_ps_frame r;
+    ASSERT_EQ(raw_reply(in, p, &r, got), 0);
+    for (size_t i = 0; i < n; i++) g[i] = grad_of(1, 0, i);
+    /* top-k of the shard, its first offset pushed past the chunk */
+    f = (sl_ps_frame){.plan_hash = p->hash, .seq = 101, .value = 0, .lr = LR, .codec = SL_COMPRESS_TOPK};
+    sl_ps_frame_encode_prefix(&f, buf);
+    ASSERT_OK(sl_compress_encode(&tk, g, n, buf + SL_PS_PREFIX, cap - SL_PS_PREFIX, &len));
+    uint8_t save0 = buf[SL_PS_PREFIX + 24], save1 = buf[SL_PS_PREFIX + 25];
+    buf[SL_PS_PREFIX + 24] = 0xff;
+    buf[SL_PS_PREFIX + 25] = 0xff;
+    raw_frame(out, SL_MSG_PUSH, 1, 0, 0, buf, SL_PS_PREFIX + len);
+    ASSERT_EQ(raw_reply(in, p, &r, got), 0);
+    ASSERT_U64(r.seq, 101);
+    ASSERT_EQ(r.status, SL_PS_REJECT);
+    char why[1024];
+    snprintf(why, sizeof why, "%.*s", (int)r.n_reason, r.reason);
+    ASSERT_CONTAINS(why, "ps 0: worker 1, step 0: compressed gradient: byte 24: chunk 0: index 65535 is past the chunk's 4096 values");
+    /* the same seq, repaired: applied */
+    buf[SL_PS_PREFIX + 24] = save0;
+    buf[SL_PS_PREFIX + 25] = save1;
+    raw_frame(out, SL_MSG_PUSH, 1, 0, 0, buf, SL_PS_PREFIX + len);
+    ASSERT_EQ(raw_reply(in, p, &r, got), 0);
+    ASSERT_EQ(r.status, SL_PS_OK);
+    ASSERT_EQ(r.value, 1);
+    /* another codec than the ps's */
+    f = (sl_ps_frame){.plan_hash = p->hash, .seq = 102, .value = 1, .lr = LR, .codec = SL_COMPRESS_INT8};
+    sl_ps_frame_encode_prefix(&f, buf);
+    ASSERT_OK(sl_compress_encode(&i8, g, n, buf + SL_PS_PREFIX, cap - SL_PS_PREFIX, &len));
+    raw_frame(out, SL_MSG_PUSH, 1, 0, 1, buf, SL_PS_PREFIX + len);
+    ASSERT_EQ(raw_reply(in, p, &r, got), 0);
+    ASSERT_EQ(r.status, SL_PS_REJECT);
+    snprintf(why, sizeof why, "%.*s", (int)r.n_reason, r.reason);
+    ASSERT_STREQ(why, "ps 0: worker 1's push for step 1 is compressed with int8; this ps takes topk:0.01");
+    f = (sl_ps_frame){.plan_hash = p->hash};
+    sl_ps_frame_encode_prefix(&f, buf);
+    raw_frame(out, SL_MSG_BYE, 1, 0, 0, buf, SL_PS_PREFIX);
+    ASSERT_OK(sl_ps_client_bye(chief));
+    sl_ps_client_free(chief);
+    pthread_join(v.t, NULL);
+    zmq_close(out);
+    zmq_close(in);
+    zmq_ctx_term(zctx);
+    CHECK_SRV(v);
+    ASSERT_EQ(v.stats.applied, 1);
+    ASSERT_EQ(v.stats.dropped, 1);
+    ASSERT_EQ(v.stats.rejected, 1);
+    free(flat), free(got), free(g), free(buf);
+    srv_done(&v);
+    sl_ps_plan_free(p);
+}
+
 /* A fake ps for client tests: receive on ROUTER `in` until a frame of `type` comes (others,
  * such as heartbeats, are skipped). Returns 0 with *f decoded (data copied to buf). */
 static int fake_recv(void *in, int type, sl_ps_frame *f, uint8_t *buf, size_t cap) {
@@ -1421,6 +1565,8 @@ int main(void) {
     RUN(test_garbage_dropped_server_serves_on);
     RUN(test_other_job_cannot_alter_ps);
     RUN(test_retried_push_applied_once);
+    RUN(test_compressed_pushes);
+    RUN(test_compressed_push_refused);
     RUN(test_client_resends_same_seq);
     RUN(test_errors);
     RUN(test_curve_stranger_refused);
