@@ -14,7 +14,7 @@
 #   --quick or BENCH_QUICK=1: a smoke run (under ~2 minutes): the 100 Mbit/s link only,
 #   10 steps per epoch, 3 epochs, 1 round.
 # Environment (defaults in brackets; quick mode's in braces):
-#   BENCH_LINKS       link rates for tc, slowest last [1gbit 100mbit] {100mbit}
+#   BENCH_LINKS       link rates for tc [1gbit 100mbit] {100mbit}
 #   BENCH_WORLDS      replica counts [2 4]
 #   BENCH_MODES       compressions [none fp16 int8 sign topk:0.01]
 #   BENCH_STRATEGIES  ring and/or ps [ring]
@@ -246,10 +246,13 @@ up_hosts() {
         done
     done
 }
+rate_bits() { # rate_bits RATE: tc's rate (100mbit, 1gbit, 1.5gbit, 800kbit) in bit/s
+    awk -v r="$1" 'BEGIN { v = r + 0; u = tolower(r); sub(/^[0-9.]+/, "", u)
+        m = (u == "gbit") ? 1e9 : (u == "mbit") ? 1e6 : (u == "kbit") ? 1e3 : 1; printf "%d", v * m }'
+}
 set_rate() { # set_rate RATE: tbf at RATE on both ends of every host's link
     local i r=$1 bits burst
-    bits=$(awk -v r="$r" 'BEGIN { v = r + 0; u = tolower(r); sub(/^[0-9.]+/, "", u);
-        m = (u == "gbit") ? 1e9 : (u == "mbit") ? 1e6 : (u == "kbit") ? 1e3 : 1; printf "%d", v * m }')
+    bits=$(rate_bits "$r")
     burst=$((bits / 8 / 200)) # 5 ms of the rate, at least 64 KiB (a GSO packet)
     [ "$burst" -lt 65536 ] && burst=65536
     for ((i = 0; i < NHOSTS; i++)); do
@@ -470,6 +473,9 @@ done
 
 # ---- the result: ring, 2 replicas (the main job's setting), on the slowest link -------
 slow=${LINKS##* }
+if [ "$NET" = netns ]; then
+    for link in $LINKS; do [ "$(rate_bits "$link")" -lt "$(rate_bits "$slow")" ] && slow=$link; done
+fi
 rst=ring rn=2
 case " $STRATEGIES " in *" ring "*) ;; *) rst=${STRATEGIES%% *} ;; esac
 case " $WORLDS " in *" 2 "*) ;; *) rn=${WORLDS%% *} ;; esac
