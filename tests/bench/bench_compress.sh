@@ -308,14 +308,6 @@ read_tx() { # read_tx HOSTS: the bytes each host 0..HOSTS-1 has sent so far, one
     fi
 }
 
-seen_line() { # seen_line K FILE PID: 0 once FILE holds rank 0's "epoch K" line while PID runs
-    while ! grep -q "^epoch $1[ /]" "$2" 2>/dev/null; do
-        kill -0 "$3" 2>/dev/null || return 1
-        sleep 0.05
-    done
-    kill -0 "$3" 2>/dev/null
-}
-
 # ---- one run --------------------------------------------------------------------------
 # run_job STRATEGY WORLD MODE TAG: sets R_MS (step ms), R_TX (worker tx bytes/step),
 # R_PSTX (ps tx bytes/step), R_TR (trainer bytes/step or -); returns 1 on failure.
@@ -327,33 +319,37 @@ run_job() {
     local workers="" ps=""
     for ((i = 0; i < n; i++)); do workers+="${workers:+, }\"${ADDR[$i]}\""; done
     [ $nps = 1 ] && ps=", \"ps\": [\"${ADDR[$n]}\"]"
-    local hosts=$((n + nps)) before=() after=() rc=0 timed=$((EPOCHS * STEPS))
+    local hosts=$((n + nps)) before=() after=() rc=0 timed=$((EPOCHS * STEPS)) last=$((EPOCHS - 1))
     mapfile -t before < <(read_tx $hosts)
+    # Rank 0's stdout goes through a FIFO to a reader that copies it to out0 and reads the
+    # counters as soon as epoch 1's line comes (after the warm-up: start-up, the parameter
+    # broadcast, buffers filling) and again at epoch E-1's: the bytes then cover whole timed
+    # epochs, both reads equally late after their line, whatever the load. With E = 2: from
+    # epoch 1's line to the end; without the lines: the whole run.
+    rm -f "$T/$tag.fifo" "$T/$tag.tx1" "$T/$tag.tx2"
+    mkfifo "$T/$tag.fifo" || return 1
+    (
+        while IFS= read -r line; do
+            printf '%s\n' "$line" >>"$T/$tag.out0"
+            case $line in
+            "epoch 1/"* | "epoch 1 "*) read_tx $hosts >"$T/$tag.tx1" ;;
+            "epoch $last/"* | "epoch $last "*) [ $last -ge 2 ] && read_tx $hosts >"$T/$tag.tx2" ;;
+            esac
+        done <"$T/$tag.fifo"
+    ) &
+    local reader=$!
     PIDS=()
     local tmo=$((EPOCHS * STEPS * 2 + 120)) # 2 s a step is far slower than any link here
     for ((i = 0; i < hosts; i++)); do
-        local type=worker idx=$i
+        local type=worker idx=$i out=$T/$tag.out$i
         [ $i -ge "$n" ] && type=ps idx=$((i - n))
+        [ $i = 0 ] && out=$T/$tag.fifo
         in_host $i "${clean_env[@]}" "TF_CONFIG={\"cluster\": {\"worker\": [$workers]$ps}, \"task\": {\"type\": \"$type\", \"index\": $idx}}" \
             timeout -k 5 "$tmo" "$BIN/sluice-train" "$cfgf" --run-dir "$T/run-$tag" --overwrite --timeout 60 \
-            >"$T/$tag.out$i" 2>"$T/$tag.err$i" &
+            >"$out" 2>"$T/$tag.err$i" &
         PIDS+=($!)
     done
-    # the counters again when rank 0 prints epoch 1 (after the warm-up: start-up, the
-    # parameter broadcast, buffers filling) and epoch E-1, so that the bytes cover whole
-    # timed epochs: both reads come equally late after their line (polled every 50 ms), so
-    # the window holds (E-2) * STEPS steps whatever the load. With E = 2: from epoch 1's
-    # line to the end (a late first read then misses some bytes); without the lines: the
-    # whole run.
-    local last=$((EPOCHS - 1)) mid=()
-    if seen_line 1 "$T/$tag.out0" "${PIDS[0]}"; then
-        mapfile -t before < <(read_tx $hosts)
-        timed=$(((EPOCHS - 1) * STEPS))
-        if [ $last -ge 2 ] && seen_line $last "$T/$tag.out0" "${PIDS[0]}"; then
-            mapfile -t mid < <(read_tx $hosts)
-            timed=$(((EPOCHS - 2) * STEPS))
-        fi
-    fi
+    PIDS+=("$reader") # for the cleanup (it would wait on a FIFO nobody opens)
     for ((i = 0; i < hosts; i++)); do
         wait "${PIDS[$i]}"
         local e=$?
@@ -365,7 +361,15 @@ run_job() {
     done
     PIDS=()
     mapfile -t after < <(read_tx $hosts)
-    [ ${#mid[@]} -gt 0 ] && after=("${mid[@]}")
+    wait $reader
+    if [ -s "$T/$tag.tx1" ]; then
+        mapfile -t before <"$T/$tag.tx1"
+        timed=$(((EPOCHS - 1) * STEPS))
+        if [ -s "$T/$tag.tx2" ]; then
+            mapfile -t after <"$T/$tag.tx2"
+            timed=$(((EPOCHS - 2) * STEPS))
+        fi
+    fi
     [ $rc = 0 ] || return 1
     # step time: epochs 2..E of rank 0's epoch lines
     R_MS=$(awk -v b=$BATCH '/^epoch [0-9]+/ { split($2, e, "/"); if (e[1] < 2) next
