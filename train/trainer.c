@@ -695,7 +695,7 @@ static sl_status end_epoch(sl_trainer *t, int64_t epoch, int64_t step, const epo
         fflush(f);
     }
     sl_status s;
-    if (t->hooks.wire_bytes && step > a->step0 && (s = scalar(t, "train/wire_bytes_per_step", step, wire))) return s;
+    if (t->hooks.wire_bytes && step > a->step0 && (s = scalar(t, "wire_bytes_per_step", step, wire))) return s;
     if (t->c.log_every > 0) return t->events ? sl_tfev_flush(t->events) : SL_OK; /* log_window writes them */
     if ((s = scalar(t, "loss", step, loss)) || (s = scalar(t, "accuracy", step, acc)) ||
         (s = scalar(t, "learning_rate", step, lr)) || (s = scalar(t, "examples_per_sec", step, eps)) ||

@@ -178,7 +178,7 @@ typedef struct sl_train_hooks {
     sl_status (*allsum)(void *ctx, int32_t *v, size_t n, uint32_t tag);
     /* Optional (NULL: none). wire_bytes: payload bytes this replica has sent so far; the
      * loop reports the bytes per step in the epoch line ("wire N KiB/step") and as the
-     * scalar train/wire_bytes_per_step. save_state: per-replica state that checkpoints must
+     * scalar wire_bytes_per_step (the train/ run). save_state: per-replica state that checkpoints must
      * keep (compression residuals, sluice/strategy.h), called on EVERY replica at each
      * checkpoint step (the chief's checkpoint is written first), with the run folder and the
      * config's keep. load_state: on every replica after start, when the run resumed from the

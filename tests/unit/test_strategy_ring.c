@@ -537,22 +537,23 @@ TEST(test_residual_files) {
 }
 
 /* The wire bytes per step, sent by rank 0 in each epoch, in the epoch line and as the
- * train/wire_bytes_per_step scalar: int8's payloads (24-byte header, one scale, 58 int8s,
+ * wire_bytes_per_step scalar of the train/ run: int8's payloads (24-byte header, one scale, 58 int8s,
  * the has-data int32: 90 bytes) against the float32 ring allreduce of 59 floats. */
 static double wire_scalar(const char *run, int *count) {
-    char path[700];
-    DIR *d = opendir(run);
+    char path[700], train[500];
+    snprintf(train, sizeof train, "%s/train", run); /* the train/ run's event files */
+    DIR *d = opendir(train);
     struct dirent *de;
     double v = -1;
     *count = 0;
     while (d && (de = readdir(d)))
         if (strncmp(de->d_name, "events.out.tfevents.", 20) == 0) {
-            snprintf(path, sizeof path, "%s/%s", run, de->d_name);
+            snprintf(path, sizeof path, "%s/%s", train, de->d_name);
             sl_tfev_reader *r;
             if (sl_tfev_reader_open(path, &r)) break;
             sl_tfev_event ev;
             while (sl_tfev_reader_next(r, &ev) == SL_OK)
-                if (ev.kind == SL_TFEV_SCALAR && strcmp(ev.text, "train/wire_bytes_per_step") == 0) {
+                if (ev.kind == SL_TFEV_SCALAR && strcmp(ev.text, "wire_bytes_per_step") == 0) {
                     v = ev.value;
                     (*count)++;
                 }
