@@ -23,7 +23,7 @@
 
 static void sleep_us(long us) {
     struct timespec ts = {us / 1000000, (us % 1000000) * 1000};
-    nanosleep(&ts, NULL);
+    while (nanosleep(&ts, &ts) != 0) {} /* the whole time, even when a signal interrupts it */
 }
 
 /* adds "x": float32[256] */
