@@ -465,6 +465,18 @@ static int cmd_verify(int argc, char **argv) {
 
 /* ---- cat ------------------------------------------------------------------------------ */
 
+
+/* A record's mapped bytes were lost (the file shrank under the reader): the reader's next
+ * call reports it with the sizes (SL_EIO, "FILE: shrank from N to M bytes while being
+ * read"); should it not, say so here. Returns the status for the caller to report. */
+static sl_status shrank(sl_tfr_reader *r, sl_record *rec, const char *path) {
+    uint64_t off = rec->offset;
+    sl_status s = sl_tfr_reader_next(r, rec);
+    if (s == SL_OK || s == SL_END)
+        s = sl_err(SL_EIO, "%s: byte %" PRIu64 ": the file shrank while being read", path, off);
+    return s;
+}
+
 static int cmd_cat(int argc, char **argv) {
     const char *prog = "sluice-record cat";
     common_opts co = {0};
@@ -504,10 +516,9 @@ static int cmd_cat(int argc, char **argv) {
         while ((limit < 0 || printed < limit) && (s = sl_tfr_reader_next(r, &rec)) == SL_OK) {
             sl_status ps = sl_example_parse(&ex, rec.data, rec.len);
             if (sl_buf_damaged(rec.buf)) {
-                /* the file shrank after the reader checked this record: its bytes are gone */
-                fprintf(stderr, "%s: %s: byte %" PRIu64 ": the file shrank while being read\n",
-                        PROG, argv[i], rec.offset);
-                rc = SL__EXIT_FAIL;
+                /* the file shrank after the reader checked this record: its bytes are gone;
+                 * the reader's next call says so with the sizes (SL_EIO), reported below */
+                s = shrank(r, &rec, argv[i]);
                 break;
             }
             if (ps != SL_OK) {
@@ -521,6 +532,11 @@ static int cmd_cat(int argc, char **argv) {
             size_t len = 0;
             s = json ? sl_example_to_json(&ex, &line, &len)
                      : sl_example_to_text(&ex, (int)values, &line, &len);
+            if (s != SL_OK && sl_buf_damaged(rec.buf)) { /* shrank while the text was made */
+                free(line);
+                s = shrank(r, &rec, argv[i]);
+                break;
+            }
             if (s != SL_OK) {
                 rc = sl__failf(PROG, "%s: byte %" PRIu64, argv[i], rec.offset);
                 break;

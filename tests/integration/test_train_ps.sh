@@ -235,6 +235,9 @@ fi
 # continues at the step the ps recorded for it and finishes
 launch ckill -n 2 --ps 1 --restarts 1 --port-base $((PB + 50)) -- "${KTRAIN[@]}" --run-dir "$T/run6"
 if wait_for 120 grep -q "^\[worker 0\] epoch $HALF/$KEPOCHS " "$T/ckill.out"; then
+    # the epoch's checkpoint is written after its line: kill once it is there (a slow,
+    # sanitized build could otherwise be killed between the line and the file)
+    wait_for 60 sh -c "ls '$T/run6'/ckpt-*.safetensors >/dev/null 2>&1"
     w0=$(started_pid ckill "worker 0")
     kill -9 "$w0"
     wait "$lp"
