@@ -23,33 +23,27 @@
  *
  * Usage: bench_train [MLP_STEPS] [CNN_STEPS]   (defaults 1000 and 200 timed steps after 20
  * warm-up steps, as the anchor has). BENCH_QUICK=1: a smoke run (2 rounds, 200 / 10 steps,
- * a 1024 square, the CNN's anchor skipped: its epoch takes a minute). Data: data/fashion/
- * of the source tree when `bash scripts/main.sh` made it, else converted here into
- * /tmp/sluice-bench/fashion. SLUICE_SHARED (default ../shared beside the sources) locates
+ * a 1024 square, the CNN's anchor skipped: its epoch takes a minute). Data: see
+ * bench_fashion.h. SLUICE_SHARED (default ../shared beside the sources) locates
  * the anchor. Ends with:
  *   RESULT bench_train ratio=R sluice=X anchor=Y unit=examples/s
  * where R is the worse of the two models' ratios of medians (sluice / anchor) and X, Y are
  * that model's medians. */
 #include <cblas.h>
-#include <glob.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <time.h>
 
 #include "sluice/config.h"
-#include "sluice/example.h"
-#include "sluice/idx.h"
 #include "sluice/pool.h"
-#include "sluice/tfrecord.h"
 #include "sluice/train.h"
+#include "tests/bench/bench_fashion.h"
 
-#define WORK "/tmp/sluice-bench"
+#define WORK BENCH_WORK
 #define BATCH 128
 #define THREADS 2
-#define FM "/usr/share/datasets/fashion-mnist"
 #define REPS 3
 #define WARM 20
 
@@ -65,55 +59,6 @@ static double now(void) {
 static int die(const char *what) {
     fprintf(stderr, "bench_train: %s: %s\n", what, sl_errmsg());
     return 1;
-}
-
-static int have(const char *pattern) {
-    glob_t g;
-    int n = glob(pattern, 0, NULL, &g) == 0 ? (int)g.gl_pathc : 0;
-    globfree(&g);
-    return n;
-}
-
-/* Fashion-MNIST idx -> 8 TFRecord shards per split, as sluice-record convert writes them. */
-static int convert(const char *dir) {
-    const char *splits[2][3] = {{"train", "train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz"},
-                                {"test", "t10k-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz"}};
-    mkdir(WORK, 0777);
-    mkdir(dir, 0777);
-    sl_exb *b;
-    if (sl_exb_new(&b)) return die("example builder");
-    for (int s = 0; s < 2; s++) {
-        char p[700];
-        sl_tensor img = SL_TENSOR_EMPTY, lab = SL_TENSOR_EMPTY;
-        snprintf(p, sizeof p, "%s/%s", FM, splits[s][1]);
-        if (sl_idx_read(p, &img)) return die(p);
-        snprintf(p, sizeof p, "%s/%s", FM, splits[s][2]);
-        if (sl_idx_read(p, &lab)) return die(p);
-        int64_t n = img.dims[0];
-        for (int k = 0; k < 8; k++) {
-            snprintf(p, sizeof p, "%s/%s-%05d-of-00008.tfrecord", dir, splits[s][0], k);
-            sl_tfr_writer *w;
-            if (sl_tfr_writer_open(p, NULL, &w)) return die(p);
-            for (int64_t i = n * k / 8; i < n * (k + 1) / 8; i++) {
-                sl_bytes im = {(const uint8_t *)img.data + i * 784, 784};
-                int64_t y = ((const uint8_t *)lab.data)[i];
-                uint8_t *rec;
-                size_t len;
-                sl_exb_reset(b);
-                if (sl_exb_bytes(b, "image", &im, 1) || sl_exb_int64s(b, "label", &y, 1) ||
-                    sl_exb_serialize(b, &rec, &len))
-                    return die("serialize");
-                sl_status st = sl_tfr_writer_write(w, rec, len);
-                free(rec);
-                if (st) return die(p);
-            }
-            if (sl_tfr_writer_close(w)) return die(p);
-        }
-        sl_tensor_release(&img);
-        sl_tensor_release(&lab);
-    }
-    sl_exb_free(b);
-    return 0;
 }
 
 static const char *MODELS[2] = {
@@ -334,17 +279,7 @@ int main(int argc, char **argv) {
         return 2;
     }
     char data[600];
-    snprintf(data, sizeof data, "%s/data/fashion", SLUICE_SRC_DIR);
-    char pat[700];
-    snprintf(pat, sizeof pat, "%s/train-*-of-00008.tfrecord", data);
-    if (have(pat) != 8) {
-        snprintf(data, sizeof data, "%s/fashion", WORK);
-        snprintf(pat, sizeof pat, "%s/train-*-of-00008.tfrecord", data);
-        if (have(pat) != 8) {
-            fprintf(stderr, "bench_train: converting Fashion-MNIST into %s\n", data);
-            if (convert(data)) return 1;
-        }
-    }
+    if (bench_fashion_data("bench_train", data, sizeof data)) return 1;
     const char *shared = getenv("SLUICE_SHARED");
     char sharedbuf[600];
     if (!shared) {
