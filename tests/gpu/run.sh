@@ -6,6 +6,9 @@
 #   BUILD=dir        build directory relative to the repo (default build-gpu)
 #   CUDA_ARCHS="90"  CUDA architectures (default: the project's 80;90)
 #   JOBS=n           parallel build jobs (default: all cores)
+#   SAN_TIMEOUT=s    seconds each compute-sanitizer tool may take (default 600)
+#   PREBUILT=1       skip configure and build: BUILD already holds tests/test_cuda and
+#                    tests/test_backend_cuda (built elsewhere with the same CUDA version)
 # Logs go to $OUT when it is set (the device tool brings that folder back), else to the
 # build directory. Exit status: 0 when both programs pass, 1 otherwise (a skip counts as a
 # failure here: this script is meant for a machine that has a GPU).
@@ -27,23 +30,27 @@ if ! command -v nvcc >/dev/null 2>&1 && [ ! -x /usr/local/cuda/bin/nvcc ]; then
     exit 1
 fi
 
-echo "== configure ($BUILD)"
-cfg=(-S . -B "$BUILD" -DSLUICE_CUDA=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo)
-[ -n "${CUDA_ARCHS:-}" ] && cfg+=("-DCMAKE_CUDA_ARCHITECTURES=${CUDA_ARCHS}")
-if ! cmake "${cfg[@]}" >"$LOGDIR/gpu_configure.log" 2>&1; then
-    tail -n 40 "$LOGDIR/gpu_configure.log"
-    echo "configure FAILED"
-    exit 1
-fi
-grep "sluice: CUDA" "$LOGDIR/gpu_configure.log"
+if [ "${PREBUILT:-0}" = 1 ]; then
+    echo "== prebuilt: $BUILD/tests"
+else
+    echo "== configure ($BUILD)"
+    cfg=(-S . -B "$BUILD" -DSLUICE_CUDA=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo)
+    [ -n "${CUDA_ARCHS:-}" ] && cfg+=("-DCMAKE_CUDA_ARCHITECTURES=${CUDA_ARCHS}")
+    if ! cmake "${cfg[@]}" >"$LOGDIR/gpu_configure.log" 2>&1; then
+        tail -n 40 "$LOGDIR/gpu_configure.log"
+        echo "configure FAILED"
+        exit 1
+    fi
+    grep "sluice: CUDA" "$LOGDIR/gpu_configure.log"
 
-echo "== build (-j$JOBS)"
-if ! cmake --build "$BUILD" -j"$JOBS" --target test_backend_cuda test_cuda >"$LOGDIR/gpu_build.log" 2>&1; then
-    grep -E "error|Error" "$LOGDIR/gpu_build.log" | head -n 40
-    echo "build FAILED"
-    exit 1
+    echo "== build (-j$JOBS)"
+    if ! cmake --build "$BUILD" -j"$JOBS" --target test_backend_cuda test_cuda >"$LOGDIR/gpu_build.log" 2>&1; then
+        grep -E "error|Error" "$LOGDIR/gpu_build.log" | head -n 40
+        echo "build FAILED"
+        exit 1
+    fi
+    grep -iE "warning" "$LOGDIR/gpu_build.log" | grep -E "\.cu" | head -n 20
 fi
-grep -iE "warning" "$LOGDIR/gpu_build.log" | grep -E "\.cu" | head -n 20
 
 status=0
 for t in test_cuda test_backend_cuda; do
@@ -68,7 +75,7 @@ san=$(command -v compute-sanitizer || true)
 if [ -n "$san" ]; then
     for tool in memcheck racecheck initcheck synccheck; do
         echo "== compute-sanitizer --tool $tool test_backend_cuda"
-        (cd "$BUILD/tests" && SL_TEST_NO_API_ERRORS=1 "$san" --tool "$tool" --error-exitcode 3 ./test_backend_cuda) \
+        (cd "$BUILD/tests" && SL_TEST_NO_API_ERRORS=1 timeout "${SAN_TIMEOUT:-600}" "$san" --tool "$tool" --error-exitcode 3 ./test_backend_cuda) \
             >"$LOGDIR/sanitizer_$tool.log" 2>&1
         rc=$?
         tail -n 15 "$LOGDIR/sanitizer_$tool.log"

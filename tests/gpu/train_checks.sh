@@ -1,0 +1,90 @@
+#!/usr/bin/env bash
+# Training checks for a machine with an NVIDIA GPU, after tests/gpu/run.sh: with the tools
+# and benchmarks of a CUDA build (BUILD, default build-gpu: bin/ and bench/ in it), on
+# Fashion-MNIST converted from the idx files in SRC (default
+# /usr/share/datasets/fashion-mnist) into BUILD/data/fashion (8 shards):
+#   1. examples/fashion_cnn.sl, one epoch, --backend cuda: the epoch line (examples/s,
+#      input wait) and the test accuracy;
+#   2. the same epoch with --backend cpu on every core of the machine, beside it;
+#   3. sluice-launch -n 2 -- sluice-train ... --backend cuda, strategy ring: two replicas on
+#      the one GPU (each prints the GPU it uses; both must name the same one);
+#   4. bench/bench_train_gpu (when built: -DSLUICE_BENCH=ON), its RESULT line;
+#   5. with FULL=1, fashion_cnn's whole 12 epochs on the GPU (the CPU reaches 0.9205).
+# Run from anywhere: bash tests/gpu/train_checks.sh. Logs go to $OUT when it is set (the
+# device tool brings that folder back), else to BUILD. A summary is printed last. Exit
+# status: 0 when every check passed, 1 otherwise.
+set -u
+cd "$(dirname "$0")/../.." || exit 1
+root=$PWD
+BUILD=${BUILD:-build-gpu}
+case $BUILD in /*) ;; *) BUILD=$root/$BUILD ;; esac
+SRC=${SRC:-/usr/share/datasets/fashion-mnist}
+LOGDIR=${OUT:-$BUILD}
+mkdir -p "$LOGDIR"
+bin=$BUILD/bin
+data=$BUILD/data/fashion
+status=0
+summary=()
+note() { summary+=("$*"); echo "-- $*"; }
+
+echo "== data: $SRC -> $data"
+if ! ls "$data"/train-0000[0-7]-of-00008.tfrecord >/dev/null 2>&1; then
+    "$bin/sluice-record" convert fashion-mnist "$data" --shards 8 --src "$SRC" >"$LOGDIR/convert.log" 2>&1 ||
+        { cat "$LOGDIR/convert.log"; echo "converting failed"; exit 1; }
+fi
+sets=(--set "pipeline.train.files=\"$data/train-*.tfrecord\"" --set "pipeline.test.files=\"$data/test-*.tfrecord\"")
+
+# train NAME BACKEND ARGS...: one run of fashion_cnn, its log in LOGDIR/NAME.log; prints the
+# epoch lines and the accuracy
+train() {
+    local name=$1 backend=$2
+    shift 2
+    local t0=$SECONDS
+    "$bin/sluice-train" examples/fashion_cnn.sl --backend "$backend" --run-dir "$BUILD/runs/$name" --overwrite \
+        "${sets[@]}" "$@" >"$LOGDIR/$name.log" 2>&1
+    local rc=$?
+    cat "$LOGDIR/$name.log"
+    local epoch acc
+    epoch=$(grep -E '^epoch' "$LOGDIR/$name.log" | tail -1 | grep -oE '[0-9]+ examples/s +input wait [0-9.]+%')
+    acc=$(grep -E '^test accuracy' "$LOGDIR/$name.log" | tail -1)
+    note "$name: exit $rc in $((SECONDS - t0)) s; last epoch: ${epoch:-?}; ${acc:-no accuracy}"
+    [ "$rc" -eq 0 ] && [ -n "$acc" ] || status=1
+}
+
+echo "== 1. fashion_cnn, 1 epoch, --backend cuda"
+train cnn_cuda_1epoch cuda --set train.epochs=1 ${EXTRA:-}
+echo "== 2. fashion_cnn, 1 epoch, --backend cpu ($(nproc) threads)"
+train cnn_cpu_1epoch cpu --set train.epochs=1 --set train.threads="$(nproc)" ${EXTRA:-}
+
+echo "== 3. sluice-launch -n 2, both replicas on one GPU (strategy ring)"
+t0=$SECONDS
+"$bin/sluice-launch" -n 2 -- "$bin/sluice-train" examples/fashion_cnn.sl --backend cuda \
+    --run-dir "$BUILD/runs/cnn_cuda_2replicas" --overwrite "${sets[@]}" --set train.epochs=1 \
+    --set train.strategy=ring ${EXTRA:-} >"$LOGDIR/cnn_cuda_2replicas.log" 2>&1
+rc=$?
+cat "$LOGDIR/cnn_cuda_2replicas.log"
+gpus=$(grep -oE 'replica [0-9]+: GPU [0-9]+ of [0-9]+' "$LOGDIR/cnn_cuda_2replicas.log" | sort -u | paste -sd';')
+acc=$(grep -E 'test accuracy' "$LOGDIR/cnn_cuda_2replicas.log" | tail -1)
+note "2 replicas: exit $rc in $((SECONDS - t0)) s; placement: ${gpus:-not printed}; ${acc:-no accuracy}"
+[ "$rc" -eq 0 ] && [ -n "$acc" ] || status=1
+[ "$(grep -oE 'replica [01]: GPU 0 of' "$LOGDIR/cnn_cuda_2replicas.log" | sort -u | wc -l)" -eq 2 ] || { note "2 replicas: expected both on GPU 0"; status=1; }
+
+if [ -x "$BUILD/bench/bench_train_gpu" ]; then
+    echo "== 4. bench_train_gpu"
+    SLUICE_FASHION_SRC=$SRC "$BUILD/bench/bench_train_gpu" ${BENCH_ARGS:-} 2>&1 | tee "$LOGDIR/bench_train_gpu.log"
+    res=$(grep '^RESULT' "$LOGDIR/bench_train_gpu.log")
+    note "${res:-bench_train_gpu: no RESULT line}"
+    [ -n "$res" ] || status=1
+else
+    note "bench_train_gpu not built (configure with -DSLUICE_BENCH=ON)"
+fi
+
+if [ "${FULL:-0}" = 1 ]; then
+    echo "== 5. fashion_cnn, 12 epochs, --backend cuda"
+    train cnn_cuda_12epochs cuda ${EXTRA:-}
+fi
+
+echo
+echo "== summary"
+printf '%s\n' "${summary[@]}"
+exit $status
