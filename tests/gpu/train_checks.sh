@@ -9,7 +9,10 @@
 #   3. sluice-launch -n 2 -- sluice-train ... --backend cuda, strategy ring: two replicas on
 #      the one GPU (each prints the GPU it uses; both must name the same one);
 #   4. bench/bench_train_gpu (when built: -DSLUICE_BENCH=ON), its RESULT line;
-#   5. with FULL=1, fashion_cnn's whole 12 epochs on the GPU (the CPU reaches 0.9205).
+#   5. with FULL=1, fashion_cnn's whole 12 epochs on the GPU (the CPU reaches 0.9205);
+#   6. with THREAD_SCAN="1 2 4 ...", the CPU backend's examples/s over 30 steps per count of
+#      train.threads (no evaluation), to see how the CPU backend scales on this machine.
+# SKIP_CPU=1 leaves out 2.
 # Run from anywhere: bash tests/gpu/train_checks.sh. Logs go to $OUT when it is set (the
 # device tool brings that folder back), else to BUILD. A summary is printed last. Exit
 # status: 0 when every check passed, 1 otherwise.
@@ -53,8 +56,10 @@ train() {
 
 echo "== 1. fashion_cnn, 1 epoch, --backend cuda"
 train cnn_cuda_1epoch cuda --set train.epochs=1 ${EXTRA:-}
-echo "== 2. fashion_cnn, 1 epoch, --backend cpu ($(nproc) threads)"
-train cnn_cpu_1epoch cpu --set train.epochs=1 --set train.threads="$(nproc)" ${EXTRA:-}
+if [ "${SKIP_CPU:-0}" != 1 ]; then
+    echo "== 2. fashion_cnn, 1 epoch, --backend cpu ($(nproc) threads)"
+    train cnn_cpu_1epoch cpu --set train.epochs=1 --set train.threads="$(nproc)" ${EXTRA:-}
+fi
 
 echo "== 3. sluice-launch -n 2, both replicas on one GPU (strategy ring)"
 t0=$SECONDS
@@ -82,6 +87,20 @@ fi
 if [ "${FULL:-0}" = 1 ]; then
     echo "== 5. fashion_cnn, 12 epochs, --backend cuda"
     train cnn_cuda_12epochs cuda ${EXTRA:-}
+fi
+
+if [ -n "${THREAD_SCAN:-}" ]; then
+    echo "== 6. the CPU backend's scaling: fashion_cnn, 30 steps per thread count"
+    scan=""
+    for n in $THREAD_SCAN; do
+        "$bin/sluice-train" examples/fashion_cnn.sl --backend cpu --set train.threads="$n" --set train.steps=30 \
+            --set train.eval=none --set train.checkpoint=none --run-dir "$BUILD/runs/scan" --overwrite "${sets[@]}" \
+            >"$LOGDIR/scan_$n.log" 2>&1
+        r=$(grep -oE '[0-9]+ examples/s' "$LOGDIR/scan_$n.log" | tail -1)
+        echo "threads $n: ${r:-failed}"
+        scan="$scan $n:${r%% *}"
+    done
+    note "cpu threads:examples/s$scan"
 fi
 
 echo
