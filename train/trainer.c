@@ -39,6 +39,7 @@ struct sl_trainer {
     sl_model *model;
     sl_optim *optim;
     sl_dataset *train_ds, *eval_ds;
+    sl_iter *first_it; /* the first epoch's pipeline, opened by create (see there); NULL once taken */
     sl_tfev_writer *events;    /* RUN_DIR/train/ (train scalars) */
     sl_tfev_writer *eval_events; /* RUN_DIR/eval/ (evaluations; NULL without an eval pipeline) */
     sl_train_summary sum;
@@ -87,6 +88,15 @@ static void warnf(const sl_trainer *t, const char *fmt, ...) {
     vfprintf(stderr, fmt, ap);
     fputc('\n', stderr);
     va_end(ap);
+}
+
+/* The iterator of the training pipeline for one epoch (its shuffle order seeded by the epoch). */
+static sl_status open_epoch(sl_trainer *t, int64_t epoch, sl_iter **it) {
+    sl_iter_opts io = sl_iter_opts_default();
+    io.seed = mix(t->c.seed, (uint64_t)epoch);
+    sl_status s = sl_iter_create(t->train_ds, &io, it);
+    if (s) sl_err_prefix("pipeline '%s': ", t->c.data);
+    return s;
 }
 
 sl_status sl_trainer_create(sl_cfg *cfg, const sl_train_opts *opts, sl_trainer **out) {
@@ -138,6 +148,25 @@ sl_status sl_trainer_create(sl_cfg *cfg, const sl_train_opts *opts, sl_trainer *
         strcpy(t->c.run_dir, t->opts.run_dir);
     }
 
+    sl_pipeline_env env = sl_pipeline_env_default();
+    env.num_shards = w;
+    env.shard_index = t->hooks.rank;
+    env.seed = t->c.seed;
+    if ((s = sl_pipeline_from_config(cfg, t->c.data, &env, &t->train_ds))) goto fail;
+    if (t->c.epochs > 0 && sl_dataset_cardinality(t->train_ds) == SL_INFINITE) {
+        s = sl_err(SL_EINVAL, "pipeline '%s' never ends (repeat), so it has no epochs", t->c.data);
+        sl_err_hint("train for `steps N` instead of `epochs N`, or drop the repeat (each epoch re-reads the pipeline)");
+        goto fail;
+    }
+    /* The first epoch's pipeline starts now, so that its shuffle buffer and prefetch fill
+     * while the model is built (a GPU's context and cuBLAS take a few hundred ms) and the
+     * replicas connect; a resumed run opens its own epoch later. A failure here is not
+     * reported: the epoch's own open reports it. */
+    if (!t->opts.resume && open_epoch(t, 0, &t->first_it)) {
+        t->first_it = NULL;
+        sl_err_clear();
+    }
+
     sl_model_opts mo = sl_model_opts_default();
     mo.backend = t->c.backend;
     mo.threads = t->c.threads;
@@ -174,16 +203,6 @@ sl_status sl_trainer_create(sl_cfg *cfg, const sl_train_opts *opts, sl_trainer *
     }
     if ((s = sl_optim_create(t->model, &t->c.optim, &t->optim))) goto fail;
 
-    sl_pipeline_env env = sl_pipeline_env_default();
-    env.num_shards = w;
-    env.shard_index = t->hooks.rank;
-    env.seed = t->c.seed;
-    if ((s = sl_pipeline_from_config(cfg, t->c.data, &env, &t->train_ds))) goto fail;
-    if (t->c.epochs > 0 && sl_dataset_cardinality(t->train_ds) == SL_INFINITE) {
-        s = sl_err(SL_EINVAL, "pipeline '%s' never ends (repeat), so it has no epochs", t->c.data);
-        sl_err_hint("train for `steps N` instead of `epochs N`, or drop the repeat (each epoch re-reads the pipeline)");
-        goto fail;
-    }
     if (t->c.eval[0] && chief(t)) {
         sl_pipeline_env eenv = sl_pipeline_env_default();
         eenv.seed = t->c.seed;
@@ -206,6 +225,7 @@ void sl_trainer_free(sl_trainer *t) {
     if (!t) return;
     sl_tfev_close(t->events);
     sl_tfev_close(t->eval_events);
+    sl_iter_close(t->first_it);
     sl_dataset_unref(t->train_ds);
     sl_dataset_unref(t->eval_ds);
     sl_optim_free(t->optim);
@@ -249,13 +269,6 @@ static sl_status batch_parts(const sl_trainer *t, const char *pipe, const sl_ele
     return SL_OK;
 }
 
-static sl_status open_epoch(sl_trainer *t, int64_t epoch, sl_iter **it) {
-    sl_iter_opts io = sl_iter_opts_default();
-    io.seed = mix(t->c.seed, (uint64_t)epoch);
-    sl_status s = sl_iter_create(t->train_ds, &io, it);
-    if (s) sl_err_prefix("pipeline '%s': ", t->c.data);
-    return s;
-}
 
 /* The next epoch's pipeline, opened while the last tenth of this epoch trains (at least 8
  * steps before its end), so that its shuffle buffer and prefetch fill in the background
@@ -270,7 +283,10 @@ static void open_next_early(sl_trainer *t, int64_t spe, int64_t epoch, int64_t b
     int64_t left = spe - b, lead = spe / 10 > 8 ? spe / 10 : 8;
     if (left > lead) return;
     if (t->c.steps > 0 ? step + left >= t->c.steps : epoch + 1 >= t->c.epochs) return; /* no next epoch */
-    if (open_epoch(t, epoch + 1, next)) *next = NULL;
+    if (open_epoch(t, epoch + 1, next)) {
+        *next = NULL;
+        sl_err_clear();
+    }
 }
 
 /* ---- lockstep epochs (sluice/train.h) ------------------------------------------------ */
@@ -803,8 +819,10 @@ static sl_status agree_stop(sl_trainer *t, bool have_next, int mine, int *more, 
 
 static sl_status train_loop(sl_trainer *t, int64_t step, int64_t epoch, int64_t skip) {
     sl_status s = SL_OK;
-    sl_iter *it = NULL, *next_it = NULL; /* next_it: epoch next_for's, opened early (open_next_early) */
-    int64_t next_for = -1;
+    /* next_it: epoch next_for's pipeline, opened early (create's first epoch, open_next_early) */
+    sl_iter *it = NULL, *next_it = t->first_it;
+    int64_t next_for = next_it ? 0 : -1;
+    t->first_it = NULL;
     sl_element e, el[2];
     sl_element_init(&e);
     sl_element_init(&el[0]);

@@ -17,7 +17,8 @@
  * ones, timed on the host between two steps of the training loop through the trainer's
  * exchange hook (the step is asynchronous: over hundreds of steps the host and the device
  * rate agree, since the loss read-back bounds how far the host runs ahead); medians and
- * min-max printed, with the trainer's input-wait share.
+ * min-max printed, with the trainer's input-wait share over the whole run (warm-up and the
+ * first epoch's pipeline start included).
  *
  * Usage: bench_train_gpu [MLP_STEPS] [CNN_STEPS]   (defaults 3000 and 1000). Data: see
  * bench_fashion.h. Needs a CUDA build and a GPU; without one it says so and exits 1. Ends:
@@ -255,14 +256,15 @@ int main(int argc, char **argv) {
         double r[REPS], w[REPS];
         for (int i = 0; i < REPS; i++) {
             if (run_sluice(data, k, steps[k], &r[i], &w[i])) return 1;
-            printf("  run %d %s: %.0f examples/s (input wait %.1f%% of step time)\n", i + 1, kinds[k], r[i], 100 * w[i]);
+            printf("  run %d %s: %.0f examples/s (input wait %.1f%% of the whole run's step time)\n", i + 1, kinds[k],
+                   r[i], 100 * w[i]);
             fflush(stdout);
         }
         med[k] = median(r, REPS);
         anchor[k] = sq * 1e9 / flops[k];
         double gf = flops[k] * med[k] / 1e9;
         printf("%s: sluice %.0f examples/s (min %.0f, max %.0f; %lld steps after %d warm-up, median of %d); "
-               "input wait median %.1f%%\n",
+               "input wait (whole run) median %.1f%%\n",
                kinds[k], med[k], r[0], r[REPS - 1], (long long)steps[k], WARM, REPS, 100 * median(w, REPS));
         printf("%s: %.0f GFLOP/s achieved = %.3f of the square sgemm rate (bound %.0f examples/s), %.3f of its own "
                "GEMMs' rate (bound %.0f examples/s)\n\n",
