@@ -205,7 +205,8 @@ static double sgemm_rate(const gemm *g, int ng) {
     }
     result = median(r, 5);
 out:
-    if (result < 0) fprintf(stderr, PROG ": sgemm measurement: CUDA error %s\n", cudaGetErrorString(cudaGetLastError()));
+    if (result < 0)
+        fprintf(stderr, PROG ": sgemm measurement: CUDA error %s\n", cudaGetErrorString(cudaGetLastError()));
     if (blas) cublasDestroy(blas);
     if (e0) cudaEventDestroy(e0);
     if (e1) cudaEventDestroy(e1);
