@@ -786,6 +786,47 @@ TEST(test_sync_compressed_pushes) {
     }
 }
 
+/* Resume with compressed pushes: 7 steps with a checkpoint at 7, then --resume (workers from
+ * their checkpoints and residuals, the ps tasks from their shards) to 20, equals 20 steps
+ * straight, bit for bit, for sign (1 bit: a large residual) and top-k. */
+static void ps_resume_codec(const char *codec, const char *straight, const char *resumed) {
+    uneven u = {.sched = " total=20", .strat = codec};
+    trainer_job a[NW], b[NW], p[NPS];
+    char *err = NULL;
+    u.name = straight;
+    u.length = "steps 20\n    checkpoint steps=7";
+    u.takes[0] = u.takes[1] = 13;
+    run_uneven(&u, a, p, &err);
+    free(err);
+    for (int i = 0; i < NW; i++)
+        if (a[i].st) FAILF("%s straight, worker %d: %s", codec, i, a[i].err);
+    u.name = resumed;
+    u.length = "steps 7\n    checkpoint steps=7";
+    run_uneven(&u, b, p, &err);
+    free(err);
+    for (int i = 0; i < NW; i++)
+        if (b[i].st) FAILF("%s first 7 steps, worker %d: %s", codec, i, b[i].err);
+    if (t_cur_failed) return;
+    u.length = "steps 20\n    checkpoint steps=7";
+    u.resume = true;
+    run_uneven(&u, b, p, &err);
+    free(err);
+    for (int i = 0; i < NW; i++)
+        if (b[i].st) FAILF("%s resumed, worker %d: %s", codec, i, b[i].err);
+    if (t_cur_failed) return;
+    for (int i = 0; i < NW; i++) {
+        ASSERT_EQ(a[i].sum.steps, 20);
+        ASSERT_EQ(b[i].sum.steps, 20);
+        ASSERT_EQ(a[i].np, b[i].np);
+        ASSERT_MEMEQ(a[i].params, b[i].params, a[i].np * sizeof(float));
+    }
+}
+
+TEST(test_sync_compressed_resume_exact) {
+    ps_resume_codec(" compress=sign", "res-sign-a", "res-sign-b");
+    ps_resume_codec(" compress=topk(0.25)", "res-topk-a", "res-topk-b");
+}
+
 TEST(test_sync_unequal_shards_epochs) {
     uneven u = {.name = "uneven-epochs", .length = "epochs 2", .takes = {13, 10}};
     trainer_job w[NW], p[NPS];
@@ -875,6 +916,7 @@ int main(void) {
     RUN(test_sync_unequal_shards_steps);
     RUN(test_sync_empty_shard);
     RUN(test_sync_compressed_pushes);
+    RUN(test_sync_compressed_resume_exact);
     char cmd[300];
     snprintf(cmd, sizeof cmd, "rm -rf %s", tmpdir);
     if (system(cmd) != 0) printf("could not remove %s\n", tmpdir);
