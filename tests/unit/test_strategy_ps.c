@@ -750,8 +750,8 @@ static void check_rounds(const uneven *u, int64_t version, const char *wsteps) {
  * alone, pairing its batches 11-13 with worker 1's next epoch on the way. */
 /* Compressed pushes (sign) in sync mode: two workers train 7 steps with a checkpoint; they
  * end identical, and each wrote its residual (one per ps shard, concatenated: all 58
- * values) beside the checkpoint, which loads back. (A resumed sync ps run is not compared
- * bit for bit here: the ring's test_strategy_ring does that for every codec.) */
+ * values) beside the checkpoint, which loads back (test_sync_compressed_resume_exact
+ * resumes from it). */
 static void ps_compressed(const char *name, int steps, bool resume, trainer_job *w) {
     uneven u = {.name = name, .takes = {13, 13}, .sched = " total=20", .strat = " compress=sign", .resume = resume};
     char len[64];
