@@ -138,6 +138,13 @@ sl_status sl_fn_set_antialias(sl_fn *fn, bool antialias);
  * decode_jpeg. Call before the function is used. */
 sl_status sl_fn_set_dct_scaling(sl_fn *fn, bool allow);
 
+/* torchvision's RandomCrop(size, padding=P): a height x width window at a uniformly random
+ * place (top row, then left column, from the call's seed) in the image padded by `padding`
+ * zero pixels on every side; pixels are copied (any numeric dtype, [h, w, c] or [h, w]).
+ * SL_EINVAL here for a size outside 1..65535 or padding outside 0..65535, and when applied
+ * for a window larger than the padded image (naming both). */
+sl_status sl_fn_random_crop(const char *comp, int height, int width, int padding, sl_fn **out);
+
 /* Mirror left-right (and/or top-bottom) with probability p. */
 sl_status sl_fn_random_flip(const char *comp, bool horizontal, bool vertical, double p, sl_fn **out);
 
