@@ -1,0 +1,172 @@
+/* sl_job_run (sluice/job.h): a config and the environment -> this process's task of the job,
+ * run to its end. It chooses the strategy by the train block, resolves the cluster, builds
+ * the strategy's hooks (or runs a ps task), creates and runs the trainer, and reports what
+ * the task was for the caller to print.
+ *
+ * Workload: once per process. */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "sluice/cluster.h"
+#include "sluice/job.h"
+#include "sluice/strategy.h"
+
+extern char **environ;
+
+sl_job_opts sl_job_opts_default(void) { return (sl_job_opts){.device = -1}; }
+
+/* NAME's value in envp, or NULL */
+static const char *env_get(const char *const *envp, const char *name) {
+    size_t n = strlen(name);
+    for (; envp && *envp; envp++)
+        if (strncmp(*envp, name, n) == 0 && (*envp)[n] == '=') return *envp + n + 1;
+    return NULL;
+}
+
+/* train.run_dir="DIR" (quoted for the config language) into cfg: a ps task reads its run
+ * folder from the config */
+static sl_status set_run_dir(sl_cfg *cfg, const char *dir) {
+    size_t n = strlen(dir);
+    char *set = malloc(2 * n + 32);
+    if (!set) return sl_err(SL_ENOMEM, "out of memory");
+    char *p = set + sprintf(set, "train.run_dir=\"");
+    for (size_t i = 0; i < n; i++) {
+        if (dir[i] == '"' || dir[i] == '\\') *p++ = '\\';
+        *p++ = dir[i];
+    }
+    strcpy(p, "\"");
+    sl_status s = sl_cfg_set(cfg, set);
+    free(set);
+    return s;
+}
+
+/* sluice-launch -n N > 1 over `strategy none`: N separate trainings into one run folder */
+static sl_status check_world(const sl_train_config *tc, const char *const *envp) {
+    const char *world = env_get(envp, "SLUICE_WORLD");
+    if (!world || atoi(world) <= 1) return SL_OK;
+    sl_err(SL_EINVAL, "this task is one of %s replicas (SLUICE_WORLD, from sluice-launch) but the train block says "
+           "strategy %s: each would train alone into the same run folder", world, tc->strategy);
+    sl_err_hint("set `strategy ring` (or ps) in the train block, or run one process without sluice-launch -n");
+    return SL_EINVAL;
+}
+
+/* the ps task of this process: serve its shard until the workers are done or ps_stop */
+static sl_status run_ps_task(sl_cfg *cfg, const sl_cluster *cl, const sl_tp_curve *curve, const sl_job_opts *o,
+                             bool fresh, sl_job_result *r) {
+    r->ps_task = true;
+    r->ps_index = cl->tasks[cl->self].index;
+    if (o->run_dir) {
+        sl_status s = set_run_dir(cfg, o->run_dir);
+        if (s) return s;
+    }
+    if (o->on_role) o->on_role(o->ctx, r);
+    sl_strategy_ps_opts po = {.timeout_s = o->timeout_s, .curve = curve, .fresh = fresh, .overwrite = o->overwrite};
+    sl_status s = sl_ps_task_run(cfg, cl, &po, o->console, o->ps_stop);
+    return s == SL_ECANCELED ? SL_OK : s;
+}
+
+/* the trainer's options from the job's */
+static sl_train_opts train_opts(const sl_job_opts *o, const char *const *envp, bool resume) {
+    sl_train_opts to = sl_train_opts_default();
+    to.run_dir = o->run_dir;
+    to.resume = resume;
+    to.overwrite = resume ? false : o->overwrite;
+    to.device = o->device;
+    to.envp = envp;
+    to.console = o->console;
+    to.progress = o->progress && o->console;
+    to.stop = o->stop;
+    return to;
+}
+
+/* The replicas' strategy hooks (ring or ps) into *hooks. */
+typedef struct {
+    sl_strategy_ring *ring;
+    sl_strategy_ps *ps;
+    FILE *hash_log;
+} strategies;
+
+static sl_status make_hooks(const sl_cluster *cl, const sl_train_config *tc, const sl_tp_curve *curve,
+                            const sl_job_opts *o, sl_train_hooks *hooks, strategies *st) {
+    if (strcmp(tc->strategy, "ps") == 0) {
+        sl_strategy_ps_opts po = {.timeout_s = o->timeout_s, .retry_s = o->retry_s, .curve = curve};
+        return sl_strategy_ps_create(cl, tc, &po, hooks, &st->ps);
+    }
+    sl_strategy_ring_opts ro = {.timeout_s = o->timeout_s, .curve = curve, .compress = tc->compress,
+                                .optim = tc->optim};
+    if (o->hash_log && cl->world > 1) {
+        char path[4096];
+        snprintf(path, sizeof path, "%s.%d", o->hash_log, cl->rank);
+        if (!(st->hash_log = fopen(path, "w")))
+            return sl_err(SL_EIO, "--hash-log: cannot create %s: %s", path, strerror(errno));
+        ro.hash_log = st->hash_log;
+    }
+    return sl_strategy_ring_create(cl, &ro, hooks, &st->ring);
+}
+
+sl_status sl_job_run(sl_cfg *cfg, const sl_job_opts *opts, sl_job_result *r) {
+    sl_job_opts o = opts ? *opts : sl_job_opts_default();
+    const char *const *envp = o.envp ? o.envp : (const char *const *)environ;
+    memset(r, 0, sizeof *r);
+    sl_trainer *t = NULL;
+    sl_cluster cl = {0};
+    strategies st = {0};
+    sl_tp_curve curve;
+    memset(&curve, 0, sizeof curve);
+    bool have_curve = false;
+    sl_status s = SL_OK;
+    sl_train_config tc;
+    /* a config error here is reported by sl_trainer_create below, with the same message */
+    bool is_ring = false, is_ps = false;
+    if (sl_train_config_parse(cfg, &tc) == SL_OK) {
+        is_ring = strcmp(tc.strategy, "ring") == 0;
+        is_ps = strcmp(tc.strategy, "ps") == 0;
+        if (!is_ring && !is_ps && (s = check_world(&tc, envp))) goto done;
+        snprintf(r->run_dir, sizeof r->run_dir, "%s", o.run_dir ? o.run_dir : tc.run_dir);
+    }
+    if (is_ring || is_ps) {
+        if ((s = sl_cluster_resolve(NULL, cfg, envp, &cl))) {
+            sl_err_prefix("strategy %s: ", tc.strategy);
+            goto done;
+        }
+        sl_status cs = sl_cluster_curve(&cl, &curve);
+        if (cs == SL_OK) have_curve = true;
+        else if (cs != SL_ENOTFOUND && (s = cs)) goto done; /* the message names the curve statement's file */
+    }
+    /* sluice-launch --restarts says how often this task was started again (SLUICE_RESTART):
+     * a restarted task continues its run (its first start already did any overwrite; a ps
+     * chief is then moved on by the ps tasks to the step they recorded for it) */
+    const char *rs = env_get(envp, "SLUICE_RESTART");
+    bool restarted = rs && atoi(rs) > 0;
+    if (is_ps && cl.tasks[cl.self].type == SL_TASK_PS) {
+        s = run_ps_task(cfg, &cl, have_curve ? &curve : NULL, &o, !o.resume && !restarted, r);
+        goto done;
+    }
+    sl_train_opts to = train_opts(&o, envp, o.resume || restarted);
+    sl_train_hooks hooks;
+    if (is_ring || is_ps) {
+        if ((s = make_hooks(&cl, &tc, have_curve ? &curve : NULL, &o, &hooks, &st))) goto done;
+        to.hooks = &hooks;
+        /* only the chief talks on the console: the others would repeat its lines */
+        if (!hooks.is_chief) to.progress = false;
+    }
+    r->is_chief = !(is_ring || is_ps) || hooks.is_chief;
+    /* lockstep replicas stop together: the trainer agrees on the step (sluice/train.h) */
+    r->lockstep = (is_ring && cl.world > 1) || (is_ps && tc.ps_sync);
+    if (o.on_role) o.on_role(o.ctx, r);
+    if ((s = sl_trainer_create(cfg, &to, &t))) goto done;
+    const sl_train_config *c = sl_trainer_config(t);
+    r->checkpoints = c->ckpt_every.epochs || c->ckpt_every.steps;
+    snprintf(r->run_dir, sizeof r->run_dir, "%s", c->run_dir);
+    s = sl_trainer_run(t);
+    r->summary = *sl_trainer_summary(t);
+done:
+    sl_trainer_free(t);
+    sl_strategy_ring_free(st.ring);
+    sl_strategy_ps_free(st.ps);
+    sl_cluster_free(&cl);
+    free(curve.allow);
+    if (st.hash_log) fclose(st.hash_log);
+    return s;
+}
