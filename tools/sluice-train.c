@@ -410,7 +410,7 @@ int main(int argc, char **argv) {
     }
     if (is_ring) {
         sl_strategy_ring_opts ro = {.timeout_s = timeout_s, .curve = have_curve ? &curve : NULL, .compress = tc.compress,
-                                    .optim = tc.optim};
+                                    .optim = tc.optim, .bucket_bytes = (size_t)(tc.bucket_mb * 1048576.0)};
         if (hash_prefix && cl.world > 1) {
             char path[4096];
             snprintf(path, sizeof path, "%s.%d", hash_prefix, cl.rank);
