@@ -64,6 +64,8 @@ struct sl_strategy_ring {
     sl_status xst;      /* the first failed bucket's error (xerr), SL_OK when none */
     sl_error xerr;
     int xbad;           /* which bucket failed */
+    int used;           /* buckets in use since start (0: unbucketed) */
+    uint64_t reduced;   /* bucket allreduces completed */
 };
 
 /* FNV-1a 64 over bytes: cheap, and any flipped bit changes it. */
@@ -128,6 +130,7 @@ static void *exchange_thread(void *arg) {
             s->xerr = e;
             s->xbad = k;
         }
+        if (!skip && !st) s->reduced++;
         s->ndone++;
         pthread_cond_broadcast(&s->cv);
     }
@@ -232,8 +235,17 @@ static sl_status buckets_start(sl_strategy_ring *s, sl_model *m) {
         return sl_err(SL_EIO, "ring strategy: cannot start the exchange thread");
     }
     s->th_started = true;
+    s->used = s->nplan;
     sl__model_on_grads_ready(m, grads_ready, s);
     return SL_OK;
+}
+
+int sl_strategy_ring_buckets(sl_strategy_ring *s, uint64_t *reduced) {
+    pthread_mutex_lock(&s->mu);
+    int n = s->used;
+    if (reduced) *reduced = s->reduced;
+    pthread_mutex_unlock(&s->mu);
+    return n;
 }
 
 static sl_status ring_start(void *ctx, sl_model *m, sl_optim *o, int64_t *stepp) {

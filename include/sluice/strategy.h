@@ -155,6 +155,11 @@ sl_status sl_strategy_ring_create(const sl_cluster *c, const sl_strategy_ring_op
 
 void sl_strategy_ring_free(sl_strategy_ring *s); /* NULL is a no-op */
 
+/* The bucketed exchange's buckets in use since start (0: the exchange is unbucketed:
+ * bucket_bytes 0, compression, one replica, a gradient that fits one bucket, or start not
+ * yet run), and in *reduced (may be NULL) how many bucket allreduces have completed. */
+int sl_strategy_ring_buckets(sl_strategy_ring *s, uint64_t *reduced);
+
 /* ---- strategy ps: parameter servers (sluice/ps.h) ------------------------------------
  *
  * Configured by `strategy ps [mode=async|sync] [staleness=K]` in the train block
