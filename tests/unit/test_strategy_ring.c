@@ -180,7 +180,7 @@ static const char UNEVEN[] = "pipeline train {\n"
                              "    %s\n"
                              "    optimizer sgd lr=0.1 momentum=0.9\n"
                              "    schedule cosine%s\n"
-                             "    backend cpu\n"
+                             "    backend %s\n"
                              "    threads 1\n"
                              "    seed 5\n"
                              "    strategy ring\n"
@@ -223,7 +223,9 @@ static void *train_replica(void *arg) {
     FILE *log = open_memstream(&r->log, &r->loglen);
     FILE *con = r->rank == 0 && pair_console ? open_memstream(&r->con, &r->conlen) : NULL;
     char text[2048], name[400], run[400];
-    snprintf(text, sizeof text, UNEVEN, r->take, pair_model, r->length, pair_sched);
+    /* SL_TEST_BACKEND=cuda runs the pairs on a GPU (tests/gpu: the bucketed exchange's copies) */
+    const char *bk = getenv("SL_TEST_BACKEND");
+    snprintf(text, sizeof text, UNEVEN, r->take, pair_model, r->length, pair_sched, bk && *bk ? bk : "cpu");
     snprintf(name, sizeof name, "%s/r%d.sl", tmpdir, r->rank);
     snprintf(run, sizeof run, "%s/run%d", tmpdir, pair_shared_run ? 0 : r->rank);
     FILE *f = fopen(name, "w");
