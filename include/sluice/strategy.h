@@ -162,6 +162,9 @@ int sl_strategy_ring_buckets(sl_strategy_ring *s, uint64_t *reduced);
 
 /* ---- strategy ps: parameter servers (sluice/ps.h) ------------------------------------
  *
+ * (The ps exchange is not bucketed: a worker pushes its whole gradient after backward;
+ * `bucket_mb` applies to strategy ring only.)
+ *
  * Configured by `strategy ps [mode=async|sync] [staleness=K]` in the train block
  * (sl_train_config.ps_sync, ps_staleness; default async, no bound) and a cluster with ps
  * tasks (sluice-launch -n W --ps P, TF_CONFIG, or a cluster block).
