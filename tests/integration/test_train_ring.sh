@@ -115,11 +115,12 @@ fi
 
 # 4. kill a replica mid-run: the other fails naming it within the timeout (5 s), then
 #    --resume with -n 2 continues from the newest checkpoint. The replicas run without the
-#    launcher here, which would stop the survivor itself.
+#    launcher here, which would stop the survivor itself. Both runs use gradient buckets.
 tfc() {
     echo "{\"cluster\": {\"worker\": [\"127.0.0.1:$((PB + 10))\", \"127.0.0.1:$((PB + 11))\"]}, \"task\": {\"type\": \"worker\", \"index\": $1}}"
 }
-LONG=(--set train.epochs=40 --run-dir "$T/kill" --timeout 5)
+# (with gradient buckets: the failure reaches the exchange thread mid-backward)
+LONG=(--set train.epochs=40 --set train.bucket_mb=0.001 --run-dir "$T/kill" --timeout 5)
 TF_CONFIG=$(tfc 0) "$BIN/sluice-train" "$T/tiny.sl" "${RING[@]}" "${LONG[@]}" >"$T/k0.out" 2>"$T/k0.err" &
 p0=$!
 TF_CONFIG=$(tfc 1) "$BIN/sluice-train" "$T/tiny.sl" "${RING[@]}" "${LONG[@]}" >"$T/k1.out" 2>"$T/k1.err" &
