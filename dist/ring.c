@@ -251,15 +251,27 @@ static void finish_chunk(coll *c, void *buf, size_t off, size_t count, sl_reduce
         for (size_t i = 0; i < count; i++) p[i] = f16_to_f32_1(f32_to_f16_1(p[i]));
 }
 
-sl_status sl_ring_allreduce(sl_ring *r, void *buf, size_t count, sl_dtype dtype,
-                            sl_reduce_op op, uint32_t tensor) {
+/* Segment g of the whole count elements, cut to [lo, hi): its first element and length
+ * (0 when they do not meet). */
+static size_t seg_cut(size_t count, int n, int g, size_t lo, size_t hi, size_t *len) {
+    size_t a = seg_off(count, n, g), b = a + seg_len(count, n, g);
+    if (a < lo) a = lo;
+    if (b > hi) b = hi;
+    *len = b > a ? b - a : 0;
+    return a;
+}
+
+static sl_status allreduce_range(sl_ring *r, void *buf, size_t count, size_t lo, size_t hi, sl_dtype dtype,
+                                 sl_reduce_op op, uint32_t tensor) {
     if (dtype != SL_DT_F32 && dtype != SL_DT_I32)
         return sl_err(SL_EINVAL, "ring allreduce: dtype %s is not supported (float32, int32)", sl_dtype_name(dtype));
     if (dtype == SL_DT_I32 && op != SL_REDUCE_SUM)
         return sl_err(SL_EINVAL, "ring allreduce: int32 supports sum only");
     if (op != SL_REDUCE_SUM && op != SL_REDUCE_AVG)
         return sl_err(SL_EINVAL, "ring allreduce: unknown reduce op %d", (int)op);
-    if (count && !buf) return sl_err(SL_EINVAL, "ring allreduce: NULL buffer");
+    if (lo > hi || hi > count)
+        return sl_err(SL_EINVAL, "ring allreduce: range [%zu, %zu) is not within the %zu elements", lo, hi, count);
+    if (hi > lo && !buf) return sl_err(SL_EINVAL, "ring allreduce: NULL buffer");
     coll c;
     sl_status s = begin(r, &c, tensor);
     if (s) return s;
@@ -268,7 +280,7 @@ sl_status sl_ring_allreduce(sl_ring *r, void *buf, size_t count, sl_dtype dtype,
     c.esz = 4;
     c.flags = (r->fp16 && dtype == SL_DT_F32) ? SL_MSGF_FP16 : 0;
     c.wsz = c.flags ? 2 : 4;
-    if (n == 1 || count == 0) return SL_OK; /* averaging over 1 rank divides by 1 */
+    if (n == 1 || hi == lo) return SL_OK; /* averaging over 1 rank divides by 1 */
     size_t chunk = r->chunk_bytes / c.wsz;
     if (chunk == 0) chunk = 1;
     char *b = buf;
@@ -276,14 +288,14 @@ sl_status sl_ring_allreduce(sl_ring *r, void *buf, size_t count, sl_dtype dtype,
 
     /* round 0: our own segment, straight from the caller's buffer */
     {
-        size_t so = seg_off(count, n, me), sl = seg_len(count, n, me);
+        size_t sl, so = seg_cut(count, n, me, lo, hi, &sl);
         for (size_t k = 0; k < sl; k += chunk)
             if ((s = send_chunk(&c, b, so + k, sl - k < chunk ? sl - k : chunk, 0))) return fail(&c, s);
     }
     for (int round = 0; round < nrounds; round++) {
         int rs = round < n - 1;
         int g = rs ? ((me - round - 1) % n + n) % n : ((me - (round - (n - 1))) % n + n) % n;
-        size_t so = seg_off(count, n, g), sl = seg_len(count, n, g);
+        size_t sl, so = seg_cut(count, n, g, lo, hi, &sl);
         for (size_t k = 0; k < sl; k += chunk) {
             size_t cn = sl - k < chunk ? sl - k : chunk, off = so + k;
             sl_msg_hdr h;
@@ -332,6 +344,16 @@ sl_status sl_ring_allreduce(sl_ring *r, void *buf, size_t count, sl_dtype dtype,
     }
     if ((s = sl_tp_flush(r->tp))) return fail(&c, s);
     return SL_OK;
+}
+
+sl_status sl_ring_allreduce(sl_ring *r, void *buf, size_t count, sl_dtype dtype,
+                            sl_reduce_op op, uint32_t tensor) {
+    return allreduce_range(r, buf, count, 0, count, dtype, op, tensor);
+}
+
+sl_status sl_ring_allreduce_range(sl_ring *r, void *buf, size_t count, size_t lo, size_t hi, sl_dtype dtype,
+                                  sl_reduce_op op, uint32_t tensor) {
+    return allreduce_range(r, buf, count, lo, hi, dtype, op, tensor);
 }
 
 sl_status sl_ring_broadcast(sl_ring *r, void *buf, size_t len, int root, uint32_t tensor) {

@@ -157,6 +157,21 @@ typedef struct sl_backend_ops {
                            float beta1, float beta2, float eps, float weight_decay, bool decoupled, int64_t t);
     /* sum of squares of x into HOST *out (for gradient norms and tests) */
     sl_status (*sum_squares)(sl_backend *b, const float *x, size_t n, double *out_host);
+
+    /* ---- the bucketed gradient exchange (train/strategy_ring.c) ----
+     * grads_out_reserve(n): make buckets 0..n-1 usable (CUDA: one event each); call before
+     *   any grads_out_start, on the thread that runs the steps, never while a wait runs.
+     * grads_out_start(k, host_dst, src, bytes): behind the compute work queued so far (the
+     *   bucket's last backward op), copy src (backend memory) into host_dst (host_alloc'd)
+     *   and mark bucket k done after it; returns at once (CUDA: the copy runs on the copy
+     *   stream, so later backward kernels overlap it).
+     * grads_out_wait(k): the host waits for bucket k's copy only (no device-wide wait); may
+     *   be called from another thread (the exchange thread), one caller per bucket.
+     * The CPU backend copies at start when host_dst != src (in place: nothing) and its wait
+     * returns at once. Ops added here, at the end, keep the CUDA table's order. */
+    sl_status (*grads_out_reserve)(sl_backend *b, int n);
+    sl_status (*grads_out_start)(sl_backend *b, int k, void *host_dst, const void *src, size_t bytes);
+    sl_status (*grads_out_wait)(sl_backend *b, int k);
 } sl_backend_ops;
 
 struct sl_backend {

@@ -940,6 +940,24 @@ static sl_status cpu_xent_result(sl_backend *bb, double *loss_sum_host, int64_t 
     return SL_OK;
 }
 
+/* The bucketed exchange reduces the CPU gradient in place: nothing to copy or wait for. */
+static sl_status cpu_grads_out_reserve(sl_backend *b, int n) {
+    (void)b;
+    (void)n;
+    return SL_OK;
+}
+static sl_status cpu_grads_out_start(sl_backend *b, int k, void *host_dst, const void *src, size_t bytes) {
+    (void)b;
+    (void)k;
+    if (host_dst != src && bytes) memcpy(host_dst, src, bytes);
+    return SL_OK;
+}
+static sl_status cpu_grads_out_wait(sl_backend *b, int k) {
+    (void)b;
+    (void)k;
+    return SL_OK;
+}
+
 static const sl_backend_ops CPU_OPS = {
     .name = "cpu",
     .destroy = cpu_destroy,
@@ -981,6 +999,9 @@ static const sl_backend_ops CPU_OPS = {
     .sgd_step = cpu_sgd_step,
     .adam_step = cpu_adam_step,
     .sum_squares = cpu_sum_squares,
+    .grads_out_reserve = cpu_grads_out_reserve,
+    .grads_out_start = cpu_grads_out_start,
+    .grads_out_wait = cpu_grads_out_wait,
 };
 
 sl_status sl__backend_cpu_new(int threads, sl_backend **out) {

@@ -83,6 +83,10 @@ typedef struct cuda_backend {
     size_t scratch_cap;
     struct host_result *res; // pinned, two: [0] softmax_xent's result, [1] sum_squares'
     struct host_result *dres; // device twin of res
+    // bucketed gradient exchange: per bucket, "its backward is queued" (compute) and "its
+    // copy to the host is done" (copy); grads_out_reserve sizes them
+    cudaEvent_t *gready, *gdone;
+    int ngev;
 } cuda_backend;
 
 static cuda_backend *CB(sl_backend *b) { return (cuda_backend *)b; }
@@ -132,6 +136,12 @@ static void cu_destroy(sl_backend *b) {
         if (cb->copied[i]) cudaEventDestroy(cb->copied[i]);
         if (cb->freed[i]) cudaEventDestroy(cb->freed[i]);
     }
+    for (int i = 0; i < cb->ngev; i++) {
+        if (cb->gready[i]) cudaEventDestroy(cb->gready[i]);
+        if (cb->gdone[i]) cudaEventDestroy(cb->gdone[i]);
+    }
+    free(cb->gready);
+    free(cb->gdone);
     if (cb->zeroed) cudaEventDestroy(cb->zeroed);
     if (cb->xent_done) cudaEventDestroy(cb->xent_done);
     if (cb->compute) cudaStreamDestroy(cb->compute);
@@ -272,6 +282,47 @@ static sl_status cu_stage_release(sl_backend *b, int slot) {
 }
 
 static uint64_t cu_launches(sl_backend *b) { return CB(b)->launches; }
+
+// ---------------------------------------------------------------------------------------
+// bucketed gradient exchange: a bucket's gradient goes to pinned host memory on the copy
+// stream as soon as its backward kernels are queued; the exchange thread waits on that
+// bucket's event only, while later layers' backward kernels keep the compute stream busy
+
+static sl_status cu_grads_out_reserve(sl_backend *b, int n) {
+    ENTER(b);
+    if (n <= cb->ngev) return SL_OK;
+    cudaEvent_t *r = (cudaEvent_t *)realloc(cb->gready, (size_t)n * sizeof *r);
+    if (!r) return sl_err(SL_ENOMEM, "CUDA backend: out of memory for %d bucket events", n);
+    cb->gready = r;
+    cudaEvent_t *d = (cudaEvent_t *)realloc(cb->gdone, (size_t)n * sizeof *d);
+    if (!d) return sl_err(SL_ENOMEM, "CUDA backend: out of memory for %d bucket events", n);
+    cb->gdone = d;
+    for (; cb->ngev < n; cb->ngev++) {
+        cb->gready[cb->ngev] = cb->gdone[cb->ngev] = NULL;
+        CK(cudaEventCreateWithFlags(&cb->gready[cb->ngev], cudaEventDisableTiming));
+        CK(cudaEventCreateWithFlags(&cb->gdone[cb->ngev], cudaEventDisableTiming));
+    }
+    return SL_OK;
+}
+
+static sl_status cu_grads_out_start(sl_backend *b, int k, void *host_dst, const void *src, size_t bytes) {
+    ENTER(b);
+    if (k < 0 || k >= cb->ngev)
+        return sl_err(SL_EINVAL, "CUDA backend: gradient bucket %d is not reserved (%d are)", k, cb->ngev);
+    CK(cudaEventRecord(cb->gready[k], cb->compute));
+    CK(cudaStreamWaitEvent(cb->copy, cb->gready[k], 0));
+    if (bytes) CK(cudaMemcpyAsync(host_dst, src, bytes, cudaMemcpyDeviceToHost, cb->copy));
+    CK(cudaEventRecord(cb->gdone[k], cb->copy));
+    return SL_OK;
+}
+
+static sl_status cu_grads_out_wait(sl_backend *b, int k) {
+    ENTER(b); // the exchange thread's first CUDA call selects the device too
+    if (k < 0 || k >= cb->ngev)
+        return sl_err(SL_EINVAL, "CUDA backend: gradient bucket %d is not reserved (%d are)", k, cb->ngev);
+    CK(cudaEventSynchronize(cb->gdone[k]));
+    return SL_OK;
+}
 
 static sl_status cu_sync(sl_backend *b) {
     ENTER(b);
@@ -1221,6 +1272,9 @@ static const sl_backend_ops cuda_ops = {
     cu_sgd_step,
     cu_adam_step,
     cu_sum_squares,
+    cu_grads_out_reserve,
+    cu_grads_out_start,
+    cu_grads_out_wait,
 };
 
 static sl_status cuda_init(cuda_backend *cb) {

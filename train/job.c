@@ -94,7 +94,7 @@ static sl_status make_hooks(const sl_cluster *cl, const sl_train_config *tc, con
         return sl_strategy_ps_create(cl, tc, &po, hooks, &st->ps);
     }
     sl_strategy_ring_opts ro = {.timeout_s = o->timeout_s, .curve = curve, .compress = tc->compress,
-                                .optim = tc->optim};
+                                .optim = tc->optim, .bucket_bytes = (size_t)(tc->bucket_mb * 1048576.0)};
     if (o->hash_log && cl->world > 1) {
         char path[4096];
         snprintf(path, sizeof path, "%s.%d", o->hash_log, cl->rank);

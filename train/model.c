@@ -84,6 +84,8 @@ struct sl_model {
     uint64_t nstaged;
     int next_slot;
     char fallback[256];      /* backend auto: why the GPU could not be opened ("" when it was not tried or opened) */
+    sl__grads_ready_fn ready_fn; /* bucketed exchange: told as backward finishes each layer's gradients */
+    void *ready_ctx;
 };
 
 sl_model_opts sl_model_opts_default(void) {
@@ -809,8 +811,24 @@ static sl_status backward(sl_model *m, const float *x, int B) {
         if (l->kind == SL_LAYER_FLATTEN) continue;
         sl_status s = backward_layer(m, li, in, dx, B);
         if (s) return s;
+        if (l->has_params && m->ready_fn && (s = m->ready_fn(m->ready_ctx, l->w_off))) return s;
     }
     return SL_OK;
+}
+
+void sl__model_on_grads_ready(sl_model *m, sl__grads_ready_fn fn, void *ctx) {
+    m->ready_fn = fn;
+    m->ready_ctx = ctx;
+}
+
+int sl__model_grad_layers(const sl_model *m, size_t *lo, int cap) {
+    int k = 0;
+    for (int li = 0; li < m->nl; li++) {
+        if (!m->L[li].has_params) continue;
+        if (k < cap) lo[k] = m->L[li].w_off;
+        k++;
+    }
+    return k;
 }
 
 static sl_status check_inputs(sl_model *m, const sl_tensor *x, const sl_tensor *labels, const char *what) {

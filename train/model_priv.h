@@ -28,6 +28,20 @@ size_t sl__model_trainable(const sl_model *m);
  * allreduce there without a copy (the ring strategy's has-data flag, train.h). */
 #define SL__GRADS_SPARE 1
 
+/* The bucketed gradient exchange (train/strategy_ring.c): fn is called during every train
+ * step's backward pass, on the thread running the step, right after the backward ops of
+ * each layer that has parameters were issued (on CUDA queued, not necessarily done), with
+ * that layer's first gradient float lo: from then on gradient floats [lo,
+ * sl__model_trainable) of this step are final (no later op of the step writes them), and
+ * the layers report in decreasing lo. A non-OK return ends the step with that error. fn
+ * NULL: none (the default). */
+typedef sl_status (*sl__grads_ready_fn)(void *ctx, size_t lo);
+void sl__model_on_grads_ready(sl_model *m, sl__grads_ready_fn fn, void *ctx);
+
+/* The first gradient float of each layer that has parameters, in layer order (increasing),
+ * into lo[0..cap); returns how many such layers there are (also when more than cap). */
+int sl__model_grad_layers(const sl_model *m, size_t *lo, int cap);
+
 /* Make train steps also compute the gradient of the loss with respect to the input x
  * (off by default: no layer needs it). Returns the buffer (backend memory, [B, input
  * size] floats for the last step's B, set not accumulated) or NULL when off / on ENOMEM. */

@@ -5,13 +5,17 @@
  * Workload: one allreduce of the whole flat gradient per step (0.1-100 MiB), one broadcast
  * of parameters and optimizer state at the start, one barrier at the end; 2-64 replicas.
  * The CPU backend's gradient is host memory, so it is reduced in place with no copy; other
- * backends stage it through one host buffer allocated at start. */
+ * backends stage it through one host buffer allocated at start. With bucket_bytes the
+ * gradient's allreduce runs bucket by bucket on an exchange thread during backward
+ * (sluice/strategy.h, "Bucketed overlap"). */
 #include <inttypes.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "sluice/strategy.h"
+#include "train/buckets.h"
 #include "train/model_priv.h"
 
 /* Tensor ids of the start-up messages: far above any step number a run reaches, so they
@@ -39,6 +43,29 @@ struct sl_strategy_ring {
     sl_optim_spec optim; /* the train block's optimizer */
     bool dgc;           /* top-k with sgd momentum: momentum corrected locally (see strategy.h) */
     float *u, *sent, *phost; /* dgc: the local velocity, this step's sent values, staged params */
+    /* bucketed overlap (bucket_bytes > 0): the plan, and the exchange thread's queue */
+    size_t bucket_bytes;
+    sl__bucket *plan;   /* nplan buckets over [0, plan_n), backward order */
+    int nplan;
+    size_t plan_n;      /* the trainable floats: [plan_n, n] is exchange's tail */
+    size_t total;       /* the allreduce's count: n + 1 (the has-data flag's float) */
+    float *xbuf;        /* what the buckets reduce: the model's gradient (CPU) or xpinned */
+    float *xpinned;     /* non-CPU: pinned host copy of the gradient (total floats) */
+    sl_backend *bk;     /* the model's backend (borrowed) */
+    float *dgrads;      /* the model's gradient (backend memory) */
+    int64_t step_next;  /* the step the next backward belongs to */
+    bool th_started;
+    pthread_t th;
+    pthread_mutex_t mu; /* guards what follows */
+    pthread_cond_t cv;
+    int nsub, ndone;    /* buckets handed to the exchange thread this step / finished by it */
+    uint32_t tensor;    /* this step's tensor id */
+    bool quit, cancel;  /* the thread ends; queued buckets are skipped (the run failed) */
+    sl_status xst;      /* the first failed bucket's error (xerr), SL_OK when none */
+    sl_error xerr;
+    int xbad;           /* which bucket failed */
+    int used;           /* buckets in use since start (0: unbucketed) */
+    uint64_t reduced;   /* bucket allreduces completed */
 };
 
 /* FNV-1a 64 over bytes: cheap, and any flipped bit changes it. */
@@ -72,6 +99,153 @@ static sl_status log_hash(sl_strategy_ring *s, sl_model *m, int64_t step) {
     fprintf(s->hash_log, "step %" PRId64 " params %016" PRIx64 "\n", step, fnv1a(p, n * sizeof *p));
     fflush(s->hash_log);
     return SL_OK;
+}
+
+/* ---- bucketed overlap ----------------------------------------------------------------- */
+
+/* The exchange thread: allreduces the buckets handed to it, in order. It owns the ring's
+ * sockets from the moment a bucket is queued until the caller has seen ndone == nsub. */
+static void *exchange_thread(void *arg) {
+    sl_strategy_ring *s = arg;
+    pthread_mutex_lock(&s->mu);
+    for (;;) {
+        while (!s->quit && s->ndone == s->nsub) pthread_cond_wait(&s->cv, &s->mu);
+        if (s->quit) break;
+        int k = s->ndone;
+        bool skip = s->xst != SL_OK || s->cancel;
+        uint32_t tensor = s->tensor;
+        pthread_mutex_unlock(&s->mu);
+        sl_status st = SL_OK;
+        sl_error e;
+        if (!skip) {
+            st = s->bk->ops->grads_out_wait(s->bk, k);
+            if (!st)
+                st = sl_ring_allreduce_range(s->ring, s->xbuf, s->total, s->plan[k].lo, s->plan[k].hi, SL_DT_F32,
+                                             SL_REDUCE_AVG, tensor);
+            if (st) sl_err_save(&e);
+        }
+        pthread_mutex_lock(&s->mu);
+        if (st && !s->xst) {
+            s->xst = st;
+            s->xerr = e;
+            s->xbad = k;
+        }
+        if (!skip && !st) s->reduced++;
+        s->ndone++;
+        pthread_cond_broadcast(&s->cv);
+    }
+    pthread_mutex_unlock(&s->mu);
+    return NULL;
+}
+
+/* The model's grads-ready callback (training thread, inside backward): hand every bucket
+ * whose layers are all done to the exchange thread. */
+static sl_status grads_ready(void *ctx, size_t lo) {
+    sl_strategy_ring *s = ctx;
+    int k;
+    pthread_mutex_lock(&s->mu);
+    k = s->nsub;
+    pthread_mutex_unlock(&s->mu);
+    for (; k < s->nplan && lo <= s->plan[k].lo; k++) {
+        const sl__bucket *b = &s->plan[k];
+        sl_status st = s->bk->ops->grads_out_start(s->bk, k, s->xbuf + b->lo, s->dgrads + b->lo,
+                                                   (b->hi - b->lo) * sizeof(float));
+        if (st) return st;
+        pthread_mutex_lock(&s->mu);
+        if (k == 0) s->tensor = (uint32_t)s->step_next;
+        s->nsub = k + 1;
+        pthread_cond_broadcast(&s->cv);
+        pthread_mutex_unlock(&s->mu);
+    }
+    return SL_OK;
+}
+
+/* Wait until the exchange thread has finished every bucket handed to it this step (with
+ * cancel: skips those not started), then reset the queue. Returns the first bucket error
+ * (as the calling thread's error), SL_OK when none; *issued: how many were handed over. */
+static sl_status buckets_wait(sl_strategy_ring *s, bool cancel, int *issued) {
+    pthread_mutex_lock(&s->mu);
+    if (cancel) s->cancel = true;
+    while (s->ndone < s->nsub) pthread_cond_wait(&s->cv, &s->mu);
+    sl_status st = s->xst;
+    sl_error e = s->xerr;
+    int bad = s->xbad;
+    if (issued) *issued = s->nsub;
+    s->nsub = s->ndone = 0;
+    s->xst = SL_OK;
+    pthread_mutex_unlock(&s->mu);
+    if (st) {
+        sl_err_restore(&e);
+        sl_err_prefix("bucket %d of %d (floats %zu..%zu): ", bad + 1, s->nplan, s->plan[bad].lo, s->plan[bad].hi);
+    }
+    return st;
+}
+
+/* End the exchange thread. live: the model still exists (finish), so its callback is
+ * cleared and the pinned buffer freed; otherwise (sl_strategy_ring_free without finish)
+ * the model may be gone: neither is touched (the pinned buffer is left). */
+static void buckets_stop(sl_strategy_ring *s, bool live) {
+    if (!s->th_started) return;
+    pthread_mutex_lock(&s->mu);
+    s->cancel = s->quit = true;
+    pthread_cond_broadcast(&s->cv);
+    pthread_mutex_unlock(&s->mu);
+    pthread_join(s->th, NULL);
+    s->th_started = false;
+    if (!live) return;
+    if (s->model) sl__model_on_grads_ready(s->model, NULL, NULL);
+    if (s->xpinned) s->bk->ops->host_free(s->bk, s->xpinned);
+    s->xpinned = NULL;
+}
+
+static sl_status buckets_start(sl_strategy_ring *s, sl_model *m) {
+    if (s->th_started) return SL_OK;
+    size_t n;
+    s->dgrads = sl_model_grads(m, &n);
+    s->bk = sl__model_backend(m);
+    s->plan_n = sl__model_trainable(m);
+    s->total = n + SL__GRADS_SPARE;
+    int nl = sl__model_grad_layers(m, NULL, 0);
+    size_t *lo = malloc((size_t)(nl > 0 ? nl : 1) * sizeof *lo);
+    free(s->plan);
+    s->plan = malloc((size_t)(nl > 0 ? nl : 1) * sizeof *s->plan);
+    if (!lo || !s->plan) {
+        free(lo);
+        return sl_err(SL_ENOMEM, "ring strategy: out of memory for the bucket plan");
+    }
+    sl__model_grad_layers(m, lo, nl);
+    s->nplan = sl__bucket_plan(lo, nl, s->plan_n, s->bucket_bytes / sizeof(float), s->plan);
+    free(lo);
+    if (s->nplan < 0) return sl_err(SL_EINVAL, "ring strategy: the model's gradient layout cannot be cut into buckets");
+    if (s->nplan < 2) return SL_OK; /* one bucket is ready when backward ends: nothing to overlap */
+    sl_status st;
+    if ((st = s->bk->ops->grads_out_reserve(s->bk, s->nplan))) return st;
+    if (on_cpu(m)) {
+        s->xbuf = s->dgrads;
+    } else {
+        if ((st = s->bk->ops->host_alloc(s->bk, s->total * sizeof(float), (void **)&s->xpinned))) return st;
+        s->xbuf = s->xpinned;
+    }
+    s->nsub = s->ndone = 0;
+    s->xst = SL_OK;
+    s->quit = s->cancel = false;
+    if (pthread_create(&s->th, NULL, exchange_thread, s) != 0) {
+        if (s->xpinned) s->bk->ops->host_free(s->bk, s->xpinned);
+        s->xpinned = NULL;
+        return sl_err(SL_EIO, "ring strategy: cannot start the exchange thread");
+    }
+    s->th_started = true;
+    s->used = s->nplan;
+    sl__model_on_grads_ready(m, grads_ready, s);
+    return SL_OK;
+}
+
+int sl_strategy_ring_buckets(sl_strategy_ring *s, uint64_t *reduced) {
+    pthread_mutex_lock(&s->mu);
+    int n = s->used;
+    if (reduced) *reduced = s->reduced;
+    pthread_mutex_unlock(&s->mu);
+    return n;
 }
 
 static sl_status ring_start(void *ctx, sl_model *m, sl_optim *o, int64_t *stepp) {
@@ -116,6 +290,8 @@ static sl_status ring_start(void *ctx, sl_model *m, sl_optim *o, int64_t *stepp)
     sl__model_set_steps(m, (uint64_t)hdr[1]);
     s->last_step = -1;
     s->model = m;
+    s->step_next = hdr[0];
+    if (s->bucket_bytes && s->cs.kind == SL_COMPRESS_NONE && (st = buckets_start(s, m))) goto fail;
     return SL_OK;
 fail:
     sl_err_prefix("ring strategy: start: ");
@@ -219,12 +395,42 @@ static sl_status exchange(sl_strategy_ring *s, sl_model *m, float *grads, size_t
     if (cpu && extra && (grads != sl_model_grads(m, NULL) || n > ng))
         return sl_err(SL_EINVAL, "ring strategy: exchange_more takes the model's own gradient buffer");
     float *buf = grads;
-    if (!cpu) {
+    int issued = 0;
+    if (s->th_started) {
+        /* bucketed: wait for the buckets backward handed over, then the tail */
+        st = buckets_wait(s, false, &issued);
+        if (st) {
+            sl_err_prefix("ring strategy: step %" PRId64 ": ", step);
+            return st;
+        }
+    }
+    if (issued > 0) {
+        if (issued != s->nplan || grads != s->dgrads || n + extra > s->total) {
+            sl_err(SL_EINVAL, "ring strategy: step %" PRId64 ": bucketed exchange of %zu floats at %p, but backward "
+                   "handed over %d of %d buckets of the model's %zu floats", step, n, (void *)grads, issued, s->nplan,
+                   s->total - SL__GRADS_SPARE);
+            sl_err_hint("with bucket_bytes the exchange takes the model's own gradient, after sl_model_train_staged");
+            return SL_EINVAL;
+        }
+        buf = s->xbuf;
+        /* the tail: floats no bucket holds (running statistics: zero gradient), the flag */
+        if (!cpu && n > s->plan_n &&
+            (st = bk->ops->to_host(bk, buf + s->plan_n, grads + s->plan_n, (n - s->plan_n) * sizeof(float))))
+            return st;
+        if (extra) buf[n] = *more ? 1.0f : 0.0f;
+        if ((st = sl_ring_allreduce_range(s->ring, buf, s->total, s->plan_n, n + extra, SL_DT_F32, SL_REDUCE_AVG,
+                                          (uint32_t)step))) {
+            sl_err_prefix("ring strategy: step %" PRId64 ": ", step);
+            return st;
+        }
+    } else if (!cpu) {
         if ((st = ensure_host(s, n + extra)) || (st = bk->ops->to_host(bk, s->host, grads, n * sizeof(float))))
             return st;
         buf = s->host;
     }
-    if (s->cs.kind != SL_COMPRESS_NONE) {
+    if (issued > 0) {
+        /* reduced above */
+    } else if (s->cs.kind != SL_COMPRESS_NONE) {
         /* compressed: the flag rides in the payloads as an int32 and comes back summed */
         if ((st = ensure_ef(s, n))) return st;
         float *p = NULL;
@@ -285,7 +491,7 @@ static sl_status exchange(sl_strategy_ring *s, sl_model *m, float *grads, size_t
                           step, (double)f, s->world);
         *more = (int)lrintf(f);
     }
-    if (!cpu && (st = bk->ops->to_device(bk, grads, s->host, n * sizeof(float)))) return st;
+    if (!cpu && (st = bk->ops->to_device(bk, grads, buf, n * sizeof(float)))) return st;
     /* running statistics (batchnorm) are parameters no gradient touches, updated from each
      * replica's own batch: average them too so the replicas stay bit-identical */
     size_t np, nt = sl__model_trainable(m);
@@ -304,6 +510,7 @@ static sl_status exchange(sl_strategy_ring *s, sl_model *m, float *grads, size_t
         if (!cpu && (st = bk->ops->to_device(bk, params + nt, s->host, k * sizeof(float)))) return st;
     }
     s->last_step = step;
+    s->step_next = step + 1;
     return SL_OK;
 }
 
@@ -326,6 +533,7 @@ static sl_status ring_allsum(void *ctx, int32_t *v, size_t n, uint32_t tag) {
 }
 
 static void teardown(sl_strategy_ring *s) {
+    buckets_stop(s, false);
     sl_ring_destroy(s->ring);
     s->ring = NULL;
     sl_tp_destroy(s->tp);
@@ -335,6 +543,18 @@ static void teardown(sl_strategy_ring *s) {
 static sl_status ring_finish(void *ctx, sl_status result) {
     sl_strategy_ring *s = ctx;
     if (!s->ring) return SL_OK;
+    /* the exchange thread lets go of the ring: buckets in flight end, queued ones are skipped */
+    if (s->th_started) {
+        if (result != SL_OK) {
+            sl_error keep;
+            sl_err_save(&keep);
+            buckets_wait(s, true, NULL);
+            sl_err_restore(&keep);
+        } else {
+            result = buckets_wait(s, false, NULL); /* none are left after an exchange */
+        }
+        buckets_stop(s, true);
+    }
     if (result != SL_OK) {
         /* the peers fail their next receive with our reason instead of waiting out the
          * timeout */
@@ -377,6 +597,9 @@ sl_status sl_strategy_ring_create(const sl_cluster *c, const sl_strategy_ring_op
     s->last_step = -1;
     s->cs = o.compress;
     s->optim = o.optim;
+    s->bucket_bytes = o.bucket_bytes;
+    pthread_mutex_init(&s->mu, NULL);
+    pthread_cond_init(&s->cv, NULL);
     s->dgc = (s->cs.kind == SL_COMPRESS_TOPK || s->cs.kind == SL_COMPRESS_SIGN) && o.optim.kind == SL_OPTIM_SGD &&
              o.optim.momentum > 0 && !o.optim.nesterov;
     sl_status st;
@@ -411,6 +634,9 @@ sl_status sl_strategy_ring_create(const sl_cluster *c, const sl_strategy_ring_op
 void sl_strategy_ring_free(sl_strategy_ring *s) {
     if (!s) return;
     teardown(s);
+    pthread_mutex_destroy(&s->mu);
+    pthread_cond_destroy(&s->cv);
+    free(s->plan);
     sl_compress_ef_free(s->ef);
     free(s->u);
     free(s->sent);

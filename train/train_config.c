@@ -33,6 +33,8 @@ static const stmt_def DEFS[] = {
     {"threads", "threads N            (CPU backend threads, 0: all cores)", {NULL}},
     {"seed", "seed N", {NULL}},
     {"log", "log every=N          (TensorBoard train scalars every N steps; default: once per epoch)", {"every", NULL}},
+    {"bucket_mb", "bucket_mb MB         (strategy ring: gradient buckets of MB MiB allreduced during backward;\n"
+                  "          0: off, one allreduce after backward; default 25)", {NULL}},
     {"strategy", "strategy none | ring | ps [mode=async|sync] [staleness=K]\n"
                  "          ring and ps: [compress=none|fp16|int8|sign|topk(F)]   (F: the fraction kept, e.g. topk(0.01))",
      {"mode", "staleness", "compress", NULL}},
@@ -381,6 +383,7 @@ sl_status sl_train_config_parse(const sl_cfg *cfg, sl_train_config *out) {
     c.seed = 1;
     strcpy(c.strategy, "none");
     c.ps_staleness = -1;
+    c.bucket_mb = 25;
     strcpy(c.image_key, "image");
     strcpy(c.label_key, "label");
 
@@ -405,7 +408,7 @@ sl_status sl_train_config_parse(const sl_cfg *cfg, sl_train_config *out) {
         sl_err_hint("write: train { model NAME ... }");
         return SL_EINVAL;
     }
-    const sl_cfg_stmt *model = NULL, *data = NULL, *eval = NULL, *sched = NULL;
+    const sl_cfg_stmt *model = NULL, *data = NULL, *eval = NULL, *sched = NULL, *bucket = NULL;
     bool seen_optim = false;
     for (int i = 0; i < tb->nbody; i++) {
         const sl_cfg_stmt *s = &tb->body[i];
@@ -417,7 +420,7 @@ sl_status sl_train_config_parse(const sl_cfg *cfg, sl_train_config *out) {
             const char *sug = sl_suggest(s->name, names, NDEFS);
             if (sug) sl_err_hint("did you mean '%s'?", sug);
             else sl_err_hint("the train statements are model, data, eval, epochs, steps, optimizer, schedule, "
-                             "checkpoint, log, run_dir, backend, device, threads, seed, strategy");
+                             "checkpoint, log, run_dir, backend, device, threads, seed, strategy, bucket_mb");
             return SL_EINVAL;
         }
         const char *nm = s->name;
@@ -497,6 +500,18 @@ sl_status sl_train_config_parse(const sl_cfg *cfg, sl_train_config *out) {
             }
             st = sl_cfg_int(cfg, v, 1, INT64_MAX / 4, &c.log_every);
             if (st) return usage_hint(st, d);
+        } else if (strcmp(nm, "bucket_mb") == 0) {
+            double mb;
+            if (sl_cfg_double(cfg, p0, &mb)) {
+                st = sl_errcode();
+            } else if (!(mb >= 0 && mb <= 4096)) {
+                st = sl_cfg_err(cfg, p0->loc, SL_ERANGE, "bucket_mb %g is outside 0..4096 (MiB; 0: off)", mb);
+            } else if (mb > 0 && mb * 1048576.0 < 4.0) {
+                st = sl_cfg_err(cfg, p0->loc, SL_ERANGE, "bucket_mb %g is less than one float (4 bytes)", mb);
+            } else {
+                c.bucket_mb = mb;
+                bucket = s;
+            }
         } else if (strcmp(nm, "seed") == 0) {
             int64_t sd;
             st = sl_cfg_int(cfg, p0, 0, INT64_MAX, &sd);
@@ -514,6 +529,14 @@ sl_status sl_train_config_parse(const sl_cfg *cfg, sl_train_config *out) {
             if (!strstr(sl_errmsg(), "HINT")) usage_hint(st, d);
             return st;
         }
+    }
+    /* buckets overlap the float32 ring allreduce only */
+    if (bucket && c.bucket_mb > 0 && (strcmp(c.strategy, "ps") == 0 || c.compress.kind != SL_COMPRESS_NONE)) {
+        sl_cfg_err(cfg, bucket->loc, SL_EINVAL, "bucket_mb applies to `strategy ring` without compression (this "
+                   "block has `strategy %s%s`)", c.strategy, c.compress.kind != SL_COMPRESS_NONE ? " compress=..." : "");
+        sl_err_hint("remove bucket_mb, or write `bucket_mb 0`: ps and compressed exchanges send the gradient after "
+                    "backward");
+        return SL_EINVAL;
     }
     /* the schedule reads the optimizer's lr, wherever the two statements are */
     if (sched && read_schedule(cfg, sched, find_def("schedule"), &c)) return sl_errcode();

@@ -712,6 +712,8 @@ static sl_status end_epoch(sl_trainer *t, int64_t epoch, int64_t step, const epo
     t->sum.train_accuracy = acc;
     /* bytes this replica sent per step in the epoch (every replica sends about as many) */
     double wire = step > a->step0 ? (double)(wire_bytes(t) - a->wire0) / (double)(step - a->step0) : 0;
+    /* the exchange time left visible after backward (with buckets, what did not overlap it) */
+    double xms = step > a->step0 ? 1000.0 * a->exchange / (double)(step - a->step0) : 0;
     FILE *f = console(t);
     if (f) {
         progress_clear(t);
@@ -723,11 +725,13 @@ static sl_status end_epoch(sl_trainer *t, int64_t epoch, int64_t step, const epo
                 loss, acc, eps, 100 * wait, lr);
         if (eval_acc >= 0) fprintf(f, "  eval accuracy %.4f", eval_acc);
         if (t->hooks.wire_bytes && step > a->step0) fprintf(f, "  wire %.1f KiB/step", wire / 1024);
+        if (t->hooks.world_size > 1 && step > a->step0) fprintf(f, "  exchange %.1f ms/step", xms);
         fprintf(f, "  (%.1f s)\n", now_s() - a->t0);
         fflush(f);
     }
     sl_status s;
     if (t->hooks.wire_bytes && step > a->step0 && (s = scalar(t, "wire_bytes_per_step", step, wire))) return s;
+    if (t->hooks.world_size > 1 && step > a->step0 && (s = scalar(t, "exchange_ms_per_step", step, xms))) return s;
     if (t->c.log_every > 0) return t->events ? sl_tfev_flush(t->events) : SL_OK; /* log_window writes them */
     if ((s = scalar(t, "loss", step, loss)) || (s = scalar(t, "accuracy", step, acc)) ||
         (s = scalar(t, "learning_rate", step, lr)) || (s = scalar(t, "examples_per_sec", step, eps)) ||

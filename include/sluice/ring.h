@@ -53,6 +53,24 @@ void sl_ring_destroy(sl_ring *r); /* NULL is a no-op */
 sl_status sl_ring_allreduce(sl_ring *r, void *buf, size_t count, sl_dtype dtype,
                             sl_reduce_op op, uint32_t tensor);
 
+/* Elements [lo, hi) of the same allreduce: buf is the whole tensor of count elements (only
+ * [lo, hi) is read or written), and every element is summed along exactly the path, and
+ * with exactly the operations, that sl_ring_allreduce(buf, count) gives it: the segments
+ * are those of the whole count, cut to [lo, hi). So the calls over any partition of
+ * [0, count) into ranges, made in the same order on every rank, leave bits identical to
+ * one sl_ring_allreduce of the whole tensor (f32, i32 and fp16 alike) -- the bucketed
+ * gradient exchange relies on this. Why not allreduce each range as a tensor of its own:
+ * segment g's sum starts at rank g (x_g, then x_{g+1} + x_g, ...), so an element's
+ * association order, and with fp16 its per-hop roundings, depend on which segment of the
+ * whole tensor holds it; a range of its own would cut its segments elsewhere. The price:
+ * a range inside one whole-tensor segment travels rank g -> g+1 -> ... (pipelined chunk
+ * by chunk) instead of being spread over all ranks; summed over a partition every link
+ * carries exactly the bytes of the whole allreduce. Every rank passes the same count, lo,
+ * hi, dtype, op and tensor. lo > hi or hi > count: SL_EINVAL (ring still usable); other
+ * errors as for allreduce (on failure [lo, hi) holds partial sums). */
+sl_status sl_ring_allreduce_range(sl_ring *r, void *buf, size_t count, size_t lo, size_t hi, sl_dtype dtype,
+                                  sl_reduce_op op, uint32_t tensor);
+
 /* Copy root's bytes buf[0..len) to every rank's buf (pipelined around the ring). Errors as
  * for allreduce. */
 sl_status sl_ring_broadcast(sl_ring *r, void *buf, size_t len, int root, uint32_t tensor);

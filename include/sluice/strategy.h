@@ -46,6 +46,23 @@
  * replica's real flag and stop value). Every replica stops after that same step; rank 0
  * checkpoints it. Nothing is added to a step's exchange.
  *
+ * Bucketed overlap (opts.bucket_bytes > 0, the train block's `bucket_mb`; compress=none
+ * only): the gradient is cut into buckets of whole layers in backward order
+ * (train/buckets.h), and each bucket's allreduce starts on an exchange thread of the
+ * strategy as soon as backward has produced its layers' gradients (the model's
+ * grads-ready callback; on CUDA the bucket is first copied to pinned host memory on the
+ * copy stream behind its layers' kernels, and the exchange thread waits for that copy's
+ * event), as Horovod and PyTorch DDP do; exchange then waits for the buckets still in
+ * flight, reduces the rest (running statistics' zero gradient and the has-data flag) and
+ * returns. Each bucket is an sl_ring_allreduce_range of the whole n + 1 floats, so every
+ * float is summed in the same order as by the unbucketed exchange_more: the parameters
+ * are bit-identical with and without buckets (tests/unit/test_strategy_ring.c). The
+ * ring's sockets have one user at a time: the exchange thread from a step's first bucket
+ * until exchange has waited for its last, the caller's thread otherwise (start, allsum,
+ * the tail of exchange, finish), handed over under a mutex. A failed bucket fails that
+ * step's exchange with the bucket's error. compress=fp16|int8|sign|topk and `strategy
+ * ps` keep the unbucketed exchange.
+ *
  * Workload: one strategy per process, one exchange per training step. */
 #ifndef SLUICE_STRATEGY_H
 #define SLUICE_STRATEGY_H
@@ -117,6 +134,9 @@ typedef struct sl_strategy_ring_opts {
     sl_optim_spec optim;       /* sl_train_config.optim: with compress=topk and sgd with momentum
                                   (not nesterov) the momentum is corrected locally, see above;
                                   zero: not known (plain error feedback) */
+    size_t bucket_bytes;       /* bucketed overlap (above): bytes per bucket (at least; layers are
+                                  never split); 0: off, one allreduce after backward. Ignored
+                                  with compression or one replica */
 } sl_strategy_ring_opts;
 
 typedef struct sl_strategy_ring sl_strategy_ring;
@@ -135,7 +155,15 @@ sl_status sl_strategy_ring_create(const sl_cluster *c, const sl_strategy_ring_op
 
 void sl_strategy_ring_free(sl_strategy_ring *s); /* NULL is a no-op */
 
+/* The bucketed exchange's buckets in use since start (0: the exchange is unbucketed:
+ * bucket_bytes 0, compression, one replica, a gradient that fits one bucket, or start not
+ * yet run), and in *reduced (may be NULL) how many bucket allreduces have completed. */
+int sl_strategy_ring_buckets(sl_strategy_ring *s, uint64_t *reduced);
+
 /* ---- strategy ps: parameter servers (sluice/ps.h) ------------------------------------
+ *
+ * (The ps exchange is not bucketed: a worker pushes its whole gradient after backward;
+ * `bucket_mb` applies to strategy ring only.)
  *
  * Configured by `strategy ps [mode=async|sync] [staleness=K]` in the train block
  * (sl_train_config.ps_sync, ps_staleness; default async, no bound) and a cluster with ps

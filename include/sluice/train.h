@@ -20,6 +20,8 @@
  *         seed 1                         # initialisation, dropout, per-epoch shuffle order
  *         strategy none                  # none | ring | ps [mode=async|sync] [staleness=K]
  *                                        #  ring and ps: [compress=none|fp16|int8|sign|topk(F)]
+ *         bucket_mb 25                   # strategy ring, compress=none: gradient buckets of 25 MiB
+ *                                        #  allreduced during backward (0: off); see below
  *     }
  *
  * Batches: the training pipeline's `batch N` is the GLOBAL batch (tf.distribute's
@@ -112,6 +114,8 @@ typedef struct sl_train_config {
     uint64_t model_hash;        /* FNV-1a over the model block's statements */
     int64_t log_every;          /* `log every=N`: train scalars every N steps, averaged over
                                    them; 0 (default): once per epoch, as Keras' update_freq='epoch' */
+    double bucket_mb;           /* `bucket_mb MB`: gradient buckets for strategy ring (MiB, 0..4096,
+                                   fractions allowed; 0: off; default 25); sl_strategy_ring_opts.bucket_bytes */
 } sl_train_config;
 
 /* Read the `train { }` block of cfg (borrowed) into *out, filling defaults, and look up
@@ -132,6 +136,16 @@ sl_status sl_train_config_parse(const sl_cfg *cfg, sl_train_config *out);
  *     true, so the loop skips its own optimizer step.
  * Only the chief (is_chief) evaluates, writes checkpoints, event files and the console
  * lines.
+ *
+ * Overlap (strategy ring with compress=none, `bucket_mb` > 0): the ring strategy registers a
+ * callback on the model at start and allreduces the gradient bucket by bucket on a
+ * thread of its own while backward still runs (sluice/strategy.h, "Bucketed overlap");
+ * the exchange hook then only waits for what is left, with results bit-identical to the
+ * unbucketed exchange. A model whose gradient fits one bucket is exchanged unbucketed
+ * (nothing could overlap). Compression and `strategy ps` always exchange after backward.
+ * The time the loop spends in the exchange hook is what remains visible of the exchange:
+ * the epoch line reports it ("exchange 1.2 ms/step") and the train/ run logs it as
+ * exchange_ms_per_step (replicas only).
  *
  * Lockstep epochs (exchange_more and allsum both set: strategy ring, ps sync): every replica runs
  * the same number of steps in every epoch, however unequal the shards. Each step the

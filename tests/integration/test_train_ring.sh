@@ -3,7 +3,8 @@
 # --limit'ed Fashion-MNIST conversion (4 shards, so each replica reads 2 by `shard auto`)
 # for 2 epochs: exit 0, rank 0 prints `test accuracy`, and the replicas' parameter hashes
 # (--hash-log: one per step plus the final ones) are equal at every step, epoch ends
-# included. One replica under strategy ring equals a run with no strategy. A global batch
+# included, and with gradient buckets (bucket_mb) they are those of the unbucketed run. One
+# replica under strategy ring equals a run with no strategy. A global batch
 # that is no multiple of the replicas is refused. Killing one replica mid-run makes the
 # other exit 1 within the timeout naming the lost peer; `--resume` with -n 2 continues from
 # the newest checkpoint to the end with equal replicas. Kept small for 2-core CI.
@@ -80,6 +81,20 @@ if run ring2 0 "$BIN/sluice-launch" -n 2 --port-base "$PB" -- "$BIN/sluice-train
         grep -q "^step $s params [0-9a-f]\{16\}$" "$T/hash.1" && ok "epoch end at step $s hashed" || fail "no hash for step $s"
     done
     ls "$T/run"/ckpt-000000080.safetensors >/dev/null 2>&1 && ok "rank 0 checkpointed step 80" || fail "no ckpt at step 80"
+    grep -q '^\[worker 0\] epoch 1/2  step 40 .*  exchange [0-9]*\.[0-9] ms/step  (' "$T/ring2.out" &&
+        ok "the epoch line reports the visible exchange time" || fail "no 'exchange N ms/step' on the epoch line"
+fi
+
+# 1b. the same with gradient buckets allreduced during backward (bucket_mb 0.001: 1048
+#     bytes, so dense_2's 330 floats and dense_1's 25120 are two buckets): every step's
+#     parameters are bit-identical to the unbucketed run's
+if run bucket 0 "$BIN/sluice-launch" -n 2 --port-base "$PB" -- "$BIN/sluice-train" "$T/tiny.sl" "${RING[@]}" \
+    --set train.bucket_mb=0.001 --run-dir "$T/bucket" --hash-log "$T/bh"; then
+    if cmp -s "$T/bh.0" "$T/hash.0" && cmp -s "$T/bh.1" "$T/hash.1"; then
+        ok "bucketed exchange: every step's parameters bit-identical to the unbucketed run's"
+    else
+        fail "bucketed hash logs differ from the unbucketed ones:"; diff "$T/bh.0" "$T/hash.0" | head -5
+    fi
 fi
 
 # 2. one replica under strategy ring is a plain run
@@ -100,11 +115,12 @@ fi
 
 # 4. kill a replica mid-run: the other fails naming it within the timeout (5 s), then
 #    --resume with -n 2 continues from the newest checkpoint. The replicas run without the
-#    launcher here, which would stop the survivor itself.
+#    launcher here, which would stop the survivor itself. Both runs use gradient buckets.
 tfc() {
     echo "{\"cluster\": {\"worker\": [\"127.0.0.1:$((PB + 10))\", \"127.0.0.1:$((PB + 11))\"]}, \"task\": {\"type\": \"worker\", \"index\": $1}}"
 }
-LONG=(--set train.epochs=40 --run-dir "$T/kill" --timeout 5)
+# (with gradient buckets: the failure reaches the exchange thread mid-backward)
+LONG=(--set train.epochs=40 --set train.bucket_mb=0.001 --run-dir "$T/kill" --timeout 5)
 TF_CONFIG=$(tfc 0) "$BIN/sluice-train" "$T/tiny.sl" "${RING[@]}" "${LONG[@]}" >"$T/k0.out" 2>"$T/k0.err" &
 p0=$!
 TF_CONFIG=$(tfc 1) "$BIN/sluice-train" "$T/tiny.sl" "${RING[@]}" "${LONG[@]}" >"$T/k1.out" 2>"$T/k1.err" &

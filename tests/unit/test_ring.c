@@ -62,12 +62,14 @@ typedef struct job {
     int steps;            /* DO_CALLRED: steps of fresh gradients */
     uint64_t hash;        /* DO_CALLRED: FNV-1a over every step's result */
     int cs_mix;           /* DO_CALLRED: rank 1 uses sign instead of cs (a misconfigured replica) */
+    const size_t *cuts;   /* DO_RANGES / DO_SEPARATE: ranges [cuts[k+1], cuts[k]) in turn, ncuts + 1 points */
+    int ncuts;
     sl_status st;
     char msg[1024];
     double took;
 } job;
 
-enum { DO_ALLREDUCE, DO_BROADCAST, DO_BARRIER, DO_ALLGATHER, DO_CALLRED };
+enum { DO_ALLREDUCE, DO_BROADCAST, DO_BARRIER, DO_ALLGATHER, DO_CALLRED, DO_RANGES, DO_SEPARATE };
 
 static uint64_t fnv_bytes(uint64_t h, const void *p, size_t n) {
     const unsigned char *b = p;
@@ -118,6 +120,13 @@ static void *run_job(void *arg) {
         else if (j->what == DO_BROADCAST) j->st = sl_ring_broadcast(r, j->buf, j->count, j->root, 9);
         else if (j->what == DO_ALLGATHER) j->st = sl_ring_allgather(r, j->buf, j->count, 11);
         else if (j->what == DO_CALLRED) j->st = run_callred(j, r);
+        else if (j->what == DO_RANGES) /* the buckets of one allreduce, aligned to its segments */
+            for (int c = 0; c < j->ncuts && !j->st; c++)
+                j->st = sl_ring_allreduce_range(r, j->buf, j->count, j->cuts[c + 1], j->cuts[c], j->dt, j->op, 7);
+        else if (j->what == DO_SEPARATE) /* each range as a tensor of its own */
+            for (int c = 0; c < j->ncuts && !j->st; c++)
+                j->st = sl_ring_allreduce(r, (float *)j->buf + j->cuts[c + 1], j->cuts[c] - j->cuts[c + 1], j->dt,
+                                          j->op, 7);
         else {
             atomic_fetch_add(&barrier_in, 1);
             j->st = sl_ring_barrier(r);
@@ -270,6 +279,67 @@ TEST(test_allreduce_bit_reproducible) {
         ASSERT(fabs(a[0][i] - s / n) < 1e-5);
     }
     for (int r = 0; r < n; r++) { free(in[r]); free(a[r]); free(b[r]); }
+}
+
+/* Ranges of one allreduce (the bucketed gradient exchange): any partition, reduced range
+ * by range (backward order: highest first), leaves exactly the bits of the whole
+ * allreduce, float32 on 2, 3 and 5 ranks and fp16 on the wire; the same ranges reduced as
+ * tensors of their own do not (another association order, other fp16 roundings), which
+ * is why sl_ring_allreduce_range exists. */
+TEST(test_allreduce_range_identical) {
+    size_t count = 10007;
+    const size_t cuts[] = {10007, 9000, 7001, 5003, 5002, 1234, 17, 0}; /* one range of a single float */
+    int ncuts = 7;
+    uint32_t seed = 7;
+    float *in[5], *whole[5], *ranged[5], *separate[5];
+    for (int r = 0; r < 5; r++) {
+        in[r] = malloc(count * 4);
+        whole[r] = malloc(count * 4);
+        ranged[r] = malloc(count * 4);
+        separate[r] = malloc(count * 4);
+        for (size_t i = 0; i < count; i++) in[r][i] = ((float)lcg(&seed) / 16777216.0f - 0.5f) * 3.3f;
+    }
+    const int ns[] = {2, 3, 5, 2};
+    for (int c = 0; c < 4; c++) {
+        int n = ns[c], fp16 = c == 3;
+        for (int r = 0; r < n; r++) {
+            memcpy(whole[r], in[r], count * 4);
+            memcpy(ranged[r], in[r], count * 4);
+            memcpy(separate[r], in[r], count * 4);
+        }
+        job out[5];
+        job t = {.what = DO_ALLREDUCE, .count = count, .dt = SL_DT_F32, .op = SL_REDUCE_AVG,
+                 .ro = {.chunk_bytes = 4096, .fp16 = fp16}, .cuts = cuts, .ncuts = ncuts};
+        ASSERT_EQ(run_all(n, &t, (void **)whole, out), 0);
+        t.what = DO_RANGES;
+        ASSERT_EQ(run_all(n, &t, (void **)ranged, out), 0);
+        t.what = DO_SEPARATE;
+        ASSERT_EQ(run_all(n, &t, (void **)separate, out), 0);
+        size_t differ = 0;
+        for (int r = 0; r < n; r++) {
+            ASSERT_MEMEQ(ranged[r], whole[r], count * 4);
+            ASSERT_MEMEQ(whole[r], whole[0], count * 4);
+        }
+        for (size_t i = 0; i < count; i++) differ += bits(separate[0][i]) != bits(whole[0][i]);
+        if (n > 2 || fp16) ASSERT(differ > 0); /* 2 ranks in float32: a + b == b + a, any cut agrees */
+        else ASSERT_EQ(differ, 0);
+    }
+    for (int r = 0; r < 5; r++) { free(in[r]); free(whole[r]); free(ranged[r]); free(separate[r]); }
+    /* a range outside the tensor: refused, the ring stays usable */
+    sl_tp *tps[1];
+    const char *a1[] = {"127.0.0.1:0"};
+    ASSERT_OK(sl_tp_create(0, 1, a1, NULL, &tps[0]));
+    sl_ring *r1;
+    ASSERT_OK(sl_ring_create(tps[0], NULL, &r1));
+    float v[4] = {1, 2, 3, 4};
+    ASSERT_EQ(sl_ring_allreduce_range(r1, v, 4, 3, 2, SL_DT_F32, SL_REDUCE_SUM, 1), SL_EINVAL);
+    ASSERT_STREQ(sl_errmsg(), "ring allreduce: range [3, 2) is not within the 4 elements");
+    ASSERT_EQ(sl_ring_allreduce_range(r1, v, 4, 0, 5, SL_DT_F32, SL_REDUCE_SUM, 1), SL_EINVAL);
+    ASSERT_STREQ(sl_errmsg(), "ring allreduce: range [0, 5) is not within the 4 elements");
+    ASSERT_OK(sl_ring_allreduce_range(r1, v, 4, 1, 3, SL_DT_F32, SL_REDUCE_SUM, 1));
+    ASSERT(v[0] == 1 && v[3] == 4);
+    sl_ring_destroy(r1);
+    sl_tp_destroy(tps[0]);
 }
 
 TEST(test_fp16_conversion) {
@@ -671,6 +741,7 @@ TEST(test_strangers_during_allreduce) {
 }
 
 int main(void) {
+    RUN(test_allreduce_range_identical);
     RUN(test_fp16_conversion);
     RUN(test_allreduce_bad_args);
     RUN(test_killed_rank_is_named);

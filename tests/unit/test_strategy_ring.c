@@ -172,9 +172,7 @@ static const char UNEVEN[] = "pipeline train {\n"
                              "    take %d\n"
                              "}\n"
                              "model tiny {\n"
-                             "    input 4\n"
-                             "    dense 8 activation=relu\n"
-                             "    dense 2\n"
+                             "%s"
                              "}\n"
                              "train {\n"
                              "    model tiny\n"
@@ -182,7 +180,7 @@ static const char UNEVEN[] = "pipeline train {\n"
                              "    %s\n"
                              "    optimizer sgd lr=0.1 momentum=0.9\n"
                              "    schedule cosine%s\n"
-                             "    backend cpu\n"
+                             "    backend %s\n"
                              "    threads 1\n"
                              "    seed 5\n"
                              "    strategy ring\n"
@@ -196,8 +194,10 @@ typedef struct trep {
     sl_status st;
     char err[512];
     sl_train_summary sum;
-    float params[64];
+    float params[256];
     size_t np;
+    int buckets;        /* sl_strategy_ring_buckets after the run */
+    uint64_t reduced;
     char *log;
     size_t loglen;
     char *con;          /* rank 0's console (epoch lines) */
@@ -209,6 +209,10 @@ typedef struct trep {
 static sl_compress_spec pair_cs;
 static bool pair_resume, pair_shared_run, pair_console; /* pair_console: rank 0's epoch lines into con */
 static const char *pair_sched = "";
+/* The bucketed exchange's bucket size (opts.bucket_bytes), and the model's layers. */
+static size_t pair_bucket;
+static const char TINY[] = "    input 4\n    dense 8 activation=relu\n    dense 2\n";
+static const char *pair_model = TINY;
 
 static void *train_replica(void *arg) {
     trep *r = arg;
@@ -219,7 +223,9 @@ static void *train_replica(void *arg) {
     FILE *log = open_memstream(&r->log, &r->loglen);
     FILE *con = r->rank == 0 && pair_console ? open_memstream(&r->con, &r->conlen) : NULL;
     char text[2048], name[400], run[400];
-    snprintf(text, sizeof text, UNEVEN, r->take, r->length, pair_sched);
+    /* SL_TEST_BACKEND=cuda runs the pairs on a GPU (tests/gpu: the bucketed exchange's copies) */
+    const char *bk = getenv("SL_TEST_BACKEND");
+    snprintf(text, sizeof text, UNEVEN, r->take, pair_model, r->length, pair_sched, bk && *bk ? bk : "cpu");
     snprintf(name, sizeof name, "%s/r%d.sl", tmpdir, r->rank);
     snprintf(run, sizeof run, "%s/run%d", tmpdir, pair_shared_run ? 0 : r->rank);
     FILE *f = fopen(name, "w");
@@ -230,7 +236,8 @@ static void *train_replica(void *arg) {
     sl_cluster_args a = {.peers = r->peers, .rank = r->rank, .has_rank = 1};
     sl_train_hooks h;
     sl_strategy_ring_opts ro = {.timeout_s = 20, .hash_log = log, .ring = {.fp16 = r->fp16}, .compress = pair_cs,
-                                .optim = {.kind = SL_OPTIM_SGD, .momentum = 0.9f}}; /* as in UNEVEN */
+                                .optim = {.kind = SL_OPTIM_SGD, .momentum = 0.9f}, /* as in UNEVEN */
+                                .bucket_bytes = pair_bucket};
     if ((st = sl_cfg_parse_file(name, &cfg)) || (st = sl_cluster_resolve(&a, NULL, NULL, &c)) ||
         (st = sl_strategy_ring_create(&c, &ro, &h, &s)))
         goto out;
@@ -246,9 +253,10 @@ static void *train_replica(void *arg) {
     }
     st = sl_trainer_run(t);
     r->sum = *sl_trainer_summary(t);
+    r->buckets = sl_strategy_ring_buckets(s, &r->reduced);
     sl_model *m = sl_trainer_model(t);
     sl_model_params(m, &r->np);
-    if (!st && r->np <= 64) st = sl_model_get_params(m, r->params, r->np);
+    if (!st && r->np <= 256) st = sl_model_get_params(m, r->params, r->np);
 out:
     if (st) snprintf(r->err, sizeof r->err, "%s", sl_errmsg());
     r->st = st;
@@ -592,6 +600,88 @@ TEST(test_wire_bytes_reported) {
     ASSERT(v[0] >= 236 && v[0] < 236 + 16); /* 30 + 29 floats: reduce-scatter and allgather */
 }
 
+/* The bucketed exchange (opts.bucket_bytes): 25 steps over an epoch boundary (lockstep:
+ * the has-data flag rides the tail), a model with 4 layers of parameters and batchnorm
+ * running statistics (the tail also holds their zero gradient), with and without fp16 on
+ * the wire. Each bucket is allreduced during backward on the strategy's exchange thread,
+ * and the parameters after the run are bit for bit those of the unbucketed exchange --
+ * with fp16 on 2 replicas a bucket reduced as a tensor of its own would round elsewhere
+ * (test_ring: test_allreduce_range_identical). Buckets of 4 bytes: one per layer (4); of
+ * 240 bytes (60 floats): dense_3 + dense_2 (14 + 54 floats), then batchnorm + dense_1 (16 +
+ * 40); of 1 MiB: the whole gradient fits one, so the exchange stays unbucketed (0 in use). */
+static const char DEEP[] = "    input 4\n    dense 8 activation=relu\n    batchnorm\n    dense 6 activation=relu\n"
+                           "    dense 2\n";
+
+TEST(test_bucketed_identical) {
+    pair_model = DEEP;
+    const size_t sizes[] = {0, 4, 240, 1 << 20};
+    const int want_buckets[] = {0, 4, 2, 0};
+    for (int fp16 = 0; fp16 <= 1; fp16++) {
+        trep base[2];
+        char *err;
+        for (int k = 0; k < 4; k++) {
+            trep r[2];
+            pair_bucket = sizes[k];
+            run_pair(r, (const int[2]){13, 13}, "steps 25", fp16, test_port(0), &err);
+            free(err);
+            for (int i = 0; i < 2; i++)
+                if (r[i].st) FAILF("fp16 %d bucket %zu: rank %d: %s", fp16, sizes[k], i, r[i].err);
+            ASSERT_OK(r[0].st);
+            ASSERT_OK(r[1].st);
+            ASSERT_EQ(r[0].np, 140); /* 40 + 16 + 54 + 14 trainable, 16 running statistics */
+            for (int i = 0; i < 2; i++) {
+                ASSERT_EQ(r[i].sum.steps, 25);
+                ASSERT_EQ(r[i].buckets, want_buckets[k]);
+                ASSERT_U64(r[i].reduced, 25u * (uint64_t)want_buckets[k]);
+            }
+            /* (the hash logs of the two ranks differ with batchnorm: each hashes its own running
+             * statistics before the exchange averages them) */
+            ASSERT_MEMEQ(r[0].params, r[1].params, r[0].np * sizeof(float));
+            if (k == 0) {
+                memcpy(base, r, sizeof r);
+            } else {
+                /* memcmp: the bucketed run's parameters and every step's hash are the unbucketed run's */
+                ASSERT_MEMEQ(r[0].params, base[0].params, r[0].np * sizeof(float));
+                ASSERT_STREQ(r[0].log, base[0].log);
+                ASSERT_STREQ(r[1].log, base[1].log);
+                free(r[0].log);
+                free(r[1].log);
+            }
+        }
+        free(base[0].log);
+        free(base[1].log);
+    }
+    pair_bucket = 0;
+    pair_model = TINY;
+}
+
+/* The epoch line reports the exchange time per step that stayed visible after backward. */
+TEST(test_exchange_time_reported) {
+    trep r[2];
+    char *err;
+    pair_console = true;
+    pair_bucket = 4;
+    pair_model = TINY;
+    run_pair(r, (const int[2]){10, 10}, "epochs 1", 0, test_port(0), &err);
+    pair_console = false;
+    pair_bucket = 0;
+    free(err);
+    ASSERT_OK(r[0].st);
+    ASSERT_OK(r[1].st);
+    ASSERT_EQ(r[0].buckets, 2);
+    ASSERT(r[0].con);
+    ASSERT_CONTAINS(r[0].con, " ms/step  (");
+    const char *x = strstr(r[0].con, "  exchange ");
+    ASSERT(x != NULL);
+    double ms = -1;
+    ASSERT_EQ(sscanf(x, "  exchange %lf ms/step", &ms), 1);
+    ASSERT(ms >= 0 && ms < 10000);
+    for (int i = 0; i < 2; i++) {
+        free(r[i].log);
+        free(r[i].con);
+    }
+}
+
 TEST(test_compressed_resume_int8) { compressed_resume(&(sl_compress_spec){SL_COMPRESS_INT8, 0}, test_port(0)); }
 TEST(test_compressed_resume_topk) { compressed_resume(&(sl_compress_spec){SL_COMPRESS_TOPK, 0.01}, test_port(0)); }
 TEST(test_compressed_resume_sign) { compressed_resume(&(sl_compress_spec){SL_COMPRESS_SIGN, 0}, test_port(0)); }
@@ -614,6 +704,8 @@ int main(void) {
     RUN(test_compressed_resume_int8);
     RUN(test_compressed_resume_topk);
     RUN(test_compressed_resume_sign);
+    RUN(test_bucketed_identical);
+    RUN(test_exchange_time_reported);
     char cmd[400];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
     if (system(cmd) != 0) printf("could not remove %s\n", tmpdir);

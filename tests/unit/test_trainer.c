@@ -624,6 +624,62 @@ TEST(test_config_strategy_ps) {
     }
 }
 
+/* bucket_mb: default 25 MiB, 0 turns it off, fractions allowed; bad values and a bucket
+ * size for an exchange that cannot use it are refused where they are written. */
+TEST(test_config_bucket_mb) {
+    sl_cfg *cfg;
+    sl_train_config c;
+    ASSERT_OK(parse_with("    model tiny\n    data train\n    strategy ring\n", &cfg));
+    ASSERT_OK(sl_train_config_parse(cfg, &c));
+    ASSERT(c.bucket_mb == 25);
+    sl_cfg_free(cfg);
+    ASSERT_OK(parse_with("    model tiny\n    data train\n    strategy ring\n    bucket_mb 0.5\n", &cfg));
+    ASSERT_OK(sl_train_config_parse(cfg, &c));
+    ASSERT(c.bucket_mb == 0.5);
+    sl_cfg_free(cfg);
+    /* 0 (off) goes with any strategy; the default does not make ps or compression fail */
+    ASSERT_OK(parse_with("    model tiny\n    data train\n    strategy ps\n    bucket_mb 0\n", &cfg));
+    ASSERT_OK(sl_train_config_parse(cfg, &c));
+    ASSERT(c.bucket_mb == 0);
+    sl_cfg_free(cfg);
+    ASSERT_OK(parse_with("    model tiny\n    data train\n    strategy ring compress=int8\n", &cfg));
+    ASSERT_OK(sl_train_config_parse(cfg, &c));
+    sl_cfg_free(cfg);
+    static const struct {
+        const char *body;
+        int code;
+        const char *where, *msg, *hint;
+    } cases[] = {
+        {"    model tiny\n    data train\n    bucket_mb -1\n", SL_ERANGE, "t.sl:20:15:",
+         "bucket_mb -1 is outside 0..4096 (MiB; 0: off)", "usage: bucket_mb MB"},
+        {"    model tiny\n    data train\n    bucket_mb 5000\n", SL_ERANGE, "t.sl:20:15:",
+         "bucket_mb 5000 is outside 0..4096 (MiB; 0: off)", "usage: bucket_mb MB"},
+        {"    model tiny\n    data train\n    bucket_mb 1e-9\n", SL_ERANGE, "t.sl:20:15:",
+         "bucket_mb 1e-09 is less than one float (4 bytes)", "usage: bucket_mb MB"},
+        {"    model tiny\n    data train\n    bucket_mb big\n", SL_EINVAL, "t.sl:20:15:", "", "usage: bucket_mb MB"},
+        {"    model tiny\n    data train\n    bucket_mb\n", SL_EINVAL, "t.sl:20:5:", "", "usage: bucket_mb MB"},
+        {"    model tiny\n    data train\n    bucket_mb 4\n    strategy ps\n", SL_EINVAL, "t.sl:20:5:",
+         "bucket_mb applies to `strategy ring` without compression (this block has `strategy ps`)",
+         "HINT: remove bucket_mb, or write `bucket_mb 0`"},
+        {"    model tiny\n    data train\n    strategy ring compress=fp16\n    bucket_mb 4\n", SL_EINVAL, "t.sl:21:5:",
+         "(this block has `strategy ring compress=...`)", "HINT: remove bucket_mb"},
+        {"    model tiny\n    data train\n    bucket_md 4\n", SL_EINVAL, "t.sl:20:5:",
+         "unknown train statement 'bucket_md'", "did you mean 'bucket_mb'?"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        ASSERT_OK(parse_with(cases[i].body, &cfg));
+        sl_status s = sl_train_config_parse(cfg, &c);
+        if (s != cases[i].code || !strstr(sl_errmsg(), cases[i].where) || !strstr(sl_errmsg(), cases[i].msg) ||
+            !strstr(sl_errmsg(), cases[i].hint))
+            printf("  case %zu: %s\n", i, sl_errmsg());
+        ASSERT_EQ(s, cases[i].code);
+        ASSERT_CONTAINS(sl_errmsg(), cases[i].where);
+        ASSERT_CONTAINS(sl_errmsg(), cases[i].msg);
+        ASSERT_CONTAINS(sl_errmsg(), cases[i].hint);
+        sl_cfg_free(cfg);
+    }
+}
+
 /* ---- stop requests (opts.stop) and the progress line --------------------------------- */
 
 /* A single-replica exchange hook that raises the stop flag while step `at` (0-based) runs,
@@ -1246,6 +1302,7 @@ int main(void) {
     RUN(test_lockstep_peer_runs_out);
     RUN(test_lockstep_peer_empty);
     RUN(test_config_strategy_ps);
+    RUN(test_config_bucket_mb);
     RUN(test_stop_request);
     RUN(test_progress_line);
     RUN(test_eval_console_lines);
