@@ -44,7 +44,7 @@ else
     grep "sluice: CUDA" "$LOGDIR/gpu_configure.log"
 
     echo "== build (-j$JOBS)"
-    if ! cmake --build "$BUILD" -j"$JOBS" --target test_backend_cuda test_cuda >"$LOGDIR/gpu_build.log" 2>&1; then
+    if ! cmake --build "$BUILD" -j"$JOBS" --target test_backend_cuda test_cuda test_strategy_ring >"$LOGDIR/gpu_build.log" 2>&1; then
         grep -E "error|Error" "$LOGDIR/gpu_build.log" | head -n 40
         echo "build FAILED"
         exit 1
@@ -53,10 +53,12 @@ else
 fi
 
 status=0
-for t in test_cuda test_backend_cuda; do
+# test_strategy_ring with SL_TEST_BACKEND=cuda: two ring replicas (threads) on the GPU,
+# bucketed and unbucketed exchanges bit-identical
+for t in test_cuda test_backend_cuda test_strategy_ring; do
     echo "== $t"
     start=$(date +%s)
-    (cd "$BUILD/tests" && "./$t") >"$LOGDIR/$t.log" 2>&1
+    (cd "$BUILD/tests" && SL_TEST_BACKEND=cuda "./$t") >"$LOGDIR/$t.log" 2>&1
     rc=$?
     cat "$LOGDIR/$t.log"
     echo "-- $t: exit $rc in $(( $(date +%s) - start ))s"

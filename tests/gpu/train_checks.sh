@@ -12,6 +12,9 @@
 #   5. with FULL=1, fashion_cnn's whole 12 epochs on the GPU (the CPU reaches 0.9205);
 #   6. with THREAD_SCAN="1 2 4 ...", the CPU backend's examples/s over 30 steps per count of
 #      train.threads (no evaluation), to see how the CPU backend scales on this machine.
+#   7. with BUCKETS=1, two replicas on the GPU for 60 steps with bucket_mb 0 and 2: the
+#      --hash-log files (parameters after every step) must be equal, and each run's
+#      `exchange` time per step is printed.
 # SKIP_CPU=1 leaves out 2.
 # Run from anywhere: bash tests/gpu/train_checks.sh. Logs go to $OUT when it is set (the
 # device tool brings that folder back), else to BUILD. A summary is printed last. Exit
@@ -101,6 +104,23 @@ if [ -n "${THREAD_SCAN:-}" ]; then
         scan="$scan $n:${r%% *}"
     done
     note "cpu threads:examples/s$scan"
+fi
+
+if [ "${BUCKETS:-0}" = 1 ]; then
+    echo "== 7. bucketed exchange on the GPU: 2 replicas, bucket_mb 0 vs 2"
+    for mb in 0 2; do
+        "$bin/sluice-launch" -n 2 -- "$bin/sluice-train" examples/fashion_cnn.sl --backend cuda \
+            --run-dir "$BUILD/runs/buckets_$mb" --overwrite "${sets[@]}" --set train.steps=60 --set train.eval=none \
+            --set train.strategy=ring --set train.bucket_mb="$mb" --hash-log "$BUILD/runs/hash_$mb" \
+            >"$LOGDIR/buckets_$mb.log" 2>&1 || { note "bucket_mb $mb: exit $?"; status=1; }
+        grep -E '^\[worker 0\] epoch' "$LOGDIR/buckets_$mb.log"
+    done
+    if cmp -s "$BUILD/runs/hash_0.0" "$BUILD/runs/hash_2.0" && cmp -s "$BUILD/runs/hash_0.1" "$BUILD/runs/hash_2.1"; then
+        note "buckets: bucket_mb 2 bit-identical to bucket_mb 0 ($(wc -l <"$BUILD/runs/hash_2.0") hash lines per replica)"
+    else
+        note "buckets: bucket_mb 2 DIFFERS from bucket_mb 0"
+        status=1
+    fi
 fi
 
 echo
