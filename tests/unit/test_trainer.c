@@ -15,6 +15,7 @@
 
 #include "sluice/config.h"
 #include "sluice/example.h"
+#include "sluice/job.h"
 #include "sluice/safetensors.h"
 #include "sluice/tfevents.h"
 #include "sluice/tfrecord.h"
@@ -1286,6 +1287,59 @@ TEST(test_run_dir_event_subfolders) {
     rm_rf(run);
 }
 
+/* sl_job_run (sluice/job.h): a plain run reports its role before it starts and its summary
+ * after; the environment it is given (not the process's) decides: SLUICE_WORLD=2 over
+ * `strategy none` is refused, SLUICE_RESTART=1 continues the run from its checkpoint. */
+static int roles_seen;
+static bool role_chief;
+
+static void on_role(void *ctx, const sl_job_result *r) {
+    (void)ctx;
+    roles_seen++;
+    role_chief = r->is_chief && !r->ps_task && !r->lockstep;
+}
+
+TEST(test_job_run) {
+    sl_cfg *cfg = NULL;
+    char dir[400];
+    snprintf(dir, sizeof dir, "%s/job", tmpdir);
+    ASSERT_OK(parse_with(STEPS_BODY(10), &cfg));
+    const char *env[] = {"PATH=/usr/bin", NULL};
+    sl_job_opts o = sl_job_opts_default();
+    o.run_dir = dir;
+    o.envp = env;
+    o.on_role = on_role;
+    sl_job_result r;
+    roles_seen = 0;
+    ASSERT_OK(sl_job_run(cfg, &o, &r));
+    ASSERT_EQ(roles_seen, 1);
+    ASSERT(role_chief);
+    ASSERT(r.checkpoints);
+    ASSERT_STREQ(r.run_dir, dir);
+    ASSERT_EQ(r.summary.steps, 10);
+    ASSERT_EQ(r.summary.start_step, 0);
+    ASSERT(!r.summary.stopped);
+    sl_cfg_free(cfg);
+
+    /* sluice-launch -n 2 over strategy none: refused before anything runs */
+    ASSERT_OK(parse_with(STEPS_BODY(20), &cfg));
+    const char *world[] = {"SLUICE_WORLD=2", NULL};
+    o.envp = world;
+    roles_seen = 0;
+    ASSERT_EQ(sl_job_run(cfg, &o, &r), SL_EINVAL);
+    ASSERT_CONTAINS(sl_errmsg(), "this task is one of 2 replicas (SLUICE_WORLD, from sluice-launch) but the train "
+                                 "block says strategy none");
+    ASSERT_EQ(roles_seen, 0);
+
+    /* a restarted task continues its run: from the checkpoint of step 10 to 20 */
+    const char *restart[] = {"SLUICE_RESTART=1", NULL};
+    o.envp = restart;
+    ASSERT_OK(sl_job_run(cfg, &o, &r));
+    ASSERT_EQ(r.summary.start_step, 10);
+    ASSERT_EQ(r.summary.steps, 20);
+    sl_cfg_free(cfg);
+}
+
 int main(void) {
     snprintf(tmpdir, sizeof tmpdir, "/tmp/sluice-test-trainer.%d", (int)getpid());
     mkdir(tmpdir, 0777);
@@ -1311,6 +1365,7 @@ int main(void) {
     RUN(test_lockstep_stop_at_epoch_end);
     RUN(test_event_runs);
     RUN(test_run_dir_event_subfolders);
+    RUN(test_job_run);
     rm_rf(tmpdir);
     TEST_MAIN_END();
 }
