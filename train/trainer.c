@@ -821,226 +821,266 @@ static sl_status agree_stop(sl_trainer *t, bool have_next, int mine, int *more, 
     return s;
 }
 
-static sl_status train_loop(sl_trainer *t, int64_t step, int64_t epoch, int64_t skip) {
-    sl_status s = SL_OK;
-    /* next_it: epoch next_for's pipeline, opened early (create's first epoch, open_next_early) */
-    sl_iter *it = NULL, *next_it = t->first_it;
-    int64_t next_for = next_it ? 0 : -1;
-    t->first_it = NULL;
+/* The training loop's state across its epoch, step and after-step functions. */
+typedef struct {
+    sl_iter *it;           /* this epoch's pipeline */
+    sl_iter *next_it;      /* epoch next_for's, opened early (create's first epoch, open_next_early) */
+    int64_t next_for;
+    /* Two batch slots: while step k computes on cur, batch k+1 is already taken from the
+     * pipeline and staged (sl_model_stage: an async copy on CUDA that step k does not wait
+     * for), named by the handle in hs[]. On the CPU the step reads the element's tensors
+     * in place, so an element lives until its step is done. */
     sl_element e, el[2];
-    sl_element_init(&e);
-    sl_element_init(&el[0]);
-    sl_element_init(&el[1]);
-    float lr = sl_schedule_lr(&t->c.schedule, step);
-    double run_t0 = now_s(), busy_wait = 0, busy_all = 0;
-    int64_t run_examples = 0, last_eval_step = -1;
-    double last_eval = -1;
-    epoch_acc win = {.t0 = now_s()}; /* `log every=N`: the steps since the last train scalars */
-    int64_t pos_batch = skip; /* the data position after the last step: batch pos_batch of epoch */
-    bool done = t->c.steps > 0 ? step >= t->c.steps : epoch >= t->c.epochs;
-    bool stopped = false; /* opts.stop: the run ends at this step boundary */
-    bool agreed = false;  /* lockstep: the replicas agreed to stop after this step (agree_stop) */
-    t->run_t0 = run_t0;
-    t->run_step0 = step;
-    t->sum.epochs_done = epoch;
-    while (!done) {
-        if (stop_requested(t)) {
-            stopped = true;
-            break;
-        }
-        epoch_acc a = {.t0 = now_s(), .wire0 = wire_bytes(t), .step0 = step};
-        double last_draw = 0;
-        if (next_it && next_for != epoch) {
-            sl_iter_close(next_it);
-            next_it = NULL;
-        }
-        if (next_it) { /* opened while the last epoch trained */
-            it = next_it;
-            next_it = NULL;
-        } else if ((s = open_epoch(t, epoch, &it))) {
-            goto out;
-        }
-        /* steps per epoch: counted in the first full epoch, else the cardinality when known */
-        int64_t spe = t->steps_per_epoch;
-        if (spe <= 0) spe = sl_dataset_cardinality(t->train_ds);
-        int64_t b = 0;
-        /* a resumed run continues at the same batch of the same epoch order */
-        for (; b < skip; b++) {
-            s = sl_iter_next(it, &e);
-            if (s == SL_END) break;
-            if (s) goto out;
-            sl_element_clear(&e);
-        }
-        skip = 0;
-        double eval_acc = -1;
-        bool uneven = false; /* lockstep: the epoch ended on some replicas before their data did */
-        /* Two batch slots: while step k computes on cur, batch k+1 is already taken from
-         * the pipeline and staged (sl_model_stage: an async copy on CUDA that step k does
-         * not wait for), named by the handle in hs[]. On the CPU the step reads the
-         * element's tensors in place, so an element lives until its step is done. */
-        int cur = 0;
-        sl_staged hs[2] = {{-1, 0}, {-1, 0}};
-        bool have_cur = false, end_seen = false;
-        const sl_tensor *x = NULL, *y = NULL;
-        double t0 = now_s();
-        s = sl_iter_next(it, &el[cur]);
-        a.wait += now_s() - t0;
-        if (s == SL_OK) {
-            if ((s = batch_parts(t, t->c.data, &el[cur], &x, &y)) || (s = sl_model_stage(t->model, x, y, &hs[cur])))
-                goto out;
-            have_cur = true;
-        } else if (s == SL_END) {
-            end_seen = true;
-        } else {
-            goto out;
-        }
-        /* lockstep: does every replica have a first batch? (afterwards each exchange tells
-         * whether every replica has the next one) */
-        bool cut = false; /* lockstep ended the epoch before this replica's data did */
-        if (lockstep(t) && (s = first_batch(t, epoch, have_cur))) goto out;
-        while (have_cur) {
-            int nx = cur ^ 1;
-            bool have_next = false;
-            const sl_tensor *nxx = NULL, *nxy = NULL;
-            double t1 = now_s(), tw = 0;
-            if (!(t->c.steps > 0 && step + 1 >= t->c.steps)) {
-                s = sl_iter_next(it, &el[nx]);
-                tw = now_s() - t1;
-                if (s == SL_OK) {
-                    if ((s = batch_parts(t, t->c.data, &el[nx], &nxx, &nxy)) ||
-                        (s = sl_model_stage(t->model, nxx, nxy, &hs[nx])))
-                        goto out;
-                    have_next = true;
-                } else if (s == SL_END) {
-                    end_seen = true;
-                } else {
-                    goto out;
-                }
-            }
-            sl_step_result r = {0};
-            lr = sl_schedule_lr(&t->c.schedule, step);
-            if ((s = sl_model_zero_grads(t->model)) || (s = sl_model_train_staged(t->model, &hs[cur], 1.0f, &r))) goto out;
-            double t2 = now_s();
-            bool applied = false;
-            int more = have_next; /* lockstep: in, this replica has batch b + 1; out, how many do */
-            if (lockstep(t)) {
-                size_t n;
-                float *g = sl_model_grads(t->model, &n);
-                int want = own_stop(t); /* read once: the value sent is the value reported */
-                if (want) more = 0;     /* a stop request rides the has-data flag */
-                if ((s = t->hooks.exchange_more(t->hooks.ctx, t->model, g, n, step, lr, &applied, &more))) goto out;
-                if (more < t->hooks.world_size && (s = agree_stop(t, have_next, want, &more, &agreed))) goto out;
-            } else if (t->hooks.exchange) {
-                size_t n;
-                float *g = sl_model_grads(t->model, &n);
-                if ((s = t->hooks.exchange(t->hooks.ctx, t->model, g, n, step, lr, &applied))) goto out;
-            }
-            double t3 = now_s();
-            if (!applied && (s = sl_optim_step(t->optim, lr))) goto out;
-            double t4 = now_s();
-            sl_element_clear(&el[cur]);
-            cur = nx;
-            have_cur = have_next;
-            x = nxx;
-            y = nxy;
-            if (lockstep(t) && more < t->hooks.world_size && have_next) {
-                /* another replica is out: this batch stays unused, the epoch ends here */
-                sl_element_clear(&el[cur]);
-                have_cur = false;
-                cut = true;
-            }
-            uneven = lockstep(t) && more > 0 && more < t->hooks.world_size;
-            if (!isfinite(r.loss)) {
-                s = nonfinite_loss(t, step, r.loss);
-                goto out;
-            }
-            a.wait += tw;
-            a.compute += (t2 - t1 - tw) + (t4 - t3); /* staging + step + optimizer */
-            a.exchange += t3 - t2;
-            a.loss_sum += r.loss * (double)r.examples;
-            a.correct += r.correct;
-            a.examples += r.examples;
-            b++;
-            step++;
-            a.batches = b;
-            win.wait += tw;
-            win.compute += (t2 - t1 - tw) + (t4 - t3);
-            win.exchange += t3 - t2;
-            win.loss_sum += r.loss * (double)r.examples;
-            win.correct += r.correct;
-            win.examples += r.examples;
-            if (chief(t) && t->c.log_every > 0 && step % t->c.log_every == 0 && (s = log_window(t, step, &win, lr)))
-                goto out;
-            if (have_cur && !next_it) {
-                open_next_early(t, spe, epoch, b, step, &next_it);
-                next_for = epoch + 1;
-            }
-            progress(t, &last_draw, epoch, b, step, a.examples ? a.loss_sum / (double)a.examples : 0, a.correct,
-                     a.examples);
-            if ((chief(t) || t->hooks.save_state) && every_steps(&t->c.ckpt_every, step) && (s = save(t, step, epoch, b)))
-                goto out;
-            if (chief(t) && t->eval_ds && every_steps(&t->c.eval_every, step)) {
-                if ((s = run_eval(t, step, true, &eval_acc))) goto out;
-                last_eval = eval_acc;
-                last_eval_step = step;
-                /* evaluation refilled the staging slots: stage the next batch again */
-                if (have_cur && (s = sl_model_stage(t->model, x, y, &hs[cur]))) goto out;
-            }
-            if (t->c.steps > 0 && step >= t->c.steps) break;
-            if (stop_requested(t) || agreed) {
-                stopped = true;
-                break;
-            }
-        }
-        s = end_seen ? SL_END : SL_OK;
-        a.t1 = now_s();
-        /* the last epoch's pipeline stats, for `sluice-stats --from RUN_DIR/stats.json` */
-        if (chief(t) && (s == SL_END || s == SL_OK)) {
-            char sp[1100];
-            snprintf(sp, sizeof sp, "%s/stats.json", t->c.run_dir);
-            sl_status ss = sl_stats_write_json(it, sp);
-            if (ss) warnf(t, "pipeline stats not written: %s", sl_errmsg());
-        }
-        sl_iter_close(it);
-        it = NULL;
-        if (b == 0) {
-            s = sl_err(SL_EINVAL, "pipeline '%s' produced no batch in epoch %" PRId64, t->c.data, epoch + 1);
-            sl_err_hint("check the files pattern, and that drop_remainder does not drop the only batch");
-            goto out;
-        }
-        bool full = s == SL_END || cut;
-        s = SL_OK;
-        pos_batch = full ? 0 : b;
-        if (full) {
-            if (t->steps_per_epoch == 0) t->steps_per_epoch = b;
-            epoch++;
-            t->sum.epochs_done = epoch;
-        }
-        done = t->c.steps > 0 ? step >= t->c.steps : epoch >= t->c.epochs;
-        stopped = stopped && !done; /* the last step's boundary: the run is simply complete */
-        done = done || stopped;
-        if (chief(t) && t->eval_ds && full && !stopped && every_epochs(&t->c.eval_every, epoch) && last_eval_step != step) {
-            if ((s = run_eval(t, step, false, &eval_acc))) goto out;
-            last_eval = eval_acc;
-            last_eval_step = step;
-        }
-        if (chief(t) && (s = end_epoch(t, full ? epoch - 1 : epoch, step, &a, lr, eval_acc))) goto out;
-        if (uneven && (s = warn_uneven(t, epoch - 1, b, end_seen))) goto out;
-        if ((chief(t) || t->hooks.save_state) && full && every_epochs(&t->c.ckpt_every, epoch) &&
-            (s = save(t, step, epoch, 0)))
-            goto out;
-        busy_wait += a.wait;
-        busy_all += a.wait + a.compute + a.exchange;
-        run_examples += a.examples;
-        t->sum.steps = step;
-        t->sum.steps_per_epoch = t->steps_per_epoch;
+    sl_staged hs[2];
+    int cur;
+    bool have_cur;         /* slot cur holds the next step's batch (x, y) */
+    const sl_tensor *x, *y;
+    bool end_seen;         /* the epoch's pipeline ended */
+    bool cut;              /* lockstep ended the epoch before this replica's data did */
+    bool uneven;           /* lockstep: the epoch ended on some replicas before their data did */
+    bool stopped;          /* opts.stop: the run ends at this step boundary */
+    bool agreed;           /* lockstep: the replicas agreed to stop after this step (agree_stop) */
+    int64_t step, epoch;
+    int64_t b;             /* batches taken in this epoch */
+    int64_t skip;          /* batches of the first epoch a resumed run passes over */
+    int64_t spe;           /* steps per epoch when known, for open_next_early */
+    int64_t pos_batch;     /* the data position after the last step: batch pos_batch of epoch */
+    float lr;
+    epoch_acc a;           /* this epoch */
+    epoch_acc win;         /* `log every=N`: the steps since the last train scalars */
+    double last_draw;      /* the progress bar's last drawing */
+    double eval_acc;       /* this epoch's evaluation, -1 none */
+    double last_eval;      /* the newest evaluation's accuracy, at last_eval_step */
+    int64_t last_eval_step;
+    double run_t0, busy_wait, busy_all;
+    int64_t run_examples;
+} loop;
+
+static bool loop_done(const sl_trainer *t, const loop *L) {
+    return t->c.steps > 0 ? L->step >= t->c.steps : L->epoch >= t->c.epochs;
+}
+
+/* Batch `slot` from the epoch's pipeline, staged: *have, or at the pipeline's end not (and
+ * end_seen). *wait: the time the pipeline took to give it. */
+static sl_status next_batch(sl_trainer *t, loop *L, int slot, bool *have, const sl_tensor **x, const sl_tensor **y,
+                            double *wait) {
+    double t0 = now_s();
+    sl_status s = sl_iter_next(L->it, &L->el[slot]);
+    *wait = now_s() - t0;
+    *have = false;
+    if (s == SL_END) {
+        L->end_seen = true;
+        return SL_OK;
     }
-    t->sum.stopped = stopped;
-    if (stopped && !lockstep(t)) {
+    if (s || (s = batch_parts(t, t->c.data, &L->el[slot], x, y)) || (s = sl_model_stage(t->model, *x, *y, &L->hs[slot])))
+        return s;
+    *have = true;
+    return SL_OK;
+}
+
+/* The step's gradient exchange through the hooks: *applied when the hook applied the update
+ * itself; lockstep: *more in, this replica has the next batch; out, how many replicas do. */
+static sl_status exchange(sl_trainer *t, loop *L, bool have_next, bool *applied, int *more) {
+    size_t n;
+    float *g = sl_model_grads(t->model, &n);
+    if (lockstep(t)) {
+        int want = own_stop(t); /* read once: the value sent is the value reported */
+        if (want) *more = 0;    /* a stop request rides the has-data flag */
+        sl_status s = t->hooks.exchange_more(t->hooks.ctx, t->model, g, n, L->step, L->lr, applied, more);
+        if (!s && *more < t->hooks.world_size) s = agree_stop(t, have_next, want, more, &L->agreed);
+        return s;
+    }
+    return t->hooks.exchange ? t->hooks.exchange(t->hooks.ctx, t->model, g, n, L->step, L->lr, applied) : SL_OK;
+}
+
+static void account(epoch_acc *w, double wait, double compute, double exch, const sl_step_result *r) {
+    w->wait += wait;
+    w->compute += compute;
+    w->exchange += exch;
+    w->loss_sum += r->loss * (double)r->examples;
+    w->correct += r->correct;
+    w->examples += r->examples;
+}
+
+/* One training step on slot cur, with batch k+1 taken from the pipeline first. */
+static sl_status train_step(sl_trainer *t, loop *L) {
+    sl_status s;
+    int nx = L->cur ^ 1;
+    bool have_next = false;
+    const sl_tensor *nxx = NULL, *nxy = NULL;
+    double t1 = now_s(), tw = 0;
+    if (!(t->c.steps > 0 && L->step + 1 >= t->c.steps) && (s = next_batch(t, L, nx, &have_next, &nxx, &nxy, &tw)))
+        return s;
+    sl_step_result r = {0};
+    L->lr = sl_schedule_lr(&t->c.schedule, L->step);
+    if ((s = sl_model_zero_grads(t->model)) || (s = sl_model_train_staged(t->model, &L->hs[L->cur], 1.0f, &r)))
+        return s;
+    double t2 = now_s();
+    bool applied = false;
+    int more = have_next;
+    if ((s = exchange(t, L, have_next, &applied, &more))) return s;
+    double t3 = now_s();
+    if (!applied && (s = sl_optim_step(t->optim, L->lr))) return s;
+    double t4 = now_s();
+    sl_element_clear(&L->el[L->cur]);
+    L->cur = nx;
+    L->have_cur = have_next;
+    L->x = nxx;
+    L->y = nxy;
+    if (lockstep(t) && more < t->hooks.world_size && have_next) {
+        /* another replica is out: this batch stays unused, the epoch ends here */
+        sl_element_clear(&L->el[L->cur]);
+        L->have_cur = false;
+        L->cut = true;
+    }
+    L->uneven = lockstep(t) && more > 0 && more < t->hooks.world_size;
+    if (!isfinite(r.loss)) return nonfinite_loss(t, L->step, r.loss);
+    account(&L->a, tw, (t2 - t1 - tw) + (t4 - t3), t3 - t2, &r); /* compute: staging + step + optimizer */
+    account(&L->win, tw, (t2 - t1 - tw) + (t4 - t3), t3 - t2, &r);
+    L->b++;
+    L->step++;
+    L->a.batches = L->b;
+    return SL_OK;
+}
+
+/* After a step: logs, the next epoch's early pipeline, the progress bar, checkpoints and
+ * evaluations on step counts; *leave when the epoch's steps end here (the step limit, a stop). */
+static sl_status after_step(sl_trainer *t, loop *L, bool *leave) {
+    sl_status s;
+    *leave = false;
+    if (chief(t) && t->c.log_every > 0 && L->step % t->c.log_every == 0 && (s = log_window(t, L->step, &L->win, L->lr)))
+        return s;
+    if (L->have_cur && !L->next_it) {
+        open_next_early(t, L->spe, L->epoch, L->b, L->step, &L->next_it);
+        L->next_for = L->epoch + 1;
+    }
+    progress(t, &L->last_draw, L->epoch, L->b, L->step, L->a.examples ? L->a.loss_sum / (double)L->a.examples : 0,
+             L->a.correct, L->a.examples);
+    if ((chief(t) || t->hooks.save_state) && every_steps(&t->c.ckpt_every, L->step) &&
+        (s = save(t, L->step, L->epoch, L->b)))
+        return s;
+    if (chief(t) && t->eval_ds && every_steps(&t->c.eval_every, L->step)) {
+        if ((s = run_eval(t, L->step, true, &L->eval_acc))) return s;
+        L->last_eval = L->eval_acc;
+        L->last_eval_step = L->step;
+        /* evaluation refilled the staging slots: stage the next batch again */
+        if (L->have_cur && (s = sl_model_stage(t->model, L->x, L->y, &L->hs[L->cur]))) return s;
+    }
+    if (t->c.steps > 0 && L->step >= t->c.steps) {
+        *leave = true;
+    } else if (stop_requested(t) || L->agreed) {
+        L->stopped = true;
+        *leave = true;
+    }
+    return SL_OK;
+}
+
+/* This epoch's pipeline: the one opened early when it is this epoch's, else a new one;
+ * a resumed run then passes over the batches it had taken. */
+static sl_status begin_epoch(sl_trainer *t, loop *L) {
+    sl_status s;
+    if (L->next_it && L->next_for != L->epoch) {
+        sl_iter_close(L->next_it);
+        L->next_it = NULL;
+    }
+    if (L->next_it) { /* opened while the last epoch trained */
+        L->it = L->next_it;
+        L->next_it = NULL;
+    } else if ((s = open_epoch(t, L->epoch, &L->it))) {
+        return s;
+    }
+    /* steps per epoch: counted in the first full epoch, else the cardinality when known */
+    L->spe = t->steps_per_epoch > 0 ? t->steps_per_epoch : sl_dataset_cardinality(t->train_ds);
+    /* a resumed run continues at the same batch of the same epoch order */
+    for (L->b = 0; L->b < L->skip; L->b++) {
+        s = sl_iter_next(L->it, &L->e);
+        if (s == SL_END) break;
+        if (s) return s;
+        sl_element_clear(&L->e);
+    }
+    L->skip = 0;
+    return SL_OK;
+}
+
+/* One epoch's steps (to its end, the step limit or a stop). */
+static sl_status run_epoch(sl_trainer *t, loop *L) {
+    sl_status s;
+    L->a = (epoch_acc){.t0 = now_s(), .wire0 = wire_bytes(t), .step0 = L->step};
+    L->last_draw = 0;
+    L->eval_acc = -1;
+    L->uneven = L->cut = L->end_seen = L->have_cur = false;
+    L->cur = 0;
+    L->hs[0] = L->hs[1] = (sl_staged){-1, 0};
+    L->x = L->y = NULL;
+    if ((s = begin_epoch(t, L))) return s;
+    double w;
+    if ((s = next_batch(t, L, 0, &L->have_cur, &L->x, &L->y, &w))) return s;
+    L->a.wait += w;
+    /* lockstep: does every replica have a first batch? (afterwards each exchange tells
+     * whether every replica has the next one) */
+    if (lockstep(t) && (s = first_batch(t, L->epoch, L->have_cur))) return s;
+    for (bool leave = false; L->have_cur && !leave;)
+        if ((s = train_step(t, L)) || (s = after_step(t, L, &leave))) return s;
+    L->a.t1 = now_s();
+    /* the last epoch's pipeline stats, for `sluice-stats --from RUN_DIR/stats.json` */
+    if (chief(t)) {
+        char sp[1100];
+        snprintf(sp, sizeof sp, "%s/stats.json", t->c.run_dir);
+        if (sl_stats_write_json(L->it, sp)) warnf(t, "pipeline stats not written: %s", sl_errmsg());
+    }
+    sl_iter_close(L->it);
+    L->it = NULL;
+    if (L->b == 0) {
+        sl_err(SL_EINVAL, "pipeline '%s' produced no batch in epoch %" PRId64, t->c.data, L->epoch + 1);
+        sl_err_hint("check the files pattern, and that drop_remainder does not drop the only batch");
+        return SL_EINVAL;
+    }
+    return SL_OK;
+}
+
+/* After an epoch's steps: its count, evaluation, epoch line and checkpoint; *done when the
+ * run ends here. */
+static sl_status end_of_epoch(sl_trainer *t, loop *L, bool *done) {
+    sl_status s;
+    bool full = L->end_seen || L->cut;
+    L->pos_batch = full ? 0 : L->b;
+    if (full) {
+        if (t->steps_per_epoch == 0) t->steps_per_epoch = L->b;
+        L->epoch++;
+        t->sum.epochs_done = L->epoch;
+    }
+    *done = loop_done(t, L);
+    L->stopped = L->stopped && !*done; /* the last step's boundary: the run is simply complete */
+    *done = *done || L->stopped;
+    if (chief(t) && t->eval_ds && full && !L->stopped && every_epochs(&t->c.eval_every, L->epoch) &&
+        L->last_eval_step != L->step) {
+        if ((s = run_eval(t, L->step, false, &L->eval_acc))) return s;
+        L->last_eval = L->eval_acc;
+        L->last_eval_step = L->step;
+    }
+    if (chief(t) && (s = end_epoch(t, full ? L->epoch - 1 : L->epoch, L->step, &L->a, L->lr, L->eval_acc))) return s;
+    if (L->uneven && (s = warn_uneven(t, L->epoch - 1, L->b, L->end_seen))) return s;
+    if ((chief(t) || t->hooks.save_state) && full && every_epochs(&t->c.ckpt_every, L->epoch) &&
+        (s = save(t, L->step, L->epoch, 0)))
+        return s;
+    L->busy_wait += L->a.wait;
+    L->busy_all += L->a.wait + L->a.compute + L->a.exchange;
+    L->run_examples += L->a.examples;
+    t->sum.steps = L->step;
+    t->sum.steps_per_epoch = t->steps_per_epoch;
+    return SL_OK;
+}
+
+/* The run's end: the stop report, the final checkpoint and evaluation, the summary. */
+static sl_status finish_run(sl_trainer *t, loop *L) {
+    sl_status s;
+    int64_t step = L->step;
+    t->sum.stopped = L->stopped;
+    if (L->stopped && !lockstep(t)) {
         t->sum.stop_rank = t->hooks.rank;
         t->sum.stop_value = own_stop(t);
     }
-    if (stopped && console(t)) {
+    if (L->stopped && console(t)) {
         progress_clear(t);
         if (lockstep(t))
             fprintf(console(t), "stop requested (rank %d): all %d replicas stop at step %" PRId64 "\n", t->sum.stop_rank,
@@ -1057,27 +1097,48 @@ static sl_status train_loop(sl_trainer *t, int64_t step, int64_t epoch, int64_t 
         snprintf(want, sizeof want, "%s/ckpt-%09" PRId64 ".safetensors", t->c.run_dir, step);
         bool have = n > 0 && strcmp(list[0], want) == 0;
         if (n > 0) sl_train_free_list(list, n);
-        if (!have && (s = save(t, step, epoch, pos_batch))) goto out;
+        if (!have && (s = save(t, step, L->epoch, L->pos_batch))) return s;
     } else if (t->hooks.save_state && (t->c.ckpt_every.epochs || t->c.ckpt_every.steps) && t->last_save != step &&
-               t->sum.start_step != step && (s = save(t, step, epoch, pos_batch))) {
-        goto out; /* the other replicas: the same decision as the chief's, from what they saved */
+               t->sum.start_step != step && (s = save(t, step, L->epoch, L->pos_batch))) {
+        return s; /* the other replicas: the same decision as the chief's, from what they saved */
     }
-    if (chief(t) && t->eval_ds && !stopped) {
-        if (last_eval_step != step) {
-            if ((s = run_eval(t, step, true, &last_eval))) goto out;
-        }
-        t->sum.eval_accuracy = last_eval;
+    if (chief(t) && t->eval_ds && !L->stopped) {
+        if (L->last_eval_step != step && (s = run_eval(t, step, true, &L->last_eval))) return s;
+        t->sum.eval_accuracy = L->last_eval;
     }
     t->sum.steps = step;
-    double secs = now_s() - run_t0;
-    t->sum.examples_per_sec = secs > 0 ? (double)run_examples * t->hooks.world_size / secs : 0;
-    t->sum.input_wait = busy_all > 0 ? busy_wait / busy_all : 0;
-out:
-    sl_element_clear(&e);
-    sl_element_clear(&el[0]);
-    sl_element_clear(&el[1]);
-    sl_iter_close(it);
-    sl_iter_close(next_it);
+    double secs = now_s() - L->run_t0;
+    t->sum.examples_per_sec = secs > 0 ? (double)L->run_examples * t->hooks.world_size / secs : 0;
+    t->sum.input_wait = L->busy_all > 0 ? L->busy_wait / L->busy_all : 0;
+    return SL_OK;
+}
+
+static sl_status train_loop(sl_trainer *t, int64_t step, int64_t epoch, int64_t skip) {
+    loop L = {.next_it = t->first_it, .next_for = t->first_it ? 0 : -1, .step = step, .epoch = epoch, .skip = skip,
+              .pos_batch = skip, .last_eval = -1, .last_eval_step = -1, .run_t0 = now_s()};
+    t->first_it = NULL;
+    sl_element_init(&L.e);
+    sl_element_init(&L.el[0]);
+    sl_element_init(&L.el[1]);
+    L.lr = sl_schedule_lr(&t->c.schedule, step);
+    L.win.t0 = now_s();
+    t->run_t0 = L.run_t0;
+    t->run_step0 = step;
+    t->sum.epochs_done = epoch;
+    sl_status s = SL_OK;
+    for (bool done = loop_done(t, &L); !done && !s;) {
+        if (stop_requested(t)) {
+            L.stopped = true;
+            break;
+        }
+        if (!(s = run_epoch(t, &L))) s = end_of_epoch(t, &L, &done);
+    }
+    if (!s) s = finish_run(t, &L);
+    sl_element_clear(&L.e);
+    sl_element_clear(&L.el[0]);
+    sl_element_clear(&L.el[1]);
+    sl_iter_close(L.it);
+    sl_iter_close(L.next_it);
     return s;
 }
 
