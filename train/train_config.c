@@ -370,23 +370,26 @@ static sl_status read_compress(const sl_cfg *cfg, const sl_cfg_stmt *s, sl_train
     return SL_OK;
 }
 
-sl_status sl_train_config_parse(const sl_cfg *cfg, sl_train_config *out) {
-    sl_train_config c;
-    memset(&c, 0, sizeof c);
-    c.eval_every.epochs = 1;
-    c.epochs = 1;
-    c.optim = (sl_optim_spec){.kind = SL_OPTIM_SGD, .momentum = 0.9f};
-    c.schedule = (sl_schedule){.kind = SL_SCHED_CONSTANT, .lr = 0.01f, .gamma = 0.1f};
-    c.ckpt_keep = 3;
-    c.backend = SL_BACKEND_AUTO;
-    c.device = -1;
-    c.seed = 1;
-    strcpy(c.strategy, "none");
-    c.ps_staleness = -1;
-    c.bucket_mb = 25;
-    strcpy(c.image_key, "image");
-    strcpy(c.label_key, "label");
+/* the train block's defaults */
+static void train_defaults(sl_train_config *c) {
+    memset(c, 0, sizeof *c);
+    c->eval_every.epochs = 1;
+    c->epochs = 1;
+    c->optim = (sl_optim_spec){.kind = SL_OPTIM_SGD, .momentum = 0.9f};
+    c->schedule = (sl_schedule){.kind = SL_SCHED_CONSTANT, .lr = 0.01f, .gamma = 0.1f};
+    c->ckpt_keep = 3;
+    c->backend = SL_BACKEND_AUTO;
+    c->device = -1;
+    c->seed = 1;
+    strcpy(c->strategy, "none");
+    c->ps_staleness = -1;
+    c->bucket_mb = 25;
+    strcpy(c->image_key, "image");
+    strcpy(c->label_key, "label");
+}
 
+/* The one train block of cfg into *tb. */
+static sl_status find_train_block(const sl_cfg *cfg, const sl_cfg_stmt **out) {
     int n;
     const sl_cfg_stmt *root = sl_cfg_root(cfg, &n);
     const sl_cfg_stmt *tb = NULL;
@@ -408,8 +411,167 @@ sl_status sl_train_config_parse(const sl_cfg *cfg, sl_train_config *out) {
         sl_err_hint("write: train { model NAME ... }");
         return SL_EINVAL;
     }
-    const sl_cfg_stmt *model = NULL, *data = NULL, *eval = NULL, *sched = NULL, *bucket = NULL;
-    bool seen_optim = false;
+    *out = tb;
+    return SL_OK;
+}
+
+/* The statements that later checks need, where they were. */
+typedef struct {
+    const sl_cfg_stmt *model, *data, *eval, *sched, *bucket;
+} train_seen;
+
+static sl_status read_checkpoint(const sl_cfg *cfg, const sl_cfg_stmt *s, const stmt_def *d, sl_train_config *c) {
+    const sl_cfg_value *p0 = sl_cfg_pos(s, 0);
+    if (is_none(p0)) {
+        c->ckpt_every = (sl_train_every){0, 0};
+        return SL_OK;
+    }
+    if (p0) {
+        sl_cfg_err(cfg, p0->loc, SL_EINVAL, "checkpoint: unexpected value");
+        return usage_hint(SL_EINVAL, d);
+    }
+    if (!sl_cfg_opt(s, "every") && !sl_cfg_opt(s, "steps")) c->ckpt_every = (sl_train_every){1, 0};
+    sl_status st = read_every(cfg, s, d, &c->ckpt_every);
+    const sl_cfg_value *v = sl_cfg_opt(s, "keep");
+    int64_t keep;
+    if (!st && v && !(st = sl_cfg_int(cfg, v, 0, 1000000, &keep))) c->ckpt_keep = (int)keep;
+    return st;
+}
+
+static sl_status read_log(const sl_cfg *cfg, const sl_cfg_stmt *s, const stmt_def *d, sl_train_config *c) {
+    const sl_cfg_value *p0 = sl_cfg_pos(s, 0), *v = sl_cfg_opt(s, "every");
+    if (p0) {
+        sl_cfg_err(cfg, p0->loc, SL_EINVAL, "log: unexpected value");
+        return usage_hint(SL_EINVAL, d);
+    }
+    if (!v) {
+        sl_cfg_err(cfg, s->loc, SL_EINVAL, "log needs every=N (steps)");
+        return usage_hint(SL_EINVAL, d);
+    }
+    sl_status st = sl_cfg_int(cfg, v, 1, INT64_MAX / 4, &c->log_every);
+    return st ? usage_hint(st, d) : SL_OK;
+}
+
+static sl_status read_bucket_mb(const sl_cfg *cfg, const sl_cfg_value *p0, sl_train_config *c) {
+    double mb;
+    if (sl_cfg_double(cfg, p0, &mb)) return sl_errcode();
+    if (!(mb >= 0 && mb <= 4096))
+        return sl_cfg_err(cfg, p0->loc, SL_ERANGE, "bucket_mb %g is outside 0..4096 (MiB; 0: off)", mb);
+    if (mb > 0 && mb * 1048576.0 < 4.0)
+        return sl_cfg_err(cfg, p0->loc, SL_ERANGE, "bucket_mb %g is less than one float (4 bytes)", mb);
+    c->bucket_mb = mb;
+    return SL_OK;
+}
+
+/* One statement of the train block into *c (its definition d found); *seen notes it. */
+static sl_status read_train_stmt(const sl_cfg *cfg, const sl_cfg_stmt *s, const stmt_def *d, sl_train_config *c,
+                                 train_seen *seen) {
+    const char *nm = s->name;
+    int minpos = strcmp(nm, "checkpoint") == 0 || strcmp(nm, "log") == 0 ? 0 : 1;
+    if (check_stmt(cfg, s, d, minpos, 1)) return sl_errcode();
+    const sl_cfg_value *p0 = sl_cfg_pos(s, 0), *v;
+    int64_t i64;
+    int k;
+    sl_status st = SL_OK;
+    if (strcmp(nm, "model") == 0) {
+        st = read_word(cfg, p0, c->model, sizeof c->model);
+        seen->model = s;
+    } else if (strcmp(nm, "data") == 0) {
+        st = read_word(cfg, p0, c->data, sizeof c->data);
+        if (!st && (v = sl_cfg_opt(s, "image"))) st = read_word(cfg, v, c->image_key, sizeof c->image_key);
+        if (!st && (v = sl_cfg_opt(s, "label"))) st = read_word(cfg, v, c->label_key, sizeof c->label_key);
+        seen->data = s;
+    } else if (strcmp(nm, "eval") == 0) {
+        seen->eval = NULL;
+        if (is_none(p0)) {
+            c->eval[0] = 0;
+        } else {
+            st = read_word(cfg, p0, c->eval, sizeof c->eval);
+            if (!st) st = read_every(cfg, s, d, &c->eval_every);
+            seen->eval = s;
+        }
+    } else if (strcmp(nm, "epochs") == 0) {
+        st = sl_cfg_int(cfg, p0, 1, INT32_MAX, &c->epochs);
+        c->steps = 0;
+    } else if (strcmp(nm, "steps") == 0) {
+        st = sl_cfg_int(cfg, p0, 1, INT64_MAX / 4, &c->steps);
+        c->epochs = 0;
+    } else if (strcmp(nm, "optimizer") == 0) {
+        st = read_optimizer(cfg, s, d, c);
+    } else if (strcmp(nm, "schedule") == 0) {
+        seen->sched = s;
+    } else if (strcmp(nm, "checkpoint") == 0) {
+        st = read_checkpoint(cfg, s, d, c);
+    } else if (strcmp(nm, "run_dir") == 0) {
+        st = read_word(cfg, p0, c->run_dir, sizeof c->run_dir);
+    } else if (strcmp(nm, "backend") == 0) {
+        if (!(st = read_choice(cfg, p0, BACKENDS, 3, &k)))
+            c->backend = k == 0 ? SL_BACKEND_AUTO : k == 1 ? SL_BACKEND_CPU : SL_BACKEND_CUDA;
+    } else if (strcmp(nm, "device") == 0) {
+        if (!(st = sl_cfg_int(cfg, p0, 0, 65535, &i64))) c->device = (int)i64;
+    } else if (strcmp(nm, "threads") == 0) {
+        if (!(st = sl_cfg_int(cfg, p0, 0, 1024, &i64))) c->threads = (int)i64;
+    } else if (strcmp(nm, "log") == 0) {
+        st = read_log(cfg, s, d, c);
+    } else if (strcmp(nm, "bucket_mb") == 0) {
+        if (!(st = read_bucket_mb(cfg, p0, c))) seen->bucket = s;
+    } else if (strcmp(nm, "seed") == 0) {
+        if (!(st = sl_cfg_int(cfg, p0, 0, INT64_MAX, &i64))) c->seed = (uint64_t)i64;
+    } else if (strcmp(nm, "strategy") == 0) {
+        st = read_choice(cfg, p0, STRATEGIES, 3, &k);
+        if (!st) {
+            strcpy(c->strategy, STRATEGIES[k]);
+            st = read_ps_options(cfg, s, d, c);
+        }
+        if (!st) st = read_compress(cfg, s, c);
+    }
+    if (st && !strstr(sl_errmsg(), "HINT")) usage_hint(st, d);
+    return st;
+}
+
+/* What holds across statements: buckets with the strategy, the model and data named and
+ * their blocks there; the derived values (schedule, run folder, model hash). */
+static sl_status check_train(const sl_cfg *cfg, const sl_cfg_stmt *tb, const train_seen *seen, sl_train_config *c) {
+    /* buckets overlap the float32 ring allreduce only */
+    if (seen->bucket && c->bucket_mb > 0 && (strcmp(c->strategy, "ps") == 0 || c->compress.kind != SL_COMPRESS_NONE)) {
+        sl_cfg_err(cfg, seen->bucket->loc, SL_EINVAL, "bucket_mb applies to `strategy ring` without compression (this "
+                   "block has `strategy %s%s`)", c->strategy, c->compress.kind != SL_COMPRESS_NONE ? " compress=..." : "");
+        sl_err_hint("remove bucket_mb, or write `bucket_mb 0`: ps and compressed exchanges send the gradient after "
+                    "backward");
+        return SL_EINVAL;
+    }
+    /* the schedule reads the optimizer's lr, wherever the two statements are */
+    if (seen->sched && read_schedule(cfg, seen->sched, find_def("schedule"), c)) return sl_errcode();
+    char names[512];
+    if (!seen->model) {
+        sl_cfg_err(cfg, tb->loc, SL_EINVAL, "the train block needs `model NAME`");
+        block_names(cfg, "model", names, sizeof names);
+        if (names[0]) sl_err_hint("the model blocks here are: %s", names);
+        else sl_err_hint("add a `model NAME { input 28x28x1 ... }` block and name it in train");
+        return SL_EINVAL;
+    }
+    if (!seen->data) {
+        sl_cfg_err(cfg, tb->loc, SL_EINVAL, "the train block needs `data PIPELINE`");
+        block_names(cfg, "pipeline", names, sizeof names);
+        if (names[0]) sl_err_hint("the pipelines here are: %s", names);
+        return SL_EINVAL;
+    }
+    if (check_block(cfg, seen->model, "model", c->model, NULL)) return sl_errcode();
+    if (check_block(cfg, seen->data, "pipeline", c->data, &c->batch)) return sl_errcode();
+    if (seen->eval && c->eval[0] && check_block(cfg, seen->eval, "pipeline", c->eval, &c->eval_batch))
+        return sl_errcode();
+    if (!c->run_dir[0]) snprintf(c->run_dir, sizeof c->run_dir, "runs/%s", c->model);
+    c->model_hash = hash_stmt(0xcbf29ce484222325ULL, find_block(cfg, "model", c->model));
+    return SL_OK;
+}
+
+sl_status sl_train_config_parse(const sl_cfg *cfg, sl_train_config *out) {
+    sl_train_config c;
+    train_defaults(&c);
+    const sl_cfg_stmt *tb;
+    sl_status st = find_train_block(cfg, &tb);
+    if (st) return st;
+    train_seen seen = {0};
     for (int i = 0; i < tb->nbody; i++) {
         const sl_cfg_stmt *s = &tb->body[i];
         const stmt_def *d = find_def(s->name);
@@ -423,144 +585,9 @@ sl_status sl_train_config_parse(const sl_cfg *cfg, sl_train_config *out) {
                              "checkpoint, log, run_dir, backend, device, threads, seed, strategy, bucket_mb");
             return SL_EINVAL;
         }
-        const char *nm = s->name;
-        int maxpos = 1, minpos = 1;
-        if (strcmp(nm, "checkpoint") == 0 || strcmp(nm, "log") == 0) minpos = 0;
-        if (check_stmt(cfg, s, d, minpos, maxpos)) return sl_errcode();
-        const sl_cfg_value *p0 = sl_cfg_pos(s, 0);
-        sl_status st = SL_OK;
-        if (strcmp(nm, "model") == 0) {
-            st = read_word(cfg, p0, c.model, sizeof c.model);
-            model = s;
-        } else if (strcmp(nm, "data") == 0) {
-            st = read_word(cfg, p0, c.data, sizeof c.data);
-            const sl_cfg_value *v;
-            if (!st && (v = sl_cfg_opt(s, "image"))) st = read_word(cfg, v, c.image_key, sizeof c.image_key);
-            if (!st && (v = sl_cfg_opt(s, "label"))) st = read_word(cfg, v, c.label_key, sizeof c.label_key);
-            data = s;
-        } else if (strcmp(nm, "eval") == 0) {
-            if (is_none(p0)) {
-                c.eval[0] = 0;
-                eval = NULL;
-            } else {
-                st = read_word(cfg, p0, c.eval, sizeof c.eval);
-                if (!st) st = read_every(cfg, s, d, &c.eval_every);
-                eval = s;
-            }
-        } else if (strcmp(nm, "epochs") == 0) {
-            st = sl_cfg_int(cfg, p0, 1, INT32_MAX, &c.epochs);
-            c.steps = 0;
-        } else if (strcmp(nm, "steps") == 0) {
-            st = sl_cfg_int(cfg, p0, 1, INT64_MAX / 4, &c.steps);
-            c.epochs = 0;
-        } else if (strcmp(nm, "optimizer") == 0) {
-            st = read_optimizer(cfg, s, d, &c);
-            seen_optim = true;
-        } else if (strcmp(nm, "schedule") == 0) {
-            sched = s;
-        } else if (strcmp(nm, "checkpoint") == 0) {
-            if (is_none(p0)) {
-                c.ckpt_every = (sl_train_every){0, 0};
-            } else if (p0) {
-                sl_cfg_err(cfg, p0->loc, SL_EINVAL, "checkpoint: unexpected value");
-                return usage_hint(SL_EINVAL, d);
-            } else {
-                if (!sl_cfg_opt(s, "every") && !sl_cfg_opt(s, "steps")) c.ckpt_every = (sl_train_every){1, 0};
-                st = read_every(cfg, s, d, &c.ckpt_every);
-                const sl_cfg_value *v = sl_cfg_opt(s, "keep");
-                int64_t keep;
-                if (!st && v) {
-                    st = sl_cfg_int(cfg, v, 0, 1000000, &keep);
-                    c.ckpt_keep = (int)keep;
-                }
-            }
-        } else if (strcmp(nm, "run_dir") == 0) {
-            st = read_word(cfg, p0, c.run_dir, sizeof c.run_dir);
-        } else if (strcmp(nm, "backend") == 0) {
-            int k;
-            st = read_choice(cfg, p0, BACKENDS, 3, &k);
-            c.backend = k == 0 ? SL_BACKEND_AUTO : k == 1 ? SL_BACKEND_CPU : SL_BACKEND_CUDA;
-        } else if (strcmp(nm, "device") == 0) {
-            int64_t d;
-            st = sl_cfg_int(cfg, p0, 0, 65535, &d);
-            c.device = (int)d;
-        } else if (strcmp(nm, "threads") == 0) {
-            int64_t t;
-            st = sl_cfg_int(cfg, p0, 0, 1024, &t);
-            c.threads = (int)t;
-        } else if (strcmp(nm, "log") == 0) {
-            const sl_cfg_value *v = sl_cfg_opt(s, "every");
-            if (p0) {
-                sl_cfg_err(cfg, p0->loc, SL_EINVAL, "log: unexpected value");
-                return usage_hint(SL_EINVAL, d);
-            }
-            if (!v) {
-                sl_cfg_err(cfg, s->loc, SL_EINVAL, "log needs every=N (steps)");
-                return usage_hint(SL_EINVAL, d);
-            }
-            st = sl_cfg_int(cfg, v, 1, INT64_MAX / 4, &c.log_every);
-            if (st) return usage_hint(st, d);
-        } else if (strcmp(nm, "bucket_mb") == 0) {
-            double mb;
-            if (sl_cfg_double(cfg, p0, &mb)) {
-                st = sl_errcode();
-            } else if (!(mb >= 0 && mb <= 4096)) {
-                st = sl_cfg_err(cfg, p0->loc, SL_ERANGE, "bucket_mb %g is outside 0..4096 (MiB; 0: off)", mb);
-            } else if (mb > 0 && mb * 1048576.0 < 4.0) {
-                st = sl_cfg_err(cfg, p0->loc, SL_ERANGE, "bucket_mb %g is less than one float (4 bytes)", mb);
-            } else {
-                c.bucket_mb = mb;
-                bucket = s;
-            }
-        } else if (strcmp(nm, "seed") == 0) {
-            int64_t sd;
-            st = sl_cfg_int(cfg, p0, 0, INT64_MAX, &sd);
-            c.seed = (uint64_t)sd;
-        } else if (strcmp(nm, "strategy") == 0) {
-            int k;
-            st = read_choice(cfg, p0, STRATEGIES, 3, &k);
-            if (!st) {
-                strcpy(c.strategy, STRATEGIES[k]);
-                st = read_ps_options(cfg, s, d, &c);
-            }
-            if (!st) st = read_compress(cfg, s, &c);
-        }
-        if (st) {
-            if (!strstr(sl_errmsg(), "HINT")) usage_hint(st, d);
-            return st;
-        }
+        if ((st = read_train_stmt(cfg, s, d, &c, &seen))) return st;
     }
-    /* buckets overlap the float32 ring allreduce only */
-    if (bucket && c.bucket_mb > 0 && (strcmp(c.strategy, "ps") == 0 || c.compress.kind != SL_COMPRESS_NONE)) {
-        sl_cfg_err(cfg, bucket->loc, SL_EINVAL, "bucket_mb applies to `strategy ring` without compression (this "
-                   "block has `strategy %s%s`)", c.strategy, c.compress.kind != SL_COMPRESS_NONE ? " compress=..." : "");
-        sl_err_hint("remove bucket_mb, or write `bucket_mb 0`: ps and compressed exchanges send the gradient after "
-                    "backward");
-        return SL_EINVAL;
-    }
-    /* the schedule reads the optimizer's lr, wherever the two statements are */
-    if (sched && read_schedule(cfg, sched, find_def("schedule"), &c)) return sl_errcode();
-    (void)seen_optim;
-    if (!model) {
-        sl_cfg_err(cfg, tb->loc, SL_EINVAL, "the train block needs `model NAME`");
-        char names[512];
-        block_names(cfg, "model", names, sizeof names);
-        if (names[0]) sl_err_hint("the model blocks here are: %s", names);
-        else sl_err_hint("add a `model NAME { input 28x28x1 ... }` block and name it in train");
-        return SL_EINVAL;
-    }
-    if (!data) {
-        sl_cfg_err(cfg, tb->loc, SL_EINVAL, "the train block needs `data PIPELINE`");
-        char names[512];
-        block_names(cfg, "pipeline", names, sizeof names);
-        if (names[0]) sl_err_hint("the pipelines here are: %s", names);
-        return SL_EINVAL;
-    }
-    if (check_block(cfg, model, "model", c.model, NULL)) return sl_errcode();
-    if (check_block(cfg, data, "pipeline", c.data, &c.batch)) return sl_errcode();
-    if (eval && c.eval[0] && check_block(cfg, eval, "pipeline", c.eval, &c.eval_batch)) return sl_errcode();
-    if (!c.run_dir[0]) snprintf(c.run_dir, sizeof c.run_dir, "runs/%s", c.model);
-    c.model_hash = hash_stmt(0xcbf29ce484222325ULL, find_block(cfg, "model", c.model));
+    if ((st = check_train(cfg, tb, &seen, &c))) return st;
     *out = c;
     return SL_OK;
 }
