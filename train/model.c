@@ -205,155 +205,141 @@ static sl_status add_view(sl_model *m, const char *lname, const char *suffix, si
 }
 
 /* Work out every layer's shapes, geometry and parameter offsets. */
-static sl_status plan_layers(sl_model *m, const sl_layer_spec *specs, int n) {
-    if (n < 2) return sl_err(SL_EINVAL, "model: needs an input layer and at least one dense layer (got %d layer%s)", n, n == 1 ? "" : "s");
-    const sl_layer_spec *in = &specs[0];
-    if (in->kind != SL_LAYER_INPUT) return sl_err(SL_EINVAL, "model: layer 0 must be input, got %s", kind_base(in->kind));
-    if (in->rank < 1 || in->rank > 3) return sl_err(SL_EINVAL, "model: input rank %d must be 1..3", in->rank);
-    m->in_rank = in->rank;
-    m->in_size = 1;
-    for (int i = 0; i < in->rank; i++) {
-        if (in->shape[i] <= 0 || in->shape[i] > (1 << 24)) return sl_err(SL_EINVAL, "model: input dimension %d is %lld", i, (long long)in->shape[i]);
-        m->in_shape[i] = in->shape[i];
-        m->in_size *= (size_t)in->shape[i];
+/* The shapes, sizes and parameter offsets while the layers are planned in order. */
+typedef struct {
+    int counts[SL_LAYER_SIGMOID + 1]; /* layers of each kind so far: default names */
+    int rank;
+    int64_t shape[3];     /* the running output shape */
+    size_t size;          /* its element count */
+    size_t off;           /* trainable floats so far */
+    size_t stat_floats;   /* batchnorm running statistics so far (after the trainable ones) */
+    bool params_before;   /* an earlier layer has parameters: this one needs its input gradient */
+} plan_state;
+
+/* Layer li (spec s) after the ones before it. */
+static sl_status plan_layer(sl_model *m, int li, const sl_layer_spec *s, plan_state *p) {
+    layer *l = &m->L[li];
+    l->kind = s->kind;
+    if (s->kind < SL_LAYER_INPUT || s->kind > SL_LAYER_SIGMOID) return sl_err(SL_EINVAL, "model: layer %d has unknown kind %d", li + 1, (int)s->kind);
+    if (s->name[0]) snprintf(l->name, sizeof l->name, "%s", s->name);
+    else snprintf(l->name, sizeof l->name, "%s_%d", kind_base(s->kind), ++p->counts[s->kind]);
+    for (int j = 0; j < li; j++)
+        if (strcmp(m->L[j].name, l->name) == 0) return sl_err(SL_EINVAL, "model: layer %d: name '%s' is used twice", li + 1, l->name);
+    const char *nm = l->name;
+    char shp[64];
+    shape_str(p->shape, p->rank, shp, sizeof shp);
+    l->in_size = p->size;
+    l->need_dx = p->params_before;
+    switch (s->kind) {
+    case SL_LAYER_INPUT:
+        return sl_err(SL_EINVAL, "model: layer %d (%s): input must be the first layer only", li + 1, nm);
+    case SL_LAYER_FLATTEN:
+        p->rank = 1;
+        p->shape[0] = (int64_t)p->size;
+        break;
+    case SL_LAYER_DENSE: {
+        if (p->rank != 1) {
+            sl_err(SL_EINVAL, "model: layer %d (%s): dense needs a vector input, got %s", li + 1, nm, shp);
+            sl_err_hint("add a flatten layer before it");
+            return SL_EINVAL;
+        }
+        if (s->units <= 0) return sl_err(SL_EINVAL, "model: layer %d (%s): units %d must be > 0", li + 1, nm, s->units);
+        if (s->activation < 0 || s->activation > 3) return sl_err(SL_EINVAL, "model: layer %d (%s): unknown activation %d", li + 1, nm, s->activation);
+        l->act = (sl_act)s->activation;
+        l->has_params = true;
+        l->nw = p->size * (size_t)s->units;
+        l->nb = (size_t)s->units;
+        l->w_off = p->off;
+        p->off += l->nw;
+        l->b_off = p->off;
+        p->off += l->nb;
+        int64_t kd[2] = {(int64_t)p->size, s->units}, bd[1] = {s->units};
+        add_view(m, nm, "kernel", l->w_off, 2, kd);
+        add_view(m, nm, "bias", l->b_off, 1, bd);
+        p->shape[0] = s->units;
+        break;
     }
-    m->nl = n - 1;
-    m->L = calloc((size_t)m->nl, sizeof(layer));
-    m->pv = calloc((size_t)m->nl * 4 + 1, sizeof(pview));
-    if (!m->L || !m->pv) return sl_err(SL_ENOMEM, "model: out of memory");
-    int counts[SL_LAYER_SIGMOID + 1] = {0};
-    int rank = in->rank;
-    int64_t shape[3] = {in->shape[0], in->rank > 1 ? in->shape[1] : 0, in->rank > 2 ? in->shape[2] : 0};
-    size_t size = m->in_size, off = 0, stat_floats = 0;
-    bool params_before = false;
-    for (int li = 0; li < m->nl; li++) {
-        const sl_layer_spec *s = &specs[li + 1];
-        layer *l = &m->L[li];
-        l->kind = s->kind;
-        if (s->kind < SL_LAYER_INPUT || s->kind > SL_LAYER_SIGMOID) return sl_err(SL_EINVAL, "model: layer %d has unknown kind %d", li + 1, (int)s->kind);
-        if (s->name[0]) snprintf(l->name, sizeof l->name, "%s", s->name);
-        else snprintf(l->name, sizeof l->name, "%s_%d", kind_base(s->kind), ++counts[s->kind]);
-        for (int j = 0; j < li; j++)
-            if (strcmp(m->L[j].name, l->name) == 0) return sl_err(SL_EINVAL, "model: layer %d: name '%s' is used twice", li + 1, l->name);
-        const char *nm = l->name;
-        char shp[64];
-        shape_str(shape, rank, shp, sizeof shp);
-        l->in_size = size;
-        l->need_dx = params_before;
-        switch (s->kind) {
-        case SL_LAYER_INPUT:
-            return sl_err(SL_EINVAL, "model: layer %d (%s): input must be the first layer only", li + 1, nm);
-        case SL_LAYER_FLATTEN:
-            rank = 1;
-            shape[0] = (int64_t)size;
-            break;
-        case SL_LAYER_DENSE: {
-            if (rank != 1) {
-                sl_err(SL_EINVAL, "model: layer %d (%s): dense needs a vector input, got %s", li + 1, nm, shp);
-                sl_err_hint("add a flatten layer before it");
-                return SL_EINVAL;
-            }
-            if (s->units <= 0) return sl_err(SL_EINVAL, "model: layer %d (%s): units %d must be > 0", li + 1, nm, s->units);
+    case SL_LAYER_CONV2D:
+    case SL_LAYER_MAXPOOL:
+    case SL_LAYER_AVGPOOL: {
+        bool conv = s->kind == SL_LAYER_CONV2D;
+        if (p->rank != 3) return sl_err(SL_EINVAL, "model: layer %d (%s): needs an image input h x w x c, got %s", li + 1, nm, shp);
+        l->kh = s->kh;
+        l->kw = s->kw ? s->kw : s->kh;
+        if (l->kh <= 0 || l->kw <= 0) return sl_err(SL_EINVAL, "model: layer %d (%s): %s size %dx%d must be > 0", li + 1, nm, conv ? "kernel" : "pool", s->kh, s->kw);
+        l->stride = s->stride ? s->stride : (conv ? 1 : l->kh);
+        if (l->stride < 0) return sl_err(SL_EINVAL, "model: layer %d (%s): stride %d must be > 0", li + 1, nm, s->stride);
+        if (!conv && l->kh != l->kw) return sl_err(SL_EINVAL, "model: layer %d (%s): pool window %dx%d must be square", li + 1, nm, l->kh, l->kw);
+        l->h = (int)p->shape[0];
+        l->w = (int)p->shape[1];
+        l->c = (int)p->shape[2];
+        char who[96];
+        snprintf(who, sizeof who, "model: layer %d (%s)", li + 1, nm);
+        sl_status st = geometry(who, conv ? "kernel" : "pool", l->h, l->w, l->kh, l->kw, l->stride, s->padding,
+                                &l->oh, &l->ow, &l->pt, &l->pl);
+        if (st) return st;
+        if (conv) {
+            if (s->filters <= 0) return sl_err(SL_EINVAL, "model: layer %d (%s): filters %d must be > 0", li + 1, nm, s->filters);
             if (s->activation < 0 || s->activation > 3) return sl_err(SL_EINVAL, "model: layer %d (%s): unknown activation %d", li + 1, nm, s->activation);
             l->act = (sl_act)s->activation;
+            l->oc = s->filters;
             l->has_params = true;
-            l->nw = size * (size_t)s->units;
-            l->nb = (size_t)s->units;
-            l->w_off = off;
-            off += l->nw;
-            l->b_off = off;
-            off += l->nb;
-            int64_t kd[2] = {(int64_t)size, s->units}, bd[1] = {s->units};
-            add_view(m, nm, "kernel", l->w_off, 2, kd);
+            l->nw = (size_t)l->kh * l->kw * l->c * l->oc;
+            l->nb = (size_t)l->oc;
+            l->w_off = p->off;
+            p->off += l->nw;
+            l->b_off = p->off;
+            p->off += l->nb;
+            int64_t kd[4] = {l->kh, l->kw, l->c, l->oc}, bd[1] = {l->oc};
+            add_view(m, nm, "kernel", l->w_off, 4, kd);
             add_view(m, nm, "bias", l->b_off, 1, bd);
-            shape[0] = s->units;
-            break;
+        } else {
+            l->oc = l->c;
         }
-        case SL_LAYER_CONV2D:
-        case SL_LAYER_MAXPOOL:
-        case SL_LAYER_AVGPOOL: {
-            bool conv = s->kind == SL_LAYER_CONV2D;
-            if (rank != 3) return sl_err(SL_EINVAL, "model: layer %d (%s): needs an image input h x w x c, got %s", li + 1, nm, shp);
-            l->kh = s->kh;
-            l->kw = s->kw ? s->kw : s->kh;
-            if (l->kh <= 0 || l->kw <= 0) return sl_err(SL_EINVAL, "model: layer %d (%s): %s size %dx%d must be > 0", li + 1, nm, conv ? "kernel" : "pool", s->kh, s->kw);
-            l->stride = s->stride ? s->stride : (conv ? 1 : l->kh);
-            if (l->stride < 0) return sl_err(SL_EINVAL, "model: layer %d (%s): stride %d must be > 0", li + 1, nm, s->stride);
-            if (!conv && l->kh != l->kw) return sl_err(SL_EINVAL, "model: layer %d (%s): pool window %dx%d must be square", li + 1, nm, l->kh, l->kw);
-            l->h = (int)shape[0];
-            l->w = (int)shape[1];
-            l->c = (int)shape[2];
-            char who[96];
-            snprintf(who, sizeof who, "model: layer %d (%s)", li + 1, nm);
-            sl_status st = geometry(who, conv ? "kernel" : "pool", l->h, l->w, l->kh, l->kw, l->stride, s->padding,
-                                    &l->oh, &l->ow, &l->pt, &l->pl);
-            if (st) return st;
-            if (conv) {
-                if (s->filters <= 0) return sl_err(SL_EINVAL, "model: layer %d (%s): filters %d must be > 0", li + 1, nm, s->filters);
-                if (s->activation < 0 || s->activation > 3) return sl_err(SL_EINVAL, "model: layer %d (%s): unknown activation %d", li + 1, nm, s->activation);
-                l->act = (sl_act)s->activation;
-                l->oc = s->filters;
-                l->has_params = true;
-                l->nw = (size_t)l->kh * l->kw * l->c * l->oc;
-                l->nb = (size_t)l->oc;
-                l->w_off = off;
-                off += l->nw;
-                l->b_off = off;
-                off += l->nb;
-                int64_t kd[4] = {l->kh, l->kw, l->c, l->oc}, bd[1] = {l->oc};
-                add_view(m, nm, "kernel", l->w_off, 4, kd);
-                add_view(m, nm, "bias", l->b_off, 1, bd);
-            } else {
-                l->oc = l->c;
-            }
-            shape[0] = l->oh;
-            shape[1] = l->ow;
-            shape[2] = l->oc;
-            break;
-        }
-        case SL_LAYER_DROPOUT:
-            if (!(s->rate >= 0.0f && s->rate < 1.0f)) return sl_err(SL_EINVAL, "model: layer %d (%s): rate %g must be in [0, 1)", li + 1, nm, s->rate);
-            l->rate = s->rate;
-            break;
-        case SL_LAYER_BATCHNORM: {
-            l->momentum = s->momentum ? s->momentum : 0.01f;
-            l->eps = s->eps ? s->eps : 1e-3f;
-            if (!(l->momentum > 0.0f && l->momentum <= 1.0f)) return sl_err(SL_EINVAL, "model: layer %d (%s): momentum %g must be in (0, 1]", li + 1, nm, l->momentum);
-            if (!(l->eps > 0.0f)) return sl_err(SL_EINVAL, "model: layer %d (%s): eps %g must be > 0", li + 1, nm, l->eps);
-            l->c = (int)shape[rank - 1];
-            l->has_params = true;
-            l->nw = l->nb = (size_t)l->c;
-            l->w_off = off;
-            off += l->nw;
-            l->b_off = off;
-            off += l->nb;
-            l->rm_off = stat_floats; /* relative until the trainable size is known */
-            l->rv_off = stat_floats + (size_t)l->c;
-            stat_floats += 2 * (size_t)l->c;
-            break;
-        }
-        case SL_LAYER_RELU: l->act = SL_ACT_RELU; break;
-        case SL_LAYER_TANH: l->act = SL_ACT_TANH; break;
-        case SL_LAYER_SIGMOID: l->act = SL_ACT_SIGMOID; break;
-        }
-        l->rank = rank;
-        size = 1;
-        for (int i = 0; i < rank; i++) {
-            l->shape[i] = shape[i];
-            size *= (size_t)shape[i];
-        }
-        l->out_size = size;
-        if (l->has_params) params_before = true;
+        p->shape[0] = l->oh;
+        p->shape[1] = l->ow;
+        p->shape[2] = l->oc;
+        break;
     }
-    layer *last = &m->L[m->nl - 1];
-    if (last->kind != SL_LAYER_DENSE || last->act != SL_ACT_NONE) {
-        sl_err(SL_EINVAL, "model: the last layer (%s) must be dense with no activation: it gives the logits", last->name);
-        sl_err_hint("end the model with `dense CLASSES` (softmax is part of the loss)");
-        return SL_EINVAL;
+    case SL_LAYER_DROPOUT:
+        if (!(s->rate >= 0.0f && s->rate < 1.0f)) return sl_err(SL_EINVAL, "model: layer %d (%s): rate %g must be in [0, 1)", li + 1, nm, s->rate);
+        l->rate = s->rate;
+        break;
+    case SL_LAYER_BATCHNORM: {
+        l->momentum = s->momentum ? s->momentum : 0.01f;
+        l->eps = s->eps ? s->eps : 1e-3f;
+        if (!(l->momentum > 0.0f && l->momentum <= 1.0f)) return sl_err(SL_EINVAL, "model: layer %d (%s): momentum %g must be in (0, 1]", li + 1, nm, l->momentum);
+        if (!(l->eps > 0.0f)) return sl_err(SL_EINVAL, "model: layer %d (%s): eps %g must be > 0", li + 1, nm, l->eps);
+        l->c = (int)p->shape[p->rank - 1];
+        l->has_params = true;
+        l->nw = l->nb = (size_t)l->c;
+        l->w_off = p->off;
+        p->off += l->nw;
+        l->b_off = p->off;
+        p->off += l->nb;
+        l->rm_off = p->stat_floats; /* relative until the trainable size is known */
+        l->rv_off = p->stat_floats + (size_t)l->c;
+        p->stat_floats += 2 * (size_t)l->c;
+        break;
     }
-    m->classes = (int)last->shape[0];
-    m->n_train = off;
-    m->n_params = off + stat_floats;
+    case SL_LAYER_RELU: l->act = SL_ACT_RELU; break;
+    case SL_LAYER_TANH: l->act = SL_ACT_TANH; break;
+    case SL_LAYER_SIGMOID: l->act = SL_ACT_SIGMOID; break;
+    }
+    l->rank = p->rank;
+    p->size = 1;
+    for (int i = 0; i < p->rank; i++) {
+        l->shape[i] = p->shape[i];
+        p->size *= (size_t)p->shape[i];
+    }
+    l->out_size = p->size;
+    if (l->has_params) p->params_before = true;
+    return SL_OK;
+}
+
+/* The parameter views in layer order, batchnorm's four tensors together (its running
+ * statistics after the off trainable floats). */
+static sl_status plan_views(sl_model *m, size_t off) {
     /* Views in layer order; batchnorm's four tensors together. */
     int nv = 0;
     pview *ordered = calloc((size_t)m->nl * 4 + 1, sizeof(pview));
@@ -383,6 +369,40 @@ static sl_status plan_layers(sl_model *m, const sl_layer_spec *specs, int n) {
     m->pv = ordered;
     m->npv = nv;
     return SL_OK;
+}
+
+static sl_status plan_layers(sl_model *m, const sl_layer_spec *specs, int n) {
+    if (n < 2) return sl_err(SL_EINVAL, "model: needs an input layer and at least one dense layer (got %d layer%s)", n, n == 1 ? "" : "s");
+    const sl_layer_spec *in = &specs[0];
+    if (in->kind != SL_LAYER_INPUT) return sl_err(SL_EINVAL, "model: layer 0 must be input, got %s", kind_base(in->kind));
+    if (in->rank < 1 || in->rank > 3) return sl_err(SL_EINVAL, "model: input rank %d must be 1..3", in->rank);
+    m->in_rank = in->rank;
+    m->in_size = 1;
+    for (int i = 0; i < in->rank; i++) {
+        if (in->shape[i] <= 0 || in->shape[i] > (1 << 24)) return sl_err(SL_EINVAL, "model: input dimension %d is %lld", i, (long long)in->shape[i]);
+        m->in_shape[i] = in->shape[i];
+        m->in_size *= (size_t)in->shape[i];
+    }
+    m->nl = n - 1;
+    m->L = calloc((size_t)m->nl, sizeof(layer));
+    m->pv = calloc((size_t)m->nl * 4 + 1, sizeof(pview));
+    if (!m->L || !m->pv) return sl_err(SL_ENOMEM, "model: out of memory");
+    plan_state p = {.rank = in->rank, .shape = {in->shape[0], in->rank > 1 ? in->shape[1] : 0,
+                                                 in->rank > 2 ? in->shape[2] : 0}, .size = m->in_size};
+    for (int li = 0; li < m->nl; li++) {
+        sl_status st = plan_layer(m, li, &specs[li + 1], &p);
+        if (st) return st;
+    }
+    layer *last = &m->L[m->nl - 1];
+    if (last->kind != SL_LAYER_DENSE || last->act != SL_ACT_NONE) {
+        sl_err(SL_EINVAL, "model: the last layer (%s) must be dense with no activation: it gives the logits", last->name);
+        sl_err_hint("end the model with `dense CLASSES` (softmax is part of the loss)");
+        return SL_EINVAL;
+    }
+    m->classes = (int)last->shape[0];
+    m->n_train = p.off;
+    m->n_params = p.off + p.stat_floats;
+    return plan_views(m, p.off);
 }
 
 #define CONV_CHUNK_FLOATS ((size_t)1 << 20) /* CPU: 4 MiB of im2col per pass (stays in cache) */
