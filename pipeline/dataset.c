@@ -203,49 +203,6 @@ sl_status sl_iter_create(sl_dataset *ds, const sl_iter_opts *opts, sl_iter **out
     return SL_OK;
 }
 
-/* ---- the stats clock ---- */
-
-double sl__tsc_ns_per_tick;
-uint64_t sl__tsc_base, sl__mono_base;
-static pthread_once_t clock_once = PTHREAD_ONCE_INIT;
-
-#if defined(__x86_64__)
-#include <cpuid.h>
-/* One (monotonic ns, TSC) pair read back to back, with the TSC read on both sides of the
- * clock call: the narrowest of a few tries, so a preemption between the two reads (common on a
- * loaded machine) cannot skew the pair by milliseconds. */
-static void clock_pair(uint64_t *mono, uint64_t *tsc) {
-    uint64_t best = UINT64_MAX;
-    for (int i = 0; i < 16; i++) {
-        uint64_t a = __rdtsc(), m = sl_now_ns(), b = __rdtsc();
-        if (b >= a && b - a < best) {
-            best = b - a;
-            *mono = m;
-            *tsc = a + (b - a) / 2;
-        }
-    }
-}
-
-static void calibrate(void) {
-    unsigned a, b, c, d;
-    /* invariant TSC: CPUID 0x80000007 EDX bit 8 (constant rate, runs in every C-state) */
-    if (!__get_cpuid(0x80000007, &a, &b, &c, &d) || !(d & (1u << 8))) return;
-    uint64_t m0 = 0, t0 = 0, m1 = 0, t1 = 0;
-    clock_pair(&m0, &t0);
-    do { /* 2 ms between two tight pairs: the factor is then good to ~0.01% */
-        clock_pair(&m1, &t1);
-    } while (m1 - m0 < 2000000);
-    if (t1 <= t0) return;
-    sl__tsc_base = t0;
-    sl__mono_base = m0;
-    sl__tsc_ns_per_tick = (double)(m1 - m0) / (double)(t1 - t0);
-}
-#else
-static void calibrate(void) {}
-#endif
-
-void sl__clock_init(void) { pthread_once(&clock_once, calibrate); }
-
 size_t sl__element_bytes(const sl_element *e) {
     size_t n = 0;
     for (int i = 0; i < e->n; i++) n += sl_tensor_nbytes(&e->t[i]);
@@ -355,18 +312,6 @@ sl_status sl__op_err(const sl_iter *it, sl_status code, const char *fmt, ...) {
 void sl__op_err_prefix(const sl_iter *it) { sl_err_prefix("op '%s': ", it->ds->label); }
 
 /* ---- seeds ---- */
-
-uint64_t sl__mix(uint64_t a, uint64_t b) {
-    /* two rounds of splitmix64's finaliser over a and b */
-    uint64_t z = a + 0x9e3779b97f4a7c15ull * (b + 1);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    z ^= z >> 31;
-    z += b ^ 0xd1b54a32d192ed03ull;
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
 
 uint64_t sl__rng_below(sl_rng *r, uint64_t n) {
     /* Lemire's multiply-shift with rejection */

@@ -78,18 +78,6 @@ typedef struct worker_arg_s {
     void *job;    /* per-thread scratch for one unit */
 } worker_arg;
 
-/* Wait on cv for at most ms milliseconds. */
-static void timed_wait_ms(pthread_cond_t *cv, pthread_mutex_t *mu, int ms) {
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    ts.tv_nsec += (long)ms * 1000000;
-    while (ts.tv_nsec >= 1000000000) {
-        ts.tv_sec++;
-        ts.tv_nsec -= 1000000000;
-    }
-    pthread_cond_timedwait(cv, mu, &ts);
-}
-
 #define SAMPLE_EVERY_NS 10000000ull
 
 /* This thread's CPU time and run-queue wait (ns; the wait is 0 where
@@ -140,7 +128,7 @@ static void *worker(void *arg) {
             bool ram = sl__ram_full(r->owner, r->reserved);
             if (r->reserved < r->capacity && !ram) break;
             if (!tb) tb = sl__now_fast();
-            if (ram) timed_wait_ms(&r->cv_space, &r->mu, 5); /* bytes free up elsewhere too */
+            if (ram) sl_cond_wait_ms(&r->cv_space, &r->mu, 5); /* bytes free up elsewhere too */
             else pthread_cond_wait(&r->cv_space, &r->mu);
         }
         if (tb) atomic_fetch_add_explicit(&st->blocked_ns, (long long)(sl__now_fast() - tb), memory_order_relaxed);
@@ -259,9 +247,9 @@ sl_status sl__runner_start(const sl_runner_ops *ops, void *op, sl_iter *owner, s
     r->deterministic = deterministic;
     pthread_mutex_init(&r->in_mu, NULL);
     pthread_mutex_init(&r->mu, NULL);
-    pthread_cond_init(&r->cv_done, NULL);
-    pthread_cond_init(&r->cv_space, NULL);
-    pthread_cond_init(&r->cv_idle, NULL);
+    sl_cond_init_mono(&r->cv_done);
+    sl_cond_init_mono(&r->cv_space);
+    sl_cond_init_mono(&r->cv_idle);
     atomic_store(&owner->stats->parallelism, parallelism);
     atomic_store(&owner->stats->buffer, capacity);
     atomic_store(&owner->stats->threads, nthreads);
