@@ -170,6 +170,7 @@ static void free_ctx(sl_ictx *ctx) {
     }
     free(ctx->nodes);
     pthread_mutex_destroy(&ctx->nodes_mu);
+    pthread_mutex_destroy(&ctx->cancel_mu);
     free(ctx);
 }
 
@@ -181,6 +182,7 @@ sl_status sl_iter_create(sl_dataset *ds, const sl_iter_opts *opts, sl_iter **out
     if (!ctx) return sl_err(SL_ENOMEM, "out of memory creating an iterator");
     ctx->opts = opts ? *opts : sl_iter_opts_default();
     atomic_init(&ctx->cancelled, false);
+    pthread_mutex_init(&ctx->cancel_mu, NULL);
     atomic_init(&ctx->errors_ignored, 0);
     int ncpu = sl_cpu_count();
     /* an explicit budget is honoured even above the core count (the caller asked for it) */
@@ -283,7 +285,11 @@ sl_status sl_iter_next(sl_iter *it, sl_element *out) {
 void sl__iter_close(sl_iter *it) {
     if (!it) return;
     if (it->owns_ctx) {
-        atomic_store(&it->ctx->cancelled, true);
+        sl_ictx *c = it->ctx;
+        pthread_mutex_lock(&c->cancel_mu);
+        atomic_store(&c->cancelled, true);
+        for (sl__cancel_hook *h = c->cancel_hooks; h; h = h->next) h->fn(h->arg);
+        pthread_mutex_unlock(&c->cancel_mu);
         sl__tuner_stop(it->ctx); /* before the iterators it tunes go away */
     }
     if (it->vt->close) it->vt->close(it);
@@ -310,6 +316,30 @@ sl_status sl__op_err(const sl_iter *it, sl_status code, const char *fmt, ...) {
 }
 
 void sl__op_err_prefix(const sl_iter *it) { sl_err_prefix("op '%s': ", it->ds->label); }
+
+/* ---- cancellation hooks ---- */
+
+void sl__cancel_register(sl_ictx *ctx, sl__cancel_hook *h, void (*fn)(void *), void *arg) {
+    pthread_mutex_lock(&ctx->cancel_mu);
+    h->fn = fn;
+    h->arg = arg;
+    h->prev = NULL;
+    h->next = ctx->cancel_hooks;
+    if (h->next) h->next->prev = h;
+    ctx->cancel_hooks = h;
+    if (atomic_load(&ctx->cancelled)) fn(arg);
+    pthread_mutex_unlock(&ctx->cancel_mu);
+}
+
+void sl__cancel_unregister(sl_ictx *ctx, sl__cancel_hook *h) {
+    if (!h->fn) return;
+    pthread_mutex_lock(&ctx->cancel_mu);
+    if (h->prev) h->prev->next = h->next;
+    else ctx->cancel_hooks = h->next;
+    if (h->next) h->next->prev = h->prev;
+    h->fn = NULL;
+    pthread_mutex_unlock(&ctx->cancel_mu);
+}
 
 /* ---- seeds ---- */
 

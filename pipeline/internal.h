@@ -136,10 +136,31 @@ struct sl_iter {
     sl_op_stats *stats;      /* = &node->stats, shared by every iterator of the node */
 };
 
+/* Cancellation is registered, not polled: an op whose threads wait on its own condition
+ * variables registers a hook; closing the pipeline sets ctx->cancelled and runs every hook
+ * (on the closing thread), which wakes those threads at once. A hook takes the op's mutex
+ * and broadcasts; a waiter checks ctx->cancelled under that same mutex, so no wake-up is
+ * lost. Lock order: ctx->cancel_mu before any op's mutex (an op unregisters before it takes
+ * its own mutex in close). */
+typedef struct sl__cancel_hook {
+    struct sl__cancel_hook *next, *prev; /* guarded by ctx->cancel_mu */
+    void (*fn)(void *arg);               /* NULL: not registered */
+    void *arg;
+} sl__cancel_hook;
+
+/* Register h (embedded in the op's iterator) to run fn(arg) when the pipeline is closed;
+ * cannot fail. Runs fn at once when the pipeline is already cancelled. */
+void sl__cancel_register(sl_ictx *ctx, sl__cancel_hook *h, void (*fn)(void *), void *arg);
+/* Remove h; after it returns fn is not running and will not run. A hook never registered
+ * (fn NULL, as calloc leaves it) is a no-op. */
+void sl__cancel_unregister(sl_ictx *ctx, sl__cancel_hook *h);
+
 /* Shared by every iterator of one sl_iter_create. */
 struct sl_ictx {
     sl_iter_opts opts;
     atomic_bool cancelled;       /* set by close: blocking waits give up with SL_ECANCELED */
+    pthread_mutex_t cancel_mu;   /* guards cancel_hooks (and setting cancelled with them) */
+    sl__cancel_hook *cancel_hooks; /* run by close after setting cancelled */
     atomic_llong errors_ignored; /* counted by ignore_errors */
     int ncpu;                    /* cores available (opts.cpu_budget or the CPU count) */
     uint64_t start_ns;           /* when the root iterator was created */

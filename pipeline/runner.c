@@ -65,6 +65,7 @@ struct sl_runner {
     int64_t end_seq;        /* the input ended before this seq (valid when mu_ended) */
     bool mu_ended;
     bool cancelled;
+    sl__cancel_hook hook;   /* wakes the consumer and the workers when the pipeline is closed */
     bool deterministic;
     int nthreads;
     pthread_t *threads;
@@ -77,6 +78,15 @@ typedef struct worker_arg_s {
     void *tstate; /* per-thread state, made before the thread starts */
     void *job;    /* per-thread scratch for one unit */
 } worker_arg;
+
+static void runner_wake(void *arg) {
+    sl_runner *r = arg;
+    pthread_mutex_lock(&r->mu);
+    pthread_cond_broadcast(&r->cv_done);
+    pthread_cond_broadcast(&r->cv_space);
+    pthread_cond_broadcast(&r->cv_idle);
+    pthread_mutex_unlock(&r->mu);
+}
 
 #define SAMPLE_EVERY_NS 10000000ull
 
@@ -250,6 +260,7 @@ sl_status sl__runner_start(const sl_runner_ops *ops, void *op, sl_iter *owner, s
     sl_cond_init_mono(&r->cv_done);
     sl_cond_init_mono(&r->cv_space);
     sl_cond_init_mono(&r->cv_idle);
+    sl__cancel_register(owner->ctx, &r->hook, runner_wake, r);
     atomic_store(&owner->stats->parallelism, parallelism);
     atomic_store(&owner->stats->buffer, capacity);
     atomic_store(&owner->stats->threads, nthreads);
@@ -354,6 +365,7 @@ void sl__runner_set_capacity(sl_runner *r, int capacity) {
 
 void sl__runner_stop(sl_runner *r) {
     if (!r) return;
+    sl__cancel_unregister(r->owner->ctx, &r->hook);
     pthread_mutex_lock(&r->mu);
     r->cancelled = true;
     pthread_cond_broadcast(&r->cv_space);

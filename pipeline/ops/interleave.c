@@ -88,6 +88,7 @@ struct il_it {
     pthread_cond_t cv_work; /* room in a ring, a new input, or cancel */
     pthread_cond_t cv_idle; /* for workers beyond `active`: parallelism changed, or cancel */
     bool cancelled;         /* guarded by mu */
+    sl__cancel_hook hook;   /* wakes the consumer and the workers when the pipeline is closed */
     int want;               /* the slot the consumer waits on, or -1; guarded by mu */
     int active;             /* workers serving positions now (<= nthreads); guarded by mu */
     int nbuffered;          /* results in all rings; guarded by mu */
@@ -95,6 +96,15 @@ struct il_it {
     pthread_t *threads;
     il_warg *wargs;
 };
+
+static void il_wake(void *arg) {
+    il_it *il = arg;
+    pthread_mutex_lock(&il->mu);
+    pthread_cond_broadcast(&il->cv_item);
+    pthread_cond_broadcast(&il->cv_work);
+    pthread_cond_broadcast(&il->cv_idle);
+    pthread_mutex_unlock(&il->mu);
+}
 
 /* ---- workers ---- */
 
@@ -362,6 +372,7 @@ static sl_status il_next(sl_iter *it, sl_element *out) {
 
 static void il_close(sl_iter *it) {
     il_it *il = (il_it *)it;
+    sl__cancel_unregister(it->ctx, &il->hook);
     sl__tune_detach(it);
     if (il->parallel) {
         pthread_mutex_lock(&il->mu);
@@ -436,6 +447,7 @@ static sl_status il_make(sl_dataset *ds, sl_ictx *ctx, uint64_t seed, sl_iter **
         sl_cond_init_mono(&il->cv_item);
         sl_cond_init_mono(&il->cv_work);
         sl_cond_init_mono(&il->cv_idle);
+        sl__cancel_register(ctx, &il->hook, il_wake, il);
     }
     il->want = -1;
     il->rcap = il->block < 2 ? 2 : il->block > 16 ? 16 : il->block;

@@ -42,7 +42,16 @@ typedef struct {
     bool cancelled;         /* guarded by mu */
     bool started;           /* the thread exists */
     pthread_t thread;
+    sl__cancel_hook hook;   /* wakes both sides when the pipeline is closed */
 } pf_it;
+
+static void pf_wake(void *arg) {
+    pf_it *p = arg;
+    pthread_mutex_lock(&p->mu);
+    pthread_cond_broadcast(&p->cv_room);
+    pthread_cond_broadcast(&p->cv_item);
+    pthread_mutex_unlock(&p->mu);
+}
 
 #define PF_AUTO_BUFFER 2
 
@@ -54,14 +63,14 @@ static void *producer(void *arg) {
         pthread_mutex_lock(&p->mu);
         uint64_t tb = 0;
         for (;;) {
-            if (p->cancelled) break;
+            if (p->cancelled || atomic_load_explicit(&p->base.ctx->cancelled, memory_order_relaxed)) break;
             bool ram = sl__ram_full(&p->base, p->count);
             if (p->count < p->cap && !ram) break;
             if (!tb) tb = sl__now_fast();
             if (ram) sl_cond_wait_ms(&p->cv_room, &p->mu, 5); /* bytes free up elsewhere too */
             else pthread_cond_wait(&p->cv_room, &p->mu);
         }
-        bool stop = p->cancelled;
+        bool stop = p->cancelled || atomic_load_explicit(&p->base.ctx->cancelled, memory_order_relaxed);
         pthread_mutex_unlock(&p->mu);
         uint64_t t0 = sl__now_fast();
         if (tb) atomic_fetch_add_explicit(&st->blocked_ns, (long long)(t0 - tb), memory_order_relaxed);
@@ -158,6 +167,7 @@ static const sl_tune_ops pf_tune = {.set_buffer = pf_set_buf};
 
 static void pf_close(sl_iter *it) {
     pf_it *p = (pf_it *)it;
+    sl__cancel_unregister(it->ctx, &p->hook);
     sl__tune_detach(it);
     if (p->started) {
         pthread_mutex_lock(&p->mu);
@@ -188,6 +198,7 @@ static sl_status pf_make(sl_dataset *ds, sl_ictx *ctx, uint64_t seed, sl_iter **
     pthread_mutex_init(&p->mu, NULL);
     sl_cond_init_mono(&p->cv_item);
     sl_cond_init_mono(&p->cv_room);
+    sl__cancel_register(ctx, &p->hook, pf_wake, p);
     p->cap = d->buffer == SL_AUTO ? PF_AUTO_BUFFER : (int)d->buffer;
     if (d->buffer == SL_AUTO && atomic_load(&p->base.stats->buffer) > 0)
         p->cap = atomic_load(&p->base.stats->buffer); /* where the tuner left it (a later epoch) */
