@@ -17,7 +17,6 @@
 
 #define WHERE "ps frame"
 
-
 static const char *type_name(int t) {
     switch (t) {
     case SL_MSG_PUSH: return "PUSH";

@@ -4,7 +4,6 @@
  * ranks. The calling thread receives, sums and forwards chunk by chunk; ZeroMQ's I/O thread
  * does the socket work meanwhile, so summing chunk k+1 overlaps sending chunk k, and a rank
  * forwards each chunk the moment it is summed (several chunks of a segment in flight). */
-#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>

@@ -96,7 +96,6 @@ static double now_s(void) {
 
 /* ---- header ------------------------------------------------------------------------ */
 
-
 void sl_msg_encode(const sl_msg_hdr *h, uint8_t out[SL_MSG_HDR_SIZE]) {
     sl_store_le32(out, SL_MSG_MAGIC);
     sl_store_le16(out + 4, SL_MSG_VERSION);

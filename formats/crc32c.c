@@ -62,7 +62,6 @@ static uint32_t gf_xpow(uint64_t n) {
 
 /* ---- portable ----------------------------------------------------------------------- */
 
-
 static uint32_t crc_portable(uint32_t raw, const uint8_t *p, size_t n) {
     while (n && ((uintptr_t)p & 7)) {
         raw = (raw >> 8) ^ tab8[0][(raw ^ *p++) & 0xff];

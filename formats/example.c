@@ -526,7 +526,6 @@ fail:
 
 /* ---- fast-path list decoding (bodies were validated by the scanner) ------------------ */
 
-
 static sl_status overflow(const scan *s, const uint8_t *at) {
     return corrupt(s, at, "list holds more values than counted");
 }

@@ -54,8 +54,6 @@ const char *sl_st_dtype_name(sl_dtype dt) {
 
 /* ---- shared helpers ----------------------------------------------------------------- */
 
-
-
 /* numel * size of a shape, false on overflow past INT64_MAX */
 static bool shape_nbytes(sl_dtype dt, int rank, const int64_t *dims, uint64_t *out) {
     uint64_t n = sl_dtype_size(dt);

@@ -23,7 +23,6 @@ const char *__tsan_default_suppressions(void);
 const char *__tsan_default_suppressions(void) { return "called_from_lib:libzmq.so\nrace:libzmq.so\n"; }
 #endif
 
-
 static double now_s(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
