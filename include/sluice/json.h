@@ -1,7 +1,6 @@
-/* JSON, once for every module (core/json.c): a strict reader (RFC 8259, no extensions) for
- * what launchers, users and other tools hand us (TF_CONFIG, safetensors headers, stats
- * files), and the string escaping every JSON writer in Sluice uses (stats, traces,
- * checkpoints, Example printing).
+/* JSON in core (core/json.c): a strict reader (RFC 8259, no extensions) for what launchers
+ * hand us (TF_CONFIG), and the string escaping every JSON writer in Sluice uses (stats
+ * files, traces, TF_CONFIG, checkpoint headers, Example printing).
  *
  * Workload: small documents (bytes to a few MB), parsed once; strings escaped one at a
  * time as a file is written. */
