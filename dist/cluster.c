@@ -747,18 +747,25 @@ sl_status sl_cluster_curve(const sl_cluster *c, sl_tp_curve *out) {
     return SL_OK;
 }
 
+typedef struct {
+    char *out;
+    size_t cap, at; /* at: the length so far, even past cap (snprintf's rule) */
+} outbuf;
+
+static void outbuf_put(void *ctx, const char *b, size_t n) {
+    outbuf *o = ctx;
+    for (size_t i = 0; i < n; i++, o->at++)
+        if (o->at + 1 < o->cap) o->out[o->at] = b[i];
+    if (o->cap) o->out[o->at < o->cap ? o->at : o->cap - 1] = 0;
+}
+
 static size_t put_json_list(char *out, size_t cap, size_t at, const char *name, const char *const *l, int n) {
     at += (size_t)snprintf(at < cap ? out + at : NULL, at < cap ? cap - at : 0, "\"%s\": [", name);
     for (int i = 0; i < n; i++) {
-        at += (size_t)snprintf(at < cap ? out + at : NULL, at < cap ? cap - at : 0, "%s\"", i ? ", " : "");
-        for (const char *p = l[i]; *p; p++) {
-            char esc[8];
-            if (*p == '"' || *p == '\\') snprintf(esc, sizeof esc, "\\%c", *p);
-            else if ((unsigned char)*p < 32) snprintf(esc, sizeof esc, "\\u%04x", (unsigned char)*p);
-            else snprintf(esc, sizeof esc, "%c", *p);
-            at += (size_t)snprintf(at < cap ? out + at : NULL, at < cap ? cap - at : 0, "%s", esc);
-        }
-        at += (size_t)snprintf(at < cap ? out + at : NULL, at < cap ? cap - at : 0, "\"");
+        at += (size_t)snprintf(at < cap ? out + at : NULL, at < cap ? cap - at : 0, "%s", i ? ", " : "");
+        outbuf o = {out, cap, at};
+        sl_json_put_str(outbuf_put, &o, l[i], strlen(l[i]), 0);
+        at = o.at;
     }
     at += (size_t)snprintf(at < cap ? out + at : NULL, at < cap ? cap - at : 0, "]");
     return at;

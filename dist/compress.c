@@ -12,30 +12,17 @@
 
 #include "sluice/compress.h"
 #include "sluice/ring.h"
+#include "sluice/util.h"
 
 /* ---- little-endian fields ---------------------------------------------------------------- */
 
-static void put32(unsigned char *p, uint32_t v) {
-    p[0] = (unsigned char)v;
-    p[1] = (unsigned char)(v >> 8);
-    p[2] = (unsigned char)(v >> 16);
-    p[3] = (unsigned char)(v >> 24);
-}
-static void put64(unsigned char *p, uint64_t v) {
-    put32(p, (uint32_t)v);
-    put32(p + 4, (uint32_t)(v >> 32));
-}
-static uint32_t get32(const unsigned char *p) {
-    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
-}
-static uint64_t get64(const unsigned char *p) { return (uint64_t)get32(p) | (uint64_t)get32(p + 4) << 32; }
 static void putf(unsigned char *p, float f) {
     uint32_t u;
     memcpy(&u, &f, 4);
-    put32(p, u);
+    sl_store_le32(p, u);
 }
 static float getf(const unsigned char *p) {
-    uint32_t u = get32(p);
+    uint32_t u = sl_load_le32(p);
     float f;
     memcpy(&f, &u, 4);
     return f;
@@ -188,9 +175,9 @@ sl_status sl_compress_encode(const sl_compress_spec *spec, const float *x, size_
     memcpy(p, "SLCZ", 4);
     p[4] = (unsigned char)spec->kind;
     p[5] = p[6] = p[7] = 0;
-    put64(p + 8, count);
-    put32(p + 16, C);
-    put32(p + 20, k);
+    sl_store_le64(p + 8, count);
+    sl_store_le32(p + 16, C);
+    sl_store_le32(p + 20, k);
     p += SL_COMPRESS_HEADER;
     switch (spec->kind) {
     case SL_COMPRESS_FP16: {
@@ -295,10 +282,10 @@ static sl_status walk(const sl_compress_spec *spec, const unsigned char *b, size
                    sl_compress_name(spec, nm, sizeof nm));
     }
     if (b[5] || b[6] || b[7]) return bad(who, 5, "reserved bytes are not zero");
-    uint64_t n = get64(b + 8);
+    uint64_t n = sl_load_le64(b + 8);
     if (n != count)
         return bad(who, 8, "%llu values, expected %zu", (unsigned long long)n, count);
-    uint32_t C = get32(b + 16), k = get32(b + 20), wantk = sl_compress_topk_k(spec);
+    uint32_t C = sl_load_le32(b + 16), k = sl_load_le32(b + 20), wantk = sl_compress_topk_k(spec);
     if (C != chunk_of(spec->kind)) return bad(who, 16, "chunk size %u, expected %u", C, chunk_of(spec->kind));
     if (k != wantk) return bad(who, 20, "top-k k %u, expected %u", k, wantk);
     size_t want = SL_COMPRESS_HEADER + body_size(spec->kind, k, count);

@@ -32,7 +32,7 @@
 #define UNINIT_RETRY_S 0.2
 
 typedef struct ps_req {
-    sl__ps_buf *buf;  /* the request frame (one reference held here) */
+    sl_buf *buf;  /* the request frame (one reference held here) */
     int type;
     uint64_t seq;
     int64_t value;    /* PUSH: the step (the header carries it too) */
@@ -97,10 +97,10 @@ static sl_status start_req_full_locked(sl_ps_client *c, int j, int type, const f
     /* a compressed push: the payload's bytes instead of n floats */
     int comp = type == SL_MSG_PUSH && flat && c->ef;
     size_t clen = comp ? sl_compress_size(&c->cs, n) : 0;
-    sl__ps_buf_unref(r->buf);
+    sl_buf_unref(r->buf);
     r->buf = sl__ps_buf_new(comp ? (clen + 3) / 4 : n);
     if (!r->buf) return sl_err(SL_ENOMEM, "worker %d: out of memory for a request of %zu floats to ps %d", c->self, n, j);
-    if (comp) r->buf->len = SL_PS_PREFIX + clen;
+    if (comp) r->buf->size = SL_PS_PREFIX + clen;
     r->type = type;
     r->seq = ++c->seq;
     r->value = value;
@@ -112,14 +112,14 @@ static sl_status start_req_full_locked(sl_ps_client *c, int j, int type, const f
     if (comp) {
         sl_ps_plan_gather(c->plan, j, flat, c->gshard);
         size_t len;
-        sl_status st = sl_compress_ef_step(c->ef[j], c->gshard, n, r->buf->data + SL_PS_PREFIX, clen, &len, NULL);
+        sl_status st = sl_compress_ef_step(c->ef[j], c->gshard, n, sl__ps_buf_body(r->buf), clen, &len, NULL);
         if (st) {
             r->active = 0;
             sl_err_prefix("worker %d: push to ps %d: ", c->self, j);
             return st;
         }
     } else if (flat) sl_ps_plan_gather(c->plan, j, flat, sl__ps_buf_floats(r->buf));
-    else if (sums) memcpy(r->buf->data + SL_PS_PREFIX, sums, nsums * sizeof *sums);
+    else if (sums) memcpy(sl__ps_buf_body(r->buf), sums, nsums * sizeof *sums);
     if (delay > 0) {
         r->send_at = sl__ps_now() + delay;
         return SL_OK;
@@ -159,10 +159,7 @@ static void *heartbeat_main(void *arg) {
     while (!c->stop) {
         double wake = heartbeat_locked(c), now = sl__ps_now();
         if (wake < now + 0.01) wake = now + 0.01;
-        struct timespec ts;
-        ts.tv_sec = (time_t)wake;
-        ts.tv_nsec = (long)((wake - (double)ts.tv_sec) * 1e9);
-        pthread_cond_timedwait(&c->cv, &c->mu, &ts);
+        sl_cond_wait_until(&c->cv, &c->mu, (uint64_t)(wake * 1e9));
     }
     pthread_mutex_unlock(&c->mu);
     return NULL;
@@ -192,11 +189,7 @@ sl_status sl_ps_client_create(const char *const *addrs, int nworkers, int worker
     if (!c->req) { free(c); return sl_err(SL_ENOMEM, "ps client: out of memory"); }
     sl_ps_frame f = {.plan_hash = plan->hash};
     sl_ps_frame_encode_prefix(&f, c->bye);
-    pthread_condattr_t ca;
-    pthread_condattr_init(&ca);
-    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-    pthread_cond_init(&c->cv, &ca);
-    pthread_condattr_destroy(&ca);
+    sl_cond_init_mono(&c->cv);
     pthread_mutex_init(&c->mu, NULL);
     st = sl_tp_create(worker, nworkers + plan->nps, addrs, tpo, &c->tp);
     if (st) { sl_err_prefix("worker %d: ", worker); goto fail; }
@@ -224,7 +217,7 @@ void sl_ps_client_free(sl_ps_client *c) {
         pthread_join(c->hb, NULL);
     }
     sl_tp_destroy(c->tp); /* releases every zero-copy reference before the buffers go */
-    for (int j = 0; j < c->np; j++) sl__ps_buf_unref(c->req[j].buf);
+    for (int j = 0; j < c->np; j++) sl_buf_unref(c->req[j].buf);
     free(c->req);
     free(c->scratch);
     free_ef(c);

@@ -4,28 +4,25 @@
 #ifndef SLUICE_DIST_PS_INTERNAL_H
 #define SLUICE_DIST_PS_INTERNAL_H
 
-#include <stdalign.h>
 #include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 
 #include "sluice/pool.h"
 #include "sluice/ps.h"
+#include "sluice/util.h"
 
-/* One ps frame payload (prefix + floats). The owner holds one reference, every zero-copy
- * send another; ZeroMQ drops its reference on its own thread, hence the atomic count. */
-typedef struct sl__ps_buf {
-    atomic_int refs;
-    size_t len;                /* bytes in data */
-    alignas(8) uint8_t data[]; /* 8-aligned so the floats after the prefix are aligned */
-} sl__ps_buf;
+/* A ps frame payload (prefix + floats) is an sl_buf (64-byte aligned, so the floats after the
+ * prefix are aligned): the owner holds one reference, every zero-copy send another, and
+ * ZeroMQ drops its reference on its own thread (sl_buf's count is atomic). A reply may be
+ * shorter than the buffer: its size is then lowered (never raised). */
 
 /* A buffer of SL_PS_PREFIX + 4 * nfloats bytes with one reference, or NULL. */
-sl__ps_buf *sl__ps_buf_new(size_t nfloats);
-void sl__ps_buf_unref(sl__ps_buf *b); /* NULL is a no-op */
+sl_buf *sl__ps_buf_new(size_t nfloats);
 /* Send b to rank `to` zero-copy under header h (one more reference while ZeroMQ holds it). */
-sl_status sl__ps_buf_send(sl_tp *tp, int to, sl_msg_hdr *h, sl__ps_buf *b);
-static inline float *sl__ps_buf_floats(sl__ps_buf *b) { return (float *)(void *)(b->data + SL_PS_PREFIX); }
+sl_status sl__ps_buf_send(sl_tp *tp, int to, sl_msg_hdr *h, sl_buf *b);
+static inline uint8_t *sl__ps_buf_body(sl_buf *b) { return (uint8_t *)b->data + SL_PS_PREFIX; }
+static inline float *sl__ps_buf_floats(sl_buf *b) { return (float *)(void *)sl__ps_buf_body(b); }
 
 /* CLOCK_MONOTONIC seconds */
 static inline double sl__ps_now(void) { return (double)sl_now_ns() * 1e-9; }

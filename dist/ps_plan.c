@@ -19,28 +19,18 @@
 
 #include "ps_internal.h"
 
-sl__ps_buf *sl__ps_buf_new(size_t nfloats) {
-    if (nfloats > (SIZE_MAX - sizeof(sl__ps_buf) - SL_PS_PREFIX) / 4) return NULL;
-    size_t len = SL_PS_PREFIX + 4 * nfloats;
-    sl__ps_buf *b = malloc(sizeof *b + len);
-    if (!b) return NULL;
-    atomic_init(&b->refs, 1);
-    b->len = len;
-    return b;
-}
-
-void sl__ps_buf_unref(sl__ps_buf *b) {
-    if (b && atomic_fetch_sub(&b->refs, 1) == 1) free(b);
+sl_buf *sl__ps_buf_new(size_t nfloats) {
+    if (nfloats > (SIZE_MAX - SL_PS_PREFIX) / 4) return NULL;
+    return sl_buf_new(SL_PS_PREFIX + 4 * nfloats);
 }
 
 static void buf_release(void *data, void *ctx) {
     (void)data;
-    sl__ps_buf_unref(ctx);
+    sl_buf_unref(ctx);
 }
 
-sl_status sl__ps_buf_send(sl_tp *tp, int to, sl_msg_hdr *h, sl__ps_buf *b) {
-    atomic_fetch_add(&b->refs, 1);
-    return sl_tp_send(tp, to, h, b->data, b->len, buf_release, b);
+sl_status sl__ps_buf_send(sl_tp *tp, int to, sl_msg_hdr *h, sl_buf *b) {
+    return sl_tp_send(tp, to, h, b->data, b->size, buf_release, sl_buf_ref(b));
 }
 
 const void *sl__ps_aligned(const void *p, size_t len, void **scratch, size_t *cap) {

@@ -56,7 +56,7 @@ typedef struct wstate {
     uint32_t sum_tag;
     size_t sum_n, sum_cap;
     int32_t *sum_v;      /* [sum_n] its counts */
-    sl__ps_buf *sum_ans; /* its last SUM's answer (for a retry), with sum_ans_seq */
+    sl_buf *sum_ans; /* its last SUM's answer (for a retry), with sum_ans_seq */
     uint64_t sum_ans_seq;
     int in_round;        /* scratch of try_round */
     float *grad;         /* sync: [n], allocated at its first sync push */
@@ -139,7 +139,7 @@ void sl_ps_server_free(sl_ps_server *s) {
         for (int i = 0; i < s->nw; i++) {
             free(s->w[i].grad);
             free(s->w[i].sum_v);
-            sl__ps_buf_unref(s->w[i].sum_ans);
+            sl_buf_unref(s->w[i].sum_ans);
         }
     free(s->w);
     free(s->params);
@@ -164,7 +164,7 @@ static void reply_pair(sl_ps_server *s, int w, uint64_t seq, uint32_t status, in
                        uint32_t have, uint32_t lack) {
     size_t rlen = reason ? strlen(reason) : 0;
     size_t nf = status == SL_PS_OK ? s->n : (rlen + 3) / 4;
-    sl__ps_buf *b = sl__ps_buf_new(nf);
+    sl_buf *b = sl__ps_buf_new(nf);
     if (!b) {
         SL_WARN("ps %d: out of memory for a reply to worker %d; it will retry", s->idx, w);
         return;
@@ -172,15 +172,15 @@ static void reply_pair(sl_ps_server *s, int w, uint64_t seq, uint32_t status, in
     sl_ps_frame f = {.plan_hash = s->plan->hash, .seq = seq, .value = value, .status = status, .have = have,
                      .lack = lack};
     sl_ps_frame_encode_prefix(&f, b->data);
-    if (status == SL_PS_OK) memcpy(b->data + SL_PS_PREFIX, s->params, s->n * sizeof(float));
+    if (status == SL_PS_OK) memcpy(sl__ps_buf_body(b), s->params, s->n * sizeof(float));
     else {
-        b->len = SL_PS_PREFIX + rlen;
-        if (rlen) memcpy(b->data + SL_PS_PREFIX, reason, rlen);
+        b->size = SL_PS_PREFIX + rlen;
+        if (rlen) memcpy(sl__ps_buf_body(b), reason, rlen);
     }
     sl_msg_hdr h = {.type = SL_MSG_REPLY, .dtype = SL_DT_U8, .tensor = (uint32_t)s->idx};
     if (sl__ps_buf_send(s->tp, w, &h, b))
         SL_WARN("ps %d: reply to worker %d failed (%s); it will retry", s->idx, w, sl_errmsg());
-    sl__ps_buf_unref(b);
+    sl_buf_unref(b);
 }
 
 static void reply(sl_ps_server *s, int w, uint64_t seq, uint32_t status, int64_t value, const char *reason) {
@@ -247,7 +247,7 @@ static sl_status sum_round(sl_ps_server *s, int lo) {
         wstate *ws = &s->w[i];
         if (!ws->in_round) continue;
         ws->sum_pending = 0;
-        sl__ps_buf_unref(ws->sum_ans);
+        sl_buf_unref(ws->sum_ans);
         ws->sum_ans = sl__ps_buf_new(n + nw);
         if (!ws->sum_ans) {
             free(acc);
@@ -256,7 +256,7 @@ static sl_status sum_round(sl_ps_server *s, int lo) {
         ws->sum_ans_seq = ws->sum_seq;
         sl_ps_frame f = {.plan_hash = s->plan->hash, .seq = ws->sum_seq, .value = tag, .status = SL_PS_SUMS};
         sl_ps_frame_encode_prefix(&f, ws->sum_ans->data);
-        int32_t *out = (int32_t *)(void *)(ws->sum_ans->data + SL_PS_PREFIX);
+        int32_t *out = (int32_t *)(void *)(sl__ps_buf_body(ws->sum_ans));
         for (size_t k = 0; k < n; k++)
             out[k] = acc[k] > INT32_MAX ? INT32_MAX : acc[k] < INT32_MIN ? INT32_MIN : (int32_t)acc[k];
         for (int j = 0; j < s->nw; j++) out[n + (size_t)j] = s->w[j].in_round;
@@ -520,7 +520,7 @@ static sl_status handle(sl_ps_server *s, const sl_msg_hdr *h, const void *data, 
         ws->held = 0;
         ws->pending = 0;
         ws->sum_pending = 0;
-        sl__ps_buf_unref(ws->sum_ans);
+        sl_buf_unref(ws->sum_ans);
         ws->sum_ans = NULL;
         reply(s, w, f.seq, s->have ? SL_PS_OK : SL_PS_UNINIT, ws->step, NULL);
         return try_round(s);

@@ -13,15 +13,9 @@
 
 #include "ps_internal.h"
 #include "sluice/compress.h"
+#include "sluice/util.h"
 
 #define WHERE "ps frame"
-
-static void put32(uint8_t *p, uint32_t v) { for (int i = 0; i < 4; i++) p[i] = (uint8_t)(v >> (8 * i)); }
-static void put64(uint8_t *p, uint64_t v) { for (int i = 0; i < 8; i++) p[i] = (uint8_t)(v >> (8 * i)); }
-static uint32_t get32(const uint8_t *p) {
-    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
-}
-static uint64_t get64(const uint8_t *p) { return (uint64_t)get32(p) | (uint64_t)get32(p + 4) << 32; }
 
 static const char *type_name(int t) {
     switch (t) {
@@ -40,14 +34,14 @@ static const char *type_name(int t) {
 void sl_ps_frame_encode_prefix(const sl_ps_frame *f, uint8_t out[SL_PS_PREFIX]) {
     uint32_t lr;
     memcpy(&lr, &f->lr, 4);
-    put32(out, SL_PS_MAGIC);
-    put32(out + 4, f->plan_hash);
-    put64(out + 8, f->seq);
-    put64(out + 16, (uint64_t)f->value);
-    put32(out + 24, lr);
-    put32(out + 28, ((f->status | f->codec) & 0xffffu) | (uint32_t)SL_PS_VERSION << 16);
-    put32(out + 32, f->have);
-    put32(out + 36, f->lack);
+    sl_store_le32(out, SL_PS_MAGIC);
+    sl_store_le32(out + 4, f->plan_hash);
+    sl_store_le64(out + 8, f->seq);
+    sl_store_le64(out + 16, (uint64_t)f->value);
+    sl_store_le32(out + 24, lr);
+    sl_store_le32(out + 28, ((f->status | f->codec) & 0xffffu) | (uint32_t)SL_PS_VERSION << 16);
+    sl_store_le32(out + 32, f->have);
+    sl_store_le32(out + 36, f->lack);
 }
 
 sl_status sl_ps_frame_decode(const sl_msg_hdr *h, const void *payload, size_t len, uint32_t expect_hash,
@@ -65,9 +59,9 @@ sl_status sl_ps_frame_decode(const sl_msg_hdr *h, const void *payload, size_t le
     if (len < 32)
         return sl_err_at(SL_ECORRUPT, WHERE, (int64_t)len, "%s payload of %zu bytes is shorter than the %d-byte prefix",
                          type_name(t), len, SL_PS_PREFIX);
-    if (get32(p) != SL_PS_MAGIC)
-        return sl_err_at(SL_ECORRUPT, WHERE, 0, "bad magic 0x%08x (expected 0x%08x \"SLPS\")", get32(p), SL_PS_MAGIC);
-    unsigned version = get32(p + 28) >> 16;
+    if (sl_load_le32(p) != SL_PS_MAGIC)
+        return sl_err_at(SL_ECORRUPT, WHERE, 0, "bad magic 0x%08x (expected 0x%08x \"SLPS\")", sl_load_le32(p), SL_PS_MAGIC);
+    unsigned version = sl_load_le32(p + 28) >> 16;
     if (version != SL_PS_VERSION)
         return sl_err_at(SL_ECORRUPT, WHERE, 30, "%s frame version %u, expected %d (a worker or ps of another Sluice "
                          "version)", type_name(t), version, SL_PS_VERSION);
@@ -75,11 +69,11 @@ sl_status sl_ps_frame_decode(const sl_msg_hdr *h, const void *payload, size_t le
         return sl_err_at(SL_ECORRUPT, WHERE, (int64_t)len, "%s payload of %zu bytes is shorter than the %d-byte prefix",
                          type_name(t), len, SL_PS_PREFIX);
     sl_ps_frame f = {.type = t, .ps = (int)h->tensor};
-    f.plan_hash = get32(p + 4);
+    f.plan_hash = sl_load_le32(p + 4);
     if (expect_hash && f.plan_hash != expect_hash)
         return sl_err_at(SL_ECORRUPT, WHERE, 4, "plan hash 0x%08x, expected 0x%08x", f.plan_hash, expect_hash);
-    f.seq = get64(p + 8);
-    f.value = (int64_t)get64(p + 16);
+    f.seq = sl_load_le64(p + 8);
+    f.value = (int64_t)sl_load_le64(p + 16);
     if (t == SL_MSG_SUM) {
         if (f.value < 0 || f.value > 0xffff)
             return sl_err_at(SL_ECORRUPT, WHERE, 16, "SUM tag %lld is out of range (0..65535)", (long long)f.value);
@@ -96,12 +90,12 @@ sl_status sl_ps_frame_decode(const sl_msg_hdr *h, const void *payload, size_t le
         if (h->step) return sl_err_at(SL_ECORRUPT, WHERE, 0, "%s header has step %llu, expected 0", type_name(t),
                                       (unsigned long long)h->step);
     }
-    uint32_t lrbits = get32(p + 24);
+    uint32_t lrbits = sl_load_le32(p + 24);
     memcpy(&f.lr, &lrbits, 4);
     if (t == SL_MSG_PUSH ? !(isfinite(f.lr) && f.lr >= 0) : lrbits != 0)
         return sl_err_at(SL_ECORRUPT, WHERE, 24, "%s learning rate %g (bits 0x%08x) is not allowed%s", type_name(t),
                          (double)f.lr, lrbits, t == SL_MSG_PUSH ? " (must be finite and >= 0)" : " (must be 0)");
-    f.status = get32(p + 28) & 0xffffu;
+    f.status = sl_load_le32(p + 28) & 0xffffu;
     if (t == SL_MSG_PUSH) { /* the codec of its data (sluice/compress.h); 0: float32 */
         if (f.status > SL_COMPRESS_TOPK)
             return sl_err_at(SL_ECORRUPT, WHERE, 28, "PUSH codec %u is out of range (0 float32, 1..4 compressed)",
@@ -111,8 +105,8 @@ sl_status sl_ps_frame_decode(const sl_msg_hdr *h, const void *payload, size_t le
     } else if (t == SL_MSG_REPLY ? f.status > SL_PS_SUMS : f.status != 0) {
         return sl_err_at(SL_ECORRUPT, WHERE, 28, "%s status %u is out of range", type_name(t), f.status);
     }
-    f.have = get32(p + 32);
-    f.lack = get32(p + 36);
+    f.have = sl_load_le32(p + 32);
+    f.lack = sl_load_le32(p + 36);
     if (t == SL_MSG_PUSH) {
         if (f.have > 1 || f.lack > 1 || (f.have && f.lack))
             return sl_err_at(SL_ECORRUPT, WHERE, f.have > 1 ? 32 : 36, "PUSH has-data pair %u/%u is not allowed (0/0, "

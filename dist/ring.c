@@ -4,7 +4,6 @@
  * ranks. The calling thread receives, sums and forwards chunk by chunk; ZeroMQ's I/O thread
  * does the socket work meanwhile, so summing chunk k+1 overlaps sending chunk k, and a rank
  * forwards each chunk the moment it is summed (several chunks of a segment in flight). */
-#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -23,95 +22,6 @@ struct sl_ring {
     unsigned char *gather; /* compressed allreduce: every rank's payload */
     size_t gather_n;
 };
-
-/* ---- float16 ----------------------------------------------------------------------- */
-
-static uint16_t f32_to_f16_1(float f) {
-    uint32_t x;
-    memcpy(&x, &f, 4);
-    uint32_t sign = (x >> 16) & 0x8000u, mag = x & 0x7fffffffu;
-    if (mag >= 0x7f800000u) /* inf or nan (keep nan quiet and nonzero) */
-        return (uint16_t)(sign | 0x7c00u | (mag > 0x7f800000u ? 0x200u | ((mag >> 13) & 0x3ffu) : 0));
-    if (mag >= 0x477ff000u) return (uint16_t)(sign | 0x7c00u); /* rounds to >= 65520: inf */
-    if (mag < 0x38800000u) { /* below the smallest normal half: subnormal or zero */
-        if (mag < 0x33000000u) return (uint16_t)sign; /* < half of the smallest subnormal */
-        uint32_t e = mag >> 23, m = (mag & 0x7fffffu) | 0x800000u;
-        uint32_t shift = 126 - e; /* 14..24 */
-        uint32_t q = m >> shift, rem = m & ((1u << shift) - 1), half = 1u << (shift - 1);
-        if (rem > half || (rem == half && (q & 1))) q++;
-        return (uint16_t)(sign | q);
-    }
-    uint32_t q = ((mag >> 13) - (112u << 10)), rem = mag & 0x1fffu;
-    if (rem > 0x1000u || (rem == 0x1000u && (q & 1))) q++;
-    return (uint16_t)(sign | q);
-}
-
-static float f16_to_f32_1(uint16_t h) {
-    uint32_t sign = (uint32_t)(h & 0x8000u) << 16, e = (h >> 10) & 0x1fu, m = h & 0x3ffu, x;
-    if (e == 0) {
-        if (m == 0) x = sign;
-        else { /* subnormal: normalise */
-            e = 113;
-            while (!(m & 0x400u)) { m <<= 1; e--; }
-            x = sign | (e << 23) | ((m & 0x3ffu) << 13);
-        }
-    } else if (e == 31) {
-        x = sign | 0x7f800000u | (m << 13);
-    } else {
-        x = sign | ((e + 112) << 23) | (m << 13);
-    }
-    float f;
-    memcpy(&f, &x, 4);
-    return f;
-}
-
-#if defined(__x86_64__) || defined(__i386__)
-#include <immintrin.h>
-__attribute__((target("avx,f16c"))) static void f32_to_f16_f16c(const float *in, uint16_t *out, size_t n) {
-    size_t i = 0;
-    for (; i + 8 <= n; i += 8)
-        _mm_storeu_si128((__m128i *)(out + i), _mm256_cvtps_ph(_mm256_loadu_ps(in + i), _MM_FROUND_TO_NEAREST_INT));
-    for (; i < n; i++) out[i] = f32_to_f16_1(in[i]);
-}
-__attribute__((target("avx,f16c"))) static void f16_to_f32_f16c(const uint16_t *in, float *out, size_t n) {
-    size_t i = 0;
-    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(out + i, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(in + i))));
-    for (; i < n; i++) out[i] = f16_to_f32_1(in[i]);
-}
-#include <cpuid.h>
-/* CPUID.1:ECX F16C (bit 29), AVX (28), OSXSAVE (27), and the OS saving YMM state (XCR0). */
-static int probe_f16c(void) {
-    unsigned a, b, c, d;
-    if (!__get_cpuid(1, &a, &b, &c, &d)) return 0;
-    if (!(c & (1u << 29)) || !(c & (1u << 28)) || !(c & (1u << 27))) return 0;
-    unsigned lo, hi;
-    __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
-    return (lo & 6) == 6;
-}
-static int have_f16c(void) {
-    static _Atomic int v = -1; /* every thread computes the same value */
-    int x = v;
-    if (x < 0) v = x = probe_f16c();
-    return x;
-}
-#else
-static int have_f16c(void) { return 0; }
-#define f32_to_f16_f16c(a, b, c) ((void)0)
-#define f16_to_f32_f16c(a, b, c) ((void)0)
-#endif
-
-/* Tests flip this to compare the portable path with F16C. */
-int sl__ring_f16c_off;
-
-void sl_f32_to_f16(const float *in, uint16_t *out, size_t n) {
-    if (!sl__ring_f16c_off && have_f16c()) { f32_to_f16_f16c(in, out, n); return; }
-    for (size_t i = 0; i < n; i++) out[i] = f32_to_f16_1(in[i]);
-}
-
-void sl_f16_to_f32(const uint16_t *in, float *out, size_t n) {
-    if (!sl__ring_f16c_off && have_f16c()) { f16_to_f32_f16c(in, out, n); return; }
-    for (size_t i = 0; i < n; i++) out[i] = f16_to_f32_1(in[i]);
-}
 
 /* ---- ring -------------------------------------------------------------------------- */
 
@@ -248,7 +158,7 @@ static void finish_chunk(coll *c, void *buf, size_t off, size_t count, sl_reduce
     if (op == SL_REDUCE_AVG)
         for (size_t i = 0; i < count; i++) p[i] /= (float)c->n;
     if (c->flags & SL_MSGF_FP16)
-        for (size_t i = 0; i < count; i++) p[i] = f16_to_f32_1(f32_to_f16_1(p[i]));
+        for (size_t i = 0; i < count; i++) p[i] = sl_f32_from_f16(sl_f16_from_f32(p[i]));
 }
 
 /* Segment g of the whole count elements, cut to [lo, hi): its first element and length

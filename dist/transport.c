@@ -30,6 +30,7 @@
 
 #include "dist/curve_priv.h"
 #include "sluice/transport.h"
+#include "sluice/util.h"
 
 /* Wrap a ZeroMQ call that returns -1 on failure; on failure record where and why. */
 #define ZCHECK(call)                                                                   \
@@ -95,29 +96,20 @@ static double now_s(void) {
 
 /* ---- header ------------------------------------------------------------------------ */
 
-static void put16(uint8_t *p, uint16_t v) { p[0] = (uint8_t)v; p[1] = (uint8_t)(v >> 8); }
-static void put32(uint8_t *p, uint32_t v) { for (int i = 0; i < 4; i++) p[i] = (uint8_t)(v >> (8 * i)); }
-static void put64(uint8_t *p, uint64_t v) { for (int i = 0; i < 8; i++) p[i] = (uint8_t)(v >> (8 * i)); }
-static uint16_t get16(const uint8_t *p) { return (uint16_t)(p[0] | (p[1] << 8)); }
-static uint32_t get32(const uint8_t *p) {
-    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
-}
-static uint64_t get64(const uint8_t *p) { return (uint64_t)get32(p) | (uint64_t)get32(p + 4) << 32; }
-
 void sl_msg_encode(const sl_msg_hdr *h, uint8_t out[SL_MSG_HDR_SIZE]) {
-    put32(out, SL_MSG_MAGIC);
-    put16(out + 4, SL_MSG_VERSION);
-    put16(out + 6, h->type);
-    put32(out + 8, h->sender);
-    put32(out + 12, h->tensor);
-    put64(out + 16, h->step);
-    put64(out + 24, h->offset);
-    put64(out + 32, h->length);
+    sl_store_le32(out, SL_MSG_MAGIC);
+    sl_store_le16(out + 4, SL_MSG_VERSION);
+    sl_store_le16(out + 6, h->type);
+    sl_store_le32(out + 8, h->sender);
+    sl_store_le32(out + 12, h->tensor);
+    sl_store_le64(out + 16, h->step);
+    sl_store_le64(out + 24, h->offset);
+    sl_store_le64(out + 32, h->length);
     out[40] = h->dtype;
     out[41] = h->flags;
-    put16(out + 42, h->round);
-    put32(out + 44, 0);
-    put64(out + 48, h->job);
+    sl_store_le16(out + 42, h->round);
+    sl_store_le32(out + 44, 0);
+    sl_store_le64(out + 48, h->job);
 }
 
 sl_status sl_msg_decode(const void *buf, size_t len, sl_msg_hdr *out) {
@@ -125,25 +117,25 @@ sl_status sl_msg_decode(const void *buf, size_t len, sl_msg_hdr *out) {
     if (len != SL_MSG_HDR_SIZE)
         return sl_err_at(SL_ECORRUPT, "message header", (int64_t)(len < SL_MSG_HDR_SIZE ? len : SL_MSG_HDR_SIZE),
                          "header frame is %zu bytes, expected %d", len, SL_MSG_HDR_SIZE);
-    if (get32(p) != SL_MSG_MAGIC)
+    if (sl_load_le32(p) != SL_MSG_MAGIC)
         return sl_err_at(SL_ECORRUPT, "message header", 0, "bad magic 0x%08x (expected 0x%08x \"SLW1\")",
-                         get32(p), SL_MSG_MAGIC);
-    if (get16(p + 4) != SL_MSG_VERSION)
+                         sl_load_le32(p), SL_MSG_MAGIC);
+    if (sl_load_le16(p + 4) != SL_MSG_VERSION)
         return sl_err_at(SL_ECORRUPT, "message header", 4, "unsupported version %u (this build speaks %d)",
-                         get16(p + 4), SL_MSG_VERSION);
+                         sl_load_le16(p + 4), SL_MSG_VERSION);
     sl_msg_hdr h;
-    h.type = get16(p + 6);
+    h.type = sl_load_le16(p + 6);
     if (h.type == 0 || h.type >= SL_MSG_TYPES_)
         return sl_err_at(SL_ECORRUPT, "message header", 6, "unknown message type %u", h.type);
-    h.sender = get32(p + 8);
-    h.tensor = get32(p + 12);
-    h.step = get64(p + 16);
-    h.offset = get64(p + 24);
-    h.length = get64(p + 32);
+    h.sender = sl_load_le32(p + 8);
+    h.tensor = sl_load_le32(p + 12);
+    h.step = sl_load_le64(p + 16);
+    h.offset = sl_load_le64(p + 24);
+    h.length = sl_load_le64(p + 32);
     h.dtype = p[40];
     h.flags = p[41];
-    h.round = get16(p + 42);
-    h.job = get64(p + 48);
+    h.round = sl_load_le16(p + 42);
+    h.job = sl_load_le64(p + 48);
     if (h.dtype >= SL_DT_COUNT_ || h.dtype == SL_DT_BYTES)
         return sl_err_at(SL_ECORRUPT, "message header", 40, "bad dtype %u", h.dtype);
     if (h.flags & ~(unsigned)SL_MSGF_FP16)
@@ -151,7 +143,7 @@ sl_status sl_msg_decode(const void *buf, size_t len, sl_msg_hdr *out) {
     if ((h.flags & SL_MSGF_FP16) && h.dtype != SL_DT_F32)
         return sl_err_at(SL_ECORRUPT, "message header", 41, "fp16 flag on a %s payload",
                          sl_dtype_name((sl_dtype)h.dtype));
-    if (get32(p + 44) != 0)
+    if (sl_load_le32(p + 44) != 0)
         return sl_err_at(SL_ECORRUPT, "message header", 44, "reserved bytes are not zero");
     size_t esz = (h.flags & SL_MSGF_FP16) ? 2 : (h.dtype ? sl_dtype_size((sl_dtype)h.dtype) : 1);
     if (esz > 1 && h.length % esz != 0)

@@ -18,6 +18,7 @@
  * GF(2): raw(s, A||B) = raw(s, A) * x^(8|B|) xor raw(0, B). Bits are reflected: bit 31 of
  * a 32-bit value is the coefficient of x^0, bit 0 that of x^31. */
 #include "sluice/crc32c.h"
+#include "sluice/util.h"
 
 #include <stdint.h>
 #include <string.h>
@@ -61,22 +62,13 @@ static uint32_t gf_xpow(uint64_t n) {
 
 /* ---- portable ----------------------------------------------------------------------- */
 
-static inline uint64_t load_le64(const uint8_t *p) {
-    uint64_t v;
-    memcpy(&v, p, 8);
-#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
-    v = __builtin_bswap64(v);
-#endif
-    return v;
-}
-
 static uint32_t crc_portable(uint32_t raw, const uint8_t *p, size_t n) {
     while (n && ((uintptr_t)p & 7)) {
         raw = (raw >> 8) ^ tab8[0][(raw ^ *p++) & 0xff];
         n--;
     }
     while (n >= 8) {
-        uint64_t w = load_le64(p) ^ raw;
+        uint64_t w = sl_load_le64(p) ^ raw;
         raw = tab8[7][w & 0xff] ^ tab8[6][(w >> 8) & 0xff] ^ tab8[5][(w >> 16) & 0xff] ^
               tab8[4][(w >> 24) & 0xff] ^ tab8[3][(w >> 32) & 0xff] ^
               tab8[2][(w >> 40) & 0xff] ^ tab8[1][(w >> 48) & 0xff] ^ tab8[0][w >> 56];

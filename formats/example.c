@@ -44,6 +44,7 @@
 #include <string.h>
 
 #include "sluice/example.h"
+#include "sluice/util.h"
 
 /* ---- shared with example_pb.c / example_json.c (internal, not in any header) ---------- */
 
@@ -525,15 +526,6 @@ fail:
 
 /* ---- fast-path list decoding (bodies were validated by the scanner) ------------------ */
 
-static inline uint32_t load_le32(const uint8_t *p) {
-    uint32_t v;
-    memcpy(&v, p, 4);
-#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
-    v = __builtin_bswap32(v);
-#endif
-    return v;
-}
-
 static sl_status overflow(const scan *s, const uint8_t *at) {
     return corrupt(s, at, "list holds more values than counted");
 }
@@ -554,7 +546,7 @@ sl_status sl__fast_floats(const sl_feature *f, float *out) {
             if (n / 4 > cap - i) return overflow(&s, at);
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
             for (size_t k = 0; k < n / 4; k++) {
-                uint32_t u = load_le32(b + 4 * k);
+                uint32_t u = sl_load_le32(b + 4 * k);
                 memcpy(&out[i + k], &u, 4);
             }
 #else
@@ -564,7 +556,7 @@ sl_status sl__fast_floats(const sl_feature *f, float *out) {
         } else if (field == 1 && wt == WT_I32) {
             if (end - p < 4) return corrupt(&s, p, "truncated fixed32");
             if (i == cap) return overflow(&s, at);
-            uint32_t u = load_le32(p);
+            uint32_t u = sl_load_le32(p);
             memcpy(&out[i++], &u, 4);
             p += 4;
         } else if ((st = skip_field(&s, &p, end, at, wt))) {

@@ -28,6 +28,7 @@
 #include <string.h>
 
 #include "sluice/example.h"
+#include "sluice/json.h"
 
 int sl__example_has_features(const sl_example *ex); /* example_pb.c */
 
@@ -86,66 +87,10 @@ static sl_status sb_finish(sbuf *b, sl_status st, char **out, size_t *len) {
 
 /* ---- JSON pieces ----------------------------------------------------------------------- */
 
-/* Length of the valid UTF-8 sequence at s (Python's strict decoder: no overlongs, no
- * surrogates, at most U+10FFFF), its code point in *cp; 0 if invalid. */
-static size_t utf8_seq(const uint8_t *s, size_t n, uint32_t *cp) {
-    uint8_t c = s[0];
-    size_t len;
-    uint32_t v, min;
-    if (c < 0x80) {
-        *cp = c;
-        return 1;
-    } else if (c >= 0xc2 && c <= 0xdf) {
-        len = 2, v = c & 0x1f, min = 0x80;
-    } else if (c >= 0xe0 && c <= 0xef) {
-        len = 3, v = c & 0x0f, min = 0x800;
-    } else if (c >= 0xf0 && c <= 0xf4) {
-        len = 4, v = c & 0x07, min = 0x10000;
-    } else {
-        return 0;
-    }
-    if (n < len) return 0;
-    for (size_t i = 1; i < len; i++) {
-        if ((s[i] & 0xc0) != 0x80) return 0;
-        v = (v << 6) | (s[i] & 0x3f);
-    }
-    if (v < min || v > 0x10ffff || (v >= 0xd800 && v <= 0xdfff)) return 0;
-    *cp = v;
-    return len;
-}
+static void sb_put_cb(void *b, const char *s, size_t n) { sb_put(b, s, n); }
 
-static void json_string(sbuf *b, const uint8_t *s, size_t n) {
-    sb_put(b, "\"", 1);
-    for (size_t i = 0; i < n;) {
-        uint32_t cp;
-        size_t k = utf8_seq(s + i, n - i, &cp);
-        if (!k) {
-            cp = 0xfffd;
-            k = 1;
-        }
-        i += k;
-        switch (cp) {
-        case '"': sb_put(b, "\\\"", 2); continue;
-        case '\\': sb_put(b, "\\\\", 2); continue;
-        case '\n': sb_put(b, "\\n", 2); continue;
-        case '\r': sb_put(b, "\\r", 2); continue;
-        case '\t': sb_put(b, "\\t", 2); continue;
-        case '\b': sb_put(b, "\\b", 2); continue;
-        case '\f': sb_put(b, "\\f", 2); continue;
-        default: break;
-        }
-        if (cp >= 0x20 && cp < 0x7f) {
-            char c = (char)cp;
-            sb_put(b, &c, 1);
-        } else if (cp < 0x10000) {
-            sb_printf(b, "\\u%04x", (unsigned)cp);
-        } else {
-            uint32_t v = cp - 0x10000;
-            sb_printf(b, "\\u%04x\\u%04x", (unsigned)(0xd800 + (v >> 10)), (unsigned)(0xdc00 + (v & 0x3ff)));
-        }
-    }
-    sb_put(b, "\"", 1);
-}
+/* ensure_ascii, as json.dumps: see the file comment */
+static void json_string(sbuf *b, const uint8_t *s, size_t n) { sl_json_put_str(sb_put_cb, b, s, n, SL_JSON_ASCII); }
 
 static void json_base64(sbuf *b, const uint8_t *s, size_t n) {
     static const char tab[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";

@@ -25,7 +25,9 @@
 
 #include "sluice/crc32c.h"
 #include "sluice/file.h"
+#include "sluice/json.h"
 #include "sluice/safetensors.h"
+#include "sluice/util.h"
 
 static const char TRUNC_HINT[] =
     "the file was cut short (an interrupted copy?); checkpoints written by Sluice are "
@@ -51,16 +53,6 @@ const char *sl_st_dtype_name(sl_dtype dt) {
 }
 
 /* ---- shared helpers ----------------------------------------------------------------- */
-
-static void put_le64(uint8_t *p, uint64_t v) {
-    for (int i = 0; i < 8; i++) p[i] = (uint8_t)(v >> (8 * i));
-}
-
-static uint64_t get_le64(const uint8_t *p) {
-    uint64_t v = 0;
-    for (int i = 7; i >= 0; i--) v = (v << 8) | p[i];
-    return v;
-}
 
 /* numel * size of a shape, false on overflow past INT64_MAX */
 static bool shape_nbytes(sl_dtype dt, int rank, const int64_t *dims, uint64_t *out) {
@@ -297,22 +289,10 @@ static void sb_printf(sbuf *b, const char *fmt, ...) {
     sb_put(b, tmp, (size_t)n < sizeof tmp ? (size_t)n : sizeof tmp - 1);
 }
 
+static void sb_put_cb(void *b, const char *s, size_t n) { sb_put(b, s, n); }
+
 /* A JSON string literal. Bytes >= 0x80 pass through: names are expected in UTF-8. */
-static void sb_json_str(sbuf *b, const char *s) {
-    sb_put(b, "\"", 1);
-    for (; *s; s++) {
-        unsigned char c = (unsigned char)*s;
-        if (c == '"' || c == '\\') {
-            char e[2] = {'\\', (char)c};
-            sb_put(b, e, 2);
-        } else if (c < 0x20) {
-            sb_printf(b, "\\u%04x", c);
-        } else {
-            sb_put(b, (const char *)&c, 1);
-        }
-    }
-    sb_put(b, "\"", 1);
-}
+static void sb_json_str(sbuf *b, const char *s) { sl_json_put_str(sb_put_cb, b, s, strlen(s), 0); }
 
 /* Order of tensors in the data section: larger elements first, so each tensor starts at a
  * multiple of its element size (the header is padded to 8). Stable, by index. */
@@ -442,7 +422,7 @@ sl_status sl_st_writer_write(const sl_st_writer *w, const char *path) {
         goto fail;
     }
     uint8_t len8[8];
-    put_le64(len8, hb.len);
+    sl_store_le64(len8, hb.len);
     uint64_t at = 0;
     if ((s = write_all(fd, len8, 8, tmp, &at)) || (s = write_all(fd, hb.p, hb.len, tmp, &at)))
         goto fail;
@@ -1142,7 +1122,7 @@ static sl_status open_buf(sl_st_file *f, sl_st_file **out) {
         sl_err_hint("%s", TRUNC_HINT);
         goto fail;
     }
-    uint64_t hlen = get_le64(f->base);
+    uint64_t hlen = sl_load_le64(f->base);
     if (hlen > f->size - 8) {
         s = sl_err_at(SL_ECORRUPT, path, 0,
                       "header length %llu runs past the end of the file (%llu bytes)",

@@ -41,6 +41,7 @@
 
 #include "sluice/crc32c.h"
 #include "sluice/file.h"
+#include "sluice/util.h"
 
 #define HDR 12             /* uint64 length + uint32 masked crc */
 #define FTR 4              /* uint32 masked crc of data */
@@ -55,20 +56,6 @@ static const char HINT_TRUNC[] =
     "closed); read with skip_corrupt (sluice-record verify --skip-corrupt) to keep the "
     "records before the damage";
 
-static inline uint64_t le64(const uint8_t *p) {
-    uint64_t v = 0;
-    for (int i = 7; i >= 0; i--) v = (v << 8) | p[i];
-    return v;
-}
-static inline uint32_t le32(const uint8_t *p) {
-    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
-}
-static inline void put_le64(uint8_t *p, uint64_t v) {
-    for (int i = 0; i < 8; i++) p[i] = (uint8_t)(v >> (8 * i));
-}
-static inline void put_le32(uint8_t *p, uint32_t v) {
-    for (int i = 0; i < 4; i++) p[i] = (uint8_t)(v >> (8 * i));
-}
 static inline uint32_t masked_crc(const void *p, size_t n) {
     return sl_crc32c_mask(sl_crc32c(0, p, n));
 }
@@ -566,7 +553,7 @@ static sl_status resolve(sl_tfr_reader *r, cursor *c, const cand *q, bool *good)
     cursor_to(r, c, q->b);
     uint64_t a = q->p + HDR;
     uint32_t crc = crc_between(q->crc_a, c->crc, q->b - a);
-    *good = sl_crc32c_mask(crc) == le32(r->base + (size_t)(q->b - r->base_off));
+    *good = sl_crc32c_mask(crc) == sl_load_le32(r->base + (size_t)(q->b - r->base_off));
     return SL_OK;
 }
 
@@ -594,8 +581,8 @@ static sl_status resync(sl_tfr_reader *r) {
         if ((st = have_to(r, s + HDR, &ok))) return st;
         if (!ok) break;
         const uint8_t *h = r->base + (size_t)(s - r->base_off);
-        uint64_t len = le64(h);
-        if (len <= limit && masked_crc(h, 8) == le32(h + 8)) {
+        uint64_t len = sl_load_le64(h);
+        if (len <= limit && masked_crc(h, 8) == sl_load_le32(h + 8)) {
             uint64_t a = s + HDR;
             /* mapped: the whole file is here, so a record that cannot fit is no candidate */
             bool fits = !r->eof || (r->base_off + r->end - a >= FTR &&
@@ -687,8 +674,8 @@ sl_status sl_tfr_reader_next(sl_tfr_reader *r, sl_record *rec) {
                                      "truncated record: header needs %d bytes, %zu left", HDR,
                                      avail));
         }
-        uint64_t len = le64(h);
-        uint32_t stored = le32(h + 8), computed = masked_crc(h, 8);
+        uint64_t len = sl_load_le64(h);
+        uint32_t stored = sl_load_le32(h + 8), computed = masked_crc(h, 8);
         if (stored != computed) {
             if ((s = framing_cause(r, off))) return fail(r, s);
             if (!skip)
@@ -736,7 +723,7 @@ sl_status sl_tfr_reader_next(sl_tfr_reader *r, sl_record *rec) {
         }
         const uint8_t *d = h + HDR;
         if (r->opts.verify_data_crc) {
-            stored = le32(d + len);
+            stored = sl_load_le32(d + len);
             computed = masked_crc(d, len);
             if (stored != computed) {
                 if ((s = framing_cause(r, off))) return fail(r, s);
@@ -786,7 +773,7 @@ void sl_tfr_reader_close(sl_tfr_reader *r) {
 /* What the first bytes say. A plain file whose first record happens to start with bytes
  * that look like a gzip or zlib header is recognised by its valid length CRC. */
 static sl_compression detect(const uint8_t *p, size_t n) {
-    if (n >= HDR && masked_crc(p, 8) == le32(p + 8)) return SL_COMP_NONE;
+    if (n >= HDR && masked_crc(p, 8) == sl_load_le32(p + 8)) return SL_COMP_NONE;
     if (n >= 2 && p[0] == 0x1f && p[1] == 0x8b) return SL_COMP_GZIP;
     if (n >= 2 && (p[0] & 0x0f) == 8 && (p[0] >> 4) <= 7 && ((p[0] << 8) | p[1]) % 31 == 0)
         return SL_COMP_ZLIB;
@@ -1088,19 +1075,19 @@ fail:
 }
 
 size_t sl_tfr_frame(uint8_t *out, const void *data, size_t len) {
-    put_le64(out, len);
-    put_le32(out + 8, masked_crc(out, 8));
+    sl_store_le64(out, len);
+    sl_store_le32(out + 8, masked_crc(out, 8));
     if (len) memcpy(out + HDR, data, len);
-    put_le32(out + HDR + len, masked_crc(data, len));
+    sl_store_le32(out + HDR + len, masked_crc(data, len));
     return HDR + len + FTR;
 }
 
 sl_status sl_tfr_writer_write(sl_tfr_writer *w, const void *data, size_t len) {
     if (w->failed) return sl_err_restore(&w->err);
     uint8_t hdr[HDR], ftr[FTR];
-    put_le64(hdr, len);
-    put_le32(hdr + 8, masked_crc(hdr, 8));
-    put_le32(ftr, masked_crc(data, len));
+    sl_store_le64(hdr, len);
+    sl_store_le32(hdr + 8, masked_crc(hdr, 8));
+    sl_store_le32(ftr, masked_crc(data, len));
     sl_status s = emit(w, hdr, HDR);
     if (!s && len) s = emit(w, data, len);
     if (!s) s = emit(w, ftr, FTR);

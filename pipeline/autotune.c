@@ -463,14 +463,7 @@ static void *tuner_main(void *arg) {
     int since_tune = 0, since_record = 0;
     pthread_mutex_lock(&t->mu);
     while (!t->stop) {
-        struct timespec ts;
-        clock_gettime(CLOCK_REALTIME, &ts);
-        ts.tv_nsec += SAMPLE_MS * 1000000L;
-        if (ts.tv_nsec >= 1000000000) {
-            ts.tv_sec++;
-            ts.tv_nsec -= 1000000000;
-        }
-        pthread_cond_timedwait(&t->cv, &t->mu, &ts);
+        sl_cond_wait_ms(&t->cv, &t->mu, SAMPLE_MS);
         if (t->stop) break;
         pthread_mutex_unlock(&t->mu);
         sample_occupancy(t->ctx, m);
@@ -530,7 +523,7 @@ void sl__tuner_start(sl_ictx *ctx) {
     t->ctx = ctx;
     t->interval_ms = TUNE_MIN_MS;
     pthread_mutex_init(&t->mu, NULL);
-    pthread_cond_init(&t->cv, NULL);
+    sl_cond_init_mono(&t->cv);
     if (pthread_create(&t->thread, NULL, tuner_main, t) != 0) {
         pthread_mutex_destroy(&t->mu);
         pthread_cond_destroy(&t->cv);

@@ -170,6 +170,7 @@ static void free_ctx(sl_ictx *ctx) {
     }
     free(ctx->nodes);
     pthread_mutex_destroy(&ctx->nodes_mu);
+    pthread_mutex_destroy(&ctx->cancel_mu);
     free(ctx);
 }
 
@@ -181,6 +182,7 @@ sl_status sl_iter_create(sl_dataset *ds, const sl_iter_opts *opts, sl_iter **out
     if (!ctx) return sl_err(SL_ENOMEM, "out of memory creating an iterator");
     ctx->opts = opts ? *opts : sl_iter_opts_default();
     atomic_init(&ctx->cancelled, false);
+    pthread_mutex_init(&ctx->cancel_mu, NULL);
     atomic_init(&ctx->errors_ignored, 0);
     int ncpu = sl_cpu_count();
     /* an explicit budget is honoured even above the core count (the caller asked for it) */
@@ -202,49 +204,6 @@ sl_status sl_iter_create(sl_dataset *ds, const sl_iter_opts *opts, sl_iter **out
     *out = it;
     return SL_OK;
 }
-
-/* ---- the stats clock ---- */
-
-double sl__tsc_ns_per_tick;
-uint64_t sl__tsc_base, sl__mono_base;
-static pthread_once_t clock_once = PTHREAD_ONCE_INIT;
-
-#if defined(__x86_64__)
-#include <cpuid.h>
-/* One (monotonic ns, TSC) pair read back to back, with the TSC read on both sides of the
- * clock call: the narrowest of a few tries, so a preemption between the two reads (common on a
- * loaded machine) cannot skew the pair by milliseconds. */
-static void clock_pair(uint64_t *mono, uint64_t *tsc) {
-    uint64_t best = UINT64_MAX;
-    for (int i = 0; i < 16; i++) {
-        uint64_t a = __rdtsc(), m = sl_now_ns(), b = __rdtsc();
-        if (b >= a && b - a < best) {
-            best = b - a;
-            *mono = m;
-            *tsc = a + (b - a) / 2;
-        }
-    }
-}
-
-static void calibrate(void) {
-    unsigned a, b, c, d;
-    /* invariant TSC: CPUID 0x80000007 EDX bit 8 (constant rate, runs in every C-state) */
-    if (!__get_cpuid(0x80000007, &a, &b, &c, &d) || !(d & (1u << 8))) return;
-    uint64_t m0 = 0, t0 = 0, m1 = 0, t1 = 0;
-    clock_pair(&m0, &t0);
-    do { /* 2 ms between two tight pairs: the factor is then good to ~0.01% */
-        clock_pair(&m1, &t1);
-    } while (m1 - m0 < 2000000);
-    if (t1 <= t0) return;
-    sl__tsc_base = t0;
-    sl__mono_base = m0;
-    sl__tsc_ns_per_tick = (double)(m1 - m0) / (double)(t1 - t0);
-}
-#else
-static void calibrate(void) {}
-#endif
-
-void sl__clock_init(void) { pthread_once(&clock_once, calibrate); }
 
 size_t sl__element_bytes(const sl_element *e) {
     size_t n = 0;
@@ -326,7 +285,11 @@ sl_status sl_iter_next(sl_iter *it, sl_element *out) {
 void sl__iter_close(sl_iter *it) {
     if (!it) return;
     if (it->owns_ctx) {
-        atomic_store(&it->ctx->cancelled, true);
+        sl_ictx *c = it->ctx;
+        pthread_mutex_lock(&c->cancel_mu);
+        atomic_store(&c->cancelled, true);
+        for (sl__cancel_hook *h = c->cancel_hooks; h; h = h->next) h->fn(h->arg);
+        pthread_mutex_unlock(&c->cancel_mu);
         sl__tuner_stop(it->ctx); /* before the iterators it tunes go away */
     }
     if (it->vt->close) it->vt->close(it);
@@ -354,19 +317,31 @@ sl_status sl__op_err(const sl_iter *it, sl_status code, const char *fmt, ...) {
 
 void sl__op_err_prefix(const sl_iter *it) { sl_err_prefix("op '%s': ", it->ds->label); }
 
-/* ---- seeds ---- */
+/* ---- cancellation hooks ---- */
 
-uint64_t sl__mix(uint64_t a, uint64_t b) {
-    /* two rounds of splitmix64's finaliser over a and b */
-    uint64_t z = a + 0x9e3779b97f4a7c15ull * (b + 1);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    z ^= z >> 31;
-    z += b ^ 0xd1b54a32d192ed03ull;
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
+void sl__cancel_register(sl_ictx *ctx, sl__cancel_hook *h, void (*fn)(void *), void *arg) {
+    pthread_mutex_lock(&ctx->cancel_mu);
+    h->fn = fn;
+    h->arg = arg;
+    h->prev = NULL;
+    h->next = ctx->cancel_hooks;
+    if (h->next) h->next->prev = h;
+    ctx->cancel_hooks = h;
+    if (atomic_load(&ctx->cancelled)) fn(arg);
+    pthread_mutex_unlock(&ctx->cancel_mu);
 }
+
+void sl__cancel_unregister(sl_ictx *ctx, sl__cancel_hook *h) {
+    if (!h->fn) return;
+    pthread_mutex_lock(&ctx->cancel_mu);
+    if (h->prev) h->prev->next = h->next;
+    else ctx->cancel_hooks = h->next;
+    if (h->next) h->next->prev = h->prev;
+    h->fn = NULL;
+    pthread_mutex_unlock(&ctx->cancel_mu);
+}
+
+/* ---- seeds ---- */
 
 uint64_t sl__rng_below(sl_rng *r, uint64_t n) {
     /* Lemire's multiply-shift with rejection */

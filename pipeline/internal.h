@@ -9,6 +9,7 @@
 
 #include "sluice/fn.h"
 #include "sluice/pipeline.h"
+#include "sluice/util.h"
 
 #define SL_DS_MAX_INPUTS 16
 
@@ -135,10 +136,31 @@ struct sl_iter {
     sl_op_stats *stats;      /* = &node->stats, shared by every iterator of the node */
 };
 
+/* Cancellation is registered, not polled: an op whose threads wait on its own condition
+ * variables registers a hook; closing the pipeline sets ctx->cancelled and runs every hook
+ * (on the closing thread), which wakes those threads at once. A hook takes the op's mutex
+ * and broadcasts; a waiter checks ctx->cancelled under that same mutex, so no wake-up is
+ * lost. Lock order: ctx->cancel_mu before any op's mutex (an op unregisters before it takes
+ * its own mutex in close). */
+typedef struct sl__cancel_hook {
+    struct sl__cancel_hook *next, *prev; /* guarded by ctx->cancel_mu */
+    void (*fn)(void *arg);               /* NULL: not registered */
+    void *arg;
+} sl__cancel_hook;
+
+/* Register h (embedded in the op's iterator) to run fn(arg) when the pipeline is closed;
+ * cannot fail. Runs fn at once when the pipeline is already cancelled. */
+void sl__cancel_register(sl_ictx *ctx, sl__cancel_hook *h, void (*fn)(void *), void *arg);
+/* Remove h; after it returns fn is not running and will not run. A hook never registered
+ * (fn NULL, as calloc leaves it) is a no-op. */
+void sl__cancel_unregister(sl_ictx *ctx, sl__cancel_hook *h);
+
 /* Shared by every iterator of one sl_iter_create. */
 struct sl_ictx {
     sl_iter_opts opts;
     atomic_bool cancelled;       /* set by close: blocking waits give up with SL_ECANCELED */
+    pthread_mutex_t cancel_mu;   /* guards cancel_hooks (and setting cancelled with them) */
+    sl__cancel_hook *cancel_hooks; /* run by close after setting cancelled */
     atomic_llong errors_ignored; /* counted by ignore_errors */
     int ncpu;                    /* cores available (opts.cpu_budget or the CPU count) */
     uint64_t start_ns;           /* when the root iterator was created */
@@ -155,25 +177,7 @@ struct sl_ictx {
 
 /* ---- stats helpers (pipeline/dataset.c) ---- */
 
-/* A cheap monotonic clock for per-element stats, in the same base as sl_now_ns (so their
- * values mix): on x86-64 with an invariant TSC it reads the TSC (~10 ns; clock_gettime is
- * ~25-90 ns, and the stats read the clock twice per element per op), scaled by a factor
- * calibrated once per process; elsewhere it is sl_now_ns. sl__clock_init must have run
- * (sl_iter_create does it). */
-extern double sl__tsc_ns_per_tick;  /* 0: no usable TSC */
-extern uint64_t sl__tsc_base, sl__mono_base;
-void sl__clock_init(void);
-uint64_t sl_now_ns(void);
-#if defined(__x86_64__)
-#include <x86intrin.h>
-static inline uint64_t sl__now_fast(void) {
-    if (sl__tsc_ns_per_tick > 0)
-        return sl__mono_base + (uint64_t)(int64_t)((double)(int64_t)(__rdtsc() - sl__tsc_base) * sl__tsc_ns_per_tick);
-    return sl_now_ns();
-}
-#else
-static inline uint64_t sl__now_fast(void) { return sl_now_ns(); }
-#endif
+/* The stats clock (sl__now_fast, sl__clock_init) lives in core: sluice/util.h. */
 
 /* The calling op's next() blocked `ns` waiting for its own workers or producer: counted as
  * the op's stall time (not busy, not waiting on input) by the sl__iter_next around it. */
@@ -249,19 +253,14 @@ void sl__op_err_prefix(const sl_iter *it);
 /* ---- seeds and random numbers ---- */
 
 /* A well-mixed 64-bit hash of (a, b): the stream seed of a child, a per-element seed. */
-uint64_t sl__mix(uint64_t a, uint64_t b);
-static inline uint64_t sl__child_seed(uint64_t seed, uint64_t salt) { return sl__mix(seed, salt); }
+static inline uint64_t sl__mix(uint64_t a, uint64_t b) { return sl_mix2(a, b); }
+static inline uint64_t sl__child_seed(uint64_t seed, uint64_t salt) { return sl_mix2(seed, salt); }
 
 /* splitmix64: small, fast, good enough for augmentation and shuffling. */
 typedef struct sl_rng {
     uint64_t s;
 } sl_rng;
-static inline uint64_t sl__rng_u64(sl_rng *r) {
-    uint64_t z = (r->s += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
+static inline uint64_t sl__rng_u64(sl_rng *r) { return sl_splitmix64(&r->s); }
 /* uniform in [0, 1) with 53 bits */
 static inline double sl__rng_double(sl_rng *r) { return (double)(sl__rng_u64(r) >> 11) * 0x1.0p-53; }
 /* uniform integer in [0, n), n >= 1, without modulo bias */

@@ -65,6 +65,7 @@ struct sl_runner {
     int64_t end_seq;        /* the input ended before this seq (valid when mu_ended) */
     bool mu_ended;
     bool cancelled;
+    sl__cancel_hook hook;   /* wakes the consumer and the workers when the pipeline is closed */
     bool deterministic;
     int nthreads;
     pthread_t *threads;
@@ -78,16 +79,13 @@ typedef struct worker_arg_s {
     void *job;    /* per-thread scratch for one unit */
 } worker_arg;
 
-/* Wait on cv for at most ms milliseconds. */
-static void timed_wait_ms(pthread_cond_t *cv, pthread_mutex_t *mu, int ms) {
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    ts.tv_nsec += (long)ms * 1000000;
-    while (ts.tv_nsec >= 1000000000) {
-        ts.tv_sec++;
-        ts.tv_nsec -= 1000000000;
-    }
-    pthread_cond_timedwait(cv, mu, &ts);
+static void runner_wake(void *arg) {
+    sl_runner *r = arg;
+    pthread_mutex_lock(&r->mu);
+    pthread_cond_broadcast(&r->cv_done);
+    pthread_cond_broadcast(&r->cv_space);
+    pthread_cond_broadcast(&r->cv_idle);
+    pthread_mutex_unlock(&r->mu);
 }
 
 #define SAMPLE_EVERY_NS 10000000ull
@@ -140,7 +138,7 @@ static void *worker(void *arg) {
             bool ram = sl__ram_full(r->owner, r->reserved);
             if (r->reserved < r->capacity && !ram) break;
             if (!tb) tb = sl__now_fast();
-            if (ram) timed_wait_ms(&r->cv_space, &r->mu, 5); /* bytes free up elsewhere too */
+            if (ram) sl_cond_wait_ms(&r->cv_space, &r->mu, 5); /* bytes free up elsewhere too */
             else pthread_cond_wait(&r->cv_space, &r->mu);
         }
         if (tb) atomic_fetch_add_explicit(&st->blocked_ns, (long long)(sl__now_fast() - tb), memory_order_relaxed);
@@ -259,9 +257,10 @@ sl_status sl__runner_start(const sl_runner_ops *ops, void *op, sl_iter *owner, s
     r->deterministic = deterministic;
     pthread_mutex_init(&r->in_mu, NULL);
     pthread_mutex_init(&r->mu, NULL);
-    pthread_cond_init(&r->cv_done, NULL);
-    pthread_cond_init(&r->cv_space, NULL);
-    pthread_cond_init(&r->cv_idle, NULL);
+    sl_cond_init_mono(&r->cv_done);
+    sl_cond_init_mono(&r->cv_space);
+    sl_cond_init_mono(&r->cv_idle);
+    sl__cancel_register(owner->ctx, &r->hook, runner_wake, r);
     atomic_store(&owner->stats->parallelism, parallelism);
     atomic_store(&owner->stats->buffer, capacity);
     atomic_store(&owner->stats->threads, nthreads);
@@ -366,6 +365,7 @@ void sl__runner_set_capacity(sl_runner *r, int capacity) {
 
 void sl__runner_stop(sl_runner *r) {
     if (!r) return;
+    sl__cancel_unregister(r->owner->ctx, &r->hook);
     pthread_mutex_lock(&r->mu);
     r->cancelled = true;
     pthread_cond_broadcast(&r->cv_space);

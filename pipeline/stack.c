@@ -12,27 +12,6 @@
 
 #include "pipeline/internal.h"
 
-/* IEEE half from float, round to nearest even (only pad values go through here). */
-static uint16_t f32_to_f16(float f) {
-    uint32_t x;
-    memcpy(&x, &f, 4);
-    uint32_t sign = (x >> 16) & 0x8000, exp = (x >> 23) & 0xff, man = x & 0x7fffff;
-    if (exp == 0xff) return (uint16_t)(sign | 0x7c00 | (man ? 0x200 : 0));
-    int e = (int)exp - 127 + 15;
-    if (e >= 31) return (uint16_t)(sign | 0x7c00);
-    if (e <= 0) {
-        if (e < -10) return (uint16_t)sign;
-        man |= 0x800000;
-        int shift = 14 - e;
-        uint32_t h = man >> shift, rem = man & ((1u << shift) - 1), half = 1u << (shift - 1);
-        if (rem > half || (rem == half && (h & 1))) h++;
-        return (uint16_t)(sign | h);
-    }
-    uint32_t h = ((uint32_t)e << 10) | (man >> 13), rem = man & 0x1fff;
-    if (rem > 0x1000 || (rem == 0x1000 && (h & 1))) h++;
-    return (uint16_t)(sign | h);
-}
-
 static void fill_value(void *dst, sl_dtype dt, double v, size_t count) {
     if (v == 0.0 || dt == SL_DT_BYTES) {
         memset(dst, 0, count * sl_dtype_size(dt));
@@ -50,7 +29,7 @@ static void fill_value(void *dst, sl_dtype dt, double v, size_t count) {
         case SL_DT_F32: ((float *)dst)[i] = (float)v; break;
         case SL_DT_F64: ((double *)dst)[i] = v; break;
         case SL_DT_BOOL: ((uint8_t *)dst)[i] = v != 0; break;
-        case SL_DT_F16: ((uint16_t *)dst)[i] = f32_to_f16((float)v); break;
+        case SL_DT_F16: ((uint16_t *)dst)[i] = sl_f16_from_f32((float)v); break;
         case SL_DT_BF16: {
             float f = (float)v;
             uint32_t b;

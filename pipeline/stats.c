@@ -15,6 +15,7 @@
 
 #include "pipeline/internal.h"
 #include "sluice/file.h"
+#include "sluice/json.h"
 #include "sluice/pool.h"
 #include "sluice/stats.h"
 
@@ -93,17 +94,6 @@ void sl_stats_free(sl_stats *st) {
 
 /* ---- writing ---- */
 
-static void put_str(FILE *f, const char *s) {
-    fputc('"', f);
-    for (; *s; s++) {
-        unsigned char c = (unsigned char)*s;
-        if (c == '"' || c == '\\') fprintf(f, "\\%c", c);
-        else if (c < 0x20) fprintf(f, "\\u%04x", c);
-        else fputc(c, f);
-    }
-    fputc('"', f);
-}
-
 static void print_stats(const sl_stats *st, FILE *f) {
     fprintf(f, "{\"format\": \"sluice-stats\", \"version\": 1,\n \"wall_s\": %.6f, \"next_s\": %.6f, "
                "\"elements\": %lld, \"cpu_budget\": %d, \"thread_budget\": %d, \"ram_budget\": %lld, \"buffered_bytes_peak\": %lld,\n"
@@ -114,9 +104,9 @@ static void print_stats(const sl_stats *st, FILE *f) {
     for (int i = 0; i < st->n; i++) {
         const sl_op_stat *o = &st->ops[i];
         fprintf(f, "%s\n  {\"id\": %d, \"parent\": %d, \"label\": ", i ? "," : "", o->id, o->parent);
-        put_str(f, o->label);
+        sl_json_fput_str(f, o->label);
         fprintf(f, ", \"op\": ");
-        put_str(f, o->op);
+        sl_json_fput_str(f, o->op);
         fprintf(f, ", \"elements\": %lld, \"bytes\": %lld, \"errors\": %lld, \"busy_s\": %.6f, \"wait_s\": %.6f, "
                    "\"blocked_s\": %.6f, \"stall_s\": %.6f, \"empty_hits\": %lld, \"parallelism\": %d, "
                    "\"threads\": %d, \"buffer\": %d, \"tuned\": %s, \"buffered_avg\": %.4f, "

@@ -16,6 +16,7 @@
 
 #include "pipeline/internal.h"
 #include "sluice/file.h"
+#include "sluice/json.h"
 #include "sluice/log.h"
 #include "sluice/pool.h"
 #include "sluice/stats.h"
@@ -92,17 +93,6 @@ void sl__trace_event(sl_ictx *ctx, const char *label, const char *cat, uint64_t 
     atomic_store_explicit(&e->ready, 1, memory_order_release);
 }
 
-static void put_json_str(FILE *f, const char *s) {
-    fputc('"', f);
-    for (; *s; s++) {
-        unsigned char c = (unsigned char)*s;
-        if (c == '"' || c == '\\') fprintf(f, "\\%c", c);
-        else if (c < 0x20) fprintf(f, "\\u%04x", c);
-        else fputc(c, f);
-    }
-    fputc('"', f);
-}
-
 /* Write the events to f and close it; SL_EIO naming path and the reason on any failed
  * write, flush or close (a full disk). */
 static sl_status write_trace(sl_trace *t, FILE *f, const char *path) {
@@ -118,7 +108,7 @@ static sl_status write_trace(sl_trace *t, FILE *f, const char *path) {
     for (int i = 0; i < t->nnames; i++) {
         fprintf(f, ",\n{\"ph\": \"M\", \"name\": \"thread_name\", \"pid\": %d, \"tid\": %d, \"ts\": 0, "
                    "\"args\": {\"name\": ", pid, t->names[i].tid);
-        put_json_str(f, t->names[i].name);
+        sl_json_fput_str(f, t->names[i].name);
         fprintf(f, "}}");
     }
     pthread_mutex_unlock(&t->mu);
@@ -127,7 +117,7 @@ static sl_status write_trace(sl_trace *t, FILE *f, const char *path) {
         if (!atomic_load_explicit(&e->ready, memory_order_acquire)) continue;
         uint64_t ts = e->ts > t->t0 ? e->ts - t->t0 : 0;
         fprintf(f, ",\n{\"ph\": \"X\", \"name\": ");
-        put_json_str(f, e->name);
+        sl_json_fput_str(f, e->name);
         fprintf(f, ", \"cat\": \"%s\", \"ts\": %.3f, \"dur\": %.3f, \"pid\": %d, \"tid\": %d}", e->cat,
                 (double)ts / 1000.0, (double)e->dur / 1000.0, pid, e->tid);
     }

@@ -24,6 +24,7 @@
 #include "sluice/idx.h"
 #include "sluice/jpeg.h"
 #include "sluice/tfrecord.h"
+#include "sluice/util.h"
 #include "tool.h"
 
 static const char *PROG = "sluice-record";
@@ -864,12 +865,7 @@ static int cmp_str_item(const void *a, const void *b) {
 }
 
 /* splitmix64: a fixed, portable generator, so one seed gives the same shards everywhere. */
-static uint64_t rng_next(uint64_t *x) {
-    uint64_t z = (*x += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
+static uint64_t rng_next(uint64_t *x) { return sl_splitmix64(x); }
 
 /* Fisher-Yates: a uniform permutation of v[0..n) drawn from *rng. */
 static void shuffle_items(image_item *v, size_t n, uint64_t *rng) {

@@ -33,8 +33,10 @@
 #include "sluice/crc32c.h"
 #include "sluice/file.h"
 #include "sluice/from_config.h"
+#include "sluice/json.h"
 #include "sluice/pipeline.h"
 #include "sluice/stats.h"
+#include "sluice/util.h"
 #include "tool.h"
 
 static const char *PROG = "sluice-stats";
@@ -98,12 +100,6 @@ typedef int (*mode_fn)(const stats_args *a, sl_dataset *ds, const char *pname);
 
 /* ---- peek ---- */
 
-static double half_to_double(uint16_t h) {
-    int e = (h >> 10) & 31, m = h & 1023;
-    double v = e == 0 ? ldexp(m, -24) : e == 31 ? (m ? NAN : INFINITY) : ldexp(m + 1024, e - 25);
-    return (h & 0x8000) ? -v : v;
-}
-
 /* Element i of a numeric tensor, as text: integers exactly, floats with %.6g (%.9g in JSON,
  * where non-finite values become null). */
 static void value_text(const sl_tensor *t, int64_t i, bool json, char *out, size_t cap) {
@@ -120,7 +116,7 @@ static void value_text(const sl_tensor *t, int64_t i, bool json, char *out, size
     case SL_DT_BOOL: snprintf(out, cap, "%s", ((const uint8_t *)p)[i] ? "true" : "false"); return;
     case SL_DT_F32: d = ((const float *)p)[i]; break;
     case SL_DT_F64: d = ((const double *)p)[i]; break;
-    case SL_DT_F16: d = half_to_double(((const uint16_t *)p)[i]); break;
+    case SL_DT_F16: d = (double)sl_f32_from_f16(((const uint16_t *)p)[i]); break;
     case SL_DT_BF16: {
         uint32_t bits = (uint32_t)((const uint16_t *)p)[i] << 16;
         float f;
@@ -313,31 +309,20 @@ static void print_table(const sl_stats *st, const char *pname) {
            " input, blocked on a full output buffer; buffer use: mean elements held / capacity)\n");
 }
 
-static void json_str(FILE *f, const char *s) {
-    fputc('"', f);
-    for (; *s; s++) {
-        unsigned char c = (unsigned char)*s;
-        if (c == '"' || c == '\\') fprintf(f, "\\%c", c);
-        else if (c < 0x20) fprintf(f, "\\u%04x", c);
-        else fputc(c, f);
-    }
-    fputc('"', f);
-}
-
 static int print_json_report(const sl_stats *st, const char *pname) {
     sl_stats_verdict v;
     sl_stats_bottleneck(st, &v);
     printf("{\"pipeline\": ");
-    json_str(stdout, pname);
+    sl_json_fput_str(stdout, pname);
     printf(", \"verdict\": {\"op\": ");
-    if (v.op >= 0) json_str(stdout, st->ops[v.op].label);
+    if (v.op >= 0) sl_json_fput_str(stdout, st->ops[v.op].label);
     else printf(v.op == SL_VERDICT_CONSUMER ? "\"(consumer)\"" : "null"); /* none, or none saturated */
     printf(", \"summary\": ");
-    json_str(stdout, v.summary);
+    sl_json_fput_str(stdout, v.summary);
     printf(", \"evidence\": ");
-    json_str(stdout, v.evidence);
+    sl_json_fput_str(stdout, v.evidence);
     printf(", \"advice\": ");
-    json_str(stdout, v.advice);
+    sl_json_fput_str(stdout, v.advice);
     printf("},\n\"stats\": ");
     sl_stats_fprint(st, stdout);
     printf("}\n");

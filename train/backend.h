@@ -22,6 +22,7 @@
 #include <stdint.h>
 
 #include "sluice/status.h"
+#include "sluice/util.h"
 
 typedef struct sl_backend sl_backend;
 
@@ -195,10 +196,7 @@ static inline void sl__backend_free(sl_backend *b) {
 __host__ __device__
 #endif
 static inline uint32_t sl__bk_rand_u32(uint64_t seed, uint64_t i) {
-    uint64_t z = seed + 0x9e3779b97f4a7c15ull * (i + 1);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return (uint32_t)((z ^ (z >> 31)) >> 32);
+    return (uint32_t)(sl_mix64(seed + SL_GOLDEN64 * (i + 1)) >> 32);
 }
 
 #endif

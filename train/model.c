@@ -128,21 +128,14 @@ static const char *kind_class(sl_layer_kind k) {
 
 /* ---- portable seeded random numbers (host only) ------------------------------------- */
 
-static uint64_t splitmix(uint64_t *s) {
-    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-
 static double unif01(uint64_t *s) { /* (0, 1] */
-    return ((double)(splitmix(s) >> 11) + 1.0) * (1.0 / 9007199254740992.0);
+    return ((double)(sl_splitmix64(s) >> 11) + 1.0) * (1.0 / 9007199254740992.0);
 }
 
 static void init_tensor(float *dst, size_t n, uint64_t seed, int tensor_index, bool he, size_t fan_in,
                         size_t fan_out) {
     uint64_t s = seed ^ (0x5a17ce0000000000ull + (uint64_t)tensor_index * 0x100000001b3ull);
-    splitmix(&s);
+    sl_splitmix64(&s);
     if (he) {
         double sd = sqrt(2.0 / (double)fan_in);
         for (size_t i = 0; i < n; i += 2) {
@@ -631,7 +624,7 @@ sl_status sl_model_summary(const sl_model *m, char **out) {
 
 static uint64_t mix64(uint64_t a, uint64_t b) {
     uint64_t s = a ^ (b * 0xd1342543de82ef95ull);
-    return splitmix(&s);
+    return sl_splitmix64(&s);
 }
 
 static sl_status conv_forward(sl_model *m, const layer *l, const float *in, int B) {

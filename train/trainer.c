@@ -29,6 +29,7 @@
 #include "sluice/stats.h"
 #include "sluice/tfevents.h"
 #include "sluice/train.h"
+#include "sluice/util.h"
 #include "train/model_priv.h"
 
 struct sl_trainer {
@@ -60,10 +61,7 @@ static double now_s(void) {
 
 /* splitmix64: per-epoch iterator seeds from the run seed. */
 static uint64_t mix(uint64_t a, uint64_t b) {
-    uint64_t z = a * 0x9e3779b97f4a7c15ULL + b + 0x632be59bd9b4e019ULL;
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-    return z ^ (z >> 31);
+    return sl_mix64(a * SL_GOLDEN64 + b + 0x632be59bd9b4e019ULL);
 }
 
 sl_train_opts sl_train_opts_default(void) {

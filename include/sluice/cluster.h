@@ -56,6 +56,7 @@
 #include <stdint.h>
 
 #include "sluice/config.h"
+#include "sluice/json.h"
 #include "sluice/status.h"
 #include "sluice/transport.h"
 
@@ -143,31 +144,7 @@ sl_status sl_cluster_curve(const sl_cluster *c, sl_tp_curve *out);
 int sl_cluster_tf_config(char *out, size_t cap, const char *const *workers, int nworkers,
                          const char *const *ps, int nps, const char *type, int index);
 
-/* ---- the strict JSON reader behind TF_CONFIG (exposed for the fuzzer and tests) ----- */
-
-typedef enum sl_json_kind {
-    SL_JSON_NULL = 1, SL_JSON_BOOL, SL_JSON_NUMBER, SL_JSON_STRING, SL_JSON_ARRAY, SL_JSON_OBJECT
-} sl_json_kind;
-
-typedef struct sl_json sl_json;
-struct sl_json {
-    sl_json_kind kind;
-    size_t offset;        /* byte offset where the value starts */
-    int b;                /* BOOL */
-    double num;           /* NUMBER */
-    const char *str;      /* STRING (UTF-8, NUL-terminated; may contain no NULs: \u0000 is rejected) */
-    size_t len;           /* STRING: bytes; ARRAY / OBJECT: number of items */
-    sl_json *items;       /* ARRAY: the values; OBJECT: the values */
-    const char **keys;    /* OBJECT: the keys (duplicates are rejected) */
-};
-
-/* Parse len bytes (RFC 8259, no extensions; nesting depth <= 64). `what` labels messages
- * ("TF_CONFIG"). On success *out is the root (free with sl_json_free). On failure *out is
- * NULL and the status is SL_ECORRUPT with "WHAT: byte N: what was wrong", or SL_ENOMEM. */
-sl_status sl_json_parse(const char *text, size_t len, const char *what, sl_json **out);
-void sl_json_free(sl_json *root); /* NULL is a no-op */
-/* The member `key` of an object, or NULL (also when o is not an object). */
-const sl_json *sl_json_get(const sl_json *o, const char *key);
+/* The JSON reader behind TF_CONFIG (sl_json_parse, sl_json_get): sluice/json.h. */
 
 #ifdef __cplusplus
 }

@@ -24,6 +24,7 @@
 #include "sluice/status.h"
 #include "sluice/tensor.h"
 #include "sluice/transport.h"
+#include "sluice/util.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -105,9 +106,7 @@ sl_status sl_ring_allreduce_compressed(sl_ring *r, struct sl_compress_ef *ef, fl
 /* Return when every rank has entered the barrier. Errors as for allreduce. */
 sl_status sl_ring_barrier(sl_ring *r);
 
-/* float32 <-> float16 (round to nearest even; F16C when the CPU has it). Exposed for tests. */
-void sl_f32_to_f16(const float *in, uint16_t *out, size_t n);
-void sl_f16_to_f32(const uint16_t *in, float *out, size_t n);
+/* float32 <-> float16 arrays (sl_f32_to_f16, sl_f16_to_f32): sluice/util.h, included above. */
 
 #ifdef __cplusplus
 }

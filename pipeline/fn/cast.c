@@ -19,51 +19,6 @@ typedef struct {
     sl_dtype dtype;
 } cast_fn;
 
-/* ---- half precision ---- */
-
-static float f16_to_f32(uint16_t h) {
-    uint32_t sign = (uint32_t)(h & 0x8000) << 16, e = (h >> 10) & 0x1f, m = h & 0x3ff, x;
-    if (e == 0) {
-        float v = (float)m * 0x1p-24f; /* zero or subnormal: exact */
-        return sign ? -v : v;
-    }
-    if (e == 31) x = sign | 0x7f800000 | (m << 13);
-    else x = sign | ((e + 112) << 23) | (m << 13);
-    float f;
-    memcpy(&f, &x, 4);
-    return f;
-}
-
-static uint16_t f32_to_f16(float f) {
-    uint32_t x;
-    memcpy(&x, &f, 4);
-    uint16_t sign = (uint16_t)((x >> 16) & 0x8000);
-    uint32_t ax = x & 0x7fffffff;
-    if (ax > 0x7f800000) return sign | 0x7e00;              /* NaN */
-    if (ax >= 0x477ff000) return sign | 0x7c00;             /* >= 65520 rounds to infinity */
-    if (ax < 0x38800000) {                                  /* below 2^-14: subnormal half */
-        float a;
-        memcpy(&a, &ax, 4);
-        return sign | (uint16_t)nearbyintf(a * 16777216.0f); /* exact scaling, ties to even */
-    }
-    uint32_t r = ax - 0x38000000 + 0xfff + ((ax >> 13) & 1); /* rebias, round to nearest even */
-    return sign | (uint16_t)(r >> 13);
-}
-
-static float bf16_to_f32(uint16_t h) {
-    uint32_t x = (uint32_t)h << 16;
-    float f;
-    memcpy(&f, &x, 4);
-    return f;
-}
-
-static uint16_t f32_to_bf16(float f) {
-    uint32_t x;
-    memcpy(&x, &f, 4);
-    if ((x & 0x7fffffff) > 0x7f800000) return (uint16_t)((x >> 16) | 0x40); /* quiet NaN */
-    return (uint16_t)((x + 0x7fff + ((x >> 16) & 1)) >> 16);
-}
-
 /* ---- loads and stores ---- */
 
 bool sl__dtype_is_int(sl_dtype dt) {
@@ -102,8 +57,8 @@ int64_t sl__num_get_i64(const void *data, sl_dtype dt, int64_t i) {
 
 double sl__num_get_f64(const void *data, sl_dtype dt, int64_t i) {
     switch (dt) {
-    case SL_DT_F16: return f16_to_f32(((const uint16_t *)data)[i]);
-    case SL_DT_BF16: return bf16_to_f32(((const uint16_t *)data)[i]);
+    case SL_DT_F16: return sl_f32_from_f16(((const uint16_t *)data)[i]);
+    case SL_DT_BF16: return sl_f32_from_bf16(((const uint16_t *)data)[i]);
     case SL_DT_F32: return ((const float *)data)[i];
     case SL_DT_F64: return ((const double *)data)[i];
     default: return (double)sl__num_get_i64(data, dt, i);
@@ -138,8 +93,8 @@ static void put_int(void *dst, sl_dtype dt, int64_t i, int64_t v) {
 
 static void put_float(void *dst, sl_dtype dt, int64_t i, double v) {
     switch (dt) {
-    case SL_DT_F16: ((uint16_t *)dst)[i] = f32_to_f16((float)v); return;
-    case SL_DT_BF16: ((uint16_t *)dst)[i] = f32_to_bf16((float)v); return;
+    case SL_DT_F16: ((uint16_t *)dst)[i] = sl_f16_from_f32((float)v); return;
+    case SL_DT_BF16: ((uint16_t *)dst)[i] = sl_bf16_from_f32((float)v); return;
     case SL_DT_F32: ((float *)dst)[i] = (float)v; return;
     default: ((double *)dst)[i] = v; return;
     }

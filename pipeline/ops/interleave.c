@@ -31,7 +31,6 @@
  * the lock. */
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "pipeline/internal.h"
 #include "sluice/pool.h"
@@ -89,6 +88,7 @@ struct il_it {
     pthread_cond_t cv_work; /* room in a ring, a new input, or cancel */
     pthread_cond_t cv_idle; /* for workers beyond `active`: parallelism changed, or cancel */
     bool cancelled;         /* guarded by mu */
+    sl__cancel_hook hook;   /* wakes the consumer and the workers when the pipeline is closed */
     int want;               /* the slot the consumer waits on, or -1; guarded by mu */
     int active;             /* workers serving positions now (<= nthreads); guarded by mu */
     int nbuffered;          /* results in all rings; guarded by mu */
@@ -97,15 +97,13 @@ struct il_it {
     il_warg *wargs;
 };
 
-static void timed_wait(pthread_cond_t *cv, pthread_mutex_t *mu) {
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    ts.tv_nsec += 50 * 1000 * 1000;
-    if (ts.tv_nsec >= 1000000000) {
-        ts.tv_sec++;
-        ts.tv_nsec -= 1000000000;
-    }
-    pthread_cond_timedwait(cv, mu, &ts);
+static void il_wake(void *arg) {
+    il_it *il = arg;
+    pthread_mutex_lock(&il->mu);
+    pthread_cond_broadcast(&il->cv_item);
+    pthread_cond_broadcast(&il->cv_work);
+    pthread_cond_broadcast(&il->cv_idle);
+    pthread_mutex_unlock(&il->mu);
 }
 
 /* ---- workers ---- */
@@ -295,7 +293,7 @@ static sl_status take(il_it *il, int j, sl_element *out, bool *closed) {
         }
         il->want = j;
         pthread_cond_broadcast(&il->cv_work);
-        timed_wait(&il->cv_item, &il->mu);
+        sl_cond_wait_ms(&il->cv_item, &il->mu, 50);
     }
     il->want = -1;
     il_item item;
@@ -320,7 +318,7 @@ static int ready_slot(il_it *il) {
     }
     if (found < 0 && il->num_open > 0) { /* nothing ready: wait for any result */
         if (!atomic_load_explicit(&il->base.ctx->cancelled, memory_order_relaxed))
-            timed_wait(&il->cv_item, &il->mu);
+            sl_cond_wait_ms(&il->cv_item, &il->mu, 50);
     }
     pthread_mutex_unlock(&il->mu);
     return found;
@@ -374,6 +372,7 @@ static sl_status il_next(sl_iter *it, sl_element *out) {
 
 static void il_close(sl_iter *it) {
     il_it *il = (il_it *)it;
+    sl__cancel_unregister(it->ctx, &il->hook);
     sl__tune_detach(it);
     if (il->parallel) {
         pthread_mutex_lock(&il->mu);
@@ -445,9 +444,10 @@ static sl_status il_make(sl_dataset *ds, sl_ictx *ctx, uint64_t seed, sl_iter **
     il->parallel = par > 0;
     if (il->parallel) {
         pthread_mutex_init(&il->mu, NULL);
-        pthread_cond_init(&il->cv_item, NULL);
-        pthread_cond_init(&il->cv_work, NULL);
-        pthread_cond_init(&il->cv_idle, NULL);
+        sl_cond_init_mono(&il->cv_item);
+        sl_cond_init_mono(&il->cv_work);
+        sl_cond_init_mono(&il->cv_idle);
+        sl__cancel_register(ctx, &il->hook, il_wake, il);
     }
     il->want = -1;
     il->rcap = il->block < 2 ? 2 : il->block > 16 ? 16 : il->block;

@@ -12,7 +12,6 @@
  * holds mu while calling the input. */
 #include <errno.h>
 #include <stdlib.h>
-#include <time.h>
 
 #include "pipeline/internal.h"
 #include "sluice/pool.h"
@@ -43,20 +42,18 @@ typedef struct {
     bool cancelled;         /* guarded by mu */
     bool started;           /* the thread exists */
     pthread_t thread;
+    sl__cancel_hook hook;   /* wakes both sides when the pipeline is closed */
 } pf_it;
 
-#define PF_AUTO_BUFFER 2
-
-static void timed_wait_ms(pthread_cond_t *cv, pthread_mutex_t *mu, int ms) {
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    ts.tv_nsec += (long)ms * 1000000;
-    while (ts.tv_nsec >= 1000000000) {
-        ts.tv_sec++;
-        ts.tv_nsec -= 1000000000;
-    }
-    pthread_cond_timedwait(cv, mu, &ts);
+static void pf_wake(void *arg) {
+    pf_it *p = arg;
+    pthread_mutex_lock(&p->mu);
+    pthread_cond_broadcast(&p->cv_room);
+    pthread_cond_broadcast(&p->cv_item);
+    pthread_mutex_unlock(&p->mu);
 }
+
+#define PF_AUTO_BUFFER 2
 
 static void *producer(void *arg) {
     pf_it *p = arg;
@@ -66,14 +63,14 @@ static void *producer(void *arg) {
         pthread_mutex_lock(&p->mu);
         uint64_t tb = 0;
         for (;;) {
-            if (p->cancelled) break;
+            if (p->cancelled || atomic_load_explicit(&p->base.ctx->cancelled, memory_order_relaxed)) break;
             bool ram = sl__ram_full(&p->base, p->count);
             if (p->count < p->cap && !ram) break;
             if (!tb) tb = sl__now_fast();
-            if (ram) timed_wait_ms(&p->cv_room, &p->mu, 5); /* bytes free up elsewhere too */
+            if (ram) sl_cond_wait_ms(&p->cv_room, &p->mu, 5); /* bytes free up elsewhere too */
             else pthread_cond_wait(&p->cv_room, &p->mu);
         }
-        bool stop = p->cancelled;
+        bool stop = p->cancelled || atomic_load_explicit(&p->base.ctx->cancelled, memory_order_relaxed);
         pthread_mutex_unlock(&p->mu);
         uint64_t t0 = sl__now_fast();
         if (tb) atomic_fetch_add_explicit(&st->blocked_ns, (long long)(t0 - tb), memory_order_relaxed);
@@ -126,14 +123,7 @@ static sl_status pf_next(sl_iter *it, sl_element *out) {
     while (!p->head && !p->done) {
         if (atomic_load_explicit(&it->ctx->cancelled, memory_order_relaxed)) break;
         /* timed, so a close of the whole pipeline from another thread is noticed */
-        struct timespec ts;
-        clock_gettime(CLOCK_REALTIME, &ts);
-        ts.tv_nsec += 50 * 1000 * 1000;
-        if (ts.tv_nsec >= 1000000000) {
-            ts.tv_sec++;
-            ts.tv_nsec -= 1000000000;
-        }
-        pthread_cond_timedwait(&p->cv_item, &p->mu, &ts);
+        sl_cond_wait_ms(&p->cv_item, &p->mu, 50);
     }
     qnode *n = p->head;
     if (n) {
@@ -177,6 +167,7 @@ static const sl_tune_ops pf_tune = {.set_buffer = pf_set_buf};
 
 static void pf_close(sl_iter *it) {
     pf_it *p = (pf_it *)it;
+    sl__cancel_unregister(it->ctx, &p->hook);
     sl__tune_detach(it);
     if (p->started) {
         pthread_mutex_lock(&p->mu);
@@ -205,8 +196,9 @@ static sl_status pf_make(sl_dataset *ds, sl_ictx *ctx, uint64_t seed, sl_iter **
     pf_it *p = sl__iter_new(sizeof *p, &pf_it_vt, ds, ctx, seed);
     if (!p) return SL_ENOMEM;
     pthread_mutex_init(&p->mu, NULL);
-    pthread_cond_init(&p->cv_item, NULL);
-    pthread_cond_init(&p->cv_room, NULL);
+    sl_cond_init_mono(&p->cv_item);
+    sl_cond_init_mono(&p->cv_room);
+    sl__cancel_register(ctx, &p->hook, pf_wake, p);
     p->cap = d->buffer == SL_AUTO ? PF_AUTO_BUFFER : (int)d->buffer;
     if (d->buffer == SL_AUTO && atomic_load(&p->base.stats->buffer) > 0)
         p->cap = atomic_load(&p->base.stats->buffer); /* where the tuner left it (a later epoch) */

@@ -280,6 +280,15 @@ TEST(test_tf_config_writer) {
     ASSERT_EQ(sl_cluster_tf_config(small, sizeof small, w, 2, p, 1, "ps", 0), n);
     ASSERT_EQ(strlen(small), 9);
     ASSERT_EQ(sl_cluster_tf_config(buf, sizeof buf, w, 2, NULL, 0, "boss", 0), -1);
+    /* addresses are escaped as JSON strings (core's escaper), also when cut short */
+    const char *odd[] = {"a\"b\\c\x01"};
+    n = sl_cluster_tf_config(buf, sizeof buf, odd, 1, NULL, 0, "worker", 0);
+    ASSERT_STREQ(buf, "{\"cluster\": {\"worker\": [\"a\\\"b\\\\c\\u0001\"]}, \"task\": {\"type\": \"worker\", \"index\": 0}}");
+    ASSERT_EQ(n, (int)strlen(buf));
+    char cut[30];
+    ASSERT_EQ(sl_cluster_tf_config(cut, sizeof cut, odd, 1, NULL, 0, "worker", 0), n);
+    ASSERT_EQ(strlen(cut), 29);
+    ASSERT(memcmp(cut, buf, 29) == 0);
     /* and it reads back */
     char env[600];
     snprintf(env, sizeof env, "TF_CONFIG=%s", buf);

@@ -23,8 +23,6 @@ const char *__tsan_default_suppressions(void);
 const char *__tsan_default_suppressions(void) { return "called_from_lib:libzmq.so\nrace:libzmq.so\n"; }
 #endif
 
-extern int sl__ring_f16c_off;
-
 static double now_s(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -347,9 +345,9 @@ TEST(test_fp16_conversion) {
     uint16_t h1[65536], h2[65536];
     float f[65536], g[65536];
     for (int i = 0; i < 65536; i++) h1[i] = (uint16_t)i;
-    sl__ring_f16c_off = 1;
+    sl__f16c_off = 1;
     sl_f16_to_f32(h1, f, 65536);
-    sl__ring_f16c_off = 0;
+    sl__f16c_off = 0;
     sl_f16_to_f32(h1, g, 65536);
     for (int i = 0; i < 65536; i++) {
         if (isnan(f[i])) { ASSERT(isnan(g[i])); continue; }
@@ -362,9 +360,9 @@ TEST(test_fp16_conversion) {
         memcpy(&f[i], &x, 4);
         if (isnan(f[i])) f[i] = 1.0f;
     }
-    sl__ring_f16c_off = 1;
+    sl__f16c_off = 1;
     sl_f32_to_f16(f, h1, 65536);
-    sl__ring_f16c_off = 0;
+    sl__f16c_off = 0;
     sl_f32_to_f16(f, h2, 65536);
     ASSERT_MEMEQ(h1, h2, sizeof h1);
     float one = 1.0f, big = 70000.0f, third = 1.0f / 3;

@@ -37,6 +37,7 @@
 #include "sluice/strategy.h"
 #include "sluice/tfrecord.h"
 #include "sluice/train.h"
+#include "sluice/util.h"
 #include "helper_points.h"
 #include "test.h"
 #include "train/model_priv.h"
@@ -101,12 +102,10 @@ typedef struct pstask {
 } pstask;
 
 static bool gate_wait(scenario *sc, bool (*ready)(scenario *, int), int arg) {
-    struct timespec dl;
-    clock_gettime(CLOCK_REALTIME, &dl);
-    dl.tv_sec += 60;
+    uint64_t dl = sl_now_ns() + 60000000000ull;
     pthread_mutex_lock(&sc->mu);
     int rc = 0;
-    while (!sc->failed && !ready(sc, arg) && rc != ETIMEDOUT) rc = pthread_cond_timedwait(&sc->cv, &sc->mu, &dl);
+    while (!sc->failed && !ready(sc, arg) && rc != ETIMEDOUT) rc = sl_cond_wait_until(&sc->cv, &sc->mu, dl);
     bool ok = !sc->failed && ready(sc, arg);
     pthread_mutex_unlock(&sc->mu);
     return ok;
@@ -431,7 +430,7 @@ static void two_runs(const char *name, const char *optimizer, bool sync) {
     pstask *t = calloc(NPS, sizeof *t);
     ref r;
     pthread_mutex_init(&sc->mu, NULL);
-    pthread_cond_init(&sc->cv, NULL);
+    sl_cond_init_mono(&sc->cv);
     snprintf(sc->run_dir, sizeof sc->run_dir, "%s/%s", tmpdir, name);
     snprintf(sc->text, sizeof sc->text,
              "%strain {\n  model m\n  data train\n  optimizer %s\n  strategy ps mode=%s\n  run_dir \"%s\"\n"

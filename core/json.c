@@ -1,6 +1,6 @@
-/* A small, strict JSON reader (RFC 8259, no extensions) for TF_CONFIG and similar cluster
- * specs handed to us by launchers. Errors name the byte offset so a user can find the typo
- * in a one-line environment variable.
+/* JSON for every module: a small, strict reader (RFC 8259, no extensions) for TF_CONFIG and
+ * the other documents handed to us, and the string escaping every JSON writer uses. Errors
+ * name the byte offset so a user can find the typo in a one-line environment variable.
  *
  * Workload: documents of a few hundred bytes, parsed once per process; the whole tree lives
  * in one arena block list freed at once. Untrusted input (it comes from the environment):
@@ -11,7 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "sluice/cluster.h"
+#include "sluice/json.h"
 
 #define MAX_DEPTH 64
 
@@ -93,12 +93,15 @@ static int hex4(parser *p, size_t at, unsigned *out) {
     return 0;
 }
 
-/* Length of a valid UTF-8 sequence at s[0..n), or 0. */
-static size_t utf8_len(const unsigned char *s, size_t n) {
+/* Length of a valid UTF-8 sequence at s[0..n) (its code point in *cp), or 0. */
+static size_t utf8_seq(const unsigned char *s, size_t n, unsigned *cp) {
     unsigned c = s[0];
     size_t k;
     unsigned min;
-    if (c < 0x80) return 1;
+    if (c < 0x80) {
+        *cp = c;
+        return 1;
+    }
     if (c >= 0xc2 && c <= 0xdf) { k = 2; min = 0x80; }
     else if (c >= 0xe0 && c <= 0xef) { k = 3; min = 0x800; }
     else if (c >= 0xf0 && c <= 0xf4) { k = 4; min = 0x10000; }
@@ -110,6 +113,7 @@ static size_t utf8_len(const unsigned char *s, size_t n) {
         v = (v << 6) | (s[i] & 0x3f);
     }
     if (v < min || v > 0x10ffff || (v >= 0xd800 && v <= 0xdfff)) return 0;
+    *cp = v;
     return k;
 }
 
@@ -172,7 +176,8 @@ static int parse_string(parser *p, const char **out, size_t *outlen) {
             }
             continue;
         }
-        size_t k = utf8_len((const unsigned char *)p->s + p->pos, p->len - p->pos);
+        unsigned cp;
+        size_t k = utf8_seq((const unsigned char *)p->s + p->pos, p->len - p->pos, &cp);
         if (!k) return perr(p, p->pos, "invalid UTF-8 in a string%s", "");
         memcpy(buf + n, p->s + p->pos, k);
         n += k;
@@ -330,3 +335,73 @@ const sl_json *sl_json_get(const sl_json *o, const char *key) {
         if (strcmp(o->keys[i], key) == 0) return &o->items[i];
     return NULL;
 }
+
+/* ---- writing ---- */
+
+static void put_str_ascii(sl_json_put_fn put, void *ctx, const unsigned char *s, size_t n) {
+    char esc[16];
+    for (size_t i = 0; i < n;) {
+        unsigned cp;
+        size_t k = utf8_seq(s + i, n - i, &cp);
+        if (!k) {
+            cp = 0xfffd;
+            k = 1;
+        }
+        i += k;
+        const char *sh = NULL;
+        switch (cp) {
+        case '"': sh = "\\\""; break;
+        case '\\': sh = "\\\\"; break;
+        case '\n': sh = "\\n"; break;
+        case '\r': sh = "\\r"; break;
+        case '\t': sh = "\\t"; break;
+        case '\b': sh = "\\b"; break;
+        case '\f': sh = "\\f"; break;
+        default: break;
+        }
+        if (sh) {
+            put(ctx, sh, 2);
+        } else if (cp >= 0x20 && cp < 0x7f) {
+            esc[0] = (char)cp;
+            put(ctx, esc, 1);
+        } else if (cp < 0x10000) {
+            put(ctx, esc, (size_t)snprintf(esc, sizeof esc, "\\u%04x", cp));
+        } else {
+            unsigned v = cp - 0x10000;
+            put(ctx, esc, (size_t)snprintf(esc, sizeof esc, "\\u%04x\\u%04x", 0xd800 + (v >> 10), 0xdc00 + (v & 0x3ff)));
+        }
+    }
+}
+
+void sl_json_put_str(sl_json_put_fn put, void *ctx, const void *sv, size_t n, unsigned flags) {
+    const unsigned char *s = sv;
+    put(ctx, "\"", 1);
+    if (flags & SL_JSON_ASCII) {
+        put_str_ascii(put, ctx, s, n);
+    } else {
+        size_t run = 0; /* bytes passed through, not yet handed to put */
+        char esc[8];
+        for (size_t i = 0; i < n; i++) {
+            unsigned char c = s[i];
+            if (c != '"' && c != '\\' && c >= 0x20) {
+                run++;
+                continue;
+            }
+            if (run) put(ctx, (const char *)s + i - run, run);
+            run = 0;
+            if (c < 0x20) {
+                put(ctx, esc, (size_t)snprintf(esc, sizeof esc, "\\u%04x", c));
+            } else {
+                esc[0] = '\\';
+                esc[1] = (char)c;
+                put(ctx, esc, 2);
+            }
+        }
+        if (run) put(ctx, (const char *)s + n - run, run);
+    }
+    put(ctx, "\"", 1);
+}
+
+static void put_file(void *ctx, const char *b, size_t n) { fwrite(b, 1, n, (FILE *)ctx); }
+
+void sl_json_fput_str(FILE *f, const char *s) { sl_json_put_str(put_file, f, s, strlen(s), 0); }

@@ -1,0 +1,149 @@
+/* The small helpers every module needs, defined once in core/: monotonic timed waits, the
+ * cheap stats clock, IEEE half and bfloat16 conversion, little-endian loads and stores, and
+ * splitmix64 seed mixing. Modules and tools include this header instead of keeping their own
+ * copies; names with a double underscore are for Sluice's own files and may change.
+ *
+ * Workload: the conversions and loads run per element or per tensor value on hot paths, so
+ * they are inline or take whole arrays; the waits run a few hundred times a second. */
+#ifndef SLUICE_UTIL_H
+#define SLUICE_UTIL_H
+
+#include <pthread.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "sluice/pool.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#ifdef __CUDACC__
+#define SL_UTIL_HD __host__ __device__
+#else
+#define SL_UTIL_HD
+#endif
+
+/* ---- monotonic timed waits (core/wait.c) ----
+ * Every timed wait in Sluice goes through these, so a wall-clock step (NTP, a suspended VM)
+ * can neither stretch a wait nor end it early. */
+
+/* pthread_cond_init with CLOCK_MONOTONIC. Returns 0, or the errno pthread_cond_init gave
+ * (cv is then not initialised). A cv made here must only be waited on with the calls below
+ * or pthread_cond_wait. */
+int sl_cond_init_mono(pthread_cond_t *cv);
+
+/* Wait on cv (made by sl_cond_init_mono; mu held) until signalled or until sl_now_ns()
+ * reaches deadline_ns. Returns 0 when woken (perhaps spuriously) or ETIMEDOUT; mu is held
+ * again on return either way. */
+int sl_cond_wait_until(pthread_cond_t *cv, pthread_mutex_t *mu, uint64_t deadline_ns);
+
+/* The same with a deadline `ms` milliseconds from now (ms <= 0: ETIMEDOUT at once, without
+ * waiting). */
+int sl_cond_wait_ms(pthread_cond_t *cv, pthread_mutex_t *mu, int ms);
+
+/* ---- the stats clock (core/clock.c) ----
+ * A cheap monotonic clock in the same base as sl_now_ns (so their values mix): on x86-64
+ * with an invariant TSC it reads the TSC (~10 ns; clock_gettime is ~25-90 ns), scaled by a
+ * factor calibrated once per process; elsewhere it is sl_now_ns. sl__clock_init must have
+ * run first (it is cheap after the first call; sl_iter_create calls it). */
+extern double sl__tsc_ns_per_tick; /* 0: no usable TSC */
+extern uint64_t sl__tsc_base, sl__mono_base;
+void sl__clock_init(void);
+#if defined(__x86_64__) && !defined(__CUDACC__)
+#include <x86intrin.h>
+static inline uint64_t sl__now_fast(void) {
+    if (sl__tsc_ns_per_tick > 0)
+        return sl__mono_base + (uint64_t)(int64_t)((double)(int64_t)(__rdtsc() - sl__tsc_base) * sl__tsc_ns_per_tick);
+    return sl_now_ns();
+}
+#else
+static inline uint64_t sl__now_fast(void) { return sl_now_ns(); }
+#endif
+
+/* ---- IEEE half and bfloat16 (core/half.c) ----
+ * float -> 16-bit rounds to nearest, ties to even; values at or beyond the largest finite
+ * half after rounding (>= 65520) become infinity; NaN stays a quiet NaN with its sign. The
+ * 16-bit -> float direction is exact (every half and bfloat16 is a float). */
+uint16_t sl_f16_from_f32(float f);
+float sl_f32_from_f16(uint16_t h);
+uint16_t sl_bf16_from_f32(float f);
+static inline float sl_f32_from_bf16(uint16_t h) {
+    uint32_t x = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &x, 4);
+    return f;
+}
+
+/* Whole arrays, with the CPU's F16C instructions where it has them (same results as the
+ * scalar calls above, tested over all 65536 halfs). in and out must not overlap. */
+void sl_f32_to_f16(const float *in, uint16_t *out, size_t n);
+void sl_f16_to_f32(const uint16_t *in, float *out, size_t n);
+extern int sl__f16c_off; /* tests set it to compare the portable path with F16C */
+
+/* ---- little-endian loads and stores (any alignment) ---- */
+
+static inline uint16_t sl_load_le16(const void *p) {
+    const uint8_t *b = (const uint8_t *)p;
+    return (uint16_t)(b[0] | b[1] << 8);
+}
+static inline uint32_t sl_load_le32(const void *p) {
+    uint32_t v;
+    memcpy(&v, p, 4);
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
+    v = __builtin_bswap32(v);
+#endif
+    return v;
+}
+static inline uint64_t sl_load_le64(const void *p) {
+    uint64_t v;
+    memcpy(&v, p, 8);
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
+    v = __builtin_bswap64(v);
+#endif
+    return v;
+}
+static inline void sl_store_le16(void *p, uint16_t v) {
+    uint8_t *b = (uint8_t *)p;
+    b[0] = (uint8_t)v;
+    b[1] = (uint8_t)(v >> 8);
+}
+static inline void sl_store_le32(void *p, uint32_t v) {
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
+    v = __builtin_bswap32(v);
+#endif
+    memcpy(p, &v, 4);
+}
+static inline void sl_store_le64(void *p, uint64_t v) {
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
+    v = __builtin_bswap64(v);
+#endif
+    memcpy(p, &v, 8);
+}
+
+/* ---- splitmix64 (Steele, Lea, Flood 2014) ----
+ * Small, fast and fixed: one seed gives the same numbers on every machine, which the
+ * shuffles, augmentations, initialisers and generated data rely on. */
+
+/* The splitmix64 output function: a bijective mix of z. */
+static inline SL_UTIL_HD uint64_t sl_mix64(uint64_t z) {
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+#define SL_GOLDEN64 0x9e3779b97f4a7c15ull
+
+/* The next number of the generator whose state is *s (any value is a valid state). */
+static inline SL_UTIL_HD uint64_t sl_splitmix64(uint64_t *s) { return sl_mix64(*s += SL_GOLDEN64); }
+
+/* A well-mixed hash of (a, b) (two splitmix rounds): child stream seeds, per-element seeds. */
+static inline uint64_t sl_mix2(uint64_t a, uint64_t b) {
+    uint64_t z = sl_mix64(a + SL_GOLDEN64 * (b + 1));
+    return sl_mix64(z + (b ^ 0xd1b54a32d192ed03ull));
+}
+
+#ifdef __cplusplus
+}
+#endif
+#endif
