@@ -146,25 +146,6 @@ sl_status sl_trainer_create(sl_cfg *cfg, const sl_train_opts *opts, sl_trainer *
         strcpy(t->c.run_dir, t->opts.run_dir);
     }
 
-    sl_pipeline_env env = sl_pipeline_env_default();
-    env.num_shards = w;
-    env.shard_index = t->hooks.rank;
-    env.seed = t->c.seed;
-    if ((s = sl_pipeline_from_config(cfg, t->c.data, &env, &t->train_ds))) goto fail;
-    if (t->c.epochs > 0 && sl_dataset_cardinality(t->train_ds) == SL_INFINITE) {
-        s = sl_err(SL_EINVAL, "pipeline '%s' never ends (repeat), so it has no epochs", t->c.data);
-        sl_err_hint("train for `steps N` instead of `epochs N`, or drop the repeat (each epoch re-reads the pipeline)");
-        goto fail;
-    }
-    /* The first epoch's pipeline starts now, so that its shuffle buffer and prefetch fill
-     * while the model is built (a GPU's context and cuBLAS take a few hundred ms) and the
-     * replicas connect; a resumed run opens its own epoch later. A failure here is not
-     * reported: the epoch's own open reports it. */
-    if (!t->opts.resume && open_epoch(t, 0, &t->first_it)) {
-        t->first_it = NULL;
-        sl_err_clear();
-    }
-
     sl_model_opts mo = sl_model_opts_default();
     mo.backend = t->c.backend;
     mo.threads = t->c.threads;
@@ -186,6 +167,25 @@ sl_status sl_trainer_create(sl_cfg *cfg, const sl_train_opts *opts, sl_trainer *
         }
         mo.cuda_device = dc.device;
     }
+    sl_pipeline_env env = sl_pipeline_env_default();
+    env.num_shards = w;
+    env.shard_index = t->hooks.rank;
+    env.seed = t->c.seed;
+    if ((s = sl_pipeline_from_config(cfg, t->c.data, &env, &t->train_ds))) goto fail;
+    if (t->c.epochs > 0 && sl_dataset_cardinality(t->train_ds) == SL_INFINITE) {
+        s = sl_err(SL_EINVAL, "pipeline '%s' never ends (repeat), so it has no epochs", t->c.data);
+        sl_err_hint("train for `steps N` instead of `epochs N`, or drop the repeat (each epoch re-reads the pipeline)");
+        goto fail;
+    }
+    /* The first epoch's pipeline starts now, so that its shuffle buffer and prefetch fill
+     * while the model is built (a GPU's context and cuBLAS take a few hundred ms) and the
+     * replicas connect; a resumed run opens its own epoch later. A failure here is not
+     * reported: the epoch's own open reports it. */
+    if (!t->opts.resume && open_epoch(t, 0, &t->first_it)) {
+        t->first_it = NULL;
+        sl_err_clear();
+    }
+
     mo.seed = t->c.seed;
     int64_t per_replica = t->c.batch / w;
     mo.max_batch = (int)(per_replica > t->c.eval_batch ? per_replica : t->c.eval_batch);
