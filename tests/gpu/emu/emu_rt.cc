@@ -262,7 +262,10 @@ struct Fiber {
     void *fake = nullptr;
 #endif
 };
-static const size_t FIBER_STACK = 256 << 10;
+// 64 KiB a fiber (a kernel's frames are small, even with ASan's redzones), above a guard
+// page so that an overflow faults instead of writing into the next stack. Small stacks also
+// keep switches cheap: ASan clears the shadow of the whole stack switched to.
+static const size_t FIBER_STACK = 64 << 10, FIBER_GUARD = 4096;
 static std::vector<Fiber> fibers;      // one per thread of the widest block so far; stacks kept
 static Fiber *cur_fiber;                // the fiber running now; null in the scheduler
 static ucontext_t sched_ctx;            // the scheduler (run_kernel) while a fiber runs
@@ -347,12 +350,12 @@ static void run_kernel(bool threaded, dim3 g, dim3 b, const std::function<void()
     }
     while (fibers.size() < nt) {
         fibers.emplace_back();
-        void *st = mmap(nullptr, FIBER_STACK, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-        if (st == MAP_FAILED) {
+        void *st = mmap(nullptr, FIBER_GUARD + FIBER_STACK, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (st == MAP_FAILED || mprotect(st, FIBER_GUARD, PROT_NONE) != 0) {
             perror("emu: mmap of a fiber stack");
             abort();
         }
-        fibers.back().stack = (char *)st;
+        fibers.back().stack = (char *)st + FIBER_GUARD;
     }
     cur_body = &body;
     for (unsigned by = 0; by < g.y; by++)
@@ -399,15 +402,19 @@ cublasStatus_t cublasSetMathMode(cublasHandle_t, cublasMath_t) { return 0; }
 const char *cublasGetStatusString(cublasStatus_t s) { return s ? "CUBLAS_STATUS_INVALID_VALUE" : "CUBLAS_STATUS_SUCCESS"; }
 
 // Column-major reference GEMM (double accumulation), compiled optimised and without the
-// sanitizers: the model tests push a few GFLOP through it.
+// sanitizers: the model tests push a few GFLOP through it. Plain arrays, not std::vector's
+// operator[]: that is compiled at the file's -O1, and g++ does not inline it into an O3
+// function, which made every multiply-add a call.
 __attribute__((optimize("O3"), no_sanitize("address", "undefined")))
 static void ref_gemm(bool ta, bool tb, int m, int n, int k, float alpha, const float *A, int lda, const float *B,
                      int ldb, float beta, float *C, int ldc) {
-    std::vector<double> acc((size_t)m);
-    std::vector<float> brow((size_t)k);
+    std::vector<double> accv((size_t)m);
+    std::vector<float> browv((size_t)k);
+    double *acc = accv.data();
+    float *brow = browv.data();
     for (int j = 0; j < n; j++) {
         for (int p = 0; p < k; p++) brow[p] = !tb ? B[p + (size_t)j * ldb] : B[j + (size_t)p * ldb];
-        std::fill(acc.begin(), acc.end(), 0.0);
+        for (int i = 0; i < m; i++) acc[i] = 0.0;
         if (!ta) { // A is m x k column-major: column p contiguous
             for (int p = 0; p < k; p++) {
                 double bv = brow[p];
