@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # The whole test suite, as CI runs it: install what is missing, then build and run every
 # test three ways — a plain optimised build, AddressSanitizer + UndefinedBehaviorSanitizer,
-# and ThreadSanitizer (unit tests) — then run every libFuzzer target briefly.
+# and ThreadSanitizer (unit tests) — then run every libFuzzer target briefly (one target a
+# core at a time, scripts/fuzz.sh). The ThreadSanitizer build builds only the unit tests it
+# runs, the fuzz build only the fuzz targets. Kept under 15 minutes on 2 cores.
 #
 #   scripts/test.sh                 everything
 #   FUZZ_SECONDS=60 scripts/test.sh longer fuzzing (default 10 s per target)
