@@ -8,8 +8,9 @@
 # It cannot check timing, real cuBLAS or device math libraries: tests/gpu/run.sh on a GPU
 # machine does that. ctest runs this as gpu/emu_backend_cuda (tests/CMakeLists.txt).
 # The program, tests/test_backend_cuda_emu, is a target of the build (tests/CMakeLists.txt:
-# a plain, non-sanitizer build with g++), so the build step compiles it; this script brings
-# it up to date (nothing to do after a build) and runs it.
+# a plain, non-sanitizer build with g++), so the build step compiles it (not in a CUDA
+# build: there this script does); this script brings it up to date (nothing to do after a
+# build) and runs it.
 #   BUILD=dir   a plain build with the tests (configured here if missing, without CUDA or
 #               the Python module; default build-emu in the repo)
 # Exit status: the test program's (0 all passed, 1 a failure).
