@@ -251,8 +251,11 @@ const char *cudaGetErrorString(cudaError_t e) {
 // exits do not deadlock). The threads of a round run in thread order in one round and in
 // reverse order in the next (and the other way round in odd blocks), so a read of another
 // thread's write that lacks a barrier reads the stale value in some round, whichever of the
-// two threads is the lower. No OS thread is made or woken per block: a switch costs about a
-// microsecond, where the OS threads this replaced took minutes of futex waits per run.
+// two threads is the lower. No OS thread is made or woken per block: a switch is a
+// swapcontext, where one OS thread per thread of a block (as before) spent most of the
+// test's time making threads and waking them at barriers. ASan is told of every switch
+// (__sanitizer_*_switch_fiber); it still prints its one-line warning that it does not
+// fully support swapcontext.
 struct Fiber {
     ucontext_t ctx;
     char *stack = nullptr;
