@@ -11,6 +11,9 @@ root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$root"
 secs=${FUZZ_SECONDS:-60}
 par=${FUZZ_JOBS:-$(nproc 2>/dev/null || echo 1)}
+case $par in
+    '' | *[!0-9]* | 0*) echo "fuzz: FUZZ_JOBS='$par' is not a positive number of targets to run at once (try FUZZ_JOBS=1)"; exit 2 ;;
+esac
 dir=build-fuzz
 if ! CC=clang cmake -S . -B "$dir" -DSLUICE_FUZZ=ON -DSLUICE_CUDA=OFF -DCMAKE_BUILD_TYPE=RelWithDebInfo \
         >"$dir.configure.log" 2>&1; then
