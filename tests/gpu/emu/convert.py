@@ -3,6 +3,9 @@
 # Rewrite kernel launches NAME<<<G, B, SH, ST>>>(ARGS); into
 #   emu_launch("NAME", THREADED, dim3(G), dim3(B), ST, NAME, ARGS)
 # which evaluates ARGS now (as a real launch does) and queues the kernel on stream ST.
+#   convert.py FILE.cu                    the result on stdout
+#   convert.py FILE.cu OUT.cc NAME        the result in OUT.cc, after a `#line 1 "NAME"`
+#                                         (compiler messages then name NAME's lines)
 import re, sys
 src = open(sys.argv[1]).read()
 THREADED = {"k_col_partial", "k_xent_check", "k_xent_rows", "k_ssq_partial"}
@@ -42,4 +45,8 @@ while True:
         base, "true" if base in THREADED else "false", parts[0].strip(), parts[1].strip(), stream, name,
         ", " + args if args else ""))
     i = p + 1
-print("".join(out), end="")
+if len(sys.argv) > 3:
+    with open(sys.argv[2], "w") as f:
+        f.write('#line 1 "%s"\n' % sys.argv[3] + "".join(out))
+else:
+    print("".join(out), end="")

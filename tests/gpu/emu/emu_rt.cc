@@ -17,12 +17,16 @@
 // up as a wrong result on any machine, whatever the timing.
 #include <cuda_runtime.h>
 #include <cublas_v2.h>
-#include <condition_variable>
 #include <cstdio>
 #include <deque>
-#include <mutex>
 #include <map>
 #include <memory>
+#include <sys/mman.h>
+#include <ucontext.h>
+#if defined(__SANITIZE_ADDRESS__)
+#include <sanitizer/common_interface_defs.h>
+#define EMU_ASAN 1
+#endif
 
 thread_local uint3e emu_tid;
 uint3e emu_bid;
@@ -240,28 +244,84 @@ const char *cudaGetErrorString(cudaError_t e) {
     }
 }
 
-// __syncthreads for a threaded block: all threads of the block that have not returned yet
-// meet here (a thread that returned no longer counts, so early exits do not deadlock).
-struct BlockBarrier {
-    std::mutex m;
-    std::condition_variable cv;
-    unsigned active = 0, arrived = 0, gen = 0;
-    void release() { arrived = 0; gen++; cv.notify_all(); }
-    void sync() {
-        std::unique_lock<std::mutex> l(m);
-        unsigned g = gen;
-        if (++arrived == active) release();
-        else cv.wait(l, [&] { return gen != g; });
-    }
-    void leave() {
-        std::lock_guard<std::mutex> l(m);
-        active--;
-        if (arrived && arrived == active) release();
-    }
+// Threaded blocks run their threads as fibers on this one OS thread (ucontext), switched
+// at __syncthreads: a round runs every thread that has not returned up to its next barrier
+// (or its return), then the next round starts, so a barrier is where all threads of the
+// block that have not returned yet meet (a thread that returned no longer counts, so early
+// exits do not deadlock). The threads of a round run in thread order in one round and in
+// reverse order in the next (and the other way round in odd blocks), so a read of another
+// thread's write that lacks a barrier reads the stale value in some round, whichever of the
+// two threads is the lower. No OS thread is made or woken per block: a switch is a
+// swapcontext, where one OS thread per thread of a block (as before) spent most of the
+// test's time making threads and waking them at barriers. ASan is told of every switch
+// (__sanitizer_*_switch_fiber); it still prints its one-line warning that it does not
+// fully support swapcontext.
+struct Fiber {
+    ucontext_t ctx;
+    char *stack = nullptr;
+    uint3e tid{};
+    bool done = false;
+#ifdef EMU_ASAN
+    void *fake = nullptr;
+#endif
 };
-static BlockBarrier *bbar;
+// 64 KiB a fiber (a kernel's frames are small, even with ASan's redzones), above a guard
+// page so that an overflow faults instead of writing into the next stack. Small stacks also
+// keep switches cheap: ASan clears the shadow of the whole stack switched to.
+static const size_t FIBER_STACK = 64 << 10, FIBER_GUARD = 4096;
+static std::vector<Fiber> fibers;      // one per thread of the widest block so far; stacks kept
+static Fiber *cur_fiber;                // the fiber running now; null in the scheduler
+static ucontext_t sched_ctx;            // the scheduler (run_kernel) while a fiber runs
+static const std::function<void()> *cur_body;
+#ifdef EMU_ASAN
+static const void *sched_bottom;        // the scheduler's stack, for ASan's fiber switches
+static size_t sched_size;
+#endif
 
-void emu_sync(void) { bbar->sync(); }
+// Into fiber f from the scheduler, back when f reaches a barrier or returns.
+static void fiber_enter(Fiber *f) {
+    cur_fiber = f;
+    emu_tid = f->tid;
+#ifdef EMU_ASAN
+    void *fake = nullptr;
+    __sanitizer_start_switch_fiber(&fake, f->stack, FIBER_STACK);
+#endif
+    if (swapcontext(&sched_ctx, &f->ctx) != 0) {
+        perror("emu: swapcontext");
+        abort();
+    }
+#ifdef EMU_ASAN
+    __sanitizer_finish_switch_fiber(fake, nullptr, nullptr);
+#endif
+    cur_fiber = nullptr;
+}
+// From the running fiber back to the scheduler; returns when the scheduler enters it again.
+static void fiber_yield(bool done) {
+    Fiber *f = cur_fiber;
+    f->done = done;
+#ifdef EMU_ASAN
+    __sanitizer_start_switch_fiber(done ? nullptr : &f->fake, sched_bottom, sched_size);
+#endif
+    swapcontext(&f->ctx, &sched_ctx);
+#ifdef EMU_ASAN
+    __sanitizer_finish_switch_fiber(f->fake, &sched_bottom, &sched_size);
+#endif
+}
+static void fiber_main(void) {
+#ifdef EMU_ASAN
+    __sanitizer_finish_switch_fiber(nullptr, &sched_bottom, &sched_size);
+#endif
+    (*cur_body)();
+    fiber_yield(true); // never comes back: the fiber is made afresh for its next block
+}
+
+void emu_sync(void) {
+    if (!cur_fiber) {
+        fprintf(stderr, "emu: __syncthreads or a warp shuffle in a kernel that is not in convert.py's THREADED\n");
+        abort();
+    }
+    fiber_yield(false);
+}
 
 bool emu_launch_check(const char *name, dim3 g, dim3 b) {
     launches++;
@@ -274,8 +334,7 @@ bool emu_launch_check(const char *name, dim3 g, dim3 b) {
     return true;
 }
 
-// Blocks run one after another. A threaded kernel gets one OS thread per thread of a block,
-// made once per launch and reused for every block.
+// Blocks run one after another; the threads of a threaded kernel's block as fibers (above).
 static void run_kernel(bool threaded, dim3 g, dim3 b, const std::function<void()> &body) {
     unsigned nt = b.x * b.y * b.z;
     emu_gdim = g;
@@ -292,32 +351,41 @@ static void run_kernel(bool threaded, dim3 g, dim3 b, const std::function<void()
             }
         return;
     }
-    BlockBarrier bb;
-    bbar = &bb;
-    std::barrier<> start((std::ptrdiff_t)nt + 1), end((std::ptrdiff_t)nt + 1);
-    unsigned long long nblocks = (unsigned long long)g.x * g.y;
-    std::vector<std::thread> ts;
-    for (unsigned ty = 0; ty < b.y; ty++)
-        for (unsigned tx = 0; tx < b.x; tx++)
-            ts.emplace_back([&, tx, ty] {
-                emu_tid = {tx, ty, 0};
-                for (unsigned long long k = 0; k < nblocks; k++) {
-                    start.arrive_and_wait();
-                    body();
-                    bb.leave();
-                    end.arrive_and_wait();
-                }
-            });
+    while (fibers.size() < nt) {
+        fibers.emplace_back();
+        void *st = mmap(nullptr, FIBER_GUARD + FIBER_STACK, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (st == MAP_FAILED || mprotect(st, FIBER_GUARD, PROT_NONE) != 0) {
+            perror("emu: mmap of a fiber stack");
+            abort();
+        }
+        fibers.back().stack = (char *)st + FIBER_GUARD;
+    }
+    cur_body = &body;
     for (unsigned by = 0; by < g.y; by++)
         for (unsigned bx = 0; bx < g.x; bx++) {
             emu_bid = {bx, by, 0};
-            bb.active = nt;
-            bb.arrived = 0;
-            start.arrive_and_wait();
-            end.arrive_and_wait();
+            for (unsigned i = 0; i < nt; i++) {
+                Fiber &f = fibers[i];
+                f.tid = {i % b.x, i / b.x, 0};
+                f.done = false;
+                getcontext(&f.ctx);
+                f.ctx.uc_stack.ss_sp = f.stack;
+                f.ctx.uc_stack.ss_size = FIBER_STACK;
+                f.ctx.uc_link = nullptr;
+                makecontext(&f.ctx, fiber_main, 0);
+            }
+            for (unsigned round = 0, left = nt; left > 0; round++) {
+                bool reverse = ((round + bx + by) & 1) != 0;
+                left = 0;
+                for (unsigned k = 0; k < nt; k++) {
+                    Fiber &f = fibers[reverse ? nt - 1 - k : k];
+                    if (f.done) continue;
+                    fiber_enter(&f);
+                    if (!f.done) left++;
+                }
+            }
         }
-    for (auto &t : ts) t.join();
-    bbar = nullptr;
+    cur_body = nullptr;
 }
 
 void emu_enqueue_kernel(const char *name, bool threaded, dim3 g, dim3 b, cudaStream_t st, std::function<void()> body) {
@@ -337,15 +405,19 @@ cublasStatus_t cublasSetMathMode(cublasHandle_t, cublasMath_t) { return 0; }
 const char *cublasGetStatusString(cublasStatus_t s) { return s ? "CUBLAS_STATUS_INVALID_VALUE" : "CUBLAS_STATUS_SUCCESS"; }
 
 // Column-major reference GEMM (double accumulation), compiled optimised and without the
-// sanitizers: the model tests push a few GFLOP through it.
+// sanitizers: the model tests push a few GFLOP through it. Plain arrays, not std::vector's
+// operator[]: that is compiled at the file's -O1, and g++ does not inline it into an O3
+// function, which made every multiply-add a call.
 __attribute__((optimize("O3"), no_sanitize("address", "undefined")))
 static void ref_gemm(bool ta, bool tb, int m, int n, int k, float alpha, const float *A, int lda, const float *B,
                      int ldb, float beta, float *C, int ldc) {
-    std::vector<double> acc((size_t)m);
-    std::vector<float> brow((size_t)k);
+    std::vector<double> accv((size_t)m);
+    std::vector<float> browv((size_t)k);
+    double *acc = accv.data();
+    float *brow = browv.data();
     for (int j = 0; j < n; j++) {
         for (int p = 0; p < k; p++) brow[p] = !tb ? B[p + (size_t)j * ldb] : B[j + (size_t)p * ldb];
-        std::fill(acc.begin(), acc.end(), 0.0);
+        for (int i = 0; i < m; i++) acc[i] = 0.0;
         if (!ta) { // A is m x k column-major: column p contiguous
             for (int p = 0; p < k; p++) {
                 double bv = brow[p];

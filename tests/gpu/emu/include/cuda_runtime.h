@@ -1,6 +1,6 @@
 // Host emulation of the small part of the CUDA runtime that train/backend_cuda.cu uses,
 // for checking the kernels' logic on a machine without a GPU. Kernels run on the CPU:
-// blocks one after another; threads of a block in sequence, or as real threads with a
+// blocks one after another; threads of a block in sequence, or as fibers (emu_rt.cc) with a
 // barrier for kernels that use __syncthreads or warp shuffles.
 //
 // Streams are deferred queues (emu_rt.cc): kernels, copies and memsets run only when
