@@ -58,7 +58,7 @@ if build plain build all -DCMAKE_BUILD_TYPE=RelWithDebInfo; then
 fi
 
 if [ -z "${SLUICE_TEST_QUICK:-}" ]; then
-    # -O1, as AddressSanitizer's documentation advises: about twice as fast as -O0, with
+    # -O1, as AddressSanitizer's documentation advises for speed (it runs every test), with
     # asserts kept (a Debug build: no NDEBUG) and frame pointers for the stack traces
     if build asan build-asan all -DSLUICE_SANITIZE=address -DCMAKE_BUILD_TYPE=Debug \
         "-DCMAKE_C_FLAGS_DEBUG=-O1 -g -fno-omit-frame-pointer" \
