@@ -1,6 +1,7 @@
 /* Fashion-MNIST for the training benchmarks (bench_train, bench_train_gpu): where the
- * 8-way TFRecord shards are, converting them from Debian's idx files when they are missing.
- * Header-only (static functions): each benchmark is one .c file.
+ * 8-way TFRecord shards are (converted from Debian's idx files when they are missing), the
+ * two models (MLP 784-256-128-10, TensorFlow's tutorial CNN), their FLOPs and GEMM shapes,
+ * and one timed training run. Header-only (static functions): each benchmark is one .c file.
  *
  * Looked for, in order: data/fashion/ of the source tree (what `bash scripts/main.sh`
  * makes), then /tmp/sluice-bench/fashion; when neither holds 8 train shards they are
@@ -12,14 +13,19 @@
 #define SLUICE_BENCH_FASHION_H
 
 #include <glob.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 
 #include "sluice/example.h"
 #include "sluice/idx.h"
 #include "sluice/status.h"
+#include "sluice/config.h"
 #include "sluice/tfrecord.h"
+#include "sluice/train.h"
 
 #define BENCH_WORK "/tmp/sluice-bench"
 
@@ -105,6 +111,132 @@ static int bench_fashion_data(const char *prog, char *data, size_t cap) {
     if (bench_have(pat) == 8) return 0;
     fprintf(stderr, "%s: converting Fashion-MNIST into %s\n", prog, data);
     return bench_fashion_convert(prog, data);
+}
+
+static double bench_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+/* sorts v; the median */
+static double bench_median(double *v, int n) {
+    for (int i = 1; i < n; i++)
+        for (int j = i; j > 0 && v[j] < v[j - 1]; j--) {
+            double t = v[j];
+            v[j] = v[j - 1];
+            v[j - 1] = t;
+        }
+    return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+/* ---- the two models ---- */
+
+static const char *BENCH_MODELS[2] = {
+    "model mlp {\n  input 28x28x1\n  flatten\n  dense 256 activation=relu\n  dense 128 activation=relu\n"
+    "  dense 10\n}\n",
+    "model cnn {\n  input 28x28x1\n  conv2d 32 kernel=5x5 padding=same activation=relu\n  maxpool 2x2\n"
+    "  conv2d 64 kernel=5x5 padding=same activation=relu\n  maxpool 2x2\n  flatten\n"
+    "  dense 1024 activation=relu\n  dense 10\n}\n",
+};
+
+/* A dense or conv layer as its forward GEMM at batch 1: rows per example (conv: output
+ * pixels), N (outputs / out channels), K (inputs / kernel taps x in channels). */
+typedef struct {
+    int rows, n, k;
+} bench_layer;
+
+static const bench_layer BENCH_LAYERS[2][4] = {
+    {{1, 256, 784}, {1, 128, 256}, {1, 10, 128}, {0, 0, 0}},
+    {{28 * 28, 32, 5 * 5 * 1}, {14 * 14, 64, 5 * 5 * 32}, {1, 1024, 7 * 7 * 64}, {1, 10, 1024}},
+};
+
+/* FLOPs per example, forward + backward: 2 x the multiply-adds of each layer's forward GEMM,
+ * its weight-gradient GEMM and, but for the first layer, its input-gradient GEMM */
+static double bench_model_flops(int k) {
+    double f = 0;
+    for (int i = 0; i < 4 && BENCH_LAYERS[k][i].n; i++) {
+        const bench_layer *l = &BENCH_LAYERS[k][i];
+        f += 2.0 * l->rows * l->n * l->k * (i == 0 ? 2 : 3);
+    }
+    return f;
+}
+
+typedef struct {
+    int m, n, k;
+    bool ta, tb;
+} bench_gemm;
+
+/* The model's GEMMs at batch b (at most 12): forward C[M,N] = X[M,K] W[K,N]; weight gradient
+ * dW[K,N] = X^T dY; input gradient dX[M,K] = dY W^T (not for the first layer). */
+static int bench_model_gemms(int k, int b, bench_gemm *g) {
+    int n = 0;
+    for (int i = 0; i < 4 && BENCH_LAYERS[k][i].n; i++) {
+        const bench_layer *l = &BENCH_LAYERS[k][i];
+        int m = l->rows * b;
+        g[n++] = (bench_gemm){m, l->n, l->k, false, false};
+        g[n++] = (bench_gemm){l->k, l->n, m, true, false};
+        if (i > 0) g[n++] = (bench_gemm){m, l->k, l->n, false, true};
+    }
+    return n;
+}
+
+/* ---- one timed training run ---- */
+
+typedef struct {
+    int64_t from, to; /* time the steps [from, to) */
+    double t_from, t_to;
+} bench_timer;
+
+static sl_status bench_on_step(void *ctx, sl_model *m, float *g, size_t n, int64_t step, float lr, bool *applied) {
+    (void)m, (void)g, (void)n, (void)lr, (void)applied;
+    bench_timer *h = ctx;
+    if (step == h->from) h->t_from = bench_now();
+    if (step == h->to) h->t_to = bench_now();
+    return SL_OK;
+}
+
+/* Model k on the shards in data: `warm` untimed steps, then `steps` timed between two steps
+ * of the loop (the trainer's exchange hook: pipeline waits, epoch boundaries and optimizer
+ * steps inside), batch `batch`, SGD momentum 0.9, on `backend` ("cpu" with `threads`, or
+ * "cuda"); *rate examples/s, *wait the run's input-wait share. 0 or 1 (printed). */
+static int bench_train_run(const char *prog, const char *data, int k, int batch, const char *backend, int threads,
+                           int64_t warm, int64_t steps, double *rate, double *wait) {
+    char text[4096], thr[32] = "";
+    if (threads > 0) snprintf(thr, sizeof thr, "  threads %d\n", threads);
+    snprintf(text, sizeof text,
+             "pipeline train {\n"
+             "  files \"%s/train-*.tfrecord\"\n"
+             "  interleave cycle=4 block=16 parallel=auto\n"
+             "  shuffle 10000\n"
+             "  map parse_example(image: bytes, label: int64) | decode_raw(image, uint8, 28x28x1)"
+             " | scale(image, 1/255) parallel=auto\n"
+             "  batch %d drop_remainder\n"
+             "  prefetch auto\n"
+             "}\n%s"
+             "train {\n  model %s\n  data train\n  steps %lld\n  optimizer sgd lr=%s momentum=0.9\n"
+             "  backend %s\n%s  seed 1\n  run_dir \"" BENCH_WORK "/run-%s\"\n}\n",
+             data, batch, BENCH_MODELS[k], k ? "cnn" : "mlp", (long long)(warm + steps + 1), k ? "0.02" : "0.05",
+             backend, thr, backend);
+    sl_cfg *cfg;
+    if (sl_cfg_parse(text, strlen(text), "bench.sl", &cfg)) return bench_fail(prog, "config");
+    bench_timer h = {.from = warm, .to = warm + steps};
+    sl_train_hooks hooks = {.ctx = &h, .world_size = 1, .rank = 0, .is_chief = true, .exchange = bench_on_step};
+    sl_train_opts o = sl_train_opts_default();
+    o.hooks = &hooks;
+    o.overwrite = true; /* each run replaces the last one's event file */
+    sl_trainer *t;
+    if (sl_trainer_create(cfg, &o, &t)) {
+        sl_cfg_free(cfg);
+        return bench_fail(prog, "trainer");
+    }
+    sl_status s = sl_trainer_run(t);
+    if (!s) *wait = sl_trainer_summary(t)->input_wait;
+    sl_trainer_free(t);
+    sl_cfg_free(cfg);
+    if (s) return bench_fail(prog, "training");
+    *rate = (double)steps * batch / (h.t_to - h.t_from);
+    return 0;
 }
 
 #endif

@@ -50,73 +50,9 @@
 /* declared by OpenBLAS's cblas.h, but not by every cblas.h */
 void openblas_set_num_threads(int num_threads);
 
-static double now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
 static int die(const char *what) {
     fprintf(stderr, "bench_train: %s: %s\n", what, sl_errmsg());
     return 1;
-}
-
-static const char *MODELS[2] = {
-    "model mlp {\n  input 28x28x1\n  flatten\n  dense 256 activation=relu\n  dense 128 activation=relu\n"
-    "  dense 10\n}\n",
-    "model cnn {\n  input 28x28x1\n  conv2d 32 kernel=5x5 padding=same activation=relu\n  maxpool 2x2\n"
-    "  conv2d 64 kernel=5x5 padding=same activation=relu\n  maxpool 2x2\n  flatten\n"
-    "  dense 1024 activation=relu\n  dense 10\n}\n",
-};
-
-typedef struct {
-    int64_t from, to;  /* time the steps [from, to) */
-    double t_from, t_to;
-} timer_hook;
-
-static sl_status on_step(void *ctx, sl_model *m, float *g, size_t n, int64_t step, float lr, bool *applied) {
-    timer_hook *h = ctx;
-    if (step == h->from) h->t_from = now();
-    if (step == h->to) h->t_to = now();
-    return SL_OK;
-}
-
-/* Sluice's examples/s for model k over `steps` timed steps after `warm`. */
-static int run_sluice(const char *data, int k, int64_t warm, int64_t steps, double *rate, double *wait) {
-    char text[4096];
-    snprintf(text, sizeof text,
-             "pipeline train {\n"
-             "  files \"%s/train-*.tfrecord\"\n"
-             "  interleave cycle=4 block=16 parallel=auto\n"
-             "  shuffle 10000\n"
-             "  map parse_example(image: bytes, label: int64) | decode_raw(image, uint8, 28x28x1)"
-             " | scale(image, 1/255) parallel=auto\n"
-             "  batch %d drop_remainder\n"
-             "  prefetch auto\n"
-             "}\n%s"
-             "train {\n  model %s\n  data train\n  steps %lld\n  optimizer sgd lr=%s momentum=0.9\n"
-             "  backend cpu\n  threads %d\n  seed 1\n  run_dir \"" WORK "/run\"\n}\n",
-             data, BATCH, MODELS[k], k ? "cnn" : "mlp", (long long)(warm + steps + 1), k ? "0.02" : "0.05",
-             THREADS);
-    sl_cfg *cfg;
-    if (sl_cfg_parse(text, strlen(text), "bench.sl", &cfg)) return die("config");
-    timer_hook h = {.from = warm, .to = warm + steps};
-    sl_train_hooks hooks = {.ctx = &h, .world_size = 1, .rank = 0, .is_chief = true, .exchange = on_step};
-    sl_train_opts o = sl_train_opts_default();
-    o.hooks = &hooks;
-    o.overwrite = true; /* each run replaces the last one's event file in WORK/run */
-    sl_trainer *t;
-    if (sl_trainer_create(cfg, &o, &t)) {
-        sl_cfg_free(cfg);
-        return die("trainer");
-    }
-    sl_status s = sl_trainer_run(t);
-    if (!s) *wait = sl_trainer_summary(t)->input_wait;
-    sl_trainer_free(t);
-    sl_cfg_free(cfg);
-    if (s) return die("training");
-    *rate = (double)steps * BATCH / (h.t_to - h.t_from);
-    return 0;
 }
 
 static int run_anchor(const char *shared, const char *kind, double *rate) {
@@ -140,64 +76,12 @@ static int run_anchor(const char *shared, const char *kind, double *rate) {
     return 0;
 }
 
-/* sorts v; the median */
-static double median(double *v, int n) {
-    for (int i = 1; i < n; i++)
-        for (int j = i; j > 0 && v[j] < v[j - 1]; j--) {
-            double t = v[j];
-            v[j] = v[j - 1];
-            v[j - 1] = t;
-        }
-    return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
-}
-
 /* ---- FLOPs and the sgemm ceiling ---- */
-
-/* A dense or conv layer as its forward GEMM at batch 1: rows per example (conv: output
- * pixels), N (outputs / out channels), K (inputs / kernel taps x in channels). */
-typedef struct {
-    int rows, n, k;
-} layer;
-
-static const layer LAYERS[2][4] = {
-    {{1, 256, 784}, {1, 128, 256}, {1, 10, 128}, {0, 0, 0}},
-    {{28 * 28, 32, 5 * 5 * 1}, {14 * 14, 64, 5 * 5 * 32}, {1, 1024, 7 * 7 * 64}, {1, 10, 1024}},
-};
-
-/* FLOPs per example, forward + backward (see the header) */
-static double model_flops(int k) {
-    double f = 0;
-    for (int i = 0; i < 4 && LAYERS[k][i].n; i++) {
-        const layer *l = &LAYERS[k][i];
-        double macs = (double)l->rows * l->n * l->k;
-        f += 2 * macs * (i == 0 ? 2 : 3);
-    }
-    return f;
-}
-
-typedef struct {
-    int m, n, k;
-    bool ta, tb;
-} gemm;
-
-/* The model's GEMMs at batch B: forward C[M,N] = X[M,K] W[K,N]; weight gradient
- * dW[K,N] = X^T dY; input gradient dX[M,K] = dY W^T (not for the first layer). */
-static int model_gemms(int k, int b, gemm *g) {
-    int n = 0;
-    for (int i = 0; i < 4 && LAYERS[k][i].n; i++) {
-        const layer *l = &LAYERS[k][i];
-        int m = l->rows * b;
-        g[n++] = (gemm){m, l->n, l->k, false, false};
-        g[n++] = (gemm){l->k, l->n, m, true, false};
-        if (i > 0) g[n++] = (gemm){m, l->k, l->n, false, true};
-    }
-    return n;
-}
 
 /* One GEMM split along the longer of M and N into `parts` slices of C, each a
  * single-threaded OpenBLAS call: how the CPU backend runs its GEMMs on THREADS threads. */
 typedef struct {
-    const gemm *g;
+    const bench_gemm *g;
     const float *a, *b;
     float *c;
     int part, parts;
@@ -205,7 +89,7 @@ typedef struct {
 
 static void run_slice(void *arg) {
     const gemm_slice *s = arg;
-    const gemm *x = s->g;
+    const bench_gemm *x = s->g;
     bool split_n = x->n > x->m;
     int len = split_n ? x->n : x->m, i0 = (int)((long)len * s->part / s->parts),
         i1 = (int)((long)len * (s->part + 1) / s->parts);
@@ -228,7 +112,7 @@ static void run_slice(void *arg) {
 
 /* GFLOP/s of THREADS threads running the GEMMs `g` in turn (median of `reps` passes, each
  * at least `min_s` seconds); -1 when out of memory */
-static double sgemm_rate(sl_pool *pool, const gemm *g, int ng, int reps, double min_s) {
+static double sgemm_rate(sl_pool *pool, const bench_gemm *g, int ng, int reps, double min_s) {
     size_t amax = 0, bmax = 0, cmax = 0;
     for (int i = 0; i < ng; i++) {
         size_t a = (size_t)g[i].m * g[i].k, bb = (size_t)g[i].k * g[i].n, c = (size_t)g[i].m * g[i].n;
@@ -249,7 +133,7 @@ static double sgemm_rate(sl_pool *pool, const gemm *g, int ng, int reps, double 
     if (reps > 8) reps = 8;
     gemm_slice sl[THREADS];
     for (int rep = -1; rep < reps; rep++) { /* rep -1: warm-up (pages, caches) */
-        double t0 = now(), t;
+        double t0 = bench_now(), t;
         long passes = 0;
         do {
             for (int i = 0; i < ng; i++) {
@@ -261,12 +145,12 @@ static double sgemm_rate(sl_pool *pool, const gemm *g, int ng, int reps, double 
                 sl_pool_wait(pool);
             }
             passes++;
-            t = now() - t0;
+            t = bench_now() - t0;
         } while (t < (rep < 0 ? min_s / 4 : min_s));
         if (rep >= 0) r[rep] = flops * passes / t / 1e9;
     }
     free(a), free(b), free(c);
-    return median(r, reps);
+    return bench_median(r, reps);
 }
 
 int main(int argc, char **argv) {
@@ -297,14 +181,14 @@ int main(int argc, char **argv) {
     sl_pool *pool;
     if (sl_pool_create(THREADS - 1, &pool)) return die("pool");
     int sq = quick ? 1024 : 2048;
-    gemm square = {sq, sq, sq, false, false};
+    bench_gemm square = {sq, sq, sq, false, false};
     double sq_rate = sgemm_rate(pool, &square, 1, quick ? 3 : 5, quick ? 0.2 : 0.5);
     double mix_rate[2], flops[2];
     for (int k = 0; k < 2; k++) {
-        gemm g[12];
-        int ng = model_gemms(k, BATCH, g);
+        bench_gemm g[12];
+        int ng = bench_model_gemms(k, BATCH, g);
         mix_rate[k] = sgemm_rate(pool, g, ng, quick ? 3 : 5, quick ? 0.2 : 0.5);
-        flops[k] = model_flops(k);
+        flops[k] = bench_model_flops(k);
     }
     sl_pool_destroy(pool);
     if (sq_rate <= 0 || mix_rate[0] <= 0 || mix_rate[1] <= 0) {
@@ -325,7 +209,7 @@ int main(int argc, char **argv) {
         for (int r = 0; r < reps; r++) {
             for (int side = 0; side < 2; side++) {
                 if ((side == 0) == (r % 2 == 0)) {
-                    if (run_sluice(data, k, WARM, steps[k], &sl[r], &wait[r])) return 1;
+                    if (bench_train_run("bench_train", data, k, BATCH, "cpu", THREADS, WARM, steps[k], &sl[r], &wait[r])) return 1;
                     printf("  round %d sluice %s: %.0f examples/s (input wait %.1f%% of step time)\n", r + 1,
                            kinds[k], sl[r], 100 * wait[r]);
                 } else if (anchor) {
@@ -338,11 +222,11 @@ int main(int argc, char **argv) {
         double sls[REPS], ans[REPS];
         memcpy(sls, sl, sizeof sl);
         memcpy(ans, an, sizeof an);
-        med_sl[k] = median(sls, reps);
+        med_sl[k] = bench_median(sls, reps);
         printf("%s: sluice %.0f examples/s (min %.0f, max %.0f; %lld steps after %d warm-up, median of %d)\n", kinds[k],
                med_sl[k], sls[0], sls[reps - 1], (long long)steps[k], WARM, reps);
         if (anchor) {
-            med_an[k] = median(ans, reps);
+            med_an[k] = bench_median(ans, reps);
             ratio[k] = med_sl[k] / med_an[k];
             printf("%s: torch  %.0f examples/s (min %.0f, max %.0f; 1 epoch after %d warm-up, data in memory, median of %d)\n",
                    kinds[k], med_an[k], ans[0], ans[reps - 1], WARM, reps);

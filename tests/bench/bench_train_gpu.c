@@ -45,120 +45,10 @@
 #define WARM 50
 #define PROG "bench_train_gpu"
 
-static double now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
-/* sorts v; the median */
-static double median(double *v, int n) {
-    for (int i = 1; i < n; i++)
-        for (int j = i; j > 0 && v[j] < v[j - 1]; j--) {
-            double t = v[j];
-            v[j] = v[j - 1];
-            v[j - 1] = t;
-        }
-    return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
-}
-
-static const char *MODELS[2] = {
-    "model mlp {\n  input 28x28x1\n  flatten\n  dense 256 activation=relu\n  dense 128 activation=relu\n"
-    "  dense 10\n}\n",
-    "model cnn {\n  input 28x28x1\n  conv2d 32 kernel=5x5 padding=same activation=relu\n  maxpool 2x2\n"
-    "  conv2d 64 kernel=5x5 padding=same activation=relu\n  maxpool 2x2\n  flatten\n"
-    "  dense 1024 activation=relu\n  dense 10\n}\n",
-};
-
-/* forward GEMM per layer at batch 1: rows per example (conv: output pixels), N, K */
-typedef struct {
-    int rows, n, k;
-} layer;
-
-static const layer LAYERS[2][4] = {
-    {{1, 256, 784}, {1, 128, 256}, {1, 10, 128}, {0, 0, 0}},
-    {{28 * 28, 32, 5 * 5 * 1}, {14 * 14, 64, 5 * 5 * 32}, {1, 1024, 7 * 7 * 64}, {1, 10, 1024}},
-};
-
-static double model_flops(int k) {
-    double f = 0;
-    for (int i = 0; i < 4 && LAYERS[k][i].n; i++) {
-        const layer *l = &LAYERS[k][i];
-        f += 2.0 * l->rows * l->n * l->k * (i == 0 ? 2 : 3);
-    }
-    return f;
-}
-
-typedef struct {
-    int m, n, k;
-    bool ta, tb;
-} gemm;
-
-static int model_gemms(int k, int b, gemm *g) {
-    int n = 0;
-    for (int i = 0; i < 4 && LAYERS[k][i].n; i++) {
-        const layer *l = &LAYERS[k][i];
-        int m = l->rows * b;
-        g[n++] = (gemm){m, l->n, l->k, false, false};
-        g[n++] = (gemm){l->k, l->n, m, true, false};
-        if (i > 0) g[n++] = (gemm){m, l->k, l->n, false, true};
-    }
-    return n;
-}
-
-typedef struct {
-    int64_t from, to;
-    double t_from, t_to;
-} timer_hook;
-
-static sl_status on_step(void *ctx, sl_model *m, float *g, size_t n, int64_t step, float lr, bool *applied) {
-    (void)m, (void)g, (void)n, (void)lr, (void)applied;
-    timer_hook *h = ctx;
-    if (step == h->from) h->t_from = now();
-    if (step == h->to) h->t_to = now();
-    return SL_OK;
-}
-
-static int run_sluice(const char *data, int k, int64_t steps, double *rate, double *wait) {
-    char text[4096];
-    snprintf(text, sizeof text,
-             "pipeline train {\n"
-             "  files \"%s/train-*.tfrecord\"\n"
-             "  interleave cycle=4 block=16 parallel=auto\n"
-             "  shuffle 10000\n"
-             "  map parse_example(image: bytes, label: int64) | decode_raw(image, uint8, 28x28x1)"
-             " | scale(image, 1/255) parallel=auto\n"
-             "  batch %d drop_remainder\n"
-             "  prefetch auto\n"
-             "}\n%s"
-             "train {\n  model %s\n  data train\n  steps %lld\n  optimizer sgd lr=%s momentum=0.9\n"
-             "  backend cuda\n  seed 1\n  run_dir \"" BENCH_WORK "/run-gpu\"\n}\n",
-             data, BATCH, MODELS[k], k ? "cnn" : "mlp", (long long)(WARM + steps + 1), k ? "0.02" : "0.05");
-    sl_cfg *cfg;
-    if (sl_cfg_parse(text, strlen(text), "bench.sl", &cfg)) return bench_fail(PROG, "config");
-    timer_hook h = {.from = WARM, .to = WARM + steps};
-    sl_train_hooks hooks = {.ctx = &h, .world_size = 1, .rank = 0, .is_chief = true, .exchange = on_step};
-    sl_train_opts o = sl_train_opts_default();
-    o.hooks = &hooks;
-    o.overwrite = true;
-    sl_trainer *t;
-    if (sl_trainer_create(cfg, &o, &t)) {
-        sl_cfg_free(cfg);
-        return bench_fail(PROG, "trainer");
-    }
-    sl_status s = sl_trainer_run(t);
-    if (!s) *wait = sl_trainer_summary(t)->input_wait;
-    sl_trainer_free(t);
-    sl_cfg_free(cfg);
-    if (s) return bench_fail(PROG, "training");
-    *rate = (double)steps * BATCH / (h.t_to - h.t_from);
-    return 0;
-}
-
 #if SLUICE_HAVE_CUDA
 /* GFLOP/s of cuBLAS sgemm (TF32 off) on the GEMMs g, each timed alone with events: the
  * median over 5 passes of (all FLOPs / the sum of the GEMMs' times); -1 on a CUDA error */
-static double sgemm_rate(const gemm *g, int ng) {
+static double sgemm_rate(const bench_gemm *g, int ng) {
     size_t amax = 0, bmax = 0, cmax = 0;
     for (int i = 0; i < ng; i++) {
         size_t a = (size_t)g[i].m * g[i].k, b = (size_t)g[i].k * g[i].n, c = (size_t)g[i].m * g[i].n;
@@ -182,7 +72,7 @@ static double sgemm_rate(const gemm *g, int ng) {
     for (int rep = -1; rep < 5; rep++) { /* rep -1: warm-up (cuBLAS picks its kernels) */
         double flops = 0, secs = 0;
         for (int i = 0; i < ng; i++) {
-            const gemm *x = &g[i];
+            const bench_gemm *x = &g[i];
             /* row-major C[m,n] = op(A) op(B) as column-major C^T = op(B)^T op(A)^T */
             int lda = x->ta ? x->m : x->k, ldb = x->tb ? x->k : x->n;
             int iters = 0;
@@ -203,7 +93,7 @@ static double sgemm_rate(const gemm *g, int ng) {
         }
         if (rep >= 0) r[rep] = flops / secs / 1e9;
     }
-    result = median(r, 5);
+    result = bench_median(r, 5);
 out:
     if (result < 0)
         fprintf(stderr, PROG ": sgemm measurement: CUDA error %s\n", cudaGetErrorString(cudaGetLastError()));
@@ -218,7 +108,7 @@ out:
 
 int main(int argc, char **argv) {
 #if !SLUICE_HAVE_CUDA
-    (void)argc, (void)argv, (void)run_sluice, (void)model_gemms, (void)model_flops, (void)median, (void)MODELS;
+    (void)argc, (void)argv;
     fprintf(stderr, PROG ": this build has no CUDA parts (configure with -DSLUICE_CUDA=ON where nvcc is)\n");
     return 1;
 #else
@@ -236,13 +126,13 @@ int main(int argc, char **argv) {
     char data[600];
     if (bench_fashion_data(PROG, data, sizeof data)) return 1;
     printf(PROG ": %s, batch %d, CUDA backend; data %s\n", name, BATCH, data);
-    gemm square = {8192, 8192, 8192, false, false};
+    bench_gemm square = {8192, 8192, 8192, false, false};
     double sq = sgemm_rate(&square, 1), mix[2], flops[2];
     for (int k = 0; k < 2; k++) {
-        gemm g[12];
-        int ng = model_gemms(k, BATCH, g);
+        bench_gemm g[12];
+        int ng = bench_model_gemms(k, BATCH, g);
         mix[k] = sgemm_rate(g, ng);
-        flops[k] = model_flops(k);
+        flops[k] = bench_model_flops(k);
     }
     if (sq <= 0 || mix[0] <= 0 || mix[1] <= 0) return 1;
     printf("cuBLAS sgemm (float32, TF32 off; median of 5): 8192^3 square %.0f GFLOP/s; the models' GEMMs at batch %d: "
@@ -256,17 +146,17 @@ int main(int argc, char **argv) {
     for (int k = 0; k < 2; k++) {
         double r[REPS], w[REPS];
         for (int i = 0; i < REPS; i++) {
-            if (run_sluice(data, k, steps[k], &r[i], &w[i])) return 1;
+            if (bench_train_run(PROG, data, k, BATCH, "cuda", 0, WARM, steps[k], &r[i], &w[i])) return 1;
             printf("  run %d %s: %.0f examples/s (input wait %.1f%% of the whole run's step time)\n", i + 1, kinds[k],
                    r[i], 100 * w[i]);
             fflush(stdout);
         }
-        med[k] = median(r, REPS);
+        med[k] = bench_median(r, REPS);
         anchor[k] = sq * 1e9 / flops[k];
         double gf = flops[k] * med[k] / 1e9;
         printf("%s: sluice %.0f examples/s (min %.0f, max %.0f; %lld steps after %d warm-up, median of %d); "
                "input wait (whole run) median %.1f%%\n",
-               kinds[k], med[k], r[0], r[REPS - 1], (long long)steps[k], WARM, REPS, 100 * median(w, REPS));
+               kinds[k], med[k], r[0], r[REPS - 1], (long long)steps[k], WARM, REPS, 100 * bench_median(w, REPS));
         printf("%s: %.0f GFLOP/s achieved = %.3f of the square sgemm rate (bound %.0f examples/s), %.3f of its own "
                "GEMMs' rate (bound %.0f examples/s)\n\n",
                kinds[k], gf, gf / sq, anchor[k], gf / mix[k], mix[k] * 1e9 / flops[k]);
