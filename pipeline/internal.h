@@ -368,6 +368,28 @@ void sl__runner_set_capacity(sl_runner *r, int capacity);
 /* Cancel, join, free; closes the input. NULL is a no-op. */
 void sl__runner_stop(sl_runner *r);
 
+/* ---- file lists (pipeline/ops/list_files.c) ---- */
+
+/* Expand patterns with glob(3) into a malloc'd array of malloc'd strings. Each pattern's
+ * matches are sorted (glob's order); with sort_all the whole list is sorted and duplicates
+ * dropped. A pattern that matches nothing (a plain path that does not exist included) is
+ * SL_ENOTFOUND naming it, with a hint. On failure *out is NULL. `op` names the caller in
+ * errors. */
+sl_status sl__glob_paths(const char *op, const char *const *patterns, int n, bool sort_all,
+                         char ***out, int *nout);
+
+/* Free what sl__glob_paths made (n strings and the array). NULL is a no-op. */
+void sl__free_paths(char **paths, int n);
+
+/* ---- interleave (pipeline/ops/interleave.c) ---- */
+
+/* sl_ds_interleave whose dataset owns ctx: ctx_free(ctx) runs when the dataset is freed, and
+ * at once when this fails (then *out is NULL). For stock factories with their own options
+ * (interleave_tfrecord's read options, pipeline/ops/tfrecord.c). */
+sl_status sl__ds_interleave_own(sl_dataset *in, sl_ds_factory factory, void *ctx,
+                                void (*ctx_free)(void *), const sl_interleave_opts *opts,
+                                sl_dataset **out);
+
 /* ---- batching helpers (pipeline/stack.c) ---- */
 
 /* Stack n elements (all with the same component names, dtypes and ranks) into one batch
@@ -381,6 +403,10 @@ sl_status sl__stack(const sl_element *elems, int n, const sl_batch_opts *opts, c
  * batches gather their elements here, growing as elements arrive, so a huge batch size
  * costs memory only for the elements that really come. SL_ENOMEM leaves the array as it was. */
 sl_status sl__elems_reserve(sl_element **arr, int *cap, int need);
+
+/* Batches of opts->size over `in` (drop_remainder counted): SL_INFINITE or SL_UNKNOWN_CARD
+ * as the input's cardinality is. For batch and map_batch. */
+int64_t sl__batch_card(const sl_dataset *in, const sl_batch_opts *o);
 
 /* Is ds a map (for batch's automatic fusion)? Then its fn, parallelism and determinism. */
 bool sl__ds_as_map(const sl_dataset *ds, sl_fn **fn, int *parallelism, bool *deterministic);
