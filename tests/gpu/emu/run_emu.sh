@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Check train/backend_cuda.cu on a machine WITHOUT a GPU: its kernels are compiled as
+# Check train/backend_cuda*.cu on a machine WITHOUT a GPU: its kernels are compiled as
 # plain C++ against a host emulation of the CUDA runtime and cuBLAS (include/, emu_rt.cc),
 # under ASan+UBSan, and tests/unit/test_backend_cuda.c runs them against the CPU backend.
 # This checks indexing, reductions, warp-shuffle logic, argument handling, the test itself,
@@ -23,7 +23,11 @@ O=$B/emu
 mkdir -p "$O"
 FL=(-g -O1 -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer
     -Wall -Wextra -Wno-unused-parameter)
-{ echo '#line 1 "train/backend_cuda.cu"'; python3 "$EMU/convert.py" "$ROOT/train/backend_cuda.cu"; } >"$O/backend_emu.cc.new"
+# the backend's .cu files (train/backend_cuda*.cu) as one translation unit
+{ for cu in "$ROOT"/train/backend_cuda*.cu; do
+      echo "#line 1 \"train/${cu##*/}\""
+      python3 "$EMU/convert.py" "$cu"
+  done; } >"$O/backend_emu.cc.new"
 # recompile only what changed (the backend takes a while under g++ -O1 with sanitizers)
 if ! cmp -s "$O/backend_emu.cc.new" "$O/backend_emu.cc" || [ ! -f "$O/backend_emu.o" ]; then
     mv "$O/backend_emu.cc.new" "$O/backend_emu.cc"
@@ -31,7 +35,8 @@ if ! cmp -s "$O/backend_emu.cc.new" "$O/backend_emu.cc" || [ ! -f "$O/backend_em
 else
     rm -f "$O/backend_emu.cc.new"
 fi
-[ -f "$O/backend_emu.o" ] && [ "$O/backend_emu.o" -nt "$EMU/include/cuda_runtime.h" ] && [ "$O/backend_emu.o" -nt "$ROOT/train/backend.h" ] ||
+[ -f "$O/backend_emu.o" ] && [ "$O/backend_emu.o" -nt "$EMU/include/cuda_runtime.h" ] && [ "$O/backend_emu.o" -nt "$ROOT/train/backend.h" ] &&
+    [ "$O/backend_emu.o" -nt "$ROOT/train/backend_cuda_priv.cuh" ] ||
     g++ -std=c++20 "${FL[@]}" -I"$EMU/include" -I"$ROOT/include" -I"$ROOT" -c "$O/backend_emu.cc" -o "$O/backend_emu.o"
 g++ -std=c++20 "${FL[@]}" -I"$EMU/include" -I"$ROOT/include" -c "$EMU/emu_rt.cc" -o "$O/emu_rt.o"
 gcc -std=c11 -D_GNU_SOURCE -DSL_EMU "${FL[@]}" -I"$ROOT/tests/unit" -I"$ROOT" -I"$ROOT/include" \
