@@ -523,6 +523,61 @@ static int write_image(image_ctx *x, const image_item *it, sharded *sw) {
     return SL__EXIT_OK;
 }
 
+/* The class folders of dir (sorted) into classes, and each one's files into *files (an
+ * array of classes->n lists, left for the caller to free also on failure), their number
+ * into *total. The exit status, after the message on failure. */
+static int list_classes(const char *dir, strlist *classes, strlist **files, size_t *total) {
+    if (list_dir(dir, true, classes) != SL_OK) return sl__fail(PROG);
+    if (classes->n == 0) {
+        fprintf(stderr, "%s: %s: no class folders found (expected DIR/CLASS/*.jpg)\n", PROG,
+                dir);
+        return SL__EXIT_FAIL;
+    }
+    *files = calloc(classes->n, sizeof **files);
+    if (!*files) return sl__failf(PROG, "out of memory");
+    *total = 0;
+    for (size_t c = 0; c < classes->n; c++) {
+        char p[4096];
+        snprintf(p, sizeof p, "%s/%s", dir, classes->v[c]);
+        if (list_dir(p, false, &(*files)[c]) != SL_OK) return sl__fail(PROG);
+        *total += (*files)[c].n;
+    }
+    return SL__EXIT_OK;
+}
+
+/* Class by class, files sorted: the same tree gives the same items, whatever order the
+ * file system lists them in. Validation takes round(n_c * F) of each class's files (at
+ * least 1 and at most n_c - 1 when the class has 2 or more), drawn with the seed. */
+static void gather_items(const strlist *classes, const strlist *files, const char *dir, const convert_opts *co,
+                         int n_splits, skip_log *skips, image_item *items, size_t *n_items, image_item *val,
+                         size_t *n_val, uint64_t *rng) {
+    for (size_t c = 0; c < classes->n; c++) {
+        size_t first = *n_items;
+        for (size_t i = 0; i < files[c].n; i++) {
+            if (!is_jpeg_name(files[c].v[i])) {
+                skip_note(skips, dir, classes->v[c], files[c].v[i],
+                          "not a .jpg, .jpeg or .JPEG file");
+                continue;
+            }
+            items[(*n_items)++] = (image_item){c, files[c].v[i]};
+        }
+        if (n_splits == 2) {
+            size_t nc = *n_items - first;
+            size_t nv = (size_t)((double)nc * co->validation_fraction + 0.5);
+            if (nc >= 2 && nv < 1) nv = 1;
+            if (nc >= 2 && nv > nc - 1) nv = nc - 1;
+            if (nc < 2) nv = 0;
+            shuffle_items(items + first, nc, rng);
+            for (size_t i = 0; i < nv; i++) val[(*n_val)++] = items[first + i];
+            /* the rest back in file order, so that --no-shuffle keeps class-then-file order */
+            memmove(items + first, items + first + nv, (nc - nv) * sizeof *items);
+            *n_items -= nv;
+            qsort(items + first, *n_items - first, sizeof *items, cmp_str_item);
+            qsort(val + *n_val - nv, nv, sizeof *items, cmp_str_item);
+        }
+    }
+}
+
 static int convert_images(const char *prog, const char *dir, const char *out,
                           const convert_opts *co, sl_compression comp) {
     strlist classes = {0};
@@ -545,66 +600,17 @@ static int convert_images(const char *prog, const char *dir, const char *out,
     int rc = SL__EXIT_OK;
     double t0 = sl__now();
 
-    if (list_dir(dir, true, &classes) != SL_OK) {
-        rc = sl__fail(PROG);
-        goto done;
-    }
-    if (classes.n == 0) {
-        fprintf(stderr, "%s: %s: no class folders found (expected DIR/CLASS/*.jpg)\n", PROG,
-                dir);
-        rc = SL__EXIT_FAIL;
-        goto done;
-    }
-    files = calloc(classes.n, sizeof *files);
-    if (!files) {
-        rc = sl__failf(PROG, "out of memory");
-        goto done;
-    }
     size_t total = 0;
-    for (size_t c = 0; c < classes.n; c++) {
-        char p[4096];
-        snprintf(p, sizeof p, "%s/%s", dir, classes.v[c]);
-        if (list_dir(p, false, &files[c]) != SL_OK) {
-            rc = sl__fail(PROG);
-            goto done;
-        }
-        total += files[c].n;
-    }
+    if ((rc = list_classes(dir, &classes, &files, &total)) != SL__EXIT_OK) goto done;
     items = calloc(total ? total : 1, sizeof *items);
     split_items[1] = calloc(total ? total : 1, sizeof *items);
     if (!items || !split_items[1]) {
         rc = sl__failf(PROG, "out of memory");
         goto done;
     }
-    /* Class by class, files sorted: the same tree gives the same items, whatever order the
-     * file system lists them in. Validation takes round(n_c * F) of each class's files (at
-     * least 1 and at most n_c - 1 when the class has 2 or more), drawn with the seed. */
     uint64_t rng = (uint64_t)co->seed;
-    for (size_t c = 0; c < classes.n; c++) {
-        size_t first = n_items;
-        for (size_t i = 0; i < files[c].n; i++) {
-            if (!is_jpeg_name(files[c].v[i])) {
-                skip_note(&x.skips, dir, classes.v[c], files[c].v[i],
-                          "not a .jpg, .jpeg or .JPEG file");
-                continue;
-            }
-            items[n_items++] = (image_item){c, files[c].v[i]};
-        }
-        if (n_splits == 2) {
-            size_t nc = n_items - first;
-            size_t nv = (size_t)((double)nc * co->validation_fraction + 0.5);
-            if (nc >= 2 && nv < 1) nv = 1;
-            if (nc >= 2 && nv > nc - 1) nv = nc - 1;
-            if (nc < 2) nv = 0;
-            shuffle_items(items + first, nc, &rng);
-            for (size_t i = 0; i < nv; i++) split_items[1][split_n[1]++] = items[first + i];
-            /* the rest back in file order, so that --no-shuffle keeps class-then-file order */
-            memmove(items + first, items + first + nv, (nc - nv) * sizeof *items);
-            n_items -= nv;
-            qsort(items + first, n_items - first, sizeof *items, cmp_str_item);
-            qsort(split_items[1] + split_n[1] - nv, nv, sizeof *items, cmp_str_item);
-        }
-    }
+    gather_items(&classes, files, dir, co, n_splits, &x.skips, items, &n_items, split_items[1], &split_n[1],
+                 &rng);
     split_items[0] = items;
     split_n[0] = n_items;
     for (int k = 0; k < n_splits; k++) {
