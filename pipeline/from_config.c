@@ -11,9 +11,9 @@
  * file-reading datasets are made ("materialised") when the first element op arrives, because
  * sharding by file and interleaving change how the files are read, not what follows.
  *
- * This file builds the ops; map's function calls are parsed in from_config_fn.c and filter's
- * comparison is evaluated in from_config_filter.c (their shared builder:
- * pipeline/from_config_priv.h). */
+ * This file builds the ops; map's function calls are parsed in from_config_fn.c, filter's
+ * comparison is evaluated in from_config_filter.c, and the messages and typed readers all of
+ * them use are in from_config_read.c (their shared builder: pipeline/from_config_priv.h). */
 #include <glob.h>
 #include <math.h>
 #include <stdarg.h>
@@ -25,174 +25,6 @@
 #include "sluice/log.h"
 
 #define MAX_FNS 32
-
-/* ---- messages ---- */
-
-bool sl__fc_has_hint(void) { return strstr(sl_errmsg(), "---> HINT:") != NULL; }
-
-void sl__fc_hint_usage(const op_def *d) {
-    if (!sl__fc_has_hint()) sl_err_hint("usage: %s", d->usage);
-}
-
-/* An error at loc with the op's usage as the hint. */
-sl_status sl__fc_err_usage(builder *b, const op_def *d, sl_cfg_loc loc, sl_status code, const char *fmt, ...) {
-    char msg[512];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
-    va_end(ap);
-    sl_cfg_err(b->cfg, loc, code, "%s", msg);
-    if (d) sl_err_hint("usage: %s", d->usage);
-    return code;
-}
-
-/* The spot of `key=value`: the key sits just before the value (written without spaces,
- * as options are). */
-sl_cfg_loc sl__fc_key_loc(const sl_cfg_arg *a) {
-    sl_cfg_loc loc = a->v.loc;
-    int klen = (int)strlen(a->key);
-    if (loc.line > 0 && loc.col > klen + 1) {
-        loc.col -= klen + 1;
-        loc.len += klen + 1;
-    }
-    return loc;
-}
-
-/* "a, b, c" into buf. */
-const char *sl__fc_join(const char *const *words, int n, char *buf, size_t cap) {
-    size_t len = 0;
-    buf[0] = 0;
-    for (int i = 0; i < n && len < cap; i++)
-        len += (size_t)snprintf(buf + len, cap - len, i ? ", %s" : "%s", words[i]);
-    return buf;
-}
-
-/* A library call failed while building statement s: say where in the config. */
-static sl_status construct_failed(builder *b, const sl_cfg_stmt *s, sl_status code) {
-    sl_err_prefix("%s:%d:%d: %s: ", sl_cfg_filename(b->cfg), s->loc.line, s->loc.col, s->name);
-    return code;
-}
-
-/* ---- small typed readers ---- */
-
-sl_status sl__fc_read_int(builder *b, const op_def *d, const sl_cfg_value *v, int64_t min, int64_t max,
-                          int64_t *out) {
-    sl_status s = sl_cfg_int(b->cfg, v, min, max, out);
-    if (s && d) sl__fc_hint_usage(d);
-    return s;
-}
-
-sl_status sl__fc_read_bool(builder *b, const sl_cfg_value *v, bool *out) {
-    return sl_cfg_bool(b->cfg, v, out);
-}
-
-/* N or auto (SL_AUTO). */
-static sl_status read_int_or_auto(builder *b, const op_def *d, const sl_cfg_value *v, int64_t min,
-                                  int64_t max, int *out) {
-    if (sl_cfg_is_auto(v)) {
-        *out = SL_AUTO;
-        return SL_OK;
-    }
-    int64_t n;
-    sl_status s = sl_cfg_int(b->cfg, v, min, max, &n);
-    if (s) {
-        if (v->kind != SL_CV_NUMBER) sl_err_hint("write a number or auto");
-        else if (d) sl__fc_hint_usage(d);
-        return s;
-    }
-    *out = (int)n;
-    return SL_OK;
-}
-
-static sl_status read_word(builder *b, const sl_cfg_value *v, const char *what, const char **out) {
-    if (v->kind != SL_CV_IDENT && v->kind != SL_CV_STRING)
-        return sl_cfg_err(b->cfg, v->loc, SL_EINVAL, "expected %s, found '%s'", what, v->text);
-    *out = v->text;
-    return SL_OK;
-}
-
-/* A component name: a word or string shorter than SL_NAME_MAX. */
-sl_status sl__fc_read_comp(builder *b, const sl_cfg_value *v, const char **out) {
-    sl_status s = read_word(b, v, "a component name", out);
-    if (!s && (strlen(*out) == 0 || strlen(*out) >= SL_NAME_MAX))
-        s = sl_cfg_err(b->cfg, v->loc, SL_EINVAL, "component names are 1 to %d characters long", SL_NAME_MAX - 1);
-    return s;
-}
-
-static const char *const DTYPES[] = {"uint8", "int8", "uint16", "int16", "int32", "uint32", "int64",
-                                     "float16", "bfloat16", "float32", "float64", "bool", "bytes"};
-
-sl_status sl__fc_read_dtype(builder *b, const sl_cfg_value *v, bool allow_bytes, sl_dtype *out) {
-    const char *w = "";
-    if (read_word(b, v, "a dtype", &w)) return sl_errcode();
-    sl_dtype dt = sl_dtype_from_name(w);
-    if (dt == SL_DT_BYTES && !allow_bytes) {
-        sl_cfg_err(b->cfg, v->loc, SL_EINVAL, "a numeric dtype is needed here, not '%s'", w);
-        sl_err_hint("byte strings come from parse_example; numbers are uint8, int32, int64, float32, ...");
-        return SL_EINVAL;
-    }
-    if (dt == SL_DT_INVALID) {
-        sl_cfg_err(b->cfg, v->loc, SL_EINVAL, "unknown dtype '%s'", w);
-        int n = (int)(sizeof DTYPES / sizeof DTYPES[0]) - (allow_bytes ? 0 : 1);
-        const char *sug = sl_suggest(w, DTYPES, n);
-        char list[256];
-        if (sug) sl_err_hint("did you mean '%s'?", sug);
-        else sl_err_hint("the dtypes are %s", sl__fc_join(DTYPES, n, list, sizeof list));
-        return SL_EINVAL;
-    }
-    *out = dt;
-    return SL_OK;
-}
-
-/* A size: 224 (square) or 224x200 (height x width). */
-sl_status sl__fc_read_size(builder *b, const sl_cfg_value *v, int *h, int *w) {
-    if (v->kind == SL_CV_NUMBER && v->is_int && v->inum >= 1 && v->inum <= 1 << 20) {
-        *h = *w = (int)v->inum;
-        return SL_OK;
-    }
-    if (v->kind == SL_CV_SHAPE && v->ndims == 2 && v->dims[0] >= 1 && v->dims[1] >= 1 &&
-        v->dims[0] <= 1 << 20 && v->dims[1] <= 1 << 20) {
-        *h = (int)v->dims[0];
-        *w = (int)v->dims[1];
-        return SL_OK;
-    }
-    sl_cfg_err(b->cfg, v->loc, SL_EINVAL, "expected a size, found '%s'", v->text);
-    sl_err_hint("write 224 for a square or 224x200 for height x width");
-    return SL_EINVAL;
-}
-
-/* A list of numbers (or one number when allow_scalar) into out[0..cap). */
-sl_status sl__fc_read_numbers(builder *b, const sl_cfg_value *v, bool allow_scalar, double *out, int cap,
-                              int *n) {
-    if (v->kind == SL_CV_NUMBER && allow_scalar) {
-        out[0] = v->num;
-        *n = 1;
-        return SL_OK;
-    }
-    if (v->kind != SL_CV_LIST) {
-        sl_cfg_err(b->cfg, v->loc, SL_EINVAL, "expected a list of numbers like [0.5, 1], found '%s'", v->text);
-        return SL_EINVAL;
-    }
-    if (v->nargs < 1 || v->nargs > cap)
-        return sl_cfg_err(b->cfg, v->loc, SL_EINVAL, "expected 1 to %d numbers, found %d", cap, v->nargs);
-    for (int i = 0; i < v->nargs; i++)
-        if (sl_cfg_double(b->cfg, &v->args[i].v, &out[i])) return sl_errcode();
-    *n = v->nargs;
-    return SL_OK;
-}
-
-sl_status sl__fc_read_range2(builder *b, const sl_cfg_value *v, double *lo, double *hi) {
-    double x[2];
-    int n;
-    if (sl__fc_read_numbers(b, v, false, x, 2, &n)) return sl_errcode();
-    if (n != 2 || x[0] > x[1] || x[0] <= 0) {
-        sl_cfg_err(b->cfg, v->loc, SL_EINVAL, "expected [low, high] with 0 < low <= high");
-        return SL_EINVAL;
-    }
-    *lo = x[0];
-    *hi = x[1];
-    return SL_OK;
-}
 
 /* ---- paths ---- */
 
@@ -210,31 +42,6 @@ static void free_strs(char **v, int n) {
 }
 
 /* ---- the statements ---- */
-
-static void label(builder *b, sl_dataset *ds, const char *op) {
-    int k = 0;
-    for (int i = 0; i < b->ncounts && !k; i++)
-        if (strcmp(b->counts[i].op, op) == 0) k = ++b->counts[i].n;
-    if (!k && b->ncounts < 24) {
-        b->counts[b->ncounts].op = op;
-        b->counts[b->ncounts++].n = k = 1;
-    }
-    char l[64];
-    if (k > 1) snprintf(l, sizeof l, "%s/%s#%d", b->pname, op, k);
-    else snprintf(l, sizeof l, "%s/%s", b->pname, op);
-    sl_dataset_set_label(ds, l);
-}
-
-/* Replace b->ds with next (a new reference, or NULL after a failed constructor). */
-sl_status sl__fc_chain(builder *b, const sl_cfg_stmt *s, sl_status st, sl_dataset *next, const char *op) {
-    if (st) return construct_failed(b, s, st);
-    sl_dataset_unref(b->ds);
-    b->ds = next;
-    label(b, next, op);
-    /* errors met while running (a function failing on a record) name the statement */
-    snprintf(next->where, sizeof next->where, "%s:%d", sl_cfg_filename(b->cfg), s->loc.line);
-    return SL_OK;
-}
 
 static uint64_t default_seed(builder *b) { return sl__mix(b->env.seed, (uint64_t)b->stmt_index + 1); }
 
@@ -302,7 +109,7 @@ static sl_status build_files(builder *b, const op_def *d, const sl_cfg_stmt *s) 
     }
     if ((v = sl_cfg_opt(s, "compression"))) {
         const char *w = NULL;
-        if (read_word(b, v, "a compression", &w) || sl_compression_parse(w, &b->ropts.compression)) {
+        if (sl__fc_read_word(b, v, "a compression", &w) || sl_compression_parse(w, &b->ropts.compression)) {
             sl_cfg_err(b->cfg, v->loc, SL_EINVAL, "unknown compression '%s'", w ? w : v->text);
             sl_err_hint("compression is auto (detect), none, gzip or zlib");
             return SL_EINVAL;
@@ -338,13 +145,13 @@ static sl_status materialise(builder *b) {
         sl_dataset *lf = NULL, *sh = NULL, *il = NULL;
         st = sl_ds_list_files((const char *const *)b->patterns, b->npatterns, b->files_shuffle,
                               b->files_seed, &lf);
-        if (st) return construct_failed(b, s, st);
-        label(b, lf, "list_files");
+        if (st) return sl__fc_construct_failed(b, s, st);
+        sl__fc_label(b, lf, "list_files");
         if (by_file) {
             st = sl_ds_shard(lf, b->fs_num, b->fs_index, &sh);
             sl_dataset_unref(lf);
-            if (st) return construct_failed(b, b->file_shard_stmt, st);
-            label(b, sh, "shard");
+            if (st) return sl__fc_construct_failed(b, b->file_shard_stmt, st);
+            sl__fc_label(b, sh, "shard");
             lf = sh;
         }
         sl_interleave_opts io = b->iopts;
@@ -356,9 +163,9 @@ static sl_status materialise(builder *b) {
         }
         st = sl_ds_interleave_tfrecord(lf, &b->ropts, &io, &il);
         sl_dataset_unref(lf);
-        if (st) return construct_failed(b, b->interleave_stmt ? b->interleave_stmt : s, st);
+        if (st) return sl__fc_construct_failed(b, b->interleave_stmt ? b->interleave_stmt : s, st);
         b->ds = il;
-        label(b, il, b->interleave_stmt ? "interleave" : "files");
+        sl__fc_label(b, il, b->interleave_stmt ? "interleave" : "files");
         return shard_records(b);
     }
     sl_dataset *tf = NULL;
@@ -373,9 +180,9 @@ static sl_status materialise(builder *b) {
     } else {
         st = sl_ds_tfrecord((const char *const *)b->patterns, b->npatterns, &b->ropts, &tf);
     }
-    if (st) return construct_failed(b, s, st);
+    if (st) return sl__fc_construct_failed(b, s, st);
     b->ds = tf;
-    label(b, tf, "files");
+    sl__fc_label(b, tf, "files");
     return shard_records(b);
 }
 
@@ -390,11 +197,11 @@ static sl_status build_range(builder *b, const op_def *d, const sl_cfg_stmt *s) 
     }
     sl_dataset *r;
     sl_status st = sl_ds_range(a, z, step, &r);
-    if (st) return construct_failed(b, s, st);
+    if (st) return sl__fc_construct_failed(b, s, st);
     b->ds = r;
     b->src = SRC_RANGE;
     b->materialised = true;
-    label(b, r, "range");
+    sl__fc_label(b, r, "range");
     return SL_OK;
 }
 
@@ -501,12 +308,12 @@ static sl_status build_interleave(builder *b, const op_def *d, const sl_cfg_stmt
     sl_interleave_opts o = sl_interleave_opts_default();
     const sl_cfg_value *v;
     int64_t n;
-    if ((v = sl_cfg_opt(s, "cycle")) && read_int_or_auto(b, d, v, 1, 4096, &o.cycle_length)) return sl_errcode();
+    if ((v = sl_cfg_opt(s, "cycle")) && sl__fc_read_int_or_auto(b, d, v, 1, 4096, &o.cycle_length)) return sl_errcode();
     if ((v = sl_cfg_opt(s, "block"))) {
         if (sl__fc_read_int(b, d, v, 1, 1 << 20, &n)) return sl_errcode();
         o.block_length = (int)n;
     }
-    if ((v = sl_cfg_opt(s, "parallel")) && read_int_or_auto(b, d, v, 0, 4096, &o.parallelism)) return sl_errcode();
+    if ((v = sl_cfg_opt(s, "parallel")) && sl__fc_read_int_or_auto(b, d, v, 0, 4096, &o.parallelism)) return sl_errcode();
     if ((v = sl_cfg_opt(s, "deterministic")) && sl__fc_read_bool(b, v, &o.deterministic)) return sl_errcode();
     b->interleave_stmt = s;
     b->iopts = o;
@@ -564,12 +371,12 @@ static sl_status build_map(builder *b, const op_def *d, const sl_cfg_stmt *s) {
     int par = SL_AUTO;
     bool det = true;
     const sl_cfg_value *v;
-    if (!st && (v = sl_cfg_opt(s, "parallel"))) st = read_int_or_auto(b, d, v, 1, 4096, &par);
+    if (!st && (v = sl_cfg_opt(s, "parallel"))) st = sl__fc_read_int_or_auto(b, d, v, 1, 4096, &par);
     if (!st && (v = sl_cfg_opt(s, "deterministic"))) st = sl__fc_read_bool(b, v, &det);
     sl_fn *fn = NULL;
     if (!st) {
         st = sl_fn_chain(fns, n, &fn);
-        if (st) construct_failed(b, s, st);
+        if (st) sl__fc_construct_failed(b, s, st);
     }
     for (int i = 0; i < n; i++) sl_fn_unref(fns[i]);
     if (st) return st;
@@ -611,7 +418,7 @@ static sl_status build_batch(builder *b, const op_def *d, const sl_cfg_stmt *s) 
 static sl_status build_prefetch(builder *b, const op_def *d, const sl_cfg_stmt *s) {
     int n = SL_AUTO;
     const sl_cfg_value *v = sl_cfg_pos(s, 0);
-    if (v && read_int_or_auto(b, d, v, 1, 1 << 20, &n)) return sl_errcode();
+    if (v && sl__fc_read_int_or_auto(b, d, v, 1, 1 << 20, &n)) return sl_errcode();
     sl_dataset *out;
     sl_status st = sl_ds_prefetch(b->ds, n, &out);
     return sl__fc_chain(b, s, st, out, "prefetch");
@@ -641,7 +448,7 @@ static sl_status build_cache(builder *b, const op_def *d, const sl_cfg_stmt *s) 
     const char *path = NULL;
     if (v) {
         const char *p = "";
-        if (read_word(b, v, "a file path", &p)) return sl__fc_hint_usage(d), sl_errcode();
+        if (sl__fc_read_word(b, v, "a file path", &p)) return sl__fc_hint_usage(d), sl_errcode();
         if (resolve(b, v, p, full, sizeof full)) return SL_EINVAL;
         path = full;
     }
@@ -887,3 +694,4 @@ sl_status sl_pipeline_from_config(const sl_cfg *cfg, const char *name, const sl_
     *out = b.ds;
     return SL_OK;
 }
+

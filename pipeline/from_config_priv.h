@@ -1,8 +1,9 @@
-/* Private to pipeline/from_config*.c: the pipeline builder the three files share.
+/* Private to pipeline/from_config*.c: the pipeline builder the files share.
  * from_config.c builds the ops (the statements, the op table and the driver),
  * from_config_fn.c parses map's function calls, from_config_filter.c builds filter's
- * predicate and evaluates it. The calls go one way: from_config.c -> from_config_fn.c and
- * from_config_filter.c -> from_config.c's messages and readers. */
+ * predicate and evaluates it, and from_config_read.c has the messages, the typed readers
+ * and the graph's growth all of them use. The calls go one way: from_config.c ->
+ * from_config_fn.c and from_config_filter.c -> from_config_read.c. */
 #ifndef SLUICE_PIPELINE_FROM_CONFIG_PRIV_H
 #define SLUICE_PIPELINE_FROM_CONFIG_PRIV_H
 
@@ -57,7 +58,7 @@ struct builder {
     int64_t ds_num, ds_index;
 };
 
-/* ---- messages and typed readers (pipeline/from_config.c) ---- */
+/* ---- messages, typed readers, the graph (pipeline/from_config_read.c) ---- */
 
 /* Whether the pending error already carries a hint. */
 bool sl__fc_has_hint(void);
@@ -75,11 +76,20 @@ sl_cfg_loc sl__fc_key_loc(const sl_cfg_arg *a);
 /* "a, b, c" into buf (cut at cap); returns buf. */
 const char *sl__fc_join(const char *const *words, int n, char *buf, size_t cap);
 
+/* A library call failed while building statement s: prefix the error with where in the
+ * config it was written. Returns code. */
+sl_status sl__fc_construct_failed(builder *b, const sl_cfg_stmt *s, sl_status code);
+
 /* Values of a statement or a call, each reported at its spot on failure (with d's usage
  * as the hint where d is given); *out is left as it was on failure. */
 sl_status sl__fc_read_int(builder *b, const op_def *d, const sl_cfg_value *v, int64_t min, int64_t max,
                           int64_t *out);
 sl_status sl__fc_read_bool(builder *b, const sl_cfg_value *v, bool *out);
+/* N or auto (SL_AUTO). */
+sl_status sl__fc_read_int_or_auto(builder *b, const op_def *d, const sl_cfg_value *v, int64_t min,
+                                  int64_t max, int *out);
+/* A word or a string (`what` names it in the error). */
+sl_status sl__fc_read_word(builder *b, const sl_cfg_value *v, const char *what, const char **out);
 /* A component name: a word or string shorter than SL_NAME_MAX. */
 sl_status sl__fc_read_comp(builder *b, const sl_cfg_value *v, const char **out);
 sl_status sl__fc_read_dtype(builder *b, const sl_cfg_value *v, bool allow_bytes, sl_dtype *out);
@@ -90,6 +100,9 @@ sl_status sl__fc_read_numbers(builder *b, const sl_cfg_value *v, bool allow_scal
                               int *n);
 /* [low, high] with 0 < low <= high. */
 sl_status sl__fc_read_range2(builder *b, const sl_cfg_value *v, double *lo, double *hi);
+
+/* Label ds "PIPELINE/OP" ("PIPELINE/OP#N" for the op's Nth dataset). */
+void sl__fc_label(builder *b, sl_dataset *ds, const char *op);
 
 /* Replace b->ds with next (a new reference, or NULL after a failed constructor, st), label
  * it `op` and note statement s as where it was written. Returns st. */
