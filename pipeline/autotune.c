@@ -150,6 +150,14 @@ typedef struct {
     int nst;
 } model;
 
+int sl__ctx_nodes(sl_ictx *ctx, sl_op_node **out, int cap) {
+    pthread_mutex_lock(&ctx->nodes_mu);
+    int n = ctx->nnodes;
+    for (int i = 0; i < n && i < cap; i++) out[i] = ctx->nodes[i];
+    pthread_mutex_unlock(&ctx->nodes_mu);
+    return n;
+}
+
 static int new_stage(model *m, int kind, int node) {
     stage *s = &m->st[m->nst];
     s->kind = kind;

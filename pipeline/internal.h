@@ -204,6 +204,10 @@ void sl__tune_detach(sl_iter *it);
 void sl__tuner_start(sl_ictx *ctx);
 void sl__tuner_stop(sl_ictx *ctx);
 
+/* A snapshot of the node list (pointers stay valid while the context lives): up to cap
+ * node pointers into out; returns the number of nodes. */
+int sl__ctx_nodes(sl_ictx *ctx, sl_op_node **out, int cap);
+
 /* Append a history sample to a node (tune_mu held by the caller). */
 void sl__node_sample_locked(sl_ictx *ctx, sl_op_node *n, float buffered);
 
@@ -228,10 +232,6 @@ sl_status sl__iter_input(sl_dataset *ds, int i, sl_ictx *ctx, uint64_t seed, uin
 /* Make an iterator over a dataset made while running (interleave's per-element inputs):
  * all of parent's such inputs share one node. */
 sl_status sl__iter_make(sl_iter *parent, sl_dataset *ds, uint64_t seed, sl_iter **out);
-
-/* A snapshot of the node list (pointers stay valid while the context lives): up to cap
- * node pointers into out; returns the number of nodes. */
-int sl__ctx_nodes(sl_ictx *ctx, sl_op_node **out, int cap);
 
 /* sl_iter_next for use inside ops: counts stats, honours `ended`. */
 sl_status sl__iter_next(sl_iter *it, sl_element *out);
