@@ -368,22 +368,26 @@ static sl_status read_compress(const sl_cfg *cfg, const sl_cfg_stmt *s, sl_train
     return SL_OK;
 }
 
-sl_status sl_train_config_parse(const sl_cfg *cfg, sl_train_config *out) {
-    sl_train_config c;
-    memset(&c, 0, sizeof c);
-    c.eval_every.epochs = 1;
-    c.epochs = 1;
-    c.optim = (sl_optim_spec){.kind = SL_OPTIM_SGD, .momentum = 0.9f};
-    c.schedule = (sl_schedule){.kind = SL_SCHED_CONSTANT, .lr = 0.01f, .gamma = 0.1f};
-    c.ckpt_keep = 3;
-    c.backend = SL_BACKEND_AUTO;
-    c.device = -1;
-    c.seed = 1;
-    strcpy(c.strategy, "none");
-    c.ps_staleness = -1;
-    strcpy(c.image_key, "image");
-    strcpy(c.label_key, "label");
+/* The defaults of a train block's settings. */
+static void set_defaults(sl_train_config *c) {
+    memset(c, 0, sizeof *c);
+    c->eval_every.epochs = 1;
+    c->epochs = 1;
+    c->optim = (sl_optim_spec){.kind = SL_OPTIM_SGD, .momentum = 0.9f};
+    c->schedule = (sl_schedule){.kind = SL_SCHED_CONSTANT, .lr = 0.01f, .gamma = 0.1f};
+    c->ckpt_keep = 3;
+    c->backend = SL_BACKEND_AUTO;
+    c->device = -1;
+    c->seed = 1;
+    strcpy(c->strategy, "none");
+    c->ps_staleness = -1;
+    strcpy(c->image_key, "image");
+    strcpy(c->label_key, "label");
+}
 
+/* The file's one `train { }` block into *out: SL_ENOTFOUND without one, SL_EINVAL for a
+ * second one or one with values. */
+static sl_status find_train_block(const sl_cfg *cfg, const sl_cfg_stmt **out) {
     int n;
     const sl_cfg_stmt *root = sl_cfg_root(cfg, &n);
     const sl_cfg_stmt *tb = NULL;
@@ -405,6 +409,62 @@ sl_status sl_train_config_parse(const sl_cfg *cfg, sl_train_config *out) {
         sl_err_hint("write: train { model NAME ... }");
         return SL_EINVAL;
     }
+    *out = tb;
+    return SL_OK;
+}
+
+/* The statements a train block needs: `model NAME` and `data PIPELINE`. SL_EINVAL naming the
+ * blocks the file has otherwise. */
+static sl_status check_required(const sl_cfg *cfg, const sl_cfg_stmt *tb, const sl_cfg_stmt *model,
+                                const sl_cfg_stmt *data) {
+    if (!model) {
+        sl_cfg_err(cfg, tb->loc, SL_EINVAL, "the train block needs `model NAME`");
+        char names[512];
+        block_names(cfg, "model", names, sizeof names);
+        if (names[0]) sl_err_hint("the model blocks here are: %s", names);
+        else sl_err_hint("add a `model NAME { input 28x28x1 ... }` block and name it in train");
+        return SL_EINVAL;
+    }
+    if (!data) {
+        sl_cfg_err(cfg, tb->loc, SL_EINVAL, "the train block needs `data PIPELINE`");
+        char names[512];
+        block_names(cfg, "pipeline", names, sizeof names);
+        if (names[0]) sl_err_hint("the pipelines here are: %s", names);
+        return SL_EINVAL;
+    }
+    return SL_OK;
+}
+
+/* `checkpoint none`, or `checkpoint [every=N|steps=N] [keep=N]` (default: every epoch). A
+ * value is SL_EINVAL with the usage as the hint. */
+static sl_status read_checkpoint(const sl_cfg *cfg, const sl_cfg_stmt *s, const stmt_def *d, const sl_cfg_value *p0,
+                                 sl_train_config *c) {
+    sl_status st = SL_OK;
+    if (is_none(p0)) {
+        c->ckpt_every = (sl_train_every){0, 0};
+    } else if (p0) {
+        sl_cfg_err(cfg, p0->loc, SL_EINVAL, "checkpoint: unexpected value");
+        return usage_hint(SL_EINVAL, d);
+    } else {
+        if (!sl_cfg_opt(s, "every") && !sl_cfg_opt(s, "steps")) c->ckpt_every = (sl_train_every){1, 0};
+        st = read_every(cfg, s, d, &c->ckpt_every);
+        const sl_cfg_value *v = sl_cfg_opt(s, "keep");
+        int64_t keep;
+        if (!st && v) {
+            st = sl_cfg_int(cfg, v, 0, 1000000, &keep);
+            c->ckpt_keep = (int)keep;
+        }
+    }
+    return st;
+}
+
+sl_status sl_train_config_parse(const sl_cfg *cfg, sl_train_config *out) {
+    sl_train_config c;
+    set_defaults(&c);
+
+    const sl_cfg_stmt *tb;
+    sl_status fst = find_train_block(cfg, &tb);
+    if (fst) return fst;
     const sl_cfg_stmt *model = NULL, *data = NULL, *eval = NULL, *sched = NULL;
     bool seen_optim = false;
     for (int i = 0; i < tb->nbody; i++) {
@@ -456,21 +516,7 @@ sl_status sl_train_config_parse(const sl_cfg *cfg, sl_train_config *out) {
         } else if (strcmp(nm, "schedule") == 0) {
             sched = s;
         } else if (strcmp(nm, "checkpoint") == 0) {
-            if (is_none(p0)) {
-                c.ckpt_every = (sl_train_every){0, 0};
-            } else if (p0) {
-                sl_cfg_err(cfg, p0->loc, SL_EINVAL, "checkpoint: unexpected value");
-                return usage_hint(SL_EINVAL, d);
-            } else {
-                if (!sl_cfg_opt(s, "every") && !sl_cfg_opt(s, "steps")) c.ckpt_every = (sl_train_every){1, 0};
-                st = read_every(cfg, s, d, &c.ckpt_every);
-                const sl_cfg_value *v = sl_cfg_opt(s, "keep");
-                int64_t keep;
-                if (!st && v) {
-                    st = sl_cfg_int(cfg, v, 0, 1000000, &keep);
-                    c.ckpt_keep = (int)keep;
-                }
-            }
+            st = read_checkpoint(cfg, s, d, p0, &c);
         } else if (strcmp(nm, "run_dir") == 0) {
             st = read_word(cfg, p0, c.run_dir, sizeof c.run_dir);
         } else if (strcmp(nm, "backend") == 0) {
@@ -518,21 +564,7 @@ sl_status sl_train_config_parse(const sl_cfg *cfg, sl_train_config *out) {
     /* the schedule reads the optimizer's lr, wherever the two statements are */
     if (sched && read_schedule(cfg, sched, find_def("schedule"), &c)) return sl_errcode();
     (void)seen_optim;
-    if (!model) {
-        sl_cfg_err(cfg, tb->loc, SL_EINVAL, "the train block needs `model NAME`");
-        char names[512];
-        block_names(cfg, "model", names, sizeof names);
-        if (names[0]) sl_err_hint("the model blocks here are: %s", names);
-        else sl_err_hint("add a `model NAME { input 28x28x1 ... }` block and name it in train");
-        return SL_EINVAL;
-    }
-    if (!data) {
-        sl_cfg_err(cfg, tb->loc, SL_EINVAL, "the train block needs `data PIPELINE`");
-        char names[512];
-        block_names(cfg, "pipeline", names, sizeof names);
-        if (names[0]) sl_err_hint("the pipelines here are: %s", names);
-        return SL_EINVAL;
-    }
+    if (check_required(cfg, tb, model, data)) return SL_EINVAL;
     if (check_block(cfg, model, "model", c.model, NULL)) return sl_errcode();
     if (check_block(cfg, data, "pipeline", c.data, &c.batch)) return sl_errcode();
     if (eval && c.eval[0] && check_block(cfg, eval, "pipeline", c.eval, &c.eval_batch)) return sl_errcode();
