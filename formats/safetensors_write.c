@@ -246,6 +246,39 @@ static char *dir_of(const char *path) {
     return strndup(path, (size_t)(slash - path));
 }
 
+/* The header: the metadata meta[0..nm) (when there is any), then the tensors in file order
+ * ord with their byte ranges, padded with spaces to a multiple of 8 bytes. An allocation
+ * failure leaves hb->oom set. */
+static void build_header(const sl_st_writer *w, const int *ord, const kv *meta, int nm, sbuf *hb) {
+    sb_put(hb, "{", 1);
+    bool first = true;
+    if (nm) {
+        sb_put(hb, "\"__metadata__\":{", 16);
+        for (int i = 0; i < nm; i++) {
+            if (i) sb_put(hb, ",", 1);
+            sb_json_str(hb, meta[i].k);
+            sb_put(hb, ":", 1);
+            sb_json_str(hb, meta[i].v);
+        }
+        sb_put(hb, "}", 1);
+        first = false;
+    }
+    uint64_t off = 0;
+    for (int k = 0; k < w->n; k++) {
+        const wtensor *t = &w->t[ord[k]];
+        if (!first) sb_put(hb, ",", 1);
+        first = false;
+        sb_json_str(hb, t->name);
+        sb_printf(hb, ":{\"dtype\":\"%s\",\"shape\":[", sl_st_dtype_name(t->dt));
+        for (int d = 0; d < t->rank; d++) sb_printf(hb, d ? ",%lld" : "%lld", (long long)t->dims[d]);
+        sb_printf(hb, "],\"data_offsets\":[%llu,", (unsigned long long)off);
+        off += t->nbytes;
+        sb_printf(hb, "%llu]}", (unsigned long long)off);
+    }
+    sb_put(hb, "}", 1);
+    while (!hb->oom && hb->len % 8) sb_put(hb, " ", 1);
+}
+
 sl_status sl_st_writer_write(const sl_st_writer *w, const char *path) {
     static atomic_uint tmp_counter;
     sl_status s = SL_OK;
@@ -285,33 +318,7 @@ sl_status sl_st_writer_write(const sl_st_writer *w, const char *path) {
         meta[nm - 1] = (kv){SL_ST_CRC_HEADER, crcs + 9 * (size_t)w->n};
     }
 
-    sb_put(&hb, "{", 1);
-    bool first = true;
-    if (nm) {
-        sb_put(&hb, "\"__metadata__\":{", 16);
-        for (int i = 0; i < nm; i++) {
-            if (i) sb_put(&hb, ",", 1);
-            sb_json_str(&hb, meta[i].k);
-            sb_put(&hb, ":", 1);
-            sb_json_str(&hb, meta[i].v);
-        }
-        sb_put(&hb, "}", 1);
-        first = false;
-    }
-    uint64_t off = 0;
-    for (int k = 0; k < w->n; k++) {
-        const wtensor *t = &w->t[ord[k]];
-        if (!first) sb_put(&hb, ",", 1);
-        first = false;
-        sb_json_str(&hb, t->name);
-        sb_printf(&hb, ":{\"dtype\":\"%s\",\"shape\":[", sl_st_dtype_name(t->dt));
-        for (int d = 0; d < t->rank; d++) sb_printf(&hb, d ? ",%lld" : "%lld", (long long)t->dims[d]);
-        sb_printf(&hb, "],\"data_offsets\":[%llu,", (unsigned long long)off);
-        off += t->nbytes;
-        sb_printf(&hb, "%llu]}", (unsigned long long)off);
-    }
-    sb_put(&hb, "}", 1);
-    while (!hb.oom && hb.len % 8) sb_put(&hb, " ", 1);
+    build_header(w, ord, meta, nm, &hb);
     if (hb.oom) {
         s = sl_err(SL_ENOMEM, "%s: out of memory building the header", path);
         goto fail;
