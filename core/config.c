@@ -846,6 +846,117 @@ static sl_status nothing_to_remove(const char *assignment, const sl_cfg_stmt *cu
     return SL_EINVAL;
 }
 
+/* An override's value: VALUE (SET_VALUE) into *val, or (ARGS...) (SET_ARGS) into *given,
+ * named after the path's last part. Parsed in a scratch lexer whose strings land in c's
+ * arena, with messages quoting the value (as "--set"); everything parsed is marked as an
+ * override. An error is prefixed with the override's path. */
+static sl_status parse_override(sl_cfg *c, const char *path, const char *vtext, size_t vlen, set_kind kind,
+                                sl_cfg_value *val, sl_cfg_stmt *given) {
+    lexer L;
+    lexer_init(&L, c, vtext, vlen);
+    char *saved_src = c->src;
+    size_t saved_len = c->src_len;
+    char *saved_name = c->filename;
+    char label[64] = "--set";
+    c->src = (char *)vtext; /* so messages quote the value */
+    c->src_len = vlen;
+    c->filename = label;
+    sl_status s;
+    if (kind == SET_VALUE) {
+        advance(&L);
+        s = parse_value(&L, val, 0);
+        if (!s && L.tok.kind != T_EOF) s = lex_error(&L, L.tok.loc, "unexpected text after the value");
+    } else if (vtext[vlen - 1] != ')') {
+        s = lex_error(&L, here(&L, vtext, 1), "this '(' is never closed");
+        sl_err_hint("write PATH=(ARGS...), the arguments as on the statement's line, ending with ')'");
+    } else {
+        L.end = vtext + vlen - 1; /* lex between the parentheses */
+        L.p = vtext + 1;
+        advance(&L);
+        const char *slash = strrchr(path, '.');
+        given->name = slash ? slash + 1 : path;
+        s = parse_args(&L, given, 0);
+        if (!s && L.tok.kind != T_EOF) {
+            char b[64];
+            s = lex_error(&L, L.tok.loc, "unexpected %s in an argument list", tok_desc(&L.tok, b, sizeof b));
+            sl_err_hint("PATH=(ARGS...) sets one statement's arguments: no ';', newline or { } body");
+        }
+    }
+    c->src = saved_src;
+    c->src_len = saved_len;
+    c->filename = saved_name;
+    if (s) {
+        sl_err_prefix("override '%s': ", path);
+        return s;
+    }
+    mark_override(val);
+    for (int k = 0; k < given->nargs; k++) {
+        sl_cfg_arg *a = (sl_cfg_arg *)&given->args[k];
+        a->kloc.line = 0;
+        mark_override(&a->v);
+    }
+    return SL_OK;
+}
+
+/* The path's last part `key` is not a statement of cur: remove (SET_REMOVE) or set the
+ * option key of cur, or add a statement `key` with the value or arguments to cur's body. */
+static sl_status set_in(sl_cfg *c, const char *assignment, sl_cfg_stmt *cur, const char *key, set_kind kind,
+                        const sl_cfg_value *val, const sl_cfg_stmt *given) {
+    int opt = -1;
+    for (int k = 0; k < cur->nargs; k++)
+        if (cur->args[k].key && strcmp(cur->args[k].key, key) == 0) opt = k;
+    if (kind == SET_REMOVE) {
+        if (opt < 0) return nothing_to_remove(assignment, cur, key);
+        sl_cfg_arg *args = (sl_cfg_arg *)cur->args;
+        memmove(args + opt, args + opt + 1, sizeof *args * (size_t)(cur->nargs - opt - 1));
+        cur->nargs--;
+        return SL_OK;
+    }
+    if (cur->has_body) { /* append "key value" (or "key ARGS...") to the body */
+        sl_cfg_stmt *nb = arena_alloc(c, sizeof *nb * (size_t)(cur->nbody + 1));
+        sl_cfg_arg *a = kind == SET_VALUE ? arena_alloc(c, sizeof *a) : NULL;
+        char *name = arena_strndup(c, key, strlen(key));
+        if (!nb || (kind == SET_VALUE && !a) || !name) return sl_err(SL_ENOMEM, "out of memory");
+        if (cur->nbody) memcpy(nb, cur->body, sizeof *nb * (size_t)cur->nbody);
+        memset(&nb[cur->nbody], 0, sizeof *nb);
+        nb[cur->nbody].name = name;
+        nb[cur->nbody].loc = (sl_cfg_loc){0, 1, 1};
+        if (kind == SET_VALUE) {
+            memset(a, 0, sizeof *a);
+            a->v = *val;
+            nb[cur->nbody].nargs = 1;
+            nb[cur->nbody].args = a;
+        } else {
+            nb[cur->nbody].nargs = given->nargs;
+            nb[cur->nbody].args = given->args;
+        }
+        cur->body = nb;
+        cur->nbody++;
+        return SL_OK;
+    }
+    if (kind == SET_ARGS) {
+        if (opt >= 0) sl_err(SL_EINVAL, "override '%s': '%s' is an option of %s: it takes one value", assignment, key, cur->name);
+        else sl_err(SL_EINVAL, "override '%s': no '%s' statement inside %s", assignment, key, cur->name);
+        sl_err_hint("PATH=(ARGS...) replaces a statement's arguments; an option is set with PATH=VALUE");
+        return SL_EINVAL;
+    }
+    if (opt >= 0) {
+        ((sl_cfg_arg *)cur->args)[opt].v = *val;
+        return SL_OK;
+    }
+    sl_cfg_arg *a = arena_alloc(c, sizeof *a * (size_t)(cur->nargs + 1));
+    char *k2 = arena_strndup(c, key, strlen(key));
+    if (!a || !k2) return sl_err(SL_ENOMEM, "out of memory");
+    if (cur->nargs) memcpy(a, cur->args, sizeof *a * (size_t)cur->nargs);
+    memset(&a[cur->nargs], 0, sizeof *a);
+    a[cur->nargs].key = k2;
+    a[cur->nargs].sep = '=';
+    a[cur->nargs].v = *val;
+    cur->args = a;
+    cur->nargs++;
+    return SL_OK;
+}
+
 sl_status sl_cfg_set(sl_cfg *c, const char *assignment) {
     const char *eq = strchr(assignment, '=');
     if (!eq || eq == assignment)
@@ -867,49 +978,8 @@ sl_status sl_cfg_set(sl_cfg *c, const char *assignment) {
     sl_cfg_stmt given; /* SET_ARGS: the arguments */
     memset(&given, 0, sizeof given);
     if (kind != SET_REMOVE) {
-        lexer L;
-        lexer_init(&L, c, vtext, vlen);
-        char *saved_src = c->src;
-        size_t saved_len = c->src_len;
-        char *saved_name = c->filename;
-        char label[64] = "--set";
-        c->src = (char *)vtext; /* so messages quote the value */
-        c->src_len = vlen;
-        c->filename = label;
-        sl_status s;
-        if (kind == SET_VALUE) {
-            advance(&L);
-            s = parse_value(&L, &val, 0);
-            if (!s && L.tok.kind != T_EOF) s = lex_error(&L, L.tok.loc, "unexpected text after the value");
-        } else if (vtext[vlen - 1] != ')') {
-            s = lex_error(&L, here(&L, vtext, 1), "this '(' is never closed");
-            sl_err_hint("write PATH=(ARGS...), the arguments as on the statement's line, ending with ')'");
-        } else {
-            L.end = vtext + vlen - 1; /* lex between the parentheses */
-            L.p = vtext + 1;
-            advance(&L);
-            const char *slash = strrchr(path, '.');
-            given.name = slash ? slash + 1 : path;
-            s = parse_args(&L, &given, 0);
-            if (!s && L.tok.kind != T_EOF) {
-                char b[64];
-                s = lex_error(&L, L.tok.loc, "unexpected %s in an argument list", tok_desc(&L.tok, b, sizeof b));
-                sl_err_hint("PATH=(ARGS...) sets one statement's arguments: no ';', newline or { } body");
-            }
-        }
-        c->src = saved_src;
-        c->src_len = saved_len;
-        c->filename = saved_name;
-        if (s) {
-            sl_err_prefix("override '%s': ", path);
-            return s;
-        }
-        mark_override(&val);
-        for (int k = 0; k < given.nargs; k++) {
-            sl_cfg_arg *a = (sl_cfg_arg *)&given.args[k];
-            a->kloc.line = 0;
-            mark_override(&a->v);
-        }
+        sl_status s = parse_override(c, path, vtext, vlen, kind, &val, &given);
+        if (s) return s;
     }
 
     char *comps[MAX_PATH];
@@ -989,58 +1059,5 @@ sl_status sl_cfg_set(sl_cfg *c, const char *assignment) {
     }
 
     /* comps[nc-1] is not a statement of cur: one of its options, or a new statement */
-    const char *key = comps[nc - 1];
-    int opt = -1;
-    for (int k = 0; k < cur->nargs; k++)
-        if (cur->args[k].key && strcmp(cur->args[k].key, key) == 0) opt = k;
-    if (kind == SET_REMOVE) {
-        if (opt < 0) return nothing_to_remove(assignment, cur, key);
-        sl_cfg_arg *args = (sl_cfg_arg *)cur->args;
-        memmove(args + opt, args + opt + 1, sizeof *args * (size_t)(cur->nargs - opt - 1));
-        cur->nargs--;
-        return SL_OK;
-    }
-    if (cur->has_body) { /* append "key value" (or "key ARGS...") to the body */
-        sl_cfg_stmt *nb = arena_alloc(c, sizeof *nb * (size_t)(cur->nbody + 1));
-        sl_cfg_arg *a = kind == SET_VALUE ? arena_alloc(c, sizeof *a) : NULL;
-        char *name = arena_strndup(c, key, strlen(key));
-        if (!nb || (kind == SET_VALUE && !a) || !name) return sl_err(SL_ENOMEM, "out of memory");
-        if (cur->nbody) memcpy(nb, cur->body, sizeof *nb * (size_t)cur->nbody);
-        memset(&nb[cur->nbody], 0, sizeof *nb);
-        nb[cur->nbody].name = name;
-        nb[cur->nbody].loc = (sl_cfg_loc){0, 1, 1};
-        if (kind == SET_VALUE) {
-            memset(a, 0, sizeof *a);
-            a->v = val;
-            nb[cur->nbody].nargs = 1;
-            nb[cur->nbody].args = a;
-        } else {
-            nb[cur->nbody].nargs = given.nargs;
-            nb[cur->nbody].args = given.args;
-        }
-        cur->body = nb;
-        cur->nbody++;
-        return SL_OK;
-    }
-    if (kind == SET_ARGS) {
-        if (opt >= 0) sl_err(SL_EINVAL, "override '%s': '%s' is an option of %s: it takes one value", assignment, key, cur->name);
-        else sl_err(SL_EINVAL, "override '%s': no '%s' statement inside %s", assignment, key, cur->name);
-        sl_err_hint("PATH=(ARGS...) replaces a statement's arguments; an option is set with PATH=VALUE");
-        return SL_EINVAL;
-    }
-    if (opt >= 0) {
-        ((sl_cfg_arg *)cur->args)[opt].v = val;
-        return SL_OK;
-    }
-    sl_cfg_arg *a = arena_alloc(c, sizeof *a * (size_t)(cur->nargs + 1));
-    char *k2 = arena_strndup(c, key, strlen(key));
-    if (!a || !k2) return sl_err(SL_ENOMEM, "out of memory");
-    if (cur->nargs) memcpy(a, cur->args, sizeof *a * (size_t)cur->nargs);
-    memset(&a[cur->nargs], 0, sizeof *a);
-    a[cur->nargs].key = k2;
-    a[cur->nargs].sep = '=';
-    a[cur->nargs].v = val;
-    cur->args = a;
-    cur->nargs++;
-    return SL_OK;
+    return set_in(c, assignment, cur, comps[nc - 1], kind, &val, &given);
 }
