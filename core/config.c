@@ -5,7 +5,10 @@
  * line and column, and errors quote the offending line with a caret under it.
  * All nodes live in one arena freed with the tree; arrays are built in temporary vectors
  * and copied into the arena when complete. Nesting depth is bounded so hostile input
- * cannot exhaust the stack. */
+ * cannot exhaust the stack.
+ *
+ * This file builds the tree (lexer, parser, overrides); core/config_read.c reports errors
+ * at a spot of the source and reads the tree (lookups, typed reads, did-you-mean). */
 #include <ctype.h>
 #include <errno.h>
 #include <math.h>
@@ -14,27 +17,13 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/config_priv.h"
 #include "sluice/config.h"
 #include "sluice/file.h"
 
 #define MAX_DEPTH 64
 
 /* ---- arena ---- */
-
-typedef struct chunk {
-    struct chunk *next;
-    size_t used, cap;
-    _Alignas(16) unsigned char mem[];
-} chunk;
-
-struct sl_cfg {
-    chunk *chunks;
-    char *filename;
-    char *src;         /* a NUL-terminated copy of the text, for quoting lines in errors */
-    size_t src_len;
-    sl_cfg_stmt *root;
-    int nroot;
-};
 
 static void *arena_alloc(sl_cfg *c, size_t n) {
     n = (n + 15) & ~(size_t)15;
@@ -60,45 +49,6 @@ static char *arena_strndup(sl_cfg *c, const char *s, size_t n) {
         p[n] = 0;
     }
     return p;
-}
-
-/* ---- error reporting ---- */
-
-/* Copy line `line` (1-based) of the source into buf, tabs kept, without the newline. */
-static void source_line(const sl_cfg *c, int line, char *buf, size_t cap) {
-    const char *p = c->src, *end = c->src + c->src_len;
-    for (int l = 1; l < line && p < end; p++)
-        if (*p == '\n') l++;
-    size_t n = 0;
-    while (p + n < end && p[n] != '\n' && p[n] != '\r' && n + 1 < cap) n++;
-    /* control bytes (a NUL, say) would cut or garble the quoted line: show them as '?' so
-     * the caret still lines up under the spot */
-    for (size_t i = 0; i < n; i++) buf[i] = ((unsigned char)p[i] < 0x20 && p[i] != '\t') ? '?' : p[i];
-    buf[n] = 0;
-}
-
-static sl_status verr_at(const sl_cfg *c, sl_cfg_loc loc, sl_status code, const char *fmt, va_list ap) {
-    char msg[512], line[256], caret[300];
-    vsnprintf(msg, sizeof msg, fmt, ap);
-    if (loc.line <= 0) /* a value that came from an override, not from the file */
-        return sl_err(code, "%s (value given with --set)", msg);
-    source_line(c, loc.line, line, sizeof line);
-    /* caret line: same whitespace as the source up to the column, so tabs line up */
-    size_t n = 0;
-    for (int i = 0; i + 1 < loc.col && n + 1 < sizeof caret - 80; i++)
-        caret[n++] = (line[i] == '\t') ? '\t' : ' ';
-    caret[n++] = '^';
-    for (int i = 1; i < loc.len && i < 60 && n + 1 < sizeof caret; i++) caret[n++] = '~';
-    caret[n] = 0;
-    return sl_err(code, "%s:%d:%d: %s\n    %s\n    %s", c->filename, loc.line, loc.col, msg, line, caret);
-}
-
-sl_status sl_cfg_err(const sl_cfg *c, sl_cfg_loc loc, sl_status code, const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    verr_at(c, loc, code, fmt, ap);
-    va_end(ap);
-    return code;
 }
 
 /* ---- lexer ---- */
@@ -139,7 +89,7 @@ static sl_status lex_error(lexer *L, sl_cfg_loc loc, const char *fmt, ...) {
     if (L->err) return L->err;
     va_list ap;
     va_start(ap, fmt);
-    verr_at(L->c, loc, SL_EINVAL, fmt, ap);
+    sl__cfg_verr_at(L->c, loc, SL_EINVAL, fmt, ap);
     va_end(ap);
     L->err = SL_EINVAL;
     return L->err;
@@ -793,124 +743,6 @@ const sl_cfg_stmt *sl_cfg_root(const sl_cfg *c, int *n) {
 
 const char *sl_cfg_filename(const sl_cfg *c) { return c->filename; }
 
-/* ---- lookups and typed reads ---- */
-
-const sl_cfg_stmt *sl_cfg_find(const sl_cfg_stmt *stmts, int n, const char *name) {
-    for (int i = 0; i < n; i++)
-        if (strcmp(stmts[i].name, name) == 0) return &stmts[i];
-    return NULL;
-}
-
-const sl_cfg_value *sl_cfg_opt(const sl_cfg_stmt *s, const char *key) {
-    const sl_cfg_value *v = NULL;
-    for (int i = 0; i < s->nargs; i++)
-        if (s->args[i].key && strcmp(s->args[i].key, key) == 0) v = &s->args[i].v;
-    return v;
-}
-
-const sl_cfg_value *sl_cfg_pos(const sl_cfg_stmt *s, int idx) {
-    for (int i = 0; i < s->nargs; i++) {
-        if (s->args[i].key || s->args[i].v.kind == SL_CV_PIPE) continue;
-        if (idx-- == 0) return &s->args[i].v;
-    }
-    return NULL;
-}
-
-int sl_cfg_npos(const sl_cfg_stmt *s) {
-    int n = 0;
-    for (int i = 0; i < s->nargs; i++) n += !s->args[i].key && s->args[i].v.kind != SL_CV_PIPE;
-    return n;
-}
-
-static const char *kind_name(sl_cv_kind k) {
-    switch (k) {
-    case SL_CV_NUMBER: return "a number";
-    case SL_CV_STRING: return "a string";
-    case SL_CV_IDENT: return "a word";
-    case SL_CV_SHAPE: return "a shape";
-    case SL_CV_LIST: return "a list";
-    case SL_CV_CALL: return "a call";
-    case SL_CV_PIPE: return "'|'";
-    }
-    return "a value";
-}
-
-sl_status sl_cfg_int(const sl_cfg *c, const sl_cfg_value *v, int64_t min, int64_t max, int64_t *out) {
-    if (v->kind != SL_CV_NUMBER || !v->is_int)
-        return sl_cfg_err(c, v->loc, SL_EINVAL, "expected an integer, found %s '%s'",
-                          v->kind == SL_CV_NUMBER ? "the number" : kind_name(v->kind), v->text);
-    if (v->inum < min || v->inum > max)
-        return sl_cfg_err(c, v->loc, SL_ERANGE, "%lld is outside %lld..%lld", (long long)v->inum,
-                          (long long)min, (long long)max);
-    *out = v->inum;
-    return SL_OK;
-}
-
-sl_status sl_cfg_double(const sl_cfg *c, const sl_cfg_value *v, double *out) {
-    if (v->kind != SL_CV_NUMBER)
-        return sl_cfg_err(c, v->loc, SL_EINVAL, "expected a number, found %s '%s'", kind_name(v->kind), v->text);
-    *out = v->num;
-    return SL_OK;
-}
-
-sl_status sl_cfg_bool(const sl_cfg *c, const sl_cfg_value *v, bool *out) {
-    static const char *yes[] = {"true", "yes", "on", "1"}, *no[] = {"false", "no", "off", "0"};
-    if (v->kind == SL_CV_IDENT || v->kind == SL_CV_NUMBER) {
-        for (int i = 0; i < 4; i++) {
-            if (strcmp(v->text, yes[i]) == 0) { *out = true; return SL_OK; }
-            if (strcmp(v->text, no[i]) == 0) { *out = false; return SL_OK; }
-        }
-    }
-    sl_cfg_err(c, v->loc, SL_EINVAL, "expected true or false, found '%s'", v->text);
-    sl_err_hint("write true or false (yes/no, on/off, 1/0 also work)");
-    return SL_EINVAL;
-}
-
-sl_status sl_cfg_word(const sl_cfg *c, const sl_cfg_value *v, const char **out) {
-    if (v->kind != SL_CV_IDENT && v->kind != SL_CV_STRING)
-        return sl_cfg_err(c, v->loc, SL_EINVAL, "expected a word or a string, found %s '%s'",
-                          kind_name(v->kind), v->text);
-    *out = v->text;
-    return SL_OK;
-}
-
-bool sl_cfg_is_auto(const sl_cfg_value *v) {
-    return v && v->kind == SL_CV_IDENT && strcmp(v->text, "auto") == 0;
-}
-
-static int edit_distance(const char *a, const char *b) {
-    size_t la = strlen(a), lb = strlen(b);
-    if (la > 64 || lb > 64) return 1000;
-    int row[65];
-    for (size_t j = 0; j <= lb; j++) row[j] = (int)j;
-    for (size_t i = 1; i <= la; i++) {
-        int diag = row[0];
-        row[0] = (int)i;
-        for (size_t j = 1; j <= lb; j++) {
-            int up = row[j];
-            int cost = a[i - 1] == b[j - 1] ? 0 : 1;
-            int best = diag + cost;
-            if (row[j] + 1 < best) best = row[j] + 1;
-            if (row[j - 1] + 1 < best) best = row[j - 1] + 1;
-            row[j] = best;
-            diag = up;
-        }
-    }
-    return row[lb];
-}
-
-const char *sl_suggest(const char *word, const char *const *cands, int n) {
-    int best = 1000;
-    const char *pick = NULL;
-    for (int i = 0; i < n; i++) {
-        int d = edit_distance(word, cands[i]);
-        if (d < best) { best = d; pick = cands[i]; }
-    }
-    int limit = (int)strlen(word) / 3;
-    if (limit < 1) limit = 1;
-    return best <= limit ? pick : NULL;
-}
-
 /* ---- overrides ---- */
 
 #define MAX_PATH 32   /* parts of an override's path */
@@ -1014,6 +846,117 @@ static sl_status nothing_to_remove(const char *assignment, const sl_cfg_stmt *cu
     return SL_EINVAL;
 }
 
+/* An override's value: VALUE (SET_VALUE) into *val, or (ARGS...) (SET_ARGS) into *given,
+ * named after the path's last part. Parsed in a scratch lexer whose strings land in c's
+ * arena, with messages quoting the value (as "--set"); everything parsed is marked as an
+ * override. An error is prefixed with the override's path. */
+static sl_status parse_override(sl_cfg *c, const char *path, const char *vtext, size_t vlen, set_kind kind,
+                                sl_cfg_value *val, sl_cfg_stmt *given) {
+    lexer L;
+    lexer_init(&L, c, vtext, vlen);
+    char *saved_src = c->src;
+    size_t saved_len = c->src_len;
+    char *saved_name = c->filename;
+    char label[64] = "--set";
+    c->src = (char *)vtext; /* so messages quote the value */
+    c->src_len = vlen;
+    c->filename = label;
+    sl_status s;
+    if (kind == SET_VALUE) {
+        advance(&L);
+        s = parse_value(&L, val, 0);
+        if (!s && L.tok.kind != T_EOF) s = lex_error(&L, L.tok.loc, "unexpected text after the value");
+    } else if (vtext[vlen - 1] != ')') {
+        s = lex_error(&L, here(&L, vtext, 1), "this '(' is never closed");
+        sl_err_hint("write PATH=(ARGS...), the arguments as on the statement's line, ending with ')'");
+    } else {
+        L.end = vtext + vlen - 1; /* lex between the parentheses */
+        L.p = vtext + 1;
+        advance(&L);
+        const char *slash = strrchr(path, '.');
+        given->name = slash ? slash + 1 : path;
+        s = parse_args(&L, given, 0);
+        if (!s && L.tok.kind != T_EOF) {
+            char b[64];
+            s = lex_error(&L, L.tok.loc, "unexpected %s in an argument list", tok_desc(&L.tok, b, sizeof b));
+            sl_err_hint("PATH=(ARGS...) sets one statement's arguments: no ';', newline or { } body");
+        }
+    }
+    c->src = saved_src;
+    c->src_len = saved_len;
+    c->filename = saved_name;
+    if (s) {
+        sl_err_prefix("override '%s': ", path);
+        return s;
+    }
+    mark_override(val);
+    for (int k = 0; k < given->nargs; k++) {
+        sl_cfg_arg *a = (sl_cfg_arg *)&given->args[k];
+        a->kloc.line = 0;
+        mark_override(&a->v);
+    }
+    return SL_OK;
+}
+
+/* The path's last part `key` is not a statement of cur: remove (SET_REMOVE) or set the
+ * option key of cur, or add a statement `key` with the value or arguments to cur's body. */
+static sl_status set_in(sl_cfg *c, const char *assignment, sl_cfg_stmt *cur, const char *key, set_kind kind,
+                        const sl_cfg_value *val, const sl_cfg_stmt *given) {
+    int opt = -1;
+    for (int k = 0; k < cur->nargs; k++)
+        if (cur->args[k].key && strcmp(cur->args[k].key, key) == 0) opt = k;
+    if (kind == SET_REMOVE) {
+        if (opt < 0) return nothing_to_remove(assignment, cur, key);
+        sl_cfg_arg *args = (sl_cfg_arg *)cur->args;
+        memmove(args + opt, args + opt + 1, sizeof *args * (size_t)(cur->nargs - opt - 1));
+        cur->nargs--;
+        return SL_OK;
+    }
+    if (cur->has_body) { /* append "key value" (or "key ARGS...") to the body */
+        sl_cfg_stmt *nb = arena_alloc(c, sizeof *nb * (size_t)(cur->nbody + 1));
+        sl_cfg_arg *a = kind == SET_VALUE ? arena_alloc(c, sizeof *a) : NULL;
+        char *name = arena_strndup(c, key, strlen(key));
+        if (!nb || (kind == SET_VALUE && !a) || !name) return sl_err(SL_ENOMEM, "out of memory");
+        if (cur->nbody) memcpy(nb, cur->body, sizeof *nb * (size_t)cur->nbody);
+        memset(&nb[cur->nbody], 0, sizeof *nb);
+        nb[cur->nbody].name = name;
+        nb[cur->nbody].loc = (sl_cfg_loc){0, 1, 1};
+        if (kind == SET_VALUE) {
+            memset(a, 0, sizeof *a);
+            a->v = *val;
+            nb[cur->nbody].nargs = 1;
+            nb[cur->nbody].args = a;
+        } else {
+            nb[cur->nbody].nargs = given->nargs;
+            nb[cur->nbody].args = given->args;
+        }
+        cur->body = nb;
+        cur->nbody++;
+        return SL_OK;
+    }
+    if (kind == SET_ARGS) {
+        if (opt >= 0) sl_err(SL_EINVAL, "override '%s': '%s' is an option of %s: it takes one value", assignment, key, cur->name);
+        else sl_err(SL_EINVAL, "override '%s': no '%s' statement inside %s", assignment, key, cur->name);
+        sl_err_hint("PATH=(ARGS...) replaces a statement's arguments; an option is set with PATH=VALUE");
+        return SL_EINVAL;
+    }
+    if (opt >= 0) {
+        ((sl_cfg_arg *)cur->args)[opt].v = *val;
+        return SL_OK;
+    }
+    sl_cfg_arg *a = arena_alloc(c, sizeof *a * (size_t)(cur->nargs + 1));
+    char *k2 = arena_strndup(c, key, strlen(key));
+    if (!a || !k2) return sl_err(SL_ENOMEM, "out of memory");
+    if (cur->nargs) memcpy(a, cur->args, sizeof *a * (size_t)cur->nargs);
+    memset(&a[cur->nargs], 0, sizeof *a);
+    a[cur->nargs].key = k2;
+    a[cur->nargs].sep = '=';
+    a[cur->nargs].v = *val;
+    cur->args = a;
+    cur->nargs++;
+    return SL_OK;
+}
+
 sl_status sl_cfg_set(sl_cfg *c, const char *assignment) {
     const char *eq = strchr(assignment, '=');
     if (!eq || eq == assignment)
@@ -1035,49 +978,8 @@ sl_status sl_cfg_set(sl_cfg *c, const char *assignment) {
     sl_cfg_stmt given; /* SET_ARGS: the arguments */
     memset(&given, 0, sizeof given);
     if (kind != SET_REMOVE) {
-        lexer L;
-        lexer_init(&L, c, vtext, vlen);
-        char *saved_src = c->src;
-        size_t saved_len = c->src_len;
-        char *saved_name = c->filename;
-        char label[64] = "--set";
-        c->src = (char *)vtext; /* so messages quote the value */
-        c->src_len = vlen;
-        c->filename = label;
-        sl_status s;
-        if (kind == SET_VALUE) {
-            advance(&L);
-            s = parse_value(&L, &val, 0);
-            if (!s && L.tok.kind != T_EOF) s = lex_error(&L, L.tok.loc, "unexpected text after the value");
-        } else if (vtext[vlen - 1] != ')') {
-            s = lex_error(&L, here(&L, vtext, 1), "this '(' is never closed");
-            sl_err_hint("write PATH=(ARGS...), the arguments as on the statement's line, ending with ')'");
-        } else {
-            L.end = vtext + vlen - 1; /* lex between the parentheses */
-            L.p = vtext + 1;
-            advance(&L);
-            const char *slash = strrchr(path, '.');
-            given.name = slash ? slash + 1 : path;
-            s = parse_args(&L, &given, 0);
-            if (!s && L.tok.kind != T_EOF) {
-                char b[64];
-                s = lex_error(&L, L.tok.loc, "unexpected %s in an argument list", tok_desc(&L.tok, b, sizeof b));
-                sl_err_hint("PATH=(ARGS...) sets one statement's arguments: no ';', newline or { } body");
-            }
-        }
-        c->src = saved_src;
-        c->src_len = saved_len;
-        c->filename = saved_name;
-        if (s) {
-            sl_err_prefix("override '%s': ", path);
-            return s;
-        }
-        mark_override(&val);
-        for (int k = 0; k < given.nargs; k++) {
-            sl_cfg_arg *a = (sl_cfg_arg *)&given.args[k];
-            a->kloc.line = 0;
-            mark_override(&a->v);
-        }
+        sl_status s = parse_override(c, path, vtext, vlen, kind, &val, &given);
+        if (s) return s;
     }
 
     char *comps[MAX_PATH];
@@ -1157,58 +1059,5 @@ sl_status sl_cfg_set(sl_cfg *c, const char *assignment) {
     }
 
     /* comps[nc-1] is not a statement of cur: one of its options, or a new statement */
-    const char *key = comps[nc - 1];
-    int opt = -1;
-    for (int k = 0; k < cur->nargs; k++)
-        if (cur->args[k].key && strcmp(cur->args[k].key, key) == 0) opt = k;
-    if (kind == SET_REMOVE) {
-        if (opt < 0) return nothing_to_remove(assignment, cur, key);
-        sl_cfg_arg *args = (sl_cfg_arg *)cur->args;
-        memmove(args + opt, args + opt + 1, sizeof *args * (size_t)(cur->nargs - opt - 1));
-        cur->nargs--;
-        return SL_OK;
-    }
-    if (cur->has_body) { /* append "key value" (or "key ARGS...") to the body */
-        sl_cfg_stmt *nb = arena_alloc(c, sizeof *nb * (size_t)(cur->nbody + 1));
-        sl_cfg_arg *a = kind == SET_VALUE ? arena_alloc(c, sizeof *a) : NULL;
-        char *name = arena_strndup(c, key, strlen(key));
-        if (!nb || (kind == SET_VALUE && !a) || !name) return sl_err(SL_ENOMEM, "out of memory");
-        if (cur->nbody) memcpy(nb, cur->body, sizeof *nb * (size_t)cur->nbody);
-        memset(&nb[cur->nbody], 0, sizeof *nb);
-        nb[cur->nbody].name = name;
-        nb[cur->nbody].loc = (sl_cfg_loc){0, 1, 1};
-        if (kind == SET_VALUE) {
-            memset(a, 0, sizeof *a);
-            a->v = val;
-            nb[cur->nbody].nargs = 1;
-            nb[cur->nbody].args = a;
-        } else {
-            nb[cur->nbody].nargs = given.nargs;
-            nb[cur->nbody].args = given.args;
-        }
-        cur->body = nb;
-        cur->nbody++;
-        return SL_OK;
-    }
-    if (kind == SET_ARGS) {
-        if (opt >= 0) sl_err(SL_EINVAL, "override '%s': '%s' is an option of %s: it takes one value", assignment, key, cur->name);
-        else sl_err(SL_EINVAL, "override '%s': no '%s' statement inside %s", assignment, key, cur->name);
-        sl_err_hint("PATH=(ARGS...) replaces a statement's arguments; an option is set with PATH=VALUE");
-        return SL_EINVAL;
-    }
-    if (opt >= 0) {
-        ((sl_cfg_arg *)cur->args)[opt].v = val;
-        return SL_OK;
-    }
-    sl_cfg_arg *a = arena_alloc(c, sizeof *a * (size_t)(cur->nargs + 1));
-    char *k2 = arena_strndup(c, key, strlen(key));
-    if (!a || !k2) return sl_err(SL_ENOMEM, "out of memory");
-    if (cur->nargs) memcpy(a, cur->args, sizeof *a * (size_t)cur->nargs);
-    memset(&a[cur->nargs], 0, sizeof *a);
-    a[cur->nargs].key = k2;
-    a[cur->nargs].sep = '=';
-    a[cur->nargs].v = val;
-    cur->args = a;
-    cur->nargs++;
-    return SL_OK;
+    return set_in(c, assignment, cur, comps[nc - 1], kind, &val, &given);
 }

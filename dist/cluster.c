@@ -579,6 +579,41 @@ static sl_status from_ompi(const char *const *envp, int port_base, spec *s) {
 
 /* ---- resolution -------------------------------------------------------------------- */
 
+/* out's task table from the members in mem (each type's tasks in order; chief and workers
+ * get ring ranks), out->self for task ttype tindex, and the ring's and the ps tasks'
+ * address lists. SL_EINVAL when two tasks share an address. On failure what was allocated
+ * is left in out for sl_cluster_free. */
+static sl_status fill_tasks(const spec *mem, int ttype, int tindex, sl_cluster *out) {
+    int nt = 0;
+    for (int t = 0; t < SL_TASK_TYPES_; t++) nt += mem->n[t];
+    out->tasks = calloc((size_t)nt, sizeof *out->tasks);
+    if (!out->tasks) return sl_err(SL_ENOMEM, "cluster: out of memory");
+    int k = 0, ring = 0;
+    for (int t = 0; t < SL_TASK_TYPES_; t++)
+        for (int i = 0; i < mem->n[t]; i++, k++) {
+            sl_cluster_task *ct = &out->tasks[k];
+            ct->type = (sl_task_type)t;
+            ct->index = i;
+            ct->ring_rank = (t == SL_TASK_CHIEF || t == SL_TASK_WORKER) ? ring++ : -1;
+            snprintf(ct->addr, sizeof ct->addr, "%s", mem->list[t][i]);
+            for (int j = 0; j < k; j++)
+                if (strcmp(out->tasks[j].addr, ct->addr) == 0) {
+                    return sl_err(SL_EINVAL, "%s: address %s is given to both %s %d and %s %d", mem->src, ct->addr,
+                                  sl_task_type_name(out->tasks[j].type), out->tasks[j].index, sl_task_type_name(t), i);
+                }
+            if (t == ttype && i == tindex) out->self = k;
+        }
+    out->ntasks = nt;
+    out->ring_addrs = calloc((size_t)nt + 1, sizeof *out->ring_addrs);
+    out->ps_addrs = calloc((size_t)nt + 1, sizeof *out->ps_addrs);
+    if (!out->ring_addrs || !out->ps_addrs) return sl_err(SL_ENOMEM, "cluster: out of memory");
+    for (int i = 0, nr = 0, np = 0; i < nt; i++) {
+        if (out->tasks[i].ring_rank >= 0) out->ring_addrs[nr++] = out->tasks[i].addr;
+        else if (out->tasks[i].type == SL_TASK_PS) out->ps_addrs[np++] = out->tasks[i].addr;
+    }
+    return SL_OK;
+}
+
 sl_status sl_cluster_resolve(const sl_cluster_args *args, const sl_cfg *cfg,
                              const char *const *envp, sl_cluster *out) {
     memset(out, 0, sizeof *out);
@@ -658,34 +693,7 @@ sl_status sl_cluster_resolve(const sl_cluster_args *args, const sl_cfg *cfg,
                     tindex, tsrc, mem->src, mem->n[ttype], sl_task_type_name(ttype), mem->n[ttype] == 1 ? "" : "s");
         goto fail_single;
     }
-    int nt = 0;
-    for (int t = 0; t < SL_TASK_TYPES_; t++) nt += mem->n[t];
-    out->tasks = calloc((size_t)nt, sizeof *out->tasks);
-    if (!out->tasks) { st = sl_err(SL_ENOMEM, "cluster: out of memory"); goto fail_single; }
-    int k = 0, ring = 0;
-    for (int t = 0; t < SL_TASK_TYPES_; t++)
-        for (int i = 0; i < mem->n[t]; i++, k++) {
-            sl_cluster_task *ct = &out->tasks[k];
-            ct->type = (sl_task_type)t;
-            ct->index = i;
-            ct->ring_rank = (t == SL_TASK_CHIEF || t == SL_TASK_WORKER) ? ring++ : -1;
-            snprintf(ct->addr, sizeof ct->addr, "%s", mem->list[t][i]);
-            for (int j = 0; j < k; j++)
-                if (strcmp(out->tasks[j].addr, ct->addr) == 0) {
-                    st = sl_err(SL_EINVAL, "%s: address %s is given to both %s %d and %s %d", mem->src, ct->addr,
-                                sl_task_type_name(out->tasks[j].type), out->tasks[j].index, sl_task_type_name(t), i);
-                    goto fail_single;
-                }
-            if (t == ttype && i == tindex) out->self = k;
-        }
-    out->ntasks = nt;
-    out->ring_addrs = calloc((size_t)nt + 1, sizeof *out->ring_addrs);
-    out->ps_addrs = calloc((size_t)nt + 1, sizeof *out->ps_addrs);
-    if (!out->ring_addrs || !out->ps_addrs) { st = sl_err(SL_ENOMEM, "cluster: out of memory"); goto fail_single; }
-    for (int i = 0, nr = 0, np = 0; i < nt; i++) {
-        if (out->tasks[i].ring_rank >= 0) out->ring_addrs[nr++] = out->tasks[i].addr;
-        else if (out->tasks[i].type == SL_TASK_PS) out->ps_addrs[np++] = out->tasks[i].addr;
-    }
+    if ((st = fill_tasks(mem, ttype, tindex, out))) goto fail_single;
     out->rank = out->tasks[out->self].ring_rank;
     out->world = world;
     out->nps = mem->n[SL_TASK_PS];

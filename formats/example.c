@@ -31,7 +31,7 @@
  *     TensorFlow's parser, and never the same as its part before the NUL ("label"). (It
  *     used to be cut at the NUL, so such a key silently replaced the real "label".)
  *     protobuf-c stores keys as C strings, so the pb path recovers each key's length from
- *     the size of the allocation protobuf-c made for it (see example_pb.c).
+ *     the size of the allocation protobuf-c made for it (see example_pbmem.c).
  *   - FloatList.value: packed (length a multiple of 4) or fixed32 (wire type 5);
  *     Int64List.value: packed varints (each terminated, at most 10 bytes) or varints;
  *     BytesList.value: length-delimited.
@@ -43,21 +43,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "formats/example_priv.h"
 #include "sluice/example.h"
 #include "sluice/util.h"
-
-/* ---- shared with example_pb.c / example_json.c (internal, not in any header) ---------- */
-
-/* ex->pb points here after the fast path saw an Example.features field, so that JSON
- * output can tell "features present but empty" from "no features field". */
-const char sl__example_fast_present = 1;
-sl_status sl__example_slot(sl_example *ex, const uint8_t *key, size_t klen, sl_feature **out);
-void sl__example_reset(sl_example *ex);
-sl_status sl__fast_floats(const sl_feature *f, float *out);
-sl_status sl__fast_int64s(const sl_feature *f, int64_t *out);
-sl_status sl__fast_bytes(const sl_feature *f, sl_bytes *out);
-/* defined in example_pb.c */
-void sl__example_pb_release(sl_example *ex);
 
 /* ---- feature table ------------------------------------------------------------------- */
 

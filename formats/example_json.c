@@ -27,10 +27,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "formats/example_priv.h"
 #include "sluice/example.h"
 #include "sluice/json.h"
-
-int sl__example_has_features(const sl_example *ex); /* example_pb.c */
 
 /* ---- growing string -------------------------------------------------------------------- */
 

@@ -14,75 +14,16 @@
 #include <string.h>
 
 #include "example.pb-c.h"
+#include "formats/example_priv.h"
 #include "sluice/example.h"
 
-/* ---- internal, shared with example.c / example_json.c -------------------------------- */
-extern const char sl__example_fast_present; /* example.c */
-sl_status sl__example_slot(sl_example *ex, const uint8_t *key, size_t klen, sl_feature **out);
-void sl__example_reset(sl_example *ex);
-sl_status sl__fast_floats(const sl_feature *f, float *out);
-sl_status sl__fast_int64s(const sl_feature *f, int64_t *out);
-sl_status sl__fast_bytes(const sl_feature *f, sl_bytes *out);
-void sl__example_pb_release(sl_example *ex);
-int sl__example_has_features(const sl_example *ex);
-
-static void *pb_alloc(void *data, size_t n);
-static void pb_free(void *data, void *p);
-
-void sl__example_pb_release(sl_example *ex) {
-    if (ex->pb && ex->pb != (const void *)&sl__example_fast_present) {
-        int unused = 0;
-        ProtobufCAllocator alloc = {pb_alloc, pb_free, &unused}; /* what unpacked it */
-        tensorflow__example__free_unpacked(ex->pb, &alloc);
-    }
-    ex->pb = NULL;
-}
-
-/* 1 when the parsed Example had a features field (even an empty one), else 0. */
-int sl__example_has_features(const sl_example *ex) {
-    if (!ex->pb) return ex->n > 0;
-    if (ex->pb == (const void *)&sl__example_fast_present) return 1;
-    return ((const Tensorflow__Example *)ex->pb)->features != NULL;
-}
-
 /* ---- reference decoder --------------------------------------------------------------- */
-
-/* protobuf-c returns NULL for both bad input and a failed allocation; this allocator
- * remembers which one happened. It also keeps each allocation's size just before it:
- * protobuf-c stores a string field as a C string in an allocation of exactly its length
- * + 1 (protobuf-c.c, parse_required_member), so a key's true length, NUL bytes inside
- * included, is that size - 1 (key_len below). */
-#define PB_HDR 16 /* keeps malloc's alignment */
-
-static void *pb_alloc(void *data, size_t n) {
-    uint8_t *p = n <= SIZE_MAX - PB_HDR ? malloc(n + PB_HDR) : NULL;
-    if (!p) {
-        if (n) *(int *)data = 1;
-        return NULL;
-    }
-    memcpy(p, &n, sizeof n);
-    return p + PB_HDR;
-}
-
-static void pb_free(void *data, void *p) {
-    (void)data;
-    if (p) free((uint8_t *)p - PB_HDR);
-}
-
-/* The length of a key protobuf-c unpacked with pb_alloc. */
-static size_t key_len(const char *key) {
-    if (!key || key == protobuf_c_empty_string) return 0;
-    size_t n;
-    memcpy(&n, key - PB_HDR, sizeof n);
-    size_t c = strlen(key);
-    return n >= 1 && n - 1 >= c ? n - 1 : c; /* never shorter than the C string */
-}
 
 sl_status sl_example_parse_pb(sl_example *ex, const uint8_t *data, size_t len) {
     sl__example_reset(ex);
     if (!data && len) return sl_err(SL_EINVAL, "sl_example_parse_pb: NULL data with length %zu", len);
     int oom = 0;
-    ProtobufCAllocator alloc = {pb_alloc, pb_free, &oom};
+    ProtobufCAllocator alloc = {sl__pb_alloc, sl__pb_free, &oom};
     static const uint8_t none[1];
     Tensorflow__Example *m = tensorflow__example__unpack(&alloc, len, data ? data : none);
     if (!m) {
@@ -98,7 +39,7 @@ sl_status sl_example_parse_pb(sl_example *ex, const uint8_t *data, size_t len) {
         const Tensorflow__Features__FeatureEntry *e = m->features->feature[i];
         const char *key = e->key ? e->key : "";
         sl_feature *f;
-        sl_status st = sl__example_slot(ex, (const uint8_t *)key, key_len(e->key), &f);
+        sl_status st = sl__example_slot(ex, (const uint8_t *)key, sl__pb_key_len(e->key), &f);
         if (st) {
             sl__example_reset(ex);
             return st;

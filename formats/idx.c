@@ -158,6 +158,48 @@ static uint32_t be32(const uint8_t *b) {
     return (uint32_t)b[0] << 24 | (uint32_t)b[1] << 16 | (uint32_t)b[2] << 8 | b[3];
 }
 
+/* The 4 magic bytes: 00 00 TYPE RANK, into *dt and *rank (1..SL_MAX_RANK). SL_ECORRUPT (or
+ * SL_EUNSUPPORTED for a rank over SL_MAX_RANK) at the offending byte otherwise; `where` ends
+ * every message. */
+static sl_status read_magic(src *s, const char *name, const char *where, sl_dtype *dt, int *rank) {
+    uint8_t head[4];
+    size_t got;
+    sl_status st;
+    if ((st = src_read(s, head, 4, &got)))
+        return st;
+    if (got < 4) {
+        st = sl_err_at(SL_ECORRUPT, name, (int64_t)got,
+                       "truncated idx header: %zu of 4 magic bytes%s", got, where);
+        return st;
+    }
+    if (head[0] != 0 || head[1] != 0) {
+        st = sl_err_at(SL_ECORRUPT, name, 0,
+                       "bad idx magic %02x %02x %02x %02x (expected 00 00 TYPE RANK)%s",
+                       head[0], head[1], head[2], head[3], where);
+        sl_err_hint("is this an idx (MNIST-style) file?");
+        return st;
+    }
+    *dt = dtype_of_code(head[2]);
+    if (*dt == SL_DT_INVALID) {
+        st = sl_err_at(SL_ECORRUPT, name, 2,
+                       "bad idx type 0x%02x (expected 08, 09, 0B, 0C, 0D or 0E)%s", head[2],
+                       where);
+        return st;
+    }
+    *rank = head[3];
+    if (*rank == 0) {
+        st = sl_err_at(SL_ECORRUPT, name, 3, "bad idx rank 0 (expected 1..255)%s", where);
+        return st;
+    }
+    if (*rank > SL_MAX_RANK) {
+        st = sl_err_at(SL_EUNSUPPORTED, name, 3,
+                       "idx rank %d is valid but tensors have at most %d dimensions", *rank,
+                       SL_MAX_RANK);
+        return st;
+    }
+    return SL_OK;
+}
+
 sl_status sl_idx_read_mem(const void *data, size_t size, const char *name, sl_tensor *out) {
     if (!out)
         return sl_err(SL_EINVAL, "idx: NULL out");
@@ -174,40 +216,11 @@ sl_status sl_idx_read_mem(const void *data, size_t size, const char *name, sl_te
     if (s.gz)
         where = " (offsets count decompressed bytes)";
 
-    uint8_t head[4];
+    sl_dtype dt = SL_DT_INVALID;
+    int rank = 0;
     size_t got;
-    if ((st = src_read(&s, head, 4, &got)))
+    if ((st = read_magic(&s, name, where, &dt, &rank)))
         goto fail;
-    if (got < 4) {
-        st = sl_err_at(SL_ECORRUPT, name, (int64_t)got,
-                       "truncated idx header: %zu of 4 magic bytes%s", got, where);
-        goto fail;
-    }
-    if (head[0] != 0 || head[1] != 0) {
-        st = sl_err_at(SL_ECORRUPT, name, 0,
-                       "bad idx magic %02x %02x %02x %02x (expected 00 00 TYPE RANK)%s",
-                       head[0], head[1], head[2], head[3], where);
-        sl_err_hint("is this an idx (MNIST-style) file?");
-        goto fail;
-    }
-    sl_dtype dt = dtype_of_code(head[2]);
-    if (dt == SL_DT_INVALID) {
-        st = sl_err_at(SL_ECORRUPT, name, 2,
-                       "bad idx type 0x%02x (expected 08, 09, 0B, 0C, 0D or 0E)%s", head[2],
-                       where);
-        goto fail;
-    }
-    int rank = head[3];
-    if (rank == 0) {
-        st = sl_err_at(SL_ECORRUPT, name, 3, "bad idx rank 0 (expected 1..255)%s", where);
-        goto fail;
-    }
-    if (rank > SL_MAX_RANK) {
-        st = sl_err_at(SL_EUNSUPPORTED, name, 3,
-                       "idx rank %d is valid but tensors have at most %d dimensions", rank,
-                       SL_MAX_RANK);
-        goto fail;
-    }
     uint8_t db[4 * SL_MAX_RANK];
     if ((st = src_read(&s, db, 4 * (size_t)rank, &got)))
         goto fail;

@@ -150,6 +150,14 @@ typedef struct {
     int nst;
 } model;
 
+int sl__ctx_nodes(sl_ictx *ctx, sl_op_node **out, int cap) {
+    pthread_mutex_lock(&ctx->nodes_mu);
+    int n = ctx->nnodes;
+    for (int i = 0; i < n && i < cap; i++) out[i] = ctx->nodes[i];
+    pthread_mutex_unlock(&ctx->nodes_mu);
+    return n;
+}
+
 static int new_stage(model *m, int kind, int node) {
     stage *s = &m->st[m->nst];
     s->kind = kind;
@@ -190,26 +198,13 @@ static bool tunable(const model *m, const stage *s) {
     return n->auto_par && n->max_par > 1;
 }
 
-/* One optimization step: returns true if any choice changed. */
-static bool optimize(struct sl_tuner *t, model *m) {
-    sl_ictx *ctx = t->ctx;
-    m->n = sl__ctx_nodes(ctx, m->nodes, MAX_NODES);
-    if (m->n > MAX_NODES) m->n = MAX_NODES;
-    if (m->n == 0) return false;
-    long long root = atomic_load(&m->nodes[0]->stats.elements);
-    long long droot = root - t->prev_root;
-    if (droot < 2) return false; /* not enough to measure: keep the window open */
-    uint64_t tnow = sl_now_ns();
-    double window = (double)(tnow - (t->prev_t ? t->prev_t : ctx->start_ns));
-    t->prev_t = tnow;
-    struct timespec cts;
-    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &cts);
-    uint64_t cpu_now = (uint64_t)cts.tv_sec * 1000000000u + (uint64_t)cts.tv_nsec;
-    double dcpu = (double)(cpu_now - t->prev_cpu);
-    t->prev_cpu = cpu_now;
-    build_stages(m);
-    long long dbusy[MAX_NODES], dblk[MAX_NODES], dhits[MAX_NODES], delem[MAX_NODES], dwait[MAX_NODES];
-    double sumbusy = 0, blocked_in_work = 0;
+/* Each node's counters since the last step into the d* arrays (and the tuner's previous
+ * values); each node's busy time per root element onto its stage's work; the summed busy
+ * time and the part of it blocked inside functions (no core needed) into *sumbusy and
+ * *blocked_in_work. */
+static void measure(struct sl_tuner *t, model *m, long long droot, long long *dbusy, long long *dblk,
+                    long long *dhits, long long *delem, long long *dwait, double *sumbusy,
+                    double *blocked_in_work) {
     for (int i = 0; i < m->n; i++) {
         sl_op_stats *c = &m->nodes[i]->stats;
         long long b = atomic_load(&c->busy_ns), k = atomic_load(&c->blocked_ns), h = atomic_load(&c->empty_hits),
@@ -239,9 +234,165 @@ static bool optimize(struct sl_tuner *t, model *m) {
         double nd = t->need[i] > 0 ? t->need[i] : 1;
         m->st[m->own[i]].work += (double)dbusy[i] / (double)droot;
         m->st[m->own[i]].cpu_work += nd * (double)dbusy[i] / (double)droot;
-        sumbusy += (double)dbusy[i];
-        blocked_in_work += (1 - nd) * (double)dbusy[i];
+        *sumbusy += (double)dbusy[i];
+        *blocked_in_work += (1 - nd) * (double)dbusy[i];
     }
+}
+
+/* Each node's parallelism and buffer: the tuned stages' lanes, a runner's buffer from its
+ * lanes, a prefetch's buffer doubled when the consumer often found it empty in a window in
+ * which its producer also waited on a full one; everything else as it is now. */
+static void choose(const model *m, const long long *dblk, const long long *dhits, const long long *delem,
+                   double window, int *par, int *buf) {
+    for (int i = 0; i < m->n; i++) {
+        sl_op_node *n = m->nodes[i];
+        par[i] = atomic_load(&n->stats.parallelism);
+        buf[i] = atomic_load(&n->stats.buffer);
+    }
+    for (int k = 0; k < m->nst; k++) {
+        const stage *s = &m->st[k];
+        if (!tunable(m, s)) continue;
+        par[s->node] = s->lanes;
+        /* map: room for out-of-order results; map_batch's results are whole batches: one spare */
+        if (s->kind == ST_RUNNER && m->nodes[s->node]->auto_buf)
+            buf[s->node] = strcmp(m->nodes[s->node]->op, "map_batch") ? 2 * s->lanes + 2 : s->lanes + 1;
+    }
+    for (int i = 0; i < m->n; i++) {
+        sl_op_node *n = m->nodes[i];
+        if (strcmp(n->op, "prefetch") || !n->auto_buf || delem[i] <= 0) continue;
+        /* the consumer often found it empty although the producer spent >= 10% of the window
+         * blocked on a full buffer: bursts a deeper buffer would absorb */
+        if (dhits[i] * 10 > delem[i] && (double)dblk[i] >= 0.1 * window && buf[i] < PF_MAX) buf[i] *= 2;
+    }
+}
+
+/* The RAM budget: buffers shrink until the buffered bytes (each node's elements at their
+ * mean size) fit ctx->opts.ram_budget: prefetches first, then runners down to their
+ * parallelism, then runners to 1 (their parallelism with them). */
+static void fit_ram(const sl_ictx *ctx, const model *m, int *par, int *buf) {
+    double fixed = 0, tuned = 0, per[MAX_NODES];
+    for (int i = 0; i < m->n; i++) {
+        sl_op_node *n = m->nodes[i];
+        long long e = atomic_load(&n->stats.elements);
+        per[i] = e > 0 ? (double)atomic_load(&n->stats.bytes) / (double)e : 0;
+        bool buffered = buf[i] > 0 && (n->auto_buf || n->auto_par);
+        if (buffered) tuned += buf[i] * per[i];
+        else fixed += (double)atomic_load(&n->stats.buffered_bytes);
+    }
+    double budget = (double)ctx->opts.ram_budget;
+    for (int pass = 0; pass < 3 && fixed + tuned > budget; pass++) {
+        for (int i = 0; i < m->n && fixed + tuned > budget; i++) {
+            sl_op_node *n = m->nodes[i];
+            if (!n->auto_buf || per[i] <= 0) continue;
+            bool runner = is_runner(n);
+            if (pass == 0 && !runner) { /* prefetch first */
+                double over = fixed + tuned - budget;
+                int drop = (int)ceil(over / per[i]);
+                int nb = buf[i] - drop < 1 ? 1 : buf[i] - drop;
+                tuned -= (buf[i] - nb) * per[i];
+                buf[i] = nb;
+            } else if (pass >= 1 && runner) {
+                int minb = pass == 1 ? par[i] : 1;
+                double over = fixed + tuned - budget;
+                int drop = (int)ceil(over / per[i]);
+                int nb = buf[i] - drop < minb ? minb : buf[i] - drop;
+                if (nb < 1) nb = 1;
+                tuned -= (buf[i] - nb) * per[i];
+                buf[i] = nb;
+                if (pass == 2 && n->auto_par && par[i] > nb) par[i] = nb;
+            }
+        }
+    }
+}
+
+/* Hand the choices to the ops through their tune hooks, decreases first, so the sum never
+ * passes the thread budget on the way. True if any changed. */
+static bool apply(const model *m, const int *par, const int *buf) {
+    bool changed = false;
+    for (int pass = 0; pass < 2; pass++)
+    for (int i = 0; i < m->n; i++) {
+        sl_op_node *n = m->nodes[i];
+        pthread_mutex_lock(&n->tune_mu);
+        int cur = atomic_load(&n->stats.parallelism);
+        if (n->target && n->tops && (pass == 0) == (par[i] < cur)) {
+            if (n->auto_par && n->tops->set_parallelism && par[i] != cur) {
+                n->tops->set_parallelism(n->target, par[i]);
+                changed = true;
+            }
+            if (n->auto_buf && n->tops->set_buffer && buf[i] > 0 && buf[i] != atomic_load(&n->stats.buffer)) {
+                n->tops->set_buffer(n->target, buf[i]);
+                changed = true;
+            }
+        }
+        pthread_mutex_unlock(&n->tune_mu);
+    }
+    return changed;
+}
+
+/* The throughput (root elements per ns) the budget of `cores` and the serial stages allow;
+ * each stage's lane work (a runner's includes its serial fetch) into lanework[] and the
+ * share of it that needs a core into cpuw[]. */
+static double throughput(const model *m, double cores, double *lanework, double *cpuw) {
+    double total = 0, x = INFINITY;
+    for (int k = 0; k < m->nst; k++) total += m->st[k].cpu_work;
+    for (int k = 0; k < m->nst; k++) {
+        const stage *s = &m->st[k];
+        lanework[k] = s->work;
+        double lanecpu = s->cpu_work;
+        if (s->kind == ST_RUNNER) {
+            lanework[k] += m->st[m->below[s->node]].work;
+            lanecpu += m->st[m->below[s->node]].cpu_work;
+        }
+        /* the share of a lane's time that needs a core */
+        cpuw[k] = lanework[k] > 0 ? lanecpu / lanework[k] : 1;
+        if (lanework[k] <= 0) continue;
+        if (s->kind == ST_SERIAL) x = fmin(x, 1.0 / s->work);
+        else if (!tunable(m, s)) x = fmin(x, atomic_load(&m->nodes[s->node]->stats.parallelism) / lanework[k]);
+        else x = fmin(x, m->nodes[s->node]->max_par / lanework[k]);
+    }
+    if (total > 0) x = fmin(x, cores / total);
+    return x;
+}
+
+/* Each stage's lane factor qf[] (see optimize): 1, or for a runner 1 / (1 - q) for the
+ * share q of its workers' time spent idle at the input (capped at 2, smoothed in
+ * t->idle_f). */
+static void idle_factors(struct sl_tuner *t, const model *m, long long droot, const long long *dbusy,
+                         const long long *dwait, double *qf) {
+    for (int k = 0; k < m->nst; k++) {
+        const stage *s = &m->st[k];
+        qf[k] = 1;
+        if (s->kind != ST_RUNNER) continue;
+        int i = s->node;
+        double tot = (double)(dwait[i] + dbusy[i]);
+        double idle = (double)dwait[i] - m->st[m->below[i]].work * (double)droot;
+        double q = tot > 0 && idle > 0 ? idle / tot : 0, f1 = q < 0.5 ? 1 / (1 - q) : 2;
+        t->idle_f[i] = t->idle_f[i] > 0 ? 0.5 * t->idle_f[i] + 0.5 * f1 : f1;
+        qf[k] = t->idle_f[i];
+    }
+}
+
+/* One optimization step: returns true if any choice changed. */
+static bool optimize(struct sl_tuner *t, model *m) {
+    sl_ictx *ctx = t->ctx;
+    m->n = sl__ctx_nodes(ctx, m->nodes, MAX_NODES);
+    if (m->n > MAX_NODES) m->n = MAX_NODES;
+    if (m->n == 0) return false;
+    long long root = atomic_load(&m->nodes[0]->stats.elements);
+    long long droot = root - t->prev_root;
+    if (droot < 2) return false; /* not enough to measure: keep the window open */
+    uint64_t tnow = sl_now_ns();
+    double window = (double)(tnow - (t->prev_t ? t->prev_t : ctx->start_ns));
+    t->prev_t = tnow;
+    struct timespec cts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &cts);
+    uint64_t cpu_now = (uint64_t)cts.tv_sec * 1000000000u + (uint64_t)cts.tv_nsec;
+    double dcpu = (double)(cpu_now - t->prev_cpu);
+    t->prev_cpu = cpu_now;
+    build_stages(m);
+    long long dbusy[MAX_NODES], dblk[MAX_NODES], dhits[MAX_NODES], delem[MAX_NODES], dwait[MAX_NODES];
+    double sumbusy = 0, blocked_in_work = 0;
+    measure(t, m, droot, dbusy, dblk, dhits, delem, dwait, &sumbusy, &blocked_in_work);
     t->prev_root = root;
     /* how much less CPU the busy threads got than their busy wall time: > 1 when other
      * processes deschedule them. The budget counts cores kept busy, so it then takes more
@@ -261,24 +412,8 @@ static bool optimize(struct sl_tuner *t, model *m) {
     /* the throughput the budget and the serial stages allow. A runner's workers also do its
      * serial fetch, one unit at a time each: with L workers a unit costs (fetch + work) / L,
      * and the fetch alone bounds it at 1 / fetch. */
-    double total = 0, x = INFINITY, lanework[3 * MAX_NODES + 1], cpuw[3 * MAX_NODES + 1];
-    for (int k = 0; k < m->nst; k++) total += m->st[k].cpu_work;
-    for (int k = 0; k < m->nst; k++) {
-        stage *s = &m->st[k];
-        lanework[k] = s->work;
-        double lanecpu = s->cpu_work;
-        if (s->kind == ST_RUNNER) {
-            lanework[k] += m->st[m->below[s->node]].work;
-            lanecpu += m->st[m->below[s->node]].cpu_work;
-        }
-        /* the share of a lane's time that needs a core */
-        cpuw[k] = lanework[k] > 0 ? lanecpu / lanework[k] : 1;
-        if (lanework[k] <= 0) continue;
-        if (s->kind == ST_SERIAL) x = fmin(x, 1.0 / s->work);
-        else if (!tunable(m, s)) x = fmin(x, atomic_load(&m->nodes[s->node]->stats.parallelism) / lanework[k]);
-        else x = fmin(x, m->nodes[s->node]->max_par / lanework[k]);
-    }
-    if (total > 0) x = fmin(x, cores / total);
+    double lanework[3 * MAX_NODES + 1], cpuw[3 * MAX_NODES + 1];
+    double x = throughput(m, cores, lanework, cpuw);
     /* A runner's workers take turns at the serial fetch. Its time is the serial stage's
      * work plus time that uses no core: queued for the input lock while another worker
      * fetches, or waiting for an asynchronous input (a parallel interleave's readers, a
@@ -287,17 +422,7 @@ static bool optimize(struct sl_tuner *t, model *m) {
      * of a core against the budget. qf is capped at 2 (the thread budget's limit), so the
      * lanes cannot run away when the input is the bottleneck and extra workers only wait. */
     double qf[3 * MAX_NODES + 1];
-    for (int k = 0; k < m->nst; k++) {
-        stage *s = &m->st[k];
-        qf[k] = 1;
-        if (s->kind != ST_RUNNER) continue;
-        int i = s->node;
-        double tot = (double)(dwait[i] + dbusy[i]);
-        double idle = (double)dwait[i] - m->st[m->below[i]].work * (double)droot;
-        double q = tot > 0 && idle > 0 ? idle / tot : 0, f1 = q < 0.5 ? 1 / (1 - q) : 2;
-        t->idle_f[i] = t->idle_f[i] > 0 ? 0.5 * t->idle_f[i] + 0.5 * f1 : f1;
-        qf[k] = t->idle_f[i];
-    }
+    idle_factors(t, m, droot, dbusy, dwait, qf);
     int sum = 0, ntun = 0, waiting = 0;
     double eff = 0; /* cores the chosen lanes keep busy */
     bool light[3 * MAX_NODES + 1] = {0}; /* needs under half a core: its one thread is not counted */
@@ -348,79 +473,9 @@ static bool optimize(struct sl_tuner *t, model *m) {
 
     /* parallelism and buffers per node */
     int par[MAX_NODES], buf[MAX_NODES];
-    for (int i = 0; i < m->n; i++) {
-        sl_op_node *n = m->nodes[i];
-        par[i] = atomic_load(&n->stats.parallelism);
-        buf[i] = atomic_load(&n->stats.buffer);
-    }
-    for (int k = 0; k < m->nst; k++) {
-        stage *s = &m->st[k];
-        if (!tunable(m, s)) continue;
-        par[s->node] = s->lanes;
-        /* map: room for out-of-order results; map_batch's results are whole batches: one spare */
-        if (s->kind == ST_RUNNER && m->nodes[s->node]->auto_buf)
-            buf[s->node] = strcmp(m->nodes[s->node]->op, "map_batch") ? 2 * s->lanes + 2 : s->lanes + 1;
-    }
-    for (int i = 0; i < m->n; i++) {
-        sl_op_node *n = m->nodes[i];
-        if (strcmp(n->op, "prefetch") || !n->auto_buf || delem[i] <= 0) continue;
-        /* the consumer often found it empty although the producer spent >= 10% of the window
-         * blocked on a full buffer: bursts a deeper buffer would absorb */
-        if (dhits[i] * 10 > delem[i] && (double)dblk[i] >= 0.1 * window && buf[i] < PF_MAX) buf[i] *= 2;
-    }
-    /* the RAM budget */
-    double fixed = 0, tuned = 0, per[MAX_NODES];
-    for (int i = 0; i < m->n; i++) {
-        sl_op_node *n = m->nodes[i];
-        long long e = atomic_load(&n->stats.elements);
-        per[i] = e > 0 ? (double)atomic_load(&n->stats.bytes) / (double)e : 0;
-        bool buffered = buf[i] > 0 && (n->auto_buf || n->auto_par);
-        if (buffered) tuned += buf[i] * per[i];
-        else fixed += (double)atomic_load(&n->stats.buffered_bytes);
-    }
-    double budget = (double)ctx->opts.ram_budget;
-    for (int pass = 0; pass < 3 && fixed + tuned > budget; pass++) {
-        for (int i = 0; i < m->n && fixed + tuned > budget; i++) {
-            sl_op_node *n = m->nodes[i];
-            if (!n->auto_buf || per[i] <= 0) continue;
-            bool runner = is_runner(n);
-            if (pass == 0 && !runner) { /* prefetch first */
-                double over = fixed + tuned - budget;
-                int drop = (int)ceil(over / per[i]);
-                int nb = buf[i] - drop < 1 ? 1 : buf[i] - drop;
-                tuned -= (buf[i] - nb) * per[i];
-                buf[i] = nb;
-            } else if (pass >= 1 && runner) {
-                int minb = pass == 1 ? par[i] : 1;
-                double over = fixed + tuned - budget;
-                int drop = (int)ceil(over / per[i]);
-                int nb = buf[i] - drop < minb ? minb : buf[i] - drop;
-                if (nb < 1) nb = 1;
-                tuned -= (buf[i] - nb) * per[i];
-                buf[i] = nb;
-                if (pass == 2 && n->auto_par && par[i] > nb) par[i] = nb;
-            }
-        }
-    }
-    /* apply: decreases first, so the sum never passes the thread budget on the way */
-    bool changed = false;
-    for (int pass = 0; pass < 2; pass++)
-    for (int i = 0; i < m->n; i++) {
-        sl_op_node *n = m->nodes[i];
-        pthread_mutex_lock(&n->tune_mu);
-        int cur = atomic_load(&n->stats.parallelism);
-        if (n->target && n->tops && (pass == 0) == (par[i] < cur)) {
-            if (n->auto_par && n->tops->set_parallelism && par[i] != cur) {
-                n->tops->set_parallelism(n->target, par[i]);
-                changed = true;
-            }
-            if (n->auto_buf && n->tops->set_buffer && buf[i] > 0 && buf[i] != atomic_load(&n->stats.buffer)) {
-                n->tops->set_buffer(n->target, buf[i]);
-                changed = true;
-            }
-        }
-        pthread_mutex_unlock(&n->tune_mu);
-    }
+    choose(m, dblk, dhits, delem, window, par, buf);
+    fit_ram(ctx, m, par, buf);
+    bool changed = apply(m, par, buf);
     if (tbudget < old_tb) atomic_store(&ctx->thread_budget, tbudget); /* lower after them */
     (void)ntun;
     return changed;

@@ -109,14 +109,6 @@ static sl_op_node *ctx_node(sl_ictx *ctx, node_key k, const sl_dataset *ds) {
     return n;
 }
 
-int sl__ctx_nodes(sl_ictx *ctx, sl_op_node **out, int cap) {
-    pthread_mutex_lock(&ctx->nodes_mu);
-    int n = ctx->nnodes;
-    for (int i = 0; i < n && i < cap; i++) out[i] = ctx->nodes[i];
-    pthread_mutex_unlock(&ctx->nodes_mu);
-    return n;
-}
-
 static sl_status make_announced(sl_dataset *ds, sl_ictx *ctx, uint64_t seed, node_key k, sl_iter **out) {
     *out = NULL;
     node_key saved = announced;

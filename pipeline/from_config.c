@@ -9,7 +9,11 @@
  * Building is a single pass over the statements. The only look-ahead is for the source:
  * `files`, `shard` and `interleave` written one after another are collected first and the
  * file-reading datasets are made ("materialised") when the first element op arrives, because
- * sharding by file and interleaving change how the files are read, not what follows. */
+ * sharding by file and interleaving change how the files are read, not what follows.
+ *
+ * This file builds the ops; map's function calls are parsed in from_config_fn.c, filter's
+ * comparison is evaluated in from_config_filter.c, and the messages and typed readers all of
+ * them use are in from_config_read.c (their shared builder: pipeline/from_config_priv.h). */
 #include <glob.h>
 #include <math.h>
 #include <stdarg.h>
@@ -17,229 +21,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "pipeline/internal.h"
-#include "sluice/from_config.h"
+#include "pipeline/from_config_priv.h"
 #include "sluice/log.h"
 
 #define MAX_FNS 32
-#define MAX_PARAMS 6
-
-typedef struct builder builder;
-typedef struct op_def op_def;
-
-typedef sl_status (*op_build_fn)(builder *b, const op_def *d, const sl_cfg_stmt *s);
-
-struct op_def {
-    const char *name;
-    const char *usage;
-    const char *opts[8]; /* allowed option keys, NULL-terminated */
-    int min_pos, max_pos; /* positional arguments; max -1: any number */
-    op_build_fn build;
-};
-
-enum { SRC_NONE, SRC_FILES, SRC_RANGE };
-
-struct builder {
-    const sl_cfg *cfg;
-    const char *pname;
-    const sl_cfg_stmt *pstmt;  /* the `pipeline NAME { }` statement */
-    sl_pipeline_env env;
-    char base[4096];           /* directory relative paths start at ("" = cwd) */
-    sl_dataset *ds;            /* built so far (one reference) */
-    int src;
-    const sl_cfg_stmt *src_stmt;
-    bool materialised;         /* the files source became datasets */
-    int stmt_index;            /* position of the statement being built */
-    struct {
-        const char *op;
-        int n;
-    } counts[24];              /* datasets per op so far, for labels */
-    int ncounts;
-    /* files */
-    char **patterns;           /* resolved against base */
-    int npatterns;
-    char **paths;              /* every matching file, sorted, unique */
-    int npaths;
-    bool files_shuffle;
-    uint64_t files_seed;
-    sl_tfr_read_opts ropts;
-    const sl_cfg_stmt *interleave_stmt;
-    sl_interleave_opts iopts;
-    const sl_cfg_stmt *file_shard_stmt;
-    int64_t fs_num, fs_index;
-    const sl_cfg_stmt *data_shard_stmt; /* a shard by data written among the file statements */
-    int64_t ds_num, ds_index;
-};
-
-/* ---- messages ---- */
-
-static bool has_hint(void) { return strstr(sl_errmsg(), "---> HINT:") != NULL; }
-
-static void hint_usage(const op_def *d) {
-    if (!has_hint()) sl_err_hint("usage: %s", d->usage);
-}
-
-/* An error at loc with the op's usage as the hint. */
-static sl_status err_usage(builder *b, const op_def *d, sl_cfg_loc loc, sl_status code, const char *fmt, ...)
-    __attribute__((format(printf, 5, 6)));
-static sl_status err_usage(builder *b, const op_def *d, sl_cfg_loc loc, sl_status code, const char *fmt, ...) {
-    char msg[512];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
-    va_end(ap);
-    sl_cfg_err(b->cfg, loc, code, "%s", msg);
-    if (d) sl_err_hint("usage: %s", d->usage);
-    return code;
-}
-
-/* The spot of `key=value`: the key sits just before the value (written without spaces,
- * as options are). */
-static sl_cfg_loc key_loc(const sl_cfg_arg *a) {
-    sl_cfg_loc loc = a->v.loc;
-    int klen = (int)strlen(a->key);
-    if (loc.line > 0 && loc.col > klen + 1) {
-        loc.col -= klen + 1;
-        loc.len += klen + 1;
-    }
-    return loc;
-}
-
-/* "a, b, c" into buf. */
-static const char *join(const char *const *words, int n, char *buf, size_t cap) {
-    size_t len = 0;
-    buf[0] = 0;
-    for (int i = 0; i < n && len < cap; i++)
-        len += (size_t)snprintf(buf + len, cap - len, i ? ", %s" : "%s", words[i]);
-    return buf;
-}
-
-/* A library call failed while building statement s: say where in the config. */
-static sl_status construct_failed(builder *b, const sl_cfg_stmt *s, sl_status code) {
-    sl_err_prefix("%s:%d:%d: %s: ", sl_cfg_filename(b->cfg), s->loc.line, s->loc.col, s->name);
-    return code;
-}
-
-/* ---- small typed readers ---- */
-
-static sl_status read_int(builder *b, const op_def *d, const sl_cfg_value *v, int64_t min, int64_t max,
-                          int64_t *out) {
-    sl_status s = sl_cfg_int(b->cfg, v, min, max, out);
-    if (s && d) hint_usage(d);
-    return s;
-}
-
-static sl_status read_bool(builder *b, const sl_cfg_value *v, bool *out) {
-    return sl_cfg_bool(b->cfg, v, out);
-}
-
-/* N or auto (SL_AUTO). */
-static sl_status read_int_or_auto(builder *b, const op_def *d, const sl_cfg_value *v, int64_t min,
-                                  int64_t max, int *out) {
-    if (sl_cfg_is_auto(v)) {
-        *out = SL_AUTO;
-        return SL_OK;
-    }
-    int64_t n;
-    sl_status s = sl_cfg_int(b->cfg, v, min, max, &n);
-    if (s) {
-        if (v->kind != SL_CV_NUMBER) sl_err_hint("write a number or auto");
-        else if (d) hint_usage(d);
-        return s;
-    }
-    *out = (int)n;
-    return SL_OK;
-}
-
-static sl_status read_word(builder *b, const sl_cfg_value *v, const char *what, const char **out) {
-    if (v->kind != SL_CV_IDENT && v->kind != SL_CV_STRING)
-        return sl_cfg_err(b->cfg, v->loc, SL_EINVAL, "expected %s, found '%s'", what, v->text);
-    *out = v->text;
-    return SL_OK;
-}
-
-/* A component name: a word or string shorter than SL_NAME_MAX. */
-static sl_status read_comp(builder *b, const sl_cfg_value *v, const char **out) {
-    sl_status s = read_word(b, v, "a component name", out);
-    if (!s && (strlen(*out) == 0 || strlen(*out) >= SL_NAME_MAX))
-        s = sl_cfg_err(b->cfg, v->loc, SL_EINVAL, "component names are 1 to %d characters long", SL_NAME_MAX - 1);
-    return s;
-}
-
-static const char *const DTYPES[] = {"uint8", "int8", "uint16", "int16", "int32", "uint32", "int64",
-                                     "float16", "bfloat16", "float32", "float64", "bool", "bytes"};
-
-static sl_status read_dtype(builder *b, const sl_cfg_value *v, bool allow_bytes, sl_dtype *out) {
-    const char *w = "";
-    if (read_word(b, v, "a dtype", &w)) return sl_errcode();
-    sl_dtype dt = sl_dtype_from_name(w);
-    if (dt == SL_DT_BYTES && !allow_bytes) {
-        sl_cfg_err(b->cfg, v->loc, SL_EINVAL, "a numeric dtype is needed here, not '%s'", w);
-        sl_err_hint("byte strings come from parse_example; numbers are uint8, int32, int64, float32, ...");
-        return SL_EINVAL;
-    }
-    if (dt == SL_DT_INVALID) {
-        sl_cfg_err(b->cfg, v->loc, SL_EINVAL, "unknown dtype '%s'", w);
-        int n = (int)(sizeof DTYPES / sizeof DTYPES[0]) - (allow_bytes ? 0 : 1);
-        const char *sug = sl_suggest(w, DTYPES, n);
-        char list[256];
-        if (sug) sl_err_hint("did you mean '%s'?", sug);
-        else sl_err_hint("the dtypes are %s", join(DTYPES, n, list, sizeof list));
-        return SL_EINVAL;
-    }
-    *out = dt;
-    return SL_OK;
-}
-
-/* A size: 224 (square) or 224x200 (height x width). */
-static sl_status read_size(builder *b, const sl_cfg_value *v, int *h, int *w) {
-    if (v->kind == SL_CV_NUMBER && v->is_int && v->inum >= 1 && v->inum <= 1 << 20) {
-        *h = *w = (int)v->inum;
-        return SL_OK;
-    }
-    if (v->kind == SL_CV_SHAPE && v->ndims == 2 && v->dims[0] >= 1 && v->dims[1] >= 1 &&
-        v->dims[0] <= 1 << 20 && v->dims[1] <= 1 << 20) {
-        *h = (int)v->dims[0];
-        *w = (int)v->dims[1];
-        return SL_OK;
-    }
-    sl_cfg_err(b->cfg, v->loc, SL_EINVAL, "expected a size, found '%s'", v->text);
-    sl_err_hint("write 224 for a square or 224x200 for height x width");
-    return SL_EINVAL;
-}
-
-/* A list of numbers (or one number when allow_scalar) into out[0..cap). */
-static sl_status read_numbers(builder *b, const sl_cfg_value *v, bool allow_scalar, double *out, int cap,
-                              int *n) {
-    if (v->kind == SL_CV_NUMBER && allow_scalar) {
-        out[0] = v->num;
-        *n = 1;
-        return SL_OK;
-    }
-    if (v->kind != SL_CV_LIST) {
-        sl_cfg_err(b->cfg, v->loc, SL_EINVAL, "expected a list of numbers like [0.5, 1], found '%s'", v->text);
-        return SL_EINVAL;
-    }
-    if (v->nargs < 1 || v->nargs > cap)
-        return sl_cfg_err(b->cfg, v->loc, SL_EINVAL, "expected 1 to %d numbers, found %d", cap, v->nargs);
-    for (int i = 0; i < v->nargs; i++)
-        if (sl_cfg_double(b->cfg, &v->args[i].v, &out[i])) return sl_errcode();
-    *n = v->nargs;
-    return SL_OK;
-}
-
-static sl_status read_range2(builder *b, const sl_cfg_value *v, double *lo, double *hi) {
-    double x[2];
-    int n;
-    if (read_numbers(b, v, false, x, 2, &n)) return sl_errcode();
-    if (n != 2 || x[0] > x[1] || x[0] <= 0) {
-        sl_cfg_err(b->cfg, v->loc, SL_EINVAL, "expected [low, high] with 0 < low <= high");
-        return SL_EINVAL;
-    }
-    *lo = x[0];
-    *hi = x[1];
-    return SL_OK;
-}
 
 /* ---- paths ---- */
 
@@ -258,31 +43,6 @@ static void free_strs(char **v, int n) {
 
 /* ---- the statements ---- */
 
-static void label(builder *b, sl_dataset *ds, const char *op) {
-    int k = 0;
-    for (int i = 0; i < b->ncounts && !k; i++)
-        if (strcmp(b->counts[i].op, op) == 0) k = ++b->counts[i].n;
-    if (!k && b->ncounts < 24) {
-        b->counts[b->ncounts].op = op;
-        b->counts[b->ncounts++].n = k = 1;
-    }
-    char l[64];
-    if (k > 1) snprintf(l, sizeof l, "%s/%s#%d", b->pname, op, k);
-    else snprintf(l, sizeof l, "%s/%s", b->pname, op);
-    sl_dataset_set_label(ds, l);
-}
-
-/* Replace b->ds with next (a new reference, or NULL after a failed constructor). */
-static sl_status chain(builder *b, const sl_cfg_stmt *s, sl_status st, sl_dataset *next, const char *op) {
-    if (st) return construct_failed(b, s, st);
-    sl_dataset_unref(b->ds);
-    b->ds = next;
-    label(b, next, op);
-    /* errors met while running (a function failing on a record) name the statement */
-    snprintf(next->where, sizeof next->where, "%s:%d", sl_cfg_filename(b->cfg), s->loc.line);
-    return SL_OK;
-}
-
 static uint64_t default_seed(builder *b) { return sl__mix(b->env.seed, (uint64_t)b->stmt_index + 1); }
 
 static sl_status build_files(builder *b, const op_def *d, const sl_cfg_stmt *s) {
@@ -296,7 +56,7 @@ static sl_status build_files(builder *b, const op_def *d, const sl_cfg_stmt *s) 
         const char *pat;
         char full[4096];
         if (pv->kind != SL_CV_STRING && pv->kind != SL_CV_IDENT)
-            return err_usage(b, d, pv->loc, SL_EINVAL, "expected a file pattern in quotes, found '%s'", pv->text);
+            return sl__fc_err_usage(b, d, pv->loc, SL_EINVAL, "expected a file pattern in quotes, found '%s'", pv->text);
         pat = pv->text;
         if ((st = resolve(b, pv, pat, full, sizeof full))) return st;
         if (!(b->patterns[i] = strdup(full))) return sl_err(SL_ENOMEM, "out of memory");
@@ -341,25 +101,25 @@ static sl_status build_files(builder *b, const op_def *d, const sl_cfg_stmt *s) 
 
     b->ropts = sl_tfr_read_opts_default();
     b->files_seed = default_seed(b);
-    if ((v = sl_cfg_opt(s, "shuffle")) && read_bool(b, v, &b->files_shuffle)) return sl_errcode();
+    if ((v = sl_cfg_opt(s, "shuffle")) && sl__fc_read_bool(b, v, &b->files_shuffle)) return sl_errcode();
     if ((v = sl_cfg_opt(s, "seed"))) {
         int64_t seed;
-        if (read_int(b, d, v, 0, INT64_MAX, &seed)) return sl_errcode();
+        if (sl__fc_read_int(b, d, v, 0, INT64_MAX, &seed)) return sl_errcode();
         b->files_seed = (uint64_t)seed;
     }
     if ((v = sl_cfg_opt(s, "compression"))) {
         const char *w = NULL;
-        if (read_word(b, v, "a compression", &w) || sl_compression_parse(w, &b->ropts.compression)) {
+        if (sl__fc_read_word(b, v, "a compression", &w) || sl_compression_parse(w, &b->ropts.compression)) {
             sl_cfg_err(b->cfg, v->loc, SL_EINVAL, "unknown compression '%s'", w ? w : v->text);
             sl_err_hint("compression is auto (detect), none, gzip or zlib");
             return SL_EINVAL;
         }
     }
-    if ((v = sl_cfg_opt(s, "skip_corrupt")) && read_bool(b, v, &b->ropts.skip_corrupt)) return sl_errcode();
-    if ((v = sl_cfg_opt(s, "verify_crc")) && read_bool(b, v, &b->ropts.verify_data_crc)) return sl_errcode();
+    if ((v = sl_cfg_opt(s, "skip_corrupt")) && sl__fc_read_bool(b, v, &b->ropts.skip_corrupt)) return sl_errcode();
+    if ((v = sl_cfg_opt(s, "verify_crc")) && sl__fc_read_bool(b, v, &b->ropts.verify_data_crc)) return sl_errcode();
     if ((v = sl_cfg_opt(s, "max_record"))) { /* bytes; limit on one compressed record (tfrecord.h) */
         int64_t mr;
-        if (read_int(b, d, v, 1, (int64_t)1 << 62, &mr)) return sl_errcode();
+        if (sl__fc_read_int(b, d, v, 1, (int64_t)1 << 62, &mr)) return sl_errcode();
         b->ropts.max_record = (uint64_t)mr;
     }
     b->src = SRC_FILES;
@@ -371,7 +131,7 @@ static sl_status shard_records(builder *b) {
     if (!b->data_shard_stmt) return SL_OK;
     sl_dataset *out;
     sl_status st = sl_ds_shard(b->ds, b->ds_num, b->ds_index, &out);
-    return chain(b, b->data_shard_stmt, st, out, "shard");
+    return sl__fc_chain(b, b->data_shard_stmt, st, out, "shard");
 }
 
 /* Turn the collected files, shard and interleave statements into datasets. */
@@ -385,13 +145,13 @@ static sl_status materialise(builder *b) {
         sl_dataset *lf = NULL, *sh = NULL, *il = NULL;
         st = sl_ds_list_files((const char *const *)b->patterns, b->npatterns, b->files_shuffle,
                               b->files_seed, &lf);
-        if (st) return construct_failed(b, s, st);
-        label(b, lf, "list_files");
+        if (st) return sl__fc_construct_failed(b, s, st);
+        sl__fc_label(b, lf, "list_files");
         if (by_file) {
             st = sl_ds_shard(lf, b->fs_num, b->fs_index, &sh);
             sl_dataset_unref(lf);
-            if (st) return construct_failed(b, b->file_shard_stmt, st);
-            label(b, sh, "shard");
+            if (st) return sl__fc_construct_failed(b, b->file_shard_stmt, st);
+            sl__fc_label(b, sh, "shard");
             lf = sh;
         }
         sl_interleave_opts io = b->iopts;
@@ -403,9 +163,9 @@ static sl_status materialise(builder *b) {
         }
         st = sl_ds_interleave_tfrecord(lf, &b->ropts, &io, &il);
         sl_dataset_unref(lf);
-        if (st) return construct_failed(b, b->interleave_stmt ? b->interleave_stmt : s, st);
+        if (st) return sl__fc_construct_failed(b, b->interleave_stmt ? b->interleave_stmt : s, st);
         b->ds = il;
-        label(b, il, b->interleave_stmt ? "interleave" : "files");
+        sl__fc_label(b, il, b->interleave_stmt ? "interleave" : "files");
         return shard_records(b);
     }
     sl_dataset *tf = NULL;
@@ -420,28 +180,28 @@ static sl_status materialise(builder *b) {
     } else {
         st = sl_ds_tfrecord((const char *const *)b->patterns, b->npatterns, &b->ropts, &tf);
     }
-    if (st) return construct_failed(b, s, st);
+    if (st) return sl__fc_construct_failed(b, s, st);
     b->ds = tf;
-    label(b, tf, "files");
+    sl__fc_label(b, tf, "files");
     return shard_records(b);
 }
 
 static sl_status build_range(builder *b, const op_def *d, const sl_cfg_stmt *s) {
     int64_t a, z, step = 1;
-    if (read_int(b, d, sl_cfg_pos(s, 0), INT64_MIN, INT64_MAX, &a) ||
-        read_int(b, d, sl_cfg_pos(s, 1), INT64_MIN, INT64_MAX, &z))
+    if (sl__fc_read_int(b, d, sl_cfg_pos(s, 0), INT64_MIN, INT64_MAX, &a) ||
+        sl__fc_read_int(b, d, sl_cfg_pos(s, 1), INT64_MIN, INT64_MAX, &z))
         return sl_errcode();
     if (sl_cfg_pos(s, 2)) {
-        if (read_int(b, d, sl_cfg_pos(s, 2), INT64_MIN, INT64_MAX, &step)) return sl_errcode();
-        if (step == 0) return err_usage(b, d, sl_cfg_pos(s, 2)->loc, SL_EINVAL, "range step must not be 0");
+        if (sl__fc_read_int(b, d, sl_cfg_pos(s, 2), INT64_MIN, INT64_MAX, &step)) return sl_errcode();
+        if (step == 0) return sl__fc_err_usage(b, d, sl_cfg_pos(s, 2)->loc, SL_EINVAL, "range step must not be 0");
     }
     sl_dataset *r;
     sl_status st = sl_ds_range(a, z, step, &r);
-    if (st) return construct_failed(b, s, st);
+    if (st) return sl__fc_construct_failed(b, s, st);
     b->ds = r;
     b->src = SRC_RANGE;
     b->materialised = true;
-    label(b, r, "range");
+    sl__fc_label(b, r, "range");
     return SL_OK;
 }
 
@@ -477,14 +237,14 @@ static sl_status build_shard(builder *b, const op_def *d, const sl_cfg_stmt *s) 
         }
     }
     int64_t num = b->env.num_shards, index = b->env.shard_index;
-    if ((v = sl_cfg_opt(s, "num")) && read_int(b, d, v, 1, INT32_MAX, &num)) return sl_errcode();
+    if ((v = sl_cfg_opt(s, "num")) && sl__fc_read_int(b, d, v, 1, INT32_MAX, &num)) return sl_errcode();
     if ((v = sl_cfg_opt(s, "index"))) {
-        if (read_int(b, d, v, 0, INT32_MAX, &index)) return sl_errcode();
+        if (sl__fc_read_int(b, d, v, 0, INT32_MAX, &index)) return sl_errcode();
         if (index >= num)
-            return err_usage(b, d, v->loc, SL_ERANGE, "shard index %lld is outside 0..%lld", (long long)index,
+            return sl__fc_err_usage(b, d, v->loc, SL_ERANGE, "shard index %lld is outside 0..%lld", (long long)index,
                              (long long)num - 1);
     } else if (index >= num) {
-        return err_usage(b, d, s->loc, SL_ERANGE, "shard index %lld (from the replica) is outside 0..%lld",
+        return sl__fc_err_usage(b, d, s->loc, SL_ERANGE, "shard index %lld (from the replica) is outside 0..%lld",
                          (long long)index, (long long)num - 1);
     }
     bool at_files = b->src == SRC_FILES && !b->materialised;
@@ -531,7 +291,7 @@ static sl_status build_shard(builder *b, const op_def *d, const sl_cfg_stmt *s) 
     if (st) return st;
     sl_dataset *out;
     st = sl_ds_shard(b->ds, num, index, &out);
-    return chain(b, s, st, out, "shard");
+    return sl__fc_chain(b, s, st, out, "shard");
 }
 
 static sl_status build_interleave(builder *b, const op_def *d, const sl_cfg_stmt *s) {
@@ -548,13 +308,13 @@ static sl_status build_interleave(builder *b, const op_def *d, const sl_cfg_stmt
     sl_interleave_opts o = sl_interleave_opts_default();
     const sl_cfg_value *v;
     int64_t n;
-    if ((v = sl_cfg_opt(s, "cycle")) && read_int_or_auto(b, d, v, 1, 4096, &o.cycle_length)) return sl_errcode();
+    if ((v = sl_cfg_opt(s, "cycle")) && sl__fc_read_int_or_auto(b, d, v, 1, 4096, &o.cycle_length)) return sl_errcode();
     if ((v = sl_cfg_opt(s, "block"))) {
-        if (read_int(b, d, v, 1, 1 << 20, &n)) return sl_errcode();
+        if (sl__fc_read_int(b, d, v, 1, 1 << 20, &n)) return sl_errcode();
         o.block_length = (int)n;
     }
-    if ((v = sl_cfg_opt(s, "parallel")) && read_int_or_auto(b, d, v, 0, 4096, &o.parallelism)) return sl_errcode();
-    if ((v = sl_cfg_opt(s, "deterministic")) && read_bool(b, v, &o.deterministic)) return sl_errcode();
+    if ((v = sl_cfg_opt(s, "parallel")) && sl__fc_read_int_or_auto(b, d, v, 0, 4096, &o.parallelism)) return sl_errcode();
+    if ((v = sl_cfg_opt(s, "deterministic")) && sl__fc_read_bool(b, v, &o.deterministic)) return sl_errcode();
     b->interleave_stmt = s;
     b->iopts = o;
     return SL_OK;
@@ -564,395 +324,13 @@ static sl_status build_shuffle(builder *b, const op_def *d, const sl_cfg_stmt *s
     int64_t buffer, seed;
     bool reshuffle = true;
     const sl_cfg_value *v;
-    if (read_int(b, d, sl_cfg_pos(s, 0), 1, (int64_t)1 << 31, &buffer)) return sl_errcode();
+    if (sl__fc_read_int(b, d, sl_cfg_pos(s, 0), 1, (int64_t)1 << 31, &buffer)) return sl_errcode();
     seed = (int64_t)default_seed(b);
-    if ((v = sl_cfg_opt(s, "seed")) && read_int(b, d, v, 0, INT64_MAX, &seed)) return sl_errcode();
-    if ((v = sl_cfg_opt(s, "reshuffle")) && read_bool(b, v, &reshuffle)) return sl_errcode();
+    if ((v = sl_cfg_opt(s, "seed")) && sl__fc_read_int(b, d, v, 0, INT64_MAX, &seed)) return sl_errcode();
+    if ((v = sl_cfg_opt(s, "reshuffle")) && sl__fc_read_bool(b, v, &reshuffle)) return sl_errcode();
     sl_dataset *out;
     sl_status st = sl_ds_shuffle(b->ds, buffer, (uint64_t)seed, reshuffle, &out);
-    return chain(b, s, st, out, "shuffle");
-}
-
-/* ---- functions ---- */
-
-typedef struct fn_def fn_def;
-typedef sl_status (*fn_build_fn)(builder *b, const fn_def *f, const sl_cfg_value *call,
-                                 const sl_cfg_value *const *args, sl_fn **out);
-
-struct fn_def {
-    const char *name;
-    const char *usage;
-    const char *params[MAX_PARAMS]; /* in positional order */
-    int nreq;                       /* the first nreq are required */
-    fn_build_fn build;
-};
-
-static sl_status fn_err(builder *b, const fn_def *f, sl_cfg_loc loc, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-static sl_status fn_err(builder *b, const fn_def *f, sl_cfg_loc loc, const char *fmt, ...) {
-    char msg[512];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
-    va_end(ap);
-    sl_cfg_err(b->cfg, loc, SL_EINVAL, "%s: %s", f->name, msg);
-    sl_err_hint("usage: %s", f->usage);
-    return SL_EINVAL;
-}
-
-/* An image function's max_pixels=N (v NULL: the default) onto the new *fn; for a crop or
- * resize (size_v given) the target h x w must fit under it, which is checked here so that
- * a typo in a size is reported at its spot before anything runs. *fn is released on failure. */
-static sl_status with_max_pixels(builder *b, const fn_def *f, const sl_cfg_value *v,
-                                 const sl_cfg_value *size_v, int h, int w, sl_status st, sl_fn **fn) {
-    if (st) return st;
-    int64_t max = SL_FN_MAX_PIXELS_DEFAULT;
-    if (v && (st = read_int(b, NULL, v, 1, (int64_t)1 << 40, &max))) goto fail;
-    if (v && (st = sl_fn_set_max_pixels(*fn, max))) goto fail;
-    if (size_v && (int64_t)h * w > max) {
-        st = sl_cfg_err(b->cfg, size_v->loc, SL_ERANGE, "%s: the target %dx%d is %lld pixels, over the limit of %lld",
-                        f->name, h, w, (long long)h * w, (long long)max);
-        sl_err_hint("if you mean it, raise the limit: %s(..., max_pixels=%lld)", f->name, (long long)h * w);
-        goto fail;
-    }
-    return SL_OK;
-fail:
-    sl_fn_unref(*fn);
-    *fn = NULL;
-    return st;
-}
-
-static sl_status fn_decode_jpeg(builder *b, const fn_def *f, const sl_cfg_value *call,
-                                const sl_cfg_value *const *a, sl_fn **out) {
-    const char *comp;
-    int64_t ch = 0;
-    if (read_comp(b, a[0], &comp)) return sl_errcode();
-    if (a[1]) {
-        if (read_int(b, NULL, a[1], 0, 3, &ch)) return sl_errcode();
-        if (ch == 2) return fn_err(b, f, a[1]->loc, "channels must be 0 (as in the file), 1 or 3");
-    }
-    bool dct = true;
-    if (a[3] && read_bool(b, a[3], &dct)) return sl_errcode();
-    sl_status st = with_max_pixels(b, f, a[2], NULL, 0, 0, sl_fn_decode_jpeg(comp, (int)ch, out), out);
-    if (!st && !dct) st = sl_fn_set_dct_scaling(*out, false);
-    return st;
-}
-
-/* antialias=BOOL (v NULL: the default, true) onto a crop or resize *fn, released on failure. */
-static sl_status with_antialias(builder *b, const sl_cfg_value *v, sl_status st, sl_fn **fn) {
-    if (st || !v) return st;
-    bool aa = true;
-    if ((st = read_bool(b, v, &aa)) || (st = sl_fn_set_antialias(*fn, aa))) {
-        sl_fn_unref(*fn);
-        *fn = NULL;
-    }
-    return st;
-}
-
-static sl_status fn_random_resized_crop(builder *b, const fn_def *f, const sl_cfg_value *call,
-                                        const sl_cfg_value *const *a, sl_fn **out) {
-    const char *comp;
-    int h, w;
-    double slo = 0.08, shi = 1.0, rlo = 3.0 / 4, rhi = 4.0 / 3;
-    if (read_comp(b, a[0], &comp) || read_size(b, a[1], &h, &w)) return sl_errcode();
-    if (a[2] && read_range2(b, a[2], &slo, &shi)) return sl_errcode();
-    if (a[2] && shi > 1) return fn_err(b, f, a[2]->loc, "scale is a fraction of the area: at most 1");
-    if (a[3] && read_range2(b, a[3], &rlo, &rhi)) return sl_errcode();
-    return with_antialias(b, a[5],
-                          with_max_pixels(b, f, a[4], a[1], h, w,
-                                          sl_fn_random_resized_crop(comp, h, w, slo, shi, rlo, rhi, out), out),
-                          out);
-}
-
-static sl_status fn_center_crop(builder *b, const fn_def *f, const sl_cfg_value *call,
-                                const sl_cfg_value *const *a, sl_fn **out) {
-    const char *comp;
-    int h, w;
-    if (read_comp(b, a[0], &comp) || read_size(b, a[1], &h, &w)) return sl_errcode();
-    return with_antialias(b, a[3], with_max_pixels(b, f, a[2], a[1], h, w, sl_fn_center_crop(comp, h, w, out), out),
-                          out);
-}
-
-static sl_status fn_resize(builder *b, const fn_def *f, const sl_cfg_value *call, const sl_cfg_value *const *a,
-                           sl_fn **out) {
-    const char *comp;
-    int h, w;
-    if (read_comp(b, a[0], &comp)) return sl_errcode();
-    if (a[1] && a[4])
-        return fn_err(b, f, a[4]->loc, "give SIZE or shorter=N, not both");
-    if (!a[1] && !a[4])
-        return fn_err(b, f, call->loc, "missing the size: SIZE (256 or 256x192) or shorter=N (keeps the aspect ratio)");
-    if (a[4]) { /* torchvision's Resize(N): the shorter side to N */
-        int64_t n;
-        if (read_int(b, NULL, a[4], 1, 1 << 20, &n)) return sl_errcode();
-        /* the output is at least N x N: refuse a target that cannot fit under the limit */
-        return with_antialias(b, a[3],
-                              with_max_pixels(b, f, a[2], a[4], (int)n, (int)n, sl_fn_resize_shorter(comp, (int)n, out),
-                                              out),
-                              out);
-    }
-    if (read_size(b, a[1], &h, &w)) return sl_errcode();
-    return with_antialias(b, a[3], with_max_pixels(b, f, a[2], a[1], h, w, sl_fn_resize(comp, h, w, out), out), out);
-}
-
-static sl_status fn_random_flip(builder *b, const fn_def *f, const sl_cfg_value *call,
-                                const sl_cfg_value *const *a, sl_fn **out) {
-    const char *comp;
-    double p = 0.5;
-    bool hz = true, vt = false;
-    if (read_comp(b, a[0], &comp)) return sl_errcode();
-    if (a[1]) {
-        if (sl_cfg_double(b->cfg, a[1], &p)) return sl_errcode();
-        if (p < 0 || p > 1) return fn_err(b, f, a[1]->loc, "p is a probability: 0 to 1");
-    }
-    if (a[2] && read_bool(b, a[2], &hz)) return sl_errcode();
-    if (a[3] && read_bool(b, a[3], &vt)) return sl_errcode();
-    return sl_fn_random_flip(comp, hz, vt, p, out);
-}
-
-static sl_status fn_normalize(builder *b, const fn_def *f, const sl_cfg_value *call,
-                              const sl_cfg_value *const *a, sl_fn **out) {
-    const char *comp;
-    double m[16], sd[16];
-    int nm, ns;
-    bool scale_u8 = true;
-    if (read_comp(b, a[0], &comp) || read_numbers(b, a[1], true, m, 16, &nm) ||
-        read_numbers(b, a[2], true, sd, 16, &ns))
-        return SL_EINVAL;
-    if (nm != ns)
-        return fn_err(b, f, a[2]->loc, "mean has %d value%s but std has %d", nm, nm == 1 ? "" : "s", ns);
-    float mf[16], sf[16];
-    for (int i = 0; i < nm; i++) {
-        if (sd[i] == 0) return fn_err(b, f, a[2]->loc, "std must not be 0");
-        mf[i] = (float)m[i];
-        sf[i] = (float)sd[i];
-    }
-    if (a[3] && read_bool(b, a[3], &scale_u8)) return sl_errcode();
-    return sl_fn_normalize(comp, mf, sf, nm, scale_u8, out);
-}
-
-static sl_status fn_cast(builder *b, const fn_def *f, const sl_cfg_value *call, const sl_cfg_value *const *a,
-                         sl_fn **out) {
-    const char *comp;
-    sl_dtype dt;
-    if (read_comp(b, a[0], &comp) || read_dtype(b, a[1], false, &dt)) return sl_errcode();
-    return sl_fn_cast(comp, dt, out);
-}
-
-static sl_status fn_scale(builder *b, const fn_def *f, const sl_cfg_value *call, const sl_cfg_value *const *a,
-                          sl_fn **out) {
-    const char *comp;
-    double k;
-    if (read_comp(b, a[0], &comp) || sl_cfg_double(b->cfg, a[1], &k)) return sl_errcode();
-    return sl_fn_scale(comp, k, out);
-}
-
-/* A shape: 28x28x1, a count (rank 1), or a list of counts. */
-static sl_status read_shape(builder *b, const sl_cfg_value *v, int *rank, int64_t *dims) {
-    if (v->kind == SL_CV_SHAPE && v->ndims <= SL_MAX_RANK) {
-        *rank = v->ndims;
-        memcpy(dims, v->dims, sizeof *dims * (size_t)v->ndims);
-        return SL_OK;
-    }
-    if (v->kind == SL_CV_NUMBER && v->is_int && v->inum >= 0) {
-        *rank = 1;
-        dims[0] = v->inum;
-        return SL_OK;
-    }
-    if (v->kind == SL_CV_LIST && v->nargs <= SL_MAX_RANK) {
-        for (int i = 0; i < v->nargs; i++) {
-            const sl_cfg_value *x = &v->args[i].v;
-            if (x->kind != SL_CV_NUMBER || !x->is_int || x->inum < 0) goto bad;
-            dims[i] = x->inum;
-        }
-        *rank = v->nargs;
-        return SL_OK;
-    }
-bad:
-    sl_cfg_err(b->cfg, v->loc, SL_EINVAL, "expected a shape, found '%s'", v->text);
-    sl_err_hint("write a shape like 28x28x1 (at most %d dimensions) or a count like 784", SL_MAX_RANK);
-    return SL_EINVAL;
-}
-
-static sl_status fn_decode_raw(builder *b, const fn_def *f, const sl_cfg_value *call,
-                               const sl_cfg_value *const *a, sl_fn **out) {
-    const char *comp;
-    sl_dtype dt;
-    int rank;
-    int64_t dims[SL_MAX_RANK];
-    if (read_comp(b, a[0], &comp) || read_dtype(b, a[1], false, &dt) || read_shape(b, a[2], &rank, dims))
-        return SL_EINVAL;
-    return sl_fn_decode_raw(comp, dt, rank, dims, out);
-}
-
-static sl_status fn_one_hot(builder *b, const fn_def *f, const sl_cfg_value *call, const sl_cfg_value *const *a,
-                            sl_fn **out) {
-    const char *comp;
-    int64_t depth;
-    if (read_comp(b, a[0], &comp) || read_int(b, NULL, a[1], 1, 1 << 20, &depth)) return sl_errcode();
-    return sl_fn_one_hot(comp, (int)depth, out);
-}
-
-/* parse_example(image: bytes, label: int64(default=0), box: float(4), input=record) */
-static sl_status fn_parse_example(builder *b, const fn_def *f, const sl_cfg_value *call,
-                                  const sl_cfg_value *const *unused, sl_fn **out) {
-    sl_feature_spec specs[SL_ELEM_MAX];
-    int n = 0;
-    const char *input = "record";
-    static const char *const types[] = {"bytes", "int64", "float"};
-    static const char *const type_opts[] = {"default", "as"};
-    for (int i = 0; i < call->nargs; i++) {
-        const sl_cfg_arg *a = &call->args[i];
-        if (!a->key)
-            return fn_err(b, f, a->v.loc, "expected FEATURE: TYPE, found '%s'", a->v.text);
-        if (a->sep == '=') {
-            if (strcmp(a->key, "input") != 0) {
-                sl_cfg_err(b->cfg, key_loc(a), SL_EINVAL, "parse_example: unknown option '%s'", a->key);
-                sl_err_hint("features are written with a colon (%s: int64); the only option is input=COMPONENT", a->key);
-                return SL_EINVAL;
-            }
-            if (read_comp(b, &a->v, &input)) return sl_errcode();
-            continue;
-        }
-        if (n == SL_ELEM_MAX) return fn_err(b, f, a->v.loc, "at most %d features", SL_ELEM_MAX);
-        sl_feature_spec *sp = &specs[n];
-        memset(sp, 0, sizeof *sp);
-        sp->name = a->key;
-        const sl_cfg_value *tv = &a->v;
-        if (tv->kind != SL_CV_IDENT && tv->kind != SL_CV_CALL)
-            return fn_err(b, f, tv->loc, "expected a feature type (bytes, int64 or float), found '%s'", tv->text);
-        sl_dtype dt = sl_dtype_from_name(tv->text);
-        if (dt != SL_DT_BYTES && dt != SL_DT_I64 && dt != SL_DT_F32) {
-            sl_cfg_err(b->cfg, tv->loc, SL_EINVAL, "parse_example: unknown feature type '%s'", tv->text);
-            const char *sug = sl_suggest(tv->text, types, 3);
-            if (sug) sl_err_hint("did you mean '%s'? (tf.train.Example holds bytes, int64 and float lists)", sug);
-            else sl_err_hint("a feature is bytes, int64 or float (tf.train.Example's three kinds)");
-            return SL_EINVAL;
-        }
-        sp->dtype = dt;
-        if (tv->kind == SL_CV_CALL) {
-            bool shaped = false;
-            for (int k = 0; k < tv->nargs; k++) {
-                const sl_cfg_arg *ta = &tv->args[k];
-                const sl_cfg_value *x = &ta->v;
-                if (!ta->key) {
-                    if (shaped) return fn_err(b, f, x->loc, "feature '%s' has two shapes", a->key);
-                    shaped = true;
-                    if (x->kind == SL_CV_IDENT && strcmp(x->text, "*") == 0) {
-                        sp->rank = 1;
-                        sp->dims[0] = -1;
-                    } else if (read_shape(b, x, &sp->rank, sp->dims)) {
-                        return SL_EINVAL;
-                    }
-                } else if (strcmp(ta->key, "default") == 0) {
-                    sp->has_default = true;
-                    if (dt == SL_DT_BYTES) {
-                        if (x->kind != SL_CV_STRING)
-                            return fn_err(b, f, x->loc, "the default of a bytes feature is a string, found '%s'", x->text);
-                        sp->default_bytes = x->text;
-                    } else if (sl_cfg_double(b->cfg, x, &sp->default_num)) {
-                        return SL_EINVAL;
-                    }
-                } else if (strcmp(ta->key, "as") == 0) {
-                    if (read_comp(b, x, &sp->as)) return sl_errcode();
-                } else {
-                    sl_cfg_err(b->cfg, key_loc(ta), SL_EINVAL, "parse_example: unknown type option '%s'", ta->key);
-                    const char *sug = sl_suggest(ta->key, type_opts, 2);
-                    if (sug) sl_err_hint("did you mean '%s'?", sug);
-                    else sl_err_hint("a type takes a shape, default=VALUE and as=NAME: int64(4, default=0)");
-                    return SL_EINVAL;
-                }
-            }
-        }
-        n++;
-    }
-    if (n == 0) return fn_err(b, f, call->loc, "no features to parse");
-    return sl_fn_parse_example(input, specs, n, out);
-}
-
-static const fn_def FNS[] = {
-    {"parse_example", "parse_example(FEATURE: bytes|int64|float[(SHAPE, default=V, as=NAME)], ..., input=record)",
-     {0}, 0, fn_parse_example},
-    {"decode_jpeg", "decode_jpeg(COMP, channels=0|1|3, max_pixels=89478485, dct_scaling=true)",
-     {"comp", "channels", "max_pixels", "dct_scaling"}, 1, fn_decode_jpeg},
-    {"random_resized_crop",
-     "random_resized_crop(COMP, SIZE, scale=[0.08, 1], ratio=[0.75, 1.333], max_pixels=89478485, antialias=true)",
-     {"comp", "size", "scale", "ratio", "max_pixels", "antialias"}, 2, fn_random_resized_crop},
-    {"center_crop", "center_crop(COMP, SIZE, max_pixels=89478485, antialias=true)   SIZE: 224 or 224x200",
-     {"comp", "size", "max_pixels", "antialias"}, 2, fn_center_crop},
-    {"resize",
-     "resize(COMP, SIZE, max_pixels=89478485, antialias=true) or resize(COMP, shorter=N, ...)   SIZE: 256 or 256x192",
-     {"comp", "size", "max_pixels", "antialias", "shorter"}, 1, fn_resize},
-    {"random_flip", "random_flip(COMP, p=0.5, horizontal=true, vertical=false)",
-     {"comp", "p", "horizontal", "vertical"}, 1, fn_random_flip},
-    {"normalize", "normalize(COMP, mean=[...], std=[...], scale_uint8=true)",
-     {"comp", "mean", "std", "scale_uint8"}, 3, fn_normalize},
-    {"cast", "cast(COMP, DTYPE)", {"comp", "dtype"}, 2, fn_cast},
-    {"scale", "scale(COMP, FACTOR)", {"comp", "factor"}, 2, fn_scale},
-    {"decode_raw", "decode_raw(COMP, DTYPE, SHAPE)", {"comp", "dtype", "shape"}, 3, fn_decode_raw},
-    {"one_hot", "one_hot(COMP, DEPTH)", {"comp", "depth"}, 2, fn_one_hot},
-};
-#define NFNS ((int)(sizeof FNS / sizeof FNS[0]))
-
-static const fn_def *find_fn(const char *name) {
-    for (int i = 0; i < NFNS; i++)
-        if (strcmp(FNS[i].name, name) == 0) return &FNS[i];
-    return NULL;
-}
-
-static void fn_names(const char **names) {
-    for (int i = 0; i < NFNS; i++) names[i] = FNS[i].name;
-}
-
-static sl_status unknown_fn(builder *b, const sl_cfg_value *v) {
-    const char *names[NFNS];
-    char list[512];
-    fn_names(names);
-    sl_cfg_err(b->cfg, v->loc, SL_EINVAL, "unknown function '%s' in map", v->text);
-    const char *sug = sl_suggest(v->text, names, NFNS);
-    if (sug) sl_err_hint("did you mean '%s'?", sug);
-    else sl_err_hint("the functions are %s", join(names, NFNS, list, sizeof list));
-    return SL_EINVAL;
-}
-
-/* Bind a call's arguments to f's parameters (by position, or name=value), then build. */
-static sl_status build_call(builder *b, const sl_cfg_value *call, sl_fn **out) {
-    const fn_def *f = find_fn(call->text);
-    if (!f) return unknown_fn(b, call);
-    if (f->build == fn_parse_example) return f->build(b, f, call, NULL, out);
-    const sl_cfg_value *args[MAX_PARAMS] = {0};
-    int np = 0;
-    while (np < MAX_PARAMS && f->params[np]) np++;
-    int pos = 0;
-    for (int i = 0; i < call->nargs; i++) {
-        const sl_cfg_arg *a = &call->args[i];
-        int slot = -1;
-        if (a->key) {
-            for (int k = 0; k < np; k++)
-                if (strcmp(f->params[k], a->key) == 0) slot = k;
-            if (slot < 0) {
-                sl_cfg_err(b->cfg, key_loc(a), SL_EINVAL, "%s: unknown parameter '%s'", f->name, a->key);
-                const char *sug = sl_suggest(a->key, f->params, np);
-                if (sug) sl_err_hint("did you mean '%s'?", sug);
-                else sl_err_hint("usage: %s", f->usage);
-                return SL_EINVAL;
-            }
-            if (a->sep == ':')
-                return fn_err(b, f, key_loc(a), "write %s=VALUE (a colon is for parse_example's features)", a->key);
-        } else {
-            if (pos >= np) return fn_err(b, f, a->v.loc, "too many arguments (it takes %d)", np);
-            slot = pos++;
-        }
-        if (args[slot]) return fn_err(b, f, a->key ? key_loc(a) : a->v.loc, "'%s' given twice", f->params[slot]);
-        args[slot] = &a->v;
-    }
-    for (int k = 0; k < f->nreq; k++)
-        if (!args[k]) return fn_err(b, f, call->loc, "missing argument '%s'", f->params[k]);
-    sl_status s = f->build(b, f, call, args, out);
-    if (s && !has_hint()) sl_err_hint("usage: %s", f->usage);
-    if (s && s != SL_EINVAL && s != SL_ERANGE) /* the library refused: say where */
-        sl_err_prefix("%s:%d:%d: ", sl_cfg_filename(b->cfg), call->loc.line, call->loc.col);
-    return s;
+    return sl__fc_chain(b, s, st, out, "shuffle");
 }
 
 static sl_status build_map(builder *b, const op_def *d, const sl_cfg_stmt *s) {
@@ -966,7 +344,7 @@ static sl_status build_map(builder *b, const op_def *d, const sl_cfg_stmt *s) {
         const sl_cfg_value *v = &a->v;
         if (a->key) continue;
         if (v->kind == SL_CV_PIPE) {
-            if (want_fn) st = err_usage(b, d, v->loc, SL_EINVAL, "expected a function before '|'");
+            if (want_fn) st = sl__fc_err_usage(b, d, v->loc, SL_EINVAL, "expected a function before '|'");
             want_fn = true;
             last_pipe = v;
         } else if (v->kind == SL_CV_CALL) {
@@ -975,43 +353,43 @@ static sl_status build_map(builder *b, const op_def *d, const sl_cfg_stmt *s) {
                 sl_err_hint("chain functions with '|': f(...) | g(...)");
             } else if (n == MAX_FNS) {
                 st = sl_cfg_err(b->cfg, v->loc, SL_EINVAL, "more than %d functions in one map", MAX_FNS);
-            } else if ((st = build_call(b, v, &fns[n])) == SL_OK) {
+            } else if ((st = sl__fc_build_call(b, v, &fns[n])) == SL_OK) {
                 n++;
                 want_fn = false;
             }
-        } else if (v->kind == SL_CV_IDENT && find_fn(v->text)) {
+        } else if (v->kind == SL_CV_IDENT && sl__fc_fn_usage(v->text)) {
             st = sl_cfg_err(b->cfg, v->loc, SL_EINVAL, "'%s' is a function: call it with its arguments", v->text);
-            sl_err_hint("usage: %s", find_fn(v->text)->usage);
+            sl_err_hint("usage: %s", sl__fc_fn_usage(v->text));
         } else if (v->kind == SL_CV_IDENT) {
-            st = unknown_fn(b, v);
+            st = sl__fc_unknown_fn(b, v);
         } else {
-            st = err_usage(b, d, v->loc, SL_EINVAL, "expected a function call like decode_jpeg(image), found '%s'", v->text);
+            st = sl__fc_err_usage(b, d, v->loc, SL_EINVAL, "expected a function call like decode_jpeg(image), found '%s'", v->text);
         }
     }
-    if (!st && n == 0) st = err_usage(b, d, s->loc, SL_EINVAL, "map needs at least one function");
-    if (!st && want_fn && last_pipe) st = err_usage(b, d, last_pipe->loc, SL_EINVAL, "nothing after '|'");
+    if (!st && n == 0) st = sl__fc_err_usage(b, d, s->loc, SL_EINVAL, "map needs at least one function");
+    if (!st && want_fn && last_pipe) st = sl__fc_err_usage(b, d, last_pipe->loc, SL_EINVAL, "nothing after '|'");
     int par = SL_AUTO;
     bool det = true;
     const sl_cfg_value *v;
-    if (!st && (v = sl_cfg_opt(s, "parallel"))) st = read_int_or_auto(b, d, v, 1, 4096, &par);
-    if (!st && (v = sl_cfg_opt(s, "deterministic"))) st = read_bool(b, v, &det);
+    if (!st && (v = sl_cfg_opt(s, "parallel"))) st = sl__fc_read_int_or_auto(b, d, v, 1, 4096, &par);
+    if (!st && (v = sl_cfg_opt(s, "deterministic"))) st = sl__fc_read_bool(b, v, &det);
     sl_fn *fn = NULL;
     if (!st) {
         st = sl_fn_chain(fns, n, &fn);
-        if (st) construct_failed(b, s, st);
+        if (st) sl__fc_construct_failed(b, s, st);
     }
     for (int i = 0; i < n; i++) sl_fn_unref(fns[i]);
     if (st) return st;
     sl_dataset *out;
     st = sl_ds_map(b->ds, fn, par, det, &out);
     sl_fn_unref(fn);
-    return chain(b, s, st, out, "map");
+    return sl__fc_chain(b, s, st, out, "map");
 }
 
 static sl_status build_batch(builder *b, const op_def *d, const sl_cfg_stmt *s) {
     static const char *const flags[] = {"drop_remainder", "padded"};
     int64_t size;
-    if (read_int(b, d, sl_cfg_pos(s, 0), 1, 1 << 24, &size)) return sl_errcode();
+    if (sl__fc_read_int(b, d, sl_cfg_pos(s, 0), 1, 1 << 24, &size)) return sl_errcode();
     sl_batch_opts o = sl_batch_opts_default(size);
     for (int i = 1; i < sl_cfg_npos(s); i++) {
         const sl_cfg_value *v = sl_cfg_pos(s, i);
@@ -1021,47 +399,47 @@ static sl_status build_batch(builder *b, const op_def *d, const sl_cfg_stmt *s) 
             sl_cfg_err(b->cfg, v->loc, SL_EINVAL, "unknown batch flag '%s'", v->text);
             const char *sug = v->kind == SL_CV_IDENT ? sl_suggest(v->text, flags, 2) : NULL;
             if (sug) sl_err_hint("did you mean '%s'?", sug);
-            else hint_usage(d);
+            else sl__fc_hint_usage(d);
             return SL_EINVAL;
         }
     }
     const sl_cfg_value *v;
-    if ((v = sl_cfg_opt(s, "drop_remainder")) && read_bool(b, v, &o.drop_remainder)) return sl_errcode();
-    if ((v = sl_cfg_opt(s, "padded")) && read_bool(b, v, &o.padded)) return sl_errcode();
+    if ((v = sl_cfg_opt(s, "drop_remainder")) && sl__fc_read_bool(b, v, &o.drop_remainder)) return sl_errcode();
+    if ((v = sl_cfg_opt(s, "padded")) && sl__fc_read_bool(b, v, &o.padded)) return sl_errcode();
     if ((v = sl_cfg_opt(s, "pad"))) {
         if (sl_cfg_double(b->cfg, v, &o.pad_value)) return sl_errcode();
         o.padded = true;
     }
     sl_dataset *out;
     sl_status st = sl_ds_batch(b->ds, &o, &out);
-    return chain(b, s, st, out, "batch");
+    return sl__fc_chain(b, s, st, out, "batch");
 }
 
 static sl_status build_prefetch(builder *b, const op_def *d, const sl_cfg_stmt *s) {
     int n = SL_AUTO;
     const sl_cfg_value *v = sl_cfg_pos(s, 0);
-    if (v && read_int_or_auto(b, d, v, 1, 1 << 20, &n)) return sl_errcode();
+    if (v && sl__fc_read_int_or_auto(b, d, v, 1, 1 << 20, &n)) return sl_errcode();
     sl_dataset *out;
     sl_status st = sl_ds_prefetch(b->ds, n, &out);
-    return chain(b, s, st, out, "prefetch");
+    return sl__fc_chain(b, s, st, out, "prefetch");
 }
 
 static sl_status build_repeat(builder *b, const op_def *d, const sl_cfg_stmt *s) {
     int64_t n = SL_INFINITE;
     const sl_cfg_value *v = sl_cfg_pos(s, 0);
-    if (v && read_int(b, d, v, 0, INT64_MAX, &n)) return sl_errcode();
+    if (v && sl__fc_read_int(b, d, v, 0, INT64_MAX, &n)) return sl_errcode();
     sl_dataset *out;
     sl_status st = sl_ds_repeat(b->ds, n, &out);
-    return chain(b, s, st, out, "repeat");
+    return sl__fc_chain(b, s, st, out, "repeat");
 }
 
 static sl_status build_take_skip(builder *b, const op_def *d, const sl_cfg_stmt *s) {
     int64_t n;
-    if (read_int(b, d, sl_cfg_pos(s, 0), 0, INT64_MAX, &n)) return sl_errcode();
+    if (sl__fc_read_int(b, d, sl_cfg_pos(s, 0), 0, INT64_MAX, &n)) return sl_errcode();
     sl_dataset *out;
     bool take = strcmp(d->name, "take") == 0;
     sl_status st = take ? sl_ds_take(b->ds, n, &out) : sl_ds_skip(b->ds, n, &out);
-    return chain(b, s, st, out, d->name);
+    return sl__fc_chain(b, s, st, out, d->name);
 }
 
 static sl_status build_cache(builder *b, const op_def *d, const sl_cfg_stmt *s) {
@@ -1070,137 +448,19 @@ static sl_status build_cache(builder *b, const op_def *d, const sl_cfg_stmt *s) 
     const char *path = NULL;
     if (v) {
         const char *p = "";
-        if (read_word(b, v, "a file path", &p)) return hint_usage(d), sl_errcode();
+        if (sl__fc_read_word(b, v, "a file path", &p)) return sl__fc_hint_usage(d), sl_errcode();
         if (resolve(b, v, p, full, sizeof full)) return SL_EINVAL;
         path = full;
     }
     sl_dataset *out;
     sl_status st = sl_ds_cache(b->ds, path, &out);
-    return chain(b, s, st, out, "cache");
+    return sl__fc_chain(b, s, st, out, "cache");
 }
 
 static sl_status build_ignore_errors(builder *b, const op_def *d, const sl_cfg_stmt *s) {
     sl_dataset *out;
     sl_status st = sl_ds_ignore_errors(b->ds, &out);
-    return chain(b, s, st, out, "ignore_errors");
-}
-
-/* ---- filter ---- */
-
-enum { CMP_EQ, CMP_NE, CMP_LT, CMP_LE, CMP_GT, CMP_GE };
-static const char *const CMP_SYM[] = {"==", "!=", "<", "<=", ">", ">="};
-static const char *const CMP_WORD[] = {"eq", "ne", "lt", "le", "gt", "ge"};
-
-typedef struct filter_spec {
-    char comp[SL_NAME_MAX];
-    int op;
-    double num;
-    int64_t inum;
-    bool is_int;
-    char text[SL_NAME_MAX + 48]; /* "label < 5", for messages */
-} filter_spec;
-
-static double half_to_double(uint16_t h) {
-    int e = (h >> 10) & 31, m = h & 1023;
-    double v = e == 0 ? ldexp(m, -24) : e == 31 ? (m ? NAN : INFINITY) : ldexp(m + 1024, e - 25);
-    return (h & 0x8000) ? -v : v;
-}
-
-/* The value of a one-element numeric tensor: as an integer (*is_int) or a double. */
-static bool scalar_value(const sl_tensor *t, int64_t *i, double *d, bool *is_int) {
-    if (sl_tensor_numel(t) != 1) return false;
-    const void *p = t->data;
-    *is_int = true;
-    switch (t->dtype) {
-    case SL_DT_U8: *i = *(const uint8_t *)p; break;
-    case SL_DT_I8: *i = *(const int8_t *)p; break;
-    case SL_DT_U16: *i = *(const uint16_t *)p; break;
-    case SL_DT_I16: *i = *(const int16_t *)p; break;
-    case SL_DT_I32: *i = *(const int32_t *)p; break;
-    case SL_DT_U32: *i = *(const uint32_t *)p; break;
-    case SL_DT_I64: *i = *(const int64_t *)p; break;
-    case SL_DT_BOOL: *i = *(const uint8_t *)p != 0; break;
-    case SL_DT_F32: *is_int = false; *d = *(const float *)p; break;
-    case SL_DT_F64: *is_int = false; *d = *(const double *)p; break;
-    case SL_DT_F16: *is_int = false; *d = half_to_double(*(const uint16_t *)p); break;
-    case SL_DT_BF16: {
-        uint32_t bits = (uint32_t)*(const uint16_t *)p << 16;
-        float f;
-        memcpy(&f, &bits, sizeof f);
-        *is_int = false;
-        *d = f;
-        break;
-    }
-    default: return false;
-    }
-    if (*is_int) *d = (double)*i;
-    return true;
-}
-
-static int filter_pred(void *ctx, const sl_element *e) {
-    const filter_spec *f = ctx;
-    int c = sl_element_find(e, f->comp);
-    if (c < 0) {
-        char have[512];
-        size_t len = 0;
-        have[0] = 0;
-        for (int k = 0; k < e->n && len < sizeof have; k++)
-            len += (size_t)snprintf(have + len, sizeof have - len, k ? ", %s" : "%s", e->names[k]);
-        return sl_err(SL_EINVAL, "filter %s: no component '%s' (the element has: %s)", f->text, f->comp,
-                      e->n ? have : "nothing");
-    }
-    int64_t iv = 0;
-    double dv = 0;
-    bool is_int;
-    if (!scalar_value(&e->t[c], &iv, &dv, &is_int)) {
-        char desc[96];
-        return sl_err(SL_EINVAL, "filter %s: component '%s' is %s, not a single number", f->text, f->comp,
-                      sl_tensor_describe(&e->t[c], desc, sizeof desc));
-    }
-    int cmp;
-    if (is_int && f->is_int) cmp = iv < f->inum ? -1 : iv > f->inum;
-    else if (isnan(dv)) return f->op == CMP_NE; /* NaN compares unequal to everything */
-    else cmp = dv < f->num ? -1 : dv > f->num;
-    switch (f->op) {
-    case CMP_EQ: return cmp == 0;
-    case CMP_NE: return cmp != 0;
-    case CMP_LT: return cmp < 0;
-    case CMP_LE: return cmp <= 0;
-    case CMP_GT: return cmp > 0;
-    default: return cmp >= 0;
-    }
-}
-
-static void filter_free(void *ctx, void *unused) { free(ctx); }
-
-static sl_status build_filter(builder *b, const op_def *d, const sl_cfg_stmt *s) {
-    const char *comp;
-    const sl_cfg_value *cv = sl_cfg_pos(s, 0), *ov = sl_cfg_pos(s, 1), *vv = sl_cfg_pos(s, 2);
-    if (read_comp(b, cv, &comp)) return hint_usage(d), sl_errcode();
-    int op = -1;
-    if (ov->kind == SL_CV_IDENT || ov->kind == SL_CV_STRING)
-        for (int i = 0; i < 6; i++)
-            if (strcmp(ov->text, CMP_SYM[i]) == 0 || strcmp(ov->text, CMP_WORD[i]) == 0) op = i;
-    if (op < 0) {
-        sl_cfg_err(b->cfg, ov->loc, SL_EINVAL, "unknown comparison '%s'", ov->text);
-        const char *sug = sl_suggest(ov->text, CMP_WORD, 6);
-        if (sug) sl_err_hint("did you mean '%s'?", sug);
-        else sl_err_hint("compare with == != < <= > >= or eq ne lt le gt ge: filter label < 5");
-        return SL_EINVAL;
-    }
-    if (vv->kind != SL_CV_NUMBER)
-        return err_usage(b, d, vv->loc, SL_EINVAL, "filter compares with a number, found '%s'", vv->text);
-    filter_spec *f = calloc(1, sizeof *f);
-    if (!f) return sl_err(SL_ENOMEM, "out of memory");
-    snprintf(f->comp, sizeof f->comp, "%s", comp);
-    f->op = op;
-    f->num = vv->num;
-    f->inum = vv->inum;
-    f->is_int = vv->is_int;
-    snprintf(f->text, sizeof f->text, "%s %s %s", comp, CMP_SYM[op], vv->text);
-    sl_dataset *out;
-    sl_status st = sl_ds_filter_owned(b->ds, filter_pred, f, filter_free, &out);
-    return chain(b, s, st, out, "filter");
+    return sl__fc_chain(b, s, st, out, "ignore_errors");
 }
 
 /* ---- the op table and the driver ---- */
@@ -1223,7 +483,7 @@ static const op_def OPS[] = {
     {"skip", "skip N", {0}, 1, 1, build_take_skip},
     {"cache", "cache [\"PATH\"]   (no PATH: in memory)", {0}, 0, 1, build_cache},
     {"ignore_errors", "ignore_errors", {0}, 0, 0, build_ignore_errors},
-    {"filter", "filter COMPONENT OP NUMBER   (OP: == != < <= > >= or eq ne lt le gt ge)", {0}, 3, 3, build_filter},
+    {"filter", "filter COMPONENT OP NUMBER   (OP: == != < <= > >= or eq ne lt le gt ge)", {0}, 3, 3, sl__fc_build_filter},
 };
 static const int NOPS = (int)(sizeof OPS / sizeof OPS[0]);
 
@@ -1237,7 +497,7 @@ static bool is_source(const op_def *d) { return d->build == build_files || d->bu
 
 /* What every statement must satisfy before its own builder runs. */
 static sl_status check_stmt(builder *b, const op_def *d, const sl_cfg_stmt *s) {
-    if (s->has_body) return err_usage(b, d, s->loc, SL_EINVAL, "'%s' takes no { } block", s->name);
+    if (s->has_body) return sl__fc_err_usage(b, d, s->loc, SL_EINVAL, "'%s' takes no { } block", s->name);
     int npos = 0;
     for (int i = 0; i < s->nargs; i++) {
         const sl_cfg_arg *a = &s->args[i];
@@ -1249,21 +509,21 @@ static sl_status check_stmt(builder *b, const op_def *d, const sl_cfg_stmt *s) {
                 nopts++;
             }
             if (ok) continue;
-            sl_cfg_err(b->cfg, key_loc(a), SL_EINVAL, "unknown option '%s' for %s", a->key, d->name);
+            sl_cfg_err(b->cfg, sl__fc_key_loc(a), SL_EINVAL, "unknown option '%s' for %s", a->key, d->name);
             const char *sug = sl_suggest(a->key, d->opts, nopts);
             char list[256];
             if (sug) sl_err_hint("did you mean '%s'?", sug);
-            else if (nopts) sl_err_hint("the options of %s are %s", d->name, join(d->opts, nopts, list, sizeof list));
+            else if (nopts) sl_err_hint("the options of %s are %s", d->name, sl__fc_join(d->opts, nopts, list, sizeof list));
             else sl_err_hint("%s takes no options; usage: %s", d->name, d->usage);
             return SL_EINVAL;
         }
         if (a->v.kind == SL_CV_PIPE) {
             if (d->build == build_map) continue;
-            return err_usage(b, d, a->v.loc, SL_EINVAL, "'|' joins the functions of a map; %s takes none", d->name);
+            return sl__fc_err_usage(b, d, a->v.loc, SL_EINVAL, "'|' joins the functions of a map; %s takes none", d->name);
         }
         npos++;
         if (d->max_pos >= 0 && npos > d->max_pos)
-            return err_usage(b, d, a->v.loc, SL_EINVAL, "too many arguments for %s", d->name);
+            return sl__fc_err_usage(b, d, a->v.loc, SL_EINVAL, "too many arguments for %s", d->name);
     }
     if (npos < d->min_pos) {
         /* name the first missing argument from the usage line */
@@ -1275,7 +535,7 @@ static sl_status check_stmt(builder *b, const op_def *d, const sl_cfg_stmt *s) {
             if (k == npos) snprintf(what, sizeof what, "%.*s", (int)len, u);
             u += len;
         }
-        return err_usage(b, d, s->loc, SL_EINVAL, "%s: missing %s", d->name, what);
+        return sl__fc_err_usage(b, d, s->loc, SL_EINVAL, "%s: missing %s", d->name, what);
     }
     return SL_OK;
 }
@@ -1296,7 +556,7 @@ static sl_status build_stmt(builder *b, const sl_cfg_stmt *s, const sl_cfg_stmt 
         sl_cfg_err(b->cfg, s->loc, SL_EINVAL, "unknown op '%s' in pipeline '%s'", s->name, b->pname);
         const char *sug = sl_suggest(s->name, names, NOPS);
         if (sug) sl_err_hint("did you mean '%s'?", sug);
-        else sl_err_hint("the ops are %s", join(names, NOPS, list, sizeof list));
+        else sl_err_hint("the ops are %s", sl__fc_join(names, NOPS, list, sizeof list));
         return SL_EINVAL;
     }
     sl_status st = check_stmt(b, d, s);
@@ -1380,8 +640,8 @@ static sl_status find_pipeline(const sl_cfg *cfg, const char *name, const sl_cfg
     char list[512];
     sl_err(SL_ENOTFOUND, "%s: no pipeline '%s'", sl_cfg_filename(cfg), name);
     const char *sug = sl_suggest(name, names, k);
-    if (sug) sl_err_hint("did you mean '%s'? (the pipelines are %s)", sug, join(names, k, list, sizeof list));
-    else sl_err_hint("the pipelines are %s", join(names, k, list, sizeof list));
+    if (sug) sl_err_hint("did you mean '%s'? (the pipelines are %s)", sug, sl__fc_join(names, k, list, sizeof list));
+    else sl_err_hint("the pipelines are %s", sl__fc_join(names, k, list, sizeof list));
     return SL_ENOTFOUND;
 }
 
@@ -1434,3 +694,4 @@ sl_status sl_pipeline_from_config(const sl_cfg *cfg, const char *name, const sl_
     *out = b.ds;
     return SL_OK;
 }
+

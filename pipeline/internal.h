@@ -208,6 +208,10 @@ void sl__tune_detach(sl_iter *it);
 void sl__tuner_start(sl_ictx *ctx);
 void sl__tuner_stop(sl_ictx *ctx);
 
+/* A snapshot of the node list (pointers stay valid while the context lives): up to cap
+ * node pointers into out; returns the number of nodes. */
+int sl__ctx_nodes(sl_ictx *ctx, sl_op_node **out, int cap);
+
 /* Append a history sample to a node (tune_mu held by the caller). */
 void sl__node_sample_locked(sl_ictx *ctx, sl_op_node *n, float buffered);
 
@@ -232,10 +236,6 @@ sl_status sl__iter_input(sl_dataset *ds, int i, sl_ictx *ctx, uint64_t seed, uin
 /* Make an iterator over a dataset made while running (interleave's per-element inputs):
  * all of parent's such inputs share one node. */
 sl_status sl__iter_make(sl_iter *parent, sl_dataset *ds, uint64_t seed, sl_iter **out);
-
-/* A snapshot of the node list (pointers stay valid while the context lives): up to cap
- * node pointers into out; returns the number of nodes. */
-int sl__ctx_nodes(sl_ictx *ctx, sl_op_node **out, int cap);
 
 /* sl_iter_next for use inside ops: counts stats, honours `ended`. */
 sl_status sl__iter_next(sl_iter *it, sl_element *out);
@@ -367,6 +367,28 @@ void sl__runner_set_capacity(sl_runner *r, int capacity);
 /* Cancel, join, free; closes the input. NULL is a no-op. */
 void sl__runner_stop(sl_runner *r);
 
+/* ---- file lists (pipeline/ops/list_files.c) ---- */
+
+/* Expand patterns with glob(3) into a malloc'd array of malloc'd strings. Each pattern's
+ * matches are sorted (glob's order); with sort_all the whole list is sorted and duplicates
+ * dropped. A pattern that matches nothing (a plain path that does not exist included) is
+ * SL_ENOTFOUND naming it, with a hint. On failure *out is NULL. `op` names the caller in
+ * errors. */
+sl_status sl__glob_paths(const char *op, const char *const *patterns, int n, bool sort_all,
+                         char ***out, int *nout);
+
+/* Free what sl__glob_paths made (n strings and the array). NULL is a no-op. */
+void sl__free_paths(char **paths, int n);
+
+/* ---- interleave (pipeline/ops/interleave.c) ---- */
+
+/* sl_ds_interleave whose dataset owns ctx: ctx_free(ctx) runs when the dataset is freed, and
+ * at once when this fails (then *out is NULL). For stock factories with their own options
+ * (interleave_tfrecord's read options, pipeline/ops/tfrecord.c). */
+sl_status sl__ds_interleave_own(sl_dataset *in, sl_ds_factory factory, void *ctx,
+                                void (*ctx_free)(void *), const sl_interleave_opts *opts,
+                                sl_dataset **out);
+
 /* ---- batching helpers (pipeline/stack.c) ---- */
 
 /* Stack n elements (all with the same component names, dtypes and ranks) into one batch
@@ -380,6 +402,10 @@ sl_status sl__stack(const sl_element *elems, int n, const sl_batch_opts *opts, c
  * batches gather their elements here, growing as elements arrive, so a huge batch size
  * costs memory only for the elements that really come. SL_ENOMEM leaves the array as it was. */
 sl_status sl__elems_reserve(sl_element **arr, int *cap, int need);
+
+/* Batches of opts->size over `in` (drop_remainder counted): SL_INFINITE or SL_UNKNOWN_CARD
+ * as the input's cardinality is. For batch and map_batch. */
+int64_t sl__batch_card(const sl_dataset *in, const sl_batch_opts *o);
 
 /* Is ds a map (for batch's automatic fusion)? Then its fn, parallelism and determinism. */
 bool sl__ds_as_map(const sl_dataset *ds, sl_fn **fn, int *parallelism, bool *deterministic);

@@ -3,7 +3,8 @@
  * equal unless padding, in which case each component is padded to the largest extent of
  * each dimension in the batch. Bytes components are copied into one buffer per batch so a
  * batch does not pin many records' memory. A batch's origin is unknown (it has many); an
- * element that does not fit is named by its own origin in the error.
+ * element that does not fit is named by its own origin in the error. Also the number of
+ * batches both batch ops report as their cardinality (sl__batch_card).
  *
  * Workload: once per batch, after every element was gathered. */
 #include <stdio.h>
@@ -209,4 +210,10 @@ sl_status sl__elems_reserve(sl_element **arr, int *cap, int need) {
     *arr = a;
     *cap = ncap;
     return SL_OK;
+}
+
+int64_t sl__batch_card(const sl_dataset *in, const sl_batch_opts *o) {
+    int64_t n = sl_dataset_cardinality(in);
+    if (n < 0) return n;
+    return o->drop_remainder ? n / o->size : (n + o->size - 1) / o->size;
 }

@@ -650,6 +650,35 @@ static const char *default_pipeline(const sl_cfg *cfg) {
     return n == 1 ? names[0] : NULL;
 }
 
+/* No --pipeline and no default: say which pipelines there are. The exit status. */
+static int no_pipeline(const stats_args *a, const sl_cfg *cfg) {
+    const char *names[64];
+    char list[512];
+    int n = sl_pipeline_names(cfg, names, 64);
+    size_t len = 0;
+    list[0] = 0;
+    for (int i = 0; i < n && i < 64 && len < sizeof list; i++)
+        len += (size_t)snprintf(list + len, sizeof list - len, i ? ", %s" : "%s", names[i]);
+    if (n == 0) {
+        fprintf(stderr, "%s: %s: no `pipeline NAME { }` block in the file\n", PROG, a->config);
+        return SL__EXIT_FAIL;
+    }
+    return sl__usage_error(PROG, "%s has several pipelines (%s): choose one with --pipeline NAME", a->config, list);
+}
+
+/* The options that go with a mode (0: --peek, 1: the profile) and with each other.
+ * SL__EXIT_OK, or SL__EXIT_USAGE after the message. */
+static int check_mode_args(const stats_args *a, int mode) {
+    if (mode == 0 && (a->trace || a->trace_max || a->html || a->save || a->seconds_s || a->batches))
+        return sl__usage_error(PROG, "--peek prints elements: --seconds, --batches, --trace, --html and --save "
+                                     "belong to the profile (leave out --peek)");
+    if (a->trace_max && !a->trace)
+        return sl__usage_error(PROG, "--trace-max limits the --trace file: give --trace FILE too");
+    if (a->shard_index >= a->shards)
+        return sl__usage_error(PROG, "--shard-index %lld must be below --shards %lld", a->shard_index, a->shards);
+    return SL__EXIT_OK;
+}
+
 int main(int argc, char **argv) {
     if (sl__tool_version(PROG, argc, argv)) return sl__tool_exit(PROG, SL__EXIT_OK);
     stats_args a = {.peek = -1, .values = 8, .shards = 1, .shard_index = 0};
@@ -728,19 +757,7 @@ int main(int argc, char **argv) {
     }
     a.config = argv[1];
     int mode = a.peek >= 0 ? 0 : 1;
-    if (mode == 0 && (a.trace || a.trace_max || a.html || a.save || a.seconds_s || a.batches)) {
-        rc = sl__usage_error(PROG, "--peek prints elements: --seconds, --batches, --trace, --html and --save "
-                                   "belong to the profile (leave out --peek)");
-        goto done;
-    }
-    if (a.trace_max && !a.trace) {
-        rc = sl__usage_error(PROG, "--trace-max limits the --trace file: give --trace FILE too");
-        goto done;
-    }
-    if (a.shard_index >= a.shards) {
-        rc = sl__usage_error(PROG, "--shard-index %lld must be below --shards %lld", a.shard_index, a.shards);
-        goto done;
-    }
+    if ((rc = check_mode_args(&a, mode)) != SL__EXIT_OK) goto done;
     if (sl_cfg_parse_file(a.config, &cfg)) {
         rc = sl__fail(PROG);
         goto done;
@@ -753,19 +770,7 @@ int main(int argc, char **argv) {
         }
     const char *pname = a.pipeline ? a.pipeline : default_pipeline(cfg);
     if (!pname) {
-        const char *names[64];
-        char list[512];
-        int n = sl_pipeline_names(cfg, names, 64);
-        size_t len = 0;
-        list[0] = 0;
-        for (int i = 0; i < n && i < 64 && len < sizeof list; i++)
-            len += (size_t)snprintf(list + len, sizeof list - len, i ? ", %s" : "%s", names[i]);
-        if (n == 0) {
-            fprintf(stderr, "%s: %s: no `pipeline NAME { }` block in the file\n", PROG, a.config);
-            rc = SL__EXIT_FAIL;
-        } else {
-            rc = sl__usage_error(PROG, "%s has several pipelines (%s): choose one with --pipeline NAME", a.config, list);
-        }
+        rc = no_pipeline(&a, cfg);
         goto done;
     }
     sl_pipeline_env env = sl_pipeline_env_default();

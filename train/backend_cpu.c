@@ -14,7 +14,6 @@
 #pragma GCC optimize("O3")
 #endif
 
-#include <cblas.h>
 #include <math.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -23,9 +22,7 @@
 
 #include "sluice/pool.h"
 #include "train/backend.h"
-
-/* openblas_set_num_threads is declared by OpenBLAS's cblas.h, but not by every cblas.h. */
-void openblas_set_num_threads(int num_threads);
+#include "train/blas_priv.h"
 
 typedef struct cpu_backend {
     sl_backend base;

@@ -102,13 +102,50 @@ static int64_t first_nonfinite(const sl_tensor *t) {
     return -1;
 }
 
+/* The tensors: the optimizer state matches its recorded size (osize values, none when 0);
+ * every float of the model and the state is finite. */
+static sl_status check_tensors(const sl_st_file *f, const char *path, int64_t osize) {
+    sl_status s = SL_OK;
+    sl_tensor t = SL_TENSOR_EMPTY;
+    bool have_state = false;
+    for (int i = 0; i < sl_st_count(f); i++) {
+        const char *name = sl_st_name(f, i);
+        bool is_state = strcmp(name, "optimizer/state") == 0;
+        if (!is_state && strncmp(name, "model/", 6) != 0) continue;
+        if ((s = sl_st_get(f, name, &t))) return s;
+        if (is_state) {
+            have_state = true;
+            if (sl_tensor_numel(&t) != osize) {
+                s = sl_err(SL_ECORRUPT, "%s: 'optimizer/state' has %" PRId64 " values; metadata optimizer_size says %" PRId64,
+                           path, sl_tensor_numel(&t), osize);
+                break;
+            }
+        }
+        int64_t bad = t.dtype == SL_DT_F32 ? first_nonfinite(&t) : -1;
+        if (bad >= 0) {
+            float v = ((const float *)t.data)[bad];
+            s = sl_err(SL_ECORRUPT, "%s: tensor '%s' holds %s at index %" PRId64 " (of %" PRId64 ")", path, name,
+                       isnan(v) ? "NaN" : v > 0 ? "+Inf" : "-Inf", bad, sl_tensor_numel(&t));
+            sl_err_hint("%s", is_state ? "the optimizer state is damaged: resume from an older checkpoint"
+                                       : "the run had diverged or the file is damaged: resume from an older checkpoint");
+            break;
+        }
+        sl_tensor_release(&t);
+    }
+    sl_tensor_release(&t);
+    if (s) return s;
+    if (!have_state && osize != 0)
+        return sl_err(SL_ECORRUPT, "%s: metadata optimizer_size is %" PRId64 " but there is no 'optimizer/state'", path,
+                      osize);
+    return SL_OK;
+}
+
 /* Everything that can be checked without a model: format, version, checksums, metadata
  * (each number, their agreement, and `want`), finite floats. *p filled on success. */
 static sl_status check_file(const sl_st_file *f, const char *path, const sl_ckpt_expect *want,
                             sl_ckpt_position *out) {
     sl_ckpt_position p = {0};
     sl_status s;
-    sl_tensor t = SL_TENSOR_EMPTY;
     const char *fmt = sl_st_meta(f, "format");
     if (!fmt || strcmp(fmt, "sluice-checkpoint") != 0)
         return sl_err(SL_ECORRUPT, "%s: not a sluice checkpoint (metadata format is '%s')", path, fmt ? fmt : "");
@@ -194,36 +231,7 @@ static sl_status check_file(const sl_st_file *f, const char *path, const sl_ckpt
         }
     }
     /* the tensors: the optimizer state matches its recorded size; every float is finite */
-    bool have_state = false;
-    for (int i = 0; i < sl_st_count(f); i++) {
-        const char *name = sl_st_name(f, i);
-        bool is_state = strcmp(name, "optimizer/state") == 0;
-        if (!is_state && strncmp(name, "model/", 6) != 0) continue;
-        if ((s = sl_st_get(f, name, &t))) return s;
-        if (is_state) {
-            have_state = true;
-            if (sl_tensor_numel(&t) != osize) {
-                s = sl_err(SL_ECORRUPT, "%s: 'optimizer/state' has %" PRId64 " values; metadata optimizer_size says %" PRId64,
-                           path, sl_tensor_numel(&t), osize);
-                break;
-            }
-        }
-        int64_t bad = t.dtype == SL_DT_F32 ? first_nonfinite(&t) : -1;
-        if (bad >= 0) {
-            float v = ((const float *)t.data)[bad];
-            s = sl_err(SL_ECORRUPT, "%s: tensor '%s' holds %s at index %" PRId64 " (of %" PRId64 ")", path, name,
-                       isnan(v) ? "NaN" : v > 0 ? "+Inf" : "-Inf", bad, sl_tensor_numel(&t));
-            sl_err_hint("%s", is_state ? "the optimizer state is damaged: resume from an older checkpoint"
-                                       : "the run had diverged or the file is damaged: resume from an older checkpoint");
-            break;
-        }
-        sl_tensor_release(&t);
-    }
-    sl_tensor_release(&t);
-    if (s) return s;
-    if (!have_state && osize != 0)
-        return sl_err(SL_ECORRUPT, "%s: metadata optimizer_size is %" PRId64 " but there is no 'optimizer/state'", path,
-                      osize);
+    if ((s = check_tensors(f, path, osize))) return s;
     *out = p;
     return SL_OK;
 }

@@ -117,24 +117,9 @@ static sl_status read_float(const sl_cfg *cfg, const sl_cfg_value *v, const char
     return SL_OK;
 }
 
-static sl_status build_spec(const sl_cfg *cfg, const sl_cfg_stmt *s, sl_layer_spec *sp) {
-    const layer_def *d = NULL;
-    for (int i = 0; i < NDEFS; i++)
-        if (strcmp(s->name, DEFS[i].name) == 0) d = &DEFS[i];
-    if (!d) {
-        const char *names[NDEFS];
-        for (int i = 0; i < NDEFS; i++) names[i] = DEFS[i].name;
-        sl_cfg_err(cfg, s->loc, SL_EINVAL, "unknown layer '%s'", s->name);
-        const char *sug = sl_suggest(s->name, names, NDEFS);
-        char list[160];
-        join(names, NDEFS, list, sizeof list);
-        if (sug) sl_err_hint("did you mean '%s'? (layers: %s)", sug, list);
-        else sl_err_hint("layers: %s", list);
-        return SL_EINVAL;
-    }
-    if (s->has_body) return sl_cfg_err(cfg, s->loc, SL_EINVAL, "%s: a layer takes no { } block", d->name);
-    memset(sp, 0, sizeof *sp);
-    sp->kind = d->kind;
+/* A layer statement's arguments against its definition: no '|', only its options, and
+ * its number of positional arguments. SL_EINVAL with the spot and the usage otherwise. */
+static sl_status check_args(const sl_cfg *cfg, const sl_cfg_stmt *s, const layer_def *d) {
     int npos = sl_cfg_npos(s);
     for (int i = 0; i < s->nargs; i++) {
         const sl_cfg_arg *a = &s->args[i];
@@ -166,6 +151,28 @@ static sl_status build_spec(const sl_cfg *cfg, const sl_cfg_stmt *s, sl_layer_sp
         sl_err_hint("usage: %s", d->usage);
         return SL_EINVAL;
     }
+    return SL_OK;
+}
+
+static sl_status build_spec(const sl_cfg *cfg, const sl_cfg_stmt *s, sl_layer_spec *sp) {
+    const layer_def *d = NULL;
+    for (int i = 0; i < NDEFS; i++)
+        if (strcmp(s->name, DEFS[i].name) == 0) d = &DEFS[i];
+    if (!d) {
+        const char *names[NDEFS];
+        for (int i = 0; i < NDEFS; i++) names[i] = DEFS[i].name;
+        sl_cfg_err(cfg, s->loc, SL_EINVAL, "unknown layer '%s'", s->name);
+        const char *sug = sl_suggest(s->name, names, NDEFS);
+        char list[160];
+        join(names, NDEFS, list, sizeof list);
+        if (sug) sl_err_hint("did you mean '%s'? (layers: %s)", sug, list);
+        else sl_err_hint("layers: %s", list);
+        return SL_EINVAL;
+    }
+    if (s->has_body) return sl_cfg_err(cfg, s->loc, SL_EINVAL, "%s: a layer takes no { } block", d->name);
+    memset(sp, 0, sizeof *sp);
+    sp->kind = d->kind;
+    if (check_args(cfg, s, d)) return SL_EINVAL;
     const sl_cfg_value *v;
     if ((v = sl_cfg_opt(s, "name"))) {
         const char *w;

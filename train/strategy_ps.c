@@ -541,6 +541,44 @@ done:
     return st;
 }
 
+/* A ps task's start from its shard checkpoints files[0..nfiles) (newest first): with
+ * o->fresh, remove them (only with o->overwrite, else SL_EINVAL); otherwise restore the
+ * newest that loads cleanly into params and *ss (*restored true), skipping torn or foreign
+ * ones with a warning. */
+static sl_status restore_shard(ps_task *t, const sl_strategy_ps_opts *o, FILE *console, char **files, int nfiles,
+                               float *params, sl_ps_shard_state *ss, bool *restored) {
+    if (o->fresh && nfiles > 0) {
+        /* a new run in a used folder: the old shards would hand the workers another run's
+         * parameters and step counts */
+        if (!o->overwrite) {
+            sl_err(SL_EINVAL, "%s holds %d shard checkpoint(s) of an earlier run (newest %s)", t->dir, nfiles, files[0]);
+            sl_err_hint("continue that run with --resume, replace it with --overwrite, or choose another --run-dir");
+            return SL_EINVAL;
+        }
+        if (console)
+            fprintf(console, "ps %d: %s holds %d shard checkpoint(s) of an earlier run: removing them (--overwrite)\n",
+                    t->index, t->dir, nfiles);
+        for (int i = 0; i < nfiles; i++)
+            if (unlink(files[i]) != 0 && errno != ENOENT)
+                return sl_err(SL_EIO, "cannot remove %s (an earlier run's shard checkpoint): %s", files[i],
+                              strerror(errno));
+    }
+    for (int i = 0; i < nfiles && !*restored && !o->fresh; i++) {
+        const char *path = files[i];
+        if (load_shard(t, path, params, ss) == SL_OK) {
+            *restored = true;
+            if (console) {
+                fprintf(console, "ps %d: restored %s (version %" PRId64 ")\n", t->index, path, ss->version);
+                fflush(console);
+            }
+        } else {
+            SL_WARN("ps %d: skipping shard checkpoint: %s", t->index, sl_errmsg());
+            if (console) fprintf(console, "ps %d: skipping %s: %s\n", t->index, path, sl_errmsg());
+        }
+    }
+    return SL_OK;
+}
+
 sl_status sl_ps_task_run(sl_cfg *cfg, const sl_cluster *c, const sl_strategy_ps_opts *opts, FILE *console,
                          volatile int *stop) {
     sl_strategy_ps_opts o = {0};
@@ -614,37 +652,7 @@ sl_status sl_ps_task_run(sl_cfg *cfg, const sl_cluster *c, const sl_strategy_ps_
         nfiles = 0;
         goto fail;
     }
-    if (o.fresh && nfiles > 0) {
-        /* a new run in a used folder: the old shards would hand the workers another run's
-         * parameters and step counts */
-        if (!o.overwrite) {
-            st = sl_err(SL_EINVAL, "%s holds %d shard checkpoint(s) of an earlier run (newest %s)", t.dir, nfiles,
-                        files[0]);
-            sl_err_hint("continue that run with --resume, replace it with --overwrite, or choose another --run-dir");
-            goto fail;
-        }
-        if (console)
-            fprintf(console, "ps %d: %s holds %d shard checkpoint(s) of an earlier run: removing them (--overwrite)\n",
-                    t.index, t.dir, nfiles);
-        for (int i = 0; i < nfiles; i++)
-            if (unlink(files[i]) != 0 && errno != ENOENT) {
-                st = sl_err(SL_EIO, "cannot remove %s (an earlier run's shard checkpoint): %s", files[i], strerror(errno));
-                goto fail;
-            }
-    }
-    for (int i = 0; i < nfiles && !restored && !o.fresh; i++) {
-        const char *path = files[i];
-        if (load_shard(&t, path, params, &ss) == SL_OK) {
-            restored = true;
-            if (console) {
-                fprintf(console, "ps %d: restored %s (version %" PRId64 ")\n", t.index, path, ss.version);
-                fflush(console);
-            }
-        } else {
-            SL_WARN("ps %d: skipping shard checkpoint: %s", t.index, sl_errmsg());
-            if (console) fprintf(console, "ps %d: skipping %s: %s\n", t.index, path, sl_errmsg());
-        }
-    }
+    if ((st = restore_shard(&t, &o, console, files, nfiles, params, &ss, &restored))) goto fail;
 
     if ((st = cluster_addrs(c, &addrs))) goto fail;
     sl_tp_opts to = {.timeout_s = timeout_of(c, &o), .curve = o.curve, .job_id = c->job_id};

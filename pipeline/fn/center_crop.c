@@ -8,12 +8,12 @@
  * directly, and then decodes only the rectangle (sl__center_rect in image.c). */
 #include "pipeline/fn/image.h"
 
-const sl_fn_vt sl__center_crop_vt = {.name = "center_crop", .apply = sl__geom_apply};
+static const sl_fn_vt center_crop_vt = {.name = "center_crop", .apply = sl__geom_apply};
 
 sl_status sl_fn_center_crop(const char *comp, int height, int width, sl_fn **out) {
     *out = NULL;
     sl__geom_fn *g;
-    sl_status s = sl__geom_new(&sl__center_crop_vt, SL__GEOM_CENTER_CROP, comp, height, width, &g);
+    sl_status s = sl__geom_new(&center_crop_vt, SL__GEOM_CENTER_CROP, comp, height, width, &g);
     if (s) return s;
     *out = &g->base;
     return SL_OK;

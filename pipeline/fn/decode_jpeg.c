@@ -195,10 +195,26 @@ sl_status sl_fn_set_dct_scaling(sl_fn *fn, bool allow) {
     return SL_OK;
 }
 
-bool sl__fn_decode_jpeg_set_max_pixels(sl_fn *fn, int64_t max_pixels) {
+/* decode_jpeg's pixel limit (for sl_fn_set_max_pixels): false if fn is not decode_jpeg. */
+static bool jpeg_set_max_pixels(sl_fn *fn, int64_t max_pixels) {
     if (!fn || fn->vt != &jpeg_vt) return false;
     ((jpeg_fn *)fn)->max_pixels = max_pixels;
     return true;
+}
+
+/* For decode_jpeg and the geometry functions alike; here rather than in image.c so that
+ * image.c calls nothing of decode_jpeg.c (which uses image.c's geometry). */
+sl_status sl_fn_set_max_pixels(sl_fn *fn, int64_t max_pixels) {
+    if (!fn) return sl_err(SL_EINVAL, "sl_fn_set_max_pixels: function is NULL");
+    if (max_pixels < 1)
+        return sl_err(SL_EINVAL, "%s: max_pixels %lld must be >= 1", fn->name, (long long)max_pixels);
+    if (jpeg_set_max_pixels(fn, max_pixels)) return SL_OK;
+    sl__geom_fn *g = (sl__geom_fn *)sl__as_geom(fn);
+    if (!g)
+        return sl_err(SL_EINVAL, "%s has no pixel limit (only decode_jpeg, resize, center_crop and "
+                      "random_resized_crop have one)", fn->name);
+    g->max_pixels = max_pixels;
+    return SL_OK;
 }
 
 sl_status sl_fn_decode_jpeg(const char *comp, int channels, sl_fn **out) {

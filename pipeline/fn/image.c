@@ -385,9 +385,7 @@ sl_status sl__resize_aa_f32(const float *src, int64_t sh, int64_t sw, int64_t c,
 /* ---- crop geometry ---- */
 
 const sl__geom_fn *sl__as_geom(const sl_fn *fn) {
-    if (fn->vt == &sl__random_resized_crop_vt || fn->vt == &sl__center_crop_vt ||
-        fn->vt == &sl__resize_vt)
-        return (const sl__geom_fn *)fn;
+    if (fn->vt->apply == sl__geom_apply) return (const sl__geom_fn *)fn;
     return NULL;
 }
 
@@ -551,19 +549,6 @@ sl_status sl__check_pixels(const sl_fn *fn, const char *comp, int64_t oh, int64_
     sl_err_hint("raise it with %s(%s, ..., max_pixels=%.0f) in the config (sl_fn_set_max_pixels in C), "
                 "or ask for a smaller size", fn->name, comp, px);
     return SL_ERANGE;
-}
-
-sl_status sl_fn_set_max_pixels(sl_fn *fn, int64_t max_pixels) {
-    if (!fn) return sl_err(SL_EINVAL, "sl_fn_set_max_pixels: function is NULL");
-    if (max_pixels < 1)
-        return sl_err(SL_EINVAL, "%s: max_pixels %lld must be >= 1", fn->name, (long long)max_pixels);
-    if (sl__fn_decode_jpeg_set_max_pixels(fn, max_pixels)) return SL_OK;
-    sl__geom_fn *g = (sl__geom_fn *)sl__as_geom(fn);
-    if (!g)
-        return sl_err(SL_EINVAL, "%s has no pixel limit (only decode_jpeg, resize, center_crop and "
-                      "random_resized_crop have one)", fn->name);
-    g->max_pixels = max_pixels;
-    return SL_OK;
 }
 
 sl_status sl_fn_set_antialias(sl_fn *fn, bool antialias) {

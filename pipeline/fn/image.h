@@ -71,11 +71,8 @@ typedef struct sl__geom_fn {
     int64_t max_pixels;              /* outputs over this many pixels are refused */
 } sl__geom_fn;
 
-extern const sl_fn_vt sl__random_resized_crop_vt;
-extern const sl_fn_vt sl__center_crop_vt;
-extern const sl_fn_vt sl__resize_vt;
-
-/* fn as a crop/resize function, or NULL if it is another kind of function. */
+/* fn as a crop/resize function (random_resized_crop, center_crop and resize: their apply is
+ * sl__geom_apply), or NULL if it is another kind of function. */
 const sl__geom_fn *sl__as_geom(const sl_fn *fn);
 
 /* torchvision's RandomResizedCrop.get_params on an H x W image, drawing from a generator
@@ -114,9 +111,6 @@ void sl__fn_decode_jpeg_set_dct_scaling(sl_fn *fn, bool allow);
 sl_status sl__geom_resize_u8(const sl__geom_fn *g, const uint8_t *src, int64_t sh, int64_t sw,
                              int64_t c, int64_t stride, double ry, double rx, double rh, double rw,
                              uint8_t *dst, int64_t dh, int64_t dw);
-
-/* decode_jpeg's pixel limit (for sl_fn_set_max_pixels): false if fn is not decode_jpeg. */
-bool sl__fn_decode_jpeg_set_max_pixels(sl_fn *fn, int64_t max_pixels);
 
 /* An oh x ow output of fn over `max` pixels: SL_ERANGE naming comp, the size, the limit
  * and how to raise it; SL_OK otherwise. */

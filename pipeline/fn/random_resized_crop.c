@@ -11,8 +11,7 @@
 
 #include "pipeline/fn/image.h"
 
-const sl_fn_vt sl__random_resized_crop_vt = {.name = "random_resized_crop",
-                                             .apply = sl__geom_apply};
+static const sl_fn_vt rrc_vt = {.name = "random_resized_crop", .apply = sl__geom_apply};
 
 sl_status sl_fn_random_resized_crop(const char *comp, int height, int width, double scale_lo,
                                     double scale_hi, double ratio_lo, double ratio_hi, sl_fn **out) {
@@ -24,7 +23,7 @@ sl_status sl_fn_random_resized_crop(const char *comp, int height, int width, dou
         return sl_err(SL_EINVAL, "random_resized_crop: ratio range [%g, %g] must satisfy "
                       "0 < lo <= hi", ratio_lo, ratio_hi);
     sl__geom_fn *g;
-    sl_status s = sl__geom_new(&sl__random_resized_crop_vt, SL__GEOM_RANDOM_RESIZED_CROP, comp,
+    sl_status s = sl__geom_new(&rrc_vt, SL__GEOM_RANDOM_RESIZED_CROP, comp,
                                height, width, &g);
     if (s) return s;
     g->scale_lo = scale_lo;

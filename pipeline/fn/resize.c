@@ -11,12 +11,12 @@
  * it and decodes at the smallest DCT scale that still covers the target. */
 #include "pipeline/fn/image.h"
 
-const sl_fn_vt sl__resize_vt = {.name = "resize", .apply = sl__geom_apply};
+static const sl_fn_vt resize_vt = {.name = "resize", .apply = sl__geom_apply};
 
 sl_status sl_fn_resize(const char *comp, int height, int width, sl_fn **out) {
     *out = NULL;
     sl__geom_fn *g;
-    sl_status s = sl__geom_new(&sl__resize_vt, SL__GEOM_RESIZE, comp, height, width, &g);
+    sl_status s = sl__geom_new(&resize_vt, SL__GEOM_RESIZE, comp, height, width, &g);
     if (s) return s;
     *out = &g->base;
     return SL_OK;
@@ -26,7 +26,7 @@ sl_status sl_fn_resize_shorter(const char *comp, int shorter, sl_fn **out) {
     *out = NULL;
     if (shorter < 1) return sl_err(SL_EINVAL, "resize: shorter side %d must be at least 1", shorter);
     sl__geom_fn *g;
-    sl_status s = sl__geom_new(&sl__resize_vt, SL__GEOM_RESIZE, comp, shorter, shorter, &g);
+    sl_status s = sl__geom_new(&resize_vt, SL__GEOM_RESIZE, comp, shorter, shorter, &g);
     if (s) return s;
     g->shorter = shorter;
     *out = &g->base;

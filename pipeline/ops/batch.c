@@ -69,13 +69,6 @@ static sl_status batch_make(sl_dataset *ds, sl_ictx *ctx, uint64_t seed, sl_iter
     return SL_OK;
 }
 
-int64_t sl__batch_card(const sl_dataset *ds, const sl_batch_opts *o);
-int64_t sl__batch_card(const sl_dataset *in, const sl_batch_opts *o) {
-    int64_t n = sl_dataset_cardinality(in);
-    if (n < 0) return n;
-    return o->drop_remainder ? n / o->size : (n + o->size - 1) / o->size;
-}
-
 static int64_t batch_card(const sl_dataset *ds) {
     return sl__batch_card(ds->inputs[0], &((const batch_ds *)ds)->opts);
 }

@@ -35,15 +35,12 @@
 #include "pipeline/internal.h"
 #include "sluice/pool.h"
 
-sl_status sl__ds_tfrecord_file(const char *path, size_t len, const sl_tfr_read_opts *opts,
-                               sl_dataset **out);
-
 typedef struct {
     sl_dataset base;
     sl_ds_factory factory;
     void *fctx;
+    void (*fctx_free)(void *); /* owned fctx (sl__ds_interleave_own), else NULL */
     sl_interleave_opts o;
-    sl_tfr_read_opts ropts; /* the stock tfrecord factory's options */
 } il_ds;
 
 typedef struct {
@@ -489,7 +486,12 @@ fail:
     return s;
 }
 
-static const sl_ds_vt il_vt = {.name = "interleave", .make_iter = il_make};
+static void il_destroy(sl_dataset *ds) {
+    il_ds *d = (il_ds *)ds;
+    if (d->fctx_free) d->fctx_free(d->fctx);
+}
+
+static const sl_ds_vt il_vt = {.name = "interleave", .make_iter = il_make, .destroy = il_destroy};
 
 sl_interleave_opts sl_interleave_opts_default(void) {
     sl_interleave_opts o = {.cycle_length = SL_AUTO, .block_length = 1, .parallelism = SL_AUTO,
@@ -525,25 +527,17 @@ sl_status sl_ds_interleave(sl_dataset *in, sl_ds_factory factory, void *ctx,
     return s;
 }
 
-/* The stock factory: element "filename" (bytes scalar) -> that one TFRecord file. */
-static sl_status tfrecord_factory(void *ctx, const sl_element *e, sl_dataset **out) {
-    const il_ds *d = ctx;
-    *out = NULL;
-    int c = sl_element_find(e, "filename");
-    if (c < 0 || e->t[c].dtype != SL_DT_BYTES || e->t[c].rank != 0)
-        return sl_err(SL_EINVAL, "interleave_tfrecord: the input element has no bytes scalar 'filename'");
-    const sl_bytes *b = e->t[c].data;
-    return sl__ds_tfrecord_file((const char *)b->ptr, b->len, &d->ropts, out);
-}
-
-sl_status sl_ds_interleave_tfrecord(sl_dataset *filenames, const sl_tfr_read_opts *ropts,
-                                    const sl_interleave_opts *opts, sl_dataset **out) {
+sl_status sl__ds_interleave_own(sl_dataset *in, sl_ds_factory factory, void *ctx,
+                                void (*ctx_free)(void *), const sl_interleave_opts *opts,
+                                sl_dataset **out) {
     il_ds *d;
+    sl_status s = il_new(in, factory, ctx, opts, &d);
     *out = NULL;
-    sl_status s = il_new(filenames, tfrecord_factory, NULL, opts, &d);
-    if (s) return s;
-    d->fctx = d;
-    d->ropts = ropts ? *ropts : sl_tfr_read_opts_default();
+    if (s) {
+        if (ctx_free) ctx_free(ctx);
+        return s;
+    }
+    d->fctx_free = ctx_free;
     *out = &d->base;
     return SL_OK;
 }

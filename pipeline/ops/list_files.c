@@ -14,15 +14,6 @@
 #include "pipeline/internal.h"
 #include "sluice/file.h"
 
-/* Expand patterns with glob(3) into a malloc'd array of malloc'd strings. Each pattern's
- * matches are sorted (glob's order); with sort_all the whole list is sorted and duplicates
- * dropped. A pattern that matches nothing (a plain path that does not exist included) is
- * SL_ENOTFOUND naming it, with a hint. On failure *out is NULL. Used by tfrecord.c. */
-sl_status sl__glob_paths(const char *op, const char *const *patterns, int n, bool sort_all,
-                         char ***out, int *nout);
-
-void sl__free_paths(char **paths, int n);
-
 void sl__free_paths(char **paths, int n) {
     if (!paths) return;
     for (int i = 0; i < n; i++) free(paths[i]);
@@ -106,9 +97,7 @@ fail:
 }
 
 /* A bytes scalar holding a copy of str: one buffer holds both the sl_bytes and the bytes. */
-sl_status sl__bytes_scalar(const char *str, size_t len, sl_tensor *t);
-
-sl_status sl__bytes_scalar(const char *str, size_t len, sl_tensor *t) {
+static sl_status bytes_scalar(const char *str, size_t len, sl_tensor *t) {
     *t = SL_TENSOR_EMPTY;
     sl_buf *b = sl_buf_new(sizeof(sl_bytes) + len);
     if (!b) return sl_errcode() ? sl_errcode() : SL_ENOMEM;
@@ -146,7 +135,7 @@ static sl_status lf_next(sl_iter *it, sl_element *out) {
     int k = l->order ? l->order[l->pos] : l->pos;
     l->pos++;
     sl_tensor t;
-    sl_status s = sl__bytes_scalar(d->paths[k], strlen(d->paths[k]), &t);
+    sl_status s = bytes_scalar(d->paths[k], strlen(d->paths[k]), &t);
     if (s) return s;
     s = sl_element_set(out, "filename", &t);
     if (s) sl_tensor_release(&t);

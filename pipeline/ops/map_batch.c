@@ -16,8 +16,6 @@
 
 #include "pipeline/internal.h"
 
-int64_t sl__batch_card(const sl_dataset *in, const sl_batch_opts *o);
-
 typedef struct {
     sl_dataset base;
     sl_fn *fn;

@@ -3,7 +3,7 @@
  * like elements, so the consumer sees exactly the input's stream.
  *
  * The capacity (SL_AUTO: starts at 2, then the tuner's choice) lives in stats.buffer and may
- * be changed while running (sl__prefetch_set_buffer); the queue is a linked list so changing
+ * be changed while running (set_buffer); the queue is a linked list so changing
  * it never moves queued elements. Workload: batches of KBs to tens of MBs, a few in the
  * queue. Stats: the producer's time inside the input is "waiting on input", its time on a
  * full queue "blocked on output"; the consumer's time on an empty queue is the stall.
@@ -150,9 +150,7 @@ static sl_status pf_next(sl_iter *it, sl_element *out) {
 
 /* Change the queue's capacity (>= 1) while running: for autotune. `it` must be a prefetch
  * iterator. */
-void sl__prefetch_set_buffer(sl_iter *it, int buffer);
-
-void sl__prefetch_set_buffer(sl_iter *it, int buffer) {
+static void set_buffer(sl_iter *it, int buffer) {
     pf_it *p = (pf_it *)it;
     if (buffer < 1) buffer = 1;
     pthread_mutex_lock(&p->mu);
@@ -162,7 +160,7 @@ void sl__prefetch_set_buffer(sl_iter *it, int buffer) {
     pthread_mutex_unlock(&p->mu);
 }
 
-static void pf_set_buf(sl_iter *it, int b) { sl__prefetch_set_buffer(it, b); }
+static void pf_set_buf(sl_iter *it, int b) { set_buffer(it, b); }
 static const sl_tune_ops pf_tune = {.set_buffer = pf_set_buf};
 
 static void pf_close(sl_iter *it) {

@@ -19,16 +19,15 @@
  * that an error in a function applied to it later can say which record it was.
  *
  * Workload: a handful to thousands of files of MBs to GBs, records of bytes to MBs; the
- * per-record cost here is one small allocation. */
+ * per-record cost here is one small allocation.
+ *
+ * Also interleave_tfrecord: interleave (pipeline/ops/interleave.c) over a stream of file
+ * names, each opened as a one-file tfrecord dataset with the given read options. */
 #include <stdlib.h>
 #include <string.h>
 
 #include "pipeline/internal.h"
 #include "sluice/log.h"
-
-sl_status sl__glob_paths(const char *op, const char *const *patterns, int n, bool sort_all,
-                         char ***out, int *nout);
-void sl__free_paths(char **paths, int n);
 
 typedef struct {
     sl_dataset base;
@@ -173,11 +172,8 @@ sl_status sl_ds_tfrecord(const char *const *paths, int n, const sl_tfr_read_opts
 
 /* One file, taken literally (no glob: a listed file name may contain '[' or '*'); for
  * interleave's stock factory. A missing file is reported when it is read. */
-sl_status sl__ds_tfrecord_file(const char *path, size_t len, const sl_tfr_read_opts *opts,
-                               sl_dataset **out);
-
-sl_status sl__ds_tfrecord_file(const char *path, size_t len, const sl_tfr_read_opts *opts,
-                               sl_dataset **out) {
+static sl_status tfrecord_file(const char *path, size_t len, const sl_tfr_read_opts *opts,
+                              sl_dataset **out) {
     *out = NULL;
     char **list = malloc(sizeof *list);
     if (!list || !(list[0] = strndup(path, len))) {
@@ -185,4 +181,25 @@ sl_status sl__ds_tfrecord_file(const char *path, size_t len, const sl_tfr_read_o
         return sl_err(SL_ENOMEM, "tfrecord: out of memory");
     }
     return tfr_new(list, 1, opts, out);
+}
+
+/* interleave_tfrecord's factory: element "filename" (bytes scalar) -> that one TFRecord
+ * file, read with the options ctx points to (owned by the interleave dataset). */
+static sl_status tfrecord_factory(void *ctx, const sl_element *e, sl_dataset **out) {
+    const sl_tfr_read_opts *ropts = ctx;
+    *out = NULL;
+    int c = sl_element_find(e, "filename");
+    if (c < 0 || e->t[c].dtype != SL_DT_BYTES || e->t[c].rank != 0)
+        return sl_err(SL_EINVAL, "interleave_tfrecord: the input element has no bytes scalar 'filename'");
+    const sl_bytes *b = e->t[c].data;
+    return tfrecord_file((const char *)b->ptr, b->len, ropts, out);
+}
+
+sl_status sl_ds_interleave_tfrecord(sl_dataset *filenames, const sl_tfr_read_opts *ropts,
+                                    const sl_interleave_opts *opts, sl_dataset **out) {
+    *out = NULL;
+    sl_tfr_read_opts *ro = malloc(sizeof *ro);
+    if (!ro) return sl_err(SL_ENOMEM, "interleave_tfrecord: out of memory");
+    *ro = ropts ? *ropts : sl_tfr_read_opts_default();
+    return sl__ds_interleave_own(filenames, tfrecord_factory, ro, free, opts, out);
 }

@@ -1,4 +1,4 @@
-/* core/config.c: the config language's syntax, error messages, overrides. */
+/* core/config*.c: the config language's syntax, error messages, overrides. */
 #include "sluice/config.h"
 #include "test.h"
 #include <fcntl.h>

@@ -1,4 +1,4 @@
-/* pipeline/from_config.c: config blocks -> dataset graphs -> exact elements; every error
+/* pipeline/from_config*.c: config blocks -> dataset graphs -> exact elements; every error
  * message exactly (file:line:col, the line, the caret, the hint); --set overrides; shard
  * auto choosing file or data (told apart by which elements come out). */
 #include <stdlib.h>

@@ -1,4 +1,4 @@
-/* formats/safetensors.c: round trips (every dtype, empty and scalar tensors, metadata),
+/* formats/safetensors*.c: round trips (every dtype, empty and scalar tensors, metadata),
  * exact error messages for each kind of bad header, every truncation and random byte flips
  * (error or OK, never a crash), crash-safe replace (a half-written temporary file and real
  * SIGKILLs during writes leave the old or the new complete file).

@@ -1,0 +1,169 @@
+/* The config language's tree, read: errors that quote the offending spot of the source
+ * (sl_cfg_err), lookups of statements and options, typed reads of values, and the
+ * did-you-mean suggestions (see include/sluice/config.h). The tree is built by
+ * core/config.c.
+ *
+ * Workload: a few reads per statement at start-up; an error message once. */
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "core/config_priv.h"
+#include "sluice/config.h"
+
+/* ---- error reporting ---- */
+
+/* Copy line `line` (1-based) of the source into buf, tabs kept, without the newline. */
+static void source_line(const sl_cfg *c, int line, char *buf, size_t cap) {
+    const char *p = c->src, *end = c->src + c->src_len;
+    for (int l = 1; l < line && p < end; p++)
+        if (*p == '\n') l++;
+    size_t n = 0;
+    while (p + n < end && p[n] != '\n' && p[n] != '\r' && n + 1 < cap) n++;
+    /* control bytes (a NUL, say) would cut or garble the quoted line: show them as '?' so
+     * the caret still lines up under the spot */
+    for (size_t i = 0; i < n; i++) buf[i] = ((unsigned char)p[i] < 0x20 && p[i] != '\t') ? '?' : p[i];
+    buf[n] = 0;
+}
+
+sl_status sl__cfg_verr_at(const sl_cfg *c, sl_cfg_loc loc, sl_status code, const char *fmt, va_list ap) {
+    char msg[512], line[256], caret[300];
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    if (loc.line <= 0) /* a value that came from an override, not from the file */
+        return sl_err(code, "%s (value given with --set)", msg);
+    source_line(c, loc.line, line, sizeof line);
+    /* caret line: same whitespace as the source up to the column, so tabs line up */
+    size_t n = 0;
+    for (int i = 0; i + 1 < loc.col && n + 1 < sizeof caret - 80; i++)
+        caret[n++] = (line[i] == '\t') ? '\t' : ' ';
+    caret[n++] = '^';
+    for (int i = 1; i < loc.len && i < 60 && n + 1 < sizeof caret; i++) caret[n++] = '~';
+    caret[n] = 0;
+    return sl_err(code, "%s:%d:%d: %s\n    %s\n    %s", c->filename, loc.line, loc.col, msg, line, caret);
+}
+
+sl_status sl_cfg_err(const sl_cfg *c, sl_cfg_loc loc, sl_status code, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    sl__cfg_verr_at(c, loc, code, fmt, ap);
+    va_end(ap);
+    return code;
+}
+
+/* ---- lookups and typed reads ---- */
+
+const sl_cfg_stmt *sl_cfg_find(const sl_cfg_stmt *stmts, int n, const char *name) {
+    for (int i = 0; i < n; i++)
+        if (strcmp(stmts[i].name, name) == 0) return &stmts[i];
+    return NULL;
+}
+
+const sl_cfg_value *sl_cfg_opt(const sl_cfg_stmt *s, const char *key) {
+    const sl_cfg_value *v = NULL;
+    for (int i = 0; i < s->nargs; i++)
+        if (s->args[i].key && strcmp(s->args[i].key, key) == 0) v = &s->args[i].v;
+    return v;
+}
+
+const sl_cfg_value *sl_cfg_pos(const sl_cfg_stmt *s, int idx) {
+    for (int i = 0; i < s->nargs; i++) {
+        if (s->args[i].key || s->args[i].v.kind == SL_CV_PIPE) continue;
+        if (idx-- == 0) return &s->args[i].v;
+    }
+    return NULL;
+}
+
+int sl_cfg_npos(const sl_cfg_stmt *s) {
+    int n = 0;
+    for (int i = 0; i < s->nargs; i++) n += !s->args[i].key && s->args[i].v.kind != SL_CV_PIPE;
+    return n;
+}
+
+static const char *kind_name(sl_cv_kind k) {
+    switch (k) {
+    case SL_CV_NUMBER: return "a number";
+    case SL_CV_STRING: return "a string";
+    case SL_CV_IDENT: return "a word";
+    case SL_CV_SHAPE: return "a shape";
+    case SL_CV_LIST: return "a list";
+    case SL_CV_CALL: return "a call";
+    case SL_CV_PIPE: return "'|'";
+    }
+    return "a value";
+}
+
+sl_status sl_cfg_int(const sl_cfg *c, const sl_cfg_value *v, int64_t min, int64_t max, int64_t *out) {
+    if (v->kind != SL_CV_NUMBER || !v->is_int)
+        return sl_cfg_err(c, v->loc, SL_EINVAL, "expected an integer, found %s '%s'",
+                          v->kind == SL_CV_NUMBER ? "the number" : kind_name(v->kind), v->text);
+    if (v->inum < min || v->inum > max)
+        return sl_cfg_err(c, v->loc, SL_ERANGE, "%lld is outside %lld..%lld", (long long)v->inum,
+                          (long long)min, (long long)max);
+    *out = v->inum;
+    return SL_OK;
+}
+
+sl_status sl_cfg_double(const sl_cfg *c, const sl_cfg_value *v, double *out) {
+    if (v->kind != SL_CV_NUMBER)
+        return sl_cfg_err(c, v->loc, SL_EINVAL, "expected a number, found %s '%s'", kind_name(v->kind), v->text);
+    *out = v->num;
+    return SL_OK;
+}
+
+sl_status sl_cfg_bool(const sl_cfg *c, const sl_cfg_value *v, bool *out) {
+    static const char *yes[] = {"true", "yes", "on", "1"}, *no[] = {"false", "no", "off", "0"};
+    if (v->kind == SL_CV_IDENT || v->kind == SL_CV_NUMBER) {
+        for (int i = 0; i < 4; i++) {
+            if (strcmp(v->text, yes[i]) == 0) { *out = true; return SL_OK; }
+            if (strcmp(v->text, no[i]) == 0) { *out = false; return SL_OK; }
+        }
+    }
+    sl_cfg_err(c, v->loc, SL_EINVAL, "expected true or false, found '%s'", v->text);
+    sl_err_hint("write true or false (yes/no, on/off, 1/0 also work)");
+    return SL_EINVAL;
+}
+
+sl_status sl_cfg_word(const sl_cfg *c, const sl_cfg_value *v, const char **out) {
+    if (v->kind != SL_CV_IDENT && v->kind != SL_CV_STRING)
+        return sl_cfg_err(c, v->loc, SL_EINVAL, "expected a word or a string, found %s '%s'",
+                          kind_name(v->kind), v->text);
+    *out = v->text;
+    return SL_OK;
+}
+
+bool sl_cfg_is_auto(const sl_cfg_value *v) {
+    return v && v->kind == SL_CV_IDENT && strcmp(v->text, "auto") == 0;
+}
+
+static int edit_distance(const char *a, const char *b) {
+    size_t la = strlen(a), lb = strlen(b);
+    if (la > 64 || lb > 64) return 1000;
+    int row[65];
+    for (size_t j = 0; j <= lb; j++) row[j] = (int)j;
+    for (size_t i = 1; i <= la; i++) {
+        int diag = row[0];
+        row[0] = (int)i;
+        for (size_t j = 1; j <= lb; j++) {
+            int up = row[j];
+            int cost = a[i - 1] == b[j - 1] ? 0 : 1;
+            int best = diag + cost;
+            if (row[j] + 1 < best) best = row[j] + 1;
+            if (row[j - 1] + 1 < best) best = row[j - 1] + 1;
+            row[j] = best;
+            diag = up;
+        }
+    }
+    return row[lb];
+}
+
+const char *sl_suggest(const char *word, const char *const *cands, int n) {
+    int best = 1000;
+    const char *pick = NULL;
+    for (int i = 0; i < n; i++) {
+        int d = edit_distance(word, cands[i]);
+        if (d < best) { best = d; pick = cands[i]; }
+    }
+    int limit = (int)strlen(word) / 3;
+    if (limit < 1) limit = 1;
+    return best <= limit ? pick : NULL;
+}

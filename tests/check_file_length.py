@@ -1,0 +1,48 @@
+#!/usr/bin/env python3
+"""Source files stay short enough to read: no file under the library, tool and binding
+folders is longer than MAX_LINES lines. A file that grows past it is split along its seams
+(a private header for what the parts share), not trimmed.
+
+Usage: check_file_length.py [SRC_DIR] (default: $SLUICE_SRC, else this script's parent).
+Exits 0 when every file fits, 1 (listing FILE: N lines) when one does not.
+"""
+import os
+import sys
+
+MAX_LINES = 1200
+DIRS = ["core", "formats", "pipeline", "train", "dist", "tools", "python", "include", "examples"]
+EXTS = (".c", ".h", ".cu", ".cuh", ".py")
+
+
+def main():
+    src = sys.argv[1] if len(sys.argv) > 1 else os.environ.get(
+        "SLUICE_SRC", os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    bad = []
+    nfiles = 0
+    for d in DIRS:
+        for dirpath, dirnames, filenames in os.walk(os.path.join(src, d)):
+            dirnames.sort()
+            for fn in sorted(filenames):
+                if not fn.endswith(EXTS):
+                    continue
+                path = os.path.join(dirpath, fn)
+                nfiles += 1
+                with open(path, "rb") as f:
+                    n = f.read().count(b"\n")
+                if n > MAX_LINES:
+                    bad.append("%s: %d lines (at most %d)" % (os.path.relpath(path, src), n, MAX_LINES))
+    if nfiles == 0:
+        print("check_file_length: no source files under %s" % src, file=sys.stderr)
+        return 1
+    for b in bad:
+        print(b)
+    if bad:
+        print("check_file_length: %d of %d files are too long; split them along their seams"
+              % (len(bad), nfiles))
+        return 1
+    print("check_file_length: %d files, none over %d lines" % (nfiles, MAX_LINES))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

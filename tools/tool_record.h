@@ -1,0 +1,19 @@
+/* Private to sluice-record: its commands, split across tools/sluice-record.c (usage, convert,
+ * main) and tools/tool_record_read.c (inspect, verify, cat). */
+#ifndef SLUICE_TOOL_RECORD_H
+#define SLUICE_TOOL_RECORD_H
+
+#include "sluice/tfrecord.h"
+
+/* The commands, with argv after the command name. Each returns the exit status:
+ * SL__EXIT_OK, SL__EXIT_FAIL or SL__EXIT_USAGE (tools/tool.h), having printed what went
+ * wrong on stderr. */
+int sl__record_inspect(int argc, char **argv);
+int sl__record_verify(int argc, char **argv);
+int sl__record_cat(int argc, char **argv);
+
+/* --compression NAME into *out (NULL: SL_COMP_AUTO). SL__EXIT_OK, or SL__EXIT_USAGE after
+ * a usage error naming prog on stderr. */
+int sl__record_parse_compression(const char *prog, const char *name, sl_compression *out);
+
+#endif

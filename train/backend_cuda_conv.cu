@@ -1,0 +1,273 @@
+// The CUDA backend's convolution and pooling ops: im2col / col2im (a convolution is
+// im2col + GEMM, train/backend_cuda.cu), max and average pooling, forward and backward.
+// Deterministic like the rest of the backend: col2im, maxpool_backward and
+// avgpool_backward gather per input element in the CPU's order instead of scattering with
+// atomics, so every run gives the same bits.
+//
+// Workload: the trainer's small CNNs (a few conv and pool layers on batches of 32..1024
+// images of 28x28 to 224x224), one launch per op.
+#include <stdint.h>
+#include <stdlib.h>
+
+#include "train/backend_cuda_priv.cuh"
+
+// ---------------------------------------------------------------------------------------
+// convolution as im2col + GEMM
+
+struct conv_geom {
+    int n, h, w, c, kh, kw, stride, pad_top, pad_left, oh, ow;
+};
+
+static __global__ void k_im2col(const float *x, conv_geom g, float *col, size_t total) {
+    GRID_STRIDE(i, total) {
+        size_t t = i;
+        int ch = (int)(t % g.c); t /= g.c;
+        int kx = (int)(t % g.kw); t /= g.kw;
+        int ky = (int)(t % g.kh); t /= g.kh;
+        int ox = (int)(t % g.ow); t /= g.ow;
+        int oy = (int)(t % g.oh); t /= g.oh;
+        size_t ni = t;
+        int iy = oy * g.stride - g.pad_top + ky;
+        int ix = ox * g.stride - g.pad_left + kx;
+        float v = 0.0f;
+        if (iy >= 0 && iy < g.h && ix >= 0 && ix < g.w) v = x[((ni * g.h + iy) * g.w + ix) * g.c + ch];
+        col[i] = v;
+    }
+}
+
+// One thread per input element: visits the output positions whose window covers it in
+// increasing (oy, ox) order, the order a sequential scatter over col rows would use.
+static __global__ void k_col2im(const float *col, conv_geom g, float *dx, size_t total) {
+    size_t kcols = (size_t)g.kh * g.kw * g.c;
+    GRID_STRIDE(i, total) {
+        size_t t = i;
+        int ch = (int)(t % g.c); t /= g.c;
+        int ix = (int)(t % g.w); t /= g.w;
+        int iy = (int)(t % g.h); t /= g.h;
+        size_t ni = t;
+        int py = iy + g.pad_top, px = ix + g.pad_left;
+        int ay = py - g.kh + 1, ax = px - g.kw + 1;
+        int oy0 = ay <= 0 ? 0 : (ay + g.stride - 1) / g.stride;
+        int ox0 = ax <= 0 ? 0 : (ax + g.stride - 1) / g.stride;
+        int oy1 = py / g.stride, ox1 = px / g.stride;
+        if (oy1 > g.oh - 1) oy1 = g.oh - 1;
+        if (ox1 > g.ow - 1) ox1 = g.ow - 1;
+        float acc = dx[i];
+        for (int oy = oy0; oy <= oy1; oy++) {
+            int ky = py - oy * g.stride;
+            for (int ox = ox0; ox <= ox1; ox++) {
+                int kx = px - ox * g.stride;
+                size_t row = (ni * g.oh + oy) * g.ow + ox;
+                acc += col[row * kcols + ((size_t)ky * g.kw + kx) * g.c + ch];
+            }
+        }
+        dx[i] = acc;
+    }
+}
+
+static sl_status check_geom(const conv_geom *g, const char *op) {
+    if (g->n < 0 || g->h <= 0 || g->w <= 0 || g->c <= 0 || g->kh <= 0 || g->kw <= 0 || g->stride <= 0 ||
+        g->pad_top < 0 || g->pad_left < 0 || g->oh <= 0 || g->ow <= 0)
+        return sl_err(SL_EINVAL, "%s: bad geometry n=%d h=%d w=%d c=%d k=%dx%d stride=%d pad=%d,%d out=%dx%d", op,
+                      g->n, g->h, g->w, g->c, g->kh, g->kw, g->stride, g->pad_top, g->pad_left, g->oh, g->ow);
+    return SL_OK;
+}
+
+sl_status sl__cu_im2col(sl_backend *b, const float *x, int n, int h, int w, int c, int kh, int kw, int stride,
+                        int pad_top, int pad_left, int oh, int ow, float *col) {
+    ENTER(b);
+    conv_geom g = {n, h, w, c, kh, kw, stride, pad_top, pad_left, oh, ow};
+    if (check_geom(&g, "im2col")) return SL_EINVAL;
+    size_t total = (size_t)n * oh * ow * kh * kw * c;
+    if (!total) return SL_OK;
+    k_im2col<<<grid_for(total), THREADS, 0, cb->compute>>>(x, g, col, total);
+    CK_LAUNCH("im2col");
+    return SL_OK;
+}
+
+sl_status sl__cu_col2im(sl_backend *b, const float *col, int n, int h, int w, int c, int kh, int kw, int stride,
+                        int pad_top, int pad_left, int oh, int ow, float *dx) {
+    ENTER(b);
+    conv_geom g = {n, h, w, c, kh, kw, stride, pad_top, pad_left, oh, ow};
+    if (check_geom(&g, "col2im")) return SL_EINVAL;
+    size_t total = (size_t)n * h * w * c;
+    if (!total) return SL_OK;
+    k_col2im<<<grid_for(total), THREADS, 0, cb->compute>>>(col, g, dx, total);
+    CK_LAUNCH("col2im");
+    return SL_OK;
+}
+
+// ---------------------------------------------------------------------------------------
+// pooling (window k x k: kh = kw = k in conv_geom)
+
+static __global__ void k_maxpool_fwd(const float *x, conv_geom g, float *y, int32_t *argmax, size_t total) {
+    GRID_STRIDE(i, total) {
+        size_t t = i;
+        int ch = (int)(t % g.c); t /= g.c;
+        int ox = (int)(t % g.ow); t /= g.ow;
+        int oy = (int)(t % g.oh); t /= g.oh;
+        size_t ni = t;
+        float best = -INFINITY;
+        long long bi = -1;
+        for (int ky = 0; ky < g.kh; ky++) {
+            int iy = oy * g.stride - g.pad_top + ky;
+            if (iy < 0 || iy >= g.h) continue;
+            for (int kx = 0; kx < g.kw; kx++) {
+                int ix = ox * g.stride - g.pad_left + kx;
+                if (ix < 0 || ix >= g.w) continue;
+                size_t xi = ((ni * g.h + iy) * g.w + ix) * g.c + ch;
+                float v = x[xi];
+                if (bi < 0 || v > best) {
+                    best = v;
+                    bi = (long long)xi;
+                }
+            }
+        }
+        // A window entirely in the padding (never produced by "same"/"valid") gives 0 and
+        // no gradient.
+        y[i] = bi < 0 ? 0.0f : best;
+        argmax[i] = (int32_t)bi;
+    }
+}
+
+// One thread per input element: the outputs whose window covers it, in increasing (oy, ox)
+// order (the CPU's scatter order), add their gradient when they chose this element. One
+// writer per element, no atomics: the same bits on every run, also for overlapping windows.
+static __global__ void k_maxpool_bwd(const float *dy, const int32_t *argmax, conv_geom g, float *dx, size_t total) {
+    GRID_STRIDE(i, total) {
+        size_t t = i;
+        int ch = (int)(t % g.c); t /= g.c;
+        int ix = (int)(t % g.w); t /= g.w;
+        int iy = (int)(t % g.h); t /= g.h;
+        size_t ni = t;
+        int py = iy + g.pad_top, px = ix + g.pad_left;
+        int ay = py - g.kh + 1, ax = px - g.kw + 1;
+        int oy0 = ay <= 0 ? 0 : (ay + g.stride - 1) / g.stride;
+        int ox0 = ax <= 0 ? 0 : (ax + g.stride - 1) / g.stride;
+        int oy1 = py / g.stride, ox1 = px / g.stride;
+        if (oy1 > g.oh - 1) oy1 = g.oh - 1;
+        if (ox1 > g.ow - 1) ox1 = g.ow - 1;
+        float acc = dx[i];
+        bool hit = false;
+        for (int oy = oy0; oy <= oy1; oy++)
+            for (int ox = ox0; ox <= ox1; ox++) {
+                size_t o = ((ni * g.oh + oy) * g.ow + ox) * g.c + ch;
+                if ((size_t)argmax[o] == i) {
+                    acc += dy[o];
+                    hit = true;
+                }
+            }
+        if (hit) dx[i] = acc;
+    }
+}
+
+static __device__ int window_cells(conv_geom g, int oy, int ox) {
+    int y0 = oy * g.stride - g.pad_top, x0 = ox * g.stride - g.pad_left;
+    int y1 = y0 + g.kh, x1 = x0 + g.kw;
+    if (y0 < 0) y0 = 0;
+    if (x0 < 0) x0 = 0;
+    if (y1 > g.h) y1 = g.h;
+    if (x1 > g.w) x1 = g.w;
+    int cy = y1 - y0, cx = x1 - x0;
+    return cy > 0 && cx > 0 ? cy * cx : 0;
+}
+
+static __global__ void k_avgpool_fwd(const float *x, conv_geom g, float *y, size_t total) {
+    GRID_STRIDE(i, total) {
+        size_t t = i;
+        int ch = (int)(t % g.c); t /= g.c;
+        int ox = (int)(t % g.ow); t /= g.ow;
+        int oy = (int)(t % g.oh); t /= g.oh;
+        size_t ni = t;
+        float s = 0.0f;
+        int cnt = 0;
+        for (int ky = 0; ky < g.kh; ky++) {
+            int iy = oy * g.stride - g.pad_top + ky;
+            if (iy < 0 || iy >= g.h) continue;
+            for (int kx = 0; kx < g.kw; kx++) {
+                int ix = ox * g.stride - g.pad_left + kx;
+                if (ix < 0 || ix >= g.w) continue;
+                s += x[((ni * g.h + iy) * g.w + ix) * g.c + ch];
+                cnt++;
+            }
+        }
+        y[i] = cnt ? s * (1.0f / (float)cnt) : 0.0f;
+    }
+}
+
+static __global__ void k_avgpool_bwd(const float *dy, conv_geom g, float *dx, size_t total) {
+    GRID_STRIDE(i, total) {
+        size_t t = i;
+        int ch = (int)(t % g.c); t /= g.c;
+        int ix = (int)(t % g.w); t /= g.w;
+        int iy = (int)(t % g.h); t /= g.h;
+        size_t ni = t;
+        int py = iy + g.pad_top, px = ix + g.pad_left;
+        int ay = py - g.kh + 1, ax = px - g.kw + 1;
+        int oy0 = ay <= 0 ? 0 : (ay + g.stride - 1) / g.stride;
+        int ox0 = ax <= 0 ? 0 : (ax + g.stride - 1) / g.stride;
+        int oy1 = py / g.stride, ox1 = px / g.stride;
+        if (oy1 > g.oh - 1) oy1 = g.oh - 1;
+        if (ox1 > g.ow - 1) ox1 = g.ow - 1;
+        float acc = dx[i];
+        for (int oy = oy0; oy <= oy1; oy++)
+            for (int ox = ox0; ox <= ox1; ox++) {
+                int cnt = window_cells(g, oy, ox);
+                if (cnt) acc += __fmul_rn(dy[((ni * g.oh + oy) * g.ow + ox) * g.c + ch], 1.0f / (float)cnt);
+            }
+        dx[i] = acc;
+    }
+}
+
+sl_status sl__cu_maxpool_forward(sl_backend *b, const float *x, int n, int h, int w, int c, int k, int s,
+                                 int pad_top, int pad_left, int oh, int ow, float *y, int32_t *argmax) {
+    ENTER(b);
+    conv_geom g = {n, h, w, c, k, k, s, pad_top, pad_left, oh, ow};
+    if (check_geom(&g, "maxpool_forward")) return SL_EINVAL;
+    size_t total = (size_t)n * oh * ow * c;
+    if ((size_t)n * h * w * c > (size_t)INT32_MAX)
+        return sl_err(SL_EUNSUPPORTED, "maxpool_forward: input of %zu floats is over 2^31 (int32 argmax)",
+                      (size_t)n * h * w * c);
+    if (!total) return SL_OK;
+    k_maxpool_fwd<<<grid_for(total), THREADS, 0, cb->compute>>>(x, g, y, argmax, total);
+    CK_LAUNCH("maxpool_forward");
+    return SL_OK;
+}
+
+sl_status sl__cu_maxpool_backward(sl_backend *b, const float *dy, const int32_t *argmax, int n, int h, int w,
+                                  int c, int k, int s, int pad_top, int pad_left, int oh, int ow, float *dx) {
+    ENTER(b);
+    conv_geom g = {n, h, w, c, k, k, s, pad_top, pad_left, oh, ow};
+    if (check_geom(&g, "maxpool_backward")) return SL_EINVAL;
+    size_t total = (size_t)n * h * w * c;
+    if (!total) return SL_OK;
+    if (total > (size_t)INT32_MAX)
+        return sl_err(SL_EUNSUPPORTED, "maxpool_backward: input of %zu floats is over 2^31 (int32 argmax)", total);
+    k_maxpool_bwd<<<grid_for(total), THREADS, 0, cb->compute>>>(dy, argmax, g, dx, total);
+    CK_LAUNCH("maxpool_backward");
+    return SL_OK;
+}
+
+sl_status sl__cu_avgpool_forward(sl_backend *b, const float *x, int n, int h, int w, int c, int k, int s,
+                                 int pad_top, int pad_left, int oh, int ow, float *y) {
+    ENTER(b);
+    conv_geom g = {n, h, w, c, k, k, s, pad_top, pad_left, oh, ow};
+    if (check_geom(&g, "avgpool_forward")) return SL_EINVAL;
+    size_t total = (size_t)n * oh * ow * c;
+    if (!total) return SL_OK;
+    k_avgpool_fwd<<<grid_for(total), THREADS, 0, cb->compute>>>(x, g, y, total);
+    CK_LAUNCH("avgpool_forward");
+    return SL_OK;
+}
+
+sl_status sl__cu_avgpool_backward(sl_backend *b, const float *dy, int n, int h, int w, int c, int k, int s,
+                                  int pad_top, int pad_left, int oh, int ow, float *dx) {
+    ENTER(b);
+    conv_geom g = {n, h, w, c, k, k, s, pad_top, pad_left, oh, ow};
+    if (check_geom(&g, "avgpool_backward")) return SL_EINVAL;
+    size_t total = (size_t)n * h * w * c;
+    if (!total) return SL_OK;
+    k_avgpool_bwd<<<grid_for(total), THREADS, 0, cb->compute>>>(dy, g, dx, total);
+    CK_LAUNCH("avgpool_backward");
+    return SL_OK;
+}

@@ -1,0 +1,111 @@
+// Private to train/backend_cuda*.cu: the CUDA backend's state and the helpers every op
+// uses (the checking macros CK/CKB/CK_LAUNCH, ENTER, grid-stride loops), and the ops that
+// live outside backend_cuda.cu. backend_cuda.cu holds the backend's table and calls into
+// backend_cuda_conv.cu (convolution and pooling), never the other way.
+#ifndef SLUICE_TRAIN_BACKEND_CUDA_PRIV_CUH
+#define SLUICE_TRAIN_BACKEND_CUDA_PRIV_CUH
+
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+#include <stdint.h>
+
+extern "C" {
+#include "sluice/status.h"
+#include "train/backend.h"
+}
+
+
+#define CK(call)                                                                          \
+    do {                                                                                  \
+        cudaError_t ck_e_ = (call);                                                       \
+        if (ck_e_ != cudaSuccess) {                                                       \
+            (void)cudaGetLastError();                                                     \
+            return sl_err(SL_EIO, "CUDA error: %s: %s (%s:%d)", #call,                    \
+                          cudaGetErrorString(ck_e_), __FILE__, __LINE__);                 \
+        }                                                                                 \
+    } while (0)
+
+#define CKB(call)                                                                         \
+    do {                                                                                  \
+        cublasStatus_t ck_s_ = (call);                                                    \
+        if (ck_s_ != CUBLAS_STATUS_SUCCESS)                                               \
+            return sl_err(SL_EIO, "cuBLAS error: %s: %s (%s:%d)", #call,                  \
+                          cublasGetStatusString(ck_s_), __FILE__, __LINE__);              \
+    } while (0)
+
+// After a kernel launch: configuration errors show up here, faults at the next sync.
+#define CK_LAUNCH(what)                                                                   \
+    do {                                                                                  \
+        cb->launches++;                                                                   \
+        cudaError_t ck_e_ = cudaGetLastError();                                           \
+        if (ck_e_ != cudaSuccess)                                                         \
+            return sl_err(SL_EIO, "CUDA error: launching kernel %s: %s (%s:%d)", what,    \
+                          cudaGetErrorString(ck_e_), __FILE__, __LINE__);                 \
+    } while (0)
+
+struct host_result {
+    double sum;
+    long long count;
+    int bad_row;   // first row with a label outside 0..k-1, or -1
+    int bad_label;
+};
+
+typedef struct cuda_backend {
+    sl_backend base;
+    int device;
+    cudaStream_t compute;  // every op
+    cudaStream_t copy;     // to_device_async
+    cudaEvent_t copied[SL_BK_STAGE_SLOTS]; // after a slot's copies (copy stream)
+    cudaEvent_t freed[SL_BK_STAGE_SLOTS];  // after the slot's last reader (compute stream)
+    bool copied_rec[SL_BK_STAGE_SLOTS], freed_rec[SL_BK_STAGE_SLOTS];
+    cudaEvent_t zeroed;    // after alloc's zero-fill (compute), waited on by copy
+    cudaEvent_t xent_done; // after softmax_xent_start's copy of the result to res
+    bool xent_pending;
+    int xent_k;
+    uint64_t launches;
+    cublasHandle_t blas;
+    void *scratch;         // device scratch for reductions; stream-ordered reuse
+    size_t scratch_cap;
+    struct host_result *res; // pinned, two: [0] softmax_xent's result, [1] sum_squares'
+    struct host_result *dres; // device twin of res
+    // bucketed gradient exchange: per bucket, "its backward is queued" (compute) and "its
+    // copy to the host is done" (copy); grads_out_reserve sizes them
+    cudaEvent_t *gready, *gdone;
+    int ngev;
+} cuda_backend;
+
+static inline cuda_backend *CB(sl_backend *b) { return (cuda_backend *)b; }
+
+#define ENTER(b)                                              \
+    cuda_backend *cb = CB(b);                                 \
+    CK(cudaSetDevice(cb->device))
+
+static const int THREADS = 256;
+
+// Grid for a grid-stride loop over n elements.
+static inline unsigned grid_for(size_t n) {
+    size_t g = (n + THREADS - 1) / THREADS;
+    if (g > 65535u * 16u) g = 65535u * 16u;
+    return (unsigned)(g ? g : 1);
+}
+
+#define GRID_STRIDE(i, n) \
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < (n); i += (size_t)blockDim.x * gridDim.x)
+
+// ---- convolution and pooling (backend_cuda_conv.cu): the sl_backend_ops of the same
+// names (train/backend.h) ----
+
+sl_status sl__cu_im2col(sl_backend *b, const float *x, int n, int h, int w, int c, int kh, int kw, int stride,
+                        int pad_top, int pad_left, int oh, int ow, float *col);
+sl_status sl__cu_col2im(sl_backend *b, const float *col, int n, int h, int w, int c, int kh, int kw, int stride,
+                        int pad_top, int pad_left, int oh, int ow, float *dx);
+sl_status sl__cu_maxpool_forward(sl_backend *b, const float *x, int n, int h, int w, int c, int k, int s,
+                                 int pad_top, int pad_left, int oh, int ow, float *y, int32_t *argmax);
+sl_status sl__cu_maxpool_backward(sl_backend *b, const float *dy, const int32_t *argmax, int n, int h, int w,
+                                  int c, int k, int s, int pad_top, int pad_left, int oh, int ow, float *dx);
+sl_status sl__cu_avgpool_forward(sl_backend *b, const float *x, int n, int h, int w, int c, int k, int s,
+                                 int pad_top, int pad_left, int oh, int ow, float *y);
+sl_status sl__cu_avgpool_backward(sl_backend *b, const float *dy, int n, int h, int w, int c, int k, int s,
+                                  int pad_top, int pad_left, int oh, int ow, float *dx);
+
+#endif
