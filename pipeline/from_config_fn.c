@@ -149,6 +149,16 @@ static sl_status fn_random_flip(builder *b, const fn_def *f, const sl_cfg_value 
     return sl_fn_random_flip(comp, hz, vt, p, out);
 }
 
+static sl_status fn_random_crop(builder *b, const fn_def *f, const sl_cfg_value *call,
+                                const sl_cfg_value *const *a, sl_fn **out) {
+    const char *comp;
+    int h, w;
+    int64_t pad = 0;
+    if (sl__fc_read_comp(b, a[0], &comp) || sl__fc_read_size(b, a[1], &h, &w)) return sl_errcode();
+    if (a[2] && sl__fc_read_int(b, NULL, a[2], 0, 65535, &pad)) return sl_errcode();
+    return sl_fn_random_crop(comp, h, w, (int)pad, out);
+}
+
 static sl_status fn_normalize(builder *b, const fn_def *f, const sl_cfg_value *call,
                               const sl_cfg_value *const *a, sl_fn **out) {
     const char *comp;
@@ -322,6 +332,8 @@ static const fn_def FNS[] = {
     {"resize",
      "resize(COMP, SIZE, max_pixels=89478485, antialias=true) or resize(COMP, shorter=N, ...)   SIZE: 256 or 256x192",
      {"comp", "size", "max_pixels", "antialias", "shorter"}, 1, fn_resize},
+    {"random_crop", "random_crop(COMP, SIZE, padding=0)   SIZE: 28 or 32x28; zeros around, then a random window",
+     {"comp", "size", "padding"}, 2, fn_random_crop},
     {"random_flip", "random_flip(COMP, p=0.5, horizontal=true, vertical=false)",
      {"comp", "p", "horizontal", "vertical"}, 1, fn_random_flip},
     {"normalize", "normalize(COMP, mean=[...], std=[...], scale_uint8=true)",

@@ -31,7 +31,7 @@ static sl_status crop_apply(const sl_fn *fn, sl_element *e, const sl_fn_call *ca
     if ((s = sl__need_numeric(f->comp, in))) return s;
     int64_t P = f->padding, ph = H + 2 * P, pw = W + 2 * P;
     if (f->height > ph || f->width > pw) {
-        sl_err(SL_EINVAL, "random_crop: a %dx%d window does not fit component '%s' of %" PRId64 "x%" PRId64
+        sl_err(SL_EINVAL, "a %dx%d window does not fit component '%s' of %" PRId64 "x%" PRId64
                " padded by %d (%" PRId64 "x%" PRId64 ")", f->height, f->width, f->comp, H, W, f->padding, ph, pw);
         sl_err_hint("crop at most the padded size, or pad more with padding=P");
         return SL_EINVAL;

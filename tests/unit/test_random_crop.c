@@ -7,7 +7,9 @@
 #include <string.h>
 
 #include "pipeline/fn/image.h" /* and pipeline/internal.h: sl__fn_apply */
+#include "sluice/config.h"
 #include "sluice/fn.h"
+#include "sluice/from_config.h"
 #include "test.h"
 
 enum { H = 5, W = 4, C = 3, P = 2, CH = 6, CW = 5 };
@@ -122,15 +124,44 @@ TEST(test_refused) {
     memset(in.data, 7, 16);
     sl_element e;
     ASSERT_EQ(crop(fn, in, 1, &e), SL_EINVAL);
-    ASSERT_CONTAINS(sl_errmsg(), "random_crop: a 9x4 window does not fit component 'image' of 4x4 padded by 2 (8x8)");
+    ASSERT_CONTAINS(sl_errmsg(), "a 9x4 window does not fit component 'image' of 4x4 padded by 2 (8x8)");
     ASSERT_EQ(e.t[0].dims[0], 4); /* the element is left as it was */
     sl_element_clear(&e);
     sl_fn_unref(fn);
+}
+
+/* In the config language: random_crop(COMP, SIZE, padding=P) builds; a padding that is not
+ * a number, or negative, is refused at its line and column with the usage as the hint. */
+TEST(test_config) {
+    const char *good = "pipeline p {\n  range 0 4\n  map random_crop(image, 28, padding=4)\n}\n";
+    sl_cfg *cfg;
+    ASSERT_OK(sl_cfg_parse(good, strlen(good), "rc.sl", &cfg));
+    sl_pipeline_env env = sl_pipeline_env_default();
+    sl_dataset *ds = NULL;
+    ASSERT_OK(sl_pipeline_from_config(cfg, "p", &env, &ds));
+    sl_dataset_unref(ds);
+    sl_cfg_free(cfg);
+    const char *bad[][2] = {
+        {"pipeline p {\n  range 0 4\n  map random_crop(image, 28, padding=x)\n}\n",
+         "rc.sl:3:38: expected an integer, found a word 'x'"},
+        {"pipeline p {\n  range 0 4\n  map random_crop(image, 28, padding=-1)\n}\n", "rc.sl:3:38: "},
+        {"pipeline p {\n  range 0 4\n  map random_crop(image)\n}\n", "rc.sl:3:"},
+    };
+    for (int i = 0; i < 3; i++) {
+        ASSERT_OK(sl_cfg_parse(bad[i][0], strlen(bad[i][0]), "rc.sl", &cfg));
+        ds = NULL;
+        ASSERT(sl_pipeline_from_config(cfg, "p", &env, &ds) != SL_OK);
+        ASSERT(ds == NULL);
+        ASSERT_CONTAINS(sl_errmsg(), bad[i][1]);
+        ASSERT_CONTAINS(sl_errmsg(), "random_crop(COMP, SIZE, padding=0)");
+        sl_cfg_free(cfg);
+    }
 }
 
 int main(void) {
     RUN(test_windows);
     RUN(test_float_rank2);
     RUN(test_refused);
+    RUN(test_config);
     TEST_MAIN_END();
 }
