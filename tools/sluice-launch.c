@@ -119,11 +119,20 @@ typedef struct task {
 
 typedef struct job {
     long long nw, nps, port_base, restarts;
+    long long timeout, grace; /* --timeout (0: none) and --grace, seconds */
     char job_id[17];    /* SLUICE_JOB_ID: 16 hex digits, random per launch */
     char **prog;
     task *ts;
     int n;
     sigset_t empty;     /* the mask a child starts with */
+    /* the event loop's decisions so far */
+    double start;       /* when the tasks were started */
+    double stop_at;     /* > 0: when SIGKILL follows the SIGTERM */
+    double ps_until;    /* > 0: the workers are done; the ps tasks may linger until then */
+    double term_at;     /* > 0: a task stopped on request; SIGTERM to the rest then */
+    int result;         /* the exit status decided so far, -1 none */
+    bool stopping;
+    int fwd_sig;        /* the signal forwarded to every task (stopping for it) */
 } job;
 
 static volatile sig_atomic_t got_signal, got_child;
@@ -298,6 +307,194 @@ static int keygen(const char **paths, int n) {
     return SL__EXIT_OK;
 }
 
+/* Addresses host:port_base+i for the n tasks (workers first) and each task's TF_CONFIG
+ * into *addr_out and *ts_out; 0, or the exit status (printed). */
+static int setup_tasks(const char *host, long long port_base, long long nw, long long nps, char ***addr_out,
+                       task **ts_out) {
+    int n = (int)(nw + nps);
+    char **addr = calloc((size_t)n, sizeof *addr);
+    task *ts = calloc((size_t)n, sizeof *ts);
+    *addr_out = addr;
+    *ts_out = ts;
+    if (!addr || !ts) { fprintf(stderr, "%s: out of memory\n", PROG); return SL__EXIT_FAIL; }
+    for (int i = 0; i < n; i++) {
+        if (asprintf(&addr[i], "%s:%lld", host, port_base + i) < 0) return SL__EXIT_FAIL;
+        ts[i].is_ps = i >= nw;
+        ts[i].type_index = ts[i].is_ps ? (int)(i - nw) : i;
+        snprintf(ts[i].label, sizeof ts[i].label, "%s %d", ts[i].is_ps ? "ps" : "worker", ts[i].type_index);
+        ts[i].fd[0] = ts[i].fd[1] = -1;
+    }
+    for (int i = 0; i < n; i++) {
+        char tfc[16384];
+        int need = sl_cluster_tf_config(tfc, sizeof tfc, (const char *const *)addr, (int)nw,
+                                        (const char *const *)addr + nw, (int)nps, ts[i].is_ps ? "ps" : "worker",
+                                        ts[i].type_index);
+        if (need < 0 || (size_t)need >= sizeof tfc) { fprintf(stderr, "%s: cluster too large for TF_CONFIG\n", PROG); return SL__EXIT_FAIL; }
+        if (!(ts[i].tf_config = strdup(tfc))) { fprintf(stderr, "%s: out of memory\n", PROG); return SL__EXIT_FAIL; }
+    }
+    return 0;
+}
+
+/* SIGINT, SIGTERM and SIGCHLD blocked except inside ppoll (j->empty), their handlers set */
+static void setup_signals(job *j) {
+    sigset_t block;
+    sigemptyset(&block);
+    sigaddset(&block, SIGINT);
+    sigaddset(&block, SIGTERM);
+    sigaddset(&block, SIGCHLD);
+    sigprocmask(SIG_BLOCK, &block, NULL);
+    sigemptyset(&j->empty);
+    struct sigaction sa = {0};
+    sa.sa_handler = on_signal;
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+    sa.sa_handler = on_child;
+    sigaction(SIGCHLD, &sa, NULL);
+    signal(SIGPIPE, SIG_IGN);
+}
+
+/* What a task that exited (status tk->status; pid `old`) means for the job: nothing, a
+ * restart, a stop on request, or a failure that stops the others. */
+static void judge_exit(job *j, task *tk, pid_t old) {
+    task *ts = j->ts;
+    int n = j->n;
+    long long nps = j->nps, grace = j->grace, restarts = j->restarts;
+    int code = exit_code(tk->status);
+    if (j->fwd_sig && j->result == 128 + j->fwd_sig && code != 0 && code != 128 + SIGINT && code != 128 + SIGTERM &&
+        code != 128 + SIGKILL) {
+        /* the tasks stop with 128 + the signal; anything else is a stop that failed */
+        char why[64];
+        fprintf(stderr, "[launch] %s exited with %s while stopping\n", tk->label, status_text(tk->status, why, sizeof why));
+        j->result = code;
+    }
+    if (code == 0 || j->stopping) return;
+    if (WIFEXITED(tk->status) && (code == 128 + SIGINT || code == 128 + SIGTERM)) {
+        if (nps > 0 && !tk->is_ps && tk->type_index != 0) {
+            /* a ps worker other than the chief: the others train on (never restarted) */
+            fprintf(stderr, "[launch] %s stopped on request (status %d): training goes on without it\n", tk->label,
+                    code);
+            return;
+        }
+        /* stopped on request at a step boundary: the job stops; lockstep replicas
+         * are stopping at the same step already, the others get the grace period */
+        fprintf(stderr, "[launch] %s stopped on request (status %d): stopping the job; the others get %lld s "
+                "to stop by themselves\n", tk->label, code, grace);
+        j->result = code;
+        j->fwd_sig = code - 128;
+        j->stopping = true;
+        j->term_at = now_s() + (double)grace;
+        return;
+    }
+    char why[64];
+    status_text(tk->status, why, sizeof why);
+    if (tk->is_ps && j->ps_until > 0) { /* the workers are done: training is over */
+        fprintf(stderr, "[launch] %s exited with %s after the workers finished\n", tk->label, why);
+        return;
+    }
+    if (tk->restarts < restarts) {
+        tk->restarts++;
+        fprintf(stderr, "[launch] %s exited with %s\n[launch] restarting %s (restart %d of %lld)\n", tk->label, why,
+                tk->label, tk->restarts, restarts);
+        drain_dead(tk);
+        kill(-old, SIGKILL); /* strays of the old process group would hold its port */
+        if (spawn(j, tk) == 0) return;
+        /* could not restart (the message is out): stop as for a failure */
+    } else if (nps > 0 && !tk->is_ps && tk->type_index != 0) {
+        fprintf(stderr, "[launch] %s exited with %s: training goes on without it\n", tk->label, why);
+        return;
+    }
+    fprintf(stderr, "%s: %s %s with status %d; stopping the others\n", PROG, tk->label,
+            WIFSIGNALED(tk->status) ? "was killed" : "exited", code);
+    j->result = code;
+    j->stopping = true;
+    j->stop_at = now_s() + (double)grace;
+    signal_all(ts, n, SIGTERM);
+}
+
+/* After SIGCHLD: judge every task that exited; once every worker is done (the chief fine),
+ * the ps tasks get PS_LINGER_S to finish by themselves. */
+static void on_children(job *j) {
+    reap(j->ts, j->n);
+    for (int i = 0; i < j->n; i++) {
+        task *tk = &j->ts[i];
+        if (tk->running || tk->pid == 0) continue;
+        pid_t old = tk->pid;
+        tk->pid = 0; /* judged */
+        judge_exit(j, tk, old);
+    }
+    if (!j->stopping && j->nps > 0 && j->ps_until == 0) {
+        bool workers_left = false, any_ps = false;
+        for (int i = 0; i < j->nw; i++) workers_left |= j->ts[i].running;
+        for (int i = (int)j->nw; i < j->n; i++) any_ps |= j->ts[i].running;
+        if (!workers_left) {
+            j->result = 0;
+            if (any_ps) j->ps_until = now_s() + PS_LINGER_S;
+        }
+    }
+}
+
+/* The deadlines at time t: --timeout, the ps tasks' linger, the SIGTERM after a stop on
+ * request, the SIGKILL after the grace period. */
+static void on_deadlines(job *j, double t) {
+    /* (once the workers are done, the ps tasks' linger is bounded: no timeout then) */
+    if (j->timeout && !j->stopping && j->ps_until == 0 && t - j->start >= (double)j->timeout) {
+        fprintf(stderr, "%s: --timeout %lld s reached; stopping every task\n", PROG, j->timeout);
+        j->result = 124;
+        j->stopping = true;
+        j->stop_at = t + (double)j->grace;
+        signal_all(j->ts, j->n, SIGTERM);
+    }
+    if (j->ps_until > 0 && !j->stopping && t >= j->ps_until) { /* the ps tasks did not return by themselves */
+        for (int i = (int)j->nw; i < j->n; i++)
+            if (j->ts[i].running)
+                fprintf(stderr, "[launch] %s still runs %.0f s after the workers finished: stopping it\n",
+                        j->ts[i].label, PS_LINGER_S);
+        j->stopping = true;
+        j->stop_at = t + (double)j->grace;
+        signal_all(j->ts, j->n, SIGTERM);
+    }
+    if (j->term_at > 0 && t >= j->term_at) {
+        signal_all(j->ts, j->n, SIGTERM);
+        j->term_at = 0;
+        j->stop_at = t + (double)j->grace;
+    }
+    if (j->stopping && j->stop_at > 0 && t >= j->stop_at) {
+        signal_all(j->ts, j->n, SIGKILL);
+        j->stop_at = 0;
+    }
+}
+
+/* One wait for output, a child or a signal (until the next deadline); false when every
+ * task has exited and every pipe is drained. */
+static bool poll_once(job *j) {
+    struct pollfd pf[2 * 512 + 1];
+    task *owner[2 * 512];
+    int which[2 * 512], np = 0, running = 0;
+    for (int i = 0; i < j->n; i++) {
+        if (j->ts[i].running) running++;
+        for (int s = 0; s < 2; s++)
+            if (j->ts[i].fd[s] >= 0 && np < 2 * 512) {
+                pf[np] = (struct pollfd){.fd = j->ts[i].fd[s], .events = POLLIN};
+                owner[np] = &j->ts[i];
+                which[np++] = s;
+            }
+    }
+    if (running == 0 && np == 0) return false;
+    double wait = 1.0, t = now_s();
+    if (j->stopping && j->stop_at > t && j->stop_at - t < wait) wait = j->stop_at - t;
+    if (j->term_at > t && j->term_at - t < wait) wait = j->term_at - t;
+    if (j->timeout && !j->stopping && j->ps_until == 0 && j->start + (double)j->timeout - t < wait)
+        wait = j->start + (double)j->timeout - t;
+    if (j->ps_until > 0 && !j->stopping && j->ps_until - t < wait) wait = j->ps_until - t;
+    if (wait < 0) wait = 0;
+    struct timespec tw = {(time_t)wait, (long)((wait - (double)(time_t)wait) * 1e9)};
+    int rc = ppoll(pf, (nfds_t)np, &tw, &j->empty);
+    if (rc > 0)
+        for (int k = 0; k < np; k++)
+            if (pf[k].revents) drain(owner[k], which[k]);
+    return true;
+}
+
 int main(int argc, char **argv) {
     if (sl__tool_version(PROG, argc, argv)) return sl__tool_exit(PROG, SL__EXIT_OK);
     long long nw = 0, nps = 0, port_base = 29500, timeout = 0, grace = 5, restarts = 0;
@@ -336,192 +533,40 @@ int main(int argc, char **argv) {
     if (port_base + nw + nps - 1 > 65535) return sl__usage_error(PROG, "ports %lld..%lld pass 65535", port_base, port_base + nw + nps - 1);
     int n = (int)(nw + nps);
     prog[npos] = NULL;
-
-    /* the cluster every task is told about */
-    char **addr = calloc((size_t)n, sizeof *addr);
-    task *ts = calloc((size_t)n, sizeof *ts);
-    if (!addr || !ts) { fprintf(stderr, "%s: out of memory\n", PROG); return SL__EXIT_FAIL; }
-    for (int i = 0; i < n; i++) {
-        if (asprintf(&addr[i], "%s:%lld", host, port_base + i) < 0) return SL__EXIT_FAIL;
-        ts[i].is_ps = i >= nw;
-        ts[i].type_index = ts[i].is_ps ? (int)(i - nw) : i;
-        snprintf(ts[i].label, sizeof ts[i].label, "%s %d", ts[i].is_ps ? "ps" : "worker", ts[i].type_index);
-        ts[i].fd[0] = ts[i].fd[1] = -1;
-    }
-    for (int i = 0; i < n; i++) {
-        char tfc[16384];
-        int need = sl_cluster_tf_config(tfc, sizeof tfc, (const char *const *)addr, (int)nw,
-                                        (const char *const *)addr + nw, (int)nps, ts[i].is_ps ? "ps" : "worker",
-                                        ts[i].type_index);
-        if (need < 0 || (size_t)need >= sizeof tfc) { fprintf(stderr, "%s: cluster too large for TF_CONFIG\n", PROG); return SL__EXIT_FAIL; }
-        if (!(ts[i].tf_config = strdup(tfc))) { fprintf(stderr, "%s: out of memory\n", PROG); return SL__EXIT_FAIL; }
-    }
-
-    job j = {.nw = nw, .nps = nps, .port_base = port_base, .restarts = restarts, .prog = prog, .ts = ts, .n = n};
+    char **addr = NULL;
+    task *ts = NULL;
+    int rc = setup_tasks(host, port_base, nw, nps, &addr, &ts);
+    if (rc) return rc;
+    job j = {.nw = nw, .nps = nps, .port_base = port_base, .restarts = restarts, .timeout = timeout, .grace = grace,
+             .prog = prog, .ts = ts, .n = n, .result = -1};
     uint64_t job_id;
     if (sl_tp_random_u64(&job_id)) {
         fprintf(stderr, "%s: %s\n", PROG, sl_errmsg());
         return SL__EXIT_FAIL;
     }
     snprintf(j.job_id, sizeof j.job_id, "%016llx", (unsigned long long)job_id);
-    sigset_t block;
-    sigemptyset(&block);
-    sigaddset(&block, SIGINT);
-    sigaddset(&block, SIGTERM);
-    sigaddset(&block, SIGCHLD);
-    sigprocmask(SIG_BLOCK, &block, NULL);
-    sigemptyset(&j.empty);
-    struct sigaction sa = {0};
-    sa.sa_handler = on_signal;
-    sigaction(SIGINT, &sa, NULL);
-    sigaction(SIGTERM, &sa, NULL);
-    sa.sa_handler = on_child;
-    sigaction(SIGCHLD, &sa, NULL);
-    signal(SIGPIPE, SIG_IGN);
-
+    setup_signals(&j);
     for (int i = 0; i < n; i++)
         if (spawn(&j, &ts[i])) { signal_all(ts, n, SIGKILL); return SL__EXIT_FAIL; }
-
-    double start = now_s(), stop_at = 0; /* stop_at: when SIGKILL follows the SIGTERM */
-    double ps_until = 0;                  /* > 0: the workers are done; the ps tasks may linger until then */
-    int result = -1;                      /* the exit status decided so far */
-    bool stopping = false;
-    int fwd_sig = 0;                      /* the signal forwarded to every task (stopping for it) */
-    double term_at = 0;                   /* > 0: a task stopped on request; SIGTERM to the rest then */
-    for (;;) {
-        struct pollfd pf[2 * 512 + 1];
-        task *owner[2 * 512];
-        int which[2 * 512], np = 0, running = 0;
-        for (int i = 0; i < n; i++) {
-            if (ts[i].running) running++;
-            for (int s = 0; s < 2; s++)
-                if (ts[i].fd[s] >= 0 && np < 2 * 512) {
-                    pf[np] = (struct pollfd){.fd = ts[i].fd[s], .events = POLLIN};
-                    owner[np] = &ts[i];
-                    which[np++] = s;
-                }
-        }
-        if (running == 0 && np == 0) break;
-        double wait = 1.0, t = now_s();
-        if (stopping && stop_at > t && stop_at - t < wait) wait = stop_at - t;
-        if (term_at > t && term_at - t < wait) wait = term_at - t;
-        if (timeout && !stopping && ps_until == 0 && start + (double)timeout - t < wait) wait = start + (double)timeout - t;
-        if (ps_until > 0 && !stopping && ps_until - t < wait) wait = ps_until - t;
-        if (wait < 0) wait = 0;
-        struct timespec tw = {(time_t)wait, (long)((wait - (double)(time_t)wait) * 1e9)};
-        int rc = ppoll(pf, (nfds_t)np, &tw, &j.empty);
-        if (rc > 0)
-            for (int k = 0; k < np; k++)
-                if (pf[k].revents) drain(owner[k], which[k]);
+    j.start = now_s();
+    while (poll_once(&j)) {
         if (got_child) {
             got_child = 0;
-            reap(ts, n);
-            for (int i = 0; i < n; i++) {
-                task *tk = &ts[i];
-                if (tk->running || tk->pid == 0) continue;
-                pid_t old = tk->pid;
-                tk->pid = 0; /* judged */
-                int code = exit_code(tk->status);
-                if (fwd_sig && result == 128 + fwd_sig && code != 0 && code != 128 + SIGINT && code != 128 + SIGTERM &&
-                    code != 128 + SIGKILL) {
-                    /* the tasks stop with 128 + the signal; anything else is a stop that failed */
-                    char why[64];
-                    fprintf(stderr, "[launch] %s exited with %s while stopping\n", tk->label,
-                            status_text(tk->status, why, sizeof why));
-                    result = code;
-                }
-                if (code == 0 || stopping) continue;
-                if (WIFEXITED(tk->status) && (code == 128 + SIGINT || code == 128 + SIGTERM)) {
-                    if (nps > 0 && !tk->is_ps && tk->type_index != 0) {
-                        /* a ps worker other than the chief: the others train on (never restarted) */
-                        fprintf(stderr, "[launch] %s stopped on request (status %d): training goes on without it\n",
-                                tk->label, code);
-                        continue;
-                    }
-                    /* stopped on request at a step boundary: the job stops; lockstep replicas
-                     * are stopping at the same step already, the others get the grace period */
-                    fprintf(stderr, "[launch] %s stopped on request (status %d): stopping the job; the others get %lld s "
-                            "to stop by themselves\n", tk->label, code, grace);
-                    result = code;
-                    fwd_sig = code - 128;
-                    stopping = true;
-                    term_at = now_s() + (double)grace;
-                    continue;
-                }
-                char why[64];
-                status_text(tk->status, why, sizeof why);
-                if (tk->is_ps && ps_until > 0) { /* the workers are done: training is over */
-                    fprintf(stderr, "[launch] %s exited with %s after the workers finished\n", tk->label, why);
-                    continue;
-                }
-                if (tk->restarts < restarts) {
-                    tk->restarts++;
-                    fprintf(stderr, "[launch] %s exited with %s\n[launch] restarting %s (restart %d of %lld)\n",
-                            tk->label, why, tk->label, tk->restarts, restarts);
-                    drain_dead(tk);
-                    kill(-old, SIGKILL); /* strays of the old process group would hold its port */
-                    if (spawn(&j, tk) == 0) continue;
-                    /* could not restart (the message is out): stop as for a failure */
-                } else if (nps > 0 && !tk->is_ps && tk->type_index != 0) {
-                    fprintf(stderr, "[launch] %s exited with %s: training goes on without it\n", tk->label, why);
-                    continue;
-                }
-                fprintf(stderr, "%s: %s %s with status %d; stopping the others\n", PROG, tk->label,
-                        WIFSIGNALED(tk->status) ? "was killed" : "exited", code);
-                result = code;
-                stopping = true;
-                stop_at = now_s() + (double)grace;
-                signal_all(ts, n, SIGTERM);
-            }
-            if (!stopping && nps > 0 && ps_until == 0) { /* every worker done, the chief fine: let the ps tasks finish */
-                bool workers_left = false, any_ps = false;
-                for (int i = 0; i < nw; i++) workers_left |= ts[i].running;
-                for (int i = (int)nw; i < n; i++) any_ps |= ts[i].running;
-                if (!workers_left) {
-                    result = 0;
-                    if (any_ps) ps_until = now_s() + PS_LINGER_S;
-                }
-            }
+            on_children(&j);
         }
         if (got_signal) {
             int sig = got_signal;
             got_signal = 0;
-            if (!stopping) {
+            if (!j.stopping) {
                 fprintf(stderr, "%s: got signal %d; passing it to every task\n", PROG, sig);
-                result = 128 + sig;
-                fwd_sig = sig;
-                stopping = true;
-                stop_at = now_s() + (double)grace;
+                j.result = 128 + sig;
+                j.fwd_sig = sig;
+                j.stopping = true;
+                j.stop_at = now_s() + (double)grace;
             }
             signal_all(ts, n, sig);
         }
-        t = now_s();
-        /* (once the workers are done, the ps tasks' linger is bounded: no timeout then) */
-        if (timeout && !stopping && ps_until == 0 && t - start >= (double)timeout) {
-            fprintf(stderr, "%s: --timeout %lld s reached; stopping every task\n", PROG, timeout);
-            result = 124;
-            stopping = true;
-            stop_at = t + (double)grace;
-            signal_all(ts, n, SIGTERM);
-        }
-        if (ps_until > 0 && !stopping && t >= ps_until) { /* the ps tasks did not return by themselves */
-            for (int i = (int)nw; i < n; i++)
-                if (ts[i].running)
-                    fprintf(stderr, "[launch] %s still runs %.0f s after the workers finished: stopping it\n", ts[i].label,
-                            PS_LINGER_S);
-            stopping = true;
-            stop_at = t + (double)grace;
-            signal_all(ts, n, SIGTERM);
-        }
-        if (term_at > 0 && t >= term_at) {
-            signal_all(ts, n, SIGTERM);
-            term_at = 0;
-            stop_at = t + (double)grace;
-        }
-        if (stopping && stop_at > 0 && t >= stop_at) {
-            signal_all(ts, n, SIGKILL);
-            stop_at = 0;
-        }
+        on_deadlines(&j, now_s());
     }
     for (int i = 0; i < n; i++) {
         free(addr[i]);
@@ -531,5 +576,5 @@ int main(int argc, char **argv) {
     }
     free(addr);
     free(ts);
-    return sl__tool_exit(PROG, result < 0 ? 0 : result);
+    return sl__tool_exit(PROG, j.result < 0 ? 0 : j.result);
 }

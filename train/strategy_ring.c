@@ -380,6 +380,86 @@ static sl_status ring_load_state(void *ctx, const char *run_dir, int64_t step) {
  * otherwise): 1 or 0 per replica, averaged like the gradient to k / world, k the replicas
  * that have a next batch. k / world is exact or within an ulp (fp16: well within 1 / (2
  * world) for world <= 1024), so every replica rounds it back to the same k. */
+/* The compressed exchange of buf[0..n) (host memory; sl_ring_allreduce_compressed), with
+ * the has-data flag riding in the payloads as an int32 (*more, when more), and Deep
+ * Gradient Compression's momentum correction (the update applied here: *applied). */
+static sl_status exchange_compressed(sl_strategy_ring *s, sl_model *m, float *buf, size_t n, int64_t step, float lr,
+                                     bool *applied, int *more) {
+    bool cpu = on_cpu(m);
+    sl_backend *bk = sl__model_backend(m);
+    sl_status st;
+    /* compressed: the flag rides in the payloads as an int32 and comes back summed */
+    if ((st = ensure_ef(s, n))) return st;
+    float *p = NULL;
+    size_t dgc_n = 0;
+    if (s->dgc) {
+        /* momentum correction: the velocity u = m u + (g + wd p) is what error feedback
+         * accumulates and top-k sends; the replicas then apply the average as plain SGD */
+        size_t np;
+        p = sl_model_params(m, &np);
+        if (np < n) return sl_err(SL_EINVAL, "ring strategy: %zu gradient values for %zu parameters", n, np);
+        if (!cpu) {
+            if (!s->phost && !(s->phost = malloc(n * sizeof(float))))
+                return sl_err(SL_ENOMEM, "ring strategy: out of memory");
+            if ((st = bk->ops->to_host(bk, s->phost, p, n * sizeof(float)))) return st;
+            p = s->phost;
+        }
+        float mom = s->optim.momentum, wd = s->optim.weight_decay;
+        /* the trainable parameters only: running statistics (after them) are averaged below */
+        dgc_n = sl__model_trainable(m) < n ? sl__model_trainable(m) : n;
+        for (size_t i = 0; i < dgc_n; i++) {
+            s->u[i] = mom * s->u[i] + (buf[i] + wd * p[i]);
+            buf[i] = s->u[i];
+        }
+    }
+    int32_t flag = more && *more ? 1 : 0;
+    if ((st = sl_ring_allreduce_compressed(s->ring, s->ef, buf, n, SL_REDUCE_AVG, (uint32_t)step,
+                                           more ? &flag : NULL, s->dgc ? s->sent : NULL))) {
+        sl_err_prefix("ring strategy: step %" PRId64 ": ", step);
+        return st;
+    }
+    if (s->dgc) {
+        /* momentum factor masking (top-k): what was sent leaves the velocity too */
+        if (s->cs.kind == SL_COMPRESS_TOPK)
+            for (size_t i = 0; i < dgc_n; i++)
+                if (s->sent[i] != 0) s->u[i] = 0;
+        for (size_t i = 0; i < dgc_n; i++) p[i] -= lr * buf[i];
+        if (!cpu && (st = bk->ops->to_device(bk, sl_model_params(m, NULL), p, dgc_n * sizeof(float)))) return st;
+        *applied = true;
+    }
+    if (more) {
+        if (flag < 0 || flag > s->world)
+            return sl_err(SL_EPEER, "ring strategy: step %" PRId64 ": the replicas' has-data flags sum to %d of %d",
+                          step, (int)flag, s->world);
+        *more = (int)flag;
+    }
+    return SL_OK;
+}
+
+/* Running statistics (batchnorm) are parameters no gradient touches, updated from each
+ * replica's own batch: averaged too, so the replicas stay bit-identical. */
+static sl_status average_stats(sl_strategy_ring *s, sl_model *m, int64_t step) {
+    bool cpu = on_cpu(m);
+    sl_backend *bk = sl__model_backend(m);
+    sl_status st;
+    size_t np, nt = sl__model_trainable(m);
+    float *params = sl_model_params(m, &np);
+    if (nt < np) {
+        size_t k = np - nt;
+        float *p = params + nt;
+        if (!cpu) {
+            if ((st = ensure_host(s, k)) || (st = bk->ops->to_host(bk, s->host, p, k * sizeof(float)))) return st;
+            p = s->host;
+        }
+        if ((st = sl_ring_allreduce(s->ring, p, k, SL_DT_F32, SL_REDUCE_AVG, TID_STATS))) {
+            sl_err_prefix("ring strategy: step %" PRId64 " (running statistics): ", step);
+            return st;
+        }
+        if (!cpu && (st = bk->ops->to_device(bk, params + nt, s->host, k * sizeof(float)))) return st;
+    }
+    return SL_OK;
+}
+
 static sl_status exchange(sl_strategy_ring *s, sl_model *m, float *grads, size_t n, int64_t step, float lr,
                           bool *applied, int *more) {
     *applied = false;
@@ -431,52 +511,8 @@ static sl_status exchange(sl_strategy_ring *s, sl_model *m, float *grads, size_t
     if (issued > 0) {
         /* reduced above */
     } else if (s->cs.kind != SL_COMPRESS_NONE) {
-        /* compressed: the flag rides in the payloads as an int32 and comes back summed */
-        if ((st = ensure_ef(s, n))) return st;
-        float *p = NULL;
-        size_t dgc_n = 0;
-        if (s->dgc) {
-            /* momentum correction: the velocity u = m u + (g + wd p) is what error feedback
-             * accumulates and top-k sends; the replicas then apply the average as plain SGD */
-            size_t np;
-            p = sl_model_params(m, &np);
-            if (np < n) return sl_err(SL_EINVAL, "ring strategy: %zu gradient values for %zu parameters", n, np);
-            if (!cpu) {
-                if (!s->phost && !(s->phost = malloc(n * sizeof(float))))
-                    return sl_err(SL_ENOMEM, "ring strategy: out of memory");
-                if ((st = bk->ops->to_host(bk, s->phost, p, n * sizeof(float)))) return st;
-                p = s->phost;
-            }
-            float mom = s->optim.momentum, wd = s->optim.weight_decay;
-            /* the trainable parameters only: running statistics (after them) are averaged below */
-            dgc_n = sl__model_trainable(m) < n ? sl__model_trainable(m) : n;
-            for (size_t i = 0; i < dgc_n; i++) {
-                s->u[i] = mom * s->u[i] + (buf[i] + wd * p[i]);
-                buf[i] = s->u[i];
-            }
-        }
-        int32_t flag = more && *more ? 1 : 0;
-        if ((st = sl_ring_allreduce_compressed(s->ring, s->ef, buf, n, SL_REDUCE_AVG, (uint32_t)step,
-                                               more ? &flag : NULL, s->dgc ? s->sent : NULL))) {
-            sl_err_prefix("ring strategy: step %" PRId64 ": ", step);
-            return st;
-        }
-        if (s->dgc) {
-            /* momentum factor masking (top-k): what was sent leaves the velocity too */
-            if (s->cs.kind == SL_COMPRESS_TOPK)
-                for (size_t i = 0; i < dgc_n; i++)
-                    if (s->sent[i] != 0) s->u[i] = 0;
-            for (size_t i = 0; i < dgc_n; i++) p[i] -= lr * buf[i];
-            if (!cpu && (st = bk->ops->to_device(bk, sl_model_params(m, NULL), p, dgc_n * sizeof(float)))) return st;
-            *applied = true;
-        }
-        if (more) {
-            if (flag < 0 || flag > s->world)
-                return sl_err(SL_EPEER, "ring strategy: step %" PRId64 ": the replicas' has-data flags sum to %d of %d",
-                              step, (int)flag, s->world);
-            *more = (int)flag;
-        }
-        extra = 0;
+        if ((st = exchange_compressed(s, m, buf, n, step, lr, applied, more))) return st;
+        extra = 0; /* the flag came back in the payloads */
     } else {
         if (extra) buf[n] = *more ? 1.0f : 0.0f;
         if ((st = sl_ring_allreduce(s->ring, buf, n + extra, SL_DT_F32, SL_REDUCE_AVG, (uint32_t)step))) {
@@ -492,23 +528,7 @@ static sl_status exchange(sl_strategy_ring *s, sl_model *m, float *grads, size_t
         *more = (int)lrintf(f);
     }
     if (!cpu && (st = bk->ops->to_device(bk, grads, buf, n * sizeof(float)))) return st;
-    /* running statistics (batchnorm) are parameters no gradient touches, updated from each
-     * replica's own batch: average them too so the replicas stay bit-identical */
-    size_t np, nt = sl__model_trainable(m);
-    float *params = sl_model_params(m, &np);
-    if (nt < np) {
-        size_t k = np - nt;
-        float *p = params + nt;
-        if (!cpu) {
-            if ((st = ensure_host(s, k)) || (st = bk->ops->to_host(bk, s->host, p, k * sizeof(float)))) return st;
-            p = s->host;
-        }
-        if ((st = sl_ring_allreduce(s->ring, p, k, SL_DT_F32, SL_REDUCE_AVG, TID_STATS))) {
-            sl_err_prefix("ring strategy: step %" PRId64 " (running statistics): ", step);
-            return st;
-        }
-        if (!cpu && (st = bk->ops->to_device(bk, params + nt, s->host, k * sizeof(float)))) return st;
-    }
+    if ((st = average_stats(s, m, step))) return st;
     s->last_step = step;
     s->step_next = step + 1;
     return SL_OK;
