@@ -986,10 +986,15 @@ sl_status sl_cfg_set(sl_cfg *c, const char *assignment) {
     int nc = 0;
     if (path[0] == '.' || path[plen - 1] == '.' || strstr(path, ".."))
         return sl_err(SL_EINVAL, "override '%s': the path has an empty part", assignment);
-    for (char *tok = strtok(path, "."); tok; tok = strtok(NULL, ".")) {
+    /* split at the dots in place (not strtok: its state is shared by every thread, and
+     * replicas in one process set their configs at once) */
+    for (char *tok = path; tok;) {
+        char *dot = strchr(tok, '.');
+        if (dot) *dot = 0;
         if (nc == MAX_PATH)
             return sl_err(SL_EINVAL, "override '%s': the path has more than %d parts", assignment, MAX_PATH);
         comps[nc++] = tok;
+        tok = dot ? dot + 1 : NULL;
     }
     if (nc < 1) return sl_err(SL_EINVAL, "override '%s' has an empty path", assignment);
 
