@@ -9,28 +9,23 @@ Exits 0 when every file fits, 1 (listing FILE: N lines) when one does not.
 import os
 import sys
 
+from source_files import source_dir, source_files
+
 MAX_LINES = 1200
 DIRS = ["core", "formats", "pipeline", "train", "dist", "tools", "python", "include", "examples"]
 EXTS = (".c", ".h", ".cu", ".cuh", ".py")
 
 
 def main():
-    src = sys.argv[1] if len(sys.argv) > 1 else os.environ.get(
-        "SLUICE_SRC", os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    src = source_dir()
     bad = []
     nfiles = 0
-    for d in DIRS:
-        for dirpath, dirnames, filenames in os.walk(os.path.join(src, d)):
-            dirnames.sort()
-            for fn in sorted(filenames):
-                if not fn.endswith(EXTS):
-                    continue
-                path = os.path.join(dirpath, fn)
-                nfiles += 1
-                with open(path, "rb") as f:
-                    n = f.read().count(b"\n")
-                if n > MAX_LINES:
-                    bad.append("%s: %d lines (at most %d)" % (os.path.relpath(path, src), n, MAX_LINES))
+    for path in source_files(src, DIRS, EXTS):
+        nfiles += 1
+        with open(path, "rb") as f:
+            n = f.read().count(b"\n")
+        if n > MAX_LINES:
+            bad.append("%s: %d lines (at most %d)" % (os.path.relpath(path, src), n, MAX_LINES))
     if nfiles == 0:
         print("check_file_length: no source files under %s" % src, file=sys.stderr)
         return 1

@@ -15,6 +15,8 @@ import os
 import re
 import sys
 
+from source_files import source_dir, source_files
+
 DIRS = ["core", "formats", "pipeline", "train", "dist", "tools", "python", "examples"]
 EXTS = (".c", ".cu")
 IDENT = r"[A-Za-z_][A-Za-z0-9_]*"
@@ -131,23 +133,15 @@ def check_file(path):
 
 
 def main():
-    src = sys.argv[1] if len(sys.argv) > 1 else os.environ.get(
-        "SLUICE_SRC", os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    src = source_dir()
     bad = []
     nfiles = 0
-    for d in DIRS:
-        root = os.path.join(src, d)
-        for dirpath, dirnames, filenames in os.walk(root):
-            dirnames.sort()
-            for fn in sorted(filenames):
-                if not fn.endswith(EXTS):
-                    continue
-                path = os.path.join(dirpath, fn)
-                nfiles += 1
-                for line, name in check_file(path):
-                    bad.append("%s:%d: %s() is declared here but defined in another file; "
-                               "declare it in a header both files include"
-                               % (os.path.relpath(path, src), line, name))
+    for path in source_files(src, DIRS, EXTS):
+        nfiles += 1
+        for line, name in check_file(path):
+            bad.append("%s:%d: %s() is declared here but defined in another file; "
+                       "declare it in a header both files include"
+                       % (os.path.relpath(path, src), line, name))
     if nfiles == 0:
         print("check_prototypes: no .c files under %s" % src, file=sys.stderr)
         return 1

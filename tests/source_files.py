@@ -1,0 +1,21 @@
+"""The source tree that the tests/check_*.py scripts read: its folder (the first argument,
+else $SLUICE_SRC, else this script's parent) and its files under some folders with some
+endings, in a stable order. A module, not a check: tests/CMakeLists.txt registers only
+check_*.py as tests."""
+import os
+import sys
+
+
+def source_dir():
+    return sys.argv[1] if len(sys.argv) > 1 else os.environ.get(
+        "SLUICE_SRC", os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def source_files(src, dirs, exts):
+    """The paths of the files ending in one of exts under src/DIR for each DIR, sorted."""
+    for d in dirs:
+        for dirpath, dirnames, filenames in os.walk(os.path.join(src, d)):
+            dirnames.sort()
+            for fn in sorted(filenames):
+                if fn.endswith(exts):
+                    yield os.path.join(dirpath, fn)
