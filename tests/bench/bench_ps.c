@@ -38,26 +38,15 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "tests/bench/bench_fashion.h"
+
 #ifndef SLUICE_SRC_DIR
 #define SLUICE_SRC_DIR "."
 #endif
 
-#define WORK "/tmp/sluice-bench"
+#define WORK BENCH_WORK
 #define BATCH 128
 #define WORKERS 2
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
-static int have(const char *pattern) {
-    glob_t g;
-    int n = glob(pattern, 0, NULL, &g) == 0 ? (int)g.gl_pathc : 0;
-    globfree(&g);
-    return n;
-}
 
 static int executable(const char *dir, const char *tool) {
     char p[PATH_MAX + 64];
@@ -151,9 +140,9 @@ static int run_setting(const char *bin, const char *cfg, const char *tmp, int po
     char *argv[] = {launch, "-n", "2", "--ps", nps, "--port-base", pb, "--", train, (char *)cfg, "--set", strategy,
                     "--run-dir", rundir, NULL};
     epochs_seen e = {0};
-    double t0 = now_s();
+    double t0 = bench_now();
     int rc = run(argv, err, on_line, &e);
-    s->wall_s = now_s() - t0;
+    s->wall_s = bench_now() - t0;
     if (rc != 0 || e.timed != epochs - 1) {
         fprintf(stderr, "bench_ps: %s: sluice-launch exit %d, %d timed epochs (expected %d); its stderr:\n", s->name, rc,
                 e.timed, epochs - 1);
@@ -201,16 +190,16 @@ int main(int argc, char **argv) {
     char data[PATH_MAX], pat[PATH_MAX + 32];
     snprintf(data, sizeof data, "%s/data/fashion", SLUICE_SRC_DIR);
     snprintf(pat, sizeof pat, "%s/train-*-of-00008.tfrecord", data);
-    if (have(pat) != 8) {
+    if (bench_have(pat) != 8) {
         snprintf(data, sizeof data, "%s/fashion", WORK);
         snprintf(pat, sizeof pat, "%s/train-*-of-00008.tfrecord", data);
-        if (have(pat) != 8) {
+        if (bench_have(pat) != 8) {
             char rec[PATH_MAX + 64];
             snprintf(rec, sizeof rec, "%s/sluice-record", bin);
             char *cv[] = {rec, "convert", "fashion-mnist", data, "--shards", "8", NULL};
             mkdir(WORK, 0777);
             fprintf(stderr, "bench_ps: converting Fashion-MNIST into %s\n", data);
-            if (!executable(bin, "sluice-record") || run(cv, "/dev/null", NULL, NULL) != 0 || have(pat) != 8) {
+            if (!executable(bin, "sluice-record") || run(cv, "/dev/null", NULL, NULL) != 0 || bench_have(pat) != 8) {
                 fprintf(stderr, "bench_ps: no data: run `bash scripts/main.sh` or build sluice-record\n");
                 return 1;
             }
