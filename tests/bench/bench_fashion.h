@@ -30,20 +30,20 @@
 #define BENCH_WORK "/tmp/sluice-bench"
 
 /* files matching pattern */
-static int bench_have(const char *pattern) {
+static inline int bench_have(const char *pattern) {
     glob_t g;
     int n = glob(pattern, 0, NULL, &g) == 0 ? (int)g.gl_pathc : 0;
     globfree(&g);
     return n;
 }
 
-static int bench_fail(const char *prog, const char *what) {
+static inline int bench_fail(const char *prog, const char *what) {
     fprintf(stderr, "%s: %s: %s\n", prog, what, sl_errmsg());
     return 1;
 }
 
 /* idx -> 8 TFRecord shards per split in dir; 0 or 1 (printed) */
-static int bench_fashion_convert(const char *prog, const char *dir) {
+static inline int bench_fashion_convert(const char *prog, const char *dir) {
     const char *splits[2][3] = {{"train", "train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz"},
                                 {"test", "t10k-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz"}};
     const char *src = getenv("SLUICE_FASHION_SRC");
@@ -101,7 +101,7 @@ out:
 }
 
 /* the shards' folder into data (cap bytes), converting when needed; 0 or 1 (printed) */
-static int bench_fashion_data(const char *prog, char *data, size_t cap) {
+static inline int bench_fashion_data(const char *prog, char *data, size_t cap) {
     char pat[700];
     snprintf(data, cap, "%s/data/fashion", SLUICE_SRC_DIR);
     snprintf(pat, sizeof pat, "%s/train-*-of-00008.tfrecord", data);
@@ -113,14 +113,14 @@ static int bench_fashion_data(const char *prog, char *data, size_t cap) {
     return bench_fashion_convert(prog, data);
 }
 
-static double bench_now(void) {
+static inline double bench_now(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
 /* sorts v; the median */
-static double bench_median(double *v, int n) {
+static inline double bench_median(double *v, int n) {
     for (int i = 1; i < n; i++)
         for (int j = i; j > 0 && v[j] < v[j - 1]; j--) {
             double t = v[j];
@@ -153,7 +153,7 @@ static const bench_layer BENCH_LAYERS[2][4] = {
 
 /* FLOPs per example, forward + backward: 2 x the multiply-adds of each layer's forward GEMM,
  * its weight-gradient GEMM and, but for the first layer, its input-gradient GEMM */
-static double bench_model_flops(int k) {
+static inline double bench_model_flops(int k) {
     double f = 0;
     for (int i = 0; i < 4 && BENCH_LAYERS[k][i].n; i++) {
         const bench_layer *l = &BENCH_LAYERS[k][i];
@@ -169,7 +169,7 @@ typedef struct {
 
 /* The model's GEMMs at batch b (at most 12): forward C[M,N] = X[M,K] W[K,N]; weight gradient
  * dW[K,N] = X^T dY; input gradient dX[M,K] = dY W^T (not for the first layer). */
-static int bench_model_gemms(int k, int b, bench_gemm *g) {
+static inline int bench_model_gemms(int k, int b, bench_gemm *g) {
     int n = 0;
     for (int i = 0; i < 4 && BENCH_LAYERS[k][i].n; i++) {
         const bench_layer *l = &BENCH_LAYERS[k][i];
@@ -188,7 +188,7 @@ typedef struct {
     double t_from, t_to;
 } bench_timer;
 
-static sl_status bench_on_step(void *ctx, sl_model *m, float *g, size_t n, int64_t step, float lr, bool *applied) {
+static inline sl_status bench_on_step(void *ctx, sl_model *m, float *g, size_t n, int64_t step, float lr, bool *applied) {
     (void)m, (void)g, (void)n, (void)lr, (void)applied;
     bench_timer *h = ctx;
     if (step == h->from) h->t_from = bench_now();
@@ -200,7 +200,7 @@ static sl_status bench_on_step(void *ctx, sl_model *m, float *g, size_t n, int64
  * of the loop (the trainer's exchange hook: pipeline waits, epoch boundaries and optimizer
  * steps inside), batch `batch`, SGD momentum 0.9, on `backend` ("cpu" with `threads`, or
  * "cuda"); *rate examples/s, *wait the run's input-wait share. 0 or 1 (printed). */
-static int bench_train_run(const char *prog, const char *data, int k, int batch, const char *backend, int threads,
+static inline int bench_train_run(const char *prog, const char *data, int k, int batch, const char *backend, int threads,
                            int64_t warm, int64_t steps, double *rate, double *wait) {
     char text[4096], thr[32] = "";
     if (threads > 0) snprintf(thr, sizeof thr, "  threads %d\n", threads);
