@@ -188,7 +188,8 @@ typedef struct {
     double t_from, t_to;
 } bench_timer;
 
-static inline sl_status bench_on_step(void *ctx, sl_model *m, float *g, size_t n, int64_t step, float lr, bool *applied) {
+static inline sl_status bench_on_step(void *ctx, sl_model *m, float *g, size_t n, int64_t step, float lr,
+                                      bool *applied) {
     (void)m, (void)g, (void)n, (void)lr, (void)applied;
     bench_timer *h = ctx;
     if (step == h->from) h->t_from = bench_now();
