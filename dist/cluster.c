@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "sluice/cluster.h"
+#include "sluice/util.h"
 
 #define DEFAULT_PORT_BASE 29500
 
@@ -44,14 +45,6 @@ static void spec_free(spec *s) {
         free(s->list[t]);
     }
     memset(s, 0, sizeof *s);
-}
-
-static const char *env_get(const char *const *envp, const char *name) {
-    if (!envp) return NULL;
-    size_t n = strlen(name);
-    for (; *envp; envp++)
-        if (strncmp(*envp, name, n) == 0 && (*envp)[n] == '=') return *envp + n + 1;
-    return NULL;
 }
 
 /* "host:port" with a port in 1..65535 and a host of sane characters. */
@@ -368,7 +361,7 @@ out:
  * messages. Never 0. */
 static sl_status resolve_job_id(const char *const *envp, sl_cluster *out) {
     const sl_cluster *c = out;
-    const char *v = env_get(envp, "SLUICE_JOB_ID");
+    const char *v = sl_env_get(envp, "SLUICE_JOB_ID");
     if (v) {
         uint64_t id = 0;
         size_t n = strlen(v);
@@ -480,12 +473,12 @@ fail:
 
 static sl_status from_slurm(const char *const *envp, int port_base, spec *s) {
     strcpy(s->src, "slurm");
-    const char *rank = env_get(envp, "SLURM_PROCID"), *ntasks = env_get(envp, "SLURM_NTASKS");
-    if (!ntasks) ntasks = env_get(envp, "SLURM_NPROCS");
-    const char *nodes = env_get(envp, "SLURM_STEP_NODELIST");
-    if (!nodes) nodes = env_get(envp, "SLURM_JOB_NODELIST");
-    const char *tpn = env_get(envp, "SLURM_STEP_TASKS_PER_NODE");
-    if (!tpn) tpn = env_get(envp, "SLURM_TASKS_PER_NODE");
+    const char *rank = sl_env_get(envp, "SLURM_PROCID"), *ntasks = sl_env_get(envp, "SLURM_NTASKS");
+    if (!ntasks) ntasks = sl_env_get(envp, "SLURM_NPROCS");
+    const char *nodes = sl_env_get(envp, "SLURM_STEP_NODELIST");
+    if (!nodes) nodes = sl_env_get(envp, "SLURM_JOB_NODELIST");
+    const char *tpn = sl_env_get(envp, "SLURM_STEP_TASKS_PER_NODE");
+    if (!tpn) tpn = sl_env_get(envp, "SLURM_TASKS_PER_NODE");
     long r, n;
     if (parse_int(rank, 0, 1 << 20, &r)) return sl_err(SL_EINVAL, "slurm: SLURM_PROCID=\"%s\" is not a rank", rank);
     if (!ntasks) return sl_err(SL_EINVAL, "slurm: SLURM_PROCID is set but SLURM_NTASKS is not");
@@ -554,8 +547,8 @@ out:
 
 static sl_status from_ompi(const char *const *envp, int port_base, spec *s) {
     strcpy(s->src, "openmpi");
-    const char *rank = env_get(envp, "OMPI_COMM_WORLD_RANK"), *size = env_get(envp, "OMPI_COMM_WORLD_SIZE");
-    const char *lsize = env_get(envp, "OMPI_COMM_WORLD_LOCAL_SIZE");
+    const char *rank = sl_env_get(envp, "OMPI_COMM_WORLD_RANK"), *size = sl_env_get(envp, "OMPI_COMM_WORLD_SIZE");
+    const char *lsize = sl_env_get(envp, "OMPI_COMM_WORLD_LOCAL_SIZE");
     long r, n, ln = -1;
     if (parse_int(rank, 0, 1 << 20, &r)) return sl_err(SL_EINVAL, "openmpi: OMPI_COMM_WORLD_RANK=\"%s\" is not a rank", rank);
     if (!size) return sl_err(SL_EINVAL, "openmpi: OMPI_COMM_WORLD_RANK is set but OMPI_COMM_WORLD_SIZE is not");
@@ -627,7 +620,7 @@ sl_status sl_cluster_resolve(const sl_cluster_args *args, const sl_cfg *cfg,
     memset(&cv, 0, sizeof cv);
     long pb;
     if (args && args->port_base) port_base = args->port_base;
-    else if (parse_int(env_get(envp, "SLUICE_PORT_BASE"), 1, 65535, &pb) == 0) port_base = (int)pb;
+    else if (parse_int(sl_env_get(envp, "SLUICE_PORT_BASE"), 1, 65535, &pb) == 0) port_base = (int)pb;
 
     if (args && (st = from_args(args, &sp[0]))) goto fail;
     const sl_cfg_stmt *blk = NULL;
@@ -642,10 +635,10 @@ sl_status sl_cluster_resolve(const sl_cluster_args *args, const sl_cfg *cfg,
         if ((st = from_config(cfg, blk, &sp[1], &cpb, &timeout, &cv))) goto fail;
         if (cpb && !(args && args->port_base)) port_base = cpb;
     }
-    const char *tfc = env_get(envp, "TF_CONFIG");
+    const char *tfc = sl_env_get(envp, "TF_CONFIG");
     if (tfc && *tfc && (st = from_tf_config(tfc, &sp[2]))) goto fail;
-    if (env_get(envp, "SLURM_PROCID") && (st = from_slurm(envp, port_base, &sp[3]))) goto fail;
-    if (env_get(envp, "OMPI_COMM_WORLD_RANK") && (st = from_ompi(envp, port_base, &sp[4]))) goto fail;
+    if (sl_env_get(envp, "SLURM_PROCID") && (st = from_slurm(envp, port_base, &sp[3]))) goto fail;
+    if (sl_env_get(envp, "OMPI_COMM_WORLD_RANK") && (st = from_ompi(envp, port_base, &sp[4]))) goto fail;
 
     spec *mem = NULL, *task = NULL;
     for (int i = 0; i < NSRC; i++) {

@@ -7,14 +7,7 @@
 
 #include "sluice/cluster.h"
 #include "sluice/cuda.h"
-
-static const char *env_get(const char *const *envp, const char *name) {
-    if (!envp) return NULL;
-    size_t n = strlen(name);
-    for (const char *const *e = envp; *e; e++)
-        if (strncmp(*e, name, n) == 0 && (*e)[n] == '=') return *e + n + 1;
-    return NULL;
-}
+#include "sluice/util.h"
 
 /* A decimal 0..65535, nothing else (no sign, no spaces, no trailing text). */
 static int parse_rank(const char *v) {
@@ -91,7 +84,7 @@ sl_status sl_cuda_choose_device(const char *const *envp, int explicit_device, in
     int rank = -1;
     const char *src = "default";
     for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++) {
-        const char *v = env_get(envp, vars[i]);
+        const char *v = sl_env_get(envp, vars[i]);
         if (!v || !*v) continue;
         rank = parse_rank(v);
         if (rank < 0) {
@@ -103,7 +96,7 @@ sl_status sl_cuda_choose_device(const char *const *envp, int explicit_device, in
         break;
     }
     if (rank < 0) {
-        const char *tf = env_get(envp, "TF_CONFIG");
+        const char *tf = sl_env_get(envp, "TF_CONFIG");
         if (tf && *tf) {
             int r = 0, k = tf_config_rank(tf, &r);
             if (k < 0) return k;

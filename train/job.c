@@ -11,18 +11,11 @@
 #include "sluice/cluster.h"
 #include "sluice/job.h"
 #include "sluice/strategy.h"
+#include "sluice/util.h"
 
 extern char **environ;
 
 sl_job_opts sl_job_opts_default(void) { return (sl_job_opts){.device = -1}; }
-
-/* NAME's value in envp, or NULL */
-static const char *env_get(const char *const *envp, const char *name) {
-    size_t n = strlen(name);
-    for (; envp && *envp; envp++)
-        if (strncmp(*envp, name, n) == 0 && (*envp)[n] == '=') return *envp + n + 1;
-    return NULL;
-}
 
 /* train.run_dir="DIR" (quoted for the config language) into cfg: a ps task reads its run
  * folder from the config */
@@ -43,7 +36,7 @@ static sl_status set_run_dir(sl_cfg *cfg, const char *dir) {
 
 /* sluice-launch -n N > 1 over `strategy none`: N separate trainings into one run folder */
 static sl_status check_world(const sl_train_config *tc, const char *const *envp) {
-    const char *world = env_get(envp, "SLUICE_WORLD");
+    const char *world = sl_env_get(envp, "SLUICE_WORLD");
     if (!world || atoi(world) <= 1) return SL_OK;
     sl_err(SL_EINVAL, "this task is one of %s replicas (SLUICE_WORLD, from sluice-launch) but the train block says "
            "strategy %s: each would train alone into the same run folder", world, tc->strategy);
@@ -137,7 +130,7 @@ sl_status sl_job_run(sl_cfg *cfg, const sl_job_opts *opts, sl_job_result *r) {
     /* sluice-launch --restarts says how often this task was started again (SLUICE_RESTART):
      * a restarted task continues its run (its first start already did any overwrite; a ps
      * chief is then moved on by the ps tasks to the step they recorded for it) */
-    const char *rs = env_get(envp, "SLUICE_RESTART");
+    const char *rs = sl_env_get(envp, "SLUICE_RESTART");
     bool restarted = rs && atoi(rs) > 0;
     if (is_ps && cl.tasks[cl.self].type == SL_TASK_PS) {
         s = run_ps_task(cfg, &cl, have_curve ? &curve : NULL, &o, !o.resume && !restarted, r);

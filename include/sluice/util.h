@@ -122,6 +122,16 @@ static inline void sl_store_le64(void *p, uint64_t v) {
     memcpy(p, &v, 8);
 }
 
+/* ---- an environment passed in (not the process's: tests and libraries give their own) ----
+ * NAME's value in envp (a NULL-terminated "NAME=VALUE" array, as environ), or NULL when
+ * envp is NULL or has no NAME. */
+static inline const char *sl_env_get(const char *const *envp, const char *name) {
+    size_t n = strlen(name);
+    for (; envp && *envp; envp++)
+        if (strncmp(*envp, name, n) == 0 && (*envp)[n] == '=') return *envp + n + 1;
+    return NULL;
+}
+
 /* ---- splitmix64 (Steele, Lea, Flood 2014) ----
  * Small, fast and fixed: one seed gives the same numbers on every machine, which the
  * shuffles, augmentations, initialisers and generated data rely on. */
