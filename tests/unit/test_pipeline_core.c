@@ -431,6 +431,12 @@ static sl_status same(void *ctx, sl_element *e, const sl_fn_call *call) {
  * hooks and no such wake-up: 1 ms). The median of 7 closes is the measure, so one round
  * that the scheduler of a loaded machine delays (hundreds of ms have been seen on 2 busy
  * cores) does not decide it. */
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#define CLOSE_BOUND_MS 15.0 /* sanitizers slow each thread's exit: 3-6 ms medians seen */
+#else
+#define CLOSE_BOUND_MS 5.0
+#endif
+
 static int cmp_double(const void *a, const void *b) {
     double x = *(const double *)a, y = *(const double *)b;
     return (x > y) - (x < y);
@@ -465,7 +471,7 @@ TEST(test_close_wakes_blocked_ops) {
     sl_dataset_unref(in);
     qsort(ms, ROUNDS, sizeof ms[0], cmp_double);
     printf("  close median %.3f ms (min %.3f, max %.3f)\n", ms[ROUNDS / 2], ms[0], ms[ROUNDS - 1]);
-    ASSERT(ms[ROUNDS / 2] < 5.0);
+    ASSERT(ms[ROUNDS / 2] < CLOSE_BOUND_MS);
 }
 
 int main(void) {
