@@ -317,6 +317,13 @@ void sl__fn_err_context(const char *label, const char *where, const sl_origin *o
 /* Component lookup helper for functions: the index of `name` in e, or an SL_EINVAL error
  * "FN: no component 'name' (components: a, b)". */
 int sl__fn_component(const sl_fn *fn, const sl_element *e, const char *name, sl_status *err);
+/* For functions that read encoded bytes: the one byte string in component `name` of e, in
+ * *out. SL_EINVAL "'name' is DESCRIPTION; NEEDS" when the component is not one byte string
+ * (needs says what the function wants, e.g. "decode_raw needs one byte string"), or
+ * sl__fn_component's error; *out is left alone on failure. t (may be NULL) receives the
+ * component's tensor (its aux holds the bytes' buffer, for views). */
+sl_status sl__fn_bytes_input(const sl_fn *fn, const sl_element *e, const char *name,
+                             const char *needs, sl_bytes *out, const sl_tensor **t);
 
 
 /* ---- the parallel runner (pipeline/runner.c) ----
@@ -342,17 +349,16 @@ typedef struct sl_runner_ops {
     void (*job_clear)(void *op, void *job);
     /* Free allocations the job keeps between units (at stop). May be NULL. */
     void (*job_free)(void *op, void *job);
-    /* Per-thread state (may be NULL). */
-    sl_status (*tstate_new)(void *op, void **tstate);
-    void (*tstate_free)(void *op, void *tstate);
 } sl_runner_ops;
 
 /* Start `nthreads` workers over input iterator `in` (taken over: the runner closes it).
- * parallelism <= nthreads is the initial number of active workers. On failure nothing is
- * left running and `in` has been closed. */
+ * Each worker gets its own states of `fn` (sl__fn_states_new, made before any thread
+ * starts), passed to work as `tstate`; fn NULL: tstate is NULL. parallelism <= nthreads is
+ * the initial number of active workers. On failure nothing is left running and `in` has
+ * been closed. */
 sl_status sl__runner_start(const sl_runner_ops *ops, void *op, sl_iter *owner, sl_iter *in,
-                           int nthreads, int parallelism, int capacity, bool deterministic,
-                           sl_runner **out);
+                           const sl_fn *fn, int nthreads, int parallelism, int capacity,
+                           bool deterministic, sl_runner **out);
 
 /* The next result: SL_OK with *out, SL_END, or a unit's error (restored in this thread). */
 sl_status sl__runner_next(sl_runner *r, sl_element *out);

@@ -43,6 +43,7 @@ typedef struct slot {
 
 struct sl_runner {
     const sl_runner_ops *ops;
+    const sl_fn *fn; /* whose states the workers hold (NULL: none) */
     void *op;
     sl_iter *owner;         /* the op's iterator: for error labels and the context */
     pthread_mutex_t in_mu;  /* guards in, next_seq, in_ended; taken before mu */
@@ -228,8 +229,8 @@ static void *worker(void *arg) {
 }
 
 sl_status sl__runner_start(const sl_runner_ops *ops, void *op, sl_iter *owner, sl_iter *in,
-                           int nthreads, int parallelism, int capacity, bool deterministic,
-                           sl_runner **out) {
+                           const sl_fn *fn, int nthreads, int parallelism, int capacity,
+                           bool deterministic, sl_runner **out) {
     *out = NULL;
     if (nthreads < 1) nthreads = 1;
     if (parallelism < 1 || parallelism > nthreads) parallelism = nthreads;
@@ -249,6 +250,7 @@ sl_status sl__runner_start(const sl_runner_ops *ops, void *op, sl_iter *owner, s
     }
     r->ops = ops;
     r->op = op;
+    r->fn = fn;
     r->owner = owner;
     r->in = in;
     r->capacity = capacity;
@@ -271,7 +273,9 @@ sl_status sl__runner_start(const sl_runner_ops *ops, void *op, sl_iter *owner, s
         wa->r = r;
         wa->job = calloc(1, ops->job_size ? ops->job_size : 1);
         sl_status s = wa->job ? SL_OK : sl_err(SL_ENOMEM, "out of memory starting workers");
-        if (!s && ops->tstate_new) s = ops->tstate_new(op, &wa->tstate);
+        sl_fn_states *fs = NULL;
+        if (!s && fn) s = sl__fn_states_new(fn, &fs);
+        wa->tstate = fs;
         if (s) {
             sl__runner_stop(r);
             return s;
@@ -379,7 +383,7 @@ void sl__runner_stop(sl_runner *r) {
     }
     atomic_store(&r->owner->stats->buffered, 0);
     for (int i = 0; i < r->nargs; i++) {
-        if (r->args[i].tstate && r->ops->tstate_free) r->ops->tstate_free(r->op, r->args[i].tstate);
+        if (r->args[i].tstate) sl__fn_states_free(r->fn, r->args[i].tstate);
         if (r->args[i].job && r->ops->job_free) r->ops->job_free(r->op, r->args[i].job);
         free(r->args[i].job);
     }

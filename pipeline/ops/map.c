@@ -48,23 +48,11 @@ static sl_status map_work(void *op, void *job, int64_t seq, void *tstate, sl_ele
 
 static void map_job_clear(void *op, void *job) { sl_element_clear(&((map_job *)job)->e); }
 
-static sl_status map_tstate_new(void *op, void **st) {
-    const map_ds *d = (const map_ds *)((map_it *)op)->base.ds;
-    return sl__fn_states_new(d->fn, (sl_fn_states **)st);
-}
-
-static void map_tstate_free(void *op, void *st) {
-    const map_ds *d = (const map_ds *)((map_it *)op)->base.ds;
-    sl__fn_states_free(d->fn, st);
-}
-
 static const sl_runner_ops map_runner_ops = {
     .job_size = sizeof(map_job),
     .fetch = map_fetch,
     .work = map_work,
     .job_clear = map_job_clear,
-    .tstate_new = map_tstate_new,
-    .tstate_free = map_tstate_free,
 };
 
 static sl_status map_next(sl_iter *it, sl_element *out) {
@@ -104,7 +92,7 @@ static sl_status map_make(sl_dataset *ds, sl_ictx *ctx, uint64_t seed, sl_iter *
     }
     atomic_store(&m->base.node->auto_par, aut); /* before the workers: the RAM budget applies */
     atomic_store(&m->base.node->auto_buf, aut);
-    s = sl__runner_start(&map_runner_ops, m, &m->base, in, threads, par, cap,
+    s = sl__runner_start(&map_runner_ops, m, &m->base, in, d->fn, threads, par, cap,
                          d->deterministic, &m->runner);
     if (s) {
         sl__iter_close(&m->base);

@@ -194,24 +194,12 @@ static void mb_job_clear(void *op, void *job) {
 
 static void mb_job_free(void *op, void *job) { free(((mb_job *)job)->elems); }
 
-static sl_status mb_tstate_new(void *op, void **st) {
-    const mb_ds *d = (const mb_ds *)((mb_it *)op)->base.ds;
-    return sl__fn_states_new(d->fn, (sl_fn_states **)st);
-}
-
-static void mb_tstate_free(void *op, void *st) {
-    const mb_ds *d = (const mb_ds *)((mb_it *)op)->base.ds;
-    sl__fn_states_free(d->fn, st);
-}
-
 static const sl_runner_ops mb_runner_ops = {
     .job_size = sizeof(mb_job),
     .fetch = mb_fetch,
     .work = mb_work,
     .job_clear = mb_job_clear,
     .job_free = mb_job_free,
-    .tstate_new = mb_tstate_new,
-    .tstate_free = mb_tstate_free,
 };
 
 static sl_status mb_next(sl_iter *it, sl_element *out) { return sl__runner_next(((mb_it *)it)->runner, out); }
@@ -252,8 +240,8 @@ static sl_status mb_make(sl_dataset *ds, sl_ictx *ctx, uint64_t seed, sl_iter **
     }
     atomic_store(&m->base.node->auto_par, aut); /* before the workers: the RAM budget applies */
     atomic_store(&m->base.node->auto_buf, aut);
-    s = sl__runner_start(&mb_runner_ops, m, &m->base, in, threads, par, cap, d->opts.deterministic,
-                         &m->runner);
+    s = sl__runner_start(&mb_runner_ops, m, &m->base, in, d->fn, threads, par, cap,
+                         d->opts.deterministic, &m->runner);
     if (s) {
         sl__iter_close(&m->base);
         return s;
