@@ -255,3 +255,17 @@ int sl__fn_component(const sl_fn *fn, const sl_element *e, const char *name, sl_
     *err = sl_err(SL_EINVAL, "no component '%s' (the element has: %s)", name, e->n ? have : "nothing");
     return -1;
 }
+
+sl_status sl__fn_bytes_input(const sl_fn *fn, const sl_element *e, const char *name,
+                             const char *needs, sl_bytes *out, const sl_tensor **t) {
+    sl_status s = SL_OK;
+    int ci = sl__fn_component(fn, e, name, &s);
+    if (ci < 0) return s;
+    const sl_tensor *in = &e->t[ci];
+    char d[96];
+    if (in->dtype != SL_DT_BYTES || sl_tensor_numel(in) != 1)
+        return sl_err(SL_EINVAL, "'%s' is %s; %s", name, sl_tensor_describe(in, d, sizeof d), needs);
+    *out = *(const sl_bytes *)in->data;
+    if (t) *t = in;
+    return SL_OK;
+}

@@ -41,6 +41,13 @@ sl_status sl__need_numeric(const char *comp, const sl_tensor *t) {
     return sl_err(SL_EINVAL, "'%s' is %s, not numbers", comp, sl_tensor_describe(t, d, sizeof d));
 }
 
+const sl_tensor *sl__fn_numeric_input(const sl_fn *fn, const sl_element *e, const char *comp,
+                                      sl_status *s) {
+    int ci = sl__fn_component(fn, e, comp, s);
+    if (ci < 0) return NULL;
+    return (*s = sl__need_numeric(comp, &e->t[ci])) ? NULL : &e->t[ci];
+}
+
 int64_t sl__num_get_i64(const void *data, sl_dtype dt, int64_t i) {
     switch (dt) {
     case SL_DT_U8: return ((const uint8_t *)data)[i];
@@ -159,10 +166,8 @@ void sl__num_convert(const void *src, sl_dtype sd, void *dst, sl_dtype dd, int64
 static sl_status cast_apply(const sl_fn *fn, sl_element *e, const sl_fn_call *call) {
     const cast_fn *f = (const cast_fn *)fn;
     sl_status s = SL_OK;
-    int ci = sl__fn_component(fn, e, f->comp, &s);
-    if (ci < 0) return s;
-    const sl_tensor *in = &e->t[ci];
-    if ((s = sl__need_numeric(f->comp, in))) return s;
+    const sl_tensor *in = sl__fn_numeric_input(fn, e, f->comp, &s);
+    if (!in) return s;
     if (in->dtype == f->dtype) return SL_OK;
     sl_tensor out;
     if ((s = sl_tensor_alloc(&out, f->dtype, in->rank, in->dims))) return s;

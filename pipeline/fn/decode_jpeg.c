@@ -118,15 +118,10 @@ static sl_status fused(const jpeg_fn *f, jpeg_state *st, const sl_bytes *b, cons
 
 static sl_status jpeg_apply(const sl_fn *fn, sl_element *e, const sl_fn_call *call) {
     const jpeg_fn *f = (const jpeg_fn *)fn;
-    sl_status s = SL_OK;
-    int ci = sl__fn_component(fn, e, f->comp, &s);
-    if (ci < 0) return s;
-    const sl_tensor *in = &e->t[ci];
-    char d[96];
-    if (in->dtype != SL_DT_BYTES || sl_tensor_numel(in) != 1)
-        return sl_err(SL_EINVAL, "'%s' is %s; decode_jpeg needs one encoded image (a byte string)",
-                      f->comp, sl_tensor_describe(in, d, sizeof d));
-    sl_bytes b = *(const sl_bytes *)in->data;
+    sl_bytes b;
+    sl_status s = sl__fn_bytes_input(fn, e, f->comp,
+                                     "decode_jpeg needs one encoded image (a byte string)", &b, NULL);
+    if (s) return s;
     jpeg_state local = {0}, *st = call->state;
     if (!st) {
         st = &local;

@@ -29,15 +29,11 @@ typedef struct {
 
 static sl_status raw_apply(const sl_fn *fn, sl_element *e, const sl_fn_call *call) {
     const raw_fn *f = (const raw_fn *)fn;
-    sl_status s = SL_OK;
-    int ci = sl__fn_component(fn, e, f->comp, &s);
-    if (ci < 0) return s;
-    const sl_tensor *in = &e->t[ci];
+    sl_bytes b;
+    const sl_tensor *in;
+    sl_status s = sl__fn_bytes_input(fn, e, f->comp, "decode_raw needs one byte string", &b, &in);
+    if (s) return s;
     char d[96];
-    if (in->dtype != SL_DT_BYTES || sl_tensor_numel(in) != 1)
-        return sl_err(SL_EINVAL, "'%s' is %s; decode_raw needs one byte string", f->comp,
-                      sl_tensor_describe(in, d, sizeof d));
-    sl_bytes b = *(const sl_bytes *)in->data;
     size_t es = sl_dtype_size(f->dtype);
     int64_t dims[SL_MAX_RANK];
     memcpy(dims, f->dims, sizeof dims);

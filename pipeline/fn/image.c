@@ -41,6 +41,15 @@ sl_status sl__image_shape(const sl_fn *fn, const char *comp, const sl_tensor *t,
     return SL_OK;
 }
 
+const sl_tensor *sl__fn_image_input(const sl_fn *fn, const sl_element *e, const char *comp,
+                                    int64_t *h, int64_t *w, int64_t *c, sl_status *s) {
+    int ci = sl__fn_component(fn, e, comp, s);
+    if (ci < 0) return NULL;
+    const sl_tensor *t = &e->t[ci];
+    if ((*s = sl__image_shape(fn, comp, t, h, w, c)) || (*s = sl__need_numeric(comp, t))) return NULL;
+    return t;
+}
+
 /* ---- the resampler ---- */
 
 typedef struct {

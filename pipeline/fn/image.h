@@ -131,4 +131,13 @@ void sl__num_convert(const void *src, sl_dtype sd, void *dst, sl_dtype dd, int64
 /* A numeric (non-bytes, valid) dtype? SL_EINVAL naming comp and its shape if not. */
 sl_status sl__need_numeric(const char *comp, const sl_tensor *t);
 
+/* The input of a function on numbers: component comp of e, or NULL with *s set (the errors
+ * of sl__fn_component, then of sl__need_numeric). */
+const sl_tensor *sl__fn_numeric_input(const sl_fn *fn, const sl_element *e, const char *comp,
+                                      sl_status *s);
+/* The same for an image: also its height, width and channels (sl__image_shape's rules and
+ * errors, checked before the dtype). */
+const sl_tensor *sl__fn_image_input(const sl_fn *fn, const sl_element *e, const char *comp,
+                                    int64_t *h, int64_t *w, int64_t *c, sl_status *s);
+
 #endif

@@ -28,10 +28,8 @@ static inline float norm1(const norm_fn *f, float v, int c) { return (v - f->mea
 static sl_status norm_apply(const sl_fn *fn, sl_element *e, const sl_fn_call *call) {
     const norm_fn *f = (const norm_fn *)fn;
     sl_status s = SL_OK;
-    int ci = sl__fn_component(fn, e, f->comp, &s);
-    if (ci < 0) return s;
-    const sl_tensor *in = &e->t[ci];
-    if ((s = sl__need_numeric(f->comp, in))) return s;
+    const sl_tensor *in = sl__fn_numeric_input(fn, e, f->comp, &s);
+    if (!in) return s;
     int64_t C = 1;
     if (f->n > 1) {
         C = in->rank ? in->dims[in->rank - 1] : 1;

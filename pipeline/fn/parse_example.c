@@ -172,15 +172,12 @@ static void remove_component(sl_element *e, int i) {
 
 static sl_status parse_apply(const sl_fn *fn, sl_element *e, const sl_fn_call *call) {
     const parse_fn *p = (const parse_fn *)fn;
-    sl_status s = SL_OK;
-    int ci = sl__fn_component(fn, e, p->input, &s);
-    if (ci < 0) return s;
-    const sl_tensor *rec = &e->t[ci];
-    char d[96];
-    if (rec->dtype != SL_DT_BYTES || sl_tensor_numel(rec) != 1)
-        return sl_err(SL_EINVAL, "'%s' is %s; parse_example needs one serialized Example (a byte "
-                      "string)", p->input, sl_tensor_describe(rec, d, sizeof d));
-    sl_bytes b = *(const sl_bytes *)rec->data;
+    sl_bytes b;
+    const sl_tensor *rec;
+    sl_status s = sl__fn_bytes_input(fn, e, p->input,
+                                     "parse_example needs one serialized Example (a byte string)", &b, &rec);
+    if (s) return s;
+    int ci = (int)(rec - e->t);
     sl_example local, *ex = call->state;
     if (!ex) {
         ex = &local;

@@ -23,12 +23,9 @@ typedef struct {
 static sl_status crop_apply(const sl_fn *fn, sl_element *e, const sl_fn_call *call) {
     const crop_fn *f = (const crop_fn *)fn;
     sl_status s = SL_OK;
-    int ci = sl__fn_component(fn, e, f->comp, &s);
-    if (ci < 0) return s;
-    const sl_tensor *in = &e->t[ci];
     int64_t H, W, C;
-    if ((s = sl__image_shape(fn, f->comp, in, &H, &W, &C))) return s;
-    if ((s = sl__need_numeric(f->comp, in))) return s;
+    const sl_tensor *in = sl__fn_image_input(fn, e, f->comp, &H, &W, &C, &s);
+    if (!in) return s;
     int64_t P = f->padding, ph = H + 2 * P, pw = W + 2 * P;
     if (f->height > ph || f->width > pw) {
         sl_err(SL_EINVAL, "a %dx%d window does not fit component '%s' of %" PRId64 "x%" PRId64

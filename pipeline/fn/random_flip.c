@@ -21,12 +21,9 @@ typedef struct {
 static sl_status flip_apply(const sl_fn *fn, sl_element *e, const sl_fn_call *call) {
     const flip_fn *f = (const flip_fn *)fn;
     sl_status s = SL_OK;
-    int ci = sl__fn_component(fn, e, f->comp, &s);
-    if (ci < 0) return s;
-    const sl_tensor *in = &e->t[ci];
     int64_t H, W, C;
-    if ((s = sl__image_shape(fn, f->comp, in, &H, &W, &C))) return s;
-    if ((s = sl__need_numeric(f->comp, in))) return s;
+    const sl_tensor *in = sl__fn_image_input(fn, e, f->comp, &H, &W, &C, &s);
+    if (!in) return s;
     sl_rng rng = {call->seed};
     bool fh = f->horizontal && sl__rng_double(&rng) < f->p;
     bool fv = f->vertical && sl__rng_double(&rng) < f->p;

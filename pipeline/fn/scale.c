@@ -18,10 +18,8 @@ typedef struct {
 static sl_status scale_apply(const sl_fn *fn, sl_element *e, const sl_fn_call *call) {
     const scale_fn *f = (const scale_fn *)fn;
     sl_status s = SL_OK;
-    int ci = sl__fn_component(fn, e, f->comp, &s);
-    if (ci < 0) return s;
-    const sl_tensor *in = &e->t[ci];
-    if ((s = sl__need_numeric(f->comp, in))) return s;
+    const sl_tensor *in = sl__fn_numeric_input(fn, e, f->comp, &s);
+    if (!in) return s;
     sl_tensor out;
     if ((s = sl_tensor_alloc(&out, SL_DT_F32, in->rank, in->dims))) return s;
     int64_t n = sl_tensor_numel(in);
