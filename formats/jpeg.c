@@ -458,22 +458,32 @@ static sl_status crop_libjpeg(sl_jpeg_decoder *d, const uint8_t *data, size_t le
 
 /* ---- public decodes --------------------------------------------------------------- */
 
+/* What both decodes check first: the arguments, the header, the size limit; then the size
+ * of the image at scale_num / 8 in *sw x *sh. */
+static sl_status decode_start(sl_jpeg_decoder *d, const uint8_t *data, size_t len, int channels,
+                              int scale_num, sl_jpeg_info *info, int *sw, int *sh) {
+    if (!d)
+        return sl_err(SL_EINVAL, "jpeg: NULL decoder");
+    sl_status s = check_args(data, len, channels, scale_num);
+    if (s)
+        return s;
+    if ((s = sl_jpeg_header(d, data, len, info)) || (s = check_size(d, info)))
+        return s;
+    sl_jpeg_scaled_size(info->width, info->height, scale_num, sw, sh);
+    return SL_OK;
+}
+
 sl_status sl_jpeg_decode(sl_jpeg_decoder *d, const uint8_t *data, size_t len, int channels,
                          int scale_num, uint8_t *out, size_t cap, int *out_w, int *out_h) {
     if (out_w)
         *out_w = 0;
     if (out_h)
         *out_h = 0;
-    if (!d)
-        return sl_err(SL_EINVAL, "jpeg: NULL decoder");
-    sl_status s = check_args(data, len, channels, scale_num);
+    sl_jpeg_info info;
+    int sw, sh;
+    sl_status s = decode_start(d, data, len, channels, scale_num, &info, &sw, &sh);
     if (s)
         return s;
-    sl_jpeg_info info;
-    if ((s = sl_jpeg_header(d, data, len, &info)) || (s = check_size(d, &info)))
-        return s;
-    int sw, sh;
-    sl_jpeg_scaled_size(info.width, info.height, scale_num, &sw, &sh);
     size_t need = (size_t)sw * (size_t)sh * (size_t)channels;
     if (!out || cap < need)
         return sl_err(SL_ERANGE, "jpeg: output needs %zu bytes (%dx%dx%d), buffer has %zu",
@@ -508,16 +518,11 @@ sl_status sl_jpeg_decode(sl_jpeg_decoder *d, const uint8_t *data, size_t len, in
 sl_status sl_jpeg_decode_crop(sl_jpeg_decoder *d, const uint8_t *data, size_t len, int channels,
                               int scale_num, int x, int y, int w, int h, uint8_t *out,
                               size_t cap) {
-    if (!d)
-        return sl_err(SL_EINVAL, "jpeg: NULL decoder");
-    sl_status s = check_args(data, len, channels, scale_num);
+    sl_jpeg_info info;
+    int sw, sh;
+    sl_status s = decode_start(d, data, len, channels, scale_num, &info, &sw, &sh);
     if (s)
         return s;
-    sl_jpeg_info info;
-    if ((s = sl_jpeg_header(d, data, len, &info)) || (s = check_size(d, &info)))
-        return s;
-    int sw, sh;
-    sl_jpeg_scaled_size(info.width, info.height, scale_num, &sw, &sh);
     if (w <= 0 || h <= 0 || x < 0 || y < 0 || x > sw - w || y > sh - h)
         return sl_err(SL_EINVAL, "jpeg: crop %dx%d at (%d, %d) is empty or outside the %dx%d image "
                       "(scale %d/8)", w, h, x, y, sw, sh, scale_num);
