@@ -609,6 +609,7 @@ typedef struct uneven {
     int takes[NW];
     const char *sched, *strat; /* after `schedule cosine` and `strategy ps mode=sync` (NULL: nothing) */
     bool resume;        /* the workers resume from their run folders */
+    int late_ms;        /* worker 1 starts this much after the others */
     char peers[64], ps[64];
     volatile int stop;
 } uneven;
@@ -664,6 +665,7 @@ static void *trainer_main(void *arg) {
         goto out;
     }
     sl_train_opts o = sl_train_opts_default();
+    if (j->rank == 1 && u->late_ms > 0) nanosleep(&(struct timespec){0, (long)u->late_ms * 1000000L}, NULL);
     snprintf(run, sizeof run, "%s/%s-w%d", tmpdir, u->name, j->rank);
     o.run_dir = run;
     o.hooks = &h;
@@ -786,6 +788,52 @@ TEST(test_sync_compressed_pushes) {
     }
 }
 
+/* Resume: 7 steps with a checkpoint at 7, then --resume (the workers from their checkpoints
+ * and residuals, the ps tasks from their shards) to 20, equals 20 steps straight, bit for
+ * bit: uncompressed, sign (1 bit: a large residual) and top-k. The resumed workers start
+ * apart (worker 1 after worker 0 has joined and asked for its first sum): the restored ps
+ * tasks must not form a round before both are back. */
+static void ps_resume_codec(const char *codec, const char *straight, const char *resumed) {
+    uneven u = {.sched = " total=20", .strat = codec, .takes = {13, 13}};
+    trainer_job a[NW], b[NW], p[NPS];
+    char *err = NULL;
+    u.name = straight;
+    u.length = "steps 20\n    checkpoint steps=7";
+    run_uneven(&u, a, p, &err);
+    free(err);
+    for (int i = 0; i < NW; i++)
+        if (a[i].st) FAILF("%s straight, worker %d: %s", codec, i, a[i].err);
+    u.name = resumed;
+    u.length = "steps 7\n    checkpoint steps=7";
+    run_uneven(&u, b, p, &err);
+    free(err);
+    for (int i = 0; i < NW; i++)
+        if (b[i].st) FAILF("%s first 7 steps, worker %d: %s", codec, i, b[i].err);
+    if (t_cur_failed) return;
+    u.length = "steps 20\n    checkpoint steps=7";
+    u.resume = true;
+    u.late_ms = 300;
+    run_uneven(&u, b, p, &err);
+    free(err);
+    for (int i = 0; i < NW; i++)
+        if (b[i].st) FAILF("%s resumed, worker %d: %s", codec, i, b[i].err);
+    for (int j = 0; j < NPS; j++)
+        if (p[j].st) FAILF("%s resumed, ps %d: %s", codec, j, p[j].err);
+    if (t_cur_failed) return;
+    for (int i = 0; i < NW; i++) {
+        ASSERT_EQ(a[i].sum.steps, 20);
+        ASSERT_EQ(b[i].sum.steps, 20);
+        ASSERT_EQ(a[i].np, b[i].np);
+        ASSERT_MEMEQ(a[i].params, b[i].params, a[i].np * sizeof(float));
+    }
+}
+
+TEST(test_sync_resume_exact) {
+    ps_resume_codec("", "res-none-a", "res-none-b");
+    ps_resume_codec(" compress=sign", "res-sign-a", "res-sign-b");
+    ps_resume_codec(" compress=topk(0.25)", "res-topk-a", "res-topk-b");
+}
+
 TEST(test_sync_unequal_shards_epochs) {
     uneven u = {.name = "uneven-epochs", .length = "epochs 2", .takes = {13, 10}};
     trainer_job w[NW], p[NPS];
@@ -875,6 +923,7 @@ int main(void) {
     RUN(test_sync_unequal_shards_steps);
     RUN(test_sync_empty_shard);
     RUN(test_sync_compressed_pushes);
+    RUN(test_sync_resume_exact);
     char cmd[300];
     snprintf(cmd, sizeof cmd, "rm -rf %s", tmpdir);
     if (system(cmd) != 0) printf("could not remove %s\n", tmpdir);
