@@ -834,6 +834,55 @@ TEST(test_sync_resume_exact) {
     ps_resume_codec(" compress=topk(0.25)", "res-topk-a", "res-topk-b");
 }
 
+/* Ps j of run `to` restarts from the newest shard of run `from` (of another step). */
+static void put_shard(const char *from, const char *to, int j) {
+    char src[600], run[600], cmd[2000];
+    snprintf(run, sizeof run, "%s/%s", tmpdir, from);
+    ASSERT(newest_shard(run, j, src, sizeof src) >= 1);
+    snprintf(cmd, sizeof cmd, "rm -f %s/%s/ps-%d/shard-* && cp %s %s/%s/ps-%d/", tmpdir, to, j, src, tmpdir, to, j);
+    ASSERT_EQ(system(cmd), 0);
+}
+
+/* A resume whose ps shards are not of the chief's checkpoint step is refused by every
+ * worker with the same error naming the mismatch (not trained on, not left waiting): ps 1's
+ * shard of step 5 with ps 0's of step 7, then both of step 5 with the checkpoint of 7. */
+static void resume_refused(uneven *u, const char *want) {
+    trainer_job w[NW], p[NPS];
+    char *err;
+    run_uneven(u, w, p, &err);
+    free(err);
+    for (int i = 0; i < NW; i++) {
+        ASSERT_EQ(w[i].st, SL_EINVAL);
+        ASSERT_CONTAINS(w[i].err, want);
+        ASSERT_EQ(w[i].sum.steps, 0);
+    }
+}
+
+TEST(test_sync_resume_mismatch) {
+    uneven u = {.sched = " total=20", .strat = " compress=sign", .takes = {13, 13}};
+    trainer_job w[NW], p[NPS];
+    char *err;
+    u.name = "mis-5";
+    u.length = "steps 5\n    checkpoint steps=5";
+    run_uneven(&u, w, p, &err);
+    free(err);
+    u.name = "mis-7";
+    u.length = "steps 7\n    checkpoint steps=7";
+    run_uneven(&u, w, p, &err);
+    free(err);
+    for (int i = 0; i < NW; i++)
+        if (w[i].st) FAILF("worker %d: %s", i, w[i].err);
+    if (t_cur_failed) return;
+    put_shard("mis-5", "mis-7", 1);
+    u.length = "steps 20\n    checkpoint steps=7";
+    u.resume = true;
+    resume_refused(&u, "start: the ps tasks' shards are of different steps: ps 0 "
+                       "recorded worker 0's steps up to 6, ps 1 up to 4\n---> HINT: each ps task restores");
+    put_shard("mis-5", "mis-7", 0);
+    resume_refused(&u, "start: the workers would start at different steps: worker 0 at step 7 (its checkpoint), "
+                       "worker 1 at step 5 (the ps tasks recorded its steps up to 4)\n---> HINT: a synchronous run");
+}
+
 TEST(test_sync_unequal_shards_epochs) {
     uneven u = {.name = "uneven-epochs", .length = "epochs 2", .takes = {13, 10}};
     trainer_job w[NW], p[NPS];
@@ -924,6 +973,7 @@ int main(void) {
     RUN(test_sync_empty_shard);
     RUN(test_sync_compressed_pushes);
     RUN(test_sync_resume_exact);
+    RUN(test_sync_resume_mismatch);
     char cmd[300];
     snprintf(cmd, sizeof cmd, "rm -rf %s", tmpdir);
     if (system(cmd) != 0) printf("could not remove %s\n", tmpdir);
