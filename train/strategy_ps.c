@@ -146,8 +146,9 @@ enum { AG_START, AG_ENTRY, AG_LO, AG_HI, AG_LO_PS, AG_HI_PS, AG_N };
  * (lowest and highest over the ps tasks) go through one sum on ps 0, so every worker reaches
  * the same verdict (one that refused alone would leave the others training without it).
  * A resumed run must start every worker and every ps shard from the same step: the ps
- * tasks must have recorded the same step for each worker (shards of one round), and every
- * worker must start at the same step. entry: the step the worker's own checkpoint gave (0:
+ * tasks must have recorded the same step for each worker (shards of one round), every
+ * worker must start at the same step, and with compression at its checkpoint's step (its
+ * residual is of that step). entry: the step the worker's own checkpoint gave (0:
  * none); start: where it starts. SL_EINVAL naming the mismatch; the sum's errors. Workers
  * left out of the sum (not back after a ps restart) are not compared. */
 static sl_status agree_start(sl_strategy_ps *s, int64_t entry, int64_t start) {
@@ -197,6 +198,19 @@ static sl_status agree_start(sl_strategy_ps *s, int64_t entry, int64_t start) {
         sl_err_hint("a synchronous run resumes only when the chief's checkpoint and the ps tasks' shards are of one "
                     "step: the ps tasks save theirs every few seconds and when they exit; resume from a checkpoint of "
                     "the shards' step, or start over (--overwrite)");
+        st = SL_EINVAL;
+        goto done;
+    }
+    /* the ps tasks ahead of a checkpoint: with compression the residual of that step is
+     * nowhere (one is saved beside each checkpoint only) */
+    for (int q = 0; q < w && s->cs.kind != SL_COMPRESS_NONE; q++) {
+        if (!took[q] || AG(AG_ENTRY, q) <= 0 || AG(AG_ENTRY, q) == AG(AG_START, q)) continue;
+        char codec[32];
+        sl_compress_name(&s->cs, codec, sizeof codec);
+        sl_err(SL_EINVAL, "worker %d's checkpoint is of step %d, the ps tasks' shards of step %d: with compress=%s its "
+               "residual of step %d is missing", q, AG(AG_ENTRY, q), AG(AG_START, q), codec, AG(AG_START, q));
+        sl_err_hint("the ps tasks saved their shards after the last checkpoint (a killed job): resume needs the "
+                    "shards of the checkpoint's step; start over (--overwrite) or put back shards of that step");
         st = SL_EINVAL;
         goto done;
     }

@@ -845,7 +845,8 @@ static void put_shard(const char *from, const char *to, int j) {
 
 /* A resume whose ps shards are not of the chief's checkpoint step is refused by every
  * worker with the same error naming the mismatch (not trained on, not left waiting): ps 1's
- * shard of step 5 with ps 0's of step 7, then both of step 5 with the checkpoint of 7. */
+ * shard of step 5 with ps 0's of step 7, then both of step 5 with the checkpoint of 7, then
+ * (compressed: the residuals are of the checkpoint's step) both of 7 with the one of 5. */
 static void resume_refused(uneven *u, const char *want) {
     trainer_job w[NW], p[NPS];
     char *err;
@@ -873,14 +874,24 @@ TEST(test_sync_resume_mismatch) {
     for (int i = 0; i < NW; i++)
         if (w[i].st) FAILF("worker %d: %s", i, w[i].err);
     if (t_cur_failed) return;
-    put_shard("mis-5", "mis-7", 1);
+    char cmd[1400];
+    snprintf(cmd, sizeof cmd, "cp -r %s/mis-5 %s/mis-5-shards && cp -r %s/mis-7 %s/mis-7-shards", tmpdir, tmpdir, tmpdir,
+             tmpdir);
+    ASSERT_EQ(system(cmd), 0);
+    put_shard("mis-5-shards", "mis-7", 1);
     u.length = "steps 20\n    checkpoint steps=7";
     u.resume = true;
     resume_refused(&u, "start: the ps tasks' shards are of different steps: ps 0 "
                        "recorded worker 0's steps up to 6, ps 1 up to 4\n---> HINT: each ps task restores");
-    put_shard("mis-5", "mis-7", 0);
+    put_shard("mis-5-shards", "mis-7", 0);
     resume_refused(&u, "start: the workers would start at different steps: worker 0 at step 7 (its checkpoint), "
                        "worker 1 at step 5 (the ps tasks recorded its steps up to 4)\n---> HINT: a synchronous run");
+    /* shards of step 7 and the checkpoint of 5: both would move on to 7, without residuals */
+    put_shard("mis-7-shards", "mis-5", 0);
+    put_shard("mis-7-shards", "mis-5", 1);
+    u.name = "mis-5";
+    resume_refused(&u, "start: worker 0's checkpoint is of step 5, the ps tasks' shards of step 7: with compress=sign "
+                       "its residual of step 7 is missing\n---> HINT: the ps tasks saved");
 }
 
 TEST(test_sync_unequal_shards_epochs) {
