@@ -149,8 +149,10 @@ enum { AG_START, AG_ENTRY, AG_LO, AG_HI, AG_LO_PS, AG_HI_PS, AG_N };
  * tasks must have recorded the same step for each worker (shards of one round), every
  * worker must start at the same step, and with compression at its checkpoint's step (its
  * residual is of that step). entry: the step the worker's own checkpoint gave (0:
- * none); start: where it starts. SL_EINVAL naming the mismatch; the sum's errors. Workers
- * left out of the sum (not back after a ps restart) are not compared. */
+ * none); start: where it starts. SL_EINVAL naming the mismatch; the sum's errors. Only a
+ * start of all the workers together is checked: a worker left out of the sum (one that
+ * restarted alone while the others train, or one a restored ps stopped waiting for) means
+ * the others are elsewhere, and the restarted one goes on where the ps tasks recorded. */
 static sl_status agree_start(sl_strategy_ps *s, int64_t entry, int64_t start) {
     const sl_cluster *c = s->c;
     int w = c->world, r = c->rank;
@@ -172,9 +174,11 @@ static sl_status agree_start(sl_strategy_ps *s, int64_t entry, int64_t start) {
     int64_t mine[AG_N] = {start, entry, lo, hi, lo_ps, hi_ps};
     for (int k = 0; k < AG_N; k++) v[k * w + r] = clamp32(mine[k]);
     if ((st = sl_ps_client_sum(s->client, v, n, TAG_START, took))) goto done;
+    for (int q = 0; q < w; q++)
+        if (!took[q]) goto done; /* one worker restarted mid-run: it goes where the ps recorded */
 #define AG(k, q) v[(k) * w + (q)]
     for (int q = 0; q < w; q++)
-        if (took[q] && AG(AG_LO, q) != AG(AG_HI, q)) {
+        if (AG(AG_LO, q) != AG(AG_HI, q)) {
             sl_err(SL_EINVAL, "the ps tasks' shards are of different steps: ps %d recorded worker %d's steps up to %d, "
                    "ps %d up to %d", AG(AG_HI_PS, q), q, AG(AG_HI, q), AG(AG_LO_PS, q), AG(AG_LO, q));
             sl_err_hint("each ps task restores its newest shard (RUN_DIR/ps-J); after a job that stopped without the ps "
@@ -184,7 +188,7 @@ static sl_status agree_start(sl_strategy_ps *s, int64_t entry, int64_t start) {
             goto done;
         }
     for (int q = 1; q < w; q++) {
-        if (!took[q] || !took[0] || AG(AG_START, q) == AG(AG_START, 0)) continue;
+        if (AG(AG_START, q) == AG(AG_START, 0)) continue;
         char why[2][96];
         for (int k = 0; k < 2; k++) {
             int who = k ? q : 0;
@@ -204,7 +208,7 @@ static sl_status agree_start(sl_strategy_ps *s, int64_t entry, int64_t start) {
     /* the ps tasks ahead of a checkpoint: with compression the residual of that step is
      * nowhere (one is saved beside each checkpoint only) */
     for (int q = 0; q < w && s->cs.kind != SL_COMPRESS_NONE; q++) {
-        if (!took[q] || AG(AG_ENTRY, q) <= 0 || AG(AG_ENTRY, q) == AG(AG_START, q)) continue;
+        if (AG(AG_ENTRY, q) <= 0 || AG(AG_ENTRY, q) == AG(AG_START, q)) continue;
         char codec[32];
         sl_compress_name(&s->cs, codec, sizeof codec);
         sl_err(SL_EINVAL, "worker %d's checkpoint is of step %d, the ps tasks' shards of step %d: with compress=%s its "
