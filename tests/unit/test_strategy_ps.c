@@ -793,32 +793,29 @@ TEST(test_sync_compressed_pushes) {
  * bit: uncompressed, sign (1 bit: a large residual) and top-k. The resumed workers start
  * apart (worker 1 after worker 0 has joined and asked for its first sum): the restored ps
  * tasks must not form a round before both are back. */
+/* A run of u named `name` that every worker and ps task must finish (what: for a failure). */
+static void run_ok(uneven *u, const char *name, const char *length, trainer_job *w, const char *what) {
+    trainer_job p[NPS];
+    char *err;
+    u->name = name;
+    u->length = length;
+    run_uneven(u, w, p, &err);
+    free(err);
+    for (int i = 0; i < NW; i++)
+        if (w[i].st) FAILF("'%s' %s, worker %d: %s", u->strat, what, i, w[i].err);
+    for (int j = 0; j < NPS; j++)
+        if (p[j].st) FAILF("'%s' %s, ps %d: %s", u->strat, what, j, p[j].err);
+}
+
 static void ps_resume_codec(const char *codec, const char *straight, const char *resumed) {
     uneven u = {.sched = " total=20", .strat = codec, .takes = {13, 13}};
-    trainer_job a[NW], b[NW], p[NPS];
-    char *err = NULL;
-    u.name = straight;
-    u.length = "steps 20\n    checkpoint steps=7";
-    run_uneven(&u, a, p, &err);
-    free(err);
-    for (int i = 0; i < NW; i++)
-        if (a[i].st) FAILF("%s straight, worker %d: %s", codec, i, a[i].err);
-    u.name = resumed;
-    u.length = "steps 7\n    checkpoint steps=7";
-    run_uneven(&u, b, p, &err);
-    free(err);
-    for (int i = 0; i < NW; i++)
-        if (b[i].st) FAILF("%s first 7 steps, worker %d: %s", codec, i, b[i].err);
+    trainer_job a[NW], b[NW];
+    run_ok(&u, straight, "steps 20\n    checkpoint steps=7", a, "straight");
+    run_ok(&u, resumed, "steps 7\n    checkpoint steps=7", b, "first 7 steps");
     if (t_cur_failed) return;
-    u.length = "steps 20\n    checkpoint steps=7";
     u.resume = true;
     u.late_ms = 300;
-    run_uneven(&u, b, p, &err);
-    free(err);
-    for (int i = 0; i < NW; i++)
-        if (b[i].st) FAILF("%s resumed, worker %d: %s", codec, i, b[i].err);
-    for (int j = 0; j < NPS; j++)
-        if (p[j].st) FAILF("%s resumed, ps %d: %s", codec, j, p[j].err);
+    run_ok(&u, resumed, "steps 20\n    checkpoint steps=7", b, "resumed");
     if (t_cur_failed) return;
     for (int i = 0; i < NW; i++) {
         ASSERT_EQ(a[i].sum.steps, 20);
@@ -861,18 +858,9 @@ static void resume_refused(uneven *u, const char *want) {
 
 TEST(test_sync_resume_mismatch) {
     uneven u = {.sched = " total=20", .strat = " compress=sign", .takes = {13, 13}};
-    trainer_job w[NW], p[NPS];
-    char *err;
-    u.name = "mis-5";
-    u.length = "steps 5\n    checkpoint steps=5";
-    run_uneven(&u, w, p, &err);
-    free(err);
-    u.name = "mis-7";
-    u.length = "steps 7\n    checkpoint steps=7";
-    run_uneven(&u, w, p, &err);
-    free(err);
-    for (int i = 0; i < NW; i++)
-        if (w[i].st) FAILF("worker %d: %s", i, w[i].err);
+    trainer_job w[NW];
+    run_ok(&u, "mis-5", "steps 5\n    checkpoint steps=5", w, "5 steps");
+    run_ok(&u, "mis-7", "steps 7\n    checkpoint steps=7", w, "7 steps");
     if (t_cur_failed) return;
     char cmd[1400];
     snprintf(cmd, sizeof cmd, "cp -r %s/mis-5 %s/mis-5-shards && cp -r %s/mis-7 %s/mis-7-shards", tmpdir, tmpdir, tmpdir,
