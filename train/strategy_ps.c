@@ -168,8 +168,14 @@ static sl_status agree_start(sl_strategy_ps *s, int64_t entry, int64_t start) {
     int lo_ps = 0, hi_ps = 0;
     for (int j = 0; j < c->nps; j++) {
         int64_t x = sl_ps_client_recorded_step(s->client, j);
-        if (x < lo) lo = x, lo_ps = j;
-        if (x > hi) hi = x, hi_ps = j;
+        if (x < lo) {
+            lo = x;
+            lo_ps = j;
+        }
+        if (x > hi) {
+            hi = x;
+            hi_ps = j;
+        }
     }
     int64_t mine[AG_N] = {start, entry, lo, hi, lo_ps, hi_ps};
     for (int k = 0; k < AG_N; k++) v[k * w + r] = clamp32(mine[k]);
