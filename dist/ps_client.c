@@ -42,6 +42,7 @@ typedef struct ps_req {
     int lost_seen;    /* its ps's connection closed since the last send */
     int uninit;       /* the last answer was UNINIT */
     double last_send; /* anything sent to this ps (heartbeats fill the silences), under mu */
+    int64_t recorded; /* the last join's HELLO answer: this worker's step on this ps, -1 none */
 } ps_req;
 
 struct sl_ps_client {
@@ -341,7 +342,10 @@ typedef struct join_ctx {
 static sl_status on_join_reply(sl_ps_client *c, int j, const sl_ps_frame *f, void *ctx) {
     join_ctx *jc = ctx;
     ps_req *r = &c->req[j];
-    if (r->type == SL_MSG_HELLO && f->value > jc->resume) jc->resume = f->value;
+    if (r->type == SL_MSG_HELLO) {
+        r->recorded = f->value;
+        if (f->value > jc->resume) jc->resume = f->value;
+    }
     if (f->status == SL_PS_OK) {
         sl_ps_plan_scatter(c->plan, j, f->data, jc->flat);
         return 0;
@@ -356,6 +360,7 @@ sl_status sl_ps_client_join(sl_ps_client *c, float *flat, int64_t *resume_step) 
     join_ctx jc = {.flat = flat, .resume = -1};
     pthread_mutex_lock(&c->mu);
     sl_status st = c->self == 0 ? check_finite(c, flat, "initial parameter") : SL_OK;
+    for (int j = 0; j < c->np; j++) c->req[j].recorded = -1;
     for (int j = 0; j < c->np && !st; j++) st = start_req_locked(c, j, SL_MSG_HELLO, NULL, 0, 0.0f, 0);
     if (!st) st = collect_locked(c, on_join_reply, &jc, "join");
     if (!st) {
@@ -557,6 +562,14 @@ double *sl_ps_client_residual(sl_ps_client *c, int j, size_t *n) {
         return NULL;
     }
     return sl_compress_ef_residual(c->ef[j], n);
+}
+
+int64_t sl_ps_client_recorded_step(sl_ps_client *c, int j) {
+    if (j < 0 || j >= c->np) return -1;
+    pthread_mutex_lock(&c->mu);
+    int64_t v = c->req[j].recorded;
+    pthread_mutex_unlock(&c->mu);
+    return v;
 }
 
 uint64_t sl_ps_client_sent_bytes(sl_ps_client *c) {

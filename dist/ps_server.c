@@ -22,8 +22,12 @@
  *     0/0: it no longer knows them); a SUM round comes before a step round when both could
  *     form; each worker's last SUM answer is kept to answer its retry;
  *   - a worker has one request outstanding: a new one replaces a pending PUSH or SUM;
- *   - sync: a fresh ps forms no round until every worker has been live once (a restored
- *     one does not wait: a worker dead before the restart may never come back). */
+ *   - sync: a ps forms no round, step or sum, until every worker has been live once: a
+ *     fresh one waits as long as it takes, a restored one at most dead_after_s from the
+ *     start of its run (a worker dead before the restart may never come back; it is then
+ *     named in a warning and the rounds go on without it). Without the wait a resumed job's
+ *     first worker back would take rounds alone: the shard would move on from its restored
+ *     step with one worker's gradient, and the others would find it at another step. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -72,7 +76,9 @@ struct sl_ps_server {
     float *params;
     float *dec;          /* a compressed PUSH's decoded gradient */
     int have;            /* params hold a shard (restored or INIT) */
-    int all_joined;      /* sync: every worker has been live once, or the shard was restored */
+    int all_joined;      /* sync: every worker has been live once, or a restored ps stopped waiting */
+    int restored;        /* the shard came from a checkpoint (init) */
+    double started;      /* when sl_ps_server_run began */
     int64_t saved_version;
     double last_ckpt;
     wstate *w;
@@ -113,8 +119,7 @@ sl_status sl_ps_server_create(const char *const *addrs, int nworkers, int ps_ind
     if (init) {
         memcpy(s->params, init, s->n * sizeof(float));
         s->have = 1;
-        /* a worker that died before the restart may never come back: no join barrier */
-        s->all_joined = 1;
+        s->restored = 1;
         if (init_state) {
             s->st.version = init_state->version;
             for (int i = 0; i < nworkers; i++) s->w[i].step = init_state->worker_steps[i];
@@ -273,9 +278,10 @@ static sl_status sum_round(sl_ps_server *s, int lo) {
  * the round's has-data counts. */
 static sl_status try_round(sl_ps_server *s) {
     if (!s->opts.sync) return SL_OK;
-    /* a fresh ps's first round waits for every worker: a worker that joins late would
-     * otherwise find the others in rounds it was not counted in (at one ps and not at
-     * another: a SUM on ps 0 then waits for a worker stuck in a step round on ps 1) */
+    /* the first round waits for every worker (a restored ps: see stop_waiting): a worker
+     * that joins late would otherwise find the others in rounds it was not counted in (at
+     * one ps and not at another: a SUM on ps 0 then waits for a worker stuck in a step round
+     * on ps 1), and a resumed one the shard past the step it resumes from */
     for (int i = 0; i < s->nw && !s->all_joined; i++)
         if (!s->w[i].joined) return SL_OK;
     s->all_joined = 1;
@@ -323,6 +329,20 @@ static sl_status try_round(sl_ps_server *s) {
         if (s->w[i].in_round) respond_push(s, i, s->w[i].pend_seq);
     release_held(s);
     return SL_OK;
+}
+
+/* Sync, a restored ps: dead_after_s after the start, the workers that never came back are
+ * left out (a worker that died before the restart may never return); the rounds go on. */
+static sl_status stop_waiting(sl_ps_server *s, double now) {
+    if (!s->opts.sync || s->all_joined || !s->restored || now - s->started < s->opts.dead_after_s) return SL_OK;
+    char missing[256] = "";
+    size_t len = 0;
+    for (int i = 0; i < s->nw && len < sizeof missing; i++)
+        if (!s->w[i].joined) len += (size_t)snprintf(missing + len, sizeof missing - len, "%s%d", len ? ", " : "", i);
+    s->all_joined = 1;
+    SL_WARN("ps %d: worker(s) %s did not come back within %.1f s of the restore (version %lld): the rounds go on "
+            "without them", s->idx, missing, s->opts.dead_after_s, (long long)s->st.version);
+    return try_round(s);
 }
 
 /* A worker leaves the live set: its held reply and pending gradient go with it. */
@@ -569,7 +589,7 @@ static int finished(const sl_ps_server *s) {
 }
 
 sl_status sl_ps_server_run(sl_ps_server *s) {
-    s->last_ckpt = sl__ps_now();
+    s->last_ckpt = s->started = sl__ps_now();
     for (;;) {
         /* atomic read: the flag is set by another thread or a signal handler */
         if (s->opts.stop && __atomic_load_n(s->opts.stop, __ATOMIC_RELAXED)) {
@@ -598,6 +618,7 @@ sl_status sl_ps_server_run(sl_ps_server *s) {
         }
         double now = sl__ps_now();
         st = check_liveness(s, now);
+        if (!st) st = stop_waiting(s, now);
         if (st) {
             save(s);
             return st;

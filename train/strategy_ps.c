@@ -130,10 +130,106 @@ struct sl_strategy_ps {
     float *ghost;               /* gradient staging on non-CPU backends (trainable floats) */
     size_t np, nt;
     bool joined;
+    bool sync;                  /* mode=sync: the workers agree on their start (agree_start) */
     sl_compress_spec cs;        /* compress= of the train block: pushes compressed */
 };
 
 static bool on_cpu(sl_model *m) { return strcmp(sl_model_backend_name(m), "cpu") == 0; }
+
+static int32_t clamp32(int64_t v) { return v > INT32_MAX ? INT32_MAX : v < INT32_MIN ? INT32_MIN : (int32_t)v; }
+
+/* What each worker says in agree_start: blocks of world ints, slot r worker r's. */
+enum { AG_START, AG_ENTRY, AG_LO, AG_HI, AG_LO_PS, AG_HI_PS, AG_N };
+#define TAG_START 0x5053 /* apart from the trainer's lockstep tags (1..5) */
+
+/* Sync mode, after the join: every worker's start step and the step each ps recorded for it
+ * (lowest and highest over the ps tasks) go through one sum on ps 0, so every worker reaches
+ * the same verdict (one that refused alone would leave the others training without it).
+ * A resumed run must start every worker and every ps shard from the same step: the ps
+ * tasks must have recorded the same step for each worker (shards of one round), every
+ * worker must start at the same step, and with compression at its checkpoint's step (its
+ * residual is of that step). entry: the step the worker's own checkpoint gave (0:
+ * none); start: where it starts. SL_EINVAL naming the mismatch; the sum's errors. Only a
+ * start of all the workers together is checked: a worker left out of the sum (one that
+ * restarted alone while the others train, or one a restored ps stopped waiting for) means
+ * the others are elsewhere, and the restarted one goes on where the ps tasks recorded. */
+static sl_status agree_start(sl_strategy_ps *s, int64_t entry, int64_t start) {
+    const sl_cluster *c = s->c;
+    int w = c->world, r = c->rank;
+    size_t n = (size_t)AG_N * (size_t)w;
+    int32_t *v = calloc(n, sizeof *v);
+    uint8_t *took = calloc((size_t)w, 1);
+    sl_status st = SL_OK;
+    if (!v || !took) {
+        st = sl_err(SL_ENOMEM, "out of memory");
+        goto done;
+    }
+    int64_t lo = INT64_MAX, hi = INT64_MIN;
+    int lo_ps = 0, hi_ps = 0;
+    for (int j = 0; j < c->nps; j++) {
+        int64_t x = sl_ps_client_recorded_step(s->client, j);
+        if (x < lo) {
+            lo = x;
+            lo_ps = j;
+        }
+        if (x > hi) {
+            hi = x;
+            hi_ps = j;
+        }
+    }
+    int64_t mine[AG_N] = {start, entry, lo, hi, lo_ps, hi_ps};
+    for (int k = 0; k < AG_N; k++) v[k * w + r] = clamp32(mine[k]);
+    if ((st = sl_ps_client_sum(s->client, v, n, TAG_START, took))) goto done;
+    for (int q = 0; q < w; q++)
+        if (!took[q]) goto done; /* one worker restarted mid-run: it goes where the ps recorded */
+#define AG(k, q) v[(k) * w + (q)]
+    for (int q = 0; q < w; q++)
+        if (AG(AG_LO, q) != AG(AG_HI, q)) {
+            sl_err(SL_EINVAL, "the ps tasks' shards are of different steps: ps %d recorded worker %d's steps up to %d, "
+                   "ps %d up to %d", AG(AG_HI_PS, q), q, AG(AG_HI, q), AG(AG_LO_PS, q), AG(AG_LO, q));
+            sl_err_hint("each ps task restores its newest shard (RUN_DIR/ps-J); after a job that stopped without the ps "
+                        "tasks saving (killed) they can be of different rounds: a synchronous run resumes only from "
+                        "shards of one step; start it over (--overwrite) or put back shards of one step");
+            st = SL_EINVAL;
+            goto done;
+        }
+    for (int q = 1; q < w; q++) {
+        if (AG(AG_START, q) == AG(AG_START, 0)) continue;
+        char why[2][96];
+        for (int k = 0; k < 2; k++) {
+            int who = k ? q : 0;
+            int32_t at = AG(AG_START, who), ent = AG(AG_ENTRY, who);
+            if (at == 0) snprintf(why[k], sizeof why[k], "a fresh start");
+            else if (at == ent) snprintf(why[k], sizeof why[k], "its checkpoint");
+            else snprintf(why[k], sizeof why[k], "the ps tasks recorded its steps up to %d", at - 1);
+        }
+        sl_err(SL_EINVAL, "the workers would start at different steps: worker 0 at step %d (%s), worker %d at step %d "
+               "(%s)", AG(AG_START, 0), why[0], q, AG(AG_START, q), why[1]);
+        sl_err_hint("a synchronous run resumes only when the chief's checkpoint and the ps tasks' shards are of one "
+                    "step: the ps tasks save theirs every few seconds and when they exit; resume from a checkpoint of "
+                    "the shards' step, or start over (--overwrite)");
+        st = SL_EINVAL;
+        goto done;
+    }
+    /* the ps tasks ahead of a checkpoint: with compression the residual of that step is
+     * nowhere (one is saved beside each checkpoint only) */
+    for (int q = 0; q < w && s->cs.kind != SL_COMPRESS_NONE; q++) {
+        if (AG(AG_ENTRY, q) <= 0 || AG(AG_ENTRY, q) == AG(AG_START, q)) continue;
+        char codec[32];
+        sl_compress_name(&s->cs, codec, sizeof codec);
+        sl_err(SL_EINVAL, "worker %d's checkpoint is of step %d, the ps tasks' shards of step %d: with compress=%s its "
+               "residual of step %d is missing", q, AG(AG_ENTRY, q), AG(AG_START, q), codec, AG(AG_START, q));
+        sl_err_hint("the ps tasks saved their shards after the last checkpoint (a killed job): resume needs the "
+                    "shards of the checkpoint's step; start over (--overwrite) or put back shards of that step");
+        st = SL_EINVAL;
+        goto done;
+    }
+#undef AG
+done:
+    free(v);
+    free(took);
+    return st;
+}
 
 static sl_status ps_start(void *ctx, sl_model *m, sl_optim *o, int64_t *stepp) {
     (void)o; /* the ps tasks run the optimizer */
@@ -160,6 +256,7 @@ static sl_status ps_start(void *ctx, sl_model *m, sl_optim *o, int64_t *stepp) {
         (st = sl_model_set_params(m, s->host, s->np)))
         goto fail;
     s->joined = true;
+    int64_t entry = *stepp;
     if (resume >= 0 && resume + 1 > *stepp) {
         /* a restarted worker: its shard's batches up to `resume` are already in the ps. Said
          * aloud, since a fresh run pointed at an old run folder lands here too */
@@ -169,6 +266,7 @@ static sl_status ps_start(void *ctx, sl_model *m, sl_optim *o, int64_t *stepp) {
         *stepp = resume + 1;
         sl__model_set_steps(m, (uint64_t)*stepp);
     }
+    if (s->sync && (st = agree_start(s, entry, *stepp))) goto fail;
     return SL_OK;
 fail:
     sl_err_prefix("ps strategy (worker %d of %d): start: ", c->rank, c->world);
@@ -360,6 +458,7 @@ sl_status sl_strategy_ps_create(const sl_cluster *c, const sl_train_config *tc, 
         hooks->load_state = ps_load_state;
     }
     if (tc && tc->ps_sync) {
+        s->sync = true;
         hooks->exchange_more = ps_exchange_more;
         hooks->allsum = ps_allsum;
     }

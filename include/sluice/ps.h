@@ -80,9 +80,11 @@
  *                          global step; the dead leave their share to the others), reply
  *                          with the new parameters. Sync mode: held until every live worker has
  *                          pushed for this round, then the mean is applied once and every
- *                          waiting worker gets the reply (a fresh ps forms its first round,
- *                          step or sum, only once every worker has been live: the workers
- *                          start together; a restored ps does not wait). With a staleness bound k the reply
+ *                          waiting worker gets the reply (a ps forms its first round, step
+ *                          or sum, only once every worker has been live: the workers start
+ *                          together; a restored ps waits at most dead_after_s from its
+ *                          start, then goes on without the workers that did not come back,
+ *                          naming them in a warning). With a staleness bound k the reply
  *                          to a worker more than k steps ahead of the slowest live worker
  *                          is held until the slowest catches up (or dies). In a sync round
                           the reply's have and lack count the round's workers that said
@@ -218,7 +220,8 @@ typedef struct sl_ps_server_ops {
 typedef struct sl_ps_server_opts {
     bool sync;              /* synchronous rounds */
     int staleness;          /* < 0: no bound; k >= 0: a worker may be at most k steps ahead */
-    double dead_after_s;    /* silence after which a worker is dead; 0 = 10 s */
+    double dead_after_s;    /* silence after which a worker is dead (and how long a restored
+                               sync ps waits for a worker that never came back); 0 = 10 s */
     double ckpt_every_s;    /* 0 = 5 s */
     volatile int *stop;     /* when non-NULL and set, the server saves and returns SL_ECANCELED */
     sl_compress_spec compress; /* the codec compressed PUSHes must use (float32 PUSHes are
@@ -278,6 +281,9 @@ sl_status sl_ps_client_create(const char *const *addrs, int nworkers, int worker
  * *resume_step the highest last step any ps recorded for this worker (-1: none).
  * Failures: SL_EPEER / SL_ETIMEDOUT naming the ps, SL_EINVAL when a ps rejects the plan. */
 sl_status sl_ps_client_join(sl_ps_client *c, float *flat, int64_t *resume_step);
+/* After a successful join: the last step ps j recorded for this worker (its HELLO answer:
+ * -1 none, as from a fresh ps); -1 before a join or for j out of range. */
+int64_t sl_ps_client_recorded_step(sl_ps_client *c, int j);
 
 /* Push this worker's gradient (flat, plan->total floats) for `step` with rate lr to every
  * ps, and receive the new parameters into params (flat). A ps that is lost is retried

@@ -8,7 +8,7 @@
  * the restart), checkpoints, retried pushes applied once (raw frames), a client re-sending
  * the same seq to a fake ps that came back and ignoring a stale answer, a raw ZeroMQ
  * DEALER sending garbage that the server drops and counts while serving a real client, and
- * a CURVE client whose key is not allowed. */
+ * a CURVE client whose key is not allowed; a restored sync ps waiting for every worker. */
 #include <arpa/inet.h>
 #include <math.h>
 #include <netinet/in.h>
@@ -579,6 +579,63 @@ TEST(test_sync_first_round_waits_for_all) {
     for (int w = 0; w < 2; w++) free(jobs[w].params);
     for (int k = 0; k < 2; k++) srv_done(&v[k]);
     sl_ps_plan_free(p);
+}
+
+/* A restored sync ps (version 3, both workers at step 2) forms no round before every
+ * worker is back: with worker 1 starting 400 ms late, rounds 3..5 are the mean of both (the
+ * old server took the chief's alone, and ended at its BYE before worker 1 could join). With
+ * worker 1 never coming back, the ps waits dead_after_s (1.5 s) from its start, then goes on
+ * with the chief alone. */
+static void restored_sync(int late_ms, wjob *jobs, srv *v, double *took) {
+    cluster c;
+    cluster_init(&c, 2, 1);
+    sl_ps_plan *p = test_plan(1);
+    memset(v, 0, sizeof *v);
+    float *shard = malloc(p->total * sizeof(float));
+    for (size_t i = 0; i < p->total; i++) shard[i] = 1.0f;
+    int64_t steps[2] = {2, 2};
+    sl_ps_shard_state ist = {.version = 3, .worker_steps = steps, .nworkers = 2};
+    sl_ps_server_opts o = {.sync = true, .staleness = -1, .dead_after_s = 1.5};
+    ASSERT_EQ(srv_start(v, &c, 0, p, &o, shard, &ist), 0);
+    double t0 = now_s();
+    pthread_t t[2];
+    int nw = late_ms >= 0 ? 2 : 1;
+    for (int w = 0; w < nw; w++) {
+        jobs[w] = (wjob){.c = &c, .plan = p, .w = w, .co = {.retry_s = 20, .heartbeat_s = 0.2}, .from = 3, .nsteps = 3};
+        if (w) sleep_ms(late_ms);
+        pthread_create(&t[w], NULL, worker_main, &jobs[w]);
+    }
+    for (int w = 0; w < nw; w++) pthread_join(t[w], NULL);
+    *took = now_s() - t0;
+    pthread_join(v->t, NULL);
+    free(shard);
+    sl_ps_plan_free(p);
+}
+
+TEST(test_restored_sync_waits_for_all) {
+    wjob jobs[2];
+    srv v;
+    double took;
+    restored_sync(400, jobs, &v, &took);
+    for (int w = 0; w < 2; w++) CHECK_WORKER(jobs[w]);
+    CHECK_SRV(v);
+    ASSERT_EQ(jobs[0].resume, 2);
+    ASSERT_EQ(jobs[1].resume, 2);
+    ASSERT_MEMEQ(jobs[0].params, jobs[1].params, jobs[0].plan->total * sizeof(float));
+    ASSERT_EQ(v.stats.pushes, 6);
+    ASSERT_EQ(v.stats.applied, 3); /* one mean per round */
+    ASSERT_EQ(v.stats.version, 6);
+    for (int w = 0; w < 2; w++) free(jobs[w].params);
+    srv_done(&v);
+    restored_sync(-1, jobs, &v, &took);
+    CHECK_WORKER(jobs[0]);
+    CHECK_SRV(v);
+    ASSERT(took >= 1.5);
+    ASSERT_EQ(v.stats.pushes, 3);
+    ASSERT_EQ(v.stats.applied, 3);
+    ASSERT_EQ(v.stats.version, 6);
+    free(jobs[0].params);
+    srv_done(&v);
 }
 
 /* A SUM to a ps in async mode is refused with the reason (the configs disagree on the
@@ -1557,6 +1614,7 @@ int main(void) {
     RUN(test_sync_has_data_and_sums);
     RUN(test_sum_needs_sync);
     RUN(test_sync_first_round_waits_for_all);
+    RUN(test_restored_sync_waits_for_all);
     RUN(test_staleness_bound);
     RUN(test_dead_worker_releases_sync_round);
     RUN(test_silent_worker_and_heartbeats);

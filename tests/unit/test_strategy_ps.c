@@ -609,6 +609,7 @@ typedef struct uneven {
     int takes[NW];
     const char *sched, *strat; /* after `schedule cosine` and `strategy ps mode=sync` (NULL: nothing) */
     bool resume;        /* the workers resume from their run folders */
+    int late_ms;        /* worker 1 starts this much after the others */
     char peers[64], ps[64];
     volatile int stop;
 } uneven;
@@ -664,6 +665,7 @@ static void *trainer_main(void *arg) {
         goto out;
     }
     sl_train_opts o = sl_train_opts_default();
+    if (j->rank == 1 && u->late_ms > 0) nanosleep(&(struct timespec){0, (long)u->late_ms * 1000000L}, NULL);
     snprintf(run, sizeof run, "%s/%s-w%d", tmpdir, u->name, j->rank);
     o.run_dir = run;
     o.hooks = &h;
@@ -786,6 +788,100 @@ TEST(test_sync_compressed_pushes) {
     }
 }
 
+/* Resume: 7 steps with a checkpoint at 7, then --resume (the workers from their checkpoints
+ * and residuals, the ps tasks from their shards) to 20, equals 20 steps straight, bit for
+ * bit: uncompressed, sign (1 bit: a large residual) and top-k. The resumed workers start
+ * apart (worker 1 after worker 0 has joined and asked for its first sum): the restored ps
+ * tasks must not form a round before both are back. */
+/* A run of u named `name` that every worker and ps task must finish (what: for a failure). */
+static void run_ok(uneven *u, const char *name, const char *length, trainer_job *w, const char *what) {
+    trainer_job p[NPS];
+    char *err;
+    u->name = name;
+    u->length = length;
+    run_uneven(u, w, p, &err);
+    free(err);
+    for (int i = 0; i < NW; i++)
+        if (w[i].st) FAILF("'%s' %s, worker %d: %s", u->strat, what, i, w[i].err);
+    for (int j = 0; j < NPS; j++)
+        if (p[j].st) FAILF("'%s' %s, ps %d: %s", u->strat, what, j, p[j].err);
+}
+
+static void ps_resume_codec(const char *codec, const char *straight, const char *resumed) {
+    uneven u = {.sched = " total=20", .strat = codec, .takes = {13, 13}};
+    trainer_job a[NW], b[NW];
+    run_ok(&u, straight, "steps 20\n    checkpoint steps=7", a, "straight");
+    run_ok(&u, resumed, "steps 7\n    checkpoint steps=7", b, "first 7 steps");
+    if (t_cur_failed) return;
+    u.resume = true;
+    u.late_ms = 300;
+    run_ok(&u, resumed, "steps 20\n    checkpoint steps=7", b, "resumed");
+    if (t_cur_failed) return;
+    for (int i = 0; i < NW; i++) {
+        ASSERT_EQ(a[i].sum.steps, 20);
+        ASSERT_EQ(b[i].sum.steps, 20);
+        ASSERT_EQ(a[i].np, b[i].np);
+        ASSERT_MEMEQ(a[i].params, b[i].params, a[i].np * sizeof(float));
+    }
+}
+
+TEST(test_sync_resume_exact) {
+    ps_resume_codec("", "res-none-a", "res-none-b");
+    ps_resume_codec(" compress=sign", "res-sign-a", "res-sign-b");
+    ps_resume_codec(" compress=topk(0.25)", "res-topk-a", "res-topk-b");
+}
+
+/* Ps j of run `to` restarts from the newest shard of run `from` (of another step). */
+static void put_shard(const char *from, const char *to, int j) {
+    char src[600], run[600], cmd[2000];
+    snprintf(run, sizeof run, "%s/%s", tmpdir, from);
+    ASSERT(newest_shard(run, j, src, sizeof src) >= 1);
+    snprintf(cmd, sizeof cmd, "rm -f %s/%s/ps-%d/shard-* && cp %s %s/%s/ps-%d/", tmpdir, to, j, src, tmpdir, to, j);
+    ASSERT_EQ(system(cmd), 0);
+}
+
+/* A resume whose ps shards are not of the chief's checkpoint step is refused by every
+ * worker with the same error naming the mismatch (not trained on, not left waiting): ps 1's
+ * shard of step 5 with ps 0's of step 7, then both of step 5 with the checkpoint of 7, then
+ * (compressed: the residuals are of the checkpoint's step) both of 7 with the one of 5. */
+static void resume_refused(uneven *u, const char *want) {
+    trainer_job w[NW], p[NPS];
+    char *err;
+    run_uneven(u, w, p, &err);
+    free(err);
+    for (int i = 0; i < NW; i++) {
+        ASSERT_EQ(w[i].st, SL_EINVAL);
+        ASSERT_CONTAINS(w[i].err, want);
+        ASSERT_EQ(w[i].sum.steps, 0);
+    }
+}
+
+TEST(test_sync_resume_mismatch) {
+    uneven u = {.sched = " total=20", .strat = " compress=sign", .takes = {13, 13}};
+    trainer_job w[NW];
+    run_ok(&u, "mis-5", "steps 5\n    checkpoint steps=5", w, "5 steps");
+    run_ok(&u, "mis-7", "steps 7\n    checkpoint steps=7", w, "7 steps");
+    if (t_cur_failed) return;
+    char cmd[1400];
+    snprintf(cmd, sizeof cmd, "cp -r %s/mis-5 %s/mis-5-shards && cp -r %s/mis-7 %s/mis-7-shards", tmpdir, tmpdir, tmpdir,
+             tmpdir);
+    ASSERT_EQ(system(cmd), 0);
+    put_shard("mis-5-shards", "mis-7", 1);
+    u.length = "steps 20\n    checkpoint steps=7";
+    u.resume = true;
+    resume_refused(&u, "start: the ps tasks' shards are of different steps: ps 0 "
+                       "recorded worker 0's steps up to 6, ps 1 up to 4\n---> HINT: each ps task restores");
+    put_shard("mis-5-shards", "mis-7", 0);
+    resume_refused(&u, "start: the workers would start at different steps: worker 0 at step 7 (its checkpoint), "
+                       "worker 1 at step 5 (the ps tasks recorded its steps up to 4)\n---> HINT: a synchronous run");
+    /* shards of step 7 and the checkpoint of 5: both would move on to 7, without residuals */
+    put_shard("mis-7-shards", "mis-5", 0);
+    put_shard("mis-7-shards", "mis-5", 1);
+    u.name = "mis-5";
+    resume_refused(&u, "start: worker 0's checkpoint is of step 5, the ps tasks' shards of step 7: with compress=sign "
+                       "its residual of step 7 is missing\n---> HINT: the ps tasks saved");
+}
+
 TEST(test_sync_unequal_shards_epochs) {
     uneven u = {.name = "uneven-epochs", .length = "epochs 2", .takes = {13, 10}};
     trainer_job w[NW], p[NPS];
@@ -875,6 +971,8 @@ int main(void) {
     RUN(test_sync_unequal_shards_steps);
     RUN(test_sync_empty_shard);
     RUN(test_sync_compressed_pushes);
+    RUN(test_sync_resume_exact);
+    RUN(test_sync_resume_mismatch);
     char cmd[300];
     snprintf(cmd, sizeof cmd, "rm -rf %s", tmpdir);
     if (system(cmd) != 0) printf("could not remove %s\n", tmpdir);
