@@ -275,8 +275,8 @@ TEST(topk_warmup) {
     /* bad warm-ups */
     ASSERT_EQ(sl_compress_parse("topk(0.01,warm=5)", &s), SL_EINVAL);
     ASSERT_CONTAINS(sl_errmsg(), "after the fraction only warmup=STEPS may follow");
-    const char *bad[] = {"topk:0.01,warmup=-1", "topk:0.01,warmup=1.5", "topk:0.01,warmup=", "topk(0.01,warmup=2000000000)",
-                         "topk:0.01,warmup=99999999999999999999"};
+    const char *bad[] = {"topk:0.01,warmup=-1", "topk:0.01,warmup=1.5", "topk:0.01,warmup=",
+                         "topk(0.01,warmup=2000000000)", "topk:0.01,warmup=99999999999999999999"};
     for (int i = 0; i < 5; i++) {
         s.warmup = 77;
         if (sl_compress_parse(bad[i], &s) != SL_EINVAL) FAILF("'%s' was accepted", bad[i]);
