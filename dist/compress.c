@@ -3,6 +3,7 @@
  *
  * Workload: one encode of 0.1-100 M floats per replica per step and up to world_size
  * decodes; payloads are outside bytes, validated in full before anything is written. */
+#include <errno.h>
 #include <float.h>
 #include <math.h>
 #include <stdarg.h>
@@ -53,6 +54,7 @@ sl_status sl_compress_parse(const char *text, sl_compress_spec *out) {
             return sl_err(SL_EINVAL, "compress 'topk' needs the fraction kept: topk:F or topk(F), e.g. topk:0.01");
         return sl_err(SL_EINVAL, "unknown compression '%s' (the choices: none, fp16, int8, sign, topk:F)", text);
     }
+    int paren = text[4] == '(';
     char *end;
     double f = strtod(arg, &end);
     if (end == arg) goto bad;
@@ -60,9 +62,24 @@ sl_status sl_compress_parse(const char *text, sl_compress_spec *out) {
         f /= 100;
         end++;
     }
-    if (*end == ')') end++;
-    if (*end != 0 || !(f > 0 && f <= 1)) goto bad;
-    *out = (sl_compress_spec){.kind = SL_COMPRESS_TOPK, .topk = f};
+    if (!(f > 0 && f <= 1)) goto bad;
+    long long w = 0;
+    if (*end == ',') {
+        const char *q = end + 1;
+        while (*q == ' ') q++;
+        if (strncmp(q, "warmup=", 7) != 0)
+            return sl_err(SL_EINVAL, "compress '%s': after the fraction only warmup=STEPS may follow (e.g. "
+                                     "topk(0.01, warmup=1800))", text);
+        q += 7;
+        errno = 0;
+        w = strtoll(q, &end, 10);
+        if (end == q || errno || w < 0 || w > SL_COMPRESS_WARMUP_MAX || (*end && *end != ')'))
+            return sl_err(SL_EINVAL, "compress '%s': warmup= takes the warm-up's steps, an integer in [0, %d] "
+                                     "(0: none)", text, SL_COMPRESS_WARMUP_MAX);
+    }
+    if (paren && *end == ')') end++;
+    if (*end != 0) goto bad;
+    *out = (sl_compress_spec){.kind = SL_COMPRESS_TOPK, .topk = f, .warmup = w};
     return SL_OK;
 bad:
     return sl_err(SL_EINVAL, "compress '%s': the top-k fraction must be a number in (0, 1] (e.g. topk:0.01 or 1%%)",
@@ -73,6 +90,8 @@ const char *sl_compress_name(const sl_compress_spec *spec, char *buf, size_t n) 
     if (!n) return buf;
     int k = spec ? (int)spec->kind : 0;
     if (k < 0 || k > 4) snprintf(buf, n, "?");
+    else if (k == SL_COMPRESS_TOPK && spec->warmup > 0)
+        snprintf(buf, n, "topk:%g,warmup=%lld", spec->topk, (long long)spec->warmup);
     else if (k == SL_COMPRESS_TOPK) snprintf(buf, n, "topk:%g", spec->topk);
     else snprintf(buf, n, "%s", NAMES[k]);
     return buf;
@@ -84,6 +103,16 @@ uint32_t sl_compress_topk_k(const sl_compress_spec *spec) {
     if (!(k >= 1)) k = 1;
     if (k > SL_COMPRESS_TOPK_CHUNK) k = SL_COMPRESS_TOPK_CHUNK;
     return (uint32_t)k;
+}
+
+double sl_compress_topk_at(const sl_compress_spec *spec, int64_t step) {
+    if (!spec || spec->kind != SL_COMPRESS_TOPK) return 0;
+    if (spec->warmup <= 0 || step >= spec->warmup) return spec->topk;
+    if (step < 0) step = 0;
+    /* stage j = floor(4 step / W) in 0..3; 4 step stays far below 2^63 (W <= 1e9) */
+    int j = (int)(4 * step / spec->warmup);
+    double f = ldexp(0.25, -2 * j); /* 0.25 / 4^j, exact */
+    return f > spec->topk ? f : spec->topk;
 }
 
 static uint32_t chunk_of(sl_compress_kind k) {
@@ -385,7 +414,8 @@ sl_status sl_compress_decode_add(const sl_compress_spec *spec, const void *data,
 /* ---- error feedback ---------------------------------------------------------------------------- */
 
 struct sl_compress_ef {
-    sl_compress_spec spec;
+    sl_compress_spec base; /* as configured (warm-up included) */
+    sl_compress_spec spec; /* this step's codec (sl_compress_ef_at): warmup 0 */
     size_t count;
     double *r;   /* the residual */
     float *e;    /* scratch: (float)(g + r), then the decoded values */
@@ -404,7 +434,10 @@ sl_status sl_compress_ef_create(const sl_compress_spec *spec, size_t count, sl_c
         sl_compress_ef_free(ef);
         return sl_err(SL_ENOMEM, "compress: out of memory for the residual of %zu values", count);
     }
+    ef->base = *spec;
     ef->spec = *spec;
+    ef->spec.warmup = 0;
+    if (spec->kind == SL_COMPRESS_TOPK) ef->spec.topk = sl_compress_topk_at(spec, 0);
     ef->count = count;
     *out = ef;
     return SL_OK;
@@ -423,6 +456,10 @@ double *sl_compress_ef_residual(sl_compress_ef *ef, size_t *count) {
 }
 
 const sl_compress_spec *sl_compress_ef_spec(const sl_compress_ef *ef) { return &ef->spec; }
+
+void sl_compress_ef_at(sl_compress_ef *ef, int64_t step) {
+    if (ef->base.kind == SL_COMPRESS_TOPK) ef->spec.topk = sl_compress_topk_at(&ef->base, step);
+}
 
 sl_status sl_compress_ef_step(sl_compress_ef *ef, const float *g, size_t count, void *out, size_t cap, size_t *len,
                               float *sent) {

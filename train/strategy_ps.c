@@ -435,6 +435,11 @@ sl_status sl_strategy_ps_create(const sl_cluster *c, const sl_train_config *tc, 
         sl_err_hint("a ps task runs sl_ps_task_run, not the trainer");
         return SL_EINVAL;
     }
+    if (tc && tc->compress.warmup > 0) { /* the ps tasks decode with one k (sluice/compress.h) */
+        sl_err(SL_EINVAL, "ps strategy: compress=topk(F, warmup=W): the warm-up is for `strategy ring` only");
+        sl_err_hint("drop warmup= under `strategy ps`");
+        return SL_EINVAL;
+    }
     sl_strategy_ps *s = calloc(1, sizeof *s);
     if (!s) return sl_err(SL_ENOMEM, "ps strategy: out of memory");
     s->c = c;

@@ -318,9 +318,13 @@ static uint64_t ring_wire_bytes(void *ctx) {
     return ts.sent_bytes;
 }
 
+/* The residual's codec, as its sidecar names it: without the warm-up (the residual holds
+ * what was not sent, whatever fraction each step kept; a run may resume with another). */
 static void codec_name(const sl_strategy_ring *s, char *buf, size_t n) {
-    char c[32];
-    snprintf(buf, n, "%s%s", sl_compress_name(&s->cs, c, sizeof c), s->dgc ? "+momentum" : "");
+    char c[48];
+    sl_compress_spec cs = s->cs;
+    cs.warmup = 0;
+    snprintf(buf, n, "%s%s", sl_compress_name(&cs, c, sizeof c), s->dgc ? "+momentum" : "");
 }
 
 /* The residual goes into a per-replica sidecar of the checkpoint (sluice/strategy.h). */
@@ -413,6 +417,7 @@ static sl_status exchange_compressed(sl_strategy_ring *s, sl_model *m, float *bu
         }
     }
     int32_t flag = more && *more ? 1 : 0;
+    sl_compress_ef_at(s->ef, step); /* top-k's warm-up: this step's fraction, the same on every replica */
     if ((st = sl_ring_allreduce_compressed(s->ring, s->ef, buf, n, SL_REDUCE_AVG, (uint32_t)step,
                                            more ? &flag : NULL, s->dgc ? s->sent : NULL))) {
         sl_err_prefix("ring strategy: step %" PRId64 ": ", step);

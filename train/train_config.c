@@ -344,13 +344,28 @@ static sl_status read_compress(const sl_cfg *cfg, const sl_cfg_stmt *s, sl_train
     }
     char text[64];
     if (v->kind == SL_CV_CALL && v->text && strcmp(v->text, "topk") == 0) {
-        if (v->nargs != 1 || v->args[0].key || v->args[0].v.kind != SL_CV_NUMBER) {
+        if (v->nargs < 1 || v->nargs > 2 || v->args[0].key || v->args[0].v.kind != SL_CV_NUMBER) {
             sl_cfg_err(cfg, v->loc, SL_EINVAL, "compress=topk(F) takes one number, the fraction kept");
             sl_err_hint("e.g. compress=topk(0.01) keeps the largest 1%% of each bucket; the choices: %s",
                         COMPRESS_CHOICES);
             return SL_EINVAL;
         }
-        snprintf(text, sizeof text, "topk:%.17g", v->args[0].v.num);
+        int64_t w = 0; /* topk(F, warmup=W): DGC's sparsity warm-up over W steps (sluice/compress.h) */
+        if (v->nargs == 2) {
+            const sl_cfg_arg *a = &v->args[1];
+            if (!a->key || strcmp(a->key, "warmup") != 0) {
+                sl_cfg_err(cfg, a->key ? a->kloc : a->v.loc, SL_EINVAL, "compress=topk(F, ...): the second argument "
+                                                                       "is warmup=STEPS");
+                sl_err_hint("e.g. compress=topk(0.01, warmup=1800): 25%% -> 6.25%% -> 1.5625%% -> 1%% over 1800 steps");
+                return SL_EINVAL;
+            }
+            if (sl_cfg_int(cfg, &a->v, 0, SL_COMPRESS_WARMUP_MAX, &w)) {
+                sl_err_hint("warmup=STEPS: the warm-up's steps, an integer (0: none)");
+                return sl_errcode();
+            }
+        }
+        int l = snprintf(text, sizeof text, "topk:%.17g", v->args[0].v.num);
+        if (w > 0) snprintf(text + l, sizeof text - (size_t)l, ",warmup=%lld", (long long)w);
     } else if ((v->kind == SL_CV_IDENT || v->kind == SL_CV_STRING) && v->text && strlen(v->text) < sizeof text) {
         snprintf(text, sizeof text, "%s", v->text);
     } else {
@@ -365,6 +380,12 @@ static sl_status read_compress(const sl_cfg *cfg, const sl_cfg_stmt *s, sl_train
         const char *sug = sl_suggest(text, (const char *const[]){"none", "fp16", "int8", "sign", "topk"}, 5);
         if (sug) sl_err_hint("did you mean '%s'? the choices: %s", sug, COMPRESS_CHOICES);
         else sl_err_hint("the choices: %s", COMPRESS_CHOICES);
+        return SL_EINVAL;
+    }
+    if (c->compress.warmup > 0 && strcmp(c->strategy, "ring") != 0) {
+        sl_cfg_err(cfg, v->kind == SL_CV_CALL ? v->args[1].kloc : v->loc, SL_EINVAL,
+                   "warmup= is an option of `strategy ring` compress=topk(F, warmup=W)");
+        sl_err_hint("the ps tasks decode every push with one k: drop warmup= under `strategy %s`", c->strategy);
         return SL_EINVAL;
     }
     return SL_OK;

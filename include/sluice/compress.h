@@ -18,6 +18,14 @@
  *          |x| (ties: the lower index), sent as k uint16 offsets within the chunk, strictly
  *          increasing, then k float32 values; the rest decode to 0: 6 k / 4096 B/element
  *          (F = 0.01: k = 41, 0.060 B/element).
+ * Top-k's sparsity warm-up (Deep Gradient Compression, Lin et al. 2018), `topk(F, warmup=W)`:
+ * over the first W steps (steps 0..W-1, in four equal stages: stage j holds the steps s with
+ * floor(4 s / W) = j) the fraction kept is max(F, 0.25 / 4^j): 25%, 6.25%, 1.5625%, 0.390625%
+ * (F = 0.01: 25% -> 6.25% -> 1.5625% -> 1%), then F. The fraction is a function of the step
+ * alone (sl_compress_topk_at), so every replica keeps the same k at every step, and a run
+ * resumed at step S continues the schedule exactly. W = 0 (the default): no warm-up. The
+ * error feedback state follows it with sl_compress_ef_at; a payload then carries the
+ * step's k (the header's k field), which the receiver checks against its own schedule.
  * Every payload starts with a 24-byte header (little endian): magic "SLCZ", codec (1 fp16,
  * 2 int8, 3 sign, 4 topk), three zero bytes, the element count (u64), the chunk size (u32:
  * 0 for fp16, 512, 512, 4096) and k (u32: 0 except topk). The payload's size is a function
@@ -75,16 +83,25 @@ typedef enum sl_compress_kind {
 
 typedef struct sl_compress_spec {
     sl_compress_kind kind;  /* zero-initialised: none */
-    double topk;            /* TOPK: the fraction kept, in (0, 1] */
+    double topk;            /* TOPK: the fraction kept, in (0, 1] (after the warm-up) */
+    int64_t warmup;         /* TOPK: the warm-up's steps (see the top); 0: none */
 } sl_compress_spec;
 
+#define SL_COMPRESS_WARMUP_MAX 1000000000 /* the largest warm-up, in steps */
+
 /* Parse "none", "fp16", "int8", "sign", "topk:F" or "topk(F)" (F a fraction in (0, 1], or
- * a percentage "1%"). SL_OK, or SL_EINVAL with a message naming the text and listing the
- * choices; *out unchanged on failure. */
+ * a percentage "1%"), each top-k form optionally with a warm-up in steps: "topk:F,warmup=W"
+ * or "topk(F,warmup=W)" (W an integer in [0, SL_COMPRESS_WARMUP_MAX]). SL_OK, or SL_EINVAL
+ * with a message naming the text and listing the choices; *out unchanged on failure. */
 sl_status sl_compress_parse(const char *text, sl_compress_spec *out);
 
-/* "none", "fp16", "int8", "sign", "topk:0.01" into buf (always NUL-terminated); returns buf. */
+/* "none", "fp16", "int8", "sign", "topk:0.01", "topk:0.01,warmup=1800" into buf (always
+ * NUL-terminated; sl_compress_parse reads it back); returns buf. */
 const char *sl_compress_name(const sl_compress_spec *spec, char *buf, size_t n);
+
+/* The fraction top-k keeps at step `step` (0-based; a negative step counts as 0): F, or
+ * during the warm-up max(F, 0.25 / 4^j) (see the top); 0 for the other codecs. */
+double sl_compress_topk_at(const sl_compress_spec *spec, int64_t step);
 
 /* Top-k's k per full chunk: ceil(F * 4096) clamped to [1, 4096]; 0 for the other codecs. */
 uint32_t sl_compress_topk_k(const sl_compress_spec *spec);
@@ -127,8 +144,15 @@ void sl_compress_ef_free(sl_compress_ef *ef); /* NULL is a no-op */
 sl_status sl_compress_ef_step(sl_compress_ef *ef, const float *g, size_t count, void *out, size_t cap, size_t *len,
                               float *sent);
 
+/* The codec of the next sl_compress_ef_step: that of step `step`, i.e. top-k with the
+ * warm-up's fraction (sl_compress_topk_at); the other codecs, and top-k without warm-up,
+ * are unchanged. The residual is kept (it holds what was not sent, whatever k was). */
+void sl_compress_ef_at(sl_compress_ef *ef, int64_t step);
+
 /* The residual (count float64 values; writable, e.g. to restore a checkpoint's). */
 double *sl_compress_ef_residual(sl_compress_ef *ef, size_t *count);
+/* The codec the next step encodes with (top-k: the fraction of the step given to
+ * sl_compress_ef_at, warmup 0); what a receiver of that step decodes with. */
 const sl_compress_spec *sl_compress_ef_spec(const sl_compress_ef *ef);
 
 #ifdef __cplusplus

@@ -97,7 +97,10 @@ extern "C" {
  * global momentum applies rarely-sent coordinates late and amplified, which cost fashion_mlp
  * about a point; this recovers it (README). The sidecar then holds the residual followed by
  * the velocity (2 n values, codec "topk:F+momentum" or "sign+momentum"). `strategy ps`
- * uses plain error feedback (the ps tasks run the optimizer).
+ * uses plain error feedback (the ps tasks run the optimizer). compress=topk(F, warmup=W)
+ * adds DGC's sparsity warm-up (sluice/compress.h): every replica sets its codec's fraction
+ * from the step before each exchange, so a resumed run picks the schedule up at its step;
+ * the sidecar's codec leaves the warm-up out. The ps refuses it (SL_EINVAL).
  *
  * Residuals in checkpoints: they are per replica, so each replica writes its own sidecar
  * file RUN_DIR/replica-R/residual-SSSSSSSSS.safetensors at every checkpoint step (the

@@ -176,12 +176,14 @@ static void ef_identity(const sl_compress_spec *sp, int steps) {
     enum { N = 4500 };
     float *g = malloc(N * sizeof *g), *sent = malloc(N * sizeof *sent);
     double *sg = calloc(N, sizeof *sg), *ss = calloc(N, sizeof *ss);
-    size_t cap = sl_compress_size(sp, N), len;
-    unsigned char *buf = malloc(cap);
     sl_compress_ef *ef;
     ASSERT_OK(sl_compress_ef_create(sp, N, &ef));
+    size_t cap = sl_compress_size(sl_compress_ef_spec(ef), N), len; /* step 0's: a warm-up's largest */
+    unsigned char *buf = malloc(cap);
     double moved = 0;
     for (int t = 0; t < steps; t++) {
+        sl_compress_ef_at(ef, t); /* top-k's warm-up: this step's k */
+        const sl_compress_spec *cur = sl_compress_ef_spec(ef);
         for (int i = 0; i < N; i++) {
             float m = ldexpf(1.0f + fabsf(unif()), -(int)(next() % 15) + 2);
             g[i] = (next() & 1) ? m : -m;
@@ -190,10 +192,11 @@ static void ef_identity(const sl_compress_spec *sp, int steps) {
             sg[i] += g[i];
         }
         ASSERT_OK(sl_compress_ef_step(ef, g, N, buf, cap, &len, sent));
-        ASSERT_EQ(len, cap);
+        ASSERT_EQ(len, sl_compress_size(cur, N));
+        ASSERT(cur->kind != SL_COMPRESS_TOPK || cur->topk == sl_compress_topk_at(sp, t));
         /* what was sent is what a receiver decodes */
         float *dec = calloc(N, sizeof *dec);
-        ASSERT_OK(sl_compress_decode_add(sp, buf, len, N, dec, "test"));
+        ASSERT_OK(sl_compress_decode_add(cur, buf, len, N, dec, "test"));
         ASSERT_MEMEQ(dec, sent, N * sizeof *dec);
         free(dec);
         for (int i = 0; i < N; i++) {
@@ -217,6 +220,72 @@ TEST(ef_identity_fp16) { ef_identity(&FP16, 300); }
 TEST(ef_identity_int8) { ef_identity(&INT8, 300); }
 TEST(ef_identity_sign) { ef_identity(&SIGN, 300); }
 TEST(ef_identity_topk) { ef_identity(&TOPK, 300); }
+/* the warm-up's four stages (25%, 6.25%, 1.5625%, 1%) and then 1%: k changes, the identity holds */
+TEST(ef_identity_topk_warmup) { ef_identity(&(sl_compress_spec){SL_COMPRESS_TOPK, 0.01, 100}, 300); }
+
+/* DGC's sparsity warm-up: the fraction per step, the option's text, and a receiver at
+ * another stage refusing the payload. */
+TEST(topk_warmup) {
+    sl_compress_spec s;
+    char b[64];
+    ASSERT_OK(sl_compress_parse("topk(0.01,warmup=1800)", &s));
+    ASSERT_EQ(s.kind, SL_COMPRESS_TOPK);
+    ASSERT(s.topk == 0.01);
+    ASSERT_EQ(s.warmup, 1800);
+    ASSERT_STREQ(sl_compress_name(&s, b, sizeof b), "topk:0.01,warmup=1800");
+    sl_compress_spec back;
+    ASSERT_OK(sl_compress_parse(b, &back));
+    ASSERT(back.topk == 0.01 && back.warmup == 1800);
+    ASSERT_OK(sl_compress_parse("topk:1%, warmup=0", &s));
+    ASSERT(s.topk == 0.01 && s.warmup == 0);
+    ASSERT_STREQ(sl_compress_name(&s, b, sizeof b), "topk:0.01");
+    /* four stages of 450 steps: 25%, 6.25%, 1.5625%, max(1%, 0.390625%); then 1% */
+    ASSERT_OK(sl_compress_parse("topk(0.01,warmup=1800)", &s));
+    const int64_t at[] = {-3, 0, 449, 450, 899, 900, 1349, 1350, 1799, 1800, 100000};
+    const double want[] = {0.25, 0.25, 0.25, 0.0625, 0.0625, 0.015625, 0.015625, 0.01, 0.01, 0.01, 0.01};
+    for (int i = 0; i < 11; i++)
+        if (sl_compress_topk_at(&s, at[i]) != want[i])
+            FAILF("step %lld: fraction %g, want %g", (long long)at[i], sl_compress_topk_at(&s, at[i]), want[i]);
+    ASSERT_OK(sl_compress_parse("topk:0.001,warmup=8", &s)); /* stage 3 above F: 0.390625% */
+    ASSERT(sl_compress_topk_at(&s, 6) == 0.00390625);
+    ASSERT(sl_compress_topk_at(&s, 8) == 0.001);
+    ASSERT(sl_compress_topk_at(&TOPK, 0) == 0.01); /* no warm-up */
+    ASSERT(sl_compress_topk_at(&INT8, 0) == 0);
+    /* the error-feedback state follows the step; a payload of stage 0 does not decode as 1% */
+    enum { N = 5000 };
+    float *x = malloc(N * sizeof *x), *acc = calloc(N, sizeof *acc);
+    for (int i = 0; i < N; i++) x[i] = unif();
+    sl_compress_ef *ef;
+    ASSERT_OK(sl_compress_ef_create(&(sl_compress_spec){SL_COMPRESS_TOPK, 0.01, 1800}, N, &ef));
+    ASSERT_EQ(sl_compress_topk_k(sl_compress_ef_spec(ef)), 1024); /* before any sl_compress_ef_at: step 0 */
+    unsigned char *buf = malloc(sl_compress_size(sl_compress_ef_spec(ef), N));
+    size_t len;
+    sl_compress_ef_at(ef, 1799);
+    ASSERT_EQ(sl_compress_topk_k(sl_compress_ef_spec(ef)), 41);
+    sl_compress_ef_at(ef, 500);
+    ASSERT_EQ(sl_compress_topk_k(sl_compress_ef_spec(ef)), 256);
+    ASSERT_EQ(sl_compress_ef_spec(ef)->warmup, 0);
+    ASSERT_OK(sl_compress_ef_step(ef, x, N, buf, sl_compress_size(sl_compress_ef_spec(ef), N), &len, NULL));
+    ASSERT_EQ(len, 24 + 256 * 6 + 256 * 6); /* 4096 + 904 values: 256 kept of each */
+    ASSERT_EQ(sl_compress_decode_add(&TOPK, buf, len, N, acc, "rank 1, step 500"), SL_ECORRUPT);
+    ASSERT_CONTAINS(sl_errmsg(), "rank 1, step 500: compressed gradient: byte 20: top-k k 256, expected 41");
+    for (int i = 0; i < N; i++) ASSERT(acc[i] == 0);
+    sl_compress_ef_free(ef);
+    free(x), free(acc), free(buf);
+    /* bad warm-ups */
+    ASSERT_EQ(sl_compress_parse("topk(0.01,warm=5)", &s), SL_EINVAL);
+    ASSERT_CONTAINS(sl_errmsg(), "after the fraction only warmup=STEPS may follow");
+    const char *bad[] = {"topk:0.01,warmup=-1", "topk:0.01,warmup=1.5", "topk:0.01,warmup=",
+                         "topk(0.01,warmup=2000000000)", "topk:0.01,warmup=99999999999999999999"};
+    for (int i = 0; i < 5; i++) {
+        s.warmup = 77;
+        if (sl_compress_parse(bad[i], &s) != SL_EINVAL) FAILF("'%s' was accepted", bad[i]);
+        ASSERT_CONTAINS(sl_errmsg(), "warmup= takes the warm-up's steps, an integer in [0, 1000000000]");
+        ASSERT_EQ(s.warmup, 77); /* unchanged */
+    }
+    ASSERT_EQ(sl_compress_parse("topk:0,warmup=5", &s), SL_EINVAL);
+    ASSERT_CONTAINS(sl_errmsg(), "(0, 1]");
+}
 
 /* Error feedback makes top-k send everything eventually: a constant gradient's average
  * over many steps is what was sent, within the residual's bound. */
@@ -385,6 +454,38 @@ TEST(config_option) {
     ASSERT_CONTAINS(sl_errmsg(), "not of `strategy none`");
     ASSERT_EQ(parse_train("strategy ring compres=int8", &tc), SL_EINVAL);
     ASSERT_CONTAINS(sl_errmsg(), "did you mean 'compress'");
+    /* top-k's warm-up, in steps (ring only) */
+    ASSERT_OK(parse_train("strategy ring compress=topk(0.01, warmup=1800)", &tc));
+    ASSERT_EQ(tc.compress.kind, SL_COMPRESS_TOPK);
+    ASSERT(tc.compress.topk == 0.01 && tc.compress.warmup == 1800);
+    ASSERT_OK(parse_train("strategy ring compress=\"topk:0.01,warmup=10\"", &tc));
+    ASSERT_EQ(tc.compress.warmup, 10);
+    ASSERT_OK(parse_train("strategy ring compress=topk(0.01)", &tc));
+    ASSERT_EQ(tc.compress.warmup, 0);
+    /* refused at the value (FILE:LINE:COL), each with its message */
+    const struct {
+        const char *stmt;
+        sl_status code;
+        const char *want, *want2;
+    } bad[] = {
+        {"strategy ring compress=topk(0.01, 1800)", SL_EINVAL, "the second argument is warmup=STEPS", "warmup=1800"},
+        {"strategy ring compress=topk(0.01, warmup=-5)", SL_ERANGE, "-5 is outside 0..1000000000",
+         "warmup=STEPS: the warm-up's steps"},
+        {"strategy ring compress=topk(0.01, warmup=2.5)", SL_EINVAL, "job.sl:6:", "warmup=STEPS"},
+        {"strategy ring compress=topk(0.01, warmup=10, x=1)", SL_EINVAL, "takes one number", "topk(0.01)"},
+        {"strategy ps mode=sync compress=topk(0.01, warmup=100)", SL_EINVAL, "warmup= is an option of `strategy ring`",
+         "drop warmup= under `strategy ps`"},
+        {"strategy ps compress=\"topk:0.01,warmup=100\"", SL_EINVAL, "warmup= is an option of `strategy ring`",
+         "job.sl:6:"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        sl_status st = parse_train(bad[i].stmt, &tc);
+        if (st != bad[i].code) FAILF("'%s': %d, want %d", bad[i].stmt, st, bad[i].code);
+        ASSERT_CONTAINS(sl_errmsg(), "job.sl:6:");
+        ASSERT_CONTAINS(sl_errmsg(), bad[i].want);
+        ASSERT_CONTAINS(sl_errmsg(), bad[i].want2);
+    }
+    ASSERT_OK(parse_train("strategy ps mode=sync compress=topk(0.01, warmup=0)", &tc));
     /* --set keeps working: the whole statement, or the option alone */
     const char *text = "model m { input 4; dense 2 }\npipeline p { files \"x\"; batch 4 }\ntrain {\n model m\n data p\n}\n";
     sl_cfg *cfg;
@@ -396,6 +497,9 @@ TEST(config_option) {
     ASSERT_OK(sl_train_config_parse(cfg, &tc));
     ASSERT_EQ(tc.compress.kind, SL_COMPRESS_TOPK);
     ASSERT(tc.compress.topk == 0.02);
+    ASSERT_OK(sl_cfg_set(cfg, "train.strategy.compress=topk(0.02, warmup=40)"));
+    ASSERT_OK(sl_train_config_parse(cfg, &tc));
+    ASSERT(tc.compress.topk == 0.02 && tc.compress.warmup == 40);
     ASSERT_OK(sl_cfg_set(cfg, "train.strategy.compress=bogus"));
     ASSERT_EQ(sl_train_config_parse(cfg, &tc), SL_EINVAL);
     ASSERT_CONTAINS(sl_errmsg(), "--set");
@@ -411,6 +515,8 @@ int main(void) {
     RUN(ef_identity_int8);
     RUN(ef_identity_sign);
     RUN(ef_identity_topk);
+    RUN(ef_identity_topk_warmup);
+    RUN(topk_warmup);
     RUN(ef_topk_converges);
     RUN(corruption);
     RUN(config_option);

@@ -547,7 +547,7 @@ TEST(test_residual_files) {
 /* The wire bytes per step, sent by rank 0 in each epoch, in the epoch line and as the
  * wire_bytes_per_step scalar of the train/ run: int8's payloads (24-byte header, one scale, 58 int8s,
  * the has-data int32: 90 bytes) against the float32 ring allreduce of 59 floats. */
-static double wire_scalar(const char *run, int *count) {
+static double wire_scalar(const char *run, int *count, double *first) {
     char path[700], train[500];
     snprintf(train, sizeof train, "%s/train", run); /* the train/ run's event files */
     DIR *d = opendir(train);
@@ -562,6 +562,7 @@ static double wire_scalar(const char *run, int *count) {
             sl_tfev_event ev;
             while (sl_tfev_reader_next(r, &ev) == SL_OK)
                 if (ev.kind == SL_TFEV_SCALAR && strcmp(ev.text, "wire_bytes_per_step") == 0) {
+                    if (first && !*count) *first = ev.value;
                     v = ev.value;
                     (*count)++;
                 }
@@ -584,7 +585,7 @@ TEST(test_wire_bytes_reported) {
         ASSERT_OK(r[0].st);
         ASSERT_OK(r[1].st);
         int n;
-        v[k] = wire_scalar(run, &n);
+        v[k] = wire_scalar(run, &n, NULL);
         ASSERT_EQ(n, 2); /* one per epoch */
         ASSERT(r[0].con);
         ASSERT_CONTAINS(r[0].con, "epoch 2/2  step 20");
@@ -598,6 +599,39 @@ TEST(test_wire_bytes_reported) {
     printf("  wire bytes per step: float32 %.1f, int8 %.1f\n", v[0], v[1]);
     ASSERT(v[1] >= 90 && v[1] < 90 + 16); /* 90 per step, plus the epoch's small agreements */
     ASSERT(v[0] >= 236 && v[0] < 236 + 16); /* 30 + 29 floats: reduce-scatter and allgather */
+}
+
+/* During top-k's warm-up the payloads shrink step by step and each epoch's figure is what
+ * was sent: topk(0.002, warmup=10) keeps 58 (all), 58, 58, 16 values of the 58 in stages of
+ * steps 0-2, 3-4, 5-7, 8-9 (24 + 6 k + 4 bytes each: 8 x 376 + 2 x 124 = 3256 bytes in
+ * epoch 1), then 9 (82 bytes a step in epoch 2). */
+TEST(test_wire_bytes_topk_warmup) {
+    trep r[2];
+    char *err, run[400], want[64];
+    snprintf(run, sizeof run, "%s/run0", tmpdir);
+    pair_console = true;
+    pair_cs = (sl_compress_spec){SL_COMPRESS_TOPK, 0.002, 10};
+    run_pair(r, (const int[2]){10, 10}, "epochs 2", 0, test_port(0), &err);
+    free(err);
+    ASSERT_OK(r[0].st);
+    ASSERT_OK(r[1].st);
+    int n;
+    double e1 = -1, e2 = wire_scalar(run, &n, &e1);
+    ASSERT_EQ(n, 2);
+    printf("  wire bytes per step, topk(0.002, warmup=10): epoch 1 %.1f, epoch 2 %.1f\n", e1, e2);
+    ASSERT(e1 >= 325.6 && e1 < 325.6 + 16);
+    ASSERT(e2 >= 82 && e2 < 82 + 16);
+    ASSERT(r[0].con);
+    snprintf(want, sizeof want, "step 10  loss");
+    ASSERT_CONTAINS(r[0].con, want);
+    snprintf(want, sizeof want, "  wire %.1f KiB/step", e1 / 1024);
+    ASSERT_CONTAINS(r[0].con, want);
+    snprintf(want, sizeof want, "  wire %.1f KiB/step", e2 / 1024);
+    ASSERT_CONTAINS(r[0].con, want);
+    ASSERT_STREQ(r[0].log, r[1].log); /* identical replicas through the warm-up */
+    for (int i = 0; i < 2; i++) free(r[i].log), free(r[i].con);
+    pair_cs = (sl_compress_spec){0};
+    pair_console = false;
 }
 
 /* The bucketed exchange (opts.bucket_bytes): 25 steps over an epoch boundary (lockstep:
@@ -684,6 +718,13 @@ TEST(test_exchange_time_reported) {
 
 TEST(test_compressed_resume_int8) { compressed_resume(&(sl_compress_spec){SL_COMPRESS_INT8, 0}, test_port(0)); }
 TEST(test_compressed_resume_topk) { compressed_resume(&(sl_compress_spec){SL_COMPRESS_TOPK, 0.01}, test_port(0)); }
+/* top-k with DGC's warm-up over 8 steps, stages of 2 (k per bucket 1024, 256, 64, 16: the
+ * model's 58 values, 58, 58, then 16; 9 from step 8): the checkpoint after steps 0-6 and
+ * the resume at step 7 land inside the warm-up, with a residual (stage 3 left values
+ * unsent), and the schedule goes on from the step, bit for bit */
+TEST(test_compressed_resume_topk_warmup) {
+    compressed_resume(&(sl_compress_spec){SL_COMPRESS_TOPK, 0.002, 8}, test_port(0));
+}
 TEST(test_compressed_resume_sign) { compressed_resume(&(sl_compress_spec){SL_COMPRESS_SIGN, 0}, test_port(0)); }
 
 int main(void) {
@@ -701,8 +742,10 @@ int main(void) {
     RUN(test_empty_shard);
     RUN(test_residual_files);
     RUN(test_wire_bytes_reported);
+    RUN(test_wire_bytes_topk_warmup);
     RUN(test_compressed_resume_int8);
     RUN(test_compressed_resume_topk);
+    RUN(test_compressed_resume_topk_warmup);
     RUN(test_compressed_resume_sign);
     RUN(test_bucketed_identical);
     RUN(test_exchange_time_reported);
