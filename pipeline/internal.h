@@ -373,6 +373,24 @@ void sl__runner_set_capacity(sl_runner *r, int capacity);
 /* Cancel, join, free; closes the input. NULL is a no-op. */
 void sl__runner_stop(sl_runner *r);
 
+/* The head of an iterator driven by a runner (map, map_batch): its struct starts with
+ * these two fields, so next, the tuner's ops and the start below serve both. */
+typedef struct sl__runner_iter {
+    sl_iter base;
+    sl_runner *runner;
+} sl__runner_iter;
+
+/* Open the op's input (input 0 of its dataset) and start its runner over it on fn, with
+ * `parallelism` workers, or SL_AUTO: threads for twice the CPU budget (idle ones sleep:
+ * the tuner may run more threads than cores when they are descheduled, see autotune.c),
+ * starting where the tuner left the node (a later epoch), else at the budget, with
+ * cap_mul * parallelism + cap_add results allowed to wait; then attach the tuner. On
+ * failure the iterator has been closed (its close must accept a NULL runner). */
+sl_status sl__runner_iter_start(sl__runner_iter *it, const sl_runner_ops *ops, const sl_fn *fn,
+                                int parallelism, int cap_mul, int cap_add, bool deterministic);
+/* sl_iter_vt.next of such an iterator. */
+sl_status sl__runner_iter_next(sl_iter *it, sl_element *out);
+
 /* ---- file lists (pipeline/ops/list_files.c) ---- */
 
 /* Expand patterns with glob(3) into a malloc'd array of malloc'd strings. Each pattern's

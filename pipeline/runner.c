@@ -398,3 +398,46 @@ void sl__runner_stop(sl_runner *r) {
     free(r->threads);
     free(r);
 }
+
+/* ---- iterators driven by a runner ---- */
+
+sl_status sl__runner_iter_next(sl_iter *it, sl_element *out) {
+    return sl__runner_next(((sl__runner_iter *)it)->runner, out);
+}
+
+static void runner_iter_set_par(sl_iter *it, int p) {
+    sl__runner_set_parallelism(((sl__runner_iter *)it)->runner, p);
+}
+
+static void runner_iter_set_buf(sl_iter *it, int b) {
+    sl__runner_set_capacity(((sl__runner_iter *)it)->runner, b);
+}
+
+static const sl_tune_ops runner_iter_tune = {.set_parallelism = runner_iter_set_par,
+                                             .set_buffer = runner_iter_set_buf};
+
+sl_status sl__runner_iter_start(sl__runner_iter *it, const sl_runner_ops *ops, const sl_fn *fn,
+                                int parallelism, int cap_mul, int cap_add, bool deterministic) {
+    sl_iter *in, *self = &it->base;
+    sl_status s = sl__iter_input(self->ds, 0, self->ctx, self->seed, 0, &in);
+    if (s) {
+        sl__iter_close(self);
+        return s;
+    }
+    bool aut = parallelism == SL_AUTO;
+    int threads = aut ? 2 * self->ctx->ncpu : parallelism;
+    int par = aut ? self->ctx->ncpu : threads, cap = cap_mul * par + cap_add;
+    if (aut && atomic_load(&self->stats->parallelism) > 0) {
+        par = atomic_load(&self->stats->parallelism);
+        cap = atomic_load(&self->stats->buffer);
+    }
+    atomic_store(&self->node->auto_par, aut); /* before the workers: the RAM budget applies */
+    atomic_store(&self->node->auto_buf, aut);
+    s = sl__runner_start(ops, it, self, in, fn, threads, par, cap, deterministic, &it->runner);
+    if (s) {
+        sl__iter_close(self);
+        return s;
+    }
+    sl__tune_attach(self, aut, aut, threads, &runner_iter_tune);
+    return SL_OK;
+}

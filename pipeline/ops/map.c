@@ -18,8 +18,7 @@ typedef struct {
 } map_ds;
 
 typedef struct {
-    sl_iter base;
-    sl_runner *runner;
+    sl__runner_iter r; /* first: the runner's iterator head */
 } map_it;
 
 typedef struct {
@@ -35,9 +34,9 @@ static sl_status map_fetch(void *op, sl_iter *in, int64_t seq, void *job, bool *
 static sl_status map_work(void *op, void *job, int64_t seq, void *tstate, sl_element *out) {
     map_it *m = op;
     map_job *j = job;
-    const map_ds *d = (const map_ds *)m->base.ds;
+    const map_ds *d = (const map_ds *)m->r.base.ds;
     sl_origin o = j->e.origin; /* (the function may leave the element half-changed) */
-    sl_status s = sl__fn_apply(d->fn, &j->e, sl__mix(m->base.seed, (uint64_t)seq), seq, tstate);
+    sl_status s = sl__fn_apply(d->fn, &j->e, sl__mix(m->r.base.seed, (uint64_t)seq), seq, tstate);
     if (s < 0) {
         sl__fn_err_context(d->base.label, d->base.where, &o);
         return s;
@@ -55,52 +54,21 @@ static const sl_runner_ops map_runner_ops = {
     .job_clear = map_job_clear,
 };
 
-static sl_status map_next(sl_iter *it, sl_element *out) {
-    return sl__runner_next(((map_it *)it)->runner, out);
-}
-
 static void map_close(sl_iter *it) {
     sl__tune_detach(it);
-    sl__runner_stop(((map_it *)it)->runner);
+    sl__runner_stop(((map_it *)it)->r.runner);
 }
 
-static void map_set_par(sl_iter *it, int p) { sl__runner_set_parallelism(((map_it *)it)->runner, p); }
-static void map_set_buf(sl_iter *it, int b) { sl__runner_set_capacity(((map_it *)it)->runner, b); }
-static const sl_tune_ops map_tune = {.set_parallelism = map_set_par, .set_buffer = map_set_buf};
-
-static const sl_iter_vt map_it_vt = {.next = map_next, .close = map_close};
+static const sl_iter_vt map_it_vt = {.next = sl__runner_iter_next, .close = map_close};
 
 static sl_status map_make(sl_dataset *ds, sl_ictx *ctx, uint64_t seed, sl_iter **out) {
     const map_ds *d = (const map_ds *)ds;
     map_it *m = sl__iter_new(sizeof *m, &map_it_vt, ds, ctx, seed);
     if (!m) return SL_ENOMEM;
-    sl_iter *in;
-    sl_status s = sl__iter_input(ds, 0, ctx, seed, 0, &in);
-    if (s) {
-        sl__iter_close(&m->base);
-        return s;
-    }
-    /* auto: threads for twice the CPU budget (idle ones sleep: the tuner may run more threads
-     * than cores when they are descheduled, see autotune.c); start where the tuner left the
-     * node (a later epoch), else at the budget */
-    bool aut = d->parallelism == SL_AUTO;
-    int threads = aut ? 2 * ctx->ncpu : d->parallelism;
-    int par = aut ? ctx->ncpu : threads, cap = 2 * par + 2;
-    if (aut && atomic_load(&m->base.stats->parallelism) > 0) {
-        par = atomic_load(&m->base.stats->parallelism);
-        cap = atomic_load(&m->base.stats->buffer);
-    }
-    atomic_store(&m->base.node->auto_par, aut); /* before the workers: the RAM budget applies */
-    atomic_store(&m->base.node->auto_buf, aut);
-    s = sl__runner_start(&map_runner_ops, m, &m->base, in, d->fn, threads, par, cap,
-                         d->deterministic, &m->runner);
-    if (s) {
-        sl__iter_close(&m->base);
-        return s;
-    }
-    sl__tune_attach(&m->base, aut, aut, threads, &map_tune);
-    *out = &m->base;
-    return SL_OK;
+    sl_status s = sl__runner_iter_start(&m->r, &map_runner_ops, d->fn, d->parallelism, 2, 2,
+                                        d->deterministic);
+    if (!s) *out = &m->r.base;
+    return s;
 }
 
 static void map_destroy(sl_dataset *ds) { sl_fn_unref(((map_ds *)ds)->fn); }

@@ -25,8 +25,7 @@ typedef struct {
 } mb_ds;
 
 typedef struct {
-    sl_iter base;
-    sl_runner *runner;
+    sl__runner_iter r; /* first: the runner's iterator head */
     sl_element *carry; /* elements fetched before an input error; guarded by the runner's input lock */
     int ncarry, carry_cap;
 } mb_it;
@@ -40,7 +39,7 @@ typedef struct {
 static sl_status mb_fetch(void *op, sl_iter *in, int64_t seq, void *job, bool *last) {
     mb_it *m = op;
     mb_job *j = job;
-    const mb_ds *d = (const mb_ds *)m->base.ds;
+    const mb_ds *d = (const mb_ds *)m->r.base.ds;
     int size = (int)d->opts.size;
     j->n = 0;
     sl_status rs = sl__elems_reserve(&j->elems, &j->cap, m->ncarry);
@@ -83,7 +82,7 @@ static sl_status alloc_batch(const mb_it *m, const sl_element *e0, int n, sl_ele
         const sl_tensor *t = &e0->t[c];
         if (t->dtype == SL_DT_BYTES) continue; /* stacked at the end */
         if (t->rank >= SL_MAX_RANK)
-            return sl__op_err(&m->base, SL_EINVAL, "component '%s' has rank %d: too many to batch",
+            return sl__op_err(&m->r.base, SL_EINVAL, "component '%s' has rank %d: too many to batch",
                               e0->names[c], t->rank);
         int64_t dims[SL_MAX_RANK];
         dims[0] = n;
@@ -113,7 +112,7 @@ static sl_status write_slot(const mb_it *m, sl_element *e, int k, sl_element *ou
         numeric++;
         int bi = sl_element_find(out, e->names[c]);
         if (bi < 0)
-            return sl__op_err(&m->base, SL_EINVAL, "element %d of the batch has a component '%s' the first lacks",
+            return sl__op_err(&m->r.base, SL_EINVAL, "element %d of the batch has a component '%s' the first lacks",
                               k, e->names[c]);
         sl_tensor *bt = &out->t[bi];
         bool ok = bt->dtype == t->dtype && bt->rank == t->rank + 1;
@@ -122,7 +121,7 @@ static sl_status write_slot(const mb_it *m, sl_element *e, int k, sl_element *ou
             sl_tensor row = *bt;
             row.rank = bt->rank - 1;
             memmove(row.dims, bt->dims + 1, sizeof(int64_t) * (size_t)row.rank);
-            sl__op_err(&m->base, SL_EINVAL, "component '%s' is %s in element 0 but %s in element %d of the batch",
+            sl__op_err(&m->r.base, SL_EINVAL, "component '%s' is %s in element 0 but %s in element %d of the batch",
                        e->names[c], sl_tensor_describe(&row, b1, sizeof b1), sl_tensor_describe(t, b2, sizeof b2), k);
             sl_err_hint("resize or crop to one shape before batching, or use a padded batch");
             if (e->origin.path) sl_err_prefix("%s: byte %lld: ", e->origin.path, (long long)e->origin.offset);
@@ -134,7 +133,7 @@ static sl_status write_slot(const mb_it *m, sl_element *e, int k, sl_element *ou
     int expect = 0;
     for (int c = 0; c < out->n; c++) expect++;
     if (numeric != expect)
-        return sl__op_err(&m->base, SL_EINVAL, "element %d of the batch has %d numeric components, the first has %d",
+        return sl__op_err(&m->r.base, SL_EINVAL, "element %d of the batch has %d numeric components, the first has %d",
                           k, numeric, expect);
     return SL_OK;
 }
@@ -142,13 +141,13 @@ static sl_status write_slot(const mb_it *m, sl_element *e, int k, sl_element *ou
 static sl_status mb_work(void *op, void *job, int64_t seq, void *tstate, sl_element *out) {
     mb_it *m = op;
     mb_job *j = job;
-    const mb_ds *d = (const mb_ds *)m->base.ds;
+    const mb_ds *d = (const mb_ds *)m->r.base.ds;
     sl_element *holds = NULL; /* bytes components, per element */
     sl_status s = SL_OK;
     for (int k = 0; k < j->n && !s; k++) {
         int64_t index = seq * d->opts.size + k;
         /* the seed a map under a batch would have: its stream seed is the batch's child 0 */
-        uint64_t map_seed = sl__child_seed(m->base.seed, 0);
+        uint64_t map_seed = sl__child_seed(m->r.base.seed, 0);
         sl_origin o = j->elems[k].origin;
         s = sl__fn_apply(d->fn, &j->elems[k], sl__mix(map_seed, (uint64_t)index), index, tstate);
         if (s < 0) {
@@ -175,7 +174,7 @@ static sl_status mb_work(void *op, void *job, int64_t seq, void *tstate, sl_elem
     if (!s && holds) {
         sl_element bytes;
         sl_element_init(&bytes);
-        s = sl__stack(holds, j->n, &d->opts, m->base.ds->label, &bytes);
+        s = sl__stack(holds, j->n, &d->opts, m->r.base.ds->label, &bytes);
         for (int c = 0; !s && c < bytes.n; c++) s = sl_element_set(out, bytes.names[c], &bytes.t[c]);
         sl_element_clear(&bytes);
     }
@@ -202,53 +201,24 @@ static const sl_runner_ops mb_runner_ops = {
     .job_free = mb_job_free,
 };
 
-static sl_status mb_next(sl_iter *it, sl_element *out) { return sl__runner_next(((mb_it *)it)->runner, out); }
-
-static void mb_set_par(sl_iter *it, int p) { sl__runner_set_parallelism(((mb_it *)it)->runner, p); }
-static void mb_set_buf(sl_iter *it, int b) { sl__runner_set_capacity(((mb_it *)it)->runner, b); }
-static const sl_tune_ops mb_tune = {.set_parallelism = mb_set_par, .set_buffer = mb_set_buf};
-
 static void mb_close(sl_iter *it) {
     mb_it *m = (mb_it *)it;
     sl__tune_detach(it);
-    sl__runner_stop(m->runner);
+    sl__runner_stop(m->r.runner);
     for (int k = 0; k < m->ncarry; k++) sl_element_clear(&m->carry[k]);
     free(m->carry);
 }
 
-static const sl_iter_vt mb_it_vt = {.next = mb_next, .close = mb_close};
+static const sl_iter_vt mb_it_vt = {.next = sl__runner_iter_next, .close = mb_close};
 
 static sl_status mb_make(sl_dataset *ds, sl_ictx *ctx, uint64_t seed, sl_iter **out) {
     const mb_ds *d = (const mb_ds *)ds;
     mb_it *m = sl__iter_new(sizeof *m, &mb_it_vt, ds, ctx, seed);
     if (!m) return SL_ENOMEM;
-    sl_iter *in;
-    sl_status s = sl__iter_input(ds, 0, ctx, seed, 0, &in);
-    if (s) {
-        sl__iter_close(&m->base);
-        return s;
-    }
-    /* auto: threads for twice the CPU budget (idle ones sleep: the tuner may run more threads
-     * than cores when they are descheduled, see autotune.c); start where the tuner left the
-     * node (a later epoch), else at the budget */
-    bool aut = d->opts.parallelism == SL_AUTO;
-    int threads = aut ? 2 * ctx->ncpu : d->opts.parallelism;
-    int par = aut ? ctx->ncpu : threads, cap = par + 1;
-    if (aut && atomic_load(&m->base.stats->parallelism) > 0) {
-        par = atomic_load(&m->base.stats->parallelism);
-        cap = atomic_load(&m->base.stats->buffer);
-    }
-    atomic_store(&m->base.node->auto_par, aut); /* before the workers: the RAM budget applies */
-    atomic_store(&m->base.node->auto_buf, aut);
-    s = sl__runner_start(&mb_runner_ops, m, &m->base, in, d->fn, threads, par, cap,
-                         d->opts.deterministic, &m->runner);
-    if (s) {
-        sl__iter_close(&m->base);
-        return s;
-    }
-    sl__tune_attach(&m->base, aut, aut, threads, &mb_tune);
-    *out = &m->base;
-    return SL_OK;
+    sl_status s = sl__runner_iter_start(&m->r, &mb_runner_ops, d->fn, d->opts.parallelism, 1, 1,
+                                        d->opts.deterministic);
+    if (!s) *out = &m->r.base;
+    return s;
 }
 
 static void mb_destroy(sl_dataset *ds) { sl_fn_unref(((mb_ds *)ds)->fn); }
