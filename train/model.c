@@ -1,13 +1,18 @@
-/* Sequential models on a backend: layer shapes, one allocation each for parameters,
- * gradients and activations, seeded initialisation, and the forward/backward passes of a
- * train or eval step (softmax cross-entropy at the end).
+/* Models on a backend: layer graphs (each layer reads the previous layer's output or named
+ * earlier ones; ADD and CONCAT join branches), layer shapes, one allocation each for
+ * parameters, gradients and activations, seeded initialisation, and the forward/backward
+ * passes of a train or eval step (softmax cross-entropy at the end).
  *
  * Workload: small image/vector classifiers (Fashion-MNIST MLP and CNN) trained step after
  * step at a fixed max_batch; the model allocates nothing per step. Every activation has its
  * own buffer [max_batch, size] and its gradient another, except flatten, which is a view of
- * its input. Each layer's backward SETS its input gradient (one layer reads each
- * activation), so buffers that ops accumulate into are zeroed just before; the first layer
- * computes no input gradient unless asked (sl__model_input_grad). Convolutions run a few
+ * its input (and shares its gradient). Layers run in array order, which is a topological
+ * order (inputs come from earlier layers only); backward runs in reverse, so every
+ * consumer of an output has added its part before that output's layer runs. The first
+ * consumer in backward order SETS the gradient of an input, later ones ADD to it (an
+ * output used by several layers gets the sum), so no gradient buffer is zeroed per step;
+ * an input gradient is computed only where a layer upstream has parameters, or for the
+ * model input when asked (sl__model_input_grad). Convolutions run a few
  * images at a time through one shared im2col buffer on the CPU (see CONV_CHUNK_FLOATS), the
  * whole batch at once on a GPU, and backward recomputes it. Inputs go through
  * SL_MODEL_STAGE_SLOTS staging slots named by explicit handles (sl_model_stage). Dropout masks come from (seed, train steps taken, layer index).
@@ -39,7 +44,11 @@ typedef struct layer {
     int32_t *argmax;              /* MAXPOOL */
     float *mask;                  /* DROPOUT */
     float *save_mean, *save_invstd; /* BATCHNORM */
-    bool need_dx;                 /* a layer before this one has parameters (or input grad wanted) */
+    int nin;                      /* inputs: src[k] is an earlier layer, -1 the model input */
+    int src[SL_MODEL_MAX_INPUTS];
+    bool acc[SL_MODEL_MAX_INPUTS]; /* backward adds to input k's gradient (a later consumer set it) */
+    bool needs_grad;              /* this layer or one upstream has parameters */
+    int hw;                       /* GLOBAL_AVGPOOL: cells per image */
 } layer;
 
 typedef struct pview {
@@ -58,6 +67,8 @@ struct sl_model {
     int in_rank;
     int64_t in_shape[3];
     size_t in_size;
+    char in_name[32];  /* the input layer's name (what layers name to read it) */
+    bool graph;        /* some layer reads other than the layer before it: summary's "Connected to" */
     int nl;
     layer *L;
     int classes;
@@ -105,6 +116,9 @@ static const char *kind_base(sl_layer_kind k) {
     case SL_LAYER_RELU: return "relu";
     case SL_LAYER_TANH: return "tanh";
     case SL_LAYER_SIGMOID: return "sigmoid";
+    case SL_LAYER_ADD: return "add";
+    case SL_LAYER_CONCAT: return "concatenate";
+    case SL_LAYER_GLOBAL_AVGPOOL: return "global_average_pooling2d";
     }
     return "layer";
 }
@@ -122,6 +136,9 @@ static const char *kind_class(sl_layer_kind k) {
     case SL_LAYER_RELU: return "ReLU";
     case SL_LAYER_TANH: return "Activation";
     case SL_LAYER_SIGMOID: return "Activation";
+    case SL_LAYER_ADD: return "Add";
+    case SL_LAYER_CONCAT: return "Concatenate";
+    case SL_LAYER_GLOBAL_AVGPOOL: return "GlobalAveragePooling2D";
     }
     return "Layer";
 }
@@ -181,6 +198,7 @@ static void shape_str(const int64_t *d, int rank, char *out, size_t cap) {
 static bool relu_follows(const sl_layer_spec *s, int i, int n) {
     if (s[i].activation == 1) return true;
     for (int j = i + 1; j < n; j++) {
+        if (s[j].ninputs != 0) return false; /* reads another layer: not this one's chain */
         if (s[j].kind == SL_LAYER_RELU) return true;
         if (s[j].kind != SL_LAYER_DROPOUT && s[j].kind != SL_LAYER_BATCHNORM) return false;
     }
@@ -200,30 +218,98 @@ static sl_status add_view(sl_model *m, const char *lname, const char *suffix, si
 /* Work out every layer's shapes, geometry and parameter offsets. */
 /* The shapes, sizes and parameter offsets while the layers are planned in order. */
 typedef struct {
-    int counts[SL_LAYER_SIGMOID + 1]; /* layers of each kind so far: default names */
+    char (*names)[32];    /* every spec's layer name (sl__model_layer_names) */
     int rank;
     int64_t shape[3];     /* the running output shape */
     size_t size;          /* its element count */
     size_t off;           /* trainable floats so far */
     size_t stat_floats;   /* batchnorm running statistics so far (after the trainable ones) */
-    bool params_before;   /* an earlier layer has parameters: this one needs its input gradient */
 } plan_state;
+
+#define LAST_KIND SL_LAYER_GLOBAL_AVGPOOL
+
+void sl__model_layer_names(const sl_layer_spec *specs, int n, char (*names)[32]) {
+    int counts[LAST_KIND + 1] = {0};
+    for (int i = 0; i < n; i++) {
+        sl_layer_kind k = specs[i].kind;
+        if (specs[i].name[0]) snprintf(names[i], 32, "%.31s", specs[i].name);
+        else if (i == 0) snprintf(names[i], 32, "input");
+        else if (k >= SL_LAYER_INPUT && k <= LAST_KIND) snprintf(names[i], 32, "%s_%d", kind_base(k), ++counts[k]);
+        else snprintf(names[i], 32, "layer_%d", i);
+    }
+}
+
+/* Source k of a layer as "8x8x16 (conv2d_3)" for messages. */
+static void src_desc(const sl_model *m, int src, char *out, size_t cap) {
+    char shp[64];
+    if (src < 0) shape_str(m->in_shape, m->in_rank, shp, sizeof shp);
+    else shape_str(m->L[src].shape, m->L[src].rank, shp, sizeof shp);
+    snprintf(out, cap, "%s (%s)", shp, src < 0 ? m->in_name : m->L[src].name);
+}
+
+/* ADD / CONCAT: the output shape from the sources' (equal, or equal but the last
+ * dimension). */
+static sl_status plan_join(sl_model *m, int li, plan_state *p) {
+    layer *l = &m->L[li];
+    bool add = l->kind == SL_LAYER_ADD;
+    if (l->nin < 2) {
+        sl_err(SL_EINVAL, "model: layer %d (%s): %s needs at least two inputs, got %d", li + 1, l->name,
+               add ? "add" : "concat", l->nin);
+        sl_err_hint("name the outputs to join, e.g. `%s shortcut` (the previous layer's and shortcut's)",
+                    add ? "add" : "concat");
+        return SL_EINVAL;
+    }
+    int last = p->rank - 1;
+    for (int k = 1; k < l->nin; k++) {
+        int sk = l->src[k];
+        int rank = sk < 0 ? m->in_rank : m->L[sk].rank;
+        const int64_t *d = sk < 0 ? m->in_shape : m->L[sk].shape;
+        bool ok = rank == p->rank;
+        for (int i = 0; ok && i < rank; i++) ok = d[i] == p->shape[i] || (!add && i == last);
+        if (!ok) {
+            char a[96], b[96];
+            src_desc(m, l->src[0], a, sizeof a);
+            src_desc(m, sk, b, sizeof b);
+            sl_err(SL_EINVAL, "model: layer %d (%s): %s of shapes %s and %s that %s", li + 1, l->name,
+                   add ? "add" : "concat", a, b, add ? "differ" : "differ in more than the last dimension");
+            if (add) sl_err_hint("a shortcut that changes the shape needs a projection, e.g. `conv2d FILTERS kernel=1x1 stride=2 from=NAME`");
+            else sl_err_hint("concat joins along the last (channel) dimension; bring the other dimensions to one size first (stride=2, a pool)");
+            return SL_EINVAL;
+        }
+        if (!add) p->shape[last] += d[last];
+    }
+    return SL_OK;
+}
 
 /* Layer li (spec s) after the ones before it. */
 static sl_status plan_layer(sl_model *m, int li, const sl_layer_spec *s, plan_state *p) {
     layer *l = &m->L[li];
     l->kind = s->kind;
-    if (s->kind < SL_LAYER_INPUT || s->kind > SL_LAYER_SIGMOID) return sl_err(SL_EINVAL, "model: layer %d has unknown kind %d", li + 1, (int)s->kind);
-    if (s->name[0]) snprintf(l->name, sizeof l->name, "%s", s->name);
-    else snprintf(l->name, sizeof l->name, "%s_%d", kind_base(s->kind), ++p->counts[s->kind]);
+    if (s->kind < SL_LAYER_INPUT || s->kind > LAST_KIND) return sl_err(SL_EINVAL, "model: layer %d has unknown kind %d", li + 1, (int)s->kind);
+    snprintf(l->name, sizeof l->name, "%s", p->names[li + 1]);
+    if (strcmp(m->in_name, l->name) == 0) return sl_err(SL_EINVAL, "model: layer %d: name '%s' is used twice", li + 1, l->name);
     for (int j = 0; j < li; j++)
         if (strcmp(m->L[j].name, l->name) == 0) return sl_err(SL_EINVAL, "model: layer %d: name '%s' is used twice", li + 1, l->name);
     const char *nm = l->name;
     char shp[64];
     shape_str(p->shape, p->rank, shp, sizeof shp);
     l->in_size = p->size;
-    l->need_dx = p->params_before;
+    if (l->nin != 1 && s->kind != SL_LAYER_ADD && s->kind != SL_LAYER_CONCAT)
+        return sl_err(SL_EINVAL, "model: layer %d (%s): %s takes one input, got %d", li + 1, nm, kind_base(s->kind), l->nin);
     switch (s->kind) {
+    case SL_LAYER_ADD:
+    case SL_LAYER_CONCAT: {
+        sl_status st = plan_join(m, li, p);
+        if (st) return st;
+        break;
+    }
+    case SL_LAYER_GLOBAL_AVGPOOL:
+        if (p->rank != 3) return sl_err(SL_EINVAL, "model: layer %d (%s): needs an image input h x w x c, got %s", li + 1, nm, shp);
+        l->hw = (int)(p->shape[0] * p->shape[1]);
+        l->c = (int)p->shape[2];
+        p->rank = 1;
+        p->shape[0] = l->c;
+        break;
     case SL_LAYER_INPUT:
         return sl_err(SL_EINVAL, "model: layer %d (%s): input must be the first layer only", li + 1, nm);
     case SL_LAYER_FLATTEN:
@@ -326,7 +412,6 @@ static sl_status plan_layer(sl_model *m, int li, const sl_layer_spec *s, plan_st
         p->size *= (size_t)p->shape[i];
     }
     l->out_size = p->size;
-    if (l->has_params) p->params_before = true;
     return SL_OK;
 }
 
@@ -364,6 +449,75 @@ static sl_status plan_views(sl_model *m, size_t off) {
     return SL_OK;
 }
 
+/* Layer li's inputs (spec s): the layer before it, or the earlier ones s->inputs names;
+ * the running shape becomes the first one's. */
+static sl_status plan_sources(sl_model *m, int li, const sl_layer_spec *s, plan_state *p) {
+    layer *l = &m->L[li];
+    if (s->ninputs < 0 || s->ninputs > SL_MODEL_MAX_INPUTS)
+        return sl_err(SL_EINVAL, "model: layer %d (%s): %d inputs, at most %d", li + 1, p->names[li + 1], s->ninputs,
+                      SL_MODEL_MAX_INPUTS);
+    l->nin = s->ninputs ? s->ninputs : 1;
+    for (int k = 0; k < l->nin; k++) {
+        int idx = s->ninputs ? s->inputs[k] : li; /* spec indices: this layer is li + 1 */
+        if (idx < 0 || idx > li) {
+            sl_err(SL_EINVAL, "model: layer %d (%s): input %d is layer %d, which is not an earlier layer", li + 1,
+                   p->names[li + 1], k + 1, idx);
+            sl_err_hint("a layer reads the outputs of layers before it (0..%d)", li);
+            return SL_EINVAL;
+        }
+        l->src[k] = idx - 1;
+        if (idx - 1 != li - 1 || l->nin != 1) m->graph = true;
+    }
+    int s0 = l->src[0];
+    p->rank = s0 < 0 ? m->in_rank : m->L[s0].rank;
+    p->size = s0 < 0 ? m->in_size : m->L[s0].out_size;
+    for (int i = 0; i < 3; i++) p->shape[i] = i >= p->rank ? 0 : s0 < 0 ? m->in_shape[i] : m->L[s0].shape[i];
+    return SL_OK;
+}
+
+/* After planning: every output but the last is used; which layers need gradients; which
+ * consumer of each output sets its gradient in backward (the first one backward reaches:
+ * the highest layer, then its lowest input) and which add to it. Flatten shares its input's
+ * gradient buffer, so it counts as that buffer's owner's. */
+static sl_status plan_graph(sl_model *m) {
+    int *own = calloc((size_t)m->nl + 1, sizeof(int));
+    bool *seen = calloc((size_t)m->nl + 1, sizeof(bool)); /* by owner + 1 (0: the model input) */
+    if (!own || !seen) {
+        free(own);
+        free(seen);
+        return sl_err(SL_ENOMEM, "model: out of memory");
+    }
+    for (int li = 0; li < m->nl; li++) {
+        layer *l = &m->L[li];
+        l->needs_grad = l->has_params;
+        for (int k = 0; k < l->nin; k++) {
+            int sk = l->src[k];
+            if (sk >= 0) seen[sk] = true; /* used */
+            if (sk >= 0 && m->L[sk].needs_grad) l->needs_grad = true;
+        }
+        own[li] = l->kind != SL_LAYER_FLATTEN ? li : l->src[0] < 0 ? -1 : own[l->src[0]];
+    }
+    sl_status st = SL_OK;
+    for (int li = 0; li < m->nl - 1 && !st; li++)
+        if (!seen[li]) {
+            st = sl_err(SL_EINVAL, "model: layer %d (%s): its output is never used", li + 1, m->L[li].name);
+            sl_err_hint("read it in a later layer (from=%s, add, concat) or remove it", m->L[li].name);
+        }
+    memset(seen, 0, ((size_t)m->nl + 1) * sizeof(bool));
+    for (int li = m->nl - 1; li >= 0 && !st; li--) {
+        layer *l = &m->L[li];
+        if (l->kind == SL_LAYER_FLATTEN) continue;
+        for (int k = 0; k < l->nin; k++) {
+            int o = (l->src[k] < 0 ? -1 : own[l->src[k]]) + 1;
+            l->acc[k] = seen[o];
+            seen[o] = true;
+        }
+    }
+    free(own);
+    free(seen);
+    return st;
+}
+
 static sl_status plan_layers(sl_model *m, const sl_layer_spec *specs, int n) {
     if (n < 2) return sl_err(SL_EINVAL, "model: needs an input layer and at least one dense layer (got %d layer%s)", n, n == 1 ? "" : "s");
     const sl_layer_spec *in = &specs[0];
@@ -380,12 +534,17 @@ static sl_status plan_layers(sl_model *m, const sl_layer_spec *specs, int n) {
     m->L = calloc((size_t)m->nl, sizeof(layer));
     m->pv = calloc((size_t)m->nl * 4 + 1, sizeof(pview));
     if (!m->L || !m->pv) return sl_err(SL_ENOMEM, "model: out of memory");
-    plan_state p = {.rank = in->rank, .shape = {in->shape[0], in->rank > 1 ? in->shape[1] : 0,
-                                                 in->rank > 2 ? in->shape[2] : 0}, .size = m->in_size};
-    for (int li = 0; li < m->nl; li++) {
-        sl_status st = plan_layer(m, li, &specs[li + 1], &p);
-        if (st) return st;
+    char (*names)[32] = calloc((size_t)n, sizeof *names);
+    if (!names) return sl_err(SL_ENOMEM, "model: out of memory");
+    sl__model_layer_names(specs, n, names);
+    snprintf(m->in_name, sizeof m->in_name, "%s", names[0]);
+    plan_state p = {.names = names};
+    sl_status st = SL_OK;
+    for (int li = 0; li < m->nl && !st; li++) {
+        if (!(st = plan_sources(m, li, &specs[li + 1], &p))) st = plan_layer(m, li, &specs[li + 1], &p);
     }
+    free(names);
+    if (st || (st = plan_graph(m))) return st;
     layer *last = &m->L[m->nl - 1];
     if (last->kind != SL_LAYER_DENSE || last->act != SL_ACT_NONE) {
         sl_err(SL_EINVAL, "model: the last layer (%s) must be dense with no activation: it gives the logits", last->name);
@@ -591,17 +750,18 @@ const float *sl__model_input_grad(sl_model *m, bool on) {
 }
 
 sl_status sl_model_summary(const sl_model *m, char **out) {
-    size_t cap = 256 + (size_t)(m->nl + 1) * 96, o = 0;
+    size_t cap = 256 + (size_t)(m->nl + 1) * (128 + SL_MODEL_MAX_INPUTS * 34), o = 0;
     char *buf = malloc(cap);
     if (!buf) return sl_err(SL_ENOMEM, "model summary: out of memory");
     char shp[96], typ[64];
 #define OUT(...) o += (size_t)snprintf(buf + o, cap - o, __VA_ARGS__)
-    OUT("%-34s %-22s %10s\n", "Layer (type)", "Output Shape", "Param #");
+    if (m->graph) OUT("%-34s %-22s %10s  %s\n", "Layer (type)", "Output Shape", "Param #", "Connected to");
+    else OUT("%-34s %-22s %10s\n", "Layer (type)", "Output Shape", "Param #");
     size_t pos = 0;
     pos += (size_t)snprintf(shp + pos, sizeof shp - pos, "(None");
     for (int i = 0; i < m->in_rank; i++) pos += (size_t)snprintf(shp + pos, sizeof shp - pos, ", %lld", (long long)m->in_shape[i]);
     snprintf(shp + pos, sizeof shp - pos, ")");
-    snprintf(typ, sizeof typ, "input (InputLayer)");
+    snprintf(typ, sizeof typ, "%s (InputLayer)", m->in_name);
     OUT("%-34s %-22s %10d\n", typ, shp, 0);
     size_t total = 0;
     for (int li = 0; li < m->nl; li++) {
@@ -612,7 +772,10 @@ sl_status sl_model_summary(const sl_model *m, char **out) {
         snprintf(typ, sizeof typ, "%s (%s)", l->name, kind_class(l->kind));
         size_t np = l->nw + l->nb + (l->kind == SL_LAYER_BATCHNORM ? 2 * (size_t)l->c : 0);
         total += np;
-        OUT("%-34s %-22s %10zu\n", typ, shp, np);
+        OUT("%-34s %-22s %10zu", typ, shp, np);
+        for (int k = 0; m->graph && k < l->nin; k++)
+            OUT("%s%s", k ? ", " : "  ", l->src[k] < 0 ? m->in_name : m->L[l->src[k]].name);
+        OUT("\n");
     }
     OUT("Total params: %zu (trainable %zu)\n", total, m->n_train);
 #undef OUT
@@ -651,7 +814,7 @@ static sl_status conv_forward(sl_model *m, const layer *l, const float *in, int 
 
 /* Per chunk of images: the pre-activation gradient, the bias and kernel gradients against
  * the recomputed im2col, and (when wanted) the input gradient through col2im. */
-static sl_status conv_backward(sl_model *m, const layer *l, const float *x, float *dx, int B) {
+static sl_status conv_backward(sl_model *m, const layer *l, const float *x, float *dx, bool acc, int B) {
     const sl_backend_ops *ops = m->bk->ops;
     sl_backend *bk = m->bk;
     const int K = l->kh * l->kw * l->c, ohw = l->oh * l->ow, N = l->oc;
@@ -678,10 +841,10 @@ static sl_status conv_backward(sl_model *m, const layer *l, const float *x, floa
         if (s || !dx) continue;
         float *dxc = dx + i0 * in_img;
         if (l->direct) {
-            s = ops->gemm(bk, false, true, rows, K, N, 1.0f, dpre, N, W, N, 0.0f, dxc, K);
+            s = ops->gemm(bk, false, true, rows, K, N, 1.0f, dpre, N, W, N, acc ? 1.0f : 0.0f, dxc, K);
         } else {
             s = ops->gemm(bk, false, true, rows, K, N, 1.0f, dpre, N, W, N, 0.0f, m->dcol, K);
-            if (!s) s = ops->fill(bk, dxc, 0.0f, (size_t)nb * in_img);
+            if (!s && !acc) s = ops->fill(bk, dxc, 0.0f, (size_t)nb * in_img);
             if (!s) s = ops->col2im(bk, m->dcol, nb, l->h, l->w, l->c, l->kh, l->kw, l->stride, l->pt, l->pl, l->oh,
                                     l->ow, dxc);
         }
@@ -689,17 +852,63 @@ static sl_status conv_backward(sl_model *m, const layer *l, const float *x, floa
     return s;
 }
 
+/* Rows of the last dimension and its width, for source sk (-1: the model input). */
+static size_t last_dim(const sl_model *m, int sk) {
+    return (size_t)(sk < 0 ? m->in_shape[m->in_rank - 1] : m->L[sk].shape[m->L[sk].rank - 1]);
+}
+
+/* ADD: the first input copied, the others added; CONCAT: each input into its columns. */
+static sl_status join_forward(sl_model *m, const layer *l, const float *x, int B) {
+    const sl_backend_ops *ops = m->bk->ops;
+    size_t nout = (size_t)B * l->out_size, C = last_dim(m, (int)(l - m->L)), off = 0;
+    sl_status s = SL_OK;
+    for (int k = 0; k < l->nin && !s; k++) {
+        const float *in = l->src[k] < 0 ? x : m->L[l->src[k]].out;
+        if (l->kind == SL_LAYER_ADD) {
+            s = k == 0 ? ops->copy(m->bk, l->out, in, nout * sizeof(float)) : ops->axpy(m->bk, nout, 1.0f, in, l->out);
+        } else {
+            size_t ck = last_dim(m, l->src[k]);
+            s = ops->copy_cols(m->bk, l->out + off, C, in, ck, nout / C, ck, false);
+            off += ck;
+        }
+    }
+    return s;
+}
+
+/* The gradients of a join's inputs from its output's: set, or added where acc says. */
+static sl_status join_backward(sl_model *m, const layer *l, float *const *dx, int B) {
+    const sl_backend_ops *ops = m->bk->ops;
+    size_t nout = (size_t)B * l->out_size, C = last_dim(m, (int)(l - m->L)), off = 0;
+    sl_status s = SL_OK;
+    for (int k = 0; k < l->nin && !s; k++) {
+        size_t ck = last_dim(m, l->src[k]);
+        if (dx[k] && l->kind == SL_LAYER_ADD)
+            s = l->acc[k] ? ops->axpy(m->bk, nout, 1.0f, l->dout, dx[k]) : ops->copy(m->bk, dx[k], l->dout, nout * sizeof(float));
+        else if (dx[k])
+            s = ops->copy_cols(m->bk, dx[k], ck, l->dout + off, C, nout / C, ck, l->acc[k]);
+        off += ck;
+    }
+    return s;
+}
+
 static sl_status forward(sl_model *m, const float *x, int B, bool training) {
     const sl_backend_ops *ops = m->bk->ops;
     sl_backend *bk = m->bk;
-    const float *in = x;
     sl_status s = SL_OK;
     for (int li = 0; li < m->nl && !s; li++) {
         layer *l = &m->L[li];
+        const float *in = l->src[0] < 0 ? x : m->L[l->src[0]].out;
         size_t nout = (size_t)B * l->out_size;
         const float *P = m->params;
         switch (l->kind) {
         case SL_LAYER_INPUT: break;
+        case SL_LAYER_ADD:
+        case SL_LAYER_CONCAT:
+            s = join_forward(m, l, x, B);
+            break;
+        case SL_LAYER_GLOBAL_AVGPOOL:
+            s = ops->global_avgpool_forward(bk, in, B, l->hw, l->c, l->out);
+            break;
         case SL_LAYER_FLATTEN:
             l->out = (float *)in; /* a view: its gradient buffer is resolved in backward */
             break;
@@ -736,13 +945,13 @@ static sl_status forward(sl_model *m, const float *x, int B, bool training) {
             s = ops->act_forward(bk, l->act, in, l->out, nout);
             break;
         }
-        in = l->out;
     }
     return s;
 }
 
-/* dy is L[li].dout (already holding dLoss/dout); writes dx (NULL: not needed). */
-static sl_status backward_layer(sl_model *m, int li, const float *x, float *dx, int B) {
+/* dy is L[li].dout (already holding dLoss/dout); sets dx, or adds to it when acc (NULL: not
+ * needed). */
+static sl_status backward_layer(sl_model *m, int li, const float *x, float *dx, bool acc, int B) {
     const sl_backend_ops *ops = m->bk->ops;
     sl_backend *bk = m->bk;
     layer *l = &m->L[li];
@@ -756,8 +965,16 @@ static sl_status backward_layer(sl_model *m, int li, const float *x, float *dx, 
     case SL_LAYER_FLATTEN:
         break;
     case SL_LAYER_CONV2D:
-        s = conv_backward(m, l, x, dx, B);
+        s = conv_backward(m, l, x, dx, acc, B);
         break;
+    case SL_LAYER_GLOBAL_AVGPOOL:
+        if (!dx) break;
+        if (!acc) s = ops->fill(bk, dx, 0.0f, nin);
+        if (!s) s = ops->global_avgpool_backward(bk, dy, B, l->hw, l->c, dx);
+        break;
+    case SL_LAYER_ADD:
+    case SL_LAYER_CONCAT:
+        break; /* join_backward */
     case SL_LAYER_DENSE: {
         const float *dpre = dy;
         if (l->act != SL_ACT_NONE) {
@@ -768,32 +985,32 @@ static sl_status backward_layer(sl_model *m, int li, const float *x, float *dx, 
         int K = (int)l->in_size, N = (int)l->nb;
         if (!s) s = ops->bias_grad(bk, G + l->b_off, dpre, (size_t)B, (size_t)N);
         if (!s) s = ops->gemm(bk, true, false, K, N, B, 1.0f, x, K, dpre, N, 1.0f, G + l->w_off, N);
-        if (!s && dx) s = ops->gemm(bk, false, true, B, K, N, 1.0f, dpre, N, P + l->w_off, N, 0.0f, dx, K);
+        if (!s && dx) s = ops->gemm(bk, false, true, B, K, N, 1.0f, dpre, N, P + l->w_off, N, acc ? 1.0f : 0.0f, dx, K);
         break;
     }
     case SL_LAYER_MAXPOOL:
         if (!dx) break;
-        s = ops->fill(bk, dx, 0.0f, nin);
+        if (!acc) s = ops->fill(bk, dx, 0.0f, nin);
         if (!s) s = ops->maxpool_backward(bk, dy, l->argmax, B, l->h, l->w, l->c, l->kh, l->stride, l->pt, l->pl, l->oh,
                                           l->ow, dx);
         break;
     case SL_LAYER_AVGPOOL:
         if (!dx) break;
-        s = ops->fill(bk, dx, 0.0f, nin);
+        if (!acc) s = ops->fill(bk, dx, 0.0f, nin);
         if (!s) s = ops->avgpool_backward(bk, dy, B, l->h, l->w, l->c, l->kh, l->stride, l->pt, l->pl, l->oh, l->ow, dx);
         break;
     case SL_LAYER_DROPOUT:
         if (!dx) break;
         if (l->rate > 0.0f) {
-            s = ops->fill(bk, dx, 0.0f, nin);
+            if (!acc) s = ops->fill(bk, dx, 0.0f, nin);
             if (!s) s = ops->dropout_backward(bk, dy, l->mask, dx, nin);
         } else {
-            s = ops->copy(bk, dx, dy, nin * sizeof(float));
+            s = acc ? ops->axpy(bk, nin, 1.0f, dy, dx) : ops->copy(bk, dx, dy, nin * sizeof(float));
         }
         break;
     case SL_LAYER_BATCHNORM: {
         float *dxx = dx ? dx : m->scratch_a; /* gamma/beta gradients need the pass anyway */
-        s = ops->fill(bk, dxx, 0.0f, nin);
+        if (!dx || !acc) s = ops->fill(bk, dxx, 0.0f, nin);
         if (!s) s = ops->batchnorm_backward(bk, x, dy, (size_t)B * (l->out_size / (size_t)l->c), l->c, P + l->w_off,
                                             l->save_mean, l->save_invstd, dxx, G + l->w_off, G + l->b_off);
         break;
@@ -802,7 +1019,7 @@ static sl_status backward_layer(sl_model *m, int li, const float *x, float *dx, 
     case SL_LAYER_TANH:
     case SL_LAYER_SIGMOID:
         if (!dx) break;
-        s = ops->fill(bk, dx, 0.0f, nin);
+        if (!acc) s = ops->fill(bk, dx, 0.0f, nin);
         if (!s) s = ops->act_backward(bk, l->act, l->out, dy, dx, nin);
         break;
     }
@@ -810,19 +1027,23 @@ static sl_status backward_layer(sl_model *m, int li, const float *x, float *dx, 
 }
 
 static sl_status backward(sl_model *m, const float *x, int B) {
-    /* Resolve flatten's gradient buffer: it shares the one of the layer before it. */
+    /* Resolve flatten's gradient buffer: it shares the one of its input. */
     for (int li = 0; li < m->nl; li++) {
         layer *l = &m->L[li];
-        if (l->kind == SL_LAYER_FLATTEN) l->dout = li == 0 ? (m->want_in_grad ? m->in_grad : NULL) : m->L[li - 1].dout;
+        if (l->kind == SL_LAYER_FLATTEN)
+            l->dout = l->src[0] < 0 ? (m->want_in_grad ? m->in_grad : NULL) : m->L[l->src[0]].dout;
     }
     for (int li = m->nl - 1; li >= 0; li--) {
         layer *l = &m->L[li];
-        const float *in = li == 0 ? x : m->L[li - 1].out;
-        float *dx = NULL;
-        if (li == 0) dx = m->want_in_grad ? m->in_grad : NULL;
-        else if (l->need_dx || m->want_in_grad) dx = m->L[li - 1].dout;
         if (l->kind == SL_LAYER_FLATTEN) continue;
-        sl_status s = backward_layer(m, li, in, dx, B);
+        float *dx[SL_MODEL_MAX_INPUTS];
+        for (int k = 0; k < l->nin; k++) {
+            int sk = l->src[k];
+            bool need = m->want_in_grad || (sk >= 0 && m->L[sk].needs_grad);
+            dx[k] = !need ? NULL : sk < 0 ? m->in_grad : m->L[sk].dout;
+        }
+        const float *in = l->src[0] < 0 ? x : m->L[l->src[0]].out;
+        sl_status s = l->nin > 1 ? join_backward(m, l, dx, B) : backward_layer(m, li, in, dx[0], l->acc[0], B);
         if (s) return s;
         if (l->has_params && m->ready_fn && (s = m->ready_fn(m->ready_ctx, l->w_off))) return s;
     }
