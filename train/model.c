@@ -270,8 +270,8 @@ static sl_status plan_join(sl_model *m, int li, plan_state *p) {
             char a[96], b[96];
             src_desc(m, l->src[0], a, sizeof a);
             src_desc(m, sk, b, sizeof b);
-            sl_err(SL_EINVAL, "model: layer %d (%s): %s of shapes %s and %s that %s", li + 1, l->name,
-                   add ? "add" : "concat", a, b, add ? "differ" : "differ in more than the last dimension");
+            sl_err(SL_EINVAL, "model: layer %d (%s): %s of shapes that differ%s: %s and %s", li + 1, l->name,
+                   add ? "add" : "concat", add ? "" : " in more than the last dimension", a, b);
             if (add) sl_err_hint("a shortcut that changes the shape needs a projection, e.g. `conv2d FILTERS kernel=1x1 stride=2 from=NAME`");
             else sl_err_hint("concat joins along the last (channel) dimension; bring the other dimensions to one size first (stride=2, a pool)");
             return SL_EINVAL;

@@ -9,7 +9,13 @@
  *     dropout RATE
  *     batchnorm [momentum=0.01] [eps=1e-3]
  *     relu | tanh | sigmoid
- * Every statement also takes name="..." (default: Keras style, "dense_1").
+ *     global_avg_pool
+ *     add NAME [NAME ...]            (one NAME: the previous layer's output plus NAME's)
+ *     concat NAME [NAME ...]         (one NAME: the previous layer's output, then NAME's)
+ * Every statement also takes name="..." (default: Keras style, "dense_1"), and every one
+ * but input, add and concat takes from=NAME: its input is that earlier layer's output
+ * instead of the previous one's. Names are resolved once every statement is read, so a
+ * name that comes later is reported as such.
  *
  * Workload: a dozen statements read once at start-up; the effort goes into messages: each
  * mistake is reported at its spot (sl_cfg_err) with a hint, did-you-mean where a word was
@@ -20,28 +26,38 @@
 #include <string.h>
 
 #include "sluice/model.h"
+#include "train/model_priv.h"
 
 typedef struct layer_def {
     const char *name;
     sl_layer_kind kind;
     const char *usage;
-    const char *opts[6]; /* allowed option keys, NULL-terminated */
+    const char *opts[8]; /* allowed option keys, NULL-terminated */
     int min_pos, max_pos;
 } layer_def;
 
 static const layer_def DEFS[] = {
     {"input", SL_LAYER_INPUT, "input SHAPE (e.g. input 28x28x1)", {"name", NULL}, 1, 1},
-    {"flatten", SL_LAYER_FLATTEN, "flatten", {"name", NULL}, 0, 0},
-    {"dense", SL_LAYER_DENSE, "dense UNITS [activation=relu]", {"activation", "name", NULL}, 1, 1},
-    {"conv2d", SL_LAYER_CONV2D, "conv2d FILTERS kernel=5x5 [stride=1] [padding=same|valid] [activation=relu]",
-     {"kernel", "stride", "padding", "activation", "name", NULL}, 1, 1},
-    {"maxpool", SL_LAYER_MAXPOOL, "maxpool 2x2 [stride=2] [padding=valid|same]", {"stride", "padding", "name", NULL}, 1, 1},
-    {"avgpool", SL_LAYER_AVGPOOL, "avgpool 2x2 [stride=2] [padding=valid|same]", {"stride", "padding", "name", NULL}, 1, 1},
-    {"dropout", SL_LAYER_DROPOUT, "dropout RATE (e.g. dropout 0.2)", {"name", NULL}, 1, 1},
-    {"batchnorm", SL_LAYER_BATCHNORM, "batchnorm [momentum=0.01] [eps=1e-3]", {"momentum", "eps", "name", NULL}, 0, 0},
-    {"relu", SL_LAYER_RELU, "relu", {"name", NULL}, 0, 0},
-    {"tanh", SL_LAYER_TANH, "tanh", {"name", NULL}, 0, 0},
-    {"sigmoid", SL_LAYER_SIGMOID, "sigmoid", {"name", NULL}, 0, 0},
+    {"flatten", SL_LAYER_FLATTEN, "flatten [from=NAME]", {"name", "from", NULL}, 0, 0},
+    {"dense", SL_LAYER_DENSE, "dense UNITS [activation=relu] [from=NAME]", {"activation", "name", "from", NULL}, 1, 1},
+    {"conv2d", SL_LAYER_CONV2D,
+     "conv2d FILTERS kernel=5x5 [stride=1] [padding=same|valid] [activation=relu] [from=NAME]",
+     {"kernel", "stride", "padding", "activation", "name", "from", NULL}, 1, 1},
+    {"maxpool", SL_LAYER_MAXPOOL, "maxpool 2x2 [stride=2] [padding=valid|same] [from=NAME]",
+     {"stride", "padding", "name", "from", NULL}, 1, 1},
+    {"avgpool", SL_LAYER_AVGPOOL, "avgpool 2x2 [stride=2] [padding=valid|same] [from=NAME]",
+     {"stride", "padding", "name", "from", NULL}, 1, 1},
+    {"dropout", SL_LAYER_DROPOUT, "dropout RATE (e.g. dropout 0.2) [from=NAME]", {"name", "from", NULL}, 1, 1},
+    {"batchnorm", SL_LAYER_BATCHNORM, "batchnorm [momentum=0.01] [eps=1e-3] [from=NAME]",
+     {"momentum", "eps", "name", "from", NULL}, 0, 0},
+    {"relu", SL_LAYER_RELU, "relu [from=NAME]", {"name", "from", NULL}, 0, 0},
+    {"tanh", SL_LAYER_TANH, "tanh [from=NAME]", {"name", "from", NULL}, 0, 0},
+    {"sigmoid", SL_LAYER_SIGMOID, "sigmoid [from=NAME]", {"name", "from", NULL}, 0, 0},
+    {"global_avg_pool", SL_LAYER_GLOBAL_AVGPOOL, "global_avg_pool [from=NAME]", {"name", "from", NULL}, 0, 0},
+    {"add", SL_LAYER_ADD, "add NAME [NAME ...] (one NAME: the previous layer's output plus NAME's)", {"name", NULL},
+     1, SL_MODEL_MAX_INPUTS},
+    {"concat", SL_LAYER_CONCAT, "concat NAME [NAME ...] (one NAME: the previous layer's output, then NAME's)",
+     {"name", NULL}, 1, SL_MODEL_MAX_INPUTS},
 };
 #define NDEFS ((int)(sizeof DEFS / sizeof DEFS[0]))
 
@@ -146,8 +162,11 @@ static sl_status check_args(const sl_cfg *cfg, const sl_cfg_stmt *s, const layer
     }
     if (npos < d->min_pos || npos > d->max_pos) {
         const sl_cfg_value *extra = npos > d->max_pos ? sl_cfg_pos(s, d->max_pos) : NULL;
+        char range[48];
+        snprintf(range, sizeof range, "%d to %d layer names", d->min_pos, d->max_pos);
         sl_cfg_err(cfg, extra ? extra->loc : s->loc, SL_EINVAL, "%s takes %s, found %d", d->name,
-                   d->max_pos == 0 ? "no positional arguments" : "one positional argument", npos);
+                   d->max_pos == 0 ? "no positional arguments" : d->max_pos == 1 ? "one positional argument" : range,
+                   npos);
         sl_err_hint("usage: %s", d->usage);
         return SL_EINVAL;
     }
@@ -253,6 +272,64 @@ static sl_status build_spec(const sl_cfg *cfg, const sl_cfg_stmt *s, sl_layer_sp
     return SL_OK;
 }
 
+/* The spec index of the layer that v (statement i's reference) names: an earlier one's. names
+ * are the n layers' names; cand has room for n pointers. */
+static sl_status resolve_ref(const sl_cfg *cfg, const sl_cfg_stmt *body, int i, int n, char (*names)[32],
+                             const char **cand, const sl_cfg_value *v, int *out) {
+    const char *w;
+    if (sl_cfg_word(cfg, v, &w)) return SL_EINVAL;
+    for (int j = 0; j < n; j++) {
+        if (strcmp(names[j], w) != 0) continue;
+        if (j < i) {
+            *out = j;
+            return SL_OK;
+        }
+        sl_cfg_err(cfg, v->loc, SL_EINVAL, "%s: '%s' is %s", body[i].name, w, j == i ? "this layer itself" : "a later layer");
+        if (j > i) sl_err_hint("a layer reads only the layers above it; '%s' is at line %d", w, body[j].loc.line);
+        else sl_err_hint("name a layer above this one");
+        return SL_EINVAL;
+    }
+    for (int j = 0; j < i; j++) cand[j] = names[j];
+    char list[256];
+    join(cand, i, list, sizeof list);
+    sl_cfg_err(cfg, v->loc, SL_EINVAL, "%s: no layer named '%s' above this one", body[i].name, w);
+    const char *sug = sl_suggest(w, cand, i);
+    if (sug) sl_err_hint("did you mean '%s'? (layers above: %s)", sug, list);
+    else sl_err_hint("layers above: %s (unnamed layers are named Keras style: conv2d_1, add_1, ...)", list);
+    return SL_EINVAL;
+}
+
+/* from= and the names of add / concat into the specs' input indices. */
+static sl_status resolve_inputs(const sl_cfg *cfg, const sl_cfg_stmt *blk, sl_layer_spec *specs) {
+    int n = blk->nbody;
+    char (*names)[32] = calloc((size_t)n, sizeof *names);
+    const char **cand = calloc((size_t)n, sizeof *cand);
+    if (!names || !cand) {
+        free(names);
+        free(cand);
+        return sl_err(SL_ENOMEM, "model: out of memory");
+    }
+    sl__model_layer_names(specs, n, names);
+    sl_status s = SL_OK;
+    for (int i = 1; i < n && !s; i++) {
+        const sl_cfg_stmt *st = &blk->body[i];
+        sl_layer_spec *sp = &specs[i];
+        const sl_cfg_value *v = sl_cfg_opt(st, "from");
+        if (v) {
+            sp->ninputs = 1;
+            s = resolve_ref(cfg, blk->body, i, n, names, cand, v, &sp->inputs[0]);
+        } else if (sp->kind == SL_LAYER_ADD || sp->kind == SL_LAYER_CONCAT) {
+            int np = sl_cfg_npos(st), k = 0;
+            if (np == 1) sp->inputs[k++] = i - 1;
+            for (int a = 0; a < np && !s; a++) s = resolve_ref(cfg, blk->body, i, n, names, cand, sl_cfg_pos(st, a), &sp->inputs[k++]);
+            sp->ninputs = k;
+        }
+    }
+    free(names);
+    free(cand);
+    return s;
+}
+
 sl_status sl_model_from_config(const sl_cfg *cfg, const char *name, const sl_model_opts *opts, sl_model **out) {
     *out = NULL;
     int nroot;
@@ -302,6 +379,7 @@ sl_status sl_model_from_config(const sl_cfg *cfg, const char *name, const sl_mod
         if (specs[i].kind == SL_LAYER_INPUT) {
             s = sl_cfg_err(cfg, blk->body[i].loc, SL_EINVAL, "model '%s': input must come first, and only once", mname);
         }
+    if (!s) s = resolve_inputs(cfg, blk, specs);
     if (!s) {
         s = sl_model_create(specs, blk->nbody, opts, out);
         int li;
