@@ -699,22 +699,41 @@ static sl_layer_spec layer(sl_layer_kind kind) {
     return s;
 }
 
+static sl_layer_spec input_hwc(int h, int w, int c) {
+    sl_layer_spec s = layer(SL_LAYER_INPUT);
+    s.rank = 3;
+    s.shape[0] = h;
+    s.shape[1] = w;
+    s.shape[2] = c;
+    return s;
+}
+
+static sl_layer_spec conv(int filters, int k, int stride, int activation) {
+    sl_layer_spec s = layer(SL_LAYER_CONV2D);
+    s.filters = filters;
+    s.kh = s.kw = k;
+    s.stride = stride;
+    s.padding = SL_PAD_SAME;
+    s.activation = activation;
+    return s;
+}
+
+/* spec s reading spec indices a (and b when >= 0) instead of the layer before it */
+static sl_layer_spec reads(sl_layer_spec s, int a, int b) {
+    s.inputs[0] = a;
+    s.inputs[1] = b;
+    s.ninputs = b >= 0 ? 2 : 1;
+    return s;
+}
+
 static void model_pair_step(const sl_layer_spec *L, int nl);
 
 TEST(test_model_cpu_vs_cuda) {
     NEED_GPU();
     sl_layer_spec L[9];
     int nl = 0;
-    L[nl] = layer(SL_LAYER_INPUT);
-    L[nl].rank = 3;
-    L[nl].shape[0] = 12;
-    L[nl].shape[1] = 12;
-    L[nl++].shape[2] = 2;
-    L[nl] = layer(SL_LAYER_CONV2D);
-    L[nl].filters = 6;
-    L[nl].kh = L[nl].kw = 3;
-    L[nl].padding = SL_PAD_SAME;
-    L[nl++].activation = 1;
+    L[nl++] = input_hwc(12, 12, 2);
+    L[nl++] = conv(6, 3, 1, 1);
     L[nl] = layer(SL_LAYER_BATCHNORM);
     nl++;
     L[nl] = layer(SL_LAYER_MAXPOOL);
@@ -739,46 +758,20 @@ TEST(test_model_cpu_vs_cuda) {
  * add; a branch that reads the join twice (concat with it); global average pooling. */
 TEST(test_graph_model_cpu_vs_cuda) {
     NEED_GPU();
-    sl_layer_spec L[10];
-    int nl = 0;
-    L[nl] = layer(SL_LAYER_INPUT);
-    L[nl].rank = 3;
-    L[nl].shape[0] = 12;
-    L[nl].shape[1] = 12;
-    L[nl++].shape[2] = 2;
-    L[nl] = layer(SL_LAYER_CONV2D); /* 1: 6x6x4 */
-    L[nl].filters = 4;
-    L[nl].kh = L[nl].kw = 3;
-    L[nl].stride = 2;
-    L[nl].padding = SL_PAD_SAME;
-    L[nl++].activation = 1;
-    L[nl] = layer(SL_LAYER_CONV2D); /* 2: projection of the input, 6x6x4 */
-    L[nl].filters = 4;
-    L[nl].kh = L[nl].kw = 1;
-    L[nl].stride = 2;
-    L[nl].padding = SL_PAD_SAME;
-    L[nl].ninputs = 1;
-    L[nl++].inputs[0] = 0;
-    L[nl] = layer(SL_LAYER_ADD); /* 3 */
-    L[nl].ninputs = 2;
-    L[nl].inputs[0] = 1;
-    L[nl++].inputs[1] = 2;
-    L[nl] = layer(SL_LAYER_RELU); /* 4 */
-    nl++;
-    L[nl] = layer(SL_LAYER_CONV2D); /* 5: 6x6x3 */
-    L[nl].filters = 3;
-    L[nl].kh = L[nl].kw = 3;
-    L[nl].padding = SL_PAD_SAME;
-    L[nl++].activation = 2;
-    L[nl] = layer(SL_LAYER_CONCAT); /* 6: 6x6x7, the relu's output read a second time */
-    L[nl].ninputs = 2;
-    L[nl].inputs[0] = 5;
-    L[nl++].inputs[1] = 4;
-    L[nl] = layer(SL_LAYER_GLOBAL_AVGPOOL);
-    nl++;
-    L[nl] = layer(SL_LAYER_DENSE);
-    L[nl++].units = 5;
-    model_pair_step(L, nl);
+    sl_layer_spec dense = layer(SL_LAYER_DENSE);
+    dense.units = 5;
+    const sl_layer_spec L[] = {
+        input_hwc(12, 12, 2),
+        conv(4, 3, 2, 1),                      /* 1: 6x6x4 */
+        reads(conv(4, 1, 2, 0), 0, -1),        /* 2: a projection of the input, 6x6x4 */
+        reads(layer(SL_LAYER_ADD), 1, 2),      /* 3 */
+        layer(SL_LAYER_RELU),                  /* 4 */
+        conv(3, 3, 1, 2),                      /* 5: 6x6x3 */
+        reads(layer(SL_LAYER_CONCAT), 5, 4),   /* 6: 6x6x7, the relu's output read again */
+        layer(SL_LAYER_GLOBAL_AVGPOOL),
+        dense,
+    };
+    model_pair_step(L, (int)(sizeof L / sizeof L[0]));
 }
 
 /* One train step of the model L[0..nl) on the CPU and on CUDA from the same seed: the same

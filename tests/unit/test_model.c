@@ -774,30 +774,33 @@ TEST(test_from_config_graph) {
 }
 
 TEST(test_from_config_graph_errors) {
-    const char *head = "model a {\n  input 4x4x1\n  conv2d 2 kernel=3x3 padding=same name=c1\n";
-    char t[512];
-#define GRAPH_ERR(body) (snprintf(t, sizeof t, "%s%s}\n", head, body), from_text(t, "a"))
-    ASSERT_EQ(GRAPH_ERR("  add c2\n  flatten\n  dense 3\n"), SL_EINVAL);
-    ASSERT_STREQ(first_line(), "m.sl:4:7: add: no layer named 'c2' above this one");
-    ASSERT_CONTAINS(sl_errmsg(), "---> HINT: did you mean 'c1'? (layers above: input, c1)");
-    ASSERT_EQ(GRAPH_ERR("  flatten from=c3\n  dense 3\n  conv2d 1 kernel=1x1 name=c3\n"), SL_EINVAL);
-    ASSERT_STREQ(first_line(), "m.sl:4:16: flatten: 'c3' is a later layer");
-    ASSERT_CONTAINS(sl_errmsg(), "---> HINT: a layer reads only the layers above it; 'c3' is at line 6");
-    ASSERT_EQ(GRAPH_ERR("  add input\n  flatten\n  dense 3\n"), SL_EINVAL);
-    ASSERT_STREQ(first_line(), "m.sl:4:3: layer 2 (add_1): add of shapes that differ: 4x4x2 (c1) and 4x4x1 (input)");
-    ASSERT_CONTAINS(sl_errmsg(), "---> HINT: a shortcut that changes the shape needs a projection");
-    ASSERT_EQ(GRAPH_ERR("  maxpool 2x2\n  concat c1\n  flatten\n  dense 3\n"), SL_EINVAL);
-    ASSERT_STREQ(first_line(), "m.sl:5:3: layer 3 (concatenate_1): concat of shapes that differ in more than the last "
-                               "dimension: 2x2x2 (max_pooling2d_1) and 4x4x2 (c1)");
-    ASSERT_CONTAINS(sl_errmsg(), "---> HINT: concat joins along the last (channel) dimension");
-    ASSERT_EQ(GRAPH_ERR("  add c1 from=input\n  flatten\n  dense 3\n"), SL_EINVAL);
-    ASSERT_STREQ(first_line(), "m.sl:4:10: add: unknown option 'from'");
-    ASSERT_EQ(GRAPH_ERR("  conv2d 2 kernel=1x1\n  flatten from=c1\n  dense 3\n"), SL_EINVAL);
-    ASSERT_STREQ(first_line(), "m.sl:4:3: layer 2 (conv2d_1): its output is never used");
-    ASSERT_CONTAINS(sl_errmsg(), "---> HINT: read it in a later layer (from=conv2d_1, add, concat) or remove it");
-    ASSERT_EQ(GRAPH_ERR("  add c1 c1 c1 c1 c1 c1 c1 c1 c1\n  flatten\n  dense 3\n"), SL_EINVAL);
-    ASSERT_STREQ(first_line(), "m.sl:4:31: add takes 1 to 8 layer names, found 9");
-#undef GRAPH_ERR
+    static const struct {
+        const char *body, *first, *hint; /* statements after the c1 layer, the message, its hint */
+    } cases[] = {
+        {"  add c2\n  flatten\n  dense 3\n", "m.sl:4:7: add: no layer named 'c2' above this one",
+         "---> HINT: did you mean 'c1'? (layers above: input, c1)"},
+        {"  flatten from=c3\n  dense 3\n  conv2d 1 kernel=1x1 name=c3\n", "m.sl:4:16: flatten: 'c3' is a later layer",
+         "---> HINT: a layer reads only the layers above it; 'c3' is at line 6"},
+        {"  add input\n  flatten\n  dense 3\n",
+         "m.sl:4:3: layer 2 (add_1): add of shapes that differ: 4x4x2 (c1) and 4x4x1 (input)",
+         "---> HINT: a shortcut that changes the shape needs a projection"},
+        {"  maxpool 2x2\n  concat c1\n  flatten\n  dense 3\n",
+         "m.sl:5:3: layer 3 (concatenate_1): concat of shapes that differ in more than the last dimension: 2x2x2 "
+         "(max_pooling2d_1) and 4x4x2 (c1)",
+         "---> HINT: concat joins along the last (channel) dimension"},
+        {"  add c1 from=input\n  flatten\n  dense 3\n", "m.sl:4:10: add: unknown option 'from'", "usage: add NAME"},
+        {"  conv2d 2 kernel=1x1\n  flatten from=c1\n  dense 3\n", "m.sl:4:3: layer 2 (conv2d_1): its output is never used",
+         "---> HINT: read it in a later layer (from=conv2d_1, add, concat) or remove it"},
+        {"  add c1 c1 c1 c1 c1 c1 c1 c1 c1\n  flatten\n  dense 3\n", "m.sl:4:31: add takes 1 to 8 layer names, found 9",
+         "usage: add NAME"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char t[512];
+        snprintf(t, sizeof t, "model a {\n  input 4x4x1\n  conv2d 2 kernel=3x3 padding=same name=c1\n%s}\n", cases[i].body);
+        ASSERT_EQ(from_text(t, "a"), SL_EINVAL);
+        ASSERT_STREQ(first_line(), cases[i].first);
+        ASSERT_CONTAINS(sl_errmsg(), cases[i].hint);
+    }
 }
 
 int main(void) {
