@@ -803,6 +803,116 @@ TEST(test_from_config_graph_errors) {
     }
 }
 
+/* CIFAR's ResNet-20 (He et al. 2015, with projection shortcuts) from two blocks. */
+static const char BLOCK_CFG[] =
+    "block basic(filters, stride=1) {\n"
+    "    conv2d filters kernel=3x3 stride=stride padding=same\n"
+    "    batchnorm\n"
+    "    relu\n"
+    "    conv2d filters kernel=3x3 padding=same\n"
+    "    batchnorm\n"
+    "    add in\n"
+    "    relu\n"
+    "}\n"
+    "block down(filters) {\n"
+    "    conv2d filters kernel=3x3 stride=2 padding=same\n"
+    "    batchnorm\n"
+    "    relu\n"
+    "    conv2d filters kernel=3x3 padding=same\n"
+    "    batchnorm name=main\n"
+    "    conv2d filters kernel=1x1 stride=2 from=in name=proj\n"
+    "    add main proj\n"
+    "    relu\n"
+    "}\n"
+    "model resnet20 {\n"
+    "    input 8x8x3\n"
+    "    conv2d 16 kernel=3x3 padding=same\n"
+    "    batchnorm\n"
+    "    relu\n"
+    "    basic 16\n    basic 16\n    basic 16\n"
+    "    down 32\n    basic 32\n    basic 32\n"
+    "    down 64\n    basic 64\n    basic 64 name=last\n"
+    "    global_avg_pool\n"
+    "    dense 10\n"
+    "}\n"
+    "block res(units, act=relu) {\n dense units activation=act name=h\n dense units\n batchnorm\n add in\n tanh\n}\n"
+    "model blocks { input 6\n res 6 act=sigmoid\n res 6 name=r2\n dense 4 from=r2 }\n"
+    "model flat { input 6\n dense 6 activation=sigmoid\n dense 6\n batchnorm\n add input\n tanh name=t\n"
+    " dense 6 activation=relu\n dense 6\n batchnorm\n add t\n tanh\n dense 4 }\n";
+
+TEST(test_blocks) {
+    sl_cfg *cfg;
+    ASSERT_OK(sl_cfg_parse(BLOCK_CFG, strlen(BLOCK_CFG), "blocks.sl", &cfg));
+    sl_model_opts o = cpu_opts(2, 1);
+    sl_model *m;
+    ASSERT_OK(sl_model_from_config(cfg, "resnet20", &o, &m));
+    size_t n;
+    sl_model_params(m, &n);
+    ASSERT_EQ(n, 274442);
+    ASSERT_EQ(sl__model_trainable(m), 273066);
+    const char *want[] = {"conv2d_1/kernel", "down_1_main/gamma", "down_1_proj/kernel", "down_2_proj/bias", "dense_1/bias"};
+    int found = 0;
+    for (int i = 0; i < sl_model_param_count(m); i++) {
+        const char *name;
+        ASSERT_OK(sl_model_param_info(m, i, &name, NULL, NULL, NULL));
+        for (int k = 0; k < 5; k++) found += strcmp(name, want[k]) == 0;
+    }
+    ASSERT_EQ(found, 5);
+    char *sum;
+    ASSERT_OK(sl_model_summary(m, &sum));
+    ASSERT_CONTAINS(sum, "add_1 (Add)                        (None, 8, 8, 16)                0  batch_normalization_3, relu_1\n"
+                         "basic_1 (ReLU)                     (None, 8, 8, 16)                0  add_1\n");
+    ASSERT_CONTAINS(sum, "down_2_proj (Conv2D)               (None, 2, 2, 64)             2112  basic_5\n");
+    ASSERT_CONTAINS(sum, "last (ReLU)                        (None, 2, 2, 64)                0  add_9\n");
+    free(sum);
+    batch b;
+    int64_t shape[3] = {8, 8, 3};
+    make_batch(&b, 2, shape, 3, 10);
+    sl_step_result r;
+    ASSERT_OK(sl_model_zero_grads(m));
+    ASSERT_OK(sl_model_train_step(m, &b.x, &b.y, 1.0f, &r));
+    ASSERT(r.loss > 0.5 && r.loss < 10.0);
+    free_batch(&b);
+    sl_model_free(m);
+    sl_cfg_free(cfg);
+    /* a block instance is the same model as its layers written out: the same loss, exactly */
+    float x[4 * 6];
+    for (int i = 0; i < 4 * 6; i++) x[i] = frand();
+    double a = cfg_loss(BLOCK_CFG, "blocks", x, 4, 6), f = cfg_loss(BLOCK_CFG, "flat", x, 4, 6);
+    ASSERT(a > 0.1 && a == f);
+}
+
+TEST(test_block_errors) {
+    static const struct {
+        const char *text, *first, *hint;
+    } cases[] = {
+        {"block b(f) { dense f\n relu }\nmodel a { input 4\n b\n dense 3 }\n", "m.sl:4:2: b: missing argument 'f'",
+         "usage: b f [name=NAME]"},
+        {"block b(f, k=2) { dense f\n relu }\nmodel a { input 4\n b 3 4 5\n dense 3 }\n",
+         "m.sl:4:8: b: more arguments than parameters", "usage: b f [k=2] [name=NAME]"},
+        {"block b(f) { dense f\n relu }\nmodel a { input 4\n b 3 g=1\n dense 3 }\n", "m.sl:4:6: b: no such parameter",
+         "usage: b f [name=NAME]"},
+        {"block b(f) { dense f\n b f }\nmodel a { input 4\n b 3\n dense 3 }\n",
+         "m.sl:2:2: block 'b': its last statement must be a layer, found block 'b'", "end with e.g. `relu`"},
+        {"block b(f) { b f\n relu }\nmodel a { input 4\n b 3\n dense 3 }\n", "m.sl:1:14: block 'b': blocks nest more than 8 deep",
+         "a block that uses itself never ends"},
+        {"block b(3) { relu }\nmodel a { input 4\n b\n dense 3 }\n",
+         "m.sl:1:1: block: expected `block NAME(PARAM, PARAM=DEFAULT) { layers }`", "e.g. block basic"},
+        {"block b(f) { dense f\n add c\n relu }\nmodel a { input 4\n b 4\n dense 3 }\n",
+         "m.sl:2:6: add: no layer named 'c' above this one", "in a block: its own layers' names, `in`"},
+        {"block b(f) { dense f\n dense f name=h\n relu }\nmodel a { input 4\n b 4 name=a_very_long_instance_name_abcd\n dense 3 }\n",
+         "m.sl:2:15: dense: layer name 'a_very_long_instance_name_abcd_h' is longer than 31 characters",
+         "shorten the instance's name"},
+        {"block b(f) { dense f\n relu }\nmodel a { input 4\n b 4x4\n dense 3 }\n",
+         "m.sl:4:4: dense: expected a number, found '4x4'", "usage: dense UNITS"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        ASSERT_EQ(from_text(cases[i].text, "a"), SL_EINVAL);
+        ASSERT_STREQ(first_line(), cases[i].first);
+        ASSERT_CONTAINS(sl_errmsg(), cases[i].hint);
+    }
+}
+
 int main(void) {
     RUN(test_grad_dense);
     RUN(test_grad_conv2d);
@@ -820,5 +930,7 @@ int main(void) {
     RUN(test_from_config_errors);
     RUN(test_from_config_graph);
     RUN(test_from_config_graph_errors);
+    RUN(test_blocks);
+    RUN(test_block_errors);
     TEST_MAIN_END();
 }
