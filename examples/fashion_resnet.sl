@@ -1,9 +1,10 @@
 # Fashion-MNIST with a small residual network (ResNet-style, He et al. 2015): a 3x3 stem,
 # three stages of residual blocks (16 channels at 28x28, 32 at 14x14, 64 at 7x7), each
 # block two 3x3 convolutions with batchnorm whose output is added to the block's input
-# (`add NAME`); where a stage halves the size the shortcut is a 1x1 stride-2 projection
-# (`from=NAME`). Global average pooling and the logits end it. Training images are padded
-# by 2 pixels, cropped back to 28x28 at a random place and flipped at random.
+# (`add in`); where a stage halves the size the shortcut is a 1x1 stride-2 projection
+# (`from=in`). The blocks are written once (`block NAME(PARAMS) { ... }`) and used as
+# statements of the model. Global average pooling and the logits end it. Training images
+# are padded by 2 pixels, cropped back to 28x28 at a random place and flipped at random.
 #
 #     build/bin/sluice-train examples/fashion_resnet.sl
 #     build/bin/sluice-train examples/fashion_resnet.sl --set train.epochs=- --set train.steps=20
@@ -34,48 +35,38 @@ pipeline test {
     prefetch auto
 }
 
+# A residual block: two 3x3 convolutions with batchnorm, added to the block's input (`in`).
+block basic(filters) {
+    conv2d filters kernel=3x3 padding=same
+    batchnorm
+    relu
+    conv2d filters kernel=3x3 padding=same
+    batchnorm
+    add in
+    relu
+}
+
+# The first block of a stage: half the size, and a 1x1 stride-2 projection as the shortcut.
+block down(filters) {
+    conv2d filters kernel=3x3 stride=2 padding=same
+    batchnorm
+    relu
+    conv2d filters kernel=3x3 padding=same
+    batchnorm name=main
+    conv2d filters kernel=1x1 stride=2 from=in name=proj
+    add main proj
+    relu
+}
+
 model resnet {
     input 28x28x1
     conv2d 16 kernel=3x3 padding=same
     batchnorm
-    relu name=stem
-
-    # stage 1: 28x28x16, identity shortcuts
-    conv2d 16 kernel=3x3 padding=same
-    batchnorm
     relu
-    conv2d 16 kernel=3x3 padding=same
-    batchnorm
-    add stem
-    relu name=s1b1
-    conv2d 16 kernel=3x3 padding=same
-    batchnorm
-    relu
-    conv2d 16 kernel=3x3 padding=same
-    batchnorm
-    add s1b1
-    relu name=s1
-
-    # stage 2: 14x14x32, a projection shortcut
-    conv2d 32 kernel=3x3 stride=2 padding=same
-    batchnorm
-    relu
-    conv2d 32 kernel=3x3 padding=same
-    batchnorm name=s2_main
-    conv2d 32 kernel=1x1 stride=2 from=s1 name=s2_proj
-    add s2_main s2_proj
-    relu name=s2
-
-    # stage 3: 7x7x64, a projection shortcut
-    conv2d 64 kernel=3x3 stride=2 padding=same
-    batchnorm
-    relu
-    conv2d 64 kernel=3x3 padding=same
-    batchnorm name=s3_main
-    conv2d 64 kernel=1x1 stride=2 from=s2 name=s3_proj
-    add s3_main s3_proj
-    relu
-
+    basic 16                                    # stage 1: 28x28x16
+    basic 16
+    down 32                                     # stage 2: 14x14x32
+    down 64                                     # stage 3: 7x7x64
     global_avg_pool
     dense 10
 }

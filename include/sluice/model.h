@@ -118,8 +118,13 @@ sl_status sl_model_create(const sl_layer_spec *layers, int n, const sl_model_opt
  *         conv2d 16 kernel=3x3 padding=same
  *         add stem
  *         relu
- * Errors at file:line:col (sl_cfg_err) with hints (unknown or later names, shapes of an
- * add or concat that do not match, naming both). */
+ * Blocks, top-level statements beside the models: `block NAME(PARAM, PARAM=DEFAULT) {
+ * layers }`, used in a model as `NAME ARGS [PARAM=VALUE] [name=INSTANCE]`: the layers are
+ * copied in with the parameters replaced; inside, `in` names the block's input, local
+ * names get the instance's name as a prefix ("down_1_proj") and the last layer is named
+ * after the instance (default "NAME_K"). Errors at file:line:col (sl_cfg_err) with hints
+ * (unknown or later names, shapes of an add or concat that do not match, naming both; a
+ * missing or unknown block argument). */
 sl_status sl_model_from_config(const sl_cfg *cfg, const char *name, const sl_model_opts *opts,
                                sl_model **out);
 
