@@ -500,6 +500,17 @@ static const char *CFG =
     "    dense 10\n"
     "}\n";
 
+/* The loss of one train step of m on B random images of shape h x w x c (NAN on an error). */
+static double one_step(sl_model *m, const int64_t *shape, int B, int classes) {
+    batch b;
+    make_batch(&b, B, shape, 3, classes);
+    sl_step_result r;
+    sl_status s = sl_model_zero_grads(m);
+    if (!s) s = sl_model_train_step(m, &b.x, &b.y, 1.0f, &r);
+    free_batch(&b);
+    return s ? NAN : r.loss;
+}
+
 TEST(test_from_config_mlp_cnn) {
     sl_cfg *cfg;
     ASSERT_OK(sl_cfg_parse(CFG, strlen(CFG), "models.sl", &cfg));
@@ -544,14 +555,9 @@ TEST(test_from_config_mlp_cnn) {
     ASSERT_EQ(rank, 4);
     ASSERT(dims[0] == 5 && dims[1] == 5 && dims[2] == 32 && dims[3] == 64);
     /* a train step runs on a batch of images */
-    batch b;
     int64_t shape[3] = {28, 28, 1};
-    make_batch(&b, 4, shape, 3, 10);
-    sl_step_result r;
-    ASSERT_OK(sl_model_zero_grads(m));
-    ASSERT_OK(sl_model_train_step(m, &b.x, &b.y, 1.0f, &r));
-    ASSERT(r.loss > 1.0 && r.loss < 5.0);
-    free_batch(&b);
+    double loss = one_step(m, shape, 4, 10);
+    ASSERT(loss > 1.0 && loss < 5.0);
     sl_model_free(m);
     /* batchnorm: running statistics are parameters after the trainable ones */
     ASSERT_OK(sl_model_from_config(cfg, "bn", &o, &m));
@@ -865,14 +871,9 @@ TEST(test_blocks) {
     ASSERT_CONTAINS(sum, "down_2_proj (Conv2D)               (None, 2, 2, 64)             2112  basic_5\n");
     ASSERT_CONTAINS(sum, "last (ReLU)                        (None, 2, 2, 64)                0  add_9\n");
     free(sum);
-    batch b;
     int64_t shape[3] = {8, 8, 3};
-    make_batch(&b, 2, shape, 3, 10);
-    sl_step_result r;
-    ASSERT_OK(sl_model_zero_grads(m));
-    ASSERT_OK(sl_model_train_step(m, &b.x, &b.y, 1.0f, &r));
-    ASSERT(r.loss > 0.5 && r.loss < 10.0);
-    free_batch(&b);
+    double loss = one_step(m, shape, 2, 10);
+    ASSERT(loss > 0.5 && loss < 10.0);
     sl_model_free(m);
     sl_cfg_free(cfg);
     /* a block instance is the same model as its layers written out: the same loss, exactly */
