@@ -206,6 +206,11 @@ TEST(test_grad_graph) {
     GRAD_CHECK("activations, batchnorm, dropout on one output", 4, L_input(6, 0, 0), L_dense(5, 0),
                L_kind(SL_LAYER_TANH), L_from(L_kind(SL_LAYER_SIGMOID), 1, -1, -1), L_from(bn, 1, -1, -1),
                L_from(drop0, 1, -1, -1), L_from(add, 2, 3, 4), L_from(cat, 6, 5, -1), L_dense(3, 0));
+    sl_layer_spec drop5 = {.kind = SL_LAYER_DROPOUT, .rate = 0.5f};
+    GRAD_CHECK("dropouts adding to a shared gradient", 4, L_input(6, 0, 0), L_dense(5, 0), drop0,
+               L_from(drop5, 1, -1, -1), L_from(L_kind(SL_LAYER_TANH), 1, -1, -1),
+               L_from(L_kind(SL_LAYER_SIGMOID), 1, -1, -1), L_from(bn, 1, -1, -1), L_from(add, 2, 3, 4),
+               L_from(cat, 7, 5, 6), L_dense(3, 0));
     gc_eps = 3e-4f;
     GRAD_CHECK("maxpool beside a conv", 2, L_input(4, 4, 2), L_conv(2, 1, 1, 1, SL_PAD_VALID, 2),
                L_pool(SL_LAYER_MAXPOOL, 2, 0, SL_PAD_VALID), L_from(L_conv(2, 2, 2, 2, SL_PAD_VALID, 0), 1, -1, -1),
