@@ -329,6 +329,12 @@ static sl_status find_block(expander *e, const char *name, const sl_cfg_stmt **o
                         "add in }; at most %d parameters", BLOCK_PARAMS);
             return SL_EINVAL;
         }
+        for (int k = 0; k < NDEFS; k++)
+            if (strcmp(v->text, DEFS[k].name) == 0) {
+                sl_cfg_err(e->cfg, v->loc, SL_EINVAL, "block '%s': a layer has that name", v->text);
+                sl_err_hint("name the block otherwise, e.g. '%s_block'", v->text);
+                return SL_EINVAL;
+            }
         if (!*out && strcmp(v->text, name) == 0) {
             *out = d;
             *idx = i;

@@ -909,6 +909,8 @@ TEST(test_block_errors) {
         {"block b(f) { dense f\n dense f name=h\n relu }\nmodel a { input 4\n b 4 name=a_very_long_instance_name_abcd\n dense 3 }\n",
          "m.sl:2:15: dense: layer name 'a_very_long_instance_name_abcd_h' is longer than 31 characters",
          "shorten the instance's name"},
+        {"block dense(f) { relu }\nmodel a { input 4\n dense 3 }\n", "m.sl:1:7: block 'dense': a layer has that name",
+         "name the block otherwise, e.g. 'dense_block'"},
         {"block b(f) { dense f\n relu }\nmodel a { input 4\n b 4x4\n dense 3 }\n",
          "m.sl:4:4: dense: expected a number, found '4x4'", "usage: dense UNITS"},
     };
