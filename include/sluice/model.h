@@ -93,10 +93,10 @@ sl_model_opts sl_model_opts_default(void);
 /* Build a model from layer specs (the first must be INPUT) ending in `classes` logits: the
  * last layer must be DENSE with classes units and no activation. Errors: SL_EINVAL naming
  * the layer (index and name) and what is wrong (e.g. "conv2d_1: kernel 5x5 larger than its
- * 4x4 input", "add_1: shapes 8x8x16 (conv2d_3) and 4x4x32 (conv2d_4) differ", an input
- * index that is not an earlier layer, an output no layer uses), SL_EUNSUPPORTED for CUDA
- * without a GPU, SL_ENOMEM. In backward a layer output used by several layers gets the sum
- * of their gradients. */
+ * 4x4 input", "add_1: add of shapes that differ: 8x8x16 (conv2d_3) and 4x4x32
+ * (conv2d_4)", an input index that is not an earlier layer, an output no layer uses),
+ * SL_EUNSUPPORTED for CUDA without a GPU, SL_ENOMEM. In backward a layer output used by
+ * several layers gets the sum of their gradients. */
 sl_status sl_model_create(const sl_layer_spec *layers, int n, const sl_model_opts *opts, sl_model **out);
 
 /* From a `model NAME { ... }` block:
