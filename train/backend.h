@@ -173,6 +173,18 @@ typedef struct sl_backend_ops {
     sl_status (*grads_out_reserve)(sl_backend *b, int n);
     sl_status (*grads_out_start)(sl_backend *b, int k, void *host_dst, const void *src, size_t bytes);
     sl_status (*grads_out_wait)(sl_backend *b, int k);
+
+    /* ---- graph joins (concatenate, global average pooling) ----
+     * copy_cols: a rows x cols block between row-strided matrices:
+     *   dst[r * ld_dst + j] = (accumulate ? dst[r * ld_dst + j] : 0) + src[r * ld_src + j];
+     * concatenation along the last dimension writes each input into its columns of the
+     * output, and its backward takes each input's columns of the output gradient back out.
+     * global_avgpool over NHWC x [n, hw, c] (hw = h * w cells): y[i][ch] = the mean over the
+     * cells, summed in cell order; backward: dx[i][p][ch] += dy[i][ch] * (1 / hw). */
+    sl_status (*copy_cols)(sl_backend *b, float *dst, size_t ld_dst, const float *src, size_t ld_src, size_t rows,
+                           size_t cols, bool accumulate);
+    sl_status (*global_avgpool_forward)(sl_backend *b, const float *x, int n, int hw, int c, float *y);
+    sl_status (*global_avgpool_backward)(sl_backend *b, const float *dy, int n, int hw, int c, float *dx);
 } sl_backend_ops;
 
 struct sl_backend {

@@ -582,6 +582,79 @@ static sl_status cpu_avgpool_backward(sl_backend *b, const float *dy, int n, int
     return SL_OK;
 }
 
+/* ---- graph joins ---------------------------------------------------------------------- */
+
+typedef struct cols_ctx {
+    float *dst;
+    const float *src;
+    size_t ld_dst, ld_src, cols;
+    bool acc;
+    int hw, c;
+} cols_ctx;
+
+static void copy_cols_rows(void *vc, size_t lo, size_t hi) {
+    const cols_ctx *k = vc;
+    for (size_t r = lo; r < hi; r++) {
+        float *d = k->dst + r * k->ld_dst;
+        const float *s = k->src + r * k->ld_src;
+        if (k->acc)
+            for (size_t j = 0; j < k->cols; j++) d[j] += s[j];
+        else
+            memcpy(d, s, k->cols * sizeof(float));
+    }
+}
+
+static sl_status cpu_copy_cols(sl_backend *b, float *dst, size_t ld_dst, const float *src, size_t ld_src,
+                               size_t rows, size_t cols, bool accumulate) {
+    if (cols > ld_dst || cols > ld_src)
+        return sl_err(SL_EINVAL, "copy_cols: %zu columns wider than the row strides %zu / %zu", cols, ld_dst, ld_src);
+    cols_ctx k = {.dst = dst, .src = src, .ld_dst = ld_dst, .ld_src = ld_src, .cols = cols, .acc = accumulate};
+    par_for((cpu_backend *)b, rows, rows * cols, copy_cols_rows, &k);
+    return SL_OK;
+}
+
+static void gap_fwd_images(void *vc, size_t lo, size_t hi) {
+    const cols_ctx *k = vc;
+    const int c = k->c;
+    float inv = 1.0f / (float)k->hw;
+    for (size_t i = lo; i < hi; i++) {
+        float *y = k->dst + i * (size_t)c;
+        const float *x = k->src + i * (size_t)k->hw * c;
+        for (int ch = 0; ch < c; ch++) y[ch] = 0.0f;
+        for (int p = 0; p < k->hw; p++)
+            for (int ch = 0; ch < c; ch++) y[ch] += x[(size_t)p * c + ch];
+        for (int ch = 0; ch < c; ch++) y[ch] *= inv;
+    }
+}
+
+static void gap_bwd_images(void *vc, size_t lo, size_t hi) {
+    const cols_ctx *k = vc;
+    const int c = k->c;
+    float inv = 1.0f / (float)k->hw;
+    for (size_t i = lo; i < hi; i++) {
+        const float *dy = k->src + i * (size_t)c;
+        float *dx = k->dst + i * (size_t)k->hw * c;
+        for (int p = 0; p < k->hw; p++)
+            for (int ch = 0; ch < c; ch++) dx[(size_t)p * c + ch] += dy[ch] * inv;
+    }
+}
+
+static sl_status gap_run(sl_backend *b, const char *op, float *dst, const float *src, int n, int hw, int c,
+                         range_fn fn) {
+    if (n < 0 || hw <= 0 || c <= 0) return sl_err(SL_EINVAL, "%s: bad shape n=%d hw=%d c=%d", op, n, hw, c);
+    cols_ctx k = {.dst = dst, .src = src, .hw = hw, .c = c};
+    par_for((cpu_backend *)b, (size_t)n, (size_t)n * hw * c, fn, &k);
+    return SL_OK;
+}
+
+static sl_status cpu_gap_forward(sl_backend *b, const float *x, int n, int hw, int c, float *y) {
+    return gap_run(b, "global_avgpool_forward", y, x, n, hw, c, gap_fwd_images);
+}
+
+static sl_status cpu_gap_backward(sl_backend *b, const float *dy, int n, int hw, int c, float *dx) {
+    return gap_run(b, "global_avgpool_backward", dx, dy, n, hw, c, gap_bwd_images);
+}
+
 /* ---- loss ---------------------------------------------------------------------------- */
 
 typedef struct xent_ctx {
@@ -999,6 +1072,9 @@ static const sl_backend_ops CPU_OPS = {
     .grads_out_reserve = cpu_grads_out_reserve,
     .grads_out_start = cpu_grads_out_start,
     .grads_out_wait = cpu_grads_out_wait,
+    .copy_cols = cpu_copy_cols,
+    .global_avgpool_forward = cpu_gap_forward,
+    .global_avgpool_backward = cpu_gap_backward,
 };
 
 sl_status sl__backend_cpu_new(int threads, sl_backend **out) {

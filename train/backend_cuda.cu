@@ -18,7 +18,7 @@
 //
 // Every CUDA and cuBLAS call goes through CK/CKB, which turn a failure into SL_EIO naming
 // the call, the error string and file:line (train/backend_cuda_priv.cuh). Convolution and
-// pooling are in train/backend_cuda_conv.cu.
+// pooling (global average pooling too) are in train/backend_cuda_conv.cu.
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 #include <math.h>
@@ -321,6 +321,29 @@ static sl_status cu_scale(sl_backend *b, size_t n, float alpha, float *x) {
     if (!n) return SL_OK;
     k_scale<<<grid_for(n), THREADS, 0, cb->compute>>>(n, alpha, x);
     CK_LAUNCH("scale");
+    return SL_OK;
+}
+
+// dst[r][j] (+)= src[r][j] over a rows x cols block of row-strided matrices (concatenation)
+static __global__ void k_copy_cols(float *dst, size_t ld_dst, const float *src, size_t ld_src, size_t cols,
+                                   bool acc, size_t total) {
+    GRID_STRIDE(i, total) {
+        size_t r = i / cols, j = i % cols;
+        float v = src[r * ld_src + j];
+        float *d = dst + r * ld_dst + j;
+        *d = acc ? *d + v : v;
+    }
+}
+
+static sl_status cu_copy_cols(sl_backend *b, float *dst, size_t ld_dst, const float *src, size_t ld_src, size_t rows,
+                              size_t cols, bool accumulate) {
+    ENTER(b);
+    if (cols > ld_dst || cols > ld_src)
+        return sl_err(SL_EINVAL, "copy_cols: %zu columns wider than the row strides %zu / %zu", cols, ld_dst, ld_src);
+    if (!rows || !cols) return SL_OK;
+    k_copy_cols<<<grid_for(rows * cols), THREADS, 0, cb->compute>>>(dst, ld_dst, src, ld_src, cols, accumulate,
+                                                                   rows * cols);
+    CK_LAUNCH("copy_cols");
     return SL_OK;
 }
 
@@ -935,6 +958,9 @@ static const sl_backend_ops cuda_ops = {
     cu_grads_out_reserve,
     cu_grads_out_start,
     cu_grads_out_wait,
+    cu_copy_cols,
+    sl__cu_gap_forward,
+    sl__cu_gap_backward,
 };
 
 static sl_status cuda_init(cuda_backend *cb) {

@@ -1,5 +1,6 @@
 // The CUDA backend's convolution and pooling ops: im2col / col2im (a convolution is
-// im2col + GEMM, train/backend_cuda.cu), max and average pooling, forward and backward.
+// im2col + GEMM, train/backend_cuda.cu), max, average and global average pooling, forward
+// and backward.
 // Deterministic like the rest of the backend: col2im, maxpool_backward and
 // avgpool_backward gather per input element in the CPU's order instead of scattering with
 // atomics, so every run gives the same bits.
@@ -269,5 +270,49 @@ sl_status sl__cu_avgpool_backward(sl_backend *b, const float *dy, int n, int h, 
     if (!total) return SL_OK;
     k_avgpool_bwd<<<grid_for(total), THREADS, 0, cb->compute>>>(dy, g, dx, total);
     CK_LAUNCH("avgpool_backward");
+    return SL_OK;
+}
+
+// ---------------------------------------------------------------------------------------
+// global average pooling: one thread per (image, channel) sums the cells in the CPU's order
+
+static __global__ void k_gap_fwd(const float *x, int hw, int c, float *y, size_t total) {
+    GRID_STRIDE(i, total) {
+        size_t ni = i / (size_t)c;
+        int ch = (int)(i % (size_t)c);
+        const float *xs = x + ni * (size_t)hw * c + ch;
+        float s = 0.0f;
+        for (int p = 0; p < hw; p++) s += xs[(size_t)p * c];
+        y[i] = __fmul_rn(s, 1.0f / (float)hw);
+    }
+}
+
+static __global__ void k_gap_bwd(const float *dy, int hw, int c, float *dx, size_t total) {
+    GRID_STRIDE(i, total) {
+        size_t ni = i / ((size_t)hw * c);
+        int ch = (int)(i % (size_t)c);
+        dx[i] += __fmul_rn(dy[ni * c + ch], 1.0f / (float)hw);
+    }
+}
+
+sl_status sl__cu_gap_forward(sl_backend *b, const float *x, int n, int hw, int c, float *y) {
+    ENTER(b);
+    if (n < 0 || hw <= 0 || c <= 0)
+        return sl_err(SL_EINVAL, "global_avgpool_forward: bad shape n=%d hw=%d c=%d", n, hw, c);
+    size_t total = (size_t)n * c;
+    if (!total) return SL_OK;
+    k_gap_fwd<<<grid_for(total), THREADS, 0, cb->compute>>>(x, hw, c, y, total);
+    CK_LAUNCH("global_avgpool_forward");
+    return SL_OK;
+}
+
+sl_status sl__cu_gap_backward(sl_backend *b, const float *dy, int n, int hw, int c, float *dx) {
+    ENTER(b);
+    if (n < 0 || hw <= 0 || c <= 0)
+        return sl_err(SL_EINVAL, "global_avgpool_backward: bad shape n=%d hw=%d c=%d", n, hw, c);
+    size_t total = (size_t)n * hw * c;
+    if (!total) return SL_OK;
+    k_gap_bwd<<<grid_for(total), THREADS, 0, cb->compute>>>(dy, hw, c, dx, total);
+    CK_LAUNCH("global_avgpool_backward");
     return SL_OK;
 }

@@ -107,5 +107,7 @@ sl_status sl__cu_avgpool_forward(sl_backend *b, const float *x, int n, int h, in
                                  int pad_top, int pad_left, int oh, int ow, float *y);
 sl_status sl__cu_avgpool_backward(sl_backend *b, const float *dy, int n, int h, int w, int c, int k, int s,
                                   int pad_top, int pad_left, int oh, int ow, float *dx);
+sl_status sl__cu_gap_forward(sl_backend *b, const float *x, int n, int hw, int c, float *y);
+sl_status sl__cu_gap_backward(sl_backend *b, const float *dy, int n, int hw, int c, float *dx);
 
 #endif

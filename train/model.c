@@ -1,13 +1,19 @@
-/* Sequential models on a backend: layer shapes, one allocation each for parameters,
- * gradients and activations, seeded initialisation, and the forward/backward passes of a
- * train or eval step (softmax cross-entropy at the end).
+/* Models on a backend: layer graphs (each layer reads the previous layer's output or named
+ * earlier ones; ADD and CONCAT join branches), layer shapes, one allocation each for
+ * parameters, gradients and activations, seeded initialisation, and the forward/backward
+ * passes of a train or eval step (softmax cross-entropy at the end). The layers' shapes,
+ * parameter offsets and gradient flow are planned in model_plan.c.
  *
  * Workload: small image/vector classifiers (Fashion-MNIST MLP and CNN) trained step after
  * step at a fixed max_batch; the model allocates nothing per step. Every activation has its
  * own buffer [max_batch, size] and its gradient another, except flatten, which is a view of
- * its input. Each layer's backward SETS its input gradient (one layer reads each
- * activation), so buffers that ops accumulate into are zeroed just before; the first layer
- * computes no input gradient unless asked (sl__model_input_grad). Convolutions run a few
+ * its input (and shares its gradient). Layers run in array order, which is a topological
+ * order (inputs come from earlier layers only); backward runs in reverse, so every
+ * consumer of an output has added its part before that output's layer runs. The first
+ * consumer in backward order SETS the gradient of an input, later ones ADD to it (an
+ * output used by several layers gets the sum), so no gradient buffer is zeroed per step;
+ * an input gradient is computed only where a layer upstream has parameters, or for the
+ * model input when asked (sl__model_input_grad). Convolutions run a few
  * images at a time through one shared im2col buffer on the CPU (see CONV_CHUNK_FLOATS), the
  * whole batch at once on a GPU, and backward recomputes it. Inputs go through
  * SL_MODEL_STAGE_SLOTS staging slots named by explicit handles (sl_model_stage). Dropout masks come from (seed, train steps taken, layer index).
@@ -18,112 +24,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "train/model_priv.h"
-
-typedef struct layer {
-    sl_layer_kind kind;
-    char name[32];
-    int rank;          /* of the per-example output shape */
-    int64_t shape[3];  /* per-example output shape */
-    size_t in_size, out_size; /* floats per example */
-    /* geometry (CONV2D / POOL): input h x w x c, output oh x ow x oc */
-    int h, w, c, oh, ow, oc, kh, kw, stride, pt, pl;
-    sl_act act;
-    float rate, momentum, eps;
-    bool has_params;
-    size_t w_off, b_off, nw, nb;  /* kernel/bias or gamma/beta, floats into params */
-    size_t rm_off, rv_off;        /* BATCHNORM running mean/var */
-    float *out, *dout;            /* activation and its gradient [max_batch, out_size] */
-    bool direct;                  /* CONV2D 1x1, stride 1, unpadded: the input is its own im2col */
-    int chunk;                    /* CONV2D: images per im2col + GEMM pass */
-    int32_t *argmax;              /* MAXPOOL */
-    float *mask;                  /* DROPOUT */
-    float *save_mean, *save_invstd; /* BATCHNORM */
-    bool need_dx;                 /* a layer before this one has parameters (or input grad wanted) */
-} layer;
-
-typedef struct pview {
-    char name[64];
-    size_t off;
-    int rank;
-    int64_t dims[4];
-} pview;
-
-#define NSLOTS SL_MODEL_STAGE_SLOTS /* input staging slots, used in turn */
-
-struct sl_model {
-    sl_backend *bk;
-    bool is_cpu;
-    sl_model_opts opts;
-    int in_rank;
-    int64_t in_shape[3];
-    size_t in_size;
-    int nl;
-    layer *L;
-    int classes;
-    float *params, *grads;
-    size_t n_params, n_train;
-    void *act_mem;   /* every activation, gradient and per-layer buffer */
-    float *scratch_a;             /* pre-activation gradients */
-    float *col, *dcol;            /* one conv chunk's im2col and its gradient */
-    float *in_grad;  /* [max_batch, in_size] when the input gradient is wanted */
-    bool want_in_grad;
-    int npv;
-    pview *pv;
-    uint64_t steps;  /* train steps taken: dropout seeds */
-    /* staged inputs (sl_model_stage): on non-CPU backends pinned host buffers and device
-     * buffers per slot; on the CPU the caller's x and int32 labels (converted when int64) */
-    float *x_dev[NSLOTS];
-    int32_t *y_dev[NSLOTS];
-    void *stage[NSLOTS];
-    const float *slot_x[NSLOTS];
-    const int32_t *slot_y[NSLOTS];
-    int32_t *slot_labels[NSLOTS]; /* CPU: int32 conversions, max_batch each */
-    int64_t slot_b[NSLOTS];
-    uint64_t slot_id[NSLOTS];     /* the staging that filled the slot (0: none) */
-    uint64_t nstaged;
-    int next_slot;
-    char fallback[256];      /* backend auto: why the GPU could not be opened ("" when it was not tried or opened) */
-    sl__grads_ready_fn ready_fn; /* bucketed exchange: told as backward finishes each layer's gradients */
-    void *ready_ctx;
-};
+#include "train/model_impl.h"
 
 sl_model_opts sl_model_opts_default(void) {
     return (sl_model_opts){.backend = SL_BACKEND_AUTO, .threads = 0, .cuda_device = 0, .seed = 0, .max_batch = 128};
-}
-
-static const char *kind_base(sl_layer_kind k) {
-    switch (k) {
-    case SL_LAYER_INPUT: return "input";
-    case SL_LAYER_FLATTEN: return "flatten";
-    case SL_LAYER_DENSE: return "dense";
-    case SL_LAYER_CONV2D: return "conv2d";
-    case SL_LAYER_MAXPOOL: return "max_pooling2d";
-    case SL_LAYER_AVGPOOL: return "average_pooling2d";
-    case SL_LAYER_DROPOUT: return "dropout";
-    case SL_LAYER_BATCHNORM: return "batch_normalization";
-    case SL_LAYER_RELU: return "relu";
-    case SL_LAYER_TANH: return "tanh";
-    case SL_LAYER_SIGMOID: return "sigmoid";
-    }
-    return "layer";
-}
-
-static const char *kind_class(sl_layer_kind k) {
-    switch (k) {
-    case SL_LAYER_INPUT: return "InputLayer";
-    case SL_LAYER_FLATTEN: return "Flatten";
-    case SL_LAYER_DENSE: return "Dense";
-    case SL_LAYER_CONV2D: return "Conv2D";
-    case SL_LAYER_MAXPOOL: return "MaxPooling2D";
-    case SL_LAYER_AVGPOOL: return "AveragePooling2D";
-    case SL_LAYER_DROPOUT: return "Dropout";
-    case SL_LAYER_BATCHNORM: return "BatchNormalization";
-    case SL_LAYER_RELU: return "ReLU";
-    case SL_LAYER_TANH: return "Activation";
-    case SL_LAYER_SIGMOID: return "Activation";
-    }
-    return "Layer";
 }
 
 /* ---- portable seeded random numbers (host only) ------------------------------------- */
@@ -150,253 +54,18 @@ static void init_tensor(float *dst, size_t n, uint64_t seed, int tensor_index, b
     }
 }
 
-/* ---- shapes --------------------------------------------------------------------------- */
-
-static sl_status geometry(const char *name, const char *what, int in_h, int in_w, int kh, int kw, int stride,
-                          sl_padding pad, int *oh, int *ow, int *pt, int *pl) {
-    if (pad == SL_PAD_SAME) {
-        *oh = (in_h + stride - 1) / stride;
-        *ow = (in_w + stride - 1) / stride;
-        int th = (*oh - 1) * stride + kh - in_h, tw = (*ow - 1) * stride + kw - in_w;
-        *pt = th > 0 ? th / 2 : 0;
-        *pl = tw > 0 ? tw / 2 : 0;
-    } else if (pad == SL_PAD_VALID) {
-        if (kh > in_h || kw > in_w)
-            return sl_err(SL_EINVAL, "%s: %s %dx%d larger than its %dx%d input", name, what, kh, kw, in_h, in_w);
-        *oh = (in_h - kh) / stride + 1;
-        *ow = (in_w - kw) / stride + 1;
-        *pt = *pl = 0;
-    } else {
-        return sl_err(SL_EINVAL, "%s: unknown padding %d", name, (int)pad);
-    }
-    return SL_OK;
-}
-
-static void shape_str(const int64_t *d, int rank, char *out, size_t cap) {
-    size_t o = 0;
-    out[0] = 0;
-    for (int i = 0; i < rank && o < cap; i++) o += (size_t)snprintf(out + o, cap - o, i ? "x%lld" : "%lld", (long long)d[i]);
-}
 
 static bool relu_follows(const sl_layer_spec *s, int i, int n) {
     if (s[i].activation == 1) return true;
     for (int j = i + 1; j < n; j++) {
+        if (s[j].ninputs != 0) return false; /* reads another layer: not this one's chain */
         if (s[j].kind == SL_LAYER_RELU) return true;
         if (s[j].kind != SL_LAYER_DROPOUT && s[j].kind != SL_LAYER_BATCHNORM) return false;
     }
     return false;
 }
 
-static sl_status add_view(sl_model *m, const char *lname, const char *suffix, size_t off, int rank,
-                          const int64_t *dims) {
-    pview *v = &m->pv[m->npv++];
-    snprintf(v->name, sizeof v->name, "%s/%s", lname, suffix);
-    v->off = off;
-    v->rank = rank;
-    for (int i = 0; i < 4; i++) v->dims[i] = i < rank ? dims[i] : 0;
-    return SL_OK;
-}
 
-/* Work out every layer's shapes, geometry and parameter offsets. */
-/* The shapes, sizes and parameter offsets while the layers are planned in order. */
-typedef struct {
-    int counts[SL_LAYER_SIGMOID + 1]; /* layers of each kind so far: default names */
-    int rank;
-    int64_t shape[3];     /* the running output shape */
-    size_t size;          /* its element count */
-    size_t off;           /* trainable floats so far */
-    size_t stat_floats;   /* batchnorm running statistics so far (after the trainable ones) */
-    bool params_before;   /* an earlier layer has parameters: this one needs its input gradient */
-} plan_state;
-
-/* Layer li (spec s) after the ones before it. */
-static sl_status plan_layer(sl_model *m, int li, const sl_layer_spec *s, plan_state *p) {
-    layer *l = &m->L[li];
-    l->kind = s->kind;
-    if (s->kind < SL_LAYER_INPUT || s->kind > SL_LAYER_SIGMOID) return sl_err(SL_EINVAL, "model: layer %d has unknown kind %d", li + 1, (int)s->kind);
-    if (s->name[0]) snprintf(l->name, sizeof l->name, "%s", s->name);
-    else snprintf(l->name, sizeof l->name, "%s_%d", kind_base(s->kind), ++p->counts[s->kind]);
-    for (int j = 0; j < li; j++)
-        if (strcmp(m->L[j].name, l->name) == 0) return sl_err(SL_EINVAL, "model: layer %d: name '%s' is used twice", li + 1, l->name);
-    const char *nm = l->name;
-    char shp[64];
-    shape_str(p->shape, p->rank, shp, sizeof shp);
-    l->in_size = p->size;
-    l->need_dx = p->params_before;
-    switch (s->kind) {
-    case SL_LAYER_INPUT:
-        return sl_err(SL_EINVAL, "model: layer %d (%s): input must be the first layer only", li + 1, nm);
-    case SL_LAYER_FLATTEN:
-        p->rank = 1;
-        p->shape[0] = (int64_t)p->size;
-        break;
-    case SL_LAYER_DENSE: {
-        if (p->rank != 1) {
-            sl_err(SL_EINVAL, "model: layer %d (%s): dense needs a vector input, got %s", li + 1, nm, shp);
-            sl_err_hint("add a flatten layer before it");
-            return SL_EINVAL;
-        }
-        if (s->units <= 0) return sl_err(SL_EINVAL, "model: layer %d (%s): units %d must be > 0", li + 1, nm, s->units);
-        if (s->activation < 0 || s->activation > 3) return sl_err(SL_EINVAL, "model: layer %d (%s): unknown activation %d", li + 1, nm, s->activation);
-        l->act = (sl_act)s->activation;
-        l->has_params = true;
-        l->nw = p->size * (size_t)s->units;
-        l->nb = (size_t)s->units;
-        l->w_off = p->off;
-        p->off += l->nw;
-        l->b_off = p->off;
-        p->off += l->nb;
-        int64_t kd[2] = {(int64_t)p->size, s->units}, bd[1] = {s->units};
-        add_view(m, nm, "kernel", l->w_off, 2, kd);
-        add_view(m, nm, "bias", l->b_off, 1, bd);
-        p->shape[0] = s->units;
-        break;
-    }
-    case SL_LAYER_CONV2D:
-    case SL_LAYER_MAXPOOL:
-    case SL_LAYER_AVGPOOL: {
-        bool conv = s->kind == SL_LAYER_CONV2D;
-        if (p->rank != 3) return sl_err(SL_EINVAL, "model: layer %d (%s): needs an image input h x w x c, got %s", li + 1, nm, shp);
-        l->kh = s->kh;
-        l->kw = s->kw ? s->kw : s->kh;
-        if (l->kh <= 0 || l->kw <= 0) return sl_err(SL_EINVAL, "model: layer %d (%s): %s size %dx%d must be > 0", li + 1, nm, conv ? "kernel" : "pool", s->kh, s->kw);
-        l->stride = s->stride ? s->stride : (conv ? 1 : l->kh);
-        if (l->stride < 0) return sl_err(SL_EINVAL, "model: layer %d (%s): stride %d must be > 0", li + 1, nm, s->stride);
-        if (!conv && l->kh != l->kw) return sl_err(SL_EINVAL, "model: layer %d (%s): pool window %dx%d must be square", li + 1, nm, l->kh, l->kw);
-        l->h = (int)p->shape[0];
-        l->w = (int)p->shape[1];
-        l->c = (int)p->shape[2];
-        char who[96];
-        snprintf(who, sizeof who, "model: layer %d (%s)", li + 1, nm);
-        sl_status st = geometry(who, conv ? "kernel" : "pool", l->h, l->w, l->kh, l->kw, l->stride, s->padding,
-                                &l->oh, &l->ow, &l->pt, &l->pl);
-        if (st) return st;
-        if (conv) {
-            if (s->filters <= 0) return sl_err(SL_EINVAL, "model: layer %d (%s): filters %d must be > 0", li + 1, nm, s->filters);
-            if (s->activation < 0 || s->activation > 3) return sl_err(SL_EINVAL, "model: layer %d (%s): unknown activation %d", li + 1, nm, s->activation);
-            l->act = (sl_act)s->activation;
-            l->oc = s->filters;
-            l->has_params = true;
-            l->nw = (size_t)l->kh * l->kw * l->c * l->oc;
-            l->nb = (size_t)l->oc;
-            l->w_off = p->off;
-            p->off += l->nw;
-            l->b_off = p->off;
-            p->off += l->nb;
-            int64_t kd[4] = {l->kh, l->kw, l->c, l->oc}, bd[1] = {l->oc};
-            add_view(m, nm, "kernel", l->w_off, 4, kd);
-            add_view(m, nm, "bias", l->b_off, 1, bd);
-        } else {
-            l->oc = l->c;
-        }
-        p->shape[0] = l->oh;
-        p->shape[1] = l->ow;
-        p->shape[2] = l->oc;
-        break;
-    }
-    case SL_LAYER_DROPOUT:
-        if (!(s->rate >= 0.0f && s->rate < 1.0f)) return sl_err(SL_EINVAL, "model: layer %d (%s): rate %g must be in [0, 1)", li + 1, nm, s->rate);
-        l->rate = s->rate;
-        break;
-    case SL_LAYER_BATCHNORM: {
-        l->momentum = s->momentum ? s->momentum : 0.01f;
-        l->eps = s->eps ? s->eps : 1e-3f;
-        if (!(l->momentum > 0.0f && l->momentum <= 1.0f)) return sl_err(SL_EINVAL, "model: layer %d (%s): momentum %g must be in (0, 1]", li + 1, nm, l->momentum);
-        if (!(l->eps > 0.0f)) return sl_err(SL_EINVAL, "model: layer %d (%s): eps %g must be > 0", li + 1, nm, l->eps);
-        l->c = (int)p->shape[p->rank - 1];
-        l->has_params = true;
-        l->nw = l->nb = (size_t)l->c;
-        l->w_off = p->off;
-        p->off += l->nw;
-        l->b_off = p->off;
-        p->off += l->nb;
-        l->rm_off = p->stat_floats; /* relative until the trainable size is known */
-        l->rv_off = p->stat_floats + (size_t)l->c;
-        p->stat_floats += 2 * (size_t)l->c;
-        break;
-    }
-    case SL_LAYER_RELU: l->act = SL_ACT_RELU; break;
-    case SL_LAYER_TANH: l->act = SL_ACT_TANH; break;
-    case SL_LAYER_SIGMOID: l->act = SL_ACT_SIGMOID; break;
-    }
-    l->rank = p->rank;
-    p->size = 1;
-    for (int i = 0; i < p->rank; i++) {
-        l->shape[i] = p->shape[i];
-        p->size *= (size_t)p->shape[i];
-    }
-    l->out_size = p->size;
-    if (l->has_params) p->params_before = true;
-    return SL_OK;
-}
-
-/* The parameter views in layer order, batchnorm's four tensors together (its running
- * statistics after the off trainable floats). */
-static sl_status plan_views(sl_model *m, size_t off) {
-    /* Views in layer order; batchnorm's four tensors together. */
-    int nv = 0;
-    pview *ordered = calloc((size_t)m->nl * 4 + 1, sizeof(pview));
-    if (!ordered) return sl_err(SL_ENOMEM, "model: out of memory");
-    int dense_conv_seen = 0;
-    for (int li = 0; li < m->nl; li++) {
-        layer *l = &m->L[li];
-        if (l->kind == SL_LAYER_DENSE || l->kind == SL_LAYER_CONV2D) {
-            ordered[nv++] = m->pv[dense_conv_seen++];
-            ordered[nv++] = m->pv[dense_conv_seen++];
-        } else if (l->kind == SL_LAYER_BATCHNORM) {
-            l->rm_off += off;
-            l->rv_off += off;
-            int64_t d[1] = {l->c};
-            const char *sfx[4] = {"gamma", "beta", "moving_mean", "moving_variance"};
-            size_t offs[4] = {l->w_off, l->b_off, l->rm_off, l->rv_off};
-            for (int k = 0; k < 4; k++) {
-                pview *v = &ordered[nv++];
-                snprintf(v->name, sizeof v->name, "%s/%s", l->name, sfx[k]);
-                v->off = offs[k];
-                v->rank = 1;
-                v->dims[0] = d[0];
-            }
-        }
-    }
-    free(m->pv);
-    m->pv = ordered;
-    m->npv = nv;
-    return SL_OK;
-}
-
-static sl_status plan_layers(sl_model *m, const sl_layer_spec *specs, int n) {
-    if (n < 2) return sl_err(SL_EINVAL, "model: needs an input layer and at least one dense layer (got %d layer%s)", n, n == 1 ? "" : "s");
-    const sl_layer_spec *in = &specs[0];
-    if (in->kind != SL_LAYER_INPUT) return sl_err(SL_EINVAL, "model: layer 0 must be input, got %s", kind_base(in->kind));
-    if (in->rank < 1 || in->rank > 3) return sl_err(SL_EINVAL, "model: input rank %d must be 1..3", in->rank);
-    m->in_rank = in->rank;
-    m->in_size = 1;
-    for (int i = 0; i < in->rank; i++) {
-        if (in->shape[i] <= 0 || in->shape[i] > (1 << 24)) return sl_err(SL_EINVAL, "model: input dimension %d is %lld", i, (long long)in->shape[i]);
-        m->in_shape[i] = in->shape[i];
-        m->in_size *= (size_t)in->shape[i];
-    }
-    m->nl = n - 1;
-    m->L = calloc((size_t)m->nl, sizeof(layer));
-    m->pv = calloc((size_t)m->nl * 4 + 1, sizeof(pview));
-    if (!m->L || !m->pv) return sl_err(SL_ENOMEM, "model: out of memory");
-    plan_state p = {.rank = in->rank, .shape = {in->shape[0], in->rank > 1 ? in->shape[1] : 0,
-                                                 in->rank > 2 ? in->shape[2] : 0}, .size = m->in_size};
-    for (int li = 0; li < m->nl; li++) {
-        sl_status st = plan_layer(m, li, &specs[li + 1], &p);
-        if (st) return st;
-    }
-    layer *last = &m->L[m->nl - 1];
-    if (last->kind != SL_LAYER_DENSE || last->act != SL_ACT_NONE) {
-        sl_err(SL_EINVAL, "model: the last layer (%s) must be dense with no activation: it gives the logits", last->name);
-        sl_err_hint("end the model with `dense CLASSES` (softmax is part of the loss)");
-        return SL_EINVAL;
-    }
-    m->classes = (int)last->shape[0];
-    m->n_train = p.off;
-    m->n_params = p.off + p.stat_floats;
-    return plan_views(m, p.off);
-}
 
 #define CONV_CHUNK_FLOATS ((size_t)1 << 20) /* CPU: 4 MiB of im2col per pass (stays in cache) */
 #define CONV_CHUNK_FLOATS_GPU ((size_t)1 << 26) /* GPU: 256 MiB per pass (x2 with its gradient) */
@@ -480,7 +149,7 @@ sl_status sl_model_create(const sl_layer_spec *specs, int n, const sl_model_opts
     sl_model *m = calloc(1, sizeof *m);
     if (!m) return sl_err(SL_ENOMEM, "model: out of memory");
     m->opts = o;
-    sl_status s = plan_layers(m, specs, n);
+    sl_status s = sl__model_plan(m, specs, n);
     if (s) goto fail;
     s = make_backend(m, &o, &m->bk);
     if (s) goto fail;
@@ -590,36 +259,6 @@ const float *sl__model_input_grad(sl_model *m, bool on) {
     return m->in_grad;
 }
 
-sl_status sl_model_summary(const sl_model *m, char **out) {
-    size_t cap = 256 + (size_t)(m->nl + 1) * 96, o = 0;
-    char *buf = malloc(cap);
-    if (!buf) return sl_err(SL_ENOMEM, "model summary: out of memory");
-    char shp[96], typ[64];
-#define OUT(...) o += (size_t)snprintf(buf + o, cap - o, __VA_ARGS__)
-    OUT("%-34s %-22s %10s\n", "Layer (type)", "Output Shape", "Param #");
-    size_t pos = 0;
-    pos += (size_t)snprintf(shp + pos, sizeof shp - pos, "(None");
-    for (int i = 0; i < m->in_rank; i++) pos += (size_t)snprintf(shp + pos, sizeof shp - pos, ", %lld", (long long)m->in_shape[i]);
-    snprintf(shp + pos, sizeof shp - pos, ")");
-    snprintf(typ, sizeof typ, "input (InputLayer)");
-    OUT("%-34s %-22s %10d\n", typ, shp, 0);
-    size_t total = 0;
-    for (int li = 0; li < m->nl; li++) {
-        const layer *l = &m->L[li];
-        pos = (size_t)snprintf(shp, sizeof shp, "(None");
-        for (int i = 0; i < l->rank; i++) pos += (size_t)snprintf(shp + pos, sizeof shp - pos, ", %lld", (long long)l->shape[i]);
-        snprintf(shp + pos, sizeof shp - pos, ")");
-        snprintf(typ, sizeof typ, "%s (%s)", l->name, kind_class(l->kind));
-        size_t np = l->nw + l->nb + (l->kind == SL_LAYER_BATCHNORM ? 2 * (size_t)l->c : 0);
-        total += np;
-        OUT("%-34s %-22s %10zu\n", typ, shp, np);
-    }
-    OUT("Total params: %zu (trainable %zu)\n", total, m->n_train);
-#undef OUT
-    *out = buf;
-    return SL_OK;
-}
-
 /* ---- steps ---------------------------------------------------------------------------- */
 
 static uint64_t mix64(uint64_t a, uint64_t b) {
@@ -651,7 +290,7 @@ static sl_status conv_forward(sl_model *m, const layer *l, const float *in, int 
 
 /* Per chunk of images: the pre-activation gradient, the bias and kernel gradients against
  * the recomputed im2col, and (when wanted) the input gradient through col2im. */
-static sl_status conv_backward(sl_model *m, const layer *l, const float *x, float *dx, int B) {
+static sl_status conv_backward(sl_model *m, const layer *l, const float *x, float *dx, bool acc, int B) {
     const sl_backend_ops *ops = m->bk->ops;
     sl_backend *bk = m->bk;
     const int K = l->kh * l->kw * l->c, ohw = l->oh * l->ow, N = l->oc;
@@ -678,10 +317,10 @@ static sl_status conv_backward(sl_model *m, const layer *l, const float *x, floa
         if (s || !dx) continue;
         float *dxc = dx + i0 * in_img;
         if (l->direct) {
-            s = ops->gemm(bk, false, true, rows, K, N, 1.0f, dpre, N, W, N, 0.0f, dxc, K);
+            s = ops->gemm(bk, false, true, rows, K, N, 1.0f, dpre, N, W, N, acc ? 1.0f : 0.0f, dxc, K);
         } else {
             s = ops->gemm(bk, false, true, rows, K, N, 1.0f, dpre, N, W, N, 0.0f, m->dcol, K);
-            if (!s) s = ops->fill(bk, dxc, 0.0f, (size_t)nb * in_img);
+            if (!s && !acc) s = ops->fill(bk, dxc, 0.0f, (size_t)nb * in_img);
             if (!s) s = ops->col2im(bk, m->dcol, nb, l->h, l->w, l->c, l->kh, l->kw, l->stride, l->pt, l->pl, l->oh,
                                     l->ow, dxc);
         }
@@ -689,17 +328,63 @@ static sl_status conv_backward(sl_model *m, const layer *l, const float *x, floa
     return s;
 }
 
+/* Rows of the last dimension and its width, for source sk (-1: the model input). */
+static size_t last_dim(const sl_model *m, int sk) {
+    return (size_t)(sk < 0 ? m->in_shape[m->in_rank - 1] : m->L[sk].shape[m->L[sk].rank - 1]);
+}
+
+/* ADD: the first input copied, the others added; CONCAT: each input into its columns. */
+static sl_status join_forward(sl_model *m, const layer *l, const float *x, int B) {
+    const sl_backend_ops *ops = m->bk->ops;
+    size_t nout = (size_t)B * l->out_size, C = last_dim(m, (int)(l - m->L)), off = 0;
+    sl_status s = SL_OK;
+    for (int k = 0; k < l->nin && !s; k++) {
+        const float *in = l->src[k] < 0 ? x : m->L[l->src[k]].out;
+        if (l->kind == SL_LAYER_ADD) {
+            s = k == 0 ? ops->copy(m->bk, l->out, in, nout * sizeof(float)) : ops->axpy(m->bk, nout, 1.0f, in, l->out);
+        } else {
+            size_t ck = last_dim(m, l->src[k]);
+            s = ops->copy_cols(m->bk, l->out + off, C, in, ck, nout / C, ck, false);
+            off += ck;
+        }
+    }
+    return s;
+}
+
+/* The gradients of a join's inputs from its output's: set, or added where acc says. */
+static sl_status join_backward(sl_model *m, const layer *l, float *const *dx, int B) {
+    const sl_backend_ops *ops = m->bk->ops;
+    size_t nout = (size_t)B * l->out_size, C = last_dim(m, (int)(l - m->L)), off = 0;
+    sl_status s = SL_OK;
+    for (int k = 0; k < l->nin && !s; k++) {
+        size_t ck = last_dim(m, l->src[k]);
+        if (dx[k] && l->kind == SL_LAYER_ADD)
+            s = l->acc[k] ? ops->axpy(m->bk, nout, 1.0f, l->dout, dx[k]) : ops->copy(m->bk, dx[k], l->dout, nout * sizeof(float));
+        else if (dx[k])
+            s = ops->copy_cols(m->bk, dx[k], ck, l->dout + off, C, nout / C, ck, l->acc[k]);
+        off += ck;
+    }
+    return s;
+}
+
 static sl_status forward(sl_model *m, const float *x, int B, bool training) {
     const sl_backend_ops *ops = m->bk->ops;
     sl_backend *bk = m->bk;
-    const float *in = x;
     sl_status s = SL_OK;
     for (int li = 0; li < m->nl && !s; li++) {
         layer *l = &m->L[li];
+        const float *in = l->src[0] < 0 ? x : m->L[l->src[0]].out;
         size_t nout = (size_t)B * l->out_size;
         const float *P = m->params;
         switch (l->kind) {
         case SL_LAYER_INPUT: break;
+        case SL_LAYER_ADD:
+        case SL_LAYER_CONCAT:
+            s = join_forward(m, l, x, B);
+            break;
+        case SL_LAYER_GLOBAL_AVGPOOL:
+            s = ops->global_avgpool_forward(bk, in, B, l->hw, l->c, l->out);
+            break;
         case SL_LAYER_FLATTEN:
             l->out = (float *)in; /* a view: its gradient buffer is resolved in backward */
             break;
@@ -736,13 +421,13 @@ static sl_status forward(sl_model *m, const float *x, int B, bool training) {
             s = ops->act_forward(bk, l->act, in, l->out, nout);
             break;
         }
-        in = l->out;
     }
     return s;
 }
 
-/* dy is L[li].dout (already holding dLoss/dout); writes dx (NULL: not needed). */
-static sl_status backward_layer(sl_model *m, int li, const float *x, float *dx, int B) {
+/* dy is L[li].dout (already holding dLoss/dout); sets dx, or adds to it when acc (NULL: not
+ * needed). */
+static sl_status backward_layer(sl_model *m, int li, const float *x, float *dx, bool acc, int B) {
     const sl_backend_ops *ops = m->bk->ops;
     sl_backend *bk = m->bk;
     layer *l = &m->L[li];
@@ -756,8 +441,16 @@ static sl_status backward_layer(sl_model *m, int li, const float *x, float *dx, 
     case SL_LAYER_FLATTEN:
         break;
     case SL_LAYER_CONV2D:
-        s = conv_backward(m, l, x, dx, B);
+        s = conv_backward(m, l, x, dx, acc, B);
         break;
+    case SL_LAYER_GLOBAL_AVGPOOL:
+        if (!dx) break;
+        if (!acc) s = ops->fill(bk, dx, 0.0f, nin);
+        if (!s) s = ops->global_avgpool_backward(bk, dy, B, l->hw, l->c, dx);
+        break;
+    case SL_LAYER_ADD:
+    case SL_LAYER_CONCAT:
+        break; /* join_backward */
     case SL_LAYER_DENSE: {
         const float *dpre = dy;
         if (l->act != SL_ACT_NONE) {
@@ -768,32 +461,32 @@ static sl_status backward_layer(sl_model *m, int li, const float *x, float *dx, 
         int K = (int)l->in_size, N = (int)l->nb;
         if (!s) s = ops->bias_grad(bk, G + l->b_off, dpre, (size_t)B, (size_t)N);
         if (!s) s = ops->gemm(bk, true, false, K, N, B, 1.0f, x, K, dpre, N, 1.0f, G + l->w_off, N);
-        if (!s && dx) s = ops->gemm(bk, false, true, B, K, N, 1.0f, dpre, N, P + l->w_off, N, 0.0f, dx, K);
+        if (!s && dx) s = ops->gemm(bk, false, true, B, K, N, 1.0f, dpre, N, P + l->w_off, N, acc ? 1.0f : 0.0f, dx, K);
         break;
     }
     case SL_LAYER_MAXPOOL:
         if (!dx) break;
-        s = ops->fill(bk, dx, 0.0f, nin);
+        if (!acc) s = ops->fill(bk, dx, 0.0f, nin);
         if (!s) s = ops->maxpool_backward(bk, dy, l->argmax, B, l->h, l->w, l->c, l->kh, l->stride, l->pt, l->pl, l->oh,
                                           l->ow, dx);
         break;
     case SL_LAYER_AVGPOOL:
         if (!dx) break;
-        s = ops->fill(bk, dx, 0.0f, nin);
+        if (!acc) s = ops->fill(bk, dx, 0.0f, nin);
         if (!s) s = ops->avgpool_backward(bk, dy, B, l->h, l->w, l->c, l->kh, l->stride, l->pt, l->pl, l->oh, l->ow, dx);
         break;
     case SL_LAYER_DROPOUT:
         if (!dx) break;
         if (l->rate > 0.0f) {
-            s = ops->fill(bk, dx, 0.0f, nin);
+            if (!acc) s = ops->fill(bk, dx, 0.0f, nin);
             if (!s) s = ops->dropout_backward(bk, dy, l->mask, dx, nin);
         } else {
-            s = ops->copy(bk, dx, dy, nin * sizeof(float));
+            s = acc ? ops->axpy(bk, nin, 1.0f, dy, dx) : ops->copy(bk, dx, dy, nin * sizeof(float));
         }
         break;
     case SL_LAYER_BATCHNORM: {
         float *dxx = dx ? dx : m->scratch_a; /* gamma/beta gradients need the pass anyway */
-        s = ops->fill(bk, dxx, 0.0f, nin);
+        if (!dx || !acc) s = ops->fill(bk, dxx, 0.0f, nin);
         if (!s) s = ops->batchnorm_backward(bk, x, dy, (size_t)B * (l->out_size / (size_t)l->c), l->c, P + l->w_off,
                                             l->save_mean, l->save_invstd, dxx, G + l->w_off, G + l->b_off);
         break;
@@ -802,7 +495,7 @@ static sl_status backward_layer(sl_model *m, int li, const float *x, float *dx, 
     case SL_LAYER_TANH:
     case SL_LAYER_SIGMOID:
         if (!dx) break;
-        s = ops->fill(bk, dx, 0.0f, nin);
+        if (!acc) s = ops->fill(bk, dx, 0.0f, nin);
         if (!s) s = ops->act_backward(bk, l->act, l->out, dy, dx, nin);
         break;
     }
@@ -810,19 +503,23 @@ static sl_status backward_layer(sl_model *m, int li, const float *x, float *dx, 
 }
 
 static sl_status backward(sl_model *m, const float *x, int B) {
-    /* Resolve flatten's gradient buffer: it shares the one of the layer before it. */
+    /* Resolve flatten's gradient buffer: it shares the one of its input. */
     for (int li = 0; li < m->nl; li++) {
         layer *l = &m->L[li];
-        if (l->kind == SL_LAYER_FLATTEN) l->dout = li == 0 ? (m->want_in_grad ? m->in_grad : NULL) : m->L[li - 1].dout;
+        if (l->kind == SL_LAYER_FLATTEN)
+            l->dout = l->src[0] < 0 ? (m->want_in_grad ? m->in_grad : NULL) : m->L[l->src[0]].dout;
     }
     for (int li = m->nl - 1; li >= 0; li--) {
         layer *l = &m->L[li];
-        const float *in = li == 0 ? x : m->L[li - 1].out;
-        float *dx = NULL;
-        if (li == 0) dx = m->want_in_grad ? m->in_grad : NULL;
-        else if (l->need_dx || m->want_in_grad) dx = m->L[li - 1].dout;
         if (l->kind == SL_LAYER_FLATTEN) continue;
-        sl_status s = backward_layer(m, li, in, dx, B);
+        float *dx[SL_MODEL_MAX_INPUTS];
+        for (int k = 0; k < l->nin; k++) {
+            int sk = l->src[k];
+            bool need = m->want_in_grad || (sk >= 0 && m->L[sk].needs_grad);
+            dx[k] = !need ? NULL : sk < 0 ? m->in_grad : m->L[sk].dout;
+        }
+        const float *in = l->src[0] < 0 ? x : m->L[l->src[0]].out;
+        sl_status s = l->nin > 1 ? join_backward(m, l, dx, B) : backward_layer(m, li, in, dx[0], l->acc[0], B);
         if (s) return s;
         if (l->has_params && m->ready_fn && (s = m->ready_fn(m->ready_ctx, l->w_off))) return s;
     }

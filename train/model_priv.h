@@ -12,6 +12,11 @@
 /* The backend the model computes on (borrowed; lives as long as the model). */
 sl_backend *sl__model_backend(sl_model *m);
 
+/* The name each of specs[0..n) gets in a model: its own (name) or the Keras-style default,
+ * "input" for specs[0] and "<kind>_<k>" for the k-th unnamed layer of a kind ("conv2d_2",
+ * "add_1"); what sl_model_create names them. names has n entries. */
+void sl__model_layer_names(const sl_layer_spec *specs, int n, char (*names)[32]);
+
 /* Kernel launches the model's backend made so far (0 on the CPU): see backend.h. */
 uint64_t sl__model_launches(sl_model *m);
 

@@ -1,7 +1,9 @@
 /* Models, optimizers and learning-rate schedules: the trainer's building blocks.
  *
- * A model is a sequence of layers on one backend (CPU with OpenBLAS, or CUDA), ending in
- * logits for softmax cross-entropy against integer labels. Parameters, gradients and
+ * A model is a graph of layers on one backend (CPU with OpenBLAS, or CUDA), ending in
+ * logits for softmax cross-entropy against integer labels. Each layer takes its input from
+ * the layer before it unless it names earlier layers (sl_layer_spec.inputs), so residual
+ * networks join branches with ADD or CONCAT. Parameters, gradients and
  * optimizer state each live in ONE allocation (backend memory), with each layer's tensors
  * as views, so a whole gradient can be averaged across replicas in one allreduce and a
  * checkpoint is a walk over named views. Layouts are NHWC for images, [in, out] for dense
@@ -43,7 +45,13 @@ typedef enum sl_layer_kind {
     SL_LAYER_RELU,      /* activations as layers of their own */
     SL_LAYER_TANH,
     SL_LAYER_SIGMOID,
+    SL_LAYER_ADD,            /* elementwise sum of 2+ inputs of one shape (residual joins) */
+    SL_LAYER_CONCAT,         /* 2+ inputs joined along the last dimension (others equal) */
+    SL_LAYER_GLOBAL_AVGPOOL, /* image h x w x c -> vector c: the mean over the cells */
 } sl_layer_kind;
+
+/* Most inputs one layer may take (ADD, CONCAT). */
+#define SL_MODEL_MAX_INPUTS 8
 
 typedef enum sl_padding { SL_PAD_VALID = 0, SL_PAD_SAME = 1 } sl_padding;
 
@@ -61,6 +69,13 @@ typedef struct sl_layer_spec {
     float momentum;    /* BATCHNORM: weight of the batch in the running stats (0: 0.01, as Keras momentum 0.99) */
     float eps;         /* BATCHNORM (0: 1e-3) */
     char name[32];     /* optional; default "dense_1", "conv2d_2", ... (Keras style) */
+    /* Where the layer's input comes from: ninputs 0 is the layer just before it in the
+     * array (a sequential model); otherwise inputs[0..ninputs) are indices into the spec
+     * array of EARLIER layers (0 is the input layer). ADD and CONCAT need 2 or more, every
+     * other kind exactly one. A layer's output must be used by a later layer, except the
+     * last one's (the logits). */
+    int inputs[SL_MODEL_MAX_INPUTS];
+    int ninputs;
 } sl_layer_spec;
 
 typedef struct sl_model sl_model;
@@ -78,7 +93,10 @@ sl_model_opts sl_model_opts_default(void);
 /* Build a model from layer specs (the first must be INPUT) ending in `classes` logits: the
  * last layer must be DENSE with classes units and no activation. Errors: SL_EINVAL naming
  * the layer (index and name) and what is wrong (e.g. "conv2d_1: kernel 5x5 larger than its
- * 4x4 input"), SL_EUNSUPPORTED for CUDA without a GPU, SL_ENOMEM. */
+ * 4x4 input", "add_1: add of shapes that differ: 8x8x16 (conv2d_3) and 4x4x32
+ * (conv2d_4)", an input index that is not an earlier layer, an output no layer uses),
+ * SL_EUNSUPPORTED for CUDA without a GPU, SL_ENOMEM. In backward a layer output used by
+ * several layers gets the sum of their gradients. */
 sl_status sl_model_create(const sl_layer_spec *layers, int n, const sl_model_opts *opts, sl_model **out);
 
 /* From a `model NAME { ... }` block:
@@ -91,7 +109,22 @@ sl_status sl_model_create(const sl_layer_spec *layers, int n, const sl_model_opt
  *     }
  * conv2d FILTERS kernel=5x5 [stride=1] [padding=same|valid] [activation=relu];
  * maxpool 2x2 [stride=2] [padding=...]; avgpool likewise; batchnorm [momentum=] [eps=];
- * relu / tanh / sigmoid. Errors at file:line:col (sl_cfg_err) with hints. */
+ * relu / tanh / sigmoid; global_avg_pool (h x w x c -> c). Graphs: every layer takes
+ * from=NAME to read an earlier layer's output instead of the previous one (the input layer
+ * is named "input" unless it has name=); `add A B ...` sums the named outputs (`add A`: the
+ * previous layer's output plus A's); `concat A B ...` joins them along the last dimension
+ * (`concat A`: the previous one's then A's):
+ *         conv2d 16 kernel=3x3 padding=same activation=relu name=stem
+ *         conv2d 16 kernel=3x3 padding=same
+ *         add stem
+ *         relu
+ * Blocks, top-level statements beside the models: `block NAME(PARAM, PARAM=DEFAULT) {
+ * layers }`, used in a model as `NAME ARGS [PARAM=VALUE] [name=INSTANCE]`: the layers are
+ * copied in with the parameters replaced; inside, `in` names the block's input, local
+ * names get the instance's name as a prefix ("down_1_proj") and the last layer is named
+ * after the instance (default "NAME_K"). Errors at file:line:col (sl_cfg_err) with hints
+ * (unknown or later names, shapes of an add or concat that do not match, naming both; a
+ * missing or unknown block argument). */
 sl_status sl_model_from_config(const sl_cfg *cfg, const char *name, const sl_model_opts *opts,
                                sl_model **out);
 
@@ -100,7 +133,9 @@ void sl_model_free(sl_model *m); /* NULL is a no-op */
 /* "cpu" or "cuda". */
 const char *sl_model_backend_name(const sl_model *m);
 
-/* A one-line-per-layer summary (name, output shape, parameters), Keras style. *out malloc'd. */
+/* A one-line-per-layer summary (name, output shape, parameters), Keras style; a graph model
+ * (a layer whose input is not the layer before it, or ADD / CONCAT) also gets Keras'
+ * "Connected to" column: the names of each layer's inputs. *out malloc'd. */
 sl_status sl_model_summary(const sl_model *m, char **out);
 
 /* Result of a step over one batch. */

@@ -455,6 +455,51 @@ TEST(test_avgpool) {
     }
 }
 
+/* ---- graph joins: concatenation's column copies, global average pooling ---------------- */
+
+TEST(test_copy_cols) {
+    NEED_GPU();
+    /* columns 3..7 of a 6 x 9 matrix from a 6 x 5 one and back, set and added */
+    const size_t rows = 6, ld_d = 9, ld_s = 5, cols = 5;
+    for (int acc = 0; acc < 2; acc++) {
+        float *d = frand(rows * ld_d, -1, 1), *src = frand(rows * ld_s, -1, 1), *dc = fcopy(d, rows * ld_d);
+        float *gd = dev_from(d, rows * ld_d * 4), *gs = dev_from(src, rows * ld_s * 4);
+        ASSERT(gd && gs);
+        ASSERT_OK(CPU->ops->copy_cols(CPU, dc + 3, ld_d, src, ld_s, rows, cols, acc));
+        ASSERT_OK(GPU->ops->copy_cols(GPU, gd + 3, ld_d, gs, ld_s, rows, cols, acc));
+        ASSERT(same_bits("copy_cols", host_from(gd, rows * ld_d * 4), dc, rows * ld_d * 4));
+        ASSERT_EQ(dc[0], d[0]); /* columns outside the block untouched */
+        ASSERT_EQ(dc[ld_d + 3], acc ? d[ld_d + 3] + src[ld_s] : src[ld_s]);
+        ASSERT_OK(CPU->ops->copy_cols(CPU, src, ld_s, dc + 3, ld_d, rows, cols, acc));
+        ASSERT_OK(GPU->ops->copy_cols(GPU, gs, ld_s, gd + 3, ld_d, rows, cols, acc));
+        ASSERT(same_bits("copy_cols back", host_from(gs, rows * ld_s * 4), src, rows * ld_s * 4));
+    }
+    ASSERT_EQ(GPU->ops->copy_cols(GPU, NULL, 4, NULL, 9, 2, 5, false), SL_EINVAL);
+}
+
+TEST(test_global_avgpool) {
+    NEED_GPU();
+    const int shapes[3][3] = {{3, 49, 5}, {2, 1, 7}, {4, 64, 16}}; /* n, hw, c */
+    for (int t = 0; t < 3; t++) {
+        int n = shapes[t][0], hw = shapes[t][1], c = shapes[t][2];
+        size_t nx = (size_t)n * hw * c, ny = (size_t)n * c;
+        float *x = frand(nx, -1, 1), *y = hmem(ny * 4);
+        float *gx = dev_from(x, nx * 4), *gy = dev_from(NULL, ny * 4);
+        ASSERT(gx && gy);
+        ASSERT_OK(CPU->ops->global_avgpool_forward(CPU, x, n, hw, c, y));
+        ASSERT_OK(GPU->ops->global_avgpool_forward(GPU, gx, n, hw, c, gy));
+        ASSERT_CLOSE("global_avgpool_forward", host_from(gy, ny * 4), y, ny, 1e-6, 1e-7);
+        float *dy = frand(ny, -1, 1), *dx = frand(nx, -1, 1), *dxc = fcopy(dx, nx);
+        float *gdy = dev_from(dy, ny * 4), *gdx = dev_from(dx, nx * 4);
+        ASSERT(gdy && gdx);
+        ASSERT_OK(CPU->ops->global_avgpool_backward(CPU, dy, n, hw, c, dxc));
+        ASSERT_OK(GPU->ops->global_avgpool_backward(GPU, gdy, n, hw, c, gdx));
+        ASSERT_CLOSE("global_avgpool_backward", host_from(gdx, nx * 4), dxc, nx, 1e-6, 1e-7);
+        ASSERT(fabsf(dxc[hw * c] - (dx[hw * c] + dy[c] / (float)hw)) < 1e-6f); /* image 1: added, not set */
+    }
+    ASSERT_EQ(GPU->ops->global_avgpool_forward(GPU, NULL, 1, 0, 3, NULL), SL_EINVAL);
+}
+
 /* ---- loss and dropout ------------------------------------------------------------------ */
 
 TEST(test_softmax_xent) {
@@ -654,20 +699,41 @@ static sl_layer_spec layer(sl_layer_kind kind) {
     return s;
 }
 
+static sl_layer_spec input_hwc(int h, int w, int c) {
+    sl_layer_spec s = layer(SL_LAYER_INPUT);
+    s.rank = 3;
+    s.shape[0] = h;
+    s.shape[1] = w;
+    s.shape[2] = c;
+    return s;
+}
+
+static sl_layer_spec conv(int filters, int k, int stride, int activation) {
+    sl_layer_spec s = layer(SL_LAYER_CONV2D);
+    s.filters = filters;
+    s.kh = s.kw = k;
+    s.stride = stride;
+    s.padding = SL_PAD_SAME;
+    s.activation = activation;
+    return s;
+}
+
+/* spec s reading spec indices a (and b when >= 0) instead of the layer before it */
+static sl_layer_spec reads(sl_layer_spec s, int a, int b) {
+    s.inputs[0] = a;
+    s.inputs[1] = b;
+    s.ninputs = b >= 0 ? 2 : 1;
+    return s;
+}
+
+static void model_pair_step(const sl_layer_spec *L, int nl);
+
 TEST(test_model_cpu_vs_cuda) {
     NEED_GPU();
     sl_layer_spec L[9];
     int nl = 0;
-    L[nl] = layer(SL_LAYER_INPUT);
-    L[nl].rank = 3;
-    L[nl].shape[0] = 12;
-    L[nl].shape[1] = 12;
-    L[nl++].shape[2] = 2;
-    L[nl] = layer(SL_LAYER_CONV2D);
-    L[nl].filters = 6;
-    L[nl].kh = L[nl].kw = 3;
-    L[nl].padding = SL_PAD_SAME;
-    L[nl++].activation = 1;
+    L[nl++] = input_hwc(12, 12, 2);
+    L[nl++] = conv(6, 3, 1, 1);
     L[nl] = layer(SL_LAYER_BATCHNORM);
     nl++;
     L[nl] = layer(SL_LAYER_MAXPOOL);
@@ -685,7 +751,32 @@ TEST(test_model_cpu_vs_cuda) {
     L[nl++].rate = 0.25f;
     L[nl] = layer(SL_LAYER_DENSE);
     L[nl++].units = 5;
+    model_pair_step(L, nl);
+}
 
+/* A graph: a strided convolution beside a 1x1 stride-2 projection of the input, joined by
+ * add; a branch that reads the join twice (concat with it); global average pooling. */
+TEST(test_graph_model_cpu_vs_cuda) {
+    NEED_GPU();
+    sl_layer_spec dense = layer(SL_LAYER_DENSE);
+    dense.units = 5;
+    const sl_layer_spec L[] = {
+        input_hwc(12, 12, 2),
+        conv(4, 3, 2, 1),                      /* 1: 6x6x4 */
+        reads(conv(4, 1, 2, 0), 0, -1),        /* 2: a projection of the input, 6x6x4 */
+        reads(layer(SL_LAYER_ADD), 1, 2),      /* 3 */
+        layer(SL_LAYER_RELU),                  /* 4 */
+        conv(3, 3, 1, 2),                      /* 5: 6x6x3 */
+        reads(layer(SL_LAYER_CONCAT), 5, 4),   /* 6: 6x6x7, the relu's output read again */
+        layer(SL_LAYER_GLOBAL_AVGPOOL),
+        dense,
+    };
+    model_pair_step(L, (int)(sizeof L / sizeof L[0]));
+}
+
+/* One train step of the model L[0..nl) on the CPU and on CUDA from the same seed: the same
+ * initial parameters, loss and accuracy, and close gradients. Labels in 0..4. */
+static void model_pair_step(const sl_layer_spec *L, int nl) {
     sl_model_opts o = sl_model_opts_default();
     o.seed = 77;
     o.max_batch = 9;
@@ -711,12 +802,12 @@ TEST(test_model_cpu_vs_cuda) {
     if (ok) ok = same_bits("initial params", pg, pc, np * 4);
 
     const int B = 9;
-    int64_t xd[4] = {B, 12, 12, 2}, ld[1] = {B};
+    int64_t xd[4] = {B, L[0].shape[0], L[0].shape[1], L[0].shape[2]}, ld[1] = {B};
     sl_tensor x = SL_TENSOR_EMPTY, y = SL_TENSOR_EMPTY;
     if (ok) ok = sl_tensor_alloc(&x, SL_DT_F32, 4, xd) == SL_OK && sl_tensor_alloc(&y, SL_DT_I64, 1, ld) == SL_OK;
     if (ok) {
         float *xf = x.data;
-        for (int i = 0; i < B * 12 * 12 * 2; i++) xf[i] = (float)(rnd() % 256) / 255.0f;
+        for (int64_t i = 0; i < sl_tensor_numel(&x); i++) xf[i] = (float)(rnd() % 256) / 255.0f;
         int64_t *yl = y.data;
         for (int i = 0; i < B; i++) yl[i] = rnd() % 5;
     }
@@ -1024,6 +1115,8 @@ int main(void) {
     RUN_FREE(test_im2col_col2im);
     RUN_FREE(test_maxpool);
     RUN_FREE(test_avgpool);
+    RUN_FREE(test_copy_cols);
+    RUN_FREE(test_global_avgpool);
     RUN_FREE(test_softmax_xent);
     RUN_FREE(test_dropout);
     RUN_FREE(test_batchnorm);
@@ -1031,6 +1124,7 @@ int main(void) {
     RUN_FREE(test_adam);
     RUN_FREE(test_sum_squares);
     RUN_FREE(test_model_cpu_vs_cuda);
+    RUN_FREE(test_graph_model_cpu_vs_cuda);
     RUN_FREE(test_staged_steps);
     RUN_FREE(test_stage_slot_reuse);
     RUN_FREE(test_cnn_step_launches);
@@ -1042,6 +1136,7 @@ int main(void) {
     emu_set_order(1);
     RUN_FREE(test_memory);
     RUN_FREE(test_model_cpu_vs_cuda);
+    RUN_FREE(test_graph_model_cpu_vs_cuda);
     RUN_FREE(test_staged_steps);
     RUN_FREE(test_stage_slot_reuse);
     emu_set_order(0);
