@@ -474,8 +474,8 @@ TEST(test_softmax_xent) {
         ASSERT(dz && dd && dlab);
         double lc = -1, lg = -2;
         int64_t cc = -1, cg = -2;
-        ASSERT_OK(CPU->ops->softmax_xent(CPU, z, lab, n, k, 0.25f, d, &lc, &cc));
-        ASSERT_OK(GPU->ops->softmax_xent(GPU, dz, dlab, n, k, 0.25f, dd, &lg, &cg));
+        ASSERT_OK(CPU->ops->softmax_xent(CPU, z, lab, n, k, 0.0f, 0.25f, d, &lc, &cc, NULL));
+        ASSERT_OK(GPU->ops->softmax_xent(GPU, dz, dlab, n, k, 0.0f, 0.25f, dd, &lg, &cg, NULL));
         ASSERT_EQ(cg, cc);
         ASSERT(cc >= 1);
         if (!(fabs(lg - lc) <= 1e-9 * fabs(lc) + 1e-12)) {
@@ -486,7 +486,7 @@ TEST(test_softmax_xent) {
         /* evaluation: no dlogits */
         lg = -2;
         cg = -2;
-        ASSERT_OK(GPU->ops->softmax_xent(GPU, dz, dlab, n, k, 1.0f, NULL, &lg, &cg));
+        ASSERT_OK(GPU->ops->softmax_xent(GPU, dz, dlab, n, k, 0.0f, 1.0f, NULL, &lg, &cg, NULL));
         ASSERT_EQ(cg, cc);
         ASSERT(fabs(lg - lc) <= 1e-9 * fabs(lc) + 1e-12);
     }
@@ -498,8 +498,8 @@ TEST(test_softmax_xent) {
     ASSERT(dz && dlab);
     double l;
     int64_t c;
-    ASSERT_EQ(CPU->ops->softmax_xent(CPU, z, lab, 5, 3, 1.0f, NULL, &l, &c), SL_ERANGE);
-    ASSERT_EQ(GPU->ops->softmax_xent(GPU, dz, dlab, 5, 3, 1.0f, NULL, &l, &c), SL_ERANGE);
+    ASSERT_EQ(CPU->ops->softmax_xent(CPU, z, lab, 5, 3, 0.0f, 1.0f, NULL, &l, &c, NULL), SL_ERANGE);
+    ASSERT_EQ(GPU->ops->softmax_xent(GPU, dz, dlab, 5, 3, 0.0f, 1.0f, NULL, &l, &c, NULL), SL_ERANGE);
     ASSERT_STREQ(sl_errmsg(), "softmax_xent: label 7 of row 2 is outside 0..2");
 }
 
