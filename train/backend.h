@@ -21,11 +21,15 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "sluice/model.h" /* SL_TOPK */
 #include "sluice/status.h"
 #include "sluice/util.h"
 
 typedef struct sl_backend sl_backend;
+
+/* Top-k accuracy's k, the same definition as sluice/model.h's (that header is C only, and
+ * the CUDA sources include this one); were the two to differ, every file that includes
+ * both (train/model_priv.h) would warn "SL_TOPK redefined". */
+#define SL_TOPK 5
 
 /* Input staging slots every backend has (stage_begin ... stage_release below). */
 #define SL_BK_STAGE_SLOTS 3
@@ -118,7 +122,7 @@ typedef struct sl_backend_ops {
      * cross-entropy). Writes dlogits = (softmax - t) * grad_scale (not accumulated: set), and
      * into HOST memory the summed loss -sum_j t_j log softmax_j over the rows, the number of
      * rows whose argmax (first maximum) equals the label, and top5: the rows where fewer
-     * than SL_TOPK (sluice/model.h: 5) logits are strictly greater than the label's and the label's is
+     * than SL_TOPK (5) logits are strictly greater than the label's and the label's is
      * finite (ties at the boundary count in, as tf.math.in_top_k). A label outside 0..k-1
      * is SL_ERANGE. dlogits may be NULL (evaluation); any host pointer may be NULL. */
     sl_status (*softmax_xent)(sl_backend *b, const float *logits, const int32_t *labels, int n, int k,

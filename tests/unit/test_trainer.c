@@ -1340,6 +1340,270 @@ TEST(test_job_run) {
     sl_cfg_free(cfg);
 }
 
+/* label_smoothing and decay_exclude in the train block: values, and each mistake at its
+ * place with a hint. */
+TEST(test_config_smoothing_decay_exclude) {
+    sl_cfg *cfg;
+    sl_train_config c;
+    ASSERT_OK(parse_with("    model tiny\n    data train\n", &cfg));
+    ASSERT_OK(sl_train_config_parse(cfg, &c));
+    ASSERT(c.label_smoothing == 0.0f);
+    ASSERT_EQ(c.optim.decay_exclude, 0);
+    sl_cfg_free(cfg);
+    ASSERT_OK(parse_with("    model tiny\n    data train\n    label_smoothing 0.1\n"
+                         "    optimizer sgd lr=0.1 momentum=0.9 weight_decay=5e-4 decay_exclude=[bias, batchnorm]\n",
+                         &cfg));
+    ASSERT_OK(sl_train_config_parse(cfg, &c));
+    ASSERT(c.label_smoothing == 0.1f);
+    ASSERT(c.optim.weight_decay == 5e-4f);
+    ASSERT_EQ(c.optim.decay_exclude, SL_DECAY_EXCLUDE_BIAS | SL_DECAY_EXCLUDE_BATCHNORM);
+    ASSERT_OK(sl_cfg_set(cfg, "train.optimizer.decay_exclude=batchnorm"));
+    ASSERT_OK(sl_train_config_parse(cfg, &c));
+    ASSERT_EQ(c.optim.decay_exclude, SL_DECAY_EXCLUDE_BATCHNORM);
+    ASSERT_OK(sl_cfg_set(cfg, "train.optimizer.decay_exclude=\"bias\""));
+    ASSERT_OK(sl_train_config_parse(cfg, &c));
+    ASSERT_EQ(c.optim.decay_exclude, SL_DECAY_EXCLUDE_BIAS);
+    ASSERT_OK(sl_cfg_set(cfg, "train.optimizer.decay_exclude=none"));
+    ASSERT_OK(sl_train_config_parse(cfg, &c));
+    ASSERT_EQ(c.optim.decay_exclude, 0);
+    ASSERT_OK(sl_cfg_set(cfg, "train.optimizer.decay_exclude=[]"));
+    ASSERT_OK(sl_train_config_parse(cfg, &c));
+    ASSERT_EQ(c.optim.decay_exclude, 0);
+    ASSERT_OK(sl_cfg_set(cfg, "train.label_smoothing=0"));
+    ASSERT_OK(sl_train_config_parse(cfg, &c));
+    ASSERT(c.label_smoothing == 0.0f);
+    sl_cfg_free(cfg);
+    /* adam with topk over the ring: no momentum correction there, so it is accepted */
+    ASSERT_OK(parse_with("    model tiny\n    data train\n    strategy ring compress=topk(0.01)\n"
+                         "    optimizer adamw lr=0.1 weight_decay=0.05 decay_exclude=bias\n",
+                         &cfg));
+    ASSERT_OK(sl_train_config_parse(cfg, &c));
+    sl_cfg_free(cfg);
+    static const struct {
+        const char *body;
+        int code;
+        const char *where, *msg, *hint;
+    } cases[] = {
+        {"    model tiny\n    data train\n    label_smoothing 1\n", SL_ERANGE, "t.sl:20:21:",
+         "label_smoothing 1 is outside [0, 1)", "the usual value is 0.1"},
+        {"    model tiny\n    data train\n    label_smoothing -0.1\n", SL_ERANGE, "t.sl:20:21:",
+         "label_smoothing -0.1 is outside [0, 1)", "0 turns it off"},
+        {"    model tiny\n    data train\n    label_smoothing high\n", SL_EINVAL, "t.sl:20:21:",
+         "expected a number, found", "usage: label_smoothing E"},
+        {"    model tiny\n    data train\n    label_smoothing\n", SL_EINVAL, "t.sl:20:5:",
+         "label_smoothing needs a value", "usage: label_smoothing E"},
+        {"    model tiny\n    data train\n    label_smoothing 0.1 0.2\n", SL_EINVAL, "t.sl:20:25:",
+         "label_smoothing: unexpected value", "usage: label_smoothing E"},
+        {"    model tiny\n    data train\n    label_smothing 0.1\n", SL_EINVAL, "t.sl:20:5:",
+         "unknown train statement 'label_smothing'", "did you mean 'label_smoothing'?"},
+        {"    model tiny\n    data train\n    optimizer sgd lr=0.1 weight_decay=1e-4 decay_exclude=[bias, bn]\n",
+         SL_EINVAL, "t.sl:20:65:", "unknown value 'bn' (expected one of: bias, batchnorm)", "usage: optimizer"},
+        {"    model tiny\n    data train\n    optimizer sgd lr=0.1 weight_decay=1e-4 decay_exclude=biases\n",
+         SL_EINVAL, "t.sl:20:58:", "unknown value 'biases'", "did you mean 'bias'?"},
+        {"    model tiny\n    data train\n    optimizer sgd lr=0.1 decay_exclude=[bias, batchnorm, bias]\n",
+         SL_EINVAL, "t.sl:20:58:", "decay_exclude: 'bias' is listed twice", "list each of bias and batchnorm once"},
+        {"    model tiny\n    data train\n    optimizer sgd lr=0.1 decay_exclude=1\n", SL_EINVAL, "t.sl:20:40:",
+         "decay_exclude takes the words bias and batchnorm", "decay_exclude=[bias, batchnorm]"},
+        {"    model tiny\n    data train\n    optimizer sgd lr=0.1 decay_exclud=bias\n", SL_EINVAL, "t.sl:20:39:",
+         "optimizer: unknown option 'decay_exclud'", "did you mean 'decay_exclude'?"},
+        {"    model tiny\n    data train\n    optimizer sgd lr=0.1 weight_decay=1e-4 decay_exclude=bias\n"
+         "    strategy ps\n",
+         SL_EINVAL, "t.sl:20:58:", "decay_exclude is not supported with `strategy ps`",
+         "the parameter servers' optimizer applies weight_decay to every parameter"},
+        {"    model tiny\n    data train\n    strategy ring compress=sign\n"
+         "    optimizer sgd lr=0.1 momentum=0.9 weight_decay=1e-4 decay_exclude=bias\n",
+         SL_EINVAL, "t.sl:21:71:", "decay_exclude is not supported with `strategy ring compress=topk|sign`",
+         "the ring's momentum correction applies weight_decay"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        ASSERT_OK(parse_with(cases[i].body, &cfg));
+        sl_status s = sl_train_config_parse(cfg, &c);
+        if (s != cases[i].code || !strstr(sl_errmsg(), cases[i].where)) printf("  case %zu: %s\n", i, sl_errmsg());
+        ASSERT_EQ(s, cases[i].code);
+        ASSERT_CONTAINS(sl_errmsg(), cases[i].where);
+        ASSERT_CONTAINS(sl_errmsg(), cases[i].msg);
+        ASSERT_CONTAINS(sl_errmsg(), cases[i].hint);
+        sl_cfg_free(cfg);
+    }
+}
+
+/* input 2 -> dense 8 with a zero kernel: every example's logits are the bias, set here. */
+static sl_model *bias_logits_model(float smoothing, const float bias[8]) {
+    sl_layer_spec L[2] = {{.kind = SL_LAYER_INPUT, .rank = 1, .shape = {2}}, {.kind = SL_LAYER_DENSE, .units = 8}};
+    sl_model_opts o = sl_model_opts_default();
+    o.backend = SL_BACKEND_CPU;
+    o.threads = 1;
+    o.max_batch = 4;
+    o.label_smoothing = smoothing;
+    sl_model *m = NULL;
+    if (sl_model_create(L, 2, &o, &m)) return NULL;
+    float p[24] = {0};
+    memcpy(p + 16, bias, 8 * sizeof(float)); /* kernel [2, 8], then bias */
+    if (sl_model_set_params(m, p, 24)) {
+        sl_model_free(m);
+        return NULL;
+    }
+    return m;
+}
+
+/* The model's steps with label_smoothing 0.1 and top-5 counts, against numbers by hand:
+ * logits (3, 1, 2, 2, 2, 2, 0, 2) for labels 0, 1, 2, 6: top-1 only row 0; top-5 rows 0 (3
+ * is the maximum) and 2 (only 3 above 2), not 1 (six above) nor 6 (seven above). The loss
+ * is LSE - sum_j t_j z_j per row with t = 0.9 onehot + 0.1/8, in train and eval steps. */
+TEST(test_model_smoothing_top5) {
+    const float b[8] = {3, 1, 2, 2, 2, 2, 0, 2};
+    sl_model *m = bias_logits_model(0.1f, b);
+    ASSERT(m);
+    int64_t xd[2] = {4, 2}, yd[1] = {4};
+    sl_tensor x = SL_TENSOR_EMPTY, y = SL_TENSOR_EMPTY;
+    ASSERT_OK(sl_tensor_alloc(&x, SL_DT_F32, 2, xd));
+    ASSERT_OK(sl_tensor_alloc(&y, SL_DT_I64, 1, yd));
+    memset(x.data, 0, 8 * sizeof(float));
+    const int64_t lab[4] = {0, 1, 2, 6};
+    memcpy(y.data, lab, sizeof lab);
+    double lse = 0, sumz = 0;
+    for (int j = 0; j < 8; j++) lse += exp(b[j]), sumz += b[j];
+    lse = log(lse);
+    double want = lse - 0.9 * (3 + 1 + 2 + 0) / 4.0 - 0.1 / 8 * sumz;
+    sl_step_result r = {0};
+    ASSERT_OK(sl_model_eval_step(m, &x, &y, &r));
+    ASSERT_EQ(r.examples, 4);
+    ASSERT_EQ(r.correct, 1);
+    ASSERT_EQ(r.top5, 2);
+    ASSERT(fabs(r.loss - want) < 1e-9);
+    ASSERT_OK(sl_model_zero_grads(m));
+    r = (sl_step_result){0};
+    ASSERT_OK(sl_model_train_step(m, &x, &y, 1.0f, &r));
+    ASSERT_EQ(r.correct, 1);
+    ASSERT_EQ(r.top5, 2);
+    ASSERT(fabs(r.loss - want) < 1e-9);
+    /* the bias gradient: the batch mean of softmax - t */
+    const float *g = sl_model_grads(m, NULL);
+    for (int j = 0; j < 8; j++) {
+        double cnt = (j == 0) + (j == 1) + (j == 2) + (j == 6);
+        double gj = exp(b[j] - lse) - 0.1 / 8 - 0.9 * cnt / 4;
+        if (!(fabs(g[16 + j] - gj) < 1e-6)) FAILF("bias grad %d: %.9g, want %.9g", j, g[16 + j], gj);
+    }
+    sl_model_free(m);
+    /* without smoothing: plain cross-entropy */
+    m = bias_logits_model(0.0f, b);
+    ASSERT(m);
+    ASSERT_OK(sl_model_eval_step(m, &x, &y, &r));
+    ASSERT(fabs(r.loss - (lse - 1.5)) < 1e-9);
+    ASSERT_EQ(r.top5, 2);
+    sl_model_free(m);
+    ASSERT(bias_logits_model(1.0f, b) == NULL);
+    ASSERT_STREQ(sl_errmsg(), "model: label_smoothing 1 must be in [0, 1)");
+    sl_tensor_release(&x);
+    sl_tensor_release(&y);
+}
+
+/* A model with more than 5 classes: the epoch line and the eval lines carry top5, the
+ * train/ and eval/ runs a top5_accuracy scalar with the summary's values; label_smoothing
+ * and decay_exclude train. (Models of 5 classes or fewer print and log no top5: the
+ * 2-class runs above have exactly their old lines and tags.) */
+TEST(test_top5_lines_and_scalars) {
+    char text[4096], name[400], dir[400], con_path[400];
+    snprintf(text, sizeof text,
+             "%smodel wide {\n    input 4\n    dense 8 activation=relu\n    batchnorm\n    dense 8\n}\n"
+             "train {\n    model wide\n    data train\n    eval test\n    epochs 2\n    label_smoothing 0.1\n"
+             "    optimizer sgd lr=0.05 momentum=0.9 weight_decay=1e-3 decay_exclude=[bias, batchnorm]\n"
+             "    backend cpu\n    threads 1\n    seed 3\n}\n",
+             BASE);
+    snprintf(name, sizeof name, "%s/wide.sl", tmpdir);
+    snprintf(dir, sizeof dir, "%s/wide", tmpdir);
+    snprintf(con_path, sizeof con_path, "%s/wide.txt", tmpdir);
+    FILE *f = fopen(name, "w");
+    ASSERT(f != NULL);
+    fputs(text, f);
+    fclose(f);
+    sl_cfg *cfg;
+    ASSERT_OK(sl_cfg_parse_file(name, &cfg));
+    FILE *con = fopen(con_path, "w+");
+    ASSERT(con != NULL);
+    sl_train_opts o = sl_train_opts_default();
+    o.run_dir = dir;
+    o.console = con;
+    sl_trainer *t;
+    ASSERT_OK(sl_trainer_create(cfg, &o, &t));
+    ASSERT_OK(sl_trainer_run(t));
+    const sl_train_summary *sum = sl_trainer_summary(t);
+    ASSERT_EQ(sum->steps, 32);
+    ASSERT(sum->train_top5_accuracy >= sum->train_accuracy && sum->train_top5_accuracy <= 1);
+    ASSERT(sum->eval_top5_accuracy >= sum->eval_accuracy && sum->eval_top5_accuracy <= 1);
+    fflush(con);
+    rewind(con);
+    char line[512];
+    int epochs = 0, evals = 0;
+    double last_eval_top5 = -1, last_train_top5 = -1;
+    while (fgets(line, sizeof line, con)) {
+        long long st;
+        double l, a, t5, ea, et5;
+        if (sscanf(line, "eval  step %lld  loss %lf  accuracy %lf  top5 %lf", &st, &l, &a, &t5) == 4) {
+            evals++;
+            last_eval_top5 = t5;
+        }
+        if (strncmp(line, "epoch ", 6) == 0) {
+            const char *p = strstr(line, "  loss ");
+            ASSERT(p != NULL);
+            ASSERT_EQ(sscanf(p, "  loss %lf  accuracy %lf  top5 %lf", &l, &a, &t5), 3);
+            last_train_top5 = t5;
+            epochs++;
+            if ((p = strstr(line, "  eval accuracy "))) {
+                ASSERT_EQ(sscanf(p, "  eval accuracy %lf  eval top5 %lf", &ea, &et5), 2);
+                last_eval_top5 = et5;
+            }
+        }
+    }
+    fclose(con);
+    ASSERT_EQ(epochs, 2);
+    ASSERT_EQ(evals, 0); /* every epoch's evaluation is on its epoch line */
+    ASSERT(fabs(last_train_top5 - sum->train_top5_accuracy) <= 5e-5);
+    ASSERT(fabs(last_eval_top5 - sum->eval_top5_accuracy) <= 5e-5);
+    sl_trainer_free(t);
+    /* the scalars: top5_accuracy after the others, with the summary's values */
+    static char paths[4][800];
+    char sub[500];
+    scalar_ev ev[32];
+    snprintf(sub, sizeof sub, "%s/train", dir);
+    ASSERT_EQ(event_files(sub, paths, 4), 1);
+    ASSERT_EQ(read_scalars(paths[0], ev, 32), 12);
+    ASSERT_STREQ(ev[5].tag, "top5_accuracy");
+    ASSERT_STREQ(ev[11].tag, "top5_accuracy");
+    ASSERT_EQ(ev[11].step, 32);
+    ASSERT(ev[11].value == (float)sum->train_top5_accuracy);
+    snprintf(sub, sizeof sub, "%s/eval", dir);
+    ASSERT_EQ(event_files(sub, paths, 4), 1);
+    ASSERT_EQ(read_scalars(paths[0], ev, 32), 6); /* steps 16, 32 */
+    for (int i = 0; i < 6; i++) ASSERT_STREQ(ev[i].tag, i % 3 == 0 ? "accuracy" : i % 3 == 1 ? "loss" : "top5_accuracy");
+    ASSERT_EQ(ev[5].step, 32);
+    ASSERT(ev[5].value == (float)sum->eval_top5_accuracy);
+    /* evaluations every 12 steps: lines of their own at 12, 24 and the final one at 32 */
+    ASSERT_OK(sl_cfg_set(cfg, "train.eval=(test steps=12)"));
+    snprintf(dir, sizeof dir, "%s/wide12", tmpdir);
+    con = fopen(con_path, "w+");
+    ASSERT(con != NULL);
+    ASSERT_OK(sl_trainer_create(cfg, &o, &t));
+    ASSERT_OK(sl_trainer_run(t));
+    fflush(con);
+    rewind(con);
+    int64_t at[4];
+    while (fgets(line, sizeof line, con)) {
+        long long st;
+        double l, a, t5;
+        if (sscanf(line, "eval  step %lld  loss %lf  accuracy %lf  top5 %lf", &st, &l, &a, &t5) == 4 && evals < 4)
+            at[evals++] = st, last_eval_top5 = t5;
+    }
+    fclose(con);
+    ASSERT_EQ(evals, 3);
+    ASSERT_EQ(at[0], 12);
+    ASSERT_EQ(at[1], 24);
+    ASSERT_EQ(at[2], 32);
+    ASSERT(fabs(last_eval_top5 - sl_trainer_summary(t)->eval_top5_accuracy) <= 5e-5);
+    sl_trainer_free(t);
+    sl_cfg_free(cfg);
+}
+
 int main(void) {
     snprintf(tmpdir, sizeof tmpdir, "/tmp/sluice-test-trainer.%d", (int)getpid());
     mkdir(tmpdir, 0777);
@@ -1366,6 +1630,9 @@ int main(void) {
     RUN(test_event_runs);
     RUN(test_run_dir_event_subfolders);
     RUN(test_job_run);
+    RUN(test_config_smoothing_decay_exclude);
+    RUN(test_model_smoothing_top5);
+    RUN(test_top5_lines_and_scalars);
     rm_rf(tmpdir);
     TEST_MAIN_END();
 }
