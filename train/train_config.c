@@ -592,7 +592,8 @@ static sl_status check_train(const sl_cfg *cfg, const sl_cfg_stmt *tb, const tra
                o->kind == SL_OPTIM_SGD && o->momentum > 0 && !o->nesterov;
     if (seen->optim && o->decay_exclude && o->weight_decay > 0 && (strcmp(c->strategy, "ps") == 0 || dgc)) {
         sl_cfg_err(cfg, sl_cfg_opt(seen->optim, "decay_exclude")->loc, SL_EINVAL,
-                   "decay_exclude is not supported with `strategy %s%s`", c->strategy, dgc ? " compress=topk|sign" : "");
+                   "decay_exclude is not supported with `strategy %s%s`", c->strategy,
+                   dgc ? " compress=topk|sign" : "");
         sl_err_hint("%s applies weight_decay to every parameter: drop decay_exclude, or use strategy none or ring%s",
                     dgc ? "the ring's momentum correction" : "the parameter servers' optimizer",
                     dgc ? " without topk/sign" : "");

@@ -81,7 +81,8 @@ sl_model_opts sl_model_opts_default(void);
 /* Build a model from layer specs (the first must be INPUT) ending in `classes` logits: the
  * last layer must be DENSE with classes units and no activation. Errors: SL_EINVAL naming
  * the layer (index and name) and what is wrong (e.g. "conv2d_1: kernel 5x5 larger than its
- * 4x4 input"), SL_EINVAL for a label_smoothing outside [0, 1), SL_EUNSUPPORTED for CUDA without a GPU, SL_ENOMEM. */
+ * 4x4 input"), SL_EINVAL for a label_smoothing outside [0, 1), SL_EUNSUPPORTED for CUDA
+ * without a GPU, SL_ENOMEM. */
 sl_status sl_model_create(const sl_layer_spec *layers, int n, const sl_model_opts *opts, sl_model **out);
 
 /* From a `model NAME { ... }` block:

@@ -469,7 +469,8 @@ TEST(test_softmax_xent_smoothing) {
     /* e outside [0, 1) is refused; the gradient is left alone */
     float keep = d[0];
     const float bad[3] = {1.0f, -0.1f, NAN};
-    for (int t = 0; t < 3; t++) ASSERT_EQ(b->ops->softmax_xent(b, z, lab, n, k, bad[t], 1.0f, d, &loss, NULL, NULL), SL_EINVAL);
+    for (int t = 0; t < 3; t++)
+        ASSERT_EQ(b->ops->softmax_xent(b, z, lab, n, k, bad[t], 1.0f, d, &loss, NULL, NULL), SL_EINVAL);
     ASSERT_STREQ(sl_errmsg(), "softmax_xent: label smoothing nan is outside [0, 1)");
     ASSERT(d[0] == keep);
     free(z), free(d), free(lab);

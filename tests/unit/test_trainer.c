@@ -1545,7 +1545,8 @@ TEST(test_top5_lines_and_scalars) {
     snprintf(sub, sizeof sub, "%s/eval", dir);
     ASSERT_EQ(event_files(sub, paths, 4), 1);
     ASSERT_EQ(read_scalars(paths[0], ev, 32), 6); /* steps 16, 32 */
-    for (int i = 0; i < 6; i++) ASSERT_STREQ(ev[i].tag, i % 3 == 0 ? "accuracy" : i % 3 == 1 ? "loss" : "top5_accuracy");
+    static const char *const eval_tags[] = {"accuracy", "loss", "top5_accuracy"};
+    for (int i = 0; i < 6; i++) ASSERT_STREQ(ev[i].tag, eval_tags[i % 3]);
     ASSERT_EQ(ev[5].step, 32);
     ASSERT(ev[5].value == (float)sum->eval_top5_accuracy);
     /* evaluations every 12 steps: lines of their own at 12, 24 and the final one at 32 */
