@@ -26,6 +26,11 @@
 
 typedef struct sl_backend sl_backend;
 
+/* Top-k accuracy's k, the same definition as sluice/model.h's (that header is C only, and
+ * the CUDA sources include this one); were the two to differ, every file that includes
+ * both (train/model_priv.h) would warn "SL_TOPK redefined". */
+#define SL_TOPK 5
+
 /* Input staging slots every backend has (stage_begin ... stage_release below). */
 #define SL_BK_STAGE_SLOTS 3
 
@@ -112,20 +117,26 @@ typedef struct sl_backend_ops {
 
     /* ---- loss ----
      * Softmax cross-entropy over n rows of k logits with integer labels (backend memory,
-     * int32). Writes dlogits = (softmax - onehot) * grad_scale (not accumulated: set), and
-     * into HOST memory the summed loss over the rows and the number of rows whose argmax
-     * (first maximum) equals the label. A label outside 0..k-1 is SL_ERANGE. dlogits may be
-     * NULL (evaluation). */
+     * int32), against the target t = (1 - smoothing) onehot + smoothing / k (label
+     * smoothing, 0 <= smoothing < 1; 0: the one-hot label, with exactly the numbers of plain
+     * cross-entropy). Writes dlogits = (softmax - t) * grad_scale (not accumulated: set), and
+     * into HOST memory the summed loss -sum_j t_j log softmax_j over the rows, the number of
+     * rows whose argmax (first maximum) equals the label, and top5: the rows where fewer
+     * than SL_TOPK (5) logits are strictly greater than the label's and the label's is
+     * finite (ties at the boundary count in, as tf.math.in_top_k). A label outside 0..k-1
+     * is SL_ERANGE. dlogits may be NULL (evaluation); any host pointer may be NULL. */
     sl_status (*softmax_xent)(sl_backend *b, const float *logits, const int32_t *labels, int n, int k,
-                              float grad_scale, float *dlogits, double *loss_sum_host, int64_t *correct_host);
+                              float smoothing, float grad_scale, float *dlogits, double *loss_sum_host,
+                              int64_t *correct_host, int64_t *top5_host);
     /* The same in two halves, so that a step never waits in the middle: start queues it
-     * (the loss sum and count go to pinned host memory behind the compute stream, no wait);
+     * (the loss sum and counts go to pinned host memory behind the compute stream, no wait);
      * result waits for that copy only (an event, not the device) and returns what
      * softmax_xent would have, SL_ERANGE for a bad label included. One start at a time:
      * result before the next start. */
     sl_status (*softmax_xent_start)(sl_backend *b, const float *logits, const int32_t *labels, int n, int k,
-                                    float grad_scale, float *dlogits);
-    sl_status (*softmax_xent_result)(sl_backend *b, double *loss_sum_host, int64_t *correct_host);
+                                    float smoothing, float grad_scale, float *dlogits);
+    sl_status (*softmax_xent_result)(sl_backend *b, double *loss_sum_host, int64_t *correct_host,
+                                     int64_t *top5_host);
 
     /* ---- dropout: keep with probability 1 - rate, scale kept values by 1 / (1 - rate);
      * element i is kept iff sl__bk_rand_u32(seed, i) >= rate * 2^32. mask gets 0 or

@@ -46,6 +46,7 @@ extern "C" {
 struct host_result {
     double sum;
     long long count;
+    long long count5; // softmax_xent: rows with the label in the top SL_TOPK
     int bad_row;   // first row with a label outside 0..k-1, or -1
     int bad_label;
 };

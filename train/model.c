@@ -146,6 +146,8 @@ sl_status sl_model_create(const sl_layer_spec *specs, int n, const sl_model_opts
     sl_model_opts o = opts ? *opts : sl_model_opts_default();
     if (o.max_batch <= 0) return sl_err(SL_EINVAL, "model: max_batch %d must be > 0", o.max_batch);
     if (o.threads < 0) return sl_err(SL_EINVAL, "model: threads %d must be >= 0 (0: all cores)", o.threads);
+    if (!(o.label_smoothing >= 0.0f && o.label_smoothing < 1.0f))
+        return sl_err(SL_EINVAL, "model: label_smoothing %g must be in [0, 1)", o.label_smoothing);
     sl_model *m = calloc(1, sizeof *m);
     if (!m) return sl_err(SL_ENOMEM, "model: out of memory");
     m->opts = o;
@@ -243,6 +245,8 @@ uint64_t sl__model_launches(sl_model *m) { return m->bk->ops->launches(m->bk); }
 const char *sl__model_fallback(const sl_model *m) { return m->fallback[0] ? m->fallback : NULL; }
 
 size_t sl__model_trainable(const sl_model *m) { return m->n_train; }
+
+int sl_model_classes(const sl_model *m) { return m->classes; }
 
 uint64_t sl__model_steps(const sl_model *m) { return m->steps; }
 
@@ -655,18 +659,19 @@ sl_status sl_model_train_staged(sl_model *m, const sl_staged *st, float grad_sca
     const sl_backend_ops *ops = m->bk->ops;
     layer *last = &m->L[m->nl - 1];
     double loss = 0.0;
-    int64_t correct = 0;
+    int64_t correct = 0, top5 = 0;
     if ((s = forward(m, xd, B, true))) return s;
     m->steps++;
     /* the loss comes back behind the step: wait for it once backward is queued */
-    if ((s = ops->softmax_xent_start(m->bk, last->out, yd, B, m->classes, grad_scale / (float)B, last->dout)))
+    if ((s = ops->softmax_xent_start(m->bk, last->out, yd, B, m->classes, m->opts.label_smoothing,
+                                     grad_scale / (float)B, last->dout)))
         return s;
     s = backward(m, xd, B);
     if (!s) s = ops->stage_release(m->bk, st->slot);
-    sl_status r = ops->softmax_xent_result(m->bk, &loss, &correct); /* always: one start, one result */
+    sl_status r = ops->softmax_xent_result(m->bk, &loss, &correct, &top5); /* always: one start, one result */
     if (s) return s;
     if (r) return r;
-    if (res) *res = (sl_step_result){.loss = loss / B, .correct = correct, .examples = B};
+    if (res) *res = (sl_step_result){.loss = loss / B, .correct = correct, .examples = B, .top5 = top5};
     return SL_OK;
 }
 
@@ -678,14 +683,16 @@ sl_status sl_model_eval_staged(sl_model *m, const sl_staged *st, sl_step_result 
     if (s) return s;
     const sl_backend_ops *ops = m->bk->ops;
     double loss = 0.0;
-    int64_t correct = 0;
+    int64_t correct = 0, top5 = 0;
     if ((s = forward(m, xd, B, false))) return s;
-    if ((s = ops->softmax_xent_start(m->bk, m->L[m->nl - 1].out, yd, B, m->classes, 0.0f, NULL))) return s;
+    if ((s = ops->softmax_xent_start(m->bk, m->L[m->nl - 1].out, yd, B, m->classes, m->opts.label_smoothing, 0.0f,
+                                     NULL)))
+        return s;
     s = ops->stage_release(m->bk, st->slot);
-    sl_status r = ops->softmax_xent_result(m->bk, &loss, &correct);
+    sl_status r = ops->softmax_xent_result(m->bk, &loss, &correct, &top5);
     if (s) return s;
     if (r) return r;
-    if (res) *res = (sl_step_result){.loss = loss / B, .correct = correct, .examples = B};
+    if (res) *res = (sl_step_result){.loss = loss / B, .correct = correct, .examples = B, .top5 = top5};
     return SL_OK;
 }
 

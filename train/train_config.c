@@ -11,7 +11,7 @@
 typedef struct {
     const char *name;
     const char *usage;
-    const char *opts[8]; /* allowed keys, NULL-terminated */
+    const char *opts[10]; /* allowed keys, NULL-terminated */
 } stmt_def;
 
 static const stmt_def DEFS[] = {
@@ -21,8 +21,10 @@ static const stmt_def DEFS[] = {
     {"epochs", "epochs N", {NULL}},
     {"steps", "steps N", {NULL}},
     {"optimizer", "optimizer sgd|adam|adamw lr=X [momentum=X] [nesterov=BOOL] [weight_decay=X]\n"
-                  "          [beta1=X] [beta2=X] [eps=X]",
-     {"lr", "momentum", "nesterov", "weight_decay", "beta1", "beta2", "eps", NULL}},
+                  "          [decay_exclude=[bias, batchnorm]] [beta1=X] [beta2=X] [eps=X]",
+     {"lr", "momentum", "nesterov", "weight_decay", "decay_exclude", "beta1", "beta2", "eps", NULL}},
+    {"label_smoothing", "label_smoothing E      (0 <= E < 1: the loss's target is (1-E) onehot + E/classes; default 0)",
+     {NULL}},
     {"schedule", "schedule constant | step every=N gamma=G | cosine [total=N] [min_lr=X]   [warmup=N]",
      {"warmup", "every", "gamma", "total", "min_lr", NULL}},
     {"checkpoint", "checkpoint every=EPOCHS | steps=N [keep=K]   or   checkpoint none",
@@ -231,6 +233,34 @@ static const char *const SCHEDS[] = {"constant", "step", "cosine"};
 static const char *const BACKENDS[] = {"auto", "cpu", "cuda"};
 static const char *const STRATEGIES[] = {"none", "ring", "ps"};
 
+static const char *const DECAY_EXCLUDES[] = {"bias", "batchnorm"};
+
+/* decay_exclude=bias | batchnorm | [bias, batchnorm] | none | [] into SL_DECAY_EXCLUDE_* bits. */
+static sl_status read_decay_exclude(const sl_cfg *cfg, const sl_cfg_value *v, unsigned *out) {
+    *out = 0;
+    if (v->kind == SL_CV_IDENT && strcmp(v->text, "none") == 0) return SL_OK;
+    int n = v->kind == SL_CV_LIST ? v->nargs : 1;
+    for (int i = 0; i < n; i++) {
+        const sl_cfg_value *w = v->kind == SL_CV_LIST ? &v->args[i].v : v;
+        int k;
+        if (w->kind != SL_CV_IDENT && w->kind != SL_CV_STRING) {
+            sl_cfg_err(cfg, w->loc, SL_EINVAL, "decay_exclude takes the words bias and batchnorm");
+            sl_err_hint("e.g. decay_exclude=[bias, batchnorm] (no decay on biases and batchnorm gamma/beta), "
+                        "decay_exclude=bias, or decay_exclude=none");
+            return SL_EINVAL;
+        }
+        if (read_choice(cfg, w, DECAY_EXCLUDES, 2, &k)) return sl_errcode();
+        unsigned bit = k == 0 ? SL_DECAY_EXCLUDE_BIAS : SL_DECAY_EXCLUDE_BATCHNORM;
+        if (*out & bit) {
+            sl_cfg_err(cfg, w->loc, SL_EINVAL, "decay_exclude: '%s' is listed twice", DECAY_EXCLUDES[k]);
+            sl_err_hint("list each of bias and batchnorm once");
+            return SL_EINVAL;
+        }
+        *out |= bit;
+    }
+    return SL_OK;
+}
+
 static sl_status read_optimizer(const sl_cfg *cfg, const sl_cfg_stmt *s, const stmt_def *d, sl_train_config *c) {
     int k;
     if (read_choice(cfg, sl_cfg_pos(s, 0), OPTIMS, 3, &k)) return sl_errcode();
@@ -260,6 +290,7 @@ static sl_status read_optimizer(const sl_cfg *cfg, const sl_cfg_stmt *s, const s
         return usage_hint(SL_EINVAL, d);
     }
     if ((v = sl_cfg_opt(s, "weight_decay")) && read_float(cfg, v, 0, 10, &o.weight_decay)) return sl_errcode();
+    if ((v = sl_cfg_opt(s, "decay_exclude")) && read_decay_exclude(cfg, v, &o.decay_exclude)) return sl_errcode();
     if ((v = sl_cfg_opt(s, "beta1")) && read_float(cfg, v, 0, 0.999999, &o.beta1)) return sl_errcode();
     if ((v = sl_cfg_opt(s, "beta2")) && read_float(cfg, v, 0, 0.999999999, &o.beta2)) return sl_errcode();
     if ((v = sl_cfg_opt(s, "eps")) && read_float(cfg, v, 0, 1, &o.eps)) return sl_errcode();
@@ -438,7 +469,7 @@ static sl_status find_train_block(const sl_cfg *cfg, const sl_cfg_stmt **out) {
 
 /* The statements that later checks need, where they were. */
 typedef struct {
-    const sl_cfg_stmt *model, *data, *eval, *sched, *bucket;
+    const sl_cfg_stmt *model, *data, *eval, *sched, *bucket, *optim;
 } train_seen;
 
 static sl_status read_checkpoint(const sl_cfg *cfg, const sl_cfg_stmt *s, const stmt_def *d, sl_train_config *c) {
@@ -484,6 +515,18 @@ static sl_status read_bucket_mb(const sl_cfg *cfg, const sl_cfg_value *p0, sl_tr
     return SL_OK;
 }
 
+static sl_status read_label_smoothing(const sl_cfg *cfg, const sl_cfg_value *p0, sl_train_config *c) {
+    double e;
+    if (sl_cfg_double(cfg, p0, &e)) return sl_errcode();
+    if (!(e >= 0 && e < 1)) {
+        sl_cfg_err(cfg, p0->loc, SL_ERANGE, "label_smoothing %g is outside [0, 1)", e);
+        sl_err_hint("the usual value is 0.1 (Keras' and PyTorch's label_smoothing); 0 turns it off");
+        return SL_ERANGE;
+    }
+    c->label_smoothing = (float)e;
+    return SL_OK;
+}
+
 /* One statement of the train block into *c (its definition d found); *seen notes it. */
 static sl_status read_train_stmt(const sl_cfg *cfg, const sl_cfg_stmt *s, const stmt_def *d, sl_train_config *c,
                                  train_seen *seen) {
@@ -519,6 +562,9 @@ static sl_status read_train_stmt(const sl_cfg *cfg, const sl_cfg_stmt *s, const 
         c->epochs = 0;
     } else if (strcmp(nm, "optimizer") == 0) {
         st = read_optimizer(cfg, s, d, c);
+        seen->optim = s;
+    } else if (strcmp(nm, "label_smoothing") == 0) {
+        st = read_label_smoothing(cfg, p0, c);
     } else if (strcmp(nm, "schedule") == 0) {
         seen->sched = s;
     } else if (strcmp(nm, "checkpoint") == 0) {
@@ -559,6 +605,19 @@ static sl_status check_train(const sl_cfg *cfg, const sl_cfg_stmt *tb, const tra
                    "block has `strategy %s%s`)", c->strategy, c->compress.kind != SL_COMPRESS_NONE ? " compress=..." : "");
         sl_err_hint("remove bucket_mb, or write `bucket_mb 0`: ps and compressed exchanges send the gradient after "
                     "backward");
+        return SL_EINVAL;
+    }
+    /* the ps tasks and the ring's momentum correction (topk/sign) decay every parameter */
+    const sl_optim_spec *o = &c->optim;
+    bool dgc = (c->compress.kind == SL_COMPRESS_TOPK || c->compress.kind == SL_COMPRESS_SIGN) &&
+               o->kind == SL_OPTIM_SGD && o->momentum > 0 && !o->nesterov;
+    if (seen->optim && o->decay_exclude && o->weight_decay > 0 && (strcmp(c->strategy, "ps") == 0 || dgc)) {
+        sl_cfg_err(cfg, sl_cfg_opt(seen->optim, "decay_exclude")->loc, SL_EINVAL,
+                   "decay_exclude is not supported with `strategy %s%s`", c->strategy,
+                   dgc ? " compress=topk|sign" : "");
+        sl_err_hint("%s applies weight_decay to every parameter: drop decay_exclude, or use strategy none or ring%s",
+                    dgc ? "the ring's momentum correction" : "the parameter servers' optimizer",
+                    dgc ? " without topk/sign" : "");
         return SL_EINVAL;
     }
     /* the schedule reads the optimizer's lr, wherever the two statements are */
@@ -602,8 +661,9 @@ sl_status sl_train_config_parse(const sl_cfg *cfg, sl_train_config *out) {
             sl_cfg_err(cfg, s->loc, SL_EINVAL, "unknown train statement '%s'", s->name);
             const char *sug = sl_suggest(s->name, names, NDEFS);
             if (sug) sl_err_hint("did you mean '%s'?", sug);
-            else sl_err_hint("the train statements are model, data, eval, epochs, steps, optimizer, schedule, "
-                             "checkpoint, log, run_dir, backend, device, threads, seed, strategy, bucket_mb");
+            else sl_err_hint("the train statements are model, data, eval, epochs, steps, optimizer, "
+                             "label_smoothing, schedule, checkpoint, log, run_dir, backend, device, threads, seed, "
+                             "strategy, bucket_mb");
             return SL_EINVAL;
         }
         if ((st = read_train_stmt(cfg, s, d, &c, &seen))) return st;

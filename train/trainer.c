@@ -48,6 +48,7 @@ sl_status sl_trainer_create(sl_cfg *cfg, const sl_train_opts *opts, sl_trainer *
     if (t->opts.hooks) t->hooks = *t->opts.hooks;
     else t->hooks = (sl_train_hooks){.world_size = 1, .rank = 0, .is_chief = true};
     t->sum.eval_accuracy = -1;
+    t->sum.eval_top5_accuracy = -1;
     sl_status s;
     if ((s = sl_train_config_parse(cfg, &t->c))) goto fail;
     int w = t->hooks.world_size;
@@ -91,6 +92,7 @@ sl_status sl_trainer_create(sl_cfg *cfg, const sl_train_opts *opts, sl_trainer *
     sl_model_opts mo = sl_model_opts_default();
     mo.backend = t->c.backend;
     mo.threads = t->c.threads;
+    mo.label_smoothing = t->c.label_smoothing;
     /* GPU placement: --device, else the block's `device`, else local rank % visible GPUs */
     int ngpu = 0;
     sl_device_choice dc = {0};
@@ -229,7 +231,8 @@ static void open_next_early(sl_trainer *t, int64_t spe, int64_t epoch, int64_t b
     }
 }
 
-sl_status sl_trainer_evaluate(sl_trainer *t, double *loss, double *accuracy) {
+/* sl_trainer_evaluate, with top-5 accuracy too. */
+static sl_status evaluate(sl_trainer *t, double *loss, double *accuracy, double *top5) {
     if (!t->eval_ds) return sl_err(SL_ESTATE, "no eval pipeline (add `eval PIPELINE` to the train block)");
     sl_iter *it;
     sl_status s = sl_iter_create(t->eval_ds, NULL, &it);
@@ -237,7 +240,7 @@ sl_status sl_trainer_evaluate(sl_trainer *t, double *loss, double *accuracy) {
     sl_element e;
     sl_element_init(&e);
     double lsum = 0;
-    int64_t correct = 0, n = 0;
+    int64_t correct = 0, n = 0, c5 = 0;
     while ((s = sl_iter_next(it, &e)) == SL_OK) {
         const sl_tensor *x, *y;
         sl_step_result r = {0};
@@ -249,6 +252,7 @@ sl_status sl_trainer_evaluate(sl_trainer *t, double *loss, double *accuracy) {
         }
         lsum += r.loss * (double)r.examples;
         correct += r.correct;
+        c5 += r.top5;
         n += r.examples;
         sl_element_clear(&e);
     }
@@ -257,8 +261,17 @@ sl_status sl_trainer_evaluate(sl_trainer *t, double *loss, double *accuracy) {
     if (n == 0) return sl_err(SL_EINVAL, "eval pipeline '%s' produced no examples", t->c.eval);
     *loss = lsum / (double)n;
     *accuracy = (double)correct / (double)n;
+    *top5 = (double)c5 / (double)n;
     return SL_OK;
 }
+
+sl_status sl_trainer_evaluate(sl_trainer *t, double *loss, double *accuracy) {
+    double top5;
+    return evaluate(t, loss, accuracy, &top5);
+}
+
+/* Top-5 accuracy is reported only where it says something: more than 5 classes. */
+static bool has_top5(const sl_trainer *t) { return sl_model_classes(t->model) > SL_TOPK; }
 
 /* ---- checkpoints --------------------------------------------------------------------- */
 
@@ -450,6 +463,7 @@ static sl_status eval_scalar(sl_trainer *t, const char *tag, int64_t step, doubl
 typedef struct {
     double loss_sum;       /* sum of batch mean loss * examples */
     int64_t correct, examples, batches;
+    int64_t top5;          /* examples with the label among the 5 highest logits */
     double wait, compute, exchange; /* seconds */
     double t0, t1;         /* the epoch's training began / ended (t1 before its evaluation) */
     uint64_t wire0;        /* the exchange's bytes sent before the epoch (hooks.wire_bytes) */
@@ -461,19 +475,23 @@ static uint64_t wire_bytes(const sl_trainer *t) { return t->hooks.wire_bytes ? t
 /* line: print an "eval  step N ..." console line; the epoch-end evaluation is printed on
  * the epoch line instead ("eval accuracy"), so every evaluation shows once on the console. */
 static sl_status run_eval(sl_trainer *t, int64_t step, bool line, double *acc_out) {
-    double loss, acc;
-    sl_status s = sl_trainer_evaluate(t, &loss, &acc);
+    double loss, acc, top5;
+    sl_status s = evaluate(t, &loss, &acc, &top5);
     if (s) return s;
     t->sum.eval_accuracy = acc;
     t->sum.eval_loss = loss;
+    t->sum.eval_top5_accuracy = top5;
     *acc_out = acc;
     FILE *f = line ? console(t) : NULL;
     if (f) {
         progress_clear(t);
-        fprintf(f, "eval  step %" PRId64 "  loss %.4f  accuracy %.4f\n", step, loss, acc);
+        fprintf(f, "eval  step %" PRId64 "  loss %.4f  accuracy %.4f", step, loss, acc);
+        if (has_top5(t)) fprintf(f, "  top5 %.4f", top5);
+        fputc('\n', f);
         fflush(f);
     }
     if ((s = eval_scalar(t, "accuracy", step, acc)) || (s = eval_scalar(t, "loss", step, loss))) return s;
+    if (has_top5(t) && (s = eval_scalar(t, "top5_accuracy", step, top5))) return s;
     if (t->eval_events && (s = sl_tfev_flush(t->eval_events))) return s;
     return SL_OK;
 }
@@ -485,10 +503,12 @@ static sl_status end_epoch(sl_trainer *t, int64_t epoch, int64_t step, const epo
     double busy = a->wait + a->compute + a->exchange;
     double loss = a->examples ? a->loss_sum / (double)a->examples : 0;
     double acc = a->examples ? (double)a->correct / (double)a->examples : 0;
+    double top5 = a->examples ? (double)a->top5 / (double)a->examples : 0;
     double eps = secs > 0 ? (double)a->examples * t->hooks.world_size / secs : 0;
     double wait = busy > 0 ? a->wait / busy : 0;
     t->sum.train_loss = loss;
     t->sum.train_accuracy = acc;
+    t->sum.train_top5_accuracy = top5;
     /* bytes this replica sent per step in the epoch (every replica sends about as many) */
     double wire = step > a->step0 ? (double)(wire_bytes(t) - a->wire0) / (double)(step - a->step0) : 0;
     /* the exchange time left visible after backward (with buckets, what did not overlap it) */
@@ -500,9 +520,11 @@ static sl_status end_epoch(sl_trainer *t, int64_t epoch, int64_t step, const epo
             fprintf(f, "epoch %" PRId64 "/%" PRId64, epoch + 1, t->c.epochs);
         else
             fprintf(f, "epoch %" PRId64, epoch + 1);
-        fprintf(f, "  step %" PRId64 "  loss %.4f  accuracy %.4f  %.0f examples/s  input wait %.1f%%  lr %.3g", step,
-                loss, acc, eps, 100 * wait, lr);
+        fprintf(f, "  step %" PRId64 "  loss %.4f  accuracy %.4f", step, loss, acc);
+        if (has_top5(t)) fprintf(f, "  top5 %.4f", top5);
+        fprintf(f, "  %.0f examples/s  input wait %.1f%%  lr %.3g", eps, 100 * wait, lr);
         if (eval_acc >= 0) fprintf(f, "  eval accuracy %.4f", eval_acc);
+        if (eval_acc >= 0 && has_top5(t)) fprintf(f, "  eval top5 %.4f", t->sum.eval_top5_accuracy);
         if (t->hooks.wire_bytes && step > a->step0) fprintf(f, "  wire %.1f KiB/step", wire / 1024);
         if (t->hooks.world_size > 1 && step > a->step0) fprintf(f, "  exchange %.1f ms/step", xms);
         fprintf(f, "  (%.1f s)\n", now_s() - a->t0);
@@ -516,6 +538,7 @@ static sl_status end_epoch(sl_trainer *t, int64_t epoch, int64_t step, const epo
         (s = scalar(t, "learning_rate", step, lr)) || (s = scalar(t, "examples_per_sec", step, eps)) ||
         (s = scalar(t, "input_wait_fraction", step, wait)))
         return s;
+    if (has_top5(t) && (s = scalar(t, "top5_accuracy", step, top5))) return s;
     if (t->events && (s = sl_tfev_flush(t->events))) return s;
     return SL_OK;
 }
@@ -526,6 +549,7 @@ static sl_status log_window(sl_trainer *t, int64_t step, epoch_acc *w, float lr)
     double busy = w->wait + w->compute + w->exchange;
     double loss = w->examples ? w->loss_sum / (double)w->examples : 0;
     double acc = w->examples ? (double)w->correct / (double)w->examples : 0;
+    double top5 = w->examples ? (double)w->top5 / (double)w->examples : 0;
     double eps = secs > 0 ? (double)w->examples * t->hooks.world_size / secs : 0;
     double wait = busy > 0 ? w->wait / busy : 0;
     *w = (epoch_acc){.t0 = now_s()};
@@ -534,6 +558,7 @@ static sl_status log_window(sl_trainer *t, int64_t step, epoch_acc *w, float lr)
         (s = scalar(t, "learning_rate", step, lr)) || (s = scalar(t, "examples_per_sec", step, eps)) ||
         (s = scalar(t, "input_wait_fraction", step, wait)))
         return s;
+    if (has_top5(t) && (s = scalar(t, "top5_accuracy", step, top5))) return s;
     return SL_OK;
 }
 
@@ -620,6 +645,7 @@ static void account(epoch_acc *w, double wait, double compute, double exch, cons
     w->exchange += exch;
     w->loss_sum += r->loss * (double)r->examples;
     w->correct += r->correct;
+    w->top5 += r->top5;
     w->examples += r->examples;
 }
 

@@ -86,6 +86,9 @@ typedef struct sl_model_opts {
     int cuda_device;
     uint64_t seed;      /* initialisation and dropout */
     int max_batch;      /* largest batch a step will see (activation memory is sized for it) */
+    float label_smoothing; /* e in [0, 1): the loss's target is (1 - e) onehot + e / classes
+                              (Keras' and PyTorch's label_smoothing), in train AND eval steps;
+                              0 (default): plain cross-entropy */
 } sl_model_opts;
 
 sl_model_opts sl_model_opts_default(void);
@@ -95,7 +98,8 @@ sl_model_opts sl_model_opts_default(void);
  * the layer (index and name) and what is wrong (e.g. "conv2d_1: kernel 5x5 larger than its
  * 4x4 input", "add_1: add of shapes that differ: 8x8x16 (conv2d_3) and 4x4x32
  * (conv2d_4)", an input index that is not an earlier layer, an output no layer uses),
- * SL_EUNSUPPORTED for CUDA without a GPU, SL_ENOMEM. In backward a layer output used by
+ * SL_EINVAL for a label_smoothing outside [0, 1), SL_EUNSUPPORTED for CUDA without a GPU,
+ * SL_ENOMEM. In backward a layer output used by
  * several layers gets the sum of their gradients. */
 sl_status sl_model_create(const sl_layer_spec *layers, int n, const sl_model_opts *opts, sl_model **out);
 
@@ -133,16 +137,27 @@ void sl_model_free(sl_model *m); /* NULL is a no-op */
 /* "cpu" or "cuda". */
 const char *sl_model_backend_name(const sl_model *m);
 
+/* The number of classes (the last layer's units). */
+int sl_model_classes(const sl_model *m);
+
 /* A one-line-per-layer summary (name, output shape, parameters), Keras style; a graph model
  * (a layer whose input is not the layer before it, or ADD / CONCAT) also gets Keras'
  * "Connected to" column: the names of each layer's inputs. *out malloc'd. */
 sl_status sl_model_summary(const sl_model *m, char **out);
 
+/* Top-k accuracy's k (sl_step_result.top5). */
+#define SL_TOPK 5
+
 /* Result of a step over one batch. */
 typedef struct sl_step_result {
-    double loss;      /* mean softmax cross-entropy over the batch */
-    int64_t correct;  /* examples whose argmax equals the label */
+    double loss;      /* mean softmax cross-entropy over the batch (with the model's label_smoothing) */
+    int64_t correct;  /* examples whose argmax (the first maximum) equals the label */
     int64_t examples;
+    int64_t top5;     /* examples whose label is among the SL_TOPK highest logits: fewer than
+                         SL_TOPK logits are strictly greater than the label's (tied logits that
+                         straddle the boundary are all in, as tf.math.in_top_k counts them); a
+                         label logit that is NaN or infinite never counts. With <= SL_TOPK
+                         classes: every example whose label logit is finite */
 } sl_step_result;
 
 /* Forward + backward on a batch: x float32 [B, ...input shape], labels int64 (or int32)
@@ -207,17 +222,28 @@ sl_status sl_model_param_info(const sl_model *m, int i, const char **name, size_
 
 typedef enum sl_optim_kind { SL_OPTIM_SGD = 1, SL_OPTIM_ADAM, SL_OPTIM_ADAMW } sl_optim_kind;
 
+/* Parameters that weight decay leaves alone (sl_optim_spec.decay_exclude, bits), as
+ * common ResNet recipes do (timm's filter_bias_and_bn): told apart by their view names
+ * (sl_model_param_info). */
+#define SL_DECAY_EXCLUDE_BIAS 1u      /* dense and conv2d biases ("NAME/bias") */
+#define SL_DECAY_EXCLUDE_BATCHNORM 2u /* batchnorm gamma and beta ("NAME/gamma", "NAME/beta") */
+
 typedef struct sl_optim_spec {
     sl_optim_kind kind;
     float momentum;     /* SGD */
     bool nesterov;      /* SGD */
     float weight_decay; /* SGD/Adam: L2 added to the gradient; AdamW: decoupled */
     float beta1, beta2, eps; /* Adam/AdamW (0: 0.9, 0.999, 1e-8) */
+    unsigned decay_exclude; /* SL_DECAY_EXCLUDE_* bits: these parameters get weight_decay 0
+                               (their update is otherwise the same); 0: decay everything */
 } sl_optim_spec;
 
 typedef struct sl_optim sl_optim;
 
-/* State (momentum, or Adam's m and v) in one allocation, zeroed. */
+/* State (momentum, or Adam's m and v) in one allocation, zeroed. With decay_exclude (and
+ * weight_decay > 0) each step runs the backend's update over the contiguous runs of
+ * decayed and excluded parameters, with weight_decay and 0. SL_EINVAL for a bad spec
+ * (naming the value; unknown decay_exclude bits too), SL_ENOMEM; *out NULL on failure. */
 sl_status sl_optim_create(sl_model *m, const sl_optim_spec *spec, sl_optim **out);
 void sl_optim_free(sl_optim *o);
 /* Apply the model's gradient with learning rate lr; increments the step count. */

@@ -10,7 +10,8 @@
  *         eval test every=1              # evaluate every N epochs (or steps=N); `eval none`
  *         epochs 15                      # or: steps N (the last of the two written wins)
  *         optimizer adam lr=0.001        # sgd|adam|adamw lr= [momentum= nesterov= weight_decay=
- *                                        #  beta1= beta2= eps=]
+ *                                        #  decay_exclude=[bias, batchnorm] beta1= beta2= eps=]
+ *         label_smoothing 0.1            # loss target (1-e) onehot + e/classes (default 0)
  *         schedule cosine warmup=500     # constant | step every=N gamma=G | cosine [min_lr=]
  *         checkpoint every=1 keep=3      # every N epochs (or steps=N); keep the last K; `checkpoint none`
  *         run_dir "runs/fashion_mlp"     # relative to the current directory
@@ -57,9 +58,15 @@
  * `tensorboard --logdir RUN_DIR` draws train and eval curves of the same tag on one chart:
  *   RUN_DIR/train/events.out.tfevents.<time>.<host>  loss, accuracy (the mean over the
  *     epoch, or with `log every=N` over the last N steps), learning_rate, examples_per_sec,
- *     input_wait_fraction;
- *   RUN_DIR/eval/events.out.tfevents.<time>.<host>   loss, accuracy of every evaluation
- *     (only with an eval pipeline).
+ *     input_wait_fraction, then top5_accuracy (models with more than 5 classes);
+ *   RUN_DIR/eval/events.out.tfevents.<time>.<host>   accuracy, loss, then top5_accuracy (more
+ *     than 5 classes) of every evaluation (only with an eval pipeline).
+ * Console lines: the epoch line has `loss`, `accuracy`, `top5` (more than 5 classes: the share
+ * of examples whose label is among the 5 highest logits, ties in, sluice/model.h
+ * sl_step_result.top5), and `eval accuracy` / `eval top5` after an epoch's evaluation; an
+ * evaluation's own line "eval  step N  loss L  accuracy A  top5 T" likewise. Loss is the
+ * label-smoothed cross-entropy with `label_smoothing`, in evaluation too (Keras' and
+ * PyTorch's loss functions report it so).
  * Every scalar is tagged with the global step (the same axis in both runs). A resumed run
  * adds a new event file in each folder (TensorBoard reads them as one run). Earlier
  * Sluice versions wrote one file RUN_DIR/events.out.tfevents.* with tags train/loss,
@@ -96,7 +103,10 @@ typedef struct sl_train_config {
     sl_train_every eval_every;  /* default every epoch */
     int64_t epochs;             /* exactly one of epochs / steps is > 0 */
     int64_t steps;
-    sl_optim_spec optim;        /* default sgd momentum 0.9 */
+    sl_optim_spec optim;        /* default sgd momentum 0.9; decay_exclude=bias | batchnorm | [bias,
+                                   batchnorm] | none: weight decay skips biases / batchnorm gamma and
+                                   beta (refused with strategy ps and ring compress=topk|sign) */
+    float label_smoothing;      /* `label_smoothing E`, 0 <= E < 1 (sl_model_opts.label_smoothing); default 0 */
     sl_schedule schedule;       /* lr in schedule.lr (default 0.01); cosine total 0: the run's length */
     sl_train_every ckpt_every;  /* default never */
     int ckpt_keep;              /* default 3; 0: keep all */
@@ -247,8 +257,10 @@ typedef struct sl_train_summary {
     int64_t steps_per_epoch;  /* 0 until known */
     double train_loss;        /* mean over the last (partial) epoch */
     double train_accuracy;
+    double train_top5_accuracy; /* label among the 5 highest logits (sl_step_result.top5) */
     double eval_accuracy;     /* final evaluation; -1 without an eval pipeline */
     double eval_loss;
+    double eval_top5_accuracy; /* final evaluation; -1 without an eval pipeline */
     double examples_per_sec;  /* training examples over the run's wall time in the loop */
     double input_wait;        /* fraction of step time waiting for the pipeline */
     double seconds;           /* wall time of sl_trainer_run */

@@ -105,15 +105,18 @@ typedef struct epochs_seen {
     double last_accuracy;
 } epochs_seen;
 
-/* "[worker 0] epoch K/E  step S  loss L  accuracy A  R examples/s ..." */
+/* "[worker 0] epoch K/E  step S  loss L  accuracy A  top5 T  R examples/s ..." (top5 only
+ * with more than 5 classes) */
 static void on_line(void *ctx, const char *line) {
     epochs_seen *e = ctx;
-    int k, total;
+    int k, total, at = 0, more = 0;
     long long step;
-    double loss, acc, rate;
-    if (sscanf(line, "[worker 0] epoch %d/%d  step %lld  loss %lf  accuracy %lf  %lf examples/s", &k, &total, &step,
-               &loss, &acc, &rate) != 6)
+    double loss, acc, top5, rate;
+    if (sscanf(line, "[worker 0] epoch %d/%d  step %lld  loss %lf  accuracy %lf%n", &k, &total, &step, &loss, &acc,
+               &at) != 5)
         return;
+    if (sscanf(line + at, "  top5 %lf%n", &top5, &more) == 1) at += more;
+    if (sscanf(line + at, "  %lf examples/s", &rate) != 1) return;
     e->last_accuracy = acc;
     if (k >= 2 && rate > 0) {
         e->timed++;

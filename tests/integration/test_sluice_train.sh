@@ -58,7 +58,8 @@ if run train2 0 "$BIN/sluice-train" "$T/tiny.sl" --run-dir "$T/run"; then
     if [[ "$last" =~ ^test\ accuracy\ 0\.[0-9]{4}$ ]]; then ok "2 epochs: $last"; else fail "last line '$last'"; fi
     n=$(grep -c '^epoch [0-9]*/2 ' "$T/train2.out")
     [ "$n" = 2 ] && ok "2 epoch lines" || fail "$n epoch lines, expected 2"
-    grep -q '^epoch 2/2  step 40  loss [0-9.]*  accuracy 0\.[0-9]*  [0-9]* examples/s  input wait [0-9.]*%  lr .*  eval accuracy 0\.[0-9]*' "$T/train2.out" &&
+    # 10 classes: top-5 accuracy beside accuracy, for training and the evaluation
+    grep -q '^epoch 2/2  step 40  loss [0-9.]*  accuracy 0\.[0-9]*  top5 [01]\.[0-9]*  [0-9]* examples/s  input wait [0-9.]*%  lr .*  eval accuracy 0\.[0-9]*  eval top5 [01]\.[0-9]*' "$T/train2.out" &&
         ok "epoch line fields" || fail "epoch line: $(grep '^epoch 2/2' "$T/train2.out")"
     ls "$T/run"/ckpt-000000020.safetensors "$T/run"/ckpt-000000040.safetensors >/dev/null 2>&1 &&
         ok "checkpoints at steps 20 and 40" || fail "checkpoints: $(ls "$T/run")"
@@ -71,11 +72,12 @@ if run train2 0 "$BIN/sluice-train" "$T/tiny.sl" --run-dir "$T/run"; then
     if [ -x "$DUMP" ]; then
         tr_tags=$("$DUMP" --dump "$T/run"/train/events.out.tfevents.* | awk '$1 == "scalar" {printf "%s %s;", $3, $4}')
         ev_tags=$("$DUMP" --dump "$T/run"/eval/events.out.tfevents.* | awk '$1 == "scalar" {printf "%s %s;", $3, $4}')
-        want_tr="20 loss;20 accuracy;20 learning_rate;20 examples_per_sec;20 input_wait_fraction;"
+        want_tr="20 loss;20 accuracy;20 learning_rate;20 examples_per_sec;20 input_wait_fraction;20 top5_accuracy;"
         want_tr="$want_tr${want_tr//20/40}"
-        [ "$tr_tags" = "$want_tr" ] && ok "train/: loss, accuracy, ... at steps 20 and 40" ||
+        [ "$tr_tags" = "$want_tr" ] && ok "train/: loss, accuracy, ..., top5_accuracy at steps 20 and 40" ||
             fail "train/ scalars: '$tr_tags'"
-        [ "$ev_tags" = "20 accuracy;20 loss;40 accuracy;40 loss;" ] && ok "eval/: accuracy, loss at steps 20 and 40" ||
+        [ "$ev_tags" = "20 accuracy;20 loss;20 top5_accuracy;40 accuracy;40 loss;40 top5_accuracy;" ] &&
+            ok "eval/: accuracy, loss, top5_accuracy at steps 20 and 40" ||
             fail "eval/ scalars: '$ev_tags'"
         acc=$("$DUMP" --dump "$T/run"/eval/events.out.tfevents.* | awk '$1 == "scalar" && $3 == 40 && $4 == "accuracy" {printf "%.4f", $5}')
         [ "test accuracy $acc" = "$last" ] && ok "eval/ accuracy at step 40 = $last" || fail "eval/ accuracy $acc vs '$last'"

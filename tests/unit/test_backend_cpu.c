@@ -361,7 +361,7 @@ TEST(test_softmax_xent) {
     lab[5] = 1;
     double loss = -1, ref_loss = 0;
     int64_t correct = -1, ref_correct = 0;
-    ASSERT_OK(b->ops->softmax_xent(b, z, lab, n, k, 0.5f, d, &loss, &correct));
+    ASSERT_OK(b->ops->softmax_xent(b, z, lab, n, k, 0.0f, 0.5f, d, &loss, &correct, NULL));
     for (int i = 0; i < n; i++) {
         double mx = -INFINITY, sum = 0;
         int arg = 0;
@@ -378,17 +378,151 @@ TEST(test_softmax_xent) {
     ASSERT_CLOSE(loss, ref_loss, 1e-9 * ref_loss);
     ASSERT_EQ(correct, ref_correct);
     /* evaluation: no gradient */
-    ASSERT_OK(b->ops->softmax_xent(b, z, lab, n, k, 0.0f, NULL, &loss, &correct));
+    ASSERT_OK(b->ops->softmax_xent(b, z, lab, n, k, 0.0f, 0.0f, NULL, &loss, &correct, NULL));
     ASSERT_CLOSE(loss, ref_loss, 1e-9 * ref_loss);
     /* a label out of range is SL_ERANGE, and the gradient is left alone */
     lab[17] = k;
     float keep = d[0];
-    ASSERT_EQ(b->ops->softmax_xent(b, z, lab, n, k, 1.0f, d, &loss, &correct), SL_ERANGE);
+    ASSERT_EQ(b->ops->softmax_xent(b, z, lab, n, k, 0.0f, 1.0f, d, &loss, &correct, NULL), SL_ERANGE);
     ASSERT_STREQ(sl_errmsg(), "softmax_xent: label 11 of row 17 is outside 0..10");
     ASSERT(d[0] == keep);
     lab[17] = -1;
-    ASSERT_EQ(b->ops->softmax_xent(b, z, lab, n, k, 1.0f, d, &loss, &correct), SL_ERANGE);
+    ASSERT_EQ(b->ops->softmax_xent(b, z, lab, n, k, 0.0f, 1.0f, d, &loss, &correct, NULL), SL_ERANGE);
     free(z), free(d), free(lab);
+    sl__backend_free(b);
+}
+
+/* Without smoothing the op gives exactly the numbers of plain cross-entropy, computed here
+ * the way the op always has: the bits of the loss and of every gradient value. */
+TEST(test_softmax_xent_plain_bits) {
+    for (int th = 1; th <= 2; th++) {
+        sl_backend *b = backend(th);
+        ASSERT(b);
+        const int n = 301, k = 10;
+        float *z = rand_buf((size_t)n * k), *d = rand_buf((size_t)n * k), *ref = rand_buf((size_t)n * k);
+        int32_t *lab = malloc(n * sizeof(int32_t));
+        for (int i = 0; i < n; i++) lab[i] = (int32_t)(((unsigned)i * 3u) % k);
+        const float scale = 1.0f / 301;
+        double loss = -1, ref_loss = 0;
+        ASSERT_OK(b->ops->softmax_xent(b, z, lab, n, k, 0.0f, scale, d, &loss, NULL, NULL));
+        for (int r = 0; r < n; r++) {
+            const float *zr = z + r * k;
+            float mx = zr[0];
+            for (int j = 1; j < k; j++)
+                if (zr[j] > mx) mx = zr[j];
+            double sum = 0.0;
+            for (int j = 0; j < k; j++) sum += exp((double)zr[j] - mx);
+            ref_loss += log(sum) - ((double)zr[lab[r]] - mx);
+            double inv = 1.0 / sum;
+            for (int j = 0; j < k; j++) {
+                double p = exp((double)zr[j] - mx) * inv;
+                ref[r * k + j] = (float)((p - (j == lab[r] ? 1.0 : 0.0)) * scale);
+            }
+        }
+        ASSERT(loss == ref_loss);
+        ASSERT_MEMEQ(d, ref, (size_t)n * k * sizeof(float));
+        free(z), free(d), free(ref), free(lab);
+        sl__backend_free(b);
+    }
+}
+
+/* Label smoothing: target t = (1 - e) onehot + e / k (Keras' and PyTorch's label_smoothing),
+ * loss -sum t log softmax, gradient (softmax - t) * scale. */
+TEST(test_softmax_xent_smoothing) {
+    sl_backend *b = backend(2);
+    ASSERT(b);
+    /* by hand: logits (0, ln 3) give softmax (1/4, 3/4); label 1, e = 0.2: t = (0.1, 0.9),
+     * loss = 0.1 ln 4 + 0.9 ln 4/3; the same row with label 0 and logits (0, 0): ln 2 */
+    float z2[4] = {0.0f, (float)log(3.0), 0.0f, 0.0f}, d2[4];
+    int32_t l2[2] = {1, 0};
+    double loss = -1;
+    int64_t correct = -1, top5 = -1;
+    ASSERT_OK(b->ops->softmax_xent(b, z2, l2, 2, 2, 0.2f, 1.0f, d2, &loss, &correct, &top5));
+    ASSERT_CLOSE(loss, 0.1 * log(4.0) + 0.9 * log(4.0 / 3.0) + log(2.0), 1e-6);
+    ASSERT_CLOSE(d2[0], 0.25 - 0.1, 1e-6);
+    ASSERT_CLOSE(d2[1], 0.75 - 0.9, 1e-6);
+    ASSERT_CLOSE(d2[2], 0.5 - 0.9, 1e-6);
+    ASSERT_CLOSE(d2[3], 0.5 - 0.1, 1e-6);
+    ASSERT_EQ(correct, 2); /* row 1: a tie, the first maximum is the label */
+    ASSERT_EQ(top5, 2);
+    /* random rows against a double reference, two smoothing values */
+    const int n = 257, k = 13;
+    float *z = rand_buf((size_t)n * k), *d = rand_buf((size_t)n * k);
+    int32_t *lab = malloc(n * sizeof(int32_t));
+    for (int i = 0; i < n; i++) lab[i] = (int32_t)(((unsigned)i * 5u) % k);
+    const float es[2] = {0.1f, 0.5f};
+    for (int t = 0; t < 2; t++) {
+        double e = es[t], ref_loss = 0;
+        ASSERT_OK(b->ops->softmax_xent(b, z, lab, n, k, es[t], 0.5f, d, &loss, NULL, NULL));
+        for (int r = 0; r < n; r++) {
+            double mx = -INFINITY, sum = 0;
+            for (int j = 0; j < k; j++) mx = fmax(mx, z[r * k + j]);
+            for (int j = 0; j < k; j++) sum += exp(z[r * k + j] - mx);
+            for (int j = 0; j < k; j++) {
+                double tj = (1 - e) * (j == lab[r]) + e / k, p = exp(z[r * k + j] - mx) / sum;
+                ref_loss -= tj * log(p);
+                ASSERT_CLOSE(d[r * k + j], 0.5 * (p - tj), 1e-6);
+            }
+        }
+        ASSERT_CLOSE(loss, ref_loss, 1e-9 * ref_loss);
+    }
+    /* e outside [0, 1) is refused; the gradient is left alone */
+    float keep = d[0];
+    const float bad[3] = {1.0f, -0.1f, NAN};
+    for (int t = 0; t < 3; t++)
+        ASSERT_EQ(b->ops->softmax_xent(b, z, lab, n, k, bad[t], 1.0f, d, &loss, NULL, NULL), SL_EINVAL);
+    ASSERT_STREQ(sl_errmsg(), "softmax_xent: label smoothing nan is outside [0, 1)");
+    ASSERT(d[0] == keep);
+    free(z), free(d), free(lab);
+    sl__backend_free(b);
+}
+
+/* Top-5: a row counts when fewer than 5 logits are strictly greater than the label's, so
+ * logits tied with the label's at the boundary are all in (tf.math.in_top_k); a
+ * non-finite label logit never counts. Exact counts through both halves of the op. */
+TEST(test_softmax_xent_top5) {
+    sl_backend *b = backend(2);
+    ASSERT(b);
+    enum { K = 8, N = 9 };
+    static const float z[N][K] = {
+        {9, 1, 2, 3, 4, 5, 6, 7}, /* label 0, the maximum: top-1 and top-5 */
+        {9, 8, 7, 6, 5, 4, 3, 2}, /* label 5 (4): 5 greater, out */
+        {9, 8, 7, 6, 5, 4, 3, 2}, /* label 4 (5): 4 greater, in */
+        {9, 8, 7, 6, 5, 5, 5, 0}, /* label 6 (5): 4 greater, tied with 2 others at the boundary: in */
+        {1, 1, 1, 1, 1, 1, 1, 1}, /* label 3: all tied: in top-5; top-1 is the first maximum, index 0: no */
+        {2, 2, 2, 2, 2, 1, 0, 0}, /* label 5 (1): 5 tied above it: out */
+        {3, 3, 3, 3, 3, 3, 3, 0}, /* label 0: a 7-way tie for the maximum: top-1 and top-5 */
+        {0, 1, 2, 3, 4, 5, 6, 7}, /* label 7, the maximum at the end */
+        {0, 1, 2, 3, 4, 5, 6, 7}, /* label 0, the minimum: 7 greater, out */
+    };
+    static const int32_t lab[N] = {0, 5, 4, 6, 3, 5, 0, 7, 0};
+    double loss;
+    int64_t correct = -1, top5 = -1;
+    ASSERT_OK(b->ops->softmax_xent(b, &z[0][0], lab, N, K, 0.0f, 1.0f, NULL, &loss, &correct, &top5));
+    ASSERT_EQ(correct, 3); /* rows 0, 6, 7 */
+    ASSERT_EQ(top5, 6);    /* rows 0, 2, 3, 4, 6, 7 */
+    /* smoothing does not change the counts; the two halves give the same */
+    correct = top5 = -1;
+    ASSERT_OK(b->ops->softmax_xent_start(b, &z[0][0], lab, N, K, 0.1f, 1.0f, NULL));
+    ASSERT_OK(b->ops->softmax_xent_result(b, &loss, &correct, &top5));
+    ASSERT_EQ(correct, 3);
+    ASSERT_EQ(top5, 6);
+    /* rows 1..3 only: 2 */
+    ASSERT_OK(b->ops->softmax_xent(b, &z[1][0], lab + 1, 3, K, 0.0f, 1.0f, NULL, &loss, &correct, &top5));
+    ASSERT_EQ(correct, 0);
+    ASSERT_EQ(top5, 2);
+    /* 5 classes or fewer: every row is in the top 5 */
+    ASSERT_OK(b->ops->softmax_xent(b, &z[8][0], (const int32_t[]){0}, 1, 5, 0.0f, 1.0f, NULL, &loss, &correct, &top5));
+    ASSERT_EQ(correct, 0);
+    ASSERT_EQ(top5, 1);
+    /* a NaN or infinite label logit is never in */
+    float zn[3][K] = {{0, 1, 2, 3, 4, 5, 6, 7}, {0, 1, 2, 3, 4, 5, 6, 7}, {0, 1, 2, 3, 4, 5, 6, 7}};
+    zn[0][7] = NAN;
+    zn[1][7] = INFINITY;
+    zn[2][0] = NAN; /* another logit NaN: not greater than the label's */
+    ASSERT_OK(b->ops->softmax_xent(b, &zn[0][0], (const int32_t[]){7, 7, 7}, 3, K, 0.0f, 1.0f, NULL, &loss, NULL,
+                                   &top5));
+    ASSERT_EQ(top5, 1);
     sl__backend_free(b);
 }
 
@@ -601,6 +735,9 @@ int main(void) {
     RUN(test_im2col_col2im);
     RUN(test_pools);
     RUN(test_softmax_xent);
+    RUN(test_softmax_xent_plain_bits);
+    RUN(test_softmax_xent_smoothing);
+    RUN(test_softmax_xent_top5);
     RUN(test_dropout);
     RUN(test_batchnorm);
     RUN(test_batchnorm_threads);

@@ -519,8 +519,8 @@ TEST(test_softmax_xent) {
         ASSERT(dz && dd && dlab);
         double lc = -1, lg = -2;
         int64_t cc = -1, cg = -2;
-        ASSERT_OK(CPU->ops->softmax_xent(CPU, z, lab, n, k, 0.25f, d, &lc, &cc));
-        ASSERT_OK(GPU->ops->softmax_xent(GPU, dz, dlab, n, k, 0.25f, dd, &lg, &cg));
+        ASSERT_OK(CPU->ops->softmax_xent(CPU, z, lab, n, k, 0.0f, 0.25f, d, &lc, &cc, NULL));
+        ASSERT_OK(GPU->ops->softmax_xent(GPU, dz, dlab, n, k, 0.0f, 0.25f, dd, &lg, &cg, NULL));
         ASSERT_EQ(cg, cc);
         ASSERT(cc >= 1);
         if (!(fabs(lg - lc) <= 1e-9 * fabs(lc) + 1e-12)) {
@@ -531,7 +531,7 @@ TEST(test_softmax_xent) {
         /* evaluation: no dlogits */
         lg = -2;
         cg = -2;
-        ASSERT_OK(GPU->ops->softmax_xent(GPU, dz, dlab, n, k, 1.0f, NULL, &lg, &cg));
+        ASSERT_OK(GPU->ops->softmax_xent(GPU, dz, dlab, n, k, 0.0f, 1.0f, NULL, &lg, &cg, NULL));
         ASSERT_EQ(cg, cc);
         ASSERT(fabs(lg - lc) <= 1e-9 * fabs(lc) + 1e-12);
     }
@@ -543,9 +543,64 @@ TEST(test_softmax_xent) {
     ASSERT(dz && dlab);
     double l;
     int64_t c;
-    ASSERT_EQ(CPU->ops->softmax_xent(CPU, z, lab, 5, 3, 1.0f, NULL, &l, &c), SL_ERANGE);
-    ASSERT_EQ(GPU->ops->softmax_xent(GPU, dz, dlab, 5, 3, 1.0f, NULL, &l, &c), SL_ERANGE);
+    ASSERT_EQ(CPU->ops->softmax_xent(CPU, z, lab, 5, 3, 0.0f, 1.0f, NULL, &l, &c, NULL), SL_ERANGE);
+    ASSERT_EQ(GPU->ops->softmax_xent(GPU, dz, dlab, 5, 3, 0.0f, 1.0f, NULL, &l, &c, NULL), SL_ERANGE);
     ASSERT_STREQ(sl_errmsg(), "softmax_xent: label 7 of row 2 is outside 0..2");
+}
+
+/* Label smoothing and top-5 counts against the CPU: quarter-integer logits make many ties,
+ * at the top-5 boundary too, and 70 classes spread them over the warp's lanes; the counts
+ * must be equal, the loss and gradient within rounding. Then the hand-made rows of
+ * test_backend_cpu.c (ties, all tied, a NaN label logit) for exact counts. */
+TEST(test_softmax_xent_smoothing_top5) {
+    NEED_GPU();
+    const int ks[] = {8, 70, 3};
+    const float es[] = {0.1f, 0.35f, 0.0f};
+    for (int t = 0; t < 3; t++) {
+        int n = 41, k = ks[t];
+        size_t nl = (size_t)n * k;
+        float *z = fquart(nl);
+        int32_t *lab = hmem((size_t)n * 4);
+        for (int r = 0; r < n; r++) lab[r] = (int32_t)(rnd() % (uint32_t)k);
+        float *d = hmem(nl * 4);
+        float *dz = dev_from(z, nl * 4), *dd = dev_from(NULL, nl * 4);
+        int32_t *dlab = dev_from(lab, (size_t)n * 4);
+        ASSERT(dz && dd && dlab);
+        for (int e = 0; e < 3; e++) {
+            double lc = -1, lg = -2;
+            int64_t cc = -1, cg = -2, tc = -1, tg = -2;
+            ASSERT_OK(CPU->ops->softmax_xent(CPU, z, lab, n, k, es[e], 0.5f, d, &lc, &cc, &tc));
+            ASSERT_OK(GPU->ops->softmax_xent(GPU, dz, dlab, n, k, es[e], 0.5f, dd, &lg, &cg, &tg));
+            ASSERT_EQ(cg, cc);
+            ASSERT_EQ(tg, tc);
+            ASSERT(tc >= cc && (k > 5 ? tc < n : tc == n));
+            if (!(fabs(lg - lc) <= 1e-9 * fabs(lc) + 1e-12)) {
+                FAILF("k %d e %g: loss cuda %.17g cpu %.17g", k, es[e], lg, lc);
+                return;
+            }
+            ASSERT_CLOSE("dlogits", host_from(dd, nl * 4), d, nl, 1e-6, 1e-9);
+        }
+    }
+    enum { K = 8, N = 9 };
+    static const float hz[N][K] = {
+        {9, 1, 2, 3, 4, 5, 6, 7}, {9, 8, 7, 6, 5, 4, 3, 2}, {9, 8, 7, 6, 5, 4, 3, 2},
+        {9, 8, 7, 6, 5, 5, 5, 0}, {1, 1, 1, 1, 1, 1, 1, 1}, {2, 2, 2, 2, 2, 1, 0, 0},
+        {3, 3, 3, 3, 3, 3, 3, 0}, {0, 1, 2, 3, 4, 5, 6, 7}, {0, 1, 2, 3, 4, 5, 6, NAN},
+    };
+    static const int32_t hl[N] = {0, 5, 4, 6, 3, 5, 0, 7, 7};
+    float *dz = dev_from(hz, sizeof hz);
+    int32_t *dlab = dev_from(hl, sizeof hl);
+    ASSERT(dz && dlab);
+    double l;
+    int64_t c = -1, t5 = -1;
+    ASSERT_OK(GPU->ops->softmax_xent_start(GPU, dz, dlab, N, K, 0.1f, 1.0f, NULL));
+    ASSERT_OK(GPU->ops->softmax_xent_result(GPU, &l, &c, &t5));
+    ASSERT_EQ(c, 3);  /* rows 0, 6, 7 */
+    ASSERT_EQ(t5, 6); /* rows 0, 2, 3, 4, 6, 7; not 8 (a NaN label logit) */
+    /* smoothing outside [0, 1): refused before anything is queued */
+    ASSERT_EQ(GPU->ops->softmax_xent_start(GPU, dz, dlab, N, K, 1.0f, 1.0f, NULL), SL_EINVAL);
+    ASSERT_STREQ(sl_errmsg(), "softmax_xent: label smoothing 1 is outside [0, 1)");
+    ASSERT_EQ(GPU->ops->softmax_xent_result(GPU, &l, &c, &t5), SL_ESTATE);
 }
 
 TEST(test_dropout) {
@@ -846,6 +901,84 @@ static void model_pair_step(const sl_layer_spec *L, int nl) {
     ASSERT(ok);
 }
 
+/* decay_exclude=[bias, batchnorm] on a CUDA model against the CPU, for SGD, Adam and AdamW:
+ * with zero gradients on the biases and batchnorm gamma/beta those stay exactly as they
+ * were while the kernels decay, and everything matches the CPU within rounding. */
+TEST(test_optim_decay_exclude) {
+    NEED_GPU();
+    sl_layer_spec L[4] = {layer(SL_LAYER_INPUT), layer(SL_LAYER_DENSE), layer(SL_LAYER_BATCHNORM),
+                          layer(SL_LAYER_DENSE)};
+    L[0].rank = 1;
+    L[0].shape[0] = 6;
+    L[1].units = 7;
+    L[3].units = 4;
+    const sl_optim_spec specs[3] = {
+        {.kind = SL_OPTIM_SGD, .momentum = 0.9f, .weight_decay = 0.1f},
+        {.kind = SL_OPTIM_ADAM, .weight_decay = 0.1f},
+        {.kind = SL_OPTIM_ADAMW, .weight_decay = 0.1f},
+    };
+    for (int t = 0; t < 3; t++) {
+        sl_optim_spec sp = specs[t];
+        sp.decay_exclude = SL_DECAY_EXCLUDE_BIAS | SL_DECAY_EXCLUDE_BATCHNORM;
+        sl_model_opts o = sl_model_opts_default();
+        o.backend = SL_BACKEND_CPU;
+        o.max_batch = 4;
+        o.seed = 5;
+        sl_model *mc = NULL, *mg = NULL;
+        sl_optim *oc = NULL, *og = NULL;
+        ASSERT_OK(sl_model_create(L, 4, &o, &mc));
+        o.backend = SL_BACKEND_CUDA;
+        bool ok = sl_model_create(L, 4, &o, &mg) == SL_OK;
+        size_t np = 0, ntr = sl__model_trainable(mc);
+        sl_model_params(mc, &np);
+        float *p0 = frand(np, -1, 1), *g = frand(ntr, -1, 1);
+        bool *keep = hmem(ntr);
+        for (int i = 0; i < sl_model_param_count(mc); i++) {
+            const char *name;
+            size_t off;
+            int rank;
+            int64_t dims[4];
+            ok = ok && sl_model_param_info(mc, i, &name, &off, &rank, dims) == SL_OK;
+            const char *leaf = strrchr(name, '/') + 1;
+            if (!ok || off >= ntr || strcmp(leaf, "kernel") == 0) continue;
+            for (int64_t j = 0; j < dims[0]; j++) {
+                keep[off + (size_t)j] = true;
+                g[off + (size_t)j] = 0.0f;
+            }
+        }
+        sl_backend *bg = sl__model_backend(mg ? mg : mc);
+        if (ok) ok = sl_model_set_params(mc, p0, np) == SL_OK && sl_model_set_params(mg, p0, np) == SL_OK;
+        if (ok) ok = sl_optim_create(mc, &sp, &oc) == SL_OK && sl_optim_create(mg, &sp, &og) == SL_OK;
+        for (int step = 0; ok && step < 2; step++) {
+            memcpy(sl_model_grads(mc, NULL), g, ntr * 4);
+            ok = bg->ops->to_device(bg, sl_model_grads(mg, NULL), g, ntr * 4) == SL_OK &&
+                 sl_optim_step(oc, 0.05f) == SL_OK && sl_optim_step(og, 0.05f) == SL_OK;
+        }
+        if (!ok) printf("  %s: %s\n", t == 0 ? "sgd" : t == 1 ? "adam" : "adamw", sl_errmsg());
+        float *pg = hmem(np * 4);
+        const float *pc = sl_model_params(mc, NULL);
+        if (ok) ok = sl_model_get_params(mg, pg, np) == SL_OK;
+        if (ok) ok = close_to("params", pg, pc, np, 1e-6, 1e-7);
+        int kept = 0, decayed = 0;
+        for (size_t i = 0; ok && i < ntr; i++) {
+            if (keep[i] && (pg[i] != p0[i] || pc[i] != p0[i])) {
+                printf("  [%zu] excluded from decay, zero gradient: %.9g became cuda %.9g cpu %.9g\n", i, p0[i], pg[i],
+                       pc[i]);
+                ok = false;
+            }
+            kept += keep[i];
+            decayed += !keep[i] && pg[i] != p0[i];
+        }
+        sl_optim_free(oc);
+        sl_optim_free(og);
+        sl_model_free(mc);
+        sl_model_free(mg);
+        ASSERT(ok);
+        ASSERT_EQ(kept, 7 + 7 + 7 + 4);             /* dense_1/bias, gamma, beta, dense_2/bias */
+        ASSERT_EQ(decayed, (int)ntr - kept);        /* every kernel float moved */
+    }
+}
+
 /* ---- staging: per-slot events, no waiting for later batches, no overwrite of a slot in use */
 
 static int mlp_specs(sl_layer_spec *L) {
@@ -1118,6 +1251,7 @@ int main(void) {
     RUN_FREE(test_copy_cols);
     RUN_FREE(test_global_avgpool);
     RUN_FREE(test_softmax_xent);
+    RUN_FREE(test_softmax_xent_smoothing_top5);
     RUN_FREE(test_dropout);
     RUN_FREE(test_batchnorm);
     RUN_FREE(test_sgd);
@@ -1125,6 +1259,7 @@ int main(void) {
     RUN_FREE(test_sum_squares);
     RUN_FREE(test_model_cpu_vs_cuda);
     RUN_FREE(test_graph_model_cpu_vs_cuda);
+    RUN_FREE(test_optim_decay_exclude);
     RUN_FREE(test_staged_steps);
     RUN_FREE(test_stage_slot_reuse);
     RUN_FREE(test_cnn_step_launches);

@@ -2,6 +2,7 @@
  * exact steps, optimizer steps on a model's flat buffers against hand-computed values,
  * state save/restore, and batchnorm running statistics left alone. */
 #include <math.h>
+#include <string.h>
 
 #include "sluice/model.h"
 #include "test.h"
@@ -204,10 +205,119 @@ TEST(test_running_stats_untouched) {
     sl_model_free(m);
 }
 
+/* The trainable floats of tiny(true) by kind: 1 where decay_exclude `ex` leaves them alone. */
+static int excluded_mask(sl_model *m, unsigned ex, bool *mask, size_t ntr) {
+    int n = 0;
+    for (int i = 0; i < sl_model_param_count(m); i++) {
+        const char *name;
+        size_t off, len = 1;
+        int rank;
+        int64_t dims[4];
+        if (sl_model_param_info(m, i, &name, &off, &rank, dims)) return -1;
+        for (int k = 0; k < rank; k++) len *= (size_t)dims[k];
+        const char *leaf = strrchr(name, '/') + 1;
+        bool x = ((ex & SL_DECAY_EXCLUDE_BIAS) && strcmp(leaf, "bias") == 0) ||
+                 ((ex & SL_DECAY_EXCLUDE_BATCHNORM) && (strcmp(leaf, "gamma") == 0 || strcmp(leaf, "beta") == 0));
+        for (size_t j = 0; j < len && off + j < ntr; j++) {
+            mask[off + j] = x;
+            n += x;
+        }
+    }
+    return n;
+}
+
+/* decay_exclude: with zero gradients, biases and batchnorm gamma/beta stay exactly as they
+ * are while kernels decay (by hand for SGD: p (1 - lr wd)); with gradients, the kept
+ * floats get exactly the update of weight_decay 0 and the others exactly that of the plain
+ * decayed run (state included), for SGD, Adam and AdamW. */
+TEST(test_decay_exclude) {
+    sl_model *m = tiny(true); /* dense_1 2x2 + bias 2, batchnorm gamma 2 beta 2, dense_2 2x1 + bias 1 */
+    ASSERT(m);
+    size_t n, ntr = sl__model_trainable(m);
+    float *p = sl_model_params(m, &n), *g = sl_model_grads(m, NULL);
+    ASSERT_EQ(ntr, 13);
+    float p0[17], grad[13];
+    for (size_t i = 0; i < n; i++) p0[i] = 1.0f + 0.25f * (float)i;
+    bool mask[13] = {0};
+    ASSERT_EQ(excluded_mask(m, SL_DECAY_EXCLUDE_BIAS | SL_DECAY_EXCLUDE_BATCHNORM, mask, ntr), 7);
+    sl_optim *o;
+    /* zero gradients, SGD momentum 0.9, wd 0.1, lr 0.5: a kernel float becomes p - 0.05 p */
+    sl_optim_spec sgd = {.kind = SL_OPTIM_SGD, .momentum = 0.9f, .weight_decay = 0.1f,
+                         .decay_exclude = SL_DECAY_EXCLUDE_BIAS | SL_DECAY_EXCLUDE_BATCHNORM};
+    ASSERT_OK(sl_optim_create(m, &sgd, &o));
+    ASSERT_OK(sl_model_set_params(m, p0, n));
+    memset(g, 0, ntr * sizeof(float));
+    ASSERT_OK(sl_optim_step(o, 0.5f));
+    for (size_t i = 0; i < ntr; i++) {
+        if (mask[i]) ASSERT(p[i] == p0[i]);
+        else ASSERT_CLOSE(p[i], 0.95 * p0[i], 1e-6);
+    }
+    ASSERT_MEMEQ(p + ntr, p0 + ntr, 4 * sizeof(float)); /* running statistics */
+    sl_optim_free(o);
+    /* one kind alone: the other decays */
+    const unsigned one[2] = {SL_DECAY_EXCLUDE_BIAS, SL_DECAY_EXCLUDE_BATCHNORM};
+    for (int t = 0; t < 2; t++) {
+        bool mk[13] = {0};
+        ASSERT_EQ(excluded_mask(m, one[t], mk, ntr), t == 0 ? 3 : 4);
+        sl_optim_spec sp = sgd;
+        sp.decay_exclude = one[t];
+        ASSERT_OK(sl_optim_create(m, &sp, &o));
+        ASSERT_OK(sl_model_set_params(m, p0, n));
+        ASSERT_OK(sl_optim_step(o, 0.5f));
+        for (size_t i = 0; i < ntr; i++) {
+            if (mk[i]) ASSERT(p[i] == p0[i]);
+            else ASSERT_CLOSE(p[i], 0.95 * p0[i], 1e-6);
+        }
+        sl_optim_free(o);
+    }
+    /* with gradients: bit for bit the decayed run on kernels, the undecayed run elsewhere */
+    for (int i = 0; i < 13; i++) grad[i] = (float)((i * 7) % 5) * 0.25f - 0.5f;
+    const sl_optim_spec kinds[3] = {
+        {.kind = SL_OPTIM_SGD, .momentum = 0.9f, .nesterov = true, .weight_decay = 0.1f},
+        {.kind = SL_OPTIM_ADAM, .weight_decay = 0.1f},
+        {.kind = SL_OPTIM_ADAMW, .weight_decay = 0.1f},
+    };
+    for (int t = 0; t < 3; t++) {
+        float pr[3][13], sr[3][26];
+        for (int run = 0; run < 3; run++) { /* excluded, all decayed, none decayed */
+            sl_optim_spec sp = kinds[t];
+            if (run == 0) sp.decay_exclude = SL_DECAY_EXCLUDE_BIAS | SL_DECAY_EXCLUDE_BATCHNORM;
+            if (run == 2) sp.weight_decay = 0;
+            ASSERT_OK(sl_optim_create(m, &sp, &o));
+            ASSERT_OK(sl_model_set_params(m, p0, n));
+            for (int step = 0; step < 2; step++) {
+                memcpy(g, grad, sizeof grad);
+                ASSERT_OK(sl_optim_step(o, 0.1f));
+            }
+            size_t ns;
+            float *st = sl_optim_state(o, &ns, NULL);
+            ASSERT_EQ(ns, t == 0 ? 13 : 26);
+            memcpy(pr[run], p, sizeof pr[run]);
+            memcpy(sr[run], st, ns * sizeof(float));
+            sl_optim_free(o);
+        }
+        int moved = 0;
+        for (size_t i = 0; i < ntr; i++) {
+            int want = mask[i] ? 2 : 1;
+            ASSERT(pr[0][i] == pr[want][i]);
+            ASSERT(sr[0][i] == sr[want][i]);
+            if (t > 0) ASSERT(sr[0][i + 13] == sr[want][i + 13]);
+            moved += pr[1][i] != pr[2][i]; /* the decay made a difference */
+        }
+        ASSERT_EQ(moved, 13);
+    }
+    sl_optim_spec bad = sgd;
+    bad.decay_exclude = 4;
+    ASSERT_EQ(sl_optim_create(m, &bad, &o), SL_EINVAL);
+    ASSERT_STREQ(sl_errmsg(), "sgd: decay_exclude 0x4 has unknown bits (SL_DECAY_EXCLUDE_BIAS, _BATCHNORM)");
+    sl_model_free(m);
+}
+
 int main(void) {
     RUN(test_schedules);
     RUN(test_sgd);
     RUN(test_adam_adamw);
     RUN(test_running_stats_untouched);
+    RUN(test_decay_exclude);
     TEST_MAIN_END();
 }

@@ -52,16 +52,48 @@ static const char BASE[] =
     "    dense 2\n"
     "}\n";
 
-/* BASE + a train block with `body`, parsed as TMP/t.sl (so relative paths find the data). */
-static sl_status parse_with(const char *train_body, sl_cfg **cfg) {
-    char text[4096], name[400];
-    snprintf(text, sizeof text, "%strain {\n%s}\n", BASE, train_body);
-    snprintf(name, sizeof name, "%s/t.sl", tmpdir);
+/* text written to TMP/file and parsed from there (so relative paths find the data). */
+static sl_status parse_text(const char *text, const char *file, sl_cfg **cfg) {
+    char name[400];
+    snprintf(name, sizeof name, "%s/%s", tmpdir, file);
     FILE *f = fopen(name, "w");
     if (!f) return SL_EIO;
     fputs(text, f);
     fclose(f);
     return sl_cfg_parse_file(name, cfg);
+}
+
+/* BASE + a train block with `body`, parsed as TMP/t.sl. */
+static sl_status parse_with(const char *train_body, sl_cfg **cfg) {
+    char text[4096];
+    snprintf(text, sizeof text, "%strain {\n%s}\n", BASE, train_body);
+    return parse_text(text, "t.sl", cfg);
+}
+
+/* A train block the config refuses: its code, and what the message says (the place, what is
+ * wrong and, unless NULL, the hint). */
+typedef struct {
+    const char *body;
+    int code;
+    const char *where, *msg, *hint;
+} config_case;
+
+/* Each case's body after BASE is refused as it says (a failure prints the message). */
+static void check_config_cases(const config_case *cases, size_t n) {
+    for (size_t i = 0; i < n; i++) {
+        sl_cfg *cfg;
+        ASSERT_OK(parse_with(cases[i].body, &cfg));
+        sl_train_config c;
+        sl_status s = sl_train_config_parse(cfg, &c);
+        const char *m = sl_errmsg(), *hint = cases[i].hint ? cases[i].hint : "";
+        if (s != cases[i].code || !strstr(m, cases[i].where) || !strstr(m, cases[i].msg) || !strstr(m, hint))
+            printf("  case %zu: %s\n", i, m);
+        ASSERT_EQ(s, cases[i].code);
+        ASSERT_CONTAINS(m, cases[i].where);
+        ASSERT_CONTAINS(m, cases[i].msg);
+        ASSERT_CONTAINS(m, hint);
+        sl_cfg_free(cfg);
+    }
 }
 
 TEST(test_config_defaults_and_values) {
@@ -122,11 +154,7 @@ TEST(test_config_defaults_and_values) {
 
 /* Each mistake: the code, the place, the message and the hint. */
 TEST(test_config_errors) {
-    static const struct {
-        const char *body;
-        int code;
-        const char *where, *msg, *hint;
-    } cases[] = {
+    static const config_case cases[] = {
         {"    model tiny\n    data train\n    epocs 3\n", SL_EINVAL, "t.sl:20:5:", "unknown train statement 'epocs'",
          "did you mean 'epochs'?"},
         {"    model big\n    data train\n", SL_ENOTFOUND, "t.sl:18:11:", "no `model big { }` block",
@@ -148,18 +176,7 @@ TEST(test_config_errors) {
         {"    model tiny\n    data train\n    eval test evry=2\n", SL_EINVAL, "t.sl:20:20:", "unknown option 'evry'",
          "did you mean 'every'?"},
     };
-    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        sl_cfg *cfg;
-        ASSERT_OK(parse_with(cases[i].body, &cfg));
-        sl_train_config c;
-        sl_status s = sl_train_config_parse(cfg, &c);
-        if (s != cases[i].code) printf("  case %zu: %s\n", i, sl_errmsg());
-        ASSERT_EQ(s, cases[i].code);
-        ASSERT_CONTAINS(sl_errmsg(), cases[i].where);
-        ASSERT_CONTAINS(sl_errmsg(), cases[i].msg);
-        ASSERT_CONTAINS(sl_errmsg(), cases[i].hint);
-        sl_cfg_free(cfg);
-    }
+    check_config_cases(cases, sizeof cases / sizeof cases[0]);
     /* no train block at all */
     sl_cfg *cfg;
     ASSERT_OK(sl_cfg_parse(BASE, strlen(BASE), "x.sl", &cfg));
@@ -597,11 +614,7 @@ TEST(test_config_strategy_ps) {
     ASSERT_EQ(c.ps_sync, 0);
     ASSERT_EQ(c.ps_staleness, -1);
     sl_cfg_free(cfg);
-    static const struct {
-        const char *body;
-        int code;
-        const char *where, *msg, *hint;
-    } cases[] = {
+    static const config_case cases[] = {
         {"    model tiny\n    data train\n    strategy ring staleness=2\n", SL_EINVAL, "t.sl:20:29:",
          "staleness= is an option of `strategy ps`, not of `strategy ring`", "HINT: write `strategy ps staleness=...`"},
         {"    model tiny\n    data train\n    strategy none mode=sync\n", SL_EINVAL, "t.sl:20:24:",
@@ -613,16 +626,7 @@ TEST(test_config_strategy_ps) {
         {"    model tiny\n    data train\n    strategy ps stalenes=1\n", SL_EINVAL, "t.sl:20:26:",
          "strategy: unknown option 'stalenes'", "did you mean 'staleness'?"},
     };
-    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        ASSERT_OK(parse_with(cases[i].body, &cfg));
-        sl_status s = sl_train_config_parse(cfg, &c);
-        if (s != cases[i].code || !strstr(sl_errmsg(), cases[i].where)) printf("  case %zu: %s\n", i, sl_errmsg());
-        ASSERT_EQ(s, cases[i].code);
-        ASSERT_CONTAINS(sl_errmsg(), cases[i].where);
-        ASSERT_CONTAINS(sl_errmsg(), cases[i].msg);
-        ASSERT_CONTAINS(sl_errmsg(), cases[i].hint);
-        sl_cfg_free(cfg);
-    }
+    check_config_cases(cases, sizeof cases / sizeof cases[0]);
 }
 
 /* bucket_mb: default 25 MiB, 0 turns it off, fractions allowed; bad values and a bucket
@@ -646,11 +650,7 @@ TEST(test_config_bucket_mb) {
     ASSERT_OK(parse_with("    model tiny\n    data train\n    strategy ring compress=int8\n", &cfg));
     ASSERT_OK(sl_train_config_parse(cfg, &c));
     sl_cfg_free(cfg);
-    static const struct {
-        const char *body;
-        int code;
-        const char *where, *msg, *hint;
-    } cases[] = {
+    static const config_case cases[] = {
         {"    model tiny\n    data train\n    bucket_mb -1\n", SL_ERANGE, "t.sl:20:15:",
          "bucket_mb -1 is outside 0..4096 (MiB; 0: off)", "usage: bucket_mb MB"},
         {"    model tiny\n    data train\n    bucket_mb 5000\n", SL_ERANGE, "t.sl:20:15:",
@@ -667,18 +667,7 @@ TEST(test_config_bucket_mb) {
         {"    model tiny\n    data train\n    bucket_md 4\n", SL_EINVAL, "t.sl:20:5:",
          "unknown train statement 'bucket_md'", "did you mean 'bucket_mb'?"},
     };
-    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        ASSERT_OK(parse_with(cases[i].body, &cfg));
-        sl_status s = sl_train_config_parse(cfg, &c);
-        if (s != cases[i].code || !strstr(sl_errmsg(), cases[i].where) || !strstr(sl_errmsg(), cases[i].msg) ||
-            !strstr(sl_errmsg(), cases[i].hint))
-            printf("  case %zu: %s\n", i, sl_errmsg());
-        ASSERT_EQ(s, cases[i].code);
-        ASSERT_CONTAINS(sl_errmsg(), cases[i].where);
-        ASSERT_CONTAINS(sl_errmsg(), cases[i].msg);
-        ASSERT_CONTAINS(sl_errmsg(), cases[i].hint);
-        sl_cfg_free(cfg);
-    }
+    check_config_cases(cases, sizeof cases / sizeof cases[0]);
 }
 
 /* ---- stop requests (opts.stop) and the progress line --------------------------------- */
@@ -798,6 +787,17 @@ TEST(test_progress_line) {
     ASSERT_EQ(n, 80);
 }
 
+/* A trainer over cfg with run folder dir and console lines to con, run to its end: SL_OK
+ * with *t to free, or the first error. */
+static sl_status run_to_console(sl_cfg *cfg, const char *dir, FILE *con, sl_trainer **t) {
+    sl_train_opts o = sl_train_opts_default();
+    o.run_dir = dir;
+    o.console = con;
+    *t = NULL;
+    sl_status s = sl_trainer_create(cfg, &o, t);
+    return s ? s : sl_trainer_run(*t);
+}
+
 /* Issue 15: every evaluation gets one console line, steps mode included (it used to reach
  * TensorBoard only); the final evaluation at the last step is not repeated. */
 static void test_eval_console_lines(void) {
@@ -811,12 +811,8 @@ static void test_eval_console_lines(void) {
     rm_rf(dir);
     FILE *con = fopen(con_path, "w+");
     ASSERT(con != NULL);
-    sl_train_opts o = sl_train_opts_default();
-    o.run_dir = dir;
-    o.console = con;
     sl_trainer *t;
-    ASSERT_OK(sl_trainer_create(cfg, &o, &t));
-    ASSERT_OK(sl_trainer_run(t));
+    ASSERT_OK(run_to_console(cfg, dir, con, &t));
     sl_trainer_free(t);
     sl_cfg_free(cfg);
     fflush(con);
@@ -889,24 +885,12 @@ static void test_log_every_steps(void) {
     ASSERT_EQ(nlr, 3);
     ASSERT_EQ(nscalar, 15); /* 5 train tags x 3 points, nothing per epoch */
 
-    static const struct {
-        const char *body;
-        int code;
-        const char *where, *msg;
-    } cases[] = {
+    static const config_case cases[] = {
         {"    model tiny\n    data train\n    log every=0\n", SL_ERANGE, "t.sl:20:15:", "log every=N"},
         {"    model tiny\n    data train\n    log evry=5\n", SL_EINVAL, "t.sl:20:", "did you mean 'every'?"},
         {"    model tiny\n    data train\n    log\n", SL_EINVAL, "t.sl:20:5:", "log needs every=N (steps)"},
     };
-    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        ASSERT_OK(parse_with(cases[i].body, &cfg));
-        s = sl_train_config_parse(cfg, &c);
-        if (s != cases[i].code) printf("  case %zu: %s\n", i, sl_errmsg());
-        ASSERT_EQ(s, cases[i].code);
-        ASSERT_CONTAINS(sl_errmsg(), cases[i].where);
-        ASSERT_CONTAINS(sl_errmsg(), cases[i].msg);
-        sl_cfg_free(cfg);
-    }
+    check_config_cases(cases, sizeof cases / sizeof cases[0]);
 }
 
 
@@ -1340,6 +1324,256 @@ TEST(test_job_run) {
     sl_cfg_free(cfg);
 }
 
+/* label_smoothing and decay_exclude in the train block: values, and each mistake at its
+ * place with a hint. */
+/* The train block `body` after BASE read into *c. */
+static sl_status train_config_of(const char *body, sl_train_config *c) {
+    sl_cfg *cfg;
+    sl_status s = parse_with(body, &cfg);
+    if (!s) s = sl_train_config_parse(cfg, c);
+    sl_cfg_free(cfg);
+    return s;
+}
+
+TEST(test_config_smoothing_decay_exclude) {
+    sl_cfg *cfg;
+    sl_train_config c;
+    ASSERT_OK(train_config_of("    model tiny\n    data train\n", &c));
+    ASSERT(c.label_smoothing == 0.0f);
+    ASSERT_EQ(c.optim.decay_exclude, 0);
+    ASSERT_OK(parse_with("    model tiny\n    data train\n    label_smoothing 0.1\n"
+                         "    optimizer sgd lr=0.1 momentum=0.9 weight_decay=5e-4 decay_exclude=[bias, batchnorm]\n",
+                         &cfg));
+    ASSERT_OK(sl_train_config_parse(cfg, &c));
+    ASSERT(c.label_smoothing == 0.1f);
+    ASSERT(c.optim.weight_decay == 5e-4f);
+    ASSERT_EQ(c.optim.decay_exclude, SL_DECAY_EXCLUDE_BIAS | SL_DECAY_EXCLUDE_BATCHNORM);
+    /* the other spellings, through --set */
+    static const struct {
+        const char *set;
+        unsigned bits;
+    } sets[] = {{"train.optimizer.decay_exclude=batchnorm", SL_DECAY_EXCLUDE_BATCHNORM},
+                {"train.optimizer.decay_exclude=\"bias\"", SL_DECAY_EXCLUDE_BIAS},
+                {"train.optimizer.decay_exclude=[batchnorm, bias]", SL_DECAY_EXCLUDE_BIAS | SL_DECAY_EXCLUDE_BATCHNORM},
+                {"train.optimizer.decay_exclude=none", 0},
+                {"train.optimizer.decay_exclude=[]", 0}};
+    for (size_t i = 0; i < sizeof sets / sizeof sets[0]; i++) {
+        ASSERT_OK(sl_cfg_set(cfg, sets[i].set));
+        ASSERT_OK(sl_train_config_parse(cfg, &c));
+        ASSERT_EQ(c.optim.decay_exclude, sets[i].bits);
+    }
+    ASSERT_OK(sl_cfg_set(cfg, "train.label_smoothing=0"));
+    ASSERT_OK(sl_train_config_parse(cfg, &c));
+    ASSERT(c.label_smoothing == 0.0f);
+    sl_cfg_free(cfg);
+    /* adam with topk over the ring: no momentum correction there, so it is accepted */
+    ASSERT_OK(train_config_of("    model tiny\n    data train\n    strategy ring compress=topk(0.01)\n"
+                              "    optimizer adamw lr=0.1 weight_decay=0.05 decay_exclude=bias\n",
+                              &c));
+    ASSERT_EQ(c.optim.decay_exclude, SL_DECAY_EXCLUDE_BIAS);
+    static const config_case cases[] = {
+        {"    model tiny\n    data train\n    label_smoothing 1\n", SL_ERANGE, "t.sl:20:21:",
+         "label_smoothing 1 is outside [0, 1)", "the usual value is 0.1"},
+        {"    model tiny\n    data train\n    label_smoothing -0.1\n", SL_ERANGE, "t.sl:20:21:",
+         "label_smoothing -0.1 is outside [0, 1)", "0 turns it off"},
+        {"    model tiny\n    data train\n    label_smoothing high\n", SL_EINVAL, "t.sl:20:21:",
+         "expected a number, found", "usage: label_smoothing E"},
+        {"    model tiny\n    data train\n    label_smoothing\n", SL_EINVAL, "t.sl:20:5:",
+         "label_smoothing needs a value", "usage: label_smoothing E"},
+        {"    model tiny\n    data train\n    label_smoothing 0.1 0.2\n", SL_EINVAL, "t.sl:20:25:",
+         "label_smoothing: unexpected value", "usage: label_smoothing E"},
+        {"    model tiny\n    data train\n    label_smothing 0.1\n", SL_EINVAL, "t.sl:20:5:",
+         "unknown train statement 'label_smothing'", "did you mean 'label_smoothing'?"},
+        {"    model tiny\n    data train\n    optimizer sgd lr=0.1 weight_decay=1e-4 decay_exclude=[bias, bn]\n",
+         SL_EINVAL, "t.sl:20:65:", "unknown value 'bn' (expected one of: bias, batchnorm)", "usage: optimizer"},
+        {"    model tiny\n    data train\n    optimizer sgd lr=0.1 weight_decay=1e-4 decay_exclude=biases\n",
+         SL_EINVAL, "t.sl:20:58:", "unknown value 'biases'", "did you mean 'bias'?"},
+        {"    model tiny\n    data train\n    optimizer sgd lr=0.1 decay_exclude=[bias, batchnorm, bias]\n",
+         SL_EINVAL, "t.sl:20:58:", "decay_exclude: 'bias' is listed twice", "list each of bias and batchnorm once"},
+        {"    model tiny\n    data train\n    optimizer sgd lr=0.1 decay_exclude=1\n", SL_EINVAL, "t.sl:20:40:",
+         "decay_exclude takes the words bias and batchnorm", "decay_exclude=[bias, batchnorm]"},
+        {"    model tiny\n    data train\n    optimizer sgd lr=0.1 decay_exclud=bias\n", SL_EINVAL, "t.sl:20:39:",
+         "optimizer: unknown option 'decay_exclud'", "did you mean 'decay_exclude'?"},
+        {"    model tiny\n    data train\n    optimizer sgd lr=0.1 weight_decay=1e-4 decay_exclude=bias\n"
+         "    strategy ps\n",
+         SL_EINVAL, "t.sl:20:58:", "decay_exclude is not supported with `strategy ps`",
+         "the parameter servers' optimizer applies weight_decay to every parameter"},
+        {"    model tiny\n    data train\n    strategy ring compress=sign\n"
+         "    optimizer sgd lr=0.1 momentum=0.9 weight_decay=1e-4 decay_exclude=bias\n",
+         SL_EINVAL, "t.sl:21:71:", "decay_exclude is not supported with `strategy ring compress=topk|sign`",
+         "the ring's momentum correction applies weight_decay"},
+    };
+    check_config_cases(cases, sizeof cases / sizeof cases[0]);
+}
+
+/* input 2 -> dense 8 with a zero kernel: every example's logits are the bias, set here. */
+static sl_model *bias_logits_model(float smoothing, const float bias[8]) {
+    sl_layer_spec L[2] = {{.kind = SL_LAYER_INPUT, .rank = 1, .shape = {2}}, {.kind = SL_LAYER_DENSE, .units = 8}};
+    sl_model_opts o = sl_model_opts_default();
+    o.backend = SL_BACKEND_CPU;
+    o.threads = 1;
+    o.max_batch = 4;
+    o.label_smoothing = smoothing;
+    sl_model *m = NULL;
+    if (sl_model_create(L, 2, &o, &m)) return NULL;
+    float p[24] = {0};
+    memcpy(p + 16, bias, 8 * sizeof(float)); /* kernel [2, 8], then bias */
+    if (sl_model_set_params(m, p, 24)) {
+        sl_model_free(m);
+        return NULL;
+    }
+    return m;
+}
+
+/* The model's steps with label_smoothing 0.1 and top-5 counts, against numbers by hand:
+ * logits (3, 1, 2, 2, 2, 2, 0, 2) for labels 0, 1, 2, 6: top-1 only row 0; top-5 rows 0 (3
+ * is the maximum) and 2 (only 3 above 2), not 1 (six above) nor 6 (seven above). The loss
+ * is LSE - sum_j t_j z_j per row with t = 0.9 onehot + 0.1/8, in train and eval steps. */
+TEST(test_model_smoothing_top5) {
+    const float b[8] = {3, 1, 2, 2, 2, 2, 0, 2};
+    sl_model *m = bias_logits_model(0.1f, b);
+    ASSERT(m);
+    int64_t xd[2] = {4, 2}, yd[1] = {4};
+    sl_tensor x = SL_TENSOR_EMPTY, y = SL_TENSOR_EMPTY;
+    ASSERT_OK(sl_tensor_alloc(&x, SL_DT_F32, 2, xd));
+    ASSERT_OK(sl_tensor_alloc(&y, SL_DT_I64, 1, yd));
+    memset(x.data, 0, 8 * sizeof(float));
+    const int64_t lab[4] = {0, 1, 2, 6};
+    memcpy(y.data, lab, sizeof lab);
+    double lse = 0, sumz = 0;
+    for (int j = 0; j < 8; j++) lse += exp(b[j]), sumz += b[j];
+    lse = log(lse);
+    double want = lse - 0.9 * (3 + 1 + 2 + 0) / 4.0 - 0.1 / 8 * sumz;
+    sl_step_result r = {0};
+    ASSERT_OK(sl_model_eval_step(m, &x, &y, &r));
+    ASSERT_EQ(r.examples, 4);
+    ASSERT_EQ(r.correct, 1);
+    ASSERT_EQ(r.top5, 2);
+    ASSERT(fabs(r.loss - want) < 1e-9);
+    ASSERT_OK(sl_model_zero_grads(m));
+    r = (sl_step_result){0};
+    ASSERT_OK(sl_model_train_step(m, &x, &y, 1.0f, &r));
+    ASSERT_EQ(r.correct, 1);
+    ASSERT_EQ(r.top5, 2);
+    ASSERT(fabs(r.loss - want) < 1e-9);
+    /* the bias gradient: the batch mean of softmax - t */
+    const float *g = sl_model_grads(m, NULL);
+    for (int j = 0; j < 8; j++) {
+        double cnt = (j == 0) + (j == 1) + (j == 2) + (j == 6);
+        double gj = exp(b[j] - lse) - 0.1 / 8 - 0.9 * cnt / 4;
+        if (!(fabs(g[16 + j] - gj) < 1e-6)) FAILF("bias grad %d: %.9g, want %.9g", j, g[16 + j], gj);
+    }
+    sl_model_free(m);
+    /* without smoothing: plain cross-entropy */
+    m = bias_logits_model(0.0f, b);
+    ASSERT(m);
+    ASSERT_OK(sl_model_eval_step(m, &x, &y, &r));
+    ASSERT(fabs(r.loss - (lse - 1.5)) < 1e-9);
+    ASSERT_EQ(r.top5, 2);
+    sl_model_free(m);
+    ASSERT(bias_logits_model(1.0f, b) == NULL);
+    ASSERT_STREQ(sl_errmsg(), "model: label_smoothing 1 must be in [0, 1)");
+    sl_tensor_release(&x);
+    sl_tensor_release(&y);
+}
+
+/* A model with more than 5 classes: the epoch line and the eval lines carry top5, the
+ * train/ and eval/ runs a top5_accuracy scalar with the summary's values; label_smoothing
+ * and decay_exclude train. (Models of 5 classes or fewer print and log no top5: the
+ * 2-class runs above have exactly their old lines and tags.) */
+TEST(test_top5_lines_and_scalars) {
+    char text[4096], dir[400], con_path[400];
+    snprintf(text, sizeof text,
+             "%smodel wide {\n    input 4\n    dense 8 activation=relu\n    batchnorm\n    dense 8\n}\n"
+             "train {\n    model wide\n    data train\n    eval test\n    epochs 2\n    label_smoothing 0.1\n"
+             "    optimizer sgd lr=0.05 momentum=0.9 weight_decay=1e-3 decay_exclude=[bias, batchnorm]\n"
+             "    backend cpu\n    threads 1\n    seed 3\n}\n",
+             BASE);
+    snprintf(dir, sizeof dir, "%s/wide", tmpdir);
+    snprintf(con_path, sizeof con_path, "%s/wide.txt", tmpdir);
+    sl_cfg *cfg;
+    ASSERT_OK(parse_text(text, "wide.sl", &cfg));
+    FILE *con = fopen(con_path, "w+");
+    ASSERT(con != NULL);
+    sl_trainer *t;
+    ASSERT_OK(run_to_console(cfg, dir, con, &t));
+    const sl_train_summary sum_copy = *sl_trainer_summary(t), *sum = &sum_copy; /* outlives t */
+    ASSERT_EQ(sum->steps, 32);
+    ASSERT(sum->train_top5_accuracy >= sum->train_accuracy && sum->train_top5_accuracy <= 1);
+    ASSERT(sum->eval_top5_accuracy >= sum->eval_accuracy && sum->eval_top5_accuracy <= 1);
+    fflush(con);
+    rewind(con);
+    char line[512];
+    int epochs = 0, evals = 0;
+    double last_eval_top5 = -1, last_train_top5 = -1;
+    while (fgets(line, sizeof line, con)) {
+        long long st;
+        double l, a, t5, ea, et5;
+        if (sscanf(line, "eval  step %lld  loss %lf  accuracy %lf  top5 %lf", &st, &l, &a, &t5) == 4) {
+            evals++;
+            last_eval_top5 = t5;
+        }
+        if (strncmp(line, "epoch ", 6) == 0) {
+            const char *p = strstr(line, "  loss ");
+            ASSERT(p != NULL);
+            ASSERT_EQ(sscanf(p, "  loss %lf  accuracy %lf  top5 %lf", &l, &a, &t5), 3);
+            last_train_top5 = t5;
+            epochs++;
+            if ((p = strstr(line, "  eval accuracy "))) {
+                ASSERT_EQ(sscanf(p, "  eval accuracy %lf  eval top5 %lf", &ea, &et5), 2);
+                last_eval_top5 = et5;
+            }
+        }
+    }
+    fclose(con);
+    ASSERT_EQ(epochs, 2);
+    ASSERT_EQ(evals, 0); /* every epoch's evaluation is on its epoch line */
+    ASSERT(fabs(last_train_top5 - sum->train_top5_accuracy) <= 5e-5);
+    ASSERT(fabs(last_eval_top5 - sum->eval_top5_accuracy) <= 5e-5);
+    sl_trainer_free(t);
+    /* the scalars: top5_accuracy after the others, with the summary's values */
+    static char paths[4][800];
+    char sub[500];
+    scalar_ev ev[32];
+    snprintf(sub, sizeof sub, "%s/train", dir);
+    ASSERT_EQ(event_files(sub, paths, 4), 1);
+    ASSERT_EQ(read_scalars(paths[0], ev, 32), 12);
+    ASSERT_STREQ(ev[5].tag, "top5_accuracy");
+    ASSERT_STREQ(ev[11].tag, "top5_accuracy");
+    ASSERT_EQ(ev[11].step, 32);
+    ASSERT(ev[11].value == (float)sum->train_top5_accuracy);
+    snprintf(sub, sizeof sub, "%s/eval", dir);
+    ASSERT_EQ(event_files(sub, paths, 4), 1);
+    ASSERT_EQ(read_scalars(paths[0], ev, 32), 6); /* steps 16, 32 */
+    static const char *const eval_tags[] = {"accuracy", "loss", "top5_accuracy"};
+    for (int i = 0; i < 6; i++) ASSERT_STREQ(ev[i].tag, eval_tags[i % 3]);
+    ASSERT_EQ(ev[5].step, 32);
+    ASSERT(ev[5].value == (float)sum->eval_top5_accuracy);
+    /* evaluations every 12 steps: lines of their own at 12, 24 and the final one at 32 */
+    ASSERT_OK(sl_cfg_set(cfg, "train.eval=(test steps=12)"));
+    snprintf(dir, sizeof dir, "%s/wide12", tmpdir);
+    con = fopen(con_path, "w+");
+    ASSERT(con != NULL);
+    ASSERT_OK(run_to_console(cfg, dir, con, &t));
+    fflush(con);
+    rewind(con);
+    int64_t at[4];
+    while (fgets(line, sizeof line, con)) {
+        long long st;
+        double l, a, t5;
+        if (sscanf(line, "eval  step %lld  loss %lf  accuracy %lf  top5 %lf", &st, &l, &a, &t5) == 4 && evals < 4)
+            at[evals++] = st, last_eval_top5 = t5;
+    }
+    fclose(con);
+    ASSERT_EQ(evals, 3);
+    ASSERT_EQ(at[0], 12);
+    ASSERT_EQ(at[1], 24);
+    ASSERT_EQ(at[2], 32);
+    ASSERT(fabs(last_eval_top5 - sl_trainer_summary(t)->eval_top5_accuracy) <= 5e-5);
+    sl_trainer_free(t);
+    sl_cfg_free(cfg);
+}
+
 int main(void) {
     snprintf(tmpdir, sizeof tmpdir, "/tmp/sluice-test-trainer.%d", (int)getpid());
     mkdir(tmpdir, 0777);
@@ -1366,6 +1600,9 @@ int main(void) {
     RUN(test_event_runs);
     RUN(test_run_dir_event_subfolders);
     RUN(test_job_run);
+    RUN(test_config_smoothing_decay_exclude);
+    RUN(test_model_smoothing_top5);
+    RUN(test_top5_lines_and_scalars);
     rm_rf(tmpdir);
     TEST_MAIN_END();
 }
