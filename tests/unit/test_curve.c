@@ -4,7 +4,6 @@
  * flow; a client whose key is not allowed, or a plaintext one, gets nothing through (and
  * the refusals are counted); a server keeps serving allowed clients after refusing one; a
  * ring of 3 ranks allreduces exactly over CURVE. */
-#include <dirent.h>
 #include <pthread.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -14,6 +13,7 @@
 #include "sluice/cluster.h"
 #include "sluice/ring.h"
 #include "sluice/transport.h"
+#include "helper_files.h"
 #include "test.h"
 
 /* libzmq is not built with ThreadSanitizer: its lock-free queues between the I/O thread and
@@ -38,40 +38,6 @@ static sl_status parse_kp(const char *text, char *pub, char *sec) {
     return sl__curve_parse_keyfile(text, strlen(text), "k", pub, sec);
 }
 
-static void make_tmpdir(char *dir, size_t cap) {
-    snprintf(dir, cap, "/tmp/sl-curve-XXXXXX");
-    if (!mkdtemp(dir)) dir[0] = 0;
-}
-
-static void rm_tree(const char *dir) {
-    DIR *d = opendir(dir);
-    if (!d) return;
-    struct dirent *e;
-    char p[512];
-    while ((e = readdir(d))) {
-        if (e->d_name[0] == '.') continue;
-        snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
-        unlink(p);
-    }
-    closedir(d);
-    rmdir(dir);
-}
-
-static int count_files(const char *dir) {
-    DIR *d = opendir(dir);
-    int n = 0;
-    struct dirent *e;
-    while (d && (e = readdir(d)))
-        if (e->d_name[0] != '.') n++;
-    if (d) closedir(d);
-    return n;
-}
-
-static void write_file(const char *path, const char *text) {
-    FILE *f = fopen(path, "w");
-    if (f) { fputs(text, f); fclose(f); }
-}
-
 TEST(test_known_keys) {
     if (!have_curve()) SKIP("libzmq has no CURVE");
     char p[41];
@@ -84,11 +50,11 @@ TEST(test_known_keys) {
 TEST(test_keygen_roundtrip) {
     if (!have_curve()) SKIP("libzmq has no CURVE");
     char dir[64], base[128], path[160];
-    make_tmpdir(dir, sizeof dir);
+    sl_test_mkdtemp(dir, sizeof dir, "sl-curve");
     ASSERT(dir[0]);
     snprintf(base, sizeof base, "%s/worker0", dir);
     ASSERT_OK(sl_curve_keygen(base));
-    ASSERT_EQ(count_files(dir), 2); /* no temporary left behind */
+    ASSERT_EQ(sl_test_count_files(dir), 2); /* no temporary left behind */
     struct stat sb;
     snprintf(path, sizeof path, "%s.key", base);
     ASSERT_EQ(stat(path, &sb), 0);
@@ -129,7 +95,7 @@ TEST(test_keygen_roundtrip) {
     snprintf(path, sizeof path, "%s.key", base);
     ASSERT_OK(sl_curve_load_keypair(path, pub2, sec));
     ASSERT_NE(strcmp(pub2, pub), 0);
-    ASSERT_EQ(count_files(dir), 2);
+    ASSERT_EQ(sl_test_count_files(dir), 2);
     /* unreadable files */
     snprintf(path, sizeof path, "%s/missing.key", dir);
     ASSERT_EQ(sl_curve_load_keypair(path, pub, sec), SL_EIO);
@@ -141,7 +107,7 @@ TEST(test_keygen_roundtrip) {
     snprintf(path, sizeof path, "%s/nodir/x", dir);
     ASSERT_EQ(sl_curve_keygen(path), SL_EIO);
     ASSERT_CONTAINS(sl_errmsg(), "cannot create: No such file or directory");
-    rm_tree(dir);
+    sl_test_rm_rf(dir);
 }
 
 TEST(test_keyfile_parse) {
@@ -530,7 +496,7 @@ TEST(test_curve_ring) {
 TEST(test_cluster_curve_load) {
     if (!have_curve()) SKIP("libzmq has no CURVE");
     char dir[64], p[256], text[1024];
-    make_tmpdir(dir, sizeof dir);
+    sl_test_mkdtemp(dir, sizeof dir, "sl-curve");
     ASSERT(dir[0]);
     snprintf(p, sizeof p, "%s/server", dir);
     ASSERT_OK(sl_curve_keygen(p));
@@ -543,7 +509,7 @@ TEST(test_cluster_curve_load) {
     ASSERT_OK(sl_curve_load_keypair(p, spub, ssec));
     snprintf(p, sizeof p, "%s/allowed", dir);
     snprintf(text, sizeof text, "# workers\n%s\n%s\n", CPUB, wpub);
-    write_file(p, text);
+    sl_test_write_text(p, text);
     snprintf(text, sizeof text,
              "cluster {\n  worker \"127.0.0.1:1\" \"127.0.0.1:2\"\n  task worker 1\n"
              "  curve server=\"%s/server.key\" client=\"%s/{task}.key\" allow=\"%s/allowed\"\n}\n",
@@ -576,7 +542,7 @@ TEST(test_cluster_curve_load) {
     ASSERT_EQ(k.nallow, 0);
     ASSERT_EQ(k.server_public[0], 0);
     sl_cluster_free(&c);
-    rm_tree(dir);
+    sl_test_rm_rf(dir);
 }
 
 /* A raw CURVE client DEALER at tp's inbox with client keys (pub, sec) and routing id `id`. */

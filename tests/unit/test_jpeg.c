@@ -9,6 +9,7 @@
 #include <turbojpeg.h>
 
 #include "sluice/jpeg.h"
+#include "helper_files.h"
 #include "test.h"
 
 #define TFR_IMAGES SL_TEST_SHARED "/data/tfrecord-samples/jongwook__tfrecord_lite/tests__images.tfrecord"
@@ -56,19 +57,6 @@ static img encode_img(int w, int h, int ch, int subsamp, int q, uint32_t seed) {
     return r;
 }
 
-static uint8_t *read_file(const char *path, size_t *n) {
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return NULL;
-    fseek(f, 0, SEEK_END);
-    long sz = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    uint8_t *b = malloc(sz > 0 ? (size_t)sz : 1);
-    *n = fread(b, 1, (size_t)sz, f);
-    fclose(f);
-    return b;
-}
-
 /* End of the JPEG that starts at p[0] (SOI), by walking its marker segments and entropy
  * data, so that bytes following it inside a protobuf are not included. 0 if none. */
 static size_t jpeg_extent(const uint8_t *p, size_t n) {
@@ -102,7 +90,7 @@ static size_t jpeg_extent(const uint8_t *p, size_t n) {
  * each record's first SOI. Returns the count (up to max). */
 static int tfrecord_jpegs(const char *path, img *out, int max) {
     size_t n;
-    uint8_t *f = read_file(path, &n);
+    uint8_t *f = sl_test_read_file(path, &n);
     if (!f)
         return -1;
     int k = 0;
@@ -189,7 +177,7 @@ static int image_set(img *set, int max) {
     for (size_t i = 0; i < sizeof seeds / sizeof seeds[0] && k < max; i++) {
         char path[512];
         snprintf(path, sizeof path, "%s/tests/fuzz/seeds/jpeg/%s", SL_TEST_SRC, seeds[i]);
-        set[k].data = read_file(path, &set[k].len);
+        set[k].data = sl_test_read_file(path, &set[k].len);
         if (!set[k].data) {
             printf("  missing %s\n", path);
             continue;
@@ -233,7 +221,7 @@ TEST(test_header_encoded) {
     ASSERT_EQ(in.subsamp, TJSAMP_422);
     /* 3x1 chroma sampling: valid, but TurboJPEG 2.1 has no name for it */
     size_t n311;
-    uint8_t *j311 = read_file(SL_TEST_SRC "/tests/fuzz/seeds/jpeg/c311_33x20.jpg", &n311);
+    uint8_t *j311 = sl_test_read_file(SL_TEST_SRC "/tests/fuzz/seeds/jpeg/c311_33x20.jpg", &n311);
     ASSERT(j311);
     ASSERT_OK(sl_jpeg_header(d, j311, n311, &in));
     free(j311);

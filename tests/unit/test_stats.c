@@ -19,6 +19,7 @@
 #include "sluice/fn.h"
 #include "sluice/pipeline.h"
 #include "sluice/stats.h"
+#include "helper_files.h"
 #include "test.h"
 
 static void sleep_us(long us) {
@@ -454,14 +455,6 @@ TEST(test_trace_json) {
     sl_fn_unref(fn);
 }
 
-static void write_text(const char *path, const char *text) {
-    FILE *f = fopen(path, "w");
-    if (f) {
-        fputs(text, f);
-        fclose(f);
-    }
-}
-
 /* In a child (so a regression that reads /dev/zero without end cannot take the machine's
  * memory: the child's address space is capped, where the sanitizer allows it): loading
  * /dev/zero is refused at once as a device. */
@@ -521,7 +514,7 @@ TEST(test_load_refuses_files) {
     /* the limit is the caller's: a valid file one byte over it is refused, at it read */
     const char *ok_json = "{\"format\": \"sluice-stats\", \"version\": 1, \"wall_s\": 2, \"elements\": 4, "
                           "\"ops\": [{\"label\": \"a\", \"op\": \"map\", \"parent\": -1, \"elements\": 4}]}";
-    write_text(small, ok_json);
+    sl_test_write_text(small, ok_json);
     ASSERT_EQ(sl_stats_load_max(small, strlen(ok_json) - 1, &st), SL_ERANGE);
     ASSERT_OK(sl_stats_load_max(small, strlen(ok_json), &st));
     ASSERT_EQ(st->n, 1);
@@ -549,7 +542,7 @@ TEST(test_load_hostile_json) {
     for (size_t i = 0; i < n; i++) memcpy(wide + 1 + 2 * i, "0,", 2);
     wide[len - 1] = ']';
     wide[len] = 0;
-    write_text(path, wide);
+    sl_test_write_text(path, wide);
     free(wide);
     ASSERT_EQ(sl_stats_load(path, &st), SL_ECORRUPT);
     ASSERT(st == NULL);
@@ -561,7 +554,7 @@ TEST(test_load_hostile_json) {
     size_t k = (size_t)sprintf(many, "{\"format\": \"sluice-stats\", \"version\": 1, \"ops\": [");
     for (size_t i = 0; i < nops; i++) k += (size_t)sprintf(many + k, i ? ",{}" : "{}");
     sprintf(many + k, "]}");
-    write_text(path, many);
+    sl_test_write_text(path, many);
     free(many);
     ASSERT_EQ(sl_stats_load(path, &st), SL_ECORRUPT);
     ASSERT_CONTAINS(sl_errmsg(), "not a sluice-stats file: 65537 ops, more than 65536");
@@ -578,7 +571,7 @@ TEST(test_load_hostile_json) {
         {"{\"format\": \"sluice-stats\", \"version\": 1, \"ops\": [\"abc", "not a sluice-stats file: unterminated string"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
-        write_text(path, bad[i].json);
+        sl_test_write_text(path, bad[i].json);
         if (sl_stats_load(path, &st) != SL_ECORRUPT || st != NULL) {
             FAILF("case %zu: not SL_ECORRUPT: %s", i, sl_errmsg());
             return;
@@ -587,7 +580,7 @@ TEST(test_load_hostile_json) {
     }
     /* out-of-range numbers are clamped (a float-to-int conversion out of range is undefined),
      * a parent that is not an earlier op becomes -1, escapes decode */
-    write_text(path, "{\"format\": \"sluice-stats\", \"version\": 1, \"cpu_budget\": -1e300, \"elements\": 1e300, "
+    sl_test_write_text(path, "{\"format\": \"sluice-stats\", \"version\": 1, \"cpu_budget\": -1e300, \"elements\": 1e300, "
                      "\"ops\": [{\"label\": \"caf\\u00e9\\n\", \"parent\": 1e300, \"parallelism\": 1e300, "
                      "\"buffer\": -5e20, \"history\": [[0.5, 1e300, 2, 1], [1, 2], \"x\", [1, 2, 3, 4]]}, "
                      "{\"parent\": 0}, {\"parent\": -7}]}");

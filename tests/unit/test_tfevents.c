@@ -14,46 +14,12 @@
 
 #include "sluice/tfevents.h"
 #include "sluice/tfrecord.h"
+#include "helper_files.h"
 #include "test.h"
 
 static char tmpdir[256];
 
-static const char *mktmp(void) {
-    snprintf(tmpdir, sizeof tmpdir, "/tmp/sl_tfev_XXXXXX");
-    return mkdtemp(tmpdir);
-}
-
-static void rmtree(const char *dir) {
-    DIR *d = opendir(dir);
-    if (!d) return;
-    struct dirent *e;
-    char p[1024];
-    while ((e = readdir(d))) {
-        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
-        snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
-        struct stat st;
-        if (lstat(p, &st) == 0 && S_ISDIR(st.st_mode)) rmtree(p);
-        else unlink(p);
-    }
-    closedir(d);
-    rmdir(dir);
-}
-
-static uint8_t *read_file(const char *path, size_t *n) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    long len = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    uint8_t *p = malloc((size_t)len + 1);
-    if (fread(p, 1, (size_t)len, f) != (size_t)len) {
-        free(p);
-        p = NULL;
-    }
-    fclose(f);
-    *n = (size_t)len;
-    return p;
-}
+static const char *mktmp(void) { return sl_test_mkdtemp(tmpdir, sizeof tmpdir, "sl_tfev"); }
 
 static void put_le(uint8_t *p, uint64_t v, int n) {
     for (int i = 0; i < n; i++) p[i] = (uint8_t)(v >> (8 * i));
@@ -123,7 +89,7 @@ TEST(test_name_and_roundtrip) {
         if (pass == 0) ASSERT_OK(sl_tfev_close(w));
     }
     ASSERT_OK(sl_tfev_close(NULL));
-    rmtree(dir);
+    sl_test_rm_rf(dir);
 }
 
 /* The bytes on disk, field by field, as TensorFlow's serializer writes them. */
@@ -164,12 +130,12 @@ TEST(test_exact_event_bytes) {
     wn += sl_tfr_frame(want + wn, e1, n1);
     wn += sl_tfr_frame(want + wn, e2, n2);
     size_t n;
-    uint8_t *got = read_file(path, &n);
+    uint8_t *got = sl_test_read_file(path, &n);
     ASSERT(got);
     ASSERT_EQ(n, wn);
     ASSERT_MEMEQ(got, want, wn);
     free(got);
-    rmtree(dir);
+    sl_test_rm_rf(dir);
 }
 
 TEST(test_two_writers_same_second) {
@@ -183,7 +149,7 @@ TEST(test_two_writers_same_second) {
     ASSERT_STREQ(sl_tfev_path(b), want);
     ASSERT_OK(sl_tfev_close(a));
     ASSERT_OK(sl_tfev_close(b));
-    rmtree(dir);
+    sl_test_rm_rf(dir);
 }
 
 /* Without flush, events reach the file once 64 KiB are queued, and close writes the rest. */
@@ -214,7 +180,7 @@ TEST(test_buffer_flushes_when_full) {
     }
     ASSERT_EQ(sl_tfev_reader_next(r, &ev), SL_END);
     sl_tfev_reader_close(r);
-    rmtree(dir);
+    sl_test_rm_rf(dir);
 }
 
 TEST(test_errors) {
@@ -258,7 +224,7 @@ TEST(test_errors) {
     ASSERT_STREQ(sl_errmsg(), want);
     sl_tfev_reader_close(r);
     sl_tfev_reader_close(NULL);
-    rmtree(dir);
+    sl_test_rm_rf(dir);
 }
 
 /* Fields the reader does not decode (graph_def, a summary value with an image, unknown
@@ -307,7 +273,7 @@ TEST(test_reader_skips_other_fields) {
     }
     ASSERT_EQ(sl_tfev_reader_next(r, &ev), SL_END);
     sl_tfev_reader_close(r);
-    rmtree(dir);
+    sl_test_rm_rf(dir);
 }
 
 /* Every truncation of a small event file: an error or the events before the cut, never a
@@ -318,7 +284,7 @@ TEST(test_truncated_files) {
     char path[700], cut[800];
     ASSERT_OK(write_sample(dir, path, sizeof path));
     size_t n;
-    uint8_t *full = read_file(path, &n);
+    uint8_t *full = sl_test_read_file(path, &n);
     ASSERT(full);
     snprintf(cut, sizeof cut, "%s/cut", dir);
     int errors = 0;
@@ -342,7 +308,7 @@ TEST(test_truncated_files) {
     }
     ASSERT(errors > 0);
     free(full);
-    rmtree(dir);
+    sl_test_rm_rf(dir);
 }
 
 /* ---- helper modes for the Python test ----------------------------------------------- */
