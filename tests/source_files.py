@@ -19,3 +19,19 @@ def source_files(src, dirs, exts):
             for fn in sorted(filenames):
                 if fn.endswith(exts):
                     yield os.path.join(dirpath, fn)
+
+
+def report(name, bad, nfiles, none_msg, bad_msg, ok_msg):
+    """Prints what check NAME found and returns its exit status: 1 with NONE_MSG on stderr
+    when it read no file (nfiles 0); 1 after each line of BAD and BAD_MSG when BAD is not
+    empty; else 0 after OK_MSG. Each message is printed after "NAME: "."""
+    if nfiles == 0:
+        print("%s: %s" % (name, none_msg), file=sys.stderr)
+        return 1
+    for b in bad:
+        print(b)
+    if bad:
+        print("%s: %s" % (name, bad_msg))
+        return 1
+    print("%s: %s" % (name, ok_msg))
+    return 0
