@@ -32,7 +32,6 @@ import socket
 import struct
 import subprocess
 import sys
-import tempfile
 
 try:
     import crc32c
@@ -42,21 +41,11 @@ except ImportError as e:  # the only reason to skip
     print(f"skipped: python module missing: {e}")
     sys.exit(77)
 
+from sluice_testlib import Failure, check, fail, frame, read_tfrecord, run_checks  # noqa: E402,F401 (Failure: for test_train_crash.py)
+
 TESTS_BIN = os.environ.get("SLUICE_TESTS_BIN", "")
 ST_BIN = os.path.join(TESTS_BIN, "test_safetensors")
 EV_BIN = os.path.join(TESTS_BIN, "test_tfevents")
-
-
-class Failure(Exception):
-    pass
-
-
-def check(msg):
-    print(f"check: {msg}", flush=True)
-
-
-def fail(msg):
-    raise Failure(msg)
 
 
 def run(*args):
@@ -281,37 +270,6 @@ def check_python_safetensors(tmp):
 
 # ---------------------------------------------------------------- event files
 
-def masked_crc(data):
-    c = crc32c.crc32c(data)
-    return (((c >> 15) | (c << 17)) + 0xA282EAD8) & 0xFFFFFFFF
-
-
-def frame(data):
-    head = struct.pack("<Q", len(data))
-    return head + struct.pack("<I", masked_crc(head)) + data + struct.pack("<I", masked_crc(data))
-
-
-def read_tfrecord(path):
-    with open(path, "rb") as f:
-        raw = f.read()
-    out, off = [], 0
-    while off < len(raw):
-        if off + 12 > len(raw):
-            fail(f"{path}: byte {off}: truncated record header")
-        head = raw[off:off + 8]
-        (n,) = struct.unpack("<Q", head)
-        if masked_crc(head) != struct.unpack("<I", raw[off + 8:off + 12])[0]:
-            fail(f"{path}: byte {off}: length CRC mismatch")
-        if off + 16 + n > len(raw):
-            fail(f"{path}: byte {off}: truncated record data")
-        data = raw[off + 12:off + 12 + n]
-        if masked_crc(data) != struct.unpack("<I", raw[off + 12 + n:off + 16 + n])[0]:
-            fail(f"{path}: byte {off}: data CRC mismatch")
-        out.append(data)
-        off += 16 + n
-    return out
-
-
 def build_event_class():
     """tensorflow.Event with the fields of event.proto / summary.proto used here."""
     F = descriptor_pb2.FieldDescriptorProto
@@ -448,22 +406,9 @@ def check_python_events(tmp):
 
 
 def main():
-    for b in (ST_BIN, EV_BIN):
-        if not os.access(b, os.X_OK):
-            print(f"FAIL: {b} is not built (set SLUICE_TESTS_BIN)")
-            return 1
-    try:
-        with tempfile.TemporaryDirectory(prefix="sluice-ckpt-") as tmp:
-            check_sluice_safetensors(tmp)
-            check_python_safetensors(tmp)
-            check_checksums(tmp)
-            check_sluice_events(tmp)
-            check_python_events(tmp)
-    except Failure as e:
-        print(f"FAIL: {e}")
-        return 1
-    print("PASS: test_checkpoint_python")
-    return 0
+    return run_checks("test_checkpoint_python", "sluice-ckpt-",
+                      [check_sluice_safetensors, check_python_safetensors, check_checksums, check_sluice_events,
+                       check_python_events], need=(ST_BIN, EV_BIN), env="SLUICE_TESTS_BIN")
 
 
 if __name__ == "__main__":
