@@ -1,9 +1,11 @@
 /* Files and folders for the unit tests (see helper_files.h). */
 #include <dirent.h>
+#include <fcntl.h>
 #include <ftw.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "helper_files.h"
 #include "sluice/status.h"
@@ -62,6 +64,14 @@ int sl_test_write_file(const char *path, const void *p, size_t n) {
     if (!f) return -1;
     size_t w = fwrite(p, 1, n, f);
     return fclose(f) == 0 && w == n ? 0 : -1;
+}
+
+int sl_test_sparse_file(const char *path, long long size) {
+    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    if (fd < 0) return -1;
+    int rc = ftruncate(fd, (off_t)size);
+    close(fd);
+    return rc == 0 ? 0 : -1;
 }
 
 int sl_test_write_text(const char *path, const char *text) {

@@ -26,6 +26,10 @@ uint8_t *sl_test_read_file(const char *path, size_t *n);
  * failure (the file may then be partly written). */
 int sl_test_write_file(const char *path, const void *p, size_t n);
 
+/* Makes PATH a sparse file of SIZE bytes (created or truncated; no disk used). Returns 0, or
+ * -1 when it could not be opened or sized. */
+int sl_test_sparse_file(const char *path, long long size);
+
 /* sl_test_write_file with the bytes of the string TEXT (without its NUL). */
 int sl_test_write_text(const char *path, const char *text);
 

@@ -13,6 +13,7 @@
 #include "sluice/pipeline.h"
 #include "sluice/pool.h"
 #include "sluice/stats.h"
+#include "helper_iter.h"
 #include "test.h"
 
 #define ELEM_FLOATS 16384 /* 64 KiB per element */
@@ -288,13 +289,7 @@ TEST(test_fixed_untouched) {
     o.cpu_budget = 1;
     sl_iter *it;
     ASSERT_OK(sl_iter_create(p, &o, &it));
-    sl_element e;
-    sl_element_init(&e);
-    int n = 0;
-    while (sl_iter_next(it, &e) == SL_OK) {
-        n++;
-        sl_element_clear(&e);
-    }
+    int n = sl_test_drain(it);
     ASSERT_EQ(n, 3000);
     sl_stats *st;
     ASSERT_OK(sl_iter_stats(it, &st));

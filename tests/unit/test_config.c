@@ -1,5 +1,6 @@
 /* core/config*.c: the config language's syntax, error messages, overrides. */
 #include "sluice/config.h"
+#include "helper_files.h"
 #include "test.h"
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -409,10 +410,7 @@ TEST(test_config_file_kinds) {
     ASSERT_STREQ(sl_errmsg(), "config '/dev/zero': is a character device, not a regular file\n---> HINT: give "
                               "the path of a regular file; pipes, sockets, devices and directories are refused "
                               "so that nothing can block or read without end");
-    int fd = open(big, O_WRONLY | O_CREAT | O_TRUNC, 0600);
-    ASSERT(fd >= 0);
-    ASSERT_EQ(ftruncate(fd, (off_t)SL_CFG_MAX_BYTES + 1), 0); /* sparse: no disk used */
-    close(fd);
+    ASSERT_EQ(sl_test_sparse_file(big, (long long)SL_CFG_MAX_BYTES + 1), 0);
     ASSERT_EQ(sl_cfg_parse_file(big, &c), SL_ERANGE);
     snprintf(want, sizeof want, "config '%s': is 16777217 bytes, more than the limit of 16777216", big);
     ASSERT_CONTAINS(sl_errmsg(), want);

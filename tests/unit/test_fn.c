@@ -12,6 +12,7 @@
 #include "sluice/jpeg.h"
 #include "sluice/pipeline.h"
 #include "sluice/tfrecord.h"
+#include "helper_jpeg.h"
 #include "test.h"
 
 /* ---- helpers ---- */
@@ -1458,33 +1459,6 @@ TEST(test_parse_decode_chain) {
 
 /* ---- pixel limits ---- */
 
-/* A valid baseline grayscale JPEG of w x h flat grey pixels (128), written by hand: each
- * Huffman table has one 1-bit code (DC difference 0; end of block), so an 8x8 block takes
- * 2 bits and a 30000 x 30000 image (900 million pixels) fits in 3.5 MB. */
-static uint8_t *flat_jpeg(int w, int h, size_t *len) {
-    size_t blocks = (size_t)((w + 7) / 8) * (size_t)((h + 7) / 8), bits = blocks * 2, scan = (bits + 7) / 8;
-    uint8_t *p = malloc(2 + 69 + 13 + 44 + 10 + scan + 2), *q = p;
-    if (!p) abort();
-    static const uint8_t soi_dqt[] = {0xFF, 0xD8, 0xFF, 0xDB, 0, 67, 0};
-    memcpy(q, soi_dqt, sizeof soi_dqt), q += sizeof soi_dqt;
-    memset(q, 1, 64), q += 64;
-    uint8_t sof[] = {0xFF, 0xC0, 0, 11, 8, (uint8_t)(h >> 8), (uint8_t)h, (uint8_t)(w >> 8), (uint8_t)w, 1, 1, 0x11, 0};
-    memcpy(q, sof, sizeof sof), q += sizeof sof;
-    for (int cls = 0; cls < 2; cls++) { /* DHT: class cls, table 0: one code of length 1, symbol 0 */
-        uint8_t dht[22] = {0xFF, 0xC4, 0, 20, (uint8_t)(cls << 4), 1};
-        memcpy(q, dht, sizeof dht), q += sizeof dht;
-    }
-    static const uint8_t sos[] = {0xFF, 0xDA, 0, 8, 1, 1, 0x00, 0, 63, 0};
-    memcpy(q, sos, sizeof sos), q += sizeof sos;
-    memset(q, 0, scan);
-    if (bits % 8) q[scan - 1] = (uint8_t)(0xFF >> (bits % 8)); /* pad with 1 bits */
-    q += scan;
-    *q++ = 0xFF;
-    *q++ = 0xD9;
-    *len = (size_t)(q - p);
-    return p;
-}
-
 /* A field of /proc/self/status in kB, -1 if unreadable. */
 static long status_kb(const char *key) {
     FILE *f = fopen("/proc/self/status", "r");
@@ -1509,7 +1483,7 @@ static bool reset_peak_rss(void) {
 TEST(test_decode_jpeg_pixel_limit) {
     /* the generator makes real JPEGs: a 64x64 one decodes to flat grey */
     size_t len;
-    uint8_t *small = flat_jpeg(64, 64, &len);
+    uint8_t *small = sl_test_flat_jpeg(64, 64, &len);
     sl_fn *dec;
     ASSERT_OK(sl_fn_decode_jpeg("image", 0, &dec));
     sl_element e;
@@ -1540,7 +1514,7 @@ TEST(test_decode_jpeg_pixel_limit) {
 
     /* a valid 30000 x 30000 JPEG (3.5 MB, 900 MB decoded) is refused by default, before
      * anything is allocated for it: the peak resident size hardly moves */
-    uint8_t *big = flat_jpeg(30000, 30000, &len);
+    uint8_t *big = sl_test_flat_jpeg(30000, 30000, &len);
     ASSERT(len < 4000000);
     sl_fn *fns[2];
     ASSERT_OK(sl_fn_decode_jpeg("image", 0, &dec));
@@ -1615,7 +1589,7 @@ TEST(test_resize_pixel_limit) {
 
     /* fused into decode_jpeg, a resize keeps its limit */
     size_t len;
-    uint8_t *small = flat_jpeg(64, 64, &len);
+    uint8_t *small = sl_test_flat_jpeg(64, 64, &len);
     sl_fn *fns[2], *chain;
     ASSERT_OK(sl_fn_decode_jpeg("image", 0, &fns[0]));
     ASSERT_OK(sl_fn_resize("image", 200000, 200000, &fns[1]));

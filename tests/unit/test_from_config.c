@@ -12,6 +12,7 @@
 #include "sluice/jpeg.h"
 #include "sluice/pipeline.h"
 #include "sluice/tfrecord.h"
+#include "helper_iter.h"
 #include "test.h"
 
 static sl_cfg *parse_named(const char *text, const char *filename) {
@@ -456,13 +457,7 @@ TEST(test_data_errors_say_where) {
                            " ignore_errors\n", NULL, &ds));
     sl_iter *it;
     ASSERT_OK(sl_iter_create(ds, NULL, &it));
-    sl_element e;
-    sl_element_init(&e);
-    int n = 0;
-    while (sl_iter_next(it, &e) == SL_OK) {
-        n++;
-        sl_element_clear(&e);
-    }
+    int n = sl_test_drain(it);
     ASSERT_EQ(n, 4);
     ASSERT_EQ(sl_iter_errors_ignored(it), 1);
     sl_iter_close(it);

@@ -20,6 +20,7 @@
 #include "sluice/pipeline.h"
 #include "sluice/stats.h"
 #include "helper_files.h"
+#include "helper_iter.h"
 #include "test.h"
 
 static void sleep_us(long us) {
@@ -80,13 +81,7 @@ TEST(test_counters_exact) {
     sl_dataset_set_label(p, "t/prefetch");
     sl_iter *it;
     ASSERT_OK(sl_iter_create(p, NULL, &it));
-    sl_element e;
-    sl_element_init(&e);
-    int n = 0;
-    while (sl_iter_next(it, &e) == SL_OK) {
-        n++;
-        sl_element_clear(&e);
-    }
+    int n = sl_test_drain(it);
     ASSERT_EQ(n, 10);
     sl_stats *st;
     ASSERT_OK(sl_iter_stats(it, &st));
@@ -402,13 +397,7 @@ TEST(test_trace_json) {
     ASSERT_OK(sl_iter_create(p, NULL, &it));
     ASSERT_OK(sl_iter_trace(it, path, 100000));
     ASSERT_EQ(sl_iter_trace(it, path, 10), SL_EINVAL);
-    sl_element e;
-    sl_element_init(&e);
-    int n = 0;
-    while (sl_iter_next(it, &e) == SL_OK) {
-        n++;
-        sl_element_clear(&e);
-    }
+    int n = sl_test_drain(it);
     ASSERT_EQ(n, 50);
     sl_iter_close(it);
     char cmd[1024];
@@ -441,6 +430,8 @@ TEST(test_trace_json) {
     ASSERT_OK(sl_iter_create(p, NULL, &it));
     ASSERT_EQ(sl_iter_trace_write(it, path), SL_EINVAL);
     ASSERT_OK(sl_iter_trace(it, NULL, 0));
+    sl_element e;
+    sl_element_init(&e);
     ASSERT_OK(sl_iter_next(it, &e));
     sl_element_clear(&e);
     ASSERT_OK(sl_iter_trace_write(it, path));
@@ -502,10 +493,7 @@ TEST(test_load_refuses_files) {
     ASSERT_EQ(sl_stats_load(dir, &st), SL_EINVAL);
     snprintf(want, sizeof want, "stats file '%s': is a directory, not a regular file", dir);
     ASSERT_CONTAINS(sl_errmsg(), want);
-    int fd = open(big, O_WRONLY | O_CREAT | O_TRUNC, 0600);
-    ASSERT(fd >= 0);
-    ASSERT_EQ(ftruncate(fd, (off_t)SL_STATS_MAX_BYTES + 1), 0); /* sparse: no disk used */
-    close(fd);
+    ASSERT_EQ(sl_test_sparse_file(big, (long long)SL_STATS_MAX_BYTES + 1), 0);
     ASSERT_EQ(sl_stats_load(big, &st), SL_ERANGE);
     snprintf(want, sizeof want, "stats file '%s': is 67108865 bytes, more than the limit of 67108864", big);
     ASSERT_CONTAINS(sl_errmsg(), want);

@@ -6,7 +6,6 @@
  *     test_tfevents --write-sample DIR   writes one event file in DIR (sample below)
  *     test_tfevents --dump FILE          prints each entry: "version WALL STEP TEXT",
  *                                        "scalar WALL STEP TAG VALUE" or "other WALL STEP" */
-#include <dirent.h>
 #include <math.h>
 #include <stdint.h>
 #include <sys/stat.h>
