@@ -1,7 +1,7 @@
 """The source tree that the tests/check_*.py scripts read: its folder (the first argument,
 else $SLUICE_SRC, else this script's parent) and its files under some folders with some
-endings, in a stable order. A module, not a check: tests/CMakeLists.txt registers only
-check_*.py as tests."""
+endings, in a stable order; findings() runs a check over them and report() prints what it
+found. A module, not a check: tests/CMakeLists.txt registers only check_*.py as tests."""
 import os
 import sys
 
@@ -19,6 +19,18 @@ def source_files(src, dirs, exts):
             for fn in sorted(filenames):
                 if fn.endswith(exts):
                     yield os.path.join(dirpath, fn)
+
+
+def findings(dirs, exts, check_one):
+    """Runs check_one(src, path) on each source file (source_dir(), source_files()); returns
+    (src, the lines the calls returned, in order, the number of files read)."""
+    src = source_dir()
+    bad = []
+    nfiles = 0
+    for path in source_files(src, dirs, exts):
+        nfiles += 1
+        bad.extend(check_one(src, path))
+    return src, bad, nfiles
 
 
 def report(name, bad, nfiles, none_msg, bad_msg, ok_msg):
