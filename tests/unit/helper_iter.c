@@ -1,4 +1,6 @@
 /* Pipelines for the unit tests (see helper_iter.h). */
+#include <string.h>
+
 #include "helper_iter.h"
 
 int sl_test_drain(sl_iter *it) {
@@ -11,4 +13,15 @@ int sl_test_drain(sl_iter *it) {
     }
     sl_element_clear(&e);
     return n;
+}
+
+sl_status sl_test_set_f32(sl_element *e, const char *name, int64_t n, int byte) {
+    int64_t dims[1] = {n};
+    sl_tensor t;
+    sl_status s = sl_tensor_alloc(&t, SL_DT_F32, 1, dims);
+    if (s) return s;
+    memset(t.data, byte, (size_t)n * 4);
+    s = sl_element_set(e, name, &t);
+    if (s) sl_tensor_release(&t);
+    return s;
 }

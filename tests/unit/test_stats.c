@@ -32,14 +32,7 @@ static void sleep_us(long us) {
 static sl_status add_x(void *ctx, sl_element *e, const sl_fn_call *call) {
     (void)ctx;
     (void)call;
-    int64_t dims[1] = {256};
-    sl_tensor t;
-    sl_status s = sl_tensor_alloc(&t, SL_DT_F32, 1, dims);
-    if (s) return s;
-    memset(t.data, 0, 1024);
-    s = sl_element_set(e, "x", &t);
-    if (s) sl_tensor_release(&t);
-    return s;
+    return sl_test_set_f32(e, "x", 256, 0);
 }
 
 static sl_status nothing(void *ctx, sl_element *e, const sl_fn_call *call) {
@@ -214,71 +207,63 @@ static int verdict_of(sl_dataset *ds, double seconds, long consumer_us, sl_stats
     return k;
 }
 
+/* verdict_of on IN -> map(the custom function APPLY named NAME, 2 lanes) -> prefetch(BUF),
+ * the map and the prefetch labelled MAP_LABEL and PF_LABEL unless NULL; IN NULL: a range
+ * 0, 1, ... Releases IN. -102 when the graph is not built. */
+static int verdict_of_map(sl_dataset *in, const char *name, sl_fn_apply apply, const char *map_label, int buf,
+                          const char *pf_label, double seconds, long consumer_us, sl_stats_verdict *v, char *label,
+                          size_t cap) {
+    sl_dataset *m = NULL, *p = NULL;
+    sl_fn *fn = NULL;
+    int k = -102;
+    if ((in || !sl_ds_range(0, 1LL << 40, 1, &in)) && !sl_fn_custom(name, apply, NULL, NULL, &fn) &&
+        !sl_ds_map(in, fn, 2, true, &m) && !sl_ds_prefetch(m, buf, &p)) {
+        if (map_label) sl_dataset_set_label(m, map_label);
+        if (pf_label) sl_dataset_set_label(p, pf_label);
+        k = verdict_of(p, seconds, consumer_us, v, label, cap);
+    }
+    sl_dataset_unref(p);
+    sl_dataset_unref(m);
+    sl_dataset_unref(in);
+    sl_fn_unref(fn);
+    return k;
+}
+
 TEST(test_verdict_slow_source) {
     /* the source: a range whose elements each take 1 ms to come (a filter that sleeps right
      * after it, labelled as the source); then a cheap parallel map and a prefetch */
     static long us = 1000;
-    sl_dataset *r, *src, *m, *p;
-    sl_fn *fn;
+    sl_dataset *r, *src;
     ASSERT_OK(sl_ds_range(0, 1LL << 40, 1, &r));
     ASSERT_OK(sl_ds_filter(r, pred_sleep, &us, &src));
     sl_dataset_set_label(src, "s/source");
-    ASSERT_OK(sl_fn_custom("nothing", nothing, NULL, NULL, &fn));
-    ASSERT_OK(sl_ds_map(src, fn, 2, true, &m));
-    sl_dataset_set_label(m, "s/map");
-    ASSERT_OK(sl_ds_prefetch(m, 2, &p));
-    sl_dataset_set_label(p, "s/prefetch");
     sl_stats_verdict v;
     char label[64];
-    int k = verdict_of(p, 0.4, 0, &v, label, sizeof label);
+    int k = verdict_of_map(src, "nothing", nothing, "s/map", 2, "s/prefetch", 0.4, 0, &v, label, sizeof label);
+    sl_dataset_unref(r);
     ASSERT(k >= 0);
     ASSERT_STREQ(label, "s/source");
     ASSERT_CONTAINS(v.summary, "bottleneck: op 's/source' (filter)");
-    sl_dataset_unref(p);
-    sl_dataset_unref(m);
-    sl_dataset_unref(src);
-    sl_dataset_unref(r);
-    sl_fn_unref(fn);
 }
 
 TEST(test_verdict_slow_map) {
-    sl_dataset *r, *m, *p;
-    sl_fn *fn;
-    ASSERT_OK(sl_ds_range(0, 1LL << 40, 1, &r));
-    ASSERT_OK(sl_fn_custom("sleep_1ms", sleep_1ms, NULL, NULL, &fn));
-    ASSERT_OK(sl_ds_map(r, fn, 2, true, &m));
-    sl_dataset_set_label(m, "m/slow_map");
-    ASSERT_OK(sl_ds_prefetch(m, 2, &p));
-    sl_dataset_set_label(p, "m/prefetch");
     sl_stats_verdict v;
     char label[64];
-    int k = verdict_of(p, 0.4, 0, &v, label, sizeof label);
+    int k = verdict_of_map(NULL, "sleep_1ms", sleep_1ms, "m/slow_map", 2, "m/prefetch", 0.4, 0, &v, label,
+                           sizeof label);
     ASSERT(k >= 0);
     ASSERT_STREQ(label, "m/slow_map");
     ASSERT_CONTAINS(v.summary, "bottleneck: op 'm/slow_map' (map)");
     ASSERT_CONTAINS(v.advice, "raise its parallelism (now 2");
-    sl_dataset_unref(p);
-    sl_dataset_unref(m);
-    sl_dataset_unref(r);
-    sl_fn_unref(fn);
 }
 
 TEST(test_verdict_slow_consumer) {
-    sl_dataset *r, *m, *p;
-    sl_fn *fn;
-    ASSERT_OK(sl_ds_range(0, 1LL << 40, 1, &r));
-    ASSERT_OK(sl_fn_custom("nothing", nothing, NULL, NULL, &fn));
-    ASSERT_OK(sl_ds_map(r, fn, 2, true, &m));
-    ASSERT_OK(sl_ds_prefetch(m, 4, &p));
     sl_stats_verdict v;
     char label[64];
-    int k = verdict_of(p, 0.5, 10000, &v, label, sizeof label); /* 10 ms a step: a loaded machine too */
+    /* 10 ms a step: a loaded machine too */
+    int k = verdict_of_map(NULL, "nothing", nothing, NULL, 4, NULL, 0.5, 10000, &v, label, sizeof label);
     ASSERT_EQ(k, SL_VERDICT_CONSUMER);
     ASSERT_CONTAINS(v.summary, "the pipeline is not the bottleneck: input is ready, the consumer is slow");
-    sl_dataset_unref(p);
-    sl_dataset_unref(m);
-    sl_dataset_unref(r);
-    sl_fn_unref(fn);
 }
 
 TEST(test_verdict_none) {
@@ -389,6 +374,11 @@ TEST(test_trace_json) {
     sl_dataset_set_label(b, "tr/prefetch");
     ASSERT_OK(sl_ds_batch(b, &bo, &p));
     sl_dataset_set_label(p, "tr/batch");
+    /* p holds its own references to what it is built on */
+    sl_dataset_unref(b);
+    sl_dataset_unref(m);
+    sl_dataset_unref(r);
+    sl_fn_unref(fn);
     char path[] = "/tmp/sluice-trace-XXXXXX";
     int fd = mkstemp(path);
     ASSERT(fd >= 0);
@@ -440,10 +430,6 @@ TEST(test_trace_json) {
     remove(path);
     sl_iter_close(it);
     sl_dataset_unref(p);
-    sl_dataset_unref(b);
-    sl_dataset_unref(m);
-    sl_dataset_unref(r);
-    sl_fn_unref(fn);
 }
 
 /* In a child (so a regression that reads /dev/zero without end cannot take the machine's
