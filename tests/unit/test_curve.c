@@ -38,6 +38,15 @@ static sl_status parse_kp(const char *text, char *pub, char *sec) {
     return sl__curve_parse_keyfile(text, strlen(text), "k", pub, sec);
 }
 
+/* A new temporary folder in DIR and a keypair made in it by sl_curve_keygen for the base
+ * DIR/NAME, written into BASE (CAP bytes). Returns the keygen's status, or SL_EIO when the
+ * folder could not be made. */
+static sl_status tmp_keygen(char dir[64], const char *name, char *base, size_t cap) {
+    if (!sl_test_mkdtemp(dir, 64, "sl-curve")) return SL_EIO;
+    snprintf(base, cap, "%s/%s", dir, name);
+    return sl_curve_keygen(base);
+}
+
 TEST(test_known_keys) {
     if (!have_curve()) SKIP("libzmq has no CURVE");
     char p[41];
@@ -50,10 +59,7 @@ TEST(test_known_keys) {
 TEST(test_keygen_roundtrip) {
     if (!have_curve()) SKIP("libzmq has no CURVE");
     char dir[64], base[128], path[160];
-    sl_test_mkdtemp(dir, sizeof dir, "sl-curve");
-    ASSERT(dir[0]);
-    snprintf(base, sizeof base, "%s/worker0", dir);
-    ASSERT_OK(sl_curve_keygen(base));
+    ASSERT_OK(tmp_keygen(dir, "worker0", base, sizeof base));
     ASSERT_EQ(sl_test_count_files(dir), 2); /* no temporary left behind */
     struct stat sb;
     snprintf(path, sizeof path, "%s.key", base);
@@ -496,10 +502,7 @@ TEST(test_curve_ring) {
 TEST(test_cluster_curve_load) {
     if (!have_curve()) SKIP("libzmq has no CURVE");
     char dir[64], p[256], text[1024];
-    sl_test_mkdtemp(dir, sizeof dir, "sl-curve");
-    ASSERT(dir[0]);
-    snprintf(p, sizeof p, "%s/server", dir);
-    ASSERT_OK(sl_curve_keygen(p));
+    ASSERT_OK(tmp_keygen(dir, "server", p, sizeof p));
     snprintf(p, sizeof p, "%s/worker1", dir);
     ASSERT_OK(sl_curve_keygen(p));
     char wpub[41], wsec[41], spub[41], ssec[41];
