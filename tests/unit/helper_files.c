@@ -19,6 +19,12 @@ char *sl_test_mkdtemp(char *buf, size_t cap, const char *prefix) {
     return buf;
 }
 
+char *sl_test_tmp_file(char *dir, size_t dcap, const char *prefix, char *path, size_t pcap, const char *name) {
+    if (!sl_test_mkdtemp(dir, dcap, prefix)) return NULL;
+    snprintf(path, pcap, "%s/%s", dir, name);
+    return dir;
+}
+
 static int remove_one(const char *path, const struct stat *st, int type, struct FTW *ftw) {
     (void)st;
     (void)type;

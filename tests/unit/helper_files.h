@@ -10,6 +10,10 @@
  * Returns BUF, or NULL with BUF set to "" when the folder could not be made. */
 char *sl_test_mkdtemp(char *buf, size_t cap, const char *prefix);
 
+/* sl_test_mkdtemp, then the path DIR/NAME of a file in the new folder into PATH (PCAP
+ * bytes). Returns DIR, or NULL when the folder could not be made. */
+char *sl_test_tmp_file(char *dir, size_t dcap, const char *prefix, char *path, size_t pcap, const char *name);
+
 /* Removes DIR and everything below it (links are removed, not followed). Returns 0, or -1
  * when anything could not be removed (what could be removed is gone). */
 int sl_test_rm_rf(const char *dir);

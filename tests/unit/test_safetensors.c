@@ -29,7 +29,11 @@
 
 static char tmpdir[256];
 
-static const char *mktmp(void) { return sl_test_mkdtemp(tmpdir, sizeof tmpdir, "sl_st"); }
+/* A new temporary folder (in tmpdir), and the path of the file NAME in it into PATH (CAP
+ * bytes). Returns the folder, or NULL. */
+static const char *mktmp_file(char *path, size_t cap, const char *name) {
+    return sl_test_tmp_file(tmpdir, sizeof tmpdir, "sl_st", path, cap, name);
+}
 
 /* A file from a header (padded to a multiple of 8 unless pad is false) and `datalen`
  * bytes of data 0, 1, 2, ... */
@@ -123,10 +127,9 @@ static sl_status write_sample(const char *path) { return write_sample_crc(path, 
 /* ---- tests ------------------------------------------------------------------------ */
 
 TEST(test_roundtrip_every_dtype) {
-    const char *dir = mktmp();
-    ASSERT(dir);
     char path[300];
-    snprintf(path, sizeof path, "%s/ckpt.safetensors", dir);
+    const char *dir = mktmp_file(path, sizeof path, "ckpt.safetensors");
+    ASSERT(dir);
     ASSERT_OK(write_sample(path));
     ASSERT_EQ(sl_test_count_files(dir), 1); /* no temporary file left behind */
     sl_st_file *f;
@@ -171,10 +174,9 @@ TEST(test_roundtrip_every_dtype) {
 }
 
 TEST(test_exact_layout) {
-    const char *dir = mktmp();
-    ASSERT(dir);
     char path[300];
-    snprintf(path, sizeof path, "%s/small.safetensors", dir);
+    const char *dir = mktmp_file(path, sizeof path, "small.safetensors");
+    ASSERT(dir);
     sl_st_writer *w;
     ASSERT_OK(sl_st_writer_new(&w));
     const uint8_t b[3] = {1, 2, 3};
@@ -371,10 +373,9 @@ TEST(test_unaligned_tensor_is_copied) {
 }
 
 static uint8_t *sample_bytes(size_t *n) {
-    const char *dir = mktmp();
-    if (!dir) return NULL;
     char path[300];
-    snprintf(path, sizeof path, "%s/s.safetensors", dir);
+    const char *dir = mktmp_file(path, sizeof path, "s.safetensors");
+    if (!dir) return NULL;
     uint8_t *p = write_sample(path) ? NULL : sl_test_read_file(path, n);
     sl_test_rm_rf(dir);
     return p;
@@ -499,10 +500,9 @@ static int load_version(const char *path, size_t nfl) {
 }
 
 TEST(test_atomic_replace_half_written_temp) {
-    const char *dir = mktmp();
-    ASSERT(dir);
     char path[300], other[300], tmp[400];
-    snprintf(path, sizeof path, "%s/ckpt.safetensors", dir);
+    const char *dir = mktmp_file(path, sizeof path, "ckpt.safetensors");
+    ASSERT(dir);
     snprintf(other, sizeof other, "%s/b.safetensors", dir);
     float buf[1000];
     ASSERT_OK(write_version(path, buf, 1000, 1));
@@ -534,10 +534,9 @@ TEST(test_atomic_replace_half_written_temp) {
 /* Real kills: a child rewrites the checkpoint in a loop (versions 1, 2, 3, ...) and is
  * SIGKILLed at a random moment; the target must always load as one complete version. */
 TEST(test_kill_during_write) {
-    const char *dir = mktmp();
-    ASSERT(dir);
     char path[300];
-    snprintf(path, sizeof path, "%s/ckpt.safetensors", dir);
+    const char *dir = mktmp_file(path, sizeof path, "ckpt.safetensors");
+    ASSERT(dir);
     size_t nfl = 1 << 19; /* 2 MiB per write */
     float *buf = malloc(nfl * sizeof *buf);
     ASSERT_OK(write_version(path, buf, nfl, 1));
@@ -593,10 +592,9 @@ static uint32_t spec_crc(const char *const (*kv)[2], int n) {
 }
 
 TEST(test_checksums) {
-    const char *dir = mktmp();
-    ASSERT(dir);
     char path[300];
-    snprintf(path, sizeof path, "%s/crc.safetensors", dir);
+    const char *dir = mktmp_file(path, sizeof path, "crc.safetensors");
+    ASSERT(dir);
     ASSERT_OK(write_sample_crc(path, true));
     size_t n;
     uint8_t *p = sl_test_read_file(path, &n);
@@ -703,10 +701,9 @@ TEST(test_checksums) {
 
 /* A FIFO or a folder at the path: refused at once (a FIFO would block open()). */
 TEST(test_open_not_regular) {
-    const char *dir = mktmp();
-    ASSERT(dir);
     char path[300];
-    snprintf(path, sizeof path, "%s/fifo.safetensors", dir);
+    const char *dir = mktmp_file(path, sizeof path, "fifo.safetensors");
+    ASSERT(dir);
     ASSERT_EQ(mkfifo(path, 0644), 0);
     sl_st_file *f = (sl_st_file *)1;
     ASSERT_EQ(sl_st_open(path, &f), SL_EIO);
@@ -793,10 +790,9 @@ static int shrink_child(const char *path) {
 }
 
 TEST(test_shrink_while_mapped) {
-    const char *dir = mktmp();
-    ASSERT(dir);
     char path[300];
-    snprintf(path, sizeof path, "%s/shrink.safetensors", dir);
+    const char *dir = mktmp_file(path, sizeof path, "shrink.safetensors");
+    ASSERT(dir);
     fflush(stdout);
     pid_t pid = fork();
     ASSERT(pid >= 0);
