@@ -50,6 +50,7 @@
 #include "sluice/pool.h"
 #include "sluice/stats.h"
 #include "sluice/tfrecord.h"
+#include "tests/bench/bench_fashion.h"
 
 #define WORK "/tmp/sluice-bench"
 #define JPEG_DIR WORK "/jpeg-2000-tfrecord"
@@ -353,22 +354,13 @@ static void label(const pipeline *p, setting s, char *out, size_t cap) {
     else snprintf(out + len, cap - len, "prefetch=%d", s.prefetch);
 }
 
-static void sort(double *v, int n) {
-    for (int i = 1; i < n; i++)
-        for (int j = i; j > 0 && v[j] < v[j - 1]; j--) {
-            double t = v[j];
-            v[j] = v[j - 1];
-            v[j - 1] = t;
-        }
-}
-
 static double median(const double *v, int n, double *lo, double *hi) {
     double w[16];
     memcpy(w, v, (size_t)n * sizeof *v);
-    sort(w, n);
+    double m = bench_median(w, n); /* sorts w */
     *lo = w[0];
     *hi = w[n - 1];
-    return n % 2 ? w[n / 2] : (w[n / 2 - 1] + w[n / 2]) / 2;
+    return m;
 }
 
 static bool same(const pipeline *p, setting a, setting b) {
