@@ -182,6 +182,17 @@ static inline int bench_model_gemms(int k, int b, bench_gemm *g) {
     return n;
 }
 
+/* The largest A (m x k), B (k x n) and C (m x n) of the GEMMs g, in elements */
+static inline void bench_gemm_max(const bench_gemm *g, int ng, size_t *amax, size_t *bmax, size_t *cmax) {
+    *amax = *bmax = *cmax = 0;
+    for (int i = 0; i < ng; i++) {
+        size_t a = (size_t)g[i].m * g[i].k, b = (size_t)g[i].k * g[i].n, c = (size_t)g[i].m * g[i].n;
+        *amax = a > *amax ? a : *amax;
+        *bmax = b > *bmax ? b : *bmax;
+        *cmax = c > *cmax ? c : *cmax;
+    }
+}
+
 /* ---- one timed training run ---- */
 
 typedef struct {
