@@ -71,6 +71,15 @@ static double ref_sample(const double *src, int64_t sh, int64_t sw, int64_t c, i
 #undef AT
 }
 
+/* t is a DT tensor of shape D0 x D1 */
+#define ASSERT_SHAPE2(t, dt, d0, d1)  \
+    do {                              \
+        ASSERT_EQ((t)->dtype, dt);    \
+        ASSERT_EQ((t)->rank, 2);      \
+        ASSERT_EQ((t)->dims[0], d0);  \
+        ASSERT_EQ((t)->dims[1], d1);  \
+    } while (0)
+
 TEST(test_resize_by_hand) {
     /* 2x2 -> 4x4: source coordinates -0.25 (clamped to 0), 0.25, 0.75, 1.25 (clamped to 1) */
     uint8_t px[4] = {0, 100, 200, 40};
@@ -82,10 +91,7 @@ TEST(test_resize_by_hand) {
     elem1(&e, "image", tensor_of(SL_DT_U8, 2, d2, px));
     ASSERT_OK(apply(fn, &e, 0));
     const sl_tensor *t = comp(&e, "image");
-    ASSERT_EQ(t->dtype, SL_DT_U8);
-    ASSERT_EQ(t->rank, 2);
-    ASSERT_EQ(t->dims[0], 4);
-    ASSERT_EQ(t->dims[1], 4);
+    ASSERT_SHAPE2(t, SL_DT_U8, 4, 4);
     /* rows: r0 = 0 25 75 100, r3 = 200 160 80 40, r1 = .75 r0 + .25 r3, r2 = .25 r0 + .75 r3
      * (58.75 -> 59, 76.25 -> 76, 126.25 -> 126, 78.75 -> 79) */
     uint8_t want[16] = {0, 25, 75, 100, 50, 59, 76, 85, 150, 126, 79, 55, 200, 160, 80, 40};
@@ -156,6 +162,20 @@ TEST(test_resize_by_hand) {
     ASSERT_STREQ(sl_errmsg(), "resize: size 0x5 must be at least 1x1");
 }
 
+/* n random bytes (from rng) in *u, the same as floats u * scale + off in *f and as doubles in
+ * *dv, and room for m outputs in *uo and *fo (all malloc'd; the caller frees them) */
+static void random_image(sl_rng *rng, size_t n, size_t m, float scale, float off, uint8_t **u, uint8_t **uo,
+                         float **f, float **fo, double **dv) {
+    *u = malloc(n), *uo = malloc(m);
+    *f = malloc(n * 4), *fo = malloc(m * 4);
+    *dv = malloc(n * 8);
+    for (size_t i = 0; i < n; i++) {
+        (*u)[i] = (uint8_t)(sl__rng_u64(rng) & 0xff);
+        (*f)[i] = (float)(*u)[i] * scale + off;
+        (*dv)[i] = (*u)[i];
+    }
+}
+
 /* Up- and downscales of random images, 1 and 3 channels, against ref_sample. The library
  * computes in float, the reference in double: uint8 results may differ by one level where
  * the exact value is within float rounding of a .5 (bilinear weights like 0.2 and 0.5 make
@@ -167,14 +187,10 @@ TEST(test_resize_against_reference) {
     for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
         int64_t sh = cases[ci][0], sw = cases[ci][1], c = cases[ci][2], dh = cases[ci][3], dw = cases[ci][4];
         size_t n = (size_t)(sh * sw * c), m = (size_t)(dh * dw * c);
-        uint8_t *u = malloc(n), *uo = malloc(m);
-        float *f = malloc(n * 4), *fo = malloc(m * 4);
-        double *dv = malloc(n * 8);
-        for (size_t i = 0; i < n; i++) {
-            u[i] = (uint8_t)(sl__rng_u64(&rng) & 0xff);
-            f[i] = (float)u[i] * 0.37f - 20.0f;
-            dv[i] = u[i];
-        }
+        uint8_t *u, *uo;
+        float *f, *fo;
+        double *dv;
+        random_image(&rng, n, m, 0.37f, -20.0f, &u, &uo, &f, &fo, &dv);
         ASSERT_OK(sl__resize_u8(u, sh, sw, c, sw * c, 0, 0, (double)sh, (double)sw, uo, dh, dw));
         ASSERT_OK(sl__resize_f32(f, sh, sw, c, sw * c, 0, 0, (double)sh, (double)sw, fo, dh, dw));
         int off_by_one = 0;
@@ -332,14 +348,10 @@ TEST(test_resize_antialias_against_reference) {
         double ry = cases[ci][5] / 10.0, rx = cases[ci][6] / 10.0, rh = cases[ci][7] / 10.0, rw = cases[ci][8] / 10.0;
         if (cases[ci][7] == 0) rh = (double)sh, rw = (double)sw;
         size_t n = (size_t)(sh * sw * c), m = (size_t)(dh * dw * c);
-        uint8_t *u = malloc(n), *uo = malloc(m);
-        float *f = malloc(n * 4), *fo = malloc(m * 4);
-        double *dv = malloc(n * 8);
-        for (size_t i = 0; i < n; i++) {
-            u[i] = (uint8_t)(sl__rng_u64(&rng) & 0xff);
-            f[i] = (float)u[i];
-            dv[i] = u[i];
-        }
+        uint8_t *u, *uo;
+        float *f, *fo;
+        double *dv;
+        random_image(&rng, n, m, 1.0f, 0.0f, &u, &uo, &f, &fo, &dv);
         ASSERT_OK(sl__resize_aa_u8(u, sh, sw, c, sw * c, ry, rx, rh, rw, uo, dh, dw));
         ASSERT_OK(sl__resize_aa_f32(f, sh, sw, c, sw * c, ry, rx, rh, rw, fo, dh, dw));
         int off = 0;
@@ -676,10 +688,7 @@ TEST(test_decode_raw) {
         const uint8_t *src = ((sl_bytes *)e.t[0].data)->ptr;
         ASSERT_OK(apply(fn, &e, 0));
         const sl_tensor *t = comp(&e, "raw");
-        ASSERT_EQ(t->dtype, SL_DT_U16);
-        ASSERT_EQ(t->rank, 2);
-        ASSERT_EQ(t->dims[0], 2);
-        ASSERT_EQ(t->dims[1], 3);
+        ASSERT_SHAPE2(t, SL_DT_U16, 2, 3);
         ASSERT_MEMEQ(t->data, vals, sizeof vals);
         if (offset == 0) ASSERT(t->data == (const void *)src);  /* aligned: a view */
         else ASSERT(t->data != (const void *)src);              /* unaligned: copied */
