@@ -26,6 +26,16 @@ def fail(msg):
     raise Failure(msg)
 
 
+def expect_same(got, want, differs, counted):
+    """fail() unless the lists GOT and WANT are equal: with differs(g, w) at the first pair
+    that differs, else (one is longer) with counted(len(got), len(want))."""
+    if got != want:
+        for g, w in zip(got, want):
+            if g != w:
+                fail(differs(g, w))
+        fail(counted(len(got), len(want)))
+
+
 def masked_crc(data):
     import crc32c
     c = crc32c.crc32c(data)

@@ -41,7 +41,7 @@ except ImportError as e:  # the only reason to skip
     print(f"skipped: python module missing: {e}")
     sys.exit(77)
 
-from sluice_testlib import Failure, check, fail, frame, read_tfrecord, run_checks  # noqa: E402,F401 (Failure: for test_train_crash.py)
+from sluice_testlib import Failure, check, expect_same, fail, frame, read_tfrecord, run_checks  # noqa: E402,F401 (Failure: for test_train_crash.py)
 
 TESTS_BIN = os.environ.get("SLUICE_TESTS_BIN", "")
 ST_BIN = os.path.join(TESTS_BIN, "test_safetensors")
@@ -260,11 +260,8 @@ def check_python_safetensors(tmp):
     for k, v in meta.items():
         want.append(f"meta {k}={v}")
     got = run(ST_BIN, "--dump", path).rstrip("\n").split("\n")
-    if got != want:
-        for g, w in zip(got, want):
-            if g != w:
-                fail(f"--dump differs:\n  sluice: {g}\n  python: {w}")
-        fail(f"--dump printed {len(got)} lines, expected {len(want)}")
+    expect_same(got, want, lambda g, w: f"--dump differs:\n  sluice: {g}\n  python: {w}",
+                lambda n, m: f"--dump printed {n} lines, expected {m}")
     print(f"  {len(tensors)} tensors and {len(meta)} metadata entries equal")
 
 
@@ -284,27 +281,28 @@ def build_event_class():
             f.oneof_index = oneof
         return f
 
+    def oneof(msg, name, *specs):
+        """a oneof NAME (the message's first) of the fields (name, number, type, type_name)"""
+        msg.oneof_decl.add(name=name)
+        for fname, num, typ, type_name in specs:
+            field(msg, fname, num, typ, type_name, oneof=0)
+
     image = fdp.message_type.add(name="Image")
-    field(image, "height", 1, F.TYPE_INT32)
-    field(image, "width", 2, F.TYPE_INT32)
-    field(image, "colorspace", 3, F.TYPE_INT32)
-    field(image, "encoded_image_string", 4, F.TYPE_BYTES)
+    for num, (name, typ) in enumerate([("height", F.TYPE_INT32), ("width", F.TYPE_INT32),
+                                       ("colorspace", F.TYPE_INT32), ("encoded_image_string", F.TYPE_BYTES)], 1):
+        field(image, name, num, typ)
     summary = fdp.message_type.add(name="Summary")
     value = summary.nested_type.add(name="Value")
-    value.oneof_decl.add(name="value")
     field(value, "node_name", 7, F.TYPE_STRING)
     field(value, "tag", 1, F.TYPE_STRING)
-    field(value, "simple_value", 2, F.TYPE_FLOAT, oneof=0)
-    field(value, "obsolete_old_style_histogram", 3, F.TYPE_BYTES, oneof=0)
-    field(value, "image", 4, F.TYPE_MESSAGE, ".tensorflow.Image", oneof=0)
+    oneof(value, "value", ("simple_value", 2, F.TYPE_FLOAT, None), ("obsolete_old_style_histogram", 3, F.TYPE_BYTES, None),
+          ("image", 4, F.TYPE_MESSAGE, ".tensorflow.Image"))
     field(summary, "value", 1, F.TYPE_MESSAGE, ".tensorflow.Summary.Value", label=F.LABEL_REPEATED)
     event = fdp.message_type.add(name="Event")
-    event.oneof_decl.add(name="what")
     field(event, "wall_time", 1, F.TYPE_DOUBLE)
     field(event, "step", 2, F.TYPE_INT64)
-    field(event, "file_version", 3, F.TYPE_STRING, oneof=0)
-    field(event, "graph_def", 4, F.TYPE_BYTES, oneof=0)
-    field(event, "summary", 5, F.TYPE_MESSAGE, ".tensorflow.Summary", oneof=0)
+    oneof(event, "what", ("file_version", 3, F.TYPE_STRING, None), ("graph_def", 4, F.TYPE_BYTES, None),
+          ("summary", 5, F.TYPE_MESSAGE, ".tensorflow.Summary"))
     pool = descriptor_pool.DescriptorPool()
     pool.Add(fdp)
     factory = message_factory.MessageFactory(pool)
@@ -364,11 +362,8 @@ def check_sluice_events(tmp):
                 fail(f"summary value without simple_value: {v}")
             got.append((ev.wall_time, ev.step, v.tag, v.simple_value))
     want = expected_scalars()
-    if got != want:
-        for g, w in zip(got, want):
-            if g != w:
-                fail(f"scalar differs: sluice {g}, expected {w}")
-        fail(f"{len(got)} scalars, expected {len(want)}")
+    expect_same(got, want, lambda g, w: f"scalar differs: sluice {g}, expected {w}",
+                lambda n, m: f"{n} scalars, expected {m}")
     print(f"  {len(events)} events: the version event and {len(got)} scalars as written")
 
 
