@@ -15,6 +15,14 @@ int sl_test_drain(sl_iter *it) {
     return n;
 }
 
+sl_status sl_test_next_drop(sl_iter *it) {
+    sl_element e;
+    sl_element_init(&e);
+    sl_status s = sl_iter_next(it, &e);
+    sl_element_clear(&e);
+    return s;
+}
+
 sl_status sl_test_set_f32(sl_element *e, const char *name, int64_t n, int byte) {
     int64_t dims[1] = {n};
     sl_tensor t;

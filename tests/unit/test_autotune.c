@@ -113,12 +113,9 @@ TEST(test_ram_budget) {
     sl_dataset *p;
     sl_iter *it;
     ASSERT_OK(auto_iter(maps, 1, "ram/prefetch", cpu, ram, &p, &it));
-    sl_element e;
-    sl_element_init(&e);
     /* a slow consumer first (every buffer fills up), then a fast one */
     for (int i = 0; i < 300; i++) {
-        ASSERT_OK(sl_iter_next(it, &e));
-        sl_element_clear(&e);
+        ASSERT_OK(sl_test_next_drop(it));
         if (i < 150) sleep_us(2000);
     }
     sl_stats *st;
@@ -147,15 +144,12 @@ TEST(test_cpu_budget) {
     sl_dataset *p;
     sl_iter *it;
     ASSERT_OK(auto_iter(maps, 2, NULL, cpu, 0, &p, &it));
-    sl_element e;
-    sl_element_init(&e);
     uint64_t t0 = sl_now_ns();
     int checks = 0, max_sum = 0, stable = 0, unstable = 0;
     double h_sum = 0, l_sum = 0; /* their parallelism summed over the checks of the second half */
     int half = 0;
     while (sl_now_ns() - t0 < 800000000ull) {
-        ASSERT_OK(sl_iter_next(it, &e));
-        sl_element_clear(&e);
+        ASSERT_OK(sl_test_next_drop(it));
         if ((checks++ & 15) == 0) {
             sl_stats *st = stable_stats(it);
             if (!st) {
@@ -222,15 +216,12 @@ TEST(test_blocking_map) {
     sl_dataset *p;
     sl_iter *it;
     ASSERT_OK(auto_iter(maps, 3, NULL, cpu, 0, &p, &it));
-    sl_element e;
-    sl_element_init(&e);
     uint64_t t0 = sl_now_ns();
     int checks = 0, max_block = 0, max_tb = 0;
     /* up to 3 s; done once the blocking map has held more than the budget's lanes for 0.3 s */
     uint64_t above_since = 0;
     while (sl_now_ns() - t0 < 3000000000ull) {
-        ASSERT_OK(sl_iter_next(it, &e));
-        sl_element_clear(&e);
+        ASSERT_OK(sl_test_next_drop(it));
         if ((checks++ & 7) == 0) {
             sl_stats *st = stable_stats(it);
             if (!st) continue;
