@@ -266,14 +266,25 @@ static void check_all_types(const sl_example *ex) {
     ASSERT_EQ(sl_feature_bytes(f, bv, 4), SL_EINVAL);
 }
 
+/* Parses buf into ex with PARSE (named NAME in a failure) and checks every type. Returns
+ * whether both went well (a failure is printed and fails the test). */
+static bool parse_and_check(sl_status (*parse)(sl_example *, const uint8_t *, size_t), const char *name,
+                            sl_example *ex, const uint8_t *buf, size_t len) {
+    sl_status st = parse(ex, buf, len);
+    if (st) {
+        FAILF("%s: %s", name, sl_errmsg());
+        return false;
+    }
+    check_all_types(ex);
+    return !t_cur_failed;
+}
+
 TEST(test_roundtrip_fast) {
     uint8_t *buf; size_t len;
     ASSERT_OK(build_all_types(&buf, &len));
     sl_example ex;
     sl_example_init(&ex);
-    sl_status st = sl_example_parse(&ex, buf, len);
-    if (st) { FAILF("parse: %s", sl_errmsg()); free(buf); return; }
-    check_all_types(&ex);
+    parse_and_check(sl_example_parse, "parse", &ex, buf, len);
     sl_example_free(&ex);
     free(buf);
 }
@@ -283,17 +294,11 @@ TEST(test_roundtrip_pb) {
     ASSERT_OK(build_all_types(&buf, &len));
     sl_example ex;
     sl_example_init(&ex);
-    sl_status st = sl_example_parse_pb(&ex, buf, len);
-    if (st) { FAILF("parse_pb: %s", sl_errmsg()); free(buf); return; }
-    check_all_types(&ex);
-    /* reuse the same sl_example across decoders */
-    st = sl_example_parse(&ex, buf, len);
-    if (st) { FAILF("parse: %s", sl_errmsg()); free(buf); return; }
-    check_all_types(&ex);
-    st = sl_example_parse_pb(&ex, buf, len);
-    if (st) { FAILF("parse_pb: %s", sl_errmsg()); free(buf); return; }
-    check_all_types(&ex);
-    sl_example_free(&ex);
+    /* the pb decoder, then the same sl_example reused across decoders */
+    if (parse_and_check(sl_example_parse_pb, "parse_pb", &ex, buf, len) &&
+        parse_and_check(sl_example_parse, "parse", &ex, buf, len) &&
+        parse_and_check(sl_example_parse_pb, "parse_pb", &ex, buf, len))
+        sl_example_free(&ex);
     sl_example_free(&ex); /* a freed example is empty and may be freed again */
     free(buf);
 }
