@@ -86,6 +86,15 @@ static sl_status train_run(const char *run, const char *set1) {
     return s;
 }
 
+/* TMP/name, in one of four static buffers (the fifth call reuses the first) */
+static const char *in_tmp(const char *name) {
+    static char p[4][600];
+    static int k;
+    k = (k + 1) % 4;
+    snprintf(p[k], sizeof p[k], "%s/%s", tmpdir, name);
+    return p[k];
+}
+
 static char *ckpt(const char *run, int step) {
     static char p[4][600];
     static int k;
@@ -237,8 +246,7 @@ TEST(test_roundtrip_v2) {
 /* The reproduction: the tensor bytes of a checkpoint zeroed. */
 TEST(test_zeroed_tensor_bytes) {
     if (no_backend) SKIP("no CPU backend");
-    char dst[600];
-    snprintf(dst, sizeof dst, "%s/zeroed.safetensors", tmpdir);
+    const char *dst = in_tmp("zeroed.safetensors");
     size_t n;
     uint8_t *p = sl_test_read_file(ckpt("ref", 20), &n);
     ASSERT(p);
@@ -313,8 +321,7 @@ TEST(test_nonfinite_values) {
     sl_model *m = sl_trainer_model(t);
     sl_ckpt_position pos;
     ASSERT_OK(sl_train_check_checkpoint(ckpt("ref", 20), NULL, &pos));
-    char path[600];
-    snprintf(path, sizeof path, "%s/nan.safetensors", tmpdir);
+    const char *path = in_tmp("nan.safetensors");
     const sl_ckpt_expect want = {.model_hash = sl_trainer_config(t)->model_hash, .batch_size = 16};
     /* NaN weight: index 3 of dense_1/kernel (the first parameters) */
     put_params(t, NAN, 3);
@@ -357,8 +364,7 @@ TEST(test_nonfinite_values) {
  * checksums recomputed (the numbers then disagree with each other or with the config). */
 TEST(test_metadata_edits) {
     if (no_backend) SKIP("no CPU backend");
-    char dst[600];
-    snprintf(dst, sizeof dst, "%s/edit.safetensors", tmpdir);
+    const char *dst = in_tmp("edit.safetensors");
     sl_ckpt_position pos;
     const sl_ckpt_expect want = {.batch_size = 16};
     static const struct {
@@ -414,8 +420,7 @@ TEST(test_metadata_edits) {
     ASSERT_EQ(sl_train_check_checkpoint(dst, &want, &pos), SL_ECORRUPT);
     ASSERT_CONTAINS(sl_errmsg(), "a version 2 checkpoint without its checksums");
     /* a version 1 file (before checksums and batch_size): loads, not verified */
-    char v1[600];
-    snprintf(v1, sizeof v1, "%s/v1.safetensors", tmpdir);
+    const char *v1 = in_tmp("v1.safetensors");
     ASSERT_OK(rewrite(ckpt("ref", 20), dst, "batch_size", NULL, false));
     ASSERT_OK(rewrite(dst, v1, "version", "1", false));
     ASSERT_OK(sl_train_check_checkpoint(v1, &want, &pos));
@@ -443,8 +448,7 @@ TEST(test_resume_skips_damaged) {
     memset(p + data, 0, n - data);
     ASSERT_EQ(sl_test_write_file(ckpt("dmg", 20), p, n), 0);
     free(p);
-    char tmp[600];
-    snprintf(tmp, sizeof tmp, "%s/tmp.safetensors", tmpdir);
+    const char *tmp = in_tmp("tmp.safetensors");
     p = sl_test_read_file(ckpt("dmg", 15), &n);
     int64_t off = data_offset(ckpt("dmg", 15), "model/dense_2/bias");
     ASSERT(off > 0);
@@ -528,8 +532,7 @@ TEST(test_resume_version1) {
 /* --resume with no loadable checkpoint fails naming them, the model untouched. */
 TEST(test_resume_none_loadable) {
     if (no_backend) SKIP("no CPU backend");
-    char run[600];
-    snprintf(run, sizeof run, "%s/none", tmpdir);
+    const char *run = in_tmp("none");
     mkdir(run, 0755);
     for (int step = 5; step <= 10; step += 5) {
         size_t n;
@@ -579,8 +582,7 @@ TEST(test_run_folder_of_another_run) {
     sl_trainer_free(t);
     sl_cfg_free(cfg);
     /* event files alone are another run's too */
-    char ev[600];
-    snprintf(ev, sizeof ev, "%s/evonly", tmpdir);
+    const char *ev = in_tmp("evonly");
     mkdir(ev, 0755);
     snprintf(p, sizeof p, "%s/events.out.tfevents.1700000000.host", ev);
     ASSERT_EQ(sl_test_write_file(p, "x", 1), 0);
