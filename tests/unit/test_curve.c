@@ -14,6 +14,7 @@
 #include "sluice/ring.h"
 #include "sluice/transport.h"
 #include "helper_files.h"
+#include "helper_thread.h"
 #include "test.h"
 
 /* libzmq is not built with ThreadSanitizer: its lock-free queues between the I/O thread and
@@ -425,21 +426,21 @@ TEST(test_curve_bad_opts) {
 
 /* ---- a ring over CURVE --------------------------------------------------------------- */
 
+/* one rank's part: a ring over tp summing buf[count] (4 KiB chunks) */
 typedef struct rjob {
     sl_tp *tp;
     float *buf;
     size_t count;
-    sl_status st;
-    char msg[512];
+    sl_test_result res;
 } rjob;
 
 static void *ring_main(void *arg) {
     rjob *j = arg;
     sl_ring *r = NULL;
     sl_ring_opts ro = {.chunk_bytes = 4096};
-    j->st = sl_ring_create(j->tp, &ro, &r);
-    if (!j->st) j->st = sl_ring_allreduce(r, j->buf, j->count, SL_DT_F32, SL_REDUCE_SUM, 11);
-    if (j->st) snprintf(j->msg, sizeof j->msg, "%s", sl_errmsg());
+    sl_status s = sl_ring_create(j->tp, &ro, &r);
+    if (!s) s = sl_ring_allreduce(r, j->buf, j->count, SL_DT_F32, SL_REDUCE_SUM, 11);
+    sl_test_result_set(&j->res, s);
     sl_ring_destroy(r);
     return NULL;
 }
@@ -478,7 +479,7 @@ TEST(test_curve_ring) {
     for (int i = 0; i < N; i++) pthread_join(th[i], NULL);
     int wrong = 0;
     for (int i = 0; i < N; i++) {
-        if (jobs[i].st) { printf("  rank %d: %s\n", i, jobs[i].msg); wrong++; continue; }
+        if (jobs[i].res.st) { printf("  rank %d: %s\n", i, jobs[i].res.msg); wrong++; continue; }
         for (size_t e = 0; e < COUNT && !wrong; e++)
             if (jobs[i].buf[e] != (float)((int)(e % 977) - 400) * 6.0f) {
                 printf("  rank %d [%zu] = %g\n", i, e, jobs[i].buf[e]);
