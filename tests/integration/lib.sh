@@ -1,5 +1,6 @@
 # Shared by the integration tests (source it; it is not a test itself): skip checks, a
-# work folder removed on exit, pass/fail accounting, and a small Fashion-MNIST conversion.
+# work folder removed on exit, pass/fail accounting, a small Fashion-MNIST conversion and
+# the pieces the training tests share.
 #   . "$(dirname "$0")/lib.sh"
 #   sl_require_tools sluice-train sluice-record   # exit 77 (skipped) when one is not built
 #   sl_require_fashion                             # ... or when Debian's idx files are missing
@@ -7,6 +8,9 @@
 #   sl_convert_fashion 2 1000                      # $T/data: 2 shards of the first 1000 records
 #   run NAME WANT_RC CMD... && ok "..."            # output kept in $T/NAME.{out,err}
 #   sl_finish                                      # exit 1 if anything failed
+# and, for the training tests: sl_tiny_fashion_config (a tiny model's config),
+# sl_kill_on_exit (background pids killed on exit), wait_for, launch / started_pid
+# (sluice-launch in the background), fail_show (fail and show the output).
 #
 # Ports. Every test port is below 32768: Linux hands out 32768..60999 as the source ports of
 # outgoing connections, so a fixed port up there can be taken by any other test's connection
