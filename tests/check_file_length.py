@@ -9,34 +9,24 @@ Exits 0 when every file fits, 1 (listing FILE: N lines) when one does not.
 import os
 import sys
 
-from source_files import source_dir, source_files
+from source_files import findings, report
 
 MAX_LINES = 1200
 DIRS = ["core", "formats", "pipeline", "train", "dist", "tools", "python", "include", "examples"]
 EXTS = (".c", ".h", ".cu", ".cuh", ".py")
 
 
+def too_long(src, path):
+    with open(path, "rb") as f:
+        n = f.read().count(b"\n")
+    return ["%s: %d lines (at most %d)" % (os.path.relpath(path, src), n, MAX_LINES)] if n > MAX_LINES else []
+
+
 def main():
-    src = source_dir()
-    bad = []
-    nfiles = 0
-    for path in source_files(src, DIRS, EXTS):
-        nfiles += 1
-        with open(path, "rb") as f:
-            n = f.read().count(b"\n")
-        if n > MAX_LINES:
-            bad.append("%s: %d lines (at most %d)" % (os.path.relpath(path, src), n, MAX_LINES))
-    if nfiles == 0:
-        print("check_file_length: no source files under %s" % src, file=sys.stderr)
-        return 1
-    for b in bad:
-        print(b)
-    if bad:
-        print("check_file_length: %d of %d files are too long; split them along their seams"
-              % (len(bad), nfiles))
-        return 1
-    print("check_file_length: %d files, none over %d lines" % (nfiles, MAX_LINES))
-    return 0
+    src, bad, nfiles = findings(DIRS, EXTS, too_long)
+    return report("check_file_length", bad, nfiles, "no source files under %s" % src,
+                  "%d of %d files are too long; split them along their seams" % (len(bad), nfiles),
+                  "%d files, none over %d lines" % (nfiles, MAX_LINES))
 
 
 if __name__ == "__main__":

@@ -15,7 +15,7 @@ import os
 import re
 import sys
 
-from source_files import source_dir, source_files
+from source_files import findings, report
 
 DIRS = ["core", "formats", "pipeline", "train", "dist", "tools", "python", "examples"]
 EXTS = (".c", ".cu")
@@ -132,28 +132,16 @@ def check_file(path):
     return [(line, name) for line, name in decls if name not in defined]
 
 
+def declared_elsewhere(src, path):
+    return ["%s:%d: %s() is declared here but defined in another file; declare it in a header both files include"
+            % (os.path.relpath(path, src), line, name) for line, name in check_file(path)]
+
+
 def main():
-    src = source_dir()
-    bad = []
-    nfiles = 0
-    for path in source_files(src, DIRS, EXTS):
-        nfiles += 1
-        for line, name in check_file(path):
-            bad.append("%s:%d: %s() is declared here but defined in another file; "
-                       "declare it in a header both files include"
-                       % (os.path.relpath(path, src), line, name))
-    if nfiles == 0:
-        print("check_prototypes: no .c files under %s" % src, file=sys.stderr)
-        return 1
-    for b in bad:
-        print(b)
-    if bad:
-        print("check_prototypes: %d prototype(s) of functions defined elsewhere, in %d files "
-              "checked" % (len(bad), nfiles))
-        return 1
-    print("check_prototypes: %d files checked, no prototypes of functions defined elsewhere"
-          % nfiles)
-    return 0
+    src, bad, nfiles = findings(DIRS, EXTS, declared_elsewhere)
+    return report("check_prototypes", bad, nfiles, "no .c files under %s" % src,
+                  "%d prototype(s) of functions defined elsewhere, in %d files checked" % (len(bad), nfiles),
+                  "%d files checked, no prototypes of functions defined elsewhere" % nfiles)
 
 
 if __name__ == "__main__":

@@ -50,6 +50,7 @@
 #include "sluice/pool.h"
 #include "sluice/stats.h"
 #include "sluice/tfrecord.h"
+#include "tests/bench/bench_fashion.h"
 
 #define WORK "/tmp/sluice-bench"
 #define JPEG_DIR WORK "/jpeg-2000-tfrecord"
@@ -70,9 +71,40 @@ typedef struct {
     int prefetch;  /* SL_AUTO: tuned */
 } setting;
 
+/* The records of the files matching pat (listed in order; the list repeated forever when
+ * repeat_files), interleaved with io, into *out (NULL on failure). */
+static sl_status records(const char *pat, bool repeat_files, const sl_interleave_opts *io, sl_dataset **out) {
+    const char *pats[1] = {pat};
+    sl_dataset *files = NULL, *rf = NULL;
+    *out = NULL;
+    sl_status st = sl_ds_list_files(pats, 1, true, 1, &files);
+    if (!st && repeat_files) st = sl_ds_repeat(files, SL_INFINITE, &rf);
+    if (!st) st = sl_ds_interleave_tfrecord(rf ? rf : files, NULL, io, out);
+    sl_dataset_unref(files);
+    sl_dataset_unref(rf);
+    return st;
+}
+
+/* in -> batch(size, drop_remainder) -> prefetch(prefetch), into *out (NULL on failure) */
+static sl_status batch_prefetch(sl_dataset *in, int size, int prefetch, sl_dataset **out) {
+    sl_dataset *batched = NULL;
+    sl_batch_opts bo = sl_batch_opts_default(size);
+    bo.drop_remainder = true;
+    *out = NULL;
+    sl_status st = sl_ds_batch(in, &bo, &batched);
+    if (!st) st = sl_ds_prefetch(batched, prefetch, out);
+    sl_dataset_unref(batched);
+    return st;
+}
+
+/* the features of the Fashion-MNIST-like records */
+static const sl_feature_spec FASHION_SPECS[2] = {
+    {.name = "image", .dtype = SL_DT_BYTES},
+    {.name = "label", .dtype = SL_DT_I64},
+};
+
 static sl_status build_jpeg(setting s, sl_dataset **out) {
-    const char *pats[1] = {JPEG_DIR "/train-*.tfrecord"};
-    sl_dataset *files = NULL, *recs = NULL, *shuf = NULL, *rep = NULL, *mapped = NULL, *batched = NULL, *pf = NULL;
+    sl_dataset *recs = NULL, *shuf = NULL, *rep = NULL, *mapped = NULL, *pf = NULL;
     sl_fn *f[5] = {0}, *chain = NULL;
     sl_feature_spec specs[2] = {
         {.name = "image/encoded", .as = "image", .dtype = SL_DT_BYTES},
@@ -83,8 +115,7 @@ static sl_status build_jpeg(setting s, sl_dataset **out) {
     sl_interleave_opts io = sl_interleave_opts_default();
     io.cycle_length = 4;
     io.parallelism = 0;
-    if ((st = sl_ds_list_files(pats, 1, true, 1, &files))) goto done;
-    if ((st = sl_ds_interleave_tfrecord(files, NULL, &io, &recs))) goto done;
+    if ((st = records(JPEG_DIR "/train-*.tfrecord", false, &io, &recs))) goto done;
     if ((st = sl_ds_shuffle(recs, 1024, 2, true, &shuf))) goto done;
     if ((st = sl_ds_repeat(shuf, SL_INFINITE, &rep))) goto done;
     if ((st = sl_fn_parse_example("record", specs, 2, &f[0]))) goto done;
@@ -94,17 +125,12 @@ static sl_status build_jpeg(setting s, sl_dataset **out) {
     if ((st = sl_fn_normalize("image", mean, std, 3, true, &f[4]))) goto done;
     if ((st = sl_fn_chain(f, 5, &chain))) goto done;
     if ((st = sl_ds_map(rep, chain, s.par[0], true, &mapped))) goto done;
-    sl_batch_opts bo = sl_batch_opts_default(64);
-    bo.drop_remainder = true;
-    if ((st = sl_ds_batch(mapped, &bo, &batched))) goto done;
-    st = sl_ds_prefetch(batched, s.prefetch, &pf);
+    st = batch_prefetch(mapped, 64, s.prefetch, &pf);
 done:
-    sl_dataset_unref(files);
     sl_dataset_unref(recs);
     sl_dataset_unref(shuf);
     sl_dataset_unref(rep);
     sl_dataset_unref(mapped);
-    sl_dataset_unref(batched);
     for (int i = 0; i < 5; i++) sl_fn_unref(f[i]);
     sl_fn_unref(chain);
     *out = pf;
@@ -112,39 +138,26 @@ done:
 }
 
 static sl_status build_parse(setting s, sl_dataset **out) {
-    const char *pats[1] = {PARSE_DIR "/train-*.tfrecord"};
-    sl_dataset *files = NULL, *rf = NULL, *recs = NULL, *shuf = NULL, *mapped = NULL, *batched = NULL, *pf = NULL;
+    sl_dataset *recs = NULL, *shuf = NULL, *mapped = NULL, *pf = NULL;
     sl_fn *f[3] = {0}, *chain = NULL;
-    sl_feature_spec specs[2] = {
-        {.name = "image", .dtype = SL_DT_BYTES},
-        {.name = "label", .dtype = SL_DT_I64},
-    };
     int64_t dims[3] = {28, 28, 1};
     sl_status st;
     sl_interleave_opts io = sl_interleave_opts_default();
     io.cycle_length = 4;
     io.block_length = 16;
     io.parallelism = s.par[0];
-    if ((st = sl_ds_list_files(pats, 1, true, 1, &files))) goto done;
-    if ((st = sl_ds_repeat(files, SL_INFINITE, &rf))) goto done;
-    if ((st = sl_ds_interleave_tfrecord(rf, NULL, &io, &recs))) goto done;
+    if ((st = records(PARSE_DIR "/train-*.tfrecord", true, &io, &recs))) goto done;
     if ((st = sl_ds_shuffle(recs, 10000, 1, true, &shuf))) goto done;
-    if ((st = sl_fn_parse_example("record", specs, 2, &f[0]))) goto done;
+    if ((st = sl_fn_parse_example("record", FASHION_SPECS, 2, &f[0]))) goto done;
     if ((st = sl_fn_decode_raw("image", SL_DT_U8, 3, dims, &f[1]))) goto done;
     if ((st = sl_fn_scale("image", 1.0 / 255, &f[2]))) goto done;
     if ((st = sl_fn_chain(f, 3, &chain))) goto done;
     if ((st = sl_ds_map(shuf, chain, s.par[1], true, &mapped))) goto done;
-    sl_batch_opts bo = sl_batch_opts_default(128);
-    bo.drop_remainder = true;
-    if ((st = sl_ds_batch(mapped, &bo, &batched))) goto done;
-    st = sl_ds_prefetch(batched, s.prefetch, &pf);
+    st = batch_prefetch(mapped, 128, s.prefetch, &pf);
 done:
-    sl_dataset_unref(files);
-    sl_dataset_unref(rf);
     sl_dataset_unref(recs);
     sl_dataset_unref(shuf);
     sl_dataset_unref(mapped);
-    sl_dataset_unref(batched);
     for (int i = 0; i < 3; i++) sl_fn_unref(f[i]);
     sl_fn_unref(chain);
     *out = pf;
@@ -205,24 +218,16 @@ static sl_status fetch_apply(void *ctx, sl_element *e, const sl_fn_call *call) {
 }
 
 static sl_status build_fetch(setting s, sl_dataset **out) {
-    const char *pats[1] = {PARSE_DIR "/train-*.tfrecord"};
-    sl_dataset *files = NULL, *rf = NULL, *recs = NULL, *m1 = NULL, *m2 = NULL, *m3 = NULL, *batched = NULL,
-               *pf = NULL;
+    sl_dataset *recs = NULL, *m1 = NULL, *m2 = NULL, *m3 = NULL, *pf = NULL;
     sl_fn *parse = NULL, *fetch = NULL, *f[2] = {0}, *tail = NULL;
-    sl_feature_spec specs[2] = {
-        {.name = "image", .dtype = SL_DT_BYTES},
-        {.name = "label", .dtype = SL_DT_I64},
-    };
     int64_t dims[3] = {28, 28, 1};
     sl_status st;
     sl_interleave_opts io = sl_interleave_opts_default();
     io.cycle_length = 4;
     io.block_length = 16;
     io.parallelism = 0;
-    if ((st = sl_ds_list_files(pats, 1, true, 1, &files))) goto done;
-    if ((st = sl_ds_repeat(files, SL_INFINITE, &rf))) goto done;
-    if ((st = sl_ds_interleave_tfrecord(rf, NULL, &io, &recs))) goto done;
-    if ((st = sl_fn_parse_example("record", specs, 2, &parse))) goto done;
+    if ((st = records(PARSE_DIR "/train-*.tfrecord", true, &io, &recs))) goto done;
+    if ((st = sl_fn_parse_example("record", FASHION_SPECS, 2, &parse))) goto done;
     if ((st = sl_fn_custom("fetch", fetch_apply, NULL, NULL, &fetch))) goto done;
     if ((st = sl_fn_decode_raw("image", SL_DT_U8, 3, dims, &f[0]))) goto done;
     if ((st = sl_fn_scale("image", 1.0 / 255, &f[1]))) goto done;
@@ -230,18 +235,12 @@ static sl_status build_fetch(setting s, sl_dataset **out) {
     if ((st = sl_ds_map(recs, parse, s.par[0], true, &m1))) goto done;
     if ((st = sl_ds_map(m1, fetch, s.par[1], true, &m2))) goto done;
     if ((st = sl_ds_map(m2, tail, s.par[2], true, &m3))) goto done;
-    sl_batch_opts bo = sl_batch_opts_default(32);
-    bo.drop_remainder = true;
-    if ((st = sl_ds_batch(m3, &bo, &batched))) goto done;
-    st = sl_ds_prefetch(batched, s.prefetch, &pf);
+    st = batch_prefetch(m3, 32, s.prefetch, &pf);
 done:
-    sl_dataset_unref(files);
-    sl_dataset_unref(rf);
     sl_dataset_unref(recs);
     sl_dataset_unref(m1);
     sl_dataset_unref(m2);
     sl_dataset_unref(m3);
-    sl_dataset_unref(batched);
     sl_fn_unref(parse);
     sl_fn_unref(fetch);
     sl_fn_unref(f[0]);
@@ -353,22 +352,13 @@ static void label(const pipeline *p, setting s, char *out, size_t cap) {
     else snprintf(out + len, cap - len, "prefetch=%d", s.prefetch);
 }
 
-static void sort(double *v, int n) {
-    for (int i = 1; i < n; i++)
-        for (int j = i; j > 0 && v[j] < v[j - 1]; j--) {
-            double t = v[j];
-            v[j] = v[j - 1];
-            v[j - 1] = t;
-        }
-}
-
 static double median(const double *v, int n, double *lo, double *hi) {
     double w[16];
     memcpy(w, v, (size_t)n * sizeof *v);
-    sort(w, n);
+    double m = bench_median(w, n); /* sorts w */
     *lo = w[0];
     *hi = w[n - 1];
-    return n % 2 ? w[n / 2] : (w[n / 2 - 1] + w[n / 2]) / 2;
+    return m;
 }
 
 static bool same(const pipeline *p, setting a, setting b) {

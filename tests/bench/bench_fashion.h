@@ -1,7 +1,8 @@
 /* Fashion-MNIST for the training benchmarks (bench_train, bench_train_gpu): where the
  * 8-way TFRecord shards are (converted from Debian's idx files when they are missing), the
  * two models (MLP 784-256-128-10, TensorFlow's tutorial CNN), their FLOPs and GEMM shapes,
- * and one timed training run. Header-only (static functions): each benchmark is one .c file.
+ * their pipeline, and one timed training run (the clock and the median serve the other
+ * benchmarks too). Header-only (static functions): each benchmark is one .c file.
  *
  * Looked for, in order: data/fashion/ of the source tree (what `bash scripts/main.sh`
  * makes), then /tmp/sluice-bench/fashion; when neither holds 8 train shards they are
@@ -181,6 +182,17 @@ static inline int bench_model_gemms(int k, int b, bench_gemm *g) {
     return n;
 }
 
+/* The largest A (m x k), B (k x n) and C (m x n) of the GEMMs g, in elements */
+static inline void bench_gemm_max(const bench_gemm *g, int ng, size_t *amax, size_t *bmax, size_t *cmax) {
+    *amax = *bmax = *cmax = 0;
+    for (int i = 0; i < ng; i++) {
+        size_t a = (size_t)g[i].m * g[i].k, b = (size_t)g[i].k * g[i].n, c = (size_t)g[i].m * g[i].n;
+        *amax = a > *amax ? a : *amax;
+        *bmax = b > *bmax ? b : *bmax;
+        *cmax = c > *cmax ? c : *cmax;
+    }
+}
+
 /* ---- one timed training run ---- */
 
 typedef struct {
@@ -197,6 +209,23 @@ static inline sl_status bench_on_step(void *ctx, sl_model *m, float *g, size_t n
     return SL_OK;
 }
 
+/* The pipeline `train` over the shards in data (interleaved, shuffled, decoded and scaled in
+ * parallel, batches of `batch`, prefetched; `shard auto` first when shard is set) into out
+ * (cap bytes). Returns the length written, as snprintf does. */
+static inline int bench_fashion_pipeline(char *out, size_t cap, const char *data, int batch, bool shard) {
+    return snprintf(out, cap,
+                    "pipeline train {\n"
+                    "  files \"%s/train-*.tfrecord\"\n%s"
+                    "  interleave cycle=4 block=16 parallel=auto\n"
+                    "  shuffle 10000\n"
+                    "  map parse_example(image: bytes, label: int64) | decode_raw(image, uint8, 28x28x1)"
+                    " | scale(image, 1/255) parallel=auto\n"
+                    "  batch %d drop_remainder\n"
+                    "  prefetch auto\n"
+                    "}\n",
+                    data, shard ? "  shard auto\n" : "", batch);
+}
+
 /* Model k on the shards in data: `warm` untimed steps, then `steps` timed between two steps
  * of the loop (the trainer's exchange hook: pipeline waits, epoch boundaries and optimizer
  * steps inside), batch `batch`, SGD momentum 0.9, on `backend` ("cpu" with `threads`, or
@@ -205,20 +234,13 @@ static inline int bench_train_run(const char *prog, const char *data, int k, int
                            int64_t warm, int64_t steps, double *rate, double *wait) {
     char text[4096], thr[32] = "";
     if (threads > 0) snprintf(thr, sizeof thr, "  threads %d\n", threads);
-    snprintf(text, sizeof text,
-             "pipeline train {\n"
-             "  files \"%s/train-*.tfrecord\"\n"
-             "  interleave cycle=4 block=16 parallel=auto\n"
-             "  shuffle 10000\n"
-             "  map parse_example(image: bytes, label: int64) | decode_raw(image, uint8, 28x28x1)"
-             " | scale(image, 1/255) parallel=auto\n"
-             "  batch %d drop_remainder\n"
-             "  prefetch auto\n"
-             "}\n%s"
+    int len = bench_fashion_pipeline(text, sizeof text, data, batch, false);
+    snprintf(text + len, sizeof text - (size_t)len,
+             "%s"
              "train {\n  model %s\n  data train\n  steps %lld\n  optimizer sgd lr=%s momentum=0.9\n"
              "  backend %s\n%s  seed 1\n  run_dir \"" BENCH_WORK "/run-%s\"\n}\n",
-             data, batch, BENCH_MODELS[k], k ? "cnn" : "mlp", (long long)(warm + steps + 1), k ? "0.02" : "0.05",
-             backend, thr, backend);
+             BENCH_MODELS[k], k ? "cnn" : "mlp", (long long)(warm + steps + 1), k ? "0.02" : "0.05", backend, thr,
+             backend);
     sl_cfg *cfg;
     if (sl_cfg_parse(text, strlen(text), "bench.sl", &cfg)) return bench_fail(prog, "config");
     bench_timer h = {.from = warm, .to = warm + steps};

@@ -222,22 +222,15 @@ int main(int argc, char **argv) {
         fprintf(stderr, "bench_ps: cannot write %s: %s\n", cfg, strerror(errno));
         return 1;
     }
+    char pipe[1024];
+    bench_fashion_pipeline(pipe, sizeof pipe, data, BATCH, true);
     fprintf(f,
-            "pipeline train {\n"
-            "    files \"%s/train-*.tfrecord\"\n"
-            "    shard auto\n"
-            "    interleave cycle=4 block=16 parallel=auto\n"
-            "    shuffle 10000\n"
-            "    map parse_example(image: bytes, label: int64) | decode_raw(image, uint8, 28x28x1)"
-            " | scale(image, 1/255) parallel=auto\n"
-            "    batch %d drop_remainder\n"
-            "    prefetch auto\n"
-            "}\n"
+            "%s"
             "model mlp {\n    input 28x28x1\n    flatten\n    dense 256 activation=relu\n"
             "    dense 128 activation=relu\n    dense 10\n}\n"
             "train {\n    model mlp\n    data train\n    epochs %d\n    optimizer sgd lr=0.05 momentum=0.9\n"
             "    schedule cosine\n    backend cpu\n    threads 1\n    seed 1\n    strategy none\n}\n",
-            data, BATCH, epochs);
+            pipe, epochs);
     if (fclose(f)) {
         fprintf(stderr, "bench_ps: cannot write %s\n", cfg);
         return 1;

@@ -29,6 +29,7 @@
 #include "sluice/crc32c.h"
 #include "sluice/example.h"
 #include "sluice/tfrecord.h"
+#include "tests/bench/bench_fashion.h"
 
 #define DIR "/tmp/sluice-bench"
 #define REPS_FULL 5
@@ -128,19 +129,9 @@ static double anchor_pass(const tcase *c) {
     return now() - t0;
 }
 
-static void sort(double *v, int n) {
-    for (int i = 1; i < n; i++)
-        for (int j = i; j > 0 && v[j] < v[j - 1]; j--) {
-            double t = v[j];
-            v[j] = v[j - 1];
-            v[j - 1] = t;
-        }
-}
-
 /* v sorted: "median (min-max)" of amount / seconds, into out */
 static double rate_line(double *secs, int n, double amount, double unit, char *out, size_t cap) {
-    sort(secs, n);
-    double med = n % 2 ? secs[n / 2] : (secs[n / 2 - 1] + secs[n / 2]) / 2;
+    double med = bench_median(secs, n); /* sorts secs */
     snprintf(out, cap, "%.0f (%.0f-%.0f)", amount / med / unit, amount / secs[n - 1] / unit, amount / secs[0] / unit);
     return amount / med / unit;
 }

@@ -113,13 +113,8 @@ static void run_slice(void *arg) {
 /* GFLOP/s of THREADS threads running the GEMMs `g` in turn (median of `reps` passes, each
  * at least `min_s` seconds); -1 when out of memory */
 static double sgemm_rate(sl_pool *pool, const bench_gemm *g, int ng, int reps, double min_s) {
-    size_t amax = 0, bmax = 0, cmax = 0;
-    for (int i = 0; i < ng; i++) {
-        size_t a = (size_t)g[i].m * g[i].k, bb = (size_t)g[i].k * g[i].n, c = (size_t)g[i].m * g[i].n;
-        amax = a > amax ? a : amax;
-        bmax = bb > bmax ? bb : bmax;
-        cmax = c > cmax ? c : cmax;
-    }
+    size_t amax, bmax, cmax;
+    bench_gemm_max(g, ng, &amax, &bmax, &cmax);
     float *a = malloc(amax * sizeof *a), *b = malloc(bmax * sizeof *b), *c = malloc(cmax * sizeof *c);
     if (!a || !b || !c) {
         free(a), free(b), free(c);

@@ -49,13 +49,8 @@
 /* GFLOP/s of cuBLAS sgemm (TF32 off) on the GEMMs g, each timed alone with events: the
  * median over 5 passes of (all FLOPs / the sum of the GEMMs' times); -1 on a CUDA error */
 static double sgemm_rate(const bench_gemm *g, int ng) {
-    size_t amax = 0, bmax = 0, cmax = 0;
-    for (int i = 0; i < ng; i++) {
-        size_t a = (size_t)g[i].m * g[i].k, b = (size_t)g[i].k * g[i].n, c = (size_t)g[i].m * g[i].n;
-        amax = a > amax ? a : amax;
-        bmax = b > bmax ? b : bmax;
-        cmax = c > cmax ? c : cmax;
-    }
+    size_t amax, bmax, cmax;
+    bench_gemm_max(g, ng, &amax, &bmax, &cmax);
     float *a = NULL, *b = NULL, *c = NULL, *host = NULL;
     cublasHandle_t blas = NULL;
     cudaEvent_t e0 = NULL, e1 = NULL;

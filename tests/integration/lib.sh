@@ -1,5 +1,6 @@
 # Shared by the integration tests (source it; it is not a test itself): skip checks, a
-# work folder removed on exit, pass/fail accounting, and a small Fashion-MNIST conversion.
+# work folder removed on exit, pass/fail accounting, a small Fashion-MNIST conversion and
+# the pieces the training tests share.
 #   . "$(dirname "$0")/lib.sh"
 #   sl_require_tools sluice-train sluice-record   # exit 77 (skipped) when one is not built
 #   sl_require_fashion                             # ... or when Debian's idx files are missing
@@ -7,6 +8,9 @@
 #   sl_convert_fashion 2 1000                      # $T/data: 2 shards of the first 1000 records
 #   run NAME WANT_RC CMD... && ok "..."            # output kept in $T/NAME.{out,err}
 #   sl_finish                                      # exit 1 if anything failed
+# and, for the training tests: sl_tiny_fashion_config (a tiny model's config),
+# sl_kill_on_exit (background pids killed on exit), wait_for, launch / started_pid
+# (sluice-launch in the background), fail_show (fail and show the output).
 #
 # Ports. Every test port is below 32768: Linux hands out 32768..60999 as the source ports of
 # outgoing connections, so a fixed port up there can be taken by any other test's connection
@@ -68,4 +72,66 @@ run() {
         return 1
     fi
     return 0
+}
+
+# sl_kill_on_exit [SIGNAL]: on exit, send SIGNAL (KILL by default) to every pid in the array
+# pids (background processes the test adds there), then remove $T
+pids=()
+sl_kill_on_exit() {
+    SL_EXIT_SIGNAL=${1:-KILL}
+    trap 'for p in "${pids[@]}"; do kill -"$SL_EXIT_SIGNAL" "$p" 2>/dev/null; done; rm -rf "$T"' EXIT
+}
+
+# wait_for SECONDS CMD...: poll CMD every 0.1 s; 1 when it never held
+wait_for() {
+    local n=$(($1 * 10))
+    shift
+    while [ "$n" -gt 0 ]; do
+        "$@" && return 0
+        sleep 0.1
+        n=$((n - 1))
+    done
+    return 1
+}
+
+# launch NAME ARGS...: start sluice-launch in the background, output in $T/NAME.{out,err};
+# $lp its pid (also added to pids)
+launch() {
+    local name=$1
+    shift
+    "$BIN/sluice-launch" "$@" >"$T/$name.out" 2>"$T/$name.err" &
+    lp=$!
+    pids+=("$lp")
+}
+
+# started_pid NAME TASK: the pid of the newest "[launch] started TASK (pid N)" line of $T/NAME.err
+started_pid() { sed -n "s/^\[launch\] started $2 (pid \([0-9]*\))$/\1/p" "$T/$1.err" | tail -n 1; }
+
+# sl_tiny_fashion_config FILE PIPELINE-LINE TRAIN-LINE...: write to FILE a config over the
+# conversion in $T/data: the pipelines train and test (raw 28x28x1 images scaled to [0, 1];
+# train: PIPELINE-LINE when not "" (e.g. "shard auto"), shuffle 500, batch 50
+# drop_remainder; test: batch 100), the model tiny (flatten, dense 32 relu, dense 10) and a
+# train block: model tiny, data train, eval test every=1, the TRAIN-LINEs, backend cpu,
+# threads 1, seed 1.
+sl_tiny_fashion_config() {
+    local map='map parse_example(image: bytes, label: int64) | decode_raw(image, uint8, 28x28x1) | scale(image, 1/255)'
+    local file=$1 pipe=$2
+    shift 2
+    {
+        printf 'pipeline train {\n    files "data/train-*.tfrecord"\n'
+        [ -n "$pipe" ] && printf '    %s\n' "$pipe"
+        printf '    shuffle 500\n    %s\n    batch 50 drop_remainder\n}\n' "$map"
+        printf 'pipeline test {\n    files "data/test-*.tfrecord"\n    %s\n    batch 100\n}\n' "$map"
+        printf 'model tiny {\n    input 28x28x1\n    flatten\n    dense 32 activation=relu\n    dense 10\n}\n'
+        printf 'train {\n    model tiny\n    data train\n    eval test every=1\n'
+        printf '    %s\n' "$@"
+        printf '    backend cpu\n    threads 1\n    seed 1\n}\n'
+    } >"$file"
+}
+
+# fail_show WHAT FILE...: fail WHAT, then print the FILEs (the output that shows why)
+fail_show() {
+    fail "$1"
+    shift
+    cat "$@"
 }

@@ -32,7 +32,6 @@ import socket
 import struct
 import subprocess
 import sys
-import tempfile
 
 try:
     import crc32c
@@ -42,21 +41,11 @@ except ImportError as e:  # the only reason to skip
     print(f"skipped: python module missing: {e}")
     sys.exit(77)
 
+from sluice_testlib import Failure, check, expect_same, fail, frame, read_tfrecord, run_checks  # noqa: E402,F401 (Failure: for test_train_crash.py)
+
 TESTS_BIN = os.environ.get("SLUICE_TESTS_BIN", "")
 ST_BIN = os.path.join(TESTS_BIN, "test_safetensors")
 EV_BIN = os.path.join(TESTS_BIN, "test_tfevents")
-
-
-class Failure(Exception):
-    pass
-
-
-def check(msg):
-    print(f"check: {msg}", flush=True)
-
-
-def fail(msg):
-    raise Failure(msg)
 
 
 def run(*args):
@@ -271,46 +260,12 @@ def check_python_safetensors(tmp):
     for k, v in meta.items():
         want.append(f"meta {k}={v}")
     got = run(ST_BIN, "--dump", path).rstrip("\n").split("\n")
-    if got != want:
-        for g, w in zip(got, want):
-            if g != w:
-                fail(f"--dump differs:\n  sluice: {g}\n  python: {w}")
-        fail(f"--dump printed {len(got)} lines, expected {len(want)}")
+    expect_same(got, want, lambda g, w: f"--dump differs:\n  sluice: {g}\n  python: {w}",
+                lambda n, m: f"--dump printed {n} lines, expected {m}")
     print(f"  {len(tensors)} tensors and {len(meta)} metadata entries equal")
 
 
 # ---------------------------------------------------------------- event files
-
-def masked_crc(data):
-    c = crc32c.crc32c(data)
-    return (((c >> 15) | (c << 17)) + 0xA282EAD8) & 0xFFFFFFFF
-
-
-def frame(data):
-    head = struct.pack("<Q", len(data))
-    return head + struct.pack("<I", masked_crc(head)) + data + struct.pack("<I", masked_crc(data))
-
-
-def read_tfrecord(path):
-    with open(path, "rb") as f:
-        raw = f.read()
-    out, off = [], 0
-    while off < len(raw):
-        if off + 12 > len(raw):
-            fail(f"{path}: byte {off}: truncated record header")
-        head = raw[off:off + 8]
-        (n,) = struct.unpack("<Q", head)
-        if masked_crc(head) != struct.unpack("<I", raw[off + 8:off + 12])[0]:
-            fail(f"{path}: byte {off}: length CRC mismatch")
-        if off + 16 + n > len(raw):
-            fail(f"{path}: byte {off}: truncated record data")
-        data = raw[off + 12:off + 12 + n]
-        if masked_crc(data) != struct.unpack("<I", raw[off + 12 + n:off + 16 + n])[0]:
-            fail(f"{path}: byte {off}: data CRC mismatch")
-        out.append(data)
-        off += 16 + n
-    return out
-
 
 def build_event_class():
     """tensorflow.Event with the fields of event.proto / summary.proto used here."""
@@ -326,27 +281,28 @@ def build_event_class():
             f.oneof_index = oneof
         return f
 
+    def oneof(msg, name, *specs):
+        """a oneof NAME (the message's first) of the fields (name, number, type, type_name)"""
+        msg.oneof_decl.add(name=name)
+        for fname, num, typ, type_name in specs:
+            field(msg, fname, num, typ, type_name, oneof=0)
+
     image = fdp.message_type.add(name="Image")
-    field(image, "height", 1, F.TYPE_INT32)
-    field(image, "width", 2, F.TYPE_INT32)
-    field(image, "colorspace", 3, F.TYPE_INT32)
-    field(image, "encoded_image_string", 4, F.TYPE_BYTES)
+    for num, (name, typ) in enumerate([("height", F.TYPE_INT32), ("width", F.TYPE_INT32),
+                                       ("colorspace", F.TYPE_INT32), ("encoded_image_string", F.TYPE_BYTES)], 1):
+        field(image, name, num, typ)
     summary = fdp.message_type.add(name="Summary")
     value = summary.nested_type.add(name="Value")
-    value.oneof_decl.add(name="value")
     field(value, "node_name", 7, F.TYPE_STRING)
     field(value, "tag", 1, F.TYPE_STRING)
-    field(value, "simple_value", 2, F.TYPE_FLOAT, oneof=0)
-    field(value, "obsolete_old_style_histogram", 3, F.TYPE_BYTES, oneof=0)
-    field(value, "image", 4, F.TYPE_MESSAGE, ".tensorflow.Image", oneof=0)
+    oneof(value, "value", ("simple_value", 2, F.TYPE_FLOAT, None), ("obsolete_old_style_histogram", 3, F.TYPE_BYTES, None),
+          ("image", 4, F.TYPE_MESSAGE, ".tensorflow.Image"))
     field(summary, "value", 1, F.TYPE_MESSAGE, ".tensorflow.Summary.Value", label=F.LABEL_REPEATED)
     event = fdp.message_type.add(name="Event")
-    event.oneof_decl.add(name="what")
     field(event, "wall_time", 1, F.TYPE_DOUBLE)
     field(event, "step", 2, F.TYPE_INT64)
-    field(event, "file_version", 3, F.TYPE_STRING, oneof=0)
-    field(event, "graph_def", 4, F.TYPE_BYTES, oneof=0)
-    field(event, "summary", 5, F.TYPE_MESSAGE, ".tensorflow.Summary", oneof=0)
+    oneof(event, "what", ("file_version", 3, F.TYPE_STRING, None), ("graph_def", 4, F.TYPE_BYTES, None),
+          ("summary", 5, F.TYPE_MESSAGE, ".tensorflow.Summary"))
     pool = descriptor_pool.DescriptorPool()
     pool.Add(fdp)
     factory = message_factory.MessageFactory(pool)
@@ -406,11 +362,8 @@ def check_sluice_events(tmp):
                 fail(f"summary value without simple_value: {v}")
             got.append((ev.wall_time, ev.step, v.tag, v.simple_value))
     want = expected_scalars()
-    if got != want:
-        for g, w in zip(got, want):
-            if g != w:
-                fail(f"scalar differs: sluice {g}, expected {w}")
-        fail(f"{len(got)} scalars, expected {len(want)}")
+    expect_same(got, want, lambda g, w: f"scalar differs: sluice {g}, expected {w}",
+                lambda n, m: f"{n} scalars, expected {m}")
     print(f"  {len(events)} events: the version event and {len(got)} scalars as written")
 
 
@@ -448,22 +401,9 @@ def check_python_events(tmp):
 
 
 def main():
-    for b in (ST_BIN, EV_BIN):
-        if not os.access(b, os.X_OK):
-            print(f"FAIL: {b} is not built (set SLUICE_TESTS_BIN)")
-            return 1
-    try:
-        with tempfile.TemporaryDirectory(prefix="sluice-ckpt-") as tmp:
-            check_sluice_safetensors(tmp)
-            check_python_safetensors(tmp)
-            check_checksums(tmp)
-            check_sluice_events(tmp)
-            check_python_events(tmp)
-    except Failure as e:
-        print(f"FAIL: {e}")
-        return 1
-    print("PASS: test_checkpoint_python")
-    return 0
+    return run_checks("test_checkpoint_python", "sluice-ckpt-",
+                      [check_sluice_safetensors, check_python_safetensors, check_checksums, check_sluice_events,
+                       check_python_events], need=(ST_BIN, EV_BIN), env="SLUICE_TESTS_BIN")
 
 
 if __name__ == "__main__":

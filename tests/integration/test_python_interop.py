@@ -32,7 +32,6 @@ import os
 import struct
 import subprocess
 import sys
-import tempfile
 import zlib
 
 try:
@@ -46,6 +45,8 @@ if not hasattr(crc32c, "crc32c"):
     print("skipped: the crc32c module has no crc32c() function (too old)")
     sys.exit(77)
 
+from sluice_testlib import check, fail, frame, read_tfrecord, run_checks  # noqa: E402
+
 BIN = os.environ.get("SLUICE_BIN", "")
 TOOL = os.path.join(BIN, "sluice-record")
 SHARED = os.environ.get("SLUICE_SHARED", "/work/shared")
@@ -53,30 +54,7 @@ SAMPLES = os.path.join(SHARED, "data", "tfrecord-samples")
 FMNIST = "/usr/share/datasets/fashion-mnist"
 
 
-class Failure(Exception):
-    pass
-
-
-def check(msg):
-    print(f"check: {msg}", flush=True)
-
-
-def fail(msg):
-    raise Failure(msg)
-
-
 # ---------------------------------------------------------------- TFRecord framing
-
-def masked_crc(data):
-    c = crc32c.crc32c(data)
-    return (((c >> 15) | (c << 17)) + 0xA282EAD8) & 0xFFFFFFFF
-
-
-def frame(data):
-    head = struct.pack("<Q", len(data))
-    return (head + struct.pack("<I", masked_crc(head)) + data +
-            struct.pack("<I", masked_crc(data)))
-
 
 def write_tfrecord(path, records, compression="none"):
     raw = b"".join(frame(r) for r in records)
@@ -88,34 +66,6 @@ def write_tfrecord(path, records, compression="none"):
         raise ValueError(compression)
     with open(path, "wb") as f:
         f.write(raw)
-
-
-def read_tfrecord(path):
-    """All records of a file, checking both CRCs of each; gzip/zlib detected by magic."""
-    with open(path, "rb") as f:
-        raw = f.read()
-    if raw[:2] == b"\x1f\x8b":
-        raw = gzip.decompress(raw)
-    elif len(raw) >= 2 and raw[0] & 0x0F == 8 and (raw[0] * 256 + raw[1]) % 31 == 0:
-        raw = zlib.decompress(raw)
-    out, off = [], 0
-    while off < len(raw):
-        if off + 12 > len(raw):
-            fail(f"{path}: byte {off}: truncated record header")
-        head = raw[off:off + 8]
-        (n,) = struct.unpack("<Q", head)
-        (lcrc,) = struct.unpack("<I", raw[off + 8:off + 12])
-        if masked_crc(head) != lcrc:
-            fail(f"{path}: byte {off}: length CRC mismatch")
-        if off + 16 + n > len(raw):
-            fail(f"{path}: byte {off}: truncated record data")
-        data = raw[off + 12:off + 12 + n]
-        (dcrc,) = struct.unpack("<I", raw[off + 12 + n:off + 16 + n])
-        if masked_crc(data) != dcrc:
-            fail(f"{path}: byte {off}: data CRC mismatch")
-        out.append(data)
-        off += 16 + n
-    return out
 
 
 # ---------------------------------------------------------------- tf.train.Example
@@ -301,7 +251,7 @@ def check_sluice_written(tmp):
         idx = 0
         for shard in range(2):
             path = os.path.join(out_dir, f"{split}-{shard:05d}-of-00002.tfrecord")
-            recs = read_tfrecord(path)  # checks every CRC
+            recs = read_tfrecord(path, compressed=True)  # checks every CRC
             if len(recs) != n // 2:
                 fail(f"{path}: {len(recs)} records, expected {n // 2}")
             for rec in recs:
@@ -387,7 +337,7 @@ def check_python_written(tmp):
     for comp in ("none", "gzip", "zlib"):
         path = os.path.join(tmp, f"python-{comp}.tfrecord")
         write_tfrecord(path, recs, comp)
-        if read_tfrecord(path) != recs:
+        if read_tfrecord(path, compressed=True) != recs:
             fail("the Python reader does not read back what the Python writer wrote")
         check(f"Python-written {comp} file: sluice-record verify exit 0")
         out, _ = run_tool("verify", path)
@@ -433,26 +383,15 @@ def check_samples():
             if name.endswith(".md"):
                 continue
             path = os.path.join(root, name)
-            recs = read_tfrecord(path)
+            recs = read_tfrecord(path, compressed=True)
             check(f"sample {os.path.relpath(path, SAMPLES)}: {len(recs)} records, "
                   "cat --json equals json_format")
             compare_cat(path, recs, os.path.relpath(path, SAMPLES))
 
 
 def main():
-    if not os.access(TOOL, os.X_OK):
-        print(f"FAIL: {TOOL} is not built (set SLUICE_BIN)")
-        return 1
-    try:
-        with tempfile.TemporaryDirectory(prefix="sluice-interop-") as tmp:
-            check_python_written(tmp)
-            check_samples()
-            check_sluice_written(tmp)
-    except Failure as e:
-        print(f"FAIL: {e}")
-        return 1
-    print("PASS: test_python_interop")
-    return 0
+    return run_checks("test_python_interop", "sluice-interop-",
+                      [check_python_written, lambda tmp: check_samples(), check_sluice_written], need=(TOOL,))
 
 
 if __name__ == "__main__":

@@ -35,8 +35,7 @@ if run table 0 "$BIN/sluice-stats" "$T/f.sl" --seconds 1; then
         grep -q '^  try: ' "$T/table.out" && grep -q "^pipeline 'train': [0-9]* elements in " "$T/table.out"; then
         ok "table: header, one row per op (map_batch with its auto parallelism), verdict and advice"
     else
-        fail "table output"
-        cat "$T/table.out"
+        fail_show "table output" "$T/table.out"
     fi
 fi
 
@@ -95,8 +94,7 @@ EOF
         grep -Eq '^ +train/batch +map_batch ' "$T/from.out"; then
         ok "--save then --from: the same report from the file"
     else
-        fail "--from report"
-        cat "$T/from.out"
+        fail_show "--from report" "$T/from.out"
     fi
     if run from_json 0 "$BIN/sluice-stats" --from "$T/json.out" --json &&
         "$PY" -c 'import json,sys; d=json.load(open(sys.argv[1])); assert d["stats"]["elements"] == 40' "$T/from_json.out"; then
@@ -118,8 +116,7 @@ if run trace_max 0 "$BIN/sluice-stats" "$T/r.sl" --batches 2000 --trace "$T/tmax
         "$PY" -c 'import json,sys; d=json.load(open(sys.argv[1])); assert d["otherData"]["dropped_events"] == 1500; assert sum(e["ph"] == "X" for e in d["traceEvents"]) == 500' "$T/tmax.json"; then
         ok "--trace-max 500: 500 events kept, the warning names the 1,500 dropped"
     else
-        fail "--trace-max warning"
-        cat "$T/trace_max.err"
+        fail_show "--trace-max warning" "$T/trace_max.err"
     fi
 fi
 if run trace_nomax 0 "$BIN/sluice-stats" "$T/r.sl" --batches 2000 --trace "$T/tnomax.json" && ! grep -q "dropped" "$T/trace_nomax.err"; then
@@ -159,8 +156,7 @@ if run unsat 0 "$BIN/sluice-stats" --from "$T/u.json" && grep -qx "verdict: no o
     grep -q "the busiest op, 'u/map' (map), is busy 21% of its lanes' time (under 50%)" "$T/unsat.out"; then
     ok "--from: busiest op 21% busy: 'no op is saturated'"
 else
-    fail "unsaturated verdict"
-    cat "$T/unsat.out"
+    fail_show "unsaturated verdict" "$T/unsat.out"
 fi
 
 # 4. usage and file errors

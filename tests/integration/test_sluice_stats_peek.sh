@@ -52,8 +52,7 @@ if run peek_text 0 "$BIN/sluice-stats" "$T/f.sl" --peek 2; then
         grep -q '^  image  uint8\[28,28,1\]  crc32c ' "$T/peek_text.out"; then
         ok "--peek 2: labels 9 0, image dtype/shape and CRC32C match the idx file"
     else
-        fail "--peek 2 text: labels '$got' crcs '$crcs' (want '$want_crcs'), $nel elements"
-        cat "$T/peek_text.out"
+        fail_show "--peek 2 text: labels '$got' crcs '$crcs' (want '$want_crcs'), $nel elements" "$T/peek_text.out"
     fi
 fi
 
@@ -95,8 +94,7 @@ assert c["image"]["shape"] == [4, 28, 28, 1], c["image"]
 ' "$T/peek_batch.out"; then
         ok "--set batch=4 and take=1: one batch of 4, labels 9 0 0 ..."
     else
-        fail "--set output"
-        cat "$T/peek_batch.out"
+        fail_show "--set output" "$T/peek_batch.out"
     fi
 fi
 
@@ -107,8 +105,7 @@ if run peek_example 0 "$BIN/sluice-stats" "$SRC/examples/fashion.sl" --pipeline 
         grep -Eq '^  label  int64\[8\] +crc32c [0-9a-f]{8}  9 2 1 1 6 1 4 6$' "$T/peek_example.out"; then
         ok "examples/fashion.sl pipeline test: float32[8,28,28,1] images, labels 9 2 1 1 6 1 4 6"
     else
-        fail "examples/fashion.sl output"
-        cat "$T/peek_example.out"
+        fail_show "examples/fashion.sl output" "$T/peek_example.out"
     fi
 fi
 # ... and its train pipeline: shuffled, so the same 8 labels in some order
@@ -148,40 +145,34 @@ check usage_shard 2 'must be below --shards' "--shard-index out of range: exit 2
 check help 0 'Usage: sluice-stats' "--help: exit 0" "$BIN/sluice-stats" --help
 check missing 1 "config '$T/nope.sl': no such file" "a missing config file: exit 1" "$BIN/sluice-stats" "$T/nope.sl" --peek 1
 
+# expect_err NAME GOOD BAD PATTERN...: ok GOOD when every PATTERN (grep) matches in
+# $T/NAME.err, else fail BAD and show that file
+expect_err() {
+    local name=$1 good=$2 bad=$3 pat
+    shift 3
+    for pat in "$@"; do
+        grep -q -- "$pat" "$T/$name.err" || { fail_show "$bad" "$T/$name.err"; return; }
+    done
+    ok "$good"
+}
+
 # 6. a syntax error in the config: exit 1, file:line:col, the line, a caret
 printf 'pipeline train {\n    files "data/train-*.tfrecord\n}\n' >"$T/bad.sl"
-if run syntax 1 "$BIN/sluice-stats" "$T/bad.sl" --peek 1; then
-    if grep -q "^sluice-stats: $T/bad.sl:2:11: unterminated string$" "$T/syntax.err" &&
-        grep -q '^              \^' "$T/syntax.err"; then
-        ok "syntax error: exit 1 with file:line:col and a caret"
-    else
-        fail "syntax error message"
-        cat "$T/syntax.err"
-    fi
-fi
+run syntax 1 "$BIN/sluice-stats" "$T/bad.sl" --peek 1 &&
+    expect_err syntax "syntax error: exit 1 with file:line:col and a caret" "syntax error message" \
+        "^sluice-stats: $T/bad.sl:2:11: unterminated string$" '^              \^'
 
 # 7. a mistake in the pipeline: exit 1 with file:line:col and the hint
 printf 'pipeline train {\n    files "data/train-*.tfrecord"\n    shufle 100\n}\n' >"$T/typo.sl"
-if run typo 1 "$BIN/sluice-stats" "$T/typo.sl" --peek 1; then
-    if grep -q "^sluice-stats: $T/typo.sl:3:5: unknown op 'shufle' in pipeline 'train'$" "$T/typo.err" &&
-        grep -q "^---> HINT: did you mean 'shuffle'?$" "$T/typo.err"; then
-        ok "unknown op: exit 1, file:line:col, did you mean 'shuffle'?"
-    else
-        fail "unknown op message"
-        cat "$T/typo.err"
-    fi
-fi
+run typo 1 "$BIN/sluice-stats" "$T/typo.sl" --peek 1 &&
+    expect_err typo "unknown op: exit 1, file:line:col, did you mean 'shuffle'?" "unknown op message" \
+        "^sluice-stats: $T/typo.sl:3:5: unknown op 'shufle' in pipeline 'train'$" "^---> HINT: did you mean 'shuffle'?$"
 
 # 8. an error while running: the wrong raw size, reported with the op and exit 1
 printf 'pipeline train {\n    files "data/train-*.tfrecord"\n    map parse_example(image: bytes) | decode_raw(image, uint8, 27x27)\n}\n' >"$T/run.sl"
-if run runtime 1 "$BIN/sluice-stats" "$T/run.sl" --peek 1; then
-    if grep -q "op 'train/map'" "$T/runtime.err" && grep -q "decode_raw" "$T/runtime.err"; then
-        ok "pipeline error at run time: exit 1 naming op 'train/map' and decode_raw"
-    else
-        fail "run-time error message"
-        cat "$T/runtime.err"
-    fi
-fi
+run runtime 1 "$BIN/sluice-stats" "$T/run.sl" --peek 1 &&
+    expect_err runtime "pipeline error at run time: exit 1 naming op 'train/map' and decode_raw" \
+        "run-time error message" "op 'train/map'" "decode_raw"
 
 # 9. configs that are not regular files are refused at once (a FIFO used to block open()
 # forever; /dev/zero was read until the OOM killer came); timeout turns a hang into a failure
@@ -222,8 +213,7 @@ rc=$?
 if [ "$rc" = 1 ] && grep -qx "$want_full" "$T/full.err"; then
     ok "--peek --json > /dev/full: exit 1, '$want_full'"
 else
-    fail "--peek --json > /dev/full: exit $rc"
-    cat "$T/full.err"
+    fail_show "--peek --json > /dev/full: exit $rc" "$T/full.err"
 fi
 "$BIN/sluice-stats" "$T/f.sl" --peek 8 >/dev/full 2>"$T/full_text.err"
 rc=$?

@@ -19,38 +19,8 @@ sl_require_fashion
 sl_workdir train
 sl_convert_fashion 2 1000
 
-cat >"$T/tiny.sl" <<'EOF'
-pipeline train {
-    files "data/train-*.tfrecord"
-    shuffle 500
-    map parse_example(image: bytes, label: int64) | decode_raw(image, uint8, 28x28x1) | scale(image, 1/255)
-    batch 50 drop_remainder
-}
-pipeline test {
-    files "data/test-*.tfrecord"
-    map parse_example(image: bytes, label: int64) | decode_raw(image, uint8, 28x28x1) | scale(image, 1/255)
-    batch 100
-}
-model tiny {
-    input 28x28x1
-    flatten
-    dense 32 activation=relu
-    dense 10
-}
-train {
-    model tiny
-    data train
-    eval test every=1
-    epochs 2
-    optimizer sgd lr=0.05 momentum=0.9
-    schedule cosine
-    checkpoint every=1 keep=5
-    run_dir "runs/tiny"
-    backend cpu
-    threads 1
-    seed 1
-}
-EOF
+sl_tiny_fashion_config "$T/tiny.sl" "" "epochs 2" "optimizer sgd lr=0.05 momentum=0.9" "schedule cosine" \
+    "checkpoint every=1 keep=5" 'run_dir "runs/tiny"'
 
 # 1. two epochs: exit 0, one line per epoch, last line the test accuracy
 if run train2 0 "$BIN/sluice-train" "$T/tiny.sl" --run-dir "$T/run"; then

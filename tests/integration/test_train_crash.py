@@ -34,6 +34,7 @@ try:
 except SystemExit:  # it exits 77 when a module is missing
     print("skipped: python modules for test_checkpoint_python are missing")
     sys.exit(77)
+from sluice_testlib import Failure, check, convert_fashion  # noqa: E402
 
 BIN = os.environ.get("SLUICE_BIN", "build/bin")
 FM = "/usr/share/datasets/fashion-mnist"
@@ -71,10 +72,6 @@ train {
     seed 5
 }
 """ % TOTAL
-
-
-class Failure(Exception):
-    pass
 
 
 def newest_checkpoint(run):
@@ -139,8 +136,7 @@ def main():
         return 77
     tmp = tempfile.mkdtemp(prefix="sluice-crash-")
     try:
-        subprocess.run([os.path.join(BIN, "sluice-record"), "convert", "fashion-mnist", os.path.join(tmp, "data"),
-                        "--shards", "2", "--limit", "3000"], check=True, stdout=subprocess.DEVNULL)
+        convert_fashion(BIN, os.path.join(tmp, "data"), 2, 3000)
         cfg = os.path.join(tmp, "crash.sl")
         with open(cfg, "w") as f:
             f.write(CONFIG)
@@ -224,7 +220,7 @@ def main():
             newest[sub] = evs[-1]
         n = check_events(newest["train"], newest["eval"], expect != TOTAL)
         print(f"  {lines[-1]}; final checkpoint step {TOTAL}; {n} events in train/ and eval/")
-    except (Failure, tcp.Failure) as e:
+    except Failure as e:
         print(f"FAIL: {e}")
         return 1
     except subprocess.TimeoutExpired as e:
@@ -234,10 +230,6 @@ def main():
         shutil.rmtree(tmp, ignore_errors=True)
     print("PASS: test_train_crash")
     return 0
-
-
-def check(msg):
-    print(f"check: {msg}", flush=True)
 
 
 if __name__ == "__main__":

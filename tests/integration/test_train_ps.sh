@@ -29,13 +29,8 @@ sl_require_tools sluice-train sluice-record sluice-launch
 sl_require_fashion
 sl_workdir ps
 SRC=${SLUICE_SRC:-$(cd "$(dirname "$0")/../.." && pwd)}
-pids=()
-cleanup() {
-    # SIGTERM, not SIGKILL: the launcher passes it on to its tasks' process groups
-    for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null; done
-    rm -rf "$T"
-}
-trap cleanup EXIT
+# SIGTERM, not SIGKILL: the launcher passes it on to its tasks' process groups
+sl_kill_on_exit TERM
 # ports of our own, so parallel test runs do not collide, below Linux's ephemeral ports
 # (32768..60999: the source ports of other tests' connections)
 PB=$((20000 + ($$ % 120) * 100 + 50))
@@ -79,30 +74,9 @@ check_acc() {
     elif awk -v a="$a" -v b="$b" 'BEGIN { exit !(a >= b) }'; then ok "$2: test accuracy $a >= $b"
     else fail "$2: test accuracy $a < $b"; fi
 }
-# wait_for SECONDS CMD...: poll CMD every 0.1 s; 1 when it never held
-wait_for() {
-    local n=$(($1 * 10))
-    shift
-    while [ "$n" -gt 0 ]; do
-        "$@" && return 0
-        sleep 0.1
-        n=$((n - 1))
-    done
-    return 1
-}
 have_shard() { ls "$1"/ps-0/shard-*.safetensors >/dev/null 2>&1; }
 # a shard past version 0 (the ps also saves the chief's initial parameters, as version 0)
 have_trained_shard() { ls "$1"/ps-0/ 2>/dev/null | grep -q '^shard-0*[1-9][0-9]*\.safetensors$'; }
-# started_pid NAME TASK: the pid of the newest "[launch] started TASK (pid N)" line
-started_pid() { sed -n "s/^\[launch\] started $2 (pid \([0-9]*\))$/\1/p" "$T/$1.err" | tail -n 1; }
-# launch NAME ARGS...: start sluice-launch in the background, output in $T/NAME.{out,err}; $lp its pid
-launch() {
-    local name=$1
-    shift
-    "$BIN/sluice-launch" "$@" >"$T/$name.out" 2>"$T/$name.err" &
-    lp=$!
-    pids+=("$lp")
-}
 ckpt_final() { printf '%s/ckpt-%09d.safetensors' "$1" "${2:-$STEPS}"; }
 t_all=$(date +%s)
 
@@ -180,39 +154,49 @@ case_curve >"$T/case4.log" 2>&1 &
 curve_pid=$!
 pids+=("$curve_pid")
 
+# kill_wait NAME PID OK FAILED: SIGKILL PID, wait for the launcher; ok OK when it exits 0, else
+# fail FAILED with its status and the end of $T/NAME.err
+kill_wait() {
+    kill -9 "$2"
+    wait "$lp"
+    rc=$?
+    if [ "$rc" = 0 ]; then ok "$3: launcher exit 0"; else
+        fail "$4: launcher exit $rc"; tail -n 20 "$T/$1.err"; fi
+}
+# finished NAME RUN WHAT: the chief checkpointed step KSTEPS in $T/RUN and reached KBAR
+finished() {
+    [ -f "$(ckpt_final "$T/$2" "$KSTEPS")" ] && ok "the chief checkpointed step $KSTEPS" || fail "no $(ckpt_final "$T/$2" "$KSTEPS")"
+    check_acc "$1" "$3" "$KBAR"
+}
+# give_up NAME WHY: fail WHY, show the end of $T/NAME.err and stop the launcher
+give_up() {
+    fail "$2"
+    tail -n 20 "$T/$1.err"
+    kill -TERM "$lp"
+    wait "$lp"
+}
+
 # 2. kill worker 1 half-way (after the chief's epoch HALF): training goes on without it
 launch wkill -n 2 --ps 1 --port-base $((PB + 10)) -- "${KTRAIN[@]}" --run-dir "$T/run2"
 if wait_for 120 grep -q "^\[worker 0\] epoch $HALF/$KEPOCHS " "$T/wkill.out"; then
     w1=$(started_pid wkill "worker 1")
-    kill -9 "$w1"
-    wait "$lp"
-    rc=$?
-    if [ "$rc" = 0 ]; then ok "worker 1 (pid $w1) killed after epoch $HALF: launcher exit 0"; else
-        fail "worker 1 killed: launcher exit $rc"; tail -n 20 "$T/wkill.err"; fi
+    kill_wait wkill "$w1" "worker 1 (pid $w1) killed after epoch $HALF" "worker 1 killed"
     grep -qx "\[launch\] worker 1 exited with status 137 (signal 9): training goes on without it" "$T/wkill.err" &&
         ok "the launcher let worker 1 go" || fail "no let-go note: $(grep '^\[launch\]' "$T/wkill.err")"
     n=$(grep -c "^\[worker 0\] epoch [0-9]*/$KEPOCHS  step " "$T/wkill.out")
     [ "$n" = "$KEPOCHS" ] && ok "the chief trained all $KEPOCHS epochs" || fail "$n epoch lines from the chief"
     grep -q "^\[launch\] ps 0 still runs" "$T/wkill.err" && fail "the ps did not return by itself (worker 1 not seen as lost)" ||
         ok "the ps returned by itself: it saw worker 1 lost and the chief's BYE"
-    [ -f "$(ckpt_final "$T/run2" "$KSTEPS")" ] && ok "the chief checkpointed step $KSTEPS" || fail "no $(ckpt_final "$T/run2" "$KSTEPS")"
-    check_acc wkill "without worker 1 after epoch $HALF of $KEPOCHS" "$KBAR"
+    finished wkill run2 "without worker 1 after epoch $HALF of $KEPOCHS"
 else
-    fail "the chief never finished epoch $HALF"
-    tail -n 20 "$T/wkill.err"
-    kill -TERM "$lp"
-    wait "$lp"
+    give_up wkill "the chief never finished epoch $HALF"
 fi
 
 # 3. kill the ps after its first shard checkpoint past version 0; --restarts 1 brings it back from it
 launch pkill -n 2 --ps 1 --restarts 1 --port-base $((PB + 20)) -- "${KTRAIN[@]}" --run-dir "$T/run3"
 if wait_for 120 have_trained_shard "$T/run3"; then
     p0=$(started_pid pkill "ps 0")
-    kill -9 "$p0"
-    wait "$lp"
-    rc=$?
-    if [ "$rc" = 0 ]; then ok "ps 0 (pid $p0) killed after its first shard checkpoint: launcher exit 0"; else
-        fail "ps killed: launcher exit $rc"; tail -n 20 "$T/pkill.err"; fi
+    kill_wait pkill "$p0" "ps 0 (pid $p0) killed after its first shard checkpoint" "ps killed"
     grep -qx "\[launch\] ps 0 exited with status 137 (signal 9)" "$T/pkill.err" &&
         grep -qx "\[launch\] restarting ps 0 (restart 1 of 1)" "$T/pkill.err" && ok "the launcher restarted ps 0" ||
         fail "no restart notes: $(grep '^\[launch\]' "$T/pkill.err")"
@@ -222,13 +206,9 @@ if wait_for 120 have_trained_shard "$T/run3"; then
     v=$(sed -n 's/^\[ps 0\] ps 0: restored .*\/ps-0\/shard-[0-9]*\.safetensors (version \([0-9]*\))$/\1/p' <<<"$line")
     if [ -n "$v" ] && [ "$v" -gt 0 ]; then ok "restored with version $v: ${line#\[ps 0\] }"; else
         fail "no restore line with a version > 0: '$line'"; fi
-    [ -f "$(ckpt_final "$T/run3" "$KSTEPS")" ] && ok "the chief checkpointed step $KSTEPS" || fail "no $(ckpt_final "$T/run3" "$KSTEPS")"
-    check_acc pkill "after the ps restart ($KEPOCHS epochs)" "$KBAR"
+    finished pkill run3 "after the ps restart ($KEPOCHS epochs)"
 else
-    fail "ps 0 never wrote a shard checkpoint"
-    tail -n 20 "$T/pkill.err"
-    kill -TERM "$lp"
-    wait "$lp"
+    give_up pkill "ps 0 never wrote a shard checkpoint"
 fi
 
 # 5 (before 4). kill the chief half-way, with --restarts 1: it comes back, keeps its checkpoints,
@@ -239,24 +219,16 @@ if wait_for 120 grep -q "^\[worker 0\] epoch $HALF/$KEPOCHS " "$T/ckill.out"; th
     # sanitized build could otherwise be killed between the line and the file)
     wait_for 60 sh -c "ls '$T/run6'/ckpt-*.safetensors >/dev/null 2>&1"
     w0=$(started_pid ckill "worker 0")
-    kill -9 "$w0"
-    wait "$lp"
-    rc=$?
-    if [ "$rc" = 0 ]; then ok "the chief (pid $w0) killed after epoch $HALF and restarted: launcher exit 0"; else
-        fail "chief killed: launcher exit $rc"; tail -n 20 "$T/ckill.err"; fi
+    kill_wait ckill "$w0" "the chief (pid $w0) killed after epoch $HALF and restarted" "chief killed"
     grep -qx "\[launch\] restarting worker 0 (restart 1 of 1)" "$T/ckill.err" && ok "the launcher restarted the chief" ||
         fail "no restart note: $(grep '^\[launch\]' "$T/ckill.err")"
     line=$(grep '^\[worker 0\] resuming from .*/ckpt-[0-9]*\.safetensors at step [0-9]*' "$T/ckill.out" | head -n 1)
     [ -n "$line" ] && ok "${line#\[worker 0\] }" || fail "the restarted chief did not resume from its checkpoint"
     grep -q 'removing them' "$T/ckill.out" && fail "the restarted chief removed its run's checkpoints" ||
         ok "the restarted chief kept its run's checkpoints"
-    [ -f "$(ckpt_final "$T/run6" "$KSTEPS")" ] && ok "the chief checkpointed step $KSTEPS" || fail "no $(ckpt_final "$T/run6" "$KSTEPS")"
-    check_acc ckill "after the chief's restart ($KEPOCHS epochs)" "$KBAR"
+    finished ckill run6 "after the chief's restart ($KEPOCHS epochs)"
 else
-    fail "the chief never finished epoch $HALF"
-    tail -n 20 "$T/ckill.err"
-    kill -TERM "$lp"
-    wait "$lp"
+    give_up ckill "the chief never finished epoch $HALF"
 fi
 
 wait "$curve_pid"

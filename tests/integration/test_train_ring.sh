@@ -14,51 +14,15 @@ set -u
 sl_require_tools sluice-train sluice-record sluice-launch
 sl_require_fashion
 sl_workdir ring
-pids=()
-cleanup() {
-    for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null; done
-    rm -rf "$T"
-}
-trap cleanup EXIT
+sl_kill_on_exit KILL
 # ports of our own, so parallel test runs do not collide
 PB=$(sl_port_base 20005) # blocks 20000..23999, offsets 5..28: see the port plan in lib.sh
 sl_convert_fashion 4 2000
 
 # 2000 training records, 500 per shard; the global batch 50 is 25 per replica, so each
 # replica takes 1000 / 25 = 40 steps per epoch
-cat >"$T/tiny.sl" <<'EOF'
-pipeline train {
-    files "data/train-*.tfrecord"
-    shard auto
-    shuffle 500
-    map parse_example(image: bytes, label: int64) | decode_raw(image, uint8, 28x28x1) | scale(image, 1/255)
-    batch 50 drop_remainder
-}
-pipeline test {
-    files "data/test-*.tfrecord"
-    map parse_example(image: bytes, label: int64) | decode_raw(image, uint8, 28x28x1) | scale(image, 1/255)
-    batch 100
-}
-model tiny {
-    input 28x28x1
-    flatten
-    dense 32 activation=relu
-    dense 10
-}
-train {
-    model tiny
-    data train
-    eval test every=1
-    epochs 2
-    optimizer sgd lr=0.05 momentum=0.9
-    schedule cosine
-    checkpoint every=1 keep=3
-    run_dir "runs/tiny"
-    backend cpu
-    threads 1
-    seed 1
-}
-EOF
+sl_tiny_fashion_config "$T/tiny.sl" "shard auto" "epochs 2" "optimizer sgd lr=0.05 momentum=0.9" \
+    "schedule cosine" "checkpoint every=1 keep=3" 'run_dir "runs/tiny"'
 RING=(--set train.strategy=ring)
 
 # 1. two replicas, two epochs

@@ -18,76 +18,21 @@ set -u
 sl_require_tools sluice-train sluice-record sluice-launch
 sl_require_fashion
 sl_workdir stop
-pids=()
-cleanup() {
-    for p in "${pids[@]}"; do kill -KILL "$p" 2>/dev/null; done
-    rm -rf "$T"
-}
-trap cleanup EXIT
+sl_kill_on_exit KILL
 PB=$(sl_port_base 28038)
 sl_convert_fashion 2 1000 # 2 shards of 500 train records: one per replica
 
 # 500 records per replica, global batch 50 (25 each): 20 steps per epoch
-cat >"$T/ring.sl" <<'EOF'
-pipeline train {
-    files "data/train-*.tfrecord"
-    shard auto
-    shuffle 500
-    map parse_example(image: bytes, label: int64) | decode_raw(image, uint8, 28x28x1) | scale(image, 1/255)
-    batch 50 drop_remainder
-}
-pipeline test {
-    files "data/test-*.tfrecord"
-    map parse_example(image: bytes, label: int64) | decode_raw(image, uint8, 28x28x1) | scale(image, 1/255)
-    batch 100
-}
-model tiny {
-    input 28x28x1
-    flatten
-    dense 32 activation=relu
-    dense 10
-}
-train {
-    model tiny
-    data train
-    eval test every=1
-    epochs 300
-    optimizer sgd lr=0.05 momentum=0.9
-    checkpoint every=1 keep=3
-    backend cpu
-    threads 1
-    seed 1
-    strategy ring
-}
-EOF
+sl_tiny_fashion_config "$T/ring.sl" "shard auto" "epochs 300" "optimizer sgd lr=0.05 momentum=0.9" \
+    "checkpoint every=1 keep=3" "strategy ring"
 sed 's/^    strategy ring$/    strategy ps mode=sync/' "$T/ring.sl" >"$T/ps.sl"
 SPE=20
 
-# wait_for SECONDS CMD...: poll CMD every 0.1 s; 1 when it never held
-wait_for() {
-    local n=$(($1 * 10))
-    shift
-    while [ "$n" -gt 0 ]; do
-        "$@" && return 0
-        sleep 0.1
-        n=$((n - 1))
-    done
-    return 1
-}
-# launch NAME ARGS...: sluice-launch in the background, output in $T/NAME.{out,err}; $lp its pid
-launch() {
-    local name=$1
-    shift
-    "$BIN/sluice-launch" "$@" >"$T/$name.out" 2>"$T/$name.err" &
-    lp=$!
-    pids+=("$lp")
-}
 # finish NAME: wait for the launcher (bounded by its --timeout); $rc its status
 finish() {
     wait "$lp"
     rc=$?
 }
-started_pid() { sed -n "s/^\[launch\] started $2 (pid \([0-9]*\))$/\1/p" "$T/$1.err" | tail -n 1; }
 # stopped_step NAME TASK: S of "[TASK] sluice-train: stopped by ... at step S..." on stderr
 stopped_step() { sed -n "s/^\[$2\] sluice-train: stopped by SIGINT (Ctrl-C) at step \([0-9]*\).*/\1/p" "$T/$1.err"; }
 ckpt() { printf '%s/ckpt-%09d.safetensors' "$1" "$2"; }

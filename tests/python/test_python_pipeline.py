@@ -46,33 +46,13 @@ except ImportError:
     print("skipped: python3-crc32c is not installed")
     sys.exit(77)
 
-BIN = os.environ.get("SLUICE_BIN", "build/bin")
-FM = "/usr/share/datasets/fashion-mnist"
-for tool in ("sluice-stats", "sluice-record"):
-    if not os.access(os.path.join(BIN, tool), os.X_OK):
-        print(f"skipped: {BIN}/{tool} is not built")
-        sys.exit(77)
-if not os.path.exists(os.path.join(FM, "train-labels-idx1-ubyte.gz")):
-    print(f"skipped: no Fashion-MNIST idx files in {FM}")
-    sys.exit(77)
+from sluice_pytests import BIN, convert_fashion, fail, finish, ok, require  # noqa: E402
 
-fails = 0
-
-
-def ok(msg):
-    print(f"ok   {msg}")
-
-
-def fail(msg):
-    global fails
-    fails += 1
-    print(f"FAIL: {msg}")
-
+require("sluice-stats", "sluice-record")
 
 T = tempfile.mkdtemp(prefix="sluice-pytest-")
 try:
-    subprocess.run([os.path.join(BIN, "sluice-record"), "convert", "fashion-mnist", os.path.join(T, "data"),
-                    "--shards", "4", "--limit", "3000"], check=True, stdout=subprocess.DEVNULL)
+    convert_fashion(os.path.join(T, "data"), 4, 3000)
 
     CFG = os.path.join(T, "f.sl")
     with open(CFG, "w") as f:
@@ -406,5 +386,4 @@ pipeline big {
 finally:
     shutil.rmtree(T, ignore_errors=True)
 
-print(f"{'FAILED' if fails else 'passed'}: {fails} failure(s)")
-sys.exit(1 if fails else 0)
+finish()

@@ -14,7 +14,6 @@ Exit 77 (skipped, with the reason) when torch, the module, the tools or the data
 """
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
@@ -32,32 +31,14 @@ except ImportError as e:
           "and set PYTHONPATH=build/python")
     sys.exit(77)
 
-BIN = os.environ.get("SLUICE_BIN", "build/bin")
-FM = "/usr/share/datasets/fashion-mnist"
-if not os.access(os.path.join(BIN, "sluice-record"), os.X_OK):
-    print(f"skipped: {BIN}/sluice-record is not built")
-    sys.exit(77)
-if not os.path.exists(os.path.join(FM, "train-labels-idx1-ubyte.gz")):
-    print(f"skipped: no Fashion-MNIST idx files in {FM}")
-    sys.exit(77)
+from sluice_pytests import convert_fashion, fail, finish, ok, require  # noqa: E402
+
+require("sluice-record")
 
 # One compute thread: the pipeline's own threads use the other core (OpenMP's spinning
 # threads would compete with them: on a busy 2-core machine 2 threads ran 14x slower).
 torch.set_num_threads(1)
 torch.manual_seed(0)
-fails = 0
-
-
-def ok(msg):
-    print(f"ok   {msg}")
-
-
-def fail(msg):
-    global fails
-    fails += 1
-    print(f"FAIL: {msg}")
-
-
 CONFIG = """
 pipeline train {
     files "data/train-*.tfrecord"
@@ -82,8 +63,7 @@ pipeline test {
 T = tempfile.mkdtemp(prefix="sluice-pytorch-")
 try:
     t0 = time.monotonic()
-    subprocess.run([os.path.join(BIN, "sluice-record"), "convert", "fashion-mnist", os.path.join(T, "data"),
-                    "--shards", "4"], check=True, stdout=subprocess.DEVNULL)
+    convert_fashion(os.path.join(T, "data"), 4)
     cfg = os.path.join(T, "fashion.sl")
     with open(cfg, "w") as f:
         f.write(CONFIG)
@@ -159,5 +139,4 @@ try:
 finally:
     shutil.rmtree(T, ignore_errors=True)
 
-print(f"{'FAILED' if fails else 'passed'}: {fails} failure(s)")
-sys.exit(1 if fails else 0)
+finish()

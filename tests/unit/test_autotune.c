@@ -13,6 +13,7 @@
 #include "sluice/pipeline.h"
 #include "sluice/pool.h"
 #include "sluice/stats.h"
+#include "helper_iter.h"
 #include "test.h"
 
 #define ELEM_FLOATS 16384 /* 64 KiB per element */
@@ -25,14 +26,7 @@ static void sleep_us(long us) {
 static sl_status big(void *ctx, sl_element *e, const sl_fn_call *call) {
     (void)ctx;
     (void)call;
-    int64_t dims[1] = {ELEM_FLOATS};
-    sl_tensor t;
-    sl_status s = sl_tensor_alloc(&t, SL_DT_F32, 1, dims);
-    if (s) return s;
-    memset(t.data, 1, (size_t)ELEM_FLOATS * 4);
-    s = sl_element_set(e, "x", &t);
-    if (s) sl_tensor_release(&t);
-    return s;
+    return sl_test_set_f32(e, "x", ELEM_FLOATS, 1);
 }
 
 /* burn CPU for *ctx microseconds */
@@ -72,28 +66,56 @@ static sl_stats *stable_stats(sl_iter *it) {
     return NULL;
 }
 
+/* One map of auto_iter: its custom function (APPLY with CTX, named NAME) and its label. */
+typedef struct {
+    const char *name, *label;
+    sl_fn_apply apply;
+    void *ctx;
+} map_spec;
+
+/* range 0, 1, ... -> one map per entry of MAPS (parallelism SL_AUTO) -> prefetch(SL_AUTO,
+ * labelled PF_LABEL unless NULL), in *out, and an iterator over it with CPU_BUDGET and
+ * RAM_BUDGET (0: the default) in *it; the datasets and functions in between
+ * are released (the pipeline holds its own references). On failure the status is returned
+ * (*out and *it NULL, or *it NULL and *out to be released). */
+static sl_status auto_iter(const map_spec *maps, int n, const char *pf_label, int cpu_budget, int64_t ram_budget,
+                           sl_dataset **out, sl_iter **it) {
+    sl_dataset *d;
+    *out = NULL;
+    *it = NULL;
+    sl_status s = sl_ds_range(0, 1LL << 40, 1, &d);
+    for (int i = 0; i < n && !s; i++) {
+        sl_fn *fn;
+        sl_dataset *m;
+        s = sl_fn_custom(maps[i].name, maps[i].apply, maps[i].ctx, NULL, &fn);
+        if (s) break;
+        s = sl_ds_map(d, fn, SL_AUTO, true, &m);
+        sl_fn_unref(fn);
+        sl_dataset_unref(d);
+        d = m;
+        if (!s) sl_dataset_set_label(m, maps[i].label);
+    }
+    if (!s) s = sl_ds_prefetch(d, SL_AUTO, out);
+    sl_dataset_unref(d);
+    if (s) return s;
+    if (pf_label) sl_dataset_set_label(*out, pf_label);
+    sl_iter_opts o = sl_iter_opts_default();
+    o.cpu_budget = cpu_budget;
+    if (ram_budget) o.ram_budget = ram_budget;
+    return sl_iter_create(*out, &o, it);
+}
+
 TEST(test_ram_budget) {
     const int64_t elem = (int64_t)ELEM_FLOATS * 4 + 8; /* x and the range's value */
     const int cpu = 2;
-    sl_dataset *r, *m, *p;
-    sl_fn *fn;
-    ASSERT_OK(sl_ds_range(0, 1LL << 40, 1, &r));
-    ASSERT_OK(sl_fn_custom("big", big, NULL, NULL, &fn));
-    ASSERT_OK(sl_ds_map(r, fn, SL_AUTO, true, &m));
-    sl_dataset_set_label(m, "ram/map");
-    ASSERT_OK(sl_ds_prefetch(m, SL_AUTO, &p));
-    sl_dataset_set_label(p, "ram/prefetch");
-    sl_iter_opts o = sl_iter_opts_default();
-    o.cpu_budget = cpu;
-    o.ram_budget = 2 * elem; /* without the budget: 2*2+2 slots + 2 prefetched = 8 elements */
+    const int64_t ram = 2 * elem; /* without the budget: 2*2+2 slots + 2 prefetched = 8 elements */
+    const map_spec maps[] = {{"big", "ram/map", big, NULL}};
+    sl_dataset *p;
     sl_iter *it;
-    ASSERT_OK(sl_iter_create(p, &o, &it));
-    sl_element e;
-    sl_element_init(&e);
+    ASSERT_OK(auto_iter(maps, 1, "ram/prefetch", cpu, ram, &p, &it));
     /* a slow consumer first (every buffer fills up), then a fast one */
     for (int i = 0; i < 300; i++) {
-        ASSERT_OK(sl_iter_next(it, &e));
-        sl_element_clear(&e);
+        ASSERT_OK(sl_test_next_drop(it));
         if (i < 150) sleep_us(2000);
     }
     sl_stats *st;
@@ -101,49 +123,33 @@ TEST(test_ram_budget) {
     const sl_op_stat *pm = find_op(st, "ram/map"), *pp = find_op(st, "ram/prefetch");
     ASSERT(pm && pp);
     printf("  peak buffered %lld bytes (budget %lld, constant %lld); map capacity %d par %d, prefetch %d\n",
-           (long long)st->buffered_bytes_peak, (long long)o.ram_budget, (long long)((2 * cpu + 1) * elem),
+           (long long)st->buffered_bytes_peak, (long long)ram, (long long)((2 * cpu + 1) * elem),
            pm->buffer, pm->parallelism, pp->buffer);
     /* the stated constant: one element per tuned buffered op (1 here) and per worker (cpu) */
-    ASSERT(st->buffered_bytes_peak <= o.ram_budget + (2 * cpu + 1) * elem); /* workers: up to 2 x cpu */
+    ASSERT(st->buffered_bytes_peak <= ram + (2 * cpu + 1) * elem); /* workers: up to 2 x cpu */
     ASSERT(st->buffered_bytes_peak >= elem);
-    ASSERT_EQ(st->ram_budget, o.ram_budget);
+    ASSERT_EQ(st->ram_budget, ram);
     /* the tuned capacities fit the budget */
     ASSERT(pm->tuned && pp->tuned);
-    ASSERT((int64_t)(pm->buffer + pp->buffer) * elem <= o.ram_budget);
+    ASSERT((int64_t)(pm->buffer + pp->buffer) * elem <= ram);
     sl_stats_free(st);
     sl_iter_close(it);
     sl_dataset_unref(p);
-    sl_dataset_unref(m);
-    sl_dataset_unref(r);
-    sl_fn_unref(fn);
 }
 
 TEST(test_cpu_budget) {
     static long heavy_us = 300, light_us = 100;
     const int cpu = 4;
-    sl_dataset *r, *m1, *m2, *p;
-    sl_fn *f1, *f2;
-    ASSERT_OK(sl_ds_range(0, 1LL << 40, 1, &r));
-    ASSERT_OK(sl_fn_custom("heavy", spin, &heavy_us, NULL, &f1));
-    ASSERT_OK(sl_fn_custom("light", spin, &light_us, NULL, &f2));
-    ASSERT_OK(sl_ds_map(r, f1, SL_AUTO, true, &m1));
-    sl_dataset_set_label(m1, "cpu/heavy");
-    ASSERT_OK(sl_ds_map(m1, f2, SL_AUTO, true, &m2));
-    sl_dataset_set_label(m2, "cpu/light");
-    ASSERT_OK(sl_ds_prefetch(m2, SL_AUTO, &p));
-    sl_iter_opts o = sl_iter_opts_default();
-    o.cpu_budget = cpu;
+    const map_spec maps[] = {{"heavy", "cpu/heavy", spin, &heavy_us}, {"light", "cpu/light", spin, &light_us}};
+    sl_dataset *p;
     sl_iter *it;
-    ASSERT_OK(sl_iter_create(p, &o, &it));
-    sl_element e;
-    sl_element_init(&e);
+    ASSERT_OK(auto_iter(maps, 2, NULL, cpu, 0, &p, &it));
     uint64_t t0 = sl_now_ns();
     int checks = 0, max_sum = 0, stable = 0, unstable = 0;
     double h_sum = 0, l_sum = 0; /* their parallelism summed over the checks of the second half */
     int half = 0;
     while (sl_now_ns() - t0 < 800000000ull) {
-        ASSERT_OK(sl_iter_next(it, &e));
-        sl_element_clear(&e);
+        ASSERT_OK(sl_test_next_drop(it));
         if ((checks++ & 15) == 0) {
             sl_stats *st = stable_stats(it);
             if (!st) {
@@ -186,11 +192,6 @@ TEST(test_cpu_budget) {
     sl_stats_free(st);
     sl_iter_close(it);
     sl_dataset_unref(p);
-    sl_dataset_unref(m2);
-    sl_dataset_unref(m1);
-    sl_dataset_unref(r);
-    sl_fn_unref(f1);
-    sl_fn_unref(f2);
 }
 
 /* block for *ctx microseconds (a read from slow storage): no CPU */
@@ -209,32 +210,18 @@ static sl_status block(void *ctx, sl_element *e, const sl_fn_call *call) {
 TEST(test_blocking_map) {
     static long cheap_us = 20, wait_us = 2000;
     const int cpu = 2;
-    sl_dataset *r, *m1, *m2, *m3, *p;
-    sl_fn *f1, *f2, *f3;
-    ASSERT_OK(sl_ds_range(0, 1LL << 40, 1, &r));
-    ASSERT_OK(sl_fn_custom("cheap", spin, &cheap_us, NULL, &f1));
-    ASSERT_OK(sl_fn_custom("block", block, &wait_us, NULL, &f2));
-    ASSERT_OK(sl_fn_custom("tail", spin, &cheap_us, NULL, &f3));
-    ASSERT_OK(sl_ds_map(r, f1, SL_AUTO, true, &m1));
-    sl_dataset_set_label(m1, "io/cheap");
-    ASSERT_OK(sl_ds_map(m1, f2, SL_AUTO, true, &m2));
-    sl_dataset_set_label(m2, "io/block");
-    ASSERT_OK(sl_ds_map(m2, f3, SL_AUTO, true, &m3));
-    sl_dataset_set_label(m3, "io/tail");
-    ASSERT_OK(sl_ds_prefetch(m3, SL_AUTO, &p));
-    sl_iter_opts o = sl_iter_opts_default();
-    o.cpu_budget = cpu;
+    const map_spec maps[] = {{"cheap", "io/cheap", spin, &cheap_us},
+                             {"block", "io/block", block, &wait_us},
+                             {"tail", "io/tail", spin, &cheap_us}};
+    sl_dataset *p;
     sl_iter *it;
-    ASSERT_OK(sl_iter_create(p, &o, &it));
-    sl_element e;
-    sl_element_init(&e);
+    ASSERT_OK(auto_iter(maps, 3, NULL, cpu, 0, &p, &it));
     uint64_t t0 = sl_now_ns();
     int checks = 0, max_block = 0, max_tb = 0;
     /* up to 3 s; done once the blocking map has held more than the budget's lanes for 0.3 s */
     uint64_t above_since = 0;
     while (sl_now_ns() - t0 < 3000000000ull) {
-        ASSERT_OK(sl_iter_next(it, &e));
-        sl_element_clear(&e);
+        ASSERT_OK(sl_test_next_drop(it));
         if ((checks++ & 7) == 0) {
             sl_stats *st = stable_stats(it);
             if (!st) continue;
@@ -266,13 +253,6 @@ TEST(test_blocking_map) {
     ASSERT(max_tb > cpu);
     sl_iter_close(it);
     sl_dataset_unref(p);
-    sl_dataset_unref(m3);
-    sl_dataset_unref(m2);
-    sl_dataset_unref(m1);
-    sl_dataset_unref(r);
-    sl_fn_unref(f1);
-    sl_fn_unref(f2);
-    sl_fn_unref(f3);
 }
 
 /* A fixed parallelism is never touched by the tuner. */
@@ -288,13 +268,7 @@ TEST(test_fixed_untouched) {
     o.cpu_budget = 1;
     sl_iter *it;
     ASSERT_OK(sl_iter_create(p, &o, &it));
-    sl_element e;
-    sl_element_init(&e);
-    int n = 0;
-    while (sl_iter_next(it, &e) == SL_OK) {
-        n++;
-        sl_element_clear(&e);
-    }
+    int n = sl_test_drain(it);
     ASSERT_EQ(n, 3000);
     sl_stats *st;
     ASSERT_OK(sl_iter_stats(it, &st));

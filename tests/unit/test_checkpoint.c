@@ -20,16 +20,11 @@
 #include "sluice/safetensors.h"
 #include "sluice/tfrecord.h"
 #include "sluice/train.h"
+#include "helper_files.h"
 #include "helper_points.h"
 #include "test.h"
 
 static char tmpdir[256];
-
-static void rm_rf(const char *dir) {
-    char cmd[600];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-    if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", dir);
-}
 
 static int write_data(void) { return sl_test_write_points(tmpdir); }
 
@@ -91,35 +86,21 @@ static sl_status train_run(const char *run, const char *set1) {
     return s;
 }
 
+/* TMP/name, in one of four static buffers (the fifth call reuses the first) */
+static const char *in_tmp(const char *name) {
+    static char p[4][600];
+    static int k;
+    k = (k + 1) % 4;
+    snprintf(p[k], sizeof p[k], "%s/%s", tmpdir, name);
+    return p[k];
+}
+
 static char *ckpt(const char *run, int step) {
     static char p[4][600];
     static int k;
     k = (k + 1) % 4;
     snprintf(p[k], sizeof p[k], "%s/%s/ckpt-%09d.safetensors", tmpdir, run, step);
     return p[k];
-}
-
-static uint8_t *read_file(const char *path, size_t *n) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    long len = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    uint8_t *p = malloc((size_t)len + 1);
-    if (p && fread(p, 1, (size_t)len, f) != (size_t)len) {
-        free(p);
-        p = NULL;
-    }
-    fclose(f);
-    *n = (size_t)len;
-    return p;
-}
-
-static int write_file(const char *path, const void *p, size_t n) {
-    FILE *f = fopen(path, "wb");
-    if (!f) return -1;
-    size_t w = fwrite(p, 1, n, f);
-    return fclose(f) == 0 && w == n ? 0 : -1;
 }
 
 static uint64_t le64(const uint8_t *p) {
@@ -131,7 +112,7 @@ static uint64_t le64(const uint8_t *p) {
 /* The file offset of tensor `name`'s data in a safetensors file. */
 static int64_t data_offset(const char *path, const char *name) {
     size_t n;
-    uint8_t *p = read_file(path, &n);
+    uint8_t *p = sl_test_read_file(path, &n);
     if (!p) return -1;
     uint64_t hl = le64(p);
     char key[300];
@@ -184,7 +165,7 @@ static sl_status rewrite(const char *src, const char *dst, const char *key, cons
  * so they no longer match): what a hand edit does. */
 static int edit_header(const char *path, const char *from, const char *to) {
     size_t n;
-    uint8_t *p = read_file(path, &n);
+    uint8_t *p = sl_test_read_file(path, &n);
     if (!p) return -1;
     uint64_t hl = le64(p);
     char *h = malloc(hl + strlen(to) + 16);
@@ -233,7 +214,7 @@ static char *capture_end(void) {
     dup2(saved_stderr, 2);
     close(saved_stderr);
     size_t n;
-    char *s = (char *)read_file(errpath, &n);
+    char *s = (char *)sl_test_read_file(errpath, &n);
     if (s) s[n] = 0;
     return s;
 }
@@ -265,14 +246,13 @@ TEST(test_roundtrip_v2) {
 /* The reproduction: the tensor bytes of a checkpoint zeroed. */
 TEST(test_zeroed_tensor_bytes) {
     if (no_backend) SKIP("no CPU backend");
-    char dst[600];
-    snprintf(dst, sizeof dst, "%s/zeroed.safetensors", tmpdir);
+    const char *dst = in_tmp("zeroed.safetensors");
     size_t n;
-    uint8_t *p = read_file(ckpt("ref", 20), &n);
+    uint8_t *p = sl_test_read_file(ckpt("ref", 20), &n);
     ASSERT(p);
     uint64_t data = 8 + le64(p);
     memset(p + data, 0, n - data);
-    ASSERT_EQ(write_file(dst, p, n), 0);
+    ASSERT_EQ(sl_test_write_file(dst, p, n), 0);
     free(p);
     sl_ckpt_position pos = {.step = -7};
     ASSERT_EQ(sl_train_check_checkpoint(dst, NULL, &pos), SL_ECORRUPT);
@@ -285,11 +265,11 @@ TEST(test_zeroed_tensor_bytes) {
     snprintf(where, sizeof where, ": byte %llu: tensor \"", (unsigned long long)data);
     ASSERT_CONTAINS(sl_errmsg(), where);
     /* just one tensor zeroed: named, with its own offset */
-    p = read_file(ckpt("ref", 20), &n);
+    p = sl_test_read_file(ckpt("ref", 20), &n);
     int64_t off = data_offset(ckpt("ref", 20), "model/dense_1/kernel");
     ASSERT(off > 0);
     memset(p + off, 0, 4 * 8 * sizeof(float));
-    ASSERT_EQ(write_file(dst, p, n), 0);
+    ASSERT_EQ(sl_test_write_file(dst, p, n), 0);
     free(p);
     ASSERT_EQ(sl_train_check_checkpoint(dst, NULL, &pos), SL_ECORRUPT);
     snprintf(where, sizeof where, ": byte %lld: tensor \"model/dense_1/kernel\" (128 bytes", (long long)off);
@@ -300,7 +280,7 @@ TEST(test_zeroed_tensor_bytes) {
 TEST(test_every_flipped_bit) {
     if (no_backend) SKIP("no CPU backend");
     size_t n;
-    uint8_t *p = read_file(ckpt("ref", 20), &n);
+    uint8_t *p = sl_test_read_file(ckpt("ref", 20), &n);
     ASSERT(p);
     sl_ckpt_position pos;
     ASSERT_OK(sl_train_check_checkpoint_mem(p, n, "ref", NULL, &pos));
@@ -341,8 +321,7 @@ TEST(test_nonfinite_values) {
     sl_model *m = sl_trainer_model(t);
     sl_ckpt_position pos;
     ASSERT_OK(sl_train_check_checkpoint(ckpt("ref", 20), NULL, &pos));
-    char path[600];
-    snprintf(path, sizeof path, "%s/nan.safetensors", tmpdir);
+    const char *path = in_tmp("nan.safetensors");
     const sl_ckpt_expect want = {.model_hash = sl_trainer_config(t)->model_hash, .batch_size = 16};
     /* NaN weight: index 3 of dense_1/kernel (the first parameters) */
     put_params(t, NAN, 3);
@@ -385,8 +364,7 @@ TEST(test_nonfinite_values) {
  * checksums recomputed (the numbers then disagree with each other or with the config). */
 TEST(test_metadata_edits) {
     if (no_backend) SKIP("no CPU backend");
-    char dst[600];
-    snprintf(dst, sizeof dst, "%s/edit.safetensors", tmpdir);
+    const char *dst = in_tmp("edit.safetensors");
     sl_ckpt_position pos;
     const sl_ckpt_expect want = {.batch_size = 16};
     static const struct {
@@ -397,8 +375,8 @@ TEST(test_metadata_edits) {
                 {"\"batch_size\":\"16\"", "\"batch_size\":\"32\""}};
     for (size_t i = 0; i < sizeof hand / sizeof hand[0]; i++) {
         size_t n;
-        uint8_t *p = read_file(ckpt("ref", 20), &n);
-        ASSERT_EQ(write_file(dst, p, n), 0);
+        uint8_t *p = sl_test_read_file(ckpt("ref", 20), &n);
+        ASSERT_EQ(sl_test_write_file(dst, p, n), 0);
         free(p);
         ASSERT_EQ(edit_header(dst, hand[i].from, hand[i].to), 0);
         ASSERT_EQ(sl_train_check_checkpoint(dst, &want, &pos), SL_ECORRUPT);
@@ -442,8 +420,7 @@ TEST(test_metadata_edits) {
     ASSERT_EQ(sl_train_check_checkpoint(dst, &want, &pos), SL_ECORRUPT);
     ASSERT_CONTAINS(sl_errmsg(), "a version 2 checkpoint without its checksums");
     /* a version 1 file (before checksums and batch_size): loads, not verified */
-    char v1[600];
-    snprintf(v1, sizeof v1, "%s/v1.safetensors", tmpdir);
+    const char *v1 = in_tmp("v1.safetensors");
     ASSERT_OK(rewrite(ckpt("ref", 20), dst, "batch_size", NULL, false));
     ASSERT_OK(rewrite(dst, v1, "version", "1", false));
     ASSERT_OK(sl_train_check_checkpoint(v1, &want, &pos));
@@ -466,19 +443,18 @@ TEST(test_resume_skips_damaged) {
     ASSERT_EQ(system(cmd), 0);
     /* step 20: tensor bytes zeroed; step 15: NaN weight with valid checksums */
     size_t n;
-    uint8_t *p = read_file(ckpt("dmg", 20), &n);
+    uint8_t *p = sl_test_read_file(ckpt("dmg", 20), &n);
     uint64_t data = 8 + le64(p);
     memset(p + data, 0, n - data);
-    ASSERT_EQ(write_file(ckpt("dmg", 20), p, n), 0);
+    ASSERT_EQ(sl_test_write_file(ckpt("dmg", 20), p, n), 0);
     free(p);
-    char tmp[600];
-    snprintf(tmp, sizeof tmp, "%s/tmp.safetensors", tmpdir);
-    p = read_file(ckpt("dmg", 15), &n);
+    const char *tmp = in_tmp("tmp.safetensors");
+    p = sl_test_read_file(ckpt("dmg", 15), &n);
     int64_t off = data_offset(ckpt("dmg", 15), "model/dense_2/bias");
     ASSERT(off > 0);
     float nan = NAN;
     memcpy(p + off + 4, &nan, 4);
-    ASSERT_EQ(write_file(tmp, p, n), 0);
+    ASSERT_EQ(sl_test_write_file(tmp, p, n), 0);
     free(p);
     ASSERT_OK(rewrite(tmp, ckpt("dmg", 15), NULL, NULL, true)); /* checksums over the NaN */
     /* a FIFO and a folder named like newer checkpoints */
@@ -556,14 +532,13 @@ TEST(test_resume_version1) {
 /* --resume with no loadable checkpoint fails naming them, the model untouched. */
 TEST(test_resume_none_loadable) {
     if (no_backend) SKIP("no CPU backend");
-    char run[600];
-    snprintf(run, sizeof run, "%s/none", tmpdir);
+    const char *run = in_tmp("none");
     mkdir(run, 0755);
     for (int step = 5; step <= 10; step += 5) {
         size_t n;
-        uint8_t *p = read_file(ckpt("ref", step), &n);
+        uint8_t *p = sl_test_read_file(ckpt("ref", step), &n);
         p[n - 3] ^= 0x40;
-        ASSERT_EQ(write_file(ckpt("none", step), p, n), 0);
+        ASSERT_EQ(sl_test_write_file(ckpt("none", step), p, n), 0);
         free(p);
     }
     sl_cfg *cfg;
@@ -607,18 +582,17 @@ TEST(test_run_folder_of_another_run) {
     sl_trainer_free(t);
     sl_cfg_free(cfg);
     /* event files alone are another run's too */
-    char ev[600];
-    snprintf(ev, sizeof ev, "%s/evonly", tmpdir);
+    const char *ev = in_tmp("evonly");
     mkdir(ev, 0755);
     snprintf(p, sizeof p, "%s/events.out.tfevents.1700000000.host", ev);
-    ASSERT_EQ(write_file(p, "x", 1), 0);
+    ASSERT_EQ(sl_test_write_file(p, "x", 1), 0);
     ASSERT_EQ(sl_train_prepare_run_dir(ev, false, NULL), SL_EINVAL);
     ASSERT_CONTAINS(sl_errmsg(), "holds another run's files: 1 TensorBoard event file;");
     /* and ps shards */
     snprintf(p, sizeof p, "%s/ps-0", ev);
     mkdir(p, 0755);
     snprintf(p, sizeof p, "%s/ps-0/shard-000000000007.safetensors", ev);
-    ASSERT_EQ(write_file(p, "x", 1), 0);
+    ASSERT_EQ(sl_test_write_file(p, "x", 1), 0);
     ASSERT_EQ(sl_train_prepare_run_dir(ev, false, NULL), SL_EINVAL);
     ASSERT_CONTAINS(sl_errmsg(), "1 TensorBoard event file, 1 ps shard checkpoint;");
     ASSERT_OK(sl_train_prepare_run_dir(ev, true, NULL));
@@ -650,7 +624,7 @@ TEST(test_run_folder_of_another_run) {
      * EISDIR, even for root) */
     snprintf(p, sizeof p, "%s/x", ckpt("used", 50));
     ASSERT_EQ(mkdir(ckpt("used", 50), 0755), 0);
-    ASSERT_EQ(write_file(p, "x", 1), 0);
+    ASSERT_EQ(sl_test_write_file(p, "x", 1), 0);
     ASSERT_OK(trainer("used", false, true, NULL, &cfg, &t));
     ASSERT_EQ(sl_trainer_run(t), SL_EIO);
     snprintf(p, sizeof p, "cannot remove %s (an earlier run's file in the run folder): %s", ckpt("used", 50),
@@ -731,7 +705,7 @@ int main(int argc, char **argv) {
     if (argc == 3 && strcmp(argv[1], "--write-seeds") == 0) {
         int rc = write_seeds(argv[2]);
         if (rc) printf("%s\n", sl_errmsg());
-        rm_rf(tmpdir);
+        sl_test_rm_rf(tmpdir);
         return rc;
     }
     RUN(test_roundtrip_v2);
@@ -744,6 +718,6 @@ int main(int argc, char **argv) {
     RUN(test_resume_none_loadable);
     RUN(test_run_folder_of_another_run);
     RUN(test_nonfinite_loss_after_resume);
-    rm_rf(tmpdir);
+    sl_test_rm_rf(tmpdir);
     TEST_MAIN_END();
 }

@@ -1,5 +1,6 @@
 /* core/config*.c: the config language's syntax, error messages, overrides. */
 #include "sluice/config.h"
+#include "helper_files.h"
 #include "test.h"
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -13,6 +14,26 @@ static sl_cfg *parse(const char *text) {
     }
     return c;
 }
+
+/* sl_cfg_set(c, SET) fails with SL_EINVAL and the message MSG (exactly, or containing it) */
+#define ASSERT_SET_FAILS(set, msg)                 \
+    do {                                           \
+        ASSERT_EQ(sl_cfg_set(c, set), SL_EINVAL);  \
+        ASSERT_STREQ(sl_errmsg(), msg);            \
+    } while (0)
+#define ASSERT_SET_FAILS_WITH(set, msg)            \
+    do {                                           \
+        ASSERT_EQ(sl_cfg_set(c, set), SL_EINVAL);  \
+        ASSERT_CONTAINS(sl_errmsg(), msg);         \
+    } while (0)
+
+/* Declares c, the config parsed from TEXT (the test fails when it does not parse), r, its
+ * root statements, and n, their number. */
+#define PARSE_ROOT(text)      \
+    sl_cfg *c = parse(text);  \
+    ASSERT(c);                \
+    int n;                    \
+    const sl_cfg_stmt *r = sl_cfg_root(c, &n)
 
 TEST(test_pipeline_sketch) {
     const char *text =
@@ -77,10 +98,7 @@ TEST(test_pipeline_sketch) {
 }
 
 TEST(test_values) {
-    sl_cfg *c = parse("x 64MiB 2GB 500ms 10% -3 1e-3 0.5 [0.485, 0.456, 0.406] \"a\\\"b\\n\" true; y 7\n");
-    ASSERT(c);
-    int n;
-    const sl_cfg_stmt *r = sl_cfg_root(c, &n);
+    PARSE_ROOT("x 64MiB 2GB 500ms 10% -3 1e-3 0.5 [0.485, 0.456, 0.406] \"a\\\"b\\n\" true; y 7\n");
     ASSERT_EQ(n, 2); /* ';' ends a statement */
     ASSERT_EQ(sl_cfg_pos(&r[0], 0)->inum, 67108864);
     ASSERT_STREQ(sl_cfg_pos(&r[0], 0)->unit, "MiB");
@@ -137,10 +155,7 @@ TEST(test_syntax_errors) {
 }
 
 TEST(test_comparisons) {
-    sl_cfg *c = parse("filter label < 5\nfilter a == 1; filter b != 2; filter c >= 3; filter d<=4\n");
-    ASSERT(c);
-    int n;
-    const sl_cfg_stmt *r = sl_cfg_root(c, &n);
+    PARSE_ROOT("filter label < 5\nfilter a == 1; filter b != 2; filter c >= 3; filter d<=4\n");
     ASSERT_EQ(n, 5);
     static const char *ops[] = {"<", "==", "!=", ">=", "<="};
     for (int i = 0; i < 5; i++) {
@@ -166,10 +181,7 @@ TEST(test_nesting_limit) {
 }
 
 TEST(test_nested_blocks_and_suggest) {
-    sl_cfg *c = parse("model m {\n  layer a { units 3 }\n}\ntrain {\n epochs 3\n}\n");
-    ASSERT(c);
-    int n;
-    const sl_cfg_stmt *r = sl_cfg_root(c, &n);
+    PARSE_ROOT("model m {\n  layer a { units 3 }\n}\ntrain {\n epochs 3\n}\n");
     ASSERT_EQ(n, 2);
     ASSERT_EQ(r[0].body[0].body[0].args[0].v.inum, 3);
     sl_cfg_err(c, r[1].body[0].loc, SL_EINVAL, "unknown option '%s'", r[1].body[0].name);
@@ -182,10 +194,7 @@ TEST(test_nested_blocks_and_suggest) {
 }
 
 TEST(test_overrides) {
-    sl_cfg *c = parse("pipeline train {\n shuffle 100 seed=1\n batch 32\n}\npipeline test {\n batch 8\n}\ntrain {\n epochs 3\n}\n");
-    ASSERT(c);
-    int n;
-    const sl_cfg_stmt *r = sl_cfg_root(c, &n);
+    PARSE_ROOT("pipeline train {\n shuffle 100 seed=1\n batch 32\n}\npipeline test {\n batch 8\n}\ntrain {\n epochs 3\n}\n");
     ASSERT_OK(sl_cfg_set(c, "pipeline.train.shuffle.seed=7"));
     ASSERT_EQ(sl_cfg_opt(&r[0].body[0], "seed")->inum, 7);
     ASSERT_OK(sl_cfg_set(c, "pipeline.test.batch=64"));
@@ -199,11 +208,9 @@ TEST(test_overrides) {
     ASSERT_STREQ(sl_cfg_pos(&r[2].body[1], 0)->text, "ring");
     ASSERT_OK(sl_cfg_set(c, "pipeline.train.shuffle.buffer_ram=\"1 GiB\"")); /* new option */
     ASSERT_STREQ(sl_cfg_opt(&r[0].body[0], "buffer_ram")->text, "1 GiB");
-    ASSERT_EQ(sl_cfg_set(c, "nothing.here=1"), SL_EINVAL);
-    ASSERT_STREQ(sl_errmsg(), "override 'nothing.here=1': no 'nothing' statement");
+    ASSERT_SET_FAILS("nothing.here=1", "override 'nothing.here=1': no 'nothing' statement");
     ASSERT_EQ(sl_cfg_set(c, "novalue"), SL_EINVAL);
-    ASSERT_EQ(sl_cfg_set(c, "train.epochs=\"x"), SL_EINVAL);
-    ASSERT_CONTAINS(sl_errmsg(), "unterminated string");
+    ASSERT_SET_FAILS_WITH("train.epochs=\"x", "unterminated string");
     ASSERT_EQ(sl_cfg_set(c, "train.epochs=1 2"), SL_EINVAL);
     ASSERT_EQ(sl_cfg_pos(&r[2].body[0], 0)->inum, 1); /* unchanged after failures */
     int64_t v;
@@ -313,19 +320,16 @@ TEST(test_duplicate_options) {
 /* A --set path part that matches several statements is refused with the candidates;
  * before, it went to the first one. */
 TEST(test_ambiguous_overrides) {
-    sl_cfg *c = parse("pipeline train {\n shuffle 100 seed=1\n batch 32\n}\npipeline test {\n shuffle 10\n batch 8\n}\n");
-    ASSERT(c);
-    int n;
-    const sl_cfg_stmt *r = sl_cfg_root(c, &n);
-    ASSERT_EQ(sl_cfg_set(c, "pipeline.batch=7"), SL_EINVAL);
-    ASSERT_STREQ(sl_errmsg(), "override 'pipeline.batch=7': pipeline.batch matches pipeline 'train' and "
-                              "pipeline 'test': say pipeline.train.batch or pipeline.test.batch");
-    ASSERT_EQ(sl_cfg_set(c, "pipeline.shuffle.seed=3"), SL_EINVAL);
-    ASSERT_STREQ(sl_errmsg(), "override 'pipeline.shuffle.seed=3': pipeline.shuffle.seed matches pipeline 'train' "
-                              "and pipeline 'test': say pipeline.train.shuffle.seed or pipeline.test.shuffle.seed");
-    ASSERT_EQ(sl_cfg_set(c, "pipeline=x"), SL_EINVAL);
-    ASSERT_STREQ(sl_errmsg(), "override 'pipeline=x': pipeline matches pipeline 'train' and pipeline 'test': "
-                              "say pipeline.train or pipeline.test");
+    PARSE_ROOT("pipeline train {\n shuffle 100 seed=1\n batch 32\n}\npipeline test {\n shuffle 10\n batch 8\n}\n");
+    ASSERT_SET_FAILS("pipeline.batch=7",
+                     "override 'pipeline.batch=7': pipeline.batch matches pipeline 'train' and "
+                     "pipeline 'test': say pipeline.train.batch or pipeline.test.batch");
+    ASSERT_SET_FAILS("pipeline.shuffle.seed=3",
+                     "override 'pipeline.shuffle.seed=3': pipeline.shuffle.seed matches pipeline 'train' "
+                     "and pipeline 'test': say pipeline.train.shuffle.seed or pipeline.test.shuffle.seed");
+    ASSERT_SET_FAILS("pipeline=x",
+                     "override 'pipeline=x': pipeline matches pipeline 'train' and pipeline 'test': "
+                     "say pipeline.train or pipeline.test");
     /* nothing changed by the failures */
     ASSERT_EQ(sl_cfg_pos(&r[0].body[1], 0)->inum, 32);
     ASSERT_EQ(sl_cfg_pos(&r[1].body[1], 0)->inum, 8);
@@ -352,20 +356,20 @@ TEST(test_ambiguous_overrides) {
     /* statements that no path can tell apart are listed by place */
     c = parse("pipeline train {\n map f(x)\n map g(x)\n}\n");
     ASSERT(c);
-    ASSERT_EQ(sl_cfg_set(c, "pipeline.train.map.parallel=4"), SL_EINVAL);
-    ASSERT_STREQ(sl_errmsg(), "override 'pipeline.train.map.parallel=4': pipeline.train.map.parallel matches map at "
-                              "t.sl:2:2 and map at t.sl:3:2\n---> HINT: --set cannot tell these statements "
-                              "apart: edit the file instead");
+    ASSERT_SET_FAILS("pipeline.train.map.parallel=4",
+                     "override 'pipeline.train.map.parallel=4': pipeline.train.map.parallel matches map at "
+                     "t.sl:2:2 and map at t.sl:3:2\n---> HINT: --set cannot tell these statements "
+                     "apart: edit the file instead");
     sl_cfg_free(c);
 
     /* three candidates; and two blocks with the same name and first word */
     c = parse("pipeline a { batch 1 }\npipeline b { batch 2 }\npipeline c { batch 3 }\npipeline a { batch 4 }\n");
     ASSERT(c);
-    ASSERT_EQ(sl_cfg_set(c, "pipeline.batch=7"), SL_EINVAL);
-    ASSERT_CONTAINS(sl_errmsg(), "pipeline.batch matches pipeline 'a' at t.sl:1:1, pipeline 'b' at t.sl:2:1, "
-                                 "pipeline 'c' at t.sl:3:1 and pipeline 'a' at t.sl:4:1\n");
-    ASSERT_EQ(sl_cfg_set(c, "pipeline.a.batch=7"), SL_EINVAL);
-    ASSERT_CONTAINS(sl_errmsg(), "pipeline.a.batch matches pipeline 'a' at t.sl:1:1 and pipeline 'a' at t.sl:4:1\n");
+    ASSERT_SET_FAILS_WITH("pipeline.batch=7",
+                          "pipeline.batch matches pipeline 'a' at t.sl:1:1, pipeline 'b' at t.sl:2:1, "
+                          "pipeline 'c' at t.sl:3:1 and pipeline 'a' at t.sl:4:1\n");
+    ASSERT_SET_FAILS_WITH("pipeline.a.batch=7",
+                          "pipeline.a.batch matches pipeline 'a' at t.sl:1:1 and pipeline 'a' at t.sl:4:1\n");
     ASSERT_OK(sl_cfg_set(c, "pipeline.c.batch=7"));
     r = sl_cfg_root(c, &n);
     ASSERT_EQ(sl_cfg_pos(&r[2].body[0], 0)->inum, 7);
@@ -376,8 +380,7 @@ TEST(test_ambiguous_overrides) {
     /* malformed paths */
     c = parse("train {\n epochs 3\n}\n");
     ASSERT(c);
-    ASSERT_EQ(sl_cfg_set(c, "train..epochs=1"), SL_EINVAL);
-    ASSERT_STREQ(sl_errmsg(), "override 'train..epochs=1': the path has an empty part");
+    ASSERT_SET_FAILS("train..epochs=1", "override 'train..epochs=1': the path has an empty part");
     char deep[256];
     size_t k = 0;
     for (int i = 0; i < 33; i++) k += (size_t)sprintf(deep + k, "%sa", i ? "." : "");
@@ -409,10 +412,7 @@ TEST(test_config_file_kinds) {
     ASSERT_STREQ(sl_errmsg(), "config '/dev/zero': is a character device, not a regular file\n---> HINT: give "
                               "the path of a regular file; pipes, sockets, devices and directories are refused "
                               "so that nothing can block or read without end");
-    int fd = open(big, O_WRONLY | O_CREAT | O_TRUNC, 0600);
-    ASSERT(fd >= 0);
-    ASSERT_EQ(ftruncate(fd, (off_t)SL_CFG_MAX_BYTES + 1), 0); /* sparse: no disk used */
-    close(fd);
+    ASSERT_EQ(sl_test_sparse_file(big, (long long)SL_CFG_MAX_BYTES + 1), 0);
     ASSERT_EQ(sl_cfg_parse_file(big, &c), SL_ERANGE);
     snprintf(want, sizeof want, "config '%s': is 16777217 bytes, more than the limit of 16777216", big);
     ASSERT_CONTAINS(sl_errmsg(), want);
@@ -424,11 +424,8 @@ TEST(test_config_file_kinds) {
 
 /* PATH=- removes an option or a statement; failures leave the tree as it was. */
 TEST(test_override_remove) {
-    sl_cfg *c = parse("pipeline train {\n shuffle 100 seed=1\n batch 32\n}\n"
+    PARSE_ROOT("pipeline train {\n shuffle 100 seed=1\n batch 32\n}\n"
                       "train {\n epochs 15\n checkpoint every=1 keep=3\n seed 1\n}\n");
-    ASSERT(c);
-    int n;
-    const sl_cfg_stmt *r = sl_cfg_root(c, &n);
     ASSERT_OK(sl_cfg_set(c, "train.epochs=-")); /* a statement */
     ASSERT_EQ(r[1].nbody, 2);
     ASSERT_STREQ(r[1].body[0].name, "checkpoint");
@@ -453,17 +450,15 @@ TEST(test_override_remove) {
     ASSERT_EQ(n, 1);
     ASSERT_STREQ(r[0].name, "train");
     /* nothing to remove is an error, with a did-you-mean */
-    ASSERT_EQ(sl_cfg_set(c, "train.sed=-"), SL_EINVAL);
-    ASSERT_STREQ(sl_errmsg(), "override 'train.sed=-': nothing named 'sed' in train to remove\n"
-                              "---> HINT: did you mean 'seed'?");
-    ASSERT_EQ(sl_cfg_set(c, "train.checkpoint.every=-"), SL_EINVAL);
-    ASSERT_STREQ(sl_errmsg(), "override 'train.checkpoint.every=-': nothing named 'every' in checkpoint to remove");
-    ASSERT_EQ(sl_cfg_set(c, "model.x=-"), SL_EINVAL);
-    ASSERT_STREQ(sl_errmsg(), "override 'model.x=-': no 'model' statement");
+    ASSERT_SET_FAILS("train.sed=-",
+                     "override 'train.sed=-': nothing named 'sed' in train to remove\n"
+                     "---> HINT: did you mean 'seed'?");
+    ASSERT_SET_FAILS("train.checkpoint.every=-",
+                     "override 'train.checkpoint.every=-': nothing named 'every' in checkpoint to remove");
+    ASSERT_SET_FAILS("model.x=-", "override 'model.x=-': no 'model' statement");
     ASSERT_EQ(r[0].nbody, 3); /* unchanged by the failures */
     /* '-' glued to something else is still a value (or a syntax error), not a removal */
-    ASSERT_EQ(sl_cfg_set(c, "train.seed=-x"), SL_EINVAL);
-    ASSERT_CONTAINS(sl_errmsg(), "unexpected character '-'");
+    ASSERT_SET_FAILS_WITH("train.seed=-x", "unexpected character '-'");
     ASSERT_OK(sl_cfg_set(c, "train.seed=-3"));
     ASSERT_EQ(sl_cfg_pos(&r[0].body[1], 0)->inum, -3);
     ASSERT_OK(sl_cfg_set(c, "train.seed=\"-\"")); /* a string "-" when one is meant */
@@ -473,11 +468,8 @@ TEST(test_override_remove) {
 
 /* PATH=(ARGS...) replaces a statement's whole argument list (or adds the statement). */
 TEST(test_override_args) {
-    sl_cfg *c = parse("pipeline train {\n shuffle 100 seed=1\n map a(x) | b(y) parallel=4\n}\n"
+    PARSE_ROOT("pipeline train {\n shuffle 100 seed=1\n map a(x) | b(y) parallel=4\n}\n"
                       "train {\n checkpoint every=1 keep=3\n}\n");
-    ASSERT(c);
-    int n;
-    const sl_cfg_stmt *r = sl_cfg_root(c, &n);
     ASSERT_OK(sl_cfg_set(c, "train.checkpoint=(steps=20)"));
     const sl_cfg_stmt *ck = &r[1].body[0];
     ASSERT_EQ(ck->nargs, 1);
@@ -512,23 +504,21 @@ TEST(test_override_args) {
     ASSERT_EQ(r[0].body[2].nargs, 2);
     ASSERT_STREQ(sl_cfg_pos(&r[0].body[2], 1)->text, "drop_remainder");
     /* errors: unclosed, a second statement, a repeated key, an option, leave things as they were */
-    ASSERT_EQ(sl_cfg_set(c, "train.checkpoint=(steps=20"), SL_EINVAL);
-    ASSERT_STREQ(sl_errmsg(), "override 'train.checkpoint': --set:1:1: this '(' is never closed\n    (steps=20\n    ^\n"
-                              "---> HINT: write PATH=(ARGS...), the arguments as on the statement's line, ending with ')'");
-    ASSERT_EQ(sl_cfg_set(c, "train.checkpoint=(steps=20; keep=1)"), SL_EINVAL);
-    ASSERT_CONTAINS(sl_errmsg(), "unexpected end of line in an argument list");
-    ASSERT_EQ(sl_cfg_set(c, "train.checkpoint=(steps=2 steps=3)"), SL_EINVAL);
-    ASSERT_CONTAINS(sl_errmsg(), "option 'steps' given twice");
-    ASSERT_EQ(sl_cfg_set(c, "pipeline.train.shuffle.seed=(3)"), SL_EINVAL);
-    ASSERT_STREQ(sl_errmsg(), "override 'pipeline.train.shuffle.seed=(3)': 'seed' is an option of shuffle: it takes "
-                              "one value\n---> HINT: PATH=(ARGS...) replaces a statement's arguments; an option is set "
-                              "with PATH=VALUE");
+    ASSERT_SET_FAILS("train.checkpoint=(steps=20",
+                     "override 'train.checkpoint': --set:1:1: this '(' is never closed\n    (steps=20\n    ^\n"
+                     "---> HINT: write PATH=(ARGS...), the arguments as on the statement's line, ending with ')'");
+    ASSERT_SET_FAILS_WITH("train.checkpoint=(steps=20; keep=1)", "unexpected end of line in an argument list");
+    ASSERT_SET_FAILS_WITH("train.checkpoint=(steps=2 steps=3)", "option 'steps' given twice");
+    ASSERT_SET_FAILS("pipeline.train.shuffle.seed=(3)",
+                     "override 'pipeline.train.shuffle.seed=(3)': 'seed' is an option of shuffle: it takes "
+                     "one value\n---> HINT: PATH=(ARGS...) replaces a statement's arguments; an option is set "
+                     "with PATH=VALUE");
     ASSERT_EQ(ck->nargs, 0);
     ASSERT_EQ(sh->nargs, 3);
     /* a block named by two parts takes (ARGS) too, but not a single value */
-    ASSERT_EQ(sl_cfg_set(c, "pipeline.train=x"), SL_EINVAL);
-    ASSERT_STREQ(sl_errmsg(), "override 'pipeline.train=x' names a statement, not a value inside it\n"
-                              "---> HINT: PATH=- removes it; PATH=(ARGS...) replaces its arguments");
+    ASSERT_SET_FAILS("pipeline.train=x",
+                     "override 'pipeline.train=x' names a statement, not a value inside it\n"
+                     "---> HINT: PATH=- removes it; PATH=(ARGS...) replaces its arguments");
     ASSERT_OK(sl_cfg_set(c, "pipeline.train=(val)"));
     ASSERT_STREQ(sl_cfg_pos(&r[0], 0)->text, "val");
     ASSERT_EQ(r[0].nbody, 3); /* the body stays */

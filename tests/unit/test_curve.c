@@ -4,7 +4,6 @@
  * flow; a client whose key is not allowed, or a plaintext one, gets nothing through (and
  * the refusals are counted); a server keeps serving allowed clients after refusing one; a
  * ring of 3 ranks allreduces exactly over CURVE. */
-#include <dirent.h>
 #include <pthread.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -14,6 +13,8 @@
 #include "sluice/cluster.h"
 #include "sluice/ring.h"
 #include "sluice/transport.h"
+#include "helper_files.h"
+#include "helper_thread.h"
 #include "test.h"
 
 /* libzmq is not built with ThreadSanitizer: its lock-free queues between the I/O thread and
@@ -38,38 +39,13 @@ static sl_status parse_kp(const char *text, char *pub, char *sec) {
     return sl__curve_parse_keyfile(text, strlen(text), "k", pub, sec);
 }
 
-static void make_tmpdir(char *dir, size_t cap) {
-    snprintf(dir, cap, "/tmp/sl-curve-XXXXXX");
-    if (!mkdtemp(dir)) dir[0] = 0;
-}
-
-static void rm_tree(const char *dir) {
-    DIR *d = opendir(dir);
-    if (!d) return;
-    struct dirent *e;
-    char p[512];
-    while ((e = readdir(d))) {
-        if (e->d_name[0] == '.') continue;
-        snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
-        unlink(p);
-    }
-    closedir(d);
-    rmdir(dir);
-}
-
-static int count_files(const char *dir) {
-    DIR *d = opendir(dir);
-    int n = 0;
-    struct dirent *e;
-    while (d && (e = readdir(d)))
-        if (e->d_name[0] != '.') n++;
-    if (d) closedir(d);
-    return n;
-}
-
-static void write_file(const char *path, const char *text) {
-    FILE *f = fopen(path, "w");
-    if (f) { fputs(text, f); fclose(f); }
+/* A new temporary folder in DIR and a keypair made in it by sl_curve_keygen for the base
+ * DIR/NAME, written into BASE (CAP bytes). Returns the keygen's status, or SL_EIO when the
+ * folder could not be made. */
+static sl_status tmp_keygen(char dir[64], const char *name, char *base, size_t cap) {
+    if (!sl_test_mkdtemp(dir, 64, "sl-curve")) return SL_EIO;
+    snprintf(base, cap, "%s/%s", dir, name);
+    return sl_curve_keygen(base);
 }
 
 TEST(test_known_keys) {
@@ -84,11 +60,8 @@ TEST(test_known_keys) {
 TEST(test_keygen_roundtrip) {
     if (!have_curve()) SKIP("libzmq has no CURVE");
     char dir[64], base[128], path[160];
-    make_tmpdir(dir, sizeof dir);
-    ASSERT(dir[0]);
-    snprintf(base, sizeof base, "%s/worker0", dir);
-    ASSERT_OK(sl_curve_keygen(base));
-    ASSERT_EQ(count_files(dir), 2); /* no temporary left behind */
+    ASSERT_OK(tmp_keygen(dir, "worker0", base, sizeof base));
+    ASSERT_EQ(sl_test_count_files(dir), 2); /* no temporary left behind */
     struct stat sb;
     snprintf(path, sizeof path, "%s.key", base);
     ASSERT_EQ(stat(path, &sb), 0);
@@ -129,7 +102,7 @@ TEST(test_keygen_roundtrip) {
     snprintf(path, sizeof path, "%s.key", base);
     ASSERT_OK(sl_curve_load_keypair(path, pub2, sec));
     ASSERT_NE(strcmp(pub2, pub), 0);
-    ASSERT_EQ(count_files(dir), 2);
+    ASSERT_EQ(sl_test_count_files(dir), 2);
     /* unreadable files */
     snprintf(path, sizeof path, "%s/missing.key", dir);
     ASSERT_EQ(sl_curve_load_keypair(path, pub, sec), SL_EIO);
@@ -141,7 +114,7 @@ TEST(test_keygen_roundtrip) {
     snprintf(path, sizeof path, "%s/nodir/x", dir);
     ASSERT_EQ(sl_curve_keygen(path), SL_EIO);
     ASSERT_CONTAINS(sl_errmsg(), "cannot create: No such file or directory");
-    rm_tree(dir);
+    sl_test_rm_rf(dir);
 }
 
 TEST(test_keyfile_parse) {
@@ -453,21 +426,21 @@ TEST(test_curve_bad_opts) {
 
 /* ---- a ring over CURVE --------------------------------------------------------------- */
 
+/* one rank's part: a ring over tp summing buf[count] (4 KiB chunks) */
 typedef struct rjob {
     sl_tp *tp;
     float *buf;
     size_t count;
-    sl_status st;
-    char msg[512];
+    sl_test_result res;
 } rjob;
 
 static void *ring_main(void *arg) {
     rjob *j = arg;
     sl_ring *r = NULL;
     sl_ring_opts ro = {.chunk_bytes = 4096};
-    j->st = sl_ring_create(j->tp, &ro, &r);
-    if (!j->st) j->st = sl_ring_allreduce(r, j->buf, j->count, SL_DT_F32, SL_REDUCE_SUM, 11);
-    if (j->st) snprintf(j->msg, sizeof j->msg, "%s", sl_errmsg());
+    sl_status s = sl_ring_create(j->tp, &ro, &r);
+    if (!s) s = sl_ring_allreduce(r, j->buf, j->count, SL_DT_F32, SL_REDUCE_SUM, 11);
+    sl_test_result_set(&j->res, s);
     sl_ring_destroy(r);
     return NULL;
 }
@@ -506,7 +479,7 @@ TEST(test_curve_ring) {
     for (int i = 0; i < N; i++) pthread_join(th[i], NULL);
     int wrong = 0;
     for (int i = 0; i < N; i++) {
-        if (jobs[i].st) { printf("  rank %d: %s\n", i, jobs[i].msg); wrong++; continue; }
+        if (jobs[i].res.st) { printf("  rank %d: %s\n", i, jobs[i].res.msg); wrong++; continue; }
         for (size_t e = 0; e < COUNT && !wrong; e++)
             if (jobs[i].buf[e] != (float)((int)(e % 977) - 400) * 6.0f) {
                 printf("  rank %d [%zu] = %g\n", i, e, jobs[i].buf[e]);
@@ -530,10 +503,7 @@ TEST(test_curve_ring) {
 TEST(test_cluster_curve_load) {
     if (!have_curve()) SKIP("libzmq has no CURVE");
     char dir[64], p[256], text[1024];
-    make_tmpdir(dir, sizeof dir);
-    ASSERT(dir[0]);
-    snprintf(p, sizeof p, "%s/server", dir);
-    ASSERT_OK(sl_curve_keygen(p));
+    ASSERT_OK(tmp_keygen(dir, "server", p, sizeof p));
     snprintf(p, sizeof p, "%s/worker1", dir);
     ASSERT_OK(sl_curve_keygen(p));
     char wpub[41], wsec[41], spub[41], ssec[41];
@@ -543,7 +513,7 @@ TEST(test_cluster_curve_load) {
     ASSERT_OK(sl_curve_load_keypair(p, spub, ssec));
     snprintf(p, sizeof p, "%s/allowed", dir);
     snprintf(text, sizeof text, "# workers\n%s\n%s\n", CPUB, wpub);
-    write_file(p, text);
+    sl_test_write_text(p, text);
     snprintf(text, sizeof text,
              "cluster {\n  worker \"127.0.0.1:1\" \"127.0.0.1:2\"\n  task worker 1\n"
              "  curve server=\"%s/server.key\" client=\"%s/{task}.key\" allow=\"%s/allowed\"\n}\n",
@@ -576,7 +546,7 @@ TEST(test_cluster_curve_load) {
     ASSERT_EQ(k.nallow, 0);
     ASSERT_EQ(k.server_public[0], 0);
     sl_cluster_free(&c);
-    rm_tree(dir);
+    sl_test_rm_rf(dir);
 }
 
 /* A raw CURVE client DEALER at tp's inbox with client keys (pub, sec) and routing id `id`. */

@@ -266,14 +266,25 @@ static void check_all_types(const sl_example *ex) {
     ASSERT_EQ(sl_feature_bytes(f, bv, 4), SL_EINVAL);
 }
 
+/* Parses buf into ex with PARSE (named NAME in a failure) and checks every type. Returns
+ * whether both went well (a failure is printed and fails the test). */
+static bool parse_and_check(sl_status (*parse)(sl_example *, const uint8_t *, size_t), const char *name,
+                            sl_example *ex, const uint8_t *buf, size_t len) {
+    sl_status st = parse(ex, buf, len);
+    if (st) {
+        FAILF("%s: %s", name, sl_errmsg());
+        return false;
+    }
+    check_all_types(ex);
+    return !t_cur_failed;
+}
+
 TEST(test_roundtrip_fast) {
     uint8_t *buf; size_t len;
     ASSERT_OK(build_all_types(&buf, &len));
     sl_example ex;
     sl_example_init(&ex);
-    sl_status st = sl_example_parse(&ex, buf, len);
-    if (st) { FAILF("parse: %s", sl_errmsg()); free(buf); return; }
-    check_all_types(&ex);
+    parse_and_check(sl_example_parse, "parse", &ex, buf, len);
     sl_example_free(&ex);
     free(buf);
 }
@@ -283,17 +294,11 @@ TEST(test_roundtrip_pb) {
     ASSERT_OK(build_all_types(&buf, &len));
     sl_example ex;
     sl_example_init(&ex);
-    sl_status st = sl_example_parse_pb(&ex, buf, len);
-    if (st) { FAILF("parse_pb: %s", sl_errmsg()); free(buf); return; }
-    check_all_types(&ex);
-    /* reuse the same sl_example across decoders */
-    st = sl_example_parse(&ex, buf, len);
-    if (st) { FAILF("parse: %s", sl_errmsg()); free(buf); return; }
-    check_all_types(&ex);
-    st = sl_example_parse_pb(&ex, buf, len);
-    if (st) { FAILF("parse_pb: %s", sl_errmsg()); free(buf); return; }
-    check_all_types(&ex);
-    sl_example_free(&ex);
+    /* the pb decoder, then the same sl_example reused across decoders */
+    if (parse_and_check(sl_example_parse_pb, "parse_pb", &ex, buf, len) &&
+        parse_and_check(sl_example_parse, "parse", &ex, buf, len) &&
+        parse_and_check(sl_example_parse_pb, "parse_pb", &ex, buf, len))
+        sl_example_free(&ex);
     sl_example_free(&ex); /* a freed example is empty and may be freed again */
     free(buf);
 }
@@ -407,6 +412,9 @@ TEST(test_unpacked_lists) {
     }
 }
 
+/* the valid Example {a: int64 [1]} followed by the bytes HEX (a field appended to it) */
+#define A1_THEN(hex) CAT(EX1("a", I64(1, 1LL)), RAW(hex))
+
 /* Hand-made inputs: the verdict and content each decoder gives, and that both agree. */
 TEST(test_edge_cases) {
     struct { const char *name; wb in; const char *want; } c[] = {
@@ -455,32 +463,32 @@ TEST(test_edge_cases) {
          EX(CAT(FEATURES1(ENTRY("b", LD(1, CAT3(VI(2, 1), LD(1, STR("z", 1)), F32(2, 1.0f))))),
                 FEATURES1(ENTRY("f", LD(2, CAT3(VI(2, 1), F32(1, 0.5f), LD(3, RAW("00")))))))),
          "b=bytes[1]{1 B} f=float[1]{0.5}"},
-        {"unknown field number 0, two-byte tag", CAT(EX1("a", I64(1, 1LL)), RAW("80 00 05")), "a=int64[1]{1}"},
-        {"field number 0, one-byte tag", CAT(EX1("a", I64(1, 1LL)), RAW("00 05")), "SL_ECORRUPT"},
+        {"unknown field number 0, two-byte tag", A1_THEN("80 00 05"), "a=int64[1]{1}"},
+        {"field number 0, one-byte tag", A1_THEN("00 05"), "SL_ECORRUPT"},
         {"field number 0 in a Feature, two-byte tag", EX1("a", CAT(I64(1, 1LL), RAW("80 00 05"))), "a=int64[1]{1}"},
         {"field number 0 in a list, one-byte tag", EX1("a", LD(3, CAT(VI(1, 4), RAW("05 00000000")))), "SL_ECORRUPT"},
         {"field number 0 in an entry, 3-byte tag", EX(FEATURES1(CAT(ENTRY("a", I64(1, 1LL)), RAW("82 80 00 00")))),
          "a=int64[1]{1}"},
-        {"5-byte tag for field 1", CAT(EX1("a", I64(1, 1LL)), RAW("8a 80 80 80 00 00")), "a=int64[1]{1}"},
-        {"5-byte tag, high bits: unknown", CAT(EX1("a", I64(1, 1LL)), RAW("8a 80 80 80 70 00")), "a=int64[1]{1}"},
-        {"6-byte tag", CAT(EX1("a", I64(1, 1LL)), RAW("8a 80 80 80 80 00 00")), "SL_ECORRUPT"},
-        {"group start", CAT(EX1("a", I64(1, 1LL)), RAW("13 14")), "SL_ECORRUPT"},
-        {"group end", CAT(EX1("a", I64(1, 1LL)), RAW("14")), "SL_ECORRUPT"},
-        {"wire type 6", CAT(EX1("a", I64(1, 1LL)), RAW("16 00")), "SL_ECORRUPT"},
+        {"5-byte tag for field 1", A1_THEN("8a 80 80 80 00 00"), "a=int64[1]{1}"},
+        {"5-byte tag, high bits: unknown", A1_THEN("8a 80 80 80 70 00"), "a=int64[1]{1}"},
+        {"6-byte tag", A1_THEN("8a 80 80 80 80 00 00"), "SL_ECORRUPT"},
+        {"group start", A1_THEN("13 14"), "SL_ECORRUPT"},
+        {"group end", A1_THEN("14"), "SL_ECORRUPT"},
+        {"wire type 6", A1_THEN("16 00"), "SL_ECORRUPT"},
         {"wire type 7 in a Feature", EX1("a", RAW("27 00")), "SL_ECORRUPT"},
-        {"10-byte varint", CAT(EX1("a", I64(1, 1LL)), RAW("18 ffffffffffffffffff7f")), "a=int64[1]{1}"},
-        {"11-byte varint", CAT(EX1("a", I64(1, 1LL)), RAW("18 ffffffffffffffffffff01")), "SL_ECORRUPT"},
+        {"10-byte varint", A1_THEN("18 ffffffffffffffffff7f"), "a=int64[1]{1}"},
+        {"11-byte varint", A1_THEN("18 ffffffffffffffffffff01"), "SL_ECORRUPT"},
         {"10-byte packed int64, top bits dropped", EX1("a", LD(3, LD(1, RAW("ffffffffffffffffff7f")))),
          "a=int64[1]{-1}"},
         {"11-byte packed int64", EX1("a", LD(3, LD(1, RAW("ffffffffffffffffffff01")))), "SL_ECORRUPT"},
         {"packed int64 ends mid-varint", EX1("a", LD(3, LD(1, RAW("01 80")))), "SL_ECORRUPT"},
-        {"5-byte length", CAT(EX1("a", I64(1, 1LL)), RAW("12 8080808000")), "a=int64[1]{1}"},
-        {"6-byte length", CAT(EX1("a", I64(1, 1LL)), RAW("12 808080808000")), "SL_ECORRUPT"},
-        {"length 2^32+1", CAT(EX1("a", I64(1, 1LL)), RAW("12 8180808010 78")), "SL_ECORRUPT"},
-        {"length 0xffffffff", CAT(EX1("a", I64(1, 1LL)), RAW("12 ffffffff0f 61626364")), "SL_ECORRUPT"},
-        {"length past end", CAT(EX1("a", I64(1, 1LL)), RAW("12 05 0000")), "SL_ECORRUPT"},
-        {"truncated fixed64", CAT(EX1("a", I64(1, 1LL)), RAW("19 00000000000000")), "SL_ECORRUPT"},
-        {"truncated fixed32", CAT(EX1("a", I64(1, 1LL)), RAW("1d 000000")), "SL_ECORRUPT"},
+        {"5-byte length", A1_THEN("12 8080808000"), "a=int64[1]{1}"},
+        {"6-byte length", A1_THEN("12 808080808000"), "SL_ECORRUPT"},
+        {"length 2^32+1", A1_THEN("12 8180808010 78"), "SL_ECORRUPT"},
+        {"length 0xffffffff", A1_THEN("12 ffffffff0f 61626364"), "SL_ECORRUPT"},
+        {"length past end", A1_THEN("12 05 0000"), "SL_ECORRUPT"},
+        {"truncated fixed64", A1_THEN("19 00000000000000"), "SL_ECORRUPT"},
+        {"truncated fixed32", A1_THEN("1d 000000"), "SL_ECORRUPT"},
         {"packed floats, 3 bytes", EX1("a", LD(2, LD(1, RAW("000000")))), "SL_ECORRUPT"},
         {"float as varint", EX1("a", LD(2, VI(1, 1))), "SL_ECORRUPT"},
         {"float as fixed64", EX1("a", LD(2, RAW("09 0000000000000000"))), "SL_ECORRUPT"},
@@ -543,18 +551,18 @@ TEST(test_key_with_nul) {
 TEST(test_error_messages) {
     sl_example ex;
     sl_example_init(&ex);
-    wb in = CAT(EX1("a", I64(1, 1LL)), RAW("18 ff ff"));
+    wb in = A1_THEN("18 ff ff");
     ASSERT_EQ(sl_example_parse(&ex, in.d, in.n), SL_ECORRUPT);
     ASSERT_STREQ(sl_errmsg(), "byte 15: truncated varint\n"
                               "---> HINT: the record is not a serialized tf.train.Example, or it is damaged");
     ASSERT_EQ(ex.n, 0);
-    in = CAT(EX1("a", I64(1, 1LL)), RAW("12 05 0000"));
+    in = A1_THEN("12 05 0000");
     ASSERT_EQ(sl_example_parse(&ex, in.d, in.n), SL_ECORRUPT);
     ASSERT_CONTAINS(sl_errmsg(), "byte 15: length 5 runs past the end of its message (2 bytes left)");
     in = EX1("a", LD(2, LD(1, RAW("000000"))));
     ASSERT_EQ(sl_example_parse(&ex, in.d, in.n), SL_ECORRUPT);
     ASSERT_CONTAINS(sl_errmsg(), "byte 11: packed FloatList of 3 bytes, not a multiple of 4");
-    in = CAT(EX1("a", I64(1, 1LL)), RAW("13"));
+    in = A1_THEN("13");
     ASSERT_EQ(sl_example_parse(&ex, in.d, in.n), SL_ECORRUPT);
     ASSERT_CONTAINS(sl_errmsg(), "byte 14: group (wire type 3) is not supported");
     in = EX1("a", LD(3, F32(1, 1.0f)));

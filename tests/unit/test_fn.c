@@ -12,6 +12,7 @@
 #include "sluice/jpeg.h"
 #include "sluice/pipeline.h"
 #include "sluice/tfrecord.h"
+#include "helper_jpeg.h"
 #include "test.h"
 
 /* ---- helpers ---- */
@@ -70,6 +71,15 @@ static double ref_sample(const double *src, int64_t sh, int64_t sw, int64_t c, i
 #undef AT
 }
 
+/* t is a DT tensor of shape D0 x D1 */
+#define ASSERT_SHAPE2(t, dt, d0, d1)  \
+    do {                              \
+        ASSERT_EQ((t)->dtype, dt);    \
+        ASSERT_EQ((t)->rank, 2);      \
+        ASSERT_EQ((t)->dims[0], d0);  \
+        ASSERT_EQ((t)->dims[1], d1);  \
+    } while (0)
+
 TEST(test_resize_by_hand) {
     /* 2x2 -> 4x4: source coordinates -0.25 (clamped to 0), 0.25, 0.75, 1.25 (clamped to 1) */
     uint8_t px[4] = {0, 100, 200, 40};
@@ -81,10 +91,7 @@ TEST(test_resize_by_hand) {
     elem1(&e, "image", tensor_of(SL_DT_U8, 2, d2, px));
     ASSERT_OK(apply(fn, &e, 0));
     const sl_tensor *t = comp(&e, "image");
-    ASSERT_EQ(t->dtype, SL_DT_U8);
-    ASSERT_EQ(t->rank, 2);
-    ASSERT_EQ(t->dims[0], 4);
-    ASSERT_EQ(t->dims[1], 4);
+    ASSERT_SHAPE2(t, SL_DT_U8, 4, 4);
     /* rows: r0 = 0 25 75 100, r3 = 200 160 80 40, r1 = .75 r0 + .25 r3, r2 = .25 r0 + .75 r3
      * (58.75 -> 59, 76.25 -> 76, 126.25 -> 126, 78.75 -> 79) */
     uint8_t want[16] = {0, 25, 75, 100, 50, 59, 76, 85, 150, 126, 79, 55, 200, 160, 80, 40};
@@ -155,6 +162,20 @@ TEST(test_resize_by_hand) {
     ASSERT_STREQ(sl_errmsg(), "resize: size 0x5 must be at least 1x1");
 }
 
+/* n random bytes (from rng) in *u, the same as floats u * scale + off in *f and as doubles in
+ * *dv, and room for m outputs in *uo and *fo (all malloc'd; the caller frees them) */
+static void random_image(sl_rng *rng, size_t n, size_t m, float scale, float off, uint8_t **u, uint8_t **uo,
+                         float **f, float **fo, double **dv) {
+    *u = malloc(n), *uo = malloc(m);
+    *f = malloc(n * 4), *fo = malloc(m * 4);
+    *dv = malloc(n * 8);
+    for (size_t i = 0; i < n; i++) {
+        (*u)[i] = (uint8_t)(sl__rng_u64(rng) & 0xff);
+        (*f)[i] = (float)(*u)[i] * scale + off;
+        (*dv)[i] = (*u)[i];
+    }
+}
+
 /* Up- and downscales of random images, 1 and 3 channels, against ref_sample. The library
  * computes in float, the reference in double: uint8 results may differ by one level where
  * the exact value is within float rounding of a .5 (bilinear weights like 0.2 and 0.5 make
@@ -166,14 +187,10 @@ TEST(test_resize_against_reference) {
     for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
         int64_t sh = cases[ci][0], sw = cases[ci][1], c = cases[ci][2], dh = cases[ci][3], dw = cases[ci][4];
         size_t n = (size_t)(sh * sw * c), m = (size_t)(dh * dw * c);
-        uint8_t *u = malloc(n), *uo = malloc(m);
-        float *f = malloc(n * 4), *fo = malloc(m * 4);
-        double *dv = malloc(n * 8);
-        for (size_t i = 0; i < n; i++) {
-            u[i] = (uint8_t)(sl__rng_u64(&rng) & 0xff);
-            f[i] = (float)u[i] * 0.37f - 20.0f;
-            dv[i] = u[i];
-        }
+        uint8_t *u, *uo;
+        float *f, *fo;
+        double *dv;
+        random_image(&rng, n, m, 0.37f, -20.0f, &u, &uo, &f, &fo, &dv);
         ASSERT_OK(sl__resize_u8(u, sh, sw, c, sw * c, 0, 0, (double)sh, (double)sw, uo, dh, dw));
         ASSERT_OK(sl__resize_f32(f, sh, sw, c, sw * c, 0, 0, (double)sh, (double)sw, fo, dh, dw));
         int off_by_one = 0;
@@ -331,14 +348,10 @@ TEST(test_resize_antialias_against_reference) {
         double ry = cases[ci][5] / 10.0, rx = cases[ci][6] / 10.0, rh = cases[ci][7] / 10.0, rw = cases[ci][8] / 10.0;
         if (cases[ci][7] == 0) rh = (double)sh, rw = (double)sw;
         size_t n = (size_t)(sh * sw * c), m = (size_t)(dh * dw * c);
-        uint8_t *u = malloc(n), *uo = malloc(m);
-        float *f = malloc(n * 4), *fo = malloc(m * 4);
-        double *dv = malloc(n * 8);
-        for (size_t i = 0; i < n; i++) {
-            u[i] = (uint8_t)(sl__rng_u64(&rng) & 0xff);
-            f[i] = (float)u[i];
-            dv[i] = u[i];
-        }
+        uint8_t *u, *uo;
+        float *f, *fo;
+        double *dv;
+        random_image(&rng, n, m, 1.0f, 0.0f, &u, &uo, &f, &fo, &dv);
         ASSERT_OK(sl__resize_aa_u8(u, sh, sw, c, sw * c, ry, rx, rh, rw, uo, dh, dw));
         ASSERT_OK(sl__resize_aa_f32(f, sh, sw, c, sw * c, ry, rx, rh, rw, fo, dh, dw));
         int off = 0;
@@ -675,10 +688,7 @@ TEST(test_decode_raw) {
         const uint8_t *src = ((sl_bytes *)e.t[0].data)->ptr;
         ASSERT_OK(apply(fn, &e, 0));
         const sl_tensor *t = comp(&e, "raw");
-        ASSERT_EQ(t->dtype, SL_DT_U16);
-        ASSERT_EQ(t->rank, 2);
-        ASSERT_EQ(t->dims[0], 2);
-        ASSERT_EQ(t->dims[1], 3);
+        ASSERT_SHAPE2(t, SL_DT_U16, 2, 3);
         ASSERT_MEMEQ(t->data, vals, sizeof vals);
         if (offset == 0) ASSERT(t->data == (const void *)src);  /* aligned: a view */
         else ASSERT(t->data != (const void *)src);              /* unaligned: copied */
@@ -1458,33 +1468,6 @@ TEST(test_parse_decode_chain) {
 
 /* ---- pixel limits ---- */
 
-/* A valid baseline grayscale JPEG of w x h flat grey pixels (128), written by hand: each
- * Huffman table has one 1-bit code (DC difference 0; end of block), so an 8x8 block takes
- * 2 bits and a 30000 x 30000 image (900 million pixels) fits in 3.5 MB. */
-static uint8_t *flat_jpeg(int w, int h, size_t *len) {
-    size_t blocks = (size_t)((w + 7) / 8) * (size_t)((h + 7) / 8), bits = blocks * 2, scan = (bits + 7) / 8;
-    uint8_t *p = malloc(2 + 69 + 13 + 44 + 10 + scan + 2), *q = p;
-    if (!p) abort();
-    static const uint8_t soi_dqt[] = {0xFF, 0xD8, 0xFF, 0xDB, 0, 67, 0};
-    memcpy(q, soi_dqt, sizeof soi_dqt), q += sizeof soi_dqt;
-    memset(q, 1, 64), q += 64;
-    uint8_t sof[] = {0xFF, 0xC0, 0, 11, 8, (uint8_t)(h >> 8), (uint8_t)h, (uint8_t)(w >> 8), (uint8_t)w, 1, 1, 0x11, 0};
-    memcpy(q, sof, sizeof sof), q += sizeof sof;
-    for (int cls = 0; cls < 2; cls++) { /* DHT: class cls, table 0: one code of length 1, symbol 0 */
-        uint8_t dht[22] = {0xFF, 0xC4, 0, 20, (uint8_t)(cls << 4), 1};
-        memcpy(q, dht, sizeof dht), q += sizeof dht;
-    }
-    static const uint8_t sos[] = {0xFF, 0xDA, 0, 8, 1, 1, 0x00, 0, 63, 0};
-    memcpy(q, sos, sizeof sos), q += sizeof sos;
-    memset(q, 0, scan);
-    if (bits % 8) q[scan - 1] = (uint8_t)(0xFF >> (bits % 8)); /* pad with 1 bits */
-    q += scan;
-    *q++ = 0xFF;
-    *q++ = 0xD9;
-    *len = (size_t)(q - p);
-    return p;
-}
-
 /* A field of /proc/self/status in kB, -1 if unreadable. */
 static long status_kb(const char *key) {
     FILE *f = fopen("/proc/self/status", "r");
@@ -1509,7 +1492,7 @@ static bool reset_peak_rss(void) {
 TEST(test_decode_jpeg_pixel_limit) {
     /* the generator makes real JPEGs: a 64x64 one decodes to flat grey */
     size_t len;
-    uint8_t *small = flat_jpeg(64, 64, &len);
+    uint8_t *small = sl_test_flat_jpeg(64, 64, &len);
     sl_fn *dec;
     ASSERT_OK(sl_fn_decode_jpeg("image", 0, &dec));
     sl_element e;
@@ -1540,7 +1523,7 @@ TEST(test_decode_jpeg_pixel_limit) {
 
     /* a valid 30000 x 30000 JPEG (3.5 MB, 900 MB decoded) is refused by default, before
      * anything is allocated for it: the peak resident size hardly moves */
-    uint8_t *big = flat_jpeg(30000, 30000, &len);
+    uint8_t *big = sl_test_flat_jpeg(30000, 30000, &len);
     ASSERT(len < 4000000);
     sl_fn *fns[2];
     ASSERT_OK(sl_fn_decode_jpeg("image", 0, &dec));
@@ -1615,7 +1598,7 @@ TEST(test_resize_pixel_limit) {
 
     /* fused into decode_jpeg, a resize keeps its limit */
     size_t len;
-    uint8_t *small = flat_jpeg(64, 64, &len);
+    uint8_t *small = sl_test_flat_jpeg(64, 64, &len);
     sl_fn *fns[2], *chain;
     ASSERT_OK(sl_fn_decode_jpeg("image", 0, &fns[0]));
     ASSERT_OK(sl_fn_resize("image", 200000, 200000, &fns[1]));

@@ -12,6 +12,8 @@
 #include "sluice/jpeg.h"
 #include "sluice/pipeline.h"
 #include "sluice/tfrecord.h"
+#include "helper_files.h"
+#include "helper_iter.h"
 #include "test.h"
 
 static sl_cfg *parse_named(const char *text, const char *filename) {
@@ -231,9 +233,7 @@ static sl_status write_files(int nfiles, sl_compression comp) {
 }
 
 static void clean_dir(void) {
-    char cmd[128];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", tmpdir);
-    if (system(cmd) != 0) printf("  could not remove %s\n", tmpdir);
+    if (sl_test_rm_rf(tmpdir) != 0) printf("  could not remove %s\n", tmpdir);
 }
 
 static sl_status build_in_dir(const char *body, const sl_pipeline_env *env, sl_dataset **ds) {
@@ -250,8 +250,7 @@ static sl_status build_in_dir(const char *body, const sl_pipeline_env *env, sl_d
 #define PARSE_LABELS " map parse_example(label: int64, image: bytes)\n"
 
 TEST(test_files_in_order_and_options) {
-    snprintf(tmpdir, sizeof tmpdir, "/tmp/sluice-fc-XXXXXX");
-    ASSERT(mkdtemp(tmpdir));
+    ASSERT(sl_test_mkdtemp(tmpdir, sizeof tmpdir, "sluice-fc"));
     ASSERT_OK(write_files(3, SL_COMP_NONE));
     sl_dataset *ds;
     int64_t v[64];
@@ -417,8 +416,7 @@ static sl_status first_error(sl_dataset *ds, int *got) {
 }
 
 TEST(test_data_errors_say_where) {
-    snprintf(tmpdir, sizeof tmpdir, "/tmp/sluice-fc-XXXXXX");
-    ASSERT(mkdtemp(tmpdir));
+    ASSERT(sl_test_mkdtemp(tmpdir, sizeof tmpdir, "sluice-fc"));
     uint64_t offs[5];
     char want[1024];
     int got;
@@ -456,13 +454,7 @@ TEST(test_data_errors_say_where) {
                            " ignore_errors\n", NULL, &ds));
     sl_iter *it;
     ASSERT_OK(sl_iter_create(ds, NULL, &it));
-    sl_element e;
-    sl_element_init(&e);
-    int n = 0;
-    while (sl_iter_next(it, &e) == SL_OK) {
-        n++;
-        sl_element_clear(&e);
-    }
+    int n = sl_test_drain(it);
     ASSERT_EQ(n, 4);
     ASSERT_EQ(sl_iter_errors_ignored(it), 1);
     sl_iter_close(it);
@@ -515,8 +507,7 @@ TEST(test_max_pixels_option) {
     ASSERT_CONTAINS(sl_errmsg(), "p.sl:3:");
 
     /* decode_jpeg's limit at work: 8x8 images pass under 64 and fail under 63 */
-    snprintf(tmpdir, sizeof tmpdir, "/tmp/sluice-fc-XXXXXX");
-    ASSERT(mkdtemp(tmpdir));
+    ASSERT(sl_test_mkdtemp(tmpdir, sizeof tmpdir, "sluice-fc"));
     uint64_t offs[5];
     int got;
     ASSERT_OK(write_spoiled("ok.tfrecord", -1, 0, offs));
@@ -539,56 +530,48 @@ TEST(test_max_pixels_option) {
 }
 
 TEST(test_shard_auto_picks_file_or_data) {
-    snprintf(tmpdir, sizeof tmpdir, "/tmp/sluice-fc-XXXXXX");
-    ASSERT(mkdtemp(tmpdir));
+    ASSERT(sl_test_mkdtemp(tmpdir, sizeof tmpdir, "sluice-fc"));
     ASSERT_OK(write_files(3, SL_COMP_NONE));
     sl_dataset *ds;
     int64_t v[64];
     sl_pipeline_env env = sl_pipeline_env_default();
-    /* 3 files, 2 replicas: by file; replica 1 reads file 1 only */
-    env.num_shards = 2;
-    env.shard_index = 1;
-    ASSERT_OK(build_in_dir(" files \"part-*.tfrecord\"\n shard auto\n" PARSE_LABELS, &env, &ds));
-    ASSERT_EQ(drain(ds, 0, "label", v, 64, NULL, NULL), 4);
-    for (int i = 0; i < 4; i++) ASSERT_EQ(v[i], 10 + i);
-    sl_dataset_unref(ds);
-    /* replica 0 of 2 with interleave: files 0 and 2, interleaved */
-    env.shard_index = 0;
-    ASSERT_OK(build_in_dir(" files \"part-*.tfrecord\"\n shard\n interleave cycle=2 block=2\n" PARSE_LABELS, &env, &ds));
-    ASSERT_EQ(drain(ds, 0, "label", v, 64, NULL, NULL), 8);
-    static const int64_t f02[8] = {0, 1, 20, 21, 2, 3, 22, 23};
-    for (int i = 0; i < 8; i++) ASSERT_EQ(v[i], f02[i]);
-    sl_dataset_unref(ds);
-    /* 3 files, 4 replicas: by data; replica 1 keeps records 1, 5, 9 */
-    env.num_shards = 4;
-    env.shard_index = 1;
-    ASSERT_OK(build_in_dir(" files \"part-*.tfrecord\"\n shard auto\n" PARSE_LABELS, &env, &ds));
-    ASSERT_EQ(drain(ds, 0, "label", v, 64, NULL, NULL), 3);
-    ASSERT_EQ(v[0], 1);
-    ASSERT_EQ(v[1], 11);
-    ASSERT_EQ(v[2], 21);
-    sl_dataset_unref(ds);
-    /* by data, then interleave: the records of the interleaved stream are sharded */
-    ASSERT_OK(build_in_dir(" files \"part-*.tfrecord\"\n shard\n interleave cycle=3 block=1\n" PARSE_LABELS, &env, &ds));
-    ASSERT_EQ(drain(ds, 0, "label", v, 64, NULL, NULL), 3);
-    ASSERT_EQ(v[0], 10);
-    ASSERT_EQ(v[1], 21);
-    ASSERT_EQ(v[2], 3);
-    sl_dataset_unref(ds);
-    /* num/index options beat env; shard data forces data even with enough files */
-    ASSERT_OK(build_in_dir(" files \"part-*.tfrecord\"\n shard data num=2 index=0\n" PARSE_LABELS, &env, &ds));
-    ASSERT_EQ(drain(ds, 0, "label", v, 64, NULL, NULL), 6);
-    static const int64_t even[6] = {0, 2, 10, 12, 20, 22};
-    for (int i = 0; i < 6; i++) ASSERT_EQ(v[i], even[i]);
-    sl_dataset_unref(ds);
-    /* auto after other ops shards the elements, whatever the file count */
-    env.num_shards = 3;
-    env.shard_index = 2;
-    ASSERT_OK(build_in_dir(" files \"part-*.tfrecord\"\n" PARSE_LABELS " shard auto\n", &env, &ds));
-    ASSERT_EQ(drain(ds, 0, "label", v, 64, NULL, NULL), 4);
-    ASSERT_EQ(v[0], 2);
-    ASSERT_EQ(v[1], 11);
-    sl_dataset_unref(ds);
+    static const struct {
+        int shards, index; /* the environment's */
+        const char *ops;   /* the pipeline after its files statement */
+        int n, nwant;      /* elements, and how many of them are checked */
+        int64_t want[8];
+    } cases[] = {
+        /* 3 files, 2 replicas: by file; replica 1 reads file 1 only */
+        {2, 1, " shard auto\n" PARSE_LABELS, 4, 4, {10, 11, 12, 13}},
+        /* replica 0 of 2 with interleave: files 0 and 2, interleaved */
+        {2, 0, " shard\n interleave cycle=2 block=2\n" PARSE_LABELS, 8, 8, {0, 1, 20, 21, 2, 3, 22, 23}},
+        /* 3 files, 4 replicas: by data; replica 1 keeps records 1, 5, 9 */
+        {4, 1, " shard auto\n" PARSE_LABELS, 3, 3, {1, 11, 21}},
+        /* by data, then interleave: the records of the interleaved stream are sharded */
+        {4, 1, " shard\n interleave cycle=3 block=1\n" PARSE_LABELS, 3, 3, {10, 21, 3}},
+        /* num/index options beat env; shard data forces data even with enough files */
+        {4, 1, " shard data num=2 index=0\n" PARSE_LABELS, 6, 6, {0, 2, 10, 12, 20, 22}},
+        /* auto after other ops shards the elements, whatever the file count */
+        {3, 2, PARSE_LABELS " shard auto\n", 4, 2, {2, 11}},
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        env.num_shards = cases[c].shards;
+        env.shard_index = cases[c].index;
+        char text[256];
+        snprintf(text, sizeof text, " files \"part-*.tfrecord\"\n%s", cases[c].ops);
+        ASSERT_OK(build_in_dir(text, &env, &ds));
+        int n = drain(ds, 0, "label", v, 64, NULL, NULL);
+        if (n != cases[c].n) {
+            FAILF("case %zu: %d elements, expected %d", c, n, cases[c].n);
+            return;
+        }
+        for (int i = 0; i < cases[c].nwant; i++)
+            if (v[i] != cases[c].want[i]) {
+                FAILF("case %zu: element %d is %lld, expected %lld", c, i, (long long)v[i], (long long)cases[c].want[i]);
+                return;
+            }
+        sl_dataset_unref(ds);
+    }
     /* file sharding on a range source is an error; data is fine */
     ASSERT_EQ(build("pipeline p {\n range 0 10\n shard file\n}\n", "p", &env, &ds), SL_EINVAL);
     ASSERT_STREQ(sl_errmsg(), "p.sl:3:2: shard file needs a files source\n     shard file\n     ^~~~~\n"
@@ -854,8 +837,7 @@ TEST(test_error_messages) {
 }
 
 TEST(test_relative_paths_follow_the_config_file) {
-    snprintf(tmpdir, sizeof tmpdir, "/tmp/sluice-fc-XXXXXX");
-    ASSERT(mkdtemp(tmpdir));
+    ASSERT(sl_test_mkdtemp(tmpdir, sizeof tmpdir, "sluice-fc"));
     ASSERT_OK(write_files(1, SL_COMP_NONE));
     sl_dataset *ds;
     /* a relative pattern that does not exist names where it looked */
@@ -937,8 +919,7 @@ static int photo_through(const char *fns, int64_t *d, uint8_t *px, int cap) {
 /* antialias=, resize(shorter=N) and decode_jpeg(dct_scaling=) in the config: each changes
  * the output it should, the defaults are what the README says, bad values are refused. */
 TEST(test_image_options) {
-    snprintf(tmpdir, sizeof tmpdir, "/tmp/sluice-fc-XXXXXX");
-    ASSERT(mkdtemp(tmpdir));
+    ASSERT(sl_test_mkdtemp(tmpdir, sizeof tmpdir, "sluice-fc"));
     ASSERT_OK(write_photo());
     int64_t d[3];
     uint8_t a[1024], b[1024];

@@ -9,16 +9,9 @@
 #include "sluice/util.h"
 #include "test.h"
 
-static uint32_t fbits(float f) {
-    uint32_t x;
-    memcpy(&x, &f, 4);
-    return x;
-}
-static float bitsf(uint32_t x) {
-    float f;
-    memcpy(&f, &x, 4);
-    return f;
-}
+/* the bits of a float and back (a union: C11 reads the other member as those bytes) */
+static uint32_t fbits(float f) { return (union { float f; uint32_t u; }){.f = f}.u; }
+static float bitsf(uint32_t x) { return (union { uint32_t u; float f; }){.u = x}.f; }
 
 TEST(test_f16_all_round_trip) {
     int bad = 0;

@@ -10,6 +10,7 @@
 #include <zlib.h>
 
 #include "sluice/idx.h"
+#include "helper_files.h"
 #include "test.h"
 
 #define FMNIST "/usr/share/datasets/fashion-mnist/"
@@ -18,15 +19,6 @@ static char tmp_path[256];
 static const char *tmp(const char *name) {
     snprintf(tmp_path, sizeof tmp_path, "/tmp/sl_test_idx_%d_%s", (int)getpid(), name);
     return tmp_path;
-}
-
-static int write_bytes(const char *path, const void *p, size_t n) {
-    FILE *f = fopen(path, "wb");
-    if (!f)
-        return -1;
-    size_t w = fwrite(p, 1, n, f);
-    fclose(f);
-    return w == n ? 0 : -1;
 }
 
 static int file_exists(const char *p) { return access(p, R_OK) == 0; }
@@ -285,7 +277,7 @@ TEST(test_corruption) {
 
     /* a truncated real-size file on disk: path in the message */
     const char *p = tmp("trunc_file");
-    ASSERT_EQ(write_bytes(p, good, sizeof good - 3), 0);
+    ASSERT_EQ(sl_test_write_file(p, good, sizeof good - 3), 0);
     ASSERT_EQ(sl_idx_read(p, &t), SL_ECORRUPT);
     ASSERT_CONTAINS(sl_errmsg(), p);
     ASSERT_CONTAINS(sl_errmsg(), ": byte 15: idx dimensions need 6");

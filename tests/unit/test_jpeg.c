@@ -9,6 +9,8 @@
 #include <turbojpeg.h>
 
 #include "sluice/jpeg.h"
+#include "helper_files.h"
+#include "helper_jpeg.h"
 #include "test.h"
 
 #define TFR_IMAGES SL_TEST_SHARED "/data/tfrecord-samples/jongwook__tfrecord_lite/tests__images.tfrecord"
@@ -56,19 +58,6 @@ static img encode_img(int w, int h, int ch, int subsamp, int q, uint32_t seed) {
     return r;
 }
 
-static uint8_t *read_file(const char *path, size_t *n) {
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return NULL;
-    fseek(f, 0, SEEK_END);
-    long sz = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    uint8_t *b = malloc(sz > 0 ? (size_t)sz : 1);
-    *n = fread(b, 1, (size_t)sz, f);
-    fclose(f);
-    return b;
-}
-
 /* End of the JPEG that starts at p[0] (SOI), by walking its marker segments and entropy
  * data, so that bytes following it inside a protobuf are not included. 0 if none. */
 static size_t jpeg_extent(const uint8_t *p, size_t n) {
@@ -102,7 +91,7 @@ static size_t jpeg_extent(const uint8_t *p, size_t n) {
  * each record's first SOI. Returns the count (up to max). */
 static int tfrecord_jpegs(const char *path, img *out, int max) {
     size_t n;
-    uint8_t *f = read_file(path, &n);
+    uint8_t *f = sl_test_read_file(path, &n);
     if (!f)
         return -1;
     int k = 0;
@@ -189,7 +178,7 @@ static int image_set(img *set, int max) {
     for (size_t i = 0; i < sizeof seeds / sizeof seeds[0] && k < max; i++) {
         char path[512];
         snprintf(path, sizeof path, "%s/tests/fuzz/seeds/jpeg/%s", SL_TEST_SRC, seeds[i]);
-        set[k].data = read_file(path, &set[k].len);
+        set[k].data = sl_test_read_file(path, &set[k].len);
         if (!set[k].data) {
             printf("  missing %s\n", path);
             continue;
@@ -233,7 +222,7 @@ TEST(test_header_encoded) {
     ASSERT_EQ(in.subsamp, TJSAMP_422);
     /* 3x1 chroma sampling: valid, but TurboJPEG 2.1 has no name for it */
     size_t n311;
-    uint8_t *j311 = read_file(SL_TEST_SRC "/tests/fuzz/seeds/jpeg/c311_33x20.jpg", &n311);
+    uint8_t *j311 = sl_test_read_file(SL_TEST_SRC "/tests/fuzz/seeds/jpeg/c311_33x20.jpg", &n311);
     ASSERT(j311);
     ASSERT_OK(sl_jpeg_header(d, j311, n311, &in));
     free(j311);
@@ -682,35 +671,6 @@ TEST(test_encode_roundtrip_quality) {
 }
 
 
-/* A valid baseline grayscale JPEG of w x h flat grey pixels (128), written by hand: each
- * Huffman table has one 1-bit code (DC difference 0; end of block), so an 8x8 block takes
- * 2 bits and a 30000 x 30000 image (900 million pixels) fits in 3.5 MB. */
-static uint8_t *flat_jpeg(int w, int h, size_t *len) {
-    size_t blocks = (size_t)((w + 7) / 8) * (size_t)((h + 7) / 8), bits = blocks * 2, scan = (bits + 7) / 8;
-    uint8_t *p = malloc(2 + 69 + 13 + 44 + 10 + scan + 2), *q = p;
-    if (!p)
-        abort();
-    static const uint8_t soi_dqt[] = {0xFF, 0xD8, 0xFF, 0xDB, 0, 67, 0};
-    memcpy(q, soi_dqt, sizeof soi_dqt), q += sizeof soi_dqt;
-    memset(q, 1, 64), q += 64;
-    uint8_t sof[] = {0xFF, 0xC0, 0, 11, 8, (uint8_t)(h >> 8), (uint8_t)h, (uint8_t)(w >> 8), (uint8_t)w, 1, 1, 0x11, 0};
-    memcpy(q, sof, sizeof sof), q += sizeof sof;
-    for (int cls = 0; cls < 2; cls++) { /* DHT: class cls, table 0: one code of length 1, symbol 0 */
-        uint8_t dht[22] = {0xFF, 0xC4, 0, 20, (uint8_t)(cls << 4), 1};
-        memcpy(q, dht, sizeof dht), q += sizeof dht;
-    }
-    static const uint8_t sos[] = {0xFF, 0xDA, 0, 8, 1, 1, 0x00, 0, 63, 0};
-    memcpy(q, sos, sizeof sos), q += sizeof sos;
-    memset(q, 0, scan);
-    if (bits % 8)
-        q[scan - 1] = (uint8_t)(0xFF >> (bits % 8)); /* pad with 1 bits */
-    q += scan;
-    *q++ = 0xFF;
-    *q++ = 0xD9;
-    *len = (size_t)(q - p);
-    return p;
-}
-
 /* The decoder's pixel limit: refused with SL_ERANGE before decoding (whatever the scale or
  * crop), the message naming the size, the limit and how to raise it. */
 TEST(test_max_pixels) {
@@ -718,7 +678,7 @@ TEST(test_max_pixels) {
     ASSERT_OK(sl_jpeg_decoder_new(&d));
     ASSERT_EQ(sl_jpeg_decoder_max_pixels(d), SL_JPEG_MAX_PIXELS_DEFAULT);
     size_t len;
-    uint8_t *small = flat_jpeg(64, 64, &len), buf[64 * 64];
+    uint8_t *small = sl_test_flat_jpeg(64, 64, &len), buf[64 * 64];
     int w, h;
     ASSERT_OK(sl_jpeg_decode(d, small, len, 1, 8, buf, sizeof buf, &w, &h));
     ASSERT_EQ(w, 64);
@@ -749,7 +709,7 @@ TEST(test_max_pixels) {
 
     /* a valid 30000 x 30000 file: even a scaled decode or an 8x8 crop (cheap for a baseline
      * file, but libjpeg keeps full-size buffers for progressive ones) is refused by default */
-    uint8_t *big = flat_jpeg(30000, 30000, &len);
+    uint8_t *big = sl_test_flat_jpeg(30000, 30000, &len);
     ASSERT_OK(sl_jpeg_header(d, big, len, &info));
     ASSERT_EQ(info.width, 30000);
     ASSERT_EQ(info.components, 1);

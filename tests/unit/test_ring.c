@@ -161,6 +161,36 @@ static int run_all(int n, job *tmpl, void **bufs, job *out) {
 
 static float val(int rank, size_t i) { return (float)((int)(i % 1000) - 300) * (float)(rank + 1); }
 
+/* After 300 ms (for messages sent to the ranks' inboxes to arrive), the n ranks of tps sum
+ * val(rank, i) over 100003 floats twice, each in its thread, in 16 KiB chunks. Returns 0 when
+ * every rank returned SL_OK with n * (1+2+3) * val(0, i) everywhere, else 1 (printed). */
+static int allreduce_twice(sl_tp **tps, int n) {
+    enum { MAX = 8 };
+    if (n > MAX) return 1;
+    struct timespec ts = {0, 300 * 1000000};
+    nanosleep(&ts, NULL);
+    size_t len = 100003;
+    float *bufs[MAX];
+    job jobs[MAX];
+    pthread_t th[MAX];
+    for (int r = 0; r < n; r++) {
+        bufs[r] = malloc(len * 4);
+        for (size_t i = 0; i < len; i++) bufs[r][i] = val(r, i);
+        jobs[r] = (job){.tp = tps[r], .rank = r, .n = n, .what = DO_ALLREDUCE, .reps = 2, .count = len,
+                        .buf = bufs[r], .dt = SL_DT_F32, .op = SL_REDUCE_SUM, .ro = {.chunk_bytes = 16 << 10}};
+        pthread_create(&th[r], NULL, run_job, &jobs[r]);
+    }
+    for (int r = 0; r < n; r++) pthread_join(th[r], NULL);
+    int wrong = 0;
+    for (int r = 0; r < n; r++) {
+        if (jobs[r].st) { printf("  rank %d: %s\n", r, jobs[r].msg); wrong = 1; }
+        for (size_t i = 0; i < len && !wrong; i++)
+            if (bufs[r][i] != val(0, i) * 6 * n) wrong = 1; /* sum twice: n * (1+2+3) */
+    }
+    for (int r = 0; r < n; r++) free(bufs[r]);
+    return wrong;
+}
+
 TEST(test_allreduce_sum_exact) {
     size_t big = 1000003;
     for (int n = 2; n <= 8; n++) {
@@ -626,31 +656,12 @@ TEST(test_garbage_during_allreduce) {
         zmq_send(raw[i], "payload", 7, 0);
         for (int k = 0; k < 4; k++) zmq_send(raw[i], "abcd", 4, k < 3 ? ZMQ_SNDMORE : 0);
     }
-    struct timespec ts = {0, 300 * 1000000};
-    nanosleep(&ts, NULL);
-    size_t len = 100003;
-    float *bufs[N];
-    job jobs[N];
-    pthread_t th[N];
-    for (int r = 0; r < N; r++) {
-        bufs[r] = malloc(len * 4);
-        for (size_t i = 0; i < len; i++) bufs[r][i] = val(r, i);
-        jobs[r] = (job){.tp = tps[r], .rank = r, .n = N, .what = DO_ALLREDUCE, .reps = 2, .count = len,
-                        .buf = bufs[r], .dt = SL_DT_F32, .op = SL_REDUCE_SUM, .ro = {.chunk_bytes = 16 << 10}};
-        pthread_create(&th[r], NULL, run_job, &jobs[r]);
-    }
-    for (int r = 0; r < N; r++) pthread_join(th[r], NULL);
-    int wrong = 0;
-    for (int r = 0; r < N; r++) {
-        if (jobs[r].st) { printf("  rank %d: %s\n", r, jobs[r].msg); wrong = 1; }
-        for (size_t i = 0; i < len && !wrong; i++)
-            if (bufs[r][i] != val(0, i) * 6 * N) wrong = 1; /* sum twice: N * (1+2+3) */
-    }
+    int wrong = allreduce_twice(tps, N);
     sl_tp_stats st[N];
     for (int r = 0; r < N; r++) sl_tp_get_stats(tps[r], &st[r]);
     for (int i = 0; i < N; i++) zmq_close(raw[i]);
     zmq_ctx_term(ctx);
-    for (int r = 0; r < N; r++) { sl_tp_destroy(tps[r]); free(bufs[r]); }
+    for (int r = 0; r < N; r++) sl_tp_destroy(tps[r]);
     ASSERT_EQ(wrong, 0);
     for (int r = 0; r < N; r++) ASSERT_EQ(st[r].dropped, 3);
 }
@@ -694,26 +705,7 @@ TEST(test_strangers_during_allreduce) {
             zmq_send(s, poison, sizeof poison, 0);
         }
     }
-    struct timespec ts = {0, 300 * 1000000};
-    nanosleep(&ts, NULL);
-    size_t len = 100003;
-    float *bufs[N];
-    job jobs[N];
-    pthread_t th[N];
-    for (int r = 0; r < N; r++) {
-        bufs[r] = malloc(len * 4);
-        for (size_t i = 0; i < len; i++) bufs[r][i] = val(r, i);
-        jobs[r] = (job){.tp = tps[r], .rank = r, .n = N, .what = DO_ALLREDUCE, .reps = 2, .count = len,
-                        .buf = bufs[r], .dt = SL_DT_F32, .op = SL_REDUCE_SUM, .ro = {.chunk_bytes = 16 << 10}};
-        pthread_create(&th[r], NULL, run_job, &jobs[r]);
-    }
-    for (int r = 0; r < N; r++) pthread_join(th[r], NULL);
-    int wrong = 0;
-    for (int r = 0; r < N; r++) {
-        if (jobs[r].st) { printf("  rank %d: %s\n", r, jobs[r].msg); wrong = 1; }
-        for (size_t i = 0; i < len && !wrong; i++)
-            if (bufs[r][i] != val(0, i) * 6 * N) wrong = 1; /* sum twice: N * (1+2+3) */
-    }
+    int wrong = allreduce_twice(tps, N);
     /* whatever the ring did not read by itself is dropped now: nothing else is waiting */
     sl_tp_stats st[N];
     for (int r = 0; r < N; r++) {
@@ -730,7 +722,7 @@ TEST(test_strangers_during_allreduce) {
     for (int i = 0; i < N; i++)
         for (int k = 0; k < K; k++) zmq_close(raw[i][k]);
     zmq_ctx_term(ctx);
-    for (int r = 0; r < N; r++) { sl_tp_destroy(tps[r]); free(bufs[r]); }
+    for (int r = 0; r < N; r++) sl_tp_destroy(tps[r]);
     ASSERT_EQ(wrong, 0);
     for (int r = 0; r < N; r++) {
         ASSERT_EQ(st[r].dropped, 3 * K);

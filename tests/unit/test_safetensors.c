@@ -22,71 +22,17 @@
 
 #include "sluice/crc32c.h"
 #include "sluice/safetensors.h"
+#include "helper_files.h"
 #include "test.h"
 
 /* ---- helpers ---------------------------------------------------------------------- */
 
 static char tmpdir[256];
 
-static const char *mktmp(void) {
-    snprintf(tmpdir, sizeof tmpdir, "/tmp/sl_st_XXXXXX");
-    return mkdtemp(tmpdir);
-}
-
-/* Remove every file in dir, then dir. */
-static void rmtree(const char *dir) {
-    DIR *d = opendir(dir);
-    if (!d) return;
-    struct dirent *e;
-    char p[512];
-    while ((e = readdir(d))) {
-        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
-        snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
-        unlink(p);
-    }
-    closedir(d);
-    rmdir(dir);
-}
-
-static int count_files(const char *dir) {
-    DIR *d = opendir(dir);
-    int n = 0;
-    struct dirent *e;
-    while (d && (e = readdir(d)))
-        if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..")) n++;
-    if (d) closedir(d);
-    return n;
-}
-
-static uint8_t *read_file(const char *path, size_t *n) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    long len = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    uint8_t *p = malloc((size_t)len + 1);
-    if (fread(p, 1, (size_t)len, f) != (size_t)len) {
-        free(p);
-        p = NULL;
-    }
-    fclose(f);
-    *n = (size_t)len;
-    return p;
-}
-
-static void write_file(const char *path, const void *p, size_t n) {
-    FILE *f = fopen(path, "wb");
-    fwrite(p, 1, n, f);
-    fclose(f);
-}
-
-/* The first line of the error message (without the hint). */
-static const char *msg_line(void) {
-    static char line[1024];
-    snprintf(line, sizeof line, "%s", sl_errmsg());
-    char *nl = strchr(line, '\n');
-    if (nl) *nl = 0;
-    return line;
+/* A new temporary folder (in tmpdir), and the path of the file NAME in it into PATH (CAP
+ * bytes). Returns the folder, or NULL. */
+static const char *mktmp_file(char *path, size_t cap, const char *name) {
+    return sl_test_tmp_file(tmpdir, sizeof tmpdir, "sl_st", path, cap, name);
 }
 
 /* A file from a header (padded to a multiple of 8 unless pad is false) and `datalen`
@@ -181,12 +127,11 @@ static sl_status write_sample(const char *path) { return write_sample_crc(path, 
 /* ---- tests ------------------------------------------------------------------------ */
 
 TEST(test_roundtrip_every_dtype) {
-    const char *dir = mktmp();
-    ASSERT(dir);
     char path[300];
-    snprintf(path, sizeof path, "%s/ckpt.safetensors", dir);
+    const char *dir = mktmp_file(path, sizeof path, "ckpt.safetensors");
+    ASSERT(dir);
     ASSERT_OK(write_sample(path));
-    ASSERT_EQ(count_files(dir), 1); /* no temporary file left behind */
+    ASSERT_EQ(sl_test_count_files(dir), 1); /* no temporary file left behind */
     sl_st_file *f;
     ASSERT_OK(sl_st_open(path, &f));
     ASSERT_EQ(sl_st_count(f), NSAMPLE);
@@ -225,14 +170,13 @@ TEST(test_roundtrip_every_dtype) {
     ASSERT_EQ(((const float *)ts[1].data)[11], 2.5f);
     ASSERT_EQ(*(const float *)ts[13].data, 42.5f);
     for (int i = 0; i < NSAMPLE; i++) sl_tensor_release(&ts[i]);
-    rmtree(dir);
+    sl_test_rm_rf(dir);
 }
 
 TEST(test_exact_layout) {
-    const char *dir = mktmp();
-    ASSERT(dir);
     char path[300];
-    snprintf(path, sizeof path, "%s/small.safetensors", dir);
+    const char *dir = mktmp_file(path, sizeof path, "small.safetensors");
+    ASSERT(dir);
     sl_st_writer *w;
     ASSERT_OK(sl_st_writer_new(&w));
     const uint8_t b[3] = {1, 2, 3};
@@ -245,7 +189,7 @@ TEST(test_exact_layout) {
     ASSERT_OK(sl_st_writer_write(w, path));
     sl_st_writer_free(w);
     size_t n;
-    uint8_t *p = read_file(path, &n);
+    uint8_t *p = sl_test_read_file(path, &n);
     ASSERT(p);
     const char hdr[] = "{\"__metadata__\":{\"k\":\"v\"},"
                        "\"x\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]},"
@@ -260,7 +204,7 @@ TEST(test_exact_layout) {
     ASSERT_MEMEQ(p + 8 + hp, x, 8);
     ASSERT_MEMEQ(p + 8 + hp + 8, b, 3);
     free(p);
-    rmtree(dir);
+    sl_test_rm_rf(dir);
 }
 
 TEST(test_writer_errors) {
@@ -375,8 +319,8 @@ TEST(test_error_messages) {
             FAILF("case %zu: status %d (%s), expected %d", i, s, sl_errmsg(), cases[i].code);
             continue;
         }
-        if (strcmp(msg_line(), cases[i].msg) != 0) {
-            FAILF("case %zu:\n    got      \"%s\"\n    expected \"%s\"", i, msg_line(), cases[i].msg);
+        if (strcmp(sl_test_errmsg_line(), cases[i].msg) != 0) {
+            FAILF("case %zu:\n    got      \"%s\"\n    expected \"%s\"", i, sl_test_errmsg_line(), cases[i].msg);
             continue;
         }
     }
@@ -389,16 +333,16 @@ TEST(test_error_messages) {
     uint8_t five[5] = {0};
     sl_st_file *f;
     ASSERT_EQ(sl_st_open_mem(five, 5, "t.st", &f), SL_ECORRUPT);
-    ASSERT_STREQ(msg_line(), "t.st: byte 0: file is 5 bytes, too short for the 8-byte header length");
+    ASSERT_STREQ(sl_test_errmsg_line(), "t.st: byte 0: file is 5 bytes, too short for the 8-byte header length");
     ASSERT_CONTAINS(sl_errmsg(), "---> HINT: the file was cut short");
     size_t n;
     uint8_t *p = mkfile("{}", 0, true, &n);
     p[0] = 200;
     ASSERT_EQ(sl_st_open_mem(p, n, "t.st", &f), SL_ECORRUPT);
-    ASSERT_STREQ(msg_line(), "t.st: byte 0: header length 200 runs past the end of the file (16 bytes)");
+    ASSERT_STREQ(sl_test_errmsg_line(), "t.st: byte 0: header length 200 runs past the end of the file (16 bytes)");
     free(p);
     ASSERT_EQ(sl_st_open_mem(NULL, 0, NULL, &f), SL_ECORRUPT);
-    ASSERT_STREQ(msg_line(), "<memory>: byte 0: file is 0 bytes, too short for the 8-byte header length");
+    ASSERT_STREQ(sl_test_errmsg_line(), "<memory>: byte 0: file is 0 bytes, too short for the 8-byte header length");
     ASSERT(f == NULL);
 }
 
@@ -429,12 +373,11 @@ TEST(test_unaligned_tensor_is_copied) {
 }
 
 static uint8_t *sample_bytes(size_t *n) {
-    const char *dir = mktmp();
-    if (!dir) return NULL;
     char path[300];
-    snprintf(path, sizeof path, "%s/s.safetensors", dir);
-    uint8_t *p = write_sample(path) ? NULL : read_file(path, n);
-    rmtree(dir);
+    const char *dir = mktmp_file(path, sizeof path, "s.safetensors");
+    if (!dir) return NULL;
+    uint8_t *p = write_sample(path) ? NULL : sl_test_read_file(path, n);
+    sl_test_rm_rf(dir);
     return p;
 }
 
@@ -557,10 +500,9 @@ static int load_version(const char *path, size_t nfl) {
 }
 
 TEST(test_atomic_replace_half_written_temp) {
-    const char *dir = mktmp();
-    ASSERT(dir);
     char path[300], other[300], tmp[400];
-    snprintf(path, sizeof path, "%s/ckpt.safetensors", dir);
+    const char *dir = mktmp_file(path, sizeof path, "ckpt.safetensors");
+    ASSERT(dir);
     snprintf(other, sizeof other, "%s/b.safetensors", dir);
     float buf[1000];
     ASSERT_OK(write_version(path, buf, 1000, 1));
@@ -568,11 +510,11 @@ TEST(test_atomic_replace_half_written_temp) {
      * the write leaves behind */
     ASSERT_OK(write_version(other, buf, 1000, 2));
     size_t n;
-    uint8_t *b = read_file(other, &n);
+    uint8_t *b = sl_test_read_file(other, &n);
     ASSERT(b);
     unlink(other);
     snprintf(tmp, sizeof tmp, "%s.tmp.%ld.77", path, (long)getpid());
-    write_file(tmp, b, n / 2);
+    sl_test_write_file(tmp, b, n / 2);
     free(b);
     ASSERT_EQ(load_version(path, 1000), 1);
     sl_st_file *f;
@@ -580,22 +522,21 @@ TEST(test_atomic_replace_half_written_temp) {
     /* the next write replaces the target and ignores the stale temporary file */
     ASSERT_OK(write_version(path, buf, 1000, 3));
     ASSERT_EQ(load_version(path, 1000), 3);
-    ASSERT_EQ(count_files(dir), 2);
+    ASSERT_EQ(sl_test_count_files(dir), 2);
     ASSERT_EQ(sl_st_remove_stale(path), 1);
-    ASSERT_EQ(count_files(dir), 1);
+    ASSERT_EQ(sl_test_count_files(dir), 1);
     ASSERT_EQ(load_version(path, 1000), 3);
     ASSERT_EQ(sl_st_remove_stale(path), 0);
     ASSERT_EQ(sl_st_remove_stale("/nonexistent-dir-sl/x"), SL_ENOTFOUND);
-    rmtree(dir);
+    sl_test_rm_rf(dir);
 }
 
 /* Real kills: a child rewrites the checkpoint in a loop (versions 1, 2, 3, ...) and is
  * SIGKILLed at a random moment; the target must always load as one complete version. */
 TEST(test_kill_during_write) {
-    const char *dir = mktmp();
-    ASSERT(dir);
     char path[300];
-    snprintf(path, sizeof path, "%s/ckpt.safetensors", dir);
+    const char *dir = mktmp_file(path, sizeof path, "ckpt.safetensors");
+    ASSERT(dir);
     size_t nfl = 1 << 19; /* 2 MiB per write */
     float *buf = malloc(nfl * sizeof *buf);
     ASSERT_OK(write_version(path, buf, nfl, 1));
@@ -624,13 +565,13 @@ TEST(test_kill_during_write) {
         seen_new += v > 1;
     }
     /* a kill in the middle of a write leaves its temporary file behind */
-    int stale = count_files(dir) - 1;
+    int stale = sl_test_count_files(dir) - 1;
     printf("  12 kills: the checkpoint loaded every time (%d times a newer version; %d kills "
            "left a partial temporary file)\n", seen_new, stale);
     free(buf);
     ASSERT_EQ(sl_st_remove_stale(path), stale);
-    ASSERT_EQ(count_files(dir), 1);
-    rmtree(dir);
+    ASSERT_EQ(sl_test_count_files(dir), 1);
+    sl_test_rm_rf(dir);
 }
 
 /* ---- helper modes for the Python test ----------------------------------------------- */
@@ -651,13 +592,12 @@ static uint32_t spec_crc(const char *const (*kv)[2], int n) {
 }
 
 TEST(test_checksums) {
-    const char *dir = mktmp();
-    ASSERT(dir);
     char path[300];
-    snprintf(path, sizeof path, "%s/crc.safetensors", dir);
+    const char *dir = mktmp_file(path, sizeof path, "crc.safetensors");
+    ASSERT(dir);
     ASSERT_OK(write_sample_crc(path, true));
     size_t n;
-    uint8_t *p = read_file(path, &n);
+    uint8_t *p = sl_test_read_file(path, &n);
     ASSERT(p);
     sl_st_file *f;
     ASSERT_OK(sl_st_open_mem(p, n, "m.st", &f));
@@ -707,7 +647,7 @@ TEST(test_checksums) {
     ASSERT_EQ(sl_st_writer_set_meta(w, "crc32c:x", "0"), SL_EINVAL);
     ASSERT_CONTAINS(sl_errmsg(), "reserved for checksums");
     sl_st_writer_free(w);
-    rmtree(dir);
+    sl_test_rm_rf(dir);
 
     /* files other writers could make: each inconsistency is named */
     char hdr[400], crc_a[16];
@@ -761,10 +701,9 @@ TEST(test_checksums) {
 
 /* A FIFO or a folder at the path: refused at once (a FIFO would block open()). */
 TEST(test_open_not_regular) {
-    const char *dir = mktmp();
-    ASSERT(dir);
     char path[300];
-    snprintf(path, sizeof path, "%s/fifo.safetensors", dir);
+    const char *dir = mktmp_file(path, sizeof path, "fifo.safetensors");
+    ASSERT(dir);
     ASSERT_EQ(mkfifo(path, 0644), 0);
     sl_st_file *f = (sl_st_file *)1;
     ASSERT_EQ(sl_st_open(path, &f), SL_EIO);
@@ -781,7 +720,7 @@ TEST(test_open_not_regular) {
     rmdir(path);
     snprintf(path, sizeof path, "%s/none.safetensors", dir);
     ASSERT_EQ(sl_st_open(path, &f), SL_ENOTFOUND);
-    rmtree(dir);
+    sl_test_rm_rf(dir);
 }
 
 static int verify_cmd(const char *path) {
@@ -851,10 +790,9 @@ static int shrink_child(const char *path) {
 }
 
 TEST(test_shrink_while_mapped) {
-    const char *dir = mktmp();
-    ASSERT(dir);
     char path[300];
-    snprintf(path, sizeof path, "%s/shrink.safetensors", dir);
+    const char *dir = mktmp_file(path, sizeof path, "shrink.safetensors");
+    ASSERT(dir);
     fflush(stdout);
     pid_t pid = fork();
     ASSERT(pid >= 0);

@@ -19,6 +19,8 @@
 #include "sluice/fn.h"
 #include "sluice/pipeline.h"
 #include "sluice/stats.h"
+#include "helper_files.h"
+#include "helper_iter.h"
 #include "test.h"
 
 static void sleep_us(long us) {
@@ -30,14 +32,7 @@ static void sleep_us(long us) {
 static sl_status add_x(void *ctx, sl_element *e, const sl_fn_call *call) {
     (void)ctx;
     (void)call;
-    int64_t dims[1] = {256};
-    sl_tensor t;
-    sl_status s = sl_tensor_alloc(&t, SL_DT_F32, 1, dims);
-    if (s) return s;
-    memset(t.data, 0, 1024);
-    s = sl_element_set(e, "x", &t);
-    if (s) sl_tensor_release(&t);
-    return s;
+    return sl_test_set_f32(e, "x", 256, 0);
 }
 
 static sl_status nothing(void *ctx, sl_element *e, const sl_fn_call *call) {
@@ -79,13 +74,7 @@ TEST(test_counters_exact) {
     sl_dataset_set_label(p, "t/prefetch");
     sl_iter *it;
     ASSERT_OK(sl_iter_create(p, NULL, &it));
-    sl_element e;
-    sl_element_init(&e);
-    int n = 0;
-    while (sl_iter_next(it, &e) == SL_OK) {
-        n++;
-        sl_element_clear(&e);
-    }
+    int n = sl_test_drain(it);
     ASSERT_EQ(n, 10);
     sl_stats *st;
     ASSERT_OK(sl_iter_stats(it, &st));
@@ -218,71 +207,63 @@ static int verdict_of(sl_dataset *ds, double seconds, long consumer_us, sl_stats
     return k;
 }
 
+/* verdict_of on IN -> map(the custom function APPLY named NAME, 2 lanes) -> prefetch(BUF),
+ * the map and the prefetch labelled MAP_LABEL and PF_LABEL unless NULL; IN NULL: a range
+ * 0, 1, ... Releases IN. -102 when the graph is not built. */
+static int verdict_of_map(sl_dataset *in, const char *name, sl_fn_apply apply, const char *map_label, int buf,
+                          const char *pf_label, double seconds, long consumer_us, sl_stats_verdict *v, char *label,
+                          size_t cap) {
+    sl_dataset *m = NULL, *p = NULL;
+    sl_fn *fn = NULL;
+    int k = -102;
+    if ((in || !sl_ds_range(0, 1LL << 40, 1, &in)) && !sl_fn_custom(name, apply, NULL, NULL, &fn) &&
+        !sl_ds_map(in, fn, 2, true, &m) && !sl_ds_prefetch(m, buf, &p)) {
+        if (map_label) sl_dataset_set_label(m, map_label);
+        if (pf_label) sl_dataset_set_label(p, pf_label);
+        k = verdict_of(p, seconds, consumer_us, v, label, cap);
+    }
+    sl_dataset_unref(p);
+    sl_dataset_unref(m);
+    sl_dataset_unref(in);
+    sl_fn_unref(fn);
+    return k;
+}
+
 TEST(test_verdict_slow_source) {
     /* the source: a range whose elements each take 1 ms to come (a filter that sleeps right
      * after it, labelled as the source); then a cheap parallel map and a prefetch */
     static long us = 1000;
-    sl_dataset *r, *src, *m, *p;
-    sl_fn *fn;
+    sl_dataset *r, *src;
     ASSERT_OK(sl_ds_range(0, 1LL << 40, 1, &r));
     ASSERT_OK(sl_ds_filter(r, pred_sleep, &us, &src));
     sl_dataset_set_label(src, "s/source");
-    ASSERT_OK(sl_fn_custom("nothing", nothing, NULL, NULL, &fn));
-    ASSERT_OK(sl_ds_map(src, fn, 2, true, &m));
-    sl_dataset_set_label(m, "s/map");
-    ASSERT_OK(sl_ds_prefetch(m, 2, &p));
-    sl_dataset_set_label(p, "s/prefetch");
     sl_stats_verdict v;
     char label[64];
-    int k = verdict_of(p, 0.4, 0, &v, label, sizeof label);
+    int k = verdict_of_map(src, "nothing", nothing, "s/map", 2, "s/prefetch", 0.4, 0, &v, label, sizeof label);
+    sl_dataset_unref(r);
     ASSERT(k >= 0);
     ASSERT_STREQ(label, "s/source");
     ASSERT_CONTAINS(v.summary, "bottleneck: op 's/source' (filter)");
-    sl_dataset_unref(p);
-    sl_dataset_unref(m);
-    sl_dataset_unref(src);
-    sl_dataset_unref(r);
-    sl_fn_unref(fn);
 }
 
 TEST(test_verdict_slow_map) {
-    sl_dataset *r, *m, *p;
-    sl_fn *fn;
-    ASSERT_OK(sl_ds_range(0, 1LL << 40, 1, &r));
-    ASSERT_OK(sl_fn_custom("sleep_1ms", sleep_1ms, NULL, NULL, &fn));
-    ASSERT_OK(sl_ds_map(r, fn, 2, true, &m));
-    sl_dataset_set_label(m, "m/slow_map");
-    ASSERT_OK(sl_ds_prefetch(m, 2, &p));
-    sl_dataset_set_label(p, "m/prefetch");
     sl_stats_verdict v;
     char label[64];
-    int k = verdict_of(p, 0.4, 0, &v, label, sizeof label);
+    int k = verdict_of_map(NULL, "sleep_1ms", sleep_1ms, "m/slow_map", 2, "m/prefetch", 0.4, 0, &v, label,
+                           sizeof label);
     ASSERT(k >= 0);
     ASSERT_STREQ(label, "m/slow_map");
     ASSERT_CONTAINS(v.summary, "bottleneck: op 'm/slow_map' (map)");
     ASSERT_CONTAINS(v.advice, "raise its parallelism (now 2");
-    sl_dataset_unref(p);
-    sl_dataset_unref(m);
-    sl_dataset_unref(r);
-    sl_fn_unref(fn);
 }
 
 TEST(test_verdict_slow_consumer) {
-    sl_dataset *r, *m, *p;
-    sl_fn *fn;
-    ASSERT_OK(sl_ds_range(0, 1LL << 40, 1, &r));
-    ASSERT_OK(sl_fn_custom("nothing", nothing, NULL, NULL, &fn));
-    ASSERT_OK(sl_ds_map(r, fn, 2, true, &m));
-    ASSERT_OK(sl_ds_prefetch(m, 4, &p));
     sl_stats_verdict v;
     char label[64];
-    int k = verdict_of(p, 0.5, 10000, &v, label, sizeof label); /* 10 ms a step: a loaded machine too */
+    /* 10 ms a step: a loaded machine too */
+    int k = verdict_of_map(NULL, "nothing", nothing, NULL, 4, NULL, 0.5, 10000, &v, label, sizeof label);
     ASSERT_EQ(k, SL_VERDICT_CONSUMER);
     ASSERT_CONTAINS(v.summary, "the pipeline is not the bottleneck: input is ready, the consumer is slow");
-    sl_dataset_unref(p);
-    sl_dataset_unref(m);
-    sl_dataset_unref(r);
-    sl_fn_unref(fn);
 }
 
 TEST(test_verdict_none) {
@@ -393,6 +374,11 @@ TEST(test_trace_json) {
     sl_dataset_set_label(b, "tr/prefetch");
     ASSERT_OK(sl_ds_batch(b, &bo, &p));
     sl_dataset_set_label(p, "tr/batch");
+    /* p holds its own references to what it is built on */
+    sl_dataset_unref(b);
+    sl_dataset_unref(m);
+    sl_dataset_unref(r);
+    sl_fn_unref(fn);
     char path[] = "/tmp/sluice-trace-XXXXXX";
     int fd = mkstemp(path);
     ASSERT(fd >= 0);
@@ -401,13 +387,7 @@ TEST(test_trace_json) {
     ASSERT_OK(sl_iter_create(p, NULL, &it));
     ASSERT_OK(sl_iter_trace(it, path, 100000));
     ASSERT_EQ(sl_iter_trace(it, path, 10), SL_EINVAL);
-    sl_element e;
-    sl_element_init(&e);
-    int n = 0;
-    while (sl_iter_next(it, &e) == SL_OK) {
-        n++;
-        sl_element_clear(&e);
-    }
+    int n = sl_test_drain(it);
     ASSERT_EQ(n, 50);
     sl_iter_close(it);
     char cmd[1024];
@@ -440,6 +420,8 @@ TEST(test_trace_json) {
     ASSERT_OK(sl_iter_create(p, NULL, &it));
     ASSERT_EQ(sl_iter_trace_write(it, path), SL_EINVAL);
     ASSERT_OK(sl_iter_trace(it, NULL, 0));
+    sl_element e;
+    sl_element_init(&e);
     ASSERT_OK(sl_iter_next(it, &e));
     sl_element_clear(&e);
     ASSERT_OK(sl_iter_trace_write(it, path));
@@ -448,18 +430,6 @@ TEST(test_trace_json) {
     remove(path);
     sl_iter_close(it);
     sl_dataset_unref(p);
-    sl_dataset_unref(b);
-    sl_dataset_unref(m);
-    sl_dataset_unref(r);
-    sl_fn_unref(fn);
-}
-
-static void write_text(const char *path, const char *text) {
-    FILE *f = fopen(path, "w");
-    if (f) {
-        fputs(text, f);
-        fclose(f);
-    }
 }
 
 /* In a child (so a regression that reads /dev/zero without end cannot take the machine's
@@ -509,10 +479,7 @@ TEST(test_load_refuses_files) {
     ASSERT_EQ(sl_stats_load(dir, &st), SL_EINVAL);
     snprintf(want, sizeof want, "stats file '%s': is a directory, not a regular file", dir);
     ASSERT_CONTAINS(sl_errmsg(), want);
-    int fd = open(big, O_WRONLY | O_CREAT | O_TRUNC, 0600);
-    ASSERT(fd >= 0);
-    ASSERT_EQ(ftruncate(fd, (off_t)SL_STATS_MAX_BYTES + 1), 0); /* sparse: no disk used */
-    close(fd);
+    ASSERT_EQ(sl_test_sparse_file(big, (long long)SL_STATS_MAX_BYTES + 1), 0);
     ASSERT_EQ(sl_stats_load(big, &st), SL_ERANGE);
     snprintf(want, sizeof want, "stats file '%s': is 67108865 bytes, more than the limit of 67108864", big);
     ASSERT_CONTAINS(sl_errmsg(), want);
@@ -521,7 +488,7 @@ TEST(test_load_refuses_files) {
     /* the limit is the caller's: a valid file one byte over it is refused, at it read */
     const char *ok_json = "{\"format\": \"sluice-stats\", \"version\": 1, \"wall_s\": 2, \"elements\": 4, "
                           "\"ops\": [{\"label\": \"a\", \"op\": \"map\", \"parent\": -1, \"elements\": 4}]}";
-    write_text(small, ok_json);
+    sl_test_write_text(small, ok_json);
     ASSERT_EQ(sl_stats_load_max(small, strlen(ok_json) - 1, &st), SL_ERANGE);
     ASSERT_OK(sl_stats_load_max(small, strlen(ok_json), &st));
     ASSERT_EQ(st->n, 1);
@@ -549,7 +516,7 @@ TEST(test_load_hostile_json) {
     for (size_t i = 0; i < n; i++) memcpy(wide + 1 + 2 * i, "0,", 2);
     wide[len - 1] = ']';
     wide[len] = 0;
-    write_text(path, wide);
+    sl_test_write_text(path, wide);
     free(wide);
     ASSERT_EQ(sl_stats_load(path, &st), SL_ECORRUPT);
     ASSERT(st == NULL);
@@ -561,7 +528,7 @@ TEST(test_load_hostile_json) {
     size_t k = (size_t)sprintf(many, "{\"format\": \"sluice-stats\", \"version\": 1, \"ops\": [");
     for (size_t i = 0; i < nops; i++) k += (size_t)sprintf(many + k, i ? ",{}" : "{}");
     sprintf(many + k, "]}");
-    write_text(path, many);
+    sl_test_write_text(path, many);
     free(many);
     ASSERT_EQ(sl_stats_load(path, &st), SL_ECORRUPT);
     ASSERT_CONTAINS(sl_errmsg(), "not a sluice-stats file: 65537 ops, more than 65536");
@@ -578,7 +545,7 @@ TEST(test_load_hostile_json) {
         {"{\"format\": \"sluice-stats\", \"version\": 1, \"ops\": [\"abc", "not a sluice-stats file: unterminated string"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
-        write_text(path, bad[i].json);
+        sl_test_write_text(path, bad[i].json);
         if (sl_stats_load(path, &st) != SL_ECORRUPT || st != NULL) {
             FAILF("case %zu: not SL_ECORRUPT: %s", i, sl_errmsg());
             return;
@@ -587,7 +554,7 @@ TEST(test_load_hostile_json) {
     }
     /* out-of-range numbers are clamped (a float-to-int conversion out of range is undefined),
      * a parent that is not an earlier op becomes -1, escapes decode */
-    write_text(path, "{\"format\": \"sluice-stats\", \"version\": 1, \"cpu_budget\": -1e300, \"elements\": 1e300, "
+    sl_test_write_text(path, "{\"format\": \"sluice-stats\", \"version\": 1, \"cpu_budget\": -1e300, \"elements\": 1e300, "
                      "\"ops\": [{\"label\": \"caf\\u00e9\\n\", \"parent\": 1e300, \"parallelism\": 1e300, "
                      "\"buffer\": -5e20, \"history\": [[0.5, 1e300, 2, 1], [1, 2], \"x\", [1, 2, 3, 4]]}, "
                      "{\"parent\": 0}, {\"parent\": -7}]}");

@@ -6,7 +6,6 @@
  *     test_tfevents --write-sample DIR   writes one event file in DIR (sample below)
  *     test_tfevents --dump FILE          prints each entry: "version WALL STEP TEXT",
  *                                        "scalar WALL STEP TAG VALUE" or "other WALL STEP" */
-#include <dirent.h>
 #include <math.h>
 #include <stdint.h>
 #include <sys/stat.h>
@@ -14,45 +13,42 @@
 
 #include "sluice/tfevents.h"
 #include "sluice/tfrecord.h"
+#include "helper_files.h"
 #include "test.h"
 
 static char tmpdir[256];
 
-static const char *mktmp(void) {
-    snprintf(tmpdir, sizeof tmpdir, "/tmp/sl_tfev_XXXXXX");
-    return mkdtemp(tmpdir);
+static const char *mktmp(void) { return sl_test_mkdtemp(tmpdir, sizeof tmpdir, "sl_tfev"); }
+
+/* A reader of PATH, its first event read into *ev. Returns the reader, or NULL (printed) when
+ * the open or the read fails. */
+static sl_tfev_reader *open_first(const char *path, sl_tfev_event *ev) {
+    sl_tfev_reader *r;
+    sl_status s = sl_tfev_reader_open(path, &r);
+    if (!s && (s = sl_tfev_reader_next(r, ev)) != SL_OK) sl_tfev_reader_close(r);
+    if (s) {
+        printf("  open_first(%s): %d (%s)\n", path, s, sl_errmsg());
+        return NULL;
+    }
+    return r;
 }
 
-static void rmtree(const char *dir) {
-    DIR *d = opendir(dir);
-    if (!d) return;
-    struct dirent *e;
-    char p[1024];
-    while ((e = readdir(d))) {
-        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
-        snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
-        struct stat st;
-        if (lstat(p, &st) == 0 && S_ISDIR(st.st_mode)) rmtree(p);
-        else unlink(p);
+/* mktmp, and a writer in the new folder (sl_tfev_open at T) in *w, the path of its file
+ * into PATH (CAP bytes). Returns the folder, or NULL (printed) when either fails. */
+static const char *mktmp_writer(double t, sl_tfev_writer **w, char *path, size_t cap) {
+    const char *dir = mktmp();
+    sl_status s = dir ? sl_tfev_open(dir, t, w) : SL_EIO;
+    if (s) {
+        printf("  mktmp_writer: %s\n", dir ? sl_errmsg() : "no temporary folder");
+        return NULL;
     }
-    closedir(d);
-    rmdir(dir);
+    snprintf(path, cap, "%s", sl_tfev_path(*w));
+    return dir;
 }
 
-static uint8_t *read_file(const char *path, size_t *n) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    long len = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    uint8_t *p = malloc((size_t)len + 1);
-    if (fread(p, 1, (size_t)len, f) != (size_t)len) {
-        free(p);
-        p = NULL;
-    }
-    fclose(f);
-    *n = (size_t)len;
-    return p;
+/* mktmp, and the path of the file NAME in the new folder into PATH (CAP bytes) */
+static const char *mktmp_file(char *path, size_t cap, const char *name) {
+    return sl_test_tmp_file(tmpdir, sizeof tmpdir, "sl_tfev", path, cap, name);
 }
 
 static void put_le(uint8_t *p, uint64_t v, int n) {
@@ -123,17 +119,15 @@ TEST(test_name_and_roundtrip) {
         if (pass == 0) ASSERT_OK(sl_tfev_close(w));
     }
     ASSERT_OK(sl_tfev_close(NULL));
-    rmtree(dir);
+    sl_test_rm_rf(dir);
 }
 
 /* The bytes on disk, field by field, as TensorFlow's serializer writes them. */
 TEST(test_exact_event_bytes) {
-    const char *dir = mktmp();
-    ASSERT(dir);
     sl_tfev_writer *w;
-    ASSERT_OK(sl_tfev_open(dir, 1.5, &w));
     char path[700];
-    snprintf(path, sizeof path, "%s", sl_tfev_path(w));
+    const char *dir = mktmp_writer(1.5, &w, path, sizeof path);
+    ASSERT(dir);
     ASSERT_OK(sl_tfev_add_scalar(w, "loss", 1, 0.25f, 2.0));
     ASSERT_OK(sl_tfev_add_scalar(w, "x", 0, 1.0f, 3.0));
     ASSERT_OK(sl_tfev_close(w));
@@ -164,12 +158,12 @@ TEST(test_exact_event_bytes) {
     wn += sl_tfr_frame(want + wn, e1, n1);
     wn += sl_tfr_frame(want + wn, e2, n2);
     size_t n;
-    uint8_t *got = read_file(path, &n);
+    uint8_t *got = sl_test_read_file(path, &n);
     ASSERT(got);
     ASSERT_EQ(n, wn);
     ASSERT_MEMEQ(got, want, wn);
     free(got);
-    rmtree(dir);
+    sl_test_rm_rf(dir);
 }
 
 TEST(test_two_writers_same_second) {
@@ -183,17 +177,15 @@ TEST(test_two_writers_same_second) {
     ASSERT_STREQ(sl_tfev_path(b), want);
     ASSERT_OK(sl_tfev_close(a));
     ASSERT_OK(sl_tfev_close(b));
-    rmtree(dir);
+    sl_test_rm_rf(dir);
 }
 
 /* Without flush, events reach the file once 64 KiB are queued, and close writes the rest. */
 TEST(test_buffer_flushes_when_full) {
-    const char *dir = mktmp();
-    ASSERT(dir);
     sl_tfev_writer *w;
-    ASSERT_OK(sl_tfev_open(dir, 0, &w)); /* now */
     char path[700];
-    snprintf(path, sizeof path, "%s", sl_tfev_path(w));
+    const char *dir = mktmp_writer(0, &w, path, sizeof path); /* now */
+    ASSERT(dir);
     struct stat st;
     ASSERT_EQ(stat(path, &st), 0);
     ASSERT_EQ(st.st_size, 16 + 9 + 15); /* the version event is written at once */
@@ -201,10 +193,9 @@ TEST(test_buffer_flushes_when_full) {
     ASSERT_EQ(stat(path, &st), 0);
     ASSERT(st.st_size > 64 * 1024);
     ASSERT_OK(sl_tfev_close(w));
-    sl_tfev_reader *r;
-    ASSERT_OK(sl_tfev_reader_open(path, &r));
     sl_tfev_event ev;
-    ASSERT_OK(sl_tfev_reader_next(r, &ev));
+    sl_tfev_reader *r = open_first(path, &ev);
+    ASSERT(r);
     ASSERT_EQ(ev.kind, SL_TFEV_VERSION);
     ASSERT(ev.wall_time > 1.6e9); /* the current time, not 0 */
     for (int i = 0; i < 5000; i++) {
@@ -214,7 +205,7 @@ TEST(test_buffer_flushes_when_full) {
     }
     ASSERT_EQ(sl_tfev_reader_next(r, &ev), SL_END);
     sl_tfev_reader_close(r);
-    rmtree(dir);
+    sl_test_rm_rf(dir);
 }
 
 TEST(test_errors) {
@@ -258,16 +249,15 @@ TEST(test_errors) {
     ASSERT_STREQ(sl_errmsg(), want);
     sl_tfev_reader_close(r);
     sl_tfev_reader_close(NULL);
-    rmtree(dir);
+    sl_test_rm_rf(dir);
 }
 
 /* Fields the reader does not decode (graph_def, a summary value with an image, unknown
  * fields) are skipped; a summary with two scalars gives two entries. */
 TEST(test_reader_skips_other_fields) {
-    const char *dir = mktmp();
-    ASSERT(dir);
     char path[400];
-    snprintf(path, sizeof path, "%s/other.tfevents", dir);
+    const char *dir = mktmp_file(path, sizeof path, "other.tfevents");
+    ASSERT(dir);
     sl_tfr_writer *tw;
     ASSERT_OK(sl_tfr_writer_open(path, NULL, &tw));
     /* {step: 5, graph_def: "gd"} */
@@ -285,10 +275,9 @@ TEST(test_reader_skips_other_fields) {
     ASSERT_OK(sl_tfr_writer_write(tw, multi, sizeof multi - 3)); /* without field 99 */
     ASSERT_OK(sl_tfr_writer_write(tw, multi, sizeof multi));
     ASSERT_OK(sl_tfr_writer_close(tw));
-    sl_tfev_reader *r;
-    ASSERT_OK(sl_tfev_reader_open(path, &r));
     sl_tfev_event ev;
-    ASSERT_OK(sl_tfev_reader_next(r, &ev));
+    sl_tfev_reader *r = open_first(path, &ev);
+    ASSERT(r);
     ASSERT_EQ(ev.kind, SL_TFEV_OTHER);
     ASSERT_EQ(ev.step, 5);
     ASSERT_STREQ(ev.text, "");
@@ -307,7 +296,7 @@ TEST(test_reader_skips_other_fields) {
     }
     ASSERT_EQ(sl_tfev_reader_next(r, &ev), SL_END);
     sl_tfev_reader_close(r);
-    rmtree(dir);
+    sl_test_rm_rf(dir);
 }
 
 /* Every truncation of a small event file: an error or the events before the cut, never a
@@ -318,7 +307,7 @@ TEST(test_truncated_files) {
     char path[700], cut[800];
     ASSERT_OK(write_sample(dir, path, sizeof path));
     size_t n;
-    uint8_t *full = read_file(path, &n);
+    uint8_t *full = sl_test_read_file(path, &n);
     ASSERT(full);
     snprintf(cut, sizeof cut, "%s/cut", dir);
     int errors = 0;
@@ -342,7 +331,7 @@ TEST(test_truncated_files) {
     }
     ASSERT(errors > 0);
     free(full);
-    rmtree(dir);
+    sl_test_rm_rf(dir);
 }
 
 /* ---- helper modes for the Python test ----------------------------------------------- */

@@ -17,6 +17,7 @@
 #include "sluice/from_config.h"
 #include "sluice/pipeline.h"
 #include "sluice/tfrecord.h"
+#include "helper_files.h"
 #include "test.h"
 
 #define SAMPLES SL_TEST_DATA "/tfrecord-samples"
@@ -29,18 +30,6 @@ static const char *tmp(const char *name) {
     k = (k + 1) & 3;
     snprintf(path[k], sizeof path[k], "%s/%s", tmpdir, name);
     return path[k];
-}
-
-static uint8_t *slurp(const char *path, size_t *n) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    long sz = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    uint8_t *p = malloc(sz > 0 ? (size_t)sz : 1);
-    *n = fread(p, 1, (size_t)sz, f);
-    fclose(f);
-    return p;
 }
 
 /* Deterministic payload for record i of length len. */
@@ -138,7 +127,7 @@ static void round_trip(sl_compression c, const size_t *lens, size_t n, int *bad)
         if (*bad) return;
         /* The same bytes from memory. */
         size_t sz;
-        uint8_t *mem = slurp(path, &sz);
+        uint8_t *mem = sl_test_read_file(path, &sz);
         if (sl_tfr_reader_open_mem(mem, sz, "mem", &o, &r) != SL_OK) {
             free(mem);
             *bad = -2;
@@ -183,7 +172,7 @@ TEST(test_frame_matches_writer) {
     static const size_t lens[] = {3};
     ASSERT_OK(write_file(tmp("f.tfrecord"), SL_COMP_NONE, lens, 1));
     size_t n;
-    uint8_t *file = slurp(tmp("f.tfrecord"), &n);
+    uint8_t *file = sl_test_read_file(tmp("f.tfrecord"), &n);
     uint8_t payload[3], framed[19];
     fill(payload, 3, 0);
     ASSERT_EQ(sl_tfr_frame(framed, payload, 3), 19);
@@ -226,7 +215,7 @@ TEST(test_auto_detection) {
     for (int k = 0; k < 2; k++) {
         ASSERT_OK(write_file(tmp("look.tfrecord"), SL_COMP_NONE, cases[k], 2));
         size_t n;
-        uint8_t *p = slurp(tmp("look.tfrecord"), &n);
+        uint8_t *p = sl_test_read_file(tmp("look.tfrecord"), &n);
         ASSERT_EQ(p[0], k == 0 ? 0x1f : 0x78);
         ASSERT_EQ(p[1], k == 0 ? 0x8b : 0x01);
         free(p);
@@ -269,7 +258,7 @@ TEST(test_gzip_members) {
     static const size_t lens[] = {10, 20};
     ASSERT_OK(write_file(tmp("m1.gz"), SL_COMP_GZIP, lens, 2));
     size_t n;
-    uint8_t *one = slurp(tmp("m1.gz"), &n);
+    uint8_t *one = sl_test_read_file(tmp("m1.gz"), &n);
     uint8_t *two = malloc(2 * n);
     memcpy(two, one, n);
     memcpy(two + n, one, n);
@@ -530,7 +519,7 @@ TEST(test_every_truncation) {
     static const size_t lens[] = {5, 0, 8};
     ASSERT_OK(write_file(tmp("cut.gz"), SL_COMP_GZIP, lens, 3));
     size_t gn;
-    uint8_t *gz = slurp(tmp("cut.gz"), &gn);
+    uint8_t *gz = sl_test_read_file(tmp("cut.gz"), &gn);
     for (size_t t = 0; t < gn; t++) {
         uint8_t *cut = malloc(t ? t : 1);
         memcpy(cut, gz, t);
@@ -644,7 +633,7 @@ TEST(test_pipe) {
         if (pid == 0) {
             close(fds[0]);
             size_t n;
-            uint8_t *p = slurp(file, &n);
+            uint8_t *p = sl_test_read_file(file, &n);
             size_t off = 0;
             while (off < n) { /* dribble, to exercise short reads */
                 size_t k = n - off < 4097 ? n - off : 4097;
@@ -1017,7 +1006,7 @@ TEST(test_gzip_damage_keeps_earlier_records) {
      * one corrupt record where the member breaks off, then all of the second member. */
     ASSERT_OK(write_file(tmp("two.gz"), SL_COMP_GZIP, lens, N));
     size_t an;
-    uint8_t *a = slurp(tmp("two.gz"), &an);
+    uint8_t *a = sl_test_read_file(tmp("two.gz"), &an);
     ASSERT(an + n2 <= cap);
     memcpy(gz, a, an);
     gzip_member(gz + an, cap - an, lens2, M, N, -1, NULL);

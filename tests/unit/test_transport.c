@@ -319,6 +319,16 @@ static sl_status recv_past_drops(sl_tp *tp, int from, uint64_t want_dropped, sl_
     return s;
 }
 
+/* Nothing more comes to TP (recv_past_drops to its timeout), and its stats count N messages
+ * dropped, N of them from strangers. Uses the test's g, data, len and st. */
+#define ASSERT_DROPPED_FOREIGN(tp, n)                                         \
+    do {                                                                      \
+        ASSERT_EQ(recv_past_drops(tp, -1, n, &g, &data, &len), SL_ETIMEDOUT); \
+        sl_tp_get_stats(tp, &st);                                             \
+        ASSERT_EQ(st.dropped, n);                                             \
+        ASSERT_EQ(st.foreign, n);                                             \
+    } while (0)
+
 #define JOB 0x5eed5eed00c0ffeeull
 
 TEST(test_strangers_cannot_end_or_alter_job) {
@@ -404,10 +414,7 @@ TEST(test_impostor_cannot_take_over_a_rank) {
     ASSERT_OK(sl_tp_recv(a, 1, -1, &g, &data, &len));
     ASSERT_EQ(len, 3);
     ASSERT_MEMEQ(data, "two", 3);
-    ASSERT_EQ(recv_past_drops(a, -1, 1, &g, &data, &len), SL_ETIMEDOUT);
-    sl_tp_get_stats(a, &st);
-    ASSERT_EQ(st.dropped, 1);
-    ASSERT_EQ(st.foreign, 1);
+    ASSERT_DROPPED_FOREIGN(a, 1);
     zmq_close(imp);
     sl_tp_destroy(a);
     sl_tp_destroy(b);
@@ -428,10 +435,7 @@ TEST(test_impostor_cannot_take_over_a_rank) {
     ASSERT_EQ(g.sender, 1);
     ASSERT_EQ(len, 4);
     ASSERT_MEMEQ(data, "real", 4);
-    ASSERT_EQ(recv_past_drops(a, -1, 2, &g, &data, &len), SL_ETIMEDOUT);
-    sl_tp_get_stats(a, &st);
-    ASSERT_EQ(st.dropped, 2);
-    ASSERT_EQ(st.foreign, 2);
+    ASSERT_DROPPED_FOREIGN(a, 2);
     ASSERT_EQ(st.received, 1);
     /* a reconnect (new nonce) is not refused as a duplicate of the old connection */
     ASSERT_OK(sl_tp_disconnect(b));
