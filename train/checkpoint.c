@@ -30,6 +30,21 @@ static sl_status set_meta_i64(sl_st_writer *w, const char *key, int64_t v) {
     return sl_st_writer_set_meta(w, key, buf);
 }
 
+/* A parameter's view and its tensor name in a checkpoint ("model/" + the model's name). */
+typedef struct {
+    char full[256];
+    size_t off;
+    int rank;
+    int64_t dims[4];
+} param_view;
+
+static sl_status param_view_of(sl_model *m, int i, param_view *v) {
+    const char *name;
+    sl_status s = sl_model_param_info(m, i, &name, &v->off, &v->rank, v->dims);
+    if (!s) snprintf(v->full, sizeof v->full, "model/%s", name);
+    return s;
+}
+
 sl_status sl_train_save_checkpoint(const char *path, sl_model *m, sl_optim *o, const char *model_name,
                                    const char *config_name, const sl_ckpt_position *pos) {
     size_t np = 0, ns = 0;
@@ -50,14 +65,10 @@ sl_status sl_train_save_checkpoint(const char *path, sl_model *m, sl_optim *o, c
     sl_st_writer_set_checksums(w, true);
     int count = sl_model_param_count(m);
     for (int i = 0; i < count; i++) {
-        const char *name;
-        size_t off;
-        int rank;
-        int64_t dims[4];
-        if ((s = sl_model_param_info(m, i, &name, &off, &rank, dims))) goto done;
-        char full[256];
-        snprintf(full, sizeof full, "model/%s", name);
-        if ((s = sl_st_writer_add(w, full, SL_DT_F32, rank, dims, params + off))) goto done;
+        param_view v;
+        if ((s = param_view_of(m, i, &v)) ||
+            (s = sl_st_writer_add(w, v.full, SL_DT_F32, v.rank, v.dims, params + v.off)))
+            goto done;
     }
     int64_t sd = (int64_t)ns;
     if (ns && (s = sl_st_writer_add(w, "optimizer/state", SL_DT_F32, 1, &sd, state))) goto done;
@@ -280,13 +291,12 @@ sl_status sl_train_load_checkpoint(const char *path, sl_model *m, sl_optim *o, c
     int count = sl_model_param_count(m);
     size_t covered = 0;
     for (int i = 0; i < count; i++) {
-        const char *name;
-        size_t off;
-        int rank;
-        int64_t dims[4];
-        if ((s = sl_model_param_info(m, i, &name, &off, &rank, dims))) goto done;
-        char full[256];
-        snprintf(full, sizeof full, "model/%s", name);
+        param_view v;
+        if ((s = param_view_of(m, i, &v))) goto done;
+        const char *full = v.full;
+        size_t off = v.off;
+        int rank = v.rank;
+        const int64_t *dims = v.dims;
         if ((s = sl_st_get(f, full, &t))) {
             if (s == SL_ENOTFOUND) s = sl_err(SL_ECORRUPT, "%s: checkpoint has no tensor '%s'", path, full);
             goto done;

@@ -497,15 +497,36 @@ static sl_status run_eval(sl_trainer *t, int64_t step, bool line, double *acc_ou
 }
 
 /* One console line and the epoch's scalars. */
+/* What an accumulation over `secs` seconds comes to, and the train scalars made of it. */
+typedef struct {
+    double loss, acc, top5, eps, wait;
+} acc_rates;
+
+static acc_rates rates_of(const sl_trainer *t, const epoch_acc *a, double secs) {
+    double busy = a->wait + a->compute + a->exchange, n = (double)a->examples;
+    return (acc_rates){
+        .loss = a->examples ? a->loss_sum / n : 0,
+        .acc = a->examples ? (double)a->correct / n : 0,
+        .top5 = a->examples ? (double)a->top5 / n : 0,
+        .eps = secs > 0 ? n * t->hooks.world_size / secs : 0,
+        .wait = busy > 0 ? a->wait / busy : 0,
+    };
+}
+
+static sl_status rate_scalars(sl_trainer *t, int64_t step, const acc_rates *r, float lr) {
+    sl_status s;
+    if ((s = scalar(t, "loss", step, r->loss)) || (s = scalar(t, "accuracy", step, r->acc)) ||
+        (s = scalar(t, "learning_rate", step, lr)) || (s = scalar(t, "examples_per_sec", step, r->eps)) ||
+        (s = scalar(t, "input_wait_fraction", step, r->wait)))
+        return s;
+    if (has_top5(t) && (s = scalar(t, "top5_accuracy", step, r->top5))) return s;
+    return SL_OK;
+}
+
 static sl_status end_epoch(sl_trainer *t, int64_t epoch, int64_t step, const epoch_acc *a, float lr,
                            double eval_acc) {
-    double secs = a->t1 - a->t0;
-    double busy = a->wait + a->compute + a->exchange;
-    double loss = a->examples ? a->loss_sum / (double)a->examples : 0;
-    double acc = a->examples ? (double)a->correct / (double)a->examples : 0;
-    double top5 = a->examples ? (double)a->top5 / (double)a->examples : 0;
-    double eps = secs > 0 ? (double)a->examples * t->hooks.world_size / secs : 0;
-    double wait = busy > 0 ? a->wait / busy : 0;
+    acc_rates r = rates_of(t, a, a->t1 - a->t0);
+    double loss = r.loss, acc = r.acc, top5 = r.top5, eps = r.eps, wait = r.wait;
     t->sum.train_loss = loss;
     t->sum.train_accuracy = acc;
     t->sum.train_top5_accuracy = top5;
@@ -534,32 +555,16 @@ static sl_status end_epoch(sl_trainer *t, int64_t epoch, int64_t step, const epo
     if (t->hooks.wire_bytes && step > a->step0 && (s = scalar(t, "wire_bytes_per_step", step, wire))) return s;
     if (t->hooks.world_size > 1 && step > a->step0 && (s = scalar(t, "exchange_ms_per_step", step, xms))) return s;
     if (t->c.log_every > 0) return t->events ? sl_tfev_flush(t->events) : SL_OK; /* log_window writes them */
-    if ((s = scalar(t, "loss", step, loss)) || (s = scalar(t, "accuracy", step, acc)) ||
-        (s = scalar(t, "learning_rate", step, lr)) || (s = scalar(t, "examples_per_sec", step, eps)) ||
-        (s = scalar(t, "input_wait_fraction", step, wait)))
-        return s;
-    if (has_top5(t) && (s = scalar(t, "top5_accuracy", step, top5))) return s;
+    if ((s = rate_scalars(t, step, &r, lr))) return s;
     if (t->events && (s = sl_tfev_flush(t->events))) return s;
     return SL_OK;
 }
 
 /* `log every=N`: the train scalars averaged over the last N steps (w), then w restarts. */
 static sl_status log_window(sl_trainer *t, int64_t step, epoch_acc *w, float lr) {
-    double secs = now_s() - w->t0;
-    double busy = w->wait + w->compute + w->exchange;
-    double loss = w->examples ? w->loss_sum / (double)w->examples : 0;
-    double acc = w->examples ? (double)w->correct / (double)w->examples : 0;
-    double top5 = w->examples ? (double)w->top5 / (double)w->examples : 0;
-    double eps = secs > 0 ? (double)w->examples * t->hooks.world_size / secs : 0;
-    double wait = busy > 0 ? w->wait / busy : 0;
+    acc_rates r = rates_of(t, w, now_s() - w->t0);
     *w = (epoch_acc){.t0 = now_s()};
-    sl_status s;
-    if ((s = scalar(t, "loss", step, loss)) || (s = scalar(t, "accuracy", step, acc)) ||
-        (s = scalar(t, "learning_rate", step, lr)) || (s = scalar(t, "examples_per_sec", step, eps)) ||
-        (s = scalar(t, "input_wait_fraction", step, wait)))
-        return s;
-    if (has_top5(t) && (s = scalar(t, "top5_accuracy", step, top5))) return s;
-    return SL_OK;
+    return rate_scalars(t, step, &r, lr);
 }
 
 static bool every_steps(const sl_train_every *e, int64_t step) { return e->steps > 0 && step % e->steps == 0; }
