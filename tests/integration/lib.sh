@@ -24,6 +24,7 @@
 #     free for new scripts  blocks 28000..31999, offsets 8..9 and 20..37
 #     test_train_stop_replicas.sh blocks 28000..31999, offsets 38..49 (PB = 28038 + (pid % 40) * 100)
 #     test_ring_netns.sh    29500 inside network namespaces of its own (no host port)
+#     test_train_evaluator.sh blocks 21000..21499, offsets 30..33 (PB = 21030 + (pid % 5) * 100)
 # sl_port_base FIRST: FIRST + a block of 0..3999 picked from this shell's pid.
 sl_port_base() { echo $(($1 + ($$ % 40) * 100)); }
 
@@ -68,4 +69,10 @@ run() {
         return 1
     fi
     return 0
+}
+
+# sl_finish: the verdict of the script ($0's name), exit 1 if anything failed
+sl_finish() {
+    if [ "$fails" -gt 0 ]; then echo "$fails failure(s)"; exit 1; fi
+    echo "PASS: $(basename "$0" .sh)"
 }
