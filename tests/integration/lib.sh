@@ -5,6 +5,7 @@
 #   sl_require_fashion                             # ... or when Debian's idx files are missing
 #   sl_workdir train                               # T=/tmp/sluice-train-XXXXXX, removed on exit
 #   sl_convert_fashion 2 1000                      # $T/data: 2 shards of the first 1000 records
+#   sl_fashion_config 200 40 50 24 >"$T/a.sl"      # pipelines train and test over $T/data, model small
 #   run NAME WANT_RC CMD... && ok "..."            # output kept in $T/NAME.{out,err}
 #   sl_finish                                      # exit 1 if anything failed
 #
@@ -55,6 +56,17 @@ sl_workdir() {
 sl_convert_fashion() {
     "$BIN/sluice-record" convert fashion-mnist "$T/data" --shards "$1" --limit "$2" >/dev/null 2>"$T/convert.err" ||
         { cat "$T/convert.err"; echo "FAIL: convert"; exit 1; }
+}
+
+# SHUFFLE BATCH EVAL_BATCH UNITS: the pipelines `train` (sharded by file, global batch
+# BATCH) and `test` over $T/data and a model `small` (flatten, dense UNITS relu, dense 10)
+# on stdout; a train block goes after them
+sl_fashion_config() {
+    local parse='map parse_example(image: bytes, label: int64) | decode_raw(image, uint8, 28x28x1) | scale(image, 1/255)'
+    printf 'pipeline train {\n    files "data/train-*.tfrecord"\n    shard auto\n    shuffle %s\n    %s\n' "$1" "$parse"
+    printf '    batch %s drop_remainder\n}\n' "$2"
+    printf 'pipeline test {\n    files "data/test-*.tfrecord"\n    %s\n    batch %s\n}\n' "$parse" "$3"
+    printf 'model small {\n    input 28x28x1\n    flatten\n    dense %s activation=relu\n    dense 10\n}\n' "$4"
 }
 
 # run NAME WANT_RC CMD...: run, keep stdout/stderr in $T/NAME.{out,err}, check the exit status

@@ -20,25 +20,7 @@ sl_workdir evaluator
 PB=$((21030 + ($$ % 5) * 100))
 sl_convert_fashion 2 400
 
-cat >"$T/mlp.sl" <<'EOF2'
-pipeline train {
-    files "data/train-*.tfrecord"
-    shard auto
-    shuffle 200
-    map parse_example(image: bytes, label: int64) | decode_raw(image, uint8, 28x28x1) | scale(image, 1/255)
-    batch 40 drop_remainder
-}
-pipeline test {
-    files "data/test-*.tfrecord"
-    map parse_example(image: bytes, label: int64) | decode_raw(image, uint8, 28x28x1) | scale(image, 1/255)
-    batch 50
-}
-model small {
-    input 28x28x1
-    flatten
-    dense 24 activation=relu
-    dense 10
-}
+{ sl_fashion_config 200 40 50 24 && cat <<'EOF2'; } >"$T/mlp.sl"
 train {
     model small
     data train

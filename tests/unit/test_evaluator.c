@@ -18,16 +18,7 @@
 static char tmpdir[256];
 
 static const char CONFIG[] =
-    "pipeline train {\n"
-    "    files \"points.tfrecord\"\n"
-    "    map parse_example(image: float(4), label: int64)\n"
-    "    batch 16 drop_remainder\n"
-    "}\n"
-    "pipeline test {\n"
-    "    files \"points.tfrecord\"\n"
-    "    map parse_example(image: float(4), label: int64)\n"
-    "    batch 32\n"
-    "}\n"
+    SL_TEST_POINTS_PIPELINES
     "model tiny {\n"
     "    input 4\n"
     "    dense 8 activation=relu\n"
@@ -237,12 +228,7 @@ TEST(test_no_eval_pipeline) {
 }
 
 int main(void) {
-    snprintf(tmpdir, sizeof tmpdir, "/tmp/sluice-test-evaluator.%d", (int)getpid());
-    mkdir(tmpdir, 0777);
-    if (sl_test_write_points(tmpdir)) {
-        printf("cannot write test data: %s\n", sl_errmsg());
-        return 1;
-    }
+    if (sl_test_points_tmpdir("evaluator", tmpdir, sizeof tmpdir)) return 1;
     RUN(test_watch);
     RUN(test_marker);
     RUN(test_no_eval_pipeline);
