@@ -17,22 +17,9 @@
 
 static char tmpdir[256];
 
-static const char CONFIG[] =
-    SL_TEST_POINTS_PIPELINES
-    "model tiny {\n"
-    "    input 4\n"
-    "    dense 8 activation=relu\n"
-    "    batchnorm\n"
-    "    dense 2\n"
-    "}\n"
-    "train {\n"
-    "    model tiny\n"
-    "    data train\n"
-    "    %s\n"
-    "    backend cpu\n"
-    "    threads 1\n"
-    "    run_dir \"run\"\n"
-    "}\n";
+static const char CONFIG[] = SL_TEST_POINTS_PIPELINES
+    "model tiny {\n    input 4\n    dense 8 activation=relu\n    batchnorm\n    dense 2\n}\n"
+    "train {\n    model tiny\n    data train\n    %s\n    backend cpu\n    threads 1\n    run_dir \"run\"\n}\n";
 
 /* the config above with `eval_line`, parsed as TMP/e.sl */
 static sl_status parse(const char *eval_line, sl_cfg **cfg) {
