@@ -24,6 +24,7 @@ struct sl__evaluator {
     sl_tfev_writer *events;     /* RUN_DIR/eval/, opened at the first evaluation */
     sl_ckpt_expect want;
     bool seen_dir;              /* the run folder existed at some look */
+    struct timespec born;       /* when it was created: checkpoints written before are not new */
     int64_t looked;             /* the newest step looked at (evaluated or skipped); -1: none */
     int64_t bad_final;          /* the step of a damaged checkpoint, for the final's error; -1 */
     char bad_msg[600];
@@ -47,6 +48,7 @@ sl_status sl__evaluator_create(sl_cfg *cfg, const sl__evaluator_opts *opts, sl__
     ev->o = *opts;
     ev->looked = ev->bad_final = ev->st.last_step = -1;
     ev->hooks = (sl_train_hooks){.world_size = 1, .rank = 0, .is_chief = true};
+    clock_gettime(CLOCK_REALTIME, &ev->born);
     sl_train_opts to = sl_train_opts_default();
     to.run_dir = opts->run_dir;
     to.resume = true; /* never opens the training pipeline's first epoch */
@@ -138,6 +140,25 @@ static sl_status look_at(sl__evaluator *ev, const char *path, int64_t step) {
     return SL_OK;
 }
 
+/* The checkpoint was written before the evaluator started (an earlier run's, or the one a
+ * resumed run starts from): not new. A file that is gone reads as new (look_at says so). */
+static bool older(const sl__evaluator *ev, const char *path) {
+    struct stat sb;
+    if (stat(path, &sb) != 0) return false;
+    const struct timespec *m = &sb.st_mtim;
+    return m->tv_sec < ev->born.tv_sec || (m->tv_sec == ev->born.tv_sec && m->tv_nsec < ev->born.tv_nsec);
+}
+
+/* The note for the old checkpoints passed over so far (*old of them, up to old_step). */
+static void note_old(const sl__evaluator *ev, int *old, int64_t old_step) {
+    if (*old && ev->o.console) {
+        fprintf(ev->o.console, "evaluator: passing over %d checkpoint%s in %s written before it started (up to step %" PRId64
+                ")\n", *old, *old == 1 ? "" : "s", ev->st.run_dir, old_step);
+        fflush(ev->o.console);
+    }
+    *old = 0;
+}
+
 sl_status sl__evaluator_poll(sl__evaluator *ev, bool *done) {
     *done = false;
     const char *dir = ev->st.run_dir;
@@ -157,11 +178,21 @@ sl_status sl__evaluator_poll(sl__evaluator *ev, bool *done) {
     int n = sl_train_list_checkpoints(dir, &list);
     if (n < 0) return n;
     sl_status s = SL_OK;
+    int old = 0;
+    int64_t old_step = -1;
     for (int i = n - 1; i >= 0 && !s; i--) { /* oldest first */
         int64_t step = path_step(list[i]);
-        if (step > ev->looked) s = look_at(ev, list[i], step);
+        if (step <= ev->looked) continue;
+        if (step != final && older(ev, list[i])) {
+            old++;
+            old_step = ev->looked = step;
+            continue;
+        }
+        note_old(ev, &old, old_step);
+        s = look_at(ev, list[i], step);
     }
     if (n > 0) sl_train_free_list(list, n);
+    note_old(ev, &old, old_step);
     if (s) return s;
     if (final >= 0 && ev->looked >= final) {
         if (ev->st.last_step != final) {

@@ -37,6 +37,13 @@ static sl_status set_run_dir(sl_cfg *cfg, const char *dir) {
 
 /* sluice-launch -n N > 1 over `strategy none`: N separate trainings into one run folder */
 static sl_status check_world(const sl_train_config *tc, const char *const *envp) {
+    const char *task = sl_env_get(envp, "SLUICE_TASK");
+    if (task && strncmp(task, "evaluator", 9) == 0) {
+        sl_err(SL_EINVAL, "this task is the evaluator (SLUICE_TASK, from sluice-launch --evaluator) but the train block "
+               "says strategy %s: it would train alone into the run folder", tc->strategy);
+        sl_err_hint("the evaluator watches the checkpoints of a `strategy ring` or `strategy ps` job");
+        return SL_EINVAL;
+    }
     const char *world = sl_env_get(envp, "SLUICE_WORLD");
     if (!world || atoi(world) <= 1) return SL_OK;
     sl_err(SL_EINVAL, "this task is one of %s replicas (SLUICE_WORLD, from sluice-launch) but the train block says "

@@ -9,7 +9,9 @@
 #      RUN_DIR/eval holds two event files (the chief's and the evaluator's), each with the
 #      final step's accuracy equal to the printed one;
 #   5. an evaluator alone on a folder without checkpoints (--timeout 1) fails, exit 1,
-#      saying so; one whose job id does not match the marker is not ended by it.
+#      saying so; on the finished run it passes over the checkpoints written before it
+#      started, and only the marker of its own job (SLUICE_JOB_ID) ends it, after it has
+#      evaluated the final checkpoint; under `strategy none` the evaluator task refuses.
 # Ports: blocks 21000..21499, offsets 30..33 (tests/integration/lib.sh).
 set -u
 
@@ -73,10 +75,27 @@ if run alone 1 "${E[@]}" "$BIN/sluice-train" "$T/mlp.sl" --run-dir "$T/empty" --
     grep -qx "sluice-train: evaluator: no checkpoint in $T/empty after 1 s" "$T/alone.err" &&
         ok "no checkpoint: exit 1, said" || fail "alone: $(cat "$T/alone.err")"
 fi
+# the finished run: its checkpoints are older than the evaluator (not new), but the final
+# one named by the marker of its own job is evaluated: the chief's accuracy again, exit 0
 if run other 1 "${E[@]}" "$BIN/sluice-train" "$T/mlp.sl" --run-dir "$R" --timeout 2; then
-    [ "$(grep -c '^evaluator: checkpoint step ' "$T/other.out")" = "$(echo $have | wc -w)" ] &&
+    ! grep -q '^evaluator: checkpoint step ' "$T/other.out" &&
+        grep -qx "evaluator: passing over $(echo $have | wc -w) checkpoints in $R written before it started (up to step $final)" \
+            "$T/other.out" &&
         grep -q "no new checkpoint in $R for 2 s after step $final, and the chief did not mark the run finished" \
-            "$T/other.err" && ok "another job's marker: every checkpoint evaluated, then the wait ends it" ||
+            "$T/other.err" && ok "another job's marker: old checkpoints passed over, then the wait ends it" ||
         fail "other: $(cat "$T/other.err" "$T/other.out")"
+fi
+JOB=$(sed -n 's/^job \([0-9a-f]*\) .*/\1/p' "$R/finished")
+E[2]=SLUICE_JOB_ID=$JOB
+if run late 0 "${E[@]}" "$BIN/sluice-train" "$T/mlp.sl" --run-dir "$R" --timeout 2; then
+    [ "$(tail -n 1 "$T/late.out")" = "evaluator: checkpoint step $final: $(eval_lines job | tail -n 1 | sed 's/.*: \(loss .*\)/\1/')" ] &&
+        ok "started late, its own job's marker: the final checkpoint evaluated, exit 0" || fail "late: $(cat "$T/late.out")"
+fi
+# sluice-launch -n 1 --evaluator over strategy none: refused, nothing trained twice
+if run none 1 "$BIN/sluice-launch" -n 1 --evaluator --port-base "$PB" --timeout 60 -- "$BIN/sluice-train" "$T/mlp.sl" \
+    --set train.strategy=none --run-dir "$T/none"; then
+    grep -q '^\[evaluator 0\] sluice-train: this task is the evaluator (SLUICE_TASK, from sluice-launch --evaluator) but the train block says strategy none' \
+        "$T/none.err" && grep -q '^\[launch\] evaluator 0 exited with status 1: training goes on without it$' "$T/none.err" &&
+        ok "strategy none: the evaluator refuses, the launcher exits with its status" || fail "none: $(cat "$T/none.err")"
 fi
 sl_finish

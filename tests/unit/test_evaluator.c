@@ -1,12 +1,14 @@
 /* train/evaluator.c: the sidecar evaluator's watch over a run folder — a checkpoint that
  * appears is evaluated once, with the trainer's own numbers for those parameters; a damaged
- * one is skipped with a warning naming it; only the `finished` marker of its own job ends
+ * one is skipped with a warning naming it, one written before it started is passed over; only the `finished` marker of its own job ends
  * the watch; a damaged final checkpoint, a vanished folder and a wait without checkpoints
  * are errors saying so; the marker's format round trip. Data: helper_points.h. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/time.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "sluice/config.h"
@@ -100,6 +102,18 @@ TEST(test_watch) {
     /* a checkpoint appears: evaluated once, with the trainer's numbers (after an epoch of
      * training: the batchnorm running stats are not the initial ones) */
     ASSERT_OK(sl_trainer_run(t));
+    /* one written before the evaluator started (an hour ago) is not new: passed over */
+    ASSERT_OK(save(t, dir, 3));
+    char path[600];
+    snprintf(path, sizeof path, "%s/ckpt-000000003.safetensors", dir);
+    struct timeval past[2] = {{time(NULL) - 3600, 0}, {time(NULL) - 3600, 0}};
+    ASSERT_EQ(utimes(path, past), 0);
+    ASSERT_OK(sl__evaluator_poll(ev, &done));
+    ASSERT_EQ(st->evaluated, 0);
+    char line[600];
+    snprintf(line, sizeof line, "evaluator: passing over 1 checkpoint in %s written before it started (up to step 3)\n",
+             dir);
+    ASSERT_STREQ(text_of(con), line);
     ASSERT_OK(save(t, dir, 5));
     double loss, acc;
     ASSERT_OK(sl_trainer_evaluate(t, &loss, &acc));
@@ -109,9 +123,8 @@ TEST(test_watch) {
     ASSERT_EQ(st->evaluated, 1);
     ASSERT_EQ(st->last_step, 5);
     ASSERT(st->last_accuracy == acc && st->last_loss == loss);
-    char line[200];
     snprintf(line, sizeof line, "evaluator: checkpoint step 5: loss %.4f accuracy %.4f\n", loss, acc);
-    ASSERT_STREQ(text_of(con), line);
+    ASSERT_STREQ(strchr(text_of(con), '\n') + 1, line);
 
     /* a damaged one: skipped with a warning naming it */
     ASSERT_EQ(damaged_copy(dir, 5, 7), 0);
