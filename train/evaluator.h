@@ -56,7 +56,10 @@ sl_status sl__evaluator_create(sl_cfg *cfg, const sl__evaluator_opts *opts, sl__
  * evaluated in step order (a line on console: "evaluator: checkpoint step S: loss L
  * accuracy A"; eval/loss and eval/accuracy at step S in its event file, opened at the first
  * evaluation). A damaged checkpoint is skipped with a warning naming it and what is wrong;
- * one removed (keep= rotation) before it was read is skipped with a note. *done is true once
+ * one removed (keep= rotation) before it was read is skipped with a note. Checkpoints
+ * written before sl__evaluator_create (an earlier run's, or the one a resumed run starts
+ * from) are passed over, with one line "evaluator: passing over N checkpoints in DIR written
+ * before it started (up to step S)", except the final one of the job's marker. *done is true once
  * the job's `finished` marker is there and its step's checkpoint was looked at. Returns
  * SL_OK; SL_ENOTFOUND when the run folder, seen before, is gone; SL_EINVAL for a sound
  * checkpoint of another configuration; SL_EIO when the event file cannot be written. */

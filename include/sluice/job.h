@@ -21,7 +21,9 @@
  * returns SL_OK once the chief's final checkpoint is evaluated (the chief writes the marker
  * RUN_DIR/finished after it: "job <job id> step <S>"; only the marker of its own job id
  * counts). A damaged checkpoint is skipped with a warning naming it, one removed by keep=
- * before it was read with a note. Errors: the run folder gone (SL_ENOTFOUND), no new
+ * before it was read with a note; those written before it started are passed over (one
+ * line), except the final one of its own job. Under `strategy none` an evaluator task
+ * (SLUICE_TASK "evaluator 0") is refused with SL_EINVAL. Errors: the run folder gone (SL_ENOTFOUND), no new
  * checkpoint and no marker for opts.timeout_s (0: 600 s; SL_ETIMEDOUT), the final
  * checkpoint damaged (SL_ECORRUPT), a checkpoint of another configuration (SL_EINVAL), a
  * train block without an eval pipeline (SL_EINVAL). opts.stop ends it (summary.stopped).
