@@ -5,7 +5,6 @@
 #   sl_require_fashion                             # ... or when Debian's idx files are missing
 #   sl_workdir train                               # T=/tmp/sluice-train-XXXXXX, removed on exit
 #   sl_convert_fashion 2 1000                      # $T/data: 2 shards of the first 1000 records
-#   sl_fashion_config 200 40 50 24 >"$T/a.sl"      # pipelines train and test over $T/data, model small
 #   run NAME WANT_RC CMD... && ok "..."            # output kept in $T/NAME.{out,err}
 #   sl_finish                                      # exit 1 if anything failed
 #
@@ -35,6 +34,11 @@ fails=0
 
 fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
 ok() { echo "ok   $*"; }
+# sl_finish: the verdict of the script ($0's name), exit 1 if anything failed
+sl_finish() {
+    if [ "$fails" -gt 0 ]; then echo "$fails failure(s)"; exit 1; fi
+    echo "PASS: $(basename "$0" .sh)"
+}
 
 sl_require_tools() {
     local tool
@@ -58,15 +62,26 @@ sl_convert_fashion() {
         { cat "$T/convert.err"; echo "FAIL: convert"; exit 1; }
 }
 
-# SHUFFLE BATCH EVAL_BATCH UNITS: the pipelines `train` (sharded by file, global batch
-# BATCH) and `test` over $T/data and a model `small` (flatten, dense UNITS relu, dense 10)
-# on stdout; a train block goes after them
-sl_fashion_config() {
-    local parse='map parse_example(image: bytes, label: int64) | decode_raw(image, uint8, 28x28x1) | scale(image, 1/255)'
-    printf 'pipeline train {\n    files "data/train-*.tfrecord"\n    shard auto\n    shuffle %s\n    %s\n' "$1" "$parse"
-    printf '    batch %s drop_remainder\n}\n' "$2"
-    printf 'pipeline test {\n    files "data/test-*.tfrecord"\n    %s\n    batch %s\n}\n' "$parse" "$3"
-    printf 'model small {\n    input 28x28x1\n    flatten\n    dense %s activation=relu\n    dense 10\n}\n' "$4"
+# sl_tiny_fashion_config FILE PIPELINE-LINE TRAIN-LINE...: write to FILE a config over the
+# conversion in $T/data: the pipelines train and test (raw 28x28x1 images scaled to [0, 1];
+# train: PIPELINE-LINE when not "" (e.g. "shard auto"), shuffle 500, batch 50
+# drop_remainder; test: batch 100), the model tiny (flatten, dense 32 relu, dense 10) and a
+# train block: model tiny, data train, eval test every=1, the TRAIN-LINEs, backend cpu,
+# threads 1, seed 1.
+sl_tiny_fashion_config() {
+    local map='map parse_example(image: bytes, label: int64) | decode_raw(image, uint8, 28x28x1) | scale(image, 1/255)'
+    local file=$1 pipe=$2
+    shift 2
+    {
+        printf 'pipeline train {\n    files "data/train-*.tfrecord"\n'
+        [ -n "$pipe" ] && printf '    %s\n' "$pipe"
+        printf '    shuffle 500\n    %s\n    batch 50 drop_remainder\n}\n' "$map"
+        printf 'pipeline test {\n    files "data/test-*.tfrecord"\n    %s\n    batch 100\n}\n' "$map"
+        printf 'model tiny {\n    input 28x28x1\n    flatten\n    dense 32 activation=relu\n    dense 10\n}\n'
+        printf 'train {\n    model tiny\n    data train\n    eval test every=1\n'
+        printf '    %s\n' "$@"
+        printf '    backend cpu\n    threads 1\n    seed 1\n}\n'
+    } >"$file"
 }
 
 # run NAME WANT_RC CMD...: run, keep stdout/stderr in $T/NAME.{out,err}, check the exit status
@@ -81,10 +96,4 @@ run() {
         return 1
     fi
     return 0
-}
-
-# sl_finish: the verdict of the script ($0's name), exit 1 if anything failed
-sl_finish() {
-    if [ "$fails" -gt 0 ]; then echo "$fails failure(s)"; exit 1; fi
-    echo "PASS: $(basename "$0" .sh)"
 }

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# The sidecar evaluator: sluice-launch -n 2 --ps 1 --evaluator over a small MLP on 400
-# Fashion-MNIST records (2 shards), 3 epochs, a checkpoint every epoch (keep all):
+# The sidecar evaluator: sluice-launch -n 2 --ps 1 --evaluator over a tiny MLP on 400
+# Fashion-MNIST records (2 shards, 8 steps an epoch per worker), 3 epochs, a checkpoint
+# every epoch (keep all):
 #   1. the launcher exits 0 once the evaluator has evaluated the chief's final checkpoint;
 #   2. the evaluator prints exactly one "evaluator: checkpoint step S: loss L accuracy A"
 #      line per checkpoint in the run folder, in step order, for the same steps;
@@ -22,20 +23,8 @@ sl_workdir evaluator
 PB=$((21030 + ($$ % 5) * 100))
 sl_convert_fashion 2 400
 
-{ sl_fashion_config 200 40 50 24 && cat <<'EOF2'; } >"$T/mlp.sl"
-train {
-    model small
-    data train
-    eval test every=1
-    epochs 3
-    optimizer adam lr=0.01
-    checkpoint every=1 keep=0
-    backend cpu
-    threads 1
-    seed 3
-    strategy ps
-}
-EOF2
+sl_tiny_fashion_config "$T/mlp.sl" "shard auto" "epochs 3" "optimizer adam lr=0.01" "checkpoint every=1 keep=0" \
+    "strategy ps"
 R=$T/run
 steps_of_ckpts() { ls "$1" | sed -n 's/^ckpt-0*\([0-9][0-9]*\)\.safetensors$/\1/p' | sort -n | tr '\n' ' '; }
 eval_lines() { grep '^\[evaluator 0\] evaluator: checkpoint step ' "$T/$1.out"; }
