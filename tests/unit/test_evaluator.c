@@ -1,6 +1,6 @@
 /* train/evaluator.c: the sidecar evaluator's watch over a run folder — a checkpoint that
  * appears is evaluated once, with the trainer's own numbers for those parameters; a damaged
- * one is skipped with a warning naming it, one written before it started is passed over; only the `finished` marker of its own job ends
+ * one is skipped with a warning naming it, one gone before it was read with a note, one written before it started is passed over; only the `finished` marker of its own job ends
  * the watch; a damaged final checkpoint, a vanished folder and a wait without checkpoints
  * are errors saying so; the marker's format round trip. Data: helper_points.h. */
 #include <stdio.h>
@@ -135,6 +135,14 @@ TEST(test_watch) {
     snprintf(want, sizeof want, "warning: evaluator: skipping damaged checkpoint %s/ckpt-000000007.safetensors: ", dir);
     ASSERT_CONTAINS(text_of(warn), want);
     ASSERT_CONTAINS(text_of(warn), "checksum");
+    /* one gone between the listing and the read (a dangling link reads as removed): a note */
+    snprintf(path, sizeof path, "%s/ckpt-000000008.safetensors", dir);
+    ASSERT_EQ(symlink("nowhere", path), 0);
+    ASSERT_OK(sl__evaluator_poll(ev, &done));
+    ASSERT_EQ(st->evaluated, 1);
+    ASSERT_EQ(st->skipped, 2);
+    snprintf(want, sizeof want, "evaluator: checkpoint %s was removed (keep=) before it could be read: skipped\n", path);
+    ASSERT_CONTAINS(text_of(warn), want);
 
     /* another job's marker does not end the watch; its own does */
     ASSERT_OK(save(t, dir, 9));
