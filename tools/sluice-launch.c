@@ -1,15 +1,16 @@
 /* sluice-launch: start N local replicas (and M parameter-server tasks) of a program, with
  * the environment that tells each who it is, and supervise them; or make CURVE keys.
  *
- *   sluice-launch -n N [--ps M] [--restarts K] [--port-base P] [--host H] [--timeout S]
- *                 [--grace S] -- PROGRAM ARGS...
+ *   sluice-launch -n N [--ps M] [--evaluator] [--restarts K] [--port-base P] [--host H]
+ *                 [--timeout S] [--grace S] -- PROGRAM ARGS...
  *   sluice-launch --keygen PATH [--keygen PATH]...
  *
  * Each task gets (besides the launcher's own environment):
  *   TF_CONFIG         {"cluster": {"worker": [H:P, H:P+1, ...], "ps": [H:P+N, ...]},
  *                      "task": {"type": "worker"|"ps", "index": I}}  (TensorFlow's format,
- *                     which sl_cluster_resolve reads)
- *   SLUICE_TASK       "worker 1" / "ps 0"
+ *                     which sl_cluster_resolve reads); the evaluator's (--evaluator) also
+ *                     lists "evaluator": [H:P+N+M] and has the task type "evaluator"
+ *   SLUICE_TASK       "worker 1" / "ps 0" / "evaluator 0"
  *   SLUICE_RANK       the ring rank (workers) or ps index; SLUICE_WORLD: N; SLUICE_NUM_PS: M
  *   SLUICE_PORT_BASE  P
  *   SLUICE_LOCAL_RANK the worker's index I on this host (workers only): sluice-train puts
@@ -51,6 +52,13 @@
  * worker other than worker 0 that stops so is let go, never restarted.) --timeout S
  * stops all after S seconds and exits 124.
  *
+ * --evaluator starts one more task, "evaluator 0" (sluice-train runs it as the job's sidecar
+ * evaluator, sluice/job.h): it is never restarted and never stops the others; the job waits
+ * for it to end by itself (after the chief's final checkpoint) and is not stopped with the
+ * ps tasks. When the job otherwise succeeds, an evaluator that failed makes the launcher
+ * exit with its status ("[launch] evaluator 0 exited with status N: training goes on
+ * without it" is noted when it happens).
+ *
  * A thin supervisor: a handful of tasks, their output relayed line by line through one
  * ppoll loop. Exit status: a task's, 0, 124 (timeout), 1 (--keygen or start-up failed),
  * 2 (wrong usage). */
@@ -77,7 +85,7 @@ static const char *PROG = "sluice-launch";
 #define PS_LINGER_S 5.0
 
 static const char USAGE[] =
-    "Usage: sluice-launch -n N [--ps M] [--restarts K] [--port-base P] [--timeout S] -- PROGRAM ARGS...\n"
+    "Usage: sluice-launch -n N [--ps M] [--evaluator] [--restarts K] [--port-base P] [--timeout S] -- PROGRAM ARGS...\n"
     "       sluice-launch --keygen PATH [--keygen PATH]...\n"
     "\n"
     "Start N local replicas (workers) and M parameter-server tasks of PROGRAM, each told its\n"
@@ -91,6 +99,9 @@ static const char USAGE[] =
     "\n"
     "  -n, --workers N    replicas to start (1..256)\n"
     "  --ps M             parameter-server tasks (default 0)\n"
+    "  --evaluator        one more task, \"evaluator 0\" (port P+N+M): it evaluates the chief's\n"
+    "                     checkpoints; the job waits for it, and its failure is the exit status\n"
+    "                     of a job that otherwise succeeded\n"
     "  --restarts K       restart a failed task (worker or ps) up to K times (default 0)\n"
     "  --port-base P      worker I listens on P+I, ps J on P+N+J (default 29500)\n"
     "  --host H           the address the tasks use for each other (default 127.0.0.1)\n"
@@ -112,13 +123,14 @@ typedef struct task {
     int fd[2];          /* stdout, stderr pipes (-1 when closed) */
     char *line[2];      /* partial line per stream */
     size_t len[2], cap[2];
-    bool running, is_ps;
+    bool running, is_ps, is_eval;
     int restarts;       /* restarts used */
     int status;         /* wait status once exited */
 } task;
 
 typedef struct job {
     long long nw, nps, port_base, restarts;
+    int eval_code;      /* --evaluator: the evaluator's failure (exit status), 0: none */
     long long timeout, grace; /* --timeout (0: none) and --grace, seconds */
     char job_id[17];    /* SLUICE_JOB_ID: 16 hex digits, random per launch */
     char **prog;
@@ -128,7 +140,9 @@ typedef struct job {
     /* the event loop's decisions so far */
     double start;       /* when the tasks were started */
     double stop_at;     /* > 0: when SIGKILL follows the SIGTERM */
-    double ps_until;    /* > 0: the workers are done; the ps tasks may linger until then */
+    double ps_until;    /* > 0: the workers are done; the ps tasks may linger until then; -1: they
+                           were told to stop then (SIGKILL at ps_kill_at) */
+    double ps_kill_at;  /* > 0: when SIGKILL follows the lingering ps tasks' SIGTERM */
     double term_at;     /* > 0: a task stopped on request; SIGTERM to the rest then */
     int result;         /* the exit status decided so far, -1 none */
     bool stopping;
@@ -136,6 +150,9 @@ typedef struct job {
 } job;
 
 static volatile sig_atomic_t got_signal, got_child;
+
+/* the task's type as TF_CONFIG names it */
+static const char *task_type(const task *t) { return t->is_eval ? "evaluator" : t->is_ps ? "ps" : "worker"; }
 
 static void on_signal(int sig) { got_signal = sig; }
 static void on_child(int sig) { (void)sig; got_child = 1; }
@@ -255,7 +272,7 @@ static int spawn(job *j, task *t) {
         char v[64];
         setenv("TF_CONFIG", t->tf_config, 1);
         setenv("SLUICE_TASK", t->label, 1);
-        if (!t->is_ps) {
+        if (!t->is_ps && !t->is_eval) {
             snprintf(v, sizeof v, "%d", t->type_index);
             setenv("SLUICE_LOCAL_RANK", v, 1); /* every worker of a launch is on this host */
         } else {
@@ -309,9 +326,9 @@ static int keygen(const char **paths, int n) {
 
 /* Addresses host:port_base+i for the n tasks (workers first) and each task's TF_CONFIG
  * into *addr_out and *ts_out; 0, or the exit status (printed). */
-static int setup_tasks(const char *host, long long port_base, long long nw, long long nps, char ***addr_out,
-                       task **ts_out) {
-    int n = (int)(nw + nps);
+static int setup_tasks(const char *host, long long port_base, long long nw, long long nps, bool eval,
+                       char ***addr_out, task **ts_out) {
+    int n = (int)(nw + nps) + eval;
     char **addr = calloc((size_t)n, sizeof *addr);
     task *ts = calloc((size_t)n, sizeof *ts);
     *addr_out = addr;
@@ -319,16 +336,25 @@ static int setup_tasks(const char *host, long long port_base, long long nw, long
     if (!addr || !ts) { fprintf(stderr, "%s: out of memory\n", PROG); return SL__EXIT_FAIL; }
     for (int i = 0; i < n; i++) {
         if (asprintf(&addr[i], "%s:%lld", host, port_base + i) < 0) return SL__EXIT_FAIL;
-        ts[i].is_ps = i >= nw;
-        ts[i].type_index = ts[i].is_ps ? (int)(i - nw) : i;
-        snprintf(ts[i].label, sizeof ts[i].label, "%s %d", ts[i].is_ps ? "ps" : "worker", ts[i].type_index);
+        ts[i].is_eval = eval && i == n - 1;
+        ts[i].is_ps = i >= nw && !ts[i].is_eval;
+        ts[i].type_index = ts[i].is_ps ? (int)(i - nw) : ts[i].is_eval ? 0 : i;
+        snprintf(ts[i].label, sizeof ts[i].label, "%s %d", task_type(&ts[i]), ts[i].type_index);
         ts[i].fd[0] = ts[i].fd[1] = -1;
     }
     for (int i = 0; i < n; i++) {
         char tfc[16384];
         int need = sl_cluster_tf_config(tfc, sizeof tfc, (const char *const *)addr, (int)nw,
-                                        (const char *const *)addr + nw, (int)nps, ts[i].is_ps ? "ps" : "worker",
+                                        (const char *const *)addr + nw, (int)nps, task_type(&ts[i]),
                                         ts[i].type_index);
+        if (ts[i].is_eval && need > 0 && (size_t)need < sizeof tfc) {
+            /* the evaluator's own list (its task index must be in one), first in its cluster
+             * object: {"cluster": {"evaluator": ["H:P"], "worker": ...} */
+            static const char head[] = "{\"cluster\": {";
+            char base[sizeof tfc];
+            memcpy(base, tfc, (size_t)need + 1);
+            need = snprintf(tfc, sizeof tfc, "%s\"evaluator\": [\"%s\"], %s", head, addr[i], base + strlen(head));
+        }
         if (need < 0 || (size_t)need >= sizeof tfc) { fprintf(stderr, "%s: cluster too large for TF_CONFIG\n", PROG); return SL__EXIT_FAIL; }
         if (!(ts[i].tf_config = strdup(tfc))) { fprintf(stderr, "%s: out of memory\n", PROG); return SL__EXIT_FAIL; }
     }
@@ -368,6 +394,19 @@ static void judge_exit(job *j, task *tk, pid_t old) {
         j->result = code;
     }
     if (code == 0 || j->stopping) return;
+    if (tk->is_ps && j->ps_until != 0) { /* the workers are done: training is over */
+        char why[64];
+        fprintf(stderr, "[launch] %s exited with %s after the workers finished\n", tk->label,
+                status_text(tk->status, why, sizeof why));
+        return;
+    }
+    if (tk->is_eval) { /* a sidecar: training goes on, its status is kept for the end */
+        char why[64];
+        fprintf(stderr, "[launch] %s exited with %s: training goes on without it\n", tk->label,
+                status_text(tk->status, why, sizeof why));
+        j->eval_code = code;
+        return;
+    }
     if (WIFEXITED(tk->status) && (code == 128 + SIGINT || code == 128 + SIGTERM)) {
         if (nps > 0 && !tk->is_ps && tk->type_index != 0) {
             /* a ps worker other than the chief: the others train on (never restarted) */
@@ -387,10 +426,6 @@ static void judge_exit(job *j, task *tk, pid_t old) {
     }
     char why[64];
     status_text(tk->status, why, sizeof why);
-    if (tk->is_ps && j->ps_until > 0) { /* the workers are done: training is over */
-        fprintf(stderr, "[launch] %s exited with %s after the workers finished\n", tk->label, why);
-        return;
-    }
     if (tk->restarts < restarts) {
         tk->restarts++;
         fprintf(stderr, "[launch] %s exited with %s\n[launch] restarting %s (restart %d of %lld)\n", tk->label, why,
@@ -425,7 +460,7 @@ static void on_children(job *j) {
     if (!j->stopping && j->nps > 0 && j->ps_until == 0) {
         bool workers_left = false, any_ps = false;
         for (int i = 0; i < j->nw; i++) workers_left |= j->ts[i].running;
-        for (int i = (int)j->nw; i < j->n; i++) any_ps |= j->ts[i].running;
+        for (int i = (int)j->nw; i < j->nw + j->nps; i++) any_ps |= j->ts[i].running;
         if (!workers_left) {
             j->result = 0;
             if (any_ps) j->ps_until = now_s() + PS_LINGER_S;
@@ -444,14 +479,21 @@ static void on_deadlines(job *j, double t) {
         j->stop_at = t + (double)j->grace;
         signal_all(j->ts, j->n, SIGTERM);
     }
+    task *ps = j->ts + j->nw;
+    int nps = (int)j->nps;
     if (j->ps_until > 0 && !j->stopping && t >= j->ps_until) { /* the ps tasks did not return by themselves */
-        for (int i = (int)j->nw; i < j->n; i++)
-            if (j->ts[i].running)
-                fprintf(stderr, "[launch] %s still runs %.0f s after the workers finished: stopping it\n",
-                        j->ts[i].label, PS_LINGER_S);
-        j->stopping = true;
-        j->stop_at = t + (double)j->grace;
-        signal_all(j->ts, j->n, SIGTERM);
+        for (int i = 0; i < nps; i++)
+            if (ps[i].running)
+                fprintf(stderr, "[launch] %s still runs %.0f s after the workers finished: stopping it\n", ps[i].label,
+                        PS_LINGER_S);
+        /* only the ps tasks: an evaluator still evaluates the final checkpoint */
+        j->ps_until = -1;
+        j->ps_kill_at = t + (double)j->grace;
+        signal_all(ps, nps, SIGTERM);
+    }
+    if (j->ps_kill_at > 0 && t >= j->ps_kill_at) {
+        signal_all(ps, nps, SIGKILL);
+        j->ps_kill_at = 0;
     }
     if (j->term_at > 0 && t >= j->term_at) {
         signal_all(j->ts, j->n, SIGTERM);
@@ -486,6 +528,7 @@ static bool poll_once(job *j) {
     if (j->timeout && !j->stopping && j->ps_until == 0 && j->start + (double)j->timeout - t < wait)
         wait = j->start + (double)j->timeout - t;
     if (j->ps_until > 0 && !j->stopping && j->ps_until - t < wait) wait = j->ps_until - t;
+    if (j->ps_kill_at > t && j->ps_kill_at - t < wait) wait = j->ps_kill_at - t;
     if (wait < 0) wait = 0;
     struct timespec tw = {(time_t)wait, (long)((wait - (double)(time_t)wait) * 1e9)};
     int rc = ppoll(pf, (nfds_t)np, &tw, &j->empty);
@@ -498,6 +541,7 @@ static bool poll_once(job *j) {
 int main(int argc, char **argv) {
     if (sl__tool_version(PROG, argc, argv)) return sl__tool_exit(PROG, SL__EXIT_OK);
     long long nw = 0, nps = 0, port_base = 29500, timeout = 0, grace = 5, restarts = 0;
+    bool eval = false;
     const char *host = "127.0.0.1";
     const char **keys = calloc((size_t)argc + 1, sizeof *keys);
     if (!keys) { fprintf(stderr, "%s: out of memory\n", PROG); return SL__EXIT_FAIL; }
@@ -507,6 +551,7 @@ int main(int argc, char **argv) {
     sl__opt opts[] = {
         {"workers", 'n', SL__OPT_INT, &nw, 1, 256},
         {"ps", 0, SL__OPT_INT, &nps, 0, 256},
+        {"evaluator", 0, SL__OPT_FLAG, &eval, 0, 0},
         {"restarts", 0, SL__OPT_INT, &restarts, 0, 1000000},
         {"port-base", 0, SL__OPT_INT, &port_base, 1, 65535},
         {"host", 0, SL__OPT_STR, &host, 0, 0},
@@ -530,12 +575,12 @@ int main(int argc, char **argv) {
     char **prog = argv + 1;
     if (nw < 1) return sl__usage_error(PROG, "missing -n N (how many replicas)");
     if (npos == 0) return sl__usage_error(PROG, "missing the program to run (after --)");
-    if (port_base + nw + nps - 1 > 65535) return sl__usage_error(PROG, "ports %lld..%lld pass 65535", port_base, port_base + nw + nps - 1);
-    int n = (int)(nw + nps);
+    int n = (int)(nw + nps) + eval;
+    if (port_base + n - 1 > 65535) return sl__usage_error(PROG, "ports %lld..%lld pass 65535", port_base, port_base + n - 1);
     prog[npos] = NULL;
     char **addr = NULL;
     task *ts = NULL;
-    int rc = setup_tasks(host, port_base, nw, nps, &addr, &ts);
+    int rc = setup_tasks(host, port_base, nw, nps, eval, &addr, &ts);
     if (rc) return rc;
     job j = {.nw = nw, .nps = nps, .port_base = port_base, .restarts = restarts, .timeout = timeout, .grace = grace,
              .prog = prog, .ts = ts, .n = n, .result = -1};
@@ -576,5 +621,6 @@ int main(int argc, char **argv) {
     }
     free(addr);
     free(ts);
-    return sl__tool_exit(PROG, j.result < 0 ? 0 : j.result);
+    /* the job's own failure first; else the evaluator's */
+    return sl__tool_exit(PROG, j.result > 0 ? j.result : j.eval_code);
 }

@@ -12,6 +12,7 @@
 #include "sluice/job.h"
 #include "sluice/strategy.h"
 #include "sluice/util.h"
+#include "train/evaluator.h"
 
 extern char **environ;
 
@@ -36,6 +37,13 @@ static sl_status set_run_dir(sl_cfg *cfg, const char *dir) {
 
 /* sluice-launch -n N > 1 over `strategy none`: N separate trainings into one run folder */
 static sl_status check_world(const sl_train_config *tc, const char *const *envp) {
+    const char *task = sl_env_get(envp, "SLUICE_TASK");
+    if (task && strncmp(task, "evaluator", 9) == 0) {
+        sl_err(SL_EINVAL, "this task is the evaluator (SLUICE_TASK, from sluice-launch --evaluator) but the train block "
+               "says strategy %s: it would train alone into the run folder", tc->strategy);
+        sl_err_hint("the evaluator watches the checkpoints of a `strategy ring` or `strategy ps` job");
+        return SL_EINVAL;
+    }
     const char *world = sl_env_get(envp, "SLUICE_WORLD");
     if (!world || atoi(world) <= 1) return SL_OK;
     sl_err(SL_EINVAL, "this task is one of %s replicas (SLUICE_WORLD, from sluice-launch) but the train block says "
@@ -57,6 +65,29 @@ static sl_status run_ps_task(sl_cfg *cfg, const sl_cluster *cl, const sl_tp_curv
     sl_strategy_ps_opts po = {.timeout_s = o->timeout_s, .curve = curve, .fresh = fresh, .overwrite = o->overwrite};
     sl_status s = sl_ps_task_run(cfg, cl, &po, o->console, o->ps_stop);
     return s == SL_ECANCELED ? SL_OK : s;
+}
+
+/* the evaluator task of this process: evaluate the chief's checkpoints until its final one */
+static sl_status run_evaluator_task(sl_cfg *cfg, const sl_cluster *cl, const sl_job_opts *o,
+                                    const char *const *envp, sl_job_result *r) {
+    r->evaluator = true;
+    sl__evaluator_opts eo = {.run_dir = o->run_dir, .job_id = cl->job_id, .console = o->console,
+                             .wait_s = o->timeout_s, .device = o->device, .envp = envp, .stop = o->stop};
+    sl__evaluator *ev;
+    sl_status s = sl__evaluator_create(cfg, &eo, &ev);
+    if (s) return s;
+    const sl__evaluator_stats *st = sl__evaluator_stats_get(ev);
+    snprintf(r->run_dir, sizeof r->run_dir, "%s", st->run_dir);
+    if (o->on_role) o->on_role(o->ctx, r);
+    s = sl__evaluator_run(ev);
+    r->summary.eval_accuracy = st->evaluated ? st->last_accuracy : -1;
+    r->summary.eval_loss = st->last_loss;
+    r->summary.steps = st->last_step;
+    r->summary.stopped = st->stopped;
+    r->summary.stop_value = st->stop_value;
+    r->evaluated = st->evaluated;
+    sl__evaluator_free(ev);
+    return s;
 }
 
 /* the trainer's options from the job's */
@@ -136,6 +167,10 @@ sl_status sl_job_run(sl_cfg *cfg, const sl_job_opts *opts, sl_job_result *r) {
         s = run_ps_task(cfg, &cl, have_curve ? &curve : NULL, &o, !o.resume && !restarted, r);
         goto done;
     }
+    if ((is_ps || is_ring) && cl.tasks[cl.self].type == SL_TASK_EVALUATOR) {
+        s = run_evaluator_task(cfg, &cl, &o, envp, r);
+        goto done;
+    }
     sl_train_opts to = train_opts(&o, envp, o.resume || restarted);
     sl_train_hooks hooks;
     if (is_ring || is_ps) {
@@ -152,8 +187,13 @@ sl_status sl_job_run(sl_cfg *cfg, const sl_job_opts *opts, sl_job_result *r) {
     const sl_train_config *c = sl_trainer_config(t);
     r->checkpoints = c->ckpt_every.epochs || c->ckpt_every.steps;
     snprintf(r->run_dir, sizeof r->run_dir, "%s", c->run_dir);
+    /* the `finished` marker of an earlier run must not end this run's evaluator */
+    bool mark = r->is_chief && r->checkpoints && (is_ring || is_ps);
+    if (mark && (s = sl__run_finished_clear(r->run_dir))) goto done;
     s = sl_trainer_run(t);
     r->summary = *sl_trainer_summary(t);
+    /* after the final checkpoint: the evaluator task ends once it has evaluated it */
+    if (!s && mark && !r->summary.stopped) s = sl__run_finished_write(r->run_dir, cl.job_id, r->summary.steps);
 done:
     sl_trainer_free(t);
     sl_strategy_ring_free(st.ring);

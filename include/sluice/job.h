@@ -12,6 +12,22 @@
  * with resume. sluice-launch -n N > 1 over `strategy none` (SLUICE_WORLD > 1) is refused:
  * every task would train alone into the same run folder.
  *
+ * An `evaluator` task (TF_CONFIG task type "evaluator", sluice-launch --evaluator) of a ring
+ * or ps job trains nothing and joins neither the ring nor the ps: it watches the run folder,
+ * evaluates every new checkpoint of the chief on the train block's eval pipeline (the
+ * trainer's own evaluation, the checkpoint's parameters and batchnorm running stats),
+ * prints "evaluator: checkpoint step S: loss L accuracy A" for each on console, writes
+ * eval/loss and eval/accuracy at step S to an event file of its own in RUN_DIR/eval/, and
+ * returns SL_OK once the chief's final checkpoint is evaluated (the chief writes the marker
+ * RUN_DIR/finished after it: "job <job id> step <S>"; only the marker of its own job id
+ * counts). A damaged checkpoint is skipped with a warning naming it, one removed by keep=
+ * before it was read with a note; those written before it started are passed over (one
+ * line), except the final one of its own job. Under `strategy none` an evaluator task
+ * (SLUICE_TASK "evaluator 0") is refused with SL_EINVAL. Errors: the run folder gone (SL_ENOTFOUND), no new
+ * checkpoint and no marker for opts.timeout_s (0: 600 s; SL_ETIMEDOUT), the final
+ * checkpoint damaged (SL_ECORRUPT), a checkpoint of another configuration (SL_EINVAL), a
+ * train block without an eval pipeline (SL_EINVAL). opts.stop ends it (summary.stopped).
+ *
  * Workload: once per process. */
 #ifndef SLUICE_JOB_H
 #define SLUICE_JOB_H
@@ -37,7 +53,8 @@ typedef struct sl_job_opts {
     const char *const *envp;         /* the environment the task reads; NULL: the process's */
     FILE *console;                   /* epoch lines, the final accuracy, ps progress; NULL: silent */
     bool progress;                   /* a progress bar on console (the chief only) */
-    double timeout_s;                /* ring / ps: seconds to wait for a peer; 0: the cluster's, else 30 */
+    double timeout_s;                /* ring / ps: seconds to wait for a peer; 0: the cluster's, else 30;
+                                        an evaluator: seconds to wait for a new checkpoint; 0: 600 */
     double retry_s;                  /* ps workers: seconds to retry a lost ps; 0: 120 */
     const char *hash_log;            /* ring, several replicas: write per-step parameter hashes to
                                         PREFIX.RANK (sluice-train --hash-log); NULL: none */
@@ -46,7 +63,7 @@ typedef struct sl_job_opts {
     volatile int *ps_stop;           /* a ps task: nonzero stops serving (its shard is saved); NULL: never */
     /* Called once this process's role is known, just before its task starts (a tool
      * installs the signal handlers that suit it there): result->ps_task and ps_index,
-     * is_chief, lockstep and run_dir are set. NULL: nothing. */
+     * evaluator, is_chief, lockstep and run_dir are set. NULL: nothing. */
     void (*on_role)(void *ctx, const sl_job_result *result);
     void *ctx;
 } sl_job_opts;
@@ -56,6 +73,10 @@ sl_job_opts sl_job_opts_default(void);
 /* What the task was and how it ended. */
 struct sl_job_result {
     bool ps_task;               /* this process served a ps shard (no training summary) */
+    bool evaluator;             /* this process was the evaluator task: summary.eval_accuracy and
+                                   eval_loss are of the last checkpoint evaluated (-1: none), steps
+                                   its step */
+    int evaluated;              /* evaluator: checkpoints evaluated */
     int ps_index;               /* ps_task: its index */
     bool is_chief;              /* a trainer that logs, evaluates and checkpoints (rank 0, or alone) */
     bool lockstep;              /* replicas that stop together (ring with several, ps mode=sync) */

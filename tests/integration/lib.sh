@@ -28,6 +28,7 @@
 #     free for new scripts  blocks 28000..31999, offsets 8..9 and 20..37
 #     test_train_stop_replicas.sh blocks 28000..31999, offsets 38..49 (PB = 28038 + (pid % 40) * 100)
 #     test_ring_netns.sh    29500 inside network namespaces of its own (no host port)
+#     test_train_evaluator.sh blocks 21000..21499, offsets 30..33 (PB = 21030 + (pid % 5) * 100)
 # sl_port_base FIRST: FIRST + a block of 0..3999 picked from this shell's pid.
 sl_port_base() { echo $(($1 + ($$ % 40) * 100)); }
 
@@ -37,6 +38,11 @@ fails=0
 
 fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
 ok() { echo "ok   $*"; }
+# sl_finish: the verdict of the script ($0's name), exit 1 if anything failed
+sl_finish() {
+    if [ "$fails" -gt 0 ]; then echo "$fails failure(s)"; exit 1; fi
+    echo "PASS: $(basename "$0" .sh)"
+}
 
 sl_require_tools() {
     local tool
@@ -58,6 +64,28 @@ sl_workdir() {
 sl_convert_fashion() {
     "$BIN/sluice-record" convert fashion-mnist "$T/data" --shards "$1" --limit "$2" >/dev/null 2>"$T/convert.err" ||
         { cat "$T/convert.err"; echo "FAIL: convert"; exit 1; }
+}
+
+# sl_tiny_fashion_config FILE PIPELINE-LINE TRAIN-LINE...: write to FILE a config over the
+# conversion in $T/data: the pipelines train and test (raw 28x28x1 images scaled to [0, 1];
+# train: PIPELINE-LINE when not "" (e.g. "shard auto"), shuffle 500, batch 50
+# drop_remainder; test: batch 100), the model tiny (flatten, dense 32 relu, dense 10) and a
+# train block: model tiny, data train, eval test every=1, the TRAIN-LINEs, backend cpu,
+# threads 1, seed 1.
+sl_tiny_fashion_config() {
+    local map='map parse_example(image: bytes, label: int64) | decode_raw(image, uint8, 28x28x1) | scale(image, 1/255)'
+    local file=$1 pipe=$2
+    shift 2
+    {
+        printf 'pipeline train {\n    files "data/train-*.tfrecord"\n'
+        [ -n "$pipe" ] && printf '    %s\n' "$pipe"
+        printf '    shuffle 500\n    %s\n    batch 50 drop_remainder\n}\n' "$map"
+        printf 'pipeline test {\n    files "data/test-*.tfrecord"\n    %s\n    batch 100\n}\n' "$map"
+        printf 'model tiny {\n    input 28x28x1\n    flatten\n    dense 32 activation=relu\n    dense 10\n}\n'
+        printf 'train {\n    model tiny\n    data train\n    eval test every=1\n'
+        printf '    %s\n' "$@"
+        printf '    backend cpu\n    threads 1\n    seed 1\n}\n'
+    } >"$file"
 }
 
 # run NAME WANT_RC CMD...: run, keep stdout/stderr in $T/NAME.{out,err}, check the exit status

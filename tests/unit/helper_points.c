@@ -2,9 +2,12 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "helper_points.h"
 #include "sluice/example.h"
+#include "sluice/status.h"
 #include "sluice/tfrecord.h"
 
 int sl_test_write_points(const char *dir) {
@@ -39,4 +42,12 @@ int sl_test_write_points(const char *dir) {
     sl_exb_free(b);
     if (sl_tfr_writer_close(w)) rc = -1;
     return rc;
+}
+
+int sl_test_points_tmpdir(const char *name, char *dir, size_t cap) {
+    snprintf(dir, cap, "/tmp/sluice-test-%s.%d", name, (int)getpid());
+    mkdir(dir, 0777);
+    if (sl_test_write_points(dir) == 0) return 0;
+    printf("cannot write test data in %s: %s\n", dir, sl_errmsg());
+    return -1;
 }

@@ -29,17 +29,7 @@ static char tmpdir[256];
 static int write_data(void) { return sl_test_write_points(tmpdir); }
 
 static const char CONFIG[] =
-    "pipeline train {\n"
-    "    files \"points.tfrecord\"\n"
-    "    shuffle 64\n"
-    "    map parse_example(image: float(4), label: int64)\n"
-    "    batch 16 drop_remainder\n"
-    "}\n"
-    "pipeline test {\n"
-    "    files \"points.tfrecord\"\n"
-    "    map parse_example(image: float(4), label: int64)\n"
-    "    batch 32\n"
-    "}\n"
+    SL_TEST_POINTS_PIPELINES
     "model tiny {\n"
     "    input 4\n"
     "    dense 8 activation=relu\n"
