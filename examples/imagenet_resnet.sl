@@ -18,8 +18,12 @@
 #     build/bin/sluice-launch -n 8 -- build/bin/sluice-train examples/imagenet_resnet.sl \
 #         --set train.backend=cuda --set train.strategy=ring
 #
-# (on several machines sluice-launch reads the cluster from a `cluster` block, TF_CONFIG,
-# Slurm or Open MPI: see the README). About 1.8 GFLOP per image forward.
+#     srun --nodes 4 --ntasks-per-node 8 build/bin/sluice-train examples/imagenet_resnet.sl \
+#         --set train.backend=cuda --set train.strategy=ring
+#
+# (sluice-launch starts the replicas of one machine; on several, each replica finds the
+# others from Slurm as here, a `cluster` block, TF_CONFIG or Open MPI, and its GPU from its
+# local rank: see the README). About 1.8 GFLOP per image forward.
 
 pipeline train {
     files "../data/imagenet/train-*.tfrecord"
