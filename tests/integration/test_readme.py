@@ -36,7 +36,8 @@ rendered page:
 The work folder is what a user has after `bash scripts/main.sh`: `build` (a link to this
 build), a copy of `examples/`, Fashion-MNIST converted into `data/fashion/` (8+8 shards,
 2 s), `pets_examples.record` (the damaged sample of tests/data), `photos/` (two class
-folders of 100 JPEGs each, with a text file and a cut JPEG), the build's bin/ on PATH,
+folders of 100 JPEGs each, with a text file and a cut JPEG) and its conversion for
+examples/imagenet_resnet.sl in `data/imagenet/`, the build's bin/ on PATH,
 `python3` the tests' Python ($PYTHON, Debian's /usr/bin/python3), and HOME inside it.
 Lines `bash scripts/main.sh` and `cmake --build build ...` of a block are taken as done
 (the work folder is that state; they would rebuild or re-download). Blocks run in order in
@@ -139,7 +140,18 @@ def make_workdir():
     if r.returncode:
         raise SystemExit(f"FAIL: converting Fashion-MNIST for the examples:\n{r.stdout}")
     make_photos(t)
+    make_imagenet(t)
     return t
+
+
+def make_imagenet(t):
+    """data/imagenet/: examples/imagenet_resnet.sl's TFRecords, from photos/ (the train split
+    twice over, as train-* and train-extra-*, so that it holds a batch of 256; validation-*)."""
+    tool = os.path.join(BIN, "sluice-record")
+    for split in ("train", "train-extra", "validation"):
+        subprocess.run([tool, "convert", "images", os.path.join(t, "photos"), os.path.join(t, "data", "imagenet"),
+                        "--shards", "1", "--split", split], check=True, stdout=subprocess.DEVNULL,
+                       stderr=subprocess.DEVNULL)
 
 
 def make_photos(t):
