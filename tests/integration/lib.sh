@@ -135,28 +135,6 @@ launch() {
 # started_pid NAME TASK: the pid of the newest "[launch] started TASK (pid N)" line of $T/NAME.err
 started_pid() { sed -n "s/^\[launch\] started $2 (pid \([0-9]*\))$/\1/p" "$T/$1.err" | tail -n 1; }
 
-# sl_tiny_fashion_config FILE PIPELINE-LINE TRAIN-LINE...: write to FILE a config over the
-# conversion in $T/data: the pipelines train and test (raw 28x28x1 images scaled to [0, 1];
-# train: PIPELINE-LINE when not "" (e.g. "shard auto"), shuffle 500, batch 50
-# drop_remainder; test: batch 100), the model tiny (flatten, dense 32 relu, dense 10) and a
-# train block: model tiny, data train, eval test every=1, the TRAIN-LINEs, backend cpu,
-# threads 1, seed 1.
-sl_tiny_fashion_config() {
-    local map='map parse_example(image: bytes, label: int64) | decode_raw(image, uint8, 28x28x1) | scale(image, 1/255)'
-    local file=$1 pipe=$2
-    shift 2
-    {
-        printf 'pipeline train {\n    files "data/train-*.tfrecord"\n'
-        [ -n "$pipe" ] && printf '    %s\n' "$pipe"
-        printf '    shuffle 500\n    %s\n    batch 50 drop_remainder\n}\n' "$map"
-        printf 'pipeline test {\n    files "data/test-*.tfrecord"\n    %s\n    batch 100\n}\n' "$map"
-        printf 'model tiny {\n    input 28x28x1\n    flatten\n    dense 32 activation=relu\n    dense 10\n}\n'
-        printf 'train {\n    model tiny\n    data train\n    eval test every=1\n'
-        printf '    %s\n' "$@"
-        printf '    backend cpu\n    threads 1\n    seed 1\n}\n'
-    } >"$file"
-}
-
 # fail_show WHAT FILE...: fail WHAT, then print the FILEs (the output that shows why)
 fail_show() {
     fail "$1"
