@@ -15,8 +15,9 @@
 # Ports. Every test port is below 32768: Linux hands out 32768..60999 as the source ports of
 # outgoing connections, so a fixed port up there can be taken by any other test's connection
 # ("Address already in use"). Tests that may run at the same time never share a port:
-#   unit tests              port 0 (the kernel picks), except the ps ones: 12000..19999
-#                           (test_strategy_ps 12000..15999, test_ps_server 16000..19999)
+#   unit tests              port 0 (the kernel picks), except test_strategy_ring 10000..11999
+#                           and the ps ones: 12000..19999 (test_strategy_ps 12000..15999,
+#                           test_ps_server 16000..19999)
 #   integration scripts     20000..31999, in blocks of 100 ports (offsets below are within
 #                           a block):
 #     test_train_ps.sh      PB = 20000 + (pid % 120) * 100 + 50 in any block, using PB..PB+52:
@@ -25,10 +26,10 @@
 #     test_sluice_launch.sh blocks 24000..27999, offsets 5..27  (PB = 24005 + (pid % 40) * 100)
 #     test_gpu_placement.sh blocks 28000..31999, offsets 5..7   (PB = 28005 + (pid % 40) * 100)
 #     test_readme.py        blocks 28000..31999, offsets 10..19 (its sluice-launch --port-base)
-#     free for new scripts  blocks 28000..31999, offsets 8..9 and 20..37
+#     test_train_evaluator.sh blocks 28000..31999, offsets 20..23 (PB = 28020 + (pid % 40) * 100)
+#     free for new scripts  blocks 28000..31999, offsets 8..9 and 24..37
 #     test_train_stop_replicas.sh blocks 28000..31999, offsets 38..49 (PB = 28038 + (pid % 40) * 100)
 #     test_ring_netns.sh    29500 inside network namespaces of its own (no host port)
-#     test_train_evaluator.sh blocks 21000..21499, offsets 30..33 (PB = 21030 + (pid % 5) * 100)
 # sl_port_base FIRST: FIRST + a block of 0..3999 picked from this shell's pid.
 sl_port_base() { echo $(($1 + ($$ % 40) * 100)); }
 

@@ -13,14 +13,14 @@
 #      saying so; on the finished run it passes over the checkpoints written before it
 #      started, and only the marker of its own job (SLUICE_JOB_ID) ends it, after it has
 #      evaluated the final checkpoint; under `strategy none` the evaluator task refuses.
-# Ports: blocks 21000..21499, offsets 30..33 (tests/integration/lib.sh).
+# Ports: blocks 28000..31999, offsets 20..23 (tests/integration/lib.sh).
 set -u
 
 . "$(dirname "$0")/lib.sh"
 sl_require_tools sluice-train sluice-record sluice-launch
 sl_require_fashion
 sl_workdir evaluator
-PB=$((21030 + ($$ % 5) * 100))
+PB=$(sl_port_base 28020)
 sl_convert_fashion 2 400
 
 sl_tiny_fashion_config "$T/mlp.sl" "shard auto" "epochs 3" "optimizer adam lr=0.01" "checkpoint every=1 keep=0" \

@@ -57,8 +57,9 @@ TEST(test_ps_task_refused) {
     sl_cluster_free(&c);
 }
 
-/* Ports of this process: 4 from 21000 + (pid % 2000) * 4 (below the ephemeral range). */
-static int test_port(int k) { return 21000 + (int)(getpid() % 2000) * 4 + k; }
+/* Ports of this process: 4 from 10000 + (pid % 500) * 4, in 10000..11999 (below the ps unit
+ * tests' 12000.. and the integration scripts' 20000..: tests/integration/lib.sh's plan). */
+static int test_port(int k) { return 10000 + (int)(getpid() % 500) * 4 + k; }
 
 static const char MODEL[] = "model m {\n  input 4\n  dense 3\n}\n";
 
