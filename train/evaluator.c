@@ -13,6 +13,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "sluice/file.h"
 #include "sluice/tfevents.h"
 #include "sluice/train.h"
 #include "train/evaluator.h"
@@ -242,14 +243,20 @@ sl_status sl__evaluator_run(sl__evaluator *ev) {
 
 /* ---- the chief's marker ---- */
 
+#define MARKER_MAX 127 /* bytes: a marker is one short line */
+
 static void marker_path(char *out, size_t cap, const char *run_dir) { snprintf(out, cap, "%s/%s", run_dir, MARKER); }
 
 sl_status sl__run_finished_write(const char *run_dir, uint64_t job_id, int64_t step) {
     char path[1100], tmp[1200];
     marker_path(path, sizeof path, run_dir);
     snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());
-    FILE *f = fopen(tmp, "w");
-    if (!f) return sl_err(SL_EIO, "cannot create %s: %s", tmp, strerror(errno));
+    FILE *f;
+    if (sl_file_fopen_write(tmp, "w", "run marker", &f)) { /* refuses a FIFO there */
+        char why[512];
+        snprintf(why, sizeof why, "%s", sl_errmsg());
+        return sl_err(SL_EIO, "cannot create the run marker: %s", why);
+    }
     int bad = fprintf(f, "job %016" PRIx64 " step %" PRId64 "\n", job_id, step) < 0;
     bad |= fclose(f) != 0;
     if (bad || rename(tmp, path) != 0) {
@@ -267,19 +274,30 @@ sl_status sl__run_finished_clear(const char *run_dir) {
     return SL_OK;
 }
 
-bool sl__run_finished_read(const char *run_dir, uint64_t *job_id, int64_t *step) {
-    char path[1100], line[128];
-    marker_path(path, sizeof path, run_dir);
-    FILE *f = fopen(path, "r");
-    if (!f) return false;
-    bool ok = fgets(line, sizeof line, f) != NULL;
-    fclose(f);
+bool sl__run_finished_parse(const char *text, size_t len, uint64_t *job_id, int64_t *step) {
+    char line[MARKER_MAX + 1];
+    if (len > MARKER_MAX) return false;
+    memcpy(line, text, len);
+    line[len] = 0;
     uint64_t j;
     int64_t s;
     char end;
-    if (!ok || sscanf(line, "job %" SCNx64 " step %" SCNd64 "%c", &j, &s, &end) != 3 || end != '\n' || s < 0)
+    if (sscanf(line, "job %" SCNx64 " step %" SCNd64 "%c", &j, &s, &end) != 3 || end != '\n' || s < 0)
         return false;
     *job_id = j;
     *step = s;
     return true;
+}
+
+bool sl__run_finished_read(const char *run_dir, uint64_t *job_id, int64_t *step) {
+    char path[1100];
+    marker_path(path, sizeof path, run_dir);
+    char *text = NULL;
+    size_t len = 0;
+    /* a regular file of a line: a FIFO, a folder or a large file there is no marker (a
+     * blocking open of a FIFO would hang the watch) */
+    if (sl_file_read_all(path, "run marker", MARKER_MAX, NULL, &text, &len)) return false;
+    bool ok = sl__run_finished_parse(text, len, job_id, step);
+    free(text);
+    return ok;
 }

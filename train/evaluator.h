@@ -79,7 +79,12 @@ sl_status sl__run_finished_write(const char *run_dir, uint64_t job_id, int64_t s
 /* Remove a marker of an earlier run (a new or resumed run starts). SL_OK (also when there is
  * none) or SL_EIO naming the file. */
 sl_status sl__run_finished_clear(const char *run_dir);
-/* Read the marker: true with *job_id and *step when it is there and well formed. */
+/* Read the marker: true with *job_id and *step when it is there (a regular file) and well
+ * formed (sl__run_finished_parse); anything else is no marker. */
 bool sl__run_finished_read(const char *run_dir, uint64_t *job_id, int64_t *step);
+/* A marker's text (len bytes, not NUL-terminated): true with *job_id and *step when it is
+ * "job HEX step S\n" (S >= 0; what follows the line is ignored, 127 bytes at most in all),
+ * false, leaving them alone, for anything else. */
+bool sl__run_finished_parse(const char *text, size_t len, uint64_t *job_id, int64_t *step);
 
 #endif

@@ -216,6 +216,21 @@ TEST(test_marker) {
         fclose(f);
         ASSERT(!sl__run_finished_read(dir, &job, &step));
     }
+    /* more than the 127 bytes of a marker, or not a regular file: no marker, at once */
+    ASSERT((f = fopen(path, "w")));
+    fprintf(f, "job 12 step 5\n%0200d\n", 0);
+    fclose(f);
+    ASSERT(!sl__run_finished_read(dir, &job, &step));
+    ASSERT_OK(sl__run_finished_clear(dir));
+    ASSERT_EQ(mkfifo(path, 0600), 0);
+    ASSERT(!sl__run_finished_read(dir, &job, &step)); /* a blocking open would hang here */
+    ASSERT_OK(sl__run_finished_clear(dir));
+    /* the parser alone: the line, what follows it ignored; cut anywhere it is refused */
+    const char text[] = "job 00000000000000ff step 4680\nrest";
+    ASSERT(sl__run_finished_parse(text, sizeof text - 1, &job, &step));
+    ASSERT_U64(job, 0xff);
+    ASSERT_EQ(step, 4680);
+    for (size_t cut = 0; cut < 31; cut++) ASSERT(!sl__run_finished_parse(text, cut, &job, &step));
     ASSERT_OK(sl__run_finished_clear(dir));
     ASSERT(access(path, F_OK) != 0);
     ASSERT_OK(sl__run_finished_clear(dir)); /* none: fine */
