@@ -42,7 +42,7 @@ int main(int argc, char **argv) {
         free(sets);
         return sl__tool_exit(PROG, rc);
     }
-    bool quiet = false;
+    bool quiet = false, summary = false;
     long long device = -1;
     const char *backend = NULL, *timeout = NULL, *retry = NULL;
     sl_job_opts jo = sl_job_opts_default();
@@ -51,7 +51,8 @@ int main(int argc, char **argv) {
         {"quiet", 'q', SL__OPT_FLAG, &quiet, 0, 0},          {"run-dir", 0, SL__OPT_STR, &jo.run_dir, 0, 0},
         {"backend", 0, SL__OPT_STR, &backend, 0, 0},         {"device", 0, SL__OPT_INT, &device, 0, 65535},
         {"timeout", 0, SL__OPT_STR, &timeout, 0, 0},         {"retry", 0, SL__OPT_STR, &retry, 0, 0},
-        {"hash-log", 0, SL__OPT_STR, &jo.hash_log, 0, 0},    {NULL, 0, 0, NULL, 0, 0},
+        {"hash-log", 0, SL__OPT_STR, &jo.hash_log, 0, 0},    {"summary", 0, SL__OPT_FLAG, &summary, 0, 0},
+        {NULL, 0, 0, NULL, 0, 0},
     };
     sl_cfg *cfg = NULL;
     switch (sl__args_parse(PROG, opts, nargs, argv + 1, &npos)) {
@@ -73,6 +74,10 @@ int main(int argc, char **argv) {
     else
         rc = load_config(argv[1], sets, nsets, backend, &cfg);
     if (rc) goto done;
+    if (summary) {
+        rc = sl__train_summary(PROG, cfg);
+        goto done;
+    }
     jo.device = (int)device;
     jo.console = quiet ? NULL : stdout;
     jo.progress = !quiet && isatty(STDOUT_FILENO);

@@ -17,6 +17,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "sluice/model.h"
+#include "sluice/train.h"
 #include "tool.h"
 #include "tool_train.h"
 
@@ -55,6 +57,9 @@ const char SL__TRAIN_USAGE[] =
     "  --hash-log PREFIX   with strategy ring: each replica writes `step S params HASH`\n"
     "                      per step (parameters after S steps) and for the final\n"
     "                      parameters to PREFIX.RANK; equal files = bit-identical replicas\n"
+    "  --summary           print the model's summary (each layer, its output shape, its\n"
+    "                      parameters and, in a graph, the layers it reads) and exit\n"
+    "                      without training\n"
     "  -h, --help          this help\n"
     "\n"
     "Ctrl-C (or SIGTERM) stops at the next step: a checkpoint of that step is written when\n"
@@ -188,4 +193,24 @@ int sl__train_report_stop(const char *prog, const sl_job_result *r, int argc, ch
     fprintf(stderr, "%s: ps %d stopped by %s; its shard is saved in %s/ps-%d\n", prog, r->ps_index,
             sig == SIGTERM ? "SIGTERM" : "SIGINT (Ctrl-C)", r->run_dir, r->ps_index);
     return 128 + (sig == SIGTERM ? SIGTERM : SIGINT);
+}
+
+int sl__train_summary(const char *prog, const sl_cfg *cfg) {
+    sl_train_config c;
+    if (sl_train_config_parse(cfg, &c)) return sl__fail(prog);
+    sl_model_opts mo = sl_model_opts_default();
+    mo.backend = SL_BACKEND_CPU; /* the summary is the same on every backend */
+    mo.max_batch = 1;
+    mo.threads = 1;
+    mo.label_smoothing = c.label_smoothing;
+    sl_model *m = NULL;
+    char *text = NULL;
+    if (sl_model_from_config(cfg, c.model, &mo, &m) || sl_model_summary(m, &text)) {
+        sl_model_free(m);
+        return sl__fail(prog);
+    }
+    printf("model %s\n%s", c.model, text);
+    free(text);
+    sl_model_free(m);
+    return SL__EXIT_OK;
 }

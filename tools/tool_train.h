@@ -9,6 +9,7 @@
 #include <signal.h>
 #include <stdbool.h>
 
+#include "sluice/config.h"
 #include "sluice/job.h"
 
 extern const char SL__TRAIN_USAGE[];
@@ -33,5 +34,9 @@ void sl__train_on_role(void *ctx, const sl_job_result *r);
  * with checkpoints) the command that resumes it, made from argv. Returns the exit status,
  * 128 + the signal. */
 int sl__train_report_stop(const char *prog, const sl_job_result *r, int argc, char **argv);
+
+/* --summary: the summary of the model the train block of cfg names (sl_model_summary, built
+ * on the CPU), printed on stdout. Returns the exit status: 0, or 1 with the error printed. */
+int sl__train_summary(const char *prog, const sl_cfg *cfg);
 
 #endif

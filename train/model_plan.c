@@ -432,19 +432,26 @@ sl_status sl__model_plan(sl_model *m, const sl_layer_spec *specs, int n) {
     return plan_views(m, p.off);
 }
 sl_status sl_model_summary(const sl_model *m, char **out) {
-    size_t cap = 256 + (size_t)(m->nl + 1) * (128 + SL_MODEL_MAX_INPUTS * 34), o = 0;
+    /* the first column is as wide as its longest "name (Class)", 34 at least (Keras') */
+    int w = (int)strlen(m->in_name) + (int)strlen(" (InputLayer)");
+    for (int li = 0; li < m->nl; li++) {
+        int k = (int)(strlen(m->L[li].name) + strlen(kind_class(m->L[li].kind))) + 3;
+        if (k > w) w = k;
+    }
+    if (w < 34) w = 34;
+    size_t cap = 256 + (size_t)(m->nl + 1) * ((size_t)w + 96 + SL_MODEL_MAX_INPUTS * 34), o = 0;
     char *buf = malloc(cap);
     if (!buf) return sl_err(SL_ENOMEM, "model summary: out of memory");
-    char shp[96], typ[64];
+    char shp[96], typ[128];
 #define OUT(...) o += (size_t)snprintf(buf + o, cap - o, __VA_ARGS__)
-    if (m->graph) OUT("%-34s %-22s %10s  %s\n", "Layer (type)", "Output Shape", "Param #", "Connected to");
-    else OUT("%-34s %-22s %10s\n", "Layer (type)", "Output Shape", "Param #");
+    if (m->graph) OUT("%-*s %-22s %10s  %s\n", w, "Layer (type)", "Output Shape", "Param #", "Connected to");
+    else OUT("%-*s %-22s %10s\n", w, "Layer (type)", "Output Shape", "Param #");
     size_t pos = 0;
     pos += (size_t)snprintf(shp + pos, sizeof shp - pos, "(None");
     for (int i = 0; i < m->in_rank; i++) pos += (size_t)snprintf(shp + pos, sizeof shp - pos, ", %lld", (long long)m->in_shape[i]);
     snprintf(shp + pos, sizeof shp - pos, ")");
     snprintf(typ, sizeof typ, "%s (InputLayer)", m->in_name);
-    OUT("%-34s %-22s %10d\n", typ, shp, 0);
+    OUT("%-*s %-22s %10d\n", w, typ, shp, 0);
     size_t total = 0;
     for (int li = 0; li < m->nl; li++) {
         const layer *l = &m->L[li];
@@ -454,7 +461,7 @@ sl_status sl_model_summary(const sl_model *m, char **out) {
         snprintf(typ, sizeof typ, "%s (%s)", l->name, kind_class(l->kind));
         size_t np = l->nw + l->nb + (l->kind == SL_LAYER_BATCHNORM ? 2 * (size_t)l->c : 0);
         total += np;
-        OUT("%-34s %-22s %10zu", typ, shp, np);
+        OUT("%-*s %-22s %10zu", w, typ, shp, np);
         for (int k = 0; m->graph && k < l->nin; k++)
             OUT("%s%s", k ? ", " : "  ", l->src[k] < 0 ? m->in_name : m->L[l->src[k]].name);
         OUT("\n");

@@ -8,7 +8,8 @@
 # steps on the small conversion. Damaged checkpoints: zeroed tensor bytes in the newest are
 # caught by its checksums and --resume takes the older good one (naming the damaged one),
 # none loadable exits 1 naming them, a FIFO named like a checkpoint is refused at once; a
-# new run refuses a folder that holds another run's files unless --overwrite.
+# new run refuses a folder that holds another run's files unless --overwrite. --summary
+# prints the model's summary (with Keras' "Connected to" for a graph) and trains nothing.
 set -u
 
 SRC=${SLUICE_SRC:-$(cd "$(dirname "$0")/../.." && pwd)}
@@ -230,6 +231,29 @@ for ex in fashion_mlp fashion_cnn; do
             fail "$ex: $(tail -n 3 "$T/$ex.out")"
     fi
 done
+
+# 7. --summary prints the model's summary and trains nothing; a graph model's names the
+# layers each reads
+if run summary 0 "$BIN/sluice-train" "$T/tiny.sl" --summary --run-dir "$T/run-summary"; then
+    want='model tiny
+Layer (type)                       Output Shape              Param #
+input (InputLayer)                 (None, 28, 28, 1)               0
+flatten_1 (Flatten)                (None, 784)                     0
+dense_1 (Dense)                    (None, 32)                  25120
+dense_2 (Dense)                    (None, 10)                    330
+Total params: 25450 (trainable 25450)'
+    [ "$(cat "$T/summary.out")" = "$want" ] && [ ! -e "$T/run-summary" ] && ok "--summary: the table, no run" ||
+        fail "--summary: $(cat "$T/summary.out")"
+fi
+if run summary-graph 0 "$BIN/sluice-train" "$SRC/examples/fashion_resnet.sl" --summary; then
+    grep -q '^add_1 (Add)  *(None, 28, 28, 16)  *0  batch_normalization_3, relu_1$' "$T/summary-graph.out" &&
+        grep -q '^Total params: 83146 (trainable 82602)$' "$T/summary-graph.out" &&
+        ok "--summary of examples/fashion_resnet.sl: Connected to" ||
+        fail "graph summary: $(head -5 "$T/summary-graph.out")"
+fi
+printf 'model m {\n    input 4\n    dense 3 activation=relu\n}\ntrain {\n    model m\n}\n' >"$T/badmodel.sl"
+run summary-bad 1 "$BIN/sluice-train" "$T/badmodel.sl" --summary &&
+    ok "--summary of a config with a broken train block: exit 1"
 
 if [ "$fails" -gt 0 ]; then echo "$fails failure(s)"; exit 1; fi
 echo "PASS: test_sluice_train"

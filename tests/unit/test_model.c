@@ -524,6 +524,7 @@ TEST(test_from_config_mlp_cnn) {
     char *sum;
     ASSERT_OK(sl_model_from_config(cfg, "mlp", &o, &m));
     ASSERT_OK(sl_model_summary(m, &sum));
+    /* the first column as wide as its longest entry (global_average_pooling2d_1 ...) */
     ASSERT_STREQ(sum,
                  "Layer (type)                       Output Shape              Param #\n"
                  "input (InputLayer)                 (None, 28, 28, 1)               0\n"
@@ -536,6 +537,7 @@ TEST(test_from_config_mlp_cnn) {
     sl_model_free(m);
     ASSERT_OK(sl_model_from_config(cfg, "cnn", &o, &m));
     ASSERT_OK(sl_model_summary(m, &sum));
+    /* the first column as wide as its longest entry (global_average_pooling2d_1 ...) */
     ASSERT_STREQ(sum,
                  "Layer (type)                       Output Shape              Param #\n"
                  "input (InputLayer)                 (None, 28, 28, 1)               0\n"
@@ -740,21 +742,25 @@ TEST(test_from_config_graph) {
     sl_cfg_free(cfg);
     char *sum;
     ASSERT_OK(sl_model_summary(m, &sum));
+    /* the first column as wide as its longest entry (global_average_pooling2d_1 ...) */
     ASSERT_STREQ(sum,
-                 "Layer (type)                       Output Shape              Param #  Connected to\n"
-                 "input (InputLayer)                 (None, 8, 8, 2)                 0\n"
-                 "stem (Conv2D)                      (None, 8, 8, 4)                76  input\n"
-                 "conv2d_1 (Conv2D)                  (None, 8, 8, 4)               148  stem\n"
-                 "conv2d_2 (Conv2D)                  (None, 8, 8, 4)               148  conv2d_1\n"
-                 "add_1 (Add)                        (None, 8, 8, 4)                 0  conv2d_2, stem\n"
-                 "block1 (ReLU)                      (None, 8, 8, 4)                 0  add_1\n"
-                 "conv2d_3 (Conv2D)                  (None, 4, 4, 8)               296  block1\n"
-                 "conv2d_4 (Conv2D)                  (None, 4, 4, 8)               584  conv2d_3\n"
-                 "proj (Conv2D)                      (None, 4, 4, 8)                40  block1\n"
-                 "add_2 (Add)                        (None, 4, 4, 8)                 0  conv2d_4, proj\n"
-                 "relu_1 (ReLU)                      (None, 4, 4, 8)                 0  add_2\n"
+                 "Layer (type)                                        Output Shape              Param #  Connected to\n"
+                 "input (InputLayer)                                  (None, 8, 8, 2)                 0\n"
+                 "stem (Conv2D)                                       (None, 8, 8, 4)                76  input\n"
+                 "conv2d_1 (Conv2D)                                   (None, 8, 8, 4)               148  stem\n"
+                 "conv2d_2 (Conv2D)                                   (None, 8, 8, 4)               148  conv2d_1\n"
+                 "add_1 (Add)                                         "
+                 "(None, 8, 8, 4)                 0  conv2d_2, stem\n"
+                 "block1 (ReLU)                                       (None, 8, 8, 4)                 0  add_1\n"
+                 "conv2d_3 (Conv2D)                                   (None, 4, 4, 8)               296  block1\n"
+                 "conv2d_4 (Conv2D)                                   (None, 4, 4, 8)               584  conv2d_3\n"
+                 "proj (Conv2D)                                       (None, 4, 4, 8)                40  block1\n"
+                 "add_2 (Add)                                         "
+                 "(None, 4, 4, 8)                 0  conv2d_4, proj\n"
+                 "relu_1 (ReLU)                                       (None, 4, 4, 8)                 0  add_2\n"
                  "global_average_pooling2d_1 (GlobalAveragePooling2D) (None, 8)                       0  relu_1\n"
-                 "dense_1 (Dense)                    (None, 3)                      27  global_average_pooling2d_1\n"
+                 "dense_1 (Dense)                                     "
+                 "(None, 3)                      27  global_average_pooling2d_1\n"
                  "Total params: 1319 (trainable 1319)\n");
     free(sum);
     const char *name;
@@ -871,10 +877,14 @@ TEST(test_blocks) {
     ASSERT_EQ(found, 5);
     char *sum;
     ASSERT_OK(sl_model_summary(m, &sum));
-    ASSERT_CONTAINS(sum, "add_1 (Add)                        (None, 8, 8, 16)                0  batch_normalization_3, relu_1\n"
-                         "basic_1 (ReLU)                     (None, 8, 8, 16)                0  add_1\n");
-    ASSERT_CONTAINS(sum, "down_2_proj (Conv2D)               (None, 2, 2, 64)             2112  basic_5\n");
-    ASSERT_CONTAINS(sum, "last (ReLU)                        (None, 2, 2, 64)                0  add_9\n");
+    ASSERT_CONTAINS(sum, "add_1 (Add)                                         "
+                         "(None, 8, 8, 16)                0  batch_normalization_3, relu_1\n"
+                         "basic_1 (ReLU)                                      "
+                         "(None, 8, 8, 16)                0  add_1\n");
+    ASSERT_CONTAINS(sum, "down_2_proj (Conv2D)                                "
+                         "(None, 2, 2, 64)             2112  basic_5\n");
+    ASSERT_CONTAINS(sum, "last (ReLU)                                         "
+                         "(None, 2, 2, 64)                0  add_9\n");
     free(sum);
     int64_t shape[3] = {8, 8, 3};
     double loss = one_step(m, shape, 2, 10);
