@@ -36,27 +36,56 @@ static __global__ void k_im2col(const float *x, conv_geom g, float *col, size_t 
     }
 }
 
+// Element i of an n x h x w x c (NHWC) tensor: its image, row, column and channel.
+struct nhwc {
+    size_t n;
+    int y, x, c;
+};
+
+static __device__ nhwc nhwc_of(size_t i, int h, int w, int c) {
+    nhwc e;
+    e.c = (int)(i % c); i /= c;
+    e.x = (int)(i % w); i /= w;
+    e.y = (int)(i % h);
+    e.n = i / h;
+    return e;
+}
+
+// The output positions whose window covers input row iy, column ix: rows oy0..oy1 and
+// columns ox0..ox1 (empty when a first is past its last); py, px are the input's position
+// in the padded image (the window of output oy starts at padded row oy * stride).
+struct cover {
+    int py, px, oy0, oy1, ox0, ox1;
+};
+
+static __device__ cover covering(conv_geom g, int iy, int ix) {
+    cover v;
+    v.py = iy + g.pad_top;
+    v.px = ix + g.pad_left;
+    int ay = v.py - g.kh + 1, ax = v.px - g.kw + 1;
+    v.oy0 = ay <= 0 ? 0 : (ay + g.stride - 1) / g.stride;
+    v.ox0 = ax <= 0 ? 0 : (ax + g.stride - 1) / g.stride;
+    v.oy1 = v.py / g.stride;
+    v.ox1 = v.px / g.stride;
+    if (v.oy1 > g.oh - 1) v.oy1 = g.oh - 1;
+    if (v.ox1 > g.ow - 1) v.ox1 = g.ow - 1;
+    return v;
+}
+
 // One thread per input element: visits the output positions whose window covers it in
 // increasing (oy, ox) order, the order a sequential scatter over col rows would use.
 static __global__ void k_col2im(const float *col, conv_geom g, float *dx, size_t total) {
     size_t kcols = (size_t)g.kh * g.kw * g.c;
     GRID_STRIDE(i, total) {
-        size_t t = i;
-        int ch = (int)(t % g.c); t /= g.c;
-        int ix = (int)(t % g.w); t /= g.w;
-        int iy = (int)(t % g.h); t /= g.h;
-        size_t ni = t;
-        int py = iy + g.pad_top, px = ix + g.pad_left;
-        int ay = py - g.kh + 1, ax = px - g.kw + 1;
-        int oy0 = ay <= 0 ? 0 : (ay + g.stride - 1) / g.stride;
-        int ox0 = ax <= 0 ? 0 : (ax + g.stride - 1) / g.stride;
-        int oy1 = py / g.stride, ox1 = px / g.stride;
-        if (oy1 > g.oh - 1) oy1 = g.oh - 1;
-        if (ox1 > g.ow - 1) ox1 = g.ow - 1;
+        nhwc e = nhwc_of(i, g.h, g.w, g.c);
+        size_t ni = e.n;
+        int iy = e.y, ix = e.x, ch = e.c;
+        cover cv = covering(g, iy, ix);
+        int py = cv.py, px = cv.px;
         float acc = dx[i];
-        for (int oy = oy0; oy <= oy1; oy++) {
+        for (int oy = cv.oy0; oy <= cv.oy1; oy++) {
             int ky = py - oy * g.stride;
-            for (int ox = ox0; ox <= ox1; ox++) {
+            for (int ox = cv.ox0; ox <= cv.ox1; ox++) {
                 int kx = px - ox * g.stride;
                 size_t row = (ni * g.oh + oy) * g.ow + ox;
                 acc += col[row * kcols + ((size_t)ky * g.kw + kx) * g.c + ch];
@@ -103,11 +132,9 @@ sl_status sl__cu_col2im(sl_backend *b, const float *col, int n, int h, int w, in
 
 static __global__ void k_maxpool_fwd(const float *x, conv_geom g, float *y, int32_t *argmax, size_t total) {
     GRID_STRIDE(i, total) {
-        size_t t = i;
-        int ch = (int)(t % g.c); t /= g.c;
-        int ox = (int)(t % g.ow); t /= g.ow;
-        int oy = (int)(t % g.oh); t /= g.oh;
-        size_t ni = t;
+        nhwc e = nhwc_of(i, g.oh, g.ow, g.c);
+        size_t ni = e.n;
+        int oy = e.y, ox = e.x, ch = e.c;
         float best = -INFINITY;
         long long bi = -1;
         for (int ky = 0; ky < g.kh; ky++) {
@@ -136,22 +163,14 @@ static __global__ void k_maxpool_fwd(const float *x, conv_geom g, float *y, int3
 // writer per element, no atomics: the same bits on every run, also for overlapping windows.
 static __global__ void k_maxpool_bwd(const float *dy, const int32_t *argmax, conv_geom g, float *dx, size_t total) {
     GRID_STRIDE(i, total) {
-        size_t t = i;
-        int ch = (int)(t % g.c); t /= g.c;
-        int ix = (int)(t % g.w); t /= g.w;
-        int iy = (int)(t % g.h); t /= g.h;
-        size_t ni = t;
-        int py = iy + g.pad_top, px = ix + g.pad_left;
-        int ay = py - g.kh + 1, ax = px - g.kw + 1;
-        int oy0 = ay <= 0 ? 0 : (ay + g.stride - 1) / g.stride;
-        int ox0 = ax <= 0 ? 0 : (ax + g.stride - 1) / g.stride;
-        int oy1 = py / g.stride, ox1 = px / g.stride;
-        if (oy1 > g.oh - 1) oy1 = g.oh - 1;
-        if (ox1 > g.ow - 1) ox1 = g.ow - 1;
+        nhwc e = nhwc_of(i, g.h, g.w, g.c);
+        size_t ni = e.n;
+        int iy = e.y, ix = e.x, ch = e.c;
+        cover cv = covering(g, iy, ix);
         float acc = dx[i];
         bool hit = false;
-        for (int oy = oy0; oy <= oy1; oy++)
-            for (int ox = ox0; ox <= ox1; ox++) {
+        for (int oy = cv.oy0; oy <= cv.oy1; oy++)
+            for (int ox = cv.ox0; ox <= cv.ox1; ox++) {
                 size_t o = ((ni * g.oh + oy) * g.ow + ox) * g.c + ch;
                 if ((size_t)argmax[o] == i) {
                     acc += dy[o];
@@ -175,11 +194,9 @@ static __device__ int window_cells(conv_geom g, int oy, int ox) {
 
 static __global__ void k_avgpool_fwd(const float *x, conv_geom g, float *y, size_t total) {
     GRID_STRIDE(i, total) {
-        size_t t = i;
-        int ch = (int)(t % g.c); t /= g.c;
-        int ox = (int)(t % g.ow); t /= g.ow;
-        int oy = (int)(t % g.oh); t /= g.oh;
-        size_t ni = t;
+        nhwc e = nhwc_of(i, g.oh, g.ow, g.c);
+        size_t ni = e.n;
+        int oy = e.y, ox = e.x, ch = e.c;
         float s = 0.0f;
         int cnt = 0;
         for (int ky = 0; ky < g.kh; ky++) {
@@ -198,21 +215,13 @@ static __global__ void k_avgpool_fwd(const float *x, conv_geom g, float *y, size
 
 static __global__ void k_avgpool_bwd(const float *dy, conv_geom g, float *dx, size_t total) {
     GRID_STRIDE(i, total) {
-        size_t t = i;
-        int ch = (int)(t % g.c); t /= g.c;
-        int ix = (int)(t % g.w); t /= g.w;
-        int iy = (int)(t % g.h); t /= g.h;
-        size_t ni = t;
-        int py = iy + g.pad_top, px = ix + g.pad_left;
-        int ay = py - g.kh + 1, ax = px - g.kw + 1;
-        int oy0 = ay <= 0 ? 0 : (ay + g.stride - 1) / g.stride;
-        int ox0 = ax <= 0 ? 0 : (ax + g.stride - 1) / g.stride;
-        int oy1 = py / g.stride, ox1 = px / g.stride;
-        if (oy1 > g.oh - 1) oy1 = g.oh - 1;
-        if (ox1 > g.ow - 1) ox1 = g.ow - 1;
+        nhwc e = nhwc_of(i, g.h, g.w, g.c);
+        size_t ni = e.n;
+        int iy = e.y, ix = e.x, ch = e.c;
+        cover cv = covering(g, iy, ix);
         float acc = dx[i];
-        for (int oy = oy0; oy <= oy1; oy++)
-            for (int ox = ox0; ox <= ox1; ox++) {
+        for (int oy = cv.oy0; oy <= cv.oy1; oy++)
+            for (int ox = cv.ox0; ox <= cv.ox1; ox++) {
                 int cnt = window_cells(g, oy, ox);
                 if (cnt) acc += __fmul_rn(dy[((ni * g.oh + oy) * g.ow + ox) * g.c + ch], 1.0f / (float)cnt);
             }
