@@ -20,4 +20,12 @@ int sl_test_points_tmpdir(const char *name, char *dir, size_t cap);
     "pipeline test {\n    files \"points.tfrecord\"\n"                                                               \
     "    map parse_example(image: float(4), label: int64)\n    batch 32\n}\n"
 
+/* Config text (a printf format with one %d, the `take`): the pipeline `train` of one of two
+ * replicas or workers, its half of points.tfrecord (shard auto), repeated, shuffled, in
+ * batches of 16 (the global batch: 8 per replica), cut to `take` batches (a cardinality
+ * known without reading). */
+#define SL_TEST_POINTS_UNEVEN_PIPELINE                                                                                 \
+    "pipeline train {\n    files \"points.tfrecord\"\n    shard auto\n    repeat\n    shuffle 64\n"                 \
+    "    map parse_example(image: float(4), label: int64)\n    batch 16 drop_remainder\n    take %d\n}\n"
+
 #endif

@@ -202,7 +202,9 @@ typedef struct geo {
     int n, h, w, c, kh, kw, s, pt, pl, oh, ow;
 } geo;
 
-static void im2col_ref(const geo *g, const float *x, double *col) {
+/* The im2col correspondence, walked once for both directions: gather (col[r, k] = x at the
+ * window's pixel, 0 outside the image) or scatter (dx at that pixel += col[r, k]). */
+static void im2col_walk(const geo *g, bool gather, const float *src, double *dst) {
     size_t K = (size_t)g->kh * g->kw * g->c, r = 0;
     for (int i = 0; i < g->n; i++)
         for (int oy = 0; oy < g->oh; oy++)
@@ -212,25 +214,15 @@ static void im2col_ref(const geo *g, const float *x, double *col) {
                         for (int ch = 0; ch < g->c; ch++) {
                             int iy = oy * g->s - g->pt + ky, ix = ox * g->s - g->pl + kx;
                             bool in = iy >= 0 && iy < g->h && ix >= 0 && ix < g->w;
-                            col[r * K + ((size_t)ky * g->kw + kx) * g->c + ch] =
-                                in ? x[(((size_t)i * g->h + iy) * g->w + ix) * g->c + ch] : 0.0;
+                            size_t ci = r * K + ((size_t)ky * g->kw + kx) * g->c + ch;
+                            size_t xi = in ? (((size_t)i * g->h + iy) * g->w + ix) * g->c + ch : 0;
+                            if (gather) dst[ci] = in ? src[xi] : 0.0;
+                            else if (in) dst[xi] += src[ci];
                         }
 }
 
-static void col2im_ref(const geo *g, const float *col, double *dx) {
-    size_t K = (size_t)g->kh * g->kw * g->c, r = 0;
-    for (int i = 0; i < g->n; i++)
-        for (int oy = 0; oy < g->oh; oy++)
-            for (int ox = 0; ox < g->ow; ox++, r++)
-                for (int ky = 0; ky < g->kh; ky++)
-                    for (int kx = 0; kx < g->kw; kx++)
-                        for (int ch = 0; ch < g->c; ch++) {
-                            int iy = oy * g->s - g->pt + ky, ix = ox * g->s - g->pl + kx;
-                            if (iy >= 0 && iy < g->h && ix >= 0 && ix < g->w)
-                                dx[(((size_t)i * g->h + iy) * g->w + ix) * g->c + ch] +=
-                                    col[r * K + ((size_t)ky * g->kw + kx) * g->c + ch];
-                        }
-}
+static void im2col_ref(const geo *g, const float *x, double *col) { im2col_walk(g, true, x, col); }
+static void col2im_ref(const geo *g, const float *col, double *dx) { im2col_walk(g, false, col, dx); }
 
 static const geo GEOS[] = {
     {2, 7, 6, 3, 3, 2, 1, 1, 0, 7, 5},   /* stride 1, padded top */

@@ -338,15 +338,36 @@ static geom mk(int n, int h, int w, int c, int kh, int kw, int s, int pt, int pl
     return g;
 }
 
-static const geom *conv_geoms(int *count) {
-    static geom gs[4];
-    gs[0] = mk(2, 7, 9, 3, 3, 2, 2, 1, 0, 1, 1);   /* strided, uneven padding */
-    gs[1] = mk(3, 8, 8, 5, 5, 5, 1, 2, 2, 2, 2);   /* "same" 5x5 */
-    gs[2] = mk(1, 6, 5, 1, 1, 1, 1, 0, 0, 0, 0);   /* 1x1 */
-    gs[3] = mk(2, 5, 6, 4, 2, 2, 2, 0, 0, 0, 0);   /* non-overlapping */
+/* The geometries the window ops are checked on: n, h, w, c, kh, kw, stride, padding top,
+ * left, bottom, right. */
+static const int GEOM_ARGS[2][4][11] = {
+    {
+        {2, 7, 9, 3, 3, 2, 2, 1, 0, 1, 1}, /* convolutions: strided, uneven padding */
+        {3, 8, 8, 5, 5, 5, 1, 2, 2, 2, 2}, /* "same" 5x5 */
+        {1, 6, 5, 1, 1, 1, 1, 0, 0, 0, 0}, /* 1x1 */
+        {2, 5, 6, 4, 2, 2, 2, 0, 0, 0, 0}, /* non-overlapping */
+    },
+    {
+        {2, 7, 9, 3, 3, 3, 2, 1, 1, 1, 1}, /* pools: overlapping, padded */
+        {3, 8, 6, 5, 2, 2, 2, 0, 0, 0, 0}, /* the usual 2x2 */
+        {1, 5, 5, 2, 2, 2, 2, 0, 0, 1, 1}, /* "same" on odd size: padding bottom/right */
+        {2, 4, 4, 1, 3, 3, 1, 1, 1, 1, 1},
+    },
+};
+
+/* GEOM_ARGS[pools] as geometries (4 of them). */
+static const geom *test_geoms(int pools, int *count) {
+    static geom gs[2][4];
+    for (int i = 0; i < 4; i++) {
+        const int *a = GEOM_ARGS[pools][i];
+        gs[pools][i] = mk(a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7], a[8], a[9], a[10]);
+    }
     *count = 4;
-    return gs;
+    return gs[pools];
 }
+
+static const geom *conv_geoms(int *count) { return test_geoms(0, count); }
+static const geom *pool_geoms(int *count) { return test_geoms(1, count); }
 
 TEST(test_im2col_col2im) {
     NEED_GPU();
@@ -376,16 +397,6 @@ TEST(test_im2col_col2im) {
         ASSERT_OK(GPU->ops->col2im(GPU, dgc2, g.n, g.h, g.w, g.c, g.kh, g.kw, g.s, g.pt, g.pl, g.oh, g.ow, dgx2));
         ASSERT_CLOSE("col2im floats", host_from(dgx2, nx * 4), gx2c, nx, 1e-6, 1e-6);
     }
-}
-
-static const geom *pool_geoms(int *count) {
-    static geom gs[4];
-    gs[0] = mk(2, 7, 9, 3, 3, 3, 2, 1, 1, 1, 1);   /* overlapping, padded */
-    gs[1] = mk(3, 8, 6, 5, 2, 2, 2, 0, 0, 0, 0);   /* the usual 2x2 */
-    gs[2] = mk(1, 5, 5, 2, 2, 2, 2, 0, 0, 1, 1);   /* "same" on odd size: padding bottom/right */
-    gs[3] = mk(2, 4, 4, 1, 3, 3, 1, 1, 1, 1, 1);
-    *count = 4;
-    return gs;
 }
 
 TEST(test_maxpool) {

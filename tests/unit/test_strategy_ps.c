@@ -571,20 +571,10 @@ TEST(test_wrong_tasks) {
 
 /* ---- unequal shards in sync mode: two trainers whose pipelines give 13 and 10 batches ---- */
 
-static int write_points(void) { return sl_test_write_points(tmpdir); }
 
-/* Each worker's pipeline: its half of the records, repeated, in batches of 8 (the global 16
- * over 2), cut to `take` batches (a cardinality known without reading). The ps tasks read
- * the same file (take is theirs to ignore). */
-static const char UNEVEN[] = "pipeline train {\n"
-                             "    files \"points.tfrecord\"\n"
-                             "    shard auto\n"
-                             "    repeat\n"
-                             "    shuffle 64\n"
-                             "    map parse_example(image: float(4), label: int64)\n"
-                             "    batch 16 drop_remainder\n"
-                             "    take %d\n"
-                             "}\n"
+/* Each worker's pipeline: SL_TEST_POINTS_UNEVEN_PIPELINE. The ps tasks read the same file
+ * (take is theirs to ignore). */
+static const char UNEVEN[] = SL_TEST_POINTS_UNEVEN_PIPELINE
                              "model tiny {\n"
                              "    input 4\n"
                              "    dense 8 activation=relu\n"
@@ -751,9 +741,8 @@ static void check_rounds(const uneven *u, int64_t version, const char *wsteps) {
  * alone, pairing its batches 11-13 with worker 1's next epoch on the way. */
 /* Compressed pushes (sign) in sync mode: two workers train 7 steps with a checkpoint; they
  * end identical, and each wrote its residual (one per ps shard, concatenated: all 58
- * values) beside the checkpoint, which loads back. (A resumed sync ps run is not compared
- * bit for bit here: under load it was seen to differ or to stall, see the ring's
- * test_strategy_ring for the exact resume of every codec.) */
+ * values) beside the checkpoint, which loads back (test_sync_resume_exact resumes such a
+ * run and compares it bit for bit). */
 static void ps_compressed(const char *name, int steps, bool resume, trainer_job *w) {
     uneven u = {.name = name, .takes = {13, 13}, .sched = " total=20", .strat = " compress=sign", .resume = resume};
     char len[64];
@@ -882,16 +871,21 @@ TEST(test_sync_resume_mismatch) {
                        "its residual of step 7 is missing\n---> HINT: the ps tasks saved");
 }
 
-TEST(test_sync_unequal_shards_epochs) {
-    uneven u = {.name = "uneven-epochs", .length = "epochs 2", .takes = {13, 10}};
-    trainer_job w[NW], p[NPS];
-    char *err;
-    run_uneven(&u, w, p, &err);
+/* run_uneven, failing the test with each worker's and ps task's error; false when any failed. */
+static bool run_uneven_ok(uneven *u, trainer_job *w, trainer_job *p, char **err) {
+    run_uneven(u, w, p, err);
     for (int i = 0; i < NW; i++)
         if (w[i].st) FAILF("worker %d: %s", i, w[i].err);
     for (int j = 0; j < NPS; j++)
         if (p[j].st) FAILF("ps %d: %s", j, p[j].err);
-    if (t_cur_failed) goto out;
+    return !t_cur_failed;
+}
+
+TEST(test_sync_unequal_shards_epochs) {
+    uneven u = {.name = "uneven-epochs", .length = "epochs 2", .takes = {13, 10}};
+    trainer_job w[NW], p[NPS];
+    char *err;
+    if (!run_uneven_ok(&u, w, p, &err)) goto out;
     for (int i = 0; i < NW; i++) {
         ASSERT_EQ(w[i].sum.steps, 20);
         ASSERT_EQ(w[i].sum.epochs_done, 2);
@@ -917,12 +911,7 @@ TEST(test_sync_unequal_shards_steps) {
     uneven u = {.name = "uneven-steps", .length = "steps 25", .takes = {10, 13}};
     trainer_job w[NW], p[NPS];
     char *err;
-    run_uneven(&u, w, p, &err);
-    for (int i = 0; i < NW; i++)
-        if (w[i].st) FAILF("worker %d: %s", i, w[i].err);
-    for (int j = 0; j < NPS; j++)
-        if (p[j].st) FAILF("ps %d: %s", j, p[j].err);
-    if (t_cur_failed) goto out;
+    if (!run_uneven_ok(&u, w, p, &err)) goto out;
     for (int i = 0; i < NW; i++) {
         ASSERT_EQ(w[i].sum.steps, 25);
         ASSERT_EQ(w[i].sum.epochs_done, 2);
@@ -963,7 +952,7 @@ int main(void) {
     RUN(test_wrong_tasks);
     RUN(test_async_sgd_momentum);
     RUN(test_sync_adam);
-    if (write_points()) {
+    if (sl_test_write_points(tmpdir)) {
         printf("cannot write test data: %s\n", sl_errmsg());
         return 1;
     }

@@ -159,19 +159,9 @@ TEST(test_two_replicas) {
 
 static char tmpdir[256];
 
-static int write_points(void) { return sl_test_write_points(tmpdir); }
 
-/* Each replica's pipeline: its half of the records (shard data), repeated, in batches of 8
- * (the global 16 over 2), cut to `take` batches: a cardinality known without reading. */
-static const char UNEVEN[] = "pipeline train {\n"
-                             "    files \"points.tfrecord\"\n"
-                             "    shard auto\n"
-                             "    repeat\n"
-                             "    shuffle 64\n"
-                             "    map parse_example(image: float(4), label: int64)\n"
-                             "    batch 16 drop_remainder\n"
-                             "    take %d\n"
-                             "}\n"
+/* Each replica's pipeline: SL_TEST_POINTS_UNEVEN_PIPELINE. */
+static const char UNEVEN[] = SL_TEST_POINTS_UNEVEN_PIPELINE
                              "model tiny {\n"
                              "%s"
                              "}\n"
@@ -732,12 +722,7 @@ int main(void) {
     RUN(test_single_replica);
     RUN(test_ps_task_refused);
     RUN(test_two_replicas);
-    snprintf(tmpdir, sizeof tmpdir, "/tmp/sluice-test-strategy-ring.%d", (int)getpid());
-    mkdir(tmpdir, 0777);
-    if (write_points()) {
-        printf("cannot write test data: %s\n", sl_errmsg());
-        return 1;
-    }
+    if (sl_test_points_tmpdir("strategy-ring", tmpdir, sizeof tmpdir)) return 1;
     RUN(test_unequal_shards_epochs);
     RUN(test_unequal_shards_steps);
     RUN(test_empty_shard);

@@ -32,7 +32,6 @@ static void rm_rf(const char *dir) {
     if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", dir);
 }
 
-static int write_data(void) { return sl_test_write_points(tmpdir); }
 
 static const char BASE[] =
     SL_TEST_POINTS_PIPELINES
@@ -85,6 +84,15 @@ static void check_config_cases(const config_case *cases, size_t n) {
         sl_cfg_free(cfg);
     }
 }
+
+/* After make_trainer: skip the test (freeing cfg) when the build has no CPU backend. */
+#define SKIP_WITHOUT_CPU(s, cfg)                                   \
+    do {                                                           \
+        if ((s) == SL_EUNSUPPORTED) {                              \
+            sl_cfg_free(cfg);                                      \
+            SKIP("no CPU backend in this build: %s", sl_errmsg()); \
+        }                                                          \
+    } while (0)
 
 TEST(test_config_defaults_and_values) {
     sl_cfg *cfg;
@@ -238,10 +246,7 @@ TEST(test_resume_bit_identical) {
     sl_cfg *cfg = NULL;
     sl_trainer *t = NULL;
     sl_status s = make_trainer(STEPS_BODY(40), "full", false, NULL, &cfg, &t);
-    if (s == SL_EUNSUPPORTED) {
-        sl_cfg_free(cfg);
-        SKIP("no CPU backend in this build: %s", sl_errmsg());
-    }
+    SKIP_WITHOUT_CPU(s, cfg);
     ASSERT_OK(s);
     ASSERT_OK(sl_trainer_run(t));
     const sl_train_summary *sum = sl_trainer_summary(t);
@@ -297,10 +302,7 @@ TEST(test_checkpoint_load_errors) {
     sl_cfg *cfg = NULL;
     sl_trainer *t = NULL;
     sl_status s = make_trainer(STEPS_BODY(5), "ck", false, NULL, &cfg, &t);
-    if (s == SL_EUNSUPPORTED) {
-        sl_cfg_free(cfg);
-        SKIP("no CPU backend in this build");
-    }
+    SKIP_WITHOUT_CPU(s, cfg);
     ASSERT_OK(s);
     ASSERT_OK(sl_trainer_run(t));
     sl_model *m = sl_trainer_model(t);
@@ -392,10 +394,7 @@ TEST(test_exchange_hook) {
     ASSERT_CONTAINS(sl_errmsg(), "2 replicas need a gradient exchange");
     sl_cfg_free(cfg);
     sl_status s = make_trainer(STEPS_BODY(6) "    strategy ps\n", "hook", false, &hooks, &cfg, &t);
-    if (s == SL_EUNSUPPORTED) {
-        sl_cfg_free(cfg);
-        SKIP("no CPU backend in this build");
-    }
+    SKIP_WITHOUT_CPU(s, cfg);
     ASSERT_OK(s);
     /* the global batch 16 became 8 per replica */
     size_t n;
@@ -489,6 +488,12 @@ static sl_status p_finish(void *ctx, sl_status result) {
     return SL_OK;
 }
 
+/* The hooks of rank 0 (the chief) of 2 replicas in lockstep, the other simulated by p. */
+static sl_train_hooks lockstep_hooks(peer_sim *p) {
+    return (sl_train_hooks){.ctx = p, .world_size = 2, .rank = 0, .is_chief = true, .finish = p_finish,
+                            .exchange_more = p_exchange_more, .allsum = p_allsum};
+}
+
 /* Capture what fn writes to stderr (the loop's warnings) into a malloc'd string. */
 static char *stderr_of(sl_status (*fn)(sl_trainer *), sl_trainer *t, sl_status *st) {
     char path[400];
@@ -516,15 +521,11 @@ static char *stderr_of(sl_status (*fn)(sl_trainer *), sl_trainer *t, sl_status *
  * all), and the warning (once: the counts do not change) names both. */
 TEST(test_lockstep_peer_runs_out) {
     peer_sim p = {.peer_batches = 3};
-    sl_train_hooks hooks = {.ctx = &p, .world_size = 2, .rank = 0, .is_chief = true, .finish = p_finish,
-                            .exchange_more = p_exchange_more, .allsum = p_allsum};
+    sl_train_hooks hooks = lockstep_hooks(&p);
     sl_cfg *cfg = NULL;
     sl_trainer *t = NULL;
     sl_status s = make_trainer(LOCKSTEP_BODY, "lockstep", false, &hooks, &cfg, &t);
-    if (s == SL_EUNSUPPORTED) {
-        sl_cfg_free(cfg);
-        SKIP("no CPU backend in this build");
-    }
+    SKIP_WITHOUT_CPU(s, cfg);
     ASSERT_OK(s);
     char *err = stderr_of(sl_trainer_run, t, &s);
     ASSERT_OK(s);
@@ -550,15 +551,11 @@ TEST(test_lockstep_peer_runs_out) {
  * error names the empty one) instead of running zero-step epochs. */
 TEST(test_lockstep_peer_empty) {
     peer_sim p = {.peer_batches = 0};
-    sl_train_hooks hooks = {.ctx = &p, .world_size = 2, .rank = 0, .is_chief = true, .finish = p_finish,
-                            .exchange_more = p_exchange_more, .allsum = p_allsum};
+    sl_train_hooks hooks = lockstep_hooks(&p);
     sl_cfg *cfg = NULL;
     sl_trainer *t = NULL;
     sl_status s = make_trainer(LOCKSTEP_BODY, "lockstep0", false, &hooks, &cfg, &t);
-    if (s == SL_EUNSUPPORTED) {
-        sl_cfg_free(cfg);
-        SKIP("no CPU backend in this build");
-    }
+    SKIP_WITHOUT_CPU(s, cfg);
     ASSERT_OK(s);
     ASSERT_EQ(sl_trainer_run(t), SL_EINVAL);
     ASSERT_STREQ(sl_errmsg(), "pipeline 'train': rank 1 has no batch in epoch 1 while rank 0 has: its shard is empty\n"
@@ -1110,10 +1107,7 @@ TEST(test_event_runs) {
     char dir[400], sub[500];
     snprintf(dir, sizeof dir, "%s/events", tmpdir);
     sl_status s = make_trainer(EVENTS_BODY "    checkpoint every=1\n", "events", false, NULL, &cfg, &t);
-    if (s == SL_EUNSUPPORTED) {
-        sl_cfg_free(cfg);
-        SKIP("no CPU backend in this build");
-    }
+    SKIP_WITHOUT_CPU(s, cfg);
     ASSERT_OK(s);
     ASSERT_OK(sl_trainer_run(t));
     const sl_train_summary *sum = sl_trainer_summary(t);
@@ -1565,12 +1559,7 @@ TEST(test_top5_lines_and_scalars) {
 }
 
 int main(void) {
-    snprintf(tmpdir, sizeof tmpdir, "/tmp/sluice-test-trainer.%d", (int)getpid());
-    mkdir(tmpdir, 0777);
-    if (write_data()) {
-        printf("cannot write test data: %s\n", sl_errmsg());
-        return 1;
-    }
+    if (sl_test_points_tmpdir("trainer", tmpdir, sizeof tmpdir)) return 1;
     RUN(test_config_defaults_and_values);
     RUN(test_config_errors);
     RUN(test_list_checkpoints);
