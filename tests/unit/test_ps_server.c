@@ -585,11 +585,12 @@ TEST(test_sync_first_round_waits_for_all) {
  * worker is back: with worker 1 starting 400 ms late, rounds 3..5 are the mean of both (the
  * old server took the chief's alone, and ended at its BYE before worker 1 could join). With
  * worker 1 never coming back, the ps waits dead_after_s (1.5 s) from its start, then goes on
- * with the chief alone. */
-static void restored_sync(int late_ms, wjob *jobs, srv *v, double *took) {
+ * with the chief alone. *total: the plan's length in floats (the plan itself is freed). */
+static void restored_sync(int late_ms, wjob *jobs, srv *v, double *took, size_t *total) {
     cluster c;
     cluster_init(&c, 2, 1);
     sl_ps_plan *p = test_plan(1);
+    *total = p->total;
     memset(v, 0, sizeof *v);
     float *shard = malloc(p->total * sizeof(float));
     for (size_t i = 0; i < p->total; i++) shard[i] = 1.0f;
@@ -616,18 +617,19 @@ TEST(test_restored_sync_waits_for_all) {
     wjob jobs[2];
     srv v;
     double took;
-    restored_sync(400, jobs, &v, &took);
+    size_t total;
+    restored_sync(400, jobs, &v, &took, &total);
     for (int w = 0; w < 2; w++) CHECK_WORKER(jobs[w]);
     CHECK_SRV(v);
     ASSERT_EQ(jobs[0].resume, 2);
     ASSERT_EQ(jobs[1].resume, 2);
-    ASSERT_MEMEQ(jobs[0].params, jobs[1].params, jobs[0].plan->total * sizeof(float));
+    ASSERT_MEMEQ(jobs[0].params, jobs[1].params, total * sizeof(float)); /* (the plan is freed) */
     ASSERT_EQ(v.stats.pushes, 6);
     ASSERT_EQ(v.stats.applied, 3); /* one mean per round */
     ASSERT_EQ(v.stats.version, 6);
     for (int w = 0; w < 2; w++) free(jobs[w].params);
     srv_done(&v);
-    restored_sync(-1, jobs, &v, &took);
+    restored_sync(-1, jobs, &v, &took, &total);
     CHECK_WORKER(jobs[0]);
     CHECK_SRV(v);
     ASSERT(took >= 1.5);
