@@ -156,6 +156,56 @@ static sl_status plan_join(sl_model *m, int li, plan_state *p) {
     return SL_OK;
 }
 
+/* Give layer l its weights and biases (l->nw and l->nb floats) at the plan's next offsets. */
+static void place_params(layer *l, plan_state *p) {
+    l->has_params = true;
+    l->w_off = p->off;
+    p->off += l->nw;
+    l->b_off = p->off;
+    p->off += l->nb;
+}
+
+/* A conv2d or pooling layer li (spec s) over the plan's h x w x c image (shp: its shape as
+ * text): window, stride, padding, output size and, for conv2d, its kernel and bias. */
+static sl_status plan_window(sl_model *m, int li, const sl_layer_spec *s, plan_state *p, const char *shp) {
+    layer *l = &m->L[li];
+    const char *nm = l->name;
+    bool conv = s->kind == SL_LAYER_CONV2D;
+    if (p->rank != 3) return sl_err(SL_EINVAL, "model: layer %d (%s): needs an image input h x w x c, got %s", li + 1, nm, shp);
+    l->kh = s->kh;
+    l->kw = s->kw ? s->kw : s->kh;
+    if (l->kh <= 0 || l->kw <= 0) return sl_err(SL_EINVAL, "model: layer %d (%s): %s size %dx%d must be > 0", li + 1, nm, conv ? "kernel" : "pool", s->kh, s->kw);
+    l->stride = s->stride ? s->stride : (conv ? 1 : l->kh);
+    if (l->stride < 0) return sl_err(SL_EINVAL, "model: layer %d (%s): stride %d must be > 0", li + 1, nm, s->stride);
+    if (!conv && l->kh != l->kw) return sl_err(SL_EINVAL, "model: layer %d (%s): pool window %dx%d must be square", li + 1, nm, l->kh, l->kw);
+    l->h = (int)p->shape[0];
+    l->w = (int)p->shape[1];
+    l->c = (int)p->shape[2];
+    char who[96];
+    snprintf(who, sizeof who, "model: layer %d (%s)", li + 1, nm);
+    sl_status st = geometry(who, conv ? "kernel" : "pool", l->h, l->w, l->kh, l->kw, l->stride, s->padding,
+                            &l->oh, &l->ow, &l->pt, &l->pl);
+    if (st) return st;
+    if (conv) {
+        if (s->filters <= 0) return sl_err(SL_EINVAL, "model: layer %d (%s): filters %d must be > 0", li + 1, nm, s->filters);
+        if (s->activation < 0 || s->activation > 3) return sl_err(SL_EINVAL, "model: layer %d (%s): unknown activation %d", li + 1, nm, s->activation);
+        l->act = (sl_act)s->activation;
+        l->oc = s->filters;
+        l->nw = (size_t)l->kh * l->kw * l->c * l->oc;
+        l->nb = (size_t)l->oc;
+        place_params(l, p);
+        int64_t kd[4] = {l->kh, l->kw, l->c, l->oc}, bd[1] = {l->oc};
+        add_view(m, nm, "kernel", l->w_off, 4, kd);
+        add_view(m, nm, "bias", l->b_off, 1, bd);
+    } else {
+        l->oc = l->c;
+    }
+    p->shape[0] = l->oh;
+    p->shape[1] = l->ow;
+    p->shape[2] = l->oc;
+    return SL_OK;
+}
+
 /* Layer li (spec s) after the ones before it. */
 static sl_status plan_layer(sl_model *m, int li, const sl_layer_spec *s, plan_state *p) {
     layer *l = &m->L[li];
@@ -200,13 +250,9 @@ static sl_status plan_layer(sl_model *m, int li, const sl_layer_spec *s, plan_st
         if (s->units <= 0) return sl_err(SL_EINVAL, "model: layer %d (%s): units %d must be > 0", li + 1, nm, s->units);
         if (s->activation < 0 || s->activation > 3) return sl_err(SL_EINVAL, "model: layer %d (%s): unknown activation %d", li + 1, nm, s->activation);
         l->act = (sl_act)s->activation;
-        l->has_params = true;
         l->nw = p->size * (size_t)s->units;
         l->nb = (size_t)s->units;
-        l->w_off = p->off;
-        p->off += l->nw;
-        l->b_off = p->off;
-        p->off += l->nb;
+        place_params(l, p);
         int64_t kd[2] = {(int64_t)p->size, s->units}, bd[1] = {s->units};
         add_view(m, nm, "kernel", l->w_off, 2, kd);
         add_view(m, nm, "bias", l->b_off, 1, bd);
@@ -216,43 +262,8 @@ static sl_status plan_layer(sl_model *m, int li, const sl_layer_spec *s, plan_st
     case SL_LAYER_CONV2D:
     case SL_LAYER_MAXPOOL:
     case SL_LAYER_AVGPOOL: {
-        bool conv = s->kind == SL_LAYER_CONV2D;
-        if (p->rank != 3) return sl_err(SL_EINVAL, "model: layer %d (%s): needs an image input h x w x c, got %s", li + 1, nm, shp);
-        l->kh = s->kh;
-        l->kw = s->kw ? s->kw : s->kh;
-        if (l->kh <= 0 || l->kw <= 0) return sl_err(SL_EINVAL, "model: layer %d (%s): %s size %dx%d must be > 0", li + 1, nm, conv ? "kernel" : "pool", s->kh, s->kw);
-        l->stride = s->stride ? s->stride : (conv ? 1 : l->kh);
-        if (l->stride < 0) return sl_err(SL_EINVAL, "model: layer %d (%s): stride %d must be > 0", li + 1, nm, s->stride);
-        if (!conv && l->kh != l->kw) return sl_err(SL_EINVAL, "model: layer %d (%s): pool window %dx%d must be square", li + 1, nm, l->kh, l->kw);
-        l->h = (int)p->shape[0];
-        l->w = (int)p->shape[1];
-        l->c = (int)p->shape[2];
-        char who[96];
-        snprintf(who, sizeof who, "model: layer %d (%s)", li + 1, nm);
-        sl_status st = geometry(who, conv ? "kernel" : "pool", l->h, l->w, l->kh, l->kw, l->stride, s->padding,
-                                &l->oh, &l->ow, &l->pt, &l->pl);
+        sl_status st = plan_window(m, li, s, p, shp);
         if (st) return st;
-        if (conv) {
-            if (s->filters <= 0) return sl_err(SL_EINVAL, "model: layer %d (%s): filters %d must be > 0", li + 1, nm, s->filters);
-            if (s->activation < 0 || s->activation > 3) return sl_err(SL_EINVAL, "model: layer %d (%s): unknown activation %d", li + 1, nm, s->activation);
-            l->act = (sl_act)s->activation;
-            l->oc = s->filters;
-            l->has_params = true;
-            l->nw = (size_t)l->kh * l->kw * l->c * l->oc;
-            l->nb = (size_t)l->oc;
-            l->w_off = p->off;
-            p->off += l->nw;
-            l->b_off = p->off;
-            p->off += l->nb;
-            int64_t kd[4] = {l->kh, l->kw, l->c, l->oc}, bd[1] = {l->oc};
-            add_view(m, nm, "kernel", l->w_off, 4, kd);
-            add_view(m, nm, "bias", l->b_off, 1, bd);
-        } else {
-            l->oc = l->c;
-        }
-        p->shape[0] = l->oh;
-        p->shape[1] = l->ow;
-        p->shape[2] = l->oc;
         break;
     }
     case SL_LAYER_DROPOUT:
@@ -265,12 +276,8 @@ static sl_status plan_layer(sl_model *m, int li, const sl_layer_spec *s, plan_st
         if (!(l->momentum > 0.0f && l->momentum <= 1.0f)) return sl_err(SL_EINVAL, "model: layer %d (%s): momentum %g must be in (0, 1]", li + 1, nm, l->momentum);
         if (!(l->eps > 0.0f)) return sl_err(SL_EINVAL, "model: layer %d (%s): eps %g must be > 0", li + 1, nm, l->eps);
         l->c = (int)p->shape[p->rank - 1];
-        l->has_params = true;
         l->nw = l->nb = (size_t)l->c;
-        l->w_off = p->off;
-        p->off += l->nw;
-        l->b_off = p->off;
-        p->off += l->nb;
+        place_params(l, p);
         l->rm_off = p->stat_floats; /* relative until the trainable size is known */
         l->rv_off = p->stat_floats + (size_t)l->c;
         p->stat_floats += 2 * (size_t)l->c;
