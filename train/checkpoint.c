@@ -381,6 +381,12 @@ static bool parse_name(const char *name, const char *prefix, const char *suffix,
     return true;
 }
 
+int64_t sl__checkpoint_step(const char *path) {
+    const char *b = strrchr(path, '/');
+    int64_t step;
+    return parse_name(b ? b + 1 : path, CKPT_PREFIX, CKPT_SUFFIX, &step) ? step : -1;
+}
+
 int sl__list_numbered(const char *dir, const char *prefix, const char *suffix, char ***out) {
     *out = NULL;
     DIR *d = opendir(dir);

@@ -17,6 +17,7 @@
 #include "sluice/tfevents.h"
 #include "sluice/train.h"
 #include "train/evaluator.h"
+#include "train/model_priv.h"
 
 struct sl__evaluator {
     sl__evaluator_opts o;
@@ -82,16 +83,6 @@ void sl__evaluator_free(sl__evaluator *ev) {
     sl_tfev_close(ev->events);
     sl_trainer_free(ev->t);
     free(ev);
-}
-
-/* The step in ".../ckpt-SSSSSSSSS.safetensors"; -1 when the name is not one. */
-static int64_t path_step(const char *path) {
-    const char *b = strrchr(path, '/');
-    b = b ? b + 1 : path;
-    char *end;
-    if (strncmp(b, "ckpt-", 5) != 0) return -1;
-    long long v = strtoll(b + 5, &end, 10);
-    return end != b + 5 && strcmp(end, ".safetensors") == 0 && v >= 0 ? v : -1;
 }
 
 /* Evaluate the loaded parameters of checkpoint `step`: the line, the scalars. */
@@ -182,7 +173,7 @@ sl_status sl__evaluator_poll(sl__evaluator *ev, bool *done) {
     int old = 0;
     int64_t old_step = -1;
     for (int i = n - 1; i >= 0 && !s; i--) { /* oldest first */
-        int64_t step = path_step(list[i]);
+        int64_t step = sl__checkpoint_step(list[i]);
         if (step <= ev->looked) continue;
         if (step != final && older(ev, list[i])) {
             old++;

@@ -67,6 +67,9 @@ sl_status sl__make_dirs(const char *path, const char *what);
  * is a malloc'd array of malloc'd paths (free with sl_train_free_list). Returns how many (0
  * when the folder is missing or holds none), SL_EIO when it cannot be listed, or SL_ENOMEM. */
 int sl__list_numbered(const char *dir, const char *prefix, const char *suffix, char ***out);
+/* The step S of a checkpoint path ".../ckpt-S.safetensors" (the names sl__list_numbered
+ * lists), or -1 when its last component is not one. */
+int64_t sl__checkpoint_step(const char *path);
 
 /* The trainer's progress line (train/trainer.c), without the leading "\r\033[K":
  *   epochs mode (epochs > 0), steps per epoch known:
