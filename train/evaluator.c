@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "sluice/file.h"
+#include "sluice/pool.h"
 #include "sluice/tfevents.h"
 #include "sluice/train.h"
 #include "train/evaluator.h"
@@ -35,11 +36,7 @@ struct sl__evaluator {
 
 static const char MARKER[] = "finished";
 
-static double mono_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
+static double mono_s(void) { return (double)sl_now_ns() * 1e-9; } /* core's monotonic clock */
 
 static FILE *warn_to(const sl__evaluator *ev) { return ev->o.warn ? ev->o.warn : stderr; }
 
