@@ -41,6 +41,17 @@ typedef enum sl_act {
     SL_ACT_SIGMOID,
 } sl_act;
 
+/* What a backend's GEMMs compute in (set_precision below). FP32: float32 throughout (the
+ * default). BF16 / FP16: mixed precision as autocast does it: each GEMM rounds its two
+ * inputs to bfloat16 / IEEE half (round to nearest even; a half overflows to infinity)
+ * and multiplies and accumulates in float32 into a float32 C. Every other op, and every
+ * buffer (parameters, optimizer state, activations, gradients), stays float32. */
+typedef enum sl_bk_precision {
+    SL_BK_FP32 = 0,
+    SL_BK_BF16,
+    SL_BK_FP16,
+} sl_bk_precision;
+
 typedef struct sl_backend_ops {
     const char *name; /* "cpu", "cuda" */
     void (*destroy)(sl_backend *b);
@@ -196,6 +207,16 @@ typedef struct sl_backend_ops {
                            size_t cols, bool accumulate);
     sl_status (*global_avgpool_forward)(sl_backend *b, const float *x, int n, int hw, int c, float *y);
     sl_status (*global_avgpool_backward)(sl_backend *b, const float *dy, int n, int hw, int c, float *dx);
+
+    /* ---- mixed precision ----
+     * The precision of every later gemm on this backend (sl_bk_precision above). CUDA: the
+     * inputs go through 16-bit scratch copies into cublasGemmEx (tensor cores, float32
+     * accumulation). CPU: emulated, for tests and as the reference: the inputs are rounded
+     * into float32 scratch copies (each value exactly a bfloat16 / half) and go through the
+     * same sgemm; a product of two such values is exact in float32, so both backends agree
+     * to the rounding of float32 accumulation. No speed-up on the CPU. SL_EINVAL for an
+     * unknown value (the precision is then unchanged). */
+    sl_status (*set_precision)(sl_backend *b, sl_bk_precision p);
 } sl_backend_ops;
 
 struct sl_backend {

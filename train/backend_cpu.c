@@ -1,5 +1,6 @@
 /* The CPU backend: every op of train/backend.h on host memory. GEMMs go to OpenBLAS
- * (cblas_sgemm, row-major); the other ops are plain C loops written so the compiler can
+ * (cblas_sgemm, row-major; in bf16 / fp16 mode on inputs rounded first, which emulates
+ * mixed precision for tests and as the CUDA backend's reference); the other ops are plain C loops written so the compiler can
  * vectorize their inner dimension, split across a small private thread pool when they are
  * big enough to pay for the hand-off (a few tens of microseconds).
  *
@@ -32,6 +33,9 @@ typedef struct cpu_backend {
     double xent_loss;
     int64_t xent_correct, xent_top5;
     char xent_msg[256];
+    sl_bk_precision prec; /* set_precision: GEMM inputs rounded to bf16 / fp16 (emulated) */
+    float *lp;            /* the rounded copies of a GEMM's A and B */
+    size_t lp_cap;        /* floats */
 } cpu_backend;
 
 /* ---- parallel loops ---------------------------------------------------------------- */
@@ -84,6 +88,7 @@ static void par_for(cpu_backend *b, size_t n, size_t work, range_fn fn, void *ct
 static void cpu_destroy(sl_backend *bb) {
     cpu_backend *b = (cpu_backend *)bb;
     sl_pool_destroy(b->pool);
+    free(b->lp);
     free(b);
 }
 
@@ -147,6 +152,57 @@ static void gemm_part(void *vc, size_t lo, size_t hi) {
                 g->alpha, a, g->lda, b, g->ldb, g->beta, c, g->ldc);
 }
 
+/* Mixed precision, emulated: a GEMM input's rows x cols block (row stride ld) rounded to
+ * bf16 / fp16 and back into a compact float matrix (row stride cols). */
+typedef struct round_ctx {
+    const float *src;
+    float *dst;
+    size_t cols, ld;
+    sl_bk_precision p;
+} round_ctx;
+
+static void round_rows(void *vc, size_t lo, size_t hi) {
+    const round_ctx *r = vc;
+    for (size_t i = lo; i < hi; i++) {
+        const float *s = r->src + i * r->ld;
+        float *d = r->dst + i * r->cols;
+        if (r->p == SL_BK_BF16)
+            for (size_t j = 0; j < r->cols; j++) d[j] = sl_f32_from_bf16(sl_bf16_from_f32(s[j]));
+        else
+            for (size_t j = 0; j < r->cols; j++) d[j] = sl_f32_from_f16(sl_f16_from_f32(s[j]));
+    }
+}
+
+/* A (stored ra x ca) and B (rb x cb) rounded into b->lp: *a and *bm then point at the
+ * copies, with row strides *lda = ca and *ldb = cb. */
+static sl_status round_inputs(cpu_backend *b, const float **a, int *lda, size_t ra, size_t ca, const float **bm,
+                              int *ldb, size_t rb, size_t cb) {
+    size_t na = ra * ca, need = na + rb * cb;
+    if (need > b->lp_cap) {
+        float *p = malloc(need * sizeof(float));
+        if (!p) return sl_err(SL_ENOMEM, "gemm: out of memory for %zu floats of rounded inputs", need);
+        free(b->lp);
+        b->lp = p;
+        b->lp_cap = need;
+    }
+    round_ctx ctx = {*a, b->lp, ca, (size_t)*lda, b->prec};
+    par_for(b, ra, na, round_rows, &ctx);
+    ctx = (round_ctx){*bm, b->lp + na, cb, (size_t)*ldb, b->prec};
+    par_for(b, rb, rb * cb, round_rows, &ctx);
+    *a = b->lp;
+    *lda = (int)ca;
+    *bm = b->lp + na;
+    *ldb = (int)cb;
+    return SL_OK;
+}
+
+static sl_status cpu_set_precision(sl_backend *bb, sl_bk_precision p) {
+    if (p != SL_BK_FP32 && p != SL_BK_BF16 && p != SL_BK_FP16)
+        return sl_err(SL_EINVAL, "set_precision: unknown precision %d", (int)p);
+    ((cpu_backend *)bb)->prec = p;
+    return SL_OK;
+}
+
 static sl_status cpu_gemm(sl_backend *bb, bool ta, bool tb, int m, int n, int k, float alpha,
                           const float *a, int lda, const float *bm, int ldb, float beta, float *c, int ldc) {
     cpu_backend *b = (cpu_backend *)bb;
@@ -156,6 +212,11 @@ static sl_status cpu_gemm(sl_backend *bb, bool ta, bool tb, int m, int n, int k,
         for (int i = 0; i < m; i++)
             for (int j = 0; j < n; j++) c[(size_t)i * ldc + j] = beta == 0.0f ? 0.0f : beta * c[(size_t)i * ldc + j];
         return SL_OK;
+    }
+    if (b->prec != SL_BK_FP32) {
+        sl_status s = round_inputs(b, &a, &lda, (size_t)(ta ? k : m), (size_t)(ta ? m : k), &bm, &ldb,
+                                   (size_t)(tb ? n : k), (size_t)(tb ? k : n));
+        if (s) return s;
     }
     gemm_ctx g = {ta, tb, n > m, m, n, k, lda, ldb, ldc, alpha, beta, a, bm, c};
     size_t blocks = ((size_t)(g.split_n ? n : m) + 15) / 16;
@@ -1094,6 +1155,7 @@ static const sl_backend_ops CPU_OPS = {
     .copy_cols = cpu_copy_cols,
     .global_avgpool_forward = cpu_gap_forward,
     .global_avgpool_backward = cpu_gap_backward,
+    .set_precision = cpu_set_precision,
 };
 
 sl_status sl__backend_cpu_new(int threads, sl_backend **out) {

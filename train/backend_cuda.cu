@@ -19,6 +19,10 @@
 // Every CUDA and cuBLAS call goes through CK/CKB, which turn a failure into SL_EIO naming
 // the call, the error string and file:line (train/backend_cuda_priv.cuh). Convolution and
 // pooling (global average pooling too) are in train/backend_cuda_conv.cu.
+//
+// Mixed precision (set_precision bf16 / fp16): GEMMs round their inputs into 16-bit
+// scratch copies with a kernel and call cublasGemmEx (tensor cores, float32 accumulation
+// and output); everything else stays float32.
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 #include <math.h>
@@ -28,19 +32,24 @@
 
 #include "train/backend_cuda_priv.cuh"
 
-static sl_status ensure_scratch(cuda_backend *cb, size_t bytes) {
-    if (bytes <= cb->scratch_cap) return SL_OK;
-    size_t cap = cb->scratch_cap ? cb->scratch_cap : 4096;
+// A device buffer (*buf, *cap bytes) of at least `bytes`, grown by doubling.
+static sl_status grow_device(void **buf, size_t *cap_io, size_t bytes) {
+    if (bytes <= *cap_io) return SL_OK;
+    size_t cap = *cap_io ? *cap_io : 4096;
     while (cap < bytes) cap *= 2;
-    if (cb->scratch) {
-        // cudaFree waits for the device, so queued users of the old scratch are done.
-        CK(cudaFree(cb->scratch));
-        cb->scratch = NULL;
-        cb->scratch_cap = 0;
+    if (*buf) {
+        // cudaFree waits for the device, so queued users of the old buffer are done.
+        CK(cudaFree(*buf));
+        *buf = NULL;
+        *cap_io = 0;
     }
-    CK(cudaMalloc(&cb->scratch, cap));
-    cb->scratch_cap = cap;
+    CK(cudaMalloc(buf, cap));
+    *cap_io = cap;
     return SL_OK;
+}
+
+static sl_status ensure_scratch(cuda_backend *cb, size_t bytes) {
+    return grow_device(&cb->scratch, &cb->scratch_cap, bytes);
 }
 
 // ---------------------------------------------------------------------------------------
@@ -68,6 +77,7 @@ static void cu_destroy(sl_backend *b) {
     if (cb->compute) cudaStreamDestroy(cb->compute);
     if (cb->copy) cudaStreamDestroy(cb->copy);
     if (cb->scratch) cudaFree(cb->scratch);
+    if (cb->lp) cudaFree(cb->lp);
     if (cb->dres) cudaFree(cb->dres);
     if (cb->res) cudaFreeHost(cb->res);
     (void)cudaGetLastError();
@@ -255,6 +265,51 @@ static sl_status cu_sync(sl_backend *b) {
 // ---------------------------------------------------------------------------------------
 // dense math
 
+// Mixed precision (set_precision): a GEMM input's rows x cols block (row stride ld) as
+// bf16 / fp16 bit patterns (round to nearest even, sluice/util.h), row stride ldo.
+static __global__ void k_round16(const float *src, size_t ld, uint16_t *dst, size_t ldo, size_t rows, size_t cols,
+                                 int fp16) {
+    size_t n = rows * cols;
+    GRID_STRIDE(i, n) {
+        size_t r = i / cols, col = i % cols;
+        uint32_t x;
+        memcpy(&x, &src[r * ld + col], 4);
+        dst[r * ldo + col] = fp16 ? sl__f16_bits(x) : sl__bf16_bits(x);
+    }
+}
+
+static sl_status cu_set_precision(sl_backend *b, sl_bk_precision p) {
+    if (p != SL_BK_FP32 && p != SL_BK_BF16 && p != SL_BK_FP16)
+        return sl_err(SL_EINVAL, "set_precision: unknown precision %d", (int)p);
+    CB(b)->prec = p;
+    return SL_OK;
+}
+
+// cu_gemm in bf16 / fp16 (k > 0): both inputs rounded into 16-bit copies in cb->lp, their
+// rows padded to 8 elements (16 bytes, as tensor cores want them), then one cublasGemmEx
+// that multiplies on tensor cores and accumulates in float32 into the float32 C.
+static sl_status gemm16(cuda_backend *cb, cublasOperation_t ob, cublasOperation_t oa, bool trans_a, bool trans_b,
+                        int m, int n, int k, float alpha, const float *a, int lda, const float *bm, int ldb,
+                        float beta, float *c, int ldc) {
+    size_t ra = (size_t)(trans_a ? k : m), ca = (size_t)(trans_a ? m : k);
+    size_t rb = (size_t)(trans_b ? n : k), cbc = (size_t)(trans_b ? k : n);
+    size_t lda16 = (ca + 7) & ~(size_t)7, ldb16 = (cbc + 7) & ~(size_t)7;
+    size_t abytes = (ra * lda16 * sizeof(uint16_t) + 255) & ~(size_t)255;
+    sl_status s = grow_device(&cb->lp, &cb->lp_cap, abytes + rb * ldb16 * sizeof(uint16_t));
+    if (s) return s;
+    uint16_t *a16 = (uint16_t *)cb->lp, *b16 = (uint16_t *)((char *)cb->lp + abytes);
+    int fp16 = cb->prec == SL_BK_FP16;
+    k_round16<<<grid_for(ra * ca), THREADS, 0, cb->compute>>>(a, (size_t)lda, a16, lda16, ra, ca, fp16);
+    CK_LAUNCH("gemm_round_a");
+    k_round16<<<grid_for(rb * cbc), THREADS, 0, cb->compute>>>(bm, (size_t)ldb, b16, ldb16, rb, cbc, fp16);
+    CK_LAUNCH("gemm_round_b");
+    cudaDataType_t t16 = fp16 ? CUDA_R_16F : CUDA_R_16BF;
+    CKB(cublasGemmEx(cb->blas, ob, oa, n, m, k, &alpha, b16, t16, (int)ldb16, a16, t16, (int)lda16, &beta, c,
+                     CUDA_R_32F, ldc, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+    cb->launches++;
+    return SL_OK;
+}
+
 static sl_status cu_gemm(sl_backend *b, bool trans_a, bool trans_b, int m, int n, int k, float alpha,
                          const float *a, int lda, const float *bm, int ldb, float beta, float *c, int ldc) {
     ENTER(b);
@@ -278,6 +333,8 @@ static sl_status cu_gemm(sl_backend *b, bool trans_a, bool trans_b, int m, int n
         cb->launches += (uint64_t)m;
         return SL_OK;
     }
+    if (cb->prec != SL_BK_FP32)
+        return gemm16(cb, ob, oa, trans_a, trans_b, m, n, k, alpha, a, lda, bm, ldb, beta, c, ldc);
     CKB(cublasSgemm(cb->blas, ob, oa, n, m, k, &alpha, bm, ldb, a, lda, &beta, c, ldc));
     cb->launches++;
     return SL_OK;
@@ -983,6 +1040,7 @@ static const sl_backend_ops cuda_ops = {
     cu_copy_cols,
     sl__cu_gap_forward,
     sl__cu_gap_backward,
+    cu_set_precision,
 };
 
 static sl_status cuda_init(cuda_backend *cb) {

@@ -67,6 +67,9 @@ typedef struct cuda_backend {
     cublasHandle_t blas;
     void *scratch;         // device scratch for reductions; stream-ordered reuse
     size_t scratch_cap;
+    sl_bk_precision prec;  // set_precision: GEMM inputs in bf16 / fp16
+    void *lp;              // those GEMMs' 16-bit copies of A and B; stream-ordered reuse
+    size_t lp_cap;
     struct host_result *res; // pinned, two: [0] softmax_xent's result, [1] sum_squares'
     struct host_result *dres; // device twin of res
     // bucketed gradient exchange: per bucket, "its backward is queued" (compute) and "its

@@ -30,6 +30,15 @@ sl_model_opts sl_model_opts_default(void) {
     return (sl_model_opts){.backend = SL_BACKEND_AUTO, .threads = 0, .cuda_device = 0, .seed = 0, .max_batch = 128};
 }
 
+const char *sl_precision_name(sl_precision p) {
+    switch (p) {
+    case SL_PRECISION_FP32: return "fp32";
+    case SL_PRECISION_BF16: return "bf16";
+    case SL_PRECISION_FP16: return "fp16";
+    }
+    return NULL;
+}
+
 /* ---- portable seeded random numbers (host only) ------------------------------------- */
 
 static double unif01(uint64_t *s) { /* (0, 1] */
@@ -148,6 +157,8 @@ sl_status sl_model_create(const sl_layer_spec *specs, int n, const sl_model_opts
     if (o.threads < 0) return sl_err(SL_EINVAL, "model: threads %d must be >= 0 (0: all cores)", o.threads);
     if (!(o.label_smoothing >= 0.0f && o.label_smoothing < 1.0f))
         return sl_err(SL_EINVAL, "model: label_smoothing %g must be in [0, 1)", o.label_smoothing);
+    if (!sl_precision_name(o.precision))
+        return sl_err(SL_EINVAL, "model: unknown precision %d (SL_PRECISION_FP32, _BF16 or _FP16)", (int)o.precision);
     sl_model *m = calloc(1, sizeof *m);
     if (!m) return sl_err(SL_ENOMEM, "model: out of memory");
     m->opts = o;
@@ -157,6 +168,9 @@ sl_status sl_model_create(const sl_layer_spec *specs, int n, const sl_model_opts
     if (s) goto fail;
     m->is_cpu = strcmp(m->bk->ops->name, "cpu") == 0;
     const sl_backend_ops *ops = m->bk->ops;
+    if (o.precision != SL_PRECISION_FP32 &&
+        (s = ops->set_precision(m->bk, o.precision == SL_PRECISION_BF16 ? SL_BK_BF16 : SL_BK_FP16)))
+        goto fail;
     size_t pbytes = m->n_params * sizeof(float);
     if ((s = ops->alloc(m->bk, pbytes, (void **)&m->params)) ||
         (s = ops->alloc(m->bk, pbytes + SL__GRADS_SPARE * sizeof(float), (void **)&m->grads)))

@@ -31,6 +31,8 @@ static const stmt_def DEFS[] = {
      {"every", "steps", "keep", NULL}},
     {"run_dir", "run_dir \"PATH\"", {NULL}},
     {"backend", "backend auto|cpu|cuda", {NULL}},
+    {"precision", "precision fp32|bf16|fp16   (GEMMs in bfloat16 / half with float32 accumulation and float32\n"
+                  "          weights; fp16 with dynamic loss scaling; default fp32)", {NULL}},
     {"device", "device N             (the GPU to use; default: local rank % visible GPUs)", {NULL}},
     {"threads", "threads N            (CPU backend threads, 0: all cores)", {NULL}},
     {"seed", "seed N", {NULL}},
@@ -232,6 +234,7 @@ static const char *const OPTIMS[] = {"sgd", "adam", "adamw"};
 static const char *const SCHEDS[] = {"constant", "step", "cosine"};
 static const char *const BACKENDS[] = {"auto", "cpu", "cuda"};
 static const char *const STRATEGIES[] = {"none", "ring", "ps"};
+static const char *const PRECISIONS[] = {"fp32", "bf16", "fp16"}; /* in sl_precision's order */
 
 static const char *const DECAY_EXCLUDES[] = {"bias", "batchnorm"};
 
@@ -469,7 +472,7 @@ static sl_status find_train_block(const sl_cfg *cfg, const sl_cfg_stmt **out) {
 
 /* The statements that later checks need, where they were. */
 typedef struct {
-    const sl_cfg_stmt *model, *data, *eval, *sched, *bucket, *optim;
+    const sl_cfg_stmt *model, *data, *eval, *sched, *bucket, *optim, *precision;
 } train_seen;
 
 static sl_status read_checkpoint(const sl_cfg *cfg, const sl_cfg_stmt *s, const stmt_def *d, sl_train_config *c) {
@@ -574,6 +577,9 @@ static sl_status read_train_stmt(const sl_cfg *cfg, const sl_cfg_stmt *s, const 
     } else if (strcmp(nm, "backend") == 0) {
         if (!(st = read_choice(cfg, p0, BACKENDS, 3, &k)))
             c->backend = k == 0 ? SL_BACKEND_AUTO : k == 1 ? SL_BACKEND_CPU : SL_BACKEND_CUDA;
+    } else if (strcmp(nm, "precision") == 0) {
+        if (!(st = read_choice(cfg, p0, PRECISIONS, 3, &k))) c->precision = (sl_precision)k;
+        seen->precision = s;
     } else if (strcmp(nm, "device") == 0) {
         if (!(st = sl_cfg_int(cfg, p0, 0, 65535, &i64))) c->device = (int)i64;
     } else if (strcmp(nm, "threads") == 0) {
@@ -605,6 +611,17 @@ static sl_status check_train(const sl_cfg *cfg, const sl_cfg_stmt *tb, const tra
                    "block has `strategy %s%s`)", c->strategy, c->compress.kind != SL_COMPRESS_NONE ? " compress=..." : "");
         sl_err_hint("remove bucket_mb, or write `bucket_mb 0`: ps and compressed exchanges send the gradient after "
                     "backward");
+        return SL_EINVAL;
+    }
+    /* fp16's loss scaling decides to skip a step from the exchanged (averaged) gradient,
+     * which every replica must see alike: not with the ps's own optimizer or compression */
+    if (seen->precision && c->precision == SL_PRECISION_FP16 &&
+        (strcmp(c->strategy, "ps") == 0 || c->compress.kind != SL_COMPRESS_NONE)) {
+        sl_cfg_err(cfg, sl_cfg_pos(seen->precision, 0)->loc, SL_EINVAL,
+                   "precision fp16 is not supported with `strategy %s%s`", c->strategy,
+                   c->compress.kind != SL_COMPRESS_NONE ? " compress=..." : "");
+        sl_err_hint("fp16's loss scaling needs the plain averaged gradient on every replica: use precision bf16 "
+                    "(no loss scaling), or strategy none or ring without compress");
         return SL_EINVAL;
     }
     /* the ps tasks and the ring's momentum correction (topk/sign) decay every parameter */
@@ -662,8 +679,8 @@ sl_status sl_train_config_parse(const sl_cfg *cfg, sl_train_config *out) {
             const char *sug = sl_suggest(s->name, names, NDEFS);
             if (sug) sl_err_hint("did you mean '%s'?", sug);
             else sl_err_hint("the train statements are model, data, eval, epochs, steps, optimizer, "
-                             "label_smoothing, schedule, checkpoint, log, run_dir, backend, device, threads, seed, "
-                             "strategy, bucket_mb");
+                             "label_smoothing, schedule, checkpoint, log, run_dir, backend, precision, device, threads, "
+                             "seed, strategy, bucket_mb");
             return SL_EINVAL;
         }
         if ((st = read_train_stmt(cfg, s, d, &c, &seen))) return st;

@@ -93,6 +93,9 @@ sl_status sl_trainer_create(sl_cfg *cfg, const sl_train_opts *opts, sl_trainer *
     mo.backend = t->c.backend;
     mo.threads = t->c.threads;
     mo.label_smoothing = t->c.label_smoothing;
+    mo.precision = t->c.precision;
+    t->ls = (sl__loss_scaler){.scale = SL__LOSS_SCALE_START};
+    t->sum.loss_scale = t->c.precision == SL_PRECISION_FP16 ? t->ls.scale : 1;
     /* GPU placement: --device, else the block's `device`, else local rank % visible GPUs */
     int ngpu = 0;
     sl_device_choice dc = {0};
@@ -548,6 +551,8 @@ static sl_status end_epoch(sl_trainer *t, int64_t epoch, int64_t step, const epo
         if (eval_acc >= 0 && has_top5(t)) fprintf(f, "  eval top5 %.4f", t->sum.eval_top5_accuracy);
         if (t->hooks.wire_bytes && step > a->step0) fprintf(f, "  wire %.1f KiB/step", wire / 1024);
         if (t->hooks.world_size > 1 && step > a->step0) fprintf(f, "  exchange %.1f ms/step", xms);
+        if (t->c.precision == SL_PRECISION_FP16)
+            fprintf(f, "  loss scale %g (%" PRId64 " skipped)", t->sum.loss_scale, t->sum.skipped_steps);
         fprintf(f, "  (%.1f s)\n", now_s() - a->t0);
         fflush(f);
     }
@@ -654,6 +659,30 @@ static void account(epoch_acc *w, double wait, double compute, double exch, cons
     w->examples += r->examples;
 }
 
+/* precision fp16, after the exchange (every replica holds the same gradient, so all
+ * choose alike): a gradient with a NaN or infinity skips the step (*skip) and halves the
+ * loss scale; otherwise it is divided by the scale the step used (sluice/train.h). */
+static sl_status unscale_grads(sl_trainer *t, int64_t step, bool *skip) {
+    size_t n;
+    float *g = sl_model_grads(t->model, &n);
+    sl_backend *bk = sl__model_backend(t->model);
+    double ss = 0;
+    sl_status s = bk->ops->sum_squares(bk, g, n, &ss);
+    if (s) return s;
+    *skip = !isfinite(ss);
+    if (!*skip && (s = bk->ops->scale(bk, n, 1.0f / t->ls.scale, g))) return s;
+    sl__loss_scale_update(&t->ls, !*skip);
+    t->sum.loss_scale = t->ls.scale;
+    t->sum.skipped_steps = t->ls.skipped;
+    if (*skip && t->ls.scale < 1.0f) {
+        sl_err(SL_ERANGE, "precision fp16: the gradient of step %" PRId64 " is not finite even at loss scale 1",
+               step + 1);
+        sl_err_hint("the model's values overflow half precision (largest 65504): use precision bf16 or fp32");
+        return SL_ERANGE;
+    }
+    return SL_OK;
+}
+
 /* One training step on slot cur, with batch k+1 taken from the pipeline first. */
 static sl_status train_step(sl_trainer *t, loop *L) {
     sl_status s;
@@ -665,14 +694,17 @@ static sl_status train_step(sl_trainer *t, loop *L) {
         return s;
     sl_step_result r = {0};
     L->lr = sl_schedule_lr(&t->c.schedule, L->step);
-    if ((s = sl_model_zero_grads(t->model)) || (s = sl_model_train_staged(t->model, &L->hs[L->cur], 1.0f, &r)))
+    bool fp16 = t->c.precision == SL_PRECISION_FP16, skip = false;
+    if ((s = sl_model_zero_grads(t->model)) ||
+        (s = sl_model_train_staged(t->model, &L->hs[L->cur], fp16 ? t->ls.scale : 1.0f, &r)))
         return s;
     double t2 = now_s();
     bool applied = false;
     int more = have_next;
     if ((s = exchange(t, L, have_next, &applied, &more))) return s;
     double t3 = now_s();
-    if (!applied && (s = sl_optim_step(t->optim, L->lr))) return s;
+    if (!applied && fp16 && (s = unscale_grads(t, L->step, &skip))) return s;
+    if (!applied && !skip && (s = sl_optim_step(t->optim, L->lr))) return s;
     double t4 = now_s();
     sl_element_clear(&L->el[L->cur]);
     L->cur = nx;
@@ -963,8 +995,12 @@ sl_status sl_trainer_run(sl_trainer *t) {
         if (f) {
             size_t np;
             sl_model_params(t->model, &np);
-            fprintf(f, "model %s on %s: %zu parameters; data '%s' (batch %" PRId64 "%s), eval '%s'; ", t->c.model,
-                    sl_model_backend_name(t->model), np, t->c.data, t->c.batch,
+            const char *bk = sl_model_backend_name(t->model);
+            fprintf(f, "model %s on %s", t->c.model, bk);
+            if (t->c.precision != SL_PRECISION_FP32)
+                fprintf(f, " (precision %s%s)", sl_precision_name(t->c.precision),
+                        strcmp(bk, "cpu") == 0 ? ", emulated" : "");
+            fprintf(f, ": %zu parameters; data '%s' (batch %" PRId64 "%s), eval '%s'; ", np, t->c.data, t->c.batch,
                     t->hooks.world_size > 1 ? ", global" : "", t->c.eval[0] ? t->c.eval : "none");
             if (t->c.steps > 0) fprintf(f, "%" PRId64 " step%s; ", t->c.steps, t->c.steps == 1 ? "" : "s");
             else fprintf(f, "%" PRId64 " epoch%s; ", t->c.epochs, t->c.epochs == 1 ? "" : "s");

@@ -16,6 +16,30 @@
 #include "sluice/train.h"
 #include "sluice/util.h"
 
+/* precision fp16's dynamic loss scale (sluice/train.h): the scale a step's loss gradient is
+ * multiplied by, the finite steps since it last changed, and the steps skipped so far. */
+#define SL__LOSS_SCALE_START 65536.0f
+#define SL__LOSS_SCALE_GROWTH 2000 /* finite steps in a row before the scale doubles */
+typedef struct sl__loss_scaler {
+    float scale;
+    int64_t good;
+    int64_t skipped;
+} sl__loss_scaler;
+
+/* After a step whose (exchanged) gradient was `finite` or not: halve the scale and count a
+ * skipped step, or count a finite step and double the scale after SL__LOSS_SCALE_GROWTH
+ * of them in a row. */
+static inline void sl__loss_scale_update(sl__loss_scaler *ls, bool finite) {
+    if (!finite) {
+        ls->scale *= 0.5f;
+        ls->good = 0;
+        ls->skipped++;
+    } else if (++ls->good == SL__LOSS_SCALE_GROWTH) {
+        ls->scale *= 2.0f;
+        ls->good = 0;
+    }
+}
+
 struct sl_trainer {
     sl_cfg *cfg;               /* borrowed */
     sl_train_config c;
@@ -35,6 +59,7 @@ struct sl_trainer {
     int32_t *warned;           /* lockstep: the per-replica counts last warned about (2 x world), or NULL */
     double run_t0;             /* progress eta: when the loop began, at step run_step0 */
     int64_t run_step0;
+    sl__loss_scaler ls;        /* precision fp16 */
 };
 
 static inline double now_s(void) {

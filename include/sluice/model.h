@@ -33,6 +33,22 @@ typedef enum sl_backend_kind {
     SL_BACKEND_CUDA,
 } sl_backend_kind;
 
+/* What the model's matrix products (dense and conv2d layers, forward and backward) compute
+ * in: mixed precision as PyTorch's autocast does it. Parameters, optimizer state,
+ * activations and gradients stay float32 (the float32 master weights); in BF16 / FP16 every
+ * GEMM rounds its two inputs to bfloat16 / IEEE half (round to nearest even; a half
+ * overflows to infinity) and multiplies and accumulates in float32. CUDA: tensor-core
+ * GEMMs; CPU: emulated (the same numbers, no speed-up). FP16's narrow range needs loss
+ * scaling: the trainer's `precision fp16` does it (sluice/train.h). */
+typedef enum sl_precision {
+    SL_PRECISION_FP32 = 0, /* the default */
+    SL_PRECISION_BF16,
+    SL_PRECISION_FP16,
+} sl_precision;
+
+/* "fp32", "bf16", "fp16" (NULL for a value that is none of them). */
+const char *sl_precision_name(sl_precision p);
+
 typedef enum sl_layer_kind {
     SL_LAYER_INPUT = 1, /* shape of one example, e.g. 28x28x1; must come first */
     SL_LAYER_FLATTEN,
@@ -89,6 +105,7 @@ typedef struct sl_model_opts {
     float label_smoothing; /* e in [0, 1): the loss's target is (1 - e) onehot + e / classes
                               (Keras' and PyTorch's label_smoothing), in train AND eval steps;
                               0 (default): plain cross-entropy */
+    sl_precision precision; /* the GEMMs' precision (above); default SL_PRECISION_FP32 */
 } sl_model_opts;
 
 sl_model_opts sl_model_opts_default(void);
@@ -98,7 +115,7 @@ sl_model_opts sl_model_opts_default(void);
  * the layer (index and name) and what is wrong (e.g. "conv2d_1: kernel 5x5 larger than its
  * 4x4 input", "add_1: add of shapes that differ: 8x8x16 (conv2d_3) and 4x4x32
  * (conv2d_4)", an input index that is not an earlier layer, an output no layer uses),
- * SL_EINVAL for a label_smoothing outside [0, 1), SL_EUNSUPPORTED for CUDA without a GPU,
+ * SL_EINVAL for a label_smoothing outside [0, 1) or an unknown precision, SL_EUNSUPPORTED for CUDA without a GPU,
  * SL_ENOMEM. In backward a layer output used by
  * several layers gets the sum of their gradients. */
 sl_status sl_model_create(const sl_layer_spec *layers, int n, const sl_model_opts *opts, sl_model **out);

@@ -16,6 +16,7 @@
  *         checkpoint every=1 keep=3      # every N epochs (or steps=N); keep the last K; `checkpoint none`
  *         run_dir "runs/fashion_mlp"     # relative to the current directory
  *         backend auto                   # cpu | cuda | auto
+ *         precision fp32                 # fp32 | bf16 | fp16: mixed precision (see below)
  *         device 1                       # this GPU (default: local rank % visible GPUs, sluice/cuda.h)
  *         threads 0                      # CPU backend threads (0: all cores)
  *         seed 1                         # initialisation, dropout, per-epoch shuffle order
@@ -24,6 +25,20 @@
  *         bucket_mb 25                   # strategy ring, compress=none: gradient buckets of 25 MiB
  *                                        #  allreduced during backward (0: off); see below
  *     }
+ *
+ * Mixed precision (`precision bf16` or `fp16`; default fp32): the model's GEMMs round their
+ * inputs to bfloat16 / half and accumulate in float32 (sluice/model.h sl_precision), while
+ * parameters, optimizer state and checkpoints stay float32. CUDA runs them on tensor cores;
+ * the CPU backend emulates them (the same numbers, no speed-up). fp16 adds dynamic loss
+ * scaling: each step's loss gradient is multiplied by the scale S (65536 at the start of
+ * a run, a resumed one too); after the gradient exchange, a gradient with any NaN or
+ * infinity skips the optimizer step (the parameters stay as they were, the step still
+ * counts) and halves S, otherwise the gradient is divided by S before the optimizer, and
+ * after 2000 finite steps in a row S doubles. Every replica sees the same exchanged
+ * gradient and so makes the same choice; `strategy ps` and `compress=` are refused with
+ * fp16. A gradient that is not finite even at S = 1 stops the run (SL_ERANGE). The
+ * startup line names the precision when it is not fp32; with fp16 the epoch line ends in
+ * "loss scale S (N skipped)" (the steps skipped so far).
  *
  * Batches: the training pipeline's `batch N` is the GLOBAL batch (tf.distribute's
  * convention): with W replicas each replica's pipeline is rewritten to batch N/W (N must be
@@ -112,6 +127,7 @@ typedef struct sl_train_config {
     int ckpt_keep;              /* default 3; 0: keep all */
     char run_dir[1024];         /* default "runs/<model>" */
     sl_backend_kind backend;
+    sl_precision precision;     /* `precision fp32|bf16|fp16` (above); default fp32 */
     int threads;                /* CPU backend threads, 0: all */
     int device;                 /* `device N`: the GPU to use; -1 (default): local rank % visible GPUs */
     uint64_t seed;
@@ -270,6 +286,9 @@ typedef struct sl_train_summary {
                                  stop_rank), e.g. the signal number; else 0 */
     int stop_rank;            /* stopped: the replica that asked (lockstep: the lowest rank that
                                  did; every replica stops at the same step) */
+    double loss_scale;        /* precision fp16: the loss scale now (65536 before the first step); else 1 */
+    int64_t skipped_steps;    /* precision fp16: steps whose optimizer update was skipped for a
+                                 non-finite gradient; else 0 */
 } sl_train_summary;
 
 typedef struct sl_trainer sl_trainer;

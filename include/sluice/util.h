@@ -69,6 +69,30 @@ static inline uint64_t sl__now_fast(void) { return sl_now_ns(); }
 uint16_t sl_f16_from_f32(float f);
 float sl_f32_from_f16(uint16_t h);
 uint16_t sl_bf16_from_f32(float f);
+/* The same two roundings on a float's bit pattern (memcpy it out first), inline and
+ * callable from CUDA device code too: the conversions above are these, and the CUDA
+ * backend's mixed-precision GEMMs round their inputs with them. */
+static inline SL_UTIL_HD uint16_t sl__f16_bits(uint32_t x) {
+    uint32_t sign = (x >> 16) & 0x8000u, mag = x & 0x7fffffffu;
+    if (mag >= 0x7f800000u) /* inf or nan (keep nan quiet and nonzero) */
+        return (uint16_t)(sign | 0x7c00u | (mag > 0x7f800000u ? 0x200u | ((mag >> 13) & 0x3ffu) : 0));
+    if (mag >= 0x477ff000u) return (uint16_t)(sign | 0x7c00u); /* rounds to >= 65520: inf */
+    if (mag < 0x38800000u) { /* below the smallest normal half: subnormal or zero */
+        if (mag < 0x33000000u) return (uint16_t)sign; /* < half of the smallest subnormal */
+        uint32_t e = mag >> 23, m = (mag & 0x7fffffu) | 0x800000u;
+        uint32_t shift = 126 - e; /* 14..24 */
+        uint32_t q = m >> shift, rem = m & ((1u << shift) - 1), half = 1u << (shift - 1);
+        if (rem > half || (rem == half && (q & 1))) q++;
+        return (uint16_t)(sign | q);
+    }
+    uint32_t q = ((mag >> 13) - (112u << 10)), rem = mag & 0x1fffu;
+    if (rem > 0x1000u || (rem == 0x1000u && (q & 1))) q++;
+    return (uint16_t)(sign | q);
+}
+static inline SL_UTIL_HD uint16_t sl__bf16_bits(uint32_t x) {
+    if ((x & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((x >> 16) | 0x40); /* quiet NaN */
+    return (uint16_t)((x + 0x7fffu + ((x >> 16) & 1u)) >> 16);
+}
 static inline float sl_f32_from_bf16(uint16_t h) {
     uint32_t x = (uint32_t)h << 16;
     float f;

@@ -15,6 +15,9 @@
 #   7. with BUCKETS=1, two replicas on the GPU for 60 steps with bucket_mb 0 and 2: the
 #      --hash-log files (parameters after every step) must be equal, and each run's
 #      `exchange` time per step is printed.
+#   8. with PRECISION=1, the epoch of 1. again in `precision bf16` and in `precision fp16`
+#      (mixed-precision GEMMs on tensor cores; fp16 with loss scaling): examples/s and test
+#      accuracy beside 1.'s float32.
 # SKIP_CPU=1 leaves out 2.
 # Run from anywhere: bash tests/gpu/train_checks.sh. Logs go to $OUT when it is set (the
 # device tool brings that folder back), else to BUILD. A summary is printed last. Exit
@@ -121,6 +124,13 @@ if [ "${BUCKETS:-0}" = 1 ]; then
         note "buckets: bucket_mb 2 DIFFERS from bucket_mb 0"
         status=1
     fi
+fi
+
+if [ "${PRECISION:-0}" = 1 ]; then
+    echo "== 8. fashion_cnn, 1 epoch, --backend cuda, precision bf16 and fp16"
+    for p in bf16 fp16; do
+        train "cnn_cuda_$p" cuda --set train.epochs=1 --set train.precision="$p" ${EXTRA:-}
+    done
 fi
 
 echo

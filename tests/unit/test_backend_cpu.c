@@ -120,6 +120,65 @@ TEST(test_gemm_all_transposes_and_strides) {
     sl__backend_free(b);
 }
 
+/* x rounded to bf16 / fp16 and back with core's conversions (sluice/util.h). */
+static float round16(float x, sl_bk_precision p) {
+    return p == SL_BK_BF16 ? sl_f32_from_bf16(sl_bf16_from_f32(x)) : sl_f32_from_f16(sl_f16_from_f32(x));
+}
+
+/* Mixed precision, emulated: the GEMM equals the double-precision reference on inputs
+ * rounded with core's conversions (to float32 accumulation), for every transpose, with
+ * padded strides and the threaded rounding; the float32 GEMM of the same inputs is
+ * farther from that reference than the tolerance (the mode is on); exact cases. */
+TEST(test_gemm_mixed_precision) {
+    sl_backend *b = backend(2);
+    ASSERT(b);
+    const int sizes[2][3] = {{7, 5, 9}, {301, 70, 265}};
+    for (int t = 0; t < 16; t++) {
+        sl_bk_precision p = t & 8 ? SL_BK_FP16 : SL_BK_BF16;
+        const int m = sizes[(t >> 2) & 1][0], n = sizes[(t >> 2) & 1][1], k = sizes[(t >> 2) & 1][2];
+        bool ta = t & 1, tb = t & 2;
+        int lda = (ta ? m : k) + 3, ldb = (tb ? k : n) + 2, ldc = n + 4;
+        size_t na = (size_t)(ta ? k : m) * lda, nb = (size_t)(tb ? n : k) * ldb, nc = (size_t)m * ldc;
+        float *a = rand_buf(na), *bm = rand_buf(nb), *c = rand_buf(nc), *c0 = copy_buf(c, nc);
+        float *c32 = copy_buf(c, nc), *ar = copy_buf(a, na), *br = copy_buf(bm, nb), *a0 = copy_buf(a, na);
+        for (size_t i = 0; i < na; i++) ar[i] = round16(a[i], p);
+        for (size_t i = 0; i < nb; i++) br[i] = round16(bm[i], p);
+        double *ref = malloc(nc * sizeof(double));
+        for (size_t i = 0; i < nc; i++) ref[i] = c0[i];
+        gemm_ref(ta, tb, m, n, k, 0.7, ar, lda, br, ldb, 0.3, c0, ldc, ref);
+        ASSERT_OK(b->ops->set_precision(b, p));
+        ASSERT_OK(b->ops->gemm(b, ta, tb, m, n, k, 0.7f, a, lda, bm, ldb, 0.3f, c, ldc));
+        ASSERT_OK(b->ops->set_precision(b, SL_BK_FP32));
+        ASSERT_OK(b->ops->gemm(b, ta, tb, m, n, k, 0.7f, a, lda, bm, ldb, 0.3f, c32, ldc));
+        double err = max_abs_diff_d(c, ref, nc), err32 = max_abs_diff_d(c32, ref, nc);
+        if (err > 1e-5 * k) FAILF("%s gemm %dx%dx%d ta=%d tb=%d: max error %g", p == SL_BK_BF16 ? "bf16" : "fp16",
+                                  m, n, k, ta, tb, err);
+        if (!(err32 > 1e-5 * k)) FAILF("fp32 gemm %dx%dx%d: only %g from the rounded reference", m, n, k, err32);
+        ASSERT_MEMEQ(a, a0, na * sizeof(float)); /* the inputs themselves are left as they were */
+        for (int i = 0; i < m; i++)
+            for (int j = n; j < ldc; j++) ASSERT_EQ(c[i * ldc + j], c0[i * ldc + j]);
+        free(a), free(bm), free(c), free(c0), free(c32), free(ar), free(br), free(a0), free(ref);
+    }
+    /* exact: 1 + 2^-8 is a tie that bf16 rounds to 1 (even) and fp16 keeps; 70000 is
+     * bf16 70144 and beyond fp16's range (infinity) */
+    float one_eps[1] = {1.0f + 0x1p-8f}, one[1] = {1.0f}, big[1] = {70000.0f}, c[1];
+    ASSERT_OK(b->ops->set_precision(b, SL_BK_BF16));
+    ASSERT_OK(b->ops->gemm(b, false, false, 1, 1, 1, 1.0f, one_eps, 1, one, 1, 0.0f, c, 1));
+    ASSERT(c[0] == 1.0f);
+    ASSERT_OK(b->ops->gemm(b, false, false, 1, 1, 1, 1.0f, big, 1, one, 1, 0.0f, c, 1));
+    ASSERT(c[0] == 70144.0f);
+    ASSERT_OK(b->ops->set_precision(b, SL_BK_FP16));
+    ASSERT_OK(b->ops->gemm(b, false, false, 1, 1, 1, 1.0f, one_eps, 1, one, 1, 0.0f, c, 1));
+    ASSERT(c[0] == 1.0f + 0x1p-8f);
+    ASSERT_OK(b->ops->gemm(b, false, false, 1, 1, 1, 1.0f, big, 1, one, 1, 0.0f, c, 1));
+    ASSERT(isinf(c[0]) && c[0] > 0);
+    ASSERT_EQ(b->ops->set_precision(b, (sl_bk_precision)7), SL_EINVAL);
+    ASSERT_STREQ(sl_errmsg(), "set_precision: unknown precision 7");
+    ASSERT_OK(b->ops->gemm(b, false, false, 1, 1, 1, 1.0f, big, 1, one, 1, 0.0f, c, 1)); /* still fp16 */
+    ASSERT(isinf(c[0]));
+    sl__backend_free(b);
+}
+
 TEST(test_vector_ops) {
     sl_backend *b = backend(2);
     ASSERT(b);
@@ -721,6 +780,7 @@ TEST(test_sgd_adam_steps) {
 int main(void) {
     RUN(test_alloc_copy);
     RUN(test_gemm_all_transposes_and_strides);
+    RUN(test_gemm_mixed_precision);
     RUN(test_vector_ops);
     RUN(test_bias_add_grad);
     RUN(test_activations);

@@ -4,7 +4,9 @@
  * masks), within float rounding for elementwise ops, within 1e-4 for GEMMs and
  * reductions. Sums that must be exact use quarter-integer inputs, so any summation order
  * gives the same bits. A whole model (same seed) must start from the same parameters and
- * produce close gradients after one step.
+ * produce close gradients after one step. Mixed precision (set_precision bf16 / fp16:
+ * cublasGemmEx on 16-bit copies) is checked against the CPU backend's emulation, GEMMs and
+ * a whole convolutional model's step.
  *
  * Without a GPU (or in a build without CUDA) sl__backend_cuda_new is SL_EUNSUPPORTED and
  * every test is skipped, so the program exits 77.
@@ -258,6 +260,41 @@ TEST(test_gemm) {
     ASSERT(gemm_case(false, false, 1, 1, 1, 2.0f, 1.0f));
     ASSERT(gemm_case(false, true, 7, 9, 0, 1.0f, 0.5f)); /* k = 0: C = beta C */
     ASSERT(gemm_case(true, false, 7, 9, 0, 1.0f, 0.0f));
+}
+
+/* Mixed precision: CUDA's cublasGemmEx on 16-bit copies against the CPU's emulation (its
+ * inputs rounded in float32), to float32 accumulation: bf16 and fp16, every transpose; then
+ * exact cases that only the rounding explains (a bf16 tie, an fp16 overflow). */
+TEST(test_gemm_mixed_precision) {
+    NEED_GPU();
+    const sl_bk_precision ps[2] = {SL_BK_BF16, SL_BK_FP16};
+    for (int i = 0; i < 2; i++) {
+        ASSERT_OK(CPU->ops->set_precision(CPU, ps[i]));
+        ASSERT_OK(GPU->ops->set_precision(GPU, ps[i]));
+        bool ok = true;
+        for (int t = 0; t < 4 && ok; t++) {
+            ok = gemm_case(t & 1, t & 2, 37, 29, 53, 0.7f, 0.3f) && gemm_case(t & 1, t & 2, 5, 67, 130, 1.0f, 0.0f);
+        }
+        if (ok) ok = gemm_case(false, true, 7, 9, 0, 1.0f, 0.5f); /* k = 0: C = beta C */
+        float in[3] = {1.0f + 0x1p-8f, 1.0f, 70000.0f}, out[2];
+        float *d = dev_from(in, sizeof in), *dc = dev_from(NULL, sizeof out);
+        ASSERT(d && dc);
+        ASSERT_OK(GPU->ops->gemm(GPU, false, false, 1, 1, 1, 1.0f, d, 1, d + 1, 1, 0.0f, dc, 1));
+        ASSERT_OK(GPU->ops->gemm(GPU, false, false, 1, 1, 1, 1.0f, d + 2, 1, d + 1, 1, 0.0f, dc + 1, 1));
+        ASSERT_OK(GPU->ops->to_host(GPU, out, dc, sizeof out));
+        ASSERT_OK(CPU->ops->set_precision(CPU, SL_BK_FP32));
+        ASSERT_OK(GPU->ops->set_precision(GPU, SL_BK_FP32));
+        ASSERT(ok);
+        if (ps[i] == SL_BK_BF16) {
+            ASSERT(out[0] == 1.0f);     /* the tie rounds to even */
+            ASSERT(out[1] == 70144.0f); /* bf16's nearest */
+        } else {
+            ASSERT(out[0] == 1.0f + 0x1p-8f);
+            ASSERT(isinf(out[1]) && out[1] > 0); /* beyond half's 65504 */
+        }
+    }
+    ASSERT_EQ(GPU->ops->set_precision(GPU, (sl_bk_precision)7), SL_EINVAL);
+    ASSERT_CONTAINS(sl_errmsg(), "set_precision: unknown precision 7");
 }
 
 TEST(test_fill_axpy_scale) {
@@ -793,10 +830,12 @@ static sl_layer_spec reads(sl_layer_spec s, int a, int b) {
 }
 
 static void model_pair_step(const sl_layer_spec *L, int nl);
+static sl_precision pair_precision; /* model_pair_step's models compute in this */
+static float *pair_grads;           /* and leaves the CPU model's gradient here (hmem) */
+static size_t pair_np;
 
-TEST(test_model_cpu_vs_cuda) {
-    NEED_GPU();
-    sl_layer_spec L[9];
+/* conv2d (im2col + GEMM), batchnorm, pools, dense, dropout */
+static int conv_model_specs(sl_layer_spec *L) {
     int nl = 0;
     L[nl++] = input_hwc(12, 12, 2);
     L[nl++] = conv(6, 3, 1, 1);
@@ -817,7 +856,37 @@ TEST(test_model_cpu_vs_cuda) {
     L[nl++].rate = 0.25f;
     L[nl] = layer(SL_LAYER_DENSE);
     L[nl++].units = 5;
+    return nl;
+}
+
+TEST(test_model_cpu_vs_cuda) {
+    NEED_GPU();
+    sl_layer_spec L[9];
+    model_pair_step(L, conv_model_specs(L));
+}
+
+/* The same model in bf16 on both backends: a convolution's forward and backward GEMMs
+ * (and the dense layers') on tensor-core inputs agree with the CPU's emulation. */
+TEST(test_model_bf16_cpu_vs_cuda) {
+    NEED_GPU();
+    sl_layer_spec L[9];
+    int nl = conv_model_specs(L);
+    pair_grads = NULL;
     model_pair_step(L, nl);
+    const float *g32 = pair_grads;
+    pair_grads = NULL;
+    pair_precision = SL_PRECISION_BF16;
+    model_pair_step(L, nl);
+    pair_precision = SL_PRECISION_FP32;
+    ASSERT(g32 && pair_grads);
+    /* the bf16 gradient is not the float32 one beyond the tolerance above: the mode is on */
+    double mx = 0;
+    size_t off = 0;
+    for (size_t i = 0; i < pair_np; i++) mx = fmax(mx, fabs(g32[i]));
+    for (size_t i = 0; i < pair_np; i++)
+        off += fabs((double)pair_grads[i] - g32[i]) > 1e-3 * fabs(g32[i]) + 1e-4 * mx;
+    if (!(off > pair_np / 10)) printf("  only %zu of %zu gradients differ from float32's\n", off, pair_np);
+    ASSERT(off > pair_np / 10);
 }
 
 /* A graph: a strided convolution beside a 1x1 stride-2 projection of the input, joined by
@@ -847,6 +916,7 @@ static void model_pair_step(const sl_layer_spec *L, int nl) {
     o.seed = 77;
     o.max_batch = 9;
     o.threads = 1;
+    o.precision = pair_precision;
     sl_model *mc = NULL, *mg = NULL;
     o.backend = SL_BACKEND_CPU;
     ASSERT_OK(sl_model_create(L, nl, &o, &mc));
@@ -904,6 +974,8 @@ static void model_pair_step(const sl_layer_spec *L, int nl) {
         double mx = 0;
         for (size_t i = 0; i < np; i++) mx = fmax(mx, fabs(gc[i]));
         ok = close_to("model grads", gg, gc, np, 1e-3, 1e-4 * mx);
+        pair_grads = gc;
+        pair_np = np;
     }
     sl_tensor_release(&x);
     sl_tensor_release(&y);
@@ -1253,6 +1325,7 @@ int main(void) {
 #define RUN_FREE(t) do { RUN(t); if (GPU) free_all(); } while (0)
     RUN_FREE(test_memory);
     RUN_FREE(test_gemm);
+    RUN_FREE(test_gemm_mixed_precision);
     RUN_FREE(test_fill_axpy_scale);
     RUN_FREE(test_bias);
     RUN_FREE(test_activations);
@@ -1269,6 +1342,7 @@ int main(void) {
     RUN_FREE(test_adam);
     RUN_FREE(test_sum_squares);
     RUN_FREE(test_model_cpu_vs_cuda);
+    RUN_FREE(test_model_bf16_cpu_vs_cuda);
     RUN_FREE(test_graph_model_cpu_vs_cuda);
     RUN_FREE(test_optim_decay_exclude);
     RUN_FREE(test_staged_steps);

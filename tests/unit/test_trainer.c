@@ -1,6 +1,6 @@
 /* train/trainer.c, train/train_config.c, train/checkpoint.c: the train block, checkpoints
  * (round trip, corruption, another model), resume bit-identical to an uninterrupted run,
- * and the gradient exchange hook. Data: a small synthetic TFRecord file (two classes of
+ * the gradient exchange hook, and mixed precision (bf16, fp16's loss scaling). Data: a small synthetic TFRecord file (two classes of
  * 4-float points) written to a temporary folder, so the test needs nothing else. */
 #include <dirent.h>
 #include <errno.h>
@@ -22,6 +22,7 @@
 #include "sluice/train.h"
 #include "helper_points.h"
 #include "train/model_priv.h"
+#include "train/trainer_priv.h"
 #include "test.h"
 
 static char tmpdir[256];
@@ -1558,6 +1559,211 @@ TEST(test_top5_lines_and_scalars) {
     sl_cfg_free(cfg);
 }
 
+/* ---- mixed precision (`precision`): the statement and its errors, bf16 training on the CPU
+ * backend (emulated) to about float32's loss, fp16's dynamic loss scaling: a non-finite
+ * gradient skips the step (parameters unchanged) and halves the scale, a finite one is
+ * divided by the scale before the optimizer, 2000 finite steps double it ---------------- */
+
+#define HEAD "    model tiny\n    data train\n"
+
+TEST(test_config_precision) {
+    static const struct {
+        const char *body;
+        sl_precision want;
+    } ok[] = {
+        {HEAD, SL_PRECISION_FP32},
+        {HEAD "    precision fp32\n", SL_PRECISION_FP32},
+        {HEAD "    precision bf16\n", SL_PRECISION_BF16},
+        {HEAD "    precision fp16\n    strategy ring\n", SL_PRECISION_FP16},
+        {HEAD "    precision bf16\n    strategy ps\n", SL_PRECISION_BF16},
+    };
+    for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++) {
+        sl_cfg *cfg;
+        sl_train_config c;
+        ASSERT_OK(parse_with(ok[i].body, &cfg));
+        ASSERT_OK(sl_train_config_parse(cfg, &c));
+        ASSERT_EQ(c.precision, ok[i].want);
+        sl_cfg_free(cfg);
+    }
+    ASSERT_STREQ(sl_precision_name(SL_PRECISION_BF16), "bf16");
+    ASSERT(sl_precision_name((sl_precision)9) == NULL);
+
+    /* each mistake: the code, the place, the message and the hint */
+    static const config_case bad[] = {
+        {HEAD "    precision fp8\n", SL_EINVAL, "t.sl:20:15:",
+         "unknown value 'fp8' (expected one of: fp32, bf16, fp16)", "HINT: usage: precision fp32|bf16|fp16"},
+        {HEAD "    precision BF16\n", SL_EINVAL, "t.sl:20:15:",
+         "unknown value 'BF16' (expected one of: fp32, bf16, fp16)", "HINT: usage: precision fp32|bf16|fp16"},
+        {HEAD "    precision\n", SL_EINVAL, "t.sl:20:5:", "precision needs a value",
+         "HINT: usage: precision fp32|bf16|fp16"},
+        {HEAD "    precision bf16 fp16\n", SL_EINVAL, "t.sl:20:20:", "precision: unexpected value",
+         "HINT: usage: precision fp32|bf16|fp16"},
+        {HEAD "    precision fp16\n    strategy ps\n", SL_EINVAL, "t.sl:20:15:",
+         "precision fp16 is not supported with `strategy ps`",
+         "HINT: fp16's loss scaling needs the plain averaged gradient on every replica: use precision bf16 (no "
+         "loss scaling), or strategy none or ring without compress"},
+        {HEAD "    strategy ring compress=int8\n    precision fp16\n", SL_EINVAL, "t.sl:21:15:",
+         "precision fp16 is not supported with `strategy ring compress=...`",
+         "HINT: fp16's loss scaling needs the plain averaged gradient on every replica"},
+    };
+    check_config_cases(bad, sizeof bad / sizeof bad[0]);
+}
+
+#define TRAIN_BODY(prec)                                                                                   \
+    HEAD "    eval test\n    steps 48\n    optimizer adam lr=0.05\n    checkpoint none\n    backend cpu\n" \
+         "    threads 1\n    seed 3\n    precision " prec "\n"
+
+/* The same run in fp32 and in bf16 (emulated on the CPU): other parameters (the mode is
+ * on), about the same loss, and the startup line names the precision. */
+TEST(test_bf16_trains_like_fp32) {
+    sl_cfg *c32 = NULL, *c16 = NULL;
+    sl_trainer *t32 = NULL, *t16 = NULL;
+    char con_path[400], line[512] = "";
+    snprintf(con_path, sizeof con_path, "%s/con.txt", tmpdir);
+    FILE *con = fopen(con_path, "w+");
+    ASSERT(con);
+    char d32[400], d16[400];
+    snprintf(d32, sizeof d32, "%s/fp32", tmpdir);
+    snprintf(d16, sizeof d16, "%s/bf16", tmpdir);
+    ASSERT_OK(parse_with(TRAIN_BODY("fp32"), &c32));
+    ASSERT_OK(parse_with(TRAIN_BODY("bf16"), &c16));
+    sl_status s32 = run_to_console(c32, d32, NULL, &t32);
+    sl_status s16 = run_to_console(c16, d16, con, &t16);
+    rewind(con);
+    while (fgets(line, sizeof line, con) && strncmp(line, "model ", 6) != 0) {
+    }
+    fclose(con);
+    size_t n32 = 0, n16 = 0;
+    float *p32 = s32 ? NULL : params_of(t32, &n32);
+    float *p16 = s16 ? NULL : params_of(t16, &n16);
+    sl_train_summary a = {0}, b = {0};
+    if (t32) a = *sl_trainer_summary(t32);
+    if (t16) b = *sl_trainer_summary(t16);
+    sl_trainer_free(t32);
+    sl_trainer_free(t16);
+    sl_cfg_free(c32);
+    sl_cfg_free(c16);
+    bool differ = p32 && p16 && n32 == n16 && memcmp(p32, p16, n32 * sizeof(float)) != 0;
+    free(p32);
+    free(p16);
+    ASSERT_OK(s32);
+    ASSERT_OK(s16);
+    printf("  fp32: train loss %.5f eval loss %.5f accuracy %.4f; bf16: %.5f %.5f %.4f\n", a.train_loss, a.eval_loss,
+           a.eval_accuracy, b.train_loss, b.eval_loss, b.eval_accuracy);
+    ASSERT(differ);
+    ASSERT(a.eval_accuracy > 0.85 && b.eval_accuracy > 0.85);
+    ASSERT(fabs(b.eval_loss - a.eval_loss) <= 0.05 * a.eval_loss);
+    ASSERT(fabs(b.train_loss - a.train_loss) <= 0.05 * a.train_loss);
+    ASSERT(a.loss_scale == 1.0 && b.loss_scale == 1.0);
+    ASSERT_EQ(b.skipped_steps, 0);
+    ASSERT_CONTAINS(line, "model tiny on cpu (precision bf16, emulated): 58 parameters; ");
+}
+
+/* fp16: an exchange hook that makes the gradient of chosen steps infinite (as an fp16
+ * overflow in some replica's backward would) and keeps what the loop showed it. */
+typedef struct {
+    uint64_t inf_steps; /* bit s: step s's gradient gets an infinity */
+    int64_t watch;      /* this step's gradient and parameters are kept */
+    float grads[64], params[64];
+    size_t n;
+    int exchanges;
+} inf_hook;
+
+static sl_status inf_exchange(void *ctx, sl_model *m, float *grads, size_t n, int64_t step, float lr, bool *applied) {
+    inf_hook *h = ctx;
+    h->exchanges++;
+    *applied = false;
+    if (step < 64 && (h->inf_steps >> step & 1)) grads[3] = INFINITY; /* CPU backend: host memory */
+    if (step == h->watch && n <= 64) {
+        h->n = n;
+        memcpy(h->grads, grads, n * sizeof(float));
+        if (sl_model_get_params(m, h->params, n)) return sl_errcode();
+    }
+    return SL_OK;
+}
+
+#define FP16_BODY(steps)                                                                                  \
+    HEAD "    eval none\n    steps " #steps "\n    optimizer sgd lr=0.1 momentum=0\n    checkpoint none\n" \
+         "    backend cpu\n    threads 1\n    seed 5\n    precision fp16\n"
+
+TEST(test_fp16_loss_scale) {
+    inf_hook h = {.inf_steps = 1, .watch = 1};
+    sl_train_hooks hooks = {.ctx = &h, .world_size = 1, .rank = 0, .is_chief = true, .exchange = inf_exchange};
+    /* one step, its gradient infinite: skipped, the parameters as they were, the scale halved */
+    sl_cfg *cfg = NULL;
+    sl_trainer *t = NULL;
+    ASSERT_OK(make_trainer(FP16_BODY(1), "fp16a", false, &hooks, &cfg, &t));
+    size_t n;
+    float *before = params_of(t, &n);
+    ASSERT(before);
+    ASSERT_OK(sl_trainer_run(t));
+    float *after = params_of(t, &n);
+    ASSERT(after);
+    ASSERT_EQ(n, 58);
+    ASSERT_MEMEQ(before, after, n * sizeof(float));
+    ASSERT(sl_trainer_summary(t)->loss_scale == 32768.0);
+    ASSERT_EQ(sl_trainer_summary(t)->skipped_steps, 1);
+    ASSERT_EQ(sl_trainer_summary(t)->steps, 1);
+    free(before);
+    free(after);
+    sl_trainer_free(t);
+    sl_cfg_free(cfg);
+
+    /* two steps: the second, at scale 32768, updates with its gradient divided by the scale */
+    h = (inf_hook){.inf_steps = 1, .watch = 1};
+    ASSERT_OK(make_trainer(FP16_BODY(2), "fp16b", false, &hooks, &cfg, &t));
+    ASSERT_OK(sl_trainer_run(t));
+    after = params_of(t, &n);
+    ASSERT(after);
+    ASSERT_EQ(h.exchanges, 2);
+    ASSERT_EQ(h.n, n);
+    ASSERT(sl_trainer_summary(t)->loss_scale == 32768.0);
+    ASSERT_EQ(sl_trainer_summary(t)->skipped_steps, 1);
+    double gmax = 0;
+    size_t moved = 0;
+    for (size_t i = 0; i < sl__model_trainable(sl_trainer_model(t)); i++) {
+        float want = h.params[i] - 0.1f * (h.grads[i] * (1.0f / 32768.0f)); /* sgd, momentum 0 */
+        if (after[i] != want) FAILF("param %zu: %.9g, want %.9g", i, (double)after[i], (double)want);
+        gmax = fmax(gmax, fabs(h.grads[i]));
+        moved += after[i] != h.params[i];
+    }
+    ASSERT(gmax > 100); /* the gradient the exchange saw was the scaled one */
+    ASSERT(moved > 10);
+    free(after);
+    sl_trainer_free(t);
+    sl_cfg_free(cfg);
+
+    /* every gradient infinite: 16 skips bring the scale to 1, the 17th stops the run */
+    h = (inf_hook){.inf_steps = ~0ull, .watch = -1};
+    ASSERT_OK(make_trainer(FP16_BODY(40), "fp16c", false, &hooks, &cfg, &t));
+    ASSERT_EQ(sl_trainer_run(t), SL_ERANGE);
+    ASSERT_CONTAINS(sl_errmsg(), "precision fp16: the gradient of step 17 is not finite even at loss scale 1");
+    ASSERT_CONTAINS(sl_errmsg(), "HINT: the model's values overflow half precision (largest 65504): use precision "
+                                 "bf16 or fp32");
+    ASSERT_EQ(h.exchanges, 17);
+    sl_trainer_free(t);
+    sl_cfg_free(cfg);
+}
+
+/* The scale's arithmetic: halved per non-finite step, doubled after 2000 finite ones in a
+ * row (a non-finite step starts the count again). */
+TEST(test_loss_scale_update) {
+    sl__loss_scaler ls = {.scale = SL__LOSS_SCALE_START};
+    for (int i = 0; i < 1999; i++) sl__loss_scale_update(&ls, true);
+    ASSERT(ls.scale == 65536.0f);
+    sl__loss_scale_update(&ls, true);
+    ASSERT(ls.scale == 131072.0f);
+    ASSERT_EQ(ls.good, 0);
+    for (int i = 0; i < 1500; i++) sl__loss_scale_update(&ls, true);
+    sl__loss_scale_update(&ls, false);
+    ASSERT(ls.scale == 65536.0f);
+    ASSERT_EQ(ls.skipped, 1);
+    for (int i = 0; i < 1999; i++) sl__loss_scale_update(&ls, true);
+    ASSERT(ls.scale == 65536.0f); /* the count began again at the skip */
+    sl__loss_scale_update(&ls, true);
+    ASSERT(ls.scale == 131072.0f);
+}
+
 int main(void) {
     if (sl_test_points_tmpdir("trainer", tmpdir, sizeof tmpdir)) return 1;
     RUN(test_config_defaults_and_values);
@@ -1582,6 +1788,10 @@ int main(void) {
     RUN(test_config_smoothing_decay_exclude);
     RUN(test_model_smoothing_top5);
     RUN(test_top5_lines_and_scalars);
+    RUN(test_config_precision);
+    RUN(test_bf16_trains_like_fp32);
+    RUN(test_fp16_loss_scale);
+    RUN(test_loss_scale_update);
     rm_rf(tmpdir);
     TEST_MAIN_END();
 }

@@ -18,6 +18,7 @@
 #include <cuda_runtime.h>
 #include <cublas_v2.h>
 #include <cstdio>
+#include "sluice/util.h"  // sl_f32_from_f16 / sl_f32_from_bf16: cublasGemmEx's 16-bit inputs
 #include <deque>
 #include <map>
 #include <memory>
@@ -453,6 +454,46 @@ cublasStatus_t cublasSgemm(cublasHandle_t h, cublasOperation_t ta, cublasOperati
     bool tra = ta != CUBLAS_OP_N, trb = tb != CUBLAS_OP_N;
     launches++;
     enqueue(((EmuBlas *)h)->stream, [=] { ref_gemm(tra, trb, m, n, k, al, A, lda, B, ldb, be, C, ldc); });
+    return 0;
+}
+// The mixed-precision form the backend uses: A and B bfloat16 or half (decoded exactly to
+// float when the product runs), C float32, float32 compute; anything else is refused as
+// cuBLAS refuses an unsupported combination.
+cublasStatus_t cublasGemmEx(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
+                            const void *alpha, const void *A, cudaDataType_t Atype, int lda, const void *B,
+                            cudaDataType_t Btype, int ldb, const void *beta, void *C, cudaDataType_t Ctype, int ldc,
+                            cublasComputeType_t computeType, cublasGemmAlgo_t algo) {
+    int arows = ta == CUBLAS_OP_N ? m : k, acols = ta == CUBLAS_OP_N ? k : m;
+    int brows = tb == CUBLAS_OP_N ? k : n, bcols = tb == CUBLAS_OP_N ? n : k;
+    bool types_ok = (Atype == CUDA_R_16BF || Atype == CUDA_R_16F) && Btype == Atype && Ctype == CUDA_R_32F &&
+                    computeType == CUBLAS_COMPUTE_32F && algo == CUBLAS_GEMM_DEFAULT;
+    if (!types_ok || m < 0 || n < 0 || k < 0 || lda < (arows > 1 ? arows : 1) || ldb < (brows > 1 ? brows : 1) ||
+        ldc < (m > 1 ? m : 1)) {
+        fprintf(stderr, "emu gemmex: bad args types %d %d %d compute %d m=%d n=%d k=%d lda=%d ldb=%d ldc=%d\n",
+                (int)Atype, (int)Btype, (int)Ctype, (int)computeType, m, n, k, lda, ldb, ldc);
+        return CUBLAS_STATUS_INVALID_VALUE;
+    }
+    float al = *(const float *)alpha, be = *(const float *)beta;
+    bool tra = ta != CUBLAS_OP_N, trb = tb != CUBLAS_OP_N, half = Atype == CUDA_R_16F;
+    const uint16_t *a16 = (const uint16_t *)A, *b16 = (const uint16_t *)B;
+    float *c = (float *)C;
+    launches++;
+    enqueue(((EmuBlas *)h)->stream, [=] {
+        // column-major: column j of A holds `arows` values at A + j * lda
+        std::vector<float> af((size_t)arows * acols), bf((size_t)brows * bcols);
+        for (int j = 0; j < acols; j++)
+            for (int i = 0; i < arows; i++) {
+                uint16_t v = a16[i + (size_t)j * lda];
+                af[i + (size_t)j * arows] = half ? sl_f32_from_f16(v) : sl_f32_from_bf16(v);
+            }
+        for (int j = 0; j < bcols; j++)
+            for (int i = 0; i < brows; i++) {
+                uint16_t v = b16[i + (size_t)j * ldb];
+                bf[i + (size_t)j * brows] = half ? sl_f32_from_f16(v) : sl_f32_from_bf16(v);
+            }
+        ref_gemm(tra, trb, m, n, k, al, af.data(), arows > 1 ? arows : 1, bf.data(), brows > 1 ? brows : 1, be, c,
+                 ldc);
+    });
     return 0;
 }
 cublasStatus_t cublasSscal(cublasHandle_t h, int n, const float *alpha, float *x, int incx) {
