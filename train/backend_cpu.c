@@ -152,49 +152,9 @@ static void gemm_part(void *vc, size_t lo, size_t hi) {
                 g->alpha, a, g->lda, b, g->ldb, g->beta, c, g->ldc);
 }
 
-/* Mixed precision, emulated: a GEMM input's rows x cols block (row stride ld) rounded to
- * bf16 / fp16 and back into a compact float matrix (row stride cols). */
-typedef struct round_ctx {
-    const float *src;
-    float *dst;
-    size_t cols, ld;
-    sl_bk_precision p;
-} round_ctx;
-
-static void round_rows(void *vc, size_t lo, size_t hi) {
-    const round_ctx *r = vc;
-    for (size_t i = lo; i < hi; i++) {
-        const float *s = r->src + i * r->ld;
-        float *d = r->dst + i * r->cols;
-        if (r->p == SL_BK_BF16)
-            for (size_t j = 0; j < r->cols; j++) d[j] = sl_f32_from_bf16(sl_bf16_from_f32(s[j]));
-        else
-            for (size_t j = 0; j < r->cols; j++) d[j] = sl_f32_from_f16(sl_f16_from_f32(s[j]));
-    }
-}
-
-/* A (stored ra x ca) and B (rb x cb) rounded into b->lp: *a and *bm then point at the
- * copies, with row strides *lda = ca and *ldb = cb. */
+/* A (stored ra x ca) and B (rb x cb) rounded into b->lp (below). */
 static sl_status round_inputs(cpu_backend *b, const float **a, int *lda, size_t ra, size_t ca, const float **bm,
-                              int *ldb, size_t rb, size_t cb) {
-    size_t na = ra * ca, need = na + rb * cb;
-    if (need > b->lp_cap) {
-        float *p = malloc(need * sizeof(float));
-        if (!p) return sl_err(SL_ENOMEM, "gemm: out of memory for %zu floats of rounded inputs", need);
-        free(b->lp);
-        b->lp = p;
-        b->lp_cap = need;
-    }
-    round_ctx ctx = {*a, b->lp, ca, (size_t)*lda, b->prec};
-    par_for(b, ra, na, round_rows, &ctx);
-    ctx = (round_ctx){*bm, b->lp + na, cb, (size_t)*ldb, b->prec};
-    par_for(b, rb, rb * cb, round_rows, &ctx);
-    *a = b->lp;
-    *lda = (int)ca;
-    *bm = b->lp + na;
-    *ldb = (int)cb;
-    return SL_OK;
-}
+                              int *ldb, size_t rb, size_t cb);
 
 static sl_status cpu_set_precision(sl_backend *bb, sl_bk_precision p) {
     if (p != SL_BK_FP32 && p != SL_BK_BF16 && p != SL_BK_FP16)
@@ -229,9 +189,47 @@ typedef struct vec_ctx {
     float *x, *y, *z;
     const float *cx, *cy, *cz;
     float a, b2;
-    size_t cols;
+    size_t cols, ld;
     int act;
 } vec_ctx;
+
+/* Mixed precision, emulated: a GEMM input's rows x cols block cx (row stride ld) rounded to
+ * bf16 / fp16 (act: the sl_bk_precision) and back into y, a compact float matrix (row
+ * stride cols). */
+static void round_rows(void *vc, size_t lo, size_t hi) {
+    const vec_ctx *r = vc;
+    for (size_t i = lo; i < hi; i++) {
+        const float *s = r->cx + i * r->ld;
+        float *d = r->y + i * r->cols;
+        if (r->act == SL_BK_BF16)
+            for (size_t j = 0; j < r->cols; j++) d[j] = sl_f32_from_bf16(sl_bf16_from_f32(s[j]));
+        else
+            for (size_t j = 0; j < r->cols; j++) d[j] = sl_f32_from_f16(sl_f16_from_f32(s[j]));
+    }
+}
+
+/* A (stored ra x ca) and B (rb x cb) rounded into b->lp: *a and *bm then point at the
+ * copies, with row strides *lda = ca and *ldb = cb. */
+static sl_status round_inputs(cpu_backend *b, const float **a, int *lda, size_t ra, size_t ca, const float **bm,
+                              int *ldb, size_t rb, size_t cb) {
+    size_t na = ra * ca, need = na + rb * cb;
+    if (need > b->lp_cap) {
+        float *p = malloc(need * sizeof(float));
+        if (!p) return sl_err(SL_ENOMEM, "gemm: out of memory for %zu floats of rounded inputs", need);
+        free(b->lp);
+        b->lp = p;
+        b->lp_cap = need;
+    }
+    vec_ctx ctx = {.cx = *a, .y = b->lp, .cols = ca, .ld = (size_t)*lda, .act = (int)b->prec};
+    par_for(b, ra, na, round_rows, &ctx);
+    ctx = (vec_ctx){.cx = *bm, .y = b->lp + na, .cols = cb, .ld = (size_t)*ldb, .act = (int)b->prec};
+    par_for(b, rb, rb * cb, round_rows, &ctx);
+    *a = b->lp;
+    *lda = (int)ca;
+    *bm = b->lp + na;
+    *ldb = (int)cb;
+    return SL_OK;
+}
 
 static void fill_range(void *vc, size_t lo, size_t hi) {
     vec_ctx *c = vc;
