@@ -18,6 +18,7 @@
 #include "sluice/job.h"
 #include "sluice/safetensors.h"
 #include "sluice/tfevents.h"
+#include "sluice/tensor.h"
 #include "sluice/tfrecord.h"
 #include "sluice/train.h"
 #include "helper_points.h"
@@ -1745,6 +1746,54 @@ TEST(test_fp16_loss_scale) {
     sl_cfg_free(cfg);
 }
 
+/* A real fp16 overflow, at the model: one dense layer 2 -> 2 with zero kernel and bias, so
+ * the logits are 0 and the loss gradient for label 0 is (-0.5, 0.5); times the scale 2^18
+ * that is -+131072, past half's largest (65504). fp16 rounds the backward GEMM's input to
+ * infinity, so the kernel's gradient is infinite; fp32 and bf16 (2^17 is a bfloat16) give
+ * exactly x_i * -+131072. The bias gradient is no GEMM: finite in every precision. */
+TEST(test_fp16_overflow_in_backward) {
+    const sl_precision ps[3] = {SL_PRECISION_FP32, SL_PRECISION_BF16, SL_PRECISION_FP16};
+    for (int i = 0; i < 3; i++) {
+        sl_layer_spec L[2] = {{.kind = SL_LAYER_INPUT, .rank = 1, .shape = {2}}, {.kind = SL_LAYER_DENSE, .units = 2}};
+        sl_model_opts o = sl_model_opts_default();
+        o.backend = SL_BACKEND_CPU;
+        o.threads = 1;
+        o.max_batch = 1;
+        o.precision = ps[i];
+        sl_model *m = NULL;
+        ASSERT_OK(sl_model_create(L, 2, &o, &m));
+        const float zero[6] = {0};
+        int64_t xd[2] = {1, 2}, yd[1] = {1};
+        sl_tensor x = SL_TENSOR_EMPTY, y = SL_TENSOR_EMPTY;
+        sl_step_result r;
+        sl_status s = sl_model_set_params(m, zero, 6);
+        if (!s) s = sl_tensor_alloc(&x, SL_DT_F32, 2, xd);
+        if (!s) s = sl_tensor_alloc(&y, SL_DT_I64, 1, yd);
+        if (!s) {
+            ((float *)x.data)[0] = 1.0f;
+            ((float *)x.data)[1] = 0.5f;
+            ((int64_t *)y.data)[0] = 0;
+            s = sl_model_zero_grads(m);
+        }
+        if (!s) s = sl_model_train_step(m, &x, &y, 262144.0f, &r);
+        size_t n = 0;
+        float g[6];
+        if (!s) memcpy(g, sl_model_grads(m, &n), sizeof g); /* CPU backend: host memory */
+        sl_tensor_release(&x);
+        sl_tensor_release(&y);
+        sl_model_free(m);
+        ASSERT_OK(s);
+        ASSERT_EQ(n, 6);
+        ASSERT(g[4] == -131072.0f && g[5] == 131072.0f); /* bias */
+        if (ps[i] == SL_PRECISION_FP16) {
+            ASSERT(isinf(g[0]) && g[0] < 0 && isinf(g[1]) && g[1] > 0);
+            ASSERT(isinf(g[2]) && g[2] < 0 && isinf(g[3]) && g[3] > 0);
+        } else {
+            ASSERT(g[0] == -131072.0f && g[1] == 131072.0f && g[2] == -65536.0f && g[3] == 65536.0f);
+        }
+    }
+}
+
 /* The scale's arithmetic: halved per non-finite step, doubled after 2000 finite ones in a
  * row (a non-finite step starts the count again). */
 TEST(test_loss_scale_update) {
@@ -1791,6 +1840,7 @@ int main(void) {
     RUN(test_config_precision);
     RUN(test_bf16_trains_like_fp32);
     RUN(test_fp16_loss_scale);
+    RUN(test_fp16_overflow_in_backward);
     RUN(test_loss_scale_update);
     rm_rf(tmpdir);
     TEST_MAIN_END();
