@@ -39,6 +39,39 @@ sl_train_opts sl_train_opts_default(void) {
     return o;
 }
 
+/* The replicas' hooks agree with the train block's strategy and batch; with N replicas the
+ * pipeline's batch becomes the global batch / N (set in cfg). */
+static sl_status check_replicas(sl_trainer *t, sl_cfg *cfg, int w) {
+    sl_status s;
+    if (w < 1 || t->hooks.rank < 0 || t->hooks.rank >= w) {
+        return sl_err(SL_EINVAL, "trainer hooks: rank %d of world size %d", t->hooks.rank, w);
+    }
+    if (!t->hooks.exchange_more != !t->hooks.allsum) {
+        return sl_err(SL_EINVAL, "trainer hooks: exchange_more and allsum go together (lockstep epochs need both)");
+    }
+    if (w > 1 && ((!t->hooks.exchange && !t->hooks.exchange_more) || strcmp(t->c.strategy, "none") == 0)) {
+        return sl_err(SL_EINVAL, "%d replicas need a gradient exchange: set `strategy ring` or `strategy ps` in the train block",
+               w);
+    }
+    if (w == 1 && strcmp(t->c.strategy, "none") != 0 && !t->opts.hooks) {
+        s = sl_err(SL_EUNSUPPORTED, "strategy %s needs replicas: start them with sluice-launch -n N", t->c.strategy);
+        sl_err_hint("for one replica write `strategy none` (or --set train.strategy=none)");
+        return s;
+    }
+    if (w > 1) {
+        if (t->c.batch % w != 0) {
+            s = sl_err(SL_EINVAL, "pipeline '%s': the global batch %" PRId64 " is not a multiple of the %d replicas",
+                   t->c.data, t->c.batch, w);
+            sl_err_hint("the batch in the config is the global batch: each replica takes batch/N");
+            return s;
+        }
+        char set[200];
+        snprintf(set, sizeof set, "pipeline.%s.batch=%" PRId64, t->c.data, t->c.batch / w);
+        if ((s = sl_cfg_set(cfg, set))) return s;
+    }
+    return SL_OK;
+}
+
 sl_status sl_trainer_create(sl_cfg *cfg, const sl_train_opts *opts, sl_trainer **out) {
     *out = NULL;
     sl_trainer *t = calloc(1, sizeof *t);
@@ -52,35 +85,7 @@ sl_status sl_trainer_create(sl_cfg *cfg, const sl_train_opts *opts, sl_trainer *
     sl_status s;
     if ((s = sl_train_config_parse(cfg, &t->c))) goto fail;
     int w = t->hooks.world_size;
-    if (w < 1 || t->hooks.rank < 0 || t->hooks.rank >= w) {
-        s = sl_err(SL_EINVAL, "trainer hooks: rank %d of world size %d", t->hooks.rank, w);
-        goto fail;
-    }
-    if (!t->hooks.exchange_more != !t->hooks.allsum) {
-        s = sl_err(SL_EINVAL, "trainer hooks: exchange_more and allsum go together (lockstep epochs need both)");
-        goto fail;
-    }
-    if (w > 1 && ((!t->hooks.exchange && !t->hooks.exchange_more) || strcmp(t->c.strategy, "none") == 0)) {
-        s = sl_err(SL_EINVAL, "%d replicas need a gradient exchange: set `strategy ring` or `strategy ps` in the train block",
-                   w);
-        goto fail;
-    }
-    if (w == 1 && strcmp(t->c.strategy, "none") != 0 && !t->opts.hooks) {
-        s = sl_err(SL_EUNSUPPORTED, "strategy %s needs replicas: start them with sluice-launch -n N", t->c.strategy);
-        sl_err_hint("for one replica write `strategy none` (or --set train.strategy=none)");
-        goto fail;
-    }
-    if (w > 1) {
-        if (t->c.batch % w != 0) {
-            s = sl_err(SL_EINVAL, "pipeline '%s': the global batch %" PRId64 " is not a multiple of the %d replicas",
-                       t->c.data, t->c.batch, w);
-            sl_err_hint("the batch in the config is the global batch: each replica takes batch/N");
-            goto fail;
-        }
-        char set[200];
-        snprintf(set, sizeof set, "pipeline.%s.batch=%" PRId64, t->c.data, t->c.batch / w);
-        if ((s = sl_cfg_set(cfg, set))) goto fail;
-    }
+    if ((s = check_replicas(t, cfg, w))) goto fail;
     if (t->opts.run_dir) {
         if (strlen(t->opts.run_dir) >= sizeof t->c.run_dir) {
             s = sl_err(SL_EINVAL, "--run-dir is too long");
