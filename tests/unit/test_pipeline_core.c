@@ -6,6 +6,7 @@
 #include <stdatomic.h>
 #include <unistd.h>
 
+#include "sluice/example.h"
 #include "sluice/fn.h"
 #include "sluice/pipeline.h"
 #include "sluice/pool.h"
@@ -325,6 +326,109 @@ TEST(test_map_batch_equals_map_then_batch) {
     sl_dataset_unref(r);
 }
 
+/* value v -> {"record": a serialized Example: image, 784 bytes (7v + 3i) % 256, label v} */
+static sl_status mnist_record(void *ctx, sl_element *e, const sl_fn_call *call) {
+    (void)ctx, (void)call;
+    int64_t v = *(int64_t *)e->t[0].data;
+    uint8_t px[784];
+    for (int i = 0; i < 784; i++) px[i] = (uint8_t)((7 * v + 3 * i) % 256);
+    sl_exb *b;
+    sl_status s = sl_exb_new(&b);
+    if (s) return s;
+    sl_bytes im = {px, sizeof px};
+    uint8_t *rec = NULL;
+    size_t len;
+    if (!(s = sl_exb_bytes(b, "image", &im, 1)) && !(s = sl_exb_int64s(b, "label", &v, 1)))
+        s = sl_exb_serialize(b, &rec, &len);
+    sl_exb_free(b);
+    if (s) return s;
+    sl_buf *rb = sl_buf_copy(rec, len);
+    free(rec);
+    sl_tensor t;
+    if (!rb || (s = sl_tensor_alloc(&t, SL_DT_BYTES, 0, NULL))) {
+        sl_buf_unref(rb);
+        return rb ? s : SL_ENOMEM;
+    }
+    *(sl_bytes *)t.data = (sl_bytes){rb->data, len};
+    t.aux = rb;
+    sl_element_clear(e);
+    if ((s = sl_element_set(e, "record", &t))) sl_tensor_release(&t);
+    return s;
+}
+
+/* The Fashion-MNIST map parse_example | decode_raw | scale before a batch: fused into
+ * map_batch, decode_raw absorbs the scale and writes each image straight into its slot of
+ * the batch; the batches equal those of the same functions run one map each, then a batch
+ * that is not fused, and every value is (float)(pixel * (1/255)) as scale computes it. */
+TEST(test_map_batch_mnist_chain) {
+    sl_feature_spec specs[2] = {{.name = "image", .dtype = SL_DT_BYTES},
+                                {.name = "label", .dtype = SL_DT_I64}};
+    const int64_t shape[3] = {28, 28, 1};
+    sl_fn *fns[4], *chain, *head;
+    ASSERT_OK(sl_fn_custom("mnist_record", mnist_record, NULL, NULL, &fns[0]));
+    ASSERT_OK(sl_fn_parse_example("record", specs, 2, &fns[1]));
+    ASSERT_OK(sl_fn_decode_raw("image", SL_DT_U8, 3, shape, &fns[2]));
+    ASSERT_OK(sl_fn_scale("image", 1.0 / 255, &fns[3]));
+    ASSERT_OK(sl_fn_chain(fns, 4, &chain));
+    ASSERT_OK(sl_fn_chain(fns, 3, &head)); /* the reference: scale in a map of its own */
+    sl_dataset *r, *m, *fused, *m1, *m2, *unfused;
+    ASSERT_OK(sl_ds_range(0, 203, 1, &r));
+    ASSERT_OK(sl_ds_map(r, chain, 3, true, &m));
+    sl_batch_opts o = sl_batch_opts_default(16);
+    ASSERT_OK(sl_ds_batch(m, &o, &fused));
+    ASSERT_STREQ(sl_dataset_op(fused), "map_batch");
+    ASSERT_OK(sl_ds_map(r, head, 2, true, &m1));
+    ASSERT_OK(sl_ds_map(m1, fns[3], 1, true, &m2));
+    sl_batch_opts po = o;
+    po.padded = true; /* not fused; with equal shapes it pads nothing */
+    ASSERT_OK(sl_ds_batch(m2, &po, &unfused));
+    ASSERT_STREQ(sl_dataset_op(unfused), "batch");
+    sl_iter *a, *b;
+    ASSERT_OK(sl_iter_create(fused, NULL, &a));
+    ASSERT_OK(sl_iter_create(unfused, NULL, &b));
+    sl_element ea, eb;
+    sl_element_init(&ea);
+    sl_element_init(&eb);
+    int64_t seen = 0;
+    for (;;) {
+        sl_status sa = sl_iter_next(a, &ea), sb = sl_iter_next(b, &eb);
+        ASSERT_EQ(sa, sb);
+        if (sa == SL_END) break;
+        ASSERT_OK(sa);
+        int ia = sl_element_find(&ea, "image"), la = sl_element_find(&ea, "label");
+        int ib = sl_element_find(&eb, "image"), lb = sl_element_find(&eb, "label");
+        ASSERT(ia >= 0 && la >= 0 && ib >= 0 && lb >= 0);
+        const sl_tensor *ta = &ea.t[ia], *tb = &eb.t[ib];
+        ASSERT_EQ(ta->dtype, SL_DT_F32);
+        ASSERT_EQ(ta->rank, 4);
+        ASSERT_EQ(ta->dims[0], tb->dims[0]);
+        ASSERT_EQ(ta->dims[1], 28);
+        ASSERT_MEMEQ(ta->data, tb->data, sl_tensor_nbytes(ta));
+        ASSERT_MEMEQ(ea.t[la].data, eb.t[lb].data, sl_tensor_nbytes(&ea.t[la]));
+        for (int64_t k = 0; k < ta->dims[0]; k++) {
+            int64_t v = ((const int64_t *)ea.t[la].data)[k];
+            ASSERT_EQ(v, seen + k);
+            const float *img = (const float *)ta->data + k * 784;
+            for (int i = 0; i < 784; i++) ASSERT(img[i] == (float)((double)((7 * v + 3 * i) % 256) * (1.0 / 255)));
+        }
+        seen += ta->dims[0];
+        sl_element_clear(&ea);
+        sl_element_clear(&eb);
+    }
+    ASSERT_EQ(seen, 203);
+    sl_iter_close(a);
+    sl_iter_close(b);
+    sl_dataset_unref(fused);
+    sl_dataset_unref(unfused);
+    sl_dataset_unref(m2);
+    sl_dataset_unref(m1);
+    sl_dataset_unref(m);
+    sl_dataset_unref(r);
+    sl_fn_unref(chain);
+    sl_fn_unref(head);
+    for (int i = 0; i < 4; i++) sl_fn_unref(fns[i]);
+}
+
 static sl_status add_ctx(void *ctx, sl_element *e, const sl_fn_call *call) {
     (void)call;
     int64_t *v = e->t[0].data;
@@ -481,6 +585,7 @@ int main(void) {
     RUN(test_batch_and_padded);
     RUN(test_map_order_errors_seeds);
     RUN(test_map_batch_equals_map_then_batch);
+    RUN(test_map_batch_mnist_chain);
     RUN(test_nested_chain);
     RUN(test_close_midstream);
     RUN(test_close_wakes_blocked_ops);
