@@ -356,6 +356,43 @@ static sl_status mnist_record(void *ctx, sl_element *e, const sl_fn_call *call) 
     return s;
 }
 
+/* Every batch of ds (float32 "image" [B,28,28,1], int64 "label" [B]) appended: the images
+ * into *img, the labels into *lab (malloc'd), *n examples. SL_EINTERNAL on another shape. */
+static sl_status collect_mnist(sl_dataset *ds, float **img, int64_t **lab, int64_t *n) {
+    *img = NULL;
+    *lab = NULL;
+    *n = 0;
+    sl_iter *it;
+    sl_status s = sl_iter_create(ds, NULL, &it);
+    sl_element e;
+    sl_element_init(&e);
+    while (!s && (s = sl_iter_next(it, &e)) == SL_OK) {
+        int ii = sl_element_find(&e, "image"), li = sl_element_find(&e, "label");
+        const sl_tensor *ti = ii < 0 ? NULL : &e.t[ii], *tl = li < 0 ? NULL : &e.t[li];
+        if (!ti || !tl || ti->dtype != SL_DT_F32 || ti->rank != 4 || ti->dims[1] * ti->dims[2] * ti->dims[3] != 784 ||
+            tl->dtype != SL_DT_I64 || tl->rank != 1 || tl->dims[0] != ti->dims[0]) {
+            s = SL_EINTERNAL;
+            break;
+        }
+        int64_t b = ti->dims[0];
+        float *ni = realloc(*img, (size_t)(*n + b) * 784 * sizeof(float));
+        int64_t *nl = realloc(*lab, (size_t)(*n + b) * sizeof(int64_t));
+        if (ni) *img = ni;
+        if (nl) *lab = nl;
+        if (!ni || !nl) {
+            s = SL_ENOMEM;
+            break;
+        }
+        memcpy(*img + *n * 784, ti->data, (size_t)b * 784 * sizeof(float));
+        memcpy(*lab + *n, tl->data, (size_t)b * sizeof(int64_t));
+        *n += b;
+        sl_element_clear(&e);
+    }
+    sl_element_clear(&e);
+    sl_iter_close(it);
+    return s == SL_END ? SL_OK : s;
+}
+
 /* The Fashion-MNIST map parse_example | decode_raw | scale before a batch: fused into
  * map_batch, decode_raw absorbs the scale and writes each image straight into its slot of
  * the batch; the batches equal those of the same functions run one map each, then a batch
@@ -383,41 +420,23 @@ TEST(test_map_batch_mnist_chain) {
     po.padded = true; /* not fused; with equal shapes it pads nothing */
     ASSERT_OK(sl_ds_batch(m2, &po, &unfused));
     ASSERT_STREQ(sl_dataset_op(unfused), "batch");
-    sl_iter *a, *b;
-    ASSERT_OK(sl_iter_create(fused, NULL, &a));
-    ASSERT_OK(sl_iter_create(unfused, NULL, &b));
-    sl_element ea, eb;
-    sl_element_init(&ea);
-    sl_element_init(&eb);
-    int64_t seen = 0;
-    for (;;) {
-        sl_status sa = sl_iter_next(a, &ea), sb = sl_iter_next(b, &eb);
-        ASSERT_EQ(sa, sb);
-        if (sa == SL_END) break;
-        ASSERT_OK(sa);
-        int ia = sl_element_find(&ea, "image"), la = sl_element_find(&ea, "label");
-        int ib = sl_element_find(&eb, "image"), lb = sl_element_find(&eb, "label");
-        ASSERT(ia >= 0 && la >= 0 && ib >= 0 && lb >= 0);
-        const sl_tensor *ta = &ea.t[ia], *tb = &eb.t[ib];
-        ASSERT_EQ(ta->dtype, SL_DT_F32);
-        ASSERT_EQ(ta->rank, 4);
-        ASSERT_EQ(ta->dims[0], tb->dims[0]);
-        ASSERT_EQ(ta->dims[1], 28);
-        ASSERT_MEMEQ(ta->data, tb->data, sl_tensor_nbytes(ta));
-        ASSERT_MEMEQ(ea.t[la].data, eb.t[lb].data, sl_tensor_nbytes(&ea.t[la]));
-        for (int64_t k = 0; k < ta->dims[0]; k++) {
-            int64_t v = ((const int64_t *)ea.t[la].data)[k];
-            ASSERT_EQ(v, seen + k);
-            const float *img = (const float *)ta->data + k * 784;
-            for (int i = 0; i < 784; i++) ASSERT(img[i] == (float)((double)((7 * v + 3 * i) % 256) * (1.0 / 255)));
-        }
-        seen += ta->dims[0];
-        sl_element_clear(&ea);
-        sl_element_clear(&eb);
+    float *img[2];
+    int64_t *lab[2], n[2];
+    ASSERT_OK(collect_mnist(fused, &img[0], &lab[0], &n[0]));
+    ASSERT_OK(collect_mnist(unfused, &img[1], &lab[1], &n[1]));
+    ASSERT_EQ(n[0], 203);
+    ASSERT_EQ(n[1], 203);
+    ASSERT_MEMEQ(img[0], img[1], 203 * 784 * sizeof(float));
+    ASSERT_MEMEQ(lab[0], lab[1], 203 * sizeof(int64_t));
+    for (int64_t k = 0; k < 203; k++) {
+        ASSERT_EQ(lab[0][k], k);
+        for (int i = 0; i < 784; i++)
+            ASSERT(img[0][k * 784 + i] == (float)((double)((7 * k + 3 * i) % 256) * (1.0 / 255)));
     }
-    ASSERT_EQ(seen, 203);
-    sl_iter_close(a);
-    sl_iter_close(b);
+    for (int i = 0; i < 2; i++) {
+        free(img[i]);
+        free(lab[i]);
+    }
     sl_dataset_unref(fused);
     sl_dataset_unref(unfused);
     sl_dataset_unref(m2);
