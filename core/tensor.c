@@ -20,11 +20,21 @@
  * its allocation's total size in free_ctx. */
 static void inline_bytes(void *ctx, void *data) { (void)ctx; (void)data; }
 
-/* Large buffers (batches: tens of MB) are recycled instead of freed. glibc serves them with
- * mmap and returns them with munmap, so every new batch would page-fault its memory in
- * again: that was a sixth of a JPEG pipeline's time. A small cache of recently freed large
+/* Small buffers (a record's view, a label, an image: several per record in a pipeline)
+ * come from malloc, aligned by hand, with the pointer malloc gave kept in free_ctx: glibc's
+ * aligned_alloc bypasses its per-thread cache and splits a larger chunk on every call,
+ * which made each of them several times the cost of a malloc. Marked by this function
+ * (never called). */
+#define SMALL_MAX ((size_t)64 << 10)
+static void small_bytes(void *ctx, void *data) { (void)ctx; (void)data; }
+
+/* Large buffers (batches: hundreds of KB to tens of MB) are recycled instead of freed.
+ * glibc serves them with mmap and returns them with munmap (or gives a freed heap top back
+ * with madvise), so every new batch would page-fault its memory in again: that was a sixth
+ * of a JPEG pipeline's time, and a third of a Fashion-MNIST pipeline's (400 KB batches,
+ * when only buffers of 1 MiB and more were kept). A small cache of recently freed large
  * allocations, best fit within 2x, avoids it. Bounded in count and bytes. */
-#define CACHE_MIN ((size_t)1 << 20)
+#define CACHE_MIN SMALL_MAX
 #define CACHE_SLOTS 16
 #define CACHE_MAX_BYTES ((size_t)1 << 30)
 
@@ -76,7 +86,10 @@ sl_buf *sl_buf_new(size_t size) {
         b = cache_take(total);
         if (b) total = (size_t)(uintptr_t)b->free_ctx; /* the allocation's real size */
     }
-    if (!b) b = aligned_alloc(BUF_ALIGN, total);
+    void *raw = NULL;
+    if (!b && total < SMALL_MAX && (raw = malloc(total + BUF_ALIGN)))
+        b = (sl_buf *)(((uintptr_t)raw + BUF_ALIGN - 1) & ~(uintptr_t)(BUF_ALIGN - 1));
+    else if (!b) b = aligned_alloc(BUF_ALIGN, total);
     if (!b) {
         sl_err(SL_ENOMEM, "out of memory allocating a %zu-byte buffer", size);
         return NULL;
@@ -85,8 +98,8 @@ sl_buf *sl_buf_new(size_t size) {
     atomic_init(&b->damaged, false);
     b->data = (char *)b + BUF_HDR;
     b->size = size;
-    b->free_fn = inline_bytes;
-    b->free_ctx = (void *)(uintptr_t)total;
+    b->free_fn = raw ? small_bytes : inline_bytes;
+    b->free_ctx = raw ? raw : (void *)(uintptr_t)total;
     return b;
 }
 
@@ -240,6 +253,10 @@ sl_buf *sl_buf_ref(sl_buf *b) {
 void sl_buf_unref(sl_buf *b) {
     if (!b) return;
     if (atomic_fetch_sub_explicit(&b->refs, 1, memory_order_acq_rel) != 1) return;
+    if (b->free_fn == small_bytes) {
+        free(b->free_ctx);
+        return;
+    }
     if (b->free_fn == inline_bytes) {
         size_t total = (size_t)(uintptr_t)b->free_ctx;
         if (total >= CACHE_MIN && cache_put(b, total)) return;

@@ -203,6 +203,15 @@ size_t sl__element_bytes(const sl_element *e) {
     return n;
 }
 
+void *sl__slab_piece(sl_buf **slab, int *used, size_t piece, int count) {
+    if (!*slab || *used >= count) {
+        sl_buf_unref(*slab);
+        *used = 0;
+        if (!(*slab = sl_buf_new(piece * (size_t)count))) return NULL;
+    }
+    return (char *)(*slab)->data + piece * (size_t)(*used)++;
+}
+
 /* Time spent in sl__iter_next calls nested in the current one on this thread, and time the
  * current op reported as blocked on its own workers: both are subtracted from its busy
  * time. */

@@ -194,34 +194,58 @@ void sl__fn_states_free(const sl_fn *fn, sl_fn_states *st) {
 }
 
 /* What a function receives as its sl_fn_call, with what sl__fn_absorbed needs to find the
- * members it absorbed and their seeds. */
+ * members it absorbed and their seeds, and the destination sl__fn_out_alloc may use. */
 typedef struct {
     sl_fn_call call;       /* first member: the function sees only this */
     const chain_fn *chain; /* the chain being run, NULL outside one */
     int pos;               /* the function's position in the chain */
     uint64_t elem_seed;    /* the seed the chain was applied with */
+    const sl__fn_dest *dest; /* for the last function that runs, else NULL */
 } call_ext;
 
 static sl_status apply_one(const sl_fn *f, sl_element *e, uint64_t seed, int64_t index, void *state,
-                           const chain_fn *chain, int pos, uint64_t elem_seed) {
+                           const chain_fn *chain, int pos, uint64_t elem_seed, const sl__fn_dest *dest) {
     call_ext x = {.call = {.seed = seed, .index = index, .state = state},
-                  .chain = chain, .pos = pos, .elem_seed = elem_seed};
+                  .chain = chain, .pos = pos, .elem_seed = elem_seed, .dest = dest};
     sl_status s = f->vt->apply(f, e, &x.call);
     if (s < 0) sl_err_prefix("%s: ", f->name);
     return s;
 }
 
 sl_status sl__fn_apply(const sl_fn *fn, sl_element *e, uint64_t seed, int64_t index, sl_fn_states *st) {
+    return sl__fn_apply_to(fn, e, seed, index, st, NULL);
+}
+
+sl_status sl__fn_apply_to(const sl_fn *fn, sl_element *e, uint64_t seed, int64_t index, sl_fn_states *st,
+                          const sl__fn_dest *dest) {
     if (fn->vt != &chain_vt)
-        return apply_one(fn, e, seed, index, st ? st->st[0] : NULL, NULL, 0, seed);
+        return apply_one(fn, e, seed, index, st ? st->st[0] : NULL, NULL, 0, seed, dest);
     const chain_fn *c = (const chain_fn *)fn;
+    int last = c->n - 1;
+    while (last > 0 && c->absorbed[last]) last--;
     for (int i = 0; i < c->n; i++) {
         if (c->absorbed[i]) continue;
         sl_status s = apply_one(c->fns[i], e, sl__mix(seed, (uint64_t)i), index,
-                                st ? st->st[i] : NULL, c, i, seed);
+                                st ? st->st[i] : NULL, c, i, seed, i == last ? dest : NULL);
         if (s) return s;
     }
     return SL_OK;
+}
+
+sl_status sl__fn_out_alloc(const sl_fn_call *call, const char *name, sl_tensor *t, sl_dtype dt, int rank,
+                           const int64_t *dims) {
+    const sl__fn_dest *d = ((const call_ext *)call)->dest;
+    int bi = d ? sl_element_find(d->batch, name) : -1;
+    if (bi >= 0) {
+        const sl_tensor *bt = &d->batch->t[bi];
+        bool ok = bt->dtype == dt && dt != SL_DT_BYTES && bt->rank == rank + 1 && d->k < bt->dims[0];
+        for (int i = 0; ok && i < rank; i++) ok = bt->dims[i + 1] == dims[i];
+        if (ok) {
+            size_t per = sl_tensor_nbytes(bt) / (size_t)bt->dims[0];
+            return sl_tensor_view(t, bt->buf, (const char *)bt->data + per * (size_t)d->k, per, dt, rank, dims);
+        }
+    }
+    return sl_tensor_alloc(t, dt, rank, dims);
 }
 
 const sl_fn *sl__fn_absorbed(const sl_fn_call *call, int k, uint64_t *seed) {

@@ -190,6 +190,13 @@ void sl__stats_buffered_bytes(sl_ictx *ctx, sl_op_stats *st, long long delta);
 /* Tensor bytes of an element. */
 size_t sl__element_bytes(const sl_element *e);
 
+/* Small tensors carved from a shared buffer (a slab) instead of one allocation each: the
+ * next unused piece of `piece` bytes of *slab (a reference, or NULL), after replacing
+ * *slab by a fresh slab of `count` pieces when it is used up (*used counts the pieces
+ * handed out). The caller takes a reference to *slab for what it carves. NULL with
+ * SL_ENOMEM set when memory runs out (*slab is then NULL). */
+void *sl__slab_piece(sl_buf **slab, int *used, size_t piece, int count);
+
 /* Would a buffered op holding `held` elements exceed the RAM budget by taking one more?
  * Only ops the tuner owns (auto) are held back, and an op holding nothing may always take
  * one, so the budget never deadlocks a pipeline. */
@@ -295,10 +302,29 @@ typedef struct sl_fn_states sl_fn_states;
 sl_status sl__fn_states_new(const sl_fn *fn, sl_fn_states **out);
 void sl__fn_states_free(const sl_fn *fn, sl_fn_states *st);
 
+/* Where a fused map_batch wants an element's numeric components: slot k of the batch
+ * whose tensors it already allocated (from the batch's element 0). */
+typedef struct sl__fn_dest {
+    const sl_element *batch;
+    int k;
+} sl__fn_dest;
+
 /* Apply fn to *e with the element's seed and index; on failure the error names the
  * function ("decode_jpeg: ..."). */
 sl_status sl__fn_apply(const sl_fn *fn, sl_element *e, uint64_t seed, int64_t index,
                        sl_fn_states *st);
+/* The same, offering dest (NULL: none) to the last function that runs (a chain's last
+ * member not absorbed by another): see sl__fn_out_alloc. */
+sl_status sl__fn_apply_to(const sl_fn *fn, sl_element *e, uint64_t seed, int64_t index,
+                          sl_fn_states *st, const sl__fn_dest *dest);
+
+/* For functions that make a fresh output tensor: sl_tensor_alloc(t, dt, rank, dims), or,
+ * when the call was offered a destination whose batch has component `name` with exactly
+ * this dtype and element shape, a view of the element's slot in that batch (its data is
+ * then written straight into the batch: map_batch finds it there and copies nothing). The
+ * function must fill every byte, as with a fresh tensor. Fails as sl_tensor_alloc does. */
+sl_status sl__fn_out_alloc(const sl_fn_call *call, const char *name, sl_tensor *t, sl_dtype dt, int rank,
+                           const int64_t *dims);
 
 /* For a function whose plan() absorbed downstream members of a chain: the member k places
  * after it (k >= 1) and, in *seed, the seed the chain would have called that member with, so

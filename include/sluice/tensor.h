@@ -35,7 +35,7 @@ typedef struct sl_buf {
 } sl_buf;
 
 /* A new buffer of `size` bytes, 64-byte aligned, uninitialised, refcount 1. NULL when
- * memory runs out (and sl_errmsg says so). size 0 is allowed. Buffers of 1 MiB and more
+ * memory runs out (and sl_errmsg says so). size 0 is allowed. Buffers of 64 KiB and more
  * are recycled when freed (at most 16 of them and 1 GiB in all are kept), so a pipeline
  * that makes one batch after another reuses memory that is already mapped. */
 sl_buf *sl_buf_new(size_t size);

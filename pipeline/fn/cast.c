@@ -169,8 +169,8 @@ static sl_status cast_apply(const sl_fn *fn, sl_element *e, const sl_fn_call *ca
     const sl_tensor *in = sl__fn_numeric_input(fn, e, f->comp, &s);
     if (!in) return s;
     if (in->dtype == f->dtype) return SL_OK;
-    sl_tensor out;
-    if ((s = sl_tensor_alloc(&out, f->dtype, in->rank, in->dims))) return s;
+    sl_tensor out; /* straight into the batch under a fused map_batch */
+    if ((s = sl__fn_out_alloc(call, f->comp, &out, f->dtype, in->rank, in->dims))) return s;
     sl__num_convert(in->data, in->dtype, out.data, f->dtype, sl_tensor_numel(in));
     if ((s = sl_element_set(e, f->comp, &out))) sl_tensor_release(&out);
     return s;

@@ -7,6 +7,11 @@
  * Bytes inside a record are often not aligned for dtypes wider than one byte (a proto's
  * length prefix has no padding); those are copied into a fresh aligned tensor.
  *
+ * A scale of the same component right after a uint8 decode_raw is absorbed (plan): the
+ * bytes go through scale's table straight into the float32 result, which under a fused
+ * map_batch is the element's slot of the batch (sl__fn_out_alloc): no uint8 view is made
+ * and nothing is copied. The values are scale's, bit for bit.
+ *
  * Workload: once per record, e.g. a 784-byte MNIST image or a float32 feature vector. */
 #include <stdio.h>
 #include <string.h>
@@ -51,6 +56,16 @@ static sl_status raw_apply(const sl_fn *fn, sl_element *e, const sl_fn_call *cal
                       sl_tensor_describe(&shape, d, sizeof d), unit);
     }
     sl_tensor out;
+    const sl_fn *next = sl__fn_absorbed(call, 1, NULL);
+    const char *scomp;
+    const float *lut;
+    if (next && sl__fn_as_scale(next, &scomp, &lut)) { /* decode_raw | scale, fused (plan) */
+        if ((s = sl__fn_out_alloc(call, f->comp, &out, SL_DT_F32, f->rank, dims))) return s;
+        float *o = out.data;
+        for (size_t i = 0; i < b.len; i++) o[i] = lut[b.ptr[i]];
+        if ((s = sl_element_set(e, f->comp, &out))) sl_tensor_release(&out);
+        return s;
+    }
     const sl_buf *a = in->aux;
     bool inside = a && b.ptr >= (const uint8_t *)a->data &&
                   b.ptr + b.len <= (const uint8_t *)a->data + a->size;
@@ -65,7 +80,18 @@ static sl_status raw_apply(const sl_fn *fn, sl_element *e, const sl_fn_call *cal
     return s;
 }
 
-static const sl_fn_vt raw_vt = {.name = "decode_raw", .apply = raw_apply};
+/* Absorb a scale of the same component right after, when the bytes are uint8. */
+static int raw_plan(sl_fn *fn, sl_fn *const *downstream, int n) {
+    const raw_fn *f = (const raw_fn *)fn;
+    const char *comp;
+    const float *lut;
+    return n >= 1 && f->dtype == SL_DT_U8 && sl__fn_as_scale(downstream[0], &comp, &lut) &&
+                   strcmp(comp, f->comp) == 0
+               ? 1
+               : 0;
+}
+
+static const sl_fn_vt raw_vt = {.name = "decode_raw", .apply = raw_apply, .plan = raw_plan};
 
 sl_status sl_fn_decode_raw(const char *comp, sl_dtype dtype, int rank, const int64_t *dims,
                            sl_fn **out) {

@@ -116,6 +116,10 @@ sl_status sl__geom_resize_u8(const sl__geom_fn *g, const uint8_t *src, int64_t s
  * and how to raise it; SL_OK otherwise. */
 sl_status sl__check_pixels(const sl_fn *fn, const char *comp, int64_t oh, int64_t ow, int64_t max);
 
+/* Is fn a scale? Then the component it scales and its table of the 256 uint8 results (for
+ * decode_raw, which absorbs a scale of its uint8 output). */
+bool sl__fn_as_scale(const sl_fn *fn, const char **comp, const float **lut);
+
 /* ---- numbers (pipeline/fn/cast.c) ---- */
 
 /* Integer types (bool included), floating types. */

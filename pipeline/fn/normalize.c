@@ -39,8 +39,8 @@ static sl_status norm_apply(const sl_fn *fn, sl_element *e, const sl_fn_call *ca
                           f->comp, sl_tensor_describe(in, d, sizeof d), (long long)C, f->n);
         }
     }
-    sl_tensor out;
-    if ((s = sl_tensor_alloc(&out, SL_DT_F32, in->rank, in->dims))) return s;
+    sl_tensor out; /* straight into the batch under a fused map_batch */
+    if ((s = sl__fn_out_alloc(call, f->comp, &out, SL_DT_F32, in->rank, in->dims))) return s;
     int64_t n = sl_tensor_numel(in);
     float *o = out.data;
     if (in->dtype == SL_DT_U8) {

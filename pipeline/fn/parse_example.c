@@ -3,10 +3,11 @@
  *
  * Workload: once per record on the map's worker threads; records of a few bytes to
  * megabytes (an encoded image), 2-20 features. Each thread keeps one sl_example in its
- * state and reuses its feature table, so a steady-state call allocates only the output
- * tensors. Bytes outputs are views: an SL_DT_BYTES tensor whose sl_bytes point into the
- * record, holding a reference to the record's buffer (its aux), so an encoded JPEG goes
- * from the TFRecord chunk to the decoder without a copy.
+ * state and reuses its feature table, and carves outputs of up to PIECE bytes (a label, a
+ * bytes scalar's view) from a slab in its state (sl__slab_piece), so a steady-state call
+ * allocates only the larger output tensors. Bytes outputs are views: an SL_DT_BYTES tensor
+ * whose sl_bytes point into the record, holding a reference to the record's buffer (its
+ * aux), so an encoded JPEG goes from the TFRecord chunk to the decoder without a copy.
  *
  * Shapes: rank 0 wants exactly one value; a fixed shape (28x28x1) wants exactly prod(dims)
  * values; one dimension may be -1 and then takes count / prod(other dims) (the count must
@@ -36,6 +37,15 @@ typedef struct {
     double default_num;
     sl_buf *default_bytes;     /* the default string (bytes specs with a default) */
 } spec;
+
+/* A thread's state: the scanner's feature table, and the slab small outputs come from. */
+#define PIECE 64
+#define SLAB_PIECES 64
+typedef struct {
+    sl_example ex;
+    sl_buf *slab; /* a reference, or NULL */
+    int used;     /* pieces of it handed out */
+} parse_state;
 
 typedef struct {
     sl_fn base;
@@ -113,8 +123,21 @@ static const char *list_features(const sl_example *ex, char *buf, size_t cap) {
     return buf;
 }
 
+/* An output tensor: a piece of the thread's slab when it fits in one (st may be NULL),
+ * else a fresh one. Fails as sl_tensor_alloc does. */
+static sl_status out_alloc(parse_state *st, sl_tensor *t, sl_dtype dt, int rank, const int64_t *dims) {
+    int64_t n = 1;
+    for (int i = 0; i < rank && n <= PIECE; i++)
+        n = dims[i] < 0 || dims[i] > PIECE ? PIECE + 1 : n * dims[i];
+    if (!st || n > PIECE || (size_t)n * sl_dtype_size(dt) > PIECE) return sl_tensor_alloc(t, dt, rank, dims);
+    void *at = sl__slab_piece(&st->slab, &st->used, PIECE, SLAB_PIECES);
+    if (!at) return SL_ENOMEM;
+    return sl_tensor_view(t, st->slab, at, (size_t)n * sl_dtype_size(dt), dt, rank, dims);
+}
+
 /* One spec's output from the parsed Example. */
-static sl_status parse_one(const spec *sp, const sl_example *ex, const sl_tensor *rec, sl_tensor *t) {
+static sl_status parse_one(const spec *sp, const sl_example *ex, const sl_tensor *rec, parse_state *st,
+                           sl_tensor *t) {
     const sl_feature *f = sl_example_get(ex, sp->key);
     if (!f || f->kind == SL_FEAT_NONE) {
         if (sp->has_default) return make_default(sp, t);
@@ -145,7 +168,7 @@ static sl_status parse_one(const spec *sp, const sl_example *ex, const sl_tensor
                           sp->key, (long long)sp->known, (long long)count);
         dims[sp->wild] = sp->known ? count / sp->known : 0;
     }
-    sl_status s = sl_tensor_alloc(t, sp->dtype, sp->rank, dims);
+    sl_status s = out_alloc(st, t, sp->dtype, sp->rank, dims);
     if (s) return s;
     if (sp->dtype == SL_DT_I64) s = sl_feature_int64s(f, t->data, (size_t)count);
     else if (sp->dtype == SL_DT_F32) s = sl_feature_floats(f, t->data, (size_t)count);
@@ -178,11 +201,9 @@ static sl_status parse_apply(const sl_fn *fn, sl_element *e, const sl_fn_call *c
                                      "parse_example needs one serialized Example (a byte string)", &b, &rec);
     if (s) return s;
     int ci = (int)(rec - e->t);
-    sl_example local, *ex = call->state;
-    if (!ex) {
-        ex = &local;
-        sl_example_init(ex);
-    }
+    parse_state *st = call->state;
+    sl_example local, *ex = st ? &st->ex : &local;
+    if (!st) sl_example_init(ex);
     sl_tensor outs[SL_ELEM_MAX];
     int made = 0;
     if ((s = sl_example_parse(ex, b.ptr, b.len))) {
@@ -190,7 +211,7 @@ static sl_status parse_apply(const sl_fn *fn, sl_element *e, const sl_fn_call *c
         goto done;
     }
     for (; made < p->n; made++)
-        if ((s = parse_one(&p->specs[made], ex, rec, &outs[made]))) goto done;
+        if ((s = parse_one(&p->specs[made], ex, rec, st, &outs[made]))) goto done;
     /* all outputs made: replace the record by them */
     remove_component(e, ci);
     for (int i = 0; i < made; i++) {
@@ -208,16 +229,18 @@ done:
 }
 
 static sl_status parse_state_new(const sl_fn *fn, void **st) {
-    sl_example *ex = malloc(sizeof *ex);
-    if (!ex) return sl_err(SL_ENOMEM, "parse_example: out of memory for thread state");
-    sl_example_init(ex);
-    *st = ex;
+    parse_state *ps = calloc(1, sizeof *ps);
+    if (!ps) return sl_err(SL_ENOMEM, "parse_example: out of memory for thread state");
+    sl_example_init(&ps->ex);
+    *st = ps;
     return SL_OK;
 }
 
 static void parse_state_free(const sl_fn *fn, void *st) {
-    sl_example_free(st);
-    free(st);
+    parse_state *ps = st;
+    sl_example_free(&ps->ex);
+    sl_buf_unref(ps->slab);
+    free(ps);
 }
 
 static void parse_destroy(sl_fn *fn) {

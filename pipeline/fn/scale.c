@@ -20,8 +20,8 @@ static sl_status scale_apply(const sl_fn *fn, sl_element *e, const sl_fn_call *c
     sl_status s = SL_OK;
     const sl_tensor *in = sl__fn_numeric_input(fn, e, f->comp, &s);
     if (!in) return s;
-    sl_tensor out;
-    if ((s = sl_tensor_alloc(&out, SL_DT_F32, in->rank, in->dims))) return s;
+    sl_tensor out; /* straight into the batch under a fused map_batch */
+    if ((s = sl__fn_out_alloc(call, f->comp, &out, SL_DT_F32, in->rank, in->dims))) return s;
     int64_t n = sl_tensor_numel(in);
     float *o = out.data;
     if (in->dtype == SL_DT_U8) {
@@ -39,6 +39,14 @@ static sl_status scale_apply(const sl_fn *fn, sl_element *e, const sl_fn_call *c
 }
 
 static const sl_fn_vt scale_vt = {.name = "scale", .apply = scale_apply};
+
+bool sl__fn_as_scale(const sl_fn *fn, const char **comp, const float **lut) {
+    if (fn->vt != &scale_vt) return false;
+    const scale_fn *f = (const scale_fn *)fn;
+    *comp = f->comp;
+    *lut = f->lut;
+    return true;
+}
 
 sl_status sl_fn_scale(const char *comp, double factor, sl_fn **out) {
     *out = NULL;

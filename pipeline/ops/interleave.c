@@ -22,7 +22,10 @@
  * active thread t serving positions t, t+P, ...,
  * each keep a small ring of results per open position filled ahead; the consumer takes
  * from the cursor's ring (deterministic), or with deterministic = false from the first ring
- * at or after the cursor that has a result ready (tf.data's "sloppy" interleave).
+ * at or after the cursor that has a result ready (tf.data's "sloppy" interleave). The
+ * hand-off is per run of records, not per record: the consumer takes the ready rest of a
+ * block under one lock, and a worker whose rings are all full sleeps until one of them has
+ * drained to half.
  *
  * Locking: `mu` guards every slot's ring, `it`, `in_done`, `busy`, `want`, `active`,
  * `nbuffered` and `cancelled`.
@@ -79,6 +82,8 @@ struct il_it {
     int cursor, block_idx, num_open, num_pending;
     bool in_ended;
     int64_t next_index;
+    il_item *got;          /* parallel: results taken from the cursor's ring, not yet returned */
+    int gothead, ngot;
     /* workers */
     pthread_mutex_t mu;
     pthread_cond_t cv_item; /* a result was added, or a worker stopped */
@@ -250,11 +255,11 @@ static void close_slot(il_it *il, int j) {
     il->num_open--;
 }
 
-/* Pop the oldest result of slot s. mu held. */
+/* Pop the oldest result of slot s (its error, if any, stays in out->err). mu held. */
 static void pop_locked(il_it *il, il_slot *s, il_item *out) {
     il_item *item = &s->ring[s->head];
     out->status = item->status;
-    if (item->status < 0) sl_err_restore(&item->err);
+    if (item->status < 0) out->err = item->err;
     sl_element_move(&out->e, &item->e);
     out->bytes = item->bytes;
     item->bytes = 0;
@@ -262,18 +267,18 @@ static void pop_locked(il_it *il, il_slot *s, il_item *out) {
     s->count--;
     il->nbuffered--;
     atomic_store_explicit(&il->base.stats->buffered, il->nbuffered, memory_order_relaxed);
-    /* a worker can only be waiting for this ring if it was full: waking them on every pop
-     * cost a futex call per record (the stats showed the hand-off as the bottleneck) */
-    if (s->count == il->rcap - 1) pthread_cond_broadcast(&il->cv_work);
+    /* a worker only sleeps while every ring it serves is full (or has no open input), so
+     * it is woken when this one has drained to half: it then refills it in one run instead
+     * of one record per wake-up (waking it at rcap - 1 cost a futex call and a context
+     * switch per record) */
+    if (s->count == il->rcap / 2) pthread_cond_broadcast(&il->cv_work);
 }
 
-/* The next result from position j's input: directly, or from its ring (waiting). *closed
- * is set when the pipeline was closed while waiting: the result is then not the input's
- * (a worker may still be inside it). */
-static sl_status take(il_it *il, int j, sl_element *out, bool *closed) {
+/* Wait until position j's ring holds results, then move the ready ones into `got`: the rest
+ * of the block (deterministic), else one; an error or the input's end is the last one
+ * moved. SL_OK, or SL_ECANCELED (and *closed) when the pipeline was closed meanwhile. */
+static sl_status fill_got(il_it *il, int j, bool *closed) {
     il_slot *s = &il->slots[j];
-    *closed = false;
-    if (!il->parallel) return sl__iter_next(s->it, out);
     uint64_t t0 = 0;
     pthread_mutex_lock(&il->mu);
     if (s->count == 0) {
@@ -293,14 +298,40 @@ static sl_status take(il_it *il, int j, sl_element *out, bool *closed) {
         sl_cond_wait_ms(&il->cv_item, &il->mu, 50);
     }
     il->want = -1;
-    il_item item;
-    sl_element_init(&item.e);
-    pop_locked(il, s, &item);
+    int max = il->deterministic ? il->block - il->block_idx : 1;
+    long long bytes = 0;
+    il->gothead = 0;
+    while (il->ngot < max && s->count > 0) {
+        il_item *item = &il->got[il->ngot++];
+        sl_element_init(&item->e);
+        pop_locked(il, s, item);
+        bytes += item->bytes;
+        if (item->status != SL_OK) break;
+    }
     pthread_mutex_unlock(&il->mu);
-    if (item.bytes) sl__stats_buffered_bytes(il->base.ctx, il->base.stats, -item.bytes);
+    if (bytes) sl__stats_buffered_bytes(il->base.ctx, il->base.stats, -bytes);
     if (t0) sl__stats_waited(sl__now_fast() - t0);
-    if (item.status == SL_OK) sl_element_move(out, &item.e);
-    return item.status;
+    return SL_OK;
+}
+
+/* The next result from position j's input: directly, or from its ring (waiting). *closed
+ * is set when the pipeline was closed while waiting: the result is then not the input's
+ * (a worker may still be inside it). The results fill_got took under one lock are returned
+ * first, without the lock; the cursor cannot leave the position before they are all
+ * returned (a block ends with its last element, and an error or the input's end is the
+ * last result taken). */
+static sl_status take(il_it *il, int j, sl_element *out, bool *closed) {
+    *closed = false;
+    if (!il->parallel) return sl__iter_next(il->slots[j].it, out);
+    if (il->ngot == 0) {
+        sl_status st = fill_got(il, j, closed);
+        if (st) return st;
+    }
+    il_item *item = &il->got[il->gothead++];
+    il->ngot--;
+    if (item->status < 0) sl_err_restore(&item->err);
+    if (item->status == SL_OK) sl_element_move(out, &item->e);
+    return item->status;
 }
 
 /* Non-deterministic: the first position at or after the cursor with something to return
@@ -395,6 +426,10 @@ static void il_close(sl_iter *it) {
         }
         free(il->slots);
     }
+    if (il->got) {
+        for (int k = 0; k < il->ngot; k++) sl_element_clear(&il->got[il->gothead + k].e);
+        free(il->got);
+    }
     free(il->threads);
     free(il->wargs);
     sl__iter_close(il->in);
@@ -453,7 +488,8 @@ static sl_status il_make(sl_dataset *ds, sl_ictx *ctx, uint64_t seed, sl_iter **
     if (il->parallel) {
         for (int j = 0; j < il->cycle; j++)
             if (!(il->slots[j].ring = calloc((size_t)il->rcap, sizeof(il_item)))) goto nomem;
-        if (!(il->threads = calloc((size_t)par, sizeof *il->threads)) ||
+        if (!(il->got = calloc((size_t)il->rcap, sizeof *il->got)) ||
+            !(il->threads = calloc((size_t)par, sizeof *il->threads)) ||
             !(il->wargs = calloc((size_t)par, sizeof *il->wargs)))
             goto nomem;
     }

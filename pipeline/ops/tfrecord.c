@@ -18,8 +18,9 @@
  * Each record carries its origin (the file and the record's byte offset, sl_origin), so
  * that an error in a function applied to it later can say which record it was.
  *
- * Workload: a handful to thousands of files of MBs to GBs, records of bytes to MBs; the
- * per-record cost here is one small allocation.
+ * Workload: a handful to thousands of files of MBs to GBs, records of bytes to MBs. The
+ * records' sl_bytes views are carved from slabs of VIEW_SLAB (each record's tensor holds a
+ * reference to its slab), so a record costs no allocation of its own.
  *
  * Also interleave_tfrecord: interleave (pipeline/ops/interleave.c) over a stream of file
  * names, each opened as a one-file tfrecord dataset with the given read options. */
@@ -44,7 +45,11 @@ typedef struct {
     uint64_t damage_seen;  /* stream_damage already counted for rd */
     const char *origin;    /* paths[origin_file] interned (sl_origin_path): records' origin */
     int origin_file;       /* which file origin names (-1: none yet) */
+    sl_buf *views;         /* the slab the next record's view is carved from (a reference), or NULL */
+    int nviews;            /* views of it handed out */
 } tfr_it;
+
+#define VIEW_SLAB 32
 
 static void count_skipped(tfr_it *t, const char *path) {
     if (!t->rd || !((const tfr_ds *)t->base.ds)->opts.skip_corrupt) return;
@@ -109,15 +114,14 @@ static sl_status tfr_next(sl_iter *it, sl_element *out) {
             sl__op_err_prefix(it);
             return s;
         }
-        sl_buf *vb = sl_buf_new(sizeof(sl_bytes));
-        if (!vb) return sl__op_err(it, SL_ENOMEM, "out of memory for a record view");
-        sl_bytes *v = vb->data;
+        sl_bytes *v = sl__slab_piece(&t->views, &t->nviews, sizeof(sl_bytes), VIEW_SLAB);
+        if (!v) return sl__op_err(it, SL_ENOMEM, "out of memory for record views");
         v->ptr = rec.data;
         v->len = rec.len;
         sl_tensor tt = SL_TENSOR_EMPTY;
         tt.dtype = SL_DT_BYTES;
-        tt.data = vb->data;
-        tt.buf = vb;
+        tt.data = v;
+        tt.buf = sl_buf_ref(t->views);
         tt.aux = sl_buf_ref(rec.buf);
         s = sl_element_set(out, "record", &tt);
         if (s) sl_tensor_release(&tt);
@@ -126,7 +130,10 @@ static sl_status tfr_next(sl_iter *it, sl_element *out) {
     }
 }
 
-static void tfr_close(sl_iter *it) { sl_tfr_reader_close(((tfr_it *)it)->rd); }
+static void tfr_close(sl_iter *it) {
+    sl_tfr_reader_close(((tfr_it *)it)->rd);
+    sl_buf_unref(((tfr_it *)it)->views);
+}
 
 static const sl_iter_vt tfr_it_vt = {.next = tfr_next, .close = tfr_close};
 

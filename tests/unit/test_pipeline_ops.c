@@ -378,6 +378,70 @@ TEST(test_shuffle) {
     sl_dataset_unref(r);
 }
 
+/* value v -> plus ctx components: "a" = 2v, "b" = 3v, ... (ctx 0..3); ctx 9: one component
+ * named "cK" (K = v % 40) = 5v instead, so the names outnumber shuffle's name table */
+static sl_status add_comps(void *ctx, sl_element *e, const sl_fn_call *call) {
+    (void)call;
+    int k = (int)(intptr_t)ctx;
+    int64_t v = *(int64_t *)e->t[0].data;
+    for (int i = 0; i < (k == 9 ? 1 : k); i++) {
+        sl_tensor t;
+        sl_status s = sl_tensor_alloc(&t, SL_DT_I64, 0, NULL);
+        if (s) return s;
+        char name[16];
+        snprintf(name, sizeof name, k == 9 ? "c%d" : "%c", k == 9 ? (int)(v % 40) : 'a' + i);
+        *(int64_t *)t.data = v * (k == 9 ? 5 : 2 + i);
+        if ((s = sl_element_set(e, name, &t))) {
+            sl_tensor_release(&t);
+            return s;
+        }
+    }
+    return SL_OK;
+}
+
+/* Elements of 1 to 4 components, and components under more names than the buffer keeps
+ * packed (kept whole instead), come out in the same order as the plain values, whole. */
+TEST(test_shuffle_element_sizes) {
+    sl_dataset *r;
+    ASSERT_OK(sl_ds_range(0, 300, 1, &r));
+    int64_t ref[300];
+    for (int k = 0; k <= 9; k++) {
+        if (k > 3 && k < 9) continue;
+        sl_fn *fn;
+        ASSERT_OK(sl_fn_custom("add_comps", add_comps, (void *)(intptr_t)k, NULL, &fn));
+        sl_dataset *m, *sh;
+        ASSERT_OK(sl_ds_map(r, fn, 1, true, &m));
+        ASSERT_OK(sl_ds_shuffle(m, 64, 5, true, &sh));
+        sl_iter *it;
+        ASSERT_OK(sl_iter_create(sh, NULL, &it));
+        sl_element e;
+        sl_element_init(&e);
+        int n = 0;
+        while (sl_iter_next(it, &e) == SL_OK) {
+            ASSERT(n < 300);
+            int64_t v = value_of(&e);
+            if (k == 0) ref[n] = v;
+            ASSERT_EQ(v, ref[n]);
+            ASSERT_EQ(e.n, 1 + (k == 9 ? 1 : k));
+            for (int i = 1; i < e.n; i++) {
+                char want[16];
+                snprintf(want, sizeof want, k == 9 ? "c%d" : "%c", k == 9 ? (int)(v % 40) : 'a' + i - 1);
+                ASSERT_STREQ(e.names[i], want);
+                ASSERT_EQ(*(int64_t *)e.t[i].data, v * (k == 9 ? 5 : 1 + i));
+            }
+            sl_element_clear(&e);
+            n++;
+        }
+        ASSERT_EQ(n, 300);
+        ASSERT(is_perm(ref, 300));
+        sl_iter_close(it);
+        sl_dataset_unref(sh);
+        sl_dataset_unref(m);
+        sl_fn_unref(fn);
+    }
+    sl_dataset_unref(r);
+}
+
 /* ---- TFRecord files ---- */
 
 #define NFILES 6
@@ -1206,6 +1270,7 @@ int main(void) {
     RUN(test_interleave_errors);
     RUN(test_interleave_input_seeds);
     RUN(test_shuffle);
+    RUN(test_shuffle_element_sizes);
     RUN(test_tfrecord_files);
     RUN(test_list_files_shard_by_file);
     RUN(test_interleave_tfrecord);
