@@ -667,6 +667,59 @@ TEST(test_overrides_change_the_graph) {
     sl_cfg_free(c);
 }
 
+/* env.batch_divisor W: every `batch N` makes N/W rows (the trainer's global batch over W
+ * replicas); 0 and 1 leave it as written; N not a multiple of W is refused at the N. */
+TEST(test_batch_divisor) {
+    sl_cfg *c = parse("pipeline train {\n range 0 256\n batch 128\n}\n");
+    ASSERT(c);
+    sl_pipeline_env env = sl_pipeline_env_default();
+    ASSERT_EQ(env.batch_divisor, 0);
+    sl_dataset *ds;
+    int64_t v[300];
+    int sizes[8], ne;
+    for (int w = 0; w <= 2; w++) {
+        env.batch_divisor = w;
+        ASSERT_OK(sl_pipeline_from_config(c, "train", &env, &ds));
+        ASSERT_EQ(drain(ds, 0, "value", v, 300, sizes, &ne), 256);
+        ASSERT_EQ(ne, w == 2 ? 4 : 2);
+        for (int k = 0; k < ne; k++) ASSERT_EQ(sizes[k], w == 2 ? 64 : 128);
+        for (int i = 0; i < 256; i++) ASSERT_EQ(v[i], i);
+        sl_dataset_unref(ds);
+    }
+    env.batch_divisor = 3;
+    ds = (sl_dataset *)1;
+    ASSERT_EQ(sl_pipeline_from_config(c, "train", &env, &ds), SL_EINVAL);
+    ASSERT(ds == NULL);
+    ASSERT_STREQ(sl_errmsg(), "p.sl:3:8: pipeline 'train': batch 128 does not divide over 3 replicas\n"
+                              "     batch 128\n           ^~~\n"
+                              "---> HINT: the batch in the config is the global batch: each replica takes "
+                              "batch/3, so make it a multiple of 3");
+    env.batch_divisor = -2;
+    ASSERT_EQ(sl_pipeline_from_config(c, "train", &env, &ds), SL_EINVAL);
+    ASSERT_CONTAINS(sl_errmsg(), "pipeline 'train': batch divisor -2 is not valid");
+    sl_cfg_free(c);
+    /* drop_remainder and padding apply to the divided batch: 200 rows in 64s keep 192 */
+    c = parse("pipeline train {\n range 0 200\n batch 128 drop_remainder\n}\n");
+    ASSERT(c);
+    env.batch_divisor = 2;
+    ASSERT_OK(sl_pipeline_from_config(c, "train", &env, &ds));
+    ASSERT_EQ(drain(ds, 0, "value", v, 300, sizes, &ne), 192);
+    ASSERT_EQ(ne, 3);
+    for (int k = 0; k < ne; k++) ASSERT_EQ(sizes[k], 64);
+    sl_dataset_unref(ds);
+    sl_cfg_free(c);
+    /* every batch statement: batch 4 then batch 2 is one [2, 4] element as written, four
+     * [1, 2] elements divided by 2 */
+    c = parse("pipeline train {\n range 0 8\n batch 4\n batch 2\n}\n");
+    ASSERT(c);
+    ASSERT_OK(sl_pipeline_from_config(c, "train", &env, &ds));
+    ASSERT_EQ(drain(ds, 0, "value", v, 300, sizes, &ne), 8);
+    ASSERT_EQ(ne, 4);
+    for (int k = 0; k < ne; k++) ASSERT_EQ(sizes[k], 2);
+    sl_dataset_unref(ds);
+    sl_cfg_free(c);
+}
+
 TEST(test_seeds) {
     /* the same config and seed give the same order; the pipeline seed changes it */
     const char *text = "pipeline p {\n range 0 50\n shuffle 50\n}\n";
@@ -982,6 +1035,7 @@ int main(void) {
     RUN(test_shard_auto_picks_file_or_data);
     RUN(test_unsharded_pipeline_warns);
     RUN(test_overrides_change_the_graph);
+    RUN(test_batch_divisor);
     RUN(test_seeds);
     RUN(test_pipeline_names);
     RUN(test_error_messages);
