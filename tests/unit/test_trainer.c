@@ -385,10 +385,15 @@ static sl_status h_finish(void *ctx, sl_status result) {
     return SL_OK;
 }
 
+/* Rank 1 of 2 (not the chief), every hook logging into log. */
+static sl_train_hooks rank1_hooks(hook_log *log) {
+    return (sl_train_hooks){.ctx = log, .world_size = 2, .rank = 1, .is_chief = false, .start = h_start,
+                            .exchange = h_exchange, .finish = h_finish};
+}
+
 TEST(test_exchange_hook) {
     hook_log log = {0};
-    sl_train_hooks hooks = {.ctx = &log, .world_size = 2, .rank = 1, .is_chief = false, .start = h_start,
-                            .exchange = h_exchange, .finish = h_finish};
+    sl_train_hooks hooks = rank1_hooks(&log);
     sl_cfg *cfg = NULL;
     sl_trainer *t = NULL;
     /* strategy none with 2 replicas is a mistake */
@@ -451,8 +456,7 @@ static int64_t first_batch_rows(sl_trainer *t) {
  * gets 8 as well (the division is in the pipeline env, not written into cfg). */
 TEST(test_replicas_leave_the_config_alone) {
     hook_log log = {0};
-    sl_train_hooks hooks = {.ctx = &log, .world_size = 2, .rank = 1, .is_chief = false, .start = h_start,
-                            .exchange = h_exchange, .finish = h_finish};
+    sl_train_hooks hooks = rank1_hooks(&log);
     sl_cfg *cfg = NULL;
     sl_trainer *t1 = NULL, *t2 = NULL;
     sl_status s = make_trainer(STEPS_BODY(6) "    strategy ps\n", "twice", false, &hooks, &cfg, &t1);
