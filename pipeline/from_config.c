@@ -390,6 +390,18 @@ static sl_status build_batch(builder *b, const op_def *d, const sl_cfg_stmt *s) 
     static const char *const flags[] = {"drop_remainder", "padded"};
     int64_t size;
     if (sl__fc_read_int(b, d, sl_cfg_pos(s, 0), 1, 1 << 24, &size)) return sl_errcode();
+    int64_t w = b->env.batch_divisor;
+    if (w > 1) {
+        if (size % w != 0) {
+            sl_cfg_err(b->cfg, sl_cfg_pos(s, 0)->loc, SL_EINVAL,
+                       "pipeline '%s': batch %lld does not divide over %lld replicas", b->pname, (long long)size,
+                       (long long)w);
+            sl_err_hint("the batch in the config is the global batch: each replica takes batch/%lld, so make it a "
+                        "multiple of %lld", (long long)w, (long long)w);
+            return SL_EINVAL;
+        }
+        size /= w;
+    }
     sl_batch_opts o = sl_batch_opts_default(size);
     for (int i = 1; i < sl_cfg_npos(s); i++) {
         const sl_cfg_value *v = sl_cfg_pos(s, i);
@@ -588,7 +600,7 @@ static sl_status build_stmt(builder *b, const sl_cfg_stmt *s, const sl_cfg_stmt 
 }
 
 sl_pipeline_env sl_pipeline_env_default(void) {
-    sl_pipeline_env e = {.num_shards = 1, .shard_index = 0, .base_dir = NULL, .seed = 0};
+    sl_pipeline_env e = {.num_shards = 1, .shard_index = 0, .base_dir = NULL, .seed = 0, .batch_divisor = 0};
     return e;
 }
 
@@ -668,6 +680,9 @@ sl_status sl_pipeline_from_config(const sl_cfg *cfg, const char *name, const sl_
     if (b.env.num_shards < 1 || b.env.shard_index < 0 || b.env.shard_index >= b.env.num_shards)
         return sl_err(SL_EINVAL, "pipeline '%s': replica %lld of %lld shards is not valid (index must be in 0..num-1)",
                       name, (long long)b.env.shard_index, (long long)b.env.num_shards);
+    if (b.env.batch_divisor < 0)
+        return sl_err(SL_EINVAL, "pipeline '%s': batch divisor %lld is not valid (0 or 1: as written, W: batch/W)",
+                      name, (long long)b.env.batch_divisor);
     if (b.env.base_dir) {
         snprintf(b.base, sizeof b.base, "%s", b.env.base_dir);
     } else {

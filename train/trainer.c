@@ -40,8 +40,9 @@ sl_train_opts sl_train_opts_default(void) {
 }
 
 /* The replicas' hooks agree with the train block's strategy and batch; with N replicas the
- * pipeline's batch becomes the global batch / N (set in cfg). */
-static sl_status check_replicas(sl_trainer *t, sl_cfg *cfg, int w) {
+ * pipeline's batch is the global batch, which must divide by N (the training pipeline is
+ * built with env.batch_divisor N; cfg is left as the caller wrote it). */
+static sl_status check_replicas(sl_trainer *t, int w) {
     sl_status s;
     if (w < 1 || t->hooks.rank < 0 || t->hooks.rank >= w) {
         return sl_err(SL_EINVAL, "trainer hooks: rank %d of world size %d", t->hooks.rank, w);
@@ -65,14 +66,11 @@ static sl_status check_replicas(sl_trainer *t, sl_cfg *cfg, int w) {
             sl_err_hint("the batch in the config is the global batch: each replica takes batch/N");
             return s;
         }
-        char set[200];
-        snprintf(set, sizeof set, "pipeline.%s.batch=%" PRId64, t->c.data, t->c.batch / w);
-        if ((s = sl_cfg_set(cfg, set))) return s;
     }
     return SL_OK;
 }
 
-sl_status sl_trainer_create(sl_cfg *cfg, const sl_train_opts *opts, sl_trainer **out) {
+sl_status sl_trainer_create(const sl_cfg *cfg, const sl_train_opts *opts, sl_trainer **out) {
     *out = NULL;
     sl_trainer *t = calloc(1, sizeof *t);
     if (!t) return sl_err(SL_ENOMEM, "out of memory creating a trainer");
@@ -85,7 +83,7 @@ sl_status sl_trainer_create(sl_cfg *cfg, const sl_train_opts *opts, sl_trainer *
     sl_status s;
     if ((s = sl_train_config_parse(cfg, &t->c))) goto fail;
     int w = t->hooks.world_size;
-    if ((s = check_replicas(t, cfg, w))) goto fail;
+    if ((s = check_replicas(t, w))) goto fail;
     if (t->opts.run_dir) {
         if (strlen(t->opts.run_dir) >= sizeof t->c.run_dir) {
             s = sl_err(SL_EINVAL, "--run-dir is too long");
@@ -123,6 +121,7 @@ sl_status sl_trainer_create(sl_cfg *cfg, const sl_train_opts *opts, sl_trainer *
     env.num_shards = w;
     env.shard_index = t->hooks.rank;
     env.seed = t->c.seed;
+    env.batch_divisor = w; /* the config's batch is global: each replica builds batch/w */
     if ((s = sl_pipeline_from_config(cfg, t->c.data, &env, &t->train_ds))) goto fail;
     if (t->c.epochs > 0 && sl_dataset_cardinality(t->train_ds) == SL_INFINITE) {
         s = sl_err(SL_EINVAL, "pipeline '%s' never ends (repeat), so it has no epochs", t->c.data);

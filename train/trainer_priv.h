@@ -41,7 +41,7 @@ static inline void sl__loss_scale_update(sl__loss_scaler *ls, bool finite) {
 }
 
 struct sl_trainer {
-    sl_cfg *cfg;               /* borrowed */
+    const sl_cfg *cfg;         /* borrowed */
     sl_train_config c;
     sl_train_opts opts;
     sl_train_hooks hooks;      /* copy; world_size 1 / chief when none were given */

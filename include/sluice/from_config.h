@@ -41,7 +41,8 @@
  *   interleave [cycle=N|auto] [block=N] [parallel=N|auto] [deterministic=BOOL]
  *   shuffle BUFFER [seed=N] [reshuffle=BOOL]       reshuffle (each epoch) defaults to true
  *   map FN(...) [| FN(...)...] [parallel=N|auto] [deterministic=BOOL]
- *   batch N [drop_remainder] [padded] [pad=VALUE]   (also drop_remainder=BOOL, padded=BOOL)
+ *   batch N [drop_remainder] [padded] [pad=VALUE]   (also drop_remainder=BOOL, padded=BOOL;
+ *       batches of N / env->batch_divisor when that is above 1)
  *   prefetch [N|auto]   repeat [N]   take N   skip N   cache ["PATH"]   ignore_errors
  *   filter COMPONENT OP VALUE                       OP: == != < <= > >= or eq ne lt le gt ge
  *
@@ -79,9 +80,18 @@ typedef struct sl_pipeline_env {
                              file's directory (the directory part of sl_cfg_filename) */
     uint64_t seed;        /* pipeline seed: shuffles without seed= derive theirs from it and
                              from the statement's position */
+    int64_t batch_divisor; /* 0 or 1: every `batch N` as written. W > 1: the config's N is a
+                              global batch over W replicas, and each `batch N` statement
+                              (padded or not; a map before it is fused the same way) makes
+                              batches of N/W; drop_remainder and pad apply to the N/W batches.
+                              N not a multiple of W is SL_EINVAL at the statement's N
+                              ("FILE:LINE:COL: pipeline 'train': batch 128 does not divide
+                              over 3 replicas", hinting that the config's batch is the global
+                              batch). The trainer passes its world size here for the training
+                              pipeline, so the caller's sl_cfg is never rewritten. */
 } sl_pipeline_env;
 
-/* num_shards 1, shard_index 0, base_dir NULL, seed 0. */
+/* num_shards 1, shard_index 0, base_dir NULL, seed 0, batch_divisor 0. */
 sl_pipeline_env sl_pipeline_env_default(void);
 
 /* Build the dataset of `pipeline NAME { ... }` in cfg (borrowed: the dataset keeps nothing
@@ -90,7 +100,8 @@ sl_pipeline_env sl_pipeline_env_default(void);
  * Returns SL_OK with a new dataset (one reference) in *out. On failure *out is NULL and the
  * status is SL_ENOTFOUND for an unknown NAME (the message lists the pipelines there are),
  * SL_EINVAL / SL_ERANGE / SL_ENOTFOUND (a pattern that matches nothing) with a
- * "FILE:LINE:COL" message and hint for a mistake in the block, SL_EINVAL for an invalid env,
+ * "FILE:LINE:COL" message and hint for a mistake in the block, SL_EINVAL for an invalid env
+ * (a shard index outside 0..num_shards-1, a negative batch_divisor),
  * or an op's own error (e.g. SL_ENOMEM). */
 sl_status sl_pipeline_from_config(const sl_cfg *cfg, const char *name, const sl_pipeline_env *env,
                                   sl_dataset **out);

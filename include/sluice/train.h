@@ -293,8 +293,9 @@ typedef struct sl_train_summary {
 
 typedef struct sl_trainer sl_trainer;
 
-/* Build everything a run needs from cfg (borrowed; with replicas the training pipeline's
- * batch is rewritten in cfg to batch/world_size with sl_cfg_set): the config, the model,
+/* Build everything a run needs from cfg (borrowed, never changed: with replicas the training
+ * pipeline's batch is the global batch, built as batch/world_size through the pipeline env's
+ * batch_divisor, so one cfg can make several trainers): the config, the model,
  * the optimizer, the pipelines, the run folder (created). opts NULL: defaults. Unless
  * opts->resume, the first epoch's pipeline starts here (its threads fill the shuffle
  * buffer and prefetch while the model is built and the replicas connect); sl_trainer_run
@@ -302,7 +303,7 @@ typedef struct sl_trainer sl_trainer;
  * most two are alive at once. Returns SL_OK and the trainer in *out; on failure *out is
  * NULL and the error is the config's (FILE:LINE:COL), the model's, the pipeline's, or
  * SL_EIO for the run folder. */
-sl_status sl_trainer_create(sl_cfg *cfg, const sl_train_opts *opts, sl_trainer **out);
+sl_status sl_trainer_create(const sl_cfg *cfg, const sl_train_opts *opts, sl_trainer **out);
 
 /* The parsed configuration (valid while the trainer lives). */
 const sl_train_config *sl_trainer_config(const sl_trainer *t);

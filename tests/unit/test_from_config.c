@@ -667,6 +667,63 @@ TEST(test_overrides_change_the_graph) {
     sl_cfg_free(c);
 }
 
+/* `pipeline train` of text built with env.batch_divisor w and drained: returns the number of
+ * values (into v), with the elements in *ne and the values per element in *rows when every
+ * element has as many (else -1); -1 on a failure (printed). */
+static int build_divided(const char *text, int64_t w, int64_t *v, int cap, int *ne, int *rows) {
+    sl_pipeline_env env = sl_pipeline_env_default();
+    env.batch_divisor = w;
+    sl_dataset *ds;
+    if (build(text, "train", &env, &ds)) {
+        printf("  build: %s\n", sl_errmsg());
+        return -1;
+    }
+    int sizes[64];
+    int n = drain(ds, 0, "value", v, cap, sizes, ne);
+    sl_dataset_unref(ds);
+    *rows = *ne > 0 ? sizes[0] : -1;
+    for (int k = 1; k < *ne && k < 64; k++)
+        if (sizes[k] != sizes[0]) *rows = -1;
+    return n;
+}
+
+/* env.batch_divisor W: every `batch N` makes N/W rows (the trainer's global batch over W
+ * replicas); 0 and 1 leave it as written; N not a multiple of W is refused at the N. */
+TEST(test_batch_divisor) {
+    static const char text[] = "pipeline train {\n range 0 256\n batch 128\n}\n";
+    ASSERT_EQ(sl_pipeline_env_default().batch_divisor, 0);
+    int64_t v[300];
+    int ne, rows;
+    for (int w = 0; w <= 2; w++) {
+        ASSERT_EQ(build_divided(text, w, v, 300, &ne, &rows), 256);
+        ASSERT_EQ(ne, w == 2 ? 4 : 2);
+        ASSERT_EQ(rows, w == 2 ? 64 : 128);
+        for (int i = 0; i < 256; i++) ASSERT_EQ(v[i], i);
+    }
+    sl_pipeline_env env = sl_pipeline_env_default();
+    env.batch_divisor = 3;
+    sl_dataset *ds = (sl_dataset *)1;
+    ASSERT_EQ(build(text, "train", &env, &ds), SL_EINVAL);
+    ASSERT(ds == NULL);
+    ASSERT_STREQ(sl_errmsg(), "p.sl:3:8: pipeline 'train': batch 128 does not divide over 3 replicas\n"
+                              "     batch 128\n           ^~~\n"
+                              "---> HINT: the batch in the config is the global batch: each replica takes "
+                              "batch/3, so make it a multiple of 3");
+    env.batch_divisor = -2;
+    ASSERT_EQ(build(text, "train", &env, &ds), SL_EINVAL);
+    ASSERT_CONTAINS(sl_errmsg(), "pipeline 'train': batch divisor -2 is not valid");
+    /* drop_remainder applies to the divided batch: 200 rows in 64s keep 192 */
+    ASSERT_EQ(build_divided("pipeline train {\n range 0 200\n batch 128 drop_remainder\n}\n", 2, v, 300, &ne,
+                            &rows), 192);
+    ASSERT_EQ(ne, 3);
+    ASSERT_EQ(rows, 64);
+    /* every batch statement: batch 4 then batch 2 is one [2, 4] element as written, four
+     * [1, 2] elements divided by 2 */
+    ASSERT_EQ(build_divided("pipeline train {\n range 0 8\n batch 4\n batch 2\n}\n", 2, v, 300, &ne, &rows), 8);
+    ASSERT_EQ(ne, 4);
+    ASSERT_EQ(rows, 2);
+}
+
 TEST(test_seeds) {
     /* the same config and seed give the same order; the pipeline seed changes it */
     const char *text = "pipeline p {\n range 0 50\n shuffle 50\n}\n";
@@ -982,6 +1039,7 @@ int main(void) {
     RUN(test_shard_auto_picks_file_or_data);
     RUN(test_unsharded_pipeline_warns);
     RUN(test_overrides_change_the_graph);
+    RUN(test_batch_divisor);
     RUN(test_seeds);
     RUN(test_pipeline_names);
     RUN(test_error_messages);

@@ -385,10 +385,15 @@ static sl_status h_finish(void *ctx, sl_status result) {
     return SL_OK;
 }
 
+/* Rank 1 of 2 (not the chief), every hook logging into log. */
+static sl_train_hooks rank1_hooks(hook_log *log) {
+    return (sl_train_hooks){.ctx = log, .world_size = 2, .rank = 1, .is_chief = false, .start = h_start,
+                            .exchange = h_exchange, .finish = h_finish};
+}
+
 TEST(test_exchange_hook) {
     hook_log log = {0};
-    sl_train_hooks hooks = {.ctx = &log, .world_size = 2, .rank = 1, .is_chief = false, .start = h_start,
-                            .exchange = h_exchange, .finish = h_finish};
+    sl_train_hooks hooks = rank1_hooks(&log);
     sl_cfg *cfg = NULL;
     sl_trainer *t = NULL;
     /* strategy none with 2 replicas is a mistake */
@@ -422,6 +427,60 @@ TEST(test_exchange_hook) {
     snprintf(dir, sizeof dir, "%s/hook", tmpdir);
     struct stat st;
     ASSERT_EQ(stat(dir, &st), -1);
+}
+
+/* The rows of the first batch of the trainer's training pipeline, or -1 (message printed). */
+static int64_t first_batch_rows(sl_trainer *t) {
+    sl_iter_opts io = sl_iter_opts_default();
+    sl_iter *it;
+    if (sl_iter_create(t->train_ds, &io, &it)) {
+        printf("  iter_create: %s\n", sl_errmsg());
+        return -1;
+    }
+    sl_element e;
+    sl_element_init(&e);
+    int64_t rows = -1;
+    if (sl_iter_next(it, &e) == SL_OK) {
+        int c = sl_element_find(&e, "image");
+        if (c >= 0) rows = e.t[c].dims[0];
+    } else {
+        printf("  first batch: %s\n", sl_errmsg());
+    }
+    sl_element_clear(&e);
+    sl_iter_close(it);
+    return rows;
+}
+
+/* Two replicas: the pipeline's batch 16 is global, so each replica's batches have 8 rows;
+ * the caller's config still says 16 afterwards, and a second trainer from the same config
+ * gets 8 as well (the division is in the pipeline env, not written into cfg). */
+TEST(test_replicas_leave_the_config_alone) {
+    hook_log log = {0};
+    sl_train_hooks hooks = rank1_hooks(&log);
+    sl_cfg *cfg = NULL;
+    sl_trainer *t1 = NULL, *t2 = NULL;
+    sl_status s = make_trainer(STEPS_BODY(6) "    strategy ps\n", "twice", false, &hooks, &cfg, &t1);
+    SKIP_WITHOUT_CPU(s, cfg);
+    ASSERT_OK(s);
+    sl_train_config c;
+    ASSERT_OK(sl_train_config_parse(cfg, &c));
+    ASSERT_EQ(c.batch, 16);
+    ASSERT_EQ(sl_trainer_config(t1)->batch, 16);
+    sl_train_opts o = sl_train_opts_default();
+    o.hooks = &hooks;
+    ASSERT_OK(sl_trainer_create(cfg, &o, &t2));
+    ASSERT_OK(sl_train_config_parse(cfg, &c));
+    ASSERT_EQ(c.batch, 16);
+    ASSERT_EQ(first_batch_rows(t1), 8);
+    ASSERT_EQ(first_batch_rows(t2), 8);
+    sl_trainer_free(t1);
+    sl_trainer_free(t2);
+    /* a global batch that does not split: the trainer's own message, before any pipeline */
+    hooks.world_size = 3;
+    ASSERT_EQ(sl_trainer_create(cfg, &o, &t2), SL_EINVAL);
+    ASSERT_CONTAINS(sl_errmsg(), "pipeline 'train': the global batch 16 is not a multiple of the 3 replicas");
+    ASSERT(t2 == NULL);
+    sl_cfg_free(cfg);
 }
 
 /* ---- lockstep epochs with a simulated second replica ---------------------------------- */
@@ -1821,6 +1880,7 @@ int main(void) {
     RUN(test_resume_bit_identical);
     RUN(test_checkpoint_load_errors);
     RUN(test_exchange_hook);
+    RUN(test_replicas_leave_the_config_alone);
     RUN(test_lockstep_peer_runs_out);
     RUN(test_lockstep_peer_empty);
     RUN(test_config_strategy_ps);
