@@ -200,28 +200,52 @@ typedef struct {
     const chain_fn *chain; /* the chain being run, NULL outside one */
     int pos;               /* the function's position in the chain */
     uint64_t elem_seed;    /* the seed the chain was applied with */
+    const sl_element *batch; /* sl__fn_apply_into's batch (NULL: none) and slot */
+    int64_t slot;
 } call_ext;
 
-static sl_status apply_one(const sl_fn *f, sl_element *e, uint64_t seed, int64_t index, void *state,
-                           const chain_fn *chain, int pos, uint64_t elem_seed) {
-    call_ext x = {.call = {.seed = seed, .index = index, .state = state},
-                  .chain = chain, .pos = pos, .elem_seed = elem_seed};
+static sl_status apply_one(const sl_fn *f, sl_element *e, const call_ext *proto, uint64_t seed, void *state,
+                           const chain_fn *chain, int pos) {
+    call_ext x = *proto;
+    x.call.seed = seed;
+    x.call.state = state;
+    x.chain = chain;
+    x.pos = pos;
     sl_status s = f->vt->apply(f, e, &x.call);
     if (s < 0) sl_err_prefix("%s: ", f->name);
     return s;
 }
 
-sl_status sl__fn_apply(const sl_fn *fn, sl_element *e, uint64_t seed, int64_t index, sl_fn_states *st) {
-    if (fn->vt != &chain_vt)
-        return apply_one(fn, e, seed, index, st ? st->st[0] : NULL, NULL, 0, seed);
+sl_status sl__fn_apply_into(const sl_fn *fn, sl_element *e, uint64_t seed, int64_t index,
+                            sl_fn_states *st, const sl_element *batch, int64_t slot) {
+    call_ext proto = {.call = {.index = index}, .elem_seed = seed, .batch = batch, .slot = slot};
+    if (fn->vt != &chain_vt) return apply_one(fn, e, &proto, seed, st ? st->st[0] : NULL, NULL, 0);
     const chain_fn *c = (const chain_fn *)fn;
     for (int i = 0; i < c->n; i++) {
         if (c->absorbed[i]) continue;
-        sl_status s = apply_one(c->fns[i], e, sl__mix(seed, (uint64_t)i), index,
-                                st ? st->st[i] : NULL, c, i, seed);
+        sl_status s = apply_one(c->fns[i], e, &proto, sl__mix(seed, (uint64_t)i), st ? st->st[i] : NULL, c, i);
         if (s) return s;
     }
     return SL_OK;
+}
+
+sl_status sl__fn_apply(const sl_fn *fn, sl_element *e, uint64_t seed, int64_t index, sl_fn_states *st) {
+    return sl__fn_apply_into(fn, e, seed, index, st, NULL, 0);
+}
+
+bool sl__fn_batch_slot(const sl_fn_call *call, const char *comp, sl_dtype dtype, int rank,
+                       const int64_t *dims, sl_tensor *t) {
+    const call_ext *x = (const call_ext *)call;
+    if (!x->batch || rank + 1 > SL_MAX_RANK) return false;
+    int i = sl_element_find(x->batch, comp);
+    if (i < 0) return false;
+    const sl_tensor *bt = &x->batch->t[i];
+    if (bt->dtype != dtype || bt->rank != rank + 1 || x->slot < 0 || x->slot >= bt->dims[0] || !bt->buf)
+        return false;
+    for (int d = 0; d < rank; d++)
+        if (bt->dims[d + 1] != dims[d]) return false;
+    size_t per = sl_tensor_nbytes(bt) / (size_t)bt->dims[0];
+    return sl_tensor_view(t, bt->buf, (const char *)bt->data + per * (size_t)x->slot, per, dtype, rank, dims) == SL_OK;
 }
 
 const sl_fn *sl__fn_absorbed(const sl_fn_call *call, int k, uint64_t *seed) {

@@ -300,6 +300,20 @@ void sl__fn_states_free(const sl_fn *fn, sl_fn_states *st);
 sl_status sl__fn_apply(const sl_fn *fn, sl_element *e, uint64_t seed, int64_t index,
                        sl_fn_states *st);
 
+/* sl__fn_apply for map_batch: the element will be copied into slot `slot` of the batch
+ * tensors of *batch (NULL: none yet), so a function may build a numeric component of its
+ * result in that slot (sl__fn_batch_slot) and spare the copy. */
+sl_status sl__fn_apply_into(const sl_fn *fn, sl_element *e, uint64_t seed, int64_t index,
+                            sl_fn_states *st, const sl_element *batch, int64_t slot);
+
+/* For a function called through sl__fn_apply_into: a view, in *t, of the batch slot its
+ * component `comp` will be copied into, when that slot is a dtype tensor of shape dims
+ * (rank entries), so the function can write its result there and set the view as the
+ * component (the copy then finds it in place). False, *t untouched, when there is no such
+ * slot (no batch yet, another shape, or not called for a batch). */
+bool sl__fn_batch_slot(const sl_fn_call *call, const char *comp, sl_dtype dtype, int rank,
+                       const int64_t *dims, sl_tensor *t);
+
 /* For a function whose plan() absorbed downstream members of a chain: the member k places
  * after it (k >= 1) and, in *seed, the seed the chain would have called that member with, so
  * the fused work draws exactly the random numbers the unfused chain would. NULL (and *seed

@@ -1,7 +1,9 @@
 /* map_batch: map fused with batch. Each unit of parallel work is one whole batch: a worker
  * fetches `size` input elements, applies the function to each and writes every numeric
  * component straight into its slot of the batch tensors (allocated from the first mapped
- * element's shapes), so a mapped element never waits in a queue. Element k of batch b is
+ * element's shapes), so a mapped element never waits in a queue. From the second element
+ * on, a function may build a component straight in its slot (sl__fn_batch_slot: decode_jpeg
+ * does, for its fused crop), and the copy finds it there. Element k of batch b is
  * seeded as element b*size+k of a plain map would be, so the output equals map then batch.
  *
  * An input error while gathering a batch is returned in order, and the elements already
@@ -128,7 +130,8 @@ static sl_status write_slot(const mb_it *m, sl_element *e, int k, sl_element *ou
             return SL_EINVAL;
         }
         size_t per = sl_tensor_nbytes(t);
-        memcpy((char *)bt->data + per * (size_t)k, t->data, per);
+        char *slot = (char *)bt->data + per * (size_t)k;
+        if (t->data != slot) memmove(slot, t->data, per); /* a function may have built it in place */
     }
     int expect = 0;
     for (int c = 0; c < out->n; c++) expect++;
@@ -149,7 +152,8 @@ static sl_status mb_work(void *op, void *job, int64_t seq, void *tstate, sl_elem
         /* the seed a map under a batch would have: its stream seed is the batch's child 0 */
         uint64_t map_seed = sl__child_seed(m->r.base.seed, 0);
         sl_origin o = j->elems[k].origin;
-        s = sl__fn_apply(d->fn, &j->elems[k], sl__mix(map_seed, (uint64_t)index), index, tstate);
+        s = sl__fn_apply_into(d->fn, &j->elems[k], sl__mix(map_seed, (uint64_t)index), index, tstate,
+                              k ? out : NULL, k);
         if (s < 0) {
             if (d->fn_label[0]) sl__fn_err_context(d->fn_label, d->fn_where, &o);
             else sl__fn_err_context(d->base.label, d->base.where, &o);

@@ -1466,6 +1466,97 @@ TEST(test_parse_decode_chain) {
 }
 
 
+/* decode_jpeg absorbs a random_flip and a normalize that follow its crop (in either order,
+ * or one of them): the result must be the very floats (or bytes) the functions give when
+ * they run by themselves on the fused crop, with their own seeds (member k of a chain is
+ * called with sl__mix(seed, k)). Both channel counts, both resamplers, DCT scaling on and
+ * off, one mean or one per channel, flips left-right and top-bottom. */
+TEST(test_decode_jpeg_absorbs_flip_and_normalize) {
+    photo_set ps;
+    const int sizes[4][2] = {{333, 250}, {500, 375}, {256, 256}, {640, 427}};
+    for (int i = 0; i < 4; i++) {
+        uint8_t *px = synth_photo(sizes[i][0], sizes[i][1], (uint64_t)i + 11);
+        ASSERT_OK(sl_jpeg_encode(px, sizes[i][0], sizes[i][1], 3, 90, &ps.jpeg[i], &ps.len[i]));
+        free(px);
+    }
+    static const float mean[3] = {0.485f, 0.456f, 0.406f}, stdv[3] = {0.229f, 0.224f, 0.225f};
+    int flipped = 0, kept = 0, checked = 0;
+    for (int cfg = 0; cfg < 64; cfg++) {
+        int ch = cfg & 1 ? 1 : 3, post = (cfg >> 4) & 3; /* flip+norm, norm+flip, flip, norm */
+        bool dct = cfg & 2, aa = cfg & 4, vertical = cfg & 8;
+        int nl = (cfg & 1) || (cfg & 8) ? 1 : 3;
+        sl_fn *f[4], *flip, *norm, *full, *crop;
+        ASSERT_OK(sl_fn_decode_jpeg("image", ch, &f[0]));
+        sl__fn_decode_jpeg_set_dct_scaling(f[0], dct);
+        ASSERT_OK(sl_fn_random_resized_crop("image", 150, 140, 0.25, 1.0, 3.0 / 4, 4.0 / 3, &f[1]));
+        ASSERT_OK(sl_fn_set_antialias(f[1], aa));
+        ASSERT_OK(sl_fn_random_flip("image", true, vertical, 0.5, &flip));
+        ASSERT_OK(sl_fn_normalize("image", mean, stdv, nl, true, &norm));
+        f[2] = post == 1 || post == 3 ? norm : flip;
+        f[3] = post == 1 ? flip : norm;
+        int n = post < 2 ? 4 : 3;
+        ASSERT_OK(sl_fn_chain(f, n, &full));
+        ASSERT_OK(sl_fn_chain(f, 2, &crop));
+        for (int k = 0; k < 12; k++) {
+            uint64_t seed = (uint64_t)(cfg * 100 + k);
+            sl_element a, b;
+            elem1(&a, "image", bytes_of(ps.jpeg[k % 4], ps.len[k % 4], 0));
+            elem1(&b, "image", bytes_of(ps.jpeg[k % 4], ps.len[k % 4], 0));
+            ASSERT_OK(apply(full, &a, seed));
+            ASSERT_OK(apply(crop, &b, seed));
+            for (int m = 2; m < n; m++) ASSERT_OK(apply(f[m], &b, sl__mix(seed, (uint64_t)m)));
+            const sl_tensor *ta = comp(&a, "image"), *tb = comp(&b, "image");
+            ASSERT_EQ(ta->dtype, post == 2 ? SL_DT_U8 : SL_DT_F32);
+            ASSERT_EQ(tb->dtype, ta->dtype);
+            ASSERT(ta->rank == 3 && tb->rank == 3);
+            for (int d = 0; d < 3; d++) ASSERT_EQ(ta->dims[d], tb->dims[d]);
+            ASSERT_EQ(ta->dims[0], 150);
+            ASSERT_EQ(ta->dims[2], ch);
+            if (memcmp(ta->data, tb->data, sl_tensor_nbytes(ta)) != 0) {
+                FAILF("cfg %d (channels %d, dct %d, antialias %d, vertical %d, means %d, post %d) seed %llu: "
+                      "fused differs", cfg, ch, dct, aa, vertical, nl, post, (unsigned long long)seed);
+                return;
+            }
+            bool fh, fv;
+            sl__flip_draw(flip, sl__mix(seed, (uint64_t)(f[2] == flip ? 2 : 3)), &fh, &fv);
+            if (post != 3) (fh || fv) ? flipped++ : kept++;
+            checked++;
+            sl_element_clear(&a);
+            sl_element_clear(&b);
+        }
+        sl_fn_unref(full);
+        sl_fn_unref(crop);
+        sl_fn_unref(f[0]);
+        sl_fn_unref(f[1]);
+        sl_fn_unref(flip);
+        sl_fn_unref(norm);
+    }
+    ASSERT_EQ(checked, 64 * 12);
+    ASSERT(flipped > 50 && kept > 50);
+
+    /* a normalize whose means may not fit (channels as in the file) is not absorbed: a gray
+     * JPEG meets normalize's own error */
+    uint8_t gray[64 * 48];
+    for (int i = 0; i < 64 * 48; i++) gray[i] = (uint8_t)(i * 7);
+    uint8_t *gj;
+    size_t glen;
+    ASSERT_OK(sl_jpeg_encode(gray, 64, 48, 1, 90, &gj, &glen));
+    sl_fn *g[3], *chain;
+    ASSERT_OK(sl_fn_decode_jpeg("image", 0, &g[0]));
+    ASSERT_OK(sl_fn_resize("image", 24, 32, &g[1]));
+    ASSERT_OK(sl_fn_normalize("image", mean, stdv, 3, true, &g[2]));
+    ASSERT_OK(sl_fn_chain(g, 3, &chain));
+    sl_element e;
+    elem1(&e, "image", bytes_of(gj, glen, 0));
+    ASSERT_EQ(apply(chain, &e, 1), SL_EINVAL);
+    ASSERT_STREQ(sl_errmsg(), "normalize: 'image' is uint8[24,32,1]: 1 channels, but 3 means and stds were given");
+    sl_element_clear(&e);
+    sl_fn_unref(chain);
+    for (int i = 0; i < 3; i++) sl_fn_unref(g[i]);
+    free(gj);
+    for (int i = 0; i < 4; i++) free(ps.jpeg[i]);
+}
+
 /* ---- pixel limits ---- */
 
 /* A field of /proc/self/status in kB, -1 if unreadable. */
@@ -1634,6 +1725,7 @@ int main(void) {
     RUN(test_decode_jpeg_fused_vs_unfused);
     RUN(test_decode_jpeg_fused_on_repository_jpegs);
     RUN(test_parse_decode_chain);
+    RUN(test_decode_jpeg_absorbs_flip_and_normalize);
     RUN(test_decode_jpeg_pixel_limit);
     RUN(test_resize_pixel_limit);
     TEST_MAIN_END();
