@@ -4,6 +4,7 @@
  * decode_jpeg fused with a crop/resize against the unfused chain, and the determinism of a
  * random augmentation pipeline across map parallelism. */
 #include <math.h>
+#include <stdatomic.h>
 #include <stdint.h>
 
 #include "pipeline/fn/image.h" /* and pipeline/internal.h */
@@ -1557,6 +1558,103 @@ TEST(test_decode_jpeg_absorbs_flip_and_normalize) {
     for (int i = 0; i < 4; i++) free(ps.jpeg[i]);
 }
 
+/* Counts the images that arrive as views into a larger buffer (a batch slot). */
+static sl_status slot_probe(void *ctx, sl_element *e, const sl_fn_call *call) {
+    (void)call;
+    const sl_tensor *t = &e->t[sl_element_find(e, "image")];
+    if (t->buf && t->buf->size > sl_tensor_nbytes(t)) atomic_fetch_add((atomic_int *)ctx, 1);
+    return SL_OK;
+}
+
+/* All "image" batches of range(0, 40) | map(fns) | batch(8) (fused into map_batch unless
+ * padded), concatenated into *out (malloc'd). */
+static sl_status jpeg_batches(photo_set *ps, sl_fn *const *fns, int n, bool fused, uint8_t **out, size_t *len) {
+    sl_fn *src = NULL, *chain = NULL, *all[8];
+    sl_dataset *r = NULL, *m = NULL, *b = NULL;
+    sl_iter *it = NULL;
+    *out = NULL;
+    *len = 0;
+    sl_status s = sl_fn_custom("jpeg_source", jpeg_source, ps, NULL, &src);
+    if (s) return s;
+    all[0] = src;
+    for (int i = 0; i < n; i++) all[i + 1] = fns[i];
+    if ((s = sl_fn_chain(all, n + 1, &chain)) || (s = sl_ds_range(0, 40, 1, &r)) ||
+        (s = sl_ds_map(r, chain, 2, true, &m)))
+        goto done;
+    sl_batch_opts o = sl_batch_opts_default(8);
+    o.padded = !fused;
+    if ((s = sl_ds_batch(m, &o, &b))) goto done;
+    if (strcmp(sl_dataset_op(b), fused ? "map_batch" : "batch") != 0) { s = SL_EINTERNAL; goto done; }
+    sl_iter_opts io = sl_iter_opts_default();
+    io.seed = 77;
+    if ((s = sl_iter_create(b, &io, &it))) goto done;
+    sl_element e;
+    sl_element_init(&e);
+    while ((s = sl_iter_next(it, &e)) == SL_OK) {
+        const sl_tensor *t = comp(&e, "image");
+        size_t nb = sl_tensor_nbytes(t);
+        *out = realloc(*out, *len + nb);
+        memcpy(*out + *len, t->data, nb);
+        *len += nb;
+        sl_element_clear(&e);
+    }
+    if (s == SL_END) s = SL_OK;
+done:
+    sl_iter_close(it);
+    sl_dataset_unref(b);
+    sl_dataset_unref(m);
+    sl_dataset_unref(r);
+    sl_fn_unref(chain);
+    sl_fn_unref(src);
+    return s;
+}
+
+/* Under map_batch, decode_jpeg builds its fused result in the batch slot (from the second
+ * element of each batch on): the batches equal map then batch, also when a function after
+ * it replaces the image, and when the result is uint8 (no normalize). */
+TEST(test_decode_jpeg_builds_in_batch_slot) {
+    photo_set ps;
+    const int sizes[4][2] = {{333, 250}, {500, 375}, {256, 256}, {640, 427}};
+    for (int i = 0; i < 4; i++) {
+        uint8_t *px = synth_photo(sizes[i][0], sizes[i][1], (uint64_t)i + 21);
+        ASSERT_OK(sl_jpeg_encode(px, sizes[i][0], sizes[i][1], 3, 90, &ps.jpeg[i], &ps.len[i]));
+        free(px);
+    }
+    static const float mean[3] = {0.485f, 0.456f, 0.406f}, stdv[3] = {0.229f, 0.224f, 0.225f};
+    atomic_int in_slot = 0;
+    sl_fn *f[5];
+    ASSERT_OK(sl_fn_decode_jpeg("image", 3, &f[0]));
+    ASSERT_OK(sl_fn_random_resized_crop("image", 48, 40, 0.08, 1.0, 3.0 / 4, 4.0 / 3, &f[1]));
+    ASSERT_OK(sl_fn_random_flip("image", true, false, 0.5, &f[2]));
+    ASSERT_OK(sl_fn_normalize("image", mean, stdv, 3, true, &f[3]));
+    ASSERT_OK(sl_fn_custom("slot_probe", slot_probe, &in_slot, NULL, &f[4]));
+    sl_fn *scale;
+    ASSERT_OK(sl_fn_scale("image", 2.0, &scale));
+    for (int variant = 0; variant < 3; variant++) {
+        sl_fn *fns[5] = {f[0], f[1], f[2], f[3], f[4]};
+        int n = 5;
+        if (variant == 1) fns[4] = scale; /* replaces the image after the fused work */
+        if (variant == 2) n = 3, fns[2] = f[4]; /* uint8 result: decode, crop, probe */
+        uint8_t *a, *b;
+        size_t la, lb;
+        atomic_store(&in_slot, 0);
+        ASSERT_OK(jpeg_batches(&ps, fns, n, true, &a, &la));
+        int slots = atomic_load(&in_slot);
+        atomic_store(&in_slot, 0);
+        ASSERT_OK(jpeg_batches(&ps, fns, n, false, &b, &lb));
+        ASSERT_EQ(atomic_load(&in_slot), 0);
+        ASSERT_EQ(la, (size_t)40 * 48 * 40 * 3 * (variant == 2 ? 1 : 4));
+        ASSERT_EQ(la, lb);
+        ASSERT_MEMEQ(a, b, la);
+        if (variant != 1) ASSERT_EQ(slots, 40 - 40 / 8); /* all but the first of each batch */
+        free(a);
+        free(b);
+    }
+    sl_fn_unref(scale);
+    for (int i = 0; i < 5; i++) sl_fn_unref(f[i]);
+    for (int i = 0; i < 4; i++) free(ps.jpeg[i]);
+}
+
 /* ---- pixel limits ---- */
 
 /* A field of /proc/self/status in kB, -1 if unreadable. */
@@ -1726,6 +1824,7 @@ int main(void) {
     RUN(test_decode_jpeg_fused_on_repository_jpegs);
     RUN(test_parse_decode_chain);
     RUN(test_decode_jpeg_absorbs_flip_and_normalize);
+    RUN(test_decode_jpeg_builds_in_batch_slot);
     RUN(test_decode_jpeg_pixel_limit);
     RUN(test_resize_pixel_limit);
     TEST_MAIN_END();
