@@ -1156,34 +1156,50 @@ static sl_status plain_decode(void *ctx, sl_element *e, const sl_fn_call *call) 
     return s;
 }
 
-/* Run chain [source, decode, geom] over 24 elements into out (24 images of oh x ow x 3). */
-static sl_status run_jpeg(photo_set *ps, sl_fn *decode, sl_fn *geom, int64_t oh, int64_t ow,
-                          uint8_t *out) {
-    sl_fn *src, *chain = NULL;
+/* The "image" components of range(0, count) | map(jpeg_source | fns) (parallelism 2),
+ * batched by `batch` when > 0 (fused into map_batch, or not when !fused: a padded batch),
+ * concatenated into *out (malloc'd, *len bytes). */
+static sl_status jpeg_images(photo_set *ps, sl_fn *const *fns, int n, int count, int batch, bool fused,
+                             uint8_t **out, size_t *len) {
+    sl_fn *src = NULL, *chain = NULL, *all[8];
+    sl_dataset *r = NULL, *m = NULL, *b = NULL;
+    sl_iter *it = NULL;
+    *out = NULL;
+    *len = 0;
     sl_status s = sl_fn_custom("jpeg_source", jpeg_source, ps, NULL, &src);
     if (s) return s;
-    sl_fn *fns[3] = {src, decode, geom};
-    sl_dataset *r = NULL, *m = NULL;
-    sl_iter *it = NULL;
-    if ((s = sl_fn_chain(fns, 3, &chain))) goto done;
-    if ((s = sl_ds_range(0, 24, 1, &r))) goto done;
-    if ((s = sl_ds_map(r, chain, 2, true, &m))) goto done;
-    if ((s = sl_iter_create(m, NULL, &it))) goto done;
+    all[0] = src;
+    for (int i = 0; i < n && i < 7; i++) all[i + 1] = fns[i];
+    if ((s = sl_fn_chain(all, n + 1, &chain)) || (s = sl_ds_range(0, count, 1, &r)) ||
+        (s = sl_ds_map(r, chain, 2, true, &m)))
+        goto done;
+    if (batch > 0) {
+        sl_batch_opts o = sl_batch_opts_default(batch);
+        o.padded = !fused;
+        if ((s = sl_ds_batch(m, &o, &b))) goto done;
+        if (strcmp(sl_dataset_op(b), fused ? "map_batch" : "batch") != 0) { s = SL_EINTERNAL; goto done; }
+    }
+    if ((s = sl_iter_create(b ? b : m, NULL, &it))) goto done;
     sl_element e;
     sl_element_init(&e);
-    for (int k = 0; k < 24; k++) {
-        if ((s = sl_iter_next(it, &e))) goto done;
+    while ((s = sl_iter_next(it, &e)) == SL_OK) {
         const sl_tensor *t = comp(&e, "image");
-        if (t->dims[0] != oh || t->dims[1] != ow || t->dims[2] != 3) {
+        size_t nb = sl_tensor_nbytes(t);
+        uint8_t *grown = realloc(*out, *len + nb);
+        if (!grown) {
             sl_element_clear(&e);
-            s = sl_err(SL_EINTERNAL, "image %d is %lldx%lld", k, (long long)t->dims[0], (long long)t->dims[1]);
+            s = SL_ENOMEM;
             goto done;
         }
-        memcpy(out + (size_t)k * oh * ow * 3, t->data, (size_t)(oh * ow * 3));
+        *out = grown;
+        memcpy(*out + *len, t->data, nb);
+        *len += nb;
         sl_element_clear(&e);
     }
+    if (s == SL_END) s = SL_OK;
 done:
     sl_iter_close(it);
+    sl_dataset_unref(b);
     sl_dataset_unref(m);
     sl_dataset_unref(r);
     sl_fn_unref(chain);
@@ -1191,14 +1207,35 @@ done:
     return s;
 }
 
-TEST(test_decode_jpeg_fused_vs_unfused) {
-    photo_set ps;
+/* Run chain [source, decode, geom] over 24 elements into out (24 images of oh x ow x 3). */
+static sl_status run_jpeg(photo_set *ps, sl_fn *decode, sl_fn *geom, int64_t oh, int64_t ow,
+                          uint8_t *out) {
+    sl_fn *fns[2] = {decode, geom};
+    uint8_t *all;
+    size_t len;
+    sl_status s = jpeg_images(ps, fns, 2, 24, 0, false, &all, &len);
+    if (!s && len != (size_t)(24 * oh * ow * 3))
+        s = sl_err(SL_EINTERNAL, "%zu bytes of images, not 24 of %lldx%lldx3", len, (long long)oh, (long long)ow);
+    if (!s) memcpy(out, all, len);
+    free(all);
+    return s;
+}
+
+/* Four synthetic photos of ImageNet-like sizes, encoded at quality q (seeds from seed0). */
+static sl_status photo_set_make(photo_set *ps, uint64_t seed0, int q) {
     const int sizes[4][2] = {{333, 250}, {500, 375}, {256, 256}, {640, 427}};
     for (int i = 0; i < 4; i++) {
-        uint8_t *px = synth_photo(sizes[i][0], sizes[i][1], (uint64_t)i + 1);
-        ASSERT_OK(sl_jpeg_encode(px, sizes[i][0], sizes[i][1], 3, 92, &ps.jpeg[i], &ps.len[i]));
+        uint8_t *px = synth_photo(sizes[i][0], sizes[i][1], seed0 + (uint64_t)i);
+        sl_status s = sl_jpeg_encode(px, sizes[i][0], sizes[i][1], 3, q, &ps->jpeg[i], &ps->len[i]);
         free(px);
+        if (s) return s;
     }
+    return SL_OK;
+}
+
+TEST(test_decode_jpeg_fused_vs_unfused) {
+    photo_set ps;
+    ASSERT_OK(photo_set_make(&ps, 1, 92));
     sl_fn *dec, *dec8, *plain;
     ASSERT_OK(sl_fn_decode_jpeg("image", 3, &dec));
     ASSERT_OK(sl_fn_decode_jpeg("image", 3, &dec8));
@@ -1474,12 +1511,7 @@ TEST(test_parse_decode_chain) {
  * off, one mean or one per channel, flips left-right and top-bottom. */
 TEST(test_decode_jpeg_absorbs_flip_and_normalize) {
     photo_set ps;
-    const int sizes[4][2] = {{333, 250}, {500, 375}, {256, 256}, {640, 427}};
-    for (int i = 0; i < 4; i++) {
-        uint8_t *px = synth_photo(sizes[i][0], sizes[i][1], (uint64_t)i + 11);
-        ASSERT_OK(sl_jpeg_encode(px, sizes[i][0], sizes[i][1], 3, 90, &ps.jpeg[i], &ps.len[i]));
-        free(px);
-    }
+    ASSERT_OK(photo_set_make(&ps, 11, 90));
     static const float mean[3] = {0.485f, 0.456f, 0.406f}, stdv[3] = {0.229f, 0.224f, 0.225f};
     int flipped = 0, kept = 0, checked = 0;
     for (int cfg = 0; cfg < 64; cfg++) {
@@ -1566,60 +1598,12 @@ static sl_status slot_probe(void *ctx, sl_element *e, const sl_fn_call *call) {
     return SL_OK;
 }
 
-/* All "image" batches of range(0, 40) | map(fns) | batch(8) (fused into map_batch unless
- * padded), concatenated into *out (malloc'd). */
-static sl_status jpeg_batches(photo_set *ps, sl_fn *const *fns, int n, bool fused, uint8_t **out, size_t *len) {
-    sl_fn *src = NULL, *chain = NULL, *all[8];
-    sl_dataset *r = NULL, *m = NULL, *b = NULL;
-    sl_iter *it = NULL;
-    *out = NULL;
-    *len = 0;
-    sl_status s = sl_fn_custom("jpeg_source", jpeg_source, ps, NULL, &src);
-    if (s) return s;
-    all[0] = src;
-    for (int i = 0; i < n; i++) all[i + 1] = fns[i];
-    if ((s = sl_fn_chain(all, n + 1, &chain)) || (s = sl_ds_range(0, 40, 1, &r)) ||
-        (s = sl_ds_map(r, chain, 2, true, &m)))
-        goto done;
-    sl_batch_opts o = sl_batch_opts_default(8);
-    o.padded = !fused;
-    if ((s = sl_ds_batch(m, &o, &b))) goto done;
-    if (strcmp(sl_dataset_op(b), fused ? "map_batch" : "batch") != 0) { s = SL_EINTERNAL; goto done; }
-    sl_iter_opts io = sl_iter_opts_default();
-    io.seed = 77;
-    if ((s = sl_iter_create(b, &io, &it))) goto done;
-    sl_element e;
-    sl_element_init(&e);
-    while ((s = sl_iter_next(it, &e)) == SL_OK) {
-        const sl_tensor *t = comp(&e, "image");
-        size_t nb = sl_tensor_nbytes(t);
-        *out = realloc(*out, *len + nb);
-        memcpy(*out + *len, t->data, nb);
-        *len += nb;
-        sl_element_clear(&e);
-    }
-    if (s == SL_END) s = SL_OK;
-done:
-    sl_iter_close(it);
-    sl_dataset_unref(b);
-    sl_dataset_unref(m);
-    sl_dataset_unref(r);
-    sl_fn_unref(chain);
-    sl_fn_unref(src);
-    return s;
-}
-
 /* Under map_batch, decode_jpeg builds its fused result in the batch slot (from the second
  * element of each batch on): the batches equal map then batch, also when a function after
  * it replaces the image, and when the result is uint8 (no normalize). */
 TEST(test_decode_jpeg_builds_in_batch_slot) {
     photo_set ps;
-    const int sizes[4][2] = {{333, 250}, {500, 375}, {256, 256}, {640, 427}};
-    for (int i = 0; i < 4; i++) {
-        uint8_t *px = synth_photo(sizes[i][0], sizes[i][1], (uint64_t)i + 21);
-        ASSERT_OK(sl_jpeg_encode(px, sizes[i][0], sizes[i][1], 3, 90, &ps.jpeg[i], &ps.len[i]));
-        free(px);
-    }
+    ASSERT_OK(photo_set_make(&ps, 21, 90));
     static const float mean[3] = {0.485f, 0.456f, 0.406f}, stdv[3] = {0.229f, 0.224f, 0.225f};
     atomic_int in_slot = 0;
     sl_fn *f[5];
@@ -1638,10 +1622,10 @@ TEST(test_decode_jpeg_builds_in_batch_slot) {
         uint8_t *a, *b;
         size_t la, lb;
         atomic_store(&in_slot, 0);
-        ASSERT_OK(jpeg_batches(&ps, fns, n, true, &a, &la));
+        ASSERT_OK(jpeg_images(&ps, fns, n, 40, 8, true, &a, &la));
         int slots = atomic_load(&in_slot);
         atomic_store(&in_slot, 0);
-        ASSERT_OK(jpeg_batches(&ps, fns, n, false, &b, &lb));
+        ASSERT_OK(jpeg_images(&ps, fns, n, 40, 8, false, &b, &lb));
         ASSERT_EQ(atomic_load(&in_slot), 0);
         ASSERT_EQ(la, (size_t)40 * 48 * 40 * 3 * (variant == 2 ? 1 : 4));
         ASSERT_EQ(la, lb);
