@@ -374,8 +374,8 @@ int sl_jpeg_pick_scale(int w, int h, int target_w, int target_h) {
  * (a component sample spans max_h / h_samp pixels, fewer where the IDCT scales chroma up)
  * and the fancy upsampler reaches one sample beyond the pixel it makes; then we copy out
  * only the requested columns, whose pixels are then computed from exactly the same chroma
- * samples as in a full decode. (A whole iMCU on each side, as this once took, costs 10-15%
- * more IDCT, upsampling and color conversion on a typical crop.) Rows need no such margin:
+ * samples as in a full decode. (A whole iMCU on each side would cost 10-15% more IDCT,
+ * upsampling and color conversion on a typical crop.) Rows need no such margin:
  * jpeg_skip_scanlines keeps the upsampler's context rows (test_jpeg checks 4:2:0 crops at
  * every scale and odd row offsets against the full decode). */
 static sl_status crop_libjpeg(sl_jpeg_decoder *d, const uint8_t *data, size_t len, int channels,
