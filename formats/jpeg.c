@@ -7,8 +7,13 @@
  * Full and scaled decodes go through TurboJPEG (tjDecompress2). Cropped decodes (and the
  * rare scaled decode that TurboJPEG cannot express, see tj_picks) go through libjpeg's own
  * API, which TurboJPEG does not expose: jpeg_crop_scanline narrows the columns that are
- * upsampled and color-converted, jpeg_skip_scanlines skips rows above the crop, and we stop
- * after its last row. Both paths use the same libjpeg settings (islow IDCT, fancy
+ * upsampled and color-converted, jpeg_skip_scanlines skips rows above the crop (their
+ * Huffman data is still decoded, but, for whole iMCU rows, not their IDCT, upsampling and
+ * color conversion), and
+ * we stop after its last row with jpeg_abort_decompress: the entropy data below the crop is
+ * never read, so damage there goes unnoticed (tf.image.decode_and_crop_jpeg's behaviour too;
+ * a progressive file is read whole by jpeg_start_decompress, so its damage is always seen).
+ * Both paths use the same libjpeg settings (islow IDCT, fancy
  * upsampling: TurboJPEG's and djpeg's defaults), so a crop equals the full decode cropped.
  *
  * libjpeg reports fatal errors through error_exit, which must not return: ours longjmps to
@@ -364,9 +369,13 @@ int sl_jpeg_pick_scale(int w, int h, int target_w, int target_h) {
  * jpeg_crop_scanline moves the left edge down to an iMCU boundary, and the fancy upsampler
  * treats the crop's edges as image edges (it replicates the last chroma sample instead of
  * interpolating with the neighbour outside), so the outermost columns of a crop can differ
- * from a full decode. We therefore crop one iMCU wider on each side than asked (clipped to
- * the image) and copy out only the requested columns, whose pixels are then computed from
- * exactly the same chroma samples as in a full decode. Rows need no such margin:
+ * from a full decode. We therefore crop wider on each side than asked (clipped to the
+ * image) by max_h_samp_factor output pixels, at least one whole sample of every component
+ * (a component sample spans max_h / h_samp pixels, fewer where the IDCT scales chroma up)
+ * and the fancy upsampler reaches one sample beyond the pixel it makes; then we copy out
+ * only the requested columns, whose pixels are then computed from exactly the same chroma
+ * samples as in a full decode. (A whole iMCU on each side would cost 10-15% more IDCT,
+ * upsampling and color conversion on a typical crop.) Rows need no such margin:
  * jpeg_skip_scanlines keeps the upsampler's context rows (test_jpeg checks 4:2:0 crops at
  * every scale and odd row offsets against the full decode). */
 static sl_status crop_libjpeg(sl_jpeg_decoder *d, const uint8_t *data, size_t len, int channels,
@@ -405,9 +414,9 @@ static sl_status crop_libjpeg(sl_jpeg_decoder *d, const uint8_t *data, size_t le
         return sl_err(SL_EINTERNAL, "jpeg: libjpeg output %dx%d smaller than crop end %dx%d",
                       ow, oh, x + w, y + h);
     }
-    int imcu = ci->min_DCT_scaled_size * (ci->num_components > 1 ? ci->max_h_samp_factor : 1);
-    int cx0 = x - imcu < 0 ? 0 : x - imcu;
-    int cx1 = x + w + imcu > ow ? ow : x + w + imcu;
+    int margin = ci->num_components > 1 ? ci->max_h_samp_factor : 0;
+    int cx0 = x - margin < 0 ? 0 : x - margin;
+    int cx1 = x + w + margin > ow ? ow : x + w + margin;
     JDIMENSION xoff = (JDIMENSION)cx0, cw = (JDIMENSION)(cx1 - cx0);
     if (cx0 > 0 || cx1 < ow)
         jpeg_crop_scanline(ci, &xoff, &cw);

@@ -200,13 +200,14 @@ typedef struct {
     const chain_fn *chain; /* the chain being run, NULL outside one */
     int pos;               /* the function's position in the chain */
     uint64_t elem_seed;    /* the seed the chain was applied with */
-    const sl__fn_dest *dest; /* for the last function that runs, else NULL */
+    const sl__fn_dest *dest; /* map_batch's slot for this element, else NULL */
+    const sl_element *elem;  /* the element the function is applied to */
 } call_ext;
 
 static sl_status apply_one(const sl_fn *f, sl_element *e, uint64_t seed, int64_t index, void *state,
                            const chain_fn *chain, int pos, uint64_t elem_seed, const sl__fn_dest *dest) {
     call_ext x = {.call = {.seed = seed, .index = index, .state = state},
-                  .chain = chain, .pos = pos, .elem_seed = elem_seed, .dest = dest};
+                  .chain = chain, .pos = pos, .elem_seed = elem_seed, .dest = dest, .elem = e};
     sl_status s = f->vt->apply(f, e, &x.call);
     if (s < 0) sl_err_prefix("%s: ", f->name);
     return s;
@@ -221,30 +222,39 @@ sl_status sl__fn_apply_to(const sl_fn *fn, sl_element *e, uint64_t seed, int64_t
     if (fn->vt != &chain_vt)
         return apply_one(fn, e, seed, index, st ? st->st[0] : NULL, NULL, 0, seed, dest);
     const chain_fn *c = (const chain_fn *)fn;
-    int last = c->n - 1;
-    while (last > 0 && c->absorbed[last]) last--;
     for (int i = 0; i < c->n; i++) {
         if (c->absorbed[i]) continue;
         sl_status s = apply_one(c->fns[i], e, sl__mix(seed, (uint64_t)i), index,
-                                st ? st->st[i] : NULL, c, i, seed, i == last ? dest : NULL);
+                                st ? st->st[i] : NULL, c, i, seed, dest);
         if (s) return s;
     }
     return SL_OK;
 }
 
+bool sl__fn_batch_slot(const sl_fn_call *call, const char *comp, sl_dtype dtype, int rank,
+                       const int64_t *dims, sl_tensor *t) {
+    const sl__fn_dest *d = ((const call_ext *)call)->dest;
+    int bi = d ? sl_element_find(d->batch, comp) : -1;
+    if (bi < 0 || rank + 1 > SL_MAX_RANK) return false;
+    const sl_tensor *bt = &d->batch->t[bi];
+    if (bt->dtype != dtype || dtype == SL_DT_BYTES || bt->rank != rank + 1 || d->k < 0 || d->k >= bt->dims[0] ||
+        !bt->buf)
+        return false;
+    for (int i = 0; i < rank; i++)
+        if (bt->dims[i + 1] != dims[i]) return false;
+    size_t per = sl_tensor_nbytes(bt) / (size_t)bt->dims[0];
+    const char *slot = (const char *)bt->data + per * (size_t)d->k;
+    /* an earlier function of the chain built comp there: it is this function's input, so
+     * writing the output there too would overwrite what is still being read */
+    const sl_element *e = ((const call_ext *)call)->elem;
+    int ei = e ? sl_element_find(e, comp) : -1;
+    if (ei >= 0 && e->t[ei].data == slot) return false;
+    return sl_tensor_view(t, bt->buf, slot, per, dtype, rank, dims) == SL_OK;
+}
+
 sl_status sl__fn_out_alloc(const sl_fn_call *call, const char *name, sl_tensor *t, sl_dtype dt, int rank,
                            const int64_t *dims) {
-    const sl__fn_dest *d = ((const call_ext *)call)->dest;
-    int bi = d ? sl_element_find(d->batch, name) : -1;
-    if (bi >= 0) {
-        const sl_tensor *bt = &d->batch->t[bi];
-        bool ok = bt->dtype == dt && dt != SL_DT_BYTES && bt->rank == rank + 1 && d->k < bt->dims[0];
-        for (int i = 0; ok && i < rank; i++) ok = bt->dims[i + 1] == dims[i];
-        if (ok) {
-            size_t per = sl_tensor_nbytes(bt) / (size_t)bt->dims[0];
-            return sl_tensor_view(t, bt->buf, (const char *)bt->data + per * (size_t)d->k, per, dt, rank, dims);
-        }
-    }
+    if (sl__fn_batch_slot(call, name, dt, rank, dims, t)) return SL_OK;
     return sl_tensor_alloc(t, dt, rank, dims);
 }
 

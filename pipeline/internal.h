@@ -313,8 +313,8 @@ typedef struct sl__fn_dest {
  * function ("decode_jpeg: ..."). */
 sl_status sl__fn_apply(const sl_fn *fn, sl_element *e, uint64_t seed, int64_t index,
                        sl_fn_states *st);
-/* The same, offering dest (NULL: none) to the last function that runs (a chain's last
- * member not absorbed by another): see sl__fn_out_alloc. */
+/* The same, offering dest (NULL: none) to every function that runs: see sl__fn_batch_slot
+ * and sl__fn_out_alloc. */
 sl_status sl__fn_apply_to(const sl_fn *fn, sl_element *e, uint64_t seed, int64_t index,
                           sl_fn_states *st, const sl__fn_dest *dest);
 
@@ -325,6 +325,16 @@ sl_status sl__fn_apply_to(const sl_fn *fn, sl_element *e, uint64_t seed, int64_t
  * function must fill every byte, as with a fresh tensor. Fails as sl_tensor_alloc does. */
 sl_status sl__fn_out_alloc(const sl_fn_call *call, const char *name, sl_tensor *t, sl_dtype dt, int rank,
                            const int64_t *dims);
+
+/* For the function offered a destination (sl__fn_apply_to): a view, in *t, of the batch
+ * slot its component `comp` will be copied into, when that slot is a dtype tensor of shape dims
+ * (rank entries), so the function can write its result there and set the view as the
+ * component (the copy then finds it in place). False, *t untouched, when there is no such
+ * slot (no batch yet, another shape, not offered one, or comp of the element being
+ * processed already lives there: an earlier function built it, and it is this one's input).
+ * sl__fn_out_alloc is built on it. */
+bool sl__fn_batch_slot(const sl_fn_call *call, const char *comp, sl_dtype dtype, int rank,
+                       const int64_t *dims, sl_tensor *t);
 
 /* For a function whose plan() absorbed downstream members of a chain: the member k places
  * after it (k >= 1) and, in *seed, the seed the chain would have called that member with, so

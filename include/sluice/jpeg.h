@@ -96,8 +96,10 @@ sl_status sl_jpeg_decode(sl_jpeg_decoder *d, const uint8_t *data, size_t len, in
 sl_status sl_jpeg_decode_crop(sl_jpeg_decoder *d, const uint8_t *data, size_t len, int channels,
                               int scale_num, int x, int y, int w, int h, uint8_t *out, size_t cap);
 /* (Also: SL_ERANGE if cap < w*h*channels or the whole image is over max_pixels, SL_ECORRUPT
- * as for sl_jpeg_decode. Damage in the
- * rows below the rectangle is not seen, since they are never decoded.) */
+ * as for sl_jpeg_decode. Damage in the rows below the rectangle is not seen, since they are
+ * never decoded: the decode stops after the rectangle's last row, as
+ * tf.image.decode_and_crop_jpeg does. A progressive file is read whole before its first row
+ * is made, so damage anywhere in it is an error.) */
 
 /* Encode 8-bit pixels (channels 1 or 3) at quality 1..100 with 4:2:0 subsampling for color
  * (grayscale for 1 channel). *out is malloc'd; the caller frees it. */

@@ -18,10 +18,21 @@
  * ~9 levels on detailed photos, test_fn) — and a 2-tap downscale aliases less than 2-tap
  * from full size would. With scaling forbidden (sl_fn_set_dct_scaling) or when no scale
  * below 8/8 covers the target, the output is bit-identical to the unfused chain.
+ * Rows below the crop are never decoded (sl_jpeg_decode_crop stops after the crop's last
+ * row), so damage there goes unnoticed, as with tf.image.decode_and_crop_jpeg; a
+ * progressive file is read whole first, so any damage in it is still seen.
+ *
+ * After the crop it also absorbs a random_flip and a normalize of the same component that
+ * follow directly (either order, at most one each; a normalize only when its means are
+ * known to fit: channels 1 or 3, one mean or that many): the resized uint8 image goes
+ * through normalize's own table, mirrored as random_flip's own draws say, straight into
+ * float32, without the intermediate tensors; the values are those of the functions run one
+ * after the other. Under map_batch, the result is built in its batch slot
+ * (sl__fn_batch_slot), which spares the batch copy.
  *
  * Workload: the most expensive function of an ImageNet-style pipeline (a 500x375 photo
- * cropped to ~40% of its area and resized to 224x224). Each map thread keeps a decoder and
- * a scratch buffer for the scaled crop in its state.
+ * cropped to ~40% of its area and resized to 224x224). Each map thread keeps a decoder,
+ * a scratch buffer for the scaled crop and one for the resized image in its state.
  *
  * Size limit: an image whose header declares more than max_pixels (width x height at full
  * size) is refused with SL_ERANGE right after the header is read, before any allocation,
@@ -46,7 +57,16 @@ typedef struct {
     sl_jpeg_decoder *dec;
     uint8_t *scratch; /* the decoded crop before the resize */
     size_t cap;
+    uint8_t *px;      /* the resized image before an absorbed flip / normalize */
+    size_t px_cap;
 } jpeg_state;
+
+/* What an absorbed random_flip and normalize do to the resized image. */
+typedef struct {
+    bool fh, fv;      /* mirror left-right, top-bottom */
+    const float *lut; /* normalize's table (NULL: no normalize), nl means */
+    int nl;
+} post_ops;
 
 static sl_status jpeg_state_new(const sl_fn *fn, void **out) {
     jpeg_state *st = calloc(1, sizeof *st);
@@ -66,21 +86,57 @@ static void jpeg_state_free(const sl_fn *fn, void *p) {
     if (!st) return;
     sl_jpeg_decoder_free(st->dec);
     free(st->scratch);
+    free(st->px);
     free(st);
 }
 
-static sl_status grow(jpeg_state *st, size_t n) {
-    if (n <= st->cap) return SL_OK;
-    uint8_t *p = realloc(st->scratch, n);
+/* *buf (of *cap bytes, kept across calls) to at least n bytes. */
+static sl_status grow(uint8_t **buf, size_t *cap, size_t n) {
+    if (n <= *cap) return SL_OK;
+    uint8_t *p = realloc(*buf, n);
     if (!p) return sl_err(SL_ENOMEM, "decode_jpeg: cannot allocate %zu bytes of scratch", n);
-    st->scratch = p;
-    st->cap = n;
+    *buf = p;
+    *cap = n;
     return SL_OK;
 }
 
-/* Decode, crop and resize as g would, into *out. */
+/* normalize (table lut, nl means) of an h x w x c uint8 image into float32, mirrored as
+ * p says: what random_flip then normalize (or normalize then random_flip) give. */
+static void flip_normalize(const uint8_t *px, int64_t h, int64_t w, int64_t c, const post_ops *p,
+                           float *dst) {
+    const float *l0 = p->lut, *l1 = p->lut + (p->nl > 1 ? 256 : 0), *l2 = p->lut + (p->nl > 1 ? 512 : 0);
+    for (int64_t y = 0; y < h; y++) {
+        const uint8_t *sr = px + (size_t)((p->fv ? h - 1 - y : y) * w * c);
+        float *dr = dst + (size_t)(y * w * c);
+        if (!p->fh) {
+            sl__normalize_u8(sr, w * c, c, p->lut, p->nl, dr);
+        } else if (c == 3) {
+            for (int64_t x = 0; x < w; x++) {
+                const uint8_t *sp = sr + (w - 1 - x) * 3;
+                dr[3 * x] = l0[sp[0]];
+                dr[3 * x + 1] = l1[sp[1]];
+                dr[3 * x + 2] = l2[sp[2]];
+            }
+        } else {
+            for (int64_t x = 0; x < w; x++)
+                for (int64_t k = 0; k < c; k++)
+                    dr[x * c + k] = p->lut[(p->nl > 1 ? k : 0) * 256 + sr[(w - 1 - x) * c + k]];
+        }
+    }
+}
+
+/* A new h x w x c tensor for the result, or the batch slot it will be copied into
+ * (map_batch), which saves the copy. */
+static sl_status out_tensor(const jpeg_fn *f, const sl_fn_call *call, sl_dtype dt, const int64_t *dims,
+                            sl_tensor *out) {
+    if (sl__fn_batch_slot(call, f->comp, dt, 3, dims, out)) return SL_OK;
+    return sl_tensor_alloc(out, dt, 3, dims);
+}
+
+/* Decode, crop and resize as g would, then flip and normalize as p says, into *out. */
 static sl_status fused(const jpeg_fn *f, jpeg_state *st, const sl_bytes *b, const sl_jpeg_info *info,
-                       int ch, const sl__geom_fn *g, uint64_t gseed, sl_tensor *out) {
+                       int ch, const sl__geom_fn *g, uint64_t gseed, const post_ops *p,
+                       const sl_fn_call *call, sl_tensor *out) {
     sl__rect r;
     int64_t oh, ow;
     sl__geom_plan(g, info->height, info->width, gseed, &r, &oh, &ow);
@@ -95,25 +151,57 @@ static sl_status fused(const jpeg_fn *f, jpeg_state *st, const sl_bytes *b, cons
     if (x1 > sw) x1 = sw;
     if (y1 > sh) y1 = sh;
     int64_t dims[3] = {oh, ow, ch};
-    s = sl_tensor_alloc(out, SL_DT_U8, 3, dims);
-    if (s) return s;
+    /* the uint8 result goes straight into the output unless a flip or normalize follows */
+    bool direct = !p->lut && !p->fh && !p->fv;
+    size_t px_bytes = (size_t)(oh * ow * ch);
+    uint8_t *px;
+    if (direct) {
+        if ((s = out_tensor(f, call, SL_DT_U8, dims, out))) return s;
+        px = out->data;
+    } else {
+        if ((s = grow(&st->px, &st->px_cap, px_bytes))) return s;
+        px = st->px;
+    }
     if (num == 8 && oh == r.h && ow == r.w) {
         s = sl_jpeg_decode_crop(st->dec, b->ptr, b->len, ch, 8, (int)r.x, (int)r.y, (int)r.w,
-                                (int)r.h, out->data, sl_tensor_nbytes(out));
+                                (int)r.h, px, px_bytes);
     } else {
         size_t need = (size_t)((x1 - x0) * (y1 - y0) * ch);
-        if (!(s = grow(st, need)))
+        if (!(s = grow(&st->scratch, &st->cap, need)))
             s = sl_jpeg_decode_crop(st->dec, b->ptr, b->len, ch, num, (int)x0, (int)y0,
                                     (int)(x1 - x0), (int)(y1 - y0), st->scratch, st->cap);
         if (!s) {
             double k = num / 8.0;
             s = sl__geom_resize_u8(g, st->scratch, y1 - y0, x1 - x0, ch, (x1 - x0) * ch,
                               (double)r.y * k - (double)y0, (double)r.x * k - (double)x0,
-                              (double)r.h * k, (double)r.w * k, out->data, oh, ow);
+                              (double)r.h * k, (double)r.w * k, px, oh, ow);
+        }
+    }
+    if (!s && !direct) {
+        if (!(s = out_tensor(f, call, p->lut ? SL_DT_F32 : SL_DT_U8, dims, out))) {
+            if (p->lut)
+                flip_normalize(px, oh, ow, ch, p, out->data);
+            else
+                sl__flip_copy(px, out->data, oh, ow, (size_t)ch, p->fh, p->fv);
         }
     }
     if (s) sl_tensor_release(out);
     return s;
+}
+
+/* The flips and normalize absorbed after the crop (members 2, 3 of what this call does). */
+static sl_status absorbed_post(const jpeg_fn *f, const sl_fn_call *call, int ch, post_ops *p) {
+    *p = (post_ops){0};
+    uint64_t seed;
+    const sl_fn *m;
+    for (int k = 2; (m = sl__fn_absorbed(call, k, &seed)) != NULL; k++) {
+        if (sl__is_flip_of(m, f->comp)) {
+            sl__flip_draw(m, seed, &p->fh, &p->fv);
+        } else if (!(p->lut = sl__normalize_lut(m, f->comp, ch, &p->nl))) {
+            return sl_err(SL_EINTERNAL, "decode_jpeg absorbed %s, which it cannot do", m->name);
+        }
+    }
+    return SL_OK;
 }
 
 static sl_status jpeg_apply(const sl_fn *fn, sl_element *e, const sl_fn_call *call) {
@@ -147,7 +235,9 @@ static sl_status jpeg_apply(const sl_fn *fn, sl_element *e, const sl_fn_call *ca
     const sl_fn *next = sl__fn_absorbed(call, 1, &gseed);
     const sl__geom_fn *g = next ? sl__as_geom(next) : NULL;
     if (g) {
-        if ((s = fused(f, st, &b, &info, ch, g, gseed, &out))) goto done;
+        post_ops post;
+        if ((s = absorbed_post(f, call, ch, &post)) || (s = fused(f, st, &b, &info, ch, g, gseed, &post, call, &out)))
+            goto done;
     } else {
         int64_t dims[3] = {info.height, info.width, ch};
         int w, h;
@@ -162,16 +252,31 @@ done:
     if (st == &local) {
         sl_jpeg_decoder_free(local.dec);
         free(local.scratch);
+        free(local.px);
     }
     return s;
 }
 
-/* Absorb a crop or resize of the same component that comes right after. */
+/* Absorb a crop or resize of the same component that comes right after, and then a
+ * random_flip and a normalize of it that come right after that (at most one each, in either
+ * order; a normalize only when it is known to fit the channels: channels 1 or 3, and one
+ * mean or that many). */
 static int jpeg_plan(sl_fn *fn, sl_fn *const *downstream, int n) {
     const jpeg_fn *f = (const jpeg_fn *)fn;
     if (n < 1) return 0;
     const sl__geom_fn *g = sl__as_geom(downstream[0]);
-    return g && strcmp(g->comp, f->comp) == 0 ? 1 : 0;
+    if (!g || strcmp(g->comp, f->comp) != 0) return 0;
+    int k = 1, nl;
+    bool flip = false, norm = false;
+    for (; k < n; k++) {
+        if (!flip && sl__is_flip_of(downstream[k], f->comp))
+            flip = true;
+        else if (!norm && f->channels && sl__normalize_lut(downstream[k], f->comp, f->channels, &nl))
+            norm = true;
+        else
+            break;
+    }
+    return k;
 }
 
 static const sl_fn_vt jpeg_vt = {.name = "decode_jpeg", .apply = jpeg_apply,

@@ -9,7 +9,8 @@
  * cached: neighbouring output rows share source rows), then blends the two rows of each
  * output row. Shrinking rows (the usual crop-then-shrink case), rows are rarely shared, so
  * it blends the two source rows first — contiguous and vectorized — and then interpolates
- * that one float row horizontally, gathering once per output sample. Everything is computed in float
+ * that one float row horizontally, gathering once per output sample (one 4-wide SSE blend
+ * per 3-channel pixel where SSE2 is there). Everything is computed in float
  * in one fixed order, so the result depends only on the inputs, never on the thread. */
 #include <math.h>
 #include <stdio.h>
@@ -17,6 +18,10 @@
 #include <string.h>
 
 #include "pipeline/fn/image.h"
+
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
 
 /* The row loops below are simple enough for the auto-vectorizer, which -O2 (gcc 12) runs
  * only with its "very cheap" cost model; ask for the full one here. The arithmetic is the
@@ -105,6 +110,70 @@ static bool is_plain_window(double ry, double rx, double rh, double rw, int64_t 
 HROW(uint8_t)
 HROW(float)
 
+/* hrow_float for a source with one readable float past its last element and an output with
+ * room for one float past its row (the shrinking path's own buffers): a 3-channel pixel is
+ * one 4-wide SSE blend, whose fourth lane the next pixel overwrites. The same float products
+ * and sum as the scalar loop, so the same values. */
+static void hrow_padded(const float *s, const tap *tx, int64_t dw, int64_t c, float *out) {
+#if defined(__SSE2__)
+    if (c == 3) {
+        for (int64_t x = 0; x < dw; x++) {
+            __m128 a = _mm_loadu_ps(s + tx[x].o0), b = _mm_loadu_ps(s + tx[x].o1);
+            __m128 v = _mm_add_ps(_mm_mul_ps(_mm_set1_ps(tx[x].w0), a), _mm_mul_ps(_mm_set1_ps(tx[x].w1), b));
+            _mm_storeu_ps(out + 3 * x, v);
+        }
+        return;
+    }
+#endif
+    hrow_float(s, tx, dw, c, out);
+}
+
+/* One source row horizontally into out (which has room for one float past its row): the
+ * growing path's hrow_uint8_t, with each 3-channel pixel one 4-wide SSE blend (its fourth
+ * lane overwritten by the next pixel) while the fourth byte read stays inside the row's
+ * sn elements; the rest, and other channel counts, as hrow_uint8_t. Same values. */
+static void hrow_row_uint8_t(const uint8_t *s, const tap *tx, int64_t dw, int64_t c, int64_t sn, float *out) {
+    int64_t x = 0;
+#if defined(__SSE2__)
+    if (c == 3) {
+        const __m128i z = _mm_setzero_si128();
+        for (; x < dw && tx[x].o1 + 3 < sn; x++) { /* taps grow with x: stop at the first too near the end */
+            int32_t pa, pb;
+            memcpy(&pa, s + tx[x].o0, 4);
+            memcpy(&pb, s + tx[x].o1, 4);
+            __m128 a = _mm_cvtepi32_ps(_mm_unpacklo_epi16(_mm_unpacklo_epi8(_mm_cvtsi32_si128(pa), z), z));
+            __m128 b = _mm_cvtepi32_ps(_mm_unpacklo_epi16(_mm_unpacklo_epi8(_mm_cvtsi32_si128(pb), z), z));
+            __m128 v = _mm_add_ps(_mm_mul_ps(_mm_set1_ps(tx[x].w0), a), _mm_mul_ps(_mm_set1_ps(tx[x].w1), b));
+            _mm_storeu_ps(out + 3 * x, v);
+        }
+    }
+#endif
+    (void)sn;
+    if (x < dw) hrow_uint8_t(s, tx + x, dw - x, c, out + c * x);
+}
+
+static void hrow_row_float(const float *s, const tap *tx, int64_t dw, int64_t c, int64_t sn, float *out) {
+    (void)sn;
+    hrow_float(s, tx, dw, c, out);
+}
+
+/* tmp[i] = w0 * a[i] + w1 * b[i] over n samples: the shrinking path's row blend, the
+ * resampler's widest loop. On x86-64 with GCC there is also an AVX2 build of it, picked at
+ * load time where the CPU has it: 8 lanes instead of 4, the same products and sums (AVX2
+ * does not bring FMA, so nothing is contracted), the same values. */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#define BLEND_CLONES __attribute__((target_clones("avx2", "default")))
+#else
+#define BLEND_CLONES
+#endif
+#define BLEND(T)                                                                            \
+    BLEND_CLONES static void blend_##T(const T *a, const T *b, float w0, float w1, int64_t n, \
+                                       float *tmp) {                                        \
+        for (int64_t i = 0; i < n; i++) tmp[i] = w0 * (float)a[i] + w1 * (float)b[i];       \
+    }
+BLEND(uint8_t)
+BLEND(float)
+
 /* Round a blend of uint8 samples to nearest. The weights of each axis are l and 1 - l with
  * l in [0, 1], so the blend lies in [0, 255 * (1 + 2^-22)] and v + 0.5 truncates to 0..255:
  * no clamp needed, and the loop stays branch-free (it vectorizes). */
@@ -119,11 +188,12 @@ typedef struct {
 /* The slot holding source row r, computing it (into the slot not holding `keep`) if needed. */
 #define GET_ROW(T)                                                                          \
     static float *get_row_##T(row_cache *rc, int64_t r, int64_t keep, const T *src,         \
-                              int64_t stride, const tap *tx, int64_t dw, int64_t c) {       \
+                              int64_t stride, const tap *tx, int64_t dw, int64_t c,         \
+                              int64_t sn) {                                                 \
         for (int k = 0; k < 2; k++)                                                         \
             if (rc->key[k] == r) return rc->buf[k];                                         \
         int k = rc->key[0] == keep ? 1 : 0;                                                 \
-        hrow_##T(src + r * stride, tx, dw, c, rc->buf[k]);                                  \
+        hrow_row_##T(src + r * stride, tx, dw, c, sn, rc->buf[k]);                          \
         rc->key[k] = r;                                                                     \
         return rc->buf[k];                                                                  \
     }
@@ -139,7 +209,7 @@ GET_ROW(float)
         return SL_OK;                                                                       \
     }                                                                                       \
     tap *tx = malloc(sizeof(tap) * (size_t)(dw + dh));                                      \
-    float *rows = malloc(sizeof(float) * 2 * (size_t)(dw * c));                             \
+    float *rows = malloc(sizeof(float) * 2 * (size_t)(dw * c + 1));                         \
     if (!tx || !rows) {                                                                     \
         free(tx);                                                                           \
         free(rows);                                                                         \
@@ -152,7 +222,7 @@ GET_ROW(float)
     int64_t n = dw * c;                                                                     \
     if (rh > (double)dh) { /* shrinking rows: blend rows first, then gather columns once */  \
         int64_t lo = tx[0].o0, hi = tx[dw - 1].o1 + c; /* source elements a row needs */      \
-        float *tmp = malloc(sizeof(float) * (size_t)(hi - lo));                             \
+        float *tmp = malloc(sizeof(float) * (size_t)(hi - lo + 1)); /* + hrow_padded's */   \
         if (!tmp) {                                                                         \
             free(tx);                                                                       \
             free(rows);                                                                     \
@@ -162,11 +232,12 @@ GET_ROW(float)
             tx[x].o0 -= lo;                                                                 \
             tx[x].o1 -= lo;                                                                 \
         }                                                                                   \
+        tmp[hi - lo] = 0;                                                                   \
         for (int64_t y = 0; y < dh; y++) {                                                  \
             const T *a = src + ty[y].o0 * stride + lo, *b = src + ty[y].o1 * stride + lo;   \
             float w0 = ty[y].w0, w1 = ty[y].w1;                                             \
-            for (int64_t i = 0; i < hi - lo; i++) tmp[i] = w0 * (float)a[i] + w1 * (float)b[i]; \
-            hrow_float(tmp, tx, dw, c, rows);                                               \
+            blend_##T(a, b, w0, w1, hi - lo, tmp);                                          \
+            hrow_padded(tmp, tx, dw, c, rows);                                              \
             T *o = dst + y * n;                                                             \
             for (int64_t i = 0; i < n; i++) o[i] = STORE(rows[i]);                          \
         }                                                                                   \
@@ -175,11 +246,11 @@ GET_ROW(float)
         free(rows);                                                                         \
         return SL_OK;                                                                       \
     }                                                                                       \
-    row_cache rc = {{rows, rows + dw * c}, {-1, -1}};                                       \
+    row_cache rc = {{rows, rows + dw * c + 1}, {-1, -1}};                                   \
     for (int64_t y = 0; y < dh; y++) {                                                      \
         int64_t r0 = ty[y].o0, r1 = ty[y].o1;                                               \
-        const float *a = get_row_##T(&rc, r0, r1, src, stride, tx, dw, c);                  \
-        const float *b = get_row_##T(&rc, r1, r0, src, stride, tx, dw, c);                  \
+        const float *a = get_row_##T(&rc, r0, r1, src, stride, tx, dw, c, sw * c);          \
+        const float *b = get_row_##T(&rc, r1, r0, src, stride, tx, dw, c, sw * c);          \
         float w0 = ty[y].w0, w1 = ty[y].w1;                                                 \
         T *o = dst + y * n;                                                                 \
         for (int64_t i = 0; i < n; i++) o[i] = STORE(w0 * a[i] + w1 * b[i]);                \

@@ -120,6 +120,28 @@ sl_status sl__check_pixels(const sl_fn *fn, const char *comp, int64_t oh, int64_
  * decode_raw, which absorbs a scale of its uint8 output). */
 bool sl__fn_as_scale(const sl_fn *fn, const char **comp, const float **lut);
 
+/* ---- what decode_jpeg also absorbs after a crop or resize ---- */
+
+/* Is fn random_flip of component comp? */
+bool sl__is_flip_of(const sl_fn *fn, const char *comp);
+
+/* The flips random_flip fn makes when called with `seed` (its draws, in its order). */
+void sl__flip_draw(const sl_fn *fn, uint64_t seed, bool *fh, bool *fv);
+
+/* Copy an H x W image of px-byte pixels from src to dst (not overlapping), mirrored
+ * left-right when fh and top-bottom when fv. */
+void sl__flip_copy(const void *src, void *dst, int64_t H, int64_t W, size_t px, bool fh, bool fv);
+
+/* fn as normalize of component comp applied to uint8 pixels with `channels` channels: its
+ * table of results, lut[(c % *n) * 256 + v] for value v of channel c, with *n (1, or
+ * `channels`) the number of means it was given. NULL when fn is not normalize of comp, or
+ * when its means do not fit `channels` (normalize itself then fails: it must run). */
+const float *sl__normalize_lut(const sl_fn *fn, const char *comp, int channels, int *n);
+
+/* n uint8 values with c channels through normalize's table (lut and nl as above) into
+ * float32 (what normalize does to a uint8 image). */
+void sl__normalize_u8(const uint8_t *src, int64_t n, int64_t c, const float *lut, int nl, float *dst);
+
 /* ---- numbers (pipeline/fn/cast.c) ---- */
 
 /* Integer types (bool included), floating types. */

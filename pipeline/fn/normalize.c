@@ -6,7 +6,8 @@
  * dimension to be n.
  *
  * Workload: once per training image (224 x 224 x 3): uint8 input goes through a table of
- * the 256 possible results per channel, built once when the function is made. */
+ * the 256 possible results per channel, built once when the function is made. Right after
+ * decode_jpeg's crop (and a flip) decode_jpeg applies the table itself (sl__normalize_lut). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -24,6 +25,21 @@ typedef struct {
 } norm_fn;
 
 static inline float norm1(const norm_fn *f, float v, int c) { return (v - f->mean[c]) / f->std[c]; }
+
+void sl__normalize_u8(const uint8_t *x, int64_t n, int64_t C, const float *lut, int nl, float *o) {
+    if (nl == 1) {
+        for (int64_t i = 0; i < n; i++) o[i] = lut[x[i]];
+    } else if (C == 3) {
+        const float *l0 = lut, *l1 = lut + 256, *l2 = lut + 512;
+        for (int64_t i = 0; i + 2 < n; i += 3) {
+            o[i] = l0[x[i]];
+            o[i + 1] = l1[x[i + 1]];
+            o[i + 2] = l2[x[i + 2]];
+        }
+    } else {
+        for (int64_t i = 0; i < n; i++) o[i] = lut[(i % C) * 256 + x[i]];
+    }
+}
 
 static sl_status norm_apply(const sl_fn *fn, sl_element *e, const sl_fn_call *call) {
     const norm_fn *f = (const norm_fn *)fn;
@@ -44,19 +60,7 @@ static sl_status norm_apply(const sl_fn *fn, sl_element *e, const sl_fn_call *ca
     int64_t n = sl_tensor_numel(in);
     float *o = out.data;
     if (in->dtype == SL_DT_U8) {
-        const uint8_t *x = in->data;
-        if (C == 1) {
-            for (int64_t i = 0; i < n; i++) o[i] = f->lut[x[i]];
-        } else if (C == 3) {
-            const float *l0 = f->lut, *l1 = f->lut + 256, *l2 = f->lut + 512;
-            for (int64_t i = 0; i + 2 < n; i += 3) {
-                o[i] = l0[x[i]];
-                o[i + 1] = l1[x[i + 1]];
-                o[i + 2] = l2[x[i + 2]];
-            }
-        } else {
-            for (int64_t i = 0; i < n; i++) o[i] = f->lut[(i % C) * 256 + x[i]];
-        }
+        sl__normalize_u8(in->data, n, C, f->lut, f->n, o);
     } else if (in->dtype == SL_DT_F32) {
         const float *x = in->data;
         for (int64_t i = 0; i < n; i++) o[i] = norm1(f, x[i], (int)(i % C));
@@ -75,6 +79,14 @@ static void norm_destroy(sl_fn *fn) {
 }
 
 static const sl_fn_vt norm_vt = {.name = "normalize", .apply = norm_apply, .destroy = norm_destroy};
+
+const float *sl__normalize_lut(const sl_fn *fn, const char *comp, int channels, int *n) {
+    if (!fn || fn->vt != &norm_vt) return NULL;
+    const norm_fn *f = (const norm_fn *)fn;
+    if (strcmp(f->comp, comp) != 0 || (f->n > 1 && f->n != channels)) return NULL;
+    *n = f->n;
+    return f->lut;
+}
 
 sl_status sl_fn_normalize(const char *comp, const float *mean, const float *std, int n,
                           bool scale_uint8, sl_fn **out) {

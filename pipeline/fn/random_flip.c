@@ -5,7 +5,9 @@
  * may be a view of a record or shared with another consumer); an unflipped one is left
  * as it is.
  *
- * Workload: once per training image, usually a 224 x 224 x 3 uint8 or float32 crop. */
+ * Workload: once per training image, usually a 224 x 224 x 3 uint8 or float32 crop. Right
+ * after decode_jpeg's crop it is done by decode_jpeg (which asks sl__flip_draw for the
+ * same draws). */
 #include <stdio.h>
 #include <string.h>
 
@@ -18,24 +20,11 @@ typedef struct {
     double p;
 } flip_fn;
 
-static sl_status flip_apply(const sl_fn *fn, sl_element *e, const sl_fn_call *call) {
-    const flip_fn *f = (const flip_fn *)fn;
-    sl_status s = SL_OK;
-    int64_t H, W, C;
-    const sl_tensor *in = sl__fn_image_input(fn, e, f->comp, &H, &W, &C, &s);
-    if (!in) return s;
-    sl_rng rng = {call->seed};
-    bool fh = f->horizontal && sl__rng_double(&rng) < f->p;
-    bool fv = f->vertical && sl__rng_double(&rng) < f->p;
-    if (!fh && !fv) return SL_OK;
-    sl_tensor out;
-    if ((s = sl_tensor_alloc(&out, in->dtype, in->rank, in->dims))) return s;
-    size_t px = (size_t)C * sl_dtype_size(in->dtype), row = px * (size_t)W;
-    const uint8_t *src = in->data;
-    uint8_t *dst = out.data;
+void sl__flip_copy(const void *src, void *dst, int64_t H, int64_t W, size_t px, bool fh, bool fv) {
+    size_t row = px * (size_t)W;
     for (int64_t y = 0; y < H; y++) {
-        const uint8_t *sr = src + (size_t)(fv ? H - 1 - y : y) * row;
-        uint8_t *dr = dst + (size_t)y * row;
+        const uint8_t *sr = (const uint8_t *)src + (size_t)(fv ? H - 1 - y : y) * row;
+        uint8_t *dr = (uint8_t *)dst + (size_t)y * row;
         if (!fh) {
             memcpy(dr, sr, row);
         } else if (px == 3) {
@@ -49,11 +38,36 @@ static sl_status flip_apply(const sl_fn *fn, sl_element *e, const sl_fn_call *ca
             for (int64_t x = 0; x < W; x++) memcpy(dr + (size_t)x * px, sr + (size_t)(W - 1 - x) * px, px);
         }
     }
+}
+
+static sl_status flip_apply(const sl_fn *fn, sl_element *e, const sl_fn_call *call) {
+    const flip_fn *f = (const flip_fn *)fn;
+    sl_status s = SL_OK;
+    int64_t H, W, C;
+    const sl_tensor *in = sl__fn_image_input(fn, e, f->comp, &H, &W, &C, &s);
+    if (!in) return s;
+    bool fh, fv;
+    sl__flip_draw(fn, call->seed, &fh, &fv);
+    if (!fh && !fv) return SL_OK;
+    sl_tensor out;
+    if ((s = sl_tensor_alloc(&out, in->dtype, in->rank, in->dims))) return s;
+    sl__flip_copy(in->data, out.data, H, W, (size_t)C * sl_dtype_size(in->dtype), fh, fv);
     if ((s = sl_element_set(e, f->comp, &out))) sl_tensor_release(&out);
     return s;
 }
 
 static const sl_fn_vt flip_vt = {.name = "random_flip", .apply = flip_apply};
+
+bool sl__is_flip_of(const sl_fn *fn, const char *comp) {
+    return fn && fn->vt == &flip_vt && strcmp(((const flip_fn *)fn)->comp, comp) == 0;
+}
+
+void sl__flip_draw(const sl_fn *fn, uint64_t seed, bool *fh, bool *fv) {
+    const flip_fn *f = (const flip_fn *)fn;
+    sl_rng rng = {seed};
+    *fh = f->horizontal && sl__rng_double(&rng) < f->p;
+    *fv = f->vertical && sl__rng_double(&rng) < f->p;
+}
 
 sl_status sl_fn_random_flip(const char *comp, bool horizontal, bool vertical, double p, sl_fn **out) {
     *out = NULL;

@@ -1,9 +1,10 @@
 /* map_batch: map fused with batch. Each unit of parallel work is one whole batch: a worker
  * fetches `size` input elements, applies the function to each and writes every numeric
  * component straight into its slot of the batch tensors (allocated from the first mapped
- * element's shapes), so a mapped element never waits in a queue. The chain's last function
- * is offered the element's slot (sl__fn_out_alloc): scale, for one, writes its result there
- * and nothing is copied. Element k of batch b is
+ * element's shapes), so a mapped element never waits in a queue. From the second element
+ * on, the functions are offered the element's slot (sl__fn_batch_slot, sl__fn_out_alloc):
+ * scale writes its result there, decode_jpeg builds its fused crop there, and the copy finds
+ * it in place. Element k of batch b is
  * seeded as element b*size+k of a plain map would be, so the output equals map then batch.
  *
  * An input error while gathering a batch is returned in order, and the elements already

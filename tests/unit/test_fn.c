@@ -4,6 +4,7 @@
  * decode_jpeg fused with a crop/resize against the unfused chain, and the determinism of a
  * random augmentation pipeline across map parallelism. */
 #include <math.h>
+#include <stdatomic.h>
 #include <stdint.h>
 
 #include "pipeline/fn/image.h" /* and pipeline/internal.h */
@@ -1155,34 +1156,50 @@ static sl_status plain_decode(void *ctx, sl_element *e, const sl_fn_call *call) 
     return s;
 }
 
-/* Run chain [source, decode, geom] over 24 elements into out (24 images of oh x ow x 3). */
-static sl_status run_jpeg(photo_set *ps, sl_fn *decode, sl_fn *geom, int64_t oh, int64_t ow,
-                          uint8_t *out) {
-    sl_fn *src, *chain = NULL;
+/* The "image" components of range(0, count) | map(jpeg_source | fns) (parallelism 2),
+ * batched by `batch` when > 0 (fused into map_batch, or not when !fused: a padded batch),
+ * concatenated into *out (malloc'd, *len bytes). */
+static sl_status jpeg_images(photo_set *ps, sl_fn *const *fns, int n, int count, int batch, bool fused,
+                             uint8_t **out, size_t *len) {
+    sl_fn *src = NULL, *chain = NULL, *all[8];
+    sl_dataset *r = NULL, *m = NULL, *b = NULL;
+    sl_iter *it = NULL;
+    *out = NULL;
+    *len = 0;
     sl_status s = sl_fn_custom("jpeg_source", jpeg_source, ps, NULL, &src);
     if (s) return s;
-    sl_fn *fns[3] = {src, decode, geom};
-    sl_dataset *r = NULL, *m = NULL;
-    sl_iter *it = NULL;
-    if ((s = sl_fn_chain(fns, 3, &chain))) goto done;
-    if ((s = sl_ds_range(0, 24, 1, &r))) goto done;
-    if ((s = sl_ds_map(r, chain, 2, true, &m))) goto done;
-    if ((s = sl_iter_create(m, NULL, &it))) goto done;
+    all[0] = src;
+    for (int i = 0; i < n && i < 7; i++) all[i + 1] = fns[i];
+    if ((s = sl_fn_chain(all, n + 1, &chain)) || (s = sl_ds_range(0, count, 1, &r)) ||
+        (s = sl_ds_map(r, chain, 2, true, &m)))
+        goto done;
+    if (batch > 0) {
+        sl_batch_opts o = sl_batch_opts_default(batch);
+        o.padded = !fused;
+        if ((s = sl_ds_batch(m, &o, &b))) goto done;
+        if (strcmp(sl_dataset_op(b), fused ? "map_batch" : "batch") != 0) { s = SL_EINTERNAL; goto done; }
+    }
+    if ((s = sl_iter_create(b ? b : m, NULL, &it))) goto done;
     sl_element e;
     sl_element_init(&e);
-    for (int k = 0; k < 24; k++) {
-        if ((s = sl_iter_next(it, &e))) goto done;
+    while ((s = sl_iter_next(it, &e)) == SL_OK) {
         const sl_tensor *t = comp(&e, "image");
-        if (t->dims[0] != oh || t->dims[1] != ow || t->dims[2] != 3) {
+        size_t nb = sl_tensor_nbytes(t);
+        uint8_t *grown = realloc(*out, *len + nb);
+        if (!grown) {
             sl_element_clear(&e);
-            s = sl_err(SL_EINTERNAL, "image %d is %lldx%lld", k, (long long)t->dims[0], (long long)t->dims[1]);
+            s = SL_ENOMEM;
             goto done;
         }
-        memcpy(out + (size_t)k * oh * ow * 3, t->data, (size_t)(oh * ow * 3));
+        *out = grown;
+        memcpy(*out + *len, t->data, nb);
+        *len += nb;
         sl_element_clear(&e);
     }
+    if (s == SL_END) s = SL_OK;
 done:
     sl_iter_close(it);
+    sl_dataset_unref(b);
     sl_dataset_unref(m);
     sl_dataset_unref(r);
     sl_fn_unref(chain);
@@ -1190,14 +1207,35 @@ done:
     return s;
 }
 
-TEST(test_decode_jpeg_fused_vs_unfused) {
-    photo_set ps;
+/* Run chain [source, decode, geom] over 24 elements into out (24 images of oh x ow x 3). */
+static sl_status run_jpeg(photo_set *ps, sl_fn *decode, sl_fn *geom, int64_t oh, int64_t ow,
+                          uint8_t *out) {
+    sl_fn *fns[2] = {decode, geom};
+    uint8_t *all;
+    size_t len;
+    sl_status s = jpeg_images(ps, fns, 2, 24, 0, false, &all, &len);
+    if (!s && len != (size_t)(24 * oh * ow * 3))
+        s = sl_err(SL_EINTERNAL, "%zu bytes of images, not 24 of %lldx%lldx3", len, (long long)oh, (long long)ow);
+    if (!s) memcpy(out, all, len);
+    free(all);
+    return s;
+}
+
+/* Four synthetic photos of ImageNet-like sizes, encoded at quality q (seeds from seed0). */
+static sl_status photo_set_make(photo_set *ps, uint64_t seed0, int q) {
     const int sizes[4][2] = {{333, 250}, {500, 375}, {256, 256}, {640, 427}};
     for (int i = 0; i < 4; i++) {
-        uint8_t *px = synth_photo(sizes[i][0], sizes[i][1], (uint64_t)i + 1);
-        ASSERT_OK(sl_jpeg_encode(px, sizes[i][0], sizes[i][1], 3, 92, &ps.jpeg[i], &ps.len[i]));
+        uint8_t *px = synth_photo(sizes[i][0], sizes[i][1], seed0 + (uint64_t)i);
+        sl_status s = sl_jpeg_encode(px, sizes[i][0], sizes[i][1], 3, q, &ps->jpeg[i], &ps->len[i]);
         free(px);
+        if (s) return s;
     }
+    return SL_OK;
+}
+
+TEST(test_decode_jpeg_fused_vs_unfused) {
+    photo_set ps;
+    ASSERT_OK(photo_set_make(&ps, 1, 92));
     sl_fn *dec, *dec8, *plain;
     ASSERT_OK(sl_fn_decode_jpeg("image", 3, &dec));
     ASSERT_OK(sl_fn_decode_jpeg("image", 3, &dec8));
@@ -1466,6 +1504,141 @@ TEST(test_parse_decode_chain) {
 }
 
 
+/* decode_jpeg absorbs a random_flip and a normalize that follow its crop (in either order,
+ * or one of them): the result must be the very floats (or bytes) the functions give when
+ * they run by themselves on the fused crop, with their own seeds (member k of a chain is
+ * called with sl__mix(seed, k)). Both channel counts, both resamplers, DCT scaling on and
+ * off, one mean or one per channel, flips left-right and top-bottom. */
+TEST(test_decode_jpeg_absorbs_flip_and_normalize) {
+    photo_set ps;
+    ASSERT_OK(photo_set_make(&ps, 11, 90));
+    static const float mean[3] = {0.485f, 0.456f, 0.406f}, stdv[3] = {0.229f, 0.224f, 0.225f};
+    int flipped = 0, kept = 0, checked = 0;
+    for (int cfg = 0; cfg < 64; cfg++) {
+        int ch = cfg & 1 ? 1 : 3, post = (cfg >> 4) & 3; /* flip+norm, norm+flip, flip, norm */
+        bool dct = cfg & 2, aa = cfg & 4, vertical = cfg & 8;
+        int nl = (cfg & 1) || (cfg & 8) ? 1 : 3;
+        sl_fn *f[4], *flip, *norm, *full, *crop;
+        ASSERT_OK(sl_fn_decode_jpeg("image", ch, &f[0]));
+        sl__fn_decode_jpeg_set_dct_scaling(f[0], dct);
+        ASSERT_OK(sl_fn_random_resized_crop("image", 150, 140, 0.25, 1.0, 3.0 / 4, 4.0 / 3, &f[1]));
+        ASSERT_OK(sl_fn_set_antialias(f[1], aa));
+        ASSERT_OK(sl_fn_random_flip("image", true, vertical, 0.5, &flip));
+        ASSERT_OK(sl_fn_normalize("image", mean, stdv, nl, true, &norm));
+        f[2] = post == 1 || post == 3 ? norm : flip;
+        f[3] = post == 1 ? flip : norm;
+        int n = post < 2 ? 4 : 3;
+        ASSERT_OK(sl_fn_chain(f, n, &full));
+        ASSERT_OK(sl_fn_chain(f, 2, &crop));
+        for (int k = 0; k < 12; k++) {
+            uint64_t seed = (uint64_t)(cfg * 100 + k);
+            sl_element a, b;
+            elem1(&a, "image", bytes_of(ps.jpeg[k % 4], ps.len[k % 4], 0));
+            elem1(&b, "image", bytes_of(ps.jpeg[k % 4], ps.len[k % 4], 0));
+            ASSERT_OK(apply(full, &a, seed));
+            ASSERT_OK(apply(crop, &b, seed));
+            for (int m = 2; m < n; m++) ASSERT_OK(apply(f[m], &b, sl__mix(seed, (uint64_t)m)));
+            const sl_tensor *ta = comp(&a, "image"), *tb = comp(&b, "image");
+            ASSERT_EQ(ta->dtype, post == 2 ? SL_DT_U8 : SL_DT_F32);
+            ASSERT_EQ(tb->dtype, ta->dtype);
+            ASSERT(ta->rank == 3 && tb->rank == 3);
+            for (int d = 0; d < 3; d++) ASSERT_EQ(ta->dims[d], tb->dims[d]);
+            ASSERT_EQ(ta->dims[0], 150);
+            ASSERT_EQ(ta->dims[2], ch);
+            if (memcmp(ta->data, tb->data, sl_tensor_nbytes(ta)) != 0) {
+                FAILF("cfg %d (channels %d, dct %d, antialias %d, vertical %d, means %d, post %d) seed %llu: "
+                      "fused differs", cfg, ch, dct, aa, vertical, nl, post, (unsigned long long)seed);
+                return;
+            }
+            bool fh, fv;
+            sl__flip_draw(flip, sl__mix(seed, (uint64_t)(f[2] == flip ? 2 : 3)), &fh, &fv);
+            if (post != 3) (fh || fv) ? flipped++ : kept++;
+            checked++;
+            sl_element_clear(&a);
+            sl_element_clear(&b);
+        }
+        sl_fn_unref(full);
+        sl_fn_unref(crop);
+        sl_fn_unref(f[0]);
+        sl_fn_unref(f[1]);
+        sl_fn_unref(flip);
+        sl_fn_unref(norm);
+    }
+    ASSERT_EQ(checked, 64 * 12);
+    ASSERT(flipped > 50 && kept > 50);
+
+    /* a normalize whose means may not fit (channels as in the file) is not absorbed: a gray
+     * JPEG meets normalize's own error */
+    uint8_t gray[64 * 48];
+    for (int i = 0; i < 64 * 48; i++) gray[i] = (uint8_t)(i * 7);
+    uint8_t *gj;
+    size_t glen;
+    ASSERT_OK(sl_jpeg_encode(gray, 64, 48, 1, 90, &gj, &glen));
+    sl_fn *g[3], *chain;
+    ASSERT_OK(sl_fn_decode_jpeg("image", 0, &g[0]));
+    ASSERT_OK(sl_fn_resize("image", 24, 32, &g[1]));
+    ASSERT_OK(sl_fn_normalize("image", mean, stdv, 3, true, &g[2]));
+    ASSERT_OK(sl_fn_chain(g, 3, &chain));
+    sl_element e;
+    elem1(&e, "image", bytes_of(gj, glen, 0));
+    ASSERT_EQ(apply(chain, &e, 1), SL_EINVAL);
+    ASSERT_STREQ(sl_errmsg(), "normalize: 'image' is uint8[24,32,1]: 1 channels, but 3 means and stds were given");
+    sl_element_clear(&e);
+    sl_fn_unref(chain);
+    for (int i = 0; i < 3; i++) sl_fn_unref(g[i]);
+    free(gj);
+    for (int i = 0; i < 4; i++) free(ps.jpeg[i]);
+}
+
+/* Counts the images that arrive as views into a larger buffer (a batch slot). */
+static sl_status slot_probe(void *ctx, sl_element *e, const sl_fn_call *call) {
+    (void)call;
+    const sl_tensor *t = &e->t[sl_element_find(e, "image")];
+    if (t->buf && t->buf->size > sl_tensor_nbytes(t)) atomic_fetch_add((atomic_int *)ctx, 1);
+    return SL_OK;
+}
+
+/* Under map_batch, decode_jpeg builds its fused result in the batch slot (from the second
+ * element of each batch on): the batches equal map then batch, also when a function after
+ * it replaces the image, and when the result is uint8 (no normalize). */
+TEST(test_decode_jpeg_builds_in_batch_slot) {
+    photo_set ps;
+    ASSERT_OK(photo_set_make(&ps, 21, 90));
+    static const float mean[3] = {0.485f, 0.456f, 0.406f}, stdv[3] = {0.229f, 0.224f, 0.225f};
+    atomic_int in_slot = 0;
+    sl_fn *f[5];
+    ASSERT_OK(sl_fn_decode_jpeg("image", 3, &f[0]));
+    ASSERT_OK(sl_fn_random_resized_crop("image", 48, 40, 0.08, 1.0, 3.0 / 4, 4.0 / 3, &f[1]));
+    ASSERT_OK(sl_fn_random_flip("image", true, false, 0.5, &f[2]));
+    ASSERT_OK(sl_fn_normalize("image", mean, stdv, 3, true, &f[3]));
+    ASSERT_OK(sl_fn_custom("slot_probe", slot_probe, &in_slot, NULL, &f[4]));
+    sl_fn *scale;
+    ASSERT_OK(sl_fn_scale("image", 2.0, &scale));
+    for (int variant = 0; variant < 3; variant++) {
+        sl_fn *fns[5] = {f[0], f[1], f[2], f[3], f[4]};
+        int n = 5;
+        if (variant == 1) fns[4] = scale; /* replaces the image after the fused work */
+        if (variant == 2) n = 3, fns[2] = f[4]; /* uint8 result: decode, crop, probe */
+        uint8_t *a, *b;
+        size_t la, lb;
+        atomic_store(&in_slot, 0);
+        ASSERT_OK(jpeg_images(&ps, fns, n, 40, 8, true, &a, &la));
+        int slots = atomic_load(&in_slot);
+        atomic_store(&in_slot, 0);
+        ASSERT_OK(jpeg_images(&ps, fns, n, 40, 8, false, &b, &lb));
+        ASSERT_EQ(atomic_load(&in_slot), 0);
+        ASSERT_EQ(la, (size_t)40 * 48 * 40 * 3 * (variant == 2 ? 1 : 4));
+        ASSERT_EQ(la, lb);
+        ASSERT_MEMEQ(a, b, la);
+        if (variant != 1) ASSERT_EQ(slots, 40 - 40 / 8); /* all but the first of each batch */
+        free(a);
+        free(b);
+    }
+    sl_fn_unref(scale);
+    for (int i = 0; i < 5; i++) sl_fn_unref(f[i]);
+    for (int i = 0; i < 4; i++) free(ps.jpeg[i]);
+}
+
 /* ---- pixel limits ---- */
 
 /* A field of /proc/self/status in kB, -1 if unreadable. */
@@ -1634,6 +1807,8 @@ int main(void) {
     RUN(test_decode_jpeg_fused_vs_unfused);
     RUN(test_decode_jpeg_fused_on_repository_jpegs);
     RUN(test_parse_decode_chain);
+    RUN(test_decode_jpeg_absorbs_flip_and_normalize);
+    RUN(test_decode_jpeg_builds_in_batch_slot);
     RUN(test_decode_jpeg_pixel_limit);
     RUN(test_resize_pixel_limit);
     TEST_MAIN_END();

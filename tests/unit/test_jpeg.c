@@ -421,6 +421,114 @@ TEST(test_crop_random_rects) {
     free_set(set, 3);
 }
 
+/* An image encoded by TurboJPEG with flags (TJFLAG_PROGRESSIVE: a progressive file). */
+static img encode_flags(int w, int h, int subsamp, int flags, uint32_t seed) {
+    img r = {0};
+    uint8_t *px = make_pixels(w, h, 3, seed);
+    tjhandle tc = tjInitCompress();
+    unsigned char *jpg = NULL;
+    unsigned long jlen = 0;
+    if (tc && tjCompress2(tc, px, w, 0, h, TJPF_RGB, &jpg, &jlen, subsamp, 90, flags) == 0) {
+        r.data = malloc(jlen);
+        memcpy(r.data, jpg, jlen);
+        r.len = jlen;
+    }
+    tjFree(jpg);
+    if (tc)
+        tjDestroy(tc);
+    free(px);
+    snprintf(r.what, sizeof r.what, "%dx%d sub%d flags %d", w, h, subsamp, flags);
+    return r;
+}
+
+/* A cropped decode stops after the crop's last row (the rows below are never read): for
+ * every last row, the image's last (partial) iMCU row included, the crop must equal the
+ * full decode, at full and reduced scales, for every kind of file in the set (4:2:0, 4:2:2,
+ * 4:4:4, 4:4:0, 4:1:1, gray, progressive, arithmetic, restart markers, 3x1, YCCK) plus
+ * progressive 4:2:0 and 4:4:4 files of odd sizes. */
+TEST(test_crop_every_last_row) {
+    img set[26];
+    int n = image_set(set, 24);
+    set[n++] = encode_flags(61, 83, TJSAMP_420, TJFLAG_PROGRESSIVE, 31);
+    set[n++] = encode_flags(45, 37, TJSAMP_444, TJFLAG_PROGRESSIVE, 32);
+    sl_jpeg_decoder *d;
+    ASSERT_OK(sl_jpeg_decoder_new(&d));
+    static const int nums[4] = {8, 4, 3, 1};
+    long checked = 0;
+    for (int i = 0; i < n; i++) {
+        ASSERT(set[i].data);
+        sl_jpeg_info info;
+        ASSERT_OK(sl_jpeg_header(d, set[i].data, set[i].len, &info));
+        int ch = i % 2 ? 1 : 3;
+        for (int k = 0; k < 4; k++) {
+            int num = nums[k], sw, sh;
+            sl_jpeg_scaled_size(info.width, info.height, num, &sw, &sh);
+            uint8_t *full = malloc((size_t)sw * sh * ch), *crop = malloc((size_t)sw * sh * ch);
+            ASSERT_OK(sl_jpeg_decode(d, set[i].data, set[i].len, ch, num, full, (size_t)sw * sh * ch, NULL, NULL));
+            int x = sw / 4, w = sw / 2 > 0 ? sw / 2 : 1;
+            for (int yend = 1; yend <= sh; yend++) {
+                int h = 1 + yend % 7 < yend ? 1 + yend % 7 : yend, y = yend - h;
+                sl_status s = sl_jpeg_decode_crop(d, set[i].data, set[i].len, ch, num, x, y, w, h, crop,
+                                                  (size_t)sw * sh * ch);
+                int bad = -1;
+                for (int r = 0; s == SL_OK && r < h && bad < 0; r++)
+                    if (memcmp(crop + (size_t)r * w * ch, full + ((size_t)(y + r) * sw + x) * ch, (size_t)w * ch))
+                        bad = r;
+                if (s != SL_OK || bad >= 0) {
+                    FAILF("%s ch %d scale %d/8: crop %dx%d at (%d,%d): status %d (%s), first differing row %d",
+                          set[i].what, ch, num, w, h, x, y, s, s ? sl_errmsg() : "", bad);
+                    free(full);
+                    free(crop);
+                    goto out;
+                }
+                checked++;
+            }
+            free(full);
+            free(crop);
+        }
+    }
+    ASSERT(checked > 3000);
+out:
+    sl_jpeg_decoder_free(d);
+    free_set(set, n);
+}
+
+/* The rows below a crop are never decoded, so damage there goes unnoticed (as with
+ * tf.image.decode_and_crop_jpeg), while damage inside the crop or above it is still an
+ * error for a strict decoder. A progressive file is read whole before its first row is
+ * made, so damage anywhere fails every crop of it. */
+TEST(test_crop_ignores_damage_below_it) {
+    img seq = encode_flags(96, 128, TJSAMP_420, 0, 41), prog = encode_flags(96, 128, TJSAMP_420, TJFLAG_PROGRESSIVE, 41);
+    ASSERT(seq.data && prog.data);
+    sl_jpeg_decoder *d;
+    ASSERT_OK(sl_jpeg_decoder_new(&d));
+    uint8_t *full = malloc(96 * 128 * 3), *crop = malloc(96 * 128 * 3);
+    ASSERT_OK(sl_jpeg_decode(d, seq.data, seq.len, 3, 8, full, 96 * 128 * 3, NULL, NULL));
+    size_t cut = seq.len * 7 / 10;
+    ASSERT_EQ(sl_jpeg_decode(d, seq.data, cut, 3, 8, crop, 96 * 128 * 3, NULL, NULL), SL_ECORRUPT);
+    /* the top 16 rows (and the 16 below, which fancy upsampling reads) lie before the cut */
+    ASSERT_OK(sl_jpeg_decode_crop(d, seq.data, cut, 3, 8, 8, 0, 80, 16, crop, 96 * 128 * 3));
+    for (int y = 0; y < 16; y++)
+        ASSERT_MEMEQ(crop + (size_t)y * 80 * 3, full + ((size_t)y * 96 + 8) * 3, 80 * 3);
+    ASSERT_EQ(sl_jpeg_decode_crop(d, seq.data, cut, 3, 8, 8, 112, 80, 16, crop, 96 * 128 * 3), SL_ECORRUPT);
+    ASSERT_CONTAINS(sl_errmsg(), "Premature end of JPEG file");
+    ASSERT_EQ(sl_jpeg_decode_crop(d, seq.data, cut, 3, 8, 0, 0, 96, 128, crop, 96 * 128 * 3), SL_ECORRUPT);
+    /* progressive: even the top rows fail */
+    cut = prog.len * 7 / 10;
+    ASSERT_OK(sl_jpeg_decode_crop(d, prog.data, prog.len, 3, 8, 8, 0, 80, 16, crop, 96 * 128 * 3));
+    ASSERT_EQ(sl_jpeg_decode_crop(d, prog.data, cut, 3, 8, 8, 0, 80, 16, crop, 96 * 128 * 3), SL_ECORRUPT);
+    ASSERT_CONTAINS(sl_errmsg(), "Premature end of JPEG file");
+    /* and the decoder is still good */
+    ASSERT_OK(sl_jpeg_decode_crop(d, seq.data, seq.len, 3, 8, 8, 112, 80, 16, crop, 96 * 128 * 3));
+    for (int y = 0; y < 16; y++)
+        ASSERT_MEMEQ(crop + (size_t)y * 80 * 3, full + ((size_t)(112 + y) * 96 + 8) * 3, 80 * 3);
+    free(full);
+    free(crop);
+    free(seq.data);
+    free(prog.data);
+    sl_jpeg_decoder_free(d);
+}
+
 TEST(test_scaled_size_and_pick_scale) {
     int sw, sh;
     sl_jpeg_scaled_size(213, 319, 4, &sw, &sh);
@@ -762,6 +870,8 @@ int main(void) {
     RUN(test_decode_matches_djpeg);
     RUN(test_crop_equals_full_decode_cropped);
     RUN(test_crop_random_rects);
+    RUN(test_crop_every_last_row);
+    RUN(test_crop_ignores_damage_below_it);
     RUN(test_scaled_size_and_pick_scale);
     RUN(test_errors);
     RUN(test_truncated_strict_and_lenient);
