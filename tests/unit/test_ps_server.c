@@ -1565,8 +1565,10 @@ TEST(test_curve_stranger_refused) {
     memset(&v, 0, sizeof v);
     sl_ps_server_ops ops = {.ctx = &v, .apply = apply_sgd, .save = save_cb};
     sl_ps_server_opts so = {.staleness = -1, .stop = &v.stop};
+    /* the intruder's transport timeout is 1 s: with 5 s, as the others', its pull (after the
+     * failed push) waited out that send timeout twice, 10 s, before failing the same way */
     sl_tp_opts tps = {.timeout_s = 5, .curve = &cps}, tw0 = {.timeout_s = 5, .curve = &cw0},
-               tw1 = {.timeout_s = 5, .curve = &cw1};
+               tw1 = {.timeout_s = 1, .curve = &cw1};
     ASSERT_OK(sl_ps_server_create(c.addrs, 2, 0, p, &tps, &ops, &so, NULL, NULL, &v.s));
     pthread_create(&v.t, NULL, srv_main, &v);
     size_t n = p->total;
@@ -1581,8 +1583,9 @@ TEST(test_curve_stranger_refused) {
         for (size_t i = 0; i < n; i++) g[i] = grad_of(0, s, i);
         ASSERT_OK(sl_ps_client_push_pull(chief, g, s, LR, flat));
     }
-    /* a worker whose key is not allowed gets nowhere, and changes nothing */
-    co.retry_s = 1.5;
+    /* a worker whose key is not allowed gets nowhere, and changes nothing (each request
+     * gives up after retry_s: nothing can answer it, however long it waits) */
+    co.retry_s = 0.5;
     ASSERT_OK(sl_ps_client_create(c.addrs, 2, 1, p, &tw1, &co, &intruder));
     float *mine = calloc(n, sizeof(float));
     sl_status st = sl_ps_client_join(intruder, mine, &resume);
