@@ -4,9 +4,14 @@
 # headers, tools, sluice.pc, sluiceConfig.cmake); a small C program built against that
 # prefix with pkg-config, and with find_package(sluice) (static and shared targets); the
 # .deb from `cpack -G DEB` (its control fields and files, and a program built against the
-# extracted package); and a parent project that takes Sluice by add_subdirectory (this
-# part compiles the library once more, unoptimised and without CUDA or tests: about a
-# minute on 2 cores; SLUICE_TEST_NO_SUBDIR=1 leaves it out).
+# extracted package); and a parent project that takes Sluice by add_subdirectory: it
+# configures (tests off), generates, preprocesses every library source with the
+# subproject's own flags (its include paths and generated headers must resolve), archives
+# the library, and builds and runs a program against it. The library's objects are this
+# build's own, of the same sources (a compiler launcher takes them after the preprocessing):
+# compiling the library once more, unoptimised, took about a minute of 2 cores and checks
+# nothing this build's compile does not. SLUICE_TEST_FULL=1 compiles them there too;
+# SLUICE_TEST_NO_SUBDIR=1 leaves the add_subdirectory part out.
 # Skipped (77) in sanitizer and fuzz builds, whose libraries need the sanitizer runtime.
 set -uo pipefail
 . "$(dirname "$0")/lib.sh"
@@ -184,13 +189,46 @@ add_subdirectory("$SRC" sluice)
 add_executable(hello hello.c)
 target_link_libraries(hello PRIVATE sluice::sluice)
 EOF
+    # reuse-objects COMPILER ARGS... -o OBJ -c SRC: for an object of the library (sluice_obj)
+    # that this build has too, preprocess SRC with the same arguments (-E, output dropped;
+    # the dependency file is still written), then copy this build's object to OBJ; any other
+    # compile runs as it is
+    cat >"$T/reuse-objects" <<'LAUNCHER'
+#!/usr/bin/env bash
+args=("$@") obj="" pre=()
+for ((i = 0; i < ${#args[@]}; i++)); do
+    case ${args[i]} in
+    -o) obj=${args[i + 1]}; pre+=(-o /dev/null); i=$((i + 1)) ;;
+    -c) pre+=(-E) ;;
+    *) pre+=("${args[i]}") ;;
+    esac
+done
+case $obj in
+*CMakeFiles/sluice_obj.dir/*)
+    mine="$SLUICE_REUSE_BUILD/CMakeFiles/sluice_obj.dir/${obj#*CMakeFiles/sluice_obj.dir/}"
+    if [ -f "$mine" ]; then "${pre[@]}" && cp "$mine" "$obj"; exit; fi ;;
+esac
+exec "$@"
+LAUNCHER
+    chmod +x "$T/reuse-objects"
+    LAUNCH=(-DCMAKE_C_COMPILER_LAUNCHER="$T/reuse-objects")
+    # (a CUDA build's objects are compiled for CUDA, which this parent project leaves out)
+    if [ -n "${SLUICE_TEST_FULL:-}" ] || [ -n "$(find "$BUILD/CMakeFiles/sluice_obj.dir" -name '*.cu.o' | head -n 1)" ]; then
+        LAUNCH=()
+    fi
     # no build type: compiled without optimisation, the quickest; only the library and hello
-    if run sub-configure 0 cmake -S "$T/parent" -B "$T/parent/build" -DSLUICE_CUDA=OFF -DSLUICE_PYTHON=OFF; then
+    if run sub-configure 0 cmake -S "$T/parent" -B "$T/parent/build" -DSLUICE_CUDA=OFF -DSLUICE_PYTHON=OFF "${LAUNCH[@]}"; then
         grep -q 'sluice: version' "$T/sub-configure.out" && ! grep -q 'add_test\|enable_testing' "$T/sub-configure.err" &&
             [ ! -d "$T/parent/build/sluice/tests" ] && ok "add_subdirectory: configured, tests off (not top level)" ||
             fail "add_subdirectory configure: tests were configured"
-        if run sub-build 0 cmake --build "$T/parent/build" -j"$(nproc)" --target hello; then
+        if run sub-build 0 env SLUICE_REUSE_BUILD="$BUILD" cmake --build "$T/parent/build" -j"$(nproc)" --target hello; then
             check_hello "add_subdirectory" "$T/parent/build/hello"
+            if [ ${#LAUNCH[@]} -gt 0 ]; then
+                n=$(find "$T/parent/build/sluice" -path '*sluice_obj.dir*' -name '*.c.o' | wc -l)
+                m=$(find "$BUILD/CMakeFiles/sluice_obj.dir" -name '*.c.o' | wc -l)
+                [ "$n" -gt 0 ] && [ "$n" = "$m" ] && ok "add_subdirectory: $n library sources preprocessed there, objects of this build" ||
+                    fail "add_subdirectory: $n library objects, this build has $m"
+            fi
         fi
     fi
 fi

@@ -40,14 +40,17 @@ RECORDS=60000
 BAR=0.875
 KBAR=0.85
 if [ -n "${SLUICE_SANITIZE:-}" ]; then
-    # under a sanitizer (3-10x slower) the same paths run for 2 epochs over a third of the
-    # data (what this build checks is memory and thread safety, not accuracy: 4 epochs over
-    # all 60,000 took 9 minutes), with a lower accuracy bar; the kills still come mid-run
+    # under a sanitizer (3-10x slower) the same paths run for 2 epochs over a sixth of the
+    # data: what this build checks is memory and thread safety, not accuracy (4 epochs over
+    # all 60,000 took 9 minutes, 2 over 20,000 two), so the bar is only a floor that says
+    # the model learned (chance is 0.10); the plain build holds the bar. The kills
+    # still come mid-run (the ps's, after its first periodic shard, 5 s in: 2 epochs of
+    # 10,000 take 20 s and more here).
     EPOCHS=${SLUICE_PS_EPOCHS:-2}
     KEPOCHS=$EPOCHS
-    RECORDS=20000
-    BAR=0.78
-    KBAR=0.78
+    RECORDS=10000
+    BAR=0.5
+    KBAR=0.5
 fi
 HALF=$((KEPOCHS / 2))
 # per worker: 4 of the 8 shards (RECORDS/2 records), batch 128/2, drop_remainder

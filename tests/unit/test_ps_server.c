@@ -263,11 +263,20 @@ TEST(test_async_two_by_two) {
     for (int k = 0; k < 2; k++) ASSERT_EQ(srv_start(&v[k], &c, k, p, &o, NULL, NULL), 0);
     wjob jobs[2];
     pthread_t t[2];
+    /* worker 0 pushes its last step only once worker 1 is done, so it is the one whose
+     * replies carry the final parameters of both shards (the slower worker is not always
+     * the last one on a loaded machine) */
+    atomic_int hold, phase;
+    atomic_init(&hold, 1);
+    atomic_init(&phase, 0);
     for (int w = 0; w < 2; w++) {
         jobs[w] = (wjob){.c = &c, .plan = p, .w = w, .co = {.retry_s = 20}, .nsteps = 10, .pause_ms = 20 * (w + 1)};
+        if (w == 0) jobs[w].hold = &hold, jobs[w].hold_at = 9, jobs[w].phase = &phase;
         pthread_create(&t[w], NULL, worker_main, &jobs[w]);
     }
-    for (int w = 0; w < 2; w++) pthread_join(t[w], NULL);
+    pthread_join(t[1], NULL);
+    atomic_store(&hold, 0);
+    pthread_join(t[0], NULL);
     for (int k = 0; k < 2; k++) pthread_join(v[k].t, NULL);
     for (int w = 0; w < 2; w++) CHECK_WORKER(jobs[w]);
     for (int k = 0; k < 2; k++) CHECK_SRV(v[k]);
@@ -279,8 +288,7 @@ TEST(test_async_two_by_two) {
     saved_flat(p, v, got);
     ASSERT_MEMEQ(got, want, p->total * sizeof(float));
     /* the worker that pushed last holds exactly the final parameters */
-    int last = jobs[0].took > jobs[1].took ? 0 : 1;
-    ASSERT_MEMEQ(jobs[last].params, want, p->total * sizeof(float));
+    ASSERT_MEMEQ(jobs[0].params, want, p->total * sizeof(float));
     for (int k = 0; k < 2; k++) {
         ASSERT_EQ(v[k].stats.pushes, 20);
         ASSERT_EQ(v[k].stats.applied, 20);
@@ -1565,8 +1573,10 @@ TEST(test_curve_stranger_refused) {
     memset(&v, 0, sizeof v);
     sl_ps_server_ops ops = {.ctx = &v, .apply = apply_sgd, .save = save_cb};
     sl_ps_server_opts so = {.staleness = -1, .stop = &v.stop};
+    /* the intruder's transport timeout is 1 s: with 5 s, as the others', its pull (after the
+     * failed push) waited out that send timeout twice, 10 s, before failing the same way */
     sl_tp_opts tps = {.timeout_s = 5, .curve = &cps}, tw0 = {.timeout_s = 5, .curve = &cw0},
-               tw1 = {.timeout_s = 5, .curve = &cw1};
+               tw1 = {.timeout_s = 1, .curve = &cw1};
     ASSERT_OK(sl_ps_server_create(c.addrs, 2, 0, p, &tps, &ops, &so, NULL, NULL, &v.s));
     pthread_create(&v.t, NULL, srv_main, &v);
     size_t n = p->total;
@@ -1581,8 +1591,9 @@ TEST(test_curve_stranger_refused) {
         for (size_t i = 0; i < n; i++) g[i] = grad_of(0, s, i);
         ASSERT_OK(sl_ps_client_push_pull(chief, g, s, LR, flat));
     }
-    /* a worker whose key is not allowed gets nowhere, and changes nothing */
-    co.retry_s = 1.5;
+    /* a worker whose key is not allowed gets nowhere, and changes nothing (each request
+     * gives up after retry_s: nothing can answer it, however long it waits) */
+    co.retry_s = 0.5;
     ASSERT_OK(sl_ps_client_create(c.addrs, 2, 1, p, &tw1, &co, &intruder));
     float *mine = calloc(n, sizeof(float));
     sl_status st = sl_ps_client_join(intruder, mine, &resume);
