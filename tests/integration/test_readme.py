@@ -30,7 +30,7 @@ rendered page:
                                              the tool's --help (`sluice-record CMD --help`)
   <!-- readme-test: exact -->                a transcript whose output must match
   <!-- readme-test: append ARGS (REASON) --> run each command with ARGS appended (shortened
-                                             trainings: `--set train.epochs=1`)
+                                             trainings: `--set train.steps=40`)
   <!-- readme-test: syntax (REASON) -->       a config fragment: it must parse, nothing more
 
 The work folder is what a user has after `bash scripts/main.sh`: `build` (a link to this
