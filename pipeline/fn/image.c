@@ -159,18 +159,42 @@ static void hrow_row_float(const float *s, const tap *tx, int64_t dw, int64_t c,
 
 /* tmp[i] = w0 * a[i] + w1 * b[i] over n samples: the shrinking path's row blend, the
  * resampler's widest loop. On x86-64 with GCC there is also an AVX2 build of it, picked at
- * load time where the CPU has it: 8 lanes instead of 4, the same products and sums (AVX2
- * does not bring FMA, so nothing is contracted), the same values. */
+ * the first call where the CPU has it: 8 lanes instead of 4, the same products and sums
+ * (AVX2 does not bring FMA, so nothing is contracted), the same values. Picked by hand, not
+ * by target_clones: its IFUNC resolver runs before ThreadSanitizer's runtime is up and
+ * crashes every program of a TSan build at start. */
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-#define BLEND_CLONES __attribute__((target_clones("avx2", "default")))
-#else
-#define BLEND_CLONES
-#endif
+#include <stdatomic.h>
+static bool cpu_has_avx2(void) {
+    static atomic_int known = -1; /* -1: not asked yet; asking twice gives the same answer */
+    int k = atomic_load_explicit(&known, memory_order_relaxed);
+    if (k < 0) {
+        __builtin_cpu_init();
+        k = __builtin_cpu_supports("avx2") != 0;
+        atomic_store_explicit(&known, k, memory_order_relaxed);
+    }
+    return k;
+}
 #define BLEND(T)                                                                            \
-    BLEND_CLONES static void blend_##T(const T *a, const T *b, float w0, float w1, int64_t n, \
-                                       float *tmp) {                                        \
+    static void blend_plain_##T(const T *a, const T *b, float w0, float w1, int64_t n,      \
+                                float *tmp) {                                               \
+        for (int64_t i = 0; i < n; i++) tmp[i] = w0 * (float)a[i] + w1 * (float)b[i];       \
+    }                                                                                       \
+    __attribute__((target("avx2"))) static void blend_avx2_##T(const T *a, const T *b,      \
+                                                               float w0, float w1,          \
+                                                               int64_t n, float *tmp) {     \
+        for (int64_t i = 0; i < n; i++) tmp[i] = w0 * (float)a[i] + w1 * (float)b[i];       \
+    }                                                                                       \
+    static void blend_##T(const T *a, const T *b, float w0, float w1, int64_t n, float *tmp) { \
+        if (cpu_has_avx2()) blend_avx2_##T(a, b, w0, w1, n, tmp);                           \
+        else blend_plain_##T(a, b, w0, w1, n, tmp);                                         \
+    }
+#else
+#define BLEND(T)                                                                            \
+    static void blend_##T(const T *a, const T *b, float w0, float w1, int64_t n, float *tmp) { \
         for (int64_t i = 0; i < n; i++) tmp[i] = w0 * (float)a[i] + w1 * (float)b[i];       \
     }
+#endif
 BLEND(uint8_t)
 BLEND(float)
 
