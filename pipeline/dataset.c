@@ -197,11 +197,13 @@ sl_status sl_iter_create(sl_dataset *ds, const sl_iter_opts *opts, sl_iter **out
     return SL_OK;
 }
 
-size_t sl__element_bytes(const sl_element *e) {
-    size_t n = 0;
-    for (int i = 0; i < e->n; i++) n += sl_tensor_nbytes(&e->t[i]);
-    return n;
+size_t sl__tensors_bytes(const sl_tensor *t, int n) {
+    size_t bytes = 0;
+    for (int i = 0; i < n; i++) bytes += sl_tensor_nbytes(&t[i]);
+    return bytes;
 }
+
+size_t sl__element_bytes(const sl_element *e) { return sl__tensors_bytes(e->t, e->n); }
 
 void *sl__slab_piece(sl_buf **slab, int *used, size_t piece, int count) {
     if (!*slab || *used >= count) {

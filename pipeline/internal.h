@@ -187,8 +187,9 @@ void sl__stats_waited(uint64_t ns);
  * context's buffered bytes and their peaks. */
 void sl__stats_buffered_bytes(sl_ictx *ctx, sl_op_stats *st, long long delta);
 
-/* Tensor bytes of an element. */
+/* Tensor bytes of an element, and of n tensors. */
 size_t sl__element_bytes(const sl_element *e);
+size_t sl__tensors_bytes(const sl_tensor *t, int n);
 
 /* Small tensors carved from a shared buffer (a slab) instead of one allocation each: the
  * next unused piece of `piece` bytes of *slab (a reference, or NULL), after replacing

@@ -45,7 +45,10 @@ typedef enum sl_act {
  * default). BF16 / FP16: mixed precision as autocast does it: each GEMM rounds its two
  * inputs to bfloat16 / IEEE half (round to nearest even; a half overflows to infinity)
  * and multiplies and accumulates in float32 into a float32 C. Every other op, and every
- * buffer (parameters, optimizer state, activations, gradients), stays float32. */
+ * buffer (parameters, optimizer state, activations, gradients), stays float32. The model's
+ * sl_precision (sluice/model.h) says the same, but this header is also compiled as CUDA C++,
+ * which cannot include model.h (its tensors hold C11 atomics): sl_model_create maps one
+ * to the other. */
 typedef enum sl_bk_precision {
     SL_BK_FP32 = 0,
     SL_BK_BF16,

@@ -1,8 +1,9 @@
 /* The CPU backend: every op of train/backend.h on host memory. GEMMs go to OpenBLAS
  * (cblas_sgemm, row-major; in bf16 / fp16 mode on inputs rounded first, which emulates
- * mixed precision for tests and as the CUDA backend's reference); the other ops are plain C loops written so the compiler can
- * vectorize their inner dimension, split across a small private thread pool when they are
- * big enough to pay for the hand-off (a few tens of microseconds).
+ * mixed precision for tests and as the CUDA backend's reference); the other ops are plain
+ * C loops written so the compiler can vectorize their inner dimension, split across a
+ * small private thread pool when they are big enough to pay for the hand-off (a few tens
+ * of microseconds).
  *
  * Workload: Fashion-MNIST sized models (MLP 784-256-128-10, the TensorFlow tutorial CNN) at
  * batch 32..512 on a few cores. Per step the GEMMs dominate; im2col/col2im, pooling, bias,

@@ -102,10 +102,7 @@ static void unpack(const sh_it *h, const packed *p, sl_element *out) {
 }
 
 static size_t packed_bytes(const packed *p) {
-    if (p->n < 0) return sl__element_bytes(p->u.big);
-    size_t n = 0;
-    for (int i = 0; i < p->n; i++) n += sl_tensor_nbytes(&p->u.t[i]);
-    return n;
+    return p->n < 0 ? sl__element_bytes(p->u.big) : sl__tensors_bytes(p->u.t, p->n);
 }
 
 static void packed_clear(packed *p) {
