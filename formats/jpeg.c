@@ -9,12 +9,12 @@
  * API, which TurboJPEG does not expose: jpeg_crop_scanline narrows the columns that are
  * upsampled and color-converted, jpeg_skip_scanlines skips rows above the crop (their
  * Huffman data is still decoded, but, for whole iMCU rows, not their IDCT, upsampling and
- * color conversion), and
- * we stop after its last row with jpeg_abort_decompress: the entropy data below the crop is
- * never read, so damage there goes unnoticed (tf.image.decode_and_crop_jpeg's behaviour too;
- * a progressive file is read whole by jpeg_start_decompress, so its damage is always seen).
- * Both paths use the same libjpeg settings (islow IDCT, fancy
- * upsampling: TurboJPEG's and djpeg's defaults), so a crop equals the full decode cropped.
+ * color conversion), and we stop after its last row with jpeg_abort_decompress: the
+ * entropy data below the crop is never read, so damage there goes unnoticed
+ * (tf.image.decode_and_crop_jpeg's behaviour too; a progressive file is read whole by
+ * jpeg_start_decompress, so its damage is always seen). Both paths use the same libjpeg
+ * settings (islow IDCT, fancy upsampling: TurboJPEG's and djpeg's defaults), so a crop
+ * equals the full decode cropped.
  *
  * libjpeg reports fatal errors through error_exit, which must not return: ours longjmps to
  * a setjmp taken in the frame of the function that called into libjpeg (never further), and
