@@ -7,6 +7,8 @@
 #   CUDA_ARCHS="90"  CUDA architectures (default: the project's 80;90)
 #   JOBS=n           parallel build jobs (default: all cores)
 #   SAN_TIMEOUT=s    seconds each compute-sanitizer tool may take (default 600)
+#   SAN_TOOLS="..."  the compute-sanitizer tools to run (default: memcheck racecheck initcheck
+#                    synccheck; empty: none)
 #   PREBUILT=1       skip configure and build: BUILD already holds tests/test_cuda and
 #                    tests/test_backend_cuda (built elsewhere with the same CUDA version)
 # Logs go to $OUT when it is set (the device tool brings that folder back), else to the
@@ -75,7 +77,7 @@ san=$(command -v compute-sanitizer || true)
 [ -z "$san" ] && [ -x /usr/local/cuda/compute-sanitizer/compute-sanitizer ] && san=/usr/local/cuda/compute-sanitizer/compute-sanitizer
 [ -z "$san" ] && [ -x /usr/local/cuda/bin/compute-sanitizer ] && san=/usr/local/cuda/bin/compute-sanitizer
 if [ -n "$san" ]; then
-    for tool in memcheck racecheck initcheck synccheck; do
+    for tool in ${SAN_TOOLS-memcheck racecheck initcheck synccheck}; do
         echo "== compute-sanitizer --tool $tool test_backend_cuda"
         (cd "$BUILD/tests" && SL_TEST_NO_API_ERRORS=1 timeout "${SAN_TIMEOUT:-600}" "$san" --tool "$tool" --error-exitcode 3 ./test_backend_cuda) \
             >"$LOGDIR/sanitizer_$tool.log" 2>&1
