@@ -2,14 +2,18 @@
  *
  * Workload: every record read is checksummed twice (8-byte length, then the payload), so
  * both tiny buffers (8 bytes, millions per second) and long ones (100 KB to MBs of image
- * bytes at memory bandwidth) matter. Three implementations, identical answers:
+ * bytes at memory bandwidth) matter. Four implementations, identical answers:
  *   - portable slicing-by-8 tables (any CPU),
  *   - SSE4.2 crc32 instruction, three interleaved streams on long buffers (the instruction
  *     has a latency of 3 cycles and a throughput of 1, so three independent chains keep it
  *     busy), combined by multiplying by x^(8n) mod P with precomputed tables,
  *   - PCLMULQDQ folding of 64-byte blocks into 128-bit remainders on one part of each
  *     11.5 KB block while three crc32 chains run over the rest (the two use different
- *     execution units), the crc32 instruction doing the final reduction and short buffers.
+ *     execution units), the crc32 instruction doing the final reduction and short buffers,
+ *   - VPCLMULQDQ on AVX-512 registers: four 64-byte accumulators fold 256 bytes an
+ *     iteration (16 carry-less products at once), then fold into one 16-byte remainder
+ *     that the crc32 instruction finishes. Its rate (~4x the three crc32 chains in cache)
+ *     leaves a mapped file's checksum bound by memory, not by the CRC.
  * The choice is made once, at first use (pthread_once: ThreadSanitizer sees its ordering,
  * not glibc's C11 call_once's), from __builtin_cpu_supports (and the vendor: see
  * clmul_pays); the build needs no -msse4.2 because the fast paths carry target attributes.
@@ -26,6 +30,7 @@
 
 #if defined(__x86_64__)
 #define SL_CRC_X86 1
+#include <immintrin.h>
 #include <nmmintrin.h>
 #include <wmmintrin.h>
 #endif
@@ -250,6 +255,55 @@ __attribute__((target("sse4.2,pclmul"))) static uint32_t crc_clmul(uint32_t raw,
     }
     return crc_sse42(raw, p, n);
 }
+
+/* ---- VPCLMULQDQ on 512-bit registers ------------------------------------------------ */
+
+/* Each 128-bit lane of a zmm register folds like `fold` above. */
+#define WIDE_MIN 1024 /* shorter buffers: crc_sse42 (the setup and reduction cost ~40 cycles) */
+static uint64_t fold256_lo, fold256_hi;
+
+__attribute__((target("avx512f,vpclmulqdq"))) static inline __m512i fold512(__m512i x, __m512i k,
+                                                                            __m512i next) {
+    __m512i a = _mm512_clmulepi64_epi128(x, k, 0x00);
+    __m512i b = _mm512_clmulepi64_epi128(x, k, 0x11);
+    return _mm512_ternarylogic_epi64(a, b, next, 0x96); /* a ^ b ^ next */
+}
+
+__attribute__((target("avx512f,vpclmulqdq,sse4.2,pclmul"))) static uint32_t
+crc_vpclmul(uint32_t raw, const uint8_t *p, size_t n) {
+    if (n < WIDE_MIN) return crc_sse42(raw, p, n);
+    const __m512i k256 = _mm512_broadcast_i32x4(_mm_set_epi64x((long long)fold256_hi, (long long)fold256_lo));
+    const __m512i k64 = _mm512_broadcast_i32x4(_mm_set_epi64x((long long)fold64_hi, (long long)fold64_lo));
+    const __m128i k16 = _mm_set_epi64x((long long)fold16_hi, (long long)fold16_lo);
+    __m512i x0 = _mm512_loadu_si512(p);
+    __m512i x1 = _mm512_loadu_si512(p + 64);
+    __m512i x2 = _mm512_loadu_si512(p + 128);
+    __m512i x3 = _mm512_loadu_si512(p + 192);
+    /* The running state xors into the first four message bytes. */
+    x0 = _mm512_xor_si512(x0, _mm512_inserti32x4(_mm512_setzero_si512(), _mm_cvtsi32_si128((int)raw), 0));
+    p += 256;
+    n -= 256;
+    while (n >= 256) {
+        x0 = fold512(x0, k256, _mm512_loadu_si512(p));
+        x1 = fold512(x1, k256, _mm512_loadu_si512(p + 64));
+        x2 = fold512(x2, k256, _mm512_loadu_si512(p + 128));
+        x3 = fold512(x3, k256, _mm512_loadu_si512(p + 192));
+        p += 256;
+        n -= 256;
+    }
+    /* Four consecutive 64-byte accumulators into one, then its four lanes into one. */
+    x1 = fold512(x0, k64, x1);
+    x2 = fold512(x1, k64, x2);
+    x3 = fold512(x2, k64, x3);
+    __m128i r = _mm512_castsi512_si128(x3);
+    r = fold(r, k16, _mm512_extracti32x4_epi32(x3, 1));
+    r = fold(r, k16, _mm512_extracti32x4_epi32(x3, 2));
+    r = fold(r, k16, _mm512_extracti32x4_epi32(x3, 3));
+    /* What is left is congruent to the folded region: checksum its 16 bytes from 0. */
+    uint64_t c = _mm_crc32_u64(0, (uint64_t)_mm_cvtsi128_si64(r));
+    c = _mm_crc32_u64(c, (uint64_t)_mm_extract_epi64(r, 1));
+    return crc_sse42((uint32_t)c, p, n);
+}
 #endif /* SL_CRC_X86 */
 
 /* ---- selection ---------------------------------------------------------------------- */
@@ -262,6 +316,9 @@ static int cpu_has(sl_crc32c_impl impl) {
     case SL_CRC32C_SSE42: return __builtin_cpu_supports("sse4.2") != 0;
     case SL_CRC32C_CLMUL:
         return __builtin_cpu_supports("sse4.2") && __builtin_cpu_supports("pclmul");
+    case SL_CRC32C_VPCLMUL:
+        return __builtin_cpu_supports("sse4.2") && __builtin_cpu_supports("pclmul") &&
+               __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("vpclmulqdq");
     default: return 0;
     }
 #else
@@ -296,11 +353,13 @@ static void init(void) {
     make_shift(shift_short, SHORT_BLK);
     make_fold(64, &fold64_lo, &fold64_hi);
     make_fold(16, &fold16_lo, &fold16_hi);
+    make_fold(256, &fold256_lo, &fold256_hi);
     make_shift(shift_hy1, HY_CRC);
     make_shift(shift_hy2, 2 * HY_CRC);
     make_shift(shift_hy3, 3 * HY_CRC);
 #endif
-    active_impl = cpu_has(SL_CRC32C_CLMUL) && clmul_pays() ? SL_CRC32C_CLMUL
+    active_impl = cpu_has(SL_CRC32C_VPCLMUL)                 ? SL_CRC32C_VPCLMUL
+                  : cpu_has(SL_CRC32C_CLMUL) && clmul_pays() ? SL_CRC32C_CLMUL
                   : cpu_has(SL_CRC32C_SSE42)               ? SL_CRC32C_SSE42
                                                            : SL_CRC32C_PORTABLE;
 }
@@ -309,6 +368,7 @@ static uint32_t run_impl(sl_crc32c_impl impl, uint32_t crc, const void *data, si
     uint32_t raw = ~crc;
     switch (impl) {
 #ifdef SL_CRC_X86
+    case SL_CRC32C_VPCLMUL: raw = crc_vpclmul(raw, data, n); break;
     case SL_CRC32C_CLMUL: raw = crc_clmul(raw, data, n); break;
     case SL_CRC32C_SSE42: raw = crc_sse42(raw, data, n); break;
 #endif
@@ -350,6 +410,7 @@ const char *sl_crc32c_impl_name(sl_crc32c_impl impl) {
     case SL_CRC32C_PORTABLE: return "portable";
     case SL_CRC32C_SSE42: return "sse4.2";
     case SL_CRC32C_CLMUL: return "clmul";
+    case SL_CRC32C_VPCLMUL: return "vpclmul";
     default: return "unknown";
     }
 }

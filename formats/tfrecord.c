@@ -3,7 +3,9 @@
  * Workload: shards of kilobytes to many gigabytes read front to back by one thread each,
  * records from a few bytes to megabytes. Plain regular files are mmapped once and records
  * are zero-copy views into the mapping (whose sl_buf unmaps when the last view goes), so
- * reading costs little more than the CRCs. Everything else (compressed files, pipes, files
+ * reading costs little more than the CRCs. The mapping's page tables are filled 8 MiB
+ * ahead of the reader at a time (MADV_POPULATE_READ: one call instead of a page fault per
+ * 16 pages; on a 1 GiB file in the page cache, 14-17 -> 18 GB/s). Everything else (compressed files, pipes, files
  * that cannot be mapped) goes through a window: bytes are inflated (or read) into an
  * sl_buf, records are views into it, and when the window must move on, a buffer still
  * referenced by a caller is left alone and a fresh one is started.
@@ -47,6 +49,10 @@
 #define FTR 4              /* uint32 masked crc of data */
 #define IN_CHUNK (1 << 18) /* compressed bytes read per read() */
 #define WIN_MIN (1 << 20)  /* smallest decoded window */
+#define POPULATE_AHEAD ((size_t)8 << 20) /* mapped bytes whose page tables are filled ahead */
+#ifndef MADV_POPULATE_READ
+#define MADV_POPULATE_READ 22 /* Linux 5.14; older kernels answer EINVAL */
+#endif
 
 static const char HINT_CORRUPT[] =
     "the file may be damaged or not a TFRecord file; read with skip_corrupt "
@@ -165,6 +171,8 @@ struct sl_tfr_reader {
     bool mapped;              /* plain and mapped: base is the whole file */
     int map_fd;               /* kept open to tell a shrink (fstat) from damage; -1 if none */
     uint64_t map_size;        /* the size we mapped */
+    bool populate;            /* fill the mapping's page tables ahead (populate_ahead) */
+    size_t populated;         /* base[0..populated) has been asked for */
 
     /* Streamed input: from fd, or from memory (mem/mem_size). */
     int fd;
@@ -198,6 +206,20 @@ struct sl_tfr_reader {
 };
 
 static void free_fn(void *ctx, void *data) { free(data); }
+
+/* A mapped file's record ends at base[need): fill the page tables up to POPULATE_AHEAD
+ * beyond it in one call, so the CRC runs over mapped pages instead of faulting them in a
+ * few at a time. Only a hint: an error (an old kernel, a file that shrank) stops asking,
+ * and the reads themselves report any damage. */
+static void populate_ahead(sl_tfr_reader *r, size_t need) {
+    if (!r->populate || need <= r->populated) return;
+    size_t from = r->populated > r->pos ? r->populated : r->pos;
+    from &= ~(size_t)4095; /* the mapping starts on a page */
+    size_t to = need > r->end - POPULATE_AHEAD || r->end < POPULATE_AHEAD ? r->end : need + POPULATE_AHEAD;
+    if (to > from && madvise((void *)(r->base + from), to - from, MADV_POPULATE_READ) != 0)
+        r->populate = false;
+    r->populated = to;
+}
 
 /* Record a framing error at stream offset `off`; hint attached. */
 static sl_status frame_err(sl_tfr_reader *r, uint64_t off, const char *hint, const char *fmt,
@@ -705,6 +727,7 @@ sl_status sl_tfr_reader_next(sl_tfr_reader *r, sl_record *rec) {
             avail = r->end - r->pos;
             h = r->base + r->pos;
             fits = avail >= HDR + len + FTR;
+            if (fits) populate_ahead(r, r->pos + HDR + (size_t)len + FTR);
         }
         if (!fits) {
             if ((s = framing_cause(r, off))) return fail(r, s);
@@ -916,6 +939,7 @@ sl_status sl_tfr_reader_open(const char *path, const sl_tfr_read_opts *opts,
             if (r->comp == SL_COMP_NONE) {
                 start_whole(r, b, map, size);
                 r->mapped = true;
+                r->populate = size > POPULATE_AHEAD; /* a small file: its faults cost little */
                 if (sl_buf_damaged(b)) { /* shrank before detect looked */
                     s = shrink_err(r, 0);
                     goto fail;

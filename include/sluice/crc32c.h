@@ -1,8 +1,8 @@
 /* CRC32C (Castagnoli), as TFRecord framing uses it.
  *
- * Three implementations give identical answers: a portable slicing-by-8 table version, the
- * SSE4.2 crc32 instruction (three interleaved streams), and carry-less multiply (PCLMULQDQ)
- * folding for long buffers. sl_crc32c picks the fastest the CPU has, once, at first use. */
+ * Four implementations give identical answers: a portable slicing-by-8 table version, the
+ * SSE4.2 crc32 instruction (three interleaved streams), and carry-less multiply folding
+ * for long buffers on 128-bit (PCLMULQDQ) or AVX-512 (VPCLMULQDQ) registers. sl_crc32c picks the fastest the CPU has, once, at first use. */
 #ifndef SLUICE_CRC32C_H
 #define SLUICE_CRC32C_H
 
@@ -17,6 +17,7 @@ typedef enum sl_crc32c_impl {
     SL_CRC32C_PORTABLE = 0,
     SL_CRC32C_SSE42 = 1,  /* crc32 instruction */
     SL_CRC32C_CLMUL = 2,  /* crc32 instruction + pclmulqdq folding */
+    SL_CRC32C_VPCLMUL = 3, /* AVX-512 vpclmulqdq folding + crc32 instruction */
     SL_CRC32C_IMPL_COUNT
 } sl_crc32c_impl;
 
@@ -30,7 +31,8 @@ uint32_t sl_crc32c_with(sl_crc32c_impl impl, uint32_t crc, const void *data, siz
 /* Whether this CPU can run `impl`. */
 int sl_crc32c_available(sl_crc32c_impl impl);
 
-/* Which implementation sl_crc32c uses, and its name ("portable", "sse4.2", "clmul"). */
+/* Which implementation sl_crc32c uses, and its name ("portable", "sse4.2", "clmul",
+ * "vpclmul"). */
 sl_crc32c_impl sl_crc32c_active(void);
 const char *sl_crc32c_impl_name(sl_crc32c_impl impl);
 

@@ -24,13 +24,18 @@ TEST(test_names_and_active) {
     ASSERT_STREQ(sl_crc32c_impl_name(SL_CRC32C_PORTABLE), "portable");
     ASSERT_STREQ(sl_crc32c_impl_name(SL_CRC32C_SSE42), "sse4.2");
     ASSERT_STREQ(sl_crc32c_impl_name(SL_CRC32C_CLMUL), "clmul");
+    ASSERT_STREQ(sl_crc32c_impl_name(SL_CRC32C_VPCLMUL), "vpclmul");
     ASSERT_EQ(sl_crc32c_available(SL_CRC32C_PORTABLE), 1);
     ASSERT_EQ(sl_crc32c_available(SL_CRC32C_IMPL_COUNT), 0);
     sl_crc32c_impl a = sl_crc32c_active();
     ASSERT_EQ(sl_crc32c_available(a), 1);
-    /* A CPU with the crc32 instruction uses it (alone, or with pclmulqdq on Intel). */
-    if (sl_crc32c_available(SL_CRC32C_SSE42)) ASSERT(a == SL_CRC32C_SSE42 || a == SL_CRC32C_CLMUL);
-    if (__builtin_cpu_is("intel") && sl_crc32c_available(SL_CRC32C_CLMUL))
+    /* A CPU with the crc32 instruction uses it (alone, or with pclmulqdq on Intel); one with
+     * AVX-512's vpclmulqdq folds with that, whatever the vendor. */
+    if (sl_crc32c_available(SL_CRC32C_SSE42))
+        ASSERT(a == SL_CRC32C_SSE42 || a == SL_CRC32C_CLMUL || a == SL_CRC32C_VPCLMUL);
+    if (sl_crc32c_available(SL_CRC32C_VPCLMUL))
+        ASSERT_EQ(a, SL_CRC32C_VPCLMUL);
+    else if (__builtin_cpu_is("intel") && sl_crc32c_available(SL_CRC32C_CLMUL))
         ASSERT_EQ(a, SL_CRC32C_CLMUL);
     printf("  active: %s (%d implementations available)\n", sl_crc32c_impl_name(a), n_avail());
     int ok = 1;
@@ -74,8 +79,9 @@ TEST(test_rfc3720_vectors) {
     ASSERT_U64(sl_crc32c(0, "123456789", 9), 0xe3069283);
 }
 
-/* Long buffers cross every block-size boundary of the fast paths (256 x 3, 8192 x 3, and
- * the 11776-byte hybrid block). */
+/* Long buffers cross every block-size boundary of the fast paths (256 x 3, 8192 x 3, the
+ * 11776-byte hybrid block, and the 1024-byte minimum and 256-byte steps of the AVX-512
+ * folding). */
 TEST(test_implementations_agree) {
     enum { MAX = 5000 + 64 };
     static uint8_t buf[MAX + 3 * 8192 * 2 + 100];
@@ -96,7 +102,8 @@ TEST(test_implementations_agree) {
         ASSERT_U64(sl_crc32c(seed, buf + mis, len), ref);
     }
     /* Long lengths around the three-stream and folding boundaries. */
-    static const size_t longs[] = {11775, 11776, 11777, 2 * 11776 + 5, 511, 512, 513, 767, 768, 769, 3 * 8192 - 1, 3 * 8192,
+    static const size_t longs[] = {1023, 1024, 1025, 1279, 1280, 1281, 1536 + 255, 4096 + 16, 11775, 11776, 11777,
+                                   2 * 11776 + 5, 511, 512, 513, 767, 768, 769, 3 * 8192 - 1, 3 * 8192,
                                    3 * 8192 + 1, 3 * 8192 + 3 * 256 + 7, 6 * 8192 + 99,
                                    sizeof buf - 64};
     for (size_t k = 0; k < sizeof longs / sizeof longs[0]; k++)

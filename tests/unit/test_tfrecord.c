@@ -58,7 +58,9 @@ static sl_status write_file(const char *path, sl_compression c, const size_t *le
     sl_tfr_writer *w;
     sl_status s = sl_tfr_writer_open(path, &wo, &w);
     if (s) return s;
-    uint8_t *buf = malloc(1 << 20);
+    size_t most = 1;
+    for (size_t i = 0; i < n; i++) most = lens[i] > most ? lens[i] : most;
+    uint8_t *buf = malloc(most);
     for (size_t i = 0; i < n && !s; i++) {
         fill(buf, lens[i], (uint32_t)i);
         s = sl_tfr_writer_write(w, buf, lens[i]);
@@ -71,7 +73,9 @@ static sl_status write_file(const char *path, sl_compression c, const size_t *le
 /* Read everything back and compare with what write_file wrote. Returns 0 or the index of
  * the first problem + 1 (after printing it). */
 static int check_file(sl_tfr_reader *r, const size_t *lens, size_t n) {
-    uint8_t *want = malloc(1 << 20);
+    size_t most = 1;
+    for (size_t i = 0; i < n; i++) most = lens[i] > most ? lens[i] : most;
+    uint8_t *want = malloc(most);
     sl_record rec;
     uint64_t off = 0;
     for (size_t i = 0; i < n; i++) {
@@ -158,6 +162,13 @@ TEST(test_round_trips) {
         if (bad) FAILF("%s, 1 MiB records: %d", sl_compression_name(comps[k]), bad);
     }
     free(small);
+    /* A plain file over 8 MiB, whose mapping the reader populates ahead (8 MiB at a time):
+     * 18 MiB of records crossing those windows, one of them longer than a window. */
+    size_t big[61];
+    for (size_t i = 0; i < 61; i++) big[i] = i == 40 ? (9 << 20) + 4093 : 150001 + i;
+    int bad;
+    round_trip(SL_COMP_NONE, big, 61, &bad);
+    if (bad) FAILF("18 MiB plain file: %d", bad);
     /* The empty plain file is 0 bytes; the empty gzip file is a valid empty member. */
     struct stat sb;
     ASSERT_OK(write_file(tmp("empty.tfrecord"), SL_COMP_NONE, NULL, 0));
@@ -769,15 +780,17 @@ static int in_child(int (*fn)(void), unsigned alarm_s) {
                                sl_errmsg()); return 1; } } while (0)
 
 #define SHRINK_N 64
+#define SHRINK_N_BIG 192 /* 12 MiB: a file whose mapping the reader populates ahead */
 #define SHRINK_LEN 65536
 #define SHRINK_REC (16 + SHRINK_LEN)
 
-/* Open a 4 MiB file (mapped), read 3 records, truncate the file to `to` bytes, read on. */
-static int shrink_case(uint64_t to, bool verify, bool skip) {
-    static size_t lens[SHRINK_N];
-    for (int i = 0; i < SHRINK_N; i++) lens[i] = SHRINK_LEN;
+/* Open a file of nrec 64 KiB records (mapped), read 3 records, truncate the file to `to`
+ * bytes, read on. */
+static int shrink_case_n(int nrec, uint64_t to, bool verify, bool skip) {
+    static size_t lens[SHRINK_N_BIG];
+    for (int i = 0; i < nrec; i++) lens[i] = SHRINK_LEN;
     const char *path = tmp("shrink.tfrecord");
-    if (write_file(path, SL_COMP_NONE, lens, SHRINK_N)) return 2;
+    if (write_file(path, SL_COMP_NONE, lens, (size_t)nrec)) return 2;
     sl_tfr_read_opts o = ropts(SL_COMP_NONE, skip);
     o.verify_data_crc = verify;
     sl_tfr_reader *r;
@@ -798,7 +811,7 @@ static int shrink_case(uint64_t to, bool verify, bool skip) {
     }
     char want[600];
     snprintf(want, sizeof want, "%s: shrank from %d to %llu bytes while being read (at record byte %llu)",
-             path, SHRINK_N * SHRINK_REC, (unsigned long long)to,
+             path, nrec * SHRINK_REC, (unsigned long long)to,
              (unsigned long long)want_n * SHRINK_REC);
     if (!strstr(sl_errmsg(), want)) {
         printf("  child: message \"%s\"\n  wanted \"%s\"\n", sl_errmsg(), want);
@@ -814,7 +827,10 @@ static int shrink_case(uint64_t to, bool verify, bool skip) {
     return 0;
 }
 
+static int shrink_case(uint64_t to, bool verify, bool skip) { return shrink_case_n(SHRINK_N, to, verify, skip); }
+
 static int shrink_mid(void) { return shrink_case(1 << 20, true, false); }     /* page boundary */
+static int shrink_big(void) { return shrink_case_n(SHRINK_N_BIG, 1 << 20, true, false); } /* populated ahead */
 static int shrink_odd(void) { return shrink_case(1000003, true, false); }     /* mid page */
 static int shrink_zero(void) { return shrink_case(0, true, false); }          /* everything gone */
 static int shrink_nocrc(void) { return shrink_case(1 << 20, false, false); }  /* no data CRC */
@@ -846,6 +862,7 @@ static int shrink_gzip(void) {
  * SIGBUS; now the reader fails with SL_EIO naming the file, and the process lives. */
 TEST(test_shrink_while_mapped) {
     ASSERT_EQ(in_child(shrink_mid, 60), 0);
+    ASSERT_EQ(in_child(shrink_big, 60), 0);
     ASSERT_EQ(in_child(shrink_odd, 60), 0);
     ASSERT_EQ(in_child(shrink_zero, 60), 0);
     ASSERT_EQ(in_child(shrink_nocrc, 60), 0);
