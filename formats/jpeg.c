@@ -59,6 +59,8 @@ struct sl_jpeg_decoder {
     int cinfo_ok;                          /* cinfo was created */
     uint8_t *scratch;                      /* CMYK pixels or one cropped row, reused */
     size_t scratch_cap;
+    uint8_t *cmyk_view;                    /* sl_jpeg_decode_crop_view's pixels of a CMYK file */
+    size_t cmyk_view_cap;
     int tj_nums[32];                       /* TurboJPEG's scaling factors as n/8, -1 if not */
     int tj_nfactors;
     int64_t max_pixels;                    /* decodes refuse larger images (header size) */
@@ -241,6 +243,7 @@ void sl_jpeg_decoder_free(sl_jpeg_decoder *d) {
     if (d->cinfo_ok)
         jpeg_destroy_decompress(&d->cinfo);
     free(d->scratch);
+    free(d->cmyk_view);
     free(d);
 }
 
@@ -377,9 +380,13 @@ int sl_jpeg_pick_scale(int w, int h, int target_w, int target_h) {
  * samples as in a full decode. (A whole iMCU on each side would cost 10-15% more IDCT,
  * upsampling and color conversion on a typical crop.) Rows need no such margin:
  * jpeg_skip_scanlines keeps the upsampler's context rows (test_jpeg checks 4:2:0 crops at
- * every scale and odd row offsets against the full decode). */
+ * every scale and odd row offsets against the full decode).
+ * With view set (and not CMYK, which needs a conversion), the rows are decoded straight
+ * into d->scratch, h rows of the widened crop, and *view / *view_stride say where the
+ * rectangle is in them: nothing is copied. */
 static sl_status crop_libjpeg(sl_jpeg_decoder *d, const uint8_t *data, size_t len, int channels,
-                              int num, int x, int y, int w, int h, uint8_t *out) {
+                              int num, int x, int y, int w, int h, uint8_t *out, const uint8_t **view,
+                              size_t *view_stride) {
     struct jpeg_decompress_struct *ci = &d->cinfo;
     d->jerr.strict = !d->lenient;
     d->jerr.warned = 0;
@@ -429,7 +436,12 @@ static sl_status crop_libjpeg(sl_jpeg_decoder *d, const uint8_t *data, size_t le
      * 4 here): one row per call costs an extra copy through libjpeg's internal buffer. */
     size_t row_bytes = (size_t)ci->output_width * (size_t)comps; /* output_width == cw now */
     int batch = ci->rec_outbuf_height < 1 ? 1 : ci->rec_outbuf_height > 4 ? 4 : ci->rec_outbuf_height;
-    sl_status s = grow_scratch(d, row_bytes * (size_t)batch);
+    bool in_place = view && !cmyk;
+    if (!in_place && !out) { /* a CMYK file the header read did not call CMYK */
+        jpeg_abort_decompress(ci);
+        return sl_err(SL_EINTERNAL, "jpeg: a %s crop without an output buffer", cmyk ? "CMYK" : "copied");
+    }
+    sl_status s = grow_scratch(d, row_bytes * (size_t)(in_place ? h : batch));
     if (s) {
         jpeg_abort_decompress(ci);
         return s;
@@ -446,11 +458,15 @@ static sl_status crop_libjpeg(sl_jpeg_decoder *d, const uint8_t *data, size_t le
         JSAMPROW rows[4];
         int want = h - r < batch ? h - r : batch;
         for (int i = 0; i < want; i++)
-            rows[i] = d->scratch + (size_t)i * row_bytes;
+            rows[i] = d->scratch + (size_t)(in_place ? r + i : i) * row_bytes;
         int got = (int)jpeg_read_scanlines(ci, rows, (JDIMENSION)want);
         if (got <= 0) {
             jpeg_abort_decompress(ci);
             return sl_err(SL_ECORRUPT, "jpeg: decoder stopped at row %d of %d", y + r, oh);
+        }
+        if (in_place) {
+            r += got;
+            continue;
         }
         for (int i = 0; i < got; i++, r++) {
             uint8_t *dst = out + (size_t)r * (size_t)w * (size_t)channels;
@@ -462,6 +478,10 @@ static sl_status crop_libjpeg(sl_jpeg_decoder *d, const uint8_t *data, size_t le
     }
     /* Rows below the crop are not decoded, so damage there goes unnoticed: by design. */
     jpeg_abort_decompress(ci);
+    if (in_place) {
+        *view = d->scratch + col;
+        *view_stride = row_bytes;
+    }
     return SL_OK;
 }
 
@@ -499,7 +519,7 @@ sl_status sl_jpeg_decode(sl_jpeg_decoder *d, const uint8_t *data, size_t len, in
                       need, sw, sh, channels, out ? cap : 0);
 
     if (info.subsamp < 0 || tj_picks(d, info.width, info.height, scale_num) != scale_num) {
-        s = crop_libjpeg(d, data, len, channels, scale_num, 0, 0, sw, sh, out);
+        s = crop_libjpeg(d, data, len, channels, scale_num, 0, 0, sw, sh, out, NULL, NULL);
     } else {
         int flags = TJFLAG_LIMITSCANS | (d->lenient ? 0 : TJFLAG_STOPONWARNING);
         if (is_cmyk_cs(info.colorspace)) {
@@ -524,22 +544,62 @@ sl_status sl_jpeg_decode(sl_jpeg_decoder *d, const uint8_t *data, size_t len, in
     return SL_OK;
 }
 
-sl_status sl_jpeg_decode_crop(sl_jpeg_decoder *d, const uint8_t *data, size_t len, int channels,
-                              int scale_num, int x, int y, int w, int h, uint8_t *out,
-                              size_t cap) {
-    sl_jpeg_info info;
+/* What both crop decodes check: the arguments, the header, the rectangle. */
+static sl_status crop_start(sl_jpeg_decoder *d, const uint8_t *data, size_t len, int channels,
+                            int scale_num, int x, int y, int w, int h, sl_jpeg_info *info) {
     int sw, sh;
-    sl_status s = decode_start(d, data, len, channels, scale_num, &info, &sw, &sh);
+    sl_status s = decode_start(d, data, len, channels, scale_num, info, &sw, &sh);
     if (s)
         return s;
     if (w <= 0 || h <= 0 || x < 0 || y < 0 || x > sw - w || y > sh - h)
         return sl_err(SL_EINVAL, "jpeg: crop %dx%d at (%d, %d) is empty or outside the %dx%d image "
                       "(scale %d/8)", w, h, x, y, sw, sh, scale_num);
+    return SL_OK;
+}
+
+sl_status sl_jpeg_decode_crop(sl_jpeg_decoder *d, const uint8_t *data, size_t len, int channels,
+                              int scale_num, int x, int y, int w, int h, uint8_t *out,
+                              size_t cap) {
+    sl_jpeg_info info;
+    sl_status s = crop_start(d, data, len, channels, scale_num, x, y, w, h, &info);
+    if (s)
+        return s;
     size_t need = (size_t)w * (size_t)h * (size_t)channels;
     if (!out || cap < need)
         return sl_err(SL_ERANGE, "jpeg: crop output needs %zu bytes (%dx%dx%d), buffer has %zu",
                       need, w, h, channels, out ? cap : 0);
-    return crop_libjpeg(d, data, len, channels, scale_num, x, y, w, h, out);
+    return crop_libjpeg(d, data, len, channels, scale_num, x, y, w, h, out, NULL, NULL);
+}
+
+sl_status sl_jpeg_decode_crop_view(sl_jpeg_decoder *d, const uint8_t *data, size_t len,
+                                   int channels, int scale_num, int x, int y, int w, int h,
+                                   const uint8_t **px, size_t *stride) {
+    *px = NULL;
+    *stride = 0;
+    sl_jpeg_info info;
+    sl_status s = crop_start(d, data, len, channels, scale_num, x, y, w, h, &info);
+    if (s)
+        return s;
+    const uint8_t *view = NULL;
+    size_t view_stride = 0;
+    uint8_t *out = NULL;
+    if (is_cmyk_cs(info.colorspace)) {
+        /* converted into a buffer of its own (crop_libjpeg decodes into scratch) */
+        size_t need = (size_t)w * (size_t)h * (size_t)channels;
+        if (need > d->cmyk_view_cap) {
+            uint8_t *p = realloc(d->cmyk_view, need);
+            if (!p)
+                return sl_err(SL_ENOMEM, "jpeg: cannot allocate %zu bytes for a crop", need);
+            d->cmyk_view = p;
+            d->cmyk_view_cap = need;
+        }
+        out = d->cmyk_view;
+    }
+    if ((s = crop_libjpeg(d, data, len, channels, scale_num, x, y, w, h, out, &view, &view_stride)))
+        return s;
+    *px = out ? out : view;
+    *stride = out ? (size_t)w * (size_t)channels : view_stride;
+    return SL_OK;
 }
 
 /* ---- encode ---------------------------------------------------------------------- */

@@ -95,6 +95,17 @@ sl_status sl_jpeg_decode(sl_jpeg_decoder *d, const uint8_t *data, size_t len, in
  * w*h*channels bytes. SL_EINVAL if the rectangle is empty or outside the image. */
 sl_status sl_jpeg_decode_crop(sl_jpeg_decoder *d, const uint8_t *data, size_t len, int channels,
                               int scale_num, int x, int y, int w, int h, uint8_t *out, size_t cap);
+
+/* The rectangle of sl_jpeg_decode_crop, left where the decoder put it instead of copied
+ * out: *px points at its top-left pixel and its rows are *stride bytes apart (the rows
+ * decoded are a little wider than the rectangle). The pixels are the same as
+ * sl_jpeg_decode_crop's and stay valid until the next call on d or sl_jpeg_decoder_free.
+ * For a caller that reads them once (a resize), this saves a copy of the rectangle. Same
+ * errors as sl_jpeg_decode_crop (no SL_ERANGE for a buffer); on failure *px is NULL and
+ * *stride 0. */
+sl_status sl_jpeg_decode_crop_view(sl_jpeg_decoder *d, const uint8_t *data, size_t len,
+                                   int channels, int scale_num, int x, int y, int w, int h,
+                                   const uint8_t **px, size_t *stride);
 /* (Also: SL_ERANGE if cap < w*h*channels or the whole image is over max_pixels, SL_ECORRUPT
  * as for sl_jpeg_decode. Damage in the rows below the rectangle is not seen, since they are
  * never decoded: the decode stops after the rectangle's last row, as

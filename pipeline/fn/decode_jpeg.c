@@ -31,8 +31,9 @@
  * (sl__fn_batch_slot), which spares the batch copy.
  *
  * Workload: the most expensive function of an ImageNet-style pipeline (a 500x375 photo
- * cropped to ~40% of its area and resized to 224x224). Each map thread keeps a decoder,
- * a scratch buffer for the scaled crop and one for the resized image in its state.
+ * cropped to ~40% of its area and resized to 224x224). Each map thread keeps a decoder
+ * (which also holds the decoded crop: the resize reads it in place, sl_jpeg_decode_crop_view)
+ * and a buffer for the resized image in its state.
  *
  * Size limit: an image whose header declares more than max_pixels (width x height at full
  * size) is refused with SL_ERANGE right after the header is read, before any allocation,
@@ -55,8 +56,6 @@ typedef struct {
 
 typedef struct {
     sl_jpeg_decoder *dec;
-    uint8_t *scratch; /* the decoded crop before the resize */
-    size_t cap;
     uint8_t *px;      /* the resized image before an absorbed flip / normalize */
     size_t px_cap;
 } jpeg_state;
@@ -85,7 +84,6 @@ static void jpeg_state_free(const sl_fn *fn, void *p) {
     jpeg_state *st = p;
     if (!st) return;
     sl_jpeg_decoder_free(st->dec);
-    free(st->scratch);
     free(st->px);
     free(st);
 }
@@ -94,7 +92,7 @@ static void jpeg_state_free(const sl_fn *fn, void *p) {
 static sl_status grow(uint8_t **buf, size_t *cap, size_t n) {
     if (n <= *cap) return SL_OK;
     uint8_t *p = realloc(*buf, n);
-    if (!p) return sl_err(SL_ENOMEM, "decode_jpeg: cannot allocate %zu bytes of scratch", n);
+    if (!p) return sl_err(SL_ENOMEM, "decode_jpeg: cannot allocate %zu bytes for the resized image", n);
     *buf = p;
     *cap = n;
     return SL_OK;
@@ -165,14 +163,14 @@ static sl_status fused(const jpeg_fn *f, jpeg_state *st, const sl_bytes *b, cons
     if (num == 8 && oh == r.h && ow == r.w) {
         s = sl_jpeg_decode_crop(st->dec, b->ptr, b->len, ch, 8, (int)r.x, (int)r.y, (int)r.w,
                                 (int)r.h, px, px_bytes);
-    } else {
-        size_t need = (size_t)((x1 - x0) * (y1 - y0) * ch);
-        if (!(s = grow(&st->scratch, &st->cap, need)))
-            s = sl_jpeg_decode_crop(st->dec, b->ptr, b->len, ch, num, (int)x0, (int)y0,
-                                    (int)(x1 - x0), (int)(y1 - y0), st->scratch, st->cap);
+    } else { /* the resize reads the decoded rows where the decoder left them */
+        const uint8_t *crop;
+        size_t stride;
+        s = sl_jpeg_decode_crop_view(st->dec, b->ptr, b->len, ch, num, (int)x0, (int)y0, (int)(x1 - x0),
+                                     (int)(y1 - y0), &crop, &stride);
         if (!s) {
             double k = num / 8.0;
-            s = sl__geom_resize_u8(g, st->scratch, y1 - y0, x1 - x0, ch, (x1 - x0) * ch,
+            s = sl__geom_resize_u8(g, crop, y1 - y0, x1 - x0, ch, (int64_t)stride,
                               (double)r.y * k - (double)y0, (double)r.x * k - (double)x0,
                               (double)r.h * k, (double)r.w * k, px, oh, ow);
         }
@@ -251,7 +249,6 @@ done:
     if (s == SL_ECORRUPT) sl_err_prefix("'%s': ", f->comp);
     if (st == &local) {
         sl_jpeg_decoder_free(local.dec);
-        free(local.scratch);
         free(local.px);
     }
     return s;

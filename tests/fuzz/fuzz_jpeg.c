@@ -5,6 +5,7 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "sluice/jpeg.h"
 
@@ -48,8 +49,21 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     sl_jpeg_scaled_size(info.width, info.height, num, &sw, &sh);
     int x = sw / 3, y = (sh * (knob >> 5)) / 8;
     int cw = sw - x > 1 ? (sw - x) / 2 + 1 : 1, ch = sh - y > 1 ? (sh - y) / 2 + 1 : 1;
-    if (x + cw <= sw && y + ch <= sh)
-        check(sl_jpeg_decode_crop(dec, data, size, channels, num, x, y, cw, ch, out, cap), "crop");
+    if (x + cw <= sw && y + ch <= sh) {
+        sl_status sc = sl_jpeg_decode_crop(dec, data, size, channels, num, x, y, cw, ch, out, cap);
+        check(sc, "crop");
+        /* the same rectangle as a view: same outcome and, when it succeeds, the same pixels */
+        const uint8_t *view;
+        size_t stride;
+        sl_status sv = sl_jpeg_decode_crop_view(dec, data, size, channels, num, x, y, cw, ch, &view, &stride);
+        check(sv, "crop view");
+        if ((sc == SL_OK) != (sv == SL_OK))
+            abort();
+        if (sv == SL_OK) /* out still holds the crop's pixels; view is the decoder's */
+            for (int r = 0; r < ch; r++)
+                if (memcmp(view + (size_t)r * stride, out + (size_t)r * cw * channels, (size_t)cw * channels))
+                    abort();
+    }
     free(out);
     return 0;
 }

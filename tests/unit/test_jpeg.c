@@ -408,8 +408,14 @@ TEST(test_crop_random_rects) {
         uint8_t *full = malloc((size_t)sw * sh * ch), *crop = malloc((size_t)w * h * ch);
         ASSERT_OK(sl_jpeg_decode(d, im->data, im->len, ch, num, full, (size_t)sw * sh * ch, NULL, NULL));
         ASSERT_OK(sl_jpeg_decode_crop(d, im->data, im->len, ch, num, x, y, w, h, crop, (size_t)w * h * ch));
+        /* the view: the same pixels, in rows at least as wide as the crop */
+        const uint8_t *view;
+        size_t stride;
+        ASSERT_OK(sl_jpeg_decode_crop_view(d, im->data, im->len, ch, num, x, y, w, h, &view, &stride));
+        ASSERT(view != NULL && stride >= (size_t)w * ch);
         for (int yy = 0; yy < h; yy++)
-            if (memcmp(crop + (size_t)yy * w * ch, full + ((size_t)(y + yy) * sw + x) * ch, (size_t)w * ch)) {
+            if (memcmp(crop + (size_t)yy * w * ch, full + ((size_t)(y + yy) * sw + x) * ch, (size_t)w * ch) ||
+                memcmp(view + (size_t)yy * stride, crop + (size_t)yy * w * ch, (size_t)w * ch)) {
                 FAILF("%s ch %d num %d crop %dx%d at (%d,%d) row %d differs", im->what, ch, num, w, h, x, y, yy);
                 it = 1 << 20;
                 break;
@@ -727,6 +733,16 @@ TEST(test_cmyk) {
     ASSERT_OK(sl_jpeg_decode_crop(d, jpg, jlen, 3, 8, 3, 5, 20, 11, crop, (size_t)w * h * 3));
     for (int y = 0; y < 11; y++)
         ASSERT_MEMEQ(crop + y * 20 * 3, rgb + ((y + 5) * w + 3) * 3, 20 * 3);
+    const uint8_t *view;
+    size_t stride;
+    ASSERT_OK(sl_jpeg_decode_crop_view(d, jpg, jlen, 3, 8, 3, 5, 20, 11, &view, &stride));
+    ASSERT_EQ(stride, 20 * 3); /* converted from CMYK into a compact buffer */
+    for (int y = 0; y < 11; y++)
+        ASSERT_MEMEQ(view + y * stride, rgb + ((y + 5) * w + 3) * 3, 20 * 3);
+    /* a rectangle outside the image: an error, no pixels */
+    ASSERT_EQ(sl_jpeg_decode_crop_view(d, jpg, jlen, 3, 8, 30, 5, 20, 11, &view, &stride), SL_EINVAL);
+    ASSERT(view == NULL && stride == 0);
+    ASSERT_CONTAINS(sl_errmsg(), "jpeg: crop 20x11 at (30, 5) is empty or outside the 37x29 image (scale 8/8)");
     tjFree(jpg);
     free(cmyk);
     free(ref4);
