@@ -15,8 +15,10 @@ case $par in
     '' | *[!0-9]* | 0*) echo "fuzz: FUZZ_JOBS='$par' is not a positive number of targets to run at once (try FUZZ_JOBS=1)"; exit 2 ;;
 esac
 dir=build-fuzz
+# no "Building C object" line per object (a cmake process each): the log is read on failure,
+# where the compiler's messages and make's line naming the failed object are what it needs
 if ! CC=clang cmake -S . -B "$dir" -DSLUICE_FUZZ=ON -DSLUICE_CUDA=OFF -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-        >"$dir.configure.log" 2>&1; then
+        -DCMAKE_RULE_MESSAGES=OFF >"$dir.configure.log" 2>&1; then
     cat "$dir.configure.log"; exit 1
 fi
 # only the fuzz targets (and the library they link): the fuzz build runs nothing else

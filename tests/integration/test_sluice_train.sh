@@ -89,7 +89,8 @@ zero_tensors() { # FILE: zero everything after the header
     local hl size
     hl=$(od -An -tu8 -N8 "$1" | tr -d ' ')
     size=$(stat -c %s "$1")
-    dd if=/dev/zero of="$1" bs=1 seek=$((8 + hl)) count=$((size - 8 - hl)) conv=notrunc status=none
+    # one write of the whole span at byte offset 8 + hl (bs=1 made it 200,000 writes, 0.5 s)
+    dd if=/dev/zero of="$1" bs=$((size - 8 - hl)) count=1 seek=$((8 + hl)) oflag=seek_bytes conv=notrunc status=none
 }
 if [ -f "$T/run/ckpt-000000060.safetensors" ]; then
     zero_tensors "$T/run/ckpt-000000060.safetensors"
