@@ -155,29 +155,17 @@ __attribute__((target("sse4.2"))) static uint32_t crc_sse42(uint32_t raw, const 
         p += 2 * SHORT_BLK;
         n -= 3 * SHORT_BLK;
     }
-    while (n >= 8) {
-        uint64_t a;
-        memcpy(&a, p, 8);
-        c0 = _mm_crc32_u64(c0, a);
-        p += 8;
-        n -= 8;
-    }
+    for (; n >= 8; p += 8, n -= 8) c0 = _mm_crc32_u64(c0, sl_load_le64(p));
     raw = (uint32_t)c0;
-    if (n >= 4) {
-        uint32_t a;
-        memcpy(&a, p, 4);
-        raw = _mm_crc32_u32(raw, a);
+    if (n & 4) {
+        raw = _mm_crc32_u32(raw, sl_load_le32(p));
         p += 4;
-        n -= 4;
     }
-    if (n >= 2) {
-        uint16_t a;
-        memcpy(&a, p, 2);
-        raw = _mm_crc32_u16(raw, a);
+    if (n & 2) {
+        raw = _mm_crc32_u16(raw, sl_load_le16(p));
         p += 2;
-        n -= 2;
     }
-    if (n) raw = _mm_crc32_u8(raw, *p);
+    if (n & 1) raw = _mm_crc32_u8(raw, *p);
     return raw;
 }
 

@@ -99,15 +99,20 @@ static void on_progress(j_common_ptr c) {
 
 /* ---- helpers --------------------------------------------------------------------- */
 
-static sl_status grow_scratch(sl_jpeg_decoder *d, size_t n) {
-    if (n <= d->scratch_cap)
+/* *buf (*cap bytes, kept by the decoder) to at least n bytes. */
+static sl_status grow_buf(uint8_t **buf, size_t *cap, size_t n) {
+    if (n <= *cap)
         return SL_OK;
-    uint8_t *p = realloc(d->scratch, n);
+    uint8_t *p = realloc(*buf, n);
     if (!p)
         return sl_err(SL_ENOMEM, "jpeg: cannot allocate %zu bytes of scratch", n);
-    d->scratch = p;
-    d->scratch_cap = n;
+    *buf = p;
+    *cap = n;
     return SL_OK;
+}
+
+static sl_status grow_scratch(sl_jpeg_decoder *d, size_t n) {
+    return grow_buf(&d->scratch, &d->scratch_cap, n);
 }
 
 /* Adobe CMYK as stored (inverted: 255 = no ink) to RGB or gray, n pixels. */
@@ -585,14 +590,8 @@ sl_status sl_jpeg_decode_crop_view(sl_jpeg_decoder *d, const uint8_t *data, size
     uint8_t *out = NULL;
     if (is_cmyk_cs(info.colorspace)) {
         /* converted into a buffer of its own (crop_libjpeg decodes into scratch) */
-        size_t need = (size_t)w * (size_t)h * (size_t)channels;
-        if (need > d->cmyk_view_cap) {
-            uint8_t *p = realloc(d->cmyk_view, need);
-            if (!p)
-                return sl_err(SL_ENOMEM, "jpeg: cannot allocate %zu bytes for a crop", need);
-            d->cmyk_view = p;
-            d->cmyk_view_cap = need;
-        }
+        if ((s = grow_buf(&d->cmyk_view, &d->cmyk_view_cap, (size_t)w * (size_t)h * (size_t)channels)))
+            return s;
         out = d->cmyk_view;
     }
     if ((s = crop_libjpeg(d, data, len, channels, scale_num, x, y, w, h, out, &view, &view_stride)))

@@ -5,10 +5,10 @@
  * are zero-copy views into the mapping (whose sl_buf unmaps when the last view goes), so
  * reading costs little more than the CRCs. The mapping's page tables are filled 8 MiB
  * ahead of the reader at a time (MADV_POPULATE_READ: one call instead of a page fault per
- * 16 pages; on a 1 GiB file in the page cache, 14-17 -> 18 GB/s). Everything else (compressed files, pipes, files
- * that cannot be mapped) goes through a window: bytes are inflated (or read) into an
- * sl_buf, records are views into it, and when the window must move on, a buffer still
- * referenced by a caller is left alone and a fresh one is started.
+ * 16 pages; on a 1 GiB file in the page cache, 14-17 -> 18 GB/s). Everything else
+ * (compressed files, pipes, files that cannot be mapped) goes through a window: bytes are
+ * inflated (or read) into an sl_buf, records are views into it, and when the window must
+ * move on, a buffer still referenced by a caller is left alone and a fresh one is started.
  *
  * Framing errors name the file, the record's offset in the uncompressed stream and what
  * was wrong, with a hint. Skip mode: after a bad length CRC (or a record that runs past the
@@ -215,7 +215,7 @@ static void populate_ahead(sl_tfr_reader *r, size_t need) {
     if (!r->populate || need <= r->populated) return;
     size_t from = r->populated > r->pos ? r->populated : r->pos;
     from &= ~(size_t)4095; /* the mapping starts on a page */
-    size_t to = need > r->end - POPULATE_AHEAD || r->end < POPULATE_AHEAD ? r->end : need + POPULATE_AHEAD;
+    size_t to = r->end - need > POPULATE_AHEAD ? need + POPULATE_AHEAD : r->end; /* need <= end */
     if (to > from && madvise((void *)(r->base + from), to - from, MADV_POPULATE_READ) != 0)
         r->populate = false;
     r->populated = to;
