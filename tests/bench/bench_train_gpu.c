@@ -141,7 +141,7 @@ int main(int argc, char **argv) {
     for (int k = 0; k < 2; k++) {
         double r[REPS], w[REPS];
         for (int i = 0; i < REPS; i++) {
-            if (bench_train_run(PROG, data, k, BATCH, "cuda", 0, WARM, steps[k], &r[i], &w[i])) return 1;
+            if (bench_train_run(PROG, data, k, BATCH, "cuda", 0, WARM, steps[k], false, &r[i], &w[i])) return 1;
             printf("  run %d %s: %.0f examples/s (input wait %.1f%% of the whole run's step time)\n", i + 1, kinds[k],
                    r[i], 100 * w[i]);
             fflush(stdout);

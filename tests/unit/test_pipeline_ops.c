@@ -837,6 +837,65 @@ TEST(test_cache_memory) {
     sl_dataset_unref(r);
 }
 
+/* value v -> {"value": v, "k<v % 40>": v + 0.5 (f32 scalar)}: two components (the store's
+ * packed entries) whose second name takes 40 values, more than its name table holds (32):
+ * the later names' elements are kept whole. v == 7 fails. */
+static sl_status two_named(void *ctx, sl_element *e, const sl_fn_call *call) {
+    (void)ctx; (void)call;
+    atomic_fetch_add(&calls, 1);
+    int64_t v = value_of(e);
+    if (v == 7) return sl_err(SL_EINVAL, "seven");
+    sl_tensor t;
+    sl_status s = sl_tensor_alloc(&t, SL_DT_F32, 0, NULL);
+    if (s) return s;
+    *(float *)t.data = (float)v + 0.5f;
+    char name[16];
+    snprintf(name, sizeof name, "k%lld", (long long)(v % 40));
+    return sl_element_set(e, name, &t);
+}
+
+TEST(test_cache_memory_packed) {
+    sl_dataset *r, *m, *c;
+    ASSERT_OK(sl_ds_range(0, 100, 1, &r));
+    sl_fn *fn;
+    ASSERT_OK(sl_fn_custom("two_named", two_named, NULL, NULL, &fn));
+    ASSERT_OK(sl_ds_map(r, fn, 2, true, &m));
+    ASSERT_OK(sl_ds_cache(m, NULL, &c));
+    atomic_store(&calls, 0);
+    for (int pass = 0; pass < 3; pass++) {
+        sl_iter *it;
+        ASSERT_OK(sl_iter_create(c, NULL, &it));
+        sl_element e;
+        sl_element_init(&e);
+        for (int64_t v = 0; v < 100; v++) {
+            sl_status st = sl_iter_next(it, &e);
+            if (v == 7) {
+                ASSERT_EQ(st, SL_EINVAL);
+                ASSERT_STREQ(sl_errmsg(), "op 'map': two_named: seven");
+                continue;
+            }
+            ASSERT_OK(st);
+            ASSERT_EQ(e.n, 2);
+            ASSERT_EQ(value_of(&e), v);
+            char name[16];
+            snprintf(name, sizeof name, "k%lld", (long long)(v % 40));
+            int k = sl_element_find(&e, name);
+            ASSERT(k >= 0);
+            ASSERT_EQ(e.t[k].dtype, SL_DT_F32);
+            ASSERT_EQ(e.t[k].rank, 0);
+            ASSERT(*(float *)e.t[k].data == (float)v + 0.5f);
+            sl_element_clear(&e);
+        }
+        ASSERT_EQ(sl_iter_next(it, &e), SL_END);
+        sl_iter_close(it);
+        ASSERT_EQ(atomic_load(&calls), 100); /* the first pass ran the map; the others replayed */
+    }
+    sl_dataset_unref(c);
+    sl_dataset_unref(m);
+    sl_fn_unref(fn);
+    sl_dataset_unref(r);
+}
+
 TEST(test_cache_file) {
     make_tmpdir();
     char path[300];
@@ -1276,6 +1335,7 @@ int main(void) {
     RUN(test_interleave_tfrecord);
     RUN(test_tfrecord_corrupt_middle);
     RUN(test_cache_memory);
+    RUN(test_cache_memory_packed);
     RUN(test_cache_file);
     RUN(test_ignore_errors);
     RUN(test_zip);
