@@ -2,6 +2,7 @@
  * reference written here, on random inputs with odd sizes, with 1 and 2 threads (the
  * threaded paths must give the same numbers as the serial ones). */
 #include <math.h>
+#include <pthread.h>
 
 #include "sluice/pool.h"
 #include "test.h"
@@ -197,6 +198,69 @@ TEST(test_vector_ops) {
     for (size_t i = 0; i < n; i++) ref += (double)x[i] * x[i];
     ASSERT_CLOSE(ss, ref, 1e-9 * ref);
     free(x), free(y), free(y0);
+    sl__backend_free(b);
+}
+
+/* The backend's worker team: many parallel ops in a row (each op's parts claimed by the
+ * calling thread and the workers), with more workers than cores, give exactly the serial
+ * results; two threads driving one backend at once (the second runs its ops alone) too. */
+typedef struct {
+    sl_backend *b;
+    float *x, *y;
+    size_t n;
+    int rounds;
+    sl_status st;
+} team_drive;
+
+static void *team_drive_fn(void *arg) {
+    team_drive *d = arg;
+    for (int r = 0; r < d->rounds && !d->st; r++) {
+        d->st = d->b->ops->axpy(d->b, d->n, 0.5f, d->x, d->y);
+        if (!d->st) d->st = d->b->ops->scale(d->b, d->n, 0.75f, d->y);
+    }
+    return NULL;
+}
+
+/* y after `rounds` of y = 0.75 * (y + 0.5 x), computed serially */
+static void team_expect(const float *x, float *y, size_t n, int rounds) {
+    for (int r = 0; r < rounds; r++)
+        for (size_t i = 0; i < n; i++) y[i] = 0.75f * (y[i] + 0.5f * x[i]);
+}
+
+TEST(test_team) {
+    const size_t n = 100003;
+    const int rounds = 300;
+    int counts[4] = {1, 2, 3, 7};
+    for (int k = 0; k < 4; k++) {
+        sl_backend *b = backend(counts[k]);
+        ASSERT(b);
+        float *x = rand_buf(n), *y = rand_buf(n), *want = copy_buf(y, n);
+        team_drive d = {b, x, y, n, rounds, SL_OK};
+        team_drive_fn(&d);
+        ASSERT_OK(d.st);
+        team_expect(x, want, n, rounds);
+        for (size_t i = 0; i < n; i++)
+            if (y[i] != want[i]) FAILF("threads %d: y[%zu] = %.9g, want %.9g", counts[k], i, y[i], want[i]);
+        free(x), free(y), free(want);
+        sl__backend_free(b);
+    }
+    sl_backend *b = backend(2);
+    ASSERT(b);
+    team_drive d[2];
+    float *want[2];
+    pthread_t th[2];
+    for (int i = 0; i < 2; i++) {
+        d[i] = (team_drive){b, rand_buf(n), rand_buf(n), n, rounds, SL_OK};
+        want[i] = copy_buf(d[i].y, n);
+        team_expect(d[i].x, want[i], n, rounds);
+    }
+    for (int i = 0; i < 2; i++) ASSERT(pthread_create(&th[i], NULL, team_drive_fn, &d[i]) == 0);
+    for (int i = 0; i < 2; i++) pthread_join(th[i], NULL);
+    for (int i = 0; i < 2; i++) {
+        ASSERT_OK(d[i].st);
+        ASSERT(memcmp(d[i].y, want[i], n * sizeof(float)) == 0);
+        free(d[i].x), free(d[i].y), free(want[i]);
+    }
     sl__backend_free(b);
 }
 
@@ -782,6 +846,7 @@ int main(void) {
     RUN(test_gemm_all_transposes_and_strides);
     RUN(test_gemm_mixed_precision);
     RUN(test_vector_ops);
+    RUN(test_team);
     RUN(test_bias_add_grad);
     RUN(test_activations);
     RUN(test_im2col_col2im);
