@@ -65,6 +65,8 @@ typedef struct sl_op_stats {
                               * time blocked on its own workers/producer */
     atomic_llong wait_ns;    /* time waiting on input: inside the input's next() (sequential
                               * ops, prefetch's producer) or fetching input (runner workers) */
+    atomic_llong lockq_ns;   /* runner workers: the part of wait_ns spent queued for the input
+                              * lock while another worker fetched */
     atomic_llong blocked_ns; /* producers blocked on a full output buffer */
     atomic_llong stall_ns;   /* the op's consumer waited for a result (async ops: prefetch,
                               * runner ops, parallel interleave) */

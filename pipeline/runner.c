@@ -155,6 +155,7 @@ static void *worker(void *arg) {
         /* fetch, in sequence order */
         uint64_t t0 = sl__now_fast();
         pthread_mutex_lock(&r->in_mu);
+        atomic_fetch_add_explicit(&st->lockq_ns, (long long)(sl__now_fast() - t0), memory_order_relaxed);
         bool last = false, got = false;
         int64_t seq = r->next_seq;
         sl_status s;
