@@ -18,9 +18,6 @@
 
 #include <math.h>
 #include <pthread.h>
-#include <stdatomic.h>
-#include <stdbool.h>
-#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -28,11 +25,12 @@
 #include "sluice/pool.h"
 #include "train/backend.h"
 #include "train/blas_priv.h"
+#include "train/cpu_team.h"
 
 typedef struct cpu_backend {
     sl_backend base;
     int threads;
-    struct team *team; /* threads - 1 workers; NULL when single-threaded */
+    sl__team *team; /* threads - 1 workers (train/cpu_team.h); NULL when single-threaded */
     sl_status xent_status; /* softmax_xent_start's outcome, for softmax_xent_result */
     double xent_loss;
     int64_t xent_correct, xent_top5;
@@ -44,138 +42,11 @@ typedef struct cpu_backend {
 
 /* ---- parallel loops ---------------------------------------------------------------- */
 
-typedef void (*range_fn)(void *ctx, size_t lo, size_t hi);
-
-/* The backend's own team of threads - 1 workers for par_for. A step of a small model is
- * a few dozen parallel ops of tens to hundreds of microseconds each, so what one costs
- * beyond its work matters: on a virtual machine a futex wake or wait is several
- * microseconds, and a worker that has just been woken may not run for longer than its
- * part takes. So
- *   - the parts of an op are claimed, not assigned: the calling thread takes parts too and,
- *     when the workers are slow to start, does all of them itself instead of waiting;
- *   - a worker that finishes looks for the next op for SPIN_NS before it sleeps, and the
- *     calling thread waits for a part still running for SPIN_NS before it sleeps; sleeping
- *     and waking go through one mutex and two condition variables, and a wake-up is only
- *     sent to a thread that said it sleeps.
- * One op at a time: `state` packs the op's number (high 32 bits) and the next unclaimed part
- * (low 32); a claim is a compare-and-swap on it, so a worker that read an op's description
- * and then lost the race to the op's end can never claim a part of the next op with it.
- * The description fields are atomics (relaxed) for the same reason: a late reader may read
- * them while the next op is written, and its claim then fails. The caller writes an op's
- * fields before publishing its number (release); a worker's successful claim continues that
- * release sequence, so it read that op's fields. `done` counts the op's finished parts. */
-#define SPIN_NS 20000u
-
-typedef struct team {
-    int n; /* workers */
-    pthread_t *th;
-    pthread_mutex_t mu;
-    pthread_cond_t work;     /* a sleeping worker waits for a new op here */
-    pthread_cond_t finished; /* the caller waits for the op's last part here */
-    _Atomic uint64_t state;  /* op number << 32 | next part */
-    _Atomic(range_fn) fn;
-    _Atomic(void *) ctx;
-    atomic_size_t items;
-    atomic_int parts;
-    atomic_int done;
-    atomic_int sleepers;       /* workers asleep or about to be (then they re-check state) */
-    atomic_bool caller_asleep; /* the caller waits on `finished` */
-    atomic_bool busy;          /* an op is running: a second caller runs its op alone */
-    atomic_bool stop;
-} team;
-
-static inline void spin_pause(void) {
-#if defined(__x86_64__) || defined(__i386__)
-    __builtin_ia32_pause();
-#endif
-}
-
-/* Claim a part of the current op and run it; false if there is none to claim. */
-static bool team_run_one(team *t) {
-    uint64_t st = atomic_load_explicit(&t->state, memory_order_acquire);
-    for (;;) {
-        uint32_t i = (uint32_t)st;
-        int parts = atomic_load_explicit(&t->parts, memory_order_relaxed);
-        range_fn fn = atomic_load_explicit(&t->fn, memory_order_relaxed);
-        void *ctx = atomic_load_explicit(&t->ctx, memory_order_relaxed);
-        size_t n = atomic_load_explicit(&t->items, memory_order_relaxed);
-        if (i >= (uint32_t)parts) return false;
-        if (!atomic_compare_exchange_weak_explicit(&t->state, &st, st + 1, memory_order_acq_rel,
-                                                   memory_order_acquire))
-            continue; /* st reloaded: another claim, or the next op */
-        fn(ctx, n * i / (size_t)parts, n * (i + 1) / (size_t)parts);
-        if (atomic_fetch_add(&t->done, 1) + 1 == parts && atomic_load(&t->caller_asleep)) {
-            pthread_mutex_lock(&t->mu);
-            pthread_cond_signal(&t->finished);
-            pthread_mutex_unlock(&t->mu);
-        }
-        return true;
-    }
-}
-
-static bool team_has_work(team *t) {
-    uint64_t st = atomic_load(&t->state);
-    return (uint32_t)st < (uint32_t)atomic_load_explicit(&t->parts, memory_order_relaxed);
-}
-
-static void *team_worker(void *arg) {
-    team *t = arg;
-    for (;;) {
-        if (team_run_one(t)) continue;
-        uint64_t t0 = sl_now_ns();
-        for (int k = 1; !team_has_work(t) && !atomic_load_explicit(&t->stop, memory_order_relaxed); k++) {
-            spin_pause();
-            if (k % 64 == 0 && sl_now_ns() - t0 > SPIN_NS) break;
-        }
-        if (team_has_work(t)) continue;
-        pthread_mutex_lock(&t->mu);
-        atomic_fetch_add(&t->sleepers, 1);
-        while (!atomic_load(&t->stop) && !team_has_work(t)) pthread_cond_wait(&t->work, &t->mu);
-        atomic_fetch_sub(&t->sleepers, 1);
-        bool stop = atomic_load(&t->stop);
-        pthread_mutex_unlock(&t->mu);
-        if (stop) return NULL;
-    }
-}
-
-static void team_free(team *t) {
-    if (!t) return;
-    pthread_mutex_lock(&t->mu);
-    atomic_store(&t->stop, true);
-    pthread_cond_broadcast(&t->work);
-    pthread_mutex_unlock(&t->mu);
-    for (int i = 0; i < t->n; i++) pthread_join(t->th[i], NULL);
-    pthread_cond_destroy(&t->work);
-    pthread_cond_destroy(&t->finished);
-    pthread_mutex_destroy(&t->mu);
-    free(t->th);
-    free(t);
-}
-
-static sl_status team_new(int workers, team **out) {
-    *out = NULL;
-    team *t = calloc(1, sizeof *t);
-    if (!t || !(t->th = calloc((size_t)workers, sizeof *t->th))) {
-        free(t);
-        return sl_err(SL_ENOMEM, "cpu backend: out of memory for its %d worker threads", workers);
-    }
-    pthread_mutex_init(&t->mu, NULL);
-    pthread_cond_init(&t->work, NULL);
-    pthread_cond_init(&t->finished, NULL);
-    atomic_init(&t->parts, 0);
-    for (; t->n < workers; t->n++)
-        if (pthread_create(&t->th[t->n], NULL, team_worker, t) != 0) {
-            int started = t->n;
-            team_free(t);
-            return sl_err(SL_EIO, "cpu backend: cannot start worker thread %d of %d", started + 1, workers);
-        }
-    *out = t;
-    return SL_OK;
-}
+typedef sl__range_fn range_fn;
 
 /* Run fn over [0, n) in up to b->threads contiguous parts when `work` (roughly, floats
- * touched) is large enough; the calling thread runs parts too (all of them when the workers
- * do not come). */
+ * touched) is large enough, on the backend's team (train/cpu_team.h: the calling thread
+ * runs parts too, all of them when the workers do not come). */
 #define PAR_MIN_WORK ((size_t)1 << 16)
 #define MAX_PARTS 64
 
@@ -183,8 +54,7 @@ static void par_for(cpu_backend *b, size_t n, size_t work, range_fn fn, void *ct
     int parts = b->threads;
     if (parts > MAX_PARTS) parts = MAX_PARTS;
     if ((size_t)parts > n) parts = (int)n;
-    team *t = b->team;
-    if (!t || parts <= 1 || work < PAR_MIN_WORK || atomic_exchange(&t->busy, true)) {
+    if (!b->team || parts <= 1 || work < PAR_MIN_WORK) {
         if (n) fn(ctx, 0, n);
         return;
     }
@@ -192,43 +62,14 @@ static void par_for(cpu_backend *b, size_t n, size_t work, range_fn fn, void *ct
         parts = (int)(work / (PAR_MIN_WORK / 2));
         if (parts < 2) parts = 2;
     }
-    /* the previous op is over (every part done), so no one reads these but to fail a claim */
-    atomic_store_explicit(&t->fn, fn, memory_order_relaxed);
-    atomic_store_explicit(&t->ctx, ctx, memory_order_relaxed);
-    atomic_store_explicit(&t->items, n, memory_order_relaxed);
-    atomic_store_explicit(&t->parts, parts, memory_order_relaxed);
-    atomic_store_explicit(&t->done, 0, memory_order_relaxed);
-    uint64_t op = (atomic_load_explicit(&t->state, memory_order_relaxed) >> 32) + 1;
-    atomic_store(&t->state, op << 32); /* seq_cst: ordered before the sleepers check */
-    if (atomic_load(&t->sleepers) > 0) {
-        pthread_mutex_lock(&t->mu);
-        pthread_cond_broadcast(&t->work);
-        pthread_mutex_unlock(&t->mu);
-    }
-    while (team_run_one(t)) {
-    }
-    if (atomic_load_explicit(&t->done, memory_order_acquire) < parts) {
-        uint64_t t0 = sl_now_ns();
-        for (int k = 1; atomic_load_explicit(&t->done, memory_order_acquire) < parts; k++) {
-            spin_pause();
-            if (k % 64 == 0 && sl_now_ns() - t0 > SPIN_NS) break;
-        }
-        if (atomic_load_explicit(&t->done, memory_order_acquire) < parts) {
-            pthread_mutex_lock(&t->mu);
-            atomic_store(&t->caller_asleep, true);
-            while (atomic_load(&t->done) < parts) pthread_cond_wait(&t->finished, &t->mu);
-            atomic_store(&t->caller_asleep, false);
-            pthread_mutex_unlock(&t->mu);
-        }
-    }
-    atomic_store_explicit(&t->busy, false, memory_order_release);
+    if (!sl__team_run(b->team, parts, n, fn, ctx)) fn(ctx, 0, n); /* the team is busy: alone */
 }
 
 /* ---- memory -------------------------------------------------------------------------- */
 
 static void cpu_destroy(sl_backend *bb) {
     cpu_backend *b = (cpu_backend *)bb;
-    team_free(b->team);
+    sl__team_free(b->team);
     free(b->lp);
     free(b);
 }
@@ -1306,7 +1147,7 @@ sl_status sl__backend_cpu_new(int threads, sl_backend **out) {
     b->base.ops = &CPU_OPS;
     b->threads = threads;
     if (threads > 1) {
-        sl_status s = team_new(threads - 1, &b->team);
+        sl_status s = sl__team_new(threads - 1, &b->team);
         if (s) {
             free(b);
             return s;
