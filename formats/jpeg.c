@@ -53,6 +53,7 @@ typedef struct jerr_mgr {
 struct sl_jpeg_decoder {
     tjhandle tj;                           /* TurboJPEG decompressor */
     int lenient;                           /* accept recoverable corruption */
+    int fast_dct, fast_upsample;           /* sl_jpeg_decoder_set_speed */
     struct jpeg_decompress_struct cinfo;   /* libjpeg decompressor for crops, reused */
     jerr_mgr jerr;
     struct jpeg_progress_mgr progress;
@@ -257,6 +258,13 @@ void sl_jpeg_decoder_set_lenient(sl_jpeg_decoder *d, bool lenient) {
         d->lenient = lenient;
 }
 
+void sl_jpeg_decoder_set_speed(sl_jpeg_decoder *d, bool fast_dct, bool fancy_upsampling) {
+    if (d) {
+        d->fast_dct = fast_dct;
+        d->fast_upsample = !fancy_upsampling;
+    }
+}
+
 void sl_jpeg_decoder_set_max_pixels(sl_jpeg_decoder *d, int64_t max_pixels) {
     if (d)
         d->max_pixels = max_pixels > 0 ? max_pixels : SL_JPEG_MAX_PIXELS_DEFAULT;
@@ -415,8 +423,8 @@ static sl_status crop_libjpeg(sl_jpeg_decoder *d, const uint8_t *data, size_t le
     }
     ci->scale_num = (unsigned)num;
     ci->scale_denom = 8;
-    ci->dct_method = JDCT_ISLOW;
-    ci->do_fancy_upsampling = TRUE;
+    ci->dct_method = d->fast_dct ? JDCT_IFAST : JDCT_ISLOW;
+    ci->do_fancy_upsampling = d->fast_upsample ? FALSE : TRUE;
     ci->do_block_smoothing = TRUE;
     jpeg_start_decompress(ci);
 
@@ -526,7 +534,8 @@ sl_status sl_jpeg_decode(sl_jpeg_decoder *d, const uint8_t *data, size_t len, in
     if (info.subsamp < 0 || tj_picks(d, info.width, info.height, scale_num) != scale_num) {
         s = crop_libjpeg(d, data, len, channels, scale_num, 0, 0, sw, sh, out, NULL, NULL);
     } else {
-        int flags = TJFLAG_LIMITSCANS | (d->lenient ? 0 : TJFLAG_STOPONWARNING);
+        int flags = TJFLAG_LIMITSCANS | (d->lenient ? 0 : TJFLAG_STOPONWARNING) |
+                    (d->fast_dct ? TJFLAG_FASTDCT : 0) | (d->fast_upsample ? TJFLAG_FASTUPSAMPLE : 0);
         if (is_cmyk_cs(info.colorspace)) {
             if ((s = grow_scratch(d, (size_t)sw * (size_t)sh * 4)))
                 return s;

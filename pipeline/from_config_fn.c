@@ -70,10 +70,23 @@ static sl_status fn_decode_jpeg(builder *b, const fn_def *f, const sl_cfg_value 
         if (sl__fc_read_int(b, NULL, a[1], 0, 3, &ch)) return sl_errcode();
         if (ch == 2) return fn_err(b, f, a[1]->loc, "channels must be 0 (as in the file), 1 or 3");
     }
-    bool dct = true;
+    bool dct = true, fancy = true, fast_dct = false;
     if (a[3] && sl__fc_read_bool(b, a[3], &dct)) return sl_errcode();
+    if (a[4] && sl__fc_read_bool(b, a[4], &fancy)) return sl_errcode();
+    if (a[5]) {
+        const char *m;
+        if (sl__fc_read_word(b, a[5], "a DCT method", &m)) return sl_errcode();
+        if (strcmp(m, "INTEGER_FAST") == 0) fast_dct = true;
+        else if (strcmp(m, "INTEGER_ACCURATE") != 0)
+            return fn_err(b, f, a[5]->loc, "dct_method '%s' is not INTEGER_ACCURATE or INTEGER_FAST", m);
+    }
     sl_status st = with_max_pixels(b, f, a[2], NULL, 0, 0, sl_fn_decode_jpeg(comp, (int)ch, out), out);
     if (!st && !dct) st = sl_fn_set_dct_scaling(*out, false);
+    if (!st && (fast_dct || !fancy)) st = sl_fn_set_jpeg_speed(*out, fast_dct, fancy);
+    if (st && *out) {
+        sl_fn_unref(*out);
+        *out = NULL;
+    }
     return st;
 }
 
@@ -322,8 +335,9 @@ static sl_status fn_parse_example(builder *b, const fn_def *f, const sl_cfg_valu
 static const fn_def FNS[] = {
     {"parse_example", "parse_example(FEATURE: bytes|int64|float[(SHAPE, default=V, as=NAME)], ..., input=record)",
      {0}, 0, fn_parse_example},
-    {"decode_jpeg", "decode_jpeg(COMP, channels=0|1|3, max_pixels=89478485, dct_scaling=true)",
-     {"comp", "channels", "max_pixels", "dct_scaling"}, 1, fn_decode_jpeg},
+    {"decode_jpeg", "decode_jpeg(COMP, channels=0|1|3, max_pixels=89478485, dct_scaling=true, fancy_upscaling=true, "
+                    "dct_method=INTEGER_ACCURATE|INTEGER_FAST)",
+     {"comp", "channels", "max_pixels", "dct_scaling", "fancy_upscaling", "dct_method"}, 1, fn_decode_jpeg},
     {"random_resized_crop",
      "random_resized_crop(COMP, SIZE, scale=[0.08, 1], ratio=[0.75, 1.333], max_pixels=89478485, antialias=true)",
      {"comp", "size", "scale", "ratio", "max_pixels", "antialias"}, 2, fn_random_resized_crop},

@@ -138,6 +138,15 @@ sl_status sl_fn_set_antialias(sl_fn *fn, bool antialias);
  * decode_jpeg. Call before the function is used. */
 sl_status sl_fn_set_dct_scaling(sl_fn *fn, bool allow);
 
+/* decode_jpeg's speed against fidelity (tf.io.decode_jpeg's dct_method and
+ * fancy_upscaling; sl_jpeg_decoder_set_speed): fast_dct true is dct_method INTEGER_FAST
+ * (libjpeg's fast integer IDCT), fancy_upscaling false doubles subsampled chroma by
+ * repeating samples instead of filtering them. Defaults false, true: the accurate decode.
+ * Either changes pixels by a few levels; the fused crop still equals decode -> crop under
+ * the same settings. Returns SL_OK, or SL_EINVAL if fn is not decode_jpeg. Call before the
+ * function is used. */
+sl_status sl_fn_set_jpeg_speed(sl_fn *fn, bool fast_dct, bool fancy_upscaling);
+
 /* torchvision's RandomCrop(size, padding=P): a height x width window at a uniformly random
  * place (top row, then left column, from the call's seed) in the image padded by `padding`
  * zero pixels on every side; pixels are copied (any numeric dtype, [h, w, c] or [h, w]).

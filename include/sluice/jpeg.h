@@ -47,6 +47,16 @@ void sl_jpeg_decoder_free(sl_jpeg_decoder *d); /* NULL is a no-op */
  * grey); strict ones (the default) return SL_ECORRUPT. */
 void sl_jpeg_decoder_set_lenient(sl_jpeg_decoder *d, bool lenient);
 
+/* Speed against fidelity, for every later decode (tf.io.decode_jpeg's dct_method and
+ * fancy_upscaling): fast_dct uses libjpeg's fast integer IDCT (JDCT_IFAST, TurboJPEG's
+ * TJFLAG_FASTDCT) instead of the accurate one; fancy_upsampling false doubles subsampled
+ * chroma by repeating samples (merged with the colour conversion) instead of the smoothing
+ * triangle filter (TJFLAG_FASTUPSAMPLE). Both change pixels by a few levels where chroma
+ * or detail changes fast. Default: accurate, fancy (false, true). Full, scaled and cropped
+ * decodes follow the same settings, so a crop still equals that rectangle of the full
+ * decode. */
+void sl_jpeg_decoder_set_speed(sl_jpeg_decoder *d, bool fast_dct, bool fancy_upsampling);
+
 /* The most pixels (width x height as the header declares) the decodes accept; <= 0 means
  * SL_JPEG_MAX_PIXELS_DEFAULT. */
 void sl_jpeg_decoder_set_max_pixels(sl_jpeg_decoder *d, int64_t max_pixels);

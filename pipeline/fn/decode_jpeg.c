@@ -35,6 +35,10 @@
  * (which also holds the decoded crop: the resize reads it in place, sl_jpeg_decode_crop_view)
  * and a buffer for the resized image in its state.
  *
+ * Speed: sl_fn_set_jpeg_speed (the config's dct_method= and fancy_upscaling=, as
+ * tf.io.decode_jpeg names them) trades a few levels of fidelity for libjpeg's fast integer
+ * IDCT and chroma doubled by repetition (sl_jpeg_decoder_set_speed), fused or not.
+ *
  * Size limit: an image whose header declares more than max_pixels (width x height at full
  * size) is refused with SL_ERANGE right after the header is read, before any allocation,
  * fused or not (libjpeg's own buffers for a progressive file grow with the full size,
@@ -51,6 +55,7 @@ typedef struct {
     char comp[SL_NAME_MAX];
     int channels;     /* 0 (as in the file), 1 or 3 */
     bool dct_scaling; /* may decode at a smaller DCT scale when fused */
+    bool fast_dct, fancy_upscaling; /* sl_fn_set_jpeg_speed */
     int64_t max_pixels; /* images whose header declares more are refused */
 } jpeg_fn;
 
@@ -76,6 +81,7 @@ static sl_status jpeg_state_new(const sl_fn *fn, void **out) {
         return s;
     }
     sl_jpeg_decoder_set_max_pixels(st->dec, ((const jpeg_fn *)fn)->max_pixels);
+    sl_jpeg_decoder_set_speed(st->dec, ((const jpeg_fn *)fn)->fast_dct, ((const jpeg_fn *)fn)->fancy_upscaling);
     *out = st;
     return SL_OK;
 }
@@ -213,6 +219,7 @@ static sl_status jpeg_apply(const sl_fn *fn, sl_element *e, const sl_fn_call *ca
         st = &local;
         if ((s = sl_jpeg_decoder_new(&local.dec))) return s;
         sl_jpeg_decoder_set_max_pixels(local.dec, f->max_pixels);
+        sl_jpeg_decoder_set_speed(local.dec, f->fast_dct, f->fancy_upscaling);
     }
     sl_jpeg_info info;
     sl_tensor out = SL_TENSOR_EMPTY;
@@ -292,6 +299,16 @@ sl_status sl_fn_set_dct_scaling(sl_fn *fn, bool allow) {
     return SL_OK;
 }
 
+sl_status sl_fn_set_jpeg_speed(sl_fn *fn, bool fast_dct, bool fancy_upscaling) {
+    if (!fn) return sl_err(SL_EINVAL, "sl_fn_set_jpeg_speed: function is NULL");
+    if (fn->vt != &jpeg_vt)
+        return sl_err(SL_EINVAL, "%s has no dct_method or fancy_upscaling setting (only decode_jpeg has them)",
+                      fn->name);
+    ((jpeg_fn *)fn)->fast_dct = fast_dct;
+    ((jpeg_fn *)fn)->fancy_upscaling = fancy_upscaling;
+    return SL_OK;
+}
+
 /* decode_jpeg's pixel limit (for sl_fn_set_max_pixels): false if fn is not decode_jpeg. */
 static bool jpeg_set_max_pixels(sl_fn *fn, int64_t max_pixels) {
     if (!fn || fn->vt != &jpeg_vt) return false;
@@ -327,6 +344,7 @@ sl_status sl_fn_decode_jpeg(const char *comp, int channels, sl_fn **out) {
     snprintf(f->comp, sizeof f->comp, "%s", comp);
     f->channels = channels;
     f->dct_scaling = true;
+    f->fancy_upscaling = true;
     f->max_pixels = SL_FN_MAX_PIXELS_DEFAULT;
     *out = &f->base;
     return SL_OK;

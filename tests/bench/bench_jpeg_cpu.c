@@ -10,7 +10,9 @@
  *          map_batch does (sl__fn_apply_to: from the second image of a batch on, the
  *          function may build its result in the batch), then the float32 image copied into
  *          its slot of the 64-image batch unless it is already there;
- *   exact  the same with dct_scaling off and the antialiased resize.
+ *   exact  the same with dct_scaling off and the antialiased resize;
+ *   speed  fast mode with decode_jpeg's speed options (dct_method=INTEGER_FAST,
+ *          fancy_upscaling=false: sl_fn_set_jpeg_speed).
  * The modes take turns every 50 images. The elements' seeds are the same every round, so
  * every round does the same work. Printed:
  * per mode, the median and min..max over the rounds of CPU ms per image, the ratios of the
@@ -21,7 +23,7 @@
  *   bench_pipeline once to make it), ROUNDS default 5, N default 2000.
  *   --only MODE: time that mode alone (for a profiler).
  * Ends with
- *   RESULT bench_jpeg_cpu full_ms=F fast_ms=X exact_ms=E fast_vs_full=R dct_scaled=P
+ *   RESULT bench_jpeg_cpu full_ms=F fast_ms=X exact_ms=E fast_vs_full=R dct_scaled=P speed_vs_full=S
  */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
@@ -40,8 +42,8 @@
 #define MAXROUNDS 32
 #define CHUNK 50
 
-enum { FULL, FAST, EXACT, NMODES };
-static const char *const MODE[NMODES] = {"full", "fast", "exact"};
+enum { FULL, FAST, EXACT, SPEED, NMODES };
+static const char *const MODE[NMODES] = {"full", "fast", "exact", "speed"};
 
 static double thread_cpu_s(void) {
     struct timespec ts;
@@ -60,7 +62,8 @@ static sl_status make_chain(int mode, sl_fn **out, sl_fn **geom) {
     sl_fn *f[4] = {0};
     sl_status s;
     if ((s = sl_fn_decode_jpeg("image", 3, &f[0]))) goto done;
-    if ((s = sl_fn_set_dct_scaling(f[0], mode == FAST))) goto done;
+    if ((s = sl_fn_set_dct_scaling(f[0], mode != EXACT))) goto done;
+    if (mode == SPEED && (s = sl_fn_set_jpeg_speed(f[0], true, false))) goto done;
     if ((s = sl_fn_random_resized_crop("image", 224, 224, 0.08, 1.0, 3.0 / 4, 4.0 / 3, &f[1]))) goto done;
     if ((s = sl_fn_set_antialias(f[1], mode == EXACT))) goto done;
     if ((s = sl_fn_random_flip("image", true, false, 0.5, &f[2]))) goto done;
@@ -82,7 +85,7 @@ int main(int argc, char **argv) {
             i++;
             for (int m = 0; m < NMODES; m++)
                 if (strcmp(argv[i], MODE[m]) == 0) only = m;
-            if (only < 0) return fprintf(stderr, "bench_jpeg_cpu: --only full|fast|exact\n"), 2;
+            if (only < 0) return fprintf(stderr, "bench_jpeg_cpu: --only full|fast|exact|speed\n"), 2;
         } else if (pos == 0) {
             dir = argv[i], pos++;
         } else if (pos == 1) {
@@ -209,8 +212,10 @@ int main(int argc, char **argv) {
     for (int k = 1; k <= 8; k++)
         if (by_num[k]) printf(" %d/8: %d", k, by_num[k]);
     printf(" )\n");
-    printf("RESULT bench_jpeg_cpu full_ms=%.3f fast_ms=%.3f exact_ms=%.3f fast_vs_full=%.3f dct_scaled=%.3f\n",
-           med[FULL], med[FAST], med[EXACT], med[FULL] > 0 ? med[FAST] / med[FULL] : 0, (double)scaled / n);
+    printf("RESULT bench_jpeg_cpu full_ms=%.3f fast_ms=%.3f exact_ms=%.3f fast_vs_full=%.3f dct_scaled=%.3f "
+           "speed_vs_full=%.3f\n",
+           med[FULL], med[FAST], med[EXACT], med[FULL] > 0 ? med[FAST] / med[FULL] : 0, (double)scaled / n,
+           med[FULL] > 0 ? med[SPEED] / med[FULL] : 0);
 
     for (int m = FAST; m < NMODES; m++) {
         sl__fn_states_free(chain[m], st[m]);

@@ -27,6 +27,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     /* the last byte steers the options; the rest is the file */
     uint8_t knob = size ? data[size - 1] : 0;
     sl_jpeg_decoder_set_lenient(dec, knob & 1);
+    /* the speed settings (fast IDCT, merged chroma upsampling), each on every other input
+     * length, so that a file and its one-byte-longer mutations reach both */
+    sl_jpeg_decoder_set_speed(dec, size & 1, !((size >> 1) & 1));
     sl_jpeg_info info;
     sl_status s = sl_jpeg_header(dec, data, size, &info);
     check(s, "header");

@@ -327,6 +327,9 @@ TEST(test_resize_antialias_by_hand) {
                               "random_resized_crop have one)");
     ASSERT_EQ(sl_fn_set_dct_scaling(flip, true), SL_EINVAL);
     ASSERT_STREQ(sl_errmsg(), "random_flip has no dct_scaling setting (only decode_jpeg has one)");
+    ASSERT_EQ(sl_fn_set_jpeg_speed(flip, true, false), SL_EINVAL);
+    ASSERT_STREQ(sl_errmsg(), "random_flip has no dct_method or fancy_upscaling setting (only decode_jpeg has them)");
+    ASSERT_EQ(sl_fn_set_jpeg_speed(NULL, true, false), SL_EINVAL);
     sl_fn_unref(flip);
     ASSERT_EQ(sl_fn_set_antialias(NULL, true), SL_EINVAL);
 }

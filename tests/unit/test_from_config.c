@@ -1022,6 +1022,23 @@ TEST(test_image_options) {
     ASSERT_EQ(build("pipeline p {\n range 0 1\n map decode_jpeg(image, dct_scaling=maybe)\n}\n", "p", NULL, &ds),
               SL_EINVAL);
     ASSERT_CONTAINS(sl_errmsg(), "p.sl:3:");
+    /* dct_method= and fancy_upscaling= (tf.io.decode_jpeg's): the fused crop equals decode
+     * -> crop under the same settings */
+    ASSERT_EQ(photo_through("decode_jpeg(image, dct_scaling=false, dct_method=INTEGER_FAST, fancy_upscaling=false) | "
+                            "resize(image, 6x10, antialias=false)", d, a, 1024), 60);
+    ASSERT_EQ(photo_through("decode_jpeg(image, dct_method=\"INTEGER_FAST\", fancy_upscaling=false) | "
+                            "random_flip(image, p=0) | resize(image, 6x10, antialias=false)", d, b, 1024), 60);
+    ASSERT_MEMEQ(a, b, 60);
+    ASSERT_EQ(photo_through("decode_jpeg(image, dct_method=INTEGER_ACCURATE, fancy_upscaling=true)", d, a, 1024), 240);
+    ASSERT_EQ(photo_through("decode_jpeg(image)", d, b, 1024), 240);
+    ASSERT_MEMEQ(a, b, 240); /* the defaults */
+    ASSERT_EQ(build("pipeline p {\n range 0 1\n map decode_jpeg(image, dct_method=FASTEST)\n}\n", "p", NULL, &ds),
+              SL_EINVAL);
+    ASSERT_CONTAINS(sl_errmsg(), "p.sl:3:");
+    ASSERT_CONTAINS(sl_errmsg(), "decode_jpeg: dct_method 'FASTEST' is not INTEGER_ACCURATE or INTEGER_FAST");
+    ASSERT_EQ(build("pipeline p {\n range 0 1\n map decode_jpeg(image, fancy_upscaling=1.5)\n}\n", "p", NULL, &ds),
+              SL_EINVAL);
+    ASSERT_CONTAINS(sl_errmsg(), "p.sl:3:");
     ASSERT_EQ(build("pipeline p {\n range 0 1\n map resize(image, 7, antialis=false)\n}\n", "p", NULL, &ds), SL_EINVAL);
     ASSERT_CONTAINS(sl_errmsg(), "did you mean 'antialias'?");
     clean_dir();

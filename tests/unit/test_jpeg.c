@@ -390,11 +390,15 @@ out:
     free_set(set, n);
 }
 
-TEST(test_crop_random_rects) {
+/* 300 random rectangles at random scales: the crop (and its view) equal that rectangle of
+ * the full decode, with the decoder's speed settings `fast` (fast IDCT, no fancy chroma
+ * upsampling) or the defaults. */
+static void crop_random_rects(bool fast) {
     img set[3] = {encode_img(213, 319, 3, TJSAMP_420, 90, 77), encode_img(161, 123, 3, TJSAMP_422, 88, 78),
                   encode_img(131, 97, 1, TJSAMP_GRAY, 88, 79)};
     sl_jpeg_decoder *d;
     ASSERT_OK(sl_jpeg_decoder_new(&d));
+    if (fast) sl_jpeg_decoder_set_speed(d, true, false);
     rng_state = 99;
     for (int it = 0; it < 300; it++) {
         img *im = &set[it % 3];
@@ -425,6 +429,40 @@ TEST(test_crop_random_rects) {
     }
     sl_jpeg_decoder_free(d);
     free_set(set, 3);
+}
+
+TEST(test_crop_random_rects) { crop_random_rects(false); }
+
+TEST(test_crop_random_rects_fast) { crop_random_rects(true); }
+
+/* The speed settings change the pixels of a 4:2:0 image (not none of them, and on this
+ * noise-like test image — the worst case for chroma upsampling — by under 16 levels on
+ * average), and going back to the defaults gives the accurate decode bit for bit. */
+TEST(test_speed_settings) {
+    img im = encode_img(213, 319, 3, TJSAMP_420, 90, 81);
+    sl_jpeg_decoder *d;
+    ASSERT_OK(sl_jpeg_decoder_new(&d));
+    size_t n = (size_t)213 * 319 * 3;
+    uint8_t *acc = malloc(n), *fast = malloc(n), *again = malloc(n);
+    ASSERT_OK(sl_jpeg_decode(d, im.data, im.len, 3, 8, acc, n, NULL, NULL));
+    sl_jpeg_decoder_set_speed(d, true, false);
+    ASSERT_OK(sl_jpeg_decode(d, im.data, im.len, 3, 8, fast, n, NULL, NULL));
+    sl_jpeg_decoder_set_speed(d, false, true);
+    ASSERT_OK(sl_jpeg_decode(d, im.data, im.len, 3, 8, again, n, NULL, NULL));
+    ASSERT(memcmp(acc, again, n) == 0);
+    double sum = 0;
+    size_t differ = 0;
+    for (size_t i = 0; i < n; i++) {
+        int df = abs((int)acc[i] - (int)fast[i]);
+        sum += df;
+        differ += df != 0;
+    }
+    printf("  fast decode: %zu of %zu samples differ, mean |difference| %.3f levels\n", differ, n, sum / (double)n);
+    ASSERT(differ > 0);
+    ASSERT(sum / (double)n < 16.0);
+    free(acc), free(fast), free(again);
+    sl_jpeg_decoder_free(d);
+    free(im.data);
 }
 
 /* An image encoded by TurboJPEG with flags (TJFLAG_PROGRESSIVE: a progressive file). */
@@ -886,6 +924,8 @@ int main(void) {
     RUN(test_decode_matches_djpeg);
     RUN(test_crop_equals_full_decode_cropped);
     RUN(test_crop_random_rects);
+    RUN(test_crop_random_rects_fast);
+    RUN(test_speed_settings);
     RUN(test_crop_every_last_row);
     RUN(test_crop_ignores_damage_below_it);
     RUN(test_scaled_size_and_pick_scale);
