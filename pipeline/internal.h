@@ -193,6 +193,40 @@ void sl__stats_buffered_bytes(sl_ictx *ctx, sl_op_stats *st, long long delta);
 size_t sl__element_bytes(const sl_element *e);
 size_t sl__tensors_bytes(const sl_tensor *t, int n);
 
+/* ---- packed elements (pipeline/packed.c): how ops that hold many elements keep them ---- */
+
+#define SL_PACK_N 2      /* components a packed element keeps in place */
+#define SL_PACK_NAMES 32 /* names a holder's table keeps */
+
+typedef struct sl__pack_names {
+    int n;
+    char names[SL_PACK_NAMES][SL_NAME_MAX];
+} sl__pack_names;
+
+typedef struct sl__packed {
+    sl_origin origin;
+    int n;                   /* components; -1: `big` holds the element whole */
+    uint8_t name[SL_PACK_N]; /* indices into the holder's sl__pack_names */
+    union {
+        sl_tensor t[SL_PACK_N];
+        sl_element *big;
+    } u;
+} sl__packed;
+
+/* Pack e into *p, its names into nt, moving e's references (e is left empty) or, with
+ * _shared, taking new ones (e unchanged). false only when an element kept whole finds no
+ * memory: e is then as it was and *p holds nothing. */
+bool sl__pack(sl__pack_names *nt, sl_element *e, sl__packed *p);
+bool sl__pack_shared(sl__pack_names *nt, const sl_element *e, sl__packed *p);
+/* *out (fresh or empty) gets p's element, moved (p left empty) or, with _shared, as new
+ * references (p unchanged). */
+void sl__unpack(const sl__pack_names *nt, sl__packed *p, sl_element *out);
+void sl__unpack_shared(const sl__pack_names *nt, const sl__packed *p, sl_element *out);
+/* The tensor bytes p holds (what sl__element_bytes says of the element). */
+size_t sl__packed_bytes(const sl__packed *p);
+/* Release what p holds; p is left empty. */
+void sl__packed_clear(sl__packed *p);
+
 /* Small tensors carved from a shared buffer (a slab) instead of one allocation each: the
  * next unused piece of `piece` bytes of *slab (a reference, or NULL), after replacing
  * *slab by a fresh slab of `count` pieces when it is used up (*used counts the pieces

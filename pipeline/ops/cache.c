@@ -54,32 +54,18 @@ static const char HDR_MAGIC[8] = "SLCACHE";
 static const char FOOT_MAGIC[8] = "SLCEND\0";
 static const char ENTRY_MAGIC[4] = {'S', 'L', 'C', 'E'};
 
-/* One recorded element or error, packed: an sl_element is 2.6 KB (room for 16 components)
- * of which a record uses a few lines, so a store of sl_elements was 2.6 KB an entry (160 MB
- * for Fashion-MNIST's 60,000 images, more than the images) and each replay missed the
- * cache on scattered lines. An element of up to PACK_N components whose names are in the
- * store's name table keeps only its tensors (shared), name indices and origin; any other
- * element is kept whole on the heap. */
-#define PACK_N 2
-#define NAMES_MAX 32
-
+/* One recorded element (packed: sl__packed, pipeline/packed.c, about 230 B an entry
+ * instead of a 2.6 KB sl_element) or error. */
 typedef struct {
     sl_status status; /* SL_OK or an error */
-    int n;            /* components; -1: `big` holds the element */
     sl_error *err;    /* the error's message, when status < 0 */
-    sl_origin origin;
-    uint8_t name[PACK_N]; /* indices into the store's names */
-    union {
-        sl_tensor t[PACK_N];
-        sl_element *big;
-    } u;
+    sl__packed p;     /* the element's tensors shared, when SL_OK */
 } centry;
 
 typedef struct {
     centry *v;
     int64_t n, cap;
-    int nnames; /* the names packed entries use */
-    char names[NAMES_MAX][SL_NAME_MAX];
+    sl__pack_names names; /* the names packed entries use */
 } clist;
 
 typedef struct {
@@ -114,58 +100,13 @@ typedef struct {
 
 /* ---- memory store ---- */
 
-static void centry_clear(centry *ce) {
-    if (ce->n < 0) {
-        sl_element_clear(ce->u.big);
-        free(ce->u.big);
-    } else {
-        for (int i = 0; i < ce->n; i++) sl_tensor_release(&ce->u.t[i]);
-    }
-    ce->n = 0;
-    free(ce->err);
-    ce->err = NULL;
-}
-
 static void clist_free(clist *l) {
-    for (int64_t i = 0; i < l->n; i++) centry_clear(&l->v[i]);
+    for (int64_t i = 0; i < l->n; i++) {
+        sl__packed_clear(&l->v[i].p);
+        free(l->v[i].err);
+    }
     free(l->v);
-    l->v = NULL;
-    l->n = l->cap = 0;
-    l->nnames = 0;
-}
-
-/* *dst (empty or fresh) becomes another reference to src's tensors (no copy). */
-static void share_element(sl_element *dst, const sl_element *src) {
-    sl_element_init(dst);
-    dst->n = src->n;
-    dst->origin = src->origin; /* replayed records still say where they were read */
-    for (int c = 0; c < src->n; c++) {
-        memcpy(dst->names[c], src->names[c], SL_NAME_MAX);
-        sl_tensor_share(&dst->t[c], &src->t[c]);
-    }
-}
-
-/* Index of `name` in l's table (added when new), or -1 when the table is full. */
-static int name_index(clist *l, const char *name) {
-    for (int i = 0; i < l->nnames; i++)
-        if (strcmp(l->names[i], name) == 0) return i;
-    if (l->nnames == NAMES_MAX) return -1;
-    memcpy(l->names[l->nnames], name, SL_NAME_MAX);
-    return l->nnames++;
-}
-
-/* *out (fresh or empty) shares the element ce recorded. */
-static void replay_entry(const clist *l, const centry *ce, sl_element *out) {
-    if (ce->n < 0) {
-        share_element(out, ce->u.big);
-        return;
-    }
-    out->n = ce->n;
-    out->origin = ce->origin;
-    for (int i = 0; i < ce->n; i++) {
-        memcpy(out->names[i], l->names[ce->name[i]], SL_NAME_MAX);
-        sl_tensor_share(&out->t[i], &ce->u.t[i]);
-    }
+    memset(l, 0, sizeof *l);
 }
 
 static bool record(cache_it *c, sl_status s, const sl_element *e) {
@@ -183,25 +124,8 @@ static bool record(cache_it *c, sl_status s, const sl_element *e) {
     if (s < 0) {
         if (!(ce->err = malloc(sizeof *ce->err))) return false;
         sl_err_save(ce->err);
-        l->n++;
-        return true;
-    }
-    int idx[PACK_N];
-    bool fits = e->n <= PACK_N;
-    for (int i = 0; fits && i < e->n; i++) fits = (idx[i] = name_index(l, e->names[i])) >= 0;
-    if (!fits) {
-        sl_element *big = malloc(sizeof *big);
-        if (!big) return false;
-        share_element(big, e);
-        ce->n = -1;
-        ce->u.big = big;
-    } else {
-        ce->n = e->n;
-        ce->origin = e->origin;
-        for (int i = 0; i < e->n; i++) {
-            ce->name[i] = (uint8_t)idx[i];
-            sl_tensor_share(&ce->u.t[i], &e->t[i]);
-        }
+    } else if (!sl__pack_shared(&l->names, e, &ce->p)) {
+        return false;
     }
     l->n++;
     return true;
@@ -540,7 +464,7 @@ static sl_status cache_next(sl_iter *it, sl_element *out) {
         if (c->pos >= d->store.n) return SL_END;
         const centry *ce = &d->store.v[c->pos++];
         if (ce->status < 0) return sl_err_restore(ce->err);
-        replay_entry(&d->store, ce, out);
+        sl__unpack_shared(&d->store.names, &ce->p, out);
         return SL_OK;
     }
     sl_status s = sl__iter_next(c->in, out);

@@ -12,11 +12,8 @@
  * it fills so a large `buffer` over a short input costs nothing. The buffered bytes are
  * counted in the stats (and against the RAM budget autotune works with).
  *
- * The buffer is packed: an sl_element is 2.6 KB (room for 16 components) of which a record
- * uses a few lines, so a buffer of sl_elements is tens of MB and each random pick missed
- * the cache on several scattered lines. A buffered element of up to PACK_N components whose
- * names are in the iterator's small name table keeps only its tensors, name indices and
- * origin (a quarter KB, the lines adjacent); any other element is kept whole on the heap. */
+ * The buffer is packed (sl__packed, pipeline/packed.c): a record's element keeps its
+ * tensors, name indices and origin, a quarter KB instead of 2.6 KB. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -29,91 +26,15 @@ typedef struct {
     bool reshuffle;
 } sh_ds;
 
-#define PACK_N 2
-#define NAMES_MAX 32
-
-typedef struct {
-    sl_origin origin;
-    int n;                  /* components; -1: `big` holds the element */
-    uint8_t name[PACK_N];   /* indices into the iterator's names */
-    union {
-        sl_tensor t[PACK_N];
-        sl_element *big;
-    } u;
-} packed;
-
 typedef struct {
     sl_iter base;
     sl_iter *in;
-    packed *buf; /* count live elements, allocated up to cap */
+    sl__packed *buf; /* count live elements, allocated up to cap */
     int64_t count, cap;
     bool in_ended;
     sl_rng rng;
-    int nnames;                           /* the names packed elements use */
-    char names[NAMES_MAX][SL_NAME_MAX];
+    sl__pack_names names; /* the names packed elements use */
 } sh_it;
-
-/* Index of `name` in the table (added when new), or -1 when the table is full. */
-static int name_index(sh_it *h, const char *name) {
-    for (int i = 0; i < h->nnames; i++)
-        if (strcmp(h->names[i], name) == 0) return i;
-    if (h->nnames == NAMES_MAX) return -1;
-    memcpy(h->names[h->nnames], name, SL_NAME_MAX);
-    return h->nnames++;
-}
-
-/* Take e (left empty) into *p. SL_ENOMEM (e untouched) only for an element kept whole. */
-static sl_status pack(sh_it *h, sl_element *e, packed *p) {
-    int idx[PACK_N];
-    bool fits = e->n <= PACK_N;
-    for (int i = 0; fits && i < e->n; i++) fits = (idx[i] = name_index(h, e->names[i])) >= 0;
-    p->origin = e->origin;
-    if (!fits) {
-        sl_element *big = malloc(sizeof *big);
-        if (!big) return sl__op_err(&h->base, SL_ENOMEM, "out of memory buffering an element");
-        sl_element_move(big, e);
-        p->n = -1;
-        p->u.big = big;
-        return SL_OK;
-    }
-    p->n = e->n;
-    for (int i = 0; i < e->n; i++) {
-        p->name[i] = (uint8_t)idx[i];
-        p->u.t[i] = e->t[i];
-    }
-    e->n = 0;
-    e->origin = (sl_origin){0};
-    return SL_OK;
-}
-
-/* *out (empty) takes the element p holds. */
-static void unpack(const sh_it *h, const packed *p, sl_element *out) {
-    if (p->n < 0) {
-        sl_element_move(out, p->u.big);
-        free(p->u.big);
-        return;
-    }
-    out->n = p->n;
-    for (int i = 0; i < p->n; i++) {
-        memcpy(out->names[i], h->names[p->name[i]], SL_NAME_MAX);
-        out->t[i] = p->u.t[i];
-    }
-    out->origin = p->origin;
-}
-
-static size_t packed_bytes(const packed *p) {
-    return p->n < 0 ? sl__element_bytes(p->u.big) : sl__tensors_bytes(p->u.t, p->n);
-}
-
-static void packed_clear(packed *p) {
-    if (p->n < 0) {
-        sl_element_clear(p->u.big);
-        free(p->u.big);
-    } else {
-        for (int i = 0; i < p->n; i++) sl_tensor_release(&p->u.t[i]);
-    }
-    p->n = 0;
-}
 
 static sl_status sh_next(sl_iter *it, sl_element *out) {
     sh_it *h = (sh_it *)it;
@@ -122,7 +43,7 @@ static sl_status sh_next(sl_iter *it, sl_element *out) {
         if (h->count == h->cap) {
             int64_t ncap = h->cap ? h->cap * 2 : 64;
             if (ncap > d->buffer) ncap = d->buffer;
-            packed *nb = realloc(h->buf, (size_t)ncap * sizeof *nb);
+            sl__packed *nb = realloc(h->buf, (size_t)ncap * sizeof *nb);
             if (!nb) return sl__op_err(it, SL_ENOMEM, "out of memory growing the buffer to %lld elements",
                                        (long long)ncap);
             h->buf = nb;
@@ -136,18 +57,18 @@ static sl_status sh_next(sl_iter *it, sl_element *out) {
             break;
         }
         if (s < 0) return s; /* the input's error, unchanged; the buffer stays */
-        packed *slot = &h->buf[h->count];
-        if ((s = pack(h, &e, slot))) {
+        sl__packed *slot = &h->buf[h->count];
+        if (!sl__pack(&h->names, &e, slot)) {
             sl_element_clear(&e);
-            return s;
+            return sl__op_err(it, SL_ENOMEM, "out of memory buffering an element");
         }
         h->count++;
-        sl__stats_buffered_bytes(it->ctx, it->stats, (long long)packed_bytes(slot));
+        sl__stats_buffered_bytes(it->ctx, it->stats, (long long)sl__packed_bytes(slot));
     }
     if (h->count == 0) return SL_END;
     int64_t k = (int64_t)sl__rng_below(&h->rng, (uint64_t)h->count);
-    sl__stats_buffered_bytes(it->ctx, it->stats, -(long long)packed_bytes(&h->buf[k]));
-    unpack(h, &h->buf[k], out);
+    sl__stats_buffered_bytes(it->ctx, it->stats, -(long long)sl__packed_bytes(&h->buf[k]));
+    sl__unpack(&h->names, &h->buf[k], out);
     h->count--;
     if (k != h->count) h->buf[k] = h->buf[h->count];
     atomic_store_explicit(&it->stats->buffered, (int)h->count, memory_order_relaxed);
@@ -157,8 +78,8 @@ static sl_status sh_next(sl_iter *it, sl_element *out) {
 static void sh_close(sl_iter *it) {
     sh_it *h = (sh_it *)it;
     for (int64_t i = 0; i < h->count; i++) {
-        sl__stats_buffered_bytes(it->ctx, it->stats, -(long long)packed_bytes(&h->buf[i]));
-        packed_clear(&h->buf[i]);
+        sl__stats_buffered_bytes(it->ctx, it->stats, -(long long)sl__packed_bytes(&h->buf[i]));
+        sl__packed_clear(&h->buf[i]);
     }
     free(h->buf);
     sl__iter_close(h->in);
