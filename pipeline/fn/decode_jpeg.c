@@ -65,12 +65,9 @@ typedef struct {
     size_t px_cap;
 } jpeg_state;
 
-/* What an absorbed random_flip and normalize do to the resized image. */
-typedef struct {
-    bool fh, fv;      /* mirror left-right, top-bottom */
-    const float *lut; /* normalize's table (NULL: no normalize), nl means */
-    int nl;
-} post_ops;
+/* What an absorbed random_flip and normalize do to the resized image (lut NULL: no
+ * normalize; dst is set where the floats go). */
+typedef sl__u8_post post_ops;
 
 static sl_status jpeg_state_new(const sl_fn *fn, void **out) {
     jpeg_state *st = calloc(1, sizeof *st);
@@ -155,6 +152,24 @@ static sl_status fused(const jpeg_fn *f, jpeg_state *st, const sl_bytes *b, cons
     if (x1 > sw) x1 = sw;
     if (y1 > sh) y1 = sh;
     int64_t dims[3] = {oh, ow, ch};
+    bool copy = num == 8 && oh == r.h && ow == r.w; /* the crop is the output: no resize */
+    const uint8_t *crop = NULL;
+    size_t stride = 0;
+    double k = num / 8.0, ry = (double)r.y * k - (double)y0, rx = (double)r.x * k - (double)x0;
+    if (!copy) { /* the resize reads the decoded rows where the decoder left them */
+        if ((s = sl_jpeg_decode_crop_view(st->dec, b->ptr, b->len, ch, num, (int)x0, (int)y0,
+                                          (int)(x1 - x0), (int)(y1 - y0), &crop, &stride)))
+            return s;
+        if (p->lut) { /* resize, flip and normalize row by row into the float output */
+            post_ops fp = *p;
+            if ((s = out_tensor(f, call, SL_DT_F32, dims, out))) return s;
+            fp.dst = out->data;
+            s = sl__geom_resize_post(g, crop, y1 - y0, x1 - x0, ch, (int64_t)stride, ry, rx,
+                                     (double)r.h * k, (double)r.w * k, &fp, oh, ow);
+            if (s) sl_tensor_release(out);
+            return s;
+        }
+    }
     /* the uint8 result goes straight into the output unless a flip or normalize follows */
     bool direct = !p->lut && !p->fh && !p->fv;
     size_t px_bytes = (size_t)(oh * ow * ch);
@@ -166,21 +181,12 @@ static sl_status fused(const jpeg_fn *f, jpeg_state *st, const sl_bytes *b, cons
         if ((s = grow(&st->px, &st->px_cap, px_bytes))) return s;
         px = st->px;
     }
-    if (num == 8 && oh == r.h && ow == r.w) {
+    if (copy)
         s = sl_jpeg_decode_crop(st->dec, b->ptr, b->len, ch, 8, (int)r.x, (int)r.y, (int)r.w,
                                 (int)r.h, px, px_bytes);
-    } else { /* the resize reads the decoded rows where the decoder left them */
-        const uint8_t *crop;
-        size_t stride;
-        s = sl_jpeg_decode_crop_view(st->dec, b->ptr, b->len, ch, num, (int)x0, (int)y0, (int)(x1 - x0),
-                                     (int)(y1 - y0), &crop, &stride);
-        if (!s) {
-            double k = num / 8.0;
-            s = sl__geom_resize_u8(g, crop, y1 - y0, x1 - x0, ch, (int64_t)stride,
-                              (double)r.y * k - (double)y0, (double)r.x * k - (double)x0,
-                              (double)r.h * k, (double)r.w * k, px, oh, ow);
-        }
-    }
+    else
+        s = sl__geom_resize_u8(g, crop, y1 - y0, x1 - x0, ch, (int64_t)stride, ry, rx,
+                               (double)r.h * k, (double)r.w * k, px, oh, ow);
     if (!s && !direct) {
         if (!(s = out_tensor(f, call, p->lut ? SL_DT_F32 : SL_DT_U8, dims, out))) {
             if (p->lut)
@@ -203,6 +209,8 @@ static sl_status absorbed_post(const jpeg_fn *f, const sl_fn_call *call, int ch,
             sl__flip_draw(m, seed, &p->fh, &p->fv);
         } else if (!(p->lut = sl__normalize_lut(m, f->comp, ch, &p->nl))) {
             return sl_err(SL_EINTERNAL, "decode_jpeg absorbed %s, which it cannot do", m->name);
+        } else {
+            sl__normalize_params(m, &p->mean, &p->std, &p->scale);
         }
     }
     return SL_OK;

@@ -80,6 +80,15 @@ static void make_taps(tap *t, int64_t dn, int64_t sn, double r0, double rn, int6
     }
 }
 
+/* The taps of outputs 0 .. dn - 1 in reverse order: the output mirrored. */
+static void reverse_taps(tap *t, int64_t dn) {
+    for (int64_t a = 0, b = dn - 1; a < b; a++, b--) {
+        tap x = t[a];
+        t[a] = t[b];
+        t[b] = x;
+    }
+}
+
 /* Is the region an integer-aligned window of the output's size? Then resampling is a copy
  * (and must be one: 1 * a + 0 * b is not a for an infinite b). */
 static bool is_plain_window(double ry, double rx, double rh, double rw, int64_t dh, int64_t dw) {
@@ -137,7 +146,11 @@ static void hrow_row_uint8_t(const uint8_t *s, const tap *tx, int64_t dw, int64_
 #if defined(__SSE2__)
     if (c == 3) {
         const __m128i z = _mm_setzero_si128();
-        for (; x < dw && tx[x].o1 + 3 < sn; x++) { /* taps grow with x: stop at the first too near the end */
+        for (; x < dw; x++) {
+            if (tx[x].o0 + 3 >= sn || tx[x].o1 + 3 >= sn) { /* a fourth byte past the row */
+                hrow_uint8_t(s, tx + x, 1, c, out + c * x);
+                continue;
+            }
             int32_t pa, pb;
             memcpy(&pa, s + tx[x].o0, 4);
             memcpy(&pb, s + tx[x].o1, 4);
@@ -198,10 +211,55 @@ static bool cpu_has_avx2(void) {
 BLEND(uint8_t)
 BLEND(float)
 
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#include <immintrin.h>
+/* emit_post's AVX2 loop over whole groups of 24 values (8 lanes, channels in a period of 3
+ * or one mean for all): returns how many values it wrote. */
+__attribute__((target("avx2"))) static int64_t emit_avx2(const float *v, int64_t n,
+                                                         const sl__u8_post *p, float *o) {
+    float mp[24], sp[24];
+    for (int k = 0; k < 24; k++) {
+        mp[k] = p->mean[p->nl > 1 ? k % 3 : 0];
+        sp[k] = p->std[p->nl > 1 ? k % 3 : 0];
+    }
+    __m256 m[3], sd[3];
+    for (int k = 0; k < 3; k++) {
+        m[k] = _mm256_loadu_ps(mp + 8 * k);
+        sd[k] = _mm256_loadu_ps(sp + 8 * k);
+    }
+    const __m256 half = _mm256_set1_ps(0.5f), d255 = _mm256_set1_ps(255.0f);
+    int64_t i = 0;
+    for (; i + 24 <= n; i += 24)
+        for (int k = 0; k < 3; k++) {
+            __m256i r = _mm256_cvttps_epi32(_mm256_add_ps(_mm256_loadu_ps(v + i + 8 * k), half));
+            __m256 u = _mm256_cvtepi32_ps(r);
+            if (p->scale) u = _mm256_div_ps(u, d255);
+            _mm256_storeu_ps(o + i + 8 * k, _mm256_div_ps(_mm256_sub_ps(u, m[k]), sd[k]));
+        }
+    return i;
+}
+#endif
+
 /* Round a blend of uint8 samples to nearest. The weights of each axis are l and 1 - l with
  * l in [0, 1], so the blend lies in [0, 255 * (1 + 2^-22)] and v + 0.5 truncates to 0..255:
  * no clamp needed, and the loop stays branch-free (it vectorizes). */
 static inline uint8_t to_u8(float v) { return (uint8_t)(int32_t)(v + 0.5f); }
+
+/* Row y of a uint8 resize's float results (dw pixels of c values, already in output order:
+ * a left-right mirror is in the taps) rounded as to_u8 rounds them, then normalized as
+ * post says into its float32 output (row dh - 1 - y when mirrored top-bottom). With AVX2,
+ * 8 values at a time by normalize's own float arithmetic, (u / 255 - mean) / std, whose
+ * divisions and subtraction are the correctly rounded IEEE operations that built its table:
+ * the same floats; otherwise, and for the tail, through the table. */
+static void emit_post(const float *v, int64_t y, int64_t dh, int64_t dw, int64_t c,
+                      const sl__u8_post *p) {
+    float *o = p->dst + (p->fv ? dh - 1 - y : y) * dw * c;
+    int64_t n = dw * c, i = 0;
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+    if ((p->nl == 1 || c == 3) && cpu_has_avx2()) i = emit_avx2(v, n, p, o);
+#endif
+    for (; i < n; i++) o[i] = p->lut[(p->nl > 1 ? i % c : 0) * 256 + to_u8(v[i])];
+}
 
 /* The two float row buffers and which source rows they hold. */
 typedef struct {
@@ -224,8 +282,8 @@ typedef struct {
 GET_ROW(uint8_t)
 GET_ROW(float)
 
-#define RESIZE_BODY(T, STORE)                                                               \
-    if (is_plain_window(ry, rx, rh, rw, dh, dw) && ry >= 0 && rx >= 0 &&                    \
+#define RESIZE_BODY(T, STORE, POST)                                                               \
+    if (!(POST) && is_plain_window(ry, rx, rh, rw, dh, dw) && ry >= 0 && rx >= 0 &&         \
         (int64_t)ry + dh <= sh && (int64_t)rx + dw <= sw) {                                 \
         for (int64_t y = 0; y < dh; y++)                                                    \
             memcpy(dst + y * dw * c, src + ((int64_t)ry + y) * stride + (int64_t)rx * c,    \
@@ -233,7 +291,7 @@ GET_ROW(float)
         return SL_OK;                                                                       \
     }                                                                                       \
     tap *tx = malloc(sizeof(tap) * (size_t)(dw + dh));                                      \
-    float *rows = malloc(sizeof(float) * 2 * (size_t)(dw * c + 1));                         \
+    float *rows = malloc(sizeof(float) * 3 * (size_t)(dw * c + 1)); /* 2 + POST's row */    \
     if (!tx || !rows) {                                                                     \
         free(tx);                                                                           \
         free(rows);                                                                         \
@@ -257,11 +315,16 @@ GET_ROW(float)
             tx[x].o1 -= lo;                                                                 \
         }                                                                                   \
         tmp[hi - lo] = 0;                                                                   \
+        if ((POST) && (POST)->fh) reverse_taps(tx, dw);                                     \
         for (int64_t y = 0; y < dh; y++) {                                                  \
             const T *a = src + ty[y].o0 * stride + lo, *b = src + ty[y].o1 * stride + lo;   \
             float w0 = ty[y].w0, w1 = ty[y].w1;                                             \
             blend_##T(a, b, w0, w1, hi - lo, tmp);                                          \
             hrow_padded(tmp, tx, dw, c, rows);                                              \
+            if (POST) {                                                                     \
+                emit_post(rows, y, dh, dw, c, POST);                                        \
+                continue;                                                                   \
+            }                                                                               \
             T *o = dst + y * n;                                                             \
             for (int64_t i = 0; i < n; i++) o[i] = STORE(rows[i]);                          \
         }                                                                                   \
@@ -270,12 +333,19 @@ GET_ROW(float)
         free(rows);                                                                         \
         return SL_OK;                                                                       \
     }                                                                                       \
+    if ((POST) && (POST)->fh) reverse_taps(tx, dw);                                         \
     row_cache rc = {{rows, rows + dw * c + 1}, {-1, -1}};                                   \
     for (int64_t y = 0; y < dh; y++) {                                                      \
         int64_t r0 = ty[y].o0, r1 = ty[y].o1;                                               \
         const float *a = get_row_##T(&rc, r0, r1, src, stride, tx, dw, c, sw * c);          \
         const float *b = get_row_##T(&rc, r1, r0, src, stride, tx, dw, c, sw * c);          \
         float w0 = ty[y].w0, w1 = ty[y].w1;                                                 \
+        if (POST) {                                                                         \
+            float *v = rows + 2 * (dw * c + 1);                                             \
+            for (int64_t i = 0; i < n; i++) v[i] = w0 * a[i] + w1 * b[i];                   \
+            emit_post(v, y, dh, dw, c, POST);                                               \
+            continue;                                                                       \
+        }                                                                                   \
         T *o = dst + y * n;                                                                 \
         for (int64_t i = 0; i < n; i++) o[i] = STORE(w0 * a[i] + w1 * b[i]);                \
     }                                                                                       \
@@ -285,16 +355,24 @@ GET_ROW(float)
 
 #define AS_F32(v) (v)
 
+/* sl__resize_u8 into dst, or through post (sl__u8_post) when post is set. */
+static sl_status resize_u8(const uint8_t *src, int64_t sh, int64_t sw, int64_t c, int64_t stride,
+                           double ry, double rx, double rh, double rw, uint8_t *dst,
+                           const sl__u8_post *post, int64_t dh, int64_t dw) {
+    RESIZE_BODY(uint8_t, to_u8, post)
+}
+
 sl_status sl__resize_u8(const uint8_t *src, int64_t sh, int64_t sw, int64_t c, int64_t stride,
                         double ry, double rx, double rh, double rw, uint8_t *dst, int64_t dh,
                         int64_t dw) {
-    RESIZE_BODY(uint8_t, to_u8)
+    return resize_u8(src, sh, sw, c, stride, ry, rx, rh, rw, dst, NULL, dh, dw);
 }
 
 sl_status sl__resize_f32(const float *src, int64_t sh, int64_t sw, int64_t c, int64_t stride,
                          double ry, double rx, double rh, double rw, float *dst, int64_t dh,
                          int64_t dw) {
-    RESIZE_BODY(float, AS_F32)
+    const sl__u8_post *none = NULL;
+    RESIZE_BODY(float, AS_F32, none)
 }
 
 /* ---- the antialiased resampler ---- */
@@ -317,6 +395,23 @@ static void kernel_free(kernel *k) {
     free(k->start);
     free(k->n);
     free(k->wt);
+}
+
+/* The kernel's outputs 0 .. dn - 1 in reverse order: the output mirrored. */
+static void reverse_kernel(kernel *k, int64_t dn) {
+    for (int64_t a = 0, b = dn - 1; a < b; a++, b--) {
+        int64_t st = k->start[a];
+        k->start[a] = k->start[b];
+        k->start[b] = st;
+        int nn = k->n[a];
+        k->n[a] = k->n[b];
+        k->n[b] = nn;
+        for (int j = 0; j < k->kmax; j++) {
+            float w = k->wt[a * k->kmax + j];
+            k->wt[a * k->kmax + j] = k->wt[b * k->kmax + j];
+            k->wt[b * k->kmax + j] = w;
+        }
+    }
 }
 
 static sl_status make_kernel(kernel *k, int64_t dn, int64_t sn, double r0, double rn, bool aa, bool pad) {
@@ -403,7 +498,7 @@ static sl_status make_kernel(kernel *k, int64_t dn, int64_t sn, double r0, doubl
 /* The weights are >= 0 and sum to 1 within a few float ulps, so a blend of uint8 samples
  * stays below 255.5 + 1e-4 and to_u8 needs no clamp (and the store loop vectorizes). */
 #define STORE_U8(v) to_u8(v)
-#define RESIZE_AA_BODY(T, STORE, PAD)                                                       \
+#define RESIZE_AA_BODY(T, STORE, PAD, POST)                                                       \
     kernel kx = {0}, ky = {0};                                                              \
     sl_status s = make_kernel(&kx, dw, sw, rx, rw, true, PAD);                              \
     if (s) return s;                                                                        \
@@ -416,6 +511,7 @@ static sl_status make_kernel(kernel *k, int64_t dn, int64_t sn, double r0, doubl
         if (kx.start[x] < lo) lo = kx.start[x];                                             \
         if (kx.start[x] + kx.n[x] > hi) hi = kx.start[x] + kx.n[x];                         \
     }                                                                                       \
+    if ((POST) && (POST)->fh) reverse_kernel(&kx, dw);                                      \
     int64_t span = (hi - lo) * c;                                                           \
     float *tmp = malloc(sizeof(float) * (size_t)(span + dw * c));                           \
     if (!tmp) {                                                                             \
@@ -462,6 +558,10 @@ static sl_status make_kernel(kernel *k, int64_t dn, int64_t sn, double r0, doubl
                 }                                                                           \
             }                                                                               \
         }                                                                                   \
+        if (POST) {                                                                         \
+            emit_post(orow, y, dh, dw, c, POST);                                            \
+            continue;                                                                       \
+        }                                                                                   \
         T *o = dst + y * dw * c;                                                            \
         for (int64_t i = 0; i < dw * c; i++) o[i] = STORE(orow[i]);                         \
     }                                                                                       \
@@ -470,12 +570,19 @@ static sl_status make_kernel(kernel *k, int64_t dn, int64_t sn, double r0, doubl
     kernel_free(&ky);                                                                       \
     return SL_OK;
 
+/* sl__resize_aa_u8 into dst, or through post (sl__u8_post) when post is set. */
+static sl_status resize_aa_u8(const uint8_t *src, int64_t sh, int64_t sw, int64_t c, int64_t stride,
+                              double ry, double rx, double rh, double rw, uint8_t *dst,
+                              const sl__u8_post *post, int64_t dh, int64_t dw) {
+    if (!(rh > (double)dh) && !(rw > (double)dw))
+        return resize_u8(src, sh, sw, c, stride, ry, rx, rh, rw, dst, post, dh, dw);
+    RESIZE_AA_BODY(uint8_t, STORE_U8, true, post)
+}
+
 sl_status sl__resize_aa_u8(const uint8_t *src, int64_t sh, int64_t sw, int64_t c, int64_t stride,
                            double ry, double rx, double rh, double rw, uint8_t *dst, int64_t dh,
                            int64_t dw) {
-    if (!(rh > (double)dh) && !(rw > (double)dw))
-        return sl__resize_u8(src, sh, sw, c, stride, ry, rx, rh, rw, dst, dh, dw);
-    RESIZE_AA_BODY(uint8_t, STORE_U8, true)
+    return resize_aa_u8(src, sh, sw, c, stride, ry, rx, rh, rw, dst, NULL, dh, dw);
 }
 
 sl_status sl__resize_aa_f32(const float *src, int64_t sh, int64_t sw, int64_t c, int64_t stride,
@@ -483,7 +590,8 @@ sl_status sl__resize_aa_f32(const float *src, int64_t sh, int64_t sw, int64_t c,
                             int64_t dw) {
     if (!(rh > (double)dh) && !(rw > (double)dw))
         return sl__resize_f32(src, sh, sw, c, stride, ry, rx, rh, rw, dst, dh, dw);
-    RESIZE_AA_BODY(float, AS_F32, false)
+    const sl__u8_post *none = NULL;
+    RESIZE_AA_BODY(float, AS_F32, false, none)
 }
 
 /* ---- crop geometry ---- */
@@ -550,6 +658,14 @@ sl_status sl__geom_resize_u8(const sl__geom_fn *g, const uint8_t *src, int64_t s
     if (g->antialias)
         return sl__resize_aa_u8(src, sh, sw, c, stride, ry, rx, rh, rw, dst, dh, dw);
     return sl__resize_u8(src, sh, sw, c, stride, ry, rx, rh, rw, dst, dh, dw);
+}
+
+sl_status sl__geom_resize_post(const sl__geom_fn *g, const uint8_t *src, int64_t sh, int64_t sw,
+                               int64_t c, int64_t stride, double ry, double rx, double rh,
+                               double rw, const sl__u8_post *post, int64_t dh, int64_t dw) {
+    if (g->antialias)
+        return resize_aa_u8(src, sh, sw, c, stride, ry, rx, rh, rw, NULL, post, dh, dw);
+    return resize_u8(src, sh, sw, c, stride, ry, rx, rh, rw, NULL, post, dh, dw);
 }
 
 void sl__geom_plan(const sl__geom_fn *g, int64_t H, int64_t W, uint64_t seed, sl__rect *r,

@@ -112,6 +112,26 @@ sl_status sl__geom_resize_u8(const sl__geom_fn *g, const uint8_t *src, int64_t s
                              int64_t c, int64_t stride, double ry, double rx, double rh, double rw,
                              uint8_t *dst, int64_t dh, int64_t dw);
 
+/* Where a uint8 resize's results go when decode_jpeg absorbed a normalize after it: each
+ * uint8 result (rounded as sl__resize_u8 rounds it) through normalize's table (lut and nl
+ * as for sl__normalize_u8) into dst, a dh x dw x c float32 image, mirrored left-right when
+ * fh and top-bottom when fv: the very floats that the resize, random_flip and normalize
+ * give one after another, without the uint8 image between them. */
+typedef struct sl__u8_post {
+    const float *lut; /* normalize's table, nl means */
+    int nl;
+    const float *mean, *std; /* normalize's nl means and stds */
+    bool scale;       /* normalize divides uint8 values by 255 first */
+    bool fh, fv;      /* mirror left-right, top-bottom */
+    float *dst;       /* dh x dw x c, contiguous */
+} sl__u8_post;
+
+/* sl__geom_resize_u8 with the results going through post (not NULL) instead of into a
+ * uint8 image. Returns SL_OK or SL_ENOMEM (dst then partly written). */
+sl_status sl__geom_resize_post(const sl__geom_fn *g, const uint8_t *src, int64_t sh, int64_t sw,
+                               int64_t c, int64_t stride, double ry, double rx, double rh,
+                               double rw, const sl__u8_post *post, int64_t dh, int64_t dw);
+
 /* An oh x ow output of fn over `max` pixels: SL_ERANGE naming comp, the size, the limit
  * and how to raise it; SL_OK otherwise. */
 sl_status sl__check_pixels(const sl_fn *fn, const char *comp, int64_t oh, int64_t ow, int64_t max);
@@ -137,6 +157,11 @@ void sl__flip_copy(const void *src, void *dst, int64_t H, int64_t W, size_t px, 
  * `channels`) the number of means it was given. NULL when fn is not normalize of comp, or
  * when its means do not fit `channels` (normalize itself then fails: it must run). */
 const float *sl__normalize_lut(const sl_fn *fn, const char *comp, int channels, int *n);
+
+/* The means and stds (n each, as sl__normalize_lut says) of normalize fn, and whether it
+ * divides uint8 values by 255 first: its table holds (v / 255 - mean) / std (or
+ * (v - mean) / std), each operation in float. fn must be a normalize. */
+void sl__normalize_params(const sl_fn *fn, const float **mean, const float **std, bool *scale);
 
 /* n uint8 values with c channels through normalize's table (lut and nl as above) into
  * float32 (what normalize does to a uint8 image). */

@@ -88,6 +88,13 @@ const float *sl__normalize_lut(const sl_fn *fn, const char *comp, int channels, 
     return f->lut;
 }
 
+void sl__normalize_params(const sl_fn *fn, const float **mean, const float **std, bool *scale) {
+    const norm_fn *f = (const norm_fn *)fn;
+    *mean = f->mean;
+    *std = f->std;
+    *scale = f->scale_uint8;
+}
+
 sl_status sl_fn_normalize(const char *comp, const float *mean, const float *std, int n,
                           bool scale_uint8, sl_fn **out) {
     *out = NULL;

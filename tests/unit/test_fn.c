@@ -1511,20 +1511,23 @@ TEST(test_parse_decode_chain) {
  * or one of them): the result must be the very floats (or bytes) the functions give when
  * they run by themselves on the fused crop, with their own seeds (member k of a chain is
  * called with sl__mix(seed, k)). Both channel counts, both resamplers, DCT scaling on and
- * off, one mean or one per channel, flips left-right and top-bottom. */
+ * off, one mean or one per channel, flips left-right and top-bottom, outputs mostly smaller
+ * and mostly larger than the crop (both resize paths; 140 and 230 columns, so the
+ * vectorized normalize also ends in a partial group). */
 TEST(test_decode_jpeg_absorbs_flip_and_normalize) {
     photo_set ps;
     ASSERT_OK(photo_set_make(&ps, 11, 90));
     static const float mean[3] = {0.485f, 0.456f, 0.406f}, stdv[3] = {0.229f, 0.224f, 0.225f};
     int flipped = 0, kept = 0, checked = 0;
-    for (int cfg = 0; cfg < 64; cfg++) {
+    for (int cfg = 0; cfg < 128; cfg++) {
         int ch = cfg & 1 ? 1 : 3, post = (cfg >> 4) & 3; /* flip+norm, norm+flip, flip, norm */
-        bool dct = cfg & 2, aa = cfg & 4, vertical = cfg & 8;
+        bool dct = cfg & 2, aa = cfg & 4, vertical = cfg & 8, big = cfg & 64;
+        int oh = big ? 300 : 150, ow = big ? 230 : 140;
         int nl = (cfg & 1) || (cfg & 8) ? 1 : 3;
         sl_fn *f[4], *flip, *norm, *full, *crop;
         ASSERT_OK(sl_fn_decode_jpeg("image", ch, &f[0]));
         sl__fn_decode_jpeg_set_dct_scaling(f[0], dct);
-        ASSERT_OK(sl_fn_random_resized_crop("image", 150, 140, 0.25, 1.0, 3.0 / 4, 4.0 / 3, &f[1]));
+        ASSERT_OK(sl_fn_random_resized_crop("image", oh, ow, 0.25, 1.0, 3.0 / 4, 4.0 / 3, &f[1]));
         ASSERT_OK(sl_fn_set_antialias(f[1], aa));
         ASSERT_OK(sl_fn_random_flip("image", true, vertical, 0.5, &flip));
         ASSERT_OK(sl_fn_normalize("image", mean, stdv, nl, true, &norm));
@@ -1546,7 +1549,8 @@ TEST(test_decode_jpeg_absorbs_flip_and_normalize) {
             ASSERT_EQ(tb->dtype, ta->dtype);
             ASSERT(ta->rank == 3 && tb->rank == 3);
             for (int d = 0; d < 3; d++) ASSERT_EQ(ta->dims[d], tb->dims[d]);
-            ASSERT_EQ(ta->dims[0], 150);
+            ASSERT_EQ(ta->dims[0], oh);
+            ASSERT_EQ(ta->dims[1], ow);
             ASSERT_EQ(ta->dims[2], ch);
             if (memcmp(ta->data, tb->data, sl_tensor_nbytes(ta)) != 0) {
                 FAILF("cfg %d (channels %d, dct %d, antialias %d, vertical %d, means %d, post %d) seed %llu: "
@@ -1567,7 +1571,7 @@ TEST(test_decode_jpeg_absorbs_flip_and_normalize) {
         sl_fn_unref(flip);
         sl_fn_unref(norm);
     }
-    ASSERT_EQ(checked, 64 * 12);
+    ASSERT_EQ(checked, 128 * 12);
     ASSERT(flipped > 50 && kept > 50);
 
     /* a normalize whose means may not fit (channels as in the file) is not absorbed: a gray
