@@ -141,8 +141,14 @@ static void hrow_padded(const float *s, const tap *tx, int64_t dw, int64_t c, fl
  * growing path's hrow_uint8_t, with each 3-channel pixel one 4-wide SSE blend (its fourth
  * lane overwritten by the next pixel) while the fourth byte read stays inside the row's
  * sn elements; the rest, and other channel counts, as hrow_uint8_t. Same values. */
-static void hrow_row_uint8_t(const uint8_t *s, const tap *tx, int64_t dw, int64_t c, int64_t sn, float *out) {
+static void hrow3_u8(const uint8_t *s, const tap *tx, const float *pw, int64_t dw, int64_t sn, float *out);
+static void hrow_row_uint8_t(const uint8_t *s, const tap *tx, const float *pw, int64_t dw, int64_t c,
+                             int64_t sn, float *out) {
     int64_t x = 0;
+    if (pw) { /* (3 channels with AVX2: pair_weights) */
+        hrow3_u8(s, tx, pw, dw, sn, out);
+        return;
+    }
 #if defined(__SSE2__)
     if (c == 3) {
         const __m128i z = _mm_setzero_si128();
@@ -165,8 +171,10 @@ static void hrow_row_uint8_t(const uint8_t *s, const tap *tx, int64_t dw, int64_
     if (x < dw) hrow_uint8_t(s, tx + x, dw - x, c, out + c * x);
 }
 
-static void hrow_row_float(const float *s, const tap *tx, int64_t dw, int64_t c, int64_t sn, float *out) {
+static void hrow_row_float(const float *s, const tap *tx, const float *pw, int64_t dw, int64_t c,
+                           int64_t sn, float *out) {
     (void)sn;
+    (void)pw;
     hrow_float(s, tx, dw, c, out);
 }
 
@@ -238,7 +246,105 @@ __attribute__((target("avx2"))) static int64_t emit_avx2(const float *v, int64_t
         }
     return i;
 }
+
+/* hrow_padded for 3 channels, two output pixels per 8-lane step: pw holds each pair's
+ * weights (w0 of the first pixel 4 times, of the second 4 times, then both w1 likewise),
+ * from pair_weights. The same products and sums per lane as hrow_padded; the fourth lane
+ * of each pixel lands on the next pixel's first value, written after it (out has room for
+ * one float past its row, s one readable float past its last element). */
+__attribute__((target("avx2"))) static void hrow3_avx2(const float *s, const tap *tx,
+                                                       const float *pw, int64_t dw, float *out) {
+    int64_t x = 0;
+    for (; x + 2 <= dw; x += 2, pw += 16) {
+        __m256 a = _mm256_insertf128_ps(_mm256_castps128_ps256(_mm_loadu_ps(s + tx[x].o0)),
+                                        _mm_loadu_ps(s + tx[x + 1].o0), 1);
+        __m256 b = _mm256_insertf128_ps(_mm256_castps128_ps256(_mm_loadu_ps(s + tx[x].o1)),
+                                        _mm_loadu_ps(s + tx[x + 1].o1), 1);
+        __m256 v = _mm256_add_ps(_mm256_mul_ps(_mm256_loadu_ps(pw), a),
+                                 _mm256_mul_ps(_mm256_loadu_ps(pw + 8), b));
+        _mm_storeu_ps(out + 3 * x, _mm256_castps256_ps128(v));
+        _mm_storeu_ps(out + 3 * x + 3, _mm256_extractf128_ps(v, 1));
+    }
+    if (x < dw) {
+        __m128 a = _mm_loadu_ps(s + tx[x].o0), b = _mm_loadu_ps(s + tx[x].o1);
+        _mm_storeu_ps(out + 3 * x, _mm_add_ps(_mm_mul_ps(_mm_set1_ps(tx[x].w0), a),
+                                              _mm_mul_ps(_mm_set1_ps(tx[x].w1), b)));
+    }
+}
+
+/* hrow_row_uint8_t for 3 channels, two output pixels per 8-lane step (pw as for
+ * hrow3_avx2): each pixel's 4 bytes widened to floats; a pair whose fourth byte would lie
+ * past the row's sn elements goes through hrow_uint8_t. Same values. */
+__attribute__((target("avx2"))) static void hrow3_u8_avx2(const uint8_t *s, const tap *tx,
+                                                          const float *pw, int64_t dw,
+                                                          int64_t sn, float *out) {
+    int64_t x = 0;
+    for (; x + 2 <= dw; x += 2, pw += 16) {
+        const tap *t = tx + x;
+        if (t[0].o0 + 3 >= sn || t[0].o1 + 3 >= sn || t[1].o0 + 3 >= sn || t[1].o1 + 3 >= sn) {
+            hrow_uint8_t(s, t, 2, 3, out + 3 * x);
+            continue;
+        }
+        uint32_t a0, a1, b0, b1;
+        memcpy(&a0, s + t[0].o0, 4);
+        memcpy(&a1, s + t[1].o0, 4);
+        memcpy(&b0, s + t[0].o1, 4);
+        memcpy(&b1, s + t[1].o1, 4);
+        __m256 a = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_cvtsi64_si128((long long)(a0 | (uint64_t)a1 << 32))));
+        __m256 b = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_cvtsi64_si128((long long)(b0 | (uint64_t)b1 << 32))));
+        __m256 v = _mm256_add_ps(_mm256_mul_ps(_mm256_loadu_ps(pw), a),
+                                 _mm256_mul_ps(_mm256_loadu_ps(pw + 8), b));
+        _mm_storeu_ps(out + 3 * x, _mm256_castps256_ps128(v));
+        _mm_storeu_ps(out + 3 * x + 3, _mm256_extractf128_ps(v, 1));
+    }
+    if (x < dw) hrow_uint8_t(s, tx + x, dw - x, 3, out + 3 * x);
+}
 #endif
+
+static void hrow3_u8(const uint8_t *s, const tap *tx, const float *pw, int64_t dw, int64_t sn, float *out) {
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+    hrow3_u8_avx2(s, tx, pw, dw, sn, out);
+#else
+    (void)pw;
+    (void)sn;
+    hrow_uint8_t(s, tx, dw, 3, out); /* (not reached: pair_weights gives no pw here) */
+#endif
+}
+
+/* hrow3_avx2's weights for taps tx (dw outputs): a new array, or NULL where that path does
+ * not apply (not 3 channels, no AVX2, no memory: hrow_padded then does the row). */
+static float *pair_weights(const tap *tx, int64_t dw, int64_t c) {
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+    if (c != 3 || !cpu_has_avx2()) return NULL;
+    float *pw = malloc(sizeof(float) * 16 * (size_t)((dw + 1) / 2));
+    if (!pw) return NULL;
+    for (int64_t x = 0; x < dw; x++) {
+        float *p = pw + 16 * (x / 2) + 4 * (x % 2);
+        for (int k = 0; k < 4; k++) {
+            p[k] = tx[x].w0;
+            p[8 + k] = tx[x].w1;
+        }
+    }
+    return pw;
+#else
+    (void)tx;
+    (void)dw;
+    (void)c;
+    return NULL;
+#endif
+}
+
+/* One row through the taps: hrow3_avx2 with pw, else hrow_padded. */
+static void hrow_fast(const float *s, const tap *tx, const float *pw, int64_t dw, int64_t c, float *out) {
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+    if (pw) {
+        hrow3_avx2(s, tx, pw, dw, out);
+        return;
+    }
+#endif
+    (void)pw;
+    hrow_padded(s, tx, dw, c, out);
+}
 
 /* Round a blend of uint8 samples to nearest. The weights of each axis are l and 1 - l with
  * l in [0, 1], so the blend lies in [0, 255 * (1 + 2^-22)] and v + 0.5 truncates to 0..255:
@@ -270,12 +376,12 @@ typedef struct {
 /* The slot holding source row r, computing it (into the slot not holding `keep`) if needed. */
 #define GET_ROW(T)                                                                          \
     static float *get_row_##T(row_cache *rc, int64_t r, int64_t keep, const T *src,         \
-                              int64_t stride, const tap *tx, int64_t dw, int64_t c,         \
-                              int64_t sn) {                                                 \
+                              int64_t stride, const tap *tx, const float *pw, int64_t dw,   \
+                              int64_t c, int64_t sn) {                                      \
         for (int k = 0; k < 2; k++)                                                         \
             if (rc->key[k] == r) return rc->buf[k];                                         \
         int k = rc->key[0] == keep ? 1 : 0;                                                 \
-        hrow_row_##T(src + r * stride, tx, dw, c, sn, rc->buf[k]);                          \
+        hrow_row_##T(src + r * stride, tx, pw, dw, c, sn, rc->buf[k]);                      \
         rc->key[k] = r;                                                                     \
         return rc->buf[k];                                                                  \
     }
@@ -316,11 +422,12 @@ GET_ROW(float)
         }                                                                                   \
         tmp[hi - lo] = 0;                                                                   \
         if ((POST) && (POST)->fh) reverse_taps(tx, dw);                                     \
+        float *pw = pair_weights(tx, dw, c);                                                \
         for (int64_t y = 0; y < dh; y++) {                                                  \
             const T *a = src + ty[y].o0 * stride + lo, *b = src + ty[y].o1 * stride + lo;   \
             float w0 = ty[y].w0, w1 = ty[y].w1;                                             \
             blend_##T(a, b, w0, w1, hi - lo, tmp);                                          \
-            hrow_padded(tmp, tx, dw, c, rows);                                              \
+            hrow_fast(tmp, tx, pw, dw, c, rows);                                            \
             if (POST) {                                                                     \
                 emit_post(rows, y, dh, dw, c, POST);                                        \
                 continue;                                                                   \
@@ -328,27 +435,30 @@ GET_ROW(float)
             T *o = dst + y * n;                                                             \
             for (int64_t i = 0; i < n; i++) o[i] = STORE(rows[i]);                          \
         }                                                                                   \
+        free(pw);                                                                           \
         free(tmp);                                                                          \
         free(tx);                                                                           \
         free(rows);                                                                         \
         return SL_OK;                                                                       \
     }                                                                                       \
     if ((POST) && (POST)->fh) reverse_taps(tx, dw);                                         \
+    float *pw = sizeof(T) == 1 ? pair_weights(tx, dw, c) : NULL;                            \
     row_cache rc = {{rows, rows + dw * c + 1}, {-1, -1}};                                   \
     for (int64_t y = 0; y < dh; y++) {                                                      \
         int64_t r0 = ty[y].o0, r1 = ty[y].o1;                                               \
-        const float *a = get_row_##T(&rc, r0, r1, src, stride, tx, dw, c, sw * c);          \
-        const float *b = get_row_##T(&rc, r1, r0, src, stride, tx, dw, c, sw * c);          \
+        const float *a = get_row_##T(&rc, r0, r1, src, stride, tx, pw, dw, c, sw * c);      \
+        const float *b = get_row_##T(&rc, r1, r0, src, stride, tx, pw, dw, c, sw * c);      \
         float w0 = ty[y].w0, w1 = ty[y].w1;                                                 \
         if (POST) {                                                                         \
             float *v = rows + 2 * (dw * c + 1);                                             \
-            for (int64_t i = 0; i < n; i++) v[i] = w0 * a[i] + w1 * b[i];                   \
+            blend_float(a, b, w0, w1, n, v);                                                \
             emit_post(v, y, dh, dw, c, POST);                                               \
             continue;                                                                       \
         }                                                                                   \
         T *o = dst + y * n;                                                                 \
         for (int64_t i = 0; i < n; i++) o[i] = STORE(w0 * a[i] + w1 * b[i]);                \
     }                                                                                       \
+    free(pw);                                                                               \
     free(tx);                                                                               \
     free(rows);                                                                             \
     return SL_OK;
