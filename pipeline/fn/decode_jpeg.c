@@ -24,11 +24,14 @@
  *
  * After the crop it also absorbs a random_flip and a normalize of the same component that
  * follow directly (either order, at most one each; a normalize only when its means are
- * known to fit: channels 1 or 3, one mean or that many): the resized uint8 image goes
- * through normalize's own table, mirrored as random_flip's own draws say, straight into
- * float32, without the intermediate tensors; the values are those of the functions run one
- * after the other. Under map_batch, the result is built in its batch slot
- * (sl__fn_batch_slot), which spares the batch copy.
+ * known to fit: channels 1 or 3, one mean or that many): with a normalize, each resized row
+ * is rounded to uint8 and normalized as it is made, straight into the float32 output
+ * (sl__geom_resize_post: a left-right flip is in the horizontal taps, a top-bottom flip in
+ * the row order; a crop that is already the output's size goes through normalize's table
+ * after it is decoded); with only a flip, the uint8 image is mirrored as it is copied out. No
+ * intermediate tensors; the values are those of the functions run one after the other.
+ * Under map_batch, the result is built in its batch slot (sl__fn_batch_slot), which spares
+ * the batch copy.
  *
  * Workload: the most expensive function of an ImageNet-style pipeline (a 500x375 photo
  * cropped to ~40% of its area and resized to 224x224). Each map thread keeps a decoder
