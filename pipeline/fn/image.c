@@ -9,9 +9,12 @@
  * cached: neighbouring output rows share source rows), then blends the two rows of each
  * output row. Shrinking rows (the usual crop-then-shrink case), rows are rarely shared, so
  * it blends the two source rows first — contiguous and vectorized — and then interpolates
- * that one float row horizontally, gathering once per output sample (one 4-wide SSE blend
- * per 3-channel pixel where SSE2 is there). Everything is computed in float
- * in one fixed order, so the result depends only on the inputs, never on the thread. */
+ * that one float row horizontally, gathering once per output sample (3-channel pixels two
+ * per AVX2 step, or one per 4-wide SSE blend). Everything is computed in float in one
+ * fixed order, so the result depends only on the inputs, never on the thread or the
+ * instruction set. When decode_jpeg absorbed a normalize, each finished row is rounded and
+ * normalized straight into the float output (emit_post), a left-right flip being the
+ * horizontal taps in reverse. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -388,7 +391,7 @@ typedef struct {
 GET_ROW(uint8_t)
 GET_ROW(float)
 
-#define RESIZE_BODY(T, STORE, POST)                                                               \
+#define RESIZE_BODY(T, STORE, POST)                                                         \
     if (!(POST) && is_plain_window(ry, rx, rh, rw, dh, dw) && ry >= 0 && rx >= 0 &&         \
         (int64_t)ry + dh <= sh && (int64_t)rx + dw <= sw) {                                 \
         for (int64_t y = 0; y < dh; y++)                                                    \
@@ -608,7 +611,7 @@ static sl_status make_kernel(kernel *k, int64_t dn, int64_t sn, double r0, doubl
 /* The weights are >= 0 and sum to 1 within a few float ulps, so a blend of uint8 samples
  * stays below 255.5 + 1e-4 and to_u8 needs no clamp (and the store loop vectorizes). */
 #define STORE_U8(v) to_u8(v)
-#define RESIZE_AA_BODY(T, STORE, PAD, POST)                                                       \
+#define RESIZE_AA_BODY(T, STORE, PAD, POST)                                                 \
     kernel kx = {0}, ky = {0};                                                              \
     sl_status s = make_kernel(&kx, dw, sw, rx, rw, true, PAD);                              \
     if (s) return s;                                                                        \
