@@ -220,6 +220,13 @@ typedef struct sl_backend_ops {
      * to the rounding of float32 accumulation. No speed-up on the CPU. SL_EINVAL for an
      * unknown value (the precision is then unchanged). */
     sl_status (*set_precision)(sl_backend *b, sl_bk_precision p);
+
+    /* ---- optional (last, so positional initializers stay valid) ----
+     * act_backward_set: dx = 0 + dy * act'(.) from the output y, overwriting dx: the same
+     * floats as filling dx with 0 and calling act_backward, without reading dx. NULL: the
+     * model does exactly that fill and act_backward. */
+    sl_status (*act_backward_set)(sl_backend *b, sl_act act, const float *y, const float *dy, float *dx,
+                                  size_t n);
 } sl_backend_ops;
 
 struct sl_backend {

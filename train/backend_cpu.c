@@ -21,6 +21,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
 
 #include "sluice/pool.h"
 #include "train/backend.h"
@@ -336,31 +339,38 @@ static sl_status cpu_act_forward(sl_backend *b, sl_act act, const float *x, floa
     return SL_OK;
 }
 
+/* dx[i] ASSIGN the gradient through the activation: += accumulates (act_backward), "= 0.0f +"
+ * overwrites with the very float 0 + g (act_backward_set: -0 becomes +0, as after a fill). */
+#define ACT_BWD(ASSIGN)                                                                      \
+    switch ((sl_act)c->act) {                                                                \
+    case SL_ACT_NONE: for (size_t i = lo; i < hi; i++) dx[i] ASSIGN dy[i]; break;            \
+    case SL_ACT_RELU: for (size_t i = lo; i < hi; i++) dx[i] ASSIGN(y[i] > 0.0f ? dy[i] : 0.0f); break; \
+    case SL_ACT_TANH: for (size_t i = lo; i < hi; i++) dx[i] ASSIGN dy[i] * (1.0f - y[i] * y[i]); break; \
+    case SL_ACT_SIGMOID: for (size_t i = lo; i < hi; i++) dx[i] ASSIGN dy[i] * y[i] * (1.0f - y[i]); break; \
+    }
+
 static void act_bwd_range(void *vc, size_t lo, size_t hi) {
     vec_ctx *c = vc;
     const float *y = c->cx, *dy = c->cy;
     float *dx = c->z;
-    switch ((sl_act)c->act) {
-    case SL_ACT_NONE:
-        for (size_t i = lo; i < hi; i++) dx[i] += dy[i];
-        break;
-    case SL_ACT_RELU:
-        for (size_t i = lo; i < hi; i++) dx[i] += y[i] > 0.0f ? dy[i] : 0.0f;
-        break;
-    case SL_ACT_TANH:
-        for (size_t i = lo; i < hi; i++) dx[i] += dy[i] * (1.0f - y[i] * y[i]);
-        break;
-    case SL_ACT_SIGMOID:
-        for (size_t i = lo; i < hi; i++) dx[i] += dy[i] * y[i] * (1.0f - y[i]);
-        break;
-    }
+    if (c->cols) ACT_BWD(= 0.0f +) /* cols set: the overwriting form */
+    else ACT_BWD(+=)
+}
+
+static sl_status act_bwd(sl_backend *b, sl_act act, const float *y, const float *dy, float *dx, size_t n, bool set) {
+    if (act < SL_ACT_NONE || act > SL_ACT_SIGMOID) return sl_err(SL_EINVAL, "act_backward: unknown activation %d", (int)act);
+    vec_ctx c = {.cx = y, .cy = dy, .z = dx, .act = act, .cols = set};
+    par_for((cpu_backend *)b, n, 3 * n, act_bwd_range, &c);
+    return SL_OK;
 }
 
 static sl_status cpu_act_backward(sl_backend *b, sl_act act, const float *y, const float *dy, float *dx, size_t n) {
-    if (act < SL_ACT_NONE || act > SL_ACT_SIGMOID) return sl_err(SL_EINVAL, "act_backward: unknown activation %d", (int)act);
-    vec_ctx c = {.cx = y, .cy = dy, .z = dx, .act = act};
-    par_for((cpu_backend *)b, n, 3 * n, act_bwd_range, &c);
-    return SL_OK;
+    return act_bwd(b, act, y, dy, dx, n, false);
+}
+
+static sl_status cpu_act_backward_set(sl_backend *b, sl_act act, const float *y, const float *dy, float *dx,
+                                      size_t n) {
+    return act_bwd(b, act, y, dy, dx, n, true);
 }
 
 /* ---- im2col / col2im ----------------------------------------------------------------- */
@@ -492,17 +502,45 @@ static void maxpool_rows(void *vc, size_t lo, size_t hi) {
                 for (int ch = 0; ch < c; ch++) { y[ch] = 0.0f; am[ch] = -1; }
                 continue;
             }
-            size_t base = ((img * p->h + iy0) * p->w + ix0) * c;
-            const float *x0 = p->x + base;
-            for (int ch = 0; ch < c; ch++) { y[ch] = x0[ch]; am[ch] = (int32_t)(base + ch); }
-            for (int iy = iy0; iy < iy1; iy++) {
-                for (int ix = ix0; ix < ix1; ix++) {
-                    size_t idx = ((img * p->h + iy) * p->w + ix) * c;
-                    const float *xs = p->x + idx;
-                    for (int ch = 0; ch < c; ch++) {
-                        if (xs[ch] > y[ch]) { y[ch] = xs[ch]; am[ch] = (int32_t)(idx + ch); }
+            /* up to 64 channels at a time in locals, a select per lane (4 lanes of SSE2
+             * where there is SSE2; compare-and-branch on random data mispredicted half the
+             * time), then stored once */
+            for (int c0 = 0; c0 < c; c0 += 64) {
+                const int cn = c - c0 < 64 ? c - c0 : 64;
+                float best[64];
+                int32_t arg[64];
+                size_t base = ((img * p->h + iy0) * p->w + ix0) * c + (size_t)c0;
+                for (int ch = 0; ch < cn; ch++) {
+                    best[ch] = p->x[base + ch];
+                    arg[ch] = (int32_t)base + ch;
+                }
+                for (int iy = iy0; iy < iy1; iy++) {
+                    for (int ix = ix0; ix < ix1; ix++) {
+                        size_t idx = ((img * p->h + iy) * p->w + ix) * c + (size_t)c0;
+                        const float *xs = p->x + idx;
+                        const int32_t i0 = (int32_t)idx;
+                        int ch = 0;
+#if defined(__SSE2__)
+                        for (; ch + 4 <= cn; ch += 4) { /* 4 lanes: (x > best) as C's > */
+                            __m128 xv = _mm_loadu_ps(xs + ch), bv = _mm_loadu_ps(best + ch);
+                            __m128 gt = _mm_cmpgt_ps(xv, bv);
+                            _mm_storeu_ps(best + ch, _mm_or_ps(_mm_and_ps(gt, xv), _mm_andnot_ps(gt, bv)));
+                            __m128i gi = _mm_castps_si128(gt);
+                            __m128i iv = _mm_add_epi32(_mm_set1_epi32(i0 + ch), _mm_setr_epi32(0, 1, 2, 3));
+                            __m128i av = _mm_loadu_si128((const __m128i *)(arg + ch));
+                            _mm_storeu_si128((__m128i *)(arg + ch),
+                                             _mm_or_si128(_mm_and_si128(gi, iv), _mm_andnot_si128(gi, av)));
+                        }
+#endif
+                        for (; ch < cn; ch++) {
+                            bool gt = xs[ch] > best[ch];
+                            best[ch] = gt ? xs[ch] : best[ch];
+                            arg[ch] = gt ? i0 + ch : arg[ch];
+                        }
                     }
                 }
+                memcpy(y + c0, best, sizeof(float) * (size_t)cn);
+                memcpy(am + c0, arg, sizeof(int32_t) * (size_t)cn);
             }
         }
     }
@@ -1113,6 +1151,7 @@ static const sl_backend_ops CPU_OPS = {
     .bias_grad = cpu_bias_grad,
     .act_forward = cpu_act_forward,
     .act_backward = cpu_act_backward,
+    .act_backward_set = cpu_act_backward_set,
     .im2col = cpu_im2col,
     .col2im = cpu_col2im,
     .maxpool_forward = cpu_maxpool_forward,

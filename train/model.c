@@ -284,6 +284,15 @@ static uint64_t mix64(uint64_t a, uint64_t b) {
     return sl_splitmix64(&s);
 }
 
+/* dx = dy through the activation's derivative (from its output y), overwriting dx: the
+ * backend's act_backward_set where it has one, else a fill with 0 and act_backward. */
+static sl_status act_grad(sl_model *m, sl_act act, const float *y, const float *dy, float *dx, size_t n) {
+    const sl_backend_ops *ops = m->bk->ops;
+    if (ops->act_backward_set) return ops->act_backward_set(m->bk, act, y, dy, dx, n);
+    sl_status s = ops->fill(m->bk, dx, 0.0f, n);
+    return s ? s : ops->act_backward(m->bk, act, y, dy, dx, n);
+}
+
 static sl_status conv_forward(sl_model *m, const layer *l, const float *in, int B) {
     const sl_backend_ops *ops = m->bk->ops;
     sl_backend *bk = m->bk;
@@ -321,8 +330,7 @@ static sl_status conv_backward(sl_model *m, const layer *l, const float *x, floa
         const float *dpre = l->dout + i0 * out_img;
         if (l->act != SL_ACT_NONE) {
             float *d = m->scratch_a + i0 * out_img;
-            s = ops->fill(bk, d, 0.0f, (size_t)nb * out_img);
-            if (!s) s = ops->act_backward(bk, l->act, l->out + i0 * out_img, dpre, d, (size_t)nb * out_img);
+            s = act_grad(m, l->act, l->out + i0 * out_img, dpre, d, (size_t)nb * out_img);
             dpre = d;
         }
         const float *a = x + i0 * in_img;
@@ -472,8 +480,7 @@ static sl_status backward_layer(sl_model *m, int li, const float *x, float *dx, 
     case SL_LAYER_DENSE: {
         const float *dpre = dy;
         if (l->act != SL_ACT_NONE) {
-            s = ops->fill(bk, m->scratch_a, 0.0f, nout);
-            if (!s) s = ops->act_backward(bk, l->act, l->out, dy, m->scratch_a, nout);
+            s = act_grad(m, l->act, l->out, dy, m->scratch_a, nout);
             dpre = m->scratch_a;
         }
         int K = (int)l->in_size, N = (int)l->nb;
@@ -513,8 +520,8 @@ static sl_status backward_layer(sl_model *m, int li, const float *x, float *dx, 
     case SL_LAYER_TANH:
     case SL_LAYER_SIGMOID:
         if (!dx) break;
-        if (!acc) s = ops->fill(bk, dx, 0.0f, nin);
-        if (!s) s = ops->act_backward(bk, l->act, l->out, dy, dx, nin);
+        if (!acc) s = act_grad(m, l->act, l->out, dy, dx, nin);
+        else s = ops->act_backward(bk, l->act, l->out, dy, dx, nin);
         break;
     }
     return s;

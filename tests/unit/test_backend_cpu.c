@@ -410,6 +410,7 @@ static const geo PGEOS[] = {
     {3, 7, 5, 2, 3, 3, 2, 1, 1, 4, 3},   /* overlapping windows, SAME padding */
     {2, 5, 7, 4, 3, 3, 1, 0, 0, 3, 5},   /* valid, stride 1 */
     {8, 28, 28, 32, 2, 2, 2, 0, 0, 14, 14}, /* threaded */
+    {2, 6, 6, 70, 2, 2, 2, 0, 0, 3, 3},  /* channels past one 64-wide group */
 };
 
 TEST(test_pools) {
