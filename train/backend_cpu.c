@@ -176,6 +176,7 @@ typedef struct vec_ctx {
     float a, b2;
     size_t cols, ld;
     int act;
+    bool set; /* act_bwd_range: overwrite dx instead of adding to it */
 } vec_ctx;
 
 /* Mixed precision, emulated: a GEMM input's rows x cols block cx (row stride ld) rounded to
@@ -353,13 +354,13 @@ static void act_bwd_range(void *vc, size_t lo, size_t hi) {
     vec_ctx *c = vc;
     const float *y = c->cx, *dy = c->cy;
     float *dx = c->z;
-    if (c->cols) ACT_BWD(= 0.0f +) /* cols set: the overwriting form */
+    if (c->set) ACT_BWD(= 0.0f +)
     else ACT_BWD(+=)
 }
 
 static sl_status act_bwd(sl_backend *b, sl_act act, const float *y, const float *dy, float *dx, size_t n, bool set) {
     if (act < SL_ACT_NONE || act > SL_ACT_SIGMOID) return sl_err(SL_EINVAL, "act_backward: unknown activation %d", (int)act);
-    vec_ctx c = {.cx = y, .cy = dy, .z = dx, .act = act, .cols = set};
+    vec_ctx c = {.cx = y, .cy = dy, .z = dx, .act = act, .set = set};
     par_for((cpu_backend *)b, n, 3 * n, act_bwd_range, &c);
     return SL_OK;
 }

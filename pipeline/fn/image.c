@@ -144,14 +144,21 @@ static void hrow_padded(const float *s, const tap *tx, int64_t dw, int64_t c, fl
  * growing path's hrow_uint8_t, with each 3-channel pixel one 4-wide SSE blend (its fourth
  * lane overwritten by the next pixel) while the fourth byte read stays inside the row's
  * sn elements; the rest, and other channel counts, as hrow_uint8_t. Same values. */
-static void hrow3_u8(const uint8_t *s, const tap *tx, const float *pw, int64_t dw, int64_t sn, float *out);
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+__attribute__((target("avx2"))) static void hrow3_u8_avx2(const uint8_t *s, const tap *tx,
+                                                          const float *pw, int64_t dw,
+                                                          int64_t sn, float *out);
+#endif
 static void hrow_row_uint8_t(const uint8_t *s, const tap *tx, const float *pw, int64_t dw, int64_t c,
                              int64_t sn, float *out) {
     int64_t x = 0;
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
     if (pw) { /* (3 channels with AVX2: pair_weights) */
-        hrow3_u8(s, tx, pw, dw, sn, out);
+        hrow3_u8_avx2(s, tx, pw, dw, sn, out);
         return;
     }
+#endif
+    (void)pw;
 #if defined(__SSE2__)
     if (c == 3) {
         const __m128i z = _mm_setzero_si128();
@@ -303,16 +310,6 @@ __attribute__((target("avx2"))) static void hrow3_u8_avx2(const uint8_t *s, cons
     if (x < dw) hrow_uint8_t(s, tx + x, dw - x, 3, out + 3 * x);
 }
 #endif
-
-static void hrow3_u8(const uint8_t *s, const tap *tx, const float *pw, int64_t dw, int64_t sn, float *out) {
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-    hrow3_u8_avx2(s, tx, pw, dw, sn, out);
-#else
-    (void)pw;
-    (void)sn;
-    hrow_uint8_t(s, tx, dw, 3, out); /* (not reached: pair_weights gives no pw here) */
-#endif
-}
 
 /* hrow3_avx2's weights for taps tx (dw outputs): a new array, or NULL where that path does
  * not apply (not 3 channels, no AVX2, no memory: hrow_padded then does the row). */
