@@ -24,7 +24,10 @@
  * GEMM; bias, activations, pooling and the optimizer are not counted), OpenBLAS's sgemm rate
  * on THREADS threads (each a single-threaded sgemm on a slice of C, as the CPU backend runs
  * them) on exactly those GEMMs at batch 128 (the model's GEMM mix), and on a large square
- * GEMM (this machine's sgemm rate). Printed per model: achieved GFLOP/s =
+ * GEMM (this machine's sgemm rate), and the cores' FMA peak (THREADS threads of independent
+ * FMAs, AVX2 and, where the CPU has it, AVX-512: the ceiling of any float32 GEMM, which
+ * OpenBLAS reaches only with kernels of the widest vectors; the BLAS line says which kernels
+ * it runs and whether OPENBLAS_CORETYPE chose them). Printed per model: achieved GFLOP/s =
  * FLOPs x examples/s, and its share of each rate (target for the CNN: >= 0.8 of the square).
  *
  * Usage: bench_train [MLP_STEPS] [CNN_STEPS]   (defaults 1000 and 200 timed steps after 20
@@ -55,6 +58,8 @@
 
 /* declared by OpenBLAS's cblas.h, but not by every cblas.h */
 void openblas_set_num_threads(int num_threads);
+char *openblas_get_config(void);
+char *openblas_get_corename(void);
 
 static int die(const char *what) {
     fprintf(stderr, "bench_train: %s: %s\n", what, sl_errmsg());
@@ -114,6 +119,80 @@ static void run_slice(void *arg) {
     }
     cblas_sgemm(CblasRowMajor, x->ta ? CblasTrans : CblasNoTrans, x->tb ? CblasTrans : CblasNoTrans, m, n, x->k, 1.0f,
                 a, lda, b, ldb, 0.0f, c, ldc);
+}
+
+/* ---- the FMA peak: what the cores can do, whatever a BLAS does with it ---- */
+
+typedef struct {
+    int width; /* 256 or 512 bits */
+    long iters;
+    double out;
+} fma_job;
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+#define FMA12(f, v)                                                                                    \
+    do {                                                                                               \
+        v[0] = f(v[0], m, c), v[1] = f(v[1], m, c), v[2] = f(v[2], m, c), v[3] = f(v[3], m, c);       \
+        v[4] = f(v[4], m, c), v[5] = f(v[5], m, c), v[6] = f(v[6], m, c), v[7] = f(v[7], m, c);       \
+        v[8] = f(v[8], m, c), v[9] = f(v[9], m, c), v[10] = f(v[10], m, c), v[11] = f(v[11], m, c);   \
+    } while (0)
+/* 12 independent FMA chains (more than latency x ports on current cores); m ~ 1 keeps them finite */
+__attribute__((target("avx2,fma"))) static double fma_loop256(long n) {
+    __m256 v[12], m = _mm256_set1_ps(0.9999f), c = _mm256_set1_ps(1e-4f);
+    for (int i = 0; i < 12; i++) v[i] = _mm256_set1_ps((float)i);
+    for (long i = 0; i < n; i++) FMA12(_mm256_fmadd_ps, v);
+    for (int i = 1; i < 12; i++) v[0] = _mm256_add_ps(v[0], v[i]);
+    return _mm256_cvtss_f32(v[0]);
+}
+__attribute__((target("avx512f"))) static double fma_loop512(long n) {
+    __m512 v[12], m = _mm512_set1_ps(0.9999f), c = _mm512_set1_ps(1e-4f);
+    for (int i = 0; i < 12; i++) v[i] = _mm512_set1_ps((float)i);
+    for (long i = 0; i < n; i++) FMA12(_mm512_fmadd_ps, v);
+    for (int i = 1; i < 12; i++) v[0] = _mm512_add_ps(v[0], v[i]);
+    return _mm512_reduce_add_ps(v[0]);
+}
+static bool fma_has(int width) {
+    return width == 512 ? __builtin_cpu_supports("avx512f")
+                        : __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+}
+static void fma_run(void *arg) {
+    fma_job *j = arg;
+    j->out = j->width == 512 ? fma_loop512(j->iters) : fma_loop256(j->iters);
+}
+#else
+static bool fma_has(int width) {
+    (void)width;
+    return false;
+}
+static void fma_run(void *arg) { (void)arg; }
+#endif
+
+/* GFLOP/s of THREADS threads each running FMAs of `width` bits flat out (best of 3 passes
+ * of ~0.2 s); 0 when the CPU lacks them. The ceiling of any float32 GEMM on these cores. */
+static double fma_peak(sl_pool *pool, int width) {
+    if (!fma_has(width)) return 0;
+    long iters = 1L << 20;
+    double best = 0;
+    for (int rep = -1; rep < 3; rep++) {
+        fma_job j[THREADS];
+        double t0 = bench_now();
+        for (int p = 0; p < THREADS; p++) {
+            j[p] = (fma_job){width, iters, 0};
+            if (p > 0) sl_pool_submit(pool, fma_run, &j[p]);
+        }
+        fma_run(&j[0]);
+        sl_pool_wait(pool);
+        double t = bench_now() - t0, r = 12.0 * (width / 32) * 2 * (double)iters * THREADS / t / 1e9;
+        if (rep < 0) { /* calibrate to ~0.2 s a pass */
+            iters = (long)((double)iters * 0.2 / (t > 1e-6 ? t : 1e-6));
+            if (iters < 1) iters = 1;
+        } else if (r > best) {
+            best = r;
+        }
+        if (j[0].out == 12345.678) printf(" "); /* keeps the loops' results alive */
+    }
+    return best;
 }
 
 /* GFLOP/s of THREADS threads running the GEMMs `g` in turn (median of `reps` passes, each
@@ -191,6 +270,8 @@ int main(int argc, char **argv) {
         mix_rate[k] = sgemm_rate(pool, g, ng, quick ? 3 : 5, quick ? 0.2 : 0.5);
         flops[k] = bench_model_flops(k);
     }
+    double peak256 = fma_peak(pool, 256), peak512 = fma_peak(pool, 512);
+    double peak = peak512 > peak256 ? peak512 : peak256;
     sl_pool_destroy(pool);
     if (sq_rate <= 0 || mix_rate[0] <= 0 || mix_rate[1] <= 0) {
         fprintf(stderr, "bench_train: out of memory for the sgemm measurement\n");
@@ -199,6 +280,11 @@ int main(int argc, char **argv) {
     printf("OpenBLAS sgemm, %d threads (median of %d): %dx%dx%d square %.1f GFLOP/s; the models' GEMMs at batch %d: "
            "mlp %.1f, cnn %.1f GFLOP/s\n",
            THREADS, quick ? 3 : 5, sq, sq, sq, sq_rate, BATCH, mix_rate[0], mix_rate[1]);
+    const char *ct = getenv("OPENBLAS_CORETYPE");
+    printf("BLAS: %s; its kernels for %s (%s%s); FMA peak, %d threads: AVX2 %.1f, AVX-512 %.1f GFLOP/s "
+           "(0: not on this CPU)\n",
+           openblas_get_config(), openblas_get_corename(), ct ? "OPENBLAS_CORETYPE=" : "as it detects this CPU",
+           ct ? ct : "", THREADS, peak256, peak512);
     printf("FLOPs per example (forward + backward, GEMM layers): mlp %.3f M, cnn %.2f M\n\n", flops[0] / 1e6,
            flops[1] / 1e6);
     fflush(stdout);
@@ -238,8 +324,9 @@ int main(int argc, char **argv) {
             printf("%s: torch skipped (BENCH_QUICK)\n", kinds[k]);
         }
         double gf = flops[k] * med_sl[k] / 1e9;
-        printf("%s: sluice achieves %.1f GFLOP/s = %.2f of the square sgemm rate, %.2f of its own GEMMs' rate", kinds[k],
-               gf, gf / sq_rate, gf / mix_rate[k]);
+        printf("%s: sluice achieves %.1f GFLOP/s = %.2f of the square sgemm rate, %.2f of its own GEMMs' rate, %.2f of "
+               "the FMA peak",
+               kinds[k], gf, gf / sq_rate, gf / mix_rate[k], peak > 0 ? gf / peak : 0.0);
         if (anchor) printf("; torch %.1f GFLOP/s = %.2f", flops[k] * med_an[k] / 1e9, flops[k] * med_an[k] / 1e9 / sq_rate);
         printf("\n\n");
         fflush(stdout);
