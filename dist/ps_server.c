@@ -581,10 +581,23 @@ static void save(sl_ps_server *s) {
     free(steps);
 }
 
-static int finished(const sl_ps_server *s) {
+/* The chief said BYE and every other worker said BYE or is dead (ps.h). A worker that has
+ * not joined yet is on its way (a worker starts late on a loaded machine, while an async
+ * chief may finish first): the ps waits for it until dead_after_s after its own start, then
+ * gives it up with a warning. Ending at the chief's BYE regardless left such a worker's
+ * join unanswered until its retry_s ran out, and its shard of the data untrained. */
+static int finished(sl_ps_server *s, double now) {
     if (!s->w[0].bye) return 0;
-    for (int i = 1; i < s->nw; i++)
-        if (s->w[i].live) return 0;
+    for (int i = 1; i < s->nw; i++) {
+        wstate *ws = &s->w[i];
+        if (ws->live) return 0;
+        if (!ws->joined && !ws->dead && !ws->bye) {
+            if (now - s->started < s->opts.dead_after_s) return 0;
+            ws->dead = 1;
+            SL_WARN("ps %d: worker %d never joined within %.1f s of this ps's start; the chief said BYE, so the ps "
+                    "ends without it", s->idx, i, s->opts.dead_after_s);
+        }
+    }
     return 1;
 }
 
@@ -596,7 +609,7 @@ sl_status sl_ps_server_run(sl_ps_server *s) {
             save(s);
             return sl_err(SL_ECANCELED, "ps %d: stopped", s->idx);
         }
-        if (finished(s)) {
+        if (finished(s, sl__ps_now())) {
             save(s);
             return SL_OK;
         }

@@ -106,7 +106,10 @@
  * A worker is live from its first message until BYE, until its connection closes
  * (sl_tp_peer_lost), or until nothing came from it for dead_after_s. A dead worker that
  * sends again (restarted) is live again. The server returns once the chief (worker 0) has
- * said BYE and every other worker has said BYE or is dead.
+ * said BYE and every other worker has said BYE or is dead; a worker that never joined counts
+ * as dead only dead_after_s after the server's start (a warning names it): until then the
+ * server waits for it, so a worker that starts after an async chief has finished still
+ * trains.
  *
  * Threads: a server or client is used by one thread (a client runs its own heartbeat
  * thread internally, under its lock). Workload: a few workers and ps tasks, one push per

@@ -12,7 +12,8 @@
 #   5. an evaluator alone on a folder without checkpoints (--timeout 1) fails, exit 1,
 #      saying so; on the finished run it passes over the checkpoints written before it
 #      started, and only the marker of its own job (SLUICE_JOB_ID) ends it, after it has
-#      evaluated the final checkpoint; under `strategy none` the evaluator task refuses.
+#      evaluated the final checkpoint; under `strategy none` the evaluator task refuses;
+#   6. a worker that starts 3 s late under an async ps still joins, trains and exits 0.
 # Ports: blocks 28000..31999, offsets 20..23 (tests/integration/lib.sh).
 set -u
 
@@ -86,5 +87,16 @@ if run none 1 "$BIN/sluice-launch" -n 1 --evaluator --port-base "$PB" --timeout 
     grep -q '^\[evaluator 0\] sluice-train: this task is the evaluator (SLUICE_TASK, from sluice-launch --evaluator) but the train block says strategy none' \
         "$T/none.err" && grep -q '^\[launch\] evaluator 0 exited with status 1: training goes on without it$' "$T/none.err" &&
         ok "strategy none: the evaluator refuses, the launcher exits with its status" || fail "none: $(cat "$T/none.err")"
+fi
+# 6. a worker that starts 3 s after the others (an async chief may be done by then): the ps
+# waits for it (up to dead_after_s, 10 s, from its own start), so it joins, trains its shard
+# and says BYE, and the job exits 0. The old ps ended at the chief's BYE, and the late
+# worker's join went unanswered until the launcher's timeout.
+printf '#!/bin/sh\n[ "$SLUICE_TASK" = "worker 1" ] && sleep 3\nexec "$@"\n' >"$T/late1.sh"
+chmod +x "$T/late1.sh"
+if run late1 0 "$BIN/sluice-launch" -n 2 --ps 1 --port-base "$PB" --timeout 60 -- "$T/late1.sh" "$BIN/sluice-train" \
+    "$T/mlp.sl" --run-dir "$T/late1"; then
+    grep -q '^\[worker 0\] test accuracy 0\.[0-9]\{4\}$' "$T/late1.out" &&
+        ok "worker 1 started 3 s late: served by the ps, exit 0" || fail "late1: $(cat "$T/late1.out")"
 fi
 sl_finish

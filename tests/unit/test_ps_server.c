@@ -553,6 +553,70 @@ TEST(test_sync_has_data_and_sums) {
     sl_ps_plan_free(p);
 }
 
+/* Async, a worker that starts after the chief has finished: the ps waits for it (up to
+ * dead_after_s after its start), takes its pushes and ends at its BYE. The old server ended
+ * at the chief's BYE, and worker 1's join went unanswered until its retry_s (3 s here) ran
+ * out. With the worker never coming, the ps ends dead_after_s after its start, not before. */
+static void async_late(int late, wjob *jobs, srv *v, double *took, size_t *total) {
+    cluster c;
+    cluster_init(&c, 2, 1);
+    sl_ps_plan *p = test_plan(1);
+    *total = p->total;
+    memset(v, 0, sizeof *v);
+    sl_ps_server_opts o = {.staleness = -1, .dead_after_s = late ? 5.0 : 0.8};
+    double t0 = now_s();
+    ASSERT_EQ(srv_start(v, &c, 0, p, &o, NULL, NULL), 0);
+    pthread_t t;
+    for (int w = 0; w < 1 + late; w++) {
+        jobs[w] = (wjob){.c = &c, .plan = p, .w = w, .co = {.retry_s = 3}, .nsteps = 3};
+        if (w) sleep_ms(500); /* the chief has said BYE by now */
+        pthread_create(&t, NULL, worker_main, &jobs[w]);
+        pthread_join(t, NULL);
+    }
+    pthread_join(v->t, NULL);
+    *took = now_s() - t0;
+    sl_ps_plan_free(p);
+}
+
+TEST(test_async_late_worker_served) {
+    wjob jobs[2];
+    srv v;
+    double took;
+    size_t n;
+    async_late(1, jobs, &v, &took, &n);
+    for (int w = 0; w < 2; w++) CHECK_WORKER(jobs[w]);
+    CHECK_SRV(v);
+    ASSERT_EQ(v.stats.pushes, 6);
+    ASSERT_EQ(v.stats.applied, 6);
+    ASSERT_EQ(v.last_steps[0], 2);
+    ASSERT_EQ(v.last_steps[1], 2);
+    sl_ps_plan *p = test_plan(1);
+    float *want = malloc(n * sizeof(float));
+    int64_t pushes[2][2] = {{0, 3}, {0, 3}};
+    expect_async(p, 2, pushes, want, 2);
+    ASSERT_MEMEQ(v.saved, want, n * sizeof(float));
+    ASSERT_MEMEQ(jobs[1].params, want, n * sizeof(float)); /* it pushed last */
+    free(want);
+    sl_ps_plan_free(p);
+    for (int w = 0; w < 2; w++) free(jobs[w].params);
+    srv_done(&v);
+}
+
+TEST(test_async_never_joined_worker) {
+    wjob jobs[1];
+    srv v;
+    double took;
+    size_t n;
+    async_late(0, jobs, &v, &took, &n);
+    CHECK_WORKER(jobs[0]);
+    CHECK_SRV(v);
+    ASSERT_EQ(v.stats.pushes, 3);
+    ASSERT(took >= 0.8); /* it waited for worker 1 */
+    ASSERT(took < 4.0);  /* and gave it up */
+    free(jobs[0].params);
+    srv_done(&v);
+}
+
 /* A fresh sync ps forms no round before every worker has joined: worker 1 starts 600 ms
  * after the chief, and every round is still the mean of both. The old server took the
  * chief's pushes alone (here all 4, after which the chief said BYE and the ps tasks ended
@@ -972,7 +1036,9 @@ TEST(test_garbage_dropped_server_serves_on) {
     size_t n = p->shard_len[0];
     srv v;
     memset(&v, 0, sizeof v);
-    ASSERT_EQ(srv_start(&v, &c, 0, p, NULL, NULL, NULL), 0);
+    /* worker 1 never joins: the ps waits dead_after_s for it after the chief's BYE */
+    sl_ps_server_opts so = {.staleness = -1, .dead_after_s = 1.5};
+    ASSERT_EQ(srv_start(&v, &c, 0, p, &so, NULL, NULL), 0);
     void *zctx = zmq_ctx_new();
     void *raw = raw_dealer(zctx, sl_ps_server_endpoint(v.s), 1);
     void *anon = zmq_socket(zctx, ZMQ_DEALER);
@@ -1084,7 +1150,9 @@ TEST(test_other_job_cannot_alter_ps) {
     size_t n = p->shard_len[0];
     srv v;
     memset(&v, 0, sizeof v);
-    ASSERT_EQ(srv_start(&v, &c, 0, p, NULL, NULL, NULL), 0);
+    /* worker 1 never joins: the ps waits dead_after_s for it after the chief's BYE */
+    sl_ps_server_opts so = {.staleness = -1, .dead_after_s = 1.5};
+    ASSERT_EQ(srv_start(&v, &c, 0, p, &so, NULL, NULL), 0);
     void *zctx = zmq_ctx_new();
     void *raw[2] = {raw_dealer(zctx, sl_ps_server_endpoint(v.s), 0), raw_dealer(zctx, sl_ps_server_endpoint(v.s), 1)};
     uint8_t *buf = calloc(SL_PS_PREFIX + 4 * n, 1);
@@ -1572,7 +1640,7 @@ TEST(test_curve_stranger_refused) {
     srv v;
     memset(&v, 0, sizeof v);
     sl_ps_server_ops ops = {.ctx = &v, .apply = apply_sgd, .save = save_cb};
-    sl_ps_server_opts so = {.staleness = -1, .stop = &v.stop};
+    sl_ps_server_opts so = {.staleness = -1, .dead_after_s = 1.5, .stop = &v.stop}; /* worker 1 never joins */
     /* the intruder's transport timeout is 1 s: with 5 s, as the others', its pull (after the
      * failed push) waited out that send timeout twice, 10 s, before failing the same way */
     sl_tp_opts tps = {.timeout_s = 5, .curve = &cps}, tw0 = {.timeout_s = 5, .curve = &cw0},
@@ -1627,6 +1695,8 @@ int main(void) {
     RUN(test_sync_has_data_and_sums);
     RUN(test_sum_needs_sync);
     RUN(test_sync_first_round_waits_for_all);
+    RUN(test_async_late_worker_served);
+    RUN(test_async_never_joined_worker);
     RUN(test_restored_sync_waits_for_all);
     RUN(test_staleness_bound);
     RUN(test_dead_worker_releases_sync_round);
