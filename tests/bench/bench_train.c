@@ -297,8 +297,9 @@ int main(int argc, char **argv) {
             for (int side = 0; side < 2; side++) {
                 if ((side == 0) == (r % 2 == 0)) {
                     if (bench_train_run("bench_train", data, k, BATCH, "cpu", THREADS, WARM, steps[k], true, &sl[r], &wait[r])) return 1;
-                    printf("  round %d sluice %s: %.0f examples/s (input wait %.1f%% of step time)\n", r + 1,
-                           kinds[k], sl[r], 100 * wait[r]);
+                    printf("  round %d sluice %s: %.0f examples/s (input wait %.1f%% of the whole run's step time, "
+                           "the first pass's parse and cache fill included)\n",
+                           r + 1, kinds[k], sl[r], 100 * wait[r]);
                 } else if (anchor) {
                     if (run_anchor(shared, kinds[k], &an[r])) return 1;
                     printf("  round %d torch  %s: %.0f examples/s\n", r + 1, kinds[k], an[r]);
