@@ -1,17 +1,16 @@
-/* The CPU backend: every op of train/backend.h on host memory. GEMMs go to OpenBLAS
- * (cblas_sgemm, row-major; in bf16 / fp16 mode on inputs rounded first, which emulates
- * mixed precision for tests and as the CUDA backend's reference); the other ops are plain
- * C loops written so the compiler can vectorize their inner dimension, split across the
- * backend's own team of threads when they are big enough to pay for the hand-off (a few
- * tens of microseconds; see par_for).
+/* The CPU backend: every op of train/backend.h on host memory. GEMMs go to OpenBLAS's
+ * cblas_sgemm or train/gemm_avx512.c (sl__gemm512_wanted; parts of 24 x 24 and up), in bf16 /
+ * fp16 mode on inputs rounded first, which emulates mixed precision for tests and as the
+ * CUDA backend's reference; the other ops are plain C loops written so the compiler can
+ * vectorize their inner dimension, split across the backend's own team of threads when they
+ * are big enough to pay for the hand-off (a few tens of microseconds; see par_for).
  *
  * Workload: Fashion-MNIST sized models (MLP 784-256-128-10, the TensorFlow tutorial CNN) at
  * batch 32..512 on a few cores. Per step the GEMMs dominate; im2col/col2im, pooling, bias,
- * activations and the optimizer are memory-bound passes that must not add more than a few
- * percent. Threads: up to `threads` parts per op, claimed by the calling thread and a team
- * of threads - 1 workers, GEMMs included: OpenBLAS itself runs single-threaded. */
-/* The loops below need GCC's vectorizer at its full cost model (-O2's "very cheap" model
- * skips any loop whose trip count is unknown or whose pointers might alias: all of them). */
+ * activations and the optimizer are memory-bound passes that must stay at a few percent.
+ * Threads: up to `threads` parts per op (GEMMs too: OpenBLAS runs single-threaded), claimed
+ * by the calling thread and a team of threads - 1 workers. */
+/* GCC's vectorizer at its full cost model (-O2's skips loops of unknown trip count or aliasing pointers) */
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC optimize("O3")
 #endif
@@ -29,6 +28,7 @@
 #include "train/backend.h"
 #include "train/blas_priv.h"
 #include "train/cpu_team.h"
+#include "train/gemm_avx512.h"
 
 typedef struct cpu_backend {
     sl_backend base;
@@ -45,15 +45,13 @@ typedef struct cpu_backend {
 
 /* ---- parallel loops ---------------------------------------------------------------- */
 
-typedef sl__range_fn range_fn;
-
 /* Run fn over [0, n) in up to b->threads contiguous parts when `work` (roughly, floats
  * touched) is large enough, on the backend's team (train/cpu_team.h: the calling thread
  * runs parts too, all of them when the workers do not come). */
 #define PAR_MIN_WORK ((size_t)1 << 16)
 #define MAX_PARTS 64
 
-static void par_for(cpu_backend *b, size_t n, size_t work, range_fn fn, void *ctx) {
+static void par_for(cpu_backend *b, size_t n, size_t work, sl__range_fn fn, void *ctx) {
     int parts = b->threads;
     if (parts > MAX_PARTS) parts = MAX_PARTS;
     if ((size_t)parts > n) parts = (int)n;
@@ -101,13 +99,12 @@ static sl_status cpu_nop(sl_backend *b) { return SL_OK; }
 
 /* ---- dense math ---------------------------------------------------------------------- */
 
-/* GEMMs are split across our own pool, each part a single-threaded OpenBLAS call on a
- * slice of C: OpenBLAS's own workers spin (sched_yield) for a long while after each call,
- * which on a small shared machine takes the cores away from the loops between GEMMs and
- * from other processes (the input pipeline). The split is along the longer of M and N,
- * which is also the one whose operand each part then packs only a slice of. */
+/* GEMMs are split across our own pool, each part a single-threaded call on a slice of C
+ * (OpenBLAS's own workers spin for long after each call, taking a small machine's cores from
+ * the loops between GEMMs and from the input pipeline), along the longer of M and N: the one
+ * whose operand each part then packs only a slice of. */
 typedef struct gemm_ctx {
-    bool ta, tb, split_n;
+    bool ta, tb, split_n, own; /* own: sl__gemm512 */
     int m, n, k, lda, ldb, ldc;
     float alpha, beta;
     const float *a, *b;
@@ -133,6 +130,9 @@ static void gemm_part(void *vc, size_t lo, size_t hi) {
         c += (size_t)i0 * g->ldc;
         m = i1 - i0;
     }
+    if (g->own && m >= 24 && n >= 24 &&
+        !sl__gemm512(g->ta, g->tb, m, n, g->k, g->alpha, a, g->lda, b, g->ldb, g->beta, c, g->ldc))
+        return; /* else (out of memory for its buffers) the BLAS */
     cblas_sgemm(CblasRowMajor, g->ta ? CblasTrans : CblasNoTrans, g->tb ? CblasTrans : CblasNoTrans, m, n, g->k,
                 g->alpha, a, g->lda, b, g->ldb, g->beta, c, g->ldc);
 }
@@ -163,7 +163,7 @@ static sl_status cpu_gemm(sl_backend *bb, bool ta, bool tb, int m, int n, int k,
                                    (size_t)(tb ? n : k), (size_t)(tb ? k : n));
         if (s) return s;
     }
-    gemm_ctx g = {ta, tb, n > m, m, n, k, lda, ldb, ldc, alpha, beta, a, bm, c};
+    gemm_ctx g = {ta, tb, n > m, sl__gemm512_wanted(), m, n, k, lda, ldb, ldc, alpha, beta, a, bm, c};
     size_t blocks = ((size_t)(g.split_n ? n : m) + 15) / 16;
     /* work in multiply-adds / 16: one part per thread once a GEMM is ~1M multiply-adds */
     par_for(b, blocks, (size_t)m * n * k / 16, gemm_part, &g);
@@ -720,7 +720,7 @@ static void gap_bwd_images(void *vc, size_t lo, size_t hi) {
 }
 
 static sl_status gap_run(sl_backend *b, const char *op, float *dst, const float *src, int n, int hw, int c,
-                         range_fn fn) {
+                         sl__range_fn fn) {
     if (n < 0 || hw <= 0 || c <= 0) return sl_err(SL_EINVAL, "%s: bad shape n=%d hw=%d c=%d", op, n, hw, c);
     cols_ctx k = {.dst = dst, .src = src, .hw = hw, .c = c};
     par_for((cpu_backend *)b, (size_t)n, (size_t)n * hw * c, fn, &k);

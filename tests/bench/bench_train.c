@@ -21,10 +21,12 @@
  * The arithmetic ceiling, in the same run: each model's FLOPs per example (forward and
  * backward, counted from the layer shapes: 2 x multiply-adds of every dense and conv layer's
  * forward GEMM, its weight-gradient GEMM and, except the first layer, its input-gradient
- * GEMM; bias, activations, pooling and the optimizer are not counted), OpenBLAS's sgemm rate
- * on THREADS threads (each a single-threaded sgemm on a slice of C, as the CPU backend runs
- * them) on exactly those GEMMs at batch 128 (the model's GEMM mix), and on a large square
- * GEMM (this machine's sgemm rate), and the cores' FMA peak (THREADS threads of independent
+ * GEMM; bias, activations, pooling and the optimizer are not counted), the sgemm rate on
+ * THREADS threads (each a single-threaded sgemm on a slice of C, as the CPU backend runs
+ * them, with the GEMM it runs: OpenBLAS, or on AVX-512 CPUs where OpenBLAS runs narrower
+ * kernels Sluice's own, train/gemm_avx512.h) on exactly those GEMMs at batch 128 (the
+ * model's GEMM mix), a large square GEMM with OpenBLAS and with Sluice's GEMM (the faster is
+ * this machine's sgemm rate), and the cores' FMA peak (THREADS threads of independent
  * FMAs, AVX2 and, where the CPU has it, AVX-512: the ceiling of any float32 GEMM, which
  * OpenBLAS reaches only with kernels of the widest vectors; the BLAS line says which kernels
  * it runs and whether OPENBLAS_CORETYPE chose them). Printed per model: achieved GFLOP/s =
@@ -49,6 +51,7 @@
 #include "sluice/pool.h"
 #include "sluice/train.h"
 #include "tests/bench/bench_fashion.h"
+#include "train/gemm_avx512.h"
 
 #define WORK BENCH_WORK
 #define BATCH 128
@@ -96,6 +99,7 @@ typedef struct {
     const float *a, *b;
     float *c;
     int part, parts;
+    bool own; /* Sluice's AVX-512 GEMM where the CPU backend runs it (parts of 24 x 24 and up) */
 } gemm_slice;
 
 static void run_slice(void *arg) {
@@ -117,6 +121,8 @@ static void run_slice(void *arg) {
         c += (size_t)i0 * ldc;
         m = i1 - i0;
     }
+    if (s->own && m >= 24 && n >= 24 && !sl__gemm512(x->ta, x->tb, m, n, x->k, 1.0f, a, lda, b, ldb, 0.0f, c, ldc))
+        return;
     cblas_sgemm(CblasRowMajor, x->ta ? CblasTrans : CblasNoTrans, x->tb ? CblasTrans : CblasNoTrans, m, n, x->k, 1.0f,
                 a, lda, b, ldb, 0.0f, c, ldc);
 }
@@ -197,7 +203,7 @@ static double fma_peak(sl_pool *pool, int width) {
 
 /* GFLOP/s of THREADS threads running the GEMMs `g` in turn (median of `reps` passes, each
  * at least `min_s` seconds); -1 when out of memory */
-static double sgemm_rate(sl_pool *pool, const bench_gemm *g, int ng, int reps, double min_s) {
+static double sgemm_rate(sl_pool *pool, const bench_gemm *g, int ng, int reps, double min_s, bool own) {
     size_t amax, bmax, cmax;
     bench_gemm_max(g, ng, &amax, &bmax, &cmax);
     float *a = malloc(amax * sizeof *a), *b = malloc(bmax * sizeof *b), *c = malloc(cmax * sizeof *c);
@@ -218,7 +224,7 @@ static double sgemm_rate(sl_pool *pool, const bench_gemm *g, int ng, int reps, d
         do {
             for (int i = 0; i < ng; i++) {
                 for (int p = 0; p < THREADS; p++) {
-                    sl[p] = (gemm_slice){&g[i], a, b, c, p, THREADS};
+                    sl[p] = (gemm_slice){&g[i], a, b, c, p, THREADS, own};
                     if (p > 0) sl_pool_submit(pool, run_slice, &sl[p]);
                 }
                 run_slice(&sl[0]);
@@ -262,12 +268,18 @@ int main(int argc, char **argv) {
     if (sl_pool_create(THREADS - 1, &pool)) return die("pool");
     int sq = quick ? 1024 : 2048;
     bench_gemm square = {sq, sq, sq, false, false};
-    double sq_rate = sgemm_rate(pool, &square, 1, quick ? 3 : 5, quick ? 0.2 : 0.5);
+    /* this machine's sgemm rate: the faster of OpenBLAS's and, where the CPU backend runs it,
+     * Sluice's own AVX-512 GEMM (train/gemm_avx512.h) on the square; the models' GEMMs with
+     * what the backend runs */
+    bool own = sl__gemm512_wanted();
+    double sq_blas = sgemm_rate(pool, &square, 1, quick ? 3 : 5, quick ? 0.2 : 0.5, false);
+    double sq_own = own ? sgemm_rate(pool, &square, 1, quick ? 3 : 5, quick ? 0.2 : 0.5, true) : 0;
+    double sq_rate = sq_own > sq_blas ? sq_own : sq_blas;
     double mix_rate[2], flops[2];
     for (int k = 0; k < 2; k++) {
         bench_gemm g[12];
         int ng = bench_model_gemms(k, BATCH, g);
-        mix_rate[k] = sgemm_rate(pool, g, ng, quick ? 3 : 5, quick ? 0.2 : 0.5);
+        mix_rate[k] = sgemm_rate(pool, g, ng, quick ? 3 : 5, quick ? 0.2 : 0.5, own);
         flops[k] = bench_model_flops(k);
     }
     double peak256 = fma_peak(pool, 256), peak512 = fma_peak(pool, 512);
@@ -277,9 +289,11 @@ int main(int argc, char **argv) {
         fprintf(stderr, "bench_train: out of memory for the sgemm measurement\n");
         return 1;
     }
-    printf("OpenBLAS sgemm, %d threads (median of %d): %dx%dx%d square %.1f GFLOP/s; the models' GEMMs at batch %d: "
-           "mlp %.1f, cnn %.1f GFLOP/s\n",
-           THREADS, quick ? 3 : 5, sq, sq, sq, sq_rate, BATCH, mix_rate[0], mix_rate[1]);
+    printf("sgemm, %d threads (median of %d): %dx%dx%d square: OpenBLAS %.1f GFLOP/s, Sluice's AVX-512 GEMM %.1f (0: "
+           "not run on this machine); the models' GEMMs at batch %d as the CPU backend runs them (%s): mlp %.1f, cnn "
+           "%.1f GFLOP/s; the shares below are of the faster square, %.1f\n",
+           THREADS, quick ? 3 : 5, sq, sq, sq, sq_blas, sq_own, BATCH, own ? "Sluice's GEMM" : "OpenBLAS", mix_rate[0],
+           mix_rate[1], sq_rate);
     const char *ct = getenv("OPENBLAS_CORETYPE");
     printf("BLAS: %s; its kernels for %s (%s%s); FMA peak, %d threads: AVX2 %.1f, AVX-512 %.1f GFLOP/s "
            "(0: not on this CPU)\n",

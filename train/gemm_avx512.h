@@ -1,0 +1,34 @@
+/* Private to train/ (and its unit tests and bench_train): a single-threaded float32 GEMM with AVX-512 FMAs,
+ * which the CPU backend runs instead of the BLAS where the CPU has AVX-512 and the BLAS runs
+ * narrower kernels (train/backend_cpu.c decides; see sl__gemm512_wanted). Row-major, the
+ * arguments and meaning of cblas_sgemm(CblasRowMajor, ...):
+ *   C (m x n, row stride ldc) = alpha * op(A) * op(B) + beta * C
+ * op(A) is m x k: A stored m x k (lda >= k) or, with ta, k x m (lda >= m); op(B) is k x n:
+ * B stored k x n (ldb >= n) or, with tb, n x k (ldb >= k). beta == 0 writes C without
+ * reading it (as a BLAS does: C may hold NaN). The sums run over k in order within blocks of
+ * 256, blocks added in order, so a result differs from another BLAS's only by rounding. */
+#ifndef SLUICE_TRAIN_GEMM_AVX512_H
+#define SLUICE_TRAIN_GEMM_AVX512_H
+
+#include <stdbool.h>
+
+#include "sluice/status.h"
+
+/* true when this CPU runs AVX-512F and this build has the kernel (x86-64, GCC or Clang). */
+bool sl__gemm512_available(void);
+
+/* true when the CPU backend should run sl__gemm512 rather than the BLAS, decided once per
+ * process: SLUICE_CPU_GEMM=blas in the environment says no, =avx512 yes (where available);
+ * unset, yes when available and OpenBLAS runs kernels narrower than AVX-512 (its core name
+ * is none of SkylakeX, Cooperlake, SapphireRapids: an older OpenBLAS that does not know the
+ * CPU, or OPENBLAS_CORETYPE choosing AVX2 kernels). Any other value: a warning, then as unset. */
+bool sl__gemm512_wanted(void);
+
+/* The GEMM above. SL_OK; SL_ENOMEM (C untouched) when its per-thread packing buffers (about
+ * 1.1 MB, kept for the thread's life) cannot be had; SL_EINVAL (C untouched) for negative
+ * sizes, strides below the stored widths, or a CPU without AVX-512F. m, n or k of 0 is as a
+ * BLAS does: nothing, nothing, C = beta * C. */
+sl_status sl__gemm512(bool ta, bool tb, int m, int n, int k, float alpha, const float *a, int lda, const float *b,
+                      int ldb, float beta, float *c, int ldc);
+
+#endif
