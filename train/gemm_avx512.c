@@ -67,6 +67,26 @@ static float *buffers(void) {
 
 /* ---- packing op(B): rows p0..p0+kc, columns j0..j0+nc into panels of NR ---- */
 
+/* d[i * NR + r] = s[r * ld + i] for r, i < 8 */
+__attribute__((target("avx2"))) static inline void transpose8(const float *s, int ld, float *d) {
+    __m256 r[8], t[8], u[8];
+    for (int i = 0; i < 8; i++) r[i] = _mm256_loadu_ps(s + (size_t)i * ld);
+    for (int i = 0; i < 8; i += 2) {
+        t[i] = _mm256_unpacklo_ps(r[i], r[i + 1]);
+        t[i + 1] = _mm256_unpackhi_ps(r[i], r[i + 1]);
+    }
+    for (int i = 0; i < 8; i += 4) {
+        u[i] = _mm256_shuffle_ps(t[i], t[i + 2], _MM_SHUFFLE(1, 0, 1, 0));
+        u[i + 1] = _mm256_shuffle_ps(t[i], t[i + 2], _MM_SHUFFLE(3, 2, 3, 2));
+        u[i + 2] = _mm256_shuffle_ps(t[i + 1], t[i + 3], _MM_SHUFFLE(1, 0, 1, 0));
+        u[i + 3] = _mm256_shuffle_ps(t[i + 1], t[i + 3], _MM_SHUFFLE(3, 2, 3, 2));
+    }
+    for (int i = 0; i < 4; i++) {
+        _mm256_storeu_ps(d + (size_t)i * NR, _mm256_permute2f128_ps(u[i], u[i + 4], 0x20));
+        _mm256_storeu_ps(d + (size_t)(i + 4) * NR, _mm256_permute2f128_ps(u[i], u[i + 4], 0x31));
+    }
+}
+
 __attribute__((target("avx512f"))) static void pack_b(bool tb, const float *b, int ldb, int p0, int kc, int j0, int nc,
                                                       float *bp) {
     for (int jr = 0; jr < nc; jr += NR) {
@@ -83,10 +103,12 @@ __attribute__((target("avx512f"))) static void pack_b(bool tb, const float *b, i
             }
         } else { /* op(B)[kk][j] = b[j * ldb + kk]: column j of the panel is row j of b */
             if (nr < NR) memset(d, 0, (size_t)kc * NR * sizeof(float));
-            for (int c = 0; c < nr; c++) {
-                const float *s = b + (size_t)(j0 + jr + c) * ldb + p0;
-                for (int kk = 0; kk < kc; kk++) d[(size_t)kk * NR + c] = s[kk];
-            }
+            const float *s = b + (size_t)(j0 + jr) * ldb + p0;
+            int c8 = nr / 8 * 8, k8 = kc / 8 * 8;
+            for (int c = 0; c < c8; c += 8) /* 8 x 8 blocks transposed in registers */
+                for (int kk = 0; kk < k8; kk += 8) transpose8(s + (size_t)c * ldb + kk, ldb, d + (size_t)kk * NR + c);
+            for (int c = 0; c < nr; c++)
+                for (int kk = c < c8 ? k8 : 0; kk < kc; kk++) d[(size_t)kk * NR + c] = s[(size_t)c * ldb + kk];
         }
     }
 }
