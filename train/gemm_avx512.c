@@ -13,7 +13,7 @@
  * the strip in L1 and the panels streaming from L2), and when its row stride is a multiple
  * of 1 KiB (12 rows would share one L1 set). Columns past n are masked on load and store.
  * Tuned on the models' shapes at one thread: 0.97 of the AVX-512 FMA peak on the CNN's
- * second convolution, less on wide products whose B block (1 MiB) outgrows L2. */
+ * second convolution, less on wide products whose B block (1 MiB) outgrows L2.
  *
  * Sums: for each C element, the products over kk are added in order within a k block (one
  * FMA chain per accumulator lane), the first block's alpha * sum added to beta * C (or
