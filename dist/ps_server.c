@@ -365,7 +365,17 @@ static sl_status check_liveness(sl_ps_server *s, double now) {
         int lost = sl_tp_peer_lost(s->tp, i);
         int edge = lost && !ws->lost_prev;
         ws->lost_prev = lost;
-        if (!ws->live) continue;
+        if (!ws->live) {
+            /* never joined: waited for until dead_after_s after this ps's start, and given
+             * up only once the chief is done (until then it changes no round or rate) */
+            if (i > 0 && !ws->joined && !ws->dead && !ws->bye && s->w[0].bye &&
+                now - s->started >= s->opts.dead_after_s) {
+                ws->dead = 1;
+                SL_WARN("ps %d: worker %d never joined within %.1f s of this ps's start; the chief said BYE, so the "
+                        "ps ends without it", s->idx, i, s->opts.dead_after_s);
+            }
+            continue;
+        }
         sl_status st = SL_OK;
         if (edge || now - ws->seen > s->opts.dead_after_s) {
             ws->dead = 1;
@@ -582,21 +592,15 @@ static void save(sl_ps_server *s) {
 }
 
 /* The chief said BYE and every other worker said BYE or is dead (ps.h). A worker that has
- * not joined yet is on its way (a worker starts late on a loaded machine, while an async
- * chief may finish first): the ps waits for it until dead_after_s after its own start, then
- * gives it up with a warning. Ending at the chief's BYE regardless left such a worker's
- * join unanswered until its retry_s ran out, and its shard of the data untrained. */
-static int finished(sl_ps_server *s, double now) {
+ * not joined yet is neither: it is on its way (it started late on a loaded machine, and an
+ * async chief finished first) until check_liveness gives it up. Ending at the chief's BYE
+ * regardless left such a worker's join unanswered until its retry_s ran out, and its shard
+ * of the data untrained. */
+static int finished(const sl_ps_server *s) {
     if (!s->w[0].bye) return 0;
     for (int i = 1; i < s->nw; i++) {
-        wstate *ws = &s->w[i];
-        if (ws->live) return 0;
-        if (!ws->joined && !ws->dead && !ws->bye) {
-            if (now - s->started < s->opts.dead_after_s) return 0;
-            ws->dead = 1;
-            SL_WARN("ps %d: worker %d never joined within %.1f s of this ps's start; the chief said BYE, so the ps "
-                    "ends without it", s->idx, i, s->opts.dead_after_s);
-        }
+        const wstate *ws = &s->w[i];
+        if (ws->live || (!ws->joined && !ws->dead && !ws->bye)) return 0;
     }
     return 1;
 }
@@ -609,7 +613,7 @@ sl_status sl_ps_server_run(sl_ps_server *s) {
             save(s);
             return sl_err(SL_ECANCELED, "ps %d: stopped", s->idx);
         }
-        if (finished(s, sl__ps_now())) {
+        if (finished(s)) {
             save(s);
             return SL_OK;
         }

@@ -130,7 +130,7 @@ static void gemm_part(void *vc, size_t lo, size_t hi) {
         c += (size_t)i0 * g->ldc;
         m = i1 - i0;
     }
-    if (g->own && m >= 24 && n >= 24 &&
+    if (g->own && sl__gemm512_worth(m, n) &&
         !sl__gemm512(g->ta, g->tb, m, n, g->k, g->alpha, a, g->lda, b, g->ldb, g->beta, c, g->ldc))
         return; /* else (out of memory for its buffers) the BLAS */
     cblas_sgemm(CblasRowMajor, g->ta ? CblasTrans : CblasNoTrans, g->tb ? CblasTrans : CblasNoTrans, m, n, g->k,

@@ -268,9 +268,9 @@ sl_status sl__gemm512(bool ta, bool tb, int m, int n, int k, float alpha, const 
             /* few panels: MC rows of op(A) at a time (in L2) against each panel in turn (in L1);
              * op(A) stored m x k is read where it lies unless its row stride is a multiple of
              * 1 KiB (12 rows would share one L1 set) */
+            bool pack = !ta && lda % 256 == 0;
             for (int i1 = 0; i1 < m; i1 += MC) {
                 int mc = m - i1 < MC ? m - i1 : MC, full = mc / MR * MR, mr = mc - full;
-                bool pack = !ta && lda % 256 == 0;
                 if (pack)
                     for (int q = 0; q < full; q += MR)
                         pack_strip(false, a + (size_t)(i1 + q) * lda + p0, lda, MR, kc, ap + (size_t)q * kc);

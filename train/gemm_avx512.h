@@ -24,6 +24,10 @@ bool sl__gemm512_available(void);
  * CPU, or OPENBLAS_CORETYPE choosing AVX2 kernels). Any other value: a warning, then as unset. */
 bool sl__gemm512_wanted(void);
 
+/* Whether an m x n product is big enough for sl__gemm512 to beat the BLAS: its 12 x 32 tile
+ * wastes most of its lanes below 24 x 24 (the CPU backend's parts; bench_train's the same). */
+static inline bool sl__gemm512_worth(int m, int n) { return m >= 24 && n >= 24; }
+
 /* The GEMM above. SL_OK; SL_ENOMEM (C untouched) when its per-thread packing buffers (about
  * 1.1 MB, kept for the thread's life) cannot be had; SL_EINVAL (C untouched) for negative
  * sizes, strides below the stored widths, or a CPU without AVX-512F. m, n or k of 0 is as a

@@ -121,7 +121,7 @@ static void run_slice(void *arg) {
         c += (size_t)i0 * ldc;
         m = i1 - i0;
     }
-    if (s->own && m >= 24 && n >= 24 && !sl__gemm512(x->ta, x->tb, m, n, x->k, 1.0f, a, lda, b, ldb, 0.0f, c, ldc))
+    if (s->own && sl__gemm512_worth(m, n) && !sl__gemm512(x->ta, x->tb, m, n, x->k, 1.0f, a, lda, b, ldb, 0.0f, c, ldc))
         return;
     cblas_sgemm(CblasRowMajor, x->ta ? CblasTrans : CblasNoTrans, x->tb ? CblasTrans : CblasNoTrans, m, n, x->k, 1.0f,
                 a, lda, b, ldb, 0.0f, c, ldc);
