@@ -227,6 +227,20 @@ typedef struct sl_backend_ops {
      * model does exactly that fill and act_backward. */
     sl_status (*act_backward_set)(sl_backend *b, sl_act act, const float *y, const float *dy, float *dx,
                                   size_t n);
+    /* maxpool_relu_backward_set: the gradient through a max pool whose windows do not
+     * overlap (s == k) and on through the ReLU whose output the pool read, written over all
+     * of dx (n*h*w*c floats): dx[argmax[o]] = 0 + dy[o] where pooled[o] (the pool's output,
+     * which is the ReLU output at argmax[o]) is > 0, every other float 0. The same floats
+     * as filling dx with 0, maxpool_backward and act_backward_set(SL_ACT_RELU, relu output,
+     * dx, dx), in one pass that never reads the ReLU output. SL_EINVAL (dx untouched) for
+     * s != k or a bad geometry. NULL: the model runs those three. */
+    sl_status (*maxpool_relu_backward_set)(sl_backend *b, const float *dy, const float *pooled,
+                                           const int32_t *argmax, int n, int h, int w, int c, int k, int s,
+                                           int pad_top, int pad_left, int oh, int ow, float *dx);
+    /* bias_act: y[r][j] = act(y[r][j] + bias[j]) in place: the same floats as bias_add and
+     * then act_forward, in one pass. SL_EINVAL (y untouched) for an unknown act. NULL: the
+     * model runs the two. */
+    sl_status (*bias_act)(sl_backend *b, sl_act act, float *y, const float *bias, size_t rows, size_t cols);
 } sl_backend_ops;
 
 struct sl_backend {

@@ -3,7 +3,8 @@
  * fp16 mode on inputs rounded first, which emulates mixed precision for tests and as the
  * CUDA backend's reference; the other ops are plain C loops written so the compiler can
  * vectorize their inner dimension, split across the backend's own team of threads when they
- * are big enough to pay for the hand-off (a few tens of microseconds; see par_for).
+ * are big enough to pay for the hand-off (a few tens of microseconds; see par_for). The
+ * pooling ops live in train/backend_cpu_pool.c (train/backend_cpu_priv.h is what they share).
  *
  * Workload: Fashion-MNIST sized models (MLP 784-256-128-10, the TensorFlow tutorial CNN) at
  * batch 32..512 on a few cores. Per step the GEMMs dominate; im2col/col2im, pooling, bias,
@@ -20,28 +21,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#if defined(__SSE2__)
-#include <emmintrin.h>
-#endif
 
 #include "sluice/pool.h"
 #include "train/backend.h"
+#include "train/backend_cpu_priv.h"
 #include "train/blas_priv.h"
 #include "train/cpu_team.h"
 #include "train/gemm_avx512.h"
 
-typedef struct cpu_backend {
-    sl_backend base;
-    int threads;
-    sl__team *team; /* threads - 1 workers (train/cpu_team.h); NULL when single-threaded */
-    sl_status xent_status; /* softmax_xent_start's outcome, for softmax_xent_result */
-    double xent_loss;
-    int64_t xent_correct, xent_top5;
-    char xent_msg[256];
-    sl_bk_precision prec; /* set_precision: GEMM inputs rounded to bf16 / fp16 (emulated) */
-    float *lp;            /* the rounded copies of a GEMM's A and B */
-    size_t lp_cap;        /* floats */
-} cpu_backend;
 
 /* ---- parallel loops ---------------------------------------------------------------- */
 
@@ -51,7 +38,7 @@ typedef struct cpu_backend {
 #define PAR_MIN_WORK ((size_t)1 << 16)
 #define MAX_PARTS 64
 
-static void par_for(cpu_backend *b, size_t n, size_t work, sl__range_fn fn, void *ctx) {
+void sl__cpu_par_for(cpu_backend *b, size_t n, size_t work, sl__range_fn fn, void *ctx) {
     int parts = b->threads;
     if (parts > MAX_PARTS) parts = MAX_PARTS;
     if ((size_t)parts > n) parts = (int)n;
@@ -340,6 +327,36 @@ static sl_status cpu_act_forward(sl_backend *b, sl_act act, const float *x, floa
     return SL_OK;
 }
 
+/* bias_add and act_forward in one pass: t = y + bias, then the very expression of
+ * act_fwd_range on t. */
+static void bias_act_rows(void *vc, size_t lo, size_t hi) {
+    const vec_ctx *c = vc;
+    const size_t cols = c->cols;
+    const float *bias = c->cx;
+    for (size_t r = lo; r < hi; r++) {
+        float *y = c->y + r * cols;
+        switch ((sl_act)c->act) {
+        case SL_ACT_NONE: for (size_t j = 0; j < cols; j++) y[j] += bias[j]; break;
+        case SL_ACT_RELU:
+            for (size_t j = 0; j < cols; j++) {
+                float t = y[j] + bias[j];
+                y[j] = t > 0.0f ? t : 0.0f;
+            }
+            break;
+        case SL_ACT_TANH: for (size_t j = 0; j < cols; j++) y[j] = tanhf(y[j] + bias[j]); break;
+        case SL_ACT_SIGMOID: for (size_t j = 0; j < cols; j++) y[j] = 1.0f / (1.0f + expf(-(y[j] + bias[j]))); break;
+        }
+    }
+}
+
+static sl_status cpu_bias_act(sl_backend *b, sl_act act, float *y, const float *bias, size_t rows, size_t cols) {
+    if (act < SL_ACT_NONE || act > SL_ACT_SIGMOID) return sl_err(SL_EINVAL, "bias_act: unknown activation %d", (int)act);
+    vec_ctx c = {.y = y, .cx = bias, .cols = cols, .act = act};
+    size_t n = rows * cols;
+    par_for((cpu_backend *)b, rows, act == SL_ACT_RELU || act == SL_ACT_NONE ? 2 * n : 16 * n, bias_act_rows, &c);
+    return SL_OK;
+}
+
 /* dx[i] ASSIGN the gradient through the activation: += accumulates (act_backward), "= 0.0f +"
  * overwrites with the very float 0 + g (act_backward_set: -0 becomes +0, as after a fill). */
 #define ACT_BWD(ASSIGN)                                                                      \
@@ -420,13 +437,6 @@ static void im2col_rows(void *vc, size_t lo, size_t hi) {
     }
 }
 
-static sl_status conv_check(const char *op, int n, int h, int w, int c, int kh, int kw, int stride, int oh, int ow) {
-    if (n < 0 || h <= 0 || w <= 0 || c <= 0 || kh <= 0 || kw <= 0 || stride <= 0 || oh <= 0 || ow <= 0)
-        return sl_err(SL_EINVAL, "%s: bad geometry n=%d h=%d w=%d c=%d kernel %dx%d stride %d out %dx%d", op, n,
-                      h, w, c, kh, kw, stride, oh, ow);
-    return SL_OK;
-}
-
 static sl_status cpu_im2col(sl_backend *b, const float *x, int n, int h, int w, int c, int kh, int kw,
                             int stride, int pad_top, int pad_left, int oh, int ow, float *col) {
     sl_status s = conv_check("im2col", n, h, w, c, kh, kw, stride, oh, ow);
@@ -470,195 +480,6 @@ static sl_status cpu_col2im(sl_backend *b, const float *col, int n, int h, int w
     conv_ctx k = {.ccol = col, .dx = dx, .n = n, .h = h, .w = w, .c = c, .kh = kh, .kw = kw, .stride = stride,
                   .pt = pad_top, .pl = pad_left, .oh = oh, .ow = ow};
     par_for((cpu_backend *)b, (size_t)n, (size_t)n * oh * ow * kh * kw * c, col2im_images, &k);
-    return SL_OK;
-}
-
-/* ---- pooling ------------------------------------------------------------------------- */
-
-typedef struct pool_ctx {
-    const float *x, *dy;
-    float *y, *dx;
-    int32_t *argmax;
-    int n, h, w, c, k, s, pt, pl, oh, ow;
-} pool_ctx;
-
-/* One output row (image, oy) per index; channels are the vectorized inner loop. */
-static void maxpool_rows(void *vc, size_t lo, size_t hi) {
-    const pool_ctx *p = vc;
-    const int c = p->c;
-    for (size_t r = lo; r < hi; r++) {
-        size_t img = r / (size_t)p->oh;
-        int oy = (int)(r % (size_t)p->oh);
-        int iy0 = oy * p->s - p->pt, iy1 = iy0 + p->k;
-        if (iy0 < 0) iy0 = 0;
-        if (iy1 > p->h) iy1 = p->h;
-        for (int ox = 0; ox < p->ow; ox++) {
-            size_t o = (r * p->ow + ox) * c;
-            float *y = p->y + o;
-            int32_t *am = p->argmax + o;
-            int ix0 = ox * p->s - p->pl, ix1 = ix0 + p->k;
-            if (ix0 < 0) ix0 = 0;
-            if (ix1 > p->w) ix1 = p->w;
-            if (iy0 >= iy1 || ix0 >= ix1) { /* a window entirely in the padding */
-                for (int ch = 0; ch < c; ch++) { y[ch] = 0.0f; am[ch] = -1; }
-                continue;
-            }
-            /* up to 64 channels at a time in locals, a select per lane (4 lanes of SSE2
-             * where there is SSE2; compare-and-branch on random data mispredicted half the
-             * time), then stored once */
-            for (int c0 = 0; c0 < c; c0 += 64) {
-                const int cn = c - c0 < 64 ? c - c0 : 64;
-                float best[64];
-                int32_t arg[64];
-                size_t base = ((img * p->h + iy0) * p->w + ix0) * c + (size_t)c0;
-                for (int ch = 0; ch < cn; ch++) {
-                    best[ch] = p->x[base + ch];
-                    arg[ch] = (int32_t)base + ch;
-                }
-                for (int iy = iy0; iy < iy1; iy++) {
-                    for (int ix = ix0; ix < ix1; ix++) {
-                        size_t idx = ((img * p->h + iy) * p->w + ix) * c + (size_t)c0;
-                        const float *xs = p->x + idx;
-                        const int32_t i0 = (int32_t)idx;
-                        int ch = 0;
-#if defined(__SSE2__)
-                        for (; ch + 4 <= cn; ch += 4) { /* 4 lanes: (x > best) as C's > */
-                            __m128 xv = _mm_loadu_ps(xs + ch), bv = _mm_loadu_ps(best + ch);
-                            __m128 gt = _mm_cmpgt_ps(xv, bv);
-                            _mm_storeu_ps(best + ch, _mm_or_ps(_mm_and_ps(gt, xv), _mm_andnot_ps(gt, bv)));
-                            __m128i gi = _mm_castps_si128(gt);
-                            __m128i iv = _mm_add_epi32(_mm_set1_epi32(i0 + ch), _mm_setr_epi32(0, 1, 2, 3));
-                            __m128i av = _mm_loadu_si128((const __m128i *)(arg + ch));
-                            _mm_storeu_si128((__m128i *)(arg + ch),
-                                             _mm_or_si128(_mm_and_si128(gi, iv), _mm_andnot_si128(gi, av)));
-                        }
-#endif
-                        for (; ch < cn; ch++) {
-                            bool gt = xs[ch] > best[ch];
-                            best[ch] = gt ? xs[ch] : best[ch];
-                            arg[ch] = gt ? i0 + ch : arg[ch];
-                        }
-                    }
-                }
-                memcpy(y + c0, best, sizeof(float) * (size_t)cn);
-                memcpy(am + c0, arg, sizeof(int32_t) * (size_t)cn);
-            }
-        }
-    }
-}
-
-static sl_status cpu_maxpool_forward(sl_backend *b, const float *x, int n, int h, int w, int c, int k, int s,
-                                     int pad_top, int pad_left, int oh, int ow, float *y, int32_t *argmax) {
-    sl_status st = conv_check("maxpool_forward", n, h, w, c, k, k, s, oh, ow);
-    if (st) return st;
-    if ((size_t)n * h * w * c > INT32_MAX) return sl_err(SL_EUNSUPPORTED, "maxpool_forward: input of %zu floats is over 2^31", (size_t)n * h * w * c);
-    pool_ctx p = {.x = x, .y = y, .argmax = argmax, .n = n, .h = h, .w = w, .c = c, .k = k, .s = s,
-                  .pt = pad_top, .pl = pad_left, .oh = oh, .ow = ow};
-    size_t rows = (size_t)n * oh;
-    par_for((cpu_backend *)b, rows, rows * ow * c * k * k, maxpool_rows, &p);
-    return SL_OK;
-}
-
-typedef struct scatter_ctx {
-    const float *dy;
-    const int32_t *argmax;
-    float *dx;
-} scatter_ctx;
-
-static void maxpool_scatter(void *vc, size_t lo, size_t hi) {
-    const scatter_ctx *c = vc;
-    for (size_t i = lo; i < hi; i++) {
-        int32_t a = c->argmax[i];
-        if (a >= 0) c->dx[a] += c->dy[i];
-    }
-}
-
-static sl_status cpu_maxpool_backward(sl_backend *b, const float *dy, const int32_t *argmax, int n, int h, int w,
-                                      int c, int k, int s, int pad_top, int pad_left, int oh, int ow, float *dx) {
-    (void)h, (void)w, (void)k, (void)s, (void)pad_top, (void)pad_left;
-    if (n < 0 || c <= 0 || oh <= 0 || ow <= 0)
-        return sl_err(SL_EINVAL, "maxpool_backward: bad geometry n=%d c=%d out=%dx%d", n, c, oh, ow);
-    /* Different outputs may pick the same input when windows overlap, so the serial loop
-     * (output order: the order the CUDA kernel's gather adds in) is one pass over ny values. */
-    size_t ny = (size_t)n * oh * ow * c;
-    scatter_ctx sc = {dy, argmax, dx};
-    maxpool_scatter(&sc, 0, ny);
-    return SL_OK;
-}
-
-static void avgpool_fwd_rows(void *vc, size_t lo, size_t hi) {
-    const pool_ctx *p = vc;
-    const int c = p->c;
-    for (size_t r = lo; r < hi; r++) {
-        size_t img = r / (size_t)p->oh;
-        int oy = (int)(r % (size_t)p->oh);
-        int iy0 = oy * p->s - p->pt, iy1 = iy0 + p->k;
-        if (iy0 < 0) iy0 = 0;
-        if (iy1 > p->h) iy1 = p->h;
-        for (int ox = 0; ox < p->ow; ox++) {
-            float *y = p->y + (r * p->ow + ox) * c;
-            int ix0 = ox * p->s - p->pl, ix1 = ix0 + p->k;
-            if (ix0 < 0) ix0 = 0;
-            if (ix1 > p->w) ix1 = p->w;
-            for (int ch = 0; ch < c; ch++) y[ch] = 0.0f;
-            int cnt = (iy1 - iy0) * (ix1 - ix0);
-            if (iy1 <= iy0 || ix1 <= ix0) continue;
-            for (int iy = iy0; iy < iy1; iy++)
-                for (int ix = ix0; ix < ix1; ix++) {
-                    const float *xs = p->x + ((img * p->h + iy) * p->w + ix) * c;
-                    for (int ch = 0; ch < c; ch++) y[ch] += xs[ch];
-                }
-            float inv = 1.0f / (float)cnt;
-            for (int ch = 0; ch < c; ch++) y[ch] *= inv;
-        }
-    }
-}
-
-static sl_status cpu_avgpool_forward(sl_backend *b, const float *x, int n, int h, int w, int c, int k, int s,
-                                     int pad_top, int pad_left, int oh, int ow, float *y) {
-    sl_status st = conv_check("avgpool_forward", n, h, w, c, k, k, s, oh, ow);
-    if (st) return st;
-    pool_ctx p = {.x = x, .y = y, .n = n, .h = h, .w = w, .c = c, .k = k, .s = s, .pt = pad_top,
-                  .pl = pad_left, .oh = oh, .ow = ow};
-    size_t rows = (size_t)n * oh;
-    par_for((cpu_backend *)b, rows, rows * ow * c * k * k, avgpool_fwd_rows, &p);
-    return SL_OK;
-}
-
-/* By image: overlapping windows of one image add into the same cells, but never across
- * images. */
-static void avgpool_bwd_images(void *vc, size_t lo, size_t hi) {
-    const pool_ctx *p = vc;
-    const int c = p->c;
-    for (size_t img = lo; img < hi; img++) {
-        for (int oy = 0; oy < p->oh; oy++) {
-            int iy0 = oy * p->s - p->pt, iy1 = iy0 + p->k;
-            if (iy0 < 0) iy0 = 0;
-            if (iy1 > p->h) iy1 = p->h;
-            for (int ox = 0; ox < p->ow; ox++) {
-                int ix0 = ox * p->s - p->pl, ix1 = ix0 + p->k;
-                if (ix0 < 0) ix0 = 0;
-                if (ix1 > p->w) ix1 = p->w;
-                if (iy1 <= iy0 || ix1 <= ix0) continue;
-                float inv = 1.0f / (float)((iy1 - iy0) * (ix1 - ix0));
-                const float *dy = p->dy + ((img * p->oh + oy) * p->ow + ox) * c;
-                for (int iy = iy0; iy < iy1; iy++)
-                    for (int ix = ix0; ix < ix1; ix++) {
-                        float *dx = p->dx + ((img * p->h + iy) * p->w + ix) * c;
-                        for (int ch = 0; ch < c; ch++) dx[ch] += dy[ch] * inv;
-                    }
-            }
-        }
-    }
-}
-
-static sl_status cpu_avgpool_backward(sl_backend *b, const float *dy, int n, int h, int w, int c, int k, int s,
-                                      int pad_top, int pad_left, int oh, int ow, float *dx) {
-    sl_status st = conv_check("avgpool_backward", n, h, w, c, k, k, s, oh, ow);
-    if (st) return st;
-    pool_ctx p = {.dy = dy, .dx = dx, .n = n, .h = h, .w = w, .c = c, .k = k, .s = s, .pt = pad_top,
-                  .pl = pad_left, .oh = oh, .ow = ow};
-    par_for((cpu_backend *)b, (size_t)n, (size_t)n * oh * ow * c * k * k, avgpool_bwd_images, &p);
     return SL_OK;
 }
 
@@ -1152,13 +973,12 @@ static const sl_backend_ops CPU_OPS = {
     .bias_grad = cpu_bias_grad,
     .act_forward = cpu_act_forward,
     .act_backward = cpu_act_backward,
-    .act_backward_set = cpu_act_backward_set,
     .im2col = cpu_im2col,
     .col2im = cpu_col2im,
-    .maxpool_forward = cpu_maxpool_forward,
-    .maxpool_backward = cpu_maxpool_backward,
-    .avgpool_forward = cpu_avgpool_forward,
-    .avgpool_backward = cpu_avgpool_backward,
+    .maxpool_forward = sl__cpu_maxpool_forward,
+    .maxpool_backward = sl__cpu_maxpool_backward,
+    .avgpool_forward = sl__cpu_avgpool_forward,
+    .avgpool_backward = sl__cpu_avgpool_backward,
     .softmax_xent = cpu_softmax_xent,
     .softmax_xent_start = cpu_xent_start,
     .softmax_xent_result = cpu_xent_result,
@@ -1176,6 +996,9 @@ static const sl_backend_ops CPU_OPS = {
     .global_avgpool_forward = cpu_gap_forward,
     .global_avgpool_backward = cpu_gap_backward,
     .set_precision = cpu_set_precision,
+    .act_backward_set = cpu_act_backward_set,
+    .maxpool_relu_backward_set = sl__cpu_maxpool_relu_backward_set,
+    .bias_act = cpu_bias_act,
 };
 
 sl_status sl__backend_cpu_new(int threads, sl_backend **out) {

@@ -15,7 +15,10 @@
  * an input gradient is computed only where a layer upstream has parameters, or for the
  * model input when asked (sl__model_input_grad). Convolutions run a few
  * images at a time through one shared im2col buffer on the CPU (see CONV_CHUNK_FLOATS), the
- * whole batch at once on a GPU, and backward recomputes it. Inputs go through
+ * whole batch at once on a GPU, and backward recomputes it. Where the backend has the fused
+ * ops, bias and activation are one pass, and a max pool whose windows tile the output of a
+ * ReLU conv read by it alone writes that conv's gradient before the ReLU (layer.relu_pool):
+ * the same floats, two fewer passes over the largest activations. Inputs go through
  * SL_MODEL_STAGE_SLOTS staging slots named by explicit handles (sl_model_stage). Dropout masks come from (seed, train steps taken, layer index).
  * Parameter layout: all trainable tensors first (layer order: kernel then bias, gamma then
  * beta), then batchnorm running statistics, which no optimizer touches. */
@@ -293,6 +296,15 @@ static sl_status act_grad(sl_model *m, sl_act act, const float *y, const float *
     return s ? s : ops->act_backward(m->bk, act, y, dy, dx, n);
 }
 
+/* y = act(y + bias) over rows x cols: the backend's bias_act where it has one, else
+ * bias_add and act_forward (the same floats). */
+static sl_status bias_act(sl_model *m, sl_act act, float *y, const float *bias, size_t rows, size_t cols) {
+    const sl_backend_ops *ops = m->bk->ops;
+    if (ops->bias_act) return ops->bias_act(m->bk, act, y, bias, rows, cols);
+    sl_status s = ops->bias_add(m->bk, y, bias, rows, cols);
+    return s || act == SL_ACT_NONE ? s : ops->act_forward(m->bk, act, y, y, rows * cols);
+}
+
 static sl_status conv_forward(sl_model *m, const layer *l, const float *in, int B) {
     const sl_backend_ops *ops = m->bk->ops;
     sl_backend *bk = m->bk;
@@ -309,8 +321,7 @@ static sl_status conv_forward(sl_model *m, const layer *l, const float *in, int 
             a = m->col;
         }
         if (!s) s = ops->gemm(bk, false, false, nb * ohw, l->oc, K, 1.0f, a, K, W, l->oc, 0.0f, y, l->oc);
-        if (!s) s = ops->bias_add(bk, y, bias, (size_t)nb * ohw, (size_t)l->oc);
-        if (!s && l->act != SL_ACT_NONE) s = ops->act_forward(bk, l->act, y, y, (size_t)nb * out_img);
+        if (!s) s = bias_act(m, l->act, y, bias, (size_t)nb * ohw, (size_t)l->oc);
     }
     return s;
 }
@@ -328,7 +339,7 @@ static sl_status conv_backward(sl_model *m, const layer *l, const float *x, floa
     for (int i0 = 0; i0 < B && !s; i0 += l->chunk) {
         int nb = B - i0 < l->chunk ? B - i0 : l->chunk, rows = nb * ohw;
         const float *dpre = l->dout + i0 * out_img;
-        if (l->act != SL_ACT_NONE) {
+        if (l->act != SL_ACT_NONE && !(l->dout_pre && ops->maxpool_relu_backward_set)) {
             float *d = m->scratch_a + i0 * out_img;
             s = act_grad(m, l->act, l->out + i0 * out_img, dpre, d, (size_t)nb * out_img);
             dpre = d;
@@ -417,8 +428,7 @@ static sl_status forward(sl_model *m, const float *x, int B, bool training) {
         case SL_LAYER_DENSE:
             s = ops->gemm(bk, false, false, B, (int)l->nb, (int)l->in_size, 1.0f, in, (int)l->in_size, P + l->w_off,
                           (int)l->nb, 0.0f, l->out, (int)l->nb);
-            if (!s) s = ops->bias_add(bk, l->out, P + l->b_off, (size_t)B, l->nb);
-            if (!s && l->act != SL_ACT_NONE) s = ops->act_forward(bk, l->act, l->out, l->out, nout);
+            if (!s) s = bias_act(m, l->act, l->out, P + l->b_off, (size_t)B, l->nb);
             break;
         case SL_LAYER_CONV2D:
             s = conv_forward(m, l, in, B);
@@ -491,6 +501,11 @@ static sl_status backward_layer(sl_model *m, int li, const float *x, float *dx, 
     }
     case SL_LAYER_MAXPOOL:
         if (!dx) break;
+        if (l->relu_pool && ops->maxpool_relu_backward_set) { /* also the conv's ReLU gradient */
+            s = ops->maxpool_relu_backward_set(bk, dy, l->out, l->argmax, B, l->h, l->w, l->c, l->kh, l->stride,
+                                               l->pt, l->pl, l->oh, l->ow, dx);
+            break;
+        }
         if (!acc) s = ops->fill(bk, dx, 0.0f, nin);
         if (!s) s = ops->maxpool_backward(bk, dy, l->argmax, B, l->h, l->w, l->c, l->kh, l->stride, l->pt, l->pl, l->oh,
                                           l->ow, dx);

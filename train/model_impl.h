@@ -29,6 +29,11 @@ typedef struct layer {
     int src[SL_MODEL_MAX_INPUTS];
     bool acc[SL_MODEL_MAX_INPUTS]; /* backward adds to input k's gradient (a later consumer set it) */
     bool needs_grad;              /* this layer or one upstream has parameters */
+    /* MAXPOOL relu_pool: windows that do not overlap over the output of a ReLU CONV2D read
+     * by this pool alone, which is then marked dout_pre. On a backend with
+     * maxpool_relu_backward_set the pool's backward writes the conv's gradient before the
+     * ReLU, and the conv's backward takes its dout as that. */
+    bool relu_pool, dout_pre;
     int hw;                       /* GLOBAL_AVGPOOL: cells per image */
 } layer;
 

@@ -357,6 +357,23 @@ static sl_status plan_sources(sl_model *m, int li, const sl_layer_spec *s, plan_
     return SL_OK;
 }
 
+/* Mark each max pool whose backward can also take the ReLU gradient of the conv before it
+ * (layer.relu_pool): windows that tile the input (stride == size), a ReLU conv as its only
+ * input, and no other reader of that conv's output. */
+static void plan_relu_pools(sl_model *m) {
+    for (int li = 0; li < m->nl; li++) {
+        layer *l = &m->L[li];
+        int p = l->src[0];
+        if (l->kind != SL_LAYER_MAXPOOL || l->nin != 1 || p < 0 || l->stride != l->kh || l->acc[0]) continue;
+        const layer *pl = &m->L[p];
+        if (pl->kind != SL_LAYER_CONV2D || pl->act != SL_ACT_RELU) continue;
+        int readers = 0;
+        for (int j = 0; j < m->nl; j++)
+            for (int k = 0; k < m->L[j].nin; k++) readers += m->L[j].src[k] == p;
+        if (readers == 1) l->relu_pool = m->L[p].dout_pre = true;
+    }
+}
+
 /* After planning: every output but the last is used; which layers need gradients; which
  * consumer of each output sets its gradient in backward (the first one backward reaches:
  * the highest layer, then its lowest input) and which add to it. Flatten shares its input's
@@ -395,6 +412,7 @@ static sl_status plan_graph(sl_model *m) {
             seen[o] = true;
         }
     }
+    plan_relu_pools(m);
     free(own);
     free(seen);
     return st;

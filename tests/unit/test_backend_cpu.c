@@ -463,6 +463,73 @@ TEST(test_pools) {
     }
 }
 
+/* The fused ops against the ops they replace, bit for bit: maxpool_relu_backward_set against
+ * fill 0 + maxpool_backward + act_backward_set(RELU) on ReLU outputs with many zeros (whole
+ * windows of 0, -0 gradients), over windows that tile the input with padding and with rows
+ * and columns no window covers; bias_act against bias_add + act_forward. */
+static const geo TGEOS[] = {
+    {2, 6, 6, 3, 2, 2, 2, 0, 0, 3, 3},      /* the CNN's 2x2 pools */
+    {3, 7, 5, 2, 2, 2, 2, 0, 0, 3, 2},      /* VALID: the last row and column in no window */
+    {2, 7, 7, 3, 3, 3, 3, 1, 1, 3, 3},      /* SAME: padding on every side */
+    {8, 28, 28, 32, 2, 2, 2, 0, 0, 14, 14}, /* threaded */
+    {2, 4, 4, 70, 2, 2, 2, 0, 0, 2, 2},     /* channels past one 64-wide group */
+};
+
+TEST(test_fused_pool_relu_and_bias_act) {
+    for (int threads = 1; threads <= 2; threads++) {
+        sl_backend *b = backend(threads);
+        ASSERT(b);
+        ASSERT(b->ops->maxpool_relu_backward_set && b->ops->bias_act);
+        for (size_t gi = 0; gi < sizeof TGEOS / sizeof TGEOS[0]; gi++) {
+            const geo *g = &TGEOS[gi];
+            size_t nx = (size_t)g->n * g->h * g->w * g->c, ny = (size_t)g->n * g->oh * g->ow * g->c;
+            float *x = rand_buf(nx), *y = rand_buf(ny), *dy = rand_buf(ny), *want = rand_buf(nx), *got = rand_buf(nx);
+            int32_t *am = malloc(ny * sizeof(int32_t));
+            for (size_t i = 0; i < nx; i++) x[i] = x[i] > 0.3f ? x[i] : 0.0f; /* a ReLU's output */
+            for (size_t i = 0; i < ny; i += 7) dy[i] = -0.0f;
+            for (size_t i = 0; i < nx; i++) got[i] = NAN; /* every float must be written */
+            ASSERT_OK(b->ops->maxpool_forward(b, x, g->n, g->h, g->w, g->c, g->kh, g->s, g->pt, g->pl, g->oh, g->ow, y, am));
+            ASSERT_OK(b->ops->fill(b, want, 0.0f, nx));
+            ASSERT_OK(b->ops->maxpool_backward(b, dy, am, g->n, g->h, g->w, g->c, g->kh, g->s, g->pt, g->pl, g->oh,
+                                               g->ow, want));
+            ASSERT_OK(b->ops->act_backward_set(b, SL_ACT_RELU, x, want, want, nx));
+            ASSERT_OK(b->ops->maxpool_relu_backward_set(b, dy, y, am, g->n, g->h, g->w, g->c, g->kh, g->s, g->pt, g->pl,
+                                                        g->oh, g->ow, got));
+            size_t nonzero = 0;
+            for (size_t i = 0; i < nx; i++) nonzero += got[i] != 0.0f;
+            ASSERT(nonzero > 0 && nonzero < ny);
+            ASSERT_MEMEQ(got, want, nx * sizeof(float));
+            free(x), free(y), free(dy), free(want), free(got), free(am);
+        }
+        /* windows that overlap or leave the input are refused, dx untouched */
+        float dy[9] = {1}, y[9] = {1}, dx[16], keep[16];
+        int32_t am[9] = {0};
+        for (int i = 0; i < 16; i++) dx[i] = keep[i] = (float)i;
+        ASSERT_EQ(b->ops->maxpool_relu_backward_set(b, dy, y, am, 1, 4, 4, 1, 2, 1, 0, 0, 3, 3, dx), SL_EINVAL);
+        ASSERT_EQ(b->ops->maxpool_relu_backward_set(b, dy, y, am, 1, 4, 4, 1, 2, 2, 0, 0, 3, 2, dx), SL_EINVAL);
+        ASSERT_EQ(b->ops->maxpool_relu_backward_set(b, dy, y, am, 1, 4, 4, 1, 2, 2, -1, 0, 2, 2, dx), SL_EINVAL);
+        ASSERT_EQ(b->ops->maxpool_relu_backward_set(b, dy, y, am, 1, 4, 4, 0, 2, 2, 0, 0, 2, 2, dx), SL_EINVAL);
+        ASSERT_MEMEQ(dx, keep, sizeof dx);
+        /* bias_act */
+        const size_t rows = 1031, cols = 37, n = rows * cols;
+        float *yb = rand_buf(n), *bias = rand_buf(cols), *want = malloc(n * sizeof(float)), *got = malloc(n * sizeof(float));
+        for (size_t i = 0; i < n; i++) yb[i] *= 4.0f;
+        for (int a = SL_ACT_NONE; a <= SL_ACT_SIGMOID; a++) {
+            memcpy(want, yb, n * sizeof(float));
+            memcpy(got, yb, n * sizeof(float));
+            ASSERT_OK(b->ops->bias_add(b, want, bias, rows, cols));
+            ASSERT_OK(b->ops->act_forward(b, (sl_act)a, want, want, n));
+            ASSERT_OK(b->ops->bias_act(b, (sl_act)a, got, bias, rows, cols));
+            ASSERT_MEMEQ(got, want, n * sizeof(float));
+        }
+        memcpy(got, yb, n * sizeof(float));
+        ASSERT_EQ(b->ops->bias_act(b, (sl_act)9, got, bias, rows, cols), SL_EINVAL);
+        ASSERT_MEMEQ(got, yb, n * sizeof(float));
+        free(yb), free(bias), free(want), free(got);
+        sl__backend_free(b);
+    }
+}
+
 TEST(test_softmax_xent) {
     sl_backend *b = backend(2);
     ASSERT(b);
@@ -852,6 +919,7 @@ int main(void) {
     RUN(test_activations);
     RUN(test_im2col_col2im);
     RUN(test_pools);
+    RUN(test_fused_pool_relu_and_bias_act);
     RUN(test_softmax_xent);
     RUN(test_softmax_xent_plain_bits);
     RUN(test_softmax_xent_smoothing);

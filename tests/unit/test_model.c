@@ -6,6 +6,7 @@
 #include "sluice/config.h"
 #include "sluice/model.h"
 #include "test.h"
+#include "train/model_impl.h"
 #include "train/model_priv.h"
 
 static uint64_t rng_state = 987654321;
@@ -215,6 +216,70 @@ TEST(test_grad_graph) {
     GRAD_CHECK("maxpool beside a conv", 2, L_input(4, 4, 2), L_conv(2, 1, 1, 1, SL_PAD_VALID, 2),
                L_pool(SL_LAYER_MAXPOOL, 2, 0, SL_PAD_VALID), L_from(L_conv(2, 2, 2, 2, SL_PAD_VALID, 0), 1, -1, -1),
                L_from(add, 2, 3, -1), L_kind(SL_LAYER_FLATTEN), L_dense(3, 0));
+    gc_eps = 1e-3f;
+}
+
+/* The fused CPU ops (max pool backward with the ReLU gradient, bias with the activation)
+ * change no float: a model whose backend ops lack them computes the same loss, parameter
+ * gradients and input gradient, bit for bit. Which pools fuse: a ReLU conv read by the pool
+ * alone, under windows that tile its input. The fused backward also passes the gradient check. */
+TEST(test_fused_ops_same_bits) {
+    sl_layer_spec pool2 = L_pool(SL_LAYER_MAXPOOL, 2, 0, SL_PAD_VALID), add = L_kind(SL_LAYER_ADD);
+    const sl_layer_spec specs[] = {L_input(12, 13, 2), L_conv(4, 3, 3, 1, SL_PAD_SAME, 1), pool2,
+                                   L_conv(5, 3, 3, 1, SL_PAD_SAME, 1), L_pool(SL_LAYER_MAXPOOL, 3, 3, SL_PAD_SAME),
+                                   L_kind(SL_LAYER_FLATTEN), L_dense(7, 1), L_dense(3, 0)};
+    const int n = (int)(sizeof specs / sizeof specs[0]), B = 6;
+    sl_model_opts o = cpu_opts(B, 11);
+    o.threads = 2;
+    sl_model *m[2];
+    sl_backend_ops plain;
+    for (int k = 0; k < 2; k++) ASSERT_OK(sl_model_create(specs, n, &o, &m[k]));
+    ASSERT(m[0]->L[1].relu_pool && m[0]->L[0].dout_pre && m[0]->L[3].relu_pool && m[0]->L[2].dout_pre);
+    plain = *m[1]->bk->ops;
+    plain.maxpool_relu_backward_set = NULL;
+    plain.bias_act = NULL;
+    m[1]->bk->ops = &plain;
+    batch b;
+    make_batch(&b, B, specs[0].shape, 3, 3);
+    size_t ng, nx = (size_t)sl_tensor_numel(&b.x);
+    double loss[2];
+    const float *g[2], *ig[2];
+    for (int k = 0; k < 2; k++) {
+        sl_step_result r;
+        ig[k] = sl__model_input_grad(m[k], true);
+        g[k] = sl_model_grads(m[k], &ng);
+        ASSERT_OK(sl_model_zero_grads(m[k]));
+        ASSERT_OK(sl_model_train_step(m[k], &b.x, &b.y, 1.0f, &r));
+        loss[k] = r.loss;
+    }
+    ASSERT(loss[0] == loss[1]);
+    ASSERT_MEMEQ(g[0], g[1], ng * sizeof(float));
+    ASSERT_MEMEQ(ig[0], ig[1], nx * sizeof(float));
+    size_t nonzero = 0;
+    for (size_t i = 0; i < ng; i++) nonzero += g[0][i] != 0.0f;
+    ASSERT(nonzero > ng / 2);
+    free_batch(&b);
+    for (int k = 0; k < 2; k++) sl_model_free(m[k]);
+    /* not fused: overlapping windows; a tanh conv; a conv read by the pool and an add */
+    const sl_layer_spec overlap[] = {L_input(6, 6, 2), L_conv(2, 3, 3, 1, SL_PAD_SAME, 1),
+                                     L_pool(SL_LAYER_MAXPOOL, 3, 2, SL_PAD_VALID), L_kind(SL_LAYER_FLATTEN), L_dense(3, 0)};
+    const sl_layer_spec tanh_conv[] = {L_input(6, 6, 2), L_conv(2, 3, 3, 1, SL_PAD_SAME, 2), pool2,
+                                       L_kind(SL_LAYER_FLATTEN), L_dense(3, 0)};
+    const sl_layer_spec shared[] = {L_input(6, 6, 2), L_conv(2, 3, 3, 1, SL_PAD_SAME, 1), pool2,
+                                    L_from(L_conv(2, 2, 2, 2, SL_PAD_VALID, 0), 1, -1, -1), L_from(add, 2, 3, -1),
+                                    L_kind(SL_LAYER_FLATTEN), L_dense(3, 0)};
+    const sl_layer_spec *cases[3] = {overlap, tanh_conv, shared};
+    const int lens[3] = {5, 5, 7};
+    for (int c = 0; c < 3; c++) {
+        sl_model *mm;
+        ASSERT_OK(sl_model_create(cases[c], lens[c], &o, &mm));
+        for (int li = 0; li < mm->nl; li++) ASSERT(!mm->L[li].relu_pool && !mm->L[li].dout_pre);
+        sl_model_free(mm);
+    }
+    /* and the fused path against finite differences */
+    gc_eps = 3e-4f;
+    GRAD_CHECK("relu conv then maxpool 2x2 (fused backward)", 2, L_input(5, 6, 2), L_conv(3, 3, 3, 1, SL_PAD_SAME, 1),
+               L_pool(SL_LAYER_MAXPOOL, 2, 0, SL_PAD_VALID), L_kind(SL_LAYER_FLATTEN), L_dense(3, 0));
     gc_eps = 1e-3f;
 }
 
@@ -938,6 +1003,7 @@ int main(void) {
     RUN(test_grad_dropout_batchnorm_acts);
     RUN(test_grad_graph);
     RUN(test_conv_chunks);
+    RUN(test_fused_ops_same_bits);
     RUN(test_dropout_masks_follow_step);
     RUN(test_init_determinism);
     RUN(test_tiny_model_learns);

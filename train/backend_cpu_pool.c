@@ -1,0 +1,243 @@
+/* The CPU backend's pooling ops (train/backend.h): max and average pooling over NHWC
+ * windows, forward and backward, and max pooling's backward fused with the gradient of the
+ * ReLU before it. Split by output row (image, oy) across the backend's threads; channels are
+ * the vectorized inner loop.
+ *
+ * Workload: the CNN's 2x2 pools over 28x28x32 and 14x14x64 activations at batch 128, where
+ * each pass streams megabytes: one pass over dx instead of three (fill, scatter, ReLU
+ * gradient) is what the fused op is for. */
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC optimize("O3")
+#endif
+
+#include <stdbool.h>
+#include <string.h>
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
+
+#include "train/backend_cpu_priv.h"
+
+typedef struct pool_ctx {
+    const float *x, *dy;
+    float *y, *dx;
+    int32_t *argmax;
+    int n, h, w, c, k, s, pt, pl, oh, ow;
+} pool_ctx;
+
+/* One output row (image, oy) per index; channels are the vectorized inner loop. */
+static void maxpool_rows(void *vc, size_t lo, size_t hi) {
+    const pool_ctx *p = vc;
+    const int c = p->c;
+    for (size_t r = lo; r < hi; r++) {
+        size_t img = r / (size_t)p->oh;
+        int oy = (int)(r % (size_t)p->oh);
+        int iy0 = oy * p->s - p->pt, iy1 = iy0 + p->k;
+        if (iy0 < 0) iy0 = 0;
+        if (iy1 > p->h) iy1 = p->h;
+        for (int ox = 0; ox < p->ow; ox++) {
+            size_t o = (r * p->ow + ox) * c;
+            float *y = p->y + o;
+            int32_t *am = p->argmax + o;
+            int ix0 = ox * p->s - p->pl, ix1 = ix0 + p->k;
+            if (ix0 < 0) ix0 = 0;
+            if (ix1 > p->w) ix1 = p->w;
+            if (iy0 >= iy1 || ix0 >= ix1) { /* a window entirely in the padding */
+                for (int ch = 0; ch < c; ch++) { y[ch] = 0.0f; am[ch] = -1; }
+                continue;
+            }
+            /* up to 64 channels at a time in locals, a select per lane (4 lanes of SSE2
+             * where there is SSE2; compare-and-branch on random data mispredicted half the
+             * time), then stored once */
+            for (int c0 = 0; c0 < c; c0 += 64) {
+                const int cn = c - c0 < 64 ? c - c0 : 64;
+                float best[64];
+                int32_t arg[64];
+                size_t base = ((img * p->h + iy0) * p->w + ix0) * c + (size_t)c0;
+                for (int ch = 0; ch < cn; ch++) {
+                    best[ch] = p->x[base + ch];
+                    arg[ch] = (int32_t)base + ch;
+                }
+                for (int iy = iy0; iy < iy1; iy++) {
+                    for (int ix = ix0; ix < ix1; ix++) {
+                        size_t idx = ((img * p->h + iy) * p->w + ix) * c + (size_t)c0;
+                        const float *xs = p->x + idx;
+                        const int32_t i0 = (int32_t)idx;
+                        int ch = 0;
+#if defined(__SSE2__)
+                        for (; ch + 4 <= cn; ch += 4) { /* 4 lanes: (x > best) as C's > */
+                            __m128 xv = _mm_loadu_ps(xs + ch), bv = _mm_loadu_ps(best + ch);
+                            __m128 gt = _mm_cmpgt_ps(xv, bv);
+                            _mm_storeu_ps(best + ch, _mm_or_ps(_mm_and_ps(gt, xv), _mm_andnot_ps(gt, bv)));
+                            __m128i gi = _mm_castps_si128(gt);
+                            __m128i iv = _mm_add_epi32(_mm_set1_epi32(i0 + ch), _mm_setr_epi32(0, 1, 2, 3));
+                            __m128i av = _mm_loadu_si128((const __m128i *)(arg + ch));
+                            _mm_storeu_si128((__m128i *)(arg + ch),
+                                             _mm_or_si128(_mm_and_si128(gi, iv), _mm_andnot_si128(gi, av)));
+                        }
+#endif
+                        for (; ch < cn; ch++) {
+                            bool gt = xs[ch] > best[ch];
+                            best[ch] = gt ? xs[ch] : best[ch];
+                            arg[ch] = gt ? i0 + ch : arg[ch];
+                        }
+                    }
+                }
+                memcpy(y + c0, best, sizeof(float) * (size_t)cn);
+                memcpy(am + c0, arg, sizeof(int32_t) * (size_t)cn);
+            }
+        }
+    }
+}
+
+sl_status sl__cpu_maxpool_forward(sl_backend *b, const float *x, int n, int h, int w, int c, int k, int s,
+                                  int pad_top, int pad_left, int oh, int ow, float *y, int32_t *argmax) {
+    sl_status st = conv_check("maxpool_forward", n, h, w, c, k, k, s, oh, ow);
+    if (st) return st;
+    if ((size_t)n * h * w * c > INT32_MAX) return sl_err(SL_EUNSUPPORTED, "maxpool_forward: input of %zu floats is over 2^31", (size_t)n * h * w * c);
+    pool_ctx p = {.x = x, .y = y, .argmax = argmax, .n = n, .h = h, .w = w, .c = c, .k = k, .s = s,
+                  .pt = pad_top, .pl = pad_left, .oh = oh, .ow = ow};
+    size_t rows = (size_t)n * oh;
+    par_for((cpu_backend *)b, rows, rows * ow * c * k * k, maxpool_rows, &p);
+    return SL_OK;
+}
+
+typedef struct scatter_ctx {
+    const float *dy;
+    const int32_t *argmax;
+    float *dx;
+} scatter_ctx;
+
+static void maxpool_scatter(void *vc, size_t lo, size_t hi) {
+    const scatter_ctx *c = vc;
+    for (size_t i = lo; i < hi; i++) {
+        int32_t a = c->argmax[i];
+        if (a >= 0) c->dx[a] += c->dy[i];
+    }
+}
+
+sl_status sl__cpu_maxpool_backward(sl_backend *b, const float *dy, const int32_t *argmax, int n, int h, int w,
+                                   int c, int k, int s, int pad_top, int pad_left, int oh, int ow, float *dx) {
+    (void)h, (void)w, (void)k, (void)s, (void)pad_top, (void)pad_left;
+    if (n < 0 || c <= 0 || oh <= 0 || ow <= 0)
+        return sl_err(SL_EINVAL, "maxpool_backward: bad geometry n=%d c=%d out=%dx%d", n, c, oh, ow);
+    /* Different outputs may pick the same input when windows overlap, so the serial loop
+     * (output order: the order the CUDA kernel's gather adds in) is one pass over ny values. */
+    size_t ny = (size_t)n * oh * ow * c;
+    scatter_ctx sc = {dy, argmax, dx};
+    maxpool_scatter(&sc, 0, ny);
+    return SL_OK;
+}
+
+/* One output row (image, oy) per index: the input rows its windows cover (the image's last
+ * output row also takes every row below its windows) set to 0, then each output's gradient
+ * written at its argmax where the pooled value is > 0. The windows do not overlap (s == k)
+ * and an argmax lies in its own window's rows, so no two rows write the same float. */
+static void maxpool_relu_bwd_rows(void *vc, size_t lo, size_t hi) {
+    const pool_ctx *p = vc;
+    const size_t row_floats = (size_t)p->w * p->c, out_floats = (size_t)p->ow * p->c;
+    for (size_t r = lo; r < hi; r++) {
+        size_t img = r / (size_t)p->oh;
+        int oy = (int)(r % (size_t)p->oh);
+        int iy0 = oy * p->s - p->pt, iy1 = oy + 1 == p->oh ? p->h : iy0 + p->k;
+        if (iy0 < 0) iy0 = 0;
+        if (iy1 > p->h) iy1 = p->h;
+        if (iy1 > iy0)
+            memset(p->dx + (img * p->h + (size_t)iy0) * row_floats, 0, (size_t)(iy1 - iy0) * row_floats * sizeof(float));
+        const float *g = p->dy + r * out_floats, *pooled = p->x + r * out_floats;
+        const int32_t *am = p->argmax + r * out_floats;
+        for (size_t j = 0; j < out_floats; j++)
+            if (pooled[j] > 0.0f && am[j] >= 0) p->dx[am[j]] = 0.0f + g[j];
+    }
+}
+
+sl_status sl__cpu_maxpool_relu_backward_set(sl_backend *b, const float *dy, const float *pooled,
+                                            const int32_t *argmax, int n, int h, int w, int c, int k, int s,
+                                            int pad_top, int pad_left, int oh, int ow, float *dx) {
+    sl_status st = conv_check("maxpool_relu_backward_set", n, h, w, c, k, k, s, oh, ow);
+    if (st) return st;
+    if (s != k || pad_top < 0 || pad_left < 0 || (oh - 1) * s - pad_top >= h || (ow - 1) * s - pad_left >= w)
+        return sl_err(SL_EINVAL, "maxpool_relu_backward_set: windows %dx%d stride %d padding %d,%d out %dx%d over %dx%d "
+                      "do not tile the input", k, k, s, pad_top, pad_left, oh, ow, h, w);
+    pool_ctx p = {.x = pooled, .dy = dy, .dx = dx, .argmax = (int32_t *)argmax, .n = n, .h = h, .w = w, .c = c,
+                  .k = k, .s = s, .pt = pad_top, .pl = pad_left, .oh = oh, .ow = ow};
+    size_t rows = (size_t)n * oh;
+    par_for((cpu_backend *)b, rows, (size_t)n * h * w * c, maxpool_relu_bwd_rows, &p);
+    return SL_OK;
+}
+
+static void avgpool_fwd_rows(void *vc, size_t lo, size_t hi) {
+    const pool_ctx *p = vc;
+    const int c = p->c;
+    for (size_t r = lo; r < hi; r++) {
+        size_t img = r / (size_t)p->oh;
+        int oy = (int)(r % (size_t)p->oh);
+        int iy0 = oy * p->s - p->pt, iy1 = iy0 + p->k;
+        if (iy0 < 0) iy0 = 0;
+        if (iy1 > p->h) iy1 = p->h;
+        for (int ox = 0; ox < p->ow; ox++) {
+            float *y = p->y + (r * p->ow + ox) * c;
+            int ix0 = ox * p->s - p->pl, ix1 = ix0 + p->k;
+            if (ix0 < 0) ix0 = 0;
+            if (ix1 > p->w) ix1 = p->w;
+            for (int ch = 0; ch < c; ch++) y[ch] = 0.0f;
+            int cnt = (iy1 - iy0) * (ix1 - ix0);
+            if (iy1 <= iy0 || ix1 <= ix0) continue;
+            for (int iy = iy0; iy < iy1; iy++)
+                for (int ix = ix0; ix < ix1; ix++) {
+                    const float *xs = p->x + ((img * p->h + iy) * p->w + ix) * c;
+                    for (int ch = 0; ch < c; ch++) y[ch] += xs[ch];
+                }
+            float inv = 1.0f / (float)cnt;
+            for (int ch = 0; ch < c; ch++) y[ch] *= inv;
+        }
+    }
+}
+
+sl_status sl__cpu_avgpool_forward(sl_backend *b, const float *x, int n, int h, int w, int c, int k, int s,
+                                  int pad_top, int pad_left, int oh, int ow, float *y) {
+    sl_status st = conv_check("avgpool_forward", n, h, w, c, k, k, s, oh, ow);
+    if (st) return st;
+    pool_ctx p = {.x = x, .y = y, .n = n, .h = h, .w = w, .c = c, .k = k, .s = s, .pt = pad_top,
+                  .pl = pad_left, .oh = oh, .ow = ow};
+    size_t rows = (size_t)n * oh;
+    par_for((cpu_backend *)b, rows, rows * ow * c * k * k, avgpool_fwd_rows, &p);
+    return SL_OK;
+}
+
+/* By image: overlapping windows of one image add into the same cells, but never across
+ * images. */
+static void avgpool_bwd_images(void *vc, size_t lo, size_t hi) {
+    const pool_ctx *p = vc;
+    const int c = p->c;
+    for (size_t img = lo; img < hi; img++) {
+        for (int oy = 0; oy < p->oh; oy++) {
+            int iy0 = oy * p->s - p->pt, iy1 = iy0 + p->k;
+            if (iy0 < 0) iy0 = 0;
+            if (iy1 > p->h) iy1 = p->h;
+            for (int ox = 0; ox < p->ow; ox++) {
+                int ix0 = ox * p->s - p->pl, ix1 = ix0 + p->k;
+                if (ix0 < 0) ix0 = 0;
+                if (ix1 > p->w) ix1 = p->w;
+                if (iy1 <= iy0 || ix1 <= ix0) continue;
+                float inv = 1.0f / (float)((iy1 - iy0) * (ix1 - ix0));
+                const float *dy = p->dy + ((img * p->oh + oy) * p->ow + ox) * c;
+                for (int iy = iy0; iy < iy1; iy++)
+                    for (int ix = ix0; ix < ix1; ix++) {
+                        float *dx = p->dx + ((img * p->h + iy) * p->w + ix) * c;
+                        for (int ch = 0; ch < c; ch++) dx[ch] += dy[ch] * inv;
+                    }
+            }
+        }
+    }
+}
+
+sl_status sl__cpu_avgpool_backward(sl_backend *b, const float *dy, int n, int h, int w, int c, int k, int s,
+                                   int pad_top, int pad_left, int oh, int ow, float *dx) {
+    sl_status st = conv_check("avgpool_backward", n, h, w, c, k, k, s, oh, ow);
+    if (st) return st;
+    pool_ctx p = {.dy = dy, .dx = dx, .n = n, .h = h, .w = w, .c = c, .k = k, .s = s, .pt = pad_top,
+                  .pl = pad_left, .oh = oh, .ow = ow};
+    par_for((cpu_backend *)b, (size_t)n, (size_t)n * oh * ow * c * k * k, avgpool_bwd_images, &p);
+    return SL_OK;
+}
