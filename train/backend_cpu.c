@@ -18,6 +18,7 @@
 
 #include <math.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -51,6 +52,52 @@ void sl__cpu_par_for(cpu_backend *b, size_t n, size_t work, sl__range_fn fn, voi
         if (parts < 2) parts = 2;
     }
     if (!sl__team_run(b->team, parts, n, fn, ctx)) fn(ctx, 0, n); /* the team is busy: alone */
+}
+
+/* Tasks (run_tasks): one part per thread, each looping over tasks claimed from a counter;
+ * the part number is the slot. In bf16 / fp16 mode the GEMMs share the rounding buffer
+ * b->lp, so tasks then run one at a time. */
+typedef struct task_run {
+    sl_status (*fn)(void *ctx, int t, int slot);
+    void *ctx;
+    int n;
+    atomic_int next;
+    pthread_mutex_t mu;
+    int err_task; /* the lowest failed task (n: none) and its error */
+    sl_error err;
+} task_run;
+
+static void task_part(void *vc, size_t lo, size_t hi) {
+    task_run *r = vc;
+    for (size_t slot = lo; slot < hi; slot++)
+        for (int t; (t = atomic_fetch_add(&r->next, 1)) < r->n;) {
+            if (r->fn(r->ctx, t, (int)slot) == SL_OK) continue;
+            pthread_mutex_lock(&r->mu);
+            if (t < r->err_task) {
+                r->err_task = t;
+                sl_err_save(&r->err);
+            }
+            pthread_mutex_unlock(&r->mu);
+            atomic_store(&r->next, r->n); /* skip the tasks not yet claimed */
+        }
+}
+
+static int cpu_task_slots(sl_backend *bb) {
+    cpu_backend *b = (cpu_backend *)bb;
+    if (!b->team || b->prec != SL_BK_FP32) return 1;
+    return b->threads < MAX_PARTS ? b->threads : MAX_PARTS;
+}
+
+static sl_status cpu_run_tasks(sl_backend *bb, int n, sl_status (*fn)(void *ctx, int t, int slot), void *ctx) {
+    cpu_backend *b = (cpu_backend *)bb;
+    int slots = cpu_task_slots(bb);
+    task_run r = {.fn = fn, .ctx = ctx, .n = n, .err_task = n};
+    atomic_init(&r.next, 0);
+    pthread_mutex_init(&r.mu, NULL);
+    if (slots < 2 || n < 2 || !sl__team_run(b->team, slots, (size_t)slots, task_part, &r))
+        task_part(&r, 0, 1); /* alone, on slot 0 (the team is busy: nothing was claimed) */
+    pthread_mutex_destroy(&r.mu);
+    return r.err_task < n ? sl_err_restore(&r.err) : SL_OK;
 }
 
 /* ---- memory -------------------------------------------------------------------------- */
@@ -999,6 +1046,8 @@ static const sl_backend_ops CPU_OPS = {
     .act_backward_set = cpu_act_backward_set,
     .maxpool_relu_backward_set = sl__cpu_maxpool_relu_backward_set,
     .bias_act = cpu_bias_act,
+    .task_slots = cpu_task_slots,
+    .run_tasks = cpu_run_tasks,
 };
 
 sl_status sl__backend_cpu_new(int threads, sl_backend **out) {

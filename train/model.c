@@ -125,9 +125,18 @@ static size_t carve(sl_model *m, char *base) {
         default: break;
         }
     }
+    /* chunks of a convolution run at once on m->slots threads (conv_pass_run) */
+    size_t sw = 0;
+    for (int i = 0; m->bk->ops->run_tasks && i < m->nl; i++) {
+        const layer *l = &m->L[i];
+        size_t chunks = l->kind == SL_LAYER_CONV2D ? (B + (size_t)l->chunk - 1) / (size_t)l->chunk : 0;
+        if (chunks > 1 && chunks * (l->nw + l->nb) > sw) sw = chunks * (l->nw + l->nb);
+    }
+    m->col_floats = sb;
     TAKE(m->scratch_a, float, sa);
-    TAKE(m->col, float, sb);
-    TAKE(m->dcol, float, sb);
+    TAKE(m->col, float, sb * (size_t)m->slots);
+    TAKE(m->dcol, float, sb * (size_t)m->slots);
+    TAKE(m->wpart, float, sw);
 #undef TAKE
     return at;
 }
@@ -178,6 +187,7 @@ sl_status sl_model_create(const sl_layer_spec *specs, int n, const sl_model_opts
     if ((s = ops->alloc(m->bk, pbytes, (void **)&m->params)) ||
         (s = ops->alloc(m->bk, pbytes + SL__GRADS_SPARE * sizeof(float), (void **)&m->grads)))
         goto fail;
+    m->slots = ops->run_tasks ? ops->task_slots(m->bk) : 1;
     size_t abytes = carve(m, NULL);
     if ((s = ops->alloc(m->bk, abytes, &m->act_mem))) goto fail;
     carve(m, m->act_mem);
@@ -305,64 +315,114 @@ static sl_status bias_act(sl_model *m, sl_act act, float *y, const float *bias, 
     return s || act == SL_ACT_NONE ? s : ops->act_forward(m->bk, act, y, y, rows * cols);
 }
 
-static sl_status conv_forward(sl_model *m, const layer *l, const float *in, int B) {
+/* One pass of a convolution over the batch, chunk by chunk (l->chunk images each). On a
+ * backend with tasks (CPU threads) the chunks run at once, one per thread, each with its own
+ * im2col buffers (slot) and its ops on that thread alone: no hand-off between threads inside
+ * a chunk. Backward then gives chunk t its own kernel and bias gradients (m->wpart), added
+ * into the model's in chunk order afterwards, so the floats do not depend on the thread
+ * count (one thread runs the same tasks one after another). Without tasks (GPU) the chunks
+ * run in turn and add into the model's gradients directly. */
+typedef struct conv_pass {
+    sl_model *m;
+    const layer *l;
+    const float *x; /* the layer's input */
+    float *dx;      /* backward: its gradient, or NULL */
+    bool acc;       /* backward: add to dx instead of setting it */
+    int B;
+    bool parts;     /* backward: chunk t's kernel and bias gradients go to m->wpart */
+} conv_pass;
+
+static sl_status conv_fwd_chunk(void *vc, int t, int slot) {
+    const conv_pass *c = vc;
+    sl_model *m = c->m;
+    const layer *l = c->l;
     const sl_backend_ops *ops = m->bk->ops;
     sl_backend *bk = m->bk;
-    const int K = l->kh * l->kw * l->c, ohw = l->oh * l->ow;
+    const int K = l->kh * l->kw * l->c, ohw = l->oh * l->ow, i0 = t * l->chunk;
+    const int nb = c->B - i0 < l->chunk ? c->B - i0 : l->chunk;
     const size_t in_img = (size_t)l->h * l->w * l->c, out_img = (size_t)ohw * l->oc;
-    const float *W = m->params + l->w_off, *bias = m->params + l->b_off;
+    const float *a = c->x + i0 * in_img;
+    float *y = l->out + i0 * out_img, *col = m->col + (size_t)slot * m->col_floats;
     sl_status s = SL_OK;
-    for (int i0 = 0; i0 < B && !s; i0 += l->chunk) {
-        int nb = B - i0 < l->chunk ? B - i0 : l->chunk;
-        const float *a = in + i0 * in_img;
-        float *y = l->out + i0 * out_img;
-        if (!l->direct) {
-            s = ops->im2col(bk, a, nb, l->h, l->w, l->c, l->kh, l->kw, l->stride, l->pt, l->pl, l->oh, l->ow, m->col);
-            a = m->col;
-        }
-        if (!s) s = ops->gemm(bk, false, false, nb * ohw, l->oc, K, 1.0f, a, K, W, l->oc, 0.0f, y, l->oc);
-        if (!s) s = bias_act(m, l->act, y, bias, (size_t)nb * ohw, (size_t)l->oc);
+    if (!l->direct) {
+        s = ops->im2col(bk, a, nb, l->h, l->w, l->c, l->kh, l->kw, l->stride, l->pt, l->pl, l->oh, l->ow, col);
+        a = col;
     }
+    if (!s) s = ops->gemm(bk, false, false, nb * ohw, l->oc, K, 1.0f, a, K, m->params + l->w_off, l->oc, 0.0f, y, l->oc);
+    if (!s) s = bias_act(m, l->act, y, m->params + l->b_off, (size_t)nb * ohw, (size_t)l->oc);
     return s;
 }
 
-/* Per chunk of images: the pre-activation gradient, the bias and kernel gradients against
- * the recomputed im2col, and (when wanted) the input gradient through col2im. */
-static sl_status conv_backward(sl_model *m, const layer *l, const float *x, float *dx, bool acc, int B) {
+/* A chunk's pre-activation gradient, its bias and kernel gradients against the recomputed
+ * im2col, and (when wanted) its input gradient through col2im. */
+static sl_status conv_bwd_chunk(void *vc, int t, int slot) {
+    const conv_pass *c = vc;
+    sl_model *m = c->m;
+    const layer *l = c->l;
     const sl_backend_ops *ops = m->bk->ops;
     sl_backend *bk = m->bk;
-    const int K = l->kh * l->kw * l->c, ohw = l->oh * l->ow, N = l->oc;
+    const int K = l->kh * l->kw * l->c, ohw = l->oh * l->ow, N = l->oc, i0 = t * l->chunk;
+    const int nb = c->B - i0 < l->chunk ? c->B - i0 : l->chunk, rows = nb * ohw;
     const size_t in_img = (size_t)l->h * l->w * l->c, out_img = (size_t)ohw * N;
-    const float *W = m->params + l->w_off;
-    float *dW = m->grads + l->w_off, *db = m->grads + l->b_off;
+    float *col = m->col + (size_t)slot * m->col_floats, *dcol = m->dcol + (size_t)slot * m->col_floats;
+    float *dW = m->grads + l->w_off;
     sl_status s = SL_OK;
-    for (int i0 = 0; i0 < B && !s; i0 += l->chunk) {
-        int nb = B - i0 < l->chunk ? B - i0 : l->chunk, rows = nb * ohw;
-        const float *dpre = l->dout + i0 * out_img;
-        if (l->act != SL_ACT_NONE && !(l->dout_pre && ops->maxpool_relu_backward_set)) {
-            float *d = m->scratch_a + i0 * out_img;
-            s = act_grad(m, l->act, l->out + i0 * out_img, dpre, d, (size_t)nb * out_img);
-            dpre = d;
-        }
-        const float *a = x + i0 * in_img;
-        if (!s && !l->direct) {
-            s = ops->im2col(bk, a, nb, l->h, l->w, l->c, l->kh, l->kw, l->stride, l->pt, l->pl, l->oh, l->ow, m->col);
-            a = m->col;
-        }
-        if (!s) s = ops->bias_grad(bk, db, dpre, (size_t)rows, (size_t)N);
-        if (!s) s = ops->gemm(bk, true, false, K, N, rows, 1.0f, a, K, dpre, N, 1.0f, dW, N);
-        if (s || !dx) continue;
-        float *dxc = dx + i0 * in_img;
-        if (l->direct) {
-            s = ops->gemm(bk, false, true, rows, K, N, 1.0f, dpre, N, W, N, acc ? 1.0f : 0.0f, dxc, K);
-        } else {
-            s = ops->gemm(bk, false, true, rows, K, N, 1.0f, dpre, N, W, N, 0.0f, m->dcol, K);
-            if (!s && !acc) s = ops->fill(bk, dxc, 0.0f, (size_t)nb * in_img);
-            if (!s) s = ops->col2im(bk, m->dcol, nb, l->h, l->w, l->c, l->kh, l->kw, l->stride, l->pt, l->pl, l->oh,
-                                    l->ow, dxc);
-        }
+    if (c->parts) {
+        dW = m->wpart + (size_t)t * (l->nw + l->nb);
+        s = ops->fill(bk, dW, 0.0f, l->nw + l->nb);
     }
+    float *db = dW + l->nw; /* the bias follows the kernel (place_params) */
+    const float *dpre = l->dout + i0 * out_img;
+    if (!s && l->act != SL_ACT_NONE && !(l->dout_pre && ops->maxpool_relu_backward_set)) {
+        float *d = m->scratch_a + i0 * out_img;
+        s = act_grad(m, l->act, l->out + i0 * out_img, dpre, d, (size_t)nb * out_img);
+        dpre = d;
+    }
+    const float *a = c->x + i0 * in_img;
+    if (!s && !l->direct) {
+        s = ops->im2col(bk, a, nb, l->h, l->w, l->c, l->kh, l->kw, l->stride, l->pt, l->pl, l->oh, l->ow, col);
+        a = col;
+    }
+    if (!s) s = ops->bias_grad(bk, db, dpre, (size_t)rows, (size_t)N);
+    if (!s) s = ops->gemm(bk, true, false, K, N, rows, 1.0f, a, K, dpre, N, 1.0f, dW, N);
+    if (s || !c->dx) return s;
+    float *dxc = c->dx + i0 * in_img;
+    const float *W = m->params + l->w_off;
+    if (l->direct) return ops->gemm(bk, false, true, rows, K, N, 1.0f, dpre, N, W, N, c->acc ? 1.0f : 0.0f, dxc, K);
+    s = ops->gemm(bk, false, true, rows, K, N, 1.0f, dpre, N, W, N, 0.0f, dcol, K);
+    if (!s && !c->acc) s = ops->fill(bk, dxc, 0.0f, (size_t)nb * in_img);
+    if (!s) s = ops->col2im(bk, dcol, nb, l->h, l->w, l->c, l->kh, l->kw, l->stride, l->pt, l->pl, l->oh, l->ow, dxc);
     return s;
+}
+
+static sl_status conv_pass_run(sl_model *m, conv_pass *c, bool backward) {
+    const sl_backend_ops *ops = m->bk->ops;
+    const layer *l = c->l;
+    const int n = (c->B + l->chunk - 1) / l->chunk;
+    sl_status (*fn)(void *, int, int) = backward ? conv_bwd_chunk : conv_fwd_chunk;
+    sl_status s = SL_OK;
+    if (!ops->run_tasks || n < 2) {
+        for (int t = 0; t < n && !s; t++) s = fn(c, t, 0);
+        return s;
+    }
+    if (ops->task_slots(m->bk) > m->slots)
+        return sl_err(SL_EINVAL, "model: layer %s: the backend now runs %d chunks at once, the model has buffers for %d",
+                      l->name, ops->task_slots(m->bk), m->slots);
+    c->parts = backward;
+    s = ops->run_tasks(m->bk, n, fn, c); /* one at a time where m->slots is 1: the same floats */
+    for (int t = 0; backward && t < n && !s; t++)
+        s = ops->axpy(m->bk, l->nw + l->nb, 1.0f, m->wpart + (size_t)t * (l->nw + l->nb), m->grads + l->w_off);
+    return s;
+}
+
+static sl_status conv_forward(sl_model *m, const layer *l, const float *in, int B) {
+    conv_pass c = {.m = m, .l = l, .x = in, .B = B};
+    return conv_pass_run(m, &c, false);
+}
+
+static sl_status conv_backward(sl_model *m, const layer *l, const float *x, float *dx, bool acc, int B) {
+    conv_pass c = {.m = m, .l = l, .x = x, .dx = dx, .acc = acc, .B = B};
+    return conv_pass_run(m, &c, true);
 }
 
 /* Rows of the last dimension and its width, for source sk (-1: the model input). */

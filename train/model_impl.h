@@ -62,7 +62,10 @@ struct sl_model {
     size_t n_params, n_train;
     void *act_mem;   /* every activation, gradient and per-layer buffer */
     float *scratch_a;             /* pre-activation gradients */
-    float *col, *dcol;            /* one conv chunk's im2col and its gradient */
+    float *col, *dcol;            /* per slot: one conv chunk's im2col and its gradient */
+    size_t col_floats;            /* of each slot's col and dcol */
+    int slots;                    /* conv chunks at once (backend run_tasks; 1: one after another) */
+    float *wpart;                 /* per chunk: a conv's kernel and bias gradients (slots > 1) */
     float *in_grad;  /* [max_batch, in_size] when the input gradient is wanted */
     bool want_in_grad;
     int npv;

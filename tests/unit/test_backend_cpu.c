@@ -3,6 +3,7 @@
  * threaded paths must give the same numbers as the serial ones). */
 #include <math.h>
 #include <pthread.h>
+#include <stdatomic.h>
 
 #include "sluice/pool.h"
 #include "test.h"
@@ -530,6 +531,69 @@ TEST(test_fused_pool_relu_and_bias_act) {
     }
 }
 
+/* run_tasks: every task once, claimed in order, slots below task_slots and never shared by
+ * two tasks at once; the lowest failing task's error reaches the caller with its message;
+ * ops called inside a task run alone (the team is taken) and still compute. */
+typedef struct task_probe {
+    sl_backend *b;
+    atomic_int runs[64], slot_busy[4];
+    atomic_int bad_slot, overlap;
+    int fail_from; /* tasks >= this fail */
+    float *buf;
+} task_probe;
+
+static sl_status probe_task(void *vc, int t, int slot) {
+    task_probe *p = vc;
+    atomic_fetch_add(&p->runs[t], 1);
+    if (slot < 0 || slot >= p->b->ops->task_slots(p->b)) {
+        atomic_store(&p->bad_slot, 1);
+        return SL_OK;
+    }
+    if (atomic_fetch_add(&p->slot_busy[slot], 1) != 0) atomic_store(&p->overlap, 1);
+    sl_status s = p->b->ops->fill(p->b, p->buf + (size_t)t * 100000, (float)t, 100000); /* a threaded op, alone */
+    atomic_fetch_sub(&p->slot_busy[slot], 1);
+    if (s == SL_OK && t >= p->fail_from) return sl_err(SL_EIO, "task %d failed on purpose", t);
+    return s;
+}
+
+TEST(test_run_tasks) {
+    for (int threads = 1; threads <= 3; threads++) {
+        sl_backend *b = backend(threads);
+        ASSERT(b);
+        ASSERT_EQ(b->ops->task_slots(b), threads);
+        task_probe *p = calloc(1, sizeof *p);
+        p->b = b;
+        p->fail_from = 64;
+        p->buf = malloc(64 * 100000 * sizeof(float));
+        ASSERT_OK(b->ops->run_tasks(b, 64, probe_task, p));
+        for (int t = 0; t < 64; t++) {
+            ASSERT_EQ(atomic_load(&p->runs[t]), 1);
+            ASSERT(p->buf[(size_t)t * 100000] == (float)t && p->buf[(size_t)t * 100000 + 99999] == (float)t);
+        }
+        ASSERT_EQ(atomic_load(&p->bad_slot), 0);
+        ASSERT_EQ(atomic_load(&p->overlap), 0);
+        /* tasks 40.. fail: the error is task 40's; no task runs twice */
+        for (int t = 0; t < 64; t++) atomic_store(&p->runs[t], 0);
+        p->fail_from = 40;
+        ASSERT_EQ(b->ops->run_tasks(b, 64, probe_task, p), SL_EIO);
+        ASSERT(strstr(sl_errmsg(), "task 40 failed on purpose") != NULL);
+        for (int t = 0; t < 64; t++) {
+            ASSERT(atomic_load(&p->runs[t]) <= 1);
+            if (t <= 40) ASSERT_EQ(atomic_load(&p->runs[t]), 1); /* claimed in order: all before 40 ran */
+        }
+        sl_err_clear();
+        ASSERT_OK(b->ops->run_tasks(b, 0, probe_task, p));
+        free(p->buf);
+        free(p);
+        sl__backend_free(b);
+    }
+    /* bf16 GEMMs share one rounding buffer: one task at a time */
+    sl_backend *b = backend(2);
+    ASSERT_OK(b->ops->set_precision(b, SL_BK_BF16));
+    ASSERT_EQ(b->ops->task_slots(b), 1);
+    sl__backend_free(b);
+}
+
 TEST(test_softmax_xent) {
     sl_backend *b = backend(2);
     ASSERT(b);
@@ -920,6 +984,7 @@ int main(void) {
     RUN(test_im2col_col2im);
     RUN(test_pools);
     RUN(test_fused_pool_relu_and_bias_act);
+    RUN(test_run_tasks);
     RUN(test_softmax_xent);
     RUN(test_softmax_xent_plain_bits);
     RUN(test_softmax_xent_smoothing);

@@ -221,20 +221,28 @@ TEST(test_grad_graph) {
 
 /* The fused CPU ops (max pool backward with the ReLU gradient, bias with the activation)
  * change no float: a model whose backend ops lack them computes the same loss, parameter
- * gradients and input gradient, bit for bit. Which pools fuse: a ReLU conv read by the pool
+ * gradients and input gradient, bit for bit, and so does one thread instead of two (the
+ * conv chunks that run at once add their gradients in chunk order). Which pools fuse: a ReLU conv read by the pool
  * alone, under windows that tile its input. The fused backward also passes the gradient check. */
 TEST(test_fused_ops_same_bits) {
     sl_layer_spec pool2 = L_pool(SL_LAYER_MAXPOOL, 2, 0, SL_PAD_VALID), add = L_kind(SL_LAYER_ADD);
-    const sl_layer_spec specs[] = {L_input(12, 13, 2), L_conv(4, 3, 3, 1, SL_PAD_SAME, 1), pool2,
+    const sl_layer_spec specs[] = {L_input(32, 32, 12), L_conv(4, 5, 5, 1, SL_PAD_SAME, 1), pool2,
                                    L_conv(5, 3, 3, 1, SL_PAD_SAME, 1), L_pool(SL_LAYER_MAXPOOL, 3, 3, SL_PAD_SAME),
                                    L_kind(SL_LAYER_FLATTEN), L_dense(7, 1), L_dense(3, 0)};
-    const int n = (int)(sizeof specs / sizeof specs[0]), B = 6;
+    const int n = (int)(sizeof specs / sizeof specs[0]), B = 7;
     sl_model_opts o = cpu_opts(B, 11);
     o.threads = 2;
-    sl_model *m[2];
+    /* 0: fused, 2 threads; 1: without the fused ops; 2: fused, 1 thread */
+    sl_model *m[3];
     sl_backend_ops plain;
-    for (int k = 0; k < 2; k++) ASSERT_OK(sl_model_create(specs, n, &o, &m[k]));
+    for (int k = 0; k < 3; k++) {
+        o.threads = k == 2 ? 1 : 2;
+        ASSERT_OK(sl_model_create(specs, n, &o, &m[k]));
+    }
     ASSERT(m[0]->L[1].relu_pool && m[0]->L[0].dout_pre && m[0]->L[3].relu_pool && m[0]->L[2].dout_pre);
+    ASSERT_EQ(m[0]->L[0].chunk, 3); /* three chunks of the first conv, run at once */
+    ASSERT_EQ(m[0]->slots, 2);
+    ASSERT_EQ(m[2]->slots, 1);
     plain = *m[1]->bk->ops;
     plain.maxpool_relu_backward_set = NULL;
     plain.bias_act = NULL;
@@ -242,9 +250,9 @@ TEST(test_fused_ops_same_bits) {
     batch b;
     make_batch(&b, B, specs[0].shape, 3, 3);
     size_t ng, nx = (size_t)sl_tensor_numel(&b.x);
-    double loss[2];
-    const float *g[2], *ig[2];
-    for (int k = 0; k < 2; k++) {
+    double loss[3];
+    const float *g[3], *ig[3];
+    for (int k = 0; k < 3; k++) {
         sl_step_result r;
         ig[k] = sl__model_input_grad(m[k], true);
         g[k] = sl_model_grads(m[k], &ng);
@@ -252,14 +260,16 @@ TEST(test_fused_ops_same_bits) {
         ASSERT_OK(sl_model_train_step(m[k], &b.x, &b.y, 1.0f, &r));
         loss[k] = r.loss;
     }
-    ASSERT(loss[0] == loss[1]);
-    ASSERT_MEMEQ(g[0], g[1], ng * sizeof(float));
-    ASSERT_MEMEQ(ig[0], ig[1], nx * sizeof(float));
+    for (int k = 1; k < 3; k++) {
+        ASSERT(loss[0] == loss[k]);
+        ASSERT_MEMEQ(g[0], g[k], ng * sizeof(float));
+        ASSERT_MEMEQ(ig[0], ig[k], nx * sizeof(float));
+    }
     size_t nonzero = 0;
     for (size_t i = 0; i < ng; i++) nonzero += g[0][i] != 0.0f;
     ASSERT(nonzero > ng / 2);
     free_batch(&b);
-    for (int k = 0; k < 2; k++) sl_model_free(m[k]);
+    for (int k = 0; k < 3; k++) sl_model_free(m[k]);
     /* not fused: overlapping windows; a tanh conv; a conv read by the pool and an add */
     const sl_layer_spec overlap[] = {L_input(6, 6, 2), L_conv(2, 3, 3, 1, SL_PAD_SAME, 1),
                                      L_pool(SL_LAYER_MAXPOOL, 3, 2, SL_PAD_VALID), L_kind(SL_LAYER_FLATTEN), L_dense(3, 0)};
