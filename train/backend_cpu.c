@@ -33,27 +33,6 @@
 
 /* ---- parallel loops ---------------------------------------------------------------- */
 
-/* Run fn over [0, n) in up to b->threads contiguous parts when `work` (roughly, floats
- * touched) is large enough, on the backend's team (train/cpu_team.h: the calling thread
- * runs parts too, all of them when the workers do not come). */
-#define PAR_MIN_WORK ((size_t)1 << 16)
-#define MAX_PARTS 64
-
-void sl__cpu_par_for(cpu_backend *b, size_t n, size_t work, sl__range_fn fn, void *ctx) {
-    int parts = b->threads;
-    if (parts > MAX_PARTS) parts = MAX_PARTS;
-    if ((size_t)parts > n) parts = (int)n;
-    if (!b->team || parts <= 1 || work < PAR_MIN_WORK) {
-        if (n) fn(ctx, 0, n);
-        return;
-    }
-    if (work / (size_t)parts < PAR_MIN_WORK / 2) {
-        parts = (int)(work / (PAR_MIN_WORK / 2));
-        if (parts < 2) parts = 2;
-    }
-    if (!sl__team_run(b->team, parts, n, fn, ctx)) fn(ctx, 0, n); /* the team is busy: alone */
-}
-
 /* Tasks (run_tasks): one part per thread, each looping over tasks claimed from a counter;
  * the part number is the slot. In bf16 / fp16 mode the GEMMs share the rounding buffer
  * b->lp, so tasks then run one at a time. */

@@ -1,6 +1,6 @@
 /* Private to the CPU backend's files (train/backend_cpu.c, train/backend_cpu_pool.c): the
  * backend's state, its parallel loop, the geometry check of the window ops, and the pooling
- * ops that backend_cpu.c's op table names. */
+ * ops that backend_cpu.c's op table names (inline here, so the two files call one way only). */
 #ifndef SLUICE_TRAIN_BACKEND_CPU_PRIV_H
 #define SLUICE_TRAIN_BACKEND_CPU_PRIV_H
 
@@ -22,11 +22,24 @@ typedef struct cpu_backend {
 
 /* Run fn over [0, n) in up to b->threads contiguous parts when `work` (roughly, floats
  * touched) is large enough, on the backend's team (train/cpu_team.h: the calling thread
- * runs parts too, all of them when the workers do not come). Returns when every part has. */
-void sl__cpu_par_for(cpu_backend *b, size_t n, size_t work, sl__range_fn fn, void *ctx);
+ * runs parts too, all of them when the workers do not come; inside a run_tasks task the team
+ * is taken, so the loop runs alone). Returns when every part has. */
+#define PAR_MIN_WORK ((size_t)1 << 16)
+#define MAX_PARTS 64
 
 static inline void par_for(cpu_backend *b, size_t n, size_t work, sl__range_fn fn, void *ctx) {
-    sl__cpu_par_for(b, n, work, fn, ctx);
+    int parts = b->threads;
+    if (parts > MAX_PARTS) parts = MAX_PARTS;
+    if ((size_t)parts > n) parts = (int)n;
+    if (!b->team || parts <= 1 || work < PAR_MIN_WORK) {
+        if (n) fn(ctx, 0, n);
+        return;
+    }
+    if (work / (size_t)parts < PAR_MIN_WORK / 2) {
+        parts = (int)(work / (PAR_MIN_WORK / 2));
+        if (parts < 2) parts = 2;
+    }
+    if (!sl__team_run(b->team, parts, n, fn, ctx)) fn(ctx, 0, n); /* the team is busy: alone */
 }
 
 /* SL_OK, or SL_EINVAL naming op and the geometry when a size is out of range. */
