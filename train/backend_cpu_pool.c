@@ -25,16 +25,24 @@ typedef struct pool_ctx {
     int n, h, w, c, k, s, pt, pl, oh, ow;
 } pool_ctx;
 
+/* Output row r = (image, oy): returns the image; [*iy0, *iy1) are the input rows its
+ * windows cover, clipped to the image. */
+static inline size_t window_rows(const pool_ctx *p, size_t r, int *iy0, int *iy1) {
+    int oy = (int)(r % (size_t)p->oh);
+    *iy0 = oy * p->s - p->pt;
+    *iy1 = *iy0 + p->k;
+    if (*iy0 < 0) *iy0 = 0;
+    if (*iy1 > p->h) *iy1 = p->h;
+    return r / (size_t)p->oh;
+}
+
 /* One output row (image, oy) per index; channels are the vectorized inner loop. */
 static void maxpool_rows(void *vc, size_t lo, size_t hi) {
     const pool_ctx *p = vc;
     const int c = p->c;
     for (size_t r = lo; r < hi; r++) {
-        size_t img = r / (size_t)p->oh;
-        int oy = (int)(r % (size_t)p->oh);
-        int iy0 = oy * p->s - p->pt, iy1 = iy0 + p->k;
-        if (iy0 < 0) iy0 = 0;
-        if (iy1 > p->h) iy1 = p->h;
+        int iy0, iy1;
+        size_t img = window_rows(p, r, &iy0, &iy1);
         for (int ox = 0; ox < p->ow; ox++) {
             size_t o = (r * p->ow + ox) * c;
             float *y = p->y + o;
@@ -137,11 +145,9 @@ static void maxpool_relu_bwd_rows(void *vc, size_t lo, size_t hi) {
     const pool_ctx *p = vc;
     const size_t row_floats = (size_t)p->w * p->c, out_floats = (size_t)p->ow * p->c;
     for (size_t r = lo; r < hi; r++) {
-        size_t img = r / (size_t)p->oh;
-        int oy = (int)(r % (size_t)p->oh);
-        int iy0 = oy * p->s - p->pt, iy1 = oy + 1 == p->oh ? p->h : iy0 + p->k;
-        if (iy0 < 0) iy0 = 0;
-        if (iy1 > p->h) iy1 = p->h;
+        int iy0, iy1;
+        size_t img = window_rows(p, r, &iy0, &iy1);
+        if (r % (size_t)p->oh == (size_t)p->oh - 1) iy1 = p->h;
         if (iy1 > iy0)
             memset(p->dx + (img * p->h + (size_t)iy0) * row_floats, 0, (size_t)(iy1 - iy0) * row_floats * sizeof(float));
         const float *g = p->dy + r * out_floats, *pooled = p->x + r * out_floats;
@@ -170,11 +176,8 @@ static void avgpool_fwd_rows(void *vc, size_t lo, size_t hi) {
     const pool_ctx *p = vc;
     const int c = p->c;
     for (size_t r = lo; r < hi; r++) {
-        size_t img = r / (size_t)p->oh;
-        int oy = (int)(r % (size_t)p->oh);
-        int iy0 = oy * p->s - p->pt, iy1 = iy0 + p->k;
-        if (iy0 < 0) iy0 = 0;
-        if (iy1 > p->h) iy1 = p->h;
+        int iy0, iy1;
+        size_t img = window_rows(p, r, &iy0, &iy1);
         for (int ox = 0; ox < p->ow; ox++) {
             float *y = p->y + (r * p->ow + ox) * c;
             int ix0 = ox * p->s - p->pl, ix1 = ix0 + p->k;
