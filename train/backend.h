@@ -241,14 +241,15 @@ typedef struct sl_backend_ops {
      * then act_forward, in one pass. SL_EINVAL (y untouched) for an unknown act. NULL: the
      * model runs the two. */
     sl_status (*bias_act)(sl_backend *b, sl_act act, float *y, const float *bias, size_t rows, size_t cols);
-    /* task_slots: how many tasks run_tasks runs at once (>= 1). run_tasks: fn(ctx, t, slot)
-     * once for every task t in [0, n), on the backend's threads, tasks claimed in order;
-     * slot < task_slots belongs to the thread, so two tasks that run at the same time never
-     * share one, and the ops a task calls run on its thread alone. SL_OK, or the error of the
-     * lowest-numbered task that failed (moved to the calling thread; tasks not yet started
-     * are skipped). NULL: the model loops over the work itself with every op threaded. */
+    /* task_slots: how many tasks run_tasks can run at once (>= 1). run_tasks: fn(ctx, t, slot)
+     * once for every task t in [0, n), on up to min(slots, task_slots) of the backend's
+     * threads, tasks claimed in order; slot (below that minimum) belongs to the thread, so two
+     * tasks that run at the same time never share one, and the ops a task calls run on its
+     * thread alone. SL_OK, or the error of the lowest-numbered task that failed (moved to the
+     * calling thread; tasks not yet started are skipped). NULL: the model loops over the work
+     * itself with every op threaded. */
     int (*task_slots)(sl_backend *b);
-    sl_status (*run_tasks)(sl_backend *b, int n, sl_status (*fn)(void *ctx, int t, int slot), void *ctx);
+    sl_status (*run_tasks)(sl_backend *b, int n, int slots, sl_status (*fn)(void *ctx, int t, int slot), void *ctx);
 } sl_backend_ops;
 
 struct sl_backend {

@@ -67,9 +67,10 @@ static int cpu_task_slots(sl_backend *bb) {
     return b->threads < MAX_PARTS ? b->threads : MAX_PARTS;
 }
 
-static sl_status cpu_run_tasks(sl_backend *bb, int n, sl_status (*fn)(void *ctx, int t, int slot), void *ctx) {
+static sl_status cpu_run_tasks(sl_backend *bb, int n, int slots, sl_status (*fn)(void *ctx, int t, int slot),
+                               void *ctx) {
     cpu_backend *b = (cpu_backend *)bb;
-    int slots = cpu_task_slots(bb);
+    if (slots > cpu_task_slots(bb)) slots = cpu_task_slots(bb);
     task_run r = {.fn = fn, .ctx = ctx, .n = n, .err_task = n};
     atomic_init(&r.next, 0);
     pthread_mutex_init(&r.mu, NULL);

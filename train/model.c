@@ -125,12 +125,18 @@ static size_t carve(sl_model *m, char *base) {
         default: break;
         }
     }
-    /* chunks of a convolution run at once on m->slots threads (conv_pass_run) */
+    /* The chunks of a convolution run at once on up to m->slots threads (conv_pass_run), each
+     * with its own col and dcol (no more than the most chunks a layer has), and backward
+     * gives each chunk its kernel and bias gradients (sw floats for the layer that needs most). */
     size_t sw = 0;
-    for (int i = 0; m->bk->ops->run_tasks && i < m->nl; i++) {
+    const sl_backend_ops *ops = m->bk->ops;
+    m->slots = 1;
+    for (int i = 0; ops->run_tasks && i < m->nl; i++) {
         const layer *l = &m->L[i];
         size_t chunks = l->kind == SL_LAYER_CONV2D ? (B + (size_t)l->chunk - 1) / (size_t)l->chunk : 0;
         if (chunks > 1 && chunks * (l->nw + l->nb) > sw) sw = chunks * (l->nw + l->nb);
+        int at_once = chunks < (size_t)ops->task_slots(m->bk) ? (int)chunks : ops->task_slots(m->bk);
+        if (at_once > m->slots) m->slots = at_once;
     }
     m->col_floats = sb;
     TAKE(m->scratch_a, float, sa);
@@ -187,7 +193,6 @@ sl_status sl_model_create(const sl_layer_spec *specs, int n, const sl_model_opts
     if ((s = ops->alloc(m->bk, pbytes, (void **)&m->params)) ||
         (s = ops->alloc(m->bk, pbytes + SL__GRADS_SPARE * sizeof(float), (void **)&m->grads)))
         goto fail;
-    m->slots = ops->run_tasks ? ops->task_slots(m->bk) : 1;
     size_t abytes = carve(m, NULL);
     if ((s = ops->alloc(m->bk, abytes, &m->act_mem))) goto fail;
     carve(m, m->act_mem);
@@ -405,11 +410,8 @@ static sl_status conv_pass_run(sl_model *m, conv_pass *c, bool backward) {
         for (int t = 0; t < n && !s; t++) s = fn(c, t, 0);
         return s;
     }
-    if (ops->task_slots(m->bk) > m->slots)
-        return sl_err(SL_EINVAL, "model: layer %s: the backend now runs %d chunks at once, the model has buffers for %d",
-                      l->name, ops->task_slots(m->bk), m->slots);
     c->parts = backward;
-    s = ops->run_tasks(m->bk, n, fn, c); /* one at a time where m->slots is 1: the same floats */
+    s = ops->run_tasks(m->bk, n, m->slots, fn, c); /* one at a time where m->slots is 1: the same floats */
     for (int t = 0; backward && t < n && !s; t++)
         s = ops->axpy(m->bk, l->nw + l->nb, 1.0f, m->wpart + (size_t)t * (l->nw + l->nb), m->grads + l->w_off);
     return s;
