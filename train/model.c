@@ -371,10 +371,12 @@ static sl_status conv_bwd_chunk(void *vc, int t, int slot) {
     const size_t in_img = (size_t)l->h * l->w * l->c, out_img = (size_t)ohw * N;
     float *col = m->col + (size_t)slot * m->col_floats, *dcol = m->dcol + (size_t)slot * m->col_floats;
     float *dW = m->grads + l->w_off;
+    float beta = 1.0f; /* the kernel gradient: added to, or set in the chunk's own part */
     sl_status s = SL_OK;
     if (c->parts) {
         dW = m->wpart + (size_t)t * (l->nw + l->nb);
-        s = ops->fill(bk, dW, 0.0f, l->nw + l->nb);
+        beta = 0.0f;
+        s = ops->fill(bk, dW + l->nw, 0.0f, l->nb);
     }
     float *db = dW + l->nw; /* the bias follows the kernel (place_params) */
     const float *dpre = l->dout + i0 * out_img;
@@ -389,7 +391,7 @@ static sl_status conv_bwd_chunk(void *vc, int t, int slot) {
         a = col;
     }
     if (!s) s = ops->bias_grad(bk, db, dpre, (size_t)rows, (size_t)N);
-    if (!s) s = ops->gemm(bk, true, false, K, N, rows, 1.0f, a, K, dpre, N, 1.0f, dW, N);
+    if (!s) s = ops->gemm(bk, true, false, K, N, rows, 1.0f, a, K, dpre, N, beta, dW, N);
     if (s || !c->dx) return s;
     float *dxc = c->dx + i0 * in_img;
     const float *W = m->params + l->w_off;
