@@ -432,10 +432,13 @@ typedef struct conv_ctx {
  * are consecutive pixels of one input row, so in NHWC they are one contiguous run of
  * kw*c floats (clipped at the image's left and right edges). Work is split by output
  * image row (image, oy), which keeps divisions out of the per-pixel loop. */
+static bool im2col_rows_small(const conv_ctx *k, size_t lo, size_t hi);
+
 static void im2col_rows(void *vc, size_t lo, size_t hi) {
     const conv_ctx *k = vc;
     const int c = k->c, kw = k->kw;
     const size_t kc = (size_t)kw * c, K = (size_t)k->kh * kc;
+    if (im2col_rows_small(k, lo, hi)) return;
     for (size_t r = lo; r < hi; r++) {
         int oy = (int)(r % (size_t)k->oh);
         size_t img = r / (size_t)k->oh;
@@ -462,6 +465,46 @@ static void im2col_rows(void *vc, size_t lo, size_t hi) {
             }
         }
     }
+}
+
+/* Runs of at most SMALL_RUN floats (an image model's first layer: a few channels): per
+ * output row its kh input rows are copied once into a window padded with zeros on both
+ * sides, so each pixel's cells are plain copies without clipping, memset or per-pixel
+ * bounds; the same floats as the general path. false (nothing written) for longer runs,
+ * negative padding, or no memory for the window. */
+#define SMALL_RUN 16
+static bool im2col_rows_small(const conv_ctx *k, size_t lo, size_t hi) {
+    const int c = k->c, s = k->stride;
+    const size_t kc = (size_t)k->kw * c, K = (size_t)k->kh * kc;
+    if (kc > SMALL_RUN || k->pt < 0 || k->pl < 0) return false;
+    size_t pw = (size_t)k->pl + (size_t)k->w, need = (size_t)(k->ow - 1) * s + (size_t)k->kw; /* window pixels */
+    if (need > pw) pw = need;
+    const size_t row_f = pw * c, right = pw - (size_t)k->pl - (size_t)k->w;
+    float *win = malloc((size_t)k->kh * row_f * sizeof(float));
+    if (!win) return false;
+    for (size_t r = lo; r < hi; r++) {
+        int oy = (int)(r % (size_t)k->oh);
+        const float *ximg = k->x + r / (size_t)k->oh * k->h * k->w * c;
+        for (int ky = 0; ky < k->kh; ky++) {
+            float *wr = win + (size_t)ky * row_f;
+            int iy = oy * s - k->pt + ky;
+            if (iy < 0 || iy >= k->h) {
+                memset(wr, 0, row_f * sizeof(float));
+                continue;
+            }
+            memset(wr, 0, (size_t)k->pl * c * sizeof(float));
+            memcpy(wr + (size_t)k->pl * c, ximg + (size_t)iy * k->w * c, (size_t)k->w * c * sizeof(float));
+            memset(wr + ((size_t)k->pl + k->w) * c, 0, right * c * sizeof(float));
+        }
+        float *dst = k->col + r * k->ow * K;
+        for (int ox = 0; ox < k->ow; ox++) {
+            const float *src = win + (size_t)ox * s * c;
+            for (int ky = 0; ky < k->kh; ky++, dst += kc, src += row_f)
+                for (size_t j = 0; j < kc; j++) dst[j] = src[j];
+        }
+    }
+    free(win);
+    return true;
 }
 
 static sl_status cpu_im2col(sl_backend *b, const float *x, int n, int h, int w, int c, int kh, int kw,
