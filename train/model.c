@@ -14,8 +14,9 @@
  * output used by several layers gets the sum), so no gradient buffer is zeroed per step;
  * an input gradient is computed only where a layer upstream has parameters, or for the
  * model input when asked (sl__model_input_grad). Convolutions run a few
- * images at a time through one shared im2col buffer on the CPU (see CONV_CHUNK_FLOATS), the
- * whole batch at once on a GPU, and backward recomputes it. Where the backend has the fused
+ * images at a time on the CPU (see CONV_CHUNK_FLOATS), the chunks at once, each through its
+ * thread's im2col buffer (conv_pass), the whole batch at once on a GPU, and backward
+ * recomputes the im2col. Where the backend has the fused
  * ops, bias and activation are one pass, and a max pool whose windows tile the output of a
  * ReLU conv read by it alone writes that conv's gradient before the ReLU (layer.relu_pool):
  * the same floats, two fewer passes over the largest activations. Inputs go through
