@@ -25,14 +25,18 @@ typedef struct pool_ctx {
     int n, h, w, c, k, s, pt, pl, oh, ow;
 } pool_ctx;
 
+/* [*lo, *hi): the input rows (or columns) of output row (column) o's window, whose first
+ * one is o * s - pad, clipped to [0, size). */
+static inline void window_span(const pool_ctx *p, int o, int pad, int size, int *lo, int *hi) {
+    int at = o * p->s - pad;
+    *lo = at < 0 ? 0 : at;
+    *hi = at + p->k < size ? at + p->k : size;
+}
+
 /* Output row r = (image, oy): returns the image; [*iy0, *iy1) are the input rows its
  * windows cover, clipped to the image. */
 static inline size_t window_rows(const pool_ctx *p, size_t r, int *iy0, int *iy1) {
-    int oy = (int)(r % (size_t)p->oh);
-    *iy0 = oy * p->s - p->pt;
-    *iy1 = *iy0 + p->k;
-    if (*iy0 < 0) *iy0 = 0;
-    if (*iy1 > p->h) *iy1 = p->h;
+    window_span(p, (int)(r % (size_t)p->oh), p->pt, p->h, iy0, iy1);
     return r / (size_t)p->oh;
 }
 
@@ -47,9 +51,8 @@ static void maxpool_rows(void *vc, size_t lo, size_t hi) {
             size_t o = (r * p->ow + ox) * c;
             float *y = p->y + o;
             int32_t *am = p->argmax + o;
-            int ix0 = ox * p->s - p->pl, ix1 = ix0 + p->k;
-            if (ix0 < 0) ix0 = 0;
-            if (ix1 > p->w) ix1 = p->w;
+            int ix0, ix1;
+            window_span(p, ox, p->pl, p->w, &ix0, &ix1);
             if (iy0 >= iy1 || ix0 >= ix1) { /* a window entirely in the padding */
                 for (int ch = 0; ch < c; ch++) { y[ch] = 0.0f; am[ch] = -1; }
                 continue;
@@ -180,9 +183,8 @@ static void avgpool_fwd_rows(void *vc, size_t lo, size_t hi) {
         size_t img = window_rows(p, r, &iy0, &iy1);
         for (int ox = 0; ox < p->ow; ox++) {
             float *y = p->y + (r * p->ow + ox) * c;
-            int ix0 = ox * p->s - p->pl, ix1 = ix0 + p->k;
-            if (ix0 < 0) ix0 = 0;
-            if (ix1 > p->w) ix1 = p->w;
+            int ix0, ix1;
+            window_span(p, ox, p->pl, p->w, &ix0, &ix1);
             for (int ch = 0; ch < c; ch++) y[ch] = 0.0f;
             int cnt = (iy1 - iy0) * (ix1 - ix0);
             if (iy1 <= iy0 || ix1 <= ix0) continue;
@@ -215,13 +217,11 @@ static void avgpool_bwd_images(void *vc, size_t lo, size_t hi) {
     const int c = p->c;
     for (size_t img = lo; img < hi; img++) {
         for (int oy = 0; oy < p->oh; oy++) {
-            int iy0 = oy * p->s - p->pt, iy1 = iy0 + p->k;
-            if (iy0 < 0) iy0 = 0;
-            if (iy1 > p->h) iy1 = p->h;
+            int iy0, iy1;
+            window_span(p, oy, p->pt, p->h, &iy0, &iy1);
             for (int ox = 0; ox < p->ow; ox++) {
-                int ix0 = ox * p->s - p->pl, ix1 = ix0 + p->k;
-                if (ix0 < 0) ix0 = 0;
-                if (ix1 > p->w) ix1 = p->w;
+                int ix0, ix1;
+                window_span(p, ox, p->pl, p->w, &ix0, &ix1);
                 if (iy1 <= iy0 || ix1 <= ix0) continue;
                 float inv = 1.0f / (float)((iy1 - iy0) * (ix1 - ix0));
                 const float *dy = p->dy + ((img * p->oh + oy) * p->ow + ox) * c;
