@@ -327,24 +327,30 @@ static sl_status cpu_bias_grad(sl_backend *bb, float *db, const float *dy, size_
     return SL_OK;
 }
 
+/* y[i] = act(X) for i in [lo, hi), X an expression of i: the one place the activations'
+ * formulas are written, so act_forward and bias_act give the same floats. */
+#define ACT_FWD(act, lo, hi, y, X)                                                      \
+    switch (act) {                                                                      \
+    case SL_ACT_NONE: for (size_t i = lo; i < hi; i++) y[i] = X; break;                 \
+    case SL_ACT_RELU:                                                                   \
+        for (size_t i = lo; i < hi; i++) {                                              \
+            float t_ = X;                                                               \
+            y[i] = t_ > 0.0f ? t_ : 0.0f;                                               \
+        }                                                                               \
+        break;                                                                          \
+    case SL_ACT_TANH: for (size_t i = lo; i < hi; i++) y[i] = tanhf(X); break;          \
+    case SL_ACT_SIGMOID: for (size_t i = lo; i < hi; i++) y[i] = 1.0f / (1.0f + expf(-(X))); break; \
+    }
+
 static void act_fwd_range(void *vc, size_t lo, size_t hi) {
     vec_ctx *c = vc;
     const float *x = c->cx;
     float *y = c->y;
-    switch ((sl_act)c->act) {
-    case SL_ACT_NONE:
+    if (c->act == SL_ACT_NONE) {
         if (x != y) memcpy(y + lo, x + lo, (hi - lo) * sizeof(float));
-        break;
-    case SL_ACT_RELU:
-        for (size_t i = lo; i < hi; i++) y[i] = x[i] > 0.0f ? x[i] : 0.0f;
-        break;
-    case SL_ACT_TANH:
-        for (size_t i = lo; i < hi; i++) y[i] = tanhf(x[i]);
-        break;
-    case SL_ACT_SIGMOID:
-        for (size_t i = lo; i < hi; i++) y[i] = 1.0f / (1.0f + expf(-x[i]));
-        break;
+        return;
     }
+    ACT_FWD((sl_act)c->act, lo, hi, y, x[i])
 }
 
 static sl_status cpu_act_forward(sl_backend *b, sl_act act, const float *x, float *y, size_t n) {
@@ -354,25 +360,14 @@ static sl_status cpu_act_forward(sl_backend *b, sl_act act, const float *x, floa
     return SL_OK;
 }
 
-/* bias_add and act_forward in one pass: t = y + bias, then the very expression of
- * act_fwd_range on t. */
+/* bias_add and act_forward in one pass: act(y + bias) by act_fwd_range's formulas. */
 static void bias_act_rows(void *vc, size_t lo, size_t hi) {
     const vec_ctx *c = vc;
     const size_t cols = c->cols;
     const float *bias = c->cx;
     for (size_t r = lo; r < hi; r++) {
         float *y = c->y + r * cols;
-        switch ((sl_act)c->act) {
-        case SL_ACT_NONE: for (size_t j = 0; j < cols; j++) y[j] += bias[j]; break;
-        case SL_ACT_RELU:
-            for (size_t j = 0; j < cols; j++) {
-                float t = y[j] + bias[j];
-                y[j] = t > 0.0f ? t : 0.0f;
-            }
-            break;
-        case SL_ACT_TANH: for (size_t j = 0; j < cols; j++) y[j] = tanhf(y[j] + bias[j]); break;
-        case SL_ACT_SIGMOID: for (size_t j = 0; j < cols; j++) y[j] = 1.0f / (1.0f + expf(-(y[j] + bias[j]))); break;
-        }
+        ACT_FWD((sl_act)c->act, 0, cols, y, y[i] + bias[i])
     }
 }
 
