@@ -250,6 +250,22 @@ typedef struct sl_backend_ops {
      * itself with every op threaded. */
     int (*task_slots)(sl_backend *b);
     sl_status (*run_tasks)(sl_backend *b, int n, int slots, sl_status (*fn)(void *ctx, int t, int slot), void *ctx);
+    /* Convolution products without the im2col matrix (geometry as im2col's; W and dW the
+     * (kh*kw*c) x oc kernel as gemm meets it after im2col):
+     *   conv_gemm:        y ((n*oh*ow) x oc) = beta * y + im2col(x) * W
+     *   conv_kernel_grad: dW = beta * dW + im2col(x)^T * dy, dy (n*oh*ow) x oc
+     * The windows are read where they lie in x, or in a zero-padded copy of it in scratch
+     * (scratch_floats floats), which also holds a pointer per output pixel. The floats are
+     * im2col + gemm's but for the order of the sums, and do not depend on the thread count.
+     * SL_EUNSUPPORTED (nothing written) where the backend multiplies this geometry through
+     * im2col and gemm instead: the caller then does so. SL_ENOMEM: y / dW undefined. NULL
+     * (a backend without them): always im2col and gemm. */
+    sl_status (*conv_gemm)(sl_backend *b, const float *x, int n, int h, int w, int c, int kh, int kw, int stride,
+                           int pad_top, int pad_left, int oh, int ow, const float *W, int oc, float beta, float *y,
+                           float *scratch, size_t scratch_floats);
+    sl_status (*conv_kernel_grad)(sl_backend *b, const float *x, int n, int h, int w, int c, int kh, int kw,
+                                  int stride, int pad_top, int pad_left, int oh, int ow, const float *dy, int oc,
+                                  float beta, float *dW, float *scratch, size_t scratch_floats);
 } sl_backend_ops;
 
 struct sl_backend {

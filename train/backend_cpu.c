@@ -1066,6 +1066,8 @@ static const sl_backend_ops CPU_OPS = {
     .bias_act = cpu_bias_act,
     .task_slots = cpu_task_slots,
     .run_tasks = cpu_run_tasks,
+    .conv_gemm = sl__cpu_conv_gemm,
+    .conv_kernel_grad = sl__cpu_conv_kernel_grad,
 };
 
 sl_status sl__backend_cpu_new(int threads, sl_backend **out) {

@@ -1,6 +1,6 @@
-/* Private to the CPU backend's files (train/backend_cpu.c, train/backend_cpu_pool.c): the
- * backend's state, its parallel loop, the geometry check of the window ops, and the pooling
- * ops that backend_cpu.c's op table names (inline here, so the two files call one way only). */
+/* Private to the CPU backend's files (train/backend_cpu.c, _pool.c, _conv.c): the backend's
+ * state, its parallel loop (inline here, so the files call one way only), the geometry check
+ * of the window ops, and the pooling and convolution ops that backend_cpu.c's op table names. */
 #ifndef SLUICE_TRAIN_BACKEND_CPU_PRIV_H
 #define SLUICE_TRAIN_BACKEND_CPU_PRIV_H
 
@@ -62,5 +62,13 @@ sl_status sl__cpu_avgpool_forward(sl_backend *b, const float *x, int n, int h, i
                                   int pad_top, int pad_left, int oh, int ow, float *y);
 sl_status sl__cpu_avgpool_backward(sl_backend *b, const float *dy, int n, int h, int w, int c, int k, int s,
                                    int pad_top, int pad_left, int oh, int ow, float *dx);
+
+/* Convolutions without im2col (backend_cpu_conv.c; train/backend.h says what each computes). */
+sl_status sl__cpu_conv_gemm(sl_backend *b, const float *x, int n, int h, int w, int c, int kh, int kw, int stride,
+                            int pad_top, int pad_left, int oh, int ow, const float *W, int oc, float beta, float *y,
+                            float *scratch, size_t scratch_floats);
+sl_status sl__cpu_conv_kernel_grad(sl_backend *b, const float *x, int n, int h, int w, int c, int kh, int kw,
+                                   int stride, int pad_top, int pad_left, int oh, int ow, const float *dy, int oc,
+                                   float beta, float *dW, float *scratch, size_t scratch_floats);
 
 #endif

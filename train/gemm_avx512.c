@@ -133,11 +133,12 @@ static void pack_strip(bool ta, const float *a, int lda, int mr, int kc, float *
 
 /* ---- the microkernel ---- */
 
-/* The 12 x 32 tile's sums over kc steps. Element (r, kk) of op(A) is at a[r * rs + kk * ks]
- * (rs, ks: compile-time constants in each caller below, so the addressing folds). */
-#define KERNEL_LOOP(RS, KS)                                                                   \
+/* The 12 x 32 tile's sums over kc steps. Step kk's floats of op(A) are ak[r * RS], r < 12,
+ * with ak = AK (an expression of kk; RS a compile-time constant or a loop invariant in each
+ * caller below, so the addressing folds). */
+#define KERNEL_LOOP(AK, RS)                                                                   \
     for (int kk = 0; kk < kc; kk++) {                                                         \
-        const float *ak = a + (size_t)kk * (KS);                                              \
+        const float *ak = (AK);                                                               \
         __m512 b0 = _mm512_load_ps(bp), b1 = _mm512_load_ps(bp + 16);                         \
         bp += NR;                                                                             \
         _Pragma("GCC unroll 12") for (int r = 0; r < MR; r++) {                               \
@@ -178,7 +179,7 @@ __attribute__((target("avx512f"))) static void kern_rows(int kc, const float *a,
     __m512 acc[2 * MR];
     for (int i = 0; i < 2 * MR; i++) acc[i] = _mm512_setzero_ps();
     const size_t L = (size_t)lda;
-    KERNEL_LOOP(L, 1)
+    KERNEL_LOOP(a + kk, L)
     store_tile(acc, c, ldc, MR, nr, alpha, beta, first);
 }
 
@@ -190,8 +191,40 @@ __attribute__((target("avx512f"))) static void kern_cols(int kc, const float *a,
     __m512 acc[2 * MR];
     for (int i = 0; i < 2 * MR; i++) acc[i] = _mm512_setzero_ps();
     const size_t L = (size_t)ld;
-    KERNEL_LOOP(1, L)
+    KERNEL_LOOP(a + (size_t)kk * L, 1)
     store_tile(acc, c, ldc, mr, nr, alpha, beta, first);
+}
+
+/* 12 rows of X (train/gemm_avx512.h), each at its own pointer: row r's step kk at p[r][off + kk] */
+__attribute__((target("avx512f"))) static void kern_ptrs(int kc, const float *const *p, size_t off, const float *bp,
+                                                         float *c, int ldc, int nr, float beta, bool first) {
+    __m512 acc[2 * MR];
+    for (int i = 0; i < 2 * MR; i++) acc[i] = _mm512_setzero_ps();
+    const float *q0 = p[0] + off, *q1 = p[1] + off, *q2 = p[2] + off, *q3 = p[3] + off, *q4 = p[4] + off,
+                *q5 = p[5] + off, *q6 = p[6] + off, *q7 = p[7] + off, *q8 = p[8] + off, *q9 = p[9] + off,
+                *q10 = p[10] + off, *q11 = p[11] + off;
+    for (int kk = 0; kk < kc; kk++) {
+        __m512 b0 = _mm512_load_ps(bp), b1 = _mm512_load_ps(bp + 16);
+        bp += NR;
+#define ROW(i)                                                      \
+    {                                                               \
+        __m512 x = _mm512_set1_ps(q##i[kk]);                        \
+        acc[2 * i] = _mm512_fmadd_ps(x, b0, acc[2 * i]);            \
+        acc[2 * i + 1] = _mm512_fmadd_ps(x, b1, acc[2 * i + 1]);    \
+    }
+        ROW(0) ROW(1) ROW(2) ROW(3) ROW(4) ROW(5) ROW(6) ROW(7) ROW(8) ROW(9) ROW(10) ROW(11)
+#undef ROW
+    }
+    store_tile(acc, c, ldc, MR, nr, 1.0f, beta, first);
+}
+
+/* 12 adjacent columns of X, one pointer per step: step kk's 12 floats at p[kk] + off */
+__attribute__((target("avx512f"))) static void kern_cptr(int kc, const float *const *p, size_t off, const float *bp,
+                                                         float *c, int ldc, int mr, int nr, float beta, bool first) {
+    __m512 acc[2 * MR];
+    for (int i = 0; i < 2 * MR; i++) acc[i] = _mm512_setzero_ps();
+    KERNEL_LOOP(p[kk] + off, 1)
+    store_tile(acc, c, ldc, mr, nr, 1.0f, beta, first);
 }
 
 bool sl__gemm512_available(void) { return __builtin_cpu_supports("avx512f"); }
@@ -300,5 +333,115 @@ sl_status sl__gemm512(bool ta, bool tb, int m, int n, int k, float alpha, const 
 #else
     (void)ta, (void)tb, (void)alpha, (void)a, (void)b;
     return sl_err(SL_EINVAL, "gemm512: not built for this target");
+#endif
+}
+
+/* ---- products with the rows of X at pointers (convolutions without im2col) ---- */
+
+static sl_status x_check(const char *op, int m, int n, int nseg, int seg, int ld, int ldc) {
+    if (m < 0 || n < 0 || nseg < 1 || seg < 1 || (size_t)nseg * seg > INT32_MAX)
+        return sl_err(SL_EINVAL, "%s: bad size: %d rows, %d columns, %d runs of %d", op, m, n, nseg, seg);
+    if (ld < n || ldc < n || ld < 1 || ldc < 1)
+        return sl_err(SL_EINVAL, "%s: strides %d, %d below the width %d", op, ld, ldc, n);
+    if (!sl__gemm512_available()) return sl_err(SL_EINVAL, "%s: this CPU has no AVX-512F", op);
+    return SL_OK;
+}
+
+#ifdef SL_GEMM512
+/* the mr (< 12) or straddling rows' floats of one block, k-major and zero-padded to 12:
+ * d[kk * MR + r] = at(r, kk) */
+#define GATHER_STRIP(d, kc, mr, AT)                                                           \
+    do {                                                                                      \
+        memset((d), 0, (size_t)(kc) * MR * sizeof(float));                                    \
+        for (int kk = 0; kk < (kc); kk++)                                                     \
+            for (int r = 0; r < (mr); r++) (d)[(size_t)kk * MR + r] = (AT);                   \
+    } while (0)
+#endif
+
+sl_status sl__gemm512_xw(int m, int n, int nseg, int seg, const float *const *rows, size_t sstride, const float *b,
+                         int ldb, float beta, float *c, int ldc) {
+    sl_status st = x_check("gemm512_xw", m, n, nseg, seg, ldb, ldc);
+    if (st || m == 0 || n == 0) return st;
+#ifdef SL_GEMM512
+    float *buf = buffers();
+    if (!buf) return sl_err(SL_ENOMEM, "gemm512_xw: out of memory for the packing buffers");
+    float *bp = buf, *strip = buf + BP_FLOATS;
+    for (int j0 = 0; j0 < n; j0 += NC) {
+        int nc = n - j0 < NC ? n - j0 : NC;
+        for (int s = 0; s < nseg; s++)
+            for (int p = 0; p < seg; p += KC) {
+                int kc = seg - p < KC ? seg - p : KC;
+                bool first = s == 0 && p == 0;
+                size_t off = (size_t)s * sstride + (size_t)p;
+                pack_b(false, b, ldb, s * seg + p, kc, j0, nc, bp);
+                /* 12 rows of X (their runs in L1) against every panel (in L2) */
+                for (int i0 = 0; i0 < m; i0 += MR) {
+                    int mr = m - i0 < MR ? m - i0 : MR;
+                    if (mr < MR) GATHER_STRIP(strip, kc, mr, rows[i0 + r][off + (size_t)kk]);
+                    for (int jr = 0; jr < nc; jr += NR) {
+                        int nr = nc - jr < NR ? nc - jr : NR;
+                        float *ct = c + (size_t)i0 * ldc + j0 + jr;
+                        if (mr == MR)
+                            kern_ptrs(kc, rows + i0, off, bp + (size_t)jr * kc, ct, ldc, nr, beta, first);
+                        else
+                            kern_cols(kc, strip, MR, bp + (size_t)jr * kc, ct, ldc, mr, nr, 1.0f, beta, first);
+                    }
+                }
+            }
+    }
+    return SL_OK;
+#else
+    (void)sstride, (void)rows, (void)b, (void)beta, (void)c;
+    return sl_err(SL_EINVAL, "gemm512_xw: not built for this target");
+#endif
+}
+
+sl_status sl__gemm512_xtd(int m, int n, int nseg, int seg, const float *const *rows, size_t sstride,
+                          const float *d, int ldd, int r0, int r1, float beta, float *c, int ldc) {
+    sl_status st = x_check("gemm512_xtd", m, n, nseg, seg, ldd, ldc);
+    if (st) return st;
+    if (r0 < 0 || r1 < r0 || r1 > nseg * seg)
+        return sl_err(SL_EINVAL, "gemm512_xtd: rows %d..%d outside the %d of X^T", r0, r1, nseg * seg);
+    if (n == 0 || r0 == r1) return SL_OK;
+    if (m == 0) {
+        for (int i = r0; i < r1; i++)
+            for (int j = 0; j < n; j++) c[(size_t)i * ldc + j] = beta == 0.0f ? 0.0f : beta * c[(size_t)i * ldc + j];
+        return SL_OK;
+    }
+#ifdef SL_GEMM512
+    float *buf = buffers();
+    if (!buf) return sl_err(SL_ENOMEM, "gemm512_xtd: out of memory for the packing buffers");
+    float *bp = buf, *strip = buf + BP_FLOATS;
+    for (int j0 = 0; j0 < n; j0 += NC) {
+        int nc = n - j0 < NC ? n - j0 : NC;
+        for (int p0 = 0; p0 < m; p0 += KC) {
+            int kc = m - p0 < KC ? m - p0 : KC;
+            bool first = p0 == 0;
+            const float *const *rp = rows + p0;
+            pack_b(false, d, ldd, p0, kc, j0, nc, bp);
+            for (int g0 = r0; g0 < r1; g0 += MR) {
+                int mr = r1 - g0 < MR ? r1 - g0 : MR, s = g0 / seg, j = g0 % seg;
+                bool inside = mr == MR && j + MR <= seg; /* 12 adjacent floats of one run */
+                if (!inside) {
+                    size_t at[MR]; /* where row g0 + r of X^T lies in X's row */
+                    for (int r = 0; r < mr; r++) at[r] = (size_t)((g0 + r) / seg) * sstride + (size_t)((g0 + r) % seg);
+                    GATHER_STRIP(strip, kc, mr, rp[kk][at[r]]);
+                }
+                for (int jr = 0; jr < nc; jr += NR) {
+                    int nr = nc - jr < NR ? nc - jr : NR;
+                    float *ct = c + (size_t)g0 * ldc + j0 + jr;
+                    if (inside)
+                        kern_cptr(kc, rp, (size_t)s * sstride + (size_t)j, bp + (size_t)jr * kc, ct, ldc, MR, nr, beta,
+                                  first);
+                    else
+                        kern_cols(kc, strip, MR, bp + (size_t)jr * kc, ct, ldc, mr, nr, 1.0f, beta, first);
+                }
+            }
+        }
+    }
+    return SL_OK;
+#else
+    (void)sstride, (void)rows, (void)d, (void)beta, (void)c;
+    return sl_err(SL_EINVAL, "gemm512_xtd: not built for this target");
 #endif
 }

@@ -16,7 +16,10 @@
  * model input when asked (sl__model_input_grad). Convolutions run a few
  * images at a time on the CPU (see CONV_CHUNK_FLOATS), the chunks at once, each through its
  * thread's im2col buffer (conv_pass), the whole batch at once on a GPU, and backward
- * recomputes the im2col. Where the backend has the fused
+ * recomputes the im2col. Where the backend multiplies without im2col (conv_gemm,
+ * conv_kernel_grad) it does, reading the windows in place, and a stride-1 conv's input
+ * gradient is then the convolution of its output gradient with the kernel turned (no col2im).
+ * Where the backend has the fused
  * ops, bias and activation are one pass, and a max pool whose windows tile the output of a
  * ReLU conv read by it alone writes that conv's gradient before the ReLU (layer.relu_pool):
  * the same floats, two fewer passes over the largest activations. Inputs go through
@@ -139,11 +142,18 @@ static size_t carve(sl_model *m, char *base) {
         int at_once = chunks < (size_t)ops->task_slots(m->bk) ? (int)chunks : ops->task_slots(m->bk);
         if (at_once > m->slots) m->slots = at_once;
     }
+    /* a stride-1 convolution's kernel turned, for its input gradient as a convolution */
+    size_t sr = 0;
+    for (int i = 0; ops->conv_gemm && i < m->nl; i++) {
+        const layer *l = &m->L[i];
+        if (l->kind == SL_LAYER_CONV2D && !l->direct && l->stride == 1 && l->nw > sr) sr = l->nw;
+    }
     m->col_floats = sb;
     TAKE(m->scratch_a, float, sa);
     TAKE(m->col, float, sb * (size_t)m->slots);
     TAKE(m->dcol, float, sb * (size_t)m->slots);
     TAKE(m->wpart, float, sw);
+    TAKE(m->wrot, float, sr);
 #undef TAKE
     return at;
 }
@@ -336,7 +346,20 @@ typedef struct conv_pass {
     bool acc;       /* backward: add to dx instead of setting it */
     int B;
     bool parts;     /* backward: chunk t's kernel and bias gradients go to m->wpart */
+    const float *wrot; /* backward, stride 1, a backend with conv_gemm: the kernel turned (turn_kernel) */
 } conv_pass;
+
+/* wr = the kernel turned for the input gradient of a stride-1 convolution as a convolution:
+ * wr[ky][kx][o][ci] = W[kh-1-ky][kw-1-kx][ci][o] (host memory: backends with conv_gemm). */
+static void turn_kernel(const layer *l, const float *W, float *wr) {
+    const int kh = l->kh, kw = l->kw, c = l->c, oc = l->oc;
+    for (int ky = 0; ky < kh; ky++)
+        for (int kx = 0; kx < kw; kx++)
+            for (int o = 0; o < oc; o++)
+                for (int ci = 0; ci < c; ci++)
+                    wr[(((size_t)ky * kw + kx) * oc + o) * c + ci] =
+                        W[(((size_t)(kh - 1 - ky) * kw + (kw - 1 - kx)) * c + ci) * oc + o];
+}
 
 static sl_status conv_fwd_chunk(void *vc, int t, int slot) {
     const conv_pass *c = vc;
@@ -349,12 +372,19 @@ static sl_status conv_fwd_chunk(void *vc, int t, int slot) {
     const size_t in_img = (size_t)l->h * l->w * l->c, out_img = (size_t)ohw * l->oc;
     const float *a = c->x + i0 * in_img;
     float *y = l->out + i0 * out_img, *col = m->col + (size_t)slot * m->col_floats;
-    sl_status s = SL_OK;
-    if (!l->direct) {
-        s = ops->im2col(bk, a, nb, l->h, l->w, l->c, l->kh, l->kw, l->stride, l->pt, l->pl, l->oh, l->ow, col);
-        a = col;
+    const float *W = m->params + l->w_off;
+    sl_status s = SL_EUNSUPPORTED; /* the backend's product without im2col, where it has one */
+    if (!l->direct && ops->conv_gemm)
+        s = ops->conv_gemm(bk, a, nb, l->h, l->w, l->c, l->kh, l->kw, l->stride, l->pt, l->pl, l->oh, l->ow, W, l->oc,
+                           0.0f, y, col, m->col_floats);
+    if (s == SL_EUNSUPPORTED) {
+        s = SL_OK;
+        if (!l->direct) {
+            s = ops->im2col(bk, a, nb, l->h, l->w, l->c, l->kh, l->kw, l->stride, l->pt, l->pl, l->oh, l->ow, col);
+            a = col;
+        }
+        if (!s) s = ops->gemm(bk, false, false, nb * ohw, l->oc, K, 1.0f, a, K, W, l->oc, 0.0f, y, l->oc);
     }
-    if (!s) s = ops->gemm(bk, false, false, nb * ohw, l->oc, K, 1.0f, a, K, m->params + l->w_off, l->oc, 0.0f, y, l->oc);
     if (!s) s = bias_act(m, l->act, y, m->params + l->b_off, (size_t)nb * ohw, (size_t)l->oc);
     return s;
 }
@@ -387,16 +417,29 @@ static sl_status conv_bwd_chunk(void *vc, int t, int slot) {
         dpre = d;
     }
     const float *a = c->x + i0 * in_img;
-    if (!s && !l->direct) {
-        s = ops->im2col(bk, a, nb, l->h, l->w, l->c, l->kh, l->kw, l->stride, l->pt, l->pl, l->oh, l->ow, col);
-        a = col;
-    }
     if (!s) s = ops->bias_grad(bk, db, dpre, (size_t)rows, (size_t)N);
-    if (!s) s = ops->gemm(bk, true, false, K, N, rows, 1.0f, a, K, dpre, N, beta, dW, N);
+    sl_status kg = SL_EUNSUPPORTED; /* the kernel gradient without im2col, where the backend has it */
+    if (!s && !l->direct && ops->conv_kernel_grad)
+        kg = ops->conv_kernel_grad(bk, a, nb, l->h, l->w, l->c, l->kh, l->kw, l->stride, l->pt, l->pl, l->oh, l->ow,
+                                   dpre, N, beta, dW, col, m->col_floats);
+    if (!s && kg == SL_EUNSUPPORTED) {
+        if (!l->direct) {
+            s = ops->im2col(bk, a, nb, l->h, l->w, l->c, l->kh, l->kw, l->stride, l->pt, l->pl, l->oh, l->ow, col);
+            a = col;
+        }
+        if (!s) s = ops->gemm(bk, true, false, K, N, rows, 1.0f, a, K, dpre, N, beta, dW, N);
+    } else if (!s) {
+        s = kg;
+    }
     if (s || !c->dx) return s;
     float *dxc = c->dx + i0 * in_img;
     const float *W = m->params + l->w_off;
     if (l->direct) return ops->gemm(bk, false, true, rows, K, N, 1.0f, dpre, N, W, N, c->acc ? 1.0f : 0.0f, dxc, K);
+    if (c->wrot) { /* stride 1: dx is the convolution of dpre (padded kh-1-pt, kw-1-pl) with the kernel turned */
+        s = ops->conv_gemm(bk, dpre, nb, l->oh, l->ow, N, l->kh, l->kw, 1, l->kh - 1 - l->pt, l->kw - 1 - l->pl, l->h,
+                           l->w, c->wrot, l->c, c->acc ? 1.0f : 0.0f, dxc, dcol, m->col_floats);
+        if (s != SL_EUNSUPPORTED) return s;
+    }
     s = ops->gemm(bk, false, true, rows, K, N, 1.0f, dpre, N, W, N, 0.0f, dcol, K);
     if (!s && !c->acc) s = ops->fill(bk, dxc, 0.0f, (size_t)nb * in_img);
     if (!s) s = ops->col2im(bk, dcol, nb, l->h, l->w, l->c, l->kh, l->kw, l->stride, l->pt, l->pl, l->oh, l->ow, dxc);
@@ -409,6 +452,10 @@ static sl_status conv_pass_run(sl_model *m, conv_pass *c, bool backward) {
     const int n = (c->B + l->chunk - 1) / l->chunk;
     sl_status (*fn)(void *, int, int) = backward ? conv_bwd_chunk : conv_fwd_chunk;
     sl_status s = SL_OK;
+    if (backward && c->dx && !l->direct && l->stride == 1 && ops->conv_gemm && m->wrot) {
+        turn_kernel(l, m->params + l->w_off, m->wrot);
+        c->wrot = m->wrot;
+    }
     if (!ops->run_tasks || n < 2) {
         for (int t = 0; t < n && !s; t++) s = fn(c, t, 0);
         return s;

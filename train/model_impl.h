@@ -66,6 +66,7 @@ struct sl_model {
     size_t col_floats;            /* of each slot's col and dcol */
     int slots;                    /* conv chunks at once (backend run_tasks; 1: one after another) */
     float *wpart;                 /* per chunk: a conv's kernel and bias gradients (slots > 1) */
+    float *wrot;                  /* a stride-1 conv's kernel turned (conv_gemm backends) */
     float *in_grad;  /* [max_batch, in_size] when the input gradient is wanted */
     bool want_in_grad;
     int npv;

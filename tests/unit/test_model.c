@@ -6,6 +6,7 @@
 #include "sluice/config.h"
 #include "sluice/model.h"
 #include "test.h"
+#include "train/gemm_avx512.h"
 #include "train/model_impl.h"
 #include "train/model_priv.h"
 
@@ -291,6 +292,56 @@ TEST(test_fused_ops_same_bits) {
     GRAD_CHECK("relu conv then maxpool 2x2 (fused backward)", 2, L_input(5, 6, 2), L_conv(3, 3, 3, 1, SL_PAD_SAME, 1),
                L_pool(SL_LAYER_MAXPOOL, 2, 0, SL_PAD_VALID), L_kind(SL_LAYER_FLATTEN), L_dense(3, 0));
     gc_eps = 1e-3f;
+}
+
+/* Convolutions multiplied without im2col (the CPU backend's conv_gemm / conv_kernel_grad
+ * where its GEMM is its AVX-512 one; the input gradient of a stride-1 conv as the convolution
+ * of its output gradient with the kernel turned): against the same model on a backend
+ * without them the loss and every gradient agree to float rounding (and differ somewhere:
+ * the path ran), one thread gives the bits of two, and finite differences agree. */
+TEST(test_conv_without_im2col) {
+    const sl_layer_spec specs[] = {L_input(32, 32, 8), L_conv(32, 5, 5, 1, SL_PAD_SAME, 1),
+                                   L_conv(24, 3, 3, 1, SL_PAD_SAME, 1), L_conv(24, 3, 3, 2, SL_PAD_SAME, 0),
+                                   L_kind(SL_LAYER_FLATTEN), L_dense(3, 0)};
+    const int n = (int)(sizeof specs / sizeof specs[0]), B = 7;
+    sl_model_opts o = cpu_opts(B, 5);
+    sl_model *m[3]; /* 0: 2 threads; 1: without the products; 2: 1 thread */
+    for (int k = 0; k < 3; k++) {
+        o.threads = k == 2 ? 1 : 2;
+        ASSERT_OK(sl_model_create(specs, n, &o, &m[k]));
+    }
+    ASSERT(m[0]->L[0].chunk < B && m[0]->L[1].chunk < B); /* chunks run at once */
+    sl_backend_ops plain = *m[1]->bk->ops;
+    plain.conv_gemm = NULL;
+    plain.conv_kernel_grad = NULL;
+    m[1]->bk->ops = &plain;
+    batch b;
+    make_batch(&b, B, specs[0].shape, 3, 3);
+    size_t ng, nx = (size_t)sl_tensor_numel(&b.x);
+    double loss[3];
+    const float *g[3], *ig[3];
+    for (int k = 0; k < 3; k++) {
+        sl_step_result r;
+        ig[k] = sl__model_input_grad(m[k], true);
+        g[k] = sl_model_grads(m[k], &ng);
+        ASSERT_OK(sl_model_zero_grads(m[k]));
+        ASSERT_OK(sl_model_train_step(m[k], &b.x, &b.y, 1.0f, &r));
+        loss[k] = r.loss;
+    }
+    ASSERT(loss[0] == loss[2]);
+    ASSERT_MEMEQ(g[0], g[2], ng * sizeof(float));
+    ASSERT_MEMEQ(ig[0], ig[2], nx * sizeof(float));
+    ASSERT(fabs(loss[0] - loss[1]) <= 1e-5 * fabs(loss[1]));
+    double d2 = 0, r2 = 0;
+    for (size_t i = 0; i < ng; i++) d2 += (g[0][i] - g[1][i]) * (double)(g[0][i] - g[1][i]), r2 += g[1][i] * (double)g[1][i];
+    for (size_t i = 0; i < nx; i++) d2 += (ig[0][i] - ig[1][i]) * (double)(ig[0][i] - ig[1][i]), r2 += ig[1][i] * (double)ig[1][i];
+    if (!(sqrt(d2) <= 1e-5 * sqrt(r2))) FAILF("gradients differ: %g of %g", sqrt(d2), sqrt(r2));
+    if (sl__gemm512_wanted())
+        ASSERT(memcmp(g[0], g[1], ng * sizeof(float)) || memcmp(ig[0], ig[1], nx * sizeof(float)));
+    free_batch(&b);
+    for (int k = 0; k < 3; k++) sl_model_free(m[k]);
+    GRAD_CHECK("convs without im2col", 2, L_input(4, 5, 8), L_conv(24, 3, 5, 1, SL_PAD_SAME, 0),
+               L_conv(24, 3, 3, 1, SL_PAD_SAME, 2), L_kind(SL_LAYER_FLATTEN), L_dense(3, 0));
 }
 
 /* A convolution big enough to run in several chunks of images (4 MiB of im2col each):
@@ -1014,6 +1065,7 @@ int main(void) {
     RUN(test_grad_graph);
     RUN(test_conv_chunks);
     RUN(test_fused_ops_same_bits);
+    RUN(test_conv_without_im2col);
     RUN(test_dropout_masks_follow_step);
     RUN(test_init_determinism);
     RUN(test_tiny_model_learns);
