@@ -101,6 +101,49 @@ static void maxpool_rows(void *vc, size_t lo, size_t hi) {
     }
 }
 
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#include <immintrin.h>
+#define POOL512 1
+
+/* maxpool_rows for c a multiple of 16 on AVX-512F: 16 channels a vector, the running max and
+ * its index in registers. The same comparisons in the same order (x > best, false for NaN
+ * and ties: the first cell wins), so the same floats and indices. */
+__attribute__((target("avx512f"))) static void maxpool_rows512(void *vc, size_t lo, size_t hi) {
+    const pool_ctx *p = vc;
+    const int c = p->c;
+    const __m512i lane = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+    for (size_t r = lo; r < hi; r++) {
+        int iy0, iy1;
+        size_t img = window_rows(p, r, &iy0, &iy1);
+        for (int ox = 0; ox < p->ow; ox++) {
+            size_t o = (r * p->ow + ox) * c;
+            int ix0, ix1;
+            window_span(p, ox, p->pl, p->w, &ix0, &ix1);
+            bool empty = iy0 >= iy1 || ix0 >= ix1; /* a window entirely in the padding */
+            for (int c0 = 0; c0 < c; c0 += 16) {
+                __m512 best = _mm512_setzero_ps();
+                __m512i arg = _mm512_set1_epi32(-1);
+                for (int iy = iy0; iy < iy1 && !empty; iy++)
+                    for (int ix = ix0; ix < ix1; ix++) {
+                        size_t idx = ((img * p->h + iy) * p->w + ix) * c + (size_t)c0;
+                        __m512 v = _mm512_loadu_ps(p->x + idx);
+                        __m512i at = _mm512_add_epi32(_mm512_set1_epi32((int32_t)idx), lane);
+                        if (iy == iy0 && ix == ix0) {
+                            best = v, arg = at;
+                            continue;
+                        }
+                        __mmask16 gt = _mm512_cmp_ps_mask(v, best, _CMP_GT_OQ);
+                        best = _mm512_mask_mov_ps(best, gt, v);
+                        arg = _mm512_mask_mov_epi32(arg, gt, at);
+                    }
+                _mm512_storeu_ps(p->y + o + c0, best);
+                _mm512_storeu_si512((void *)(p->argmax + o + c0), arg);
+            }
+        }
+    }
+}
+#endif
+
 sl_status sl__cpu_maxpool_forward(sl_backend *b, const float *x, int n, int h, int w, int c, int k, int s,
                                   int pad_top, int pad_left, int oh, int ow, float *y, int32_t *argmax) {
     sl_status st = conv_check("maxpool_forward", n, h, w, c, k, k, s, oh, ow);
@@ -109,7 +152,11 @@ sl_status sl__cpu_maxpool_forward(sl_backend *b, const float *x, int n, int h, i
     pool_ctx p = {.x = x, .y = y, .argmax = argmax, .n = n, .h = h, .w = w, .c = c, .k = k, .s = s,
                   .pt = pad_top, .pl = pad_left, .oh = oh, .ow = ow};
     size_t rows = (size_t)n * oh;
-    par_for((cpu_backend *)b, rows, rows * ow * c * k * k, maxpool_rows, &p);
+    sl__range_fn fn = maxpool_rows;
+#ifdef POOL512
+    if (c % 16 == 0 && __builtin_cpu_supports("avx512f")) fn = maxpool_rows512;
+#endif
+    par_for((cpu_backend *)b, rows, rows * ow * c * k * k, fn, &p);
     return SL_OK;
 }
 
