@@ -220,6 +220,51 @@ TEST(test_grad_graph) {
     gc_eps = 1e-3f;
 }
 
+/* Three copies of one model take one training step on the same batch: 0 with 2 threads, 1
+ * with 2 threads on `plain` (its backend's ops, which the caller then thins with `thin`), 2
+ * with 1 thread. Returns 0, or 1 (printed) when a create or step fails. */
+typedef struct trio {
+    sl_model *m[3];
+    sl_backend_ops plain;
+    batch b;
+    double loss[3];
+    const float *g[3], *ig[3];
+    size_t ng, nx;
+} trio;
+
+static int trio_step(trio *t, const sl_layer_spec *specs, int n, int B, uint64_t seed,
+                     void (*thin)(sl_backend_ops *)) {
+    sl_model_opts o = cpu_opts(B, seed);
+    for (int k = 0; k < 3; k++) {
+        o.threads = k == 2 ? 1 : 2;
+        if (sl_model_create(specs, n, &o, &t->m[k])) return printf("  create: %s\n", sl_errmsg()), 1;
+    }
+    t->plain = *t->m[1]->bk->ops;
+    thin(&t->plain);
+    t->m[1]->bk->ops = &t->plain;
+    make_batch(&t->b, B, specs[0].shape, 3, 3);
+    t->nx = (size_t)sl_tensor_numel(&t->b.x);
+    for (int k = 0; k < 3; k++) {
+        sl_step_result r;
+        t->ig[k] = sl__model_input_grad(t->m[k], true);
+        t->g[k] = sl_model_grads(t->m[k], &t->ng);
+        if (sl_model_zero_grads(t->m[k]) || sl_model_train_step(t->m[k], &t->b.x, &t->b.y, 1.0f, &r))
+            return printf("  step: %s\n", sl_errmsg()), 1;
+        t->loss[k] = r.loss;
+    }
+    return 0;
+}
+
+static void trio_free(trio *t) {
+    free_batch(&t->b);
+    for (int k = 0; k < 3; k++) sl_model_free(t->m[k]);
+}
+
+static void thin_fused(sl_backend_ops *o) {
+    o->maxpool_relu_backward_set = NULL;
+    o->bias_act = NULL;
+}
+
 /* The fused CPU ops (max pool backward with the ReLU gradient, bias with the activation)
  * change no float: a model whose backend ops lack them computes the same loss, parameter
  * gradients and input gradient, bit for bit, and so does one thread instead of two (the
@@ -231,46 +276,24 @@ TEST(test_fused_ops_same_bits) {
                                    L_conv(5, 3, 3, 1, SL_PAD_SAME, 1), L_pool(SL_LAYER_MAXPOOL, 3, 3, SL_PAD_SAME),
                                    L_kind(SL_LAYER_FLATTEN), L_dense(7, 1), L_dense(3, 0)};
     const int n = (int)(sizeof specs / sizeof specs[0]), B = 7;
-    sl_model_opts o = cpu_opts(B, 11);
-    o.threads = 2;
-    /* 0: fused, 2 threads; 1: without the fused ops; 2: fused, 1 thread */
-    sl_model *m[3];
-    sl_backend_ops plain;
-    for (int k = 0; k < 3; k++) {
-        o.threads = k == 2 ? 1 : 2;
-        ASSERT_OK(sl_model_create(specs, n, &o, &m[k]));
-    }
+    trio t; /* 0: fused, 2 threads; 1: without the fused ops; 2: fused, 1 thread */
+    ASSERT(!trio_step(&t, specs, n, B, 11, thin_fused));
+    sl_model **m = t.m;
     ASSERT(m[0]->L[1].relu_pool && m[0]->L[0].dout_pre && m[0]->L[3].relu_pool && m[0]->L[2].dout_pre);
     ASSERT_EQ(m[0]->L[0].chunk, 3); /* three chunks of the first conv, run at once */
     ASSERT_EQ(m[0]->slots, 2);
     ASSERT_EQ(m[2]->slots, 1);
-    plain = *m[1]->bk->ops;
-    plain.maxpool_relu_backward_set = NULL;
-    plain.bias_act = NULL;
-    m[1]->bk->ops = &plain;
-    batch b;
-    make_batch(&b, B, specs[0].shape, 3, 3);
-    size_t ng, nx = (size_t)sl_tensor_numel(&b.x);
-    double loss[3];
-    const float *g[3], *ig[3];
-    for (int k = 0; k < 3; k++) {
-        sl_step_result r;
-        ig[k] = sl__model_input_grad(m[k], true);
-        g[k] = sl_model_grads(m[k], &ng);
-        ASSERT_OK(sl_model_zero_grads(m[k]));
-        ASSERT_OK(sl_model_train_step(m[k], &b.x, &b.y, 1.0f, &r));
-        loss[k] = r.loss;
-    }
     for (int k = 1; k < 3; k++) {
-        ASSERT(loss[0] == loss[k]);
-        ASSERT_MEMEQ(g[0], g[k], ng * sizeof(float));
-        ASSERT_MEMEQ(ig[0], ig[k], nx * sizeof(float));
+        ASSERT(t.loss[0] == t.loss[k]);
+        ASSERT_MEMEQ(t.g[0], t.g[k], t.ng * sizeof(float));
+        ASSERT_MEMEQ(t.ig[0], t.ig[k], t.nx * sizeof(float));
     }
     size_t nonzero = 0;
-    for (size_t i = 0; i < ng; i++) nonzero += g[0][i] != 0.0f;
-    ASSERT(nonzero > ng / 2);
-    free_batch(&b);
-    for (int k = 0; k < 3; k++) sl_model_free(m[k]);
+    for (size_t i = 0; i < t.ng; i++) nonzero += t.g[0][i] != 0.0f;
+    ASSERT(nonzero > t.ng / 2);
+    trio_free(&t);
+    sl_model_opts o = cpu_opts(B, 11);
+    o.threads = 2;
     /* not fused: overlapping windows; a tanh conv; a conv read by the pool and an add */
     const sl_layer_spec overlap[] = {L_input(6, 6, 2), L_conv(2, 3, 3, 1, SL_PAD_SAME, 1),
                                      L_pool(SL_LAYER_MAXPOOL, 3, 2, SL_PAD_VALID), L_kind(SL_LAYER_FLATTEN), L_dense(3, 0)};
@@ -299,47 +322,32 @@ TEST(test_fused_ops_same_bits) {
  * of its output gradient with the kernel turned): against the same model on a backend
  * without them the loss and every gradient agree to float rounding (and differ somewhere:
  * the path ran), one thread gives the bits of two, and finite differences agree. */
+static void thin_conv(sl_backend_ops *o) {
+    o->conv_gemm = NULL;
+    o->conv_kernel_grad = NULL;
+}
+
 TEST(test_conv_without_im2col) {
     const sl_layer_spec specs[] = {L_input(32, 32, 8), L_conv(32, 5, 5, 1, SL_PAD_SAME, 1),
                                    L_conv(24, 3, 3, 1, SL_PAD_SAME, 1), L_conv(24, 3, 3, 2, SL_PAD_SAME, 0),
                                    L_kind(SL_LAYER_FLATTEN), L_dense(3, 0)};
     const int n = (int)(sizeof specs / sizeof specs[0]), B = 7;
-    sl_model_opts o = cpu_opts(B, 5);
-    sl_model *m[3]; /* 0: 2 threads; 1: without the products; 2: 1 thread */
-    for (int k = 0; k < 3; k++) {
-        o.threads = k == 2 ? 1 : 2;
-        ASSERT_OK(sl_model_create(specs, n, &o, &m[k]));
-    }
-    ASSERT(m[0]->L[0].chunk < B && m[0]->L[1].chunk < B); /* chunks run at once */
-    sl_backend_ops plain = *m[1]->bk->ops;
-    plain.conv_gemm = NULL;
-    plain.conv_kernel_grad = NULL;
-    m[1]->bk->ops = &plain;
-    batch b;
-    make_batch(&b, B, specs[0].shape, 3, 3);
-    size_t ng, nx = (size_t)sl_tensor_numel(&b.x);
-    double loss[3];
-    const float *g[3], *ig[3];
-    for (int k = 0; k < 3; k++) {
-        sl_step_result r;
-        ig[k] = sl__model_input_grad(m[k], true);
-        g[k] = sl_model_grads(m[k], &ng);
-        ASSERT_OK(sl_model_zero_grads(m[k]));
-        ASSERT_OK(sl_model_train_step(m[k], &b.x, &b.y, 1.0f, &r));
-        loss[k] = r.loss;
-    }
-    ASSERT(loss[0] == loss[2]);
-    ASSERT_MEMEQ(g[0], g[2], ng * sizeof(float));
-    ASSERT_MEMEQ(ig[0], ig[2], nx * sizeof(float));
-    ASSERT(fabs(loss[0] - loss[1]) <= 1e-5 * fabs(loss[1]));
+    trio t; /* 0: 2 threads; 1: without the products; 2: 1 thread */
+    ASSERT(!trio_step(&t, specs, n, B, 5, thin_conv));
+    ASSERT(t.m[0]->L[0].chunk < B && t.m[0]->L[1].chunk < B); /* chunks run at once */
+    ASSERT(t.loss[0] == t.loss[2]);
+    ASSERT_MEMEQ(t.g[0], t.g[2], t.ng * sizeof(float));
+    ASSERT_MEMEQ(t.ig[0], t.ig[2], t.nx * sizeof(float));
+    ASSERT(fabs(t.loss[0] - t.loss[1]) <= 1e-5 * fabs(t.loss[1]));
     double d2 = 0, r2 = 0;
-    for (size_t i = 0; i < ng; i++) d2 += (g[0][i] - g[1][i]) * (double)(g[0][i] - g[1][i]), r2 += g[1][i] * (double)g[1][i];
-    for (size_t i = 0; i < nx; i++) d2 += (ig[0][i] - ig[1][i]) * (double)(ig[0][i] - ig[1][i]), r2 += ig[1][i] * (double)ig[1][i];
+    for (int v = 0; v < 2; v++) { /* parameter gradients, input gradient */
+        const float *a = v ? t.ig[0] : t.g[0], *b = v ? t.ig[1] : t.g[1];
+        for (size_t i = 0; i < (v ? t.nx : t.ng); i++) d2 += (a[i] - b[i]) * (double)(a[i] - b[i]), r2 += b[i] * (double)b[i];
+    }
     if (!(sqrt(d2) <= 1e-5 * sqrt(r2))) FAILF("gradients differ: %g of %g", sqrt(d2), sqrt(r2));
     if (sl__gemm512_wanted())
-        ASSERT(memcmp(g[0], g[1], ng * sizeof(float)) || memcmp(ig[0], ig[1], nx * sizeof(float)));
-    free_batch(&b);
-    for (int k = 0; k < 3; k++) sl_model_free(m[k]);
+        ASSERT(memcmp(t.g[0], t.g[1], t.ng * sizeof(float)) || memcmp(t.ig[0], t.ig[1], t.nx * sizeof(float)));
+    trio_free(&t);
     GRAD_CHECK("convs without im2col", 2, L_input(4, 5, 8), L_conv(24, 3, 5, 1, SL_PAD_SAME, 0),
                L_conv(24, 3, 3, 1, SL_PAD_SAME, 2), L_kind(SL_LAYER_FLATTEN), L_dense(3, 0));
 }
