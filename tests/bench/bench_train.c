@@ -25,7 +25,9 @@
  * THREADS threads (each a single-threaded sgemm on a slice of C, as the CPU backend runs
  * them, with the GEMM it runs: OpenBLAS, or on AVX-512 CPUs where OpenBLAS runs narrower
  * kernels Sluice's own, train/gemm_avx512.h) on exactly those GEMMs at batch 128 (the
- * model's GEMM mix), a large square GEMM with OpenBLAS and with Sluice's GEMM (the faster is
+ * model's GEMM mix, each a whole-batch GEMM: the CPU backend runs a convolution's products
+ * a few images at a time and, with its AVX-512 GEMM, without im2col, so a model can run
+ * faster than its mix), a large square GEMM with OpenBLAS and with Sluice's GEMM (the faster is
  * this machine's sgemm rate), and the cores' FMA peak (THREADS threads of independent
  * FMAs, AVX2 and, where the CPU has it, AVX-512: the ceiling of any float32 GEMM, which
  * OpenBLAS reaches only with kernels of the widest vectors; the BLAS line says which kernels
@@ -293,7 +295,7 @@ int main(int argc, char **argv) {
         return 1;
     }
     printf("sgemm, %d threads (median of %d): %dx%dx%d square: OpenBLAS %.1f GFLOP/s, Sluice's AVX-512 GEMM %.1f (0: "
-           "not run on this machine); the models' GEMMs at batch %d as the CPU backend runs them (%s): mlp %.1f, cnn "
+           "not run on this machine); the models' GEMMs at batch %d as whole-batch GEMMs (%s): mlp %.1f, cnn "
            "%.1f GFLOP/s; the shares below are of the faster square, %.1f\n",
            THREADS, quick ? 3 : 5, sq, sq, sq, sq_blas, sq_own, BATCH, own ? "Sluice's GEMM" : "OpenBLAS", mix_rate[0],
            mix_rate[1], sq_rate);
