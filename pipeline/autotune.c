@@ -381,6 +381,13 @@ static void idle_factors(struct sl_tuner *t, const model *m, long long droot, co
     }
 }
 
+/* The cores l lanes of stage s keep busy at throughput x: an interleave's readers what they
+ * need at x (at most one each), a runner lane its share cpuw / qf of a core. */
+static double stage_cores(const stage *s, int l, double x, double lanework, double cpuw, double qf) {
+    if (s->kind == ST_INTERLEAVE && isfinite(x)) return fmin(l, x * lanework);
+    return l * cpuw / qf;
+}
+
 /* One optimization step: returns true if any choice changed. */
 static bool optimize(struct sl_tuner *t, model *m) {
     sl_ictx *ctx = t->ctx;
@@ -449,9 +456,7 @@ static bool optimize(struct sl_tuner *t, model *m) {
         s->lanes = l;
         light1[k] = s->kind == ST_RUNNER && l == 1 && isfinite(x) && x * lanework[k] * cpuw[k] < 0.5;
         sum += light[k] ? 0 : l;
-        /* an interleave's readers keep busy what they need at x, not a core per lane */
-        double busy = s->kind == ST_INTERLEAVE && isfinite(x) ? fmin(l, x * lanework[k]) : l * cpuw[k] / qf[k];
-        eff += light[k] || light1[k] ? 0 : busy;
+        eff += light[k] || light1[k] ? 0 : stage_cores(s, l, x, lanework[k], cpuw[k], qf[k]);
         /* lanes that mostly block inside their function (I/O) are threads, not cores */
         waiting += (int)floor(l * (1 - cpuw[k]) + 1e-9);
     }
@@ -475,9 +480,12 @@ static bool optimize(struct sl_tuner *t, model *m) {
                     best = k;
             if (best < 0) break;
         }
+        const stage *b = &m->st[best];
+        if (!light1[best])
+            eff -= stage_cores(b, b->lanes, x, lanework[best], cpuw[best], qf[best]) -
+                   stage_cores(b, b->lanes - 1, x, lanework[best], cpuw[best], qf[best]);
         m->st[best].lanes--;
         sum--;
-        eff -= light1[best] ? 0 : cpuw[best] / qf[best];
     }
     /* the threads the lanes may run: the cores' worth, plus the queued and the blocked lanes */
     if (sum > tbudget) tbudget = sum > tmax ? tmax : sum;
