@@ -142,8 +142,7 @@ static size_t carve(sl_model *m, char *base) {
         int at_once = chunks < (size_t)ops->task_slots(m->bk) ? (int)chunks : ops->task_slots(m->bk);
         if (at_once > m->slots) m->slots = at_once;
     }
-    /* a stride-1 convolution's kernel turned, for its input gradient as a convolution */
-    size_t sr = 0;
+    size_t sr = 0; /* a stride-1 conv's kernel turned, for its input gradient as a convolution */
     for (int i = 0; ops->conv_gemm && i < m->nl; i++) {
         const layer *l = &m->L[i];
         if (l->kind == SL_LAYER_CONV2D && !l->direct && l->stride == 1 && l->nw > sr) sr = l->nw;
@@ -361,36 +360,62 @@ static void turn_kernel(const layer *l, const float *W, float *wr) {
                         W[(((size_t)(kh - 1 - ky) * kw + (kw - 1 - kx)) * c + ci) * oc + o];
 }
 
+/* *x = im2col of its nb images into col, unless conv l is 1x1 (its input is the matrix). */
+static sl_status im2col_of(sl_model *m, const layer *l, const float **x, int nb, float *col) {
+    if (l->direct) return SL_OK;
+    sl_status s = m->bk->ops->im2col(m->bk, *x, nb, l->h, l->w, l->c, l->kh, l->kw, l->stride, l->pt, l->pl, l->oh,
+                                     l->ow, col);
+    if (!s) *x = col;
+    return s;
+}
+
+/* The products of nb images of conv l at x with im2col's matrix: the backend's op without it
+ * where it takes the geometry, else im2col into col (or x itself for a 1x1 conv) and gemm.
+ * conv_product: y = x * W (set); kernel_grad: dW = beta * dW + x^T * dy. */
+static sl_status conv_product(sl_model *m, const layer *l, const float *x, int nb, float *y, float *col) {
+    const sl_backend_ops *ops = m->bk->ops;
+    const float *W = m->params + l->w_off;
+    const int K = l->kh * l->kw * l->c, rows = nb * l->oh * l->ow;
+    if (!l->direct && ops->conv_gemm) {
+        sl_status s = ops->conv_gemm(m->bk, x, nb, l->h, l->w, l->c, l->kh, l->kw, l->stride, l->pt, l->pl, l->oh,
+                                     l->ow, W, l->oc, 0.0f, y, col, m->col_floats);
+        if (s != SL_EUNSUPPORTED) return s;
+    }
+    sl_status s = im2col_of(m, l, &x, nb, col);
+    if (s) return s;
+    return ops->gemm(m->bk, false, false, rows, l->oc, K, 1.0f, x, K, W, l->oc, 0.0f, y, l->oc);
+}
+
+static sl_status kernel_grad(sl_model *m, const layer *l, const float *x, int nb, const float *dy, float beta,
+                             float *dW, float *col) {
+    const sl_backend_ops *ops = m->bk->ops;
+    const int K = l->kh * l->kw * l->c, rows = nb * l->oh * l->ow;
+    if (!l->direct && ops->conv_kernel_grad) {
+        sl_status s = ops->conv_kernel_grad(m->bk, x, nb, l->h, l->w, l->c, l->kh, l->kw, l->stride, l->pt, l->pl,
+                                            l->oh, l->ow, dy, l->oc, beta, dW, col, m->col_floats);
+        if (s != SL_EUNSUPPORTED) return s;
+    }
+    sl_status s = im2col_of(m, l, &x, nb, col);
+    if (s) return s;
+    return ops->gemm(m->bk, true, false, K, l->oc, rows, 1.0f, x, K, dy, l->oc, beta, dW, l->oc);
+}
+
 static sl_status conv_fwd_chunk(void *vc, int t, int slot) {
     const conv_pass *c = vc;
     sl_model *m = c->m;
     const layer *l = c->l;
-    const sl_backend_ops *ops = m->bk->ops;
-    sl_backend *bk = m->bk;
-    const int K = l->kh * l->kw * l->c, ohw = l->oh * l->ow, i0 = t * l->chunk;
+    const int ohw = l->oh * l->ow, i0 = t * l->chunk;
     const int nb = c->B - i0 < l->chunk ? c->B - i0 : l->chunk;
     const size_t in_img = (size_t)l->h * l->w * l->c, out_img = (size_t)ohw * l->oc;
-    const float *a = c->x + i0 * in_img;
-    float *y = l->out + i0 * out_img, *col = m->col + (size_t)slot * m->col_floats;
-    const float *W = m->params + l->w_off;
-    sl_status s = SL_EUNSUPPORTED; /* the backend's product without im2col, where it has one */
-    if (!l->direct && ops->conv_gemm)
-        s = ops->conv_gemm(bk, a, nb, l->h, l->w, l->c, l->kh, l->kw, l->stride, l->pt, l->pl, l->oh, l->ow, W, l->oc,
-                           0.0f, y, col, m->col_floats);
-    if (s == SL_EUNSUPPORTED) {
-        s = SL_OK;
-        if (!l->direct) {
-            s = ops->im2col(bk, a, nb, l->h, l->w, l->c, l->kh, l->kw, l->stride, l->pt, l->pl, l->oh, l->ow, col);
-            a = col;
-        }
-        if (!s) s = ops->gemm(bk, false, false, nb * ohw, l->oc, K, 1.0f, a, K, W, l->oc, 0.0f, y, l->oc);
-    }
+    float *y = l->out + i0 * out_img;
+    sl_status s = conv_product(m, l, c->x + i0 * in_img, nb, y, m->col + (size_t)slot * m->col_floats);
     if (!s) s = bias_act(m, l->act, y, m->params + l->b_off, (size_t)nb * ohw, (size_t)l->oc);
     return s;
 }
 
-/* A chunk's pre-activation gradient, its bias and kernel gradients against the recomputed
- * im2col, and (when wanted) its input gradient through col2im. */
+/* A chunk's pre-activation gradient, its bias and kernel gradients (kernel_grad), and (when
+ * wanted) its input gradient: a convolution with the kernel turned (stride 1, a backend with
+ * conv_gemm that takes it), else through col2im. */
 static sl_status conv_bwd_chunk(void *vc, int t, int slot) {
     const conv_pass *c = vc;
     sl_model *m = c->m;
@@ -416,21 +441,8 @@ static sl_status conv_bwd_chunk(void *vc, int t, int slot) {
         s = act_grad(m, l->act, l->out + i0 * out_img, dpre, d, (size_t)nb * out_img);
         dpre = d;
     }
-    const float *a = c->x + i0 * in_img;
     if (!s) s = ops->bias_grad(bk, db, dpre, (size_t)rows, (size_t)N);
-    sl_status kg = SL_EUNSUPPORTED; /* the kernel gradient without im2col, where the backend has it */
-    if (!s && !l->direct && ops->conv_kernel_grad)
-        kg = ops->conv_kernel_grad(bk, a, nb, l->h, l->w, l->c, l->kh, l->kw, l->stride, l->pt, l->pl, l->oh, l->ow,
-                                   dpre, N, beta, dW, col, m->col_floats);
-    if (!s && kg == SL_EUNSUPPORTED) {
-        if (!l->direct) {
-            s = ops->im2col(bk, a, nb, l->h, l->w, l->c, l->kh, l->kw, l->stride, l->pt, l->pl, l->oh, l->ow, col);
-            a = col;
-        }
-        if (!s) s = ops->gemm(bk, true, false, K, N, rows, 1.0f, a, K, dpre, N, beta, dW, N);
-    } else if (!s) {
-        s = kg;
-    }
+    if (!s) s = kernel_grad(m, l, c->x + i0 * in_img, nb, dpre, beta, dW, col);
     if (s || !c->dx) return s;
     float *dxc = c->dx + i0 * in_img;
     const float *W = m->params + l->w_off;
