@@ -11,6 +11,7 @@
 # build's own, of the same sources (a compiler launcher takes them after the preprocessing):
 # compiling the library once more, unoptimised, took about a minute of 2 cores and checks
 # nothing this build's compile does not. SLUICE_TEST_FULL=1 compiles them there too;
+# The parent project is configured a second time: the same flags, nothing compiled again.
 # SLUICE_TEST_NO_SUBDIR=1 leaves the add_subdirectory part out.
 # Skipped (77) in sanitizer and fuzz builds, whose libraries need the sanitizer runtime.
 set -uo pipefail
@@ -235,6 +236,23 @@ LAUNCHER
                 m=$(find "$BUILD/CMakeFiles/sluice_obj.dir" -name '*.c.o' | wc -l)
                 [ "$n" -gt 0 ] && [ "$n" = "$m" ] && ok "add_subdirectory: $n library sources preprocessed there, objects of this build" ||
                     fail "add_subdirectory: $n library objects, this build has $m"
+            fi
+            # configured again, nothing changed: the same flags for every object, and the
+            # build compiles nothing (a dependency's -isystem moving between the include list
+            # and the flags on the second configure rebuilt every object)
+            find "$T/parent/build" -name flags.make -exec md5sum {} + | sort >"$T/flags1"
+            touch "$T/stamp"
+            sleep 1
+            if run sub-configure2 0 cmake -S "$T/parent" -B "$T/parent/build" &&
+                run sub-build2 0 env SLUICE_REUSE_BUILD="$BUILD" cmake --build "$T/parent/build" --target hello; then
+                find "$T/parent/build" -name flags.make -exec md5sum {} + | sort >"$T/flags2"
+                n=$(find "$T/parent/build" -name '*.o' -newer "$T/stamp" | wc -l)
+                if cmp -s "$T/flags1" "$T/flags2" && [ "$n" = 0 ]; then
+                    ok "configured a second time: every object's flags the same, nothing compiled"
+                else
+                    fail "configured a second time: $n objects compiled again; flags that changed:"
+                    diff "$T/flags1" "$T/flags2" | head -5
+                fi
             fi
         fi
     fi
