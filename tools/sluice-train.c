@@ -6,6 +6,7 @@
  * Exit status: 0 ok, 1 the config, the data, the model or a write failed (message with
  * file:line:col, or file and byte offset), 2 wrong usage (tools/tool.h), 128 + the signal
  * that stopped a run (130 SIGINT, 143 SIGTERM). */
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -35,16 +36,25 @@ static int load_config(const char *path, const char **sets, int nsets, const cha
 int main(int argc, char **argv) {
     if (sl__tool_version(PROG, argc, argv)) return sl__tool_exit(PROG, SL__EXIT_OK);
     const char **sets = calloc((size_t)argc + 1, sizeof *sets);
-    if (!sets) return sl__tool_exit(PROG, sl__failf(PROG, "out of memory"));
+    /* the arguments as given, for the resume hint: parsing below compacts argv in place */
+    char **given = calloc((size_t)argc + 1, sizeof *given);
+    if (!sets || !given) {
+        free(sets);
+        free(given);
+        return sl__tool_exit(PROG, sl__failf(PROG, "out of memory"));
+    }
+    memcpy(given, argv, (size_t)argc * sizeof *given);
     int nsets = 0, nargs = 0, npos = 0;
     int rc = sl__take_repeated(PROG, "set", argc - 1, argv + 1, sets, &nsets, &nargs);
     if (rc >= 0) {
         free(sets);
+        free(given);
         return sl__tool_exit(PROG, rc);
     }
     bool quiet = false, summary = false;
     long long device = -1;
     const char *backend = NULL, *timeout = NULL, *retry = NULL;
+    sl__train_hold hold = {-1, NULL};
     sl_job_opts jo = sl_job_opts_default();
     sl__opt opts[] = {
         {"resume", 0, SL__OPT_FLAG, &jo.resume, 0, 0},       {"overwrite", 0, SL__OPT_FLAG, &jo.overwrite, 0, 0},
@@ -52,6 +62,7 @@ int main(int argc, char **argv) {
         {"backend", 0, SL__OPT_STR, &backend, 0, 0},         {"device", 0, SL__OPT_INT, &device, 0, 65535},
         {"timeout", 0, SL__OPT_STR, &timeout, 0, 0},         {"retry", 0, SL__OPT_STR, &retry, 0, 0},
         {"hash-log", 0, SL__OPT_STR, &jo.hash_log, 0, 0},    {"summary", 0, SL__OPT_FLAG, &summary, 0, 0},
+        {"hold-after", 0, SL__OPT_INT, &hold.after, 1, INT64_MAX}, {"hold-until", 0, SL__OPT_STR, &hold.file, 0, 0},
         {NULL, 0, 0, NULL, 0, 0},
     };
     sl_cfg *cfg = NULL;
@@ -71,6 +82,8 @@ int main(int argc, char **argv) {
         rc = sl__usage_error(PROG, "--resume continues the run in the folder, --overwrite replaces it: give one");
     else if (jo.run_dir && !*jo.run_dir)
         rc = sl__usage_error(PROG, "--run-dir needs a folder name");
+    else if ((hold.after > 0) != (hold.file != NULL) || (hold.file && !*hold.file))
+        rc = sl__usage_error(PROG, "--hold-after EPOCH and --hold-until FILE go together");
     else
         rc = load_config(argv[1], sets, nsets, backend, &cfg);
     if (rc) goto done;
@@ -81,6 +94,9 @@ int main(int argc, char **argv) {
     jo.device = (int)device;
     jo.console = quiet ? NULL : stdout;
     jo.progress = !quiet && isatty(STDOUT_FILENO);
+    const char *term = getenv("TERM"); /* a terminal that takes no escape sequences */
+    jo.plain_progress = !term || !*term || strcmp(term, "dumb") == 0;
+    sl__train_hold_install(&hold, &jo);
     jo.stop = &sl__train_stop;
     jo.ps_stop = &sl__ps_stop;
     jo.on_role = sl__train_on_role;
@@ -88,7 +104,7 @@ int main(int argc, char **argv) {
     if (sl_job_run(cfg, &jo, &r)) {
         rc = sl__fail(PROG);
     } else if (r.summary.stopped || (r.ps_task && sl__ps_signal)) {
-        rc = sl__train_report_stop(PROG, &r, argc, argv);
+        rc = sl__train_report_stop(PROG, &r, argc, given);
     } else {
         if (quiet && !r.ps_task && r.summary.eval_accuracy >= 0) printf("test accuracy %.4f\n", r.summary.eval_accuracy);
         rc = SL__EXIT_OK;
@@ -96,5 +112,6 @@ int main(int argc, char **argv) {
 done:
     sl_cfg_free(cfg);
     free(sets);
+    free(given);
     return sl__tool_exit(PROG, rc);
 }

@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "sluice/model.h"
@@ -60,6 +61,14 @@ const char SL__TRAIN_USAGE[] =
     "  --summary           print the model's summary (each layer, its output shape, its\n"
     "                      parameters and, in a graph, the layers it reads) and exit\n"
     "                      without training\n"
+    "  --hold-after E --hold-until FILE\n"
+    "                      after epoch E (its line, evaluation and checkpoint), print\n"
+    "                      `held after epoch E (step S) until FILE exists` on stderr and\n"
+    "                      wait until FILE exists (at most 10 minutes; a stop signal ends\n"
+    "                      the wait): a script can act on a run at a point it controls\n"
+    "                      (kill a replica or a ps while the others wait). Every replica\n"
+    "                      holds; a task restarted by sluice-launch that resumes past epoch\n"
+    "                      E does not hold again\n"
     "  -h, --help          this help\n"
     "\n"
     "Ctrl-C (or SIGTERM) stops at the next step: a checkpoint of that step is written when\n"
@@ -77,6 +86,34 @@ int sl__train_seconds(const char *prog, const char *name, const char *text, doub
     if (end == text || *end || !(*out > 0 && *out <= 86400))
         return sl__usage_error(prog, "--%s must be seconds in (0, 86400], not '%s'", name, text);
     return 0;
+}
+
+/* ---- --hold-after / --hold-until -------------------------------------------------- */
+
+#define HOLD_MAX_S 600
+
+static sl_status hold_epoch_end(void *ctx, int64_t epochs, int64_t step) {
+    const sl__train_hold *h = ctx;
+    if (!h->file || epochs != h->after) return SL_OK;
+    fflush(stdout);
+    fprintf(stderr, "sluice-train: held after epoch %lld (step %lld) until %s exists\n", (long long)epochs,
+            (long long)step, h->file);
+    /* checked every 20 ms: a test's hold, waited for a few seconds, where a file that appears
+     * is all a shell script can easily give */
+    struct timespec tick = {0, 20 * 1000 * 1000};
+    for (long i = 0; i < HOLD_MAX_S * 50L; i++) {
+        if (access(h->file, F_OK) == 0 || sl__train_stop) return SL_OK;
+        nanosleep(&tick, NULL);
+    }
+    sl_err(SL_ETIMEDOUT, "--hold-until %s: the file did not appear within %d s of the hold after epoch %lld", h->file,
+           HOLD_MAX_S, (long long)epochs);
+    return SL_ETIMEDOUT;
+}
+
+void sl__train_hold_install(sl__train_hold *h, sl_job_opts *jo) {
+    if (!h->file) return;
+    jo->on_epoch_end = hold_epoch_end;
+    jo->ctx = h;
 }
 
 volatile sig_atomic_t sl__train_stop;
@@ -170,6 +207,11 @@ static int report_train_stop(const char *prog, const sl_job_result *r, int argc,
         bool has_resume = false;
         for (int i = 0; i < argc; i++) {
             if (strcmp(argv[i], "--overwrite") == 0) continue;
+            if (strcmp(argv[i], "--hold-after") == 0 || strcmp(argv[i], "--hold-until") == 0) { /* a script's hold */
+                i++;
+                continue;
+            }
+            if (strncmp(argv[i], "--hold-after=", 13) == 0 || strncmp(argv[i], "--hold-until=", 13) == 0) continue;
             if (strcmp(argv[i], "--resume") == 0) has_resume = true;
             if (i) fputc(' ', stderr);
             put_quoted(stderr, i == 0 ? prog : argv[i]);

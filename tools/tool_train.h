@@ -17,6 +17,17 @@ extern const char SL__TRAIN_USAGE[];
 /* "--NAME" seconds in (0, 86400] from text into *out; 0, or SL__EXIT_USAGE (printed). */
 int sl__train_seconds(const char *prog, const char *name, const char *text, double *out);
 
+/* --hold-after E --hold-until FILE: after epoch E the run waits until FILE exists. */
+typedef struct sl__train_hold {
+    long long after; /* the epoch (epochs done) to hold after */
+    const char *file; /* NULL: no hold */
+} sl__train_hold;
+
+/* Hand the hold to the job (jo->on_epoch_end, jo->ctx = h; h must outlive the job); nothing
+ * when h->file is NULL. The wait is bounded (SL_ETIMEDOUT after 10 minutes, naming FILE)
+ * and a stop signal (sl__train_stop) ends it. */
+void sl__train_hold_install(sl__train_hold *h, sl_job_opts *jo);
+
 /* The flags the handlers set: train_stop, the signal that asked a run to stop (the
  * trainer's opts.stop); ps_stop, set when a ps task must stop serving; ps_signal, the first
  * signal a ps task got. */

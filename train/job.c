@@ -100,6 +100,9 @@ static sl_train_opts train_opts(const sl_job_opts *o, const char *const *envp, b
     to.envp = envp;
     to.console = o->console;
     to.progress = o->progress && o->console;
+    to.plain_progress = o->plain_progress;
+    to.on_epoch_end = o->on_epoch_end;
+    to.ctx = o->ctx;
     to.stop = o->stop;
     return to;
 }

@@ -444,13 +444,25 @@ static void progress(sl_trainer *t, double *last, int64_t epoch, int64_t b, int6
     char line[256];
     sl__train_progress_line(line, sizeof line, epoch, t->c.steps > 0 ? 0 : t->c.epochs, b, t->steps_per_epoch, step,
                             total, loss, seen ? (double)correct / (double)seen : 0.0, eta);
-    fprintf(f, "\r\033[K%s", line);
+    if (t->opts.plain_progress) { /* no ESC[K: blank what is left of the longer line before */
+        int n = (int)strlen(line);
+        fprintf(f, "\r%s%*s", line, t->bar_len > n ? t->bar_len - n : 0, "");
+        t->bar_len = n;
+    } else {
+        fprintf(f, "\r\033[K%s", line);
+    }
     fflush(f);
 }
 
 static void progress_clear(sl_trainer *t) {
     FILE *f = console(t);
-    if (f && t->opts.progress) fputs("\r\033[K", f);
+    if (!f || !t->opts.progress) return;
+    if (!t->opts.plain_progress) {
+        fputs("\r\033[K", f);
+    } else if (t->bar_len > 0) {
+        fprintf(f, "\r%*s\r", t->bar_len, "");
+        t->bar_len = 0;
+    }
 }
 
 /* A train scalar (RUN_DIR/train/); eval_scalar: an evaluation's (RUN_DIR/eval/). The two
@@ -851,6 +863,7 @@ static sl_status end_of_epoch(sl_trainer *t, loop *L, bool *done) {
     if ((chief(t) || t->hooks.save_state) && full && every_epochs(&t->c.ckpt_every, L->epoch) &&
         (s = save(t, L->step, L->epoch, 0)))
         return s;
+    if (full && t->opts.on_epoch_end && (s = t->opts.on_epoch_end(t->opts.ctx, L->epoch, L->step))) return s;
     L->busy_wait += L->a.wait;
     L->busy_all += L->a.wait + L->a.compute + L->a.exchange;
     L->run_examples += L->a.examples;

@@ -59,6 +59,7 @@ struct sl_trainer {
     int32_t *warned;           /* lockstep: the per-replica counts last warned about (2 x world), or NULL */
     double run_t0;             /* progress eta: when the loop began, at step run_step0 */
     int64_t run_step0;
+    int bar_len;               /* plain_progress: the length of the bar drawn last (blanked next) */
     sl__loss_scaler ls;        /* precision fp16 */
 };
 

@@ -53,6 +53,7 @@ typedef struct sl_job_opts {
     const char *const *envp;         /* the environment the task reads; NULL: the process's */
     FILE *console;                   /* epoch lines, the final accuracy, ps progress; NULL: silent */
     bool progress;                   /* a progress bar on console (the chief only) */
+    bool plain_progress;             /* ... without escape sequences (sl_train_opts.plain_progress) */
     double timeout_s;                /* ring / ps: seconds to wait for a peer; 0: the cluster's, else 30;
                                         an evaluator: seconds to wait for a new checkpoint; 0: 600 */
     double retry_s;                  /* ps workers: seconds to retry a lost ps; 0: 120 */
@@ -65,7 +66,10 @@ typedef struct sl_job_opts {
      * installs the signal handlers that suit it there): result->ps_task and ps_index,
      * evaluator, is_chief, lockstep and run_dir are set. NULL: nothing. */
     void (*on_role)(void *ctx, const sl_job_result *result);
-    void *ctx;
+    /* A trainer's sl_train_opts.on_epoch_end (every replica; ps tasks and the evaluator have
+     * no epochs). NULL: nothing. */
+    sl_status (*on_epoch_end)(void *ctx, int64_t epochs, int64_t step);
+    void *ctx;                       /* passed to on_role and on_epoch_end */
 } sl_job_opts;
 
 sl_job_opts sl_job_opts_default(void);

@@ -238,6 +238,9 @@ typedef struct sl_train_opts {
                                      and without resume, their presence fails the run */
     FILE *console;                /* epoch lines and the final "test accuracy"; NULL: silent */
     bool progress;                /* draw a progress bar within epochs on console (a terminal) */
+    bool plain_progress;          /* the terminal takes no escape sequences (TERM=dumb): the bar is
+                                     redrawn after a carriage return and padded with blanks,
+                                     instead of after "ESC[K" */
     const sl_train_hooks *hooks;  /* NULL: one replica; borrowed, must outlive the trainer */
     /* Stop request (e.g. set by the caller's SIGINT handler to the signal number; the
      * library installs none): when *stop is non-zero at a step boundary the loop stops
@@ -261,6 +264,15 @@ typedef struct sl_train_opts {
      * cannot open its GPU (e.g. taken in exclusive-process mode) warns and uses the CPU. */
     int device;
     const char *const *envp;
+    /* Called on the training thread at the end of every complete epoch, after its epoch
+     * line, its evaluation and its checkpoint (epochs: the epochs done, 1 after the first;
+     * step: the global step), on every replica. A non-OK return ends the run with that
+     * status (checkpoints already written stay). A caller may wait inside it: a test holds
+     * the run there (sluice-train --hold-after) while it kills or restarts another task
+     * (the ps client's heartbeats keep an async ps worker alive meanwhile; lockstep replicas
+     * wait for each other at the next exchange, within its timeout). NULL: none. */
+    sl_status (*on_epoch_end)(void *ctx, int64_t epochs, int64_t step);
+    void *ctx;
 } sl_train_opts;
 
 sl_train_opts sl_train_opts_default(void);

@@ -139,6 +139,24 @@ if [ -f "$T/run/ckpt-000000040.safetensors" ]; then
     run both 2 "$BIN/sluice-train" "$T/tiny.sl" --run-dir "$T/run" --resume --overwrite && ok "--resume --overwrite: exit 2"
 fi
 
+# 3c'. the progress bar on a terminal (a pty from script(1)): redrawn after ESC[K, and with
+#      TERM=dumb after a carriage return and blanks, with no escape sequence at all
+if command -v script >/dev/null; then
+    for term in xterm dumb; do
+        TERM=$term script -qec "'$BIN/sluice-train' '$T/tiny.sl' --run-dir '$T/tty-$term' --set train.epochs=1" \
+            /dev/null >"$T/tty-$term.out" 2>&1 </dev/null
+    done
+    esc=$(printf '\033')
+    bar='epoch 1(/1 \[=> *\] 1/[0-9]+|  batch 1)  loss '
+    grep -qE "$esc\[K$bar" "$T/tty-xterm.out" && ok "progress bar on a terminal: ESC[K" ||
+        fail "TERM=xterm: no ESC[K bar: $(head -c 300 "$T/tty-xterm.out" | cat -A)"
+    if grep -q "$esc" "$T/tty-dumb.out"; then fail "TERM=dumb: an escape sequence: $(head -c 300 "$T/tty-dumb.out" | cat -A)"
+    elif grep -qE "$bar" "$T/tty-dumb.out"; then ok "TERM=dumb: the bar without escape sequences"
+    else fail "TERM=dumb: no bar: $(head -c 300 "$T/tty-dumb.out" | cat -A)"; fi
+else
+    echo "  (no script(1): the terminal checks are not run)"
+fi
+
 # 3d. Ctrl-C: SIGINT after the first epoch line stops at the next step with a checkpoint of
 #     that step, the command that resumes it, and exit 130; that command continues from that
 #     step. SIGTERM: the same, exit 143. Checkpoints off: stopped cleanly, "nothing was saved".
@@ -166,7 +184,9 @@ signal_after_epoch() {
     wait "$BG_PID"
     BG_RC=$?
 }
-start_bg int "$BIN/sluice-train" "$T/tiny.sl" --run-dir "$T/runint" --set train.epochs=500
+# --set before --run-dir: the resume hint is the command as given (the argument list is
+# parsed in place; the hint once lost the first --set and repeated --run-dir)
+start_bg int "$BIN/sluice-train" "$T/tiny.sl" --set train.epochs=500 --run-dir "$T/runint"
 signal_after_epoch int INT
 [ "$BG_RC" = 130 ] && ok "SIGINT: exit 130" || fail "SIGINT: exit $BG_RC: $(cat "$T/int.err")"
 stopped=$(sed -n 's/^sluice-train: stopped by SIGINT (Ctrl-C) at step \([0-9]*\); saved checkpoint .*/\1/p' "$T/int.err")
@@ -177,14 +197,17 @@ if [ -n "$stopped" ] && [ "$stopped" -ge 20 ] && [ "$stopped" -lt 10000 ] &&
 else
     fail "SIGINT: $(cat "$T/int.err"; ls "$T/runint")"
 fi
-grep -qx -- "---> HINT: resume with: sluice-train $T/tiny.sl --run-dir $T/runint --set train.epochs=500 --resume" "$T/int.err" &&
+grep -qx -- "---> HINT: resume with: sluice-train $T/tiny.sl --set train.epochs=500 --run-dir $T/runint --resume" "$T/int.err" &&
     ok "SIGINT: the resume command" || fail "SIGINT hint: $(cat "$T/int.err")"
 grep -qx "stop requested: stopping at step $stopped" "$T/int.out" && ! grep -q "test accuracy" "$T/int.out" &&
     ok "SIGINT: stop line, no final evaluation" || fail "SIGINT out: $(tail -3 "$T/int.out")"
 # the printed command resumes at that step (and a SIGTERM stops it again: exit 143)
 if [ -n "$stopped" ]; then
     ep=$((stopped / 20 + 1)) bt=$((stopped % 20))
-    start_bg int2 "$BIN/sluice-train" "$T/tiny.sl" --run-dir "$T/runint" --set train.epochs=500 --resume
+    # the hint's words, run as the shell would (they are shell-quoted), with this build's tool
+    hint=$(sed -n 's/^---> HINT: resume with: sluice-train //p' "$T/int.err")
+    eval "words=($hint)"
+    start_bg int2 "$BIN/sluice-train" "${words[@]}"
     signal_after_epoch int2 TERM
     grep -qx "resuming from $ck at step $stopped (epoch $ep, batch $bt)" "$T/int2.out" &&
         ok "--resume continues at the stopped step $stopped" || fail "resume after SIGINT: $(head -3 "$T/int2.out")"

@@ -1872,6 +1872,87 @@ TEST(test_loss_scale_update) {
     ASSERT(ls.scale == 131072.0f);
 }
 
+/* on_epoch_end: called after each complete epoch, once its checkpoint is written, with the
+ * epochs done and the global step; an error from it ends the run with that status, the
+ * checkpoints written stay. plain_progress: the bar is redrawn after "\r" and padded with
+ * blanks, never with an escape sequence (TERM=dumb). */
+typedef struct {
+    int calls;
+    int64_t epochs[4], steps[4];
+    int ckpts_at[4]; /* checkpoints in the run folder when the hook was called */
+    const char *dir;
+    int fail_at;     /* return SL_ECANCELED at this epoch; 0: never */
+} epoch_log;
+
+static sl_status log_epoch(void *ctx, int64_t epochs, int64_t step) {
+    epoch_log *l = ctx;
+    if (l->calls < 4) {
+        l->epochs[l->calls] = epochs;
+        l->steps[l->calls] = step;
+        char **list;
+        int n = sl_train_list_checkpoints(l->dir, &list);
+        if (n > 0) sl_train_free_list(list, n);
+        l->ckpts_at[l->calls] = n;
+    }
+    l->calls++;
+    if (epochs == l->fail_at) return sl_err(SL_ECANCELED, "held too long");
+    return SL_OK;
+}
+
+TEST(test_epoch_end_hook_and_plain_progress) {
+    for (int fail_at = 0; fail_at <= 2; fail_at += 2) {
+        sl_cfg *cfg = NULL;
+        sl_trainer *t = NULL;
+        ASSERT_OK(parse_with("    model tiny\n    data train\n    epochs 3\n    optimizer sgd lr=0.05\n"
+                             "    checkpoint every=1 keep=5\n    backend cpu\n    threads 1\n    seed 1\n",
+                             &cfg));
+        char dir[400];
+        snprintf(dir, sizeof dir, "%s/epoch_hook%d", tmpdir, fail_at);
+        epoch_log l = {.dir = dir, .fail_at = fail_at};
+        sl_train_opts o = sl_train_opts_default();
+        o.run_dir = dir;
+        o.on_epoch_end = log_epoch;
+        o.ctx = &l;
+        char *text = NULL;
+        size_t len = 0;
+        FILE *con = open_memstream(&text, &len);
+        ASSERT(con);
+        o.console = con;
+        o.progress = o.plain_progress = true;
+        sl_status s = sl_trainer_create(cfg, &o, &t);
+        if (s == SL_EUNSUPPORTED) {
+            fclose(con);
+            free(text);
+            sl_cfg_free(cfg);
+            SKIP("no CPU backend in this build");
+        }
+        ASSERT_OK(s);
+        s = sl_trainer_run(t);
+        fclose(con);
+        int64_t spe = sl_trainer_summary(t)->steps_per_epoch;
+        ASSERT(spe > 0);
+        if (fail_at) {
+            ASSERT_EQ(s, SL_ECANCELED);
+            ASSERT_CONTAINS(sl_errmsg(), "held too long");
+            ASSERT_EQ(l.calls, 2);
+        } else {
+            ASSERT_OK(s);
+            ASSERT_EQ(l.calls, 3);
+        }
+        for (int i = 0; i < l.calls && i < 3; i++) {
+            ASSERT_EQ(l.epochs[i], i + 1);
+            ASSERT_EQ(l.steps[i], (i + 1) * spe);
+            ASSERT_EQ(l.ckpts_at[i], i + 1); /* the epoch's checkpoint is already there */
+        }
+        ASSERT(!strchr(text, '\033'));
+        ASSERT_CONTAINS(text, "\repoch 1  batch 1  loss ");
+        ASSERT_CONTAINS(text, "\repoch 2/3 [=>  ");
+        free(text);
+        sl_trainer_free(t);
+        sl_cfg_free(cfg);
+    }
+}
+
 int main(void) {
     if (sl_test_points_tmpdir("trainer", tmpdir, sizeof tmpdir)) return 1;
     RUN(test_config_defaults_and_values);
@@ -1887,6 +1968,7 @@ int main(void) {
     RUN(test_config_bucket_mb);
     RUN(test_stop_request);
     RUN(test_progress_line);
+    RUN(test_epoch_end_hook_and_plain_progress);
     RUN(test_eval_console_lines);
     RUN(test_log_every_steps);
     RUN(test_lockstep_stop);
