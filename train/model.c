@@ -31,6 +31,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "sluice/util.h"
 #include "train/model_impl.h"
 
 sl_model_opts sl_model_opts_default(void) {
@@ -178,6 +179,45 @@ static sl_status make_backend(sl_model *m, const sl_model_opts *o, sl_backend **
     return sl_err(SL_EINVAL, "model: unknown backend kind %d", (int)o->backend);
 }
 
+/* The memory plan (sluice/model.h, mem_limit): what the model will take in host memory,
+ * against what the process can still take, before anything is allocated, so a model that
+ * cannot fit is an error naming both sizes instead of a process the OOM killer ends. */
+static sl_status plan_memory(const sl_model *m, const sl_model_opts *o, size_t pbytes, size_t abytes) {
+    if (o->mem_limit < 0) return SL_OK;
+    int64_t avail = o->mem_limit;
+    char src[1200] = "mem_limit";
+    if (avail == 0 && !sl_mem_available(&avail, src, sizeof src)) return SL_OK; /* nothing to plan against */
+    double gbytes = (double)pbytes + SL__GRADS_SPARE * sizeof(float);
+    double opt = (double)o->optimizer_floats * (double)m->n_train * sizeof(float);
+    double stage = (double)NSLOTS * (double)o->max_batch * ((double)m->in_size * sizeof(float) + sizeof(int32_t));
+    double need = m->is_cpu ? (double)pbytes + gbytes + opt + (double)abytes + stage : (double)pbytes + stage;
+    if (need <= (double)avail) return SL_OK;
+    char nb[32], ab[32], pb[32], gb[32], ob[32], actb[32];
+    sl_mem_format(need >= 9e18 ? INT64_MAX : (int64_t)need, nb, sizeof nb);
+    sl_mem_format(avail, ab, sizeof ab);
+    sl_mem_format((int64_t)pbytes, pb, sizeof pb);
+    if (m->is_cpu) {
+        sl_mem_format((int64_t)gbytes, gb, sizeof gb);
+        sl_mem_format((int64_t)opt, ob, sizeof ob);
+        sl_mem_format((int64_t)abytes, actb, sizeof actb);
+        sl_err(SL_ENOMEM, "model: needs %s of memory (%zu parameters: %s, gradients %s, optimizer state %s, "
+               "activations at batch %d %s), more than the %s this process can still take (%s)",
+               nb, m->n_params, pb, gb, ob, o->max_batch, actb, ab, src);
+    } else {
+        sl_err(SL_ENOMEM, "model: needs %s of host memory (initial values of %zu parameters: %s, input staging), "
+               "more than the %s this process can still take (%s)", nb, m->n_params, pb, ab, src);
+    }
+    const layer *big = NULL;
+    for (int i = 0; i < m->nl; i++)
+        if (!big || m->L[i].nw + m->L[i].nb > big->nw + big->nb) big = &m->L[i];
+    if (big && big->nw + big->nb > 0)
+        sl_err_hint("the largest layer is %s with %zu parameters: make it smaller, or the batch%s", big->name,
+                    big->nw + big->nb, m->is_cpu ? "; or train on a machine (or cgroup) with more memory" : "");
+    else
+        sl_err_hint("use a smaller batch or model");
+    return SL_ENOMEM;
+}
+
 sl_status sl_model_create(const sl_layer_spec *specs, int n, const sl_model_opts *opts, sl_model **out) {
     *out = NULL;
     sl_model_opts o = opts ? *opts : sl_model_opts_default();
@@ -200,14 +240,16 @@ sl_status sl_model_create(const sl_layer_spec *specs, int n, const sl_model_opts
         (s = ops->set_precision(m->bk, o.precision == SL_PRECISION_BF16 ? SL_BK_BF16 : SL_BK_FP16)))
         goto fail;
     size_t pbytes = m->n_params * sizeof(float);
+    if ((s = plan_memory(m, &o, pbytes, carve(m, NULL)))) goto fail;
     if ((s = ops->alloc(m->bk, pbytes, (void **)&m->params)) ||
         (s = ops->alloc(m->bk, pbytes + SL__GRADS_SPARE * sizeof(float), (void **)&m->grads)))
         goto fail;
     size_t abytes = carve(m, NULL);
     if ((s = ops->alloc(m->bk, abytes, &m->act_mem))) goto fail;
     carve(m, m->act_mem);
-    /* Initialise on the host so every backend starts from the same numbers. */
-    float *host = calloc(m->n_params ? m->n_params : 1, sizeof(float));
+    /* Initialise on the host so every backend starts from the same numbers (the CPU
+     * backend's parameters are host memory, zero-filled: written in place, no second copy). */
+    float *host = m->is_cpu ? m->params : calloc(m->n_params ? m->n_params : 1, sizeof(float));
     if (!host) {
         s = sl_err(SL_ENOMEM, "model: out of memory for %zu parameters", m->n_params);
         goto fail;
@@ -228,9 +270,11 @@ sl_status sl_model_create(const sl_layer_spec *specs, int n, const sl_model_opts
             ti += 4;
         }
     }
-    s = ops->to_device(m->bk, m->params, host, pbytes);
-    free(host);
-    if (s) goto fail;
+    if (!m->is_cpu) {
+        s = ops->to_device(m->bk, m->params, host, pbytes);
+        free(host);
+        if (s) goto fail;
+    }
     if (!m->is_cpu) {
         for (int k = 0; k < NSLOTS; k++) {
             if ((s = ops->alloc(m->bk, (size_t)o.max_batch * m->in_size * sizeof(float), (void **)&m->x_dev[k])) ||

@@ -106,6 +106,16 @@ typedef struct sl_model_opts {
                               (Keras' and PyTorch's label_smoothing), in train AND eval steps;
                               0 (default): plain cross-entropy */
     sl_precision precision; /* the GEMMs' precision (above); default SL_PRECISION_FP32 */
+    /* The memory plan, checked before anything is allocated: the host memory the model
+     * takes (the CPU backend: parameters, gradients, the optimizer state below, activations
+     * and their gradients at max_batch, input staging; CUDA: the staging buffers and the
+     * initial values, made on the host: device memory is refused by the allocation itself)
+     * must fit mem_limit bytes. 0 (default): what the process can still
+     * take (sl_mem_available, sluice/util.h: its cgroup's limit, else MemAvailable); < 0: no
+     * check. optimizer_floats: the optimizer state per trainable parameter the caller will
+     * allocate on the model's backend (sgd with momentum 1, adam 2; sl_optim_create). */
+    int64_t mem_limit;
+    int optimizer_floats;
 } sl_model_opts;
 
 sl_model_opts sl_model_opts_default(void);
@@ -116,7 +126,10 @@ sl_model_opts sl_model_opts_default(void);
  * 4x4 input", "add_1: add of shapes that differ: 8x8x16 (conv2d_3) and 4x4x32
  * (conv2d_4)", an input index that is not an earlier layer, an output no layer uses),
  * SL_EINVAL for a label_smoothing outside [0, 1) or an unknown precision, SL_EUNSUPPORTED for CUDA without a GPU,
- * SL_ENOMEM. In backward a layer output used by
+ * SL_ENOMEM: a memory plan that does not fit opts.mem_limit, named before anything is
+ * allocated ("model: needs 28.1 GiB of memory (N parameters: 8.8 GiB, ...), more than the 21.3 GiB this
+ * process can still take (MemAvailable in /proc/meminfo)", with the largest layer in the
+ * hint), or an allocation that failed. In backward a layer output used by
  * several layers gets the sum of their gradients. */
 sl_status sl_model_create(const sl_layer_spec *layers, int n, const sl_model_opts *opts, sl_model **out);
 

@@ -9,6 +9,7 @@
 #define SLUICE_UTIL_H
 
 #include <pthread.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
@@ -155,6 +156,18 @@ static inline const char *sl_env_get(const char *const *envp, const char *name) 
         if (strncmp(*envp, name, n) == 0 && (*envp)[n] == '=') return *envp + n + 1;
     return NULL;
 }
+
+/* ---- memory left to this process (core/mem.c) ----
+ * The bytes this process can still allocate before the kernel's OOM killer or its cgroup's
+ * limit ends it: the least of MemAvailable (/proc/meminfo) and, for each cgroup level above
+ * the process (v2 memory.max, v1 memory.limit_in_bytes), its limit less its use. true with
+ * *bytes and, unless source is NULL, where the figure came from ("MemAvailable in
+ * /proc/meminfo", or the limit file's path) in source; false when nothing could be read
+ * (then nothing is written). Models and pipeline buffers are planned against it. */
+bool sl_mem_available(int64_t *bytes, char *source, size_t cap);
+
+/* bytes as "512 bytes", "3.2 MiB", "9.4 GiB", ... into out (cap bytes). */
+void sl_mem_format(int64_t bytes, char *out, size_t cap);
 
 /* ---- splitmix64 (Steele, Lea, Flood 2014) ----
  * Small, fast and fixed: one seed gives the same numbers on every machine, which the

@@ -5,6 +5,7 @@
 
 #include "sluice/config.h"
 #include "sluice/model.h"
+#include "sluice/util.h"
 #include "test.h"
 #include "train/gemm_avx512.h"
 #include "train/model_impl.h"
@@ -1065,7 +1066,57 @@ TEST(test_block_errors) {
     }
 }
 
+/* The memory plan: a model that cannot fit is SL_ENOMEM before anything is allocated,
+ * with both sizes, what they are made of and the largest layer; mem_limit < 0 skips the
+ * plan, 0 plans against what the process can still take. */
+TEST(test_memory_plan) {
+    sl_layer_spec specs[] = {L_input(100, 0, 0), L_dense(1000, 1), L_dense(10, 0)};
+    sl_model_opts o = sl_model_opts_default();
+    o.backend = SL_BACKEND_CPU;
+    o.threads = 1;
+    o.max_batch = 32;
+    o.optimizer_floats = 2;
+    o.mem_limit = 1 << 20; /* 111,010 parameters: 434 KiB each for params, gradients; 867 KiB adam */
+    sl_model *m = NULL;
+    sl_status s = sl_model_create(specs, 3, &o, &m);
+    if (s == SL_EUNSUPPORTED) SKIP("no CPU backend in this build");
+    ASSERT_EQ(s, SL_ENOMEM);
+    ASSERT(m == NULL);
+    const char *e = sl_errmsg();
+    ASSERT_CONTAINS(e, "model: needs 2.1 MiB of memory (111010 parameters: 433.6 KiB, gradients 433.6 KiB, "
+                       "optimizer state 867.3 KiB, activations at batch 32 377.5 KiB), ");
+    ASSERT_CONTAINS(e, "more than the 1.0 MiB this process can still take (mem_limit)");
+    ASSERT_CONTAINS(e, "HINT: the largest layer is dense_1 with 101000 parameters");
+    o.mem_limit = 4 << 20;
+    ASSERT_OK(sl_model_create(specs, 3, &o, &m));
+    sl_model_free(m);
+    o.mem_limit = -1;
+    ASSERT_OK(sl_model_create(specs, 3, &o, &m));
+    sl_model_free(m);
+    /* against what is left: 2^48 parameters (a petabyte) fit no machine, and nothing is
+     * allocated before the refusal */
+    sl_layer_spec huge[] = {L_input(16777216, 0, 0), L_dense(16777216, 1), L_dense(10, 0)};
+    o.mem_limit = 0;
+    o.max_batch = 1;
+    ASSERT_EQ(sl_model_create(huge, 3, &o, &m), SL_ENOMEM);
+    ASSERT_CONTAINS(sl_errmsg(), "this process can still take (");
+    ASSERT_CONTAINS(sl_errmsg(), "281475161260042 parameters");
+    int64_t left = 0;
+    char src[256] = "";
+    ASSERT(sl_mem_available(&left, src, sizeof src));
+    ASSERT(left > 0);
+    ASSERT(strstr(src, "MemAvailable") || strstr(src, "memory."));
+    char b[32];
+    sl_mem_format(1536, b, sizeof b);
+    ASSERT_STREQ(b, "1.5 KiB");
+    sl_mem_format(1000, b, sizeof b);
+    ASSERT_STREQ(b, "1000 bytes");
+    sl_mem_format((int64_t)3 << 40, b, sizeof b);
+    ASSERT_STREQ(b, "3.0 TiB");
+}
+
 int main(void) {
+    RUN(test_memory_plan);
     RUN(test_grad_dense);
     RUN(test_grad_conv2d);
     RUN(test_grad_pools);
