@@ -10,6 +10,7 @@
 
 #include "sluice/cluster.h"
 #include "sluice/job.h"
+#include "sluice/log.h"
 #include "sluice/strategy.h"
 #include "sluice/util.h"
 #include "train/evaluator.h"
@@ -132,6 +133,27 @@ static sl_status make_hooks(const sl_cluster *cl, const sl_train_config *tc, con
     return sl_strategy_ring_create(cl, &ro, hooks, &st->ring);
 }
 
+/* A job whose id is derived from its members' addresses (no SLUICE_JOB_ID) and that has no
+ * CURVE keys keeps out other jobs, not strangers: any process that can reach the ports can
+ * compute the id and end or disturb the job (an ABORT ends every replica). Said at start by
+ * every task, with the way to close it that suits where the members came from. */
+static void warn_open_job(const sl_cluster *cl) {
+    const char *src = cl->members_source, *how;
+    if (strcmp(src, "slurm") == 0)
+        how = "export SLUICE_JOB_ID=$(od -An -N8 -tx8 /dev/urandom | tr -d ' ') in the batch script before srun "
+              "(Slurm passes it to every task)";
+    else if (strcmp(src, "openmpi") == 0)
+        how = "SLUICE_JOB_ID=$(od -An -N8 -tx8 /dev/urandom | tr -d ' ') mpirun -x SLUICE_JOB_ID ...";
+    else if (strcmp(src, "TF_CONFIG") == 0)
+        how = "give every task the same random SLUICE_JOB_ID beside TF_CONFIG (e.g. from a Kubernetes Secret)";
+    else
+        how = "give every task the same random SLUICE_JOB_ID (e.g. $(od -An -N8 -tx8 /dev/urandom | tr -d ' '))";
+    SL_WARN("this job is open to strangers: its members come from %s and no SLUICE_JOB_ID is set, so its job id is "
+            "derived from their addresses and any process that can reach these ports can compute it and end or "
+            "disturb the job; to close it, %s, or add `curve` keys to the cluster block (sluice-launch sets a "
+            "random SLUICE_JOB_ID itself)", src, how);
+}
+
 sl_status sl_job_run(sl_cfg *cfg, const sl_job_opts *opts, sl_job_result *r) {
     sl_job_opts o = opts ? *opts : sl_job_opts_default();
     const char *const *envp = o.envp ? o.envp : (const char *const *)environ;
@@ -160,6 +182,7 @@ sl_status sl_job_run(sl_cfg *cfg, const sl_job_opts *opts, sl_job_result *r) {
         sl_status cs = sl_cluster_curve(&cl, &curve);
         if (cs == SL_OK) have_curve = true;
         else if (cs != SL_ENOTFOUND && (s = cs)) goto done; /* the message names the curve statement's file */
+        if (!have_curve && strcmp(cl.job_source, "SLUICE_JOB_ID") != 0 && cl.ntasks > 1) warn_open_job(&cl);
     }
     /* sluice-launch --restarts says how often this task was started again (SLUICE_RESTART):
      * a restarted task continues its run (its first start already did any overwrite; a ps
