@@ -157,6 +157,16 @@ else
     echo "  (no script(1): the terminal checks are not run)"
 fi
 
+# 3c''. a model that cannot fit in memory (2^48 parameters: no machine has the petabyte) is
+#       refused at start with both sizes and its largest layer, before anything is allocated
+#       (a model past the memory grew until the OOM killer ended the run, exit 137)
+sed 's/dense 32 activation=relu/dense 16777216 activation=relu\n    dense 16777216 activation=relu/' "$T/tiny.sl" >"$T/huge.sl"
+if run huge 1 timeout 60 "$BIN/sluice-train" "$T/huge.sl" --run-dir "$T/runhuge"; then
+    grep -q "^sluice-train: model: needs .* of memory (281488331374602 parameters: 1.0 PiB, .*), more than the .* this process can still take (" "$T/huge.err" &&
+        grep -q "^---> HINT: the largest layer is dense_2 with 281474993487872 parameters" "$T/huge.err" &&
+        ok "a model past the memory: exit 1 at start, both sizes named" || fail "huge model: $(cat "$T/huge.err")"
+fi
+
 # 3d. Ctrl-C: SIGINT after the first epoch line stops at the next step with a checkpoint of
 #     that step, the command that resumes it, and exit 130; that command continues from that
 #     step. SIGTERM: the same, exit 143. Checkpoints off: stopped cleanly, "nothing was saved".
