@@ -315,7 +315,9 @@ pipeline big {
              f"{[(e.status, str(e)) for e in errs]}")
 
     # ---- 5. the GIL is released while the pipeline is waited on ----
-    slow = sluice.Pipeline(text="pipeline s {\n range 0 3000000\n filter value < 0\n}\n")
+    # One next() call that filters N elements to none; another Python thread must run many
+    # times inside it. N grows tenfold until the call is long enough for that on this
+    # machine (elements, not seconds: a fast machine filters 3M in a few milliseconds).
     stamps = []
     stop = threading.Event()
 
@@ -326,34 +328,52 @@ pipeline big {
 
     th = threading.Thread(target=spin)
     th.start()
-    time.sleep(0.05)
-    it = iter(slow)
-    t0 = time.monotonic()
-    rest = list(it)  # one sl_iter_next call that filters 3M elements, then the end
-    t1 = time.monotonic()
+    for n in (3_000_000, 30_000_000, 300_000_000, 3_000_000_000):
+        slow = sluice.Pipeline(text=f"pipeline s {{\n range 0 {n}\n filter value < 0\n}}\n")
+        it = iter(slow)
+        t0 = time.monotonic()
+        rest = list(it)  # one sl_iter_next call that filters n elements, then the end
+        t1 = time.monotonic()
+        inside = [s for s in stamps if t0 + 0.1 * (t1 - t0) < s < t1 - 0.1 * (t1 - t0)]
+        if rest != [] or len(inside) >= 10:
+            break
     stop.set()
     th.join()
-    inside = [s for s in stamps if t0 + 0.1 * (t1 - t0) < s < t1 - 0.1 * (t1 - t0)]
-    if rest == [] and t1 - t0 > 0.1 and len(inside) >= 10:
-        ok(f"GIL released in next(): another thread ran {len(inside)} times during a {t1 - t0:.2f} s call")
+    if rest == [] and len(inside) >= 10:
+        ok(f"GIL released in next(): another thread ran {len(inside)} times during a {t1 - t0:.2f} s call "
+           f"({n} elements)")
     else:
-        fail(f"GIL: call took {t1 - t0:.3f} s, {len(inside)} stamps of the other thread inside it")
+        fail(f"GIL: a call over {n} elements took {t1 - t0:.3f} s, {len(inside)} stamps of the other thread inside it")
 
-    # the same iterator advanced from two threads at once: one of them gets RuntimeError
-    results = {}
-    shared = iter(sluice.Pipeline(text="pipeline s {\n range 0 3000000\n filter value < 0\n}\n"))
+    # the same iterator advanced from two threads at once: one of them gets RuntimeError.
+    # The two calls overlap only when one is still inside next() when the other comes: an
+    # attempt where they did not (both [] and no error) is run again with ten times the
+    # elements, so a fast machine still gets an overlap; any other outcome decides.
+    def two_threads(n):
+        results = {}
+        shared = iter(sluice.Pipeline(text=f"pipeline s {{\n range 0 {n}\n filter value < 0\n}}\n"))
+        started = threading.Event()
 
-    def advance(who):
-        try:
-            results[who] = list(shared)
-        except RuntimeError as e:
-            results[who] = e
+        def advance(who):
+            if who == "thread":
+                started.set()
+            try:
+                results[who] = list(shared)
+            except RuntimeError as e:
+                results[who] = e
 
-    th = threading.Thread(target=advance, args=("thread",))
-    th.start()
-    advance("main")
-    th.join()
-    errs = [r for r in results.values() if isinstance(r, RuntimeError)]
+        th = threading.Thread(target=advance, args=("thread",))
+        th.start()
+        started.wait()
+        advance("main")
+        th.join()
+        return results
+
+    for k in range(4):
+        results = two_threads(n * 10 ** k)
+        errs = [r for r in results.values() if isinstance(r, RuntimeError)]
+        if errs or list(results.values()) != [[], []]:
+            break
     if (len(errs) == 1 and "already being advanced by another thread" in str(errs[0])
             and [r for r in results.values() if not isinstance(r, RuntimeError)] == [[]]):
         ok("an iterator advanced from two threads at once: the second gets RuntimeError, no crash")
