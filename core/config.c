@@ -266,15 +266,6 @@ static const token *peek(lexer *L) {
 
 /* ---- values ---- */
 
-static const struct { const char *unit; double mult; } units[] = {
-    {"", 1}, {"K", 1e3}, {"M", 1e6}, {"G", 1e9}, {"T", 1e12},
-    {"k", 1e3}, {"KB", 1e3}, {"MB", 1e6}, {"GB", 1e9}, {"TB", 1e12}, {"B", 1},
-    {"Ki", 1024.0}, {"Mi", 1048576.0}, {"Gi", 1073741824.0}, {"Ti", 1099511627776.0},
-    {"KiB", 1024.0}, {"MiB", 1048576.0}, {"GiB", 1073741824.0}, {"TiB", 1099511627776.0},
-    {"s", 1}, {"ms", 1e-3}, {"us", 1e-6}, {"ns", 1e-9}, {"min", 60}, {"h", 3600},
-    {"%", 0.01},
-};
-
 static sl_status number_value(lexer *L, const token *t, sl_cfg_value *v) {
     char lit[128];
     if (t->len >= sizeof lit) return lex_error(L, t->loc, "number literal too long");
@@ -282,13 +273,15 @@ static sl_status number_value(lexer *L, const token *t, sl_cfg_value *v) {
     lit[t->len] = 0;
     v->kind = SL_CV_NUMBER;
     v->text = arena_strndup(L->c, lit, t->len);
+    const char *digits = lit + (lit[0] == '-' || lit[0] == '+');
+    if (digits[0] == '0' && (digits[1] == 'x' || digits[1] == 'X')) {
+        lex_error(L, t->loc, "hexadecimal number '%s': write it in decimal", lit);
+        return L->err; /* strtod would read 0xff as 255, strtoll as 0 */
+    }
     char *end;
     errno = 0;
     double a = strtod(lit, &end);
     if (end == lit) return lex_error(L, t->loc, "malformed number '%s'", lit);
-    bool int_lit = true;
-    for (const char *q = lit; q < end; q++)
-        if (*q == '.' || *q == 'e' || *q == 'E') int_lit = false;
     if (*end == '/') { /* fraction */
         char *end2;
         double b = strtod(end + 1, &end2);
@@ -300,27 +293,19 @@ static sl_status number_value(lexer *L, const token *t, sl_cfg_value *v) {
         return SL_OK;
     }
     const char *unit = end;
-    double mult = -1;
-    for (size_t i = 0; i < sizeof units / sizeof units[0]; i++)
-        if (strcmp(unit, units[i].unit) == 0) mult = units[i].mult;
-    if (mult < 0) {
+    const sl__cfg_unit *u = sl__cfg_find_unit(unit);
+    if (!u) {
         lex_error(L, t->loc, "unknown unit '%s' in '%s'", unit, lit);
         sl_err_hint("units are K M G T, KB MB GB TB, KiB MiB GiB TiB, B, s ms us ns min h, and %%");
         return L->err;
     }
     v->unit = arena_strndup(L->c, unit, strlen(unit));
-    v->num = a * mult;
+    v->num = a * u->mult;
     if (!isfinite(v->num)) return lex_error(L, t->loc, "number '%s' is out of range", lit);
-    /* integral when the literal is an integer (exact via strtoll) or the scaled value is */
-    if (int_lit && mult == 1) {
-        errno = 0;
-        long long ll = strtoll(lit, NULL, 10);
-        v->is_int = errno == 0;
-        v->inum = ll;
-    } else if (v->num == floor(v->num) && fabs(v->num) < 9.2e18) {
-        v->is_int = true;
-        v->inum = (int64_t)v->num;
-    }
+    /* integral when the literal's exact value is (not its double: 9007199254740993 stays itself) */
+    int64_t iv = 0;
+    v->is_int = sl__cfg_literal_int(lit, &iv) == SL_OK;
+    v->inum = iv;
     return SL_OK;
 }
 

@@ -4,7 +4,9 @@
  * core/config.c.
  *
  * Workload: a few reads per statement at start-up; an error message once. */
+#include <ctype.h>
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -92,7 +94,105 @@ static const char *kind_name(sl_cv_kind k) {
     return "a value";
 }
 
+/* ---- number literals ---- */
+
+static const sl__cfg_unit UNITS[] = {
+    {"", 1, 1, 0}, {"K", 1e3, 1, 3}, {"M", 1e6, 1, 6}, {"G", 1e9, 1, 9}, {"T", 1e12, 1, 12},
+    {"k", 1e3, 1, 3}, {"KB", 1e3, 1, 3}, {"MB", 1e6, 1, 6}, {"GB", 1e9, 1, 9}, {"TB", 1e12, 1, 12}, {"B", 1, 1, 0},
+    {"Ki", 1024.0, 1ull << 10, 0}, {"Mi", 1048576.0, 1ull << 20, 0}, {"Gi", 1073741824.0, 1ull << 30, 0},
+    {"Ti", 1099511627776.0, 1ull << 40, 0}, {"KiB", 1024.0, 1ull << 10, 0}, {"MiB", 1048576.0, 1ull << 20, 0},
+    {"GiB", 1073741824.0, 1ull << 30, 0}, {"TiB", 1099511627776.0, 1ull << 40, 0},
+    {"s", 1, 1, 0}, {"ms", 1e-3, 1, -3}, {"us", 1e-6, 1, -6}, {"ns", 1e-9, 1, -9}, {"min", 60, 60, 0},
+    {"h", 3600, 3600, 0}, {"%", 0.01, 1, -2},
+};
+
+const sl__cfg_unit *sl__cfg_find_unit(const char *name) {
+    for (size_t i = 0; i < sizeof UNITS / sizeof UNITS[0]; i++)
+        if (strcmp(name, UNITS[i].name) == 0) return &UNITS[i];
+    return NULL;
+}
+
+typedef unsigned __int128 u128;
+
+/* In 128 bits: the literal is D x 10^e10 x mul, D its significant digits. D has at most 38
+ * of them (below 2^127); with more, the literal is an integer only when no fraction is left
+ * after its exponent and unit, and then it is past int64 (an integer that fits int64 written
+ * with 39 significant digits would need a fraction that a unit's factor cancels: refused). */
+sl_status sl__cfg_literal_int(const char *lit, int64_t *out) {
+    const char *p = lit;
+    bool neg = *p == '-';
+    if (*p == '-' || *p == '+') p++;
+    if (p[0] == '0' && (p[1] == 'x' || p[1] == 'X')) return SL_EINVAL;
+    char dig[160];
+    int nd = 0, nfrac = 0;
+    bool point = false, any = false;
+    for (; isdigit((unsigned char)*p) || (*p == '.' && !point); p++) {
+        if (*p == '.') {
+            point = true;
+            continue;
+        }
+        any = true;
+        if (point) nfrac++;
+        if (nd == 0 && *p == '0') continue; /* leading zeros */
+        if (nd == (int)sizeof dig) return SL_EINVAL; /* longer than any literal the parser takes */
+        dig[nd++] = *p;
+    }
+    if (!any) return SL_EINVAL;
+    long e10 = 0;
+    if ((*p == 'e' || *p == 'E') &&
+        (isdigit((unsigned char)p[1]) || ((p[1] == '-' || p[1] == '+') && isdigit((unsigned char)p[2])))) {
+        bool eneg = p[1] == '-';
+        p += p[1] == '-' || p[1] == '+' ? 2 : 1;
+        for (; isdigit((unsigned char)*p); p++)
+            if (e10 < 1000000) e10 = e10 * 10 + (*p - '0');
+        if (eneg) e10 = -e10;
+    }
+    const sl__cfg_unit *u = sl__cfg_find_unit(p);
+    if (!u) return SL_EINVAL;
+    e10 += u->exp10 - nfrac;
+    while (nd > 0 && dig[nd - 1] == '0') { /* trailing zeros: a power of ten */
+        nd--;
+        e10++;
+    }
+    if (nd > 38) return e10 >= 0 ? SL_ERANGE : SL_EINVAL;
+    if (nd == 0) {
+        *out = 0;
+        return SL_OK;
+    }
+    const u128 lim = (u128)1 << 64; /* past int64 either way; keeps every product below 2^128 */
+    u128 d = 0;
+    uint64_t mul = u->mul;
+    for (int i = 0; i < nd; i++) d = d * 10 + (u128)(dig[i] - '0');
+    if (e10 >= 0) {
+        for (long i = 0; i < e10; i++) {
+            if (d >= lim) return SL_ERANGE;
+            d *= 10;
+        }
+    } else {
+        /* 10^-e10 = 2^k 5^k must divide D x mul: cancel mul's twos and fives first */
+        long k2 = -e10, k5 = -e10;
+        for (; k2 > 0 && mul % 2 == 0; k2--) mul /= 2;
+        for (; k5 > 0 && mul % 5 == 0; k5--) mul /= 5;
+        if (k2 >= 127 || k5 >= 55) return SL_EINVAL; /* 2^127 and 5^55 are past any D */
+        if (d % ((u128)1 << k2)) return SL_EINVAL;
+        d >>= k2;
+        for (long i = 0; i < k5; i++) {
+            if (d % 5) return SL_EINVAL;
+            d /= 5;
+        }
+    }
+    if (d >= lim) return SL_ERANGE;
+    d *= mul;
+    if (d > (u128)INT64_MAX + (neg ? 1 : 0)) return SL_ERANGE;
+    uint64_t m = (uint64_t)d;
+    *out = neg ? (m == (uint64_t)1 << 63 ? INT64_MIN : -(int64_t)m) : (int64_t)m;
+    return SL_OK;
+}
+
 sl_status sl_cfg_int(const sl_cfg *c, const sl_cfg_value *v, int64_t min, int64_t max, int64_t *out) {
+    int64_t iv;
+    if (v->kind == SL_CV_NUMBER && !v->is_int && sl__cfg_literal_int(v->text, &iv) == SL_ERANGE)
+        return sl_cfg_err(c, v->loc, SL_ERANGE, "%s is outside %lld..%lld", v->text, (long long)min, (long long)max);
     if (v->kind != SL_CV_NUMBER || !v->is_int)
         return sl_cfg_err(c, v->loc, SL_EINVAL, "expected an integer, found %s '%s'",
                           v->kind == SL_CV_NUMBER ? "the number" : kind_name(v->kind), v->text);

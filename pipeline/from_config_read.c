@@ -52,9 +52,15 @@ const char *sl__fc_join(const char *const *words, int n, char *buf, size_t cap) 
     return buf;
 }
 
-/* A library call failed while building statement s: say where in the config. */
+/* A library call failed while building statement s: say where in the config (and which
+ * statement, unless the op's message already starts with that name). */
 sl_status sl__fc_construct_failed(builder *b, const sl_cfg_stmt *s, sl_status code) {
-    sl_err_prefix("%s:%d:%d: %s: ", sl_cfg_filename(b->cfg), s->loc.line, s->loc.col, s->name);
+    const char *m = sl_errmsg();
+    size_t k = strlen(s->name);
+    if (strncmp(m, s->name, k) == 0 && m[k] == ':')
+        sl_err_prefix("%s:%d:%d: ", sl_cfg_filename(b->cfg), s->loc.line, s->loc.col);
+    else
+        sl_err_prefix("%s:%d:%d: %s: ", sl_cfg_filename(b->cfg), s->loc.line, s->loc.col, s->name);
     return code;
 }
 

@@ -215,5 +215,5 @@ sl_status sl__elems_reserve(sl_element **arr, int *cap, int need) {
 int64_t sl__batch_card(const sl_dataset *in, const sl_batch_opts *o) {
     int64_t n = sl_dataset_cardinality(in);
     if (n < 0) return n;
-    return o->drop_remainder ? n / o->size : (n + o->size - 1) / o->size;
+    return n / o->size + (!o->drop_remainder && n % o->size != 0); /* n + size - 1 could pass 2^63-1 */
 }

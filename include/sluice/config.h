@@ -14,7 +14,8 @@
  * end of the line, or at `;`. A line that starts with `|` continues the statement above, and
  * newlines inside ( ) and [ ] are ignored. Arguments are values, `key=value` options, or the
  * `|` separator (kept as an SL_CV_PIPE value so interpreters can split chains). Values:
- *   numbers     128  -3  0.5  1e-3  1/255 (a fraction)  64MiB 2GB 30s 500ms 10%  (a unit)
+ *   numbers     128  -3  0.5  1e-3  1/255 (a fraction)  64MiB 2GB 30s 500ms 10%  (a unit);
+ *               decimal only, an integer read exactly (never through a double)
  *   strings     "double quoted, with \" \\ \n \t escapes"
  *   identifiers uint8  auto  true  drop_remainder  a.b-c   (letters, digits, _ . - /  *)
  *               and the comparison words == != < <= > >=  (filter label < 5)
@@ -62,7 +63,9 @@ typedef struct sl_cfg_value {
     const char *text;   /* NUMBER: the literal; STRING: unescaped contents; IDENT/CALL: the name; SHAPE: the literal */
     double num;         /* NUMBER: value after the unit is applied (64MiB -> 67108864, 500ms -> 0.5, 10% -> 0.1) */
     int64_t inum;       /* NUMBER: the integer value when is_int */
-    bool is_int;        /* NUMBER: an integral value that fits int64 (after the unit) */
+    bool is_int;        /* NUMBER: an integral value that fits int64 (after the unit), by the
+                           literal's exact value, not its double: 9007199254740993e0 is
+                           9007199254740993, 12345678901234567e2 is 1234567890123456700 */
     const char *unit;   /* NUMBER: "" or the unit as written ("MiB", "s", "%") */
     int ndims;          /* SHAPE */
     const int64_t *dims;
@@ -96,6 +99,8 @@ typedef struct sl_cfg_stmt {
  * or SL_ENOMEM. Besides syntax errors, SL_EINVAL is returned for:
  *   - a NUL byte anywhere (inside a string, a comment, or between tokens): "NUL byte (0x00)
  *     in the config" at its line and column (a NUL would otherwise cut a string short);
+ *   - a hexadecimal number ("0xff"): "hexadecimal number '0xff': write it in decimal" at it
+ *     (the language's numbers are decimal; "-0" is 0);
  *   - a key given twice on one statement or in one call (`shuffle 10 seed=1 seed=2`):
  *     "option 'seed' given twice (first at FILE:LINE:COL)" at the second one (for calls,
  *     "argument 'mean' of 'normalize' given twice ..."), so no copy silently wins. */
@@ -157,7 +162,10 @@ int sl_cfg_npos(const sl_cfg_stmt *s);
 sl_status sl_cfg_err(const sl_cfg *cfg, sl_cfg_loc loc, sl_status code, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
 
-/* Typed reads with range checks; errors are reported with sl_cfg_err at the value. */
+/* Typed reads with range checks; errors are reported with sl_cfg_err at the value.
+ * sl_cfg_int: SL_ERANGE "V is outside MIN..MAX" for an integer outside [min, max], one past
+ * int64 included ("9223372036854775808 is outside 0..9223372036854775807", never wrapped or
+ * clamped); SL_EINVAL "expected an integer, found ..." for anything that is not an integer. */
 sl_status sl_cfg_int(const sl_cfg *cfg, const sl_cfg_value *v, int64_t min, int64_t max, int64_t *out);
 sl_status sl_cfg_double(const sl_cfg *cfg, const sl_cfg_value *v, double *out);
 sl_status sl_cfg_bool(const sl_cfg *cfg, const sl_cfg_value *v, bool *out); /* true/false/yes/no/on/off/1/0 */

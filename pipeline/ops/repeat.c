@@ -1,7 +1,8 @@
 /* repeat: the input `count` times, or forever (SL_INFINITE). Each pass is a fresh input
  * iterator whose stream seed includes the epoch, so shuffles and random functions below
  * differ from epoch to epoch but are the same run after run. An input that ends with no
- * element on its first pass ends a forever-repeat too, instead of spinning. */
+ * element on its first pass ends a forever-repeat too, instead of spinning. A count whose
+ * product with the input's known cardinality is past 2^63-1 is refused at creation. */
 #include "pipeline/internal.h"
 
 typedef struct {
@@ -12,7 +13,7 @@ typedef struct {
 typedef struct {
     sl_iter base;
     sl_iter *in;
-    int64_t epoch;
+    uint64_t epoch; /* passes begun before this one: only compared with count, never past it */
     bool got_any; /* the current pass produced something */
 } repeat_it;
 
@@ -29,9 +30,9 @@ static sl_status repeat_next(sl_iter *it, sl_element *out) {
         sl__iter_close(r->in);
         r->in = NULL;
         r->epoch++;
-        if (!r->got_any || (count >= 0 && r->epoch >= count)) return SL_END;
+        if (!r->got_any || (count >= 0 && r->epoch >= (uint64_t)count)) return SL_END;
         r->got_any = false;
-        s = sl__iter_input(it->ds, 0, it->ctx, it->seed, (uint64_t)r->epoch, &r->in);
+        s = sl__iter_input(it->ds, 0, it->ctx, it->seed, r->epoch, &r->in);
         if (s) return s;
     }
 }
@@ -55,11 +56,13 @@ static sl_status repeat_make(sl_dataset *ds, sl_ictx *ctx, uint64_t seed, sl_ite
 }
 
 static int64_t repeat_card(const sl_dataset *ds) {
-    int64_t n = sl_dataset_cardinality(ds->inputs[0]), c = ((const repeat_ds *)ds)->count;
+    int64_t n = sl_dataset_cardinality(ds->inputs[0]), c = ((const repeat_ds *)ds)->count, total;
     if (c == 0 || n == 0) return 0;
     if (c < 0 || n == SL_INFINITE) return SL_INFINITE;
     if (n < 0) return n;
-    return n * c;
+    /* a product past 2^63-1 was refused at creation */
+    if (__builtin_mul_overflow(n, c, &total)) return SL_UNKNOWN_CARD;
+    return total;
 }
 
 static const sl_ds_vt repeat_vt = {.name = "repeat", .make_iter = repeat_make, .cardinality = repeat_card};
@@ -68,6 +71,12 @@ sl_status sl_ds_repeat(sl_dataset *in, int64_t count, sl_dataset **out) {
     *out = NULL;
     if (count < 0 && count != SL_INFINITE && count != -1)
         return sl_err(SL_EINVAL, "repeat: count %lld must be >= 0, or -1 for forever", (long long)count);
+    int64_t n = in && count > 0 ? sl_dataset_cardinality(in) : 0, total;
+    if (n > 0 && __builtin_mul_overflow(n, count, &total)) {
+        sl_err(SL_ERANGE, "repeat: %lld x %lld elements is past 2^63-1", (long long)count, (long long)n);
+        sl_err_hint("take fewer elements first, or repeat forever (no count)");
+        return SL_ERANGE;
+    }
     repeat_ds *d = sl__ds_new(sizeof *d, &repeat_vt, &in, 1);
     if (!d) return sl_errcode() ? sl_errcode() : SL_ENOMEM;
     d->count = count < 0 ? -1 : count;

@@ -11,7 +11,7 @@ typedef struct {
 typedef struct {
     sl_iter base;
     sl_iter *in;
-    int64_t pos; /* position of the next input element */
+    int64_t phase; /* position of the next input element, modulo num */
 } shard_it;
 
 static sl_status shard_next(sl_iter *it, sl_element *out) {
@@ -20,9 +20,10 @@ static sl_status shard_next(sl_iter *it, sl_element *out) {
     for (;;) {
         sl_status st = sl__iter_next(s->in, out);
         if (st == SL_END) return st;
-        int64_t pos = s->pos++;
-        if (pos % d->num == d->index) return st; /* ours: an element or its error */
-        sl_element_clear(out);                   /* another replica's (errors included) */
+        bool ours = s->phase == d->index;
+        s->phase = s->phase == d->num - 1 ? 0 : s->phase + 1;
+        if (ours) return st;   /* an element or its error */
+        sl_element_clear(out); /* another replica's (errors included) */
     }
 }
 
@@ -53,7 +54,8 @@ static const sl_ds_vt shard_vt = {.name = "shard", .make_iter = shard_make, .car
 
 sl_status sl_ds_shard(sl_dataset *in, int64_t num, int64_t index, sl_dataset **out) {
     *out = NULL;
-    if (num < 1 || index < 0 || index >= num)
+    if (num < 1) return sl_err(SL_EINVAL, "shard: num %lld must be >= 1", (long long)num);
+    if (index < 0 || index >= num)
         return sl_err(SL_EINVAL, "shard: index %lld must be in 0..%lld (num %lld)", (long long)index,
                       (long long)num - 1, (long long)num);
     shard_ds *d = sl__ds_new(sizeof *d, &shard_vt, &in, 1);

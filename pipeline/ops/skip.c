@@ -1,4 +1,5 @@
-/* skip: all but the first `count` elements of the input (nothing when count < 0). */
+/* skip: all but the first `count` elements of the input (nothing when count < 0; refused
+ * over an endless input, where it would never return). */
 #include "pipeline/internal.h"
 
 typedef struct {
@@ -42,7 +43,7 @@ static sl_status skip_make(sl_dataset *ds, sl_ictx *ctx, uint64_t seed, sl_iter 
 
 static int64_t skip_card(const sl_dataset *ds) {
     int64_t n = sl_dataset_cardinality(ds->inputs[0]), c = ((const skip_ds *)ds)->count;
-    if (n < 0) return c < 0 && n == SL_INFINITE ? 0 : n;
+    if (n < 0) return n; /* endless stays endless (skipping all of it is refused at creation) */
     if (c < 0) return 0;
     return n > c ? n - c : 0;
 }
@@ -51,6 +52,11 @@ static const sl_ds_vt skip_vt = {.name = "skip", .make_iter = skip_make, .cardin
 
 sl_status sl_ds_skip(sl_dataset *in, int64_t count, sl_dataset **out) {
     *out = NULL;
+    if (count < 0 && in && sl_dataset_cardinality(in) == SL_INFINITE) {
+        sl_err(SL_EINVAL, "skip: skipping all (count %lld) of an endless input never ends", (long long)count);
+        sl_err_hint("give skip a count, or take before it");
+        return SL_EINVAL;
+    }
     skip_ds *d = sl__ds_new(sizeof *d, &skip_vt, &in, 1);
     if (!d) return sl_errcode() ? sl_errcode() : SL_ENOMEM;
     d->count = count;

@@ -525,6 +525,54 @@ TEST(test_override_args) {
     sl_cfg_free(c);
 }
 
+/* Integers are exact or refused: a literal past int64 is SL_ERANGE naming it (not "not an
+ * integer", not wrapped), an exponent or unit that would round is computed exactly, a hex
+ * literal is refused where it stands (strtod would read 0xff as 255, strtoll as 0). */
+TEST(test_integer_literals) {
+    PARSE_ROOT("x 9223372036854775807 -9223372036854775808 -0 9007199254740993e0 12345678901234567e2 1.5e3 "
+               "9223372036854775807.0 3000ms 100% 0e99 1Ki\n"
+               "y 9223372036854775808 -9223372036854775809 1e30 9.3e18 10000000000000001K 25e-1 1e-400 "
+               "9223372036854775807.5\n");
+    static const int64_t want[] = {INT64_MAX, INT64_MIN, 0, 9007199254740993LL, 1234567890123456700LL, 1500,
+                                   INT64_MAX, 3, 1, 0, 1024};
+    int64_t iv;
+    ASSERT_EQ(sl_cfg_npos(&r[0]), 11);
+    for (int i = 0; i < 11; i++) {
+        const sl_cfg_value *v = sl_cfg_pos(&r[0], i);
+        if (!v->is_int || v->inum != want[i]) printf("  x[%d] '%s': is_int %d, %lld\n", i, v->text, v->is_int, (long long)v->inum);
+        ASSERT(v->is_int);
+        ASSERT_EQ(v->inum, want[i]);
+        ASSERT_OK(sl_cfg_int(c, v, INT64_MIN, INT64_MAX, &iv));
+        ASSERT_EQ(iv, want[i]);
+    }
+    static const sl_status codes[] = {SL_ERANGE, SL_ERANGE, SL_ERANGE, SL_ERANGE, SL_ERANGE, SL_EINVAL, SL_EINVAL, SL_EINVAL};
+    ASSERT_EQ(sl_cfg_npos(&r[1]), 8);
+    for (int i = 0; i < 8; i++) {
+        const sl_cfg_value *v = sl_cfg_pos(&r[1], i);
+        ASSERT_EQ(v->is_int, 0);
+        sl_status s = sl_cfg_int(c, v, INT64_MIN, INT64_MAX, &iv);
+        if (s != codes[i]) printf("  y[%d] '%s': %s\n", i, v->text, sl_errmsg());
+        ASSERT_EQ(s, codes[i]);
+        char msg[96];
+        if (s == SL_ERANGE) snprintf(msg, sizeof msg, "%s is outside -9223372036854775808..9223372036854775807", v->text);
+        else snprintf(msg, sizeof msg, "expected an integer, found the number '%s'", v->text);
+        ASSERT_CONTAINS(sl_errmsg(), msg);
+    }
+    ASSERT_EQ(sl_cfg_int(c, sl_cfg_pos(&r[1], 0), 0, 10, &iv), SL_ERANGE);
+    ASSERT_STREQ(sl_errmsg(), "t.sl:2:3: 9223372036854775808 is outside 0..10\n"
+                              "    y 9223372036854775808 -9223372036854775809 1e30 9.3e18 10000000000000001K 25e-1 "
+                              "1e-400 9223372036854775807.5\n"
+                              "      ^~~~~~~~~~~~~~~~~~~");
+    ASSERT_EQ(sl_cfg_set(c, "x=0xff"), SL_EINVAL);
+    sl_cfg_free(c);
+    sl_cfg *h = NULL;
+    ASSERT_EQ(sl_cfg_parse("take 0xff\n", 10, "t.sl", &h), SL_EINVAL);
+    ASSERT(h == NULL);
+    ASSERT_STREQ(sl_errmsg(), "t.sl:1:6: hexadecimal number '0xff': write it in decimal\n    take 0xff\n         ^~~~");
+    ASSERT_EQ(sl_cfg_parse("take 0XE\n", 9, "t.sl", &h), SL_EINVAL);
+    ASSERT_CONTAINS(sl_errmsg(), "t.sl:1:6: hexadecimal number '0XE': write it in decimal");
+}
+
 int main(void) {
     RUN(test_pipeline_sketch);
     RUN(test_values);
@@ -540,5 +588,6 @@ int main(void) {
     RUN(test_config_file_kinds);
     RUN(test_override_remove);
     RUN(test_override_args);
+    RUN(test_integer_literals);
     TEST_MAIN_END();
 }

@@ -1044,6 +1044,50 @@ TEST(test_image_options) {
     clean_dir();
 }
 
+/* Counts at the int64 edges from the config: the two ranges that used to wrap give Python's
+ * elements; a count past int64 and a repeat whose product is are refused at FILE:LINE:COL. */
+TEST(test_counts_at_int64_edges) {
+    static const struct { const char *range; int64_t a, b; } ok[] = {
+        {"range 9223372036854775800 9223372036854775807 5", 9223372036854775800LL, 9223372036854775805LL},
+        {"range 0 9223372036854775807 4611686018427387904", 0, 4611686018427387904LL},
+    };
+    for (size_t i = 0; i < 2; i++) {
+        char text[160];
+        snprintf(text, sizeof text, "pipeline p {\n %s\n take 8\n}\n", ok[i].range);
+        sl_dataset *ds;
+        ASSERT_OK(build(text, "p", NULL, &ds));
+        int64_t v[8];
+        int n = drain(ds, 0, "value", v, 8, NULL, NULL);
+        sl_dataset_unref(ds);
+        ASSERT_EQ(n, 2);
+        ASSERT_EQ(v[0], ok[i].a);
+        ASSERT_EQ(v[1], ok[i].b);
+    }
+    static const struct { const char *body; sl_status code; const char *msg; } bad[] = {
+        {" range 0 3\n take 9223372036854775808\n", SL_ERANGE,
+         "p.sl:3:7: 9223372036854775808 is outside 0..9223372036854775807\n     take 9223372036854775808\n"
+         "          ^~~~~~~~~~~~~~~~~~~\n---> HINT: usage: take N"},
+        {" range 0 3\n skip 1e30\n", SL_ERANGE,
+         "p.sl:3:7: 1e30 is outside 0..9223372036854775807\n     skip 1e30\n          ^~~~\n---> HINT: usage: skip N"},
+        {" range 0 4611686018427387904\n repeat 3\n", SL_ERANGE,
+         "p.sl:3:2: repeat: 3 x 4611686018427387904 elements is past 2^63-1\n"
+         "---> HINT: take fewer elements first, or repeat forever (no count)"},
+        {" range -9223372036854775808 9223372036854775807\n", SL_ERANGE,
+         "p.sl:2:2: range: start -9223372036854775808 stop 9223372036854775807 step 1 makes 18446744073709551615 "
+         "elements, past 2^63-1\n---> HINT: split it into two ranges, or repeat one for an endless stream"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        char text[256];
+        snprintf(text, sizeof text, "pipeline train {\n%s}\n", bad[i].body);
+        sl_dataset *ds = (sl_dataset *)1;
+        sl_status s = build(text, "train", NULL, &ds);
+        if (s != bad[i].code || strcmp(sl_errmsg(), bad[i].msg) != 0) printf("  case %zu:\n", i);
+        ASSERT_EQ(s, bad[i].code);
+        ASSERT(ds == NULL);
+        ASSERT_STREQ(sl_errmsg(), bad[i].msg);
+    }
+}
+
 int main(void) {
     RUN(test_range_ops);
     RUN(test_filter_comparisons);
@@ -1060,6 +1104,7 @@ int main(void) {
     RUN(test_seeds);
     RUN(test_pipeline_names);
     RUN(test_error_messages);
+    RUN(test_counts_at_int64_edges);
     RUN(test_relative_paths_follow_the_config_file);
     TEST_MAIN_END();
 }
