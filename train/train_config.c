@@ -3,10 +3,12 @@
  * a hint: the statement's usage, or "did you mean ...?" for an unknown name.
  * Workload: one block of a dozen statements, read once per run. */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "sluice/from_config.h"
 #include "sluice/train.h"
+#include "train/trainer_priv.h"
 
 typedef struct {
     const char *name;
@@ -228,6 +230,53 @@ static uint64_t hash_stmt(uint64_t h, const sl_cfg_stmt *s) {
     }
     for (int i = 0; i < s->nbody; i++) h = hash_stmt(h, &s->body[i]);
     return fnv(h, "}", 1);
+}
+
+/* The definition `block NAME(PARAMS) { }` (or `block NAME { }`) named name, or NULL: the
+ * first of that name, as the model's expansion takes it (train/model_config.c). */
+static const sl_cfg_stmt *block_def(const sl_cfg *cfg, const char *name) {
+    int n;
+    const sl_cfg_stmt *root = sl_cfg_root(cfg, &n);
+    for (int i = 0; i < n; i++) {
+        const sl_cfg_value *v = sl_cfg_pos(&root[i], 0);
+        if (strcmp(root[i].name, "block") == 0 && root[i].has_body && v &&
+            (v->kind == SL_CV_CALL || v->kind == SL_CV_IDENT) && strcmp(v->text, name) == 0)
+            return &root[i];
+    }
+    return NULL;
+}
+
+/* The model's hash: its block's statements, then the definition of every block it uses
+ * (directly or inside another block), each once in the order of first use, so a change
+ * inside a block used by the model (relu to sigmoid) changes the hash as the same change
+ * in the model block does, and blocks the model does not use do not count. A model that
+ * uses no block hashes as its block alone. `used` has room for `cap` definitions (the
+ * config's top-level statements). */
+static uint64_t hash_uses(const sl_cfg *cfg, uint64_t h, const sl_cfg_stmt *s, const sl_cfg_stmt **used, int *n,
+                          int cap) {
+    for (int i = 0; i < s->nbody; i++) {
+        const sl_cfg_stmt *d = block_def(cfg, s->body[i].name);
+        bool seen = !d;
+        for (int k = 0; !seen && k < *n; k++) seen = used[k] == d;
+        if (!seen && *n < cap) {
+            used[(*n)++] = d;
+            h = hash_stmt(h, d);
+            h = hash_uses(cfg, h, d, used, n, cap); /* each definition once: the recursion ends */
+        }
+        h = hash_uses(cfg, h, &s->body[i], used, n, cap);
+    }
+    return h;
+}
+
+static uint64_t model_hash(const sl_cfg *cfg, const sl_cfg_stmt *model) {
+    int nroot;
+    sl_cfg_root(cfg, &nroot);
+    const sl_cfg_stmt **used = calloc((size_t)nroot + 1, sizeof *used);
+    if (!used) return 0; /* out of memory (0 is no hash: the caller fails) */
+    int n = 0;
+    uint64_t h = hash_uses(cfg, hash_stmt(0xcbf29ce484222325ULL, model), model, used, &n, nroot);
+    free(used);
+    return h;
 }
 
 static const char *const OPTIMS[] = {"sgd", "adam", "adamw"};
@@ -658,7 +707,22 @@ static sl_status check_train(const sl_cfg *cfg, const sl_cfg_stmt *tb, const tra
     if (seen->eval && c->eval[0] && check_block(cfg, seen->eval, "pipeline", c->eval, &c->eval_batch))
         return sl_errcode();
     if (!c->run_dir[0]) snprintf(c->run_dir, sizeof c->run_dir, "runs/%s", c->model);
-    c->model_hash = hash_stmt(0xcbf29ce484222325ULL, find_block(cfg, "model", c->model));
+    c->model_hash = model_hash(cfg, find_block(cfg, "model", c->model));
+    if (!c->model_hash) return sl_err(SL_ENOMEM, "train: out of memory hashing model '%s'", c->model);
+    return SL_OK;
+}
+
+sl_status sl__train_total_steps(const sl_train_config *c, int64_t steps_per_epoch, int64_t *out) {
+    *out = 0;
+    if (c->steps > 0) {
+        *out = c->steps;
+    } else if (c->epochs > 0 && steps_per_epoch > 0 && __builtin_mul_overflow(c->epochs, steps_per_epoch, out)) {
+        *out = 0;
+        sl_err(SL_ERANGE, "train: %lld epochs x %lld steps per epoch is past 2^63-1", (long long)c->epochs,
+               (long long)steps_per_epoch);
+        sl_err_hint("train for `steps N` instead of `epochs N`");
+        return SL_ERANGE;
+    }
     return SL_OK;
 }
 

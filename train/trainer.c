@@ -97,6 +97,9 @@ sl_status sl_trainer_create(const sl_cfg *cfg, const sl_train_opts *opts, sl_tra
     mo.threads = t->c.threads;
     mo.label_smoothing = t->c.label_smoothing;
     mo.precision = t->c.precision;
+    /* the optimizer's state is planned with the model (sl_optim_create allocates it) */
+    const sl_optim_spec *os = &t->c.optim;
+    mo.optimizer_floats = os->kind == SL_OPTIM_SGD ? (os->momentum != 0.0f ? 1 : 0) : 2;
     t->ls = (sl__loss_scaler){.scale = SL__LOSS_SCALE_START};
     t->sum.loss_scale = t->c.precision == SL_PRECISION_FP16 ? t->ls.scale : 1;
     /* GPU placement: --device, else the block's `device`, else local rank % visible GPUs */
@@ -128,6 +131,8 @@ sl_status sl_trainer_create(const sl_cfg *cfg, const sl_train_opts *opts, sl_tra
         sl_err_hint("train for `steps N` instead of `epochs N`, or drop the repeat (each epoch re-reads the pipeline)");
         goto fail;
     }
+    int64_t run_steps; /* epochs x the batches the pipeline knows it has: refused past 2^63-1 */
+    if ((s = sl__train_total_steps(&t->c, sl_dataset_cardinality(t->train_ds), &run_steps))) goto fail;
     /* The first epoch's pipeline starts now, so that its shuffle buffer and prefetch fill
      * while the model is built (a GPU's context and cuBLAS take a few hundred ms) and the
      * replicas connect; a resumed run opens its own epoch later. A failure here is not
@@ -421,7 +426,7 @@ int sl__train_progress_line(char *out, size_t cap, int64_t epoch, int64_t epochs
     }
     if (epochs == 0 && total_steps > 0) {
         fill_bar(bar, 24, step, total_steps);
-        int pct = (int)(100 * step / total_steps);
+        int pct = (int)((__int128)100 * step / total_steps); /* 100 * step can pass 2^63-1 */
         return snprintf(out, cap, "step %" PRId64 "/%" PRId64 " [%s] %3d%%  epoch %" PRId64 "  loss %.4f  accuracy %.4f%s",
                         step, total_steps, bar, pct, epoch + 1, loss, accuracy, eta);
     }
@@ -437,7 +442,8 @@ static void progress(sl_trainer *t, double *last, int64_t epoch, int64_t b, int6
     if (tn - *last < 0.1) return;
     *last = tn;
     /* the run's length: steps N, or epochs x steps per epoch once the first epoch is counted */
-    int64_t total = t->c.steps > 0 ? t->c.steps : t->steps_per_epoch > 0 ? t->c.epochs * t->steps_per_epoch : 0;
+    int64_t total;
+    if (sl__train_total_steps(&t->c, t->steps_per_epoch, &total)) sl_err_clear(); /* past 2^63-1: none shown */
     double eta = -1, dt = tn - t->run_t0;
     int64_t done = step - t->run_step0;
     if (total > 0 && done > 0 && dt > 0) eta = (double)(total > step ? total - step : 0) * dt / (double)done;
@@ -997,7 +1003,9 @@ sl_status sl_trainer_run(sl_trainer *t) {
             t->c.schedule.total = t->c.steps - t->c.schedule.warmup;
         } else {
             if (t->steps_per_epoch == 0 && (s = sl__tr_count_batches(t, &t->steps_per_epoch))) goto done;
-            t->c.schedule.total = t->c.epochs * t->steps_per_epoch - t->c.schedule.warmup;
+            int64_t total;
+            if ((s = sl__train_total_steps(&t->c, t->steps_per_epoch, &total))) goto done;
+            t->c.schedule.total = total - t->c.schedule.warmup;
         }
         if (t->c.schedule.total < 1) t->c.schedule.total = 1;
     }

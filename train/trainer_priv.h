@@ -107,6 +107,11 @@ static inline int own_stop(const sl_trainer *t) { return t->opts.stop ? (int)*t-
 /* Not for lockstep replicas, which stop together (agree_stop) */
 static inline bool stop_requested(const sl_trainer *t) { return own_stop(t) && !lockstep(t); }
 
+/* The run's length (train/train_config.c): c->steps, or c->epochs x steps_per_epoch (0 while
+ * that is not known, steps_per_epoch <= 0). SL_ERANGE naming both numbers, *out 0, when the
+ * product is past 2^63-1. */
+sl_status sl__train_total_steps(const sl_train_config *c, int64_t steps_per_epoch, int64_t *out);
+
 /* ---- lockstep epochs (train/trainer_lockstep.c; sluice/train.h) ---- */
 
 /* At the start: the chief warns when the replicas' batches per epoch, known without

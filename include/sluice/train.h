@@ -55,11 +55,17 @@
  * step): tensors "model/<param name>" (e.g. "model/dense_1/kernel") and "optimizer/state"
  * (the flat optimizer state), metadata format=sluice-checkpoint, version=1, step, epoch and
  * batch (the data position: the next batch to train is batch `batch` of 0-based epoch
- * `epoch`), optimizer_step, model (name), model_hash (of the model block), config (file
+ * `epoch`), optimizer_step, model (name), model_hash (of the model block and the `block`
+ * definitions it uses), config (file
  * name), steps_per_epoch, batch_size (the global batch), and CRC32Cs of every tensor and of
  * the header (version=2; see sl_train_check_checkpoint). Written crash-safe (temporary name,
  * fsync, rename) by sluice/safetensors.h; the oldest beyond `keep` are deleted (a failed
- * removal is a warning naming the file). Resume loads the newest that passes every check,
+ * removal is a warning naming the file) once the new one is in place. A checkpoint that
+ * cannot be written (a full disk or quota, a file-size limit: "PATH: write failed at byte N:
+ * REASON" with a hint, sluice/file.h) ends the run with SL_EIO; its temporary file is
+ * removed and every older checkpoint kept. A process that leaves SIGXFSZ at its default
+ * action is killed at a file-size limit instead (the sluice-* tools ignore it). Resume
+ * loads the newest that passes every check,
  * skipping with a warning that names it and says what is wrong any damaged one (torn,
  * checksum mismatch, inconsistent metadata, NaN or Inf, a FIFO or folder by that name); when
  * none is loadable the run fails naming them. A sound checkpoint of another configuration
@@ -137,7 +143,9 @@ typedef struct sl_train_config {
     sl_compress_spec compress;  /* strategy ring|ps compress=...; default none (sluice/compress.h) */
     int64_t batch;              /* the training pipeline's global batch (its `batch N`) */
     int64_t eval_batch;         /* the evaluation pipeline's batch (0 without one) */
-    uint64_t model_hash;        /* FNV-1a over the model block's statements */
+    uint64_t model_hash;        /* FNV-1a over the model block's statements, then over each
+                                   `block` definition it uses (also inside other blocks), once
+                                   each in order of first use: what the parameters mean */
     int64_t log_every;          /* `log every=N`: train scalars every N steps, averaged over
                                    them; 0 (default): once per epoch, as Keras' update_freq='epoch' */
     double bucket_mb;           /* `bucket_mb MB`: gradient buckets for strategy ring (MiB, 0..4096,
@@ -313,8 +321,10 @@ typedef struct sl_trainer sl_trainer;
  * buffer and prefetch while the model is built and the replicas connect); sl_trainer_run
  * also opens each next epoch's pipeline while the last tenth of an epoch trains, so at
  * most two are alive at once. Returns SL_OK and the trainer in *out; on failure *out is
- * NULL and the error is the config's (FILE:LINE:COL), the model's, the pipeline's, or
- * SL_EIO for the run folder. */
+ * NULL and the error is the config's (FILE:LINE:COL), the model's, the pipeline's,
+ * SL_ERANGE when `epochs N` times the batches the training pipeline knows it has is past
+ * 2^63-1 ("train: 3 epochs x 4611686018427387904 steps per epoch is past 2^63-1"), or SL_EIO
+ * for the run folder. */
 sl_status sl_trainer_create(const sl_cfg *cfg, const sl_train_opts *opts, sl_trainer **out);
 
 /* The parsed configuration (valid while the trainer lives). */

@@ -1872,6 +1872,74 @@ TEST(test_loss_scale_update) {
     ASSERT(ls.scale == 131072.0f);
 }
 
+/* The model hash covers the `block` definitions the model uses: relu -> sigmoid inside a
+ * block changes it (as the same change in the model block does), also in a block used inside
+ * another block; reformatting, comments and blocks the model does not use do not; a
+ * checkpoint of the block's other version is refused at --resume. */
+static uint64_t hash_of(const char *blocks, const char *model) {
+    char text[4096];
+    snprintf(text, sizeof text,
+             "%s%smodel m {\n%s}\ntrain {\n    model m\n    data train\n    steps 2\n    checkpoint steps=2\n"
+             "    backend cpu\n    threads 1\n}\n",
+             SL_TEST_POINTS_PIPELINES, blocks, model);
+    sl_cfg *cfg;
+    if (parse_text(text, "hash.sl", &cfg)) return 1;
+    sl_train_config c;
+    uint64_t h = sl_train_config_parse(cfg, &c) ? 2 : c.model_hash;
+    sl_cfg_free(cfg);
+    return h;
+}
+
+TEST(test_model_hash_covers_blocks) {
+    const char *model = "    input 4\n    act 8\n    dense 2\n";
+    const char *relu = "block act(n) {\n    dense n activation=relu\n}\n";
+    uint64_t h = hash_of(relu, model);
+    ASSERT(h > 2);
+    ASSERT(hash_of("block act(n) {\n    dense n activation=sigmoid\n}\n", model) != h);
+    ASSERT(hash_of("block act(n) {\n    dense n activation=relu\n    dense n\n}\n", model) != h);
+    ASSERT(hash_of("block act(m) {\n    dense m activation=relu\n}\n", model) != h);
+    /* the same statements written otherwise, and a block the model does not use */
+    ASSERT_EQ(hash_of("# act\nblock   act(n)   {  dense n  activation=relu  }\n", model), h);
+    char two[512];
+    snprintf(two, sizeof two, "%sblock other(n) {\n    dense n activation=tanh\n}\n", relu);
+    ASSERT_EQ(hash_of(two, model), h);
+    /* nested: the inner block's change reaches the model through the outer one */
+    const char *outer = "block outer(n) {\n    act n\n}\n";
+    char a[512], b[512];
+    snprintf(a, sizeof a, "%s%s", relu, outer);
+    snprintf(b, sizeof b, "block act(n) {\n    dense n activation=sigmoid\n}\n%s", outer);
+    const char *via = "    input 4\n    outer 8\n    dense 2\n";
+    ASSERT(hash_of(a, via) != hash_of(b, via));
+    ASSERT(hash_of(a, via) != h);
+    /* --resume of the relu version's checkpoint with the sigmoid version: another model */
+    char text[4096];
+    const char *fmt = "%sblock act(n) {\n    dense n activation=%s\n}\nmodel m {\n%s}\ntrain {\n    model m\n"
+                      "    data train\n    steps 2\n    checkpoint steps=2\n    backend cpu\n    threads 1\n}\n";
+    char dir[400];
+    snprintf(dir, sizeof dir, "%s/blockhash", tmpdir);
+    for (int v = 0; v < 2; v++) {
+        snprintf(text, sizeof text, fmt, SL_TEST_POINTS_PIPELINES, v ? "sigmoid" : "relu", model);
+        sl_cfg *cfg;
+        ASSERT_OK(parse_text(text, "blockhash.sl", &cfg));
+        sl_train_opts o = sl_train_opts_default();
+        o.run_dir = dir;
+        o.resume = v == 1;
+        sl_trainer *t = NULL;
+        sl_status s = sl_trainer_create(cfg, &o, &t);
+        SKIP_WITHOUT_CPU(s, cfg);
+        ASSERT_OK(s);
+        s = sl_trainer_run(t);
+        if (v == 0) {
+            ASSERT_OK(s);
+        } else {
+            ASSERT_EQ(s, SL_EINVAL);
+            ASSERT_CONTAINS(sl_errmsg(), "checkpoint of another model");
+        }
+        sl_trainer_free(t);
+        sl_cfg_free(cfg);
+    }
+}
+
 /* on_epoch_end: called after each complete epoch, once its checkpoint is written, with the
  * epochs done and the global step; an error from it ends the run with that status, the
  * checkpoints written stay. plain_progress: the bar is redrawn after "\r" and padded with
@@ -1969,6 +2037,7 @@ int main(void) {
     RUN(test_stop_request);
     RUN(test_progress_line);
     RUN(test_epoch_end_hook_and_plain_progress);
+    RUN(test_model_hash_covers_blocks);
     RUN(test_eval_console_lines);
     RUN(test_log_every_steps);
     RUN(test_lockstep_stop);
