@@ -56,7 +56,9 @@ void sl_dataset_unref(sl_dataset *ds);       /* NULL is a no-op */
 /* The op's name ("map", "batch", ...). */
 const char *sl_dataset_op(const sl_dataset *ds);
 
-/* Number of elements, SL_INFINITE, or SL_UNKNOWN_CARD. */
+/* Number of elements, SL_INFINITE, or SL_UNKNOWN_CARD. Exact whenever it is a number: an op
+ * whose exact count would pass 2^63-1 (range, repeat) is refused when it is created, with
+ * SL_ERANGE naming the numbers, rather than reporting a wrapped or saturated count. */
 int64_t sl_dataset_cardinality(const sl_dataset *ds);
 
 /* Set a label shown in errors and stats instead of the op name (e.g. "map#2" or the
@@ -65,8 +67,11 @@ void sl_dataset_set_label(sl_dataset *ds, const char *label);
 
 /* ---- sources ------------------------------------------------------------------------- */
 
-/* Integers start, start+step, ... < stop (> stop for negative step): {"value": int64 scalar}.
- * SL_EINVAL for step 0. */
+/* Integers start, start+step, ... < stop (> stop for negative step): {"value": int64 scalar},
+ * exactly the elements of Python's range(start, stop, step) for any int64 values (INT64_MIN,
+ * INT64_MAX and step -2^63 included; nothing is computed past the int64 limits), and
+ * Python's len() as the cardinality. SL_EINVAL for step 0; SL_ERANGE when there would be
+ * more than 2^63-1 elements ("range: start S stop E step K makes N elements, past 2^63-1"). */
 sl_status sl_ds_range(int64_t start, int64_t stop, int64_t step, sl_dataset **out);
 
 /* The records of TFRecord files, file after file: {"record": bytes scalar} — a zero-copy
@@ -124,7 +129,9 @@ sl_batch_opts sl_batch_opts_default(int64_t size);
 /* Stack `size` consecutive elements along a new leading dimension. Every element must have
  * the same components with the same dtypes; shapes must match unless padded (then each
  * component is padded to the largest shape in the batch). Bytes components are copied into
- * one buffer per batch. A mismatch is SL_EINVAL naming the component and both shapes. */
+ * one buffer per batch. A mismatch is SL_EINVAL naming the component and both shapes. The
+ * cardinality is ceil(n / size) (floor with drop_remainder) for an input of n, exact up to
+ * n = 2^63-1. */
 sl_status sl_ds_batch(sl_dataset *in, const sl_batch_opts *opts, sl_dataset **out);
 
 /* map fused with batch: each mapped element is written straight into its slot of the
@@ -142,15 +149,20 @@ sl_status sl_ds_shuffle(sl_dataset *in, int64_t buffer, uint64_t seed, bool resh
 /* Produce elements ahead on a background thread into a buffer of `buffer` (SL_AUTO). */
 sl_status sl_ds_prefetch(sl_dataset *in, int64_t buffer, sl_dataset **out);
 
-/* The input `count` times (SL_INFINITE: forever). count 0 gives nothing. */
+/* The input `count` times (SL_INFINITE: forever). count 0 gives nothing. SL_ERANGE when the
+ * input's known cardinality times count is past 2^63-1 ("repeat: 3 x 4611686018427387904
+ * elements is past 2^63-1"); SL_EINVAL for a count below -1 other than SL_INFINITE. */
 sl_status sl_ds_repeat(sl_dataset *in, int64_t count, sl_dataset **out);
 
 /* Keep elements whose position i satisfies i % num == index: placed on a list of files it
- * shards by file (each replica reads a disjoint set of files), on records by data. */
+ * shards by file (each replica reads a disjoint set of files), on records by data. SL_EINVAL
+ * for num < 1 ("shard: num N must be >= 1") or index outside 0..num-1. */
 sl_status sl_ds_shard(sl_dataset *in, int64_t num, int64_t index, sl_dataset **out);
 
 sl_status sl_ds_take(sl_dataset *in, int64_t count, sl_dataset **out);  /* count < 0: all */
-sl_status sl_ds_skip(sl_dataset *in, int64_t count, sl_dataset **out);  /* count < 0: all */
+/* count < 0: all; over an endless input (SL_INFINITE) that is SL_EINVAL, since it would
+ * never return. */
+sl_status sl_ds_skip(sl_dataset *in, int64_t count, sl_dataset **out);
 
 /* Keep elements for which pred returns true (> 0); pred's negative status is an error. */
 typedef int (*sl_pred_fn)(void *ctx, const sl_element *elem);
@@ -188,7 +200,9 @@ sl_status sl_iter_create(sl_dataset *ds, const sl_iter_opts *opts, sl_iter **out
 
 /* The next element into *out, which must be empty (fresh from sl_element_init or cleared);
  * the caller owns what it receives and releases it with sl_element_clear. Returns SL_OK,
- * SL_END, or an error (see above); *out is empty unless SL_OK. */
+ * SL_END, or an error (see above); *out is empty unless SL_OK. An element whose bytes a
+ * mapped file took away while it waited in the pipeline is SL_EIO (sl_element_check's
+ * message: file, record offset, component), never zeros returned as data. */
 sl_status sl_iter_next(sl_iter *it, sl_element *out);
 
 /* Cancel, join, free. NULL is a no-op. */
