@@ -14,22 +14,37 @@
 /* allsum tags: one per kind of agreement, so replicas out of phase fail instead of mixing */
 enum { TAG_CARD = 1, TAG_COUNT = 2, TAG_FIRST = 3, TAG_ENDS = 4, TAG_STOP = 5 };
 
-static int32_t clamp32(int64_t v) { return v > INT32_MAX ? INT32_MAX : v < INT32_MIN ? INT32_MIN : (int32_t)v; }
-
-/* Every replica's values: v[k * world + rank] = mine[k] for k < nk, then allsum. v holds
- * nk * world ints. */
-static sl_status gather(sl_trainer *t, const int64_t *mine, int nk, uint32_t tag, int32_t *v) {
+/* Every replica's values, exact: v[k * world + rank] = mine[k] for k < nk (v holds nk *
+ * world values). Each value travels as two 32-bit words of the allsum's int32 vector, its
+ * high half in the first nk * world words and its low half in the next, both in a slot only
+ * its own replica fills (the others add 0): the sum is the value itself, whatever its size,
+ * so a count past 2^31 is never clamped. The vector stays blocks of world ints, slot r
+ * being replica r's (sluice/train.h allsum). */
+static sl_status gather(sl_trainer *t, const int64_t *mine, int nk, uint32_t tag, int64_t *v) {
     int w = t->hooks.world_size;
-    memset(v, 0, (size_t)nk * (size_t)w * sizeof *v);
-    for (int k = 0; k < nk; k++) v[k * w + t->hooks.rank] = clamp32(mine[k]);
-    return t->hooks.allsum(t->hooks.ctx, v, (size_t)nk * (size_t)w, tag);
+    size_t n = (size_t)nk * (size_t)w;
+    int32_t *words = calloc(2 * n, sizeof *words);
+    if (!words) return sl_err(SL_ENOMEM, "out of memory");
+    for (int k = 0; k < nk; k++) {
+        uint64_t u = (uint64_t)mine[k];
+        size_t at = (size_t)k * (size_t)w + (size_t)t->hooks.rank;
+        words[at] = (int32_t)(uint32_t)(u >> 32); /* two's complement bits, no overflow */
+        words[n + at] = (int32_t)(uint32_t)u;
+    }
+    sl_status s = t->hooks.allsum(t->hooks.ctx, words, 2 * n, tag);
+    for (size_t i = 0; !s && i < n; i++) {
+        uint64_t u = (uint64_t)(uint32_t)words[i] << 32 | (uint32_t)words[n + i];
+        v[i] = u <= (uint64_t)INT64_MAX ? (int64_t)u : -(int64_t)(~u) - 1;
+    }
+    free(words);
+    return s;
 }
 
 /* Batches per epoch of each replica known without reading (cardinality), at the start:
  * the chief warns when they differ. Every replica takes part. */
 sl_status sl__tr_check_split(sl_trainer *t) {
     int w = t->hooks.world_size;
-    int32_t *v = calloc((size_t)w, sizeof *v);
+    int64_t *v = calloc((size_t)w, sizeof *v);
     if (!v) return sl_err(SL_ENOMEM, "out of memory");
     int64_t card = sl_dataset_cardinality(t->train_ds);
     int64_t mine = card >= 0 ? card : -1;
@@ -38,7 +53,7 @@ sl_status sl__tr_check_split(sl_trainer *t) {
         free(v);
         return s;
     }
-    int32_t lo = INT32_MAX, hi = 0;
+    int64_t lo = INT64_MAX, hi = 0;
     bool known = true;
     for (int r = 0; r < w; r++) {
         if (v[r] < 0) known = false;
@@ -51,7 +66,7 @@ sl_status sl__tr_check_split(sl_trainer *t) {
             if (v[r] == 0) empty = r;
             else full = r;
         }
-        sl_err(SL_EINVAL, "pipeline '%s': rank %d has no batch in an epoch while rank %d has %" PRId32 ": its shard is empty",
+        sl_err(SL_EINVAL, "pipeline '%s': rank %d has no batch in an epoch while rank %d has %" PRId64 ": its shard is empty",
                t->c.data, empty, full, v[full]);
         sl_err_hint("give every replica data: at least as many files as replicas with `shard file`, or `shard data`, "
                     "and a batch no larger than a replica's shard");
@@ -63,13 +78,13 @@ sl_status sl__tr_check_split(sl_trainer *t) {
         size_t ll = 0, lu = 0;
         for (int r = 0; r < w; r++) {
             if (ll < sizeof list)
-                ll += (size_t)snprintf(list + ll, sizeof list - ll, "%srank %d %" PRId32, r ? ", " : "", r, v[r]);
+                ll += (size_t)snprintf(list + ll, sizeof list - ll, "%srank %d %" PRId64, r ? ", " : "", r, v[r]);
             if (v[r] > lo && lu < sizeof unused)
-                lu += (size_t)snprintf(unused + lu, sizeof unused - lu, "%s%" PRId32 " batch%s of rank %d", lu ? ", " : "",
+                lu += (size_t)snprintf(unused + lu, sizeof unused - lu, "%s%" PRId64 " batch%s of rank %d", lu ? ", " : "",
                                        v[r] - lo, v[r] - lo == 1 ? "" : "es", r);
         }
         warnf(t,
-              "pipeline '%s': the replicas' shards give unequal batches per epoch (%s): every epoch ends at %" PRId32
+              "pipeline '%s': the replicas' shards give unequal batches per epoch (%s): every epoch ends at %" PRId64
               " steps on all replicas (%s unused per epoch); give every replica as many batches to use all the data",
               t->c.data, list, lo, unused);
     }
@@ -82,7 +97,7 @@ sl_status sl__tr_check_split(sl_trainer *t) {
  * its cardinality or -1 when not), once, and again when they change. */
 sl_status sl__tr_warn_uneven(sl_trainer *t, int64_t epoch, int64_t b, bool ran_out) {
     int w = t->hooks.world_size;
-    int32_t *v = calloc((size_t)w * 2, sizeof *v);
+    int64_t *v = calloc((size_t)w * 2, sizeof *v);
     if (!v) return sl_err(SL_ENOMEM, "out of memory");
     int64_t card = sl_dataset_cardinality(t->train_ds);
     int64_t mine[2] = {ran_out, ran_out ? b : card > b ? card : -1};
@@ -101,7 +116,7 @@ sl_status sl__tr_warn_uneven(sl_trainer *t, int64_t epoch, int64_t b, bool ran_o
         size_t lo = 0, lk = 0, lm = 0, lu = 0;
         int nout = 0, nunk = 0;
         for (int r = 0; r < w; r++) {
-            int32_t tot = v[w + r];
+            int64_t tot = v[w + r];
             if (v[r]) {
                 if (lo < sizeof out) lo += (size_t)snprintf(out + lo, sizeof out - lo, "%s%d", nout ? ", " : "", r);
                 nout++;
@@ -110,7 +125,7 @@ sl_status sl__tr_warn_uneven(sl_trainer *t, int64_t epoch, int64_t b, bool ran_o
                 nunk++;
             } else {
                 if (lm < sizeof more)
-                    lm += (size_t)snprintf(more + lm, sizeof more - lm, "%srank %d had %" PRId32, lm ? ", " : "", r, tot);
+                    lm += (size_t)snprintf(more + lm, sizeof more - lm, "%srank %d had %" PRId64, lm ? ", " : "", r, tot);
                 if (lu < sizeof unused)
                     lu += (size_t)snprintf(unused + lu, sizeof unused - lu, "%s%" PRId64 " batch%s of rank %d",
                                            lu ? ", " : "", tot - b, tot - b == 1 ? "" : "es", r);
@@ -139,7 +154,7 @@ sl_status sl__tr_count_batches(sl_trainer *t, int64_t *n) {
     sl_status s = count_own_batches(t, n);
     if (s || !lockstep(t)) return s;
     int w = t->hooks.world_size;
-    int32_t *v = calloc((size_t)w, sizeof *v);
+    int64_t *v = calloc((size_t)w, sizeof *v);
     if (!v) return sl_err(SL_ENOMEM, "out of memory");
     if (!(s = gather(t, n, 1, TAG_COUNT, v)))
         for (int r = 0; r < w; r++)
@@ -174,7 +189,7 @@ static sl_status count_own_batches(sl_trainer *t, int64_t *n) {
  * reports the empty epoch); a replica without one while others have some fails them all. */
 sl_status sl__tr_first_batch(sl_trainer *t, int64_t epoch, bool have) {
     int w = t->hooks.world_size;
-    int32_t *v = calloc((size_t)w, sizeof *v);
+    int64_t *v = calloc((size_t)w, sizeof *v);
     if (!v) return sl_err(SL_ENOMEM, "out of memory");
     int64_t mine = have;
     sl_status s = gather(t, &mine, 1, TAG_FIRST, v);
@@ -201,7 +216,7 @@ sl_status sl__tr_first_batch(sl_trainer *t, int64_t epoch, bool have) {
  * exchange's. Every replica calls it at the same step: *more is the same on all. */
 sl_status sl__tr_agree_stop(sl_trainer *t, bool have_next, int mine, int *more, bool *stop) {
     int w = t->hooks.world_size;
-    int32_t *v = calloc((size_t)w * 2, sizeof *v);
+    int64_t *v = calloc((size_t)w * 2, sizeof *v);
     if (!v) return sl_err(SL_ENOMEM, "out of memory");
     int64_t vals[2] = {have_next, mine};
     sl_status s = gather(t, vals, 2, TAG_STOP, v);
@@ -215,7 +230,7 @@ sl_status sl__tr_agree_stop(sl_trainer *t, bool have_next, int mine, int *more, 
             *more = have;
             *stop = true;
             t->sum.stop_rank = who;
-            t->sum.stop_value = v[w + who];
+            t->sum.stop_value = (int)v[w + who];
         }
     }
     free(v);

@@ -56,7 +56,7 @@ struct sl_trainer {
     int64_t total_steps;       /* the run's length in steps, 0 until known */
     bool ran;
     int64_t last_save;         /* the step of the last checkpoint this replica saved (0: none) */
-    int32_t *warned;           /* lockstep: the per-replica counts last warned about (2 x world), or NULL */
+    int64_t *warned;           /* lockstep: the per-replica counts last warned about (2 x world), or NULL */
     double run_t0;             /* progress eta: when the loop began, at step run_step0 */
     int64_t run_step0;
     int bar_len;               /* plain_progress: the length of the bar drawn last (blanked next) */

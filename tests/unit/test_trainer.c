@@ -519,25 +519,37 @@ static sl_status p_exchange_more(void *ctx, sl_model *m, float *grads, size_t n,
     return SL_OK;
 }
 
-static sl_status p_allsum(void *ctx, int32_t *v, size_t n, uint32_t tag) {
+/* The loop's gathers send each of their n values as two 32-bit words: the high halves in
+ * words 0..n-1, the low halves in words n..2n-1 (train/trainer_lockstep.c). */
+static size_t vals_n; /* n of the allsum being answered */
+static int64_t val_get(const int32_t *w, size_t i) {
+    return (int64_t)((uint64_t)(uint32_t)w[i] << 32 | (uint32_t)w[vals_n + i]);
+}
+static void val_set(int32_t *w, size_t i, int64_t x) {
+    w[i] = (int32_t)(uint32_t)((uint64_t)x >> 32);
+    w[vals_n + i] = (int32_t)(uint32_t)x;
+}
+
+static sl_status p_allsum(void *ctx, int32_t *w, size_t nw, uint32_t tag) {
     peer_sim *p = ctx;
     p->allsums++;
+    size_t n = vals_n = nw / 2; /* values */
     if (tag == 5) { /* the stop agreement: per replica its real has-next flag, then its stop value */
         if (n != 4) return sl_err(SL_EINVAL, "stop agreement of %zu values, expected 4", n);
-        memcpy(p->stop_sent, v, sizeof p->stop_sent);
+        for (int i = 0; i < 4; i++) p->stop_sent[i] = (int32_t)val_get(w, (size_t)i);
         p->stop_sums++;
-        v[1] = p->peer_has;
-        v[3] = p->peer_stops ? SIGTERM : 0;
-    } else if (n == 2 && v[0] == 1) { /* the first batch (a cardinality would be -1 here: unknown) */
-        v[1] = p->peer_batches > 0;
+        val_set(w, 1, p->peer_has);
+        val_set(w, 3, p->peer_stops ? SIGTERM : 0);
+    } else if (n == 2 && val_get(w, 0) == 1) { /* the first batch (a cardinality would be -1 here: unknown) */
+        val_set(w, 1, p->peer_batches > 0);
         p->epoch_steps = 0;
     } else if (n == 2) {
-        v[1] = v[0] < 0 ? -1 : p->peer_batches > 0;
+        val_set(w, 1, val_get(w, 0) < 0 ? -1 : p->peer_batches > 0);
         p->epoch_steps = 0;
     } else if (n == 4) {
-        memcpy(p->ends, v, sizeof p->ends);
-        v[1] = 1; /* the peer ran out ... */
-        v[3] = p->peer_batches; /* ... after its batches */
+        for (int i = 0; i < 4; i++) p->ends[i] = (int32_t)val_get(w, (size_t)i);
+        val_set(w, 1, 1);                /* the peer ran out ... */
+        val_set(w, 3, p->peer_batches); /* ... after its batches */
     }
     return SL_OK;
 }
