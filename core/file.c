@@ -1,11 +1,13 @@
 /* Opening files that come from outside (see include/sluice/file.h): refuse what is not a
- * regular file before anything can block on it, and read whole files under a byte limit.
- * Workload: a handful of opens per job (shards, checkpoints, configs, keys); none of this is
- * on a per-record path. */
+ * regular file before anything can block on it, read whole files under a byte limit, and
+ * write with every failure (a full disk, a file-size limit, a short write) reported the
+ * same way. Workload: a handful of opens per job (shards, checkpoints, configs, keys); the
+ * writes are buffered by their callers, so write_all sees large blocks, not records. */
 #include <errno.h>
 #include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -161,4 +163,51 @@ sl_status sl_file_read_all(const char *path, const char *what, uint64_t max_byte
     *data = buf;
     *len = n;
     return SL_OK;
+}
+
+sl_status sl_file_write_error(const char *name, const char *doing, uint64_t at, int err) {
+    if (!err) err = EIO;
+    if (doing)
+        sl_err(SL_EIO, "%s: %s: %s (write failed at byte %llu)", name, doing, strerror(err), (unsigned long long)at);
+    else
+        sl_err(SL_EIO, "%s: write failed at byte %llu: %s", name, (unsigned long long)at, strerror(err));
+    if (err == ENOSPC || err == EDQUOT) {
+        sl_err_hint("the disk (or quota) is full");
+    } else if (err == EFBIG) {
+        struct rlimit rl;
+        if (getrlimit(RLIMIT_FSIZE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY && (uint64_t)rl.rlim_cur <= at)
+            sl_err_hint("a file-size limit (ulimit -f) stops writes past %llu bytes: raise it (ulimit -f unlimited) "
+                        "or write less", (unsigned long long)rl.rlim_cur);
+        else
+            sl_err_hint("the file would be larger than its file system allows");
+    }
+    return SL_EIO;
+}
+
+sl_status sl_file_write_all(int fd, const void *data, size_t n, const char *name, uint64_t *at) {
+    const uint8_t *p = data;
+    while (n) {
+        /* Linux writes at most about 2 GiB per call anyway */
+        ssize_t k = write(fd, p, n > (1u << 30) ? (1u << 30) : n);
+        if (k < 0 && errno == EINTR) continue;
+        if (k <= 0) return sl_file_write_error(name, NULL, *at, k < 0 ? errno : EIO);
+        p += k;
+        n -= (size_t)k;
+        *at += (uint64_t)k;
+    }
+    return SL_OK;
+}
+
+sl_status sl_file_fclose_write(FILE *f, const char *name, const char *doing) {
+    /* stdio keeps what a failed write could not write, so the flush tries it again and
+     * fails with the same errno; the file's size is how far the writes got */
+    errno = 0;
+    int e = 0;
+    if (fflush(f) != 0) e = errno ? errno : EIO;
+    else if (ferror(f)) e = EIO;
+    struct stat st;
+    uint64_t at = fstat(fileno(f), &st) == 0 ? (uint64_t)st.st_size : 0;
+    errno = 0;
+    if (fclose(f) != 0 && !e) e = errno ? errno : EIO;
+    return e ? sl_file_write_error(name, doing, at, e) : SL_OK;
 }

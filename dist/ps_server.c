@@ -386,7 +386,7 @@ static sl_status check_liveness(sl_ps_server *s, double now) {
     return SL_OK;
 }
 
-static void save(sl_ps_server *s);
+static sl_status save(sl_ps_server *s);
 
 /* ---- requests ---------------------------------------------------------------------- */
 
@@ -578,17 +578,29 @@ static sl_status handle(sl_ps_server *s, const sl_msg_hdr *h, const void *data, 
 
 /* ---- loop -------------------------------------------------------------------------- */
 
-static void save(sl_ps_server *s) {
-    if (!s->ops.save || !s->have) return;
+/* A failed save is logged and the server goes on (a full disk may clear before the next);
+ * the status is for the last save, whose failure is the server's (ps.h). */
+static sl_status save(sl_ps_server *s) {
+    if (!s->ops.save || !s->have) return SL_OK;
     int64_t *steps = malloc((size_t)s->nw * sizeof *steps);
-    if (!steps) { SL_ERROR("ps %d: checkpoint skipped: out of memory", s->idx); return; }
+    if (!steps) {
+        SL_ERROR("ps %d: checkpoint skipped: out of memory", s->idx);
+        return sl_err(SL_ENOMEM, "ps %d: checkpoint of version %lld skipped: out of memory", s->idx,
+                      (long long)s->st.version);
+    }
     for (int i = 0; i < s->nw; i++) steps[i] = s->w[i].step;
     sl_ps_shard_state st = {.version = s->st.version, .worker_steps = steps, .nworkers = s->nw};
-    if (s->ops.save(s->ops.ctx, s->params, s->n, &st))
-        SL_ERROR("ps %d: checkpoint of version %lld failed: %s", s->idx, (long long)s->st.version, sl_errmsg());
-    else
+    sl_status r = s->ops.save(s->ops.ctx, s->params, s->n, &st);
+    if (r) {
+        sl_error e;
+        sl_err_save(&e);
+        SL_ERROR("ps %d: checkpoint of version %lld failed: %s", s->idx, (long long)s->st.version, e.msg);
+        sl_err_restore(&e);
+    } else {
         s->saved_version = s->st.version;
+    }
     free(steps);
+    return r;
 }
 
 /* The chief said BYE and every other worker said BYE or is dead (ps.h). A worker that has
@@ -613,10 +625,7 @@ sl_status sl_ps_server_run(sl_ps_server *s) {
             save(s);
             return sl_err(SL_ECANCELED, "ps %d: stopped", s->idx);
         }
-        if (finished(s)) {
-            save(s);
-            return SL_OK;
-        }
+        if (finished(s)) return save(s);
         sl_msg_hdr h;
         const void *data;
         size_t len;

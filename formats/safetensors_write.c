@@ -202,27 +202,6 @@ static int *layout_order(const sl_st_writer *w) {
     return ord;
 }
 
-static sl_status write_all(int fd, const void *data, uint64_t n, const char *tmp,
-                           uint64_t *at) {
-    const uint8_t *p = data;
-    while (n) {
-        size_t chunk = n > (1u << 30) ? (1u << 30) : (size_t)n;
-        ssize_t k = write(fd, p, chunk);
-        if (k < 0 && errno == EINTR) continue;
-        if (k < 0) {
-            int e = errno;
-            sl_err(SL_EIO, "%s: write failed at byte %llu: %s", tmp, (unsigned long long)*at,
-                   strerror(e));
-            if (e == ENOSPC || e == EDQUOT) sl_err_hint("the disk (or quota) is full");
-            return SL_EIO;
-        }
-        p += k;
-        n -= (uint64_t)k;
-        *at += (uint64_t)k;
-    }
-    return SL_OK;
-}
-
 /* The directory part of path ("." when there is none), for the fsync that makes the
  * rename durable. */
 static char *dir_of(const char *path) {
@@ -326,12 +305,13 @@ sl_status sl_st_writer_write(const sl_st_writer *w, const char *path) {
     }
     uint8_t len8[8];
     sl_store_le64(len8, hb.len);
+    /* a failed write names the target: its temporary file is removed below */
     uint64_t at = 0;
-    if ((s = write_all(fd, len8, 8, tmp, &at)) || (s = write_all(fd, hb.p, hb.len, tmp, &at)))
+    if ((s = sl_file_write_all(fd, len8, 8, path, &at)) || (s = sl_file_write_all(fd, hb.p, hb.len, path, &at)))
         goto fail;
     for (int k = 0; k < w->n; k++) {
         const wtensor *t = &w->t[ord[k]];
-        if ((s = write_all(fd, t->data, t->nbytes, tmp, &at))) goto fail;
+        if ((s = sl_file_write_all(fd, t->data, (size_t)t->nbytes, path, &at))) goto fail;
     }
     if (fsync(fd) != 0) {
         s = sl_err(SL_EIO, "%s: fsync failed: %s", tmp, strerror(errno));

@@ -21,6 +21,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "sluice/file.h"
 #include "sluice/tfevents.h"
 #include "sluice/tfrecord.h"
 
@@ -145,20 +146,16 @@ static sl_status queue_event(sl_tfev_writer *w, const pbuf *ev) {
 
 sl_status sl_tfev_flush(sl_tfev_writer *w) {
     if (w->failed) return sl_err_restore(&w->err);
-    size_t done = 0;
-    while (done < w->out.len) {
-        ssize_t k = write(w->fd, w->out.p + done, w->out.len - done);
-        if (k < 0 && errno == EINTR) continue;
-        if (k < 0) {
-            int e = errno;
-            w->failed = sl_err(SL_EIO, "%s: write failed at byte %llu: %s", w->path,
-                               (unsigned long long)w->written, strerror(e));
-            if (e == ENOSPC || e == EDQUOT) sl_err_hint("the disk (or quota) is full");
-            sl_err_save(&w->err);
-            return w->failed;
-        }
-        done += (size_t)k;
-        w->written += (uint64_t)k;
+    uint64_t start = w->written;
+    sl_status s = sl_file_write_all(w->fd, w->out.p, w->out.len, w->path, &w->written);
+    if (s) {
+        /* Take back the part of this flush that was written (a full disk, a file-size
+         * limit): the file then ends on a whole record, which TensorBoard reads to the end,
+         * not on a cut one. */
+        if (ftruncate(w->fd, (off_t)start) == 0) w->written = start;
+        w->failed = s;
+        sl_err_save(&w->err);
+        return s;
     }
     w->out.len = 0;
     return SL_OK;

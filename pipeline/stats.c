@@ -138,11 +138,12 @@ sl_status sl_stats_save(const sl_stats *st, const char *path) {
     if ((s = sl_file_fopen_write(tmp, "w", "stats file", &f))) return s;
     print_stats(st, f);
     fputc('\n', f);
-    int e = 0;
-    if (fflush(f) != 0 || ferror(f)) e = errno ? errno : EIO;
-    if (fclose(f) != 0 && !e) e = errno;
-    if (!e && rename(tmp, path) != 0) e = errno;
-    if (e) {
+    if ((s = sl_file_fclose_write(f, path, "cannot write stats"))) {
+        remove(tmp);
+        return s;
+    }
+    if (rename(tmp, path) != 0) {
+        int e = errno;
         remove(tmp);
         return sl_err_at(SL_EIO, path, -1, "cannot write stats: %s", strerror(e));
     }

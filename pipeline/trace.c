@@ -93,8 +93,9 @@ void sl__trace_event(sl_ictx *ctx, const char *label, const char *cat, uint64_t 
     atomic_store_explicit(&e->ready, 1, memory_order_release);
 }
 
-/* Write the events to f and close it; SL_EIO naming path and the reason on any failed
- * write, flush or close (a full disk). */
+/* Write the events to f and close it; SL_EIO naming path, the reason and how far it got on
+ * any failed write, flush or close (a full disk, a file-size limit), and the cut-off file,
+ * which no trace viewer opens, removed. */
 static sl_status write_trace(sl_trace *t, FILE *f, const char *path) {
     int pid = (int)getpid();
     long long n = atomic_load(&t->n);
@@ -122,11 +123,9 @@ static sl_status write_trace(sl_trace *t, FILE *f, const char *path) {
                 (double)ts / 1000.0, (double)e->dur / 1000.0, pid, e->tid);
     }
     fprintf(f, "\n]}\n");
-    int e = 0;
-    if (fflush(f) != 0 || ferror(f)) e = errno ? errno : EIO;
-    if (fclose(f) != 0 && !e) e = errno ? errno : EIO;
-    if (e) return sl_err_at(SL_EIO, path, -1, "cannot write the trace: %s", strerror(e));
-    return SL_OK;
+    sl_status s = sl_file_fclose_write(f, path, "cannot write the trace");
+    if (s) unlink(path);
+    return s;
 }
 
 sl_status sl_iter_trace(sl_iter *it, const char *path, int64_t max_events) {

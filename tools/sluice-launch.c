@@ -396,8 +396,14 @@ static void judge_exit(job *j, task *tk, pid_t old) {
     if (code == 0 || j->stopping) return;
     if (tk->is_ps && j->ps_until != 0) { /* the workers are done: training is over */
         char why[64];
-        fprintf(stderr, "[launch] %s exited with %s after the workers finished\n", tk->label,
-                status_text(tk->status, why, sizeof why));
+        status_text(tk->status, why, sizeof why);
+        if (WIFEXITED(tk->status) && code < 128) { /* its own failure (its last shard not saved): the job's */
+            fprintf(stderr, "[launch] %s exited with %s after the workers finished: the job fails with it\n",
+                    tk->label, why);
+            if (j->result == 0) j->result = code;
+            return;
+        }
+        fprintf(stderr, "[launch] %s exited with %s after the workers finished\n", tk->label, why);
         return;
     }
     if (tk->is_eval) { /* a sidecar: training goes on, its status is kept for the end */
@@ -448,24 +454,33 @@ static void judge_exit(job *j, task *tk, pid_t old) {
 
 /* After SIGCHLD: judge every task that exited; once every worker is done (the chief fine),
  * the ps tasks get PS_LINGER_S to finish by themselves. */
-static void on_children(job *j) {
-    reap(j->ts, j->n);
-    for (int i = 0; i < j->n; i++) {
+/* Judge the exited tasks in [from, to). */
+static void judge_range(job *j, int from, int to) {
+    for (int i = from; i < to; i++) {
         task *tk = &j->ts[i];
         if (tk->running || tk->pid == 0) continue;
         pid_t old = tk->pid;
         tk->pid = 0; /* judged */
         judge_exit(j, tk, old);
     }
+}
+
+/* The workers' exits are judged first, then whether the workers are done, then the ps tasks
+ * and evaluators: a ps that fails in the same wait as the last worker ends is judged knowing
+ * the training is over, whatever order the kernel reported them in. */
+static void on_children(job *j) {
+    reap(j->ts, j->n);
+    judge_range(j, 0, (int)j->nw);
     if (!j->stopping && j->nps > 0 && j->ps_until == 0) {
         bool workers_left = false, any_ps = false;
         for (int i = 0; i < j->nw; i++) workers_left |= j->ts[i].running;
-        for (int i = (int)j->nw; i < j->nw + j->nps; i++) any_ps |= j->ts[i].running;
+        for (int i = (int)j->nw; i < j->nw + j->nps; i++) any_ps |= j->ts[i].running || j->ts[i].pid != 0;
         if (!workers_left) {
             j->result = 0;
             if (any_ps) j->ps_until = now_s() + PS_LINGER_S;
         }
     }
+    judge_range(j, (int)j->nw, j->n);
 }
 
 /* The deadlines at time t: --timeout, the ps tasks' linger, the SIGTERM after a stop on
@@ -539,6 +554,7 @@ static bool poll_once(job *j) {
 }
 
 int main(int argc, char **argv) {
+    sl__tool_start();
     if (sl__tool_version(PROG, argc, argv)) return sl__tool_exit(PROG, SL__EXIT_OK);
     long long nw = 0, nps = 0, port_base = 29500, timeout = 0, grace = 5, restarts = 0;
     bool eval = false;

@@ -28,6 +28,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "sluice/config.h"
 #include "sluice/crc32c.h"
@@ -548,12 +549,11 @@ static int write_html(const sl_stats *st, const char *pname, const char *path) {
     svg_history(f, st, true);
     svg_history(f, st, false);
     fprintf(f, "</body></html>\n");
-    int e = 0;
-    if (fflush(f) != 0 || ferror(f)) e = errno ? errno : EIO;
-    if (fclose(f) != 0 && !e) e = errno ? errno : EIO;
-    if (e) {
-        fprintf(stderr, "%s: --html file '%s': writing failed: %s\n", PROG, path, strerror(e));
-        return SL__EXIT_FAIL;
+    char name[4200];
+    snprintf(name, sizeof name, "--html file '%s'", path);
+    if (sl_file_fclose_write(f, name, "writing failed")) {
+        unlink(path); /* a cut-off page would pass for the whole report */
+        return sl__fail(PROG);
     }
     return SL__EXIT_OK;
 }
@@ -680,6 +680,7 @@ static int check_mode_args(const stats_args *a, int mode) {
 }
 
 int main(int argc, char **argv) {
+    sl__tool_start();
     if (sl__tool_version(PROG, argc, argv)) return sl__tool_exit(PROG, SL__EXIT_OK);
     stats_args a = {.peek = -1, .values = 8, .shards = 1, .shard_index = 0};
     a.sets = calloc((size_t)argc + 1, sizeof *a.sets);

@@ -34,6 +34,7 @@ static int load_config(const char *path, const char **sets, int nsets, const cha
 }
 
 int main(int argc, char **argv) {
+    sl__tool_start();
     if (sl__tool_version(PROG, argc, argv)) return sl__tool_exit(PROG, SL__EXIT_OK);
     const char **sets = calloc((size_t)argc + 1, sizeof *sets);
     /* the arguments as given, for the resume hint: parsing below compacts argv in place */

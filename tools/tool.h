@@ -54,7 +54,17 @@ typedef enum sl__args_result {
 sl__args_result sl__args_parse(const char *prog, const sl__opt *opts, int argc, char **argv,
                                int *npos);
 
-/* The first line of every main: `if (sl__tool_version(PROG, argc, argv)) return
+/* The first line of every main, before anything can write a file: set the signal
+ * dispositions every tool wants. SIGXFSZ is ignored: at its default action the kernel
+ * kills the process when a write reaches a file-size limit (ulimit -f; exit 153, leaving
+ * the temporary file it was writing); ignored, the write fails with EFBIG and the library's
+ * writers report it like a full disk ("PATH: write failed at byte N: File too large" with a
+ * hint naming the limit; sluice/file.h), remove their temporary files and keep the older
+ * checkpoint, and the tool exits 1. Children started by sluice-launch inherit the ignored
+ * SIGXFSZ across exec. */
+void sl__tool_start(void);
+
+/* The line after sl__tool_start: `if (sl__tool_version(PROG, argc, argv)) return
  * sl__tool_exit(PROG, SL__EXIT_OK);`. True when "--version" is among argv[1..argc) before
  * a "--" (anywhere, like --help; after "--" it belongs to the command sluice-launch runs);
  * it has then printed "PROG (Sluice) 0.1.0 (git 705441a)" (sluice/version.h) to stdout. */

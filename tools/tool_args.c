@@ -1,8 +1,10 @@
-/* Command-line parsing, error reporting and the small file helpers (mkdir -p, read a whole
- * file, a monotonic clock) of the sluice-* tools; tool.h has the exit-status conventions.
+/* Command-line parsing, error reporting, the signal dispositions every tool starts with and
+ * the small file helpers (mkdir -p, read a whole file, a monotonic clock) of the sluice-*
+ * tools; tool.h has the exit-status conventions.
  * Options are few and parsed once, so clarity beats speed: a linear lookup per argument. */
 #include <errno.h>
 #include <limits.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -13,6 +15,8 @@
 #include "sluice/file.h"
 #include "sluice/version.h"
 #include "tool.h"
+
+void sl__tool_start(void) { signal(SIGXFSZ, SIG_IGN); }
 
 bool sl__tool_version(const char *prog, int argc, char **argv) {
     for (int i = 1; i < argc && strcmp(argv[i], "--") != 0; i++)

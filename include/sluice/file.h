@@ -8,7 +8,18 @@
  * mode once it is known to be a regular file.
  *
  * Whole-file reads take a byte limit, so a huge or endless input is refused with a message
- * that says how to raise the limit rather than exhausting memory. */
+ * that says how to raise the limit rather than exhausting memory.
+ *
+ * Writes: the writers of TFRecord, event, safetensors and stats files, of traces, and so of
+ * checkpoints and ps shards, report a failed write through sl_file_write_error, so a full
+ * disk, a full quota and a file-size limit (RLIMIT_FSIZE, `ulimit -f`) read alike:
+ * "PATH: write failed at byte N: REASON" and a hint that says which. A file-size limit
+ * signals SIGXFSZ first: a process that leaves it at its default action is killed by the
+ * kernel at the limit (exit status 153 from a shell), before any writer can react, and
+ * whatever it was writing stays behind. The library never changes a signal's disposition;
+ * the sluice-* tools ignore SIGXFSZ (and Python does), and then write(2) writes up to the
+ * limit (a short write) and fails with EFBIG, which the writers report as above, removing
+ * their temporary files. */
 #ifndef SLUICE_FILE_H
 #define SLUICE_FILE_H
 
@@ -57,6 +68,29 @@ sl_status sl_file_check_regular(const char *path, const char *what);
  * failure *data is NULL and *len 0. */
 sl_status sl_file_read_all(const char *path, const char *what, uint64_t max_bytes,
                            const char *limit_hint, char **data, size_t *len);
+
+/* Set the error of a failed write to the file `name` at byte `at` (the file offset it
+ * failed at) with errno `err` (0 counts as EIO) and return SL_EIO. The message is "NAME:
+ * write failed at byte AT: REASON", or with `doing` (e.g. "cannot write stats") "NAME:
+ * DOING: REASON (write failed at byte AT)"; the hint says "the disk (or quota) is full" for
+ * ENOSPC and EDQUOT, and for EFBIG "a file-size limit (ulimit -f) stops writes past L bytes:
+ * raise it (ulimit -f unlimited) or write less" when RLIMIT_FSIZE is L <= AT, or "the file
+ * would be larger than its file system allows". */
+sl_status sl_file_write_error(const char *name, const char *doing, uint64_t at, int err);
+
+/* write(2) all n bytes of data to fd, at the file offset *at (for messages), which advances
+ * by every byte written: a short write (a file-size limit reached, a signal) goes on where it
+ * stopped and EINTR is retried, so a write that writes part and then fails reports the
+ * offset it stopped at. SL_OK, or sl_file_write_error(name, NULL, *at, errno) (SL_EIO). */
+sl_status sl_file_write_all(int fd, const void *data, size_t n, const char *name, uint64_t *at);
+
+/* Flush and close f, a stream that wrote `name` from its first byte (sl_file_fopen_write
+ * "w"). SL_OK, or SL_EIO through sl_file_write_error(name, doing, ...) when a write, the
+ * flush or the close failed, with the reason of the failed write (stdio keeps the bytes it
+ * could not write, so the flush fails again with it) and as the offset the file's size,
+ * which is how far the writes got. f is closed in either case; the caller removes the file
+ * if it must not stay. */
+sl_status sl_file_fclose_write(FILE *f, const char *name, const char *doing);
 
 #ifdef __cplusplus
 }

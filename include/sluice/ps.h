@@ -216,7 +216,9 @@ typedef struct sl_ps_server_ops {
     /* Called once right after the chief's INIT is taken (before the INIT's reply, so a
      * ps restarted mid-run always finds a shard), every ckpt_every_s seconds when the
      * version moved, and once when the server returns: persist params and st. NULL: no
-     * checkpoints. An error is logged (sl_log) and the server goes on. */
+     * checkpoints. An error is logged (sl_log) and the server goes on; the last save's
+     * error, when the workers are done, is what sl_ps_server_run returns (a ps whose last
+     * shard could not be written fails: a full disk, a file-size limit). */
     sl_status (*save)(void *ctx, const float *params, size_t n, const sl_ps_shard_state *st);
 } sl_ps_server_ops;
 
@@ -254,8 +256,9 @@ sl_status sl_ps_server_create(const char *const *addrs, int nworkers, int ps_ind
                               const sl_tp_opts *tpo, const sl_ps_server_ops *ops, const sl_ps_server_opts *opts,
                               const float *init, const sl_ps_shard_state *init_state, sl_ps_server **out);
 
-/* Serve until done (see the protocol): SL_OK; SL_ECANCELED when *opts.stop was set; an
- * apply error; SL_EIO from ZeroMQ. Malformed frames never end it. */
+/* Serve until done (see the protocol): SL_OK; the error of the last save when it failed
+ * (ops.save); SL_ECANCELED when *opts.stop was set; an apply error; SL_EIO from ZeroMQ.
+ * Malformed frames never end it. */
 sl_status sl_ps_server_run(sl_ps_server *s);
 
 /* The server's bound endpoint (for tests that bind port 0) and counters. */

@@ -103,10 +103,14 @@ sl_status sl_st_writer_set_meta(sl_st_writer *w, const char *key, const char *va
  * aligned to its element size in the file and in a mapping of it. The writer keeps its
  * contents and may write again. Returns SL_OK; SL_ENOTFOUND when the directory does not
  * exist; SL_EIO for any failed create, write, fsync or rename, with the OS reason and the
- * path. On failure the target is untouched (the old file, or none) and the temporary file
- * has been removed; the one exception is a failed fsync of the folder after the rename
- * (SL_EIO, "fsync of the folder"): the new file is then in place but might not survive a
- * power cut. */
+ * path. A failed write (a full disk or quota, a file-size limit) is "PATH: write failed at
+ * byte N: REASON" naming the target, with a hint that says which (sluice/file.h's
+ * sl_file_write_error). On failure the target is untouched (the old file, or none) and the
+ * temporary file has been removed; the one exception is a failed fsync of the folder after
+ * the rename (SL_EIO, "fsync of the folder"): the new file is then in place but might not
+ * survive a power cut. A file-size limit (ulimit -f) kills a process that leaves SIGXFSZ at
+ * its default action in the middle of the write, leaving PATH.tmp.* behind (what
+ * sl_st_remove_stale is for); with SIGXFSZ ignored it is an SL_EIO like a full disk. */
 sl_status sl_st_writer_write(const sl_st_writer *w, const char *path);
 
 /* Free the writer. NULL is a no-op. */

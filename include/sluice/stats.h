@@ -86,7 +86,11 @@ void sl_stats_free(sl_stats *st); /* NULL is a no-op */
 /* Write st as JSON to path (written to path.tmp, then renamed over path). SL_EINVAL at once
  * when path (or path.tmp) exists and is not a regular file: a rename would replace a device
  * or FIFO with the file. SL_EIO naming the path and the OS reason when a write, the close or
- * the rename fails (a full disk, say); path is then left as it was and path.tmp removed. */
+ * the rename fails (a full disk, say); path is then left as it was and path.tmp removed. A
+ * failed write (a full disk or quota, a file-size limit) reads "PATH: cannot write stats:
+ * REASON (write failed at byte N)" with a hint that says which (sluice/file.h). A file-size
+ * limit (ulimit -f) kills a process that leaves SIGXFSZ at its default action before the
+ * write can fail, leaving path.tmp (sluice/file.h). */
 sl_status sl_stats_save(const sl_stats *st, const char *path);
 
 /* The same JSON (without a trailing newline) to an open stream. SL_EIO on a write error. */
@@ -168,13 +172,17 @@ sl_status sl_iter_trace(sl_iter *it, const char *path, int64_t max_events);
 
 /* Write the events recorded so far to the file sl_iter_trace opened and close it, so that
  * the caller learns whether the write worked: SL_EIO naming the path and the reason when a
- * write, flush or close fails (a full disk). Recording goes on, but close writes nothing
- * more. SL_EINVAL when tracing is off, or there is no file (no path given, or already
- * written). */
+ * write, flush or close fails (a full disk, a file-size limit): "PATH: cannot write the
+ * trace: REASON (write failed at byte N)" with a hint that says which (sluice/file.h); the
+ * cut-off file, which no trace viewer opens, is then removed. Recording goes on, but close
+ * writes nothing more. SL_EINVAL when tracing is off, or there is no file (no path given,
+ * or already written). A file-size limit (ulimit -f) kills a process that leaves SIGXFSZ at
+ * its default action before the write can fail (sluice/file.h). */
 sl_status sl_iter_trace_end(sl_iter *it);
 
 /* Write the events recorded so far to path (tracing goes on); path is opened as by
- * sl_iter_trace. SL_EINVAL when tracing is off; SL_EIO naming the path. */
+ * sl_iter_trace. SL_EINVAL when tracing is off; SL_EIO naming the path, as
+ * sl_iter_trace_end (a cut-off file removed). */
 sl_status sl_iter_trace_write(sl_iter *it, const char *path);
 
 /* How much of the run the trace holds. A trace that filled its buffer keeps the first

@@ -45,7 +45,13 @@ const char *sl_tfev_path(const sl_tfev_writer *w);
 sl_status sl_tfev_add_scalar(sl_tfev_writer *w, const char *tag, int64_t step, float value,
                              double wall_time);
 
-/* Write every queued event to the file (so TensorBoard sees it; no fsync). SL_OK or SL_EIO. */
+/* Write every queued event to the file (so TensorBoard sees it; no fsync). SL_OK or SL_EIO:
+ * "PATH: write failed at byte N: REASON" with a hint for a full disk or quota and for a
+ * file-size limit (sluice/file.h's sl_file_write_error). After a failed write the file is
+ * cut back to where this flush began, so it still ends on a whole event (the events of the
+ * failed flush are lost, the earlier ones read back), and the writer is failed: every call
+ * returns that error again. A file-size limit (ulimit -f) kills a process that leaves SIGXFSZ
+ * at its default action before the write can fail (sluice/file.h). */
 sl_status sl_tfev_flush(sl_tfev_writer *w);
 
 /* Flush, fsync, close and free. Returns the first error seen (SL_EIO). NULL is a no-op
