@@ -24,6 +24,7 @@
 #include <unistd.h>
 
 #include "sluice/example.h"
+#include "sluice/file.h"
 #include "sluice/idx.h"
 #include "sluice/jpeg.h"
 #include "sluice/tfrecord.h"
@@ -63,9 +64,12 @@ static const char USAGE_CONVERT[] =
     "  with --first-label) of *.jpg, *.jpeg, *.JPEG files. Writes OUT/SPLIT-0000i-of-0000N.tfrecord\n"
     "  with image/encoded, image/format, image/class/label, image/class/text, image/height,\n"
     "  image/width, image/filename. The files are shuffled with --seed before sharding, so every\n"
-    "  shard mixes the classes, as TensorFlow's build_imagenet_data.py does. A file that cannot\n"
-    "  be read or is not a decodable JPEG is skipped and counted (stderr says why for the first\n"
-    "  10, the summary names the first 3); exit 1 if no image was written.\n"
+    "  shard mixes the classes, as TensorFlow's build_imagenet_data.py does. Every entry that is\n"
+    "  not converted is skipped and counted (stderr says why for the first 10, the summary\n"
+    "  names the first 3): a file that is not a decodable JPEG, a name without a JPEG ending,\n"
+    "  a FIFO, socket, device, folder or dangling symbolic link, in DIR a file that is not a\n"
+    "  class folder; none is opened in a way that can block. Hidden names (a leading '.') are\n"
+    "  passed over. Exit 1 if no image was written.\n"
     "fashion-mnist, and images with --no-shuffle: records are dealt to shards in contiguous\n"
     "blocks in their original order: shard i of N holds records [i*n/N, (i+1)*n/N) (a skipped\n"
     "image leaves its shard one record short). Files are written under a temporary name and\n"
@@ -88,7 +92,8 @@ static const char USAGE_CONVERT[] =
     "  --validation-shards N    images: validation shards (default ceil(--shards / 8))\n"
     "  --first-label L   images: label of the first class (default 0; 1 for TensorFlow's\n"
     "                    ImageNet convention, 0 reserved for background)\n"
-    "  --strict          images: exit 1 at the first unreadable or undecodable file\n"
+    "  --strict          images: exit 1 at the first file named like a JPEG that is not a\n"
+    "                    readable, decodable one (or an entry of DIR whose kind cannot be told)\n"
     "\n"
     "Exit status: 0 ok, 1 unreadable/corrupt input or failed write, 2 usage.\n";
 
@@ -228,8 +233,13 @@ static int load_idx_split(const char *src, const char *prefix, sl_tensor *img, s
     char ip[4096], lp[4096];
     snprintf(ip, sizeof ip, "%s/%s-images-idx3-ubyte.gz", src, prefix);
     snprintf(lp, sizeof lp, "%s/%s-labels-idx1-ubyte.gz", src, prefix);
-    if (sl_idx_read(ip, img) != SL_OK) return sl__fail(PROG);
-    if (sl_idx_read(lp, lab) != SL_OK) return sl__fail(PROG);
+    const char *paths[2] = {ip, lp};
+    sl_tensor *dest[2] = {img, lab};
+    for (int k = 0; k < 2; k++) {
+        sl_status s = sl_idx_read(paths[k], dest[k]);
+        if (s == SL_ENOTFOUND) sl__record_hint_dangling(paths[k]);
+        if (s != SL_OK) return sl__fail(PROG);
+    }
     if (img->dtype != SL_DT_U8 || img->rank != 3) {
         char d[64];
         fprintf(stderr, "%s: %s: expected uint8 images [n,h,w], found %s\n", PROG, ip,
@@ -333,6 +343,10 @@ done:
 typedef struct strlist {
     char **v;
     size_t n, cap;
+    /* filled by list_dir, per name: the type bits with symbolic links followed (0 when they
+     * cannot be followed), and why not when they cannot (malloc'd; NULL otherwise) */
+    unsigned *mode;
+    char **why;
 } strlist;
 
 static sl_status strlist_push(strlist *l, const char *s) {
@@ -349,8 +363,13 @@ static sl_status strlist_push(strlist *l, const char *s) {
 }
 
 static void strlist_free(strlist *l) {
-    for (size_t i = 0; i < l->n; i++) free(l->v[i]);
+    for (size_t i = 0; i < l->n; i++) {
+        free(l->v[i]);
+        if (l->why) free(l->why[i]);
+    }
     free(l->v);
+    free(l->mode);
+    free(l->why);
     memset(l, 0, sizeof *l);
 }
 
@@ -358,9 +377,33 @@ static int cmp_str(const void *a, const void *b) {
     return strcmp(*(char *const *)a, *(char *const *)b);
 }
 
-/* Names in `dir` (no "." entries, no hidden files) that are directories (want_dirs) or
- * regular files, sorted bytewise so labels do not depend on the locale. */
-static sl_status list_dir(const char *dir, bool want_dirs, strlist *out) {
+/* What `path` is, looked at without opening it (opening a FIFO for reading blocks): its type
+ * bits with symbolic links followed into *mode, or 0 and a malloc'd reason when the link
+ * cannot be followed or the entry cannot be examined at all. */
+static char *examine(const char *path, unsigned *mode) {
+    struct stat st;
+    char *why = NULL, target[4096];
+    *mode = 0;
+    if (lstat(path, &st) != 0) {
+        if (asprintf(&why, "cannot be examined: %s", strerror(errno)) < 0) why = NULL;
+    } else if (!S_ISLNK(st.st_mode)) {
+        *mode = (unsigned)st.st_mode;
+    } else if (stat(path, &st) == 0) {
+        *mode = (unsigned)st.st_mode;
+    } else {
+        int e = errno;
+        int r = e == ENOENT && sl__record_dangling_target(path, target, sizeof target)
+                    ? asprintf(&why, "is a symbolic link to '%s', which does not exist", target)
+                    : asprintf(&why, "is a symbolic link that cannot be followed: %s", strerror(e));
+        if (r < 0) why = NULL;
+    }
+    if (!*mode && !why) why = strdup("cannot be examined: out of memory");
+    return why;
+}
+
+/* Every name in `dir` but the hidden ones (a leading '.'), sorted bytewise so labels do not
+ * depend on the locale, each with what it is (strlist's mode and why). */
+static sl_status list_dir(const char *dir, strlist *out) {
     DIR *d = opendir(dir);
     if (!d)
         return sl_err(errno == ENOENT ? SL_ENOTFOUND : SL_EIO, "%s: cannot open directory: %s",
@@ -369,16 +412,20 @@ static sl_status list_dir(const char *dir, bool want_dirs, strlist *out) {
     sl_status s = SL_OK;
     while ((e = readdir(d)) != NULL) {
         if (e->d_name[0] == '.') continue;
-        char p[4096];
-        struct stat st;
-        snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
-        if (stat(p, &st) != 0) continue;
-        if (want_dirs ? !S_ISDIR(st.st_mode) : !S_ISREG(st.st_mode)) continue;
         if ((s = strlist_push(out, e->d_name)) != SL_OK) break;
     }
     closedir(d);
-    if (s == SL_OK && out->n) qsort(out->v, out->n, sizeof *out->v, cmp_str);
-    return s;
+    if (s != SL_OK) return s;
+    if (out->n) qsort(out->v, out->n, sizeof *out->v, cmp_str);
+    out->mode = calloc(out->n ? out->n : 1, sizeof *out->mode);
+    out->why = calloc(out->n ? out->n : 1, sizeof *out->why);
+    if (!out->mode || !out->why) return sl_err(SL_ENOMEM, "out of memory listing files");
+    for (size_t i = 0; i < out->n; i++) {
+        char p[4096];
+        snprintf(p, sizeof p, "%s/%s", dir, out->v[i]);
+        out->why[i] = examine(p, &out->mode[i]);
+    }
+    return SL_OK;
 }
 
 static bool is_jpeg_name(const char *name) {
@@ -418,13 +465,16 @@ typedef struct skip_log {
     char *first[SKIP_NAMED]; /* "CLASS/FILE" */
 } skip_log;
 
-/* Count CLASS/FILE as skipped; the first SKIP_WARNED get a line on stderr saying why. */
+/* Count CLASS/FILE (FILE alone for an entry of DIR itself, cls NULL) as skipped; the first
+ * SKIP_WARNED get a line on stderr saying why. */
 static void skip_note(skip_log *log, const char *dir, const char *cls, const char *name,
                       const char *why) {
-    if (log->n < SKIP_NAMED && asprintf(&log->first[log->n], "%s/%s", cls, name) < 0)
+    const char *sep = cls ? "/" : "";
+    if (!cls) cls = "";
+    if (log->n < SKIP_NAMED && asprintf(&log->first[log->n], "%s%s%s", cls, sep, name) < 0)
         log->first[log->n] = NULL;
     if (log->n < SKIP_WARNED)
-        fprintf(stderr, "%s: skipped %s/%s/%s: %s\n", PROG, dir, cls, name, why);
+        fprintf(stderr, "%s: skipped %s/%s%s%s: %s\n", PROG, dir, cls, sep, name, why);
     else if (log->n == SKIP_WARNED)
         fprintf(stderr, "%s: (further skipped files are counted, not listed)\n", PROG);
     log->n++;
@@ -453,12 +503,24 @@ typedef struct image_ctx {
     size_t done;
 } image_ctx;
 
+/* The first line of msg (an error about `path`) without the path, which the skip note names
+ * once: "PATH: why" and "file 'PATH': why" become "why". */
+static const char *reason(const char *msg, const char *path, char *out, size_t cap) {
+    size_t pl = strlen(path);
+    if (strncmp(msg, path, pl) == 0 && strncmp(msg + pl, ": ", 2) == 0) msg += pl + 2;
+    else if (strncmp(msg, "file '", 6) == 0 && strncmp(msg + 6, path, pl) == 0 &&
+             strncmp(msg + 6 + pl, "': ", 3) == 0)
+        msg += 6 + pl + 3;
+    snprintf(out, cap, "%.*s", (int)strcspn(msg, "\n"), msg);
+    return out;
+}
+
 /* Read and check one file (its JPEG header; every pixel with --full-decode) and write its
  * Example to sw. A file that cannot be read or is not a decodable JPEG is skipped and
  * counted (with --strict: exit 1 naming it); out of memory or a failed write is exit 1. */
 static int write_image(image_ctx *x, const image_item *it, sharded *sw) {
     const char *cls = x->classes->v[it->cls];
-    char path[4096];
+    char path[4096], why[1024];
     size_t len = 0, ser_len = 0;
     snprintf(path, sizeof path, "%s/%s/%s", x->dir, cls, it->name);
     free(x->data);
@@ -488,10 +550,7 @@ static int write_image(image_ctx *x, const image_item *it, sharded *sw) {
             /* The JPEG layer does not know the path; the message says what was wrong. */
             return strstr(sl_errmsg(), path) ? sl__fail(PROG) : sl__failf(PROG, "%s", path);
         }
-        /* sl_errmsg() may name the path already; the note names it once. */
-        const char *msg = sl_errmsg(), *p = strstr(msg, path);
-        if (p == msg && strncmp(msg + strlen(path), ": ", 2) == 0) msg += strlen(path) + 2;
-        skip_note(&x->skips, x->dir, cls, it->name, msg);
+        skip_note(&x->skips, x->dir, cls, it->name, reason(sl_errmsg(), path, why, sizeof why));
         sharded_skip(sw);
         return SL__EXIT_OK;
     }
@@ -519,11 +578,38 @@ static int write_image(image_ctx *x, const image_item *it, sharded *sw) {
     return SL__EXIT_OK;
 }
 
-/* The class folders of dir (sorted) into classes, and each one's files into *files (an
+/* An entry that was listed but will not be converted: skipped and counted, or with --strict
+ * (when `fatal`) the end of the run: exit 1 naming it. */
+static int pass_over(skip_log *skips, bool fatal, const char *dir, const char *cls, const char *name,
+                     const char *why) {
+    if (!fatal) {
+        skip_note(skips, dir, cls, name, why);
+        return SL__EXIT_OK;
+    }
+    fprintf(stderr, "%s: %s/%s%s%s: %s\n", PROG, dir, cls ? cls : "", cls ? "/" : "", name, why);
+    return SL__EXIT_FAIL;
+}
+
+/* The class folders of dir (sorted) into classes, and each one's entries into *files (an
  * array of classes->n lists, left for the caller to free also on failure), their number
- * into *total. The exit status, after the message on failure. */
-static int list_classes(const char *dir, strlist *classes, strlist **files, size_t *total) {
-    if (list_dir(dir, true, classes) != SL_OK) return sl__fail(PROG);
+ * into *total. Any other entry of dir is skipped and counted; one whose kind cannot be told
+ * (a dangling symbolic link: perhaps a class folder that is gone) ends a --strict run. The
+ * exit status, after the message on failure. */
+static int list_classes(const char *dir, bool strict, skip_log *skips, strlist *classes, strlist **files,
+                        size_t *total) {
+    strlist top = {0};
+    int rc = list_dir(dir, &top) != SL_OK ? sl__fail(PROG) : SL__EXIT_OK;
+    for (size_t i = 0; i < top.n && rc == SL__EXIT_OK; i++) {
+        char why[128];
+        if (S_ISDIR(top.mode[i])) {
+            if (strlist_push(classes, top.v[i]) != SL_OK) rc = sl__fail(PROG);
+            continue;
+        }
+        if (!top.why[i]) snprintf(why, sizeof why, "is %s, not a class folder", sl_file_kind(top.mode[i]));
+        rc = pass_over(skips, strict && top.why[i], dir, NULL, top.v[i], top.why[i] ? top.why[i] : why);
+    }
+    strlist_free(&top);
+    if (rc != SL__EXIT_OK) return rc;
     if (classes->n == 0) {
         fprintf(stderr, "%s: %s: no class folders found (expected DIR/CLASS/*.jpg)\n", PROG,
                 dir);
@@ -535,27 +621,39 @@ static int list_classes(const char *dir, strlist *classes, strlist **files, size
     for (size_t c = 0; c < classes->n; c++) {
         char p[4096];
         snprintf(p, sizeof p, "%s/%s", dir, classes->v[c]);
-        if (list_dir(p, false, &(*files)[c]) != SL_OK) return sl__fail(PROG);
+        if (list_dir(p, &(*files)[c]) != SL_OK) return sl__fail(PROG);
         *total += (*files)[c].n;
     }
     return SL__EXIT_OK;
 }
 
 /* Class by class, files sorted: the same tree gives the same items, whatever order the
- * file system lists them in. Validation takes round(n_c * F) of each class's files (at
- * least 1 and at most n_c - 1 when the class has 2 or more), drawn with the seed. */
-static void gather_items(const strlist *classes, const strlist *files, const char *dir, const convert_opts *co,
-                         int n_splits, skip_log *skips, image_item *items, size_t *n_items, image_item *val,
-                         size_t *n_val, uint64_t *rng) {
+ * file system lists them in. An entry not named like a JPEG is skipped and counted; one
+ * named like one that is not a regular file (a FIFO, a socket, a device, a directory, a
+ * dangling symbolic link) too, and it ends a --strict run (the exit status; SL__EXIT_OK
+ * otherwise). Validation takes round(n_c * F) of each class's files (at least 1 and at most
+ * n_c - 1 when the class has 2 or more), drawn with the seed. */
+static int gather_items(const strlist *classes, const strlist *files, const char *dir, const convert_opts *co,
+                        int n_splits, skip_log *skips, image_item *items, size_t *n_items, image_item *val,
+                        size_t *n_val, uint64_t *rng) {
     for (size_t c = 0; c < classes->n; c++) {
         size_t first = *n_items;
-        for (size_t i = 0; i < files[c].n; i++) {
-            if (!is_jpeg_name(files[c].v[i])) {
-                skip_note(skips, dir, classes->v[c], files[c].v[i],
-                          "not a .jpg, .jpeg or .JPEG file");
+        const strlist *f = &files[c];
+        for (size_t i = 0; i < f->n; i++) {
+            bool jpeg = is_jpeg_name(f->v[i]), regular = S_ISREG(f->mode[i]);
+            if (jpeg && regular) {
+                items[(*n_items)++] = (image_item){c, f->v[i]};
                 continue;
             }
-            items[(*n_items)++] = (image_item){c, files[c].v[i]};
+            char why[128];
+            if (!jpeg)
+                snprintf(why, sizeof why, "%snot a .jpg, .jpeg or .JPEG file",
+                         S_ISDIR(f->mode[i]) ? "is a directory, " : "");
+            else if (!f->why[i])
+                snprintf(why, sizeof why, "is %s, not a regular file", sl_file_kind(f->mode[i]));
+            int rc = pass_over(skips, jpeg && co->strict, dir, classes->v[c], f->v[i],
+                               jpeg && f->why[i] ? f->why[i] : why);
+            if (rc != SL__EXIT_OK) return rc;
         }
         if (n_splits == 2) {
             size_t nc = *n_items - first;
@@ -572,6 +670,7 @@ static void gather_items(const strlist *classes, const strlist *files, const cha
             qsort(val + *n_val - nv, nv, sizeof *items, cmp_str_item);
         }
     }
+    return SL__EXIT_OK;
 }
 
 static int convert_images(const char *prog, const char *dir, const char *out,
@@ -597,7 +696,7 @@ static int convert_images(const char *prog, const char *dir, const char *out,
     double t0 = sl__now();
 
     size_t total = 0;
-    if ((rc = list_classes(dir, &classes, &files, &total)) != SL__EXIT_OK) goto done;
+    if ((rc = list_classes(dir, co->strict, &x.skips, &classes, &files, &total)) != SL__EXIT_OK) goto done;
     items = calloc(total ? total : 1, sizeof *items);
     split_items[1] = calloc(total ? total : 1, sizeof *items);
     if (!items || !split_items[1]) {
@@ -605,8 +704,9 @@ static int convert_images(const char *prog, const char *dir, const char *out,
         goto done;
     }
     uint64_t rng = (uint64_t)co->seed;
-    gather_items(&classes, files, dir, co, n_splits, &x.skips, items, &n_items, split_items[1], &split_n[1],
-                 &rng);
+    if ((rc = gather_items(&classes, files, dir, co, n_splits, &x.skips, items, &n_items, split_items[1],
+                           &split_n[1], &rng)) != SL__EXIT_OK)
+        goto done;
     split_items[0] = items;
     split_n[0] = n_items;
     for (int k = 0; k < n_splits; k++) {
@@ -762,6 +862,7 @@ static int cmd_convert(int argc, char **argv) {
 /* ---- main ----------------------------------------------------------------------------- */
 
 int main(int argc, char **argv) {
+    sl__tool_start();
     if (sl__tool_version(PROG, argc, argv)) return sl__tool_exit(PROG, SL__EXIT_OK);
     if (argc < 2) {
         fprintf(stderr, "%s: missing COMMAND\nTry '%s --help' for more information.\n", PROG,

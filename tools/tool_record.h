@@ -3,6 +3,9 @@
 #ifndef SLUICE_TOOL_RECORD_H
 #define SLUICE_TOOL_RECORD_H
 
+#include <stdbool.h>
+#include <stddef.h>
+
 #include "sluice/tfrecord.h"
 
 /* The commands, with argv after the command name. Each returns the exit status:
@@ -15,5 +18,13 @@ int sl__record_cat(int argc, char **argv);
 /* --compression NAME into *out (NULL: SL_COMP_AUTO). SL__EXIT_OK, or SL__EXIT_USAGE after
  * a usage error naming prog on stderr. */
 int sl__record_parse_compression(const char *prog, const char *name, sl_compression *out);
+
+/* True when `path` is a symbolic link whose target does not exist (the reason a path that
+ * lstat finds reads as "no such file"), with the link's text in out. */
+bool sl__record_dangling_target(const char *path, char *out, size_t cap);
+
+/* After an open of `path` failed with SL_ENOTFOUND: when it is a dangling symbolic link,
+ * make the current message's hint say so and where it points. */
+void sl__record_hint_dangling(const char *path);
 
 #endif

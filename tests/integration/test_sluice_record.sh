@@ -539,6 +539,120 @@ kept=$(sed -n 's/.*CORRUPT, \([0-9]*\) good records.*/\1/p' "$OUT")
 expect_out "damaged place in the gzip stream"
 echo "  gzip damage: $good records before the error, $kept in skip mode (of 1250)"
 
+# ---------------------------------------------------------------- entries that are not readable files
+# Every entry of a convert images folder that is not converted is named and counted, whatever
+# it is; nothing is opened in a way that can block (each run is under `timeout 20`: a FIFO
+# opened for reading would hang, and timeout's 124 fails the check).
+K="$TMP/kinds"
+mkdir -p "$K/c" "$K/c/dir.jpg"
+make_jpeg "$K/c/good.jpg" 4 4 1
+ln -s "$K/c/gone.jpg" "$K/c/dangling.jpg"
+mkfifo "$K/c/fifo.jpg"
+python3 -c 'import socket, sys; socket.socket(socket.AF_UNIX).bind(sys.argv[1])' "$K/c/sock.jpg"
+ln -s /dev/null "$K/c/dev.jpg"
+ln -s loop.jpg "$K/c/loop.jpg"
+: >"$K/c/empty.jpg"
+echo "not a JPEG" >"$K/c/text.jpg"
+# a regular file whose read fails (EIO), as a file without read permission does for a user
+# other than root
+ln -s /proc/self/mem "$K/c/mem.jpg"
+n_kinds=9
+if [ "$(id -u)" != 0 ]; then
+    make_jpeg "$K/c/noperm.jpg" 4 4 2
+    chmod 000 "$K/c/noperm.jpg"
+    n_kinds=10
+fi
+check "convert images: a dangling symlink, a FIFO, a socket, a device, a directory, a symlink loop, an empty, a non-JPEG and an unreadable file named and counted"
+expect_rc 0 timeout 20 "$TOOL" convert images "$K" "$TMP/kindsout" --shards 1 --no-shuffle
+[ "$(sed -n 1p "$OUT")" = "wrote 1 records of 1 classes to $TMP/kindsout: train 1 in 1 shard (class order) in $(sed -n 's/.* in \([0-9.]* s\)$/\1/p' "$OUT")" ] ||
+    fail "summary line 1: $(sed -n 1p "$OUT")"
+[ "$(sed -n 2p "$OUT")" = "skipped $n_kinds files that are not decodable JPEGs: c/dangling.jpg, c/dev.jpg, c/dir.jpg and $((n_kinds - 3)) more" ] ||
+    fail "summary line 2: $(sed -n 2p "$OUT")"
+expect_err "sluice-record: skipped $K/c/dangling.jpg: is a symbolic link to '$K/c/gone.jpg', which does not exist"
+expect_err "sluice-record: skipped $K/c/dev.jpg: is a character device, not a regular file"
+expect_err "sluice-record: skipped $K/c/dir.jpg: is a directory, not a regular file"
+expect_err "sluice-record: skipped $K/c/fifo.jpg: is a FIFO (named pipe), not a regular file"
+expect_err "sluice-record: skipped $K/c/loop.jpg: is a symbolic link that cannot be followed: Too many levels of symbolic links"
+expect_err "sluice-record: skipped $K/c/sock.jpg: is a socket, not a regular file"
+expect_err "sluice-record: skipped $K/c/empty.jpg: jpeg: empty input (0 bytes)"
+expect_err "sluice-record: skipped $K/c/mem.jpg: cannot read: Input/output error"
+expect_err "sluice-record: skipped $K/c/text.jpg: jpeg: bad header"
+[ "$(id -u)" = 0 ] || expect_err "sluice-record: skipped $K/c/noperm.jpg: cannot open: Permission denied"
+[ "$(grep -c '^sluice-record: skipped ' "$ERR")" -eq "$n_kinds" ] || fail "expected $n_kinds skipped lines on stderr"
+expect_rc 0 "$TOOL" verify "$TMP/kindsout/train-00000-of-00001.tfrecord"
+expect_out "OK, 1 records"
+
+check "convert images: a dangling symlink and a FIFO alone, counted and named in the summary"
+DF="$TMP/danglefifo"
+mkdir -p "$DF/a"
+make_jpeg "$DF/a/good.jpg" 4 4 3
+ln -s "$DF/a/gone.jpg" "$DF/a/dangling.jpg"
+mkfifo "$DF/a/fifo.jpg"
+expect_rc 0 timeout 20 "$TOOL" convert images "$DF" "$TMP/dfout" --shards 1
+expect_out "wrote 1 records of 1 classes to $TMP/dfout: train 1 in 1 shard (shuffled, seed 12345) in "
+[ "$(sed -n 2p "$OUT")" = "skipped 2 files that are not decodable JPEGs: a/dangling.jpg, a/fifo.jpg" ] ||
+    fail "summary line 2: $(sed -n 2p "$OUT")"
+
+check "convert images --strict: exit 1 at the first (the dangling symlink), no shards, the FIFO never opened"
+expect_rc 1 timeout 20 "$TOOL" convert images "$DF" "$TMP/dfstrict" --shards 1 --strict
+[ "$(cat "$ERR")" = "sluice-record: $DF/a/dangling.jpg: is a symbolic link to '$DF/a/gone.jpg', which does not exist" ] ||
+    fail "strict: stderr"
+expect_no_out
+[ -z "$(ls -A "$TMP/dfstrict" 2>/dev/null)" ] || fail "left files behind: $(ls -A "$TMP/dfstrict")"
+rm "$DF/a/dangling.jpg"
+expect_rc 1 timeout 20 "$TOOL" convert images "$DF" "$TMP/dfstrict" --shards 1 --strict
+[ "$(cat "$ERR")" = "sluice-record: $DF/a/fifo.jpg: is a FIFO (named pipe), not a regular file" ] || fail "strict: stderr"
+[ -z "$(ls -A "$TMP/dfstrict" 2>/dev/null)" ] || fail "left files behind: $(ls -A "$TMP/dfstrict")"
+expect_rc 1 timeout 20 "$TOOL" convert images "$K" "$TMP/kstrict" --shards 1 --strict --no-shuffle
+expect_err "sluice-record: $K/c/dangling.jpg: is a symbolic link to"
+
+check "convert images: entries of DIR that are not class folders are named and counted; --strict stops at one it cannot examine"
+TL="$TMP/toplevel"
+mkdir -p "$TL/a"
+make_jpeg "$TL/a/good.jpg" 4 4 4
+echo "cat dog" >"$TL/labels.txt"
+ln -s "$TL/missing" "$TL/ghost"
+expect_rc 0 timeout 20 "$TOOL" convert images "$TL" "$TMP/tlout" --shards 1
+expect_out "wrote 1 records of 1 classes to $TMP/tlout"
+[ "$(sed -n 2p "$OUT")" = "skipped 2 files that are not decodable JPEGs: ghost, labels.txt" ] ||
+    fail "summary line 2: $(sed -n 2p "$OUT")"
+expect_err "sluice-record: skipped $TL/ghost: is a symbolic link to '$TL/missing', which does not exist"
+expect_err "sluice-record: skipped $TL/labels.txt: is a regular file, not a class folder"
+expect_rc 1 timeout 20 "$TOOL" convert images "$TL" "$TMP/tlstrict" --shards 1 --strict
+[ "$(cat "$ERR")" = "sluice-record: $TL/ghost: is a symbolic link to '$TL/missing', which does not exist" ] || fail "strict: stderr"
+[ -z "$(ls -A "$TMP/tlstrict" 2>/dev/null)" ] || fail "left files behind"
+
+check "verify, inspect and cat: a dangling symlink is refused naming it and its target"
+ln -s "$TMP/gone.tfrecord" "$TMP/dangling.tfrecord"
+for c in verify inspect cat; do
+    expect_rc 1 timeout 20 "$TOOL" "$c" "$TMP/dangling.tfrecord"
+    expect_err "'$TMP/dangling.tfrecord': no such file"
+    expect_err "---> HINT: '$TMP/dangling.tfrecord' is a symbolic link to '$TMP/gone.tfrecord', which does not exist"
+done
+check "verify, inspect and cat: a FIFO, a socket or a directory given among good files is refused naming it; the rest still read"
+for c in verify inspect cat; do
+    expect_rc 1 timeout 20 "$TOOL" "$c" "$SINGLES" "$TMP/fifo" "$K/c/sock.jpg" "$K/c/dir.jpg" "$SINGLES"
+    expect_err "'$TMP/fifo': is a FIFO (named pipe), not a regular file"
+    if [ "$c" != cat ]; then # cat stops at the first bad file
+        expect_err "'$K/c/sock.jpg': is a socket, not a regular file"
+        expect_err "'$K/c/dir.jpg': is a directory, not a regular file"
+    fi
+done
+
+check "convert fashion-mnist: a FIFO or a dangling symlink among the idx files is refused naming it"
+FS="$TMP/fmsrc"
+mkdir -p "$FS"
+for f in train-images-idx3-ubyte.gz t10k-images-idx3-ubyte.gz t10k-labels-idx1-ubyte.gz; do ln -s "$FMNIST/$f" "$FS/$f"; done
+mkfifo "$FS/train-labels-idx1-ubyte.gz"
+expect_rc 1 timeout 20 "$TOOL" convert fashion-mnist "$TMP/fmfifo" --shards 1 --limit 10 --src "$FS"
+expect_err "'$FS/train-labels-idx1-ubyte.gz': is a FIFO (named pipe), not a regular file"
+rm "$FS/train-labels-idx1-ubyte.gz"
+ln -s "$FS/gone.gz" "$FS/train-labels-idx1-ubyte.gz"
+expect_rc 1 timeout 20 "$TOOL" convert fashion-mnist "$TMP/fmfifo" --shards 1 --limit 10 --src "$FS"
+expect_err "'$FS/train-labels-idx1-ubyte.gz': no such file"
+expect_err "---> HINT: '$FS/train-labels-idx1-ubyte.gz' is a symbolic link to '$FS/gone.gz', which does not exist"
+[ -z "$(ls -A "$TMP/fmfifo" 2>/dev/null)" ] || fail "left files behind"
+
 check "no progress output when stderr is not a terminal"
 expect_rc 0 "$TOOL" verify "$FM/train-00000-of-00004.tfrecord"
 expect_no_err
