@@ -431,14 +431,13 @@ sl_status sl__zap_start(void *ctx, const char (*allow)[41], int nallow, sl__zap 
     }
     z->nallow = nallow;
     if (!(z->sock = zmq_socket(ctx, ZMQ_REP))) {
-        st = sl_err(SL_EIO, "%s:%d: zmq_socket(ZMQ_REP): %s", __FILE__, __LINE__, zmq_strerror(zmq_errno()));
+        st = sl_err(SL_EIO, "ZAP handler: cannot create its socket: %s", zmq_strerror(zmq_errno()));
         goto fail;
     }
     int zero = 0;
     if (zmq_setsockopt(z->sock, ZMQ_LINGER, &zero, sizeof zero) == -1 ||
         zmq_bind(z->sock, "inproc://zeromq.zap.01") == -1) {
-        st = sl_err(SL_EIO, "%s:%d: ZAP handler: cannot bind inproc://zeromq.zap.01: %s", __FILE__, __LINE__,
-                    zmq_strerror(zmq_errno()));
+        st = sl_err(SL_EIO, "ZAP handler: cannot bind inproc://zeromq.zap.01: %s", zmq_strerror(zmq_errno()));
         goto fail;
     }
     int e = pthread_create(&z->th, NULL, zap_main, z);

@@ -5,8 +5,10 @@
  *
  * Workload: a few to a few dozen peers; a ring moves MiB-sized chunks at network speed, a
  * parameter server answers many small requests. Every ZeroMQ call goes through ZCHECK so a
- * failure carries file:line and zmq_strerror. The exceptions are best-effort calls whose
- * failure leaves nothing to act on: closing, ABORT notices (never block), monitor reads,
+ * failure carries the call's name and zmq_strerror (its source line goes to the debug log,
+ * never into the message a user sees); bind and connect, which a user's addresses and
+ * machine make fail, say which address and what to change. The exceptions are best-effort
+ * calls whose failure leaves nothing to act on: closing, ABORT notices (never block), monitor reads,
  * and zmq_msg_init / zmq_msg_close / zmq_msg_move on valid messages (they cannot fail).
  *
  * Routing ids are not authentication: a stranger may claim "r2.<anything>". It cannot take
@@ -29,27 +31,39 @@
 #include <zmq.h>
 
 #include "dist/curve_priv.h"
+#include "sluice/log.h"
 #include "sluice/transport.h"
 #include "sluice/util.h"
 
-/* Wrap a ZeroMQ call that returns -1 on failure; on failure record where and why. */
+/* A ZeroMQ call that failed with nothing in the user's hands to explain it (an option on a
+ * fresh socket): the user's message names the call and zmq_strerror, with a hint when the
+ * process ran out of descriptors; the source line and the whole call go to the debug log.
+ * Returns SL_ETIMEDOUT for EAGAIN, else SL_EIO. */
+static sl_status zfail(const char *call, const char *file, int line) {
+    int e = zmq_errno();
+    sl_status code = e == EAGAIN ? SL_ETIMEDOUT : SL_EIO;
+    if (SL_LOG_DEBUG <= sl_log_level) sl__log(SL_LOG_DEBUG, file, line, "%s: %s", call, zmq_strerror(e));
+    sl_err(code, "transport: %.*s failed: %s", (int)strcspn(call, "("), call, zmq_strerror(e));
+    if (e == EMFILE || e == ENFILE)
+        sl_err_hint("this process is out of file descriptors or ZeroMQ sockets; raise the limit (ulimit -n)");
+    return code;
+}
+
+/* Wrap a ZeroMQ call that returns -1 on failure (zfail says what failed). */
 #define ZCHECK(call)                                                                   \
     do {                                                                               \
-        if ((call) == -1) {                                                            \
-            int e_ = zmq_errno();                                                      \
-            return sl_err(e_ == EAGAIN ? SL_ETIMEDOUT : SL_EIO, "%s:%d: %s: %s",      \
-                          __FILE__, __LINE__, #call, zmq_strerror(e_));                \
-        }                                                                              \
+        if ((call) == -1) return zfail(#call, __FILE__, __LINE__);                     \
     } while (0)
 #define ZCHECK_GOTO(call, st)                                                          \
     do {                                                                               \
         if ((call) == -1) {                                                            \
-            int e_ = zmq_errno();                                                      \
-            (st) = sl_err(e_ == EAGAIN ? SL_ETIMEDOUT : SL_EIO, "%s:%d: %s: %s",      \
-                          __FILE__, __LINE__, #call, zmq_strerror(e_));                \
+            (st) = zfail(#call, __FILE__, __LINE__);                                   \
             goto fail;                                                                 \
         }                                                                              \
     } while (0)
+
+/* Where a user changes the addresses the tasks bind and connect to. */
+#define WHERE_ADDRS "sluice-launch --port-base, or the addresses in the cluster block or TF_CONFIG"
 
 #define REFUSED_HINT \
     "its allow-list lacks this task's client key, it runs without CURVE, or the tasks use different server keys"
@@ -211,6 +225,27 @@ static sl_status curve_setup(sl_tp *tp, const sl_tp_curve *c) {
     return SL_OK;
 }
 
+/* The inbox of rank `self` could not bind `addr` (host, port: its parts): SL_EIO with the
+ * address as the user gave it, the OS's reason and what to change. */
+static sl_status bind_failed(int self, const char *addr, const char *host, int port, int e) {
+    const char *every = strcmp(bind_host(host), "*") == 0 ? " (every interface: a host name is bound as *)" : "";
+    sl_err(SL_EIO, "transport: rank %d cannot bind %s%s: %s", self, addr, every, zmq_strerror(e));
+    if (e == EADDRINUSE)
+        sl_err_hint("another job or process is listening on port %d (ss -ltnp 'sport = :%d' shows which); stop it, "
+                    "or choose other ports: " WHERE_ADDRS, port, port);
+    else if (e == EACCES && port < 1024)
+        sl_err_hint("ports below 1024 need root or CAP_NET_BIND_SERVICE; choose a port from 1024 up: " WHERE_ADDRS);
+    else if (e == EACCES)
+        sl_err_hint("this process may not listen on port %d (a security policy); choose another: " WHERE_ADDRS, port);
+    else if (e == EADDRNOTAVAIL)
+        sl_err_hint("%s is not an address of this machine; each task binds the address the cluster lists for it, "
+                    "so give every task an address of the machine it runs on (the cluster block or TF_CONFIG)", host);
+    else
+        sl_err_hint("check this task's address, host:port of this machine (the cluster block, TF_CONFIG or the "
+                    "launcher's environment)");
+    return SL_EIO;
+}
+
 sl_status sl_tp_create(int self, int n, const char *const *addrs, const sl_tp_opts *opts,
                        sl_tp **out) {
     *out = NULL;
@@ -248,12 +283,12 @@ sl_status sl_tp_create(int self, int n, const char *const *addrs, const sl_tp_op
     for (int i = 0; i < n; i++)
         if (!(tp->addrs[i] = strdup(addrs[i]))) goto nomem;
     tp->ctx = zmq_ctx_new();
-    if (!tp->ctx) { st = sl_err(SL_EIO, "%s:%d: zmq_ctx_new: %s", __FILE__, __LINE__, zmq_strerror(zmq_errno())); goto fail; }
+    if (!tp->ctx) { st = zfail("zmq_ctx_new", __FILE__, __LINE__); goto fail; }
     int iot = opts && opts->io_threads > 0 ? opts->io_threads : 1;
     ZCHECK_GOTO(zmq_ctx_set(tp->ctx, ZMQ_IO_THREADS, iot), st);
     if (opts && opts->curve && (st = curve_setup(tp, opts->curve))) goto fail;
     tp->inbox = zmq_socket(tp->ctx, ZMQ_ROUTER);
-    if (!tp->inbox) ZCHECK_GOTO(-1, st);
+    if (!tp->inbox) { st = zfail("zmq_socket", __FILE__, __LINE__); goto fail; }
     if (tp->curve) {
         const sl_tp_curve *c = opts->curve;
         ZCHECK_GOTO(zmq_setsockopt(tp->inbox, ZMQ_CURVE_SERVER, &one_, sizeof one_), st);
@@ -274,10 +309,7 @@ sl_status sl_tp_create(int self, int n, const char *const *addrs, const sl_tp_op
     if (port) snprintf(ep, sizeof ep, "tcp://%s:%d", bind_host(host), port);
     else snprintf(ep, sizeof ep, "tcp://%s:*", bind_host(host));
     if (zmq_bind(tp->inbox, ep) == -1) {
-        int e = zmq_errno();
-        st = sl_err(SL_EIO, "%s:%d: transport: rank %d cannot bind %s: %s", __FILE__, __LINE__, self, ep,
-                    zmq_strerror(e));
-        if (e == EADDRINUSE) sl_err_hint("another process uses port %d; pick another port (--port-base)", port);
+        st = bind_failed(self, addrs[self], host, port, zmq_errno());
         goto fail;
     }
     char last[320];
@@ -366,7 +398,7 @@ sl_status sl_tp_connect(sl_tp *tp) {
         if ((st = sl_tp_random_u64(&nonce))) goto fail;
         snprintf(id, sizeof id, "r%d.%016llx", tp->self, (unsigned long long)nonce);
         void *s = tp->out[i] = zmq_socket(tp->ctx, ZMQ_DEALER);
-        if (!s) ZCHECK_GOTO(-1, st);
+        if (!s) { st = zfail("zmq_socket", __FILE__, __LINE__); goto fail; }
         int linger = LINGER_MS, hwm = 100000, sndto = (int)(tp->timeout_s * 1000);
         ZCHECK_GOTO(zmq_setsockopt(s, ZMQ_ROUTING_ID, id, strlen(id)), st);
         ZCHECK_GOTO(zmq_setsockopt(s, ZMQ_LINGER, &linger, sizeof linger), st);
@@ -384,11 +416,13 @@ sl_status sl_tp_connect(sl_tp *tp) {
         snprintf(monep, sizeof monep, "inproc://sl-tp-mon-%p-%u-%d", (void *)tp, tp->gen, i);
         ZCHECK_GOTO(zmq_socket_monitor(s, monep, events), st);
         tp->mon[i] = zmq_socket(tp->ctx, ZMQ_PAIR);
-        if (!tp->mon[i]) ZCHECK_GOTO(-1, st);
+        if (!tp->mon[i]) { st = zfail("zmq_socket", __FILE__, __LINE__); goto fail; }
         ZCHECK_GOTO(zmq_connect(tp->mon[i], monep), st);
         if (zmq_connect(s, ep) == -1) {
-            st = sl_err(SL_EIO, "%s:%d: transport: cannot connect to rank %d (%s): %s", __FILE__, __LINE__,
-                        i, tp->addrs[i], zmq_strerror(zmq_errno()));
+            st = sl_err(SL_EIO, "transport: rank %d cannot connect to rank %d at %s: %s", tp->self, i, tp->addrs[i],
+                        zmq_strerror(zmq_errno()));
+            sl_err_hint("check rank %d's address, host:port of the machine it runs on (the cluster block, TF_CONFIG "
+                        "or the launcher's environment)", i);
             goto fail;
         }
         tp->lost[i] = 0;
@@ -527,15 +561,13 @@ static sl_status send_parts(sl_tp *tp, int to, sl_msg_hdr *h, zmq_msg_t *m) {
             return sl_err(SL_ETIMEDOUT, "transport: rank %d (%s) took nothing for %.1f s (its queue is full)",
                           to, tp->addrs[to], tp->timeout_s);
         }
-        return sl_err(SL_EIO, "%s:%d: zmq_send to rank %d (%s): %s", __FILE__, __LINE__, to, tp->addrs[to],
-                      zmq_strerror(e));
+        return sl_err(SL_EIO, "transport: cannot send to rank %d (%s): %s", to, tp->addrs[to], zmq_strerror(e));
     }
     size_t len = zmq_msg_size(m);
     if (zmq_msg_send(m, tp->out[to], 0) == -1) {
         int e = zmq_errno();
         zmq_msg_close(m);
-        return sl_err(SL_EIO, "%s:%d: zmq_msg_send to rank %d (%s): %s", __FILE__, __LINE__, to, tp->addrs[to],
-                      zmq_strerror(e));
+        return sl_err(SL_EIO, "transport: cannot send to rank %d (%s): %s", to, tp->addrs[to], zmq_strerror(e));
     }
     tp->st.sent++;
     tp->st.sent_bytes += len;
@@ -559,7 +591,7 @@ sl_status sl_tp_send(sl_tp *tp, int to, sl_msg_hdr *h, const void *data, size_t 
         u->ctx = ctx;
         if (zmq_msg_init_data(&m, (void *)data, len, free_user, u) == -1) {
             free_user((void *)data, u);
-            ZCHECK(-1);
+            return zfail("zmq_msg_init_data", __FILE__, __LINE__);
         }
     } else {
         atomic_fetch_add(&tp->inflight, 1);
@@ -567,7 +599,7 @@ sl_status sl_tp_send(sl_tp *tp, int to, sl_msg_hdr *h, const void *data, size_t 
         if (zmq_msg_init_data(&m, (void *)data, len, free_counted, &tp->pc[to]) == -1) {
             atomic_fetch_sub(&tp->pc[to].n, 1);
             atomic_fetch_sub(&tp->inflight, 1);
-            ZCHECK(-1);
+            return zfail("zmq_msg_init_data", __FILE__, __LINE__);
         }
     }
     return send_parts(tp, to, h, &m);
@@ -683,7 +715,7 @@ static int read_inbox(sl_tp *tp, sl_msg_hdr *h) {
             zmq_msg_close(&m);
             for (int i = 0; i < nparts; i++) zmq_msg_close(&parts[i]);
             if (e == EAGAIN && nparts == 0) return 0;
-            return sl_err(SL_EIO, "%s:%d: zmq_msg_recv: %s", __FILE__, __LINE__, zmq_strerror(e));
+            return sl_err(SL_EIO, "transport: rank %d: cannot receive from its inbox: %s", tp->self, zmq_strerror(e));
         }
         more = zmq_msg_more(&m);
         if (nparts < 3) {
@@ -815,7 +847,8 @@ sl_status sl_tp_recv(sl_tp *tp, int from, double timeout_s, sl_msg_hdr *h, const
         int rc = zmq_poll(items, 1 + nmon, (long)(wait * 1000) + 1);
         if (rc == -1) {
             if (zmq_errno() == EINTR) continue;
-            return sl_err(SL_EIO, "%s:%d: zmq_poll: %s", __FILE__, __LINE__, zmq_strerror(zmq_errno()));
+            return sl_err(SL_EIO, "transport: rank %d: cannot wait for messages (zmq_poll): %s", tp->self,
+                          zmq_strerror(zmq_errno()));
         }
         for (int i = 0; i < nmon; i++)
             if (items[1 + i].revents & ZMQ_POLLIN) read_monitor(tp, monrank[i]);

@@ -185,8 +185,9 @@ typedef struct sl_tp_stats {
  * addrs[0..n) (copied). Binds addrs[self] (a numeric host or "localhost" binds that
  * interface, any other name binds all interfaces; port 0 picks a free port, see
  * sl_tp_endpoint). Peers are connected by sl_tp_connect. SL_EINVAL on a bad address or
- * rank, SL_EIO when the bind fails (message names the address, e.g. in use), SL_ENOMEM.
- * *out is NULL on failure. */
+ * rank, SL_EIO when the bind fails ("transport: rank R cannot bind HOST:PORT: REASON", the
+ * address as given, with a hint for a port in use, a port below 1024 or an address of
+ * another machine), SL_ENOMEM. *out is NULL on failure. */
 sl_status sl_tp_create(int self, int n, const char *const *addrs, const sl_tp_opts *opts,
                        sl_tp **out);
 
@@ -206,7 +207,8 @@ const char *sl_tp_peer_addr(const sl_tp *tp, int rank);
 sl_status sl_tp_set_peer(sl_tp *tp, int rank, const char *addr);
 
 /* Connect to every peer (ZeroMQ connects in the background and retries until the peer
- * binds). SL_OK, or SL_EIO naming the peer; the transport stays usable for a retry. */
+ * binds). SL_OK, or SL_EIO naming the peer ("transport: rank R cannot connect to rank P at
+ * ADDR: REASON", for an address ZeroMQ refuses); the transport stays usable for a retry. */
 sl_status sl_tp_connect(sl_tp *tp);
 
 /* Close the connections to the peers, dropping what is still queued for them, and wait

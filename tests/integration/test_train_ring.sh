@@ -103,8 +103,14 @@ rc=$?
 ms=$((($(date +%s%N) - t0) / 1000000))
 if [ "$rc" = 1 ]; then ok "survivor exit 1"; else fail "survivor exit $rc, expected 1"; cat "$T/k0.err"; fi
 [ "$ms" -lt 5000 ] && ok "survivor exited in $ms ms (timeout 5 s)" || fail "survivor took $ms ms"
-if grep -q "lost rank 1 (127.0.0.1:$((PB + 11)))" "$T/k0.err"; then ok "error names the lost peer: $(head -n 1 "$T/k0.err")"
+if grep -q "lost rank 1 (127.0.0.1:$((PB + 11)))" "$T/k0.err"; then ok "error names the lost peer: $(grep 'lost rank 1' "$T/k0.err")"
 else fail "error does not name rank 1:"; cat "$T/k0.err"; fi
+# started from TF_CONFIG without SLUICE_JOB_ID or CURVE: each replica says at start that the
+# job is open to strangers (its id is derived from the addresses) and how to close it
+for k in 0 1; do
+    grep -q "^sluice warning: this job is open to strangers: its members come from TF_CONFIG and no SLUICE_JOB_ID is set.*give every task the same random SLUICE_JOB_ID beside TF_CONFIG" "$T/k$k.err" &&
+        ok "replica $k warns that the TF_CONFIG job has no secret" || { fail "replica $k: no open-job warning"; head -3 "$T/k$k.err"; }
+done
 newest=$(ls "$T/kill"/ckpt-*.safetensors | sort | tail -n 1)
 step=$(basename "$newest" .safetensors)
 step=$((10#${step#ckpt-}))
@@ -122,6 +128,8 @@ if run resume 0 "$BIN/sluice-launch" -n 2 --port-base "$PB" -- "$BIN/sluice-trai
     [ "$(head -n 1 "$T/rh.0" | cut -d' ' -f2)" = "$step" ] && ok "resumed replicas start at step $step" ||
         fail "first hash line '$(head -n 1 "$T/rh.0")'"
     cmp -s "$T/rh.0" "$T/rh.1" && ok "resumed replicas bit-identical" || fail "resumed hash logs differ"
+    grep -q "open to strangers" "$T/resume.err" && fail "sluice-launch's job (a random SLUICE_JOB_ID) warns it is open" ||
+        ok "no open-job warning under sluice-launch (its random SLUICE_JOB_ID)"
     l0=$(wc -l <"$T/rh.0")
     [ "$l0" = 81 ] && ok "81 hash lines (steps $step..$((end * 40)))" || fail "$l0 hash lines in the resumed rank 0's log, expected 81"
     final=$(printf '%s/ckpt-%09d.safetensors' "$T/kill" $((end * 40)))
@@ -175,6 +183,27 @@ if run uneven 0 "$BIN/sluice-launch" -n 2 --port-base $((PB + 20)) -- "$BIN/slui
     [ "$l0" = 33 ] && ok "33 hash lines (steps 0..32)" || fail "$l0 hash lines in rank 0's log, expected 33"
     cmp -s "$T/uh.0" "$T/uh.1" && ok "unequal shards: replicas bit-identical at every step" ||
         { fail "hash logs differ:"; diff "$T/uh.0" "$T/uh.1" | head -5; }
+fi
+
+# 8. this task's port is taken by another process: exit 1 at once with the address, the OS's
+#    reason and what to change; no source file or line in what the user reads
+held="$T/held.$((PB + 14))"
+python3 -c 'import socket, sys, time
+s = socket.socket(); s.bind(("127.0.0.1", int(sys.argv[1]))); s.listen(1)
+open(sys.argv[2], "w").close(); time.sleep(120)' $((PB + 14)) "$held" &
+pids+=($!)
+disown $! # killed on exit on purpose: no "Killed" report from bash
+tfb() {
+    echo "{\"cluster\": {\"worker\": [\"127.0.0.1:$((PB + 14))\", \"127.0.0.1:$((PB + 15))\"]}, \"task\": {\"type\": \"worker\", \"index\": 0}}"
+}
+if ! wait_for 20 test -e "$held"; then
+    fail "the listener on port $((PB + 14)) did not start"
+elif TF_CONFIG=$(tfb) run inuse 1 "$BIN/sluice-train" "$T/tiny.sl" "${RING[@]}" --run-dir "$T/inuse" --timeout 2; then
+    want="sluice-train: ring strategy (rank 0 of 2): transport: rank 0 cannot bind 127.0.0.1:$((PB + 14)): Address already in use"
+    hint="---> HINT: another job or process is listening on port $((PB + 14)) (ss -ltnp 'sport = :$((PB + 14))' shows which); stop it, or choose other ports: sluice-launch --port-base, or the addresses in the cluster block or TF_CONFIG"
+    grep -qxF -- "$want" "$T/inuse.err" && grep -qxF -- "$hint" "$T/inuse.err" && ok "a port in use: the address, the reason and a hint" ||
+        { fail "port in use: not the expected message:"; cat "$T/inuse.err"; }
+    grep -q '\.c:[0-9]' "$T/inuse.err" && fail "a source location in the message: $(grep '\.c:[0-9]' "$T/inuse.err")"
 fi
 
 if [ "$fails" -gt 0 ]; then echo "$fails failure(s)"; exit 1; fi

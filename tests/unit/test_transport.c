@@ -2,7 +2,11 @@
  * zero-copy release, forwarding, timeouts, address errors, and a raw ZeroMQ client sending
  * garbage, spoofed, truncated and oversized frames: all dropped and counted, and the
  * transport goes on serving. */
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <time.h>
+#include <unistd.h>
 #include <zmq.h>
 
 #include "sluice/transport.h"
@@ -533,10 +537,76 @@ TEST(test_create_errors) {
     ASSERT_OK(sl_tp_create(0, 1, one, NULL, &first));
     const char *same[] = {sl_tp_endpoint(first)};
     ASSERT_EQ(sl_tp_create(0, 1, same, NULL, &t), SL_EIO);
-    ASSERT_CONTAINS(sl_errmsg(), "transport: rank 0 cannot bind tcp://127.0.0.1:");
+    ASSERT_CONTAINS(sl_errmsg(), "transport: rank 0 cannot bind 127.0.0.1:");
     ASSERT_CONTAINS(sl_errmsg(), "Address already in use");
-    ASSERT_CONTAINS(sl_errmsg(), "---> HINT: another process uses port");
+    ASSERT_CONTAINS(sl_errmsg(), "---> HINT: another job or process is listening on port");
     sl_tp_destroy(first);
+}
+
+/* A listening TCP socket of this process on 127.0.0.1 (an ephemeral port, *port). */
+static int listen_loopback(int *port) {
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = 0, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t len = sizeof a;
+    if (fd < 0 || bind(fd, (struct sockaddr *)&a, sizeof a) != 0 || listen(fd, 1) != 0 ||
+        getsockname(fd, (struct sockaddr *)&a, &len) != 0) {
+        if (fd >= 0) close(fd);
+        return -1;
+    }
+    *port = ntohs(a.sin_port);
+    return fd;
+}
+
+/* Errors the user's addresses and machine cause say the operation, the address as given, the
+ * OS's reason and what to change, and never a source location. */
+TEST(test_bind_connect_errors_say_what_to_do) {
+    int port, fd = listen_loopback(&port);
+    ASSERT(fd >= 0);
+    char addr[64], want[1024];
+    const char *one[] = {addr};
+    sl_tp *t = (sl_tp *)&port;
+    snprintf(addr, sizeof addr, "127.0.0.1:%d", port);
+    ASSERT_EQ(sl_tp_create(0, 1, one, NULL, &t), SL_EIO);
+    ASSERT(t == NULL);
+    snprintf(want, sizeof want,
+             "transport: rank 0 cannot bind 127.0.0.1:%d: Address already in use\n"
+             "---> HINT: another job or process is listening on port %d (ss -ltnp 'sport = :%d' shows which); "
+             "stop it, or choose other ports: sluice-launch --port-base, or the addresses in the cluster block or "
+             "TF_CONFIG", port, port, port);
+    ASSERT_STREQ(sl_errmsg(), want);
+    ASSERT(strstr(sl_errmsg(), ".c:") == NULL);
+    /* a host name is bound on every interface, which the message says */
+    snprintf(addr, sizeof addr, "this-host.invalid:%d", port);
+    ASSERT_EQ(sl_tp_create(0, 1, one, NULL, &t), SL_EIO);
+    snprintf(want, sizeof want,
+             "transport: rank 0 cannot bind this-host.invalid:%d (every interface: a host name is bound as *): "
+             "Address already in use\n", port);
+    ASSERT(strncmp(sl_errmsg(), want, strlen(want)) == 0);
+    close(fd);
+
+    /* an address of another machine (TEST-NET-1) */
+    snprintf(addr, sizeof addr, "192.0.2.1:0");
+    sl_status s = sl_tp_create(0, 1, one, NULL, &t);
+    if (s == SL_OK) { /* net.ipv4.ip_nonlocal_bind=1: any address binds */
+        printf("  (192.0.2.1 binds on this machine: not-an-address case not checked)\n");
+        sl_tp_destroy(t);
+    } else {
+        ASSERT_EQ(s, SL_EIO);
+        ASSERT_STREQ(sl_errmsg(), "transport: rank 0 cannot bind 192.0.2.1:0: Cannot assign requested address\n"
+                                  "---> HINT: 192.0.2.1 is not an address of this machine; each task binds the "
+                                  "address the cluster lists for it, so give every task an address of the machine "
+                                  "it runs on (the cluster block or TF_CONFIG)");
+    }
+
+    /* a peer address ZeroMQ cannot connect to */
+    const char *two[] = {"127.0.0.1:0", "127.0.0.1:0"};
+    ASSERT_OK(sl_tp_create(0, 2, two, NULL, &t));
+    ASSERT_OK(sl_tp_set_peer(t, 1, "no such host:5"));
+    ASSERT_EQ(sl_tp_connect(t), SL_EIO);
+    ASSERT_STREQ(sl_errmsg(), "transport: rank 0 cannot connect to rank 1 at no such host:5: Invalid argument\n"
+                              "---> HINT: check rank 1's address, host:port of the machine it runs on (the cluster "
+                              "block, TF_CONFIG or the launcher's environment)");
+    sl_tp_destroy(t);
 }
 
 int main(void) {
@@ -546,6 +616,7 @@ int main(void) {
     RUN(test_lost_peer);
     RUN(test_garbage_dropped_and_counted);
     RUN(test_create_errors);
+    RUN(test_bind_connect_errors_say_what_to_do);
     RUN(test_strangers_cannot_end_or_alter_job);
     RUN(test_impostor_cannot_take_over_a_rank);
     RUN(test_peer_never_started_is_named);
