@@ -51,7 +51,8 @@
  *      draws a random one per job (SLUICE_JOB_ID in the tasks' environment; set it
  *      yourself to a fresh random value on every task of a job started otherwise), else it
  *      is derived from the cluster spec (a hash of every task's type and address), so that
- *      jobs with different members never mix.
+ *      jobs with different members never mix; such a derived id is no secret, and a job
+ *      started that way without CURVE says so at start (sl_job_run's warning).
  * Limits, written down: without CURVE nothing is authenticated. A process that knows the
  * job id (the same user reading a task's environment, or, for a derived id, anyone who
  * knows the cluster spec; a leftover task of an earlier job with the same spec and no
