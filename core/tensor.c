@@ -9,7 +9,9 @@
 
 #include "sluice/tensor.h"
 
+#include <fcntl.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #define BUF_ALIGN 64
@@ -130,16 +132,27 @@ sl_buf *sl_buf_wrap(void *data, size_t size, sl_free_fn free_fn, void *free_ctx)
  * written) turns reads past its new end into SIGBUS. Guarded mappings sit in a registry
  * that the SIGBUS handler can walk without locks: chunks of slots that are never freed,
  * linked by an atomic pointer, each slot claimed by a CAS on its `start` (0 = free) and
- * published with release order after len/prot/buf are written. The handler replaces the
- * faulting page and the rest of that mapping by anonymous zero pages (MAP_FIXED), sets the
- * buffer's damaged flag (a lock-free atomic store) and returns, so the read completes. */
+ * published with release order after len/prot/buf/fd are written. The handler replaces the
+ * faulting page and the rest of that mapping by anonymous zero pages (MAP_FIXED), lowers
+ * the slot's lost_from to that page and sets the buffer's damaged flag (lock-free atomic
+ * stores) and returns, so the read completes.
+ *
+ * Which bytes are gone (sl_buf_lost): a range reaching past lost_from reads the guard's
+ * zeros. A range before it whose pages are all still mapped can only have lost the bytes
+ * between the file's new end and the end of that page (zeroed by the kernel, no fault), so
+ * touching the range's pages and the mapping's last one (which faults whenever the file
+ * lost its last page) leaves one question, asked of the file (fstat) only when the mapping
+ * is damaged or the range lies in its last page. */
 #define GUARD_SLOTS 256
+#define GUARD_MAX_FDS 256 /* file descriptors kept by guarded mappings, process-wide */
 
 typedef struct guard_slot {
-    _Atomic uintptr_t start; /* mapping address; 0: free */
-    size_t len;              /* bytes mapped; written before start is published */
+    _Atomic uintptr_t start;      /* mapping address; 0: free */
+    size_t len;                   /* bytes mapped; written before start is published */
     int prot;
+    int fd;                       /* a duplicate of the mapped file's descriptor, or -1 */
     sl_buf *buf;
+    _Atomic uint64_t lost_from;   /* offset of the first page the handler replaced; UINT64_MAX: none */
 } guard_slot;
 
 typedef struct guard_chunk {
@@ -151,6 +164,8 @@ static guard_chunk guard_first;
 static pthread_mutex_t guard_mu = PTHREAD_MUTEX_INITIALIZER; /* serialises chunk appends */
 static pthread_once_t guard_once = PTHREAD_ONCE_INIT;
 static struct sigaction guard_prev; /* the SIGBUS disposition before ours; read by the handler */
+static uintptr_t guard_page;        /* the page size; set once with the handler */
+static atomic_int guard_fds;        /* descriptors kept by live guarded mappings */
 
 static void guard_on_bus(int sig, siginfo_t *info, void *uctx) {
     uintptr_t a = (uintptr_t)info->si_addr;
@@ -159,11 +174,15 @@ static void guard_on_bus(int sig, siginfo_t *info, void *uctx) {
             guard_slot *g = &c->slot[i];
             uintptr_t start = atomic_load_explicit(&g->start, memory_order_acquire);
             if (!start || a < start || a - start >= g->len) continue;
-            uintptr_t pg = (uintptr_t)sysconf(_SC_PAGESIZE); /* async-signal-safe */
+            uintptr_t pg = guard_page;
             uintptr_t from = a & ~(pg - 1), to = (start + g->len + pg - 1) & ~(pg - 1);
             void *m = mmap((void *)from, to - from, g->prot, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED,
                            -1, 0);
             if (m == MAP_FAILED) break; /* cannot repair: fall through to the old disposition */
+            uint64_t off = from > start ? from - start : 0;
+            uint64_t cur = atomic_load(&g->lost_from);
+            while (off < cur && !atomic_compare_exchange_weak(&g->lost_from, &cur, off)) {
+            }
             atomic_store(&g->buf->damaged, true);
             return;
         }
@@ -183,6 +202,7 @@ static void guard_on_bus(int sig, siginfo_t *info, void *uctx) {
 }
 
 static void guard_install(void) {
+    guard_page = (uintptr_t)sysconf(_SC_PAGESIZE);
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
     sa.sa_sigaction = guard_on_bus;
@@ -218,11 +238,26 @@ static void unmap_guarded(void *ctx, void *data) {
     guard_slot *g = ctx;
     size_t len = g->len;
     g->len = 0;
+    if (g->fd >= 0) {
+        close(g->fd);
+        atomic_fetch_sub(&guard_fds, 1);
+    }
     atomic_store_explicit(&g->start, 0, memory_order_release);
     munmap(data, len);
 }
 
-sl_buf *sl_buf_wrap_mapping(void *addr, size_t len, int prot) {
+/* A duplicate of fd for a guarded mapping, within the process-wide allowance; -1 if none. */
+static int keep_fd(int fd) {
+    if (fd < 0 || atomic_fetch_add(&guard_fds, 1) >= GUARD_MAX_FDS) {
+        if (fd >= 0) atomic_fetch_sub(&guard_fds, 1);
+        return -1;
+    }
+    int d = fcntl(fd, F_DUPFD_CLOEXEC, 0);
+    if (d < 0) atomic_fetch_sub(&guard_fds, 1);
+    return d;
+}
+
+sl_buf *sl_buf_wrap_file_mapping(void *addr, size_t len, int prot, int fd) {
     pthread_once(&guard_once, guard_install);
     guard_slot *g = guard_claim();
     if (!g) {
@@ -236,13 +271,51 @@ sl_buf *sl_buf_wrap_mapping(void *addr, size_t len, int prot) {
     }
     g->len = len;
     g->prot = prot;
+    g->fd = keep_fd(fd);
     g->buf = b;
+    atomic_store(&g->lost_from, UINT64_MAX);
     atomic_store_explicit(&g->start, (uintptr_t)addr, memory_order_release);
     return b;
 }
 
+sl_buf *sl_buf_wrap_mapping(void *addr, size_t len, int prot) {
+    return sl_buf_wrap_file_mapping(addr, len, prot, -1);
+}
+
 bool sl_buf_damaged(const sl_buf *b) {
     return b && atomic_load_explicit(&((sl_buf *)b)->damaged, memory_order_acquire);
+}
+
+bool sl_buf_mapped(const sl_buf *b) { return b && b->free_fn == unmap_guarded; }
+
+/* sl_buf_lost, also giving the file's size when it was asked (else -1) and the range's
+ * offsets in the file. */
+static bool range_lost(const sl_buf *b, const void *p, size_t n, long long *size, uint64_t *from,
+                       uint64_t *to) {
+    *size = -1;
+    if (!sl_buf_mapped(b) || n == 0) return false;
+    guard_slot *g = b->free_ctx;
+    uintptr_t lo = (uintptr_t)b->data, hi = lo + b->size, a = (uintptr_t)p, e = a + n;
+    if (a < lo) a = lo;
+    if (e > hi || e < a) e = hi;
+    if (a >= e) return false;
+    uintptr_t pg = guard_page;
+    for (uintptr_t x = a; x < e; x = (x | (pg - 1)) + 1) (void)*(volatile const char *)x;
+    (void)*(volatile const char *)(hi - 1);
+    *from = a - lo;
+    *to = e - lo;
+    bool zeroed = *to > atomic_load(&g->lost_from), damaged = sl_buf_damaged(b);
+    if (!damaged && (e - 1) / pg < (hi - 1) / pg) return false;
+    struct stat st;
+    if (g->fd < 0 || fstat(g->fd, &st) != 0) return damaged;
+    *size = (long long)st.st_size;
+    return zeroed || *to > (uint64_t)st.st_size;
+}
+
+bool sl_buf_lost(const sl_buf *b, const void *p, size_t n) {
+    long long size;
+    uint64_t from, to;
+    return range_lost(b, p, n, &size, &from, &to);
 }
 
 sl_buf *sl_buf_ref(sl_buf *b) {
@@ -371,6 +444,34 @@ void sl_tensor_share(sl_tensor *dst, const sl_tensor *src) {
     sl_buf_ref(dst->aux);
 }
 
+sl_status sl_tensor_clone(sl_tensor *dst, const sl_tensor *src) {
+    sl_status s = sl_tensor_alloc(dst, src->dtype, src->rank, src->dims);
+    if (s) return s;
+    if (src->dtype != SL_DT_BYTES) {
+        size_t n = sl_tensor_nbytes(src);
+        if (n) memcpy(dst->data, src->data, n);
+        return SL_OK;
+    }
+    int64_t n = sl_tensor_numel(src);
+    const sl_bytes *v = src->data;
+    size_t total = 0;
+    for (int64_t i = 0; i < n; i++) total += v[i].len;
+    sl_buf *strs = sl_buf_new(total);
+    if (!strs) {
+        sl_tensor_release(dst);
+        return SL_ENOMEM;
+    }
+    sl_bytes *o = dst->data;
+    uint8_t *q = strs->data;
+    for (int64_t i = 0; i < n; i++) {
+        if (v[i].len) memcpy(q, v[i].ptr, v[i].len);
+        o[i] = (sl_bytes){q, v[i].len};
+        q += v[i].len;
+    }
+    dst->aux = strs;
+    return SL_OK;
+}
+
 void sl_tensor_release(sl_tensor *t) {
     sl_buf_unref(t->buf);
     sl_buf_unref(t->aux);
@@ -421,6 +522,67 @@ sl_status sl_element_set(sl_element *e, const char *name, sl_tensor *t) {
     e->t[i] = *t;
     *t = SL_TENSOR_EMPTY;
     return SL_OK;
+}
+
+/* The bytes a component reads from a guarded mapping: its data, or for byte strings the
+ * span from the first string to the end of the last; false when it reads none. */
+static bool mapped_span(const sl_tensor *t, const sl_buf **b, const void **p, size_t *n) {
+    if (t->dtype != SL_DT_BYTES) {
+        *b = t->buf;
+        *p = t->data;
+        *n = sl_tensor_nbytes(t);
+        return sl_buf_mapped(t->buf);
+    }
+    if (!sl_buf_mapped(t->aux)) return false;
+    const sl_bytes *v = t->data;
+    uintptr_t lo = UINTPTR_MAX, hi = 0;
+    for (int64_t i = 0, k = sl_tensor_numel(t); i < k; i++) {
+        if (!v[i].len) continue;
+        if ((uintptr_t)v[i].ptr < lo) lo = (uintptr_t)v[i].ptr;
+        if ((uintptr_t)v[i].ptr + v[i].len > hi) hi = (uintptr_t)v[i].ptr + v[i].len;
+    }
+    *b = t->aux;
+    *p = (const void *)lo;
+    *n = hi > lo ? hi - lo : 0;
+    return *n > 0;
+}
+
+bool sl_tensor_lost(const sl_tensor *t) {
+    const sl_buf *b;
+    const void *p;
+    size_t n;
+    return mapped_span(t, &b, &p, &n) && sl_buf_lost(b, p, n);
+}
+
+sl_status sl_element_check(const sl_element *e) {
+    for (int c = 0; c < e->n; c++) {
+        const sl_buf *b;
+        const void *p;
+        size_t n;
+        long long size;
+        uint64_t from, to;
+        if (!mapped_span(&e->t[c], &b, &p, &n) || !range_lost(b, p, n, &size, &from, &to)) continue;
+        char now[48] = "";
+        if (size >= 0) snprintf(now, sizeof now, " to %lld bytes", size);
+        sl_err(SL_EIO, "component '%s': its %llu bytes are gone (file bytes %llu..%llu): the file shrank%s after "
+               "the record was read", e->names[c], (unsigned long long)(to - from), (unsigned long long)from,
+               (unsigned long long)to, now);
+        sl_err_hint("the file was truncated or rewritten in place while it was being read; replace shards by "
+                    "writing a new file and renaming it over the old one");
+        if (e->origin.path) sl_err_prefix("%s: byte %lld: ", e->origin.path, (long long)e->origin.offset);
+        return SL_EIO;
+    }
+    return SL_OK;
+}
+
+void sl_element_share_mapped(sl_element *dst, const sl_element *e) {
+    sl_element_init(dst);
+    dst->origin = e->origin;
+    for (int c = 0; c < e->n; c++) {
+        if (!sl_buf_mapped(e->t[c].buf) && !sl_buf_mapped(e->t[c].aux)) continue;
+        memcpy(dst->names[dst->n], e->names[c], SL_NAME_MAX);
+        sl_tensor_share(&dst->t[dst->n++], &e->t[c]);
+    }
 }
 
 void sl_element_move(sl_element *dst, sl_element *src) {

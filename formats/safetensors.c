@@ -816,12 +816,13 @@ sl_status sl_st_open(const char *path, sl_st_file **out) {
             return s;
         }
     }
-    close(fd);
     static const uint8_t empty[1];
     /* guarded: a file that shrinks under the mapping reads as zeros instead of raising
-     * SIGBUS, and sl_st_intact reports it */
-    f->buf = map ? sl_buf_wrap_mapping(map, (size_t)f->size, PROT_READ)
+     * SIGBUS, and sl_st_intact reports it; the mapping keeps a duplicate of fd, so a lost
+     * range is told from the file's size (sl_buf_lost), the partial last page included */
+    f->buf = map ? sl_buf_wrap_file_mapping(map, (size_t)f->size, PROT_READ, fd)
                  : sl_buf_wrap((void *)empty, 0, NULL, NULL);
+    close(fd);
     if (!f->buf) {
         if (map) munmap(map, (size_t)f->size);
         sl_st_close(f);

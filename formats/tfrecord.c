@@ -926,7 +926,7 @@ sl_status sl_tfr_reader_open(const char *path, const sl_tfr_read_opts *opts,
         void *map = mmap(NULL, size, PROT_READ, MAP_PRIVATE, r->fd, 0);
         if (map != MAP_FAILED) {
             madvise(map, size, MADV_SEQUENTIAL);
-            sl_buf *b = sl_buf_wrap_mapping(map, size, PROT_READ);
+            sl_buf *b = sl_buf_wrap_file_mapping(map, size, PROT_READ, r->fd);
             if (!b) {
                 munmap(map, size);
                 s = sl_err(SL_ENOMEM, "%s: out of memory opening a reader", path);
@@ -992,21 +992,8 @@ static sl_status wfail(sl_tfr_writer *w, sl_status s) {
 }
 
 static sl_status write_all(sl_tfr_writer *w, const uint8_t *p, size_t n) {
-    while (n) {
-        ssize_t k = write(w->fd, p, n);
-        if (k < 0 && errno == EINTR) continue;
-        if (k < 0) {
-            int e = errno;
-            sl_err(SL_EIO, "%s: write failed at byte %llu: %s", w->path,
-                   (unsigned long long)w->written, strerror(e));
-            if (e == ENOSPC || e == EDQUOT) sl_err_hint("the disk (or quota) is full");
-            return wfail(w, SL_EIO);
-        }
-        p += k;
-        n -= (size_t)k;
-        w->written += (uint64_t)k;
-    }
-    return SL_OK;
+    sl_status s = sl_file_write_all(w->fd, p, n, w->path, &w->written);
+    return s ? wfail(w, s) : SL_OK;
 }
 
 static sl_status flush_out(sl_tfr_writer *w) {

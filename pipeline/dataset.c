@@ -282,7 +282,12 @@ sl_status sl__iter_next(sl_iter *it, sl_element *out) {
 
 sl_status sl_iter_next(sl_iter *it, sl_element *out) {
     if (!it || !out) return sl_err(SL_EINVAL, "sl_iter_next: NULL argument");
-    return sl__iter_next(it, out);
+    sl_status s = sl__iter_next(it, out);
+    /* The last moment before the caller reads it: an element that waited in a buffer (or a
+     * cache replay) viewing a file that shrank since its record was checked is an error,
+     * not zeros. Bytes lost after this are the caller's to ask about (sl_element_check). */
+    if (s == SL_OK && (s = sl_element_check(out))) sl_element_clear(out);
+    return s;
 }
 
 void sl__iter_close(sl_iter *it) {

@@ -54,21 +54,43 @@ sl_buf *sl_buf_wrap(void *data, size_t size, sl_free_fn free_fn, void *free_ctx)
  * process; for a guarded mapping a process-wide SIGBUS handler (installed on first use with
  * sigaction, SA_SIGINFO; faults outside guarded mappings are passed on to the handler that
  * was there before, or get the default action) instead maps zero pages over the rest of the
- * mapping, marks the buffer damaged and lets the read go on. Readers check sl_buf_damaged
- * after reading and report an error instead of the zeros. NULL on ENOMEM, in which case
- * nothing was handed over.
+ * mapping from the faulting page on, marks the buffer damaged and lets the read go on.
+ * Readers ask sl_buf_lost (or sl_element_check) after reading and report an error instead
+ * of the zeros. NULL on ENOMEM, in which case nothing was handed over.
  *
- * The window that remains: bytes between the file's new end and the end of that page read
- * as zeros without any fault (the kernel's rule for the last page of a file), so a reader
- * must also compare the file's size (fstat) when it finds bad bytes; and a consumer that
- * holds a view into the mapping and reads it after the shrink gets zeros for what is gone
- * (it can ask sl_buf_damaged). A program that installs its own SIGBUS handler later
- * replaces this one. */
+ * Without the file (this function) a damaged mapping cannot tell which of its bytes are
+ * still the file's, so sl_buf_lost calls every range of it lost once it is damaged, and
+ * bytes between the file's new end and the end of that page (which read as zeros without
+ * any fault: the kernel's rule for the last page of a file) go unseen until then. A program
+ * that installs its own SIGBUS handler later replaces this one. */
 sl_buf *sl_buf_wrap_mapping(void *addr, size_t len, int prot);
 
-/* True once the bytes of b are known not to be what the source held: a guarded mapping
- * whose file shrank while it was read. False for every other buffer. */
+/* sl_buf_wrap_mapping for a mapping of bytes [0, len) of the open file `fd` (borrowed: the
+ * buffer keeps a duplicate of it, closed with the mapping, so that sl_buf_lost can compare
+ * the file's size when a range might be past its end). At most 256 such duplicates are
+ * kept in the process at a time (so views held from many files cannot use up the
+ * descriptors the pipeline needs to open the next ones); beyond that, or when dup fails,
+ * the mapping is guarded as by sl_buf_wrap_mapping. NULL on ENOMEM, nothing handed over. */
+sl_buf *sl_buf_wrap_file_mapping(void *addr, size_t len, int prot, int fd);
+
+/* True once some page of b was lost: a guarded mapping whose file shrank while it was
+ * read. False for every other buffer. Says nothing about which bytes: ask sl_buf_lost. */
 bool sl_buf_damaged(const sl_buf *b);
+
+/* Are bytes [p, p + n) of b (clipped to b) gone, reading as zeros instead of what the file
+ * held? False for a buffer that is not a guarded mapping, and for n == 0. For a guarded
+ * mapping it reads one byte of every page of the range and the mapping's last byte, so a
+ * page that left with the file faults now and is counted; then the range is lost when it
+ * reaches a page the guard replaced, or (for a mapping that knows its file) ends past the
+ * file's size at this moment. Cost: a load per page, plus an fstat(2) only when the range
+ * lies in the mapping's last page or the mapping is damaged. Bytes can still be lost right
+ * after it answers false: a later reader asks again. A file rewritten in place that is back
+ * to its old size before the range is read shows its new bytes, which this cannot tell. */
+bool sl_buf_lost(const sl_buf *b, const void *p, size_t n);
+
+/* True for a guarded mapping (sl_buf_wrap_mapping, sl_buf_wrap_file_mapping): the only
+ * buffers whose bytes a file can take away. */
+bool sl_buf_mapped(const sl_buf *b);
 
 /* Take one more reference; returns b. NULL is passed through. */
 sl_buf *sl_buf_ref(sl_buf *b);
@@ -133,6 +155,17 @@ sl_status sl_tensor_view(sl_tensor *t, sl_buf *buf, const void *data, size_t nby
 /* Another reference to the same data (no copy): *dst = src, with references taken. */
 void sl_tensor_share(sl_tensor *dst, const sl_tensor *src);
 
+/* A copy of src's values in memory of its own, into *dst (which must not hold references):
+ * numbers in one fresh buffer; byte strings in one fresh buffer for the strings and one for
+ * their views. SL_ENOMEM (and *dst left empty) when memory runs out. The copy never reads
+ * a file again, so no later shrink of one can reach it; it reads what src reads now (check
+ * src with sl_buf_lost after copying to know that was still the file's). */
+sl_status sl_tensor_clone(sl_tensor *dst, const sl_tensor *src);
+
+/* True when bytes t reads are gone from a guarded file mapping: sl_buf_lost over its data,
+ * or for byte strings over the span from its first string to the end of its last. */
+bool sl_tensor_lost(const sl_tensor *t);
+
 /* Release the references held by *t and leave it empty. Safe on an empty tensor. */
 void sl_tensor_release(sl_tensor *t);
 
@@ -180,6 +213,21 @@ int sl_element_find(const sl_element *e, const char *name);
  * empty). SL_EINVAL if the name is too long or empty, SL_ERANGE if the element is full; on
  * failure *t still holds its references (the caller releases them). */
 sl_status sl_element_set(sl_element *e, const char *name, sl_tensor *t);
+
+/* Are the bytes of every component of e still what was read? SL_OK, or SL_EIO when the
+ * bytes of some component are gone from a guarded file mapping (sl_buf_lost over a numeric
+ * component's bytes, or over the span of a byte-string component's strings), with the
+ * message "FILE: byte OFFSET: component 'NAME': its N bytes are gone: the file shrank to M
+ * bytes after the record was read" (FILE and OFFSET from e's origin; "the file shrank"
+ * without the size when the mapping does not know its file; without "FILE: byte OFFSET: "
+ * when the origin is unknown) and a hint. e is left as it was. */
+sl_status sl_element_check(const sl_element *e);
+
+/* Into *dst (which must be empty) another reference to each component of e whose bytes
+ * are in a guarded file mapping, and e's origin: what to sl_element_check after those bytes
+ * were read into something else (a function's result, a batch slot), since the copy does
+ * not remember where its bytes came from. Nothing is shared when e views no mapping. */
+void sl_element_share_mapped(sl_element *dst, const sl_element *e);
 
 /* Move: *dst takes everything (its origin included) from *src; *src is left empty. dst
  * must be empty. */

@@ -29,9 +29,13 @@
  *     and the reader fails with SL_EIO "FILE: shrank from N to M bytes while being read (at
  *     record byte OFFSET)". A record is checked after its CRC pass, before it is returned;
  *     records returned earlier are views into the mapping and read as zeros where the file
- *     is gone: sl_buf_damaged(rec.buf) tells. With verify_data_crc off only the record's
- *     last byte is touched, so a shrink inside the last page of the file can go unseen
- *     until a consumer reads zeros. A file that grows is read as it was when opened.
+ *     is gone: sl_buf_lost(rec.buf, rec.data, rec.len) tells which (the mapping keeps a
+ *     duplicate of the file's descriptor to compare its size), and a pipeline checks every
+ *     element viewing the mapping when it hands it out (sl_iter_next) and when it copies it
+ *     into a batch (sl_element_check: SL_EIO naming the file and the record's offset). With
+ *     verify_data_crc off only the record's last byte is touched, so a shrink inside the
+ *     last page of the file can go unseen by the reader; those checks still see it. A file
+ *     that grows is read as it was when opened.
  *   - Resource limits (streamed input: compressed, or read through a descriptor): a record
  *     may declare a length up to max_record (default SL_TFR_MAX_RECORD_DEFAULT, 256 MiB);
  *     a longer one fails with SL_ERANGE naming the file and the record's offset, in both
@@ -158,11 +162,18 @@ sl_tfr_write_opts sl_tfr_write_opts_default(void);
  * SL_EINVAL, or SL_EIO with the OS reason. */
 sl_status sl_tfr_writer_open(const char *path, const sl_tfr_write_opts *opts, sl_tfr_writer **out);
 
-/* Append one record (data borrowed). SL_EIO on a write failure. */
+/* Append one record (data borrowed). Records are buffered (256 KiB; a larger one is written
+ * at once), so a failed write shows here or at the close: SL_EIO "PATH: write failed at byte
+ * N: REASON" (sluice/file.h's sl_file_write_error: N is how far the file got, the hint says
+ * whether the disk or quota is full or a file-size limit was reached), and every later call
+ * returns that error again. The file then holds the N bytes written (its last record cut
+ * short); the writer does not remove it: write to a temporary name and remove that on
+ * failure, as sluice-record does. A file-size limit (ulimit -f) kills a process that leaves
+ * SIGXFSZ at its default action before the write can fail (sluice/file.h). */
 sl_status sl_tfr_writer_write(sl_tfr_writer *w, const void *data, size_t len);
 
 /* Flush, finish the compressed stream, optionally fsync, close, free. Returns the first
- * error seen by any write or by the close. NULL is a no-op returning SL_OK. */
+ * error seen by any write (as above) or by the close. NULL is a no-op returning SL_OK. */
 sl_status sl_tfr_writer_close(sl_tfr_writer *w);
 
 /* Frame one record into out (12 + len + 4 bytes, caller-allocated). Returns bytes written. */

@@ -1,7 +1,9 @@
 /* batch: stack consecutive elements along a new leading dimension (optionally padded).
  * A batch over a map becomes a fused map_batch (unless padded), so mapped elements go
  * straight into their batch slots. An input error mid-batch is returned at once and the
- * elements gathered so far stay for the next call: nothing is lost. */
+ * elements gathered so far stay for the next call: nothing is lost. A row whose bytes were
+ * lost to a file that shrank after its record was read fails the batch with SL_EIO naming
+ * that row's record (sl_element_check); the batch's other rows go with it. */
 #include <stdlib.h>
 
 #include "pipeline/internal.h"
@@ -42,6 +44,9 @@ static sl_status batch_next(sl_iter *it, sl_element *out) {
         return SL_END;
     }
     sl_status s = sl__stack(b->pend, b->n, o, it->ds->label, out);
+    /* after the copy: a row whose source bytes left with a shrunk file was copied as zeros */
+    for (int i = 0; i < b->n && !s; i++)
+        if ((s = sl_element_check(&b->pend[i]))) sl_element_clear(out);
     for (int i = 0; i < b->n; i++) sl_element_clear(&b->pend[i]);
     b->n = 0;
     return s;

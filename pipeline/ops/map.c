@@ -36,11 +36,17 @@ static sl_status map_work(void *op, void *job, int64_t seq, void *tstate, sl_ele
     map_job *j = job;
     const map_ds *d = (const map_ds *)m->r.base.ds;
     sl_origin o = j->e.origin; /* (the function may leave the element half-changed) */
+    /* what the element views in a file: a result computed from it (scale, cast, a decode)
+     * no longer views the file, so the hand-out check could not see that its bytes were
+     * zeros of a file that shrank; checked here once the function has read them */
+    sl_element src;
+    sl_element_init(&src);
+    sl_element_share_mapped(&src, &j->e);
     sl_status s = sl__fn_apply(d->fn, &j->e, sl__mix(m->r.base.seed, (uint64_t)seq), seq, tstate);
-    if (s < 0) {
-        sl__fn_err_context(d->base.label, d->base.where, &o);
-        return s;
-    }
+    if (src.n && sl_element_check(&src)) s = SL_EIO; /* the bytes it read were gone: that is the error */
+    else if (s < 0) sl__fn_err_context(d->base.label, d->base.where, &o);
+    sl_element_clear(&src);
+    if (s < 0) return s;
     sl_element_move(out, &j->e);
     return SL_OK;
 }

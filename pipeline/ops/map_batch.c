@@ -11,7 +11,10 @@
  * gathered are carried into the next batch (nothing lost). A function error fails the
  * whole batch; put ignore_errors between map and batch to skip single elements instead
  * (that pipeline is not fused). A function's error names the element's origin and the map
- * it was fused from, as map's do (sl__fn_err_context).
+ * it was fused from, as map's do (sl__fn_err_context). An element whose bytes (viewed in a
+ * file mapping when it reached the batch) were lost to the file shrinking fails the batch
+ * with SL_EIO naming its record (sl_element_check), checked after its slot is written, so
+ * neither the function's result nor the copy can carry the zeros out as data.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -154,33 +157,45 @@ static sl_status mb_work(void *op, void *job, int64_t seq, void *tstate, sl_elem
         uint64_t map_seed = sl__child_seed(m->r.base.seed, 0);
         sl_origin o = j->elems[k].origin;
         sl__fn_dest dest = {out, k}; /* element 0 is mapped before the batch is allocated */
+        sl_element src; /* what the element views in a file: checked once it is in its slot */
+        sl_element_share_mapped(&src, &j->elems[k]);
         s = sl__fn_apply_to(d->fn, &j->elems[k], sl__mix(map_seed, (uint64_t)index), index, tstate,
                             k ? &dest : NULL);
         if (s < 0) {
-            if (d->fn_label[0]) sl__fn_err_context(d->fn_label, d->fn_where, &o);
+            /* a function that failed on zeros a shrunk file left: that is the error to report */
+            if (sl_element_check(&src)) s = SL_EIO;
+            else if (d->fn_label[0]) sl__fn_err_context(d->fn_label, d->fn_where, &o);
             else sl__fn_err_context(d->base.label, d->base.where, &o);
+            sl_element_clear(&src);
             break;
         }
         if (k == 0) {
             s = alloc_batch(m, &j->elems[0], j->n, out);
-            if (s) break;
-            for (int c = 0; c < j->elems[0].n; c++)
+            for (int c = 0; !s && c < j->elems[0].n; c++)
                 if (j->elems[0].t[c].dtype == SL_DT_BYTES && !holds) {
                     holds = calloc((size_t)j->n, sizeof *holds);
                     if (!holds) s = sl_err(SL_ENOMEM, "out of memory batching");
                 }
-            if (s) break;
+            if (s) {
+                sl_element_clear(&src);
+                break;
+            }
         }
         sl_element dummy;
         sl_element_init(&dummy);
         s = write_slot(m, &j->elems[k], k, out, holds ? &holds[k] : &dummy);
+        if (holds) holds[k].origin = o; /* its strings are checked again once stacked */
         sl_element_clear(&dummy);
         sl_element_clear(&j->elems[k]); /* numeric data copied out: free it now */
+        /* after the copy: bytes the function or the copy read from a shrunk file were zeros */
+        if (!s) s = sl_element_check(&src);
+        sl_element_clear(&src);
     }
     if (!s && holds) {
         sl_element bytes;
         sl_element_init(&bytes);
         s = sl__stack(holds, j->n, &d->opts, m->r.base.ds->label, &bytes);
+        for (int k = 0; !s && k < j->n; k++) s = sl_element_check(&holds[k]);
         for (int c = 0; !s && c < bytes.n; c++) s = sl_element_set(out, bytes.names[c], &bytes.t[c]);
         sl_element_clear(&bytes);
     }
