@@ -11,13 +11,32 @@ What it promises:
   * No copy. Each array is a read-only view of the bytes Sluice produced; its base is a
     sluice.Buffer holding a reference to Sluice's buffer, so the array stays valid after
     the pipeline and its iterator are gone. Byte-string components (dtype "bytes") are the
-    exception: they come as numpy object arrays of Python bytes (copied).
-  * DLPack. The arrays are sluice.Array, a numpy.ndarray subclass whose __dlpack__ exports
-    the same memory even though the array is read-only (numpy's refuses read-only arrays),
-    so torch.from_dlpack(a) shares it. Do not write into such a tensor in place: the bytes
-    may be a read-only mapping of a TFRecord file (unbatched raw images are views of the
-    record), and an in-memory `cache` replays the same buffers in the next pass. Clone
-    first (tensor.clone()) if you must modify it.
+    exception: they come as numpy object arrays of Python bytes (copied). The arrays stay
+    read-only: `a.flags.writeable = True` raises numpy's ValueError (the bytes may be a
+    read-only mapping of a file, where a write would kill the process); a.copy() is yours.
+  * Views of a mapped file. Unbatched components that decode_raw (or parse_example) leave
+    as they were in the record are views of the TFRecord file's mapping. When next()
+    hands one out, its bytes are checked: if the file shrank since its record was read
+    (a shard truncated or rewritten in place), next() raises sluice.Error SL_EIO naming the
+    file and the record's byte offset, never zeros as data (batches are checked the same
+    way when they are assembled). After that the file can still shrink: the array's bytes
+    then read as zeros, and `a.damaged` (sluice.Array; also a.base.damaged, the Buffer's)
+    turns True; ask it after reading when the file may be rewritten. Arrays Sluice made
+    in its own memory (batches, decoded or scaled images) are never damaged.
+  * copy=True (Pipeline(..., copy=True), or p.iter(copy=True)) copies every component that
+    views a mapped file into memory of its own when it is handed out, and checks the
+    file's bytes after copying: such arrays never change and are never damaged. It costs a
+    memcpy of those bytes and an allocation per component per element (batches, already
+    in Sluice's memory, are not copied again).
+  * DLPack. The arrays are sluice.Array, a numpy.ndarray subclass with its own __dlpack__:
+    a consumer asking for DLPack 1.0 (__dlpack__(max_version=(1, 0))) shares the memory in
+    a versioned capsule flagged read-only (DLPACK_FLAG_BITMASK_READ_ONLY). An older
+    consumer (one calling __dlpack__() without max_version, as torch 1.13 and numpy 1.24
+    do: an unversioned capsule cannot say read-only) shares the memory of arrays Sluice made
+    itself, so torch.from_dlpack(batch) costs no copy: do not write into that tensor in
+    place (an in-memory `cache` replays the same buffers; clone() first); but it gets a
+    copy of a view of a mapped file, since a write through a shared tensor there would
+    kill the process (copy=False refuses instead, with BufferError).
   * bfloat16 components come as uint16 arrays holding the bits (numpy has no bfloat16);
     sluice.torch turns them into torch.bfloat16 tensors.
   * Errors raise sluice.Error (a RuntimeError) with Sluice's message: FILE:LINE:COL for a
@@ -34,7 +53,7 @@ import weakref as _weakref
 
 import numpy as _np
 
-from ._sluice import Buffer, Error, _Iterator, _Pipeline  # noqa: F401
+from ._sluice import Buffer, Error, _Iterator, _Pipeline, _dlpack  # noqa: F401
 
 __all__ = ["Pipeline", "Iterator", "Array", "Buffer", "Error", "mix_seed"]
 __version__ = "0.1.0"
@@ -54,14 +73,36 @@ def mix_seed(seed, epoch):
 class Array(_np.ndarray):
     """A numpy array over Sluice's memory (read-only), exportable with DLPack.
 
-    numpy's own __dlpack__ refuses read-only arrays (DLPack cannot say "read-only"); this
-    one exports the same memory through a writable view of it, no copy. The consumer's
-    tensor must not be written in place (see the module's notes)."""
+    damaged: True once the mapped file this array views shrank and took its bytes (they
+    read as zeros then); asked anew at each read; False for memory Sluice made itself.
+    __dlpack__: see the module's notes (DLPack 1.0 shares read-only; an older consumer
+    shares Sluice's own memory and gets a copy of a view of a mapped file)."""
 
-    def __dlpack__(self, stream=None):
-        v = self.view(_np.ndarray)
-        v.flags.writeable = True  # allowed: the base (a sluice.Buffer) exports a writable buffer
-        return v.__dlpack__(stream=stream) if stream is not None else v.__dlpack__()
+    def _buffer(self):
+        b = self
+        while isinstance(b, _np.ndarray):
+            b = b.base
+        return b if isinstance(b, Buffer) else None
+
+    @property
+    def damaged(self):
+        b = self._buffer()
+        return b is not None and b.damaged
+
+    def __dlpack__(self, stream=None, *, max_version=None, dl_device=None, copy=None):
+        if stream is not None and stream != -1:
+            raise BufferError("sluice arrays are CPU memory: stream must be None")
+        if dl_device is not None and tuple(dl_device) != (1, 0):
+            raise BufferError(f"sluice arrays are CPU memory (kDLCPU, 0), not {tuple(dl_device)}")
+        versioned = max_version is not None and tuple(max_version) >= (1, 0)
+        b = self._buffer()
+        mapped = b is not None and b.mapped
+        if copy is True or (copy is None and mapped and not versioned):
+            return _dlpack(_np.array(self, copy=True), versioned, True)
+        if mapped and not versioned:
+            raise BufferError("this array views a read-only file mapping, and a DLPack consumer before 1.0 "
+                              "cannot be told it is read-only: ask with max_version=(1, 0), or allow a copy")
+        return _dlpack(self, versioned, False)
 
     def __dlpack_device__(self):
         return (1, 0)  # kDLCPU, device 0
@@ -143,7 +184,7 @@ class Pipeline(_Pipeline):
     """A Sluice pipeline built from a config.
 
     Pipeline(config, name=None, *, text=None, set=None, shard=(0, 1), seed=0,
-             base_dir=None, cpu_budget=0, ram_budget=0)
+             base_dir=None, cpu_budget=0, ram_budget=0, copy=False)
 
     config    path of a .sl file; or None with text="..." holding the config itself.
     name      the `pipeline NAME { }` block; default: "train" if there is one, else the
@@ -159,10 +200,12 @@ class Pipeline(_Pipeline):
     base_dir  where relative paths start; default: the config file's folder (for text=,
               the current directory).
     cpu_budget, ram_budget   autotune's limits (0: all cores, a quarter of RAM).
+    copy      the passes' default for iter(copy=...): copy views of mapped files at
+              hand-out (see the module's notes).
     """
 
     def __init__(self, config=None, name=None, *, text=None, set=None, shard=(0, 1), seed=0,
-                 base_dir=None, cpu_budget=0, ram_budget=0):
+                 base_dir=None, cpu_budget=0, ram_budget=0, copy=False):
         index, count = shard
         sets = []
         if isinstance(set, dict):
@@ -176,18 +219,20 @@ class Pipeline(_Pipeline):
                          int(index), int(count), int(seed) & _M64, base_dir,
                          int(cpu_budget), int(ram_budget))
         self.seed = int(seed) & _M64
+        self.copy = bool(copy)
         self.epoch = 0  # the pass the next iteration starts
         self._cur = None
 
-    def iter(self, epoch=None, seed=None):
+    def iter(self, epoch=None, seed=None, copy=None):
         """Start a pass. epoch=None: the next one (counting from 0). seed=None: derived
-        from the pipeline seed and the epoch (pass 0 uses seed itself)."""
+        from the pipeline seed and the epoch (pass 0 uses seed itself). copy=None: the
+        Pipeline's copy; True: views of mapped files are copied at hand-out."""
         if epoch is None:
             epoch = self.epoch
         self.epoch = epoch + 1
         if seed is None:
             seed = self.seed if epoch == 0 else mix_seed(self.seed, epoch)
-        it = Iterator(self._iter(int(seed) & _M64))
+        it = Iterator(self._iter(int(seed) & _M64, self.copy if copy is None else bool(copy)))
         self._cur = _weakref.ref(it)
         return it
 

@@ -19,8 +19,12 @@ own shard of the data (the config's `shard` statement decides by file or by reco
 Each `for` over the dataset is one epoch: epoch k's iterator is seeded as
 sluice.Pipeline's pass k (set_epoch(k) chooses, as with DistributedSampler). Tensors come
 from torch.from_dlpack over Sluice's memory (no copy) and must not be modified in place
-(clone() first): see the `sluice` module's notes. Byte-string components are yielded as
-numpy object arrays; bfloat16 ones as torch.bfloat16.
+(clone() first): see the `sluice` module's notes. The exception: a component that views a
+mapped TFRecord file (unbatched raw bytes) comes as a copy when this torch asks for an
+old-style (unversioned) DLPack capsule, which cannot say read-only: a write into the shared
+mapping would kill the process. copy=True copies such components when they are handed out
+(immune to the file being truncated later). Byte-string components are yielded as numpy
+object arrays; bfloat16 ones as torch.bfloat16.
 """
 import os
 
@@ -62,19 +66,19 @@ class IterableDataset(torch.utils.data.IterableDataset):
     """A torch IterableDataset over `pipeline NAME { }` of a Sluice config.
 
     IterableDataset(config, name=None, *, text=None, set=None, seed=0, rank=None,
-                    world_size=None, base_dir=None, cpu_budget=0, ram_budget=0)
+                    world_size=None, base_dir=None, cpu_budget=0, ram_budget=0, copy=False)
 
     The arguments are sluice.Pipeline's; rank/world_size default to rank_and_world().
     The pipeline is built lazily, in the process that iterates (so a DataLoader worker
     builds its own after the fork)."""
 
     def __init__(self, config=None, name=None, *, text=None, set=None, seed=0, rank=None,
-                 world_size=None, base_dir=None, cpu_budget=0, ram_budget=0):
+                 world_size=None, base_dir=None, cpu_budget=0, ram_budget=0, copy=False):
         super().__init__()
         if (rank is None) != (world_size is None):
             raise ValueError("give both rank and world_size, or neither")
         self._args = dict(config=config, name=name, text=text, set=set, seed=seed,
-                          base_dir=base_dir, cpu_budget=cpu_budget, ram_budget=ram_budget)
+                          base_dir=base_dir, cpu_budget=cpu_budget, ram_budget=ram_budget, copy=copy)
         self._rank = rank
         self._world = world_size
         self._pipe = None
@@ -111,7 +115,8 @@ class IterableDataset(torch.utils.data.IterableDataset):
             a = self._args
             self._pipe = sluice.Pipeline(a["config"], a["name"], text=a["text"], set=a["set"],
                                          shard=key, seed=a["seed"], base_dir=a["base_dir"],
-                                         cpu_budget=a["cpu_budget"], ram_budget=a["ram_budget"])
+                                         cpu_budget=a["cpu_budget"], ram_budget=a["ram_budget"],
+                                         copy=a["copy"])
             self._pipe_key = key
         return self._pipe
 

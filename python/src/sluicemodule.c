@@ -16,12 +16,21 @@
  *       meanwhile. An error raises sluice.Error; the iterator stays usable (the pipeline
  *       contract: an error consumes the input that caused it). At the end (or close()) the
  *       Sluice iterator is closed, after a last stats snapshot is kept for stats_json().
+ *       With copy (._iter(seed, True)) the components that view a mapped file are copied
+ *       into memory of their own before they are handed out (copy_mapped).
  *   Buffer
  *       one component: an sl_tensor whose references it holds, so the bytes stay alive as
  *       long as the Buffer does, whatever happens to the pipeline. It exports them through
- *       the buffer protocol (PEP 3118: format, shape, C-contiguous strides) without a copy;
- *       numpy arrays made from it keep it alive as their base. Byte-string tensors
- *       (dtype "bytes") export nothing: bytes_list() copies them out as Python bytes.
+ *       the buffer protocol (PEP 3118: format, shape, C-contiguous strides) without a copy,
+ *       read-only (a request for a writable buffer is a BufferError, so numpy refuses to
+ *       make such an array writeable); numpy arrays made from it keep it alive as their
+ *       base. .mapped: the bytes view a mapped file; .damaged: that file shrank and took
+ *       them (sl_tensor_lost, asked at each read). Byte-string tensors (dtype "bytes")
+ *       export nothing: bytes_list() copies them out as Python bytes.
+ *   _dlpack(array, versioned, copied)
+ *       a DLPack capsule over an array's memory, old-style or DLPack 1.0 with the read-only
+ *       flag; sluice.Array.__dlpack__ (python/sluice/__init__.py) decides which, and when a
+ *       consumer gets a copy.
  *   Error (sluice.Error, a RuntimeError): str() is Sluice's message (sl_errmsg(), with the
  *       "---> HINT:" line when there is one); attributes status ("SL_EINVAL"), code (-1),
  *       message (without the hint) and hint (str or None).
@@ -135,13 +144,19 @@ static int buffer_getbuffer(BufferObject *b, Py_buffer *view, int flags) {
         view->obj = NULL;
         return -1;
     }
-    /* Writable on request: the arrays sluice makes are read-only (the bytes may be a
-     * read-only mapping of a file); DLPack export needs a writable view (sluice.Array). */
+    /* Read-only, always: the bytes may be a read-only mapping of a file (a write there
+     * kills the process), or buffers a cache replays; numpy then refuses to make the array
+     * writeable (ValueError) instead of letting a write crash. */
+    if (flags & PyBUF_WRITABLE) {
+        PyErr_SetString(PyExc_BufferError, "a sluice.Buffer is read-only (copy the array to modify it)");
+        view->obj = NULL;
+        return -1;
+    }
     view->buf = b->t.data ? b->t.data : empty_bytes;
     view->obj = (PyObject *)b;
     Py_INCREF(b);
     view->len = (Py_ssize_t)sl_tensor_nbytes(&b->t);
-    view->readonly = 0;
+    view->readonly = 1;
     view->itemsize = (Py_ssize_t)sl_dtype_size(b->t.dtype);
     view->format = (flags & PyBUF_FORMAT) ? (char *)fmt : NULL;
     view->ndim = b->t.rank;
@@ -175,6 +190,13 @@ static PyObject *buffer_get_nbytes(BufferObject *b, void *c) {
 
 static PyObject *buffer_get_address(BufferObject *b, void *c) { return PyLong_FromVoidPtr(b->t.data); }
 
+static PyObject *buffer_get_mapped(BufferObject *b, void *c) {
+    return PyBool_FromLong(sl_buf_mapped(b->t.buf) || sl_buf_mapped(b->t.aux));
+}
+
+/* Asked anew at each read: the file can shrink at any moment. */
+static PyObject *buffer_get_damaged(BufferObject *b, void *c) { return PyBool_FromLong(sl_tensor_lost(&b->t)); }
+
 /* Byte strings: a flat list of bytes objects (copies), in C order. */
 static PyObject *buffer_bytes_list(BufferObject *b, PyObject *unused) {
     if (b->t.dtype != SL_DT_BYTES) {
@@ -205,6 +227,11 @@ static PyGetSetDef buffer_getset[] = {
     {"shape", (getter)buffer_get_shape, NULL, "dims, a tuple", NULL},
     {"nbytes", (getter)buffer_get_nbytes, NULL, "bytes of data (0 for byte strings)", NULL},
     {"address", (getter)buffer_get_address, NULL, "address of the first element", NULL},
+    {"mapped", (getter)buffer_get_mapped, NULL,
+     "True when the bytes are a view of a mapped file (a shrinking file can take them away)", NULL},
+    {"damaged", (getter)buffer_get_damaged, NULL,
+     "True when the file under a mapped view shrank and took these bytes: they read as zeros now "
+     "(asked anew at each read; always False for memory Sluice made)", NULL},
     {NULL},
 };
 
@@ -399,7 +426,8 @@ static PyGetSetDef pipeline_getset[] = {
 };
 
 static PyMethodDef pipeline_methods[] = {
-    {"_iter", (PyCFunction)pipeline_iter_new, METH_VARARGS, "_iter(seed): a new _Iterator"},
+    {"_iter", (PyCFunction)pipeline_iter_new, METH_VARARGS,
+     "_iter(seed, copy=False): a new _Iterator (copy: views of mapped files are copied at hand-out)"},
     {NULL},
 };
 
@@ -424,6 +452,7 @@ struct IterObject {
     sl_iter *it;           /* NULL once closed */
     PipelineObject *pipe;  /* strong */
     int busy;              /* a thread is inside sl_iter_next */
+    int copy;              /* copy views of mapped files at hand-out */
     long long produced;
     PyObject *weakrefs;
 };
@@ -474,7 +503,8 @@ static void iter_finish(IterObject *self) {
 
 static PyObject *pipeline_iter_new(PipelineObject *self, PyObject *args) {
     unsigned long long seed = 0;
-    if (!PyArg_ParseTuple(args, "K", &seed)) return NULL;
+    int copy = 0;
+    if (!PyArg_ParseTuple(args, "K|p", &seed, &copy)) return NULL;
     if (!self->ds) {
         PyErr_SetString(PyExc_RuntimeError, "the Pipeline was not initialised");
         return NULL;
@@ -495,6 +525,7 @@ static PyObject *pipeline_iter_new(PipelineObject *self, PyObject *args) {
     io->pipe = self;
     Py_INCREF(self);
     io->busy = 0;
+    io->copy = copy;
     io->produced = 0;
     io->weakrefs = NULL;
     return (PyObject *)io;
@@ -512,6 +543,29 @@ static PyObject *iter_self(PyObject *self) {
     return self;
 }
 
+/* copy=True: each component that views a mapped file is replaced by a copy in memory of
+ * its own; the originals are checked after the copies were made, so a copy that read zeros
+ * a shrinking file left is an error (SL_EIO) rather than data. */
+static sl_status copy_mapped(sl_element *e) {
+    sl_tensor copies[SL_ELEM_MAX];
+    bool made[SL_ELEM_MAX] = {false};
+    sl_status s = SL_OK;
+    for (int c = 0; c < e->n && !s; c++)
+        if (sl_buf_mapped(e->t[c].buf) || sl_buf_mapped(e->t[c].aux))
+            made[c] = !(s = sl_tensor_clone(&copies[c], &e->t[c]));
+    if (!s) s = sl_element_check(e);
+    for (int c = 0; c < e->n; c++) {
+        if (!made[c]) continue;
+        if (s) {
+            sl_tensor_release(&copies[c]);
+        } else {
+            sl_tensor_release(&e->t[c]);
+            e->t[c] = copies[c];
+        }
+    }
+    return s;
+}
+
 static PyObject *iter_next(IterObject *self) {
     if (self->busy) {
         PyErr_SetString(PyExc_RuntimeError, "this sluice iterator is already being advanced by another thread");
@@ -523,8 +577,10 @@ static PyObject *iter_next(IterObject *self) {
     sl_status s;
     sl_iter *it = self->it;
     self->busy = 1;
+    int copy = self->copy;
     Py_BEGIN_ALLOW_THREADS
     s = sl_iter_next(it, &e);
+    if (s == SL_OK && copy && (s = copy_mapped(&e))) sl_element_clear(&e);
     Py_END_ALLOW_THREADS
     self->busy = 0;
     if (s == SL_END) {
@@ -605,6 +661,149 @@ static PyTypeObject IterType = {
     .tp_weaklistoffset = offsetof(IterObject, weakrefs),
 };
 
+/* ---- DLPack ----------------------------------------------------------------------- */
+
+/* DLPack's ABI (dlpack.h, version 1.0): written out here, as the module needs no header
+ * beyond Python's. Only CPU memory is exported. */
+typedef struct { uint32_t major, minor; } DLPackVersion;
+typedef struct { int32_t device_type, device_id; } DLDevice;
+typedef struct { uint8_t code, bits; uint16_t lanes; } DLDataType;
+typedef struct {
+    void *data;
+    DLDevice device;
+    int32_t ndim;
+    DLDataType dtype;
+    int64_t *shape, *strides;
+    uint64_t byte_offset;
+} DLTensor;
+typedef struct DLManagedTensor {
+    DLTensor dl_tensor;
+    void *manager_ctx;
+    void (*deleter)(struct DLManagedTensor *self);
+} DLManagedTensor;
+typedef struct DLManagedTensorVersioned {
+    DLPackVersion version;
+    void *manager_ctx;
+    void (*deleter)(struct DLManagedTensorVersioned *self);
+    uint64_t flags;
+    DLTensor dl_tensor;
+} DLManagedTensorVersioned;
+#define DLPACK_FLAG_BITMASK_READ_ONLY (1ull << 0)
+#define DLPACK_FLAG_BITMASK_IS_COPIED (1ull << 1)
+enum { kDLCPU = 1, kDLInt = 0, kDLUInt = 1, kDLFloat = 2, kDLBool = 6 };
+
+/* What one export holds: the array's buffer view (which keeps the array, and so Sluice's
+ * buffer, alive), shape and strides in elements, and the managed tensor handed out. */
+typedef struct {
+    Py_buffer view;
+    union { DLManagedTensor m; DLManagedTensorVersioned v; } t;
+    int64_t dims[]; /* shape, then strides */
+} dl_ctx;
+
+/* The consumer is done (any thread, with or without the GIL). */
+static void dl_release(dl_ctx *c) {
+    if (Py_IsInitialized()) {
+        PyGILState_STATE g = PyGILState_Ensure();
+        PyBuffer_Release(&c->view);
+        PyGILState_Release(g);
+    }
+    free(c);
+}
+static void dl_delete(DLManagedTensor *m) { dl_release(m->manager_ctx); }
+static void dl_delete_versioned(DLManagedTensorVersioned *m) { dl_release(m->manager_ctx); }
+
+/* A capsule nobody consumed (still under its first name) frees its tensor. */
+static void dl_capsule_free(PyObject *cap) {
+    PyObject *et, *ev, *tb;
+    PyErr_Fetch(&et, &ev, &tb);
+    if (PyCapsule_IsValid(cap, "dltensor")) {
+        DLManagedTensor *m = PyCapsule_GetPointer(cap, "dltensor");
+        if (m && m->deleter) m->deleter(m);
+    } else if (PyCapsule_IsValid(cap, "dltensor_versioned")) {
+        DLManagedTensorVersioned *m = PyCapsule_GetPointer(cap, "dltensor_versioned");
+        if (m && m->deleter) m->deleter(m);
+    }
+    PyErr_Restore(et, ev, tb);
+}
+
+/* The DLPack dtype of a struct-module format (native byte order only). */
+static int dl_dtype(const char *fmt, Py_ssize_t itemsize, DLDataType *dt) {
+    while (*fmt == '@' || *fmt == '=' || *fmt == '<') fmt++;
+    if (!fmt[0] || fmt[1] || itemsize <= 0 || itemsize > 8) return -1;
+    const char *codes[] = {"bhilq", "BHILQ", "efd", "?"};
+    static const uint8_t code[] = {kDLInt, kDLUInt, kDLFloat, kDLBool};
+    for (int i = 0; i < 4; i++)
+        if (strchr(codes[i], fmt[0])) {
+            *dt = (DLDataType){code[i], (uint8_t)(itemsize * 8), 1};
+            return 0;
+        }
+    return -1;
+}
+
+/* _dlpack(array, versioned, copied): a DLPack capsule over the memory of `array` (anything
+ * with a strided buffer: sluice.Array, or a numpy copy of one), sharing it. versioned: a
+ * "dltensor_versioned" capsule (DLPack 1.0) whose flags say read-only when the buffer is
+ * (Sluice's always are) and is-copied when `copied`; else an old-style "dltensor" capsule,
+ * which cannot say read-only (sluice.Array.__dlpack__ decides what such a consumer gets). */
+static PyObject *mod_dlpack(PyObject *mod, PyObject *args) {
+    PyObject *arr;
+    int versioned = 0, copied = 0;
+    if (!PyArg_ParseTuple(args, "Opp", &arr, &versioned, &copied)) return NULL;
+    Py_buffer view;
+    if (PyObject_GetBuffer(arr, &view, PyBUF_STRIDES | PyBUF_FORMAT) < 0) return NULL;
+    DLDataType dt;
+    if (dl_dtype(view.format ? view.format : "B", view.itemsize, &dt) < 0) {
+        PyErr_Format(PyExc_BufferError, "DLPack export: dtype format '%s' has no DLPack type",
+                     view.format ? view.format : "B");
+        PyBuffer_Release(&view);
+        return NULL;
+    }
+    dl_ctx *c = calloc(1, sizeof *c + 2 * sizeof(int64_t) * (size_t)(view.ndim ? view.ndim : 1));
+    if (!c) {
+        PyBuffer_Release(&view);
+        return PyErr_NoMemory();
+    }
+    c->view = view;
+    int64_t *shape = c->dims, *strides = c->dims + view.ndim;
+    for (int i = 0; i < view.ndim; i++) {
+        shape[i] = view.shape[i];
+        if (view.strides[i] % view.itemsize) {
+            PyErr_SetString(PyExc_BufferError, "DLPack export: a stride is not a whole number of items");
+            PyBuffer_Release(&c->view);
+            free(c);
+            return NULL;
+        }
+        strides[i] = view.strides[i] / view.itemsize;
+    }
+    DLTensor t = {.data = view.buf, .device = {kDLCPU, 0}, .ndim = view.ndim, .dtype = dt,
+                  .shape = shape, .strides = strides, .byte_offset = 0};
+    void *managed;
+    const char *name;
+    if (versioned) {
+        c->t.v = (DLManagedTensorVersioned){.version = {1, 0}, .manager_ctx = c, .deleter = dl_delete_versioned,
+                                            .dl_tensor = t};
+        c->t.v.flags = (view.readonly ? DLPACK_FLAG_BITMASK_READ_ONLY : 0) | (copied ? DLPACK_FLAG_BITMASK_IS_COPIED : 0);
+        managed = &c->t.v;
+        name = "dltensor_versioned";
+    } else {
+        c->t.m = (DLManagedTensor){.dl_tensor = t, .manager_ctx = c, .deleter = dl_delete};
+        managed = &c->t.m;
+        name = "dltensor";
+    }
+    PyObject *cap = PyCapsule_New(managed, name, dl_capsule_free);
+    if (!cap) {
+        PyBuffer_Release(&c->view);
+        free(c);
+    }
+    return cap;
+}
+
+static PyMethodDef module_methods[] = {
+    {"_dlpack", mod_dlpack, METH_VARARGS,
+     "_dlpack(array, versioned, copied): a DLPack capsule sharing array's memory (see sluice.Array.__dlpack__)"},
+    {NULL},
+};
+
 /* ---- module ----------------------------------------------------------------------- */
 
 static struct PyModuleDef sluice_module = {
@@ -612,6 +811,7 @@ static struct PyModuleDef sluice_module = {
     .m_name = "sluice._sluice",
     .m_doc = "CPython binding of libsluice's pipeline API (use the `sluice` package).",
     .m_size = -1,
+    .m_methods = module_methods,
 };
 
 PyMODINIT_FUNC PyInit__sluice(void) {
