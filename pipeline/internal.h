@@ -446,6 +446,12 @@ void sl__runner_set_capacity(sl_runner *r, int capacity);
 /* Cancel, join, free; closes the input. NULL is a no-op. */
 void sl__runner_stop(sl_runner *r);
 
+/* The safety-net poll, in ms, of the op waits that a close wakes through its cancel hooks
+ * (interleave's and prefetch's consumers: 50). Only a test changes it: set long, a close
+ * that waits for the poll instead of being woken takes that long, far past its usual
+ * millisecond, whatever the machine's speed. Defined in runner.c. */
+extern int sl__poll_ms;
+
 /* The head of an iterator driven by a runner (map, map_batch): its struct starts with
  * these two fields, so next, the tuner's ops and the start below serve both. */
 typedef struct sl__runner_iter {

@@ -80,6 +80,8 @@ typedef struct worker_arg_s {
     void *job;    /* per-thread scratch for one unit */
 } worker_arg;
 
+int sl__poll_ms = 50;
+
 static void runner_wake(void *arg) {
     sl_runner *r = arg;
     pthread_mutex_lock(&r->mu);

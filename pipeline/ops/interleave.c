@@ -295,7 +295,7 @@ static sl_status fill_got(il_it *il, int j, bool *closed) {
         }
         il->want = j;
         pthread_cond_broadcast(&il->cv_work);
-        sl_cond_wait_ms(&il->cv_item, &il->mu, 50);
+        sl_cond_wait_ms(&il->cv_item, &il->mu, sl__poll_ms);
     }
     il->want = -1;
     int max = il->deterministic ? il->block - il->block_idx : 1;
@@ -346,7 +346,7 @@ static int ready_slot(il_it *il) {
     }
     if (found < 0 && il->num_open > 0) { /* nothing ready: wait for any result */
         if (!atomic_load_explicit(&il->base.ctx->cancelled, memory_order_relaxed))
-            sl_cond_wait_ms(&il->cv_item, &il->mu, 50);
+            sl_cond_wait_ms(&il->cv_item, &il->mu, sl__poll_ms);
     }
     pthread_mutex_unlock(&il->mu);
     return found;

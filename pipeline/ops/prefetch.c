@@ -123,7 +123,7 @@ static sl_status pf_next(sl_iter *it, sl_element *out) {
     while (!p->head && !p->done) {
         if (atomic_load_explicit(&it->ctx->cancelled, memory_order_relaxed)) break;
         /* timed, so a close of the whole pipeline from another thread is noticed */
-        sl_cond_wait_ms(&p->cv_item, &p->mu, 50);
+        sl_cond_wait_ms(&p->cv_item, &p->mu, sl__poll_ms);
     }
     qnode *n = p->head;
     if (n) {
