@@ -97,14 +97,14 @@ bool sl_mem_available(int64_t *bytes, char *source, size_t cap) {
     return true;
 }
 
-void sl_mem_format(int64_t bytes, char *out, size_t cap) {
-    static const char *const units[] = {"bytes", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
-    double v = (double)bytes;
+void sl_mem_format(double bytes, char *out, size_t cap) {
+    static const char *const units[] = {"bytes", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB", "ZiB", "YiB"};
+    double v = bytes;
     int u = 0;
-    while (v >= 1024.0 && u < 6) {
+    while (v >= 1024.0 && u < 8) {
         v /= 1024.0;
         u++;
     }
-    if (u == 0) snprintf(out, cap, "%" PRId64 " bytes", bytes);
+    if (u == 0) snprintf(out, cap, "%.0f bytes", v);
     else snprintf(out, cap, "%.1f %s", v, units[u]);
 }

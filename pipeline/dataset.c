@@ -179,6 +179,7 @@ sl_status sl_iter_create(sl_dataset *ds, const sl_iter_opts *opts, sl_iter **out
     int ncpu = sl_cpu_count();
     /* an explicit budget is honoured even above the core count (the caller asked for it) */
     ctx->ncpu = ctx->opts.cpu_budget > 0 ? ctx->opts.cpu_budget : ncpu;
+    ctx->ram_budget_given = ctx->opts.ram_budget > 0;
     if (ctx->opts.ram_budget <= 0) {
         long pages = sysconf(_SC_PHYS_PAGES), psize = sysconf(_SC_PAGESIZE);
         ctx->opts.ram_budget = pages > 0 && psize > 0 ? (int64_t)pages * psize / 4 : (int64_t)1 << 30;

@@ -165,6 +165,7 @@ struct sl_ictx {
     sl__cancel_hook *cancel_hooks; /* run by close after setting cancelled */
     atomic_llong errors_ignored; /* counted by ignore_errors */
     int ncpu;                    /* cores available (opts.cpu_budget or the CPU count) */
+    bool ram_budget_given;       /* the caller set opts.ram_budget (else it is a default) */
     uint64_t start_ns;           /* when the root iterator was created */
     pthread_mutex_t nodes_mu;    /* guards nodes, nnodes, cap (not the nodes' counters) */
     sl_op_node **nodes;          /* the graph as it has been instantiated so far */
@@ -192,6 +193,18 @@ void sl__stats_buffered_bytes(sl_ictx *ctx, sl_op_stats *st, long long delta);
 /* Tensor bytes of an element, and of n tensors. */
 size_t sl__element_bytes(const sl_element *e);
 size_t sl__tensors_bytes(const sl_tensor *t, int n);
+
+/* ---- memory plan (pipeline/mem_plan.c) ---- */
+
+/* Bytes of e's components that the element itself holds in memory: views of a mapped file
+ * cost only page cache, which the kernel can drop, and are not counted. */
+size_t sl__element_owned_bytes(const sl_element *e);
+
+/* A buffer of `n` elements of `each` bytes, `what` it is ("shuffle buffer", "batch"): SL_OK
+ * when n x each fits the pipeline's memory (opts.ram_budget when the caller gave one, else
+ * what the process can still take), else SL_ENOMEM from op `it` naming both sizes, with
+ * `hint`. Called once per buffer, at its first element. */
+sl_status sl__buffer_fits(const sl_iter *it, const char *what, int64_t n, size_t each, const char *hint);
 
 /* ---- packed elements (pipeline/packed.c): how ops that hold many elements keep them ---- */
 

@@ -193,13 +193,13 @@ static sl_status plan_memory(const sl_model *m, const sl_model_opts *o, size_t p
     double need = m->is_cpu ? (double)pbytes + gbytes + opt + (double)abytes + stage : (double)pbytes + stage;
     if (need <= (double)avail) return SL_OK;
     char nb[32], ab[32], pb[32], gb[32], ob[32], actb[32];
-    sl_mem_format(need >= 9e18 ? INT64_MAX : (int64_t)need, nb, sizeof nb);
-    sl_mem_format(avail, ab, sizeof ab);
-    sl_mem_format((int64_t)pbytes, pb, sizeof pb);
+    sl_mem_format(need, nb, sizeof nb);
+    sl_mem_format((double)avail, ab, sizeof ab);
+    sl_mem_format((double)pbytes, pb, sizeof pb);
     if (m->is_cpu) {
-        sl_mem_format((int64_t)gbytes, gb, sizeof gb);
-        sl_mem_format((int64_t)opt, ob, sizeof ob);
-        sl_mem_format((int64_t)abytes, actb, sizeof actb);
+        sl_mem_format(gbytes, gb, sizeof gb);
+        sl_mem_format(opt, ob, sizeof ob);
+        sl_mem_format((double)abytes, actb, sizeof actb);
         sl_err(SL_ENOMEM, "model: needs %s of memory (%zu parameters: %s, gradients %s, optimizer state %s, "
                "activations at batch %d %s), more than the %s this process can still take (%s)",
                nb, m->n_params, pb, gb, ob, o->max_batch, actb, ab, src);

@@ -190,7 +190,13 @@ sl_status sl_ds_zip(sl_dataset *const *ins, int n, sl_dataset **out);
 typedef struct sl_iter_opts {
     uint64_t seed;        /* pipeline seed: random ops derive theirs from it; default 0 */
     int cpu_budget;       /* cores the pipeline may keep busy (autotune); 0: all */
-    int64_t ram_budget;   /* bytes of buffers autotune may use; 0: a quarter of RAM */
+    int64_t ram_budget;   /* bytes of buffers autotune may use; 0: a quarter of RAM. Also
+                             the memory plan of the buffers sized by the config (a shuffle's
+                             `buffer`, a batch): planned against ram_budget when it is given,
+                             else against what the process can still take (sl_mem_available,
+                             sluice/util.h); one that cannot fit is SL_ENOMEM from its op at
+                             its first element, naming both sizes, instead of growing until
+                             the OOM killer ends the process */
 } sl_iter_opts;
 
 sl_iter_opts sl_iter_opts_default(void);

@@ -166,8 +166,9 @@ static inline const char *sl_env_get(const char *const *envp, const char *name) 
  * (then nothing is written). Models and pipeline buffers are planned against it. */
 bool sl_mem_available(int64_t *bytes, char *source, size_t cap);
 
-/* bytes as "512 bytes", "3.2 MiB", "9.4 GiB", ... into out (cap bytes). */
-void sl_mem_format(int64_t bytes, char *out, size_t cap);
+/* bytes as "512 bytes", "3.2 MiB", "9.4 GiB", ... into out (cap bytes); a double, so sizes
+ * past 2^63 (a plan's product) are said as they are. */
+void sl_mem_format(double bytes, char *out, size_t cap);
 
 /* ---- splitmix64 (Steele, Lea, Flood 2014) ----
  * Small, fast and fixed: one seed gives the same numbers on every machine, which the

@@ -20,6 +20,7 @@ typedef struct {
     int cap;
     int n;            /* gathered so far */
     bool in_ended;
+    bool planned;     /* the batch's memory plan was checked (at the first element) */
 } batch_it;
 
 sl_batch_opts sl_batch_opts_default(int64_t size) {
@@ -34,9 +35,21 @@ static sl_status batch_next(sl_iter *it, sl_element *out) {
         sl_status s = sl__elems_reserve(&b->pend, &b->cap, b->n + 1);
         if (s) return s;
         s = sl__iter_next(b->in, &b->pend[b->n]);
-        if (s == SL_END) b->in_ended = true;
-        else if (s) return s;
-        else b->n++;
+        if (s == SL_END) {
+            b->in_ended = true;
+        } else if (s) {
+            return s;
+        } else if (!b->planned) { /* the stacked batch is a copy of `size` elements like this one */
+            b->planned = true;
+            if ((s = sl__buffer_fits(it, "batch", o->size, sl__element_bytes(&b->pend[0]),
+                                     "a smaller `batch N`, or smaller elements (resize or crop before batching)"))) {
+                sl_element_clear(&b->pend[0]);
+                return s;
+            }
+            b->n++;
+        } else {
+            b->n++;
+        }
     }
     if (b->n == 0 || (b->n < o->size && o->drop_remainder)) {
         for (int i = 0; i < b->n; i++) sl_element_clear(&b->pend[i]);

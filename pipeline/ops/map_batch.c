@@ -34,6 +34,7 @@ typedef struct {
     sl__runner_iter r; /* first: the runner's iterator head */
     sl_element *carry; /* elements fetched before an input error; guarded by the runner's input lock */
     int ncarry, carry_cap;
+    atomic_bool planned; /* the batch's memory plan was checked (by the first batch allocated) */
 } mb_it;
 
 typedef struct {
@@ -82,8 +83,17 @@ static sl_status mb_fetch(void *op, sl_iter *in, int64_t seq, void *job, bool *l
     return SL_OK;
 }
 
-/* Allocate the batch tensors from the first mapped element. */
-static sl_status alloc_batch(const mb_it *m, const sl_element *e0, int n, sl_element *out) {
+/* Allocate the batch tensors from the first mapped element; the first batch checks the
+ * memory plan of a batch of `size` such elements. */
+static sl_status alloc_batch(mb_it *m, const sl_element *e0, int n, sl_element *out) {
+    if (!atomic_exchange_explicit(&m->planned, true, memory_order_relaxed)) {
+        size_t each = 0;
+        for (int c = 0; c < e0->n; c++)
+            if (e0->t[c].dtype != SL_DT_BYTES) each += sl_tensor_nbytes(&e0->t[c]);
+        sl_status s = sl__buffer_fits(&m->r.base, "batch", ((const mb_ds *)m->r.base.ds)->opts.size, each,
+                                      "a smaller `batch N`, or smaller elements (resize or crop before batching)");
+        if (s) return s;
+    }
     for (int c = 0; c < e0->n; c++) {
         const sl_tensor *t = &e0->t[c];
         if (t->dtype == SL_DT_BYTES) continue; /* stacked at the end */

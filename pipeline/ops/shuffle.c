@@ -32,6 +32,7 @@ typedef struct {
     sl__packed *buf; /* count live elements, allocated up to cap */
     int64_t count, cap;
     bool in_ended;
+    bool planned; /* the buffer's memory plan was checked (at its first element) */
     sl_rng rng;
     sl__pack_names names; /* the names packed elements use */
 } sh_it;
@@ -57,6 +58,19 @@ static sl_status sh_next(sl_iter *it, sl_element *out) {
             break;
         }
         if (s < 0) return s; /* the input's error, unchanged; the buffer stays */
+        if (!h->planned) { /* `buffer` elements like the first one (fewer when the input has fewer) */
+            h->planned = true;
+            int64_t n = d->buffer, card = sl_dataset_cardinality(it->ds->inputs[0]);
+            if (card >= 0 && card < n) n = card;
+            sl_status ps = sl__buffer_fits(it, "shuffle buffer", n, sl__element_owned_bytes(&e),
+                                           "a smaller `shuffle N` (shuffling the file order as well mixes nearly as "
+                                           "much: list_files shuffle, interleave), or elements that are views of "
+                                           "the records (decode later, after the shuffle)");
+            if (ps) {
+                sl_element_clear(&e);
+                return ps;
+            }
+        }
         sl__packed *slot = &h->buf[h->count];
         if (!sl__pack(&h->names, &e, slot)) {
             sl_element_clear(&e);

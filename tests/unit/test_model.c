@@ -1111,7 +1111,7 @@ TEST(test_memory_plan) {
     ASSERT_STREQ(b, "1.5 KiB");
     sl_mem_format(1000, b, sizeof b);
     ASSERT_STREQ(b, "1000 bytes");
-    sl_mem_format((int64_t)3 << 40, b, sizeof b);
+    sl_mem_format((double)((int64_t)3 << 40), b, sizeof b);
     ASSERT_STREQ(b, "3.0 TiB");
 }
 
