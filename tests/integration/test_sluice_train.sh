@@ -10,6 +10,10 @@
 # none loadable exits 1 naming them, a FIFO named like a checkpoint is refused at once; a
 # new run refuses a folder that holds another run's files unless --overwrite. --summary
 # prints the model's summary (with Keras' "Connected to" for a graph) and trains nothing.
+# On a terminal (script(1)'s pty) the progress bar is drawn with ESC[K, and with TERM=dumb
+# without any escape sequence; a model that cannot fit in memory exits 1 at start naming
+# both sizes; Ctrl-C prints the command as given (options in any order) with --resume, and
+# that command, run as printed, resumes at the stopped step.
 set -u
 
 SRC=${SLUICE_SRC:-$(cd "$(dirname "$0")/../.." && pwd)}
