@@ -22,6 +22,7 @@
 #include <zmq.h>
 
 #include "dist/curve_priv.h"
+#include "sluice/file.h"
 #include "sluice/transport.h"
 
 #define KEY_LEN 40
@@ -271,39 +272,20 @@ sl_status sl_curve_load_allow(const char *path, char (**keys)[41], int *n) {
     return st;
 }
 
-/* Write text to path through a temporary name, so a crash never leaves half a key file. */
-static sl_status write_atomic(const char *path, const char *text, mode_t mode) {
-    char tmp[4200];
-    if (snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid()) >= (int)sizeof tmp)
-        return sl_err(SL_EINVAL, "%s: path too long", path);
+/* Write text to the temporary file tmp (PATH.tmp.PID) that becomes path. A failed write (a
+ * full disk, a file-size limit) is "PATH: write failed at byte N: REASON" with the hint of
+ * sluice/file.h; on failure tmp is removed. */
+static sl_status write_tmp(const char *path, const char *tmp, const char *text, mode_t mode) {
     int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, mode);
     if (fd < 0) return sl_err(SL_EIO, "%s: cannot create: %s", tmp, strerror(errno));
-    size_t len = strlen(text), at = 0;
-    while (at < len) {
-        ssize_t w = write(fd, text + at, len - at);
-        if (w < 0 && errno == EINTR) continue;
-        if (w <= 0) {
-            int e = errno;
-            close(fd);
-            unlink(tmp);
-            return sl_err(SL_EIO, "%s: write failed: %s", tmp, strerror(e));
-        }
-        at += (size_t)w;
-    }
+    uint64_t at = 0;
+    sl_status st = sl_file_write_all(fd, text, strlen(text), path, &at);
     /* open() honoured the umask; the secret file must be 0600 whatever the umask is */
-    if (fchmod(fd, mode) != 0 || fsync(fd) != 0) {
-        int e = errno;
-        close(fd);
-        unlink(tmp);
-        return sl_err(SL_EIO, "%s: %s", tmp, strerror(e));
-    }
-    close(fd);
-    if (rename(tmp, path) != 0) {
-        int e = errno;
-        unlink(tmp);
-        return sl_err(SL_EIO, "%s: cannot rename to %s: %s", tmp, path, strerror(e));
-    }
-    return SL_OK;
+    if (!st && fchmod(fd, mode) != 0) st = sl_err(SL_EIO, "%s: cannot set mode %o: %s", tmp, (unsigned)mode, strerror(errno));
+    if (!st && fsync(fd) != 0) st = sl_file_write_error(path, "cannot sync", at, errno);
+    if (close(fd) != 0 && !st) st = sl_file_write_error(path, "cannot close", at, errno);
+    if (st) unlink(tmp);
+    return st;
 }
 
 sl_status sl_curve_keygen(const char *path) {
@@ -313,16 +295,18 @@ sl_status sl_curve_keygen(const char *path) {
         sl_err_hint("install a libzmq built with libsodium (CURVE)");
         return SL_EUNSUPPORTED;
     }
-    char kpath[4096], ppath[4096], text[512];
+    char kpath[4096], ppath[4096], ktmp[4200], ptmp[4200], text[512];
     if (snprintf(kpath, sizeof kpath, "%s.key", path) >= (int)sizeof kpath ||
         snprintf(ppath, sizeof ppath, "%s.pub", path) >= (int)sizeof ppath)
         return sl_err(SL_EINVAL, "keygen: path \"%s\" is too long", path);
+    snprintf(ktmp, sizeof ktmp, "%s.tmp.%ld", kpath, (long)getpid());
+    snprintf(ptmp, sizeof ptmp, "%s.tmp.%ld", ppath, (long)getpid());
     snprintf(text, sizeof text,
              "#   ZeroMQ CURVE secret certificate (sluice)\n"
              "#   Keep it private: whoever holds it can pose as this task.\n\n"
              "curve\n    public-key = \"%s\"\n    secret-key = \"%s\"\n",
              pub, sec);
-    sl_status st = write_atomic(kpath, text, 0600);
+    sl_status st = write_tmp(kpath, ktmp, text, 0600);
     memset(sec, 0, sizeof sec);
     memset(text, 0, sizeof text);
     if (st) return st;
@@ -331,7 +315,26 @@ sl_status sl_curve_keygen(const char *path) {
              "#   Give it to the peers: add the key to their allow-list.\n\n"
              "curve\n    public-key = \"%s\"\n",
              pub);
-    return write_atomic(ppath, text, 0644);
+    /* both files are whole before either replaces an older one: a new .key beside an older
+     * .pub would be a pair that does not match */
+    if ((st = write_tmp(ppath, ptmp, text, 0644))) {
+        unlink(ktmp);
+        return st;
+    }
+    if (rename(ktmp, kpath) != 0) {
+        int e = errno;
+        unlink(ktmp);
+        unlink(ptmp);
+        return sl_err(SL_EIO, "%s: cannot rename %s over it: %s", kpath, ktmp, strerror(e));
+    }
+    if (rename(ptmp, ppath) != 0) {
+        int e = errno;
+        unlink(ptmp);
+        sl_err(SL_EIO, "%s: cannot rename %s over it: %s", ppath, ptmp, strerror(e));
+        sl_err_hint("%s is new and does not match the public key there: run --keygen again", kpath);
+        return SL_EIO;
+    }
+    return SL_OK;
 }
 
 /* ---- ZAP handler ------------------------------------------------------------------- */

@@ -12,6 +12,8 @@
  * offset (into the decompressed stream for gzipped files, as the message says). */
 #include <errno.h>
 #include <fcntl.h>
+#include <stdatomic.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -361,24 +363,74 @@ sl_status sl_idx_read(const char *path, sl_tensor *out) {
 
 /* ---- writing ------------------------------------------------------------------------ */
 
+/* Where the bytes go: straight to the file, or through deflate (a gzip stream). Every write
+ * goes through sl_file_write_all, so a failure names the file, the offset it stopped at and
+ * the reason it had then. */
 typedef struct sink {
-    FILE *f;
-    gzFile gz;
+    int fd;
+    const char *name; /* the destination's path, for messages */
+    uint64_t at;      /* file offset: bytes written so far */
+    int gz;
+    z_stream z;       /* gz: the deflater */
+    uint8_t out[1 << 16];
 } sink;
 
-static int sink_write(sink *k, const void *p, size_t n) {
-    if (k->gz) {
-        const uint8_t *b = p;
-        while (n) {
+static sl_status deflate_out(sink *k, const void *p, size_t n, int flush) {
+    k->z.next_in = (Bytef *)(uintptr_t)p;
+    k->z.avail_in = 0;
+    for (;;) {
+        /* avail_in is 32 bits: feed at most 1 GiB at a time */
+        if (!k->z.avail_in && n) {
             unsigned c = n > (1u << 30) ? (1u << 30) : (unsigned)n;
-            if (gzwrite(k->gz, b, c) != (int)c)
-                return -1;
-            b += c;
+            k->z.avail_in = c;
             n -= c;
         }
-        return 0;
+        k->z.next_out = k->out;
+        k->z.avail_out = sizeof k->out;
+        int r = deflate(&k->z, n ? Z_NO_FLUSH : flush);
+        if (r == Z_STREAM_ERROR)
+            return sl_err_at(SL_EINTERNAL, k->name, -1, "idx write: deflate failed");
+        size_t have = sizeof k->out - k->z.avail_out;
+        sl_status s = sl_file_write_all(k->fd, k->out, have, k->name, &k->at);
+        if (s)
+            return s;
+        if (flush == Z_FINISH ? r == Z_STREAM_END : !n && !k->z.avail_in && k->z.avail_out)
+            return SL_OK;
     }
-    return fwrite(p, 1, n, k->f) == n ? 0 : -1;
+}
+
+static sl_status sink_write(sink *k, const void *p, size_t n) {
+    if (k->gz)
+        return deflate_out(k, p, n, Z_NO_FLUSH);
+    return sl_file_write_all(k->fd, p, n, k->name, &k->at);
+}
+
+static sl_status write_body(sink *k, const sl_tensor *t, int code) {
+    size_t esize = sl_dtype_size(t->dtype);
+    uint8_t hdr[4 + 4 * SL_MAX_RANK] = {0, 0, (uint8_t)code, (uint8_t)t->rank};
+    for (int i = 0; i < t->rank; i++) {
+        uint32_t d = (uint32_t)t->dims[i];
+        uint8_t *b = hdr + 4 + 4 * i;
+        b[0] = (uint8_t)(d >> 24); b[1] = (uint8_t)(d >> 16); b[2] = (uint8_t)(d >> 8);
+        b[3] = (uint8_t)d;
+    }
+    sl_status st = sink_write(k, hdr, 4 + 4 * (size_t)t->rank);
+    uint8_t chunk[1 << 16];
+    const uint8_t *p = t->data;
+    size_t left = (size_t)sl_tensor_numel(t) * esize;
+    while (!st && left) {
+        size_t c = left < sizeof chunk ? left : sizeof chunk;
+        memcpy(chunk, p, c);
+        swap_elems(chunk, c / esize, esize);
+        st = sink_write(k, chunk, c);
+        p += c;
+        left -= c;
+    }
+    if (!st && k->gz)
+        st = deflate_out(k, NULL, 0, Z_FINISH);
+    if (!st && fsync(k->fd) != 0)
+        st = sl_file_write_error(k->name, "cannot sync", k->at, errno);
+    return st;
 }
 
 sl_status sl_idx_write(const char *path, const sl_tensor *t, bool gzip) {
@@ -395,64 +447,46 @@ sl_status sl_idx_write(const char *path, const sl_tensor *t, bool gzip) {
         if (t->dims[i] < 0 || t->dims[i] > (int64_t)UINT32_MAX)
             return sl_err_at(SL_EINVAL, path, -1, "idx write: dim %d = %lld does not fit "
                              "in uint32", i, (long long)t->dims[i]);
-    size_t esize = sl_dtype_size(t->dtype);
-    size_t numel = (size_t)sl_tensor_numel(t);
-    if (numel && !t->data)
+    if (sl_tensor_numel(t) && !t->data)
         return sl_err_at(SL_EINVAL, path, -1, "idx write: tensor has no data");
-
-    sink k = {0};
-    int fd;
-    sl_status ost = sl_file_open_write(path, O_WRONLY | O_CREAT | O_TRUNC, 0666, "idx file", &fd);
-    if (ost)
-        return ost;
-    if (gzip)
-        k.gz = gzdopen(fd, "wb6");
-    else
-        k.f = fdopen(fd, "wb");
-    if (!k.gz && !k.f) {
-        int e = errno;
-        close(fd);
-        return sl_err_at(SL_ENOMEM, path, -1, "cannot start writing: %s", strerror(e));
+    /* an existing path must be a regular file: the rename below would replace a FIFO or a
+     * device */
+    sl_status st = sl_file_check_regular(path, "idx file");
+    if (st && st != SL_ENOTFOUND)
+        return st;
+    static atomic_uint tmp_seq;
+    size_t cap = strlen(path) + 48;
+    char *tmp = malloc(cap);
+    sink *k = calloc(1, sizeof *k);
+    if (!tmp || !k) {
+        free(tmp);
+        free(k);
+        return sl_err_at(SL_ENOMEM, path, -1, "idx write: out of memory");
     }
-    sl_status st = SL_OK;
-    uint8_t hdr[4 + 4 * SL_MAX_RANK] = {0, 0, (uint8_t)code, (uint8_t)t->rank};
-    for (int i = 0; i < t->rank; i++) {
-        uint32_t d = (uint32_t)t->dims[i];
-        uint8_t *b = hdr + 4 + 4 * i;
-        b[0] = (uint8_t)(d >> 24); b[1] = (uint8_t)(d >> 16); b[2] = (uint8_t)(d >> 8);
-        b[3] = (uint8_t)d;
+    snprintf(tmp, cap, "%s.tmp.%ld.%u", path, (long)getpid(), atomic_fetch_add(&tmp_seq, 1));
+    k->name = path;
+    if ((st = sl_file_open_write(tmp, O_WRONLY | O_CREAT | O_EXCL, 0666, "idx file", &k->fd)))
+        goto out;
+    if (gzip) {
+        k->gz = 1;
+        /* 15 + 16: a gzip header and trailer around the deflate stream */
+        if (deflateInit2(&k->z, 6, Z_DEFLATED, 15 + 16, 8, Z_DEFAULT_STRATEGY) != Z_OK) {
+            k->gz = 0;
+            st = sl_err_at(SL_ENOMEM, path, -1, "idx write: out of memory for deflate");
+        }
     }
-    uint8_t chunk[1 << 16];
-    if (sink_write(&k, hdr, 4 + 4 * (size_t)t->rank))
-        goto io_fail;
-    const uint8_t *p = t->data;
-    size_t left = numel * esize;
-    while (left) {
-        size_t c = left < sizeof chunk ? left : sizeof chunk;
-        memcpy(chunk, p, c);
-        swap_elems(chunk, c / esize, esize);
-        if (sink_write(&k, chunk, c))
-            goto io_fail;
-        p += c;
-        left -= c;
-    }
-    if (k.gz) {
-        int r = gzclose(k.gz);
-        k.gz = NULL;
-        if (r != Z_OK)
-            goto io_fail;
-    } else {
-        int r = fclose(k.f);
-        k.f = NULL;
-        if (r != 0)
-            goto io_fail;
-    }
-    return SL_OK;
-io_fail:
-    st = sl_err_at(SL_EIO, path, -1, "write failed: %s", strerror(errno));
-    if (k.gz)
-        gzclose(k.gz);
-    if (k.f)
-        fclose(k.f);
+    if (!st)
+        st = write_body(k, t, code);
+    if (k->gz)
+        deflateEnd(&k->z);
+    if (close(k->fd) != 0 && !st)
+        st = sl_file_write_error(path, "cannot close", k->at, errno);
+    if (!st && rename(tmp, path) != 0)
+        st = sl_err_at(SL_EIO, path, -1, "cannot rename %s over it: %s", tmp, strerror(errno));
+    if (st)
+        unlink(tmp);
+out:
+    free(tmp);
+    free(k);
     return st;
 }

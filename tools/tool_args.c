@@ -69,6 +69,12 @@ int sl__tool_exit(const char *prog, int rc) {
     if (flushed == EOF || ferror(stdout)) {
         if (stdout_errno) e = stdout_errno;
         fprintf(stderr, "%s: writing to standard output failed: %s\n", prog, e ? strerror(e) : "write error");
+        /* the hint the file writers give (sluice/file.h): a full disk, a file-size limit */
+        struct stat sb;
+        uint64_t at = fstat(1, &sb) == 0 && S_ISREG(sb.st_mode) ? (uint64_t)sb.st_size : 0;
+        sl_file_write_error("standard output", NULL, at, e);
+        const char *hint = strstr(sl_errmsg(), "\n---> HINT: ");
+        if (hint) fprintf(stderr, "%s\n", hint + 1);
         if (rc == SL__EXIT_OK) rc = SL__EXIT_FAIL;
     }
     /* nowhere left to report a failure to write the messages themselves: the status says it */

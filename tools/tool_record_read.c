@@ -494,15 +494,18 @@ int sl__record_cat(int argc, char **argv) {
             fputc('\n', stdout);
             free(line);
             printed++;
+            if (!sl__stdout_ok()) { /* stop at once: sl__tool_exit says why, with the hint */
+                rc = SL__EXIT_FAIL;
+                break;
+            }
         }
         if (rc == SL__EXIT_OK && (limit < 0 || printed < limit) && s != SL_END)
             rc = sl__fail(PROG);
         sl_tfr_reader_close(r);
     }
     sl_example_free(&ex);
-    if (fflush(stdout) != 0 && rc == SL__EXIT_OK) {
-        fprintf(stderr, "%s: writing to stdout: %s\n", PROG, strerror(errno));
-        rc = SL__EXIT_FAIL;
-    }
+    errno = 0;
+    fflush(stdout);
+    if (!sl__stdout_ok()) rc = SL__EXIT_FAIL; /* the message is sl__tool_exit's */
     return rc;
 }

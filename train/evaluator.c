@@ -95,15 +95,17 @@ static sl_status report(sl__evaluator *ev, int64_t step) {
         fprintf(ev->o.console, "evaluator: checkpoint step %" PRId64 ": loss %.4f accuracy %.4f\n", step, loss, acc);
         fflush(ev->o.console);
     }
-    if (!ev->events) {
-        char dir[1100];
-        snprintf(dir, sizeof dir, "%s/eval", ev->st.run_dir);
-        if ((s = sl_tfev_open(dir, 0, &ev->events))) return s;
-    }
-    if ((s = sl_tfev_add_scalar(ev->events, "accuracy", step, (float)acc, 0)) ||
-        (s = sl_tfev_add_scalar(ev->events, "loss", step, (float)loss, 0)))
+    char dir[1100];
+    snprintf(dir, sizeof dir, "%s/eval", ev->st.run_dir);
+    /* a failed write (a full disk, a file-size limit) names the event file, the byte and
+     * the hint (sluice/tfevents.h): the evaluator fails with it */
+    if ((!ev->events && (s = sl_tfev_open(dir, 0, &ev->events))) ||
+        (s = sl_tfev_add_scalar(ev->events, "accuracy", step, (float)acc, 0)) ||
+        (s = sl_tfev_add_scalar(ev->events, "loss", step, (float)loss, 0)) || (s = sl_tfev_flush(ev->events))) {
+        sl_err_prefix("evaluator: ");
         return s;
-    return sl_tfev_flush(ev->events);
+    }
+    return SL_OK;
 }
 
 /* Look at checkpoint `path` of `step`: evaluate it, or skip it with a warning. */
@@ -245,14 +247,13 @@ sl_status sl__run_finished_write(const char *run_dir, uint64_t job_id, int64_t s
         snprintf(why, sizeof why, "%s", sl_errmsg());
         return sl_err(SL_EIO, "cannot create the run marker: %s", why);
     }
-    int bad = fprintf(f, "job %016" PRIx64 " step %" PRId64 "\n", job_id, step) < 0;
-    bad |= fclose(f) != 0;
-    if (bad || rename(tmp, path) != 0) {
-        int e = errno;
-        unlink(tmp);
-        return sl_err(SL_EIO, "cannot write %s: %s", path, strerror(e));
-    }
-    return SL_OK;
+    /* a failed write (a full disk, a file-size limit): "PATH: write failed at byte N" and
+     * the hint; the older marker stays */
+    fprintf(f, "job %016" PRIx64 " step %" PRId64 "\n", job_id, step);
+    sl_status s = sl_file_fclose_write(f, path, NULL);
+    if (!s && rename(tmp, path) != 0) s = sl_err(SL_EIO, "%s: cannot rename %s over it: %s", path, tmp, strerror(errno));
+    if (s) unlink(tmp);
+    return s;
 }
 
 sl_status sl__run_finished_clear(const char *run_dir) {

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "sluice/cluster.h"
+#include "sluice/file.h"
 #include "sluice/job.h"
 #include "sluice/log.h"
 #include "sluice/strategy.h"
@@ -113,6 +114,7 @@ typedef struct {
     sl_strategy_ring *ring;
     sl_strategy_ps *ps;
     FILE *hash_log;
+    char hash_path[4096];
 } strategies;
 
 static sl_status make_hooks(const sl_cluster *cl, const sl_train_config *tc, const sl_tp_curve *curve,
@@ -124,11 +126,13 @@ static sl_status make_hooks(const sl_cluster *cl, const sl_train_config *tc, con
     sl_strategy_ring_opts ro = {.timeout_s = o->timeout_s, .curve = curve, .compress = tc->compress,
                                 .optim = tc->optim, .bucket_bytes = (size_t)(tc->bucket_mb * 1048576.0)};
     if (o->hash_log && cl->world > 1) {
-        char path[4096];
-        snprintf(path, sizeof path, "%s.%d", o->hash_log, cl->rank);
-        if (!(st->hash_log = fopen(path, "w")))
-            return sl_err(SL_EIO, "--hash-log: cannot create %s: %s", path, strerror(errno));
+        snprintf(st->hash_path, sizeof st->hash_path, "%s.%d", o->hash_log, cl->rank);
+        if (sl_file_fopen_write(st->hash_path, "w", "hash log", &st->hash_log)) {
+            sl_err_prefix("--hash-log: ");
+            return sl_errcode();
+        }
         ro.hash_log = st->hash_log;
+        ro.hash_log_name = st->hash_path;
     }
     return sl_strategy_ring_create(cl, &ro, hooks, &st->ring);
 }
@@ -226,6 +230,12 @@ done:
     sl_strategy_ps_free(st.ps);
     sl_cluster_free(&cl);
     free(curve.allow);
-    if (st.hash_log) fclose(st.hash_log);
+    if (st.hash_log) { /* the lines are flushed as written: this fails only after a failed one */
+        sl_error keep;
+        sl_err_save(&keep);
+        sl_status hs = sl_file_fclose_write(st.hash_log, st.hash_path, NULL);
+        if (s) sl_err_restore(&keep);
+        else s = hs;
+    }
     return s;
 }

@@ -8,12 +8,15 @@
  * backends stage it through one host buffer allocated at start. With bucket_bytes the
  * gradient's allreduce runs bucket by bucket on an exchange thread during backward
  * (sluice/strategy.h, "Bucketed overlap"). */
+#include <errno.h>
 #include <inttypes.h>
 #include <math.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
+#include "sluice/file.h"
 #include "sluice/strategy.h"
 #include "train/buckets.h"
 #include "train/model_priv.h"
@@ -33,6 +36,7 @@ struct sl_strategy_ring {
     sl_ring *ring;
     int rank, world;
     FILE *hash_log;
+    char *hash_log_name; /* for messages */
     float *host;        /* staging for non-CPU backends and hashing; n_host floats */
     size_t n_host;
     int64_t last_step;  /* the last exchanged step, -1 before the first */
@@ -96,8 +100,15 @@ static sl_status log_hash(sl_strategy_ring *s, sl_model *m, int64_t step) {
         if (st || (st = sl_model_get_params(m, s->host, n))) return st;
         p = s->host;
     }
-    fprintf(s->hash_log, "step %" PRId64 " params %016" PRIx64 "\n", step, fnv1a(p, n * sizeof *p));
-    fflush(s->hash_log);
+    /* a log cut short would prove nothing: a failed write fails the step */
+    errno = 0;
+    if (fprintf(s->hash_log, "step %" PRId64 " params %016" PRIx64 "\n", step, fnv1a(p, n * sizeof *p)) < 0 ||
+        fflush(s->hash_log) != 0) {
+        int e = errno;
+        struct stat sb; /* stdio hands whole buffers to write(2): the size is how far it got */
+        uint64_t at = fstat(fileno(s->hash_log), &sb) == 0 ? (uint64_t)sb.st_size : 0;
+        return sl_file_write_error(s->hash_log_name ? s->hash_log_name : "hash log", NULL, at, e);
+    }
     return SL_OK;
 }
 
@@ -619,6 +630,10 @@ sl_status sl_strategy_ring_create(const sl_cluster *c, const sl_strategy_ring_op
     s->rank = c->rank;
     s->world = c->world;
     s->hash_log = o.hash_log;
+    if (o.hash_log && o.hash_log_name && !(s->hash_log_name = strdup(o.hash_log_name))) {
+        free(s);
+        return sl_err(SL_ENOMEM, "ring strategy: out of memory");
+    }
     s->last_step = -1;
     s->cs = o.compress;
     s->optim = o.optim;
@@ -667,5 +682,6 @@ void sl_strategy_ring_free(sl_strategy_ring *s) {
     free(s->sent);
     free(s->phost);
     free(s->host);
+    free(s->hash_log_name);
     free(s);
 }

@@ -10,8 +10,9 @@
  * Whole-file reads take a byte limit, so a huge or endless input is refused with a message
  * that says how to raise the limit rather than exhausting memory.
  *
- * Writes: the writers of TFRecord, event, safetensors and stats files, of traces, and so of
- * checkpoints and ps shards, report a failed write through sl_file_write_error, so a full
+ * Writes: the writers of TFRecord, event, safetensors, stats and idx files, of traces,
+ * caches, CURVE key files, the --hash-log and the run marker, and so of checkpoints and ps
+ * shards, report a failed write through sl_file_write_error, so a full
  * disk, a full quota and a file-size limit (RLIMIT_FSIZE, `ulimit -f`) read alike:
  * "PATH: write failed at byte N: REASON" and a hint that says which. A file-size limit
  * signals SIGXFSZ first: a process that leaves it at its default action is killed by the

@@ -31,10 +31,13 @@ sl_status sl_idx_read(const char *path, sl_tensor *out);
 sl_status sl_idx_read_mem(const void *data, size_t size, const char *name, sl_tensor *out);
 
 /* Write tensor t (a dtype listed above, rank 1..255) to path, gzipped if `gzip`.
- * (Rank is at most SL_MAX_RANK in practice; every dim must fit in uint32.) Returns SL_OK,
- * SL_EINVAL (other dtype, rank, dims; or path is an existing FIFO, socket, device or
- * directory), SL_ENOTFOUND (the directory does not exist) or SL_EIO; on failure the file
- * may exist, partly written. */
+ * (Rank is at most SL_MAX_RANK in practice; every dim must fit in uint32.) The file is
+ * written as PATH.tmp.PID.N, synced and renamed to path. Returns SL_OK, SL_EINVAL (other
+ * dtype, rank, dims; or path is an existing FIFO, socket, device or directory),
+ * SL_ENOTFOUND (the directory does not exist) or SL_EIO: a failed write (a full disk or
+ * quota, a file-size limit) is "PATH: write failed at byte N: REASON" with a hint
+ * (sluice/file.h). On failure the temporary file is removed and a file that was at path
+ * is left as it was. */
 sl_status sl_idx_write(const char *path, const sl_tensor *t, bool gzip);
 
 #ifdef __cplusplus

@@ -174,7 +174,10 @@ sl_status sl_ds_filter_owned(sl_dataset *in, sl_pred_fn pred, void *ctx, sl_free
 
 /* The first pass reads the input and keeps every element (in memory, or in a file at
  * `path`); later passes (epochs) replay them without touching the input. An iterator
- * stopped before the end of its pass discards the partial cache. */
+ * stopped before the end of its pass discards the partial cache. A cache file that cannot
+ * be written (a full disk, a file-size limit) is a warning naming it, the byte and the
+ * reason: that pass goes on from its input, nothing is left at `path` (only a complete
+ * file there is taken for a cache), and the next pass tries again. */
 sl_status sl_ds_cache(sl_dataset *in, const char *path, sl_dataset **out);
 
 /* Skip elements whose production failed (corrupt record, undecodable image...), counting

@@ -131,7 +131,12 @@ typedef struct sl_strategy_ring_opts {
     FILE *hash_log;      /* NULL, or where to append one line "step S params HASH" per step
                             (HASH: FNV-1a 64 of the parameter bytes after S steps, 16 hex
                             digits) and one for the final parameters: replicas compare their
-                            logs to check that they hold bit-identical parameters */
+                            logs to check that they hold bit-identical parameters. A
+                            failed write (a full disk, a file-size limit) fails the step
+                            with SL_EIO, "NAME: write failed at byte N: REASON" and a hint
+                            (sluice/file.h): a log cut short would prove nothing */
+    const char *hash_log_name; /* hash_log's path, for those messages (copied at create);
+                                  NULL: "hash log" */
     const sl_tp_curve *curve; /* NULL: plaintext; else CURVE keys (borrowed, copied at create) */
     sl_compress_spec compress; /* sl_train_config.compress; zero: none (float32, or ring.fp16) */
     sl_optim_spec optim;       /* sl_train_config.optim: with compress=topk and sgd with momentum

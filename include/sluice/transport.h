@@ -162,8 +162,11 @@ typedef struct sl_tp_curve {
 sl_status sl_curve_load_keypair(const char *path, char public_key[41], char secret_key[41]);
 /* Load an allow-list file into *keys (malloc'd, free with free()) and *n. Errors as above. */
 sl_status sl_curve_load_allow(const char *path, char (**keys)[41], int *n);
-/* Make a new keypair and write PATH.key (both keys, mode 0600) and PATH.pub (public only).
- * SL_OK, SL_EIO naming the file, SL_EUNSUPPORTED when libzmq has no CURVE. */
+/* Make a new keypair and write PATH.key (both keys, mode 0600) and PATH.pub (public only),
+ * each through PATH.key.tmp.PID / PATH.pub.tmp.PID, renamed once both are whole. SL_OK,
+ * SL_EIO naming the file (a failed write, a full disk or a file-size limit: "PATH.key:
+ * write failed at byte N: REASON" with a hint, sluice/file.h), SL_EUNSUPPORTED when libzmq
+ * has no CURVE. On failure no temporary file is left and an older pair is left as it was. */
 sl_status sl_curve_keygen(const char *path);
 
 typedef struct sl_tp_opts {

@@ -12,9 +12,13 @@
  * In a file (path given): a pass writes the elements to PATH.tmp.PID.N and, at its end,
  * writes a footer, flushes, fsyncs and renames it to PATH, so PATH is complete or absent.
  * An iterator created when PATH exists replays it (mmapped privately, tensors are views of
- * the mapping). A write failure is logged and the pass goes on uncached. A truncated or
- * corrupt file is SL_ECORRUPT naming the file and the byte offset; a bad header or footer
- * fails iterator creation, a bad entry is returned by next() and ends the stream there.
+ * the mapping). A write failure (a full disk, a file-size limit) is a warning, "op 'L': not
+ * caching to PATH, this pass goes on uncached: PATH.tmp.PID.N: write failed at byte N:
+ * REASON" with the hint of sluice/file.h: the temporary file is removed and the pass goes on
+ * from its input (nothing is lost: the next pass reads the input again and tries to write
+ * the cache again). A truncated or corrupt file is SL_ECORRUPT naming the file and the byte
+ * offset; a bad header or footer fails iterator creation, a bad entry is returned by next()
+ * and ends the stream there.
  *
  * File format (little-endian hosts; all sections 8-byte aligned):
  *   header  "SLCACHE\0", u32 version (1), u32 header size (16)
@@ -206,16 +210,37 @@ static size_t encode_element(cache_it *c, const sl_element *e) {
     return size;
 }
 
+/* Stop writing the cache file: this pass goes on from the input, uncached, and the next
+ * pass tries again. Nothing is lost by that, so it is a warning, not the pass's error; the
+ * temporary file goes (only PATH counts as a cache, never PATH.tmp.*). */
 static void abandon_file(cache_it *c, const char *why) {
     if (!c->f) return;
-    SL_WARN("op '%s': not caching to %s: %s", c->base.ds->label, ((const cache_ds *)c->base.ds)->path, why);
+    SL_WARN("op '%s': not caching to %s, this pass goes on uncached: %s", c->base.ds->label,
+            ((const cache_ds *)c->base.ds)->path, why);
     fclose(c->f);
     c->f = NULL;
     unlink(c->tmp);
 }
 
+/* A write, flush or sync of the temporary file failed with errno err: abandon it with
+ * "TMP: write failed at byte N: REASON" and the hint (sluice/file.h). The thread's error is
+ * left as it was: the pass's own status and message are the input's. */
+static void write_failed(cache_it *c, int err) {
+    sl_error keep;
+    sl_err_save(&keep);
+    /* stdio hands whole buffers to write(2): the file's size is how far the writes got */
+    struct stat st;
+    uint64_t at = fstat(fileno(c->f), &st) == 0 ? (uint64_t)st.st_size : c->written;
+    sl_file_write_error(c->tmp, NULL, at, err);
+    abandon_file(c, sl_errmsg());
+    sl_err_restore(&keep);
+}
+
 static bool write_bytes(cache_it *c, const void *p, size_t n) {
-    if (n && fwrite(p, 1, n, c->f) != n) return false;
+    if (n && fwrite(p, 1, n, c->f) != n) {
+        write_failed(c, errno);
+        return false;
+    }
     c->written += n;
     return true;
 }
@@ -253,10 +278,8 @@ static void write_entry(cache_it *c, sl_status s, const sl_element *e) {
     memcpy(hdr + 16, &crc, 4);
     static const uint8_t zeros[8];
     if (!write_bytes(c, hdr, ENTRY_HDR) || !write_bytes(c, c->scratch, size) ||
-        !write_bytes(c, zeros, pad8(size) - size)) {
-        abandon_file(c, "write failed (disk full?)");
+        !write_bytes(c, zeros, pad8(size) - size))
         return;
-    }
     c->nentries++;
 }
 
@@ -272,14 +295,19 @@ static void finish_file(cache_it *c) {
     memcpy(foot + 24, &ver, 4);
     uint32_t crc = sl_crc32c(0, foot, 28);
     memcpy(foot + 28, &crc, 4);
-    if (!write_bytes(c, foot, FOOTER_SIZE) || fflush(c->f) != 0 || fsync(fileno(c->f)) != 0) {
-        abandon_file(c, "write failed (disk full?)");
+    if (!write_bytes(c, foot, FOOTER_SIZE)) return;
+    if (fflush(c->f) != 0 || fsync(fileno(c->f)) != 0) {
+        write_failed(c, errno);
         return;
     }
-    fclose(c->f);
+    int closed = fclose(c->f);
+    int e = errno;
     c->f = NULL;
-    if (rename(c->tmp, d->path) != 0) {
-        SL_WARN("op '%s': not caching: could not rename %s to %s", c->base.ds->label, c->tmp, d->path);
+    /* only a whole file becomes PATH: replays take PATH, once there, as the complete cache */
+    if (closed != 0 || rename(c->tmp, d->path) != 0) {
+        if (closed == 0) e = errno;
+        SL_WARN("op '%s': not caching to %s, this pass goes on uncached: cannot %s %s: %s", c->base.ds->label,
+                d->path, closed ? "close" : "rename it from", c->tmp, strerror(e));
         unlink(c->tmp);
     }
 }
@@ -541,15 +569,18 @@ static sl_status cache_make(sl_dataset *ds, sl_ictx *ctx, uint64_t seed, sl_iter
             goto fail;
         }
         snprintf(c->tmp, n, "%s.tmp.%ld.%u", d->path, (long)getpid(), atomic_fetch_add(&d->tmp_seq, 1));
+        sl_error keep;
+        sl_err_save(&keep);
         if (sl_file_fopen_write(c->tmp, "w", "cache file", &c->f) != SL_OK) {
-            SL_WARN("op '%s': not caching: %s", ds->label, sl_errmsg());
+            SL_WARN("op '%s': not caching to %s, this pass goes on uncached: %s", ds->label, d->path, sl_errmsg());
+            sl_err_restore(&keep);
         } else {
             uint8_t hdr[HDR_SIZE] = {0};
             uint32_t ver = CACHE_VERSION, hs = HDR_SIZE;
             memcpy(hdr, HDR_MAGIC, 8);
             memcpy(hdr + 8, &ver, 4);
             memcpy(hdr + 12, &hs, 4);
-            if (!write_bytes(c, hdr, HDR_SIZE)) abandon_file(c, "write failed");
+            write_bytes(c, hdr, HDR_SIZE);
         }
     }
     c->mode = MODE_FILL;

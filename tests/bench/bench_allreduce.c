@@ -10,7 +10,10 @@
  *
  * Usage: bench_allreduce [floats=16777216] [iters=7] [ranks...=2 4]
  * Environment (for tuning runs): SLUICE_BENCH_CHUNK=bytes per message,
- * SLUICE_BENCH_NO_MPI=1 to skip the anchor. */
+ * SLUICE_BENCH_NO_MPI=1 to skip the anchor (Sluice alone: no ratio, so no RESULT line and
+ * exit 1). When the anchor cannot be built (no mpicc: openmpi-bin libopenmpi-dev) it exits
+ * 1 at once naming it and what is missing; an MPI run that fails ends it so too, with no
+ * RESULT line. */
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -110,6 +113,8 @@ static double run_sluice(int n, long count, int iters) {
     return worst[iters / 2];
 }
 
+static char mpi_last[512]; /* the last line mpirun printed */
+
 static double run_mpi(const char *bin, int n, long count, int iters) {
     char cmd[1024];
     snprintf(cmd, sizeof cmd,
@@ -119,13 +124,14 @@ static double run_mpi(const char *bin, int n, long count, int iters) {
     if (!p) return -1;
     char line[512];
     double t = -1;
+    mpi_last[0] = 0;
     while (fgets(line, sizeof line, p)) {
         const char *m = strstr(line, "median ");
         if (m) t = atof(m + 7);
         else fprintf(stderr, "mpirun: %s", line);
+        snprintf(mpi_last, sizeof mpi_last, "%.*s", (int)strcspn(line, "\n"), line);
     }
-    pclose(p);
-    return t;
+    return pclose(p) == 0 ? t : -1;
 }
 
 int main(int argc, char **argv) {
@@ -141,15 +147,24 @@ int main(int argc, char **argv) {
     const char *ch = getenv("SLUICE_BENCH_CHUNK");
     if (ch) g_chunk = (size_t)atol(ch);
     const char *nompi = getenv("SLUICE_BENCH_NO_MPI");
-    char bin[256];
+    char bin[256], src[600];
     snprintf(bin, sizeof bin, "/tmp/sluice_mpi_allreduce_%d", (int)getpid());
+    snprintf(src, sizeof src, "%s/../shared/anchors/mpi_allreduce.c", SLUICE_SRC_DIR);
     char cmd[1024];
-    snprintf(cmd, sizeof cmd, "mpicc -O2 %s/../shared/anchors/mpi_allreduce.c -o %s", SLUICE_SRC_DIR, bin);
-    int have_mpi = 0;
-    if (!(nompi && *nompi)) {
-        have_mpi = system(cmd) == 0;
-        if (!have_mpi) fprintf(stderr, "bench_allreduce: could not build the MPI anchor (mpicc); reporting sluice only\n");
+    snprintf(cmd, sizeof cmd, "mpicc -O2 %s -o %s", src, bin);
+    /* a ratio needs its anchor: find out before measuring anything whether it can run */
+    int have_mpi = !(nompi && *nompi);
+    if (have_mpi && access(src, R_OK) != 0) {
+        fprintf(stderr, "bench_allreduce: the anchor mpi_allreduce.c (Open MPI's MPI_Allreduce) cannot run: %s not found "
+                "(../shared beside the sources); no RESULT line\n", src);
+        return 1;
     }
+    if (have_mpi && system(cmd) != 0) {
+        fprintf(stderr, "bench_allreduce: the anchor mpi_allreduce.c (Open MPI's MPI_Allreduce) cannot be built: `%s` "
+                "failed (it needs mpicc and mpirun: install openmpi-bin libopenmpi-dev); no RESULT line\n", cmd);
+        return 1;
+    }
+    if (!have_mpi) printf("the anchor MPI_Allreduce is not run: SLUICE_BENCH_NO_MPI is set (no ratio)\n");
     double bytes = (double)count * 4;
     double last_s = -1, last_m = -1;
     for (int k = 0; k < nr; k++) {
@@ -164,12 +179,23 @@ int main(int argc, char **argv) {
             printf("  MPI_Allreduce %.4f s (busbw %.2f GB/s)  ratio %.3f", tm, bytes / tm * bw / 1e9, ts / tm);
         printf("\n");
         fflush(stdout);
+        if (have_mpi && tm <= 0) {
+            unlink(bin);
+            fprintf(stderr, "bench_allreduce: the anchor MPI_Allreduce failed at %d ranks: %s (mpirun ... %s); no RESULT "
+                    "line\n", n, mpi_last[0] ? mpi_last : "no median printed", bin);
+            return 1;
+        }
         last_s = ts;
         last_m = tm;
     }
     unlink(bin);
     if (last_s < 0) { fprintf(stderr, "bench_allreduce: sluice run failed\n"); return 1; }
-    printf("RESULT bench_allreduce ratio=%.3f sluice=%.4f anchor=%.4f unit=s\n", last_m > 0 ? last_s / last_m : 0.0,
-           last_s, last_m);
+    if (last_m <= 0) {
+        fflush(stdout);
+        fprintf(stderr, "bench_allreduce: the anchor MPI_Allreduce was not run (SLUICE_BENCH_NO_MPI is set): no ratio, "
+                "no RESULT line\n");
+        return 1;
+    }
+    printf("RESULT bench_allreduce ratio=%.3f sluice=%.4f anchor=%.4f unit=s\n", last_s / last_m, last_s, last_m);
     return 0;
 }

@@ -31,8 +31,11 @@
  * Usage: bench_pipeline [--quick] [N_IMAGES]   (default 2000 images, 3 repetitions;
  *        --quick: 200 images, 1 repetition — a smoke run, not a measurement)
  * Environment: SLUICE_SHARED (default ../shared beside the source tree) for the anchors;
- * SLUICE_BENCH_REPS=N repetitions; SLUICE_BENCH_NO_ANCHOR=1 skips torch. Without
- * ../shared (or without torch) the anchors are skipped with a message. The corpus comes
+ * SLUICE_BENCH_REPS=N repetitions; SLUICE_BENCH_NO_ANCHOR=1 skips torch (the Sluice side
+ * alone, for tuning: no ratio, so no RESULT line and exit 1). Without ../shared, or without
+ * the anchor's packages (python3-torch python3-torchvision python3-pil), it exits 1 at once
+ * naming the anchor and what is missing; an anchor run that fails ends it so too, and no
+ * RESULT line is printed. The corpus comes
  * from ../shared/anchors/make_jpeg_corpus.py (real photos); if that cannot run, synthetic
  * JPEGs are made instead and the output says so (their figures are not the README's).
  * Work files go to /tmp/sluice-bench/. Ends with
@@ -283,6 +286,7 @@ static double cpu_s(const struct rusage *ru) {
            ru->ru_stime.tv_usec * 1e-6;
 }
 static double last_cpu_s; /* of the last in_child / run_anchor */
+static char anchor_last[1024]; /* the last line the last run_anchor printed */
 
 /* A forked child runs fn(arg) and writes one double back; *maxrss_kb gets the child's peak
  * RSS (and last_cpu_s its CPU time). Returns the double, or -1. */
@@ -513,8 +517,10 @@ static double run_anchor(const char *cmd, const char *key, long *hwm_sum_kb, lon
     FILE *f = fdopen(p[0], "r");
     char line[1024];
     double v = -1;
+    anchor_last[0] = 0;
     while (fgets(line, sizeof line, f)) {
         printf("    | %s", line);
+        snprintf(anchor_last, sizeof anchor_last, "%.*s", (int)strcspn(line, "\n"), line);
         if (strstr(line, key)) {
             char *eq = strrchr(line, '=');
             if (eq) v = atof(eq + 1);
@@ -580,6 +586,25 @@ static void row(const char *what, const series *s, double per, const series *mem
     printf("\n");
 }
 
+/* Why torch_loader.py cannot run here (into why), or 0 when it can. */
+static int torch_missing(const char *loader, char *why, size_t cap) {
+    if (access(loader, R_OK) != 0) {
+        snprintf(why, cap, "%s not found (SLUICE_SHARED, default ../shared beside the sources)", loader);
+        return 1;
+    }
+    FILE *p = popen("/usr/bin/python3 -c 'import torch, torchvision, PIL' 2>&1", "r");
+    if (!p) {
+        snprintf(why, cap, "cannot run /usr/bin/python3: %s", strerror(errno));
+        return 1;
+    }
+    char line[512], last[512] = "";
+    while (fgets(line, sizeof line, p)) snprintf(last, sizeof last, "%.*s", (int)strcspn(line, "\n"), line);
+    if (pclose(p) == 0) return 0;
+    snprintf(why, cap, "/usr/bin/python3 cannot import torch, torchvision and PIL (%s): install python3-torch "
+             "python3-torchvision python3-pil", last);
+    return 1;
+}
+
 int main(int argc, char **argv) {
     int quick = 0, n = 0;
     for (int i = 1; i < argc; i++) {
@@ -597,11 +622,15 @@ int main(int argc, char **argv) {
     char loader[600], corpus_py[600];
     snprintf(loader, sizeof loader, "%s/anchors/torch_loader.py", shared);
     snprintf(corpus_py, sizeof corpus_py, "%s/anchors/make_jpeg_corpus.py", shared);
-    int anchors = access(loader, R_OK) == 0 && !getenv("SLUICE_BENCH_NO_ANCHOR");
-    if (!anchors)
-        printf("anchors skipped: %s\n", getenv("SLUICE_BENCH_NO_ANCHOR") ? "SLUICE_BENCH_NO_ANCHOR is set"
-                                                                           : "no torch_loader.py under SLUICE_SHARED "
-                                                                             "(default ../shared beside the sources)");
+    /* a ratio needs its anchor: find out before measuring anything whether it can run */
+    int anchors = !getenv("SLUICE_BENCH_NO_ANCHOR");
+    char why[1024];
+    if (anchors && torch_missing(loader, why, sizeof why)) {
+        fprintf(stderr, "bench_pipeline: the anchor torch_loader.py (PyTorch DataLoader + torchvision) cannot run: %s; "
+                "no RESULT line\n", why);
+        return 1;
+    }
+    if (!anchors) printf("the anchor torch_loader.py is not run: SLUICE_BENCH_NO_ANCHOR is set (no ratio)\n");
 
     char jpeg_dir[256], rec_dir[256], cmd[2048];
     snprintf(jpeg_dir, sizeof jpeg_dir, WORK "/jpeg-%d", n);
@@ -645,7 +674,7 @@ int main(int argc, char **argv) {
         sl_cpu[NMODES], an_cpu[NMODES], ceil_cpu;
     /* images each run handles: 2 epochs of whole batches (the ceiling: every image once per thread) */
     double run_images = 2.0 * (n / BATCH) * BATCH;
-    int anchor_ok[NMODES] = {anchors, anchors}, nproc = 0;
+    int nproc = 0;
     for (int rep = 0; rep < reps; rep++) {
         printf("repetition %d of %d\n", rep + 1, reps);
         long rss;
@@ -669,15 +698,15 @@ int main(int argc, char **argv) {
                 printf("  sluice %-5s %d core%s: best epoch %.1f images/s, peak RSS %.0f MB, CPU %.2f ms/image\n",
                        MODE_NAME[mode], c, c > 1 ? "s" : "", r, rss / 1024.0, last_cpu_s * 1e3 / run_images);
             }
-            if (!anchor_ok[mode]) continue;
+            if (!anchors) continue;
             snprintf(cmd, sizeof cmd, "exec /usr/bin/python3 %s %s 2 %d 2 %s", loader, jpeg_dir, BATCH,
                      ANCHOR_MODE[mode]);
             long hwm, peak;
             double t = run_anchor(cmd, "best epoch", &hwm, &peak, &nproc);
             if (t <= 0) {
-                printf("  torch %s failed (%s): anchor skipped\n", ANCHOR_MODE[mode], cmd);
-                anchor_ok[mode] = 0;
-                continue;
+                fprintf(stderr, "bench_pipeline: the anchor torch_loader.py (mode %s) failed: %s (%s); no RESULT line\n",
+                        ANCHOR_MODE[mode], anchor_last[0] ? anchor_last : "no output", cmd);
+                return 1;
             }
             add(&an[mode], t);
             add(&an_cpu[mode], last_cpu_s * 1e3 / run_images);
@@ -718,10 +747,10 @@ int main(int argc, char **argv) {
     printf("  fast mode / 2-core full-decode ceiling: %.3f; exact mode: %.3f\n", vs_ceiling,
            median(&sl[EXACT][2]) / median(&ceil2));
     if (!an[EXACT].n || !an[FAST].n) {
-        printf("anchors skipped: no ratio (the RESULT line carries 0)\n");
-        printf("RESULT bench_pipeline ratio=0 sluice=%.1f anchor=0 unit=images/s mode=none exact=0 fast=0 "
-               "fast_vs_ceiling=%.3f\n", median(&sl[FAST][2]), vs_ceiling);
-        return 0;
+        fflush(stdout);
+        fprintf(stderr, "bench_pipeline: the anchor torch_loader.py was not run (SLUICE_BENCH_NO_ANCHOR is set): no ratio, "
+                "no RESULT line\n");
+        return 1;
     }
     int worse = ratio[EXACT] <= ratio[FAST] ? EXACT : FAST;
     printf("RESULT bench_pipeline ratio=%.3f sluice=%.1f anchor=%.1f unit=images/s mode=%s exact=%.3f fast=%.3f "

@@ -23,8 +23,10 @@ Then the JPEG pipeline of bench_pipeline (TFRecords of the same JPEG corpus,
           usual training script) and `tensor` (torchvision.io.decode_jpeg, antialias=False);
 alternating python, torch pil, torch tensor, REPS (3) times; medians and min-max in
 images/s. The corpus comes from ../shared/anchors/make_jpeg_corpus.py (as bench_pipeline's)
-and is converted with `sluice-record convert images`; without ../shared (or its packages:
-python3-torch python3-torchvision python3-pil) that part says why it is skipped.
+and is converted with `sluice-record convert images`. Without ../shared (or its packages:
+python3-torch python3-torchvision python3-pil), or when an anchor fails, it exits 1 naming
+the anchor and what is missing, before measuring anything where it can tell, and prints no
+RESULT line.
 SLUICE_BENCH_JPEG_DIR=DIR uses another folder of *_D.jpg files (D: the label digit).
 
     tests/bench/run bench_python [N_BATCHES] [--quick]   (default 2000 batches, 2000 JPEGs;
@@ -34,7 +36,7 @@ SLUICE_BENCH_JPEG_DIR=DIR uses another folder of *_D.jpg files (D: the label dig
 Ends with: RESULT bench_python ratio=R sluice=X anchor=Y unit=elements/s (R = X / Y: the
 Fashion pipeline's batches/s, Python over C; target >= 0.9), then for the JPEG pipeline
 jpeg_python=, torch_pil=, torch_tensor= (medians, images/s) and
-jpeg_vs_torch=jpeg_python / the faster torch mode (or torch=skipped).
+jpeg_vs_torch=jpeg_python / the faster torch mode.
 """
 import glob
 import json
@@ -110,8 +112,28 @@ pipeline jpeg {{
 """
 
 
+def no_result(why):
+    """Stop without a RESULT line: an anchor cannot run, and a ratio without it means nothing."""
+    print(f"bench_python: {why}; no RESULT line", file=sys.stderr, flush=True)
+    sys.exit(1)
+
+
+def torch_missing():
+    """None when torch_loader.py can run, else why not."""
+    loader = os.path.join(SHARED, "anchors", "torch_loader.py")
+    if not os.path.exists(loader):
+        return f"{loader} not found (SLUICE_SHARED, default ../shared beside the sources)"
+    r = subprocess.run(["/usr/bin/python3", "-c", "import torch, torchvision, PIL"], stdout=subprocess.PIPE,
+                       stderr=subprocess.STDOUT, text=True)
+    if r.returncode:
+        last = (r.stdout.strip().split("\n") or ["?"])[-1]
+        return f"/usr/bin/python3 cannot import torch, torchvision and PIL ({last}): install python3-torch " \
+               "python3-torchvision python3-pil"
+    return None
+
+
 def jpeg_corpus():
-    """(folder of JPEGs, None) or (None, why the comparison is skipped)."""
+    """(folder of JPEGs, None) or (None, why the comparison cannot run)."""
     d = os.environ.get("SLUICE_BENCH_JPEG_DIR")
     if d:
         return (d, None) if glob.glob(os.path.join(d, "*.jpg")) else (None, f"no *.jpg in {d}")
@@ -175,49 +197,38 @@ def jpeg_vs_torch(t):
     """The JPEG comparison; returns the RESULT fields."""
     jpeg_dir, why = jpeg_corpus()
     if not jpeg_dir:
-        print(f"JPEG pipeline vs PyTorch DataLoader: skipped: {why}")
-        return " torch=skipped"
+        no_result(f"the JPEG corpus for the anchor torch_loader.py cannot be made: {why}")
     cfg = os.path.join(t, "jpeg.sl")
     rec = jpeg_records(jpeg_dir, t)
     with open(cfg, "w") as f:
         f.write(JPEG_CONFIG.format(rec=rec, batch=BATCH))
     n_images = len(glob.glob(os.path.join(jpeg_dir, "*.jpg")))
     subprocess.run(f"cat {jpeg_dir}/*.jpg {rec}/*.tfrecord > /dev/null", shell=True)  # page cache, both sides
-    loader = os.path.join(SHARED, "anchors", "torch_loader.py")
-    have_torch, why = os.path.exists(loader), f"{loader} not found"
-    if have_torch:
-        r = subprocess.run(["/usr/bin/python3", "-c", "import torch, torchvision, PIL"], stdout=subprocess.PIPE,
-                           stderr=subprocess.STDOUT, text=True)
-        have_torch, why = r.returncode == 0, (r.stdout.strip().split("\n") or ["?"])[-1]
-    print(f"JPEG pipeline ({n_images} images of {jpeg_dir}, batch {BATCH}, crop 224): {REPS} alternating repetitions"
-          + ("" if have_torch else f"; PyTorch side skipped: {why} (needs python3-torch python3-torchvision python3-pil)"))
+    print(f"JPEG pipeline ({n_images} images of {jpeg_dir}, batch {BATCH}, crop 224): {REPS} alternating repetitions")
     res = {"python": [], "pil": [], "tensor": []}
     for rep in range(REPS):
         res["python"].append(py_jpeg_rate(cfg))
         line = f"  rep {rep + 1}: sluice.Pipeline {res['python'][-1]:.1f}"
-        for mode in ("pil", "tensor") if have_torch else ():
+        for mode in ("pil", "tensor"):
             r, err = torch_rate(jpeg_dir, mode)
             if r is None:
-                print(f"  torch_loader.py {mode} failed: {err}")
-                have_torch = False
-                break
+                print(line + " images/s", flush=True)
+                no_result(f"the anchor torch_loader.py (mode {mode}) failed: {err}")
             res[mode].append(r)
             line += f", torch {mode} {r:.1f}"
         print(line + " images/s", flush=True)
     print("  " + summary("sluice.Pipeline (Python, numpy batches)", res["python"]))
+    print("  " + summary("torch DataLoader 2 workers, mode pil", res["pil"]))
+    print("  " + summary("torch DataLoader 2 workers, mode tensor", res["tensor"]))
     py = statistics.median(res["python"])
-    fields = f" jpeg_python={py:.1f}"
-    if have_torch and len(res["tensor"]) == REPS:
-        print("  " + summary("torch DataLoader 2 workers, mode pil", res["pil"]))
-        print("  " + summary("torch DataLoader 2 workers, mode tensor", res["tensor"]))
-        tp, tt = statistics.median(res["pil"]), statistics.median(res["tensor"])
-        print(f"  sluice.Pipeline / torch: {py / tp:.2f} (pil), {py / tt:.2f} (tensor)")
-        fields += f" torch_pil={tp:.1f} torch_tensor={tt:.1f} jpeg_vs_torch={py / max(tp, tt):.3f}"
-    else:
-        fields += " torch=skipped"
-    return fields
+    tp, tt = statistics.median(res["pil"]), statistics.median(res["tensor"])
+    print(f"  sluice.Pipeline / torch: {py / tp:.2f} (pil), {py / tt:.2f} (tensor)")
+    return f" jpeg_python={py:.1f} torch_pil={tp:.1f} torch_tensor={tt:.1f} jpeg_vs_torch={py / max(tp, tt):.3f}"
 
 
+missing = torch_missing()
+if missing:
+    no_result(f"the anchor torch_loader.py (PyTorch DataLoader + torchvision) cannot run: {missing}")
 T = tempfile.mkdtemp(prefix="sluice-bench-python-")
 try:
     subprocess.run([os.path.join(BIN, "sluice-record"), "convert", "fashion-mnist", os.path.join(T, "data"),

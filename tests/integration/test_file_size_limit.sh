@@ -6,11 +6,14 @@
 # the limit, leave no temporary file, and keep what was there before:
 #   1. sluice-record convert: no shard and no temporary shard left in the output folder;
 #   2. sluice-train writing a checkpoint (a resumed run): the older checkpoint kept as it
-#      was, no ckpt-*.safetensors.tmp.* left;
+#      was, no ckpt-*.safetensors.tmp.* left; sluice-record cat into a file;
 #   3. sluice-stats --save (the older stats file kept, no .tmp), --trace (no cut-off trace
-#      left), --html;
+#      left), --html, and standard output redirected to a file;
 #   4. a ps task (sluice-launch --ps 1) writing its shard: not killed; it names the shard,
-#      leaves no temporary file and exits 1 after the workers finish.
+#      leaves no temporary file and exits 1 after the workers finish;
+#   5. sluice-launch --keygen: no key file or temporary file left, an older pair kept;
+#   6. sluice-train --hash-log with two ring replicas: the run fails naming the log (a log
+#      cut short would pass for replicas that agree up to where it ends).
 # Tiny data and model (500 records, 25,450 parameters): a few seconds in all.
 set -u
 
@@ -67,6 +70,14 @@ if run train1 0 "$BIN/sluice-train" "$T/c.sl" --run-dir "$T/run" --set train.epo
     [ ! -e "$T/run/ckpt-000000020.safetensors" ] || fail "a checkpoint of step 20 is there"
 fi
 
+# 2b. sluice-record cat > FILE: one message, with the reason and the hint
+if run cat 1 limited 1 "$BIN/sluice-record" cat "$T/data/train-00000-of-00001.tfrecord"; then
+    ok "sluice-record cat > FILE past the limit: exit 1"
+    if [ "$(cat "$T/cat.err")" = "sluice-record: writing to standard output failed: File too large
+---> $(hint 1024): raise it (ulimit -f unlimited) or write less" ]; then ok "one message: the reason and the hint"
+    else fail_show "sluice-record cat: not the one message with the reason and the hint" "$T/cat.err"; fi
+fi
+
 # 3. sluice-stats --save, --trace and --html past 1 block
 if run stats0 0 "$BIN/sluice-stats" "$T/c.sl" -p train --batches 5 --save "$T/s.json"; then
     size=$(stat -c %s "$T/s.json")
@@ -83,6 +94,12 @@ if run stats0 0 "$BIN/sluice-stats" "$T/c.sl" -p train --batches 5 --save "$T/s.
         ok "sluice-stats --html past the limit: exit 1"
         has html "--html file '$T/p.html': writing failed: File too large (write failed at byte 1024)" "names the file and the byte"
         has html "$(hint 1024)" "the hint names the limit"
+    fi
+    # standard output redirected to a file: the tools' own check at exit, with the hint too
+    if run stdout 1 limited 1 "$BIN/sluice-stats" --from "$T/s.old" --json; then
+        ok "sluice-stats --json > FILE past the limit: exit 1"
+        has stdout "sluice-stats: writing to standard output failed: File too large" "says standard output"
+        has stdout "$(hint 1024)" "the hint names the limit"
     fi
 fi
 if run trace 1 limited 1 "$BIN/sluice-stats" "$T/c.sl" -p train --batches 5 --trace "$T/t.json"; then
@@ -107,4 +124,54 @@ has ps "$T/psrun/ps-0/shard-000000000000.safetensors: write failed at byte 51200
 has ps "$(hint 51200)" "the hint names the limit"
 has ps "ps 0 exited with status 1" "the ps exits 1: its last shard is not saved"
 no_tmp "$T/psrun" "*.tmp*" "no temporary shard left"
+
+# 5. sluice-launch --keygen past 0 blocks (a key file is 235 bytes, under the smallest
+# other limit): nothing written at all. Its stderr goes through a pipe, which no file-size
+# limit stops, as a file would be stopped at byte 0 too.
+keygen0() {
+    limited 0 "$BIN/sluice-launch" --keygen "$T/keys/k" 2>&1 >/dev/null | cat >"$T/$1.err"
+    return "${PIPESTATUS[0]}"
+}
+mkdir "$T/keys"
+keygen0 keygen
+rc=$?
+if [ "$rc" = 1 ]; then
+    ok "sluice-launch --keygen past the limit: exit 1"
+    has keygen "sluice-launch: --keygen $T/keys/k: $T/keys/k.key: write failed at byte 0: File too large" \
+        "the message names the key file and the byte"
+    has keygen "$(hint 0)" "the hint names the limit"
+else
+    fail_show "sluice-launch --keygen past the limit: exit $rc, expected 1" "$T/keygen.err"
+fi
+left=$(ls -A "$T/keys")
+if [ -z "$left" ]; then ok "--keygen: no key file or temporary file left"; else fail "--keygen left: $left"; fi
+if run keygen1 0 "$BIN/sluice-launch" --keygen "$T/keys/k"; then
+    cp "$T/keys/k.key" "$T/old.key"
+    cp "$T/keys/k.pub" "$T/old.pub"
+    keygen0 keygen2
+    if [ $? = 1 ] &&
+        cmp -s "$T/old.key" "$T/keys/k.key" && cmp -s "$T/old.pub" "$T/keys/k.pub" &&
+        [ "$(ls -A "$T/keys" | wc -l)" = 2 ]; then
+        ok "--keygen: the older pair kept as it was"
+    else
+        fail "--keygen changed the older pair: $(ls -A "$T/keys")"
+    fi
+fi
+
+# 6. two ring replicas whose hash logs (32 bytes a step, a step for every 2 records with the
+# batch at 2) pass 2 blocks in the first epoch; nothing else of theirs is that large by then.
+# Both reach the limit at the same step; the one that fails first is reported for sure (the
+# launcher may stop the other before it gets there).
+sed 's/batch 50 drop_remainder/batch 2 drop_remainder/' "$T/c.sl" >"$T/hl.sl"
+if run hashlog 1 limited 2 "$BIN/sluice-launch" -n 2 --port-base "$PB" --timeout 60 -- "$BIN/sluice-train" \
+    "$T/hl.sl" --run-dir "$T/hlrun" --set train.strategy=ring --set train.checkpoint=none --hash-log "$T/hl" -q; then
+    ok "--hash-log past the limit: the job fails"
+    if grep -qF "[worker 0] sluice-train: $T/hl.0: write failed at byte 2048: File too large" "$T/hashlog.err" ||
+        grep -qF "[worker 1] sluice-train: $T/hl.1: write failed at byte 2048: File too large" "$T/hashlog.err"; then
+        ok "a replica names its hash log and the byte"
+    else
+        fail_show "no replica names its hash log and the byte 2048" "$T/hashlog.err"
+    fi
+    has hashlog "$(hint 2048)" "the hint names the limit"
+fi
 sl_finish

@@ -1,6 +1,8 @@
 /* A file-size limit (RLIMIT_FSIZE, the shell's `ulimit -f`) is a write error like a full
  * disk, in every writer of the library: the TFRecord writer, TensorBoard event files,
- * safetensors files and the trainer's checkpoints, stats files and traces. Each test runs
+ * safetensors files and the trainer's checkpoints, stats files and traces, idx files, file
+ * caches (a warning: the pass goes on from its input), CURVE key files, the ring strategy's
+ * hash log, the run's `finished` marker and the evaluator's event file. Each test runs
  * in a forked child that ignores SIGXFSZ (at its default the kernel kills the process at
  * the limit) and sets the limit after its setup; the writer must return SL_EIO with
  * "PATH: write failed at byte LIMIT: File too large" (or, for stats and traces, "PATH:
@@ -16,7 +18,9 @@
 #include <string.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/time.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "sluice/cluster.h"
@@ -485,7 +489,7 @@ static void hash_log_body(void) {
     c.job_id = 1;
     FILE *log = fopen(path, "w");
     ASSERT(log);
-    sl_strategy_ring_opts ro = {.timeout_s = 2, .hash_log = log};
+    sl_strategy_ring_opts ro = {.timeout_s = 2, .hash_log = log, .hash_log_name = path};
     sl_train_hooks h;
     sl_strategy_ring *s;
     ASSERT_OK(sl_strategy_ring_create(&c, &ro, &h, &s));
@@ -558,6 +562,9 @@ static void evaluator_body(void) {
     const sl_train_config *c = sl_trainer_config(t);
     sl_ckpt_position pos = {.step = 5, .batch = 5, .model_hash = c->model_hash, .batch_size = c->batch};
     ASSERT_OK(sl_train_save_checkpoint(ckpt, sl_trainer_model(t), NULL, c->model, "e.sl", &pos));
+    /* newer than the evaluator for sure: file times tick coarser than its clock */
+    struct timeval later[2] = {{time(NULL) + 60, 0}, {time(NULL) + 60, 0}};
+    ASSERT_EQ(utimes(ckpt, later), 0);
     ASSERT_EQ(limit_to(20), 0); /* the event file's version record is longer */
     bool done;
     ASSERT_EQ(sl__evaluator_poll(ev, &done), SL_EIO);
