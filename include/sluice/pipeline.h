@@ -177,7 +177,10 @@ sl_status sl_ds_filter_owned(sl_dataset *in, sl_pred_fn pred, void *ctx, sl_free
  * stopped before the end of its pass discards the partial cache. A cache file that cannot
  * be written (a full disk, a file-size limit) is a warning naming it, the byte and the
  * reason: that pass goes on from its input, nothing is left at `path` (only a complete
- * file there is taken for a cache), and the next pass tries again. */
+ * file there is taken for a cache), and the next pass tries again. In memory, a recording
+ * that cannot fit the pipeline's memory (planned as sl_iter_opts.ram_budget says, from the
+ * input's size and the first element, then each time it doubles) is dropped the same way,
+ * with a warning naming both sizes. */
 sl_status sl_ds_cache(sl_dataset *in, const char *path, sl_dataset **out);
 
 /* Skip elements whose production failed (corrupt record, undecodable image...), counting

@@ -89,6 +89,8 @@ typedef struct {
     /* fill */
     sl_iter *in;
     clist rec;        /* memory: this pass's recording */
+    int64_t rec_bytes;  /* memory: the bytes the recorded elements hold themselves */
+    int64_t next_plan;  /* memory: rec_bytes at which the plan is checked next (doubling) */
     bool broken;      /* the pass was cancelled: do not install */
     FILE *f;          /* file: the temporary file, NULL once abandoned */
     char *tmp;
@@ -484,6 +486,34 @@ static sl_status replay_file(cache_it *c, sl_element *out) {
 
 /* ---- the iterator ---- */
 
+/* The memory plan of an in-memory cache: at its first element, the input's size (when
+ * known) times that element's own bytes; then, as the recording grows, each time its bytes
+ * double. A recording that cannot fit the pipeline's memory is dropped with a warning naming
+ * both sizes (the pass goes on uncached: nothing is lost), instead of growing until the OOM
+ * killer ends the process. The thread's error is left as it was. */
+static bool fits_in_memory(cache_it *c, const sl_element *e) {
+    int64_t each = (int64_t)sl__element_owned_bytes(e);
+    c->rec_bytes += each;
+    int64_t n = 1, size = c->rec_bytes;
+    if (c->rec.n == 1) {
+        int64_t card = sl_dataset_cardinality(c->base.ds->inputs[0]);
+        if (card > 0) n = card, size = each;
+        c->next_plan = (int64_t)64 << 20;
+    } else if (c->rec_bytes < c->next_plan) {
+        return true;
+    } else {
+        c->next_plan = c->rec_bytes * 2;
+    }
+    sl_error keep;
+    sl_err_save(&keep);
+    bool ok = sl__buffer_fits(&c->base, "memory cache", n, (size_t)size,
+                              "this pass goes on uncached; cache to a file instead (`cache \"PATH\"`), or "
+                              "cache before the decoding") == SL_OK;
+    if (!ok) SL_WARN("%s", sl_errmsg());
+    sl_err_restore(&keep);
+    return ok;
+}
+
 static sl_status cache_next(sl_iter *it, sl_element *out) {
     cache_it *c = (cache_it *)it;
     cache_ds *d = (cache_ds *)it->ds;
@@ -522,6 +552,9 @@ static sl_status cache_next(sl_iter *it, sl_element *out) {
         write_entry(c, s, out);
     } else if (!record(c, s, out)) {
         SL_WARN("op '%s': out of memory recording the cache: this pass is not cached", it->ds->label);
+        clist_free(&c->rec);
+        c->broken = true;
+    } else if (s == SL_OK && !fits_in_memory(c, out)) {
         clist_free(&c->rec);
         c->broken = true;
     }

@@ -3,6 +3,10 @@
  * process can still take) is SL_ENOMEM at its first element, naming the op, both sizes and
  * what to change, instead of growing until the OOM killer ends the process; one that fits
  * runs as before. Elements: int64 scalars of range (8 bytes each). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <unistd.h>
+
 #include "sluice/fn.h"
 #include "sluice/pipeline.h"
 #include "sluice/util.h"
@@ -87,8 +91,65 @@ TEST(test_batch_plan) {
     sl_dataset_unref(r);
 }
 
+/* An in-memory cache planned from the input's size (known here) and its first element: one
+ * that cannot fit is not kept (a warning; the pass goes on uncached, so nothing is lost) and
+ * every pass reads its input again; one that fits is replayed. */
+static int64_t count_pass(sl_dataset *ds, int64_t ram_budget) {
+    sl_iter_opts o = sl_iter_opts_default();
+    o.ram_budget = ram_budget;
+    sl_iter *it;
+    if (sl_iter_create(ds, &o, &it)) return -1;
+    sl_element e;
+    sl_element_init(&e);
+    int64_t n = 0, sum = 0;
+    sl_status s;
+    while ((s = sl_iter_next(it, &e)) == SL_OK) {
+        sum += *(const int64_t *)e.t[0].data;
+        n++;
+        sl_element_clear(&e);
+    }
+    sl_iter_close(it);
+    return s == SL_END && sum == n * (n - 1) / 2 ? n : -1;
+}
+
+TEST(test_memory_cache_plan) {
+    sl_dataset *r, *c;
+    ASSERT_OK(sl_ds_range(0, 200000, 1, &r));
+    ASSERT_OK(sl_ds_cache(r, NULL, &c));
+    /* 200,000 x 8 bytes = 1.5 MiB past a 1 MiB budget: not cached, both passes exact */
+    sl_err_clear();
+    FILE *cap = tmpfile(); /* stderr while the passes run: the warnings */
+    ASSERT(cap);
+    fflush(stderr);
+    int saved = dup(2);
+    dup2(fileno(cap), 2);
+    int64_t n1 = count_pass(c, 1 << 20), n2 = count_pass(c, 1 << 20);
+    fflush(stderr);
+    dup2(saved, 2);
+    close(saved);
+    ASSERT_EQ(n1, 200000);
+    ASSERT_EQ(n2, 200000);
+    long len = ftell(cap);
+    char *err = calloc(1, (size_t)len + 1);
+    ASSERT(err);
+    rewind(cap);
+    ASSERT_EQ((long)fread(err, 1, (size_t)len, cap), len);
+    fclose(cap);
+    ASSERT_CONTAINS(err, "op 'cache': a memory cache of 200000 elements of 8 bytes each needs 1.5 MiB, more than the "
+                         "1.0 MiB the pipeline may take (ram_budget)");
+    ASSERT_CONTAINS(err, "HINT: this pass goes on uncached");
+    free(err);
+    ASSERT_EQ(sl_errcode(), SL_OK); /* the warning leaves the thread's error alone */
+    /* with room, it is kept and replayed */
+    ASSERT_EQ(count_pass(c, 16 << 20), 200000);
+    ASSERT_EQ(count_pass(c, 16 << 20), 200000);
+    sl_dataset_unref(c);
+    sl_dataset_unref(r);
+}
+
 int main(void) {
     RUN(test_shuffle_buffer_plan);
     RUN(test_batch_plan);
+    RUN(test_memory_cache_plan);
     TEST_MAIN_END();
 }
