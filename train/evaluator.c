@@ -68,6 +68,12 @@ sl_status sl__evaluator_create(sl_cfg *cfg, const sl__evaluator_opts *opts, sl__
         return s;
     }
     snprintf(ev->st.run_dir, sizeof ev->st.run_dir, "%s", c->run_dir);
+    /* said once it watches: from here on every checkpoint the chief writes is new (a script
+     * can start the job's workers after this line and know none is passed over) */
+    if (ev->o.console) {
+        fprintf(ev->o.console, "evaluator: watching %s for the chief's checkpoints\n", ev->st.run_dir);
+        fflush(ev->o.console);
+    }
     ev->want = (sl_ckpt_expect){.model_hash = c->model_hash, .batch_size = c->batch};
     *out = ev;
     return SL_OK;

@@ -30,9 +30,15 @@ R=$T/run
 steps_of_ckpts() { ls "$1" | sed -n 's/^ckpt-0*\([0-9][0-9]*\)\.safetensors$/\1/p' | sort -n | tr '\n' ' '; }
 eval_lines() { grep '^\[evaluator 0\] evaluator: checkpoint step ' "$T/$1.out"; }
 
-# 1-4. the job with its evaluator
+# 1-4. the job with its evaluator. The workers start once the evaluator says it watches the
+# run folder (a checkpoint written before that is not new to it, by design): a wrapper waits
+# for its line in the launcher's output, so a slow start of the evaluator cannot make it pass
+# over the chief's first checkpoint.
+printf '#!/bin/sh\ncase "$SLUICE_TASK" in worker*)\n  for i in $(seq 1200); do grep -q "^\\[evaluator 0\\] evaluator: watching " "%s" && break; sleep 0.05; done ;;\nesac\nexec "$@"\n' \
+    "$T/job.out" >"$T/after_eval.sh"
+chmod +x "$T/after_eval.sh"
 if run job 0 "$BIN/sluice-launch" -n 2 --ps 1 --evaluator --port-base "$PB" --timeout 120 -- \
-    "$BIN/sluice-train" "$T/mlp.sl" --run-dir "$R"; then
+    "$T/after_eval.sh" "$BIN/sluice-train" "$T/mlp.sl" --run-dir "$R"; then
     ok "2 workers, 1 ps, 1 evaluator: exit 0"
 fi
 have=$(steps_of_ckpts "$R")

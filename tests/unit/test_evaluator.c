@@ -111,8 +111,8 @@ TEST(test_watch) {
     ASSERT_OK(sl__evaluator_poll(ev, &done));
     ASSERT_EQ(st->evaluated, 0);
     char line[600];
-    snprintf(line, sizeof line, "evaluator: passing over 1 checkpoint in %s written before it started (up to step 3)\n",
-             dir);
+    snprintf(line, sizeof line, "evaluator: watching %s for the chief's checkpoints\n"
+             "evaluator: passing over 1 checkpoint in %s written before it started (up to step 3)\n", dir, dir);
     ASSERT_STREQ(text_of(con), line);
     ASSERT_OK(save(t, dir, 5));
     double loss, acc;
@@ -124,7 +124,7 @@ TEST(test_watch) {
     ASSERT_EQ(st->last_step, 5);
     ASSERT(st->last_accuracy == acc && st->last_loss == loss);
     snprintf(line, sizeof line, "evaluator: checkpoint step 5: loss %.4f accuracy %.4f\n", loss, acc);
-    ASSERT_STREQ(strchr(text_of(con), '\n') + 1, line);
+    ASSERT_STREQ(strchr(strchr(text_of(con), '\n') + 1, '\n') + 1, line);
 
     /* a damaged one: skipped with a warning naming it */
     ASSERT_EQ(damaged_copy(dir, 5, 7), 0);
