@@ -32,9 +32,24 @@ static sl_status not_regular(const char *path, const char *what, unsigned mode) 
     return SL_EINVAL;
 }
 
+bool sl_file_dangling_target(const char *path, char *out, size_t cap) {
+    struct stat st;
+    if (lstat(path, &st) != 0 || !S_ISLNK(st.st_mode) || stat(path, &st) == 0 || errno != ENOENT) return false;
+    if (!out || cap == 0) return true;
+    ssize_t n = readlink(path, out, cap - 1);
+    if (n < 0) return false;
+    out[n] = 0;
+    return true;
+}
+
 static sl_status os_error(int err, const char *path, const char *what, const char *op) {
-    if (err == ENOENT)
-        return sl_err(SL_ENOTFOUND, "%s '%s': no such file", what, path);
+    if (err == ENOENT) {
+        sl_err(SL_ENOTFOUND, "%s '%s': no such file", what, path);
+        char target[4096];
+        if (sl_file_dangling_target(path, target, sizeof target))
+            sl_err_hint("'%s' is a symbolic link to '%s', which does not exist", path, target);
+        return SL_ENOTFOUND;
+    }
     /* EISDIR, ENXIO (a socket, or a FIFO opened for writing with no reader), ...: when the
      * path is not a regular file, say what it is rather than the errno's words */
     struct stat st;

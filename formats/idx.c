@@ -324,7 +324,7 @@ sl_status sl_idx_read(const char *path, sl_tensor *out) {
     uint64_t fsize;
     sl_status ost = sl_file_open_read(path, "idx file", &fd, &fsize);
     if (ost) {
-        if (ost == SL_ENOTFOUND)
+        if (ost == SL_ENOTFOUND && !sl_file_dangling_target(path, NULL, 0))
             sl_err_hint("check the path; Debian's dataset-fashion-mnist installs "
                         "/usr/share/datasets/fashion-mnist/");
         return ost;

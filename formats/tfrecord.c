@@ -910,7 +910,7 @@ sl_status sl_tfr_reader_open(const char *path, const sl_tfr_read_opts *opts,
     if (s) return s;
     uint64_t fsize = 0;
     if ((s = sl_file_open_read(path, "TFRecord file", &r->fd, &fsize))) {
-        if (s == SL_ENOTFOUND)
+        if (s == SL_ENOTFOUND && !sl_file_dangling_target(path, NULL, 0))
             sl_err_hint("check the path (and the working directory, for a relative one)");
         goto fail;
     }

@@ -237,7 +237,6 @@ static int load_idx_split(const char *src, const char *prefix, sl_tensor *img, s
     sl_tensor *dest[2] = {img, lab};
     for (int k = 0; k < 2; k++) {
         sl_status s = sl_idx_read(paths[k], dest[k]);
-        if (s == SL_ENOTFOUND) sl__record_hint_dangling(paths[k]);
         if (s != SL_OK) return sl__fail(PROG);
     }
     if (img->dtype != SL_DT_U8 || img->rank != 3) {
@@ -392,7 +391,7 @@ static char *examine(const char *path, unsigned *mode) {
         *mode = (unsigned)st.st_mode;
     } else {
         int e = errno;
-        int r = e == ENOENT && sl__record_dangling_target(path, target, sizeof target)
+        int r = e == ENOENT && sl_file_dangling_target(path, target, sizeof target)
                     ? asprintf(&why, "is a symbolic link to '%s', which does not exist", target)
                     : asprintf(&why, "is a symbolic link that cannot be followed: %s", strerror(e));
         if (r < 0) why = NULL;

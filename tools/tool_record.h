@@ -19,12 +19,4 @@ int sl__record_cat(int argc, char **argv);
  * a usage error naming prog on stderr. */
 int sl__record_parse_compression(const char *prog, const char *name, sl_compression *out);
 
-/* True when `path` is a symbolic link whose target does not exist (the reason a path that
- * lstat finds reads as "no such file"), with the link's text in out. */
-bool sl__record_dangling_target(const char *path, char *out, size_t cap);
-
-/* After an open of `path` failed with SL_ENOTFOUND: when it is a dangling symbolic link,
- * make the current message's hint say so and where it points. */
-void sl__record_hint_dangling(const char *path);
-
 #endif

@@ -83,29 +83,12 @@ int sl__record_parse_compression(const char *prog, const char *name, sl_compress
     return SL__EXIT_OK;
 }
 
-bool sl__record_dangling_target(const char *path, char *out, size_t cap) {
-    struct stat st;
-    if (cap == 0 || lstat(path, &st) != 0 || !S_ISLNK(st.st_mode) || stat(path, &st) == 0 || errno != ENOENT)
-        return false;
-    ssize_t n = readlink(path, out, cap - 1);
-    if (n < 0) return false;
-    out[n] = 0;
-    return true;
-}
-
-void sl__record_hint_dangling(const char *path) {
-    char target[4096];
-    if (sl__record_dangling_target(path, target, sizeof target))
-        sl_err_hint("'%s' is a symbolic link to '%s', which does not exist", path, target);
-}
-
 /* Open FILE for reading, or standard input for "-". */
 static sl_status open_input(const char *path, const sl_tfr_read_opts *ro, sl_tfr_reader **r) {
     if (strcmp(path, "-") == 0) return sl_tfr_reader_open_fd(0, "-", ro, r);
     sl_status s = sl_tfr_reader_open(path, ro, r);
     if (s == SL_EINVAL && strstr(sl_errmsg(), "FIFO"))
         sl_err_hint("to read a pipe, give it as standard input: sluice-record COMMAND - < %s", path);
-    if (s == SL_ENOTFOUND) sl__record_hint_dangling(path);
     return s;
 }
 

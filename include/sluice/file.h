@@ -24,6 +24,7 @@
 #ifndef SLUICE_FILE_H
 #define SLUICE_FILE_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -37,6 +38,12 @@ extern "C" {
 /* "a directory", "a FIFO (named pipe)", "a socket", "a character device", "a block device",
  * "a symbolic link", "a regular file" or "an unknown kind of file", for st_mode's type bits. */
 const char *sl_file_kind(unsigned mode);
+
+/* True when `path` is a symbolic link whose target does not exist (why a path that lstat
+ * finds reads as "no such file"), with the link's text in out (cap bytes; out NULL: only the
+ * answer). The openers below say so in the hint of their SL_ENOTFOUND; a caller with a hint
+ * of its own for a missing file gives it only when this is false. */
+bool sl_file_dangling_target(const char *path, char *out, size_t cap);
 
 /* Open `path` read-only and make sure it is a regular file. On success *fd is an open
  * descriptor (blocking, close-on-exec) and *size (if not NULL) the file's size. On failure
