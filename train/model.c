@@ -189,7 +189,9 @@ static sl_status plan_memory(const sl_model *m, const sl_model_opts *o, size_t p
     if (avail == 0 && !sl_mem_available(&avail, src, sizeof src)) return SL_OK; /* nothing to plan against */
     double gbytes = (double)pbytes + SL__GRADS_SPARE * sizeof(float);
     double opt = (double)o->optimizer_floats * (double)m->n_train * sizeof(float);
-    double stage = (double)NSLOTS * (double)o->max_batch * ((double)m->in_size * sizeof(float) + sizeof(int32_t));
+    /* input staging: host buffers of whole batches on CUDA, the labels alone on the CPU */
+    double stage = (double)NSLOTS * (double)o->max_batch * ((m->is_cpu ? 0.0 : (double)m->in_size * sizeof(float)) +
+                                                            sizeof(int32_t));
     double need = m->is_cpu ? (double)pbytes + gbytes + opt + (double)abytes + stage : (double)pbytes + stage;
     if (need <= (double)avail) return SL_OK;
     char nb[32], ab[32], pb[32], gb[32], ob[32], actb[32];

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "sluice/util.h"
 #include "train/trainer_priv.h"
 
 /* allsum tags: one per kind of agreement, so replicas out of phase fail instead of mixing */
@@ -34,7 +35,7 @@ static sl_status gather(sl_trainer *t, const int64_t *mine, int nk, uint32_t tag
     sl_status s = t->hooks.allsum(t->hooks.ctx, words, 2 * n, tag);
     for (size_t i = 0; !s && i < n; i++) {
         uint64_t u = (uint64_t)(uint32_t)words[i] << 32 | (uint32_t)words[n + i];
-        v[i] = u <= (uint64_t)INT64_MAX ? (int64_t)u : -(int64_t)(~u) - 1;
+        v[i] = sl_i64_from_bits(u);
     }
     free(words);
     return s;

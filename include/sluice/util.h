@@ -147,6 +147,12 @@ static inline void sl_store_le64(void *p, uint64_t v) {
     memcpy(p, &v, 8);
 }
 
+/* The int64 whose two's complement bits are u, with no out-of-range conversion (arithmetic
+ * done in uint64 to stay clear of signed overflow, then turned back). */
+static inline int64_t sl_i64_from_bits(uint64_t u) {
+    return u <= (uint64_t)INT64_MAX ? (int64_t)u : -(int64_t)(~u) - 1;
+}
+
 /* ---- an environment passed in (not the process's: tests and libraries give their own) ----
  * NAME's value in envp (a NULL-terminated "NAME=VALUE" array, as environ), or NULL when
  * envp is NULL or has no NAME. */

@@ -40,7 +40,6 @@ static sl_status map_work(void *op, void *job, int64_t seq, void *tstate, sl_ele
      * no longer views the file, so the hand-out check could not see that its bytes were
      * zeros of a file that shrank; checked here once the function has read them */
     sl_element src;
-    sl_element_init(&src);
     sl_element_share_mapped(&src, &j->e);
     sl_status s = sl__fn_apply(d->fn, &j->e, sl__mix(m->r.base.seed, (uint64_t)seq), seq, tstate);
     if (src.n && sl_element_check(&src)) s = SL_EIO; /* the bytes it read were gone: that is the error */

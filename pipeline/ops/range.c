@@ -8,6 +8,7 @@
  * the elements left and steps in uint64, so it never computes past the int64 limits: the
  * step after the last element is never taken. */
 #include "pipeline/internal.h"
+#include "sluice/util.h"
 
 typedef struct {
     sl_dataset base;
@@ -21,9 +22,6 @@ typedef struct {
     int64_t left;
 } range_it;
 
-/* Two's complement bits back to the int64 they stand for, without an out-of-range conversion. */
-static int64_t from_bits(uint64_t u) { return u <= (uint64_t)INT64_MAX ? (int64_t)u : -(int64_t)(~u) - 1; }
-
 static sl_status range_next(sl_iter *it, sl_element *out) {
     range_it *r = (range_it *)it;
     const range_ds *d = (const range_ds *)it->ds;
@@ -31,7 +29,7 @@ static sl_status range_next(sl_iter *it, sl_element *out) {
     sl_tensor t;
     sl_status s = sl_tensor_alloc(&t, SL_DT_I64, 0, NULL);
     if (s) return s;
-    *(int64_t *)t.data = from_bits(r->next);
+    *(int64_t *)t.data = sl_i64_from_bits(r->next);
     r->left--;
     if (r->left > 0) r->next += (uint64_t)d->step; /* the next value is inside the range too */
     return sl_element_set(out, "value", &t);
