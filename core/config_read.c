@@ -122,7 +122,6 @@ sl_status sl__cfg_literal_int(const char *lit, int64_t *out) {
     const char *p = lit;
     bool neg = *p == '-';
     if (*p == '-' || *p == '+') p++;
-    if (p[0] == '0' && (p[1] == 'x' || p[1] == 'X')) return SL_EINVAL;
     char dig[160];
     int nd = 0, nfrac = 0;
     bool point = false, any = false;

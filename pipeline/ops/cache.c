@@ -347,14 +347,16 @@ static sl_status open_replay(cache_it *c) {
         return corrupt(c, size, "truncated (too short for header and footer)");
     }
     void *p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE, fd, 0);
-    close(fd);
     if (p == MAP_FAILED) {
+        close(fd);
         sl_err_at(SL_EIO, d->path, -1, "cannot map cache file");
         sl__op_err_prefix(&c->base);
         return SL_EIO;
     }
-    /* guarded: a cache file that shrinks under us is an error, not SIGBUS (tensor.h) */
-    c->map = sl_buf_wrap_mapping(p, size, PROT_READ | PROT_WRITE);
+    /* guarded: a cache file that shrinks under us is an error, not SIGBUS (tensor.h); with
+     * its descriptor, so the bytes lost are told from the file's size (sl_buf_lost) */
+    c->map = sl_buf_wrap_file_mapping(p, size, PROT_READ | PROT_WRITE, fd);
+    close(fd);
     if (!c->map) {
         munmap(p, size);
         return SL_ENOMEM;
