@@ -20,6 +20,7 @@
 #include "core/config_priv.h"
 #include "sluice/config.h"
 #include "sluice/file.h"
+#include "sluice/util.h"
 
 #define MAX_DEPTH 64
 
@@ -400,37 +401,18 @@ static const sl_cfg_arg *argvec_commit(lexer *L, argvec *av) {
 static sl_status parse_value(lexer *L, sl_cfg_value *v, int depth);
 
 /* A key given twice on one statement (or in one call) is a mistake whichever copy was
- * meant: refuse it, naming both spots. Sorting keeps this O(n log n) for hostile input with
- * thousands of options on a line. */
-typedef struct {
-    const char *key;
-    int idx;
-} keyref;
-
-static int keyref_cmp(const void *x, const void *y) {
-    const keyref *a = x, *b = y;
-    int c = strcmp(a->key, b->key);
-    return c ? c : (a->idx > b->idx) - (a->idx < b->idx);
-}
-
+ * meant: refuse it, naming both spots (sl__first_repeat stays O(n log n) for hostile input
+ * with thousands of options on a line). */
 static sl_status check_dup_keys(lexer *L, const sl_cfg_arg *args, int n, const char *what, const char *call) {
-    int nk = 0;
-    for (int i = 0; i < n; i++) nk += args[i].key != NULL;
-    if (nk < 2) return SL_OK;
-    keyref *r = malloc(sizeof *r * (size_t)nk);
-    if (!r) return L->err = sl_err(SL_ENOMEM, "out of memory parsing config");
-    nk = 0;
-    for (int i = 0; i < n; i++)
-        if (args[i].key) r[nk++] = (keyref){args[i].key, i};
-    qsort(r, (size_t)nk, sizeof *r, keyref_cmp);
-    int second = -1, first = -1; /* the repeat that comes first in the file */
-    for (int k = 1; k < nk; k++)
-        if (strcmp(r[k].key, r[k - 1].key) == 0 && (second < 0 || r[k].idx < second)) {
-            second = r[k].idx;
-            first = r[k - 1].idx;
-        }
-    free(r);
-    if (second < 0) return SL_OK;
+    if (n < 2) return SL_OK;
+    const char *few[16], **keys = n <= 16 ? few : malloc(sizeof *keys * (size_t)n);
+    if (!keys) return L->err = sl_err(SL_ENOMEM, "out of memory parsing config");
+    for (int i = 0; i < n; i++) keys[i] = args[i].key;
+    size_t second, first; /* the repeat that comes first in the file */
+    sl_status s = sl__first_repeat(keys, (size_t)n, &second, &first);
+    if (keys != few) free(keys);
+    if (s) return L->err = sl_err(SL_ENOMEM, "out of memory parsing config");
+    if (second == (size_t)n) return SL_OK;
     const sl_cfg_arg *a = &args[second], *b = &args[first];
     sl_cfg_loc loc = a->kloc;
     loc.len = (int)strlen(a->key);

@@ -1,7 +1,7 @@
 /* Opening files that come from outside (see include/sluice/file.h): refuse what is not a
  * regular file before anything can block on it, read whole files under a byte limit, and
  * write with every failure (a full disk, a file-size limit, a short write) reported the
- * same way. Workload: a handful of opens per job (shards, checkpoints, configs, keys); the
+ * same way, and make folders (mkdir -p) naming the part in the way. Workload: a handful of opens per job (shards, checkpoints, configs, keys); the
  * writes are buffered by their callers, so write_all sees large blocks, not records. */
 #include <errno.h>
 #include <fcntl.h>
@@ -225,4 +225,46 @@ sl_status sl_file_fclose_write(FILE *f, const char *name, const char *doing) {
     errno = 0;
     if (fclose(f) != 0 && !e) e = errno ? errno : EIO;
     return e ? sl_file_write_error(name, doing, at, e) : SL_OK;
+}
+
+/* One part of sl_mkdirs's path: a folder afterwards, or the error that names it. */
+static sl_status make_part(const char *part, const char *path, const char *what) {
+    if (mkdir(part, 0777) == 0) return SL_OK;
+    int e = errno;
+    bool whole = strcmp(part, path) == 0;
+    struct stat st;
+    if (e == EEXIST) {
+        if (stat(part, &st) == 0) {
+            if (S_ISDIR(st.st_mode)) return SL_OK;
+            if (whole) return sl_err(SL_EIO, "%s %s is %s, not a folder", what, path, sl_file_kind(st.st_mode));
+            return sl_err(SL_EIO, "cannot create %s %s: %s is %s, not a folder", what, path, part, sl_file_kind(st.st_mode));
+        }
+        e = errno;
+        char target[256];
+        if (sl_file_dangling_target(part, target, sizeof target))
+            return sl_err(SL_EIO, "cannot create %s %s: %s is a symbolic link to '%s', which does not exist", what, path,
+                          part, target);
+    }
+    if (whole) return sl_err(SL_EIO, "cannot create %s %s: %s", what, path, strerror(e));
+    return sl_err(SL_EIO, "cannot create %s %s: %s: %s", what, path, part, strerror(e));
+}
+
+sl_status sl_mkdirs(const char *path, const char *what) {
+    if (!what) what = "folder";
+    size_t n = strlen(path);
+    if (n == 0) return sl_err(SL_EINVAL, "%s: the path is empty", what);
+    if (n >= SL_FILE_MAX_PATH)
+        return sl_err(SL_EINVAL, "%s '%.40s...': the path is %zu bytes, longer than %d", what, path, n, SL_FILE_MAX_PATH - 1);
+    char buf[SL_FILE_MAX_PATH];
+    memcpy(buf, path, n + 1);
+    /* each prefix that ends a part, the whole path last; an existing folder is fine */
+    for (size_t i = 1; i <= n; i++) {
+        if (buf[i] != '/' && buf[i] != 0) continue;
+        char c = buf[i];
+        buf[i] = 0;
+        sl_status s = make_part(buf, path, what);
+        if (s) return s;
+        buf[i] = c;
+    }
+    return SL_OK;
 }

@@ -74,7 +74,7 @@ static sl_status send_req_locked(sl_ps_client *c, int j) {
     ps_req *r = &c->req[j];
     sl_msg_hdr h = {.type = (uint16_t)r->type, .dtype = SL_DT_U8, .tensor = (uint32_t)j,
                     .step = r->type == SL_MSG_PUSH ? (uint64_t)r->value : 0};
-    double now = sl__ps_now();
+    double now = sl_now_s();
     r->sent_at = now;
     r->send_at = 0;
     r->lost_seen = 0;
@@ -122,7 +122,7 @@ static sl_status start_req_full_locked(sl_ps_client *c, int j, int type, const f
     } else if (flat) sl_ps_plan_gather(c->plan, j, flat, sl__ps_buf_floats(r->buf));
     else if (sums) memcpy(sl__ps_buf_body(r->buf), sums, nsums * sizeof *sums);
     if (delay > 0) {
-        r->send_at = sl__ps_now() + delay;
+        r->send_at = sl_now_s() + delay;
         return SL_OK;
     }
     return send_req_locked(c, j);
@@ -136,7 +136,7 @@ static sl_status start_req_locked(sl_ps_client *c, int j, int type, const float 
 /* HEARTBEAT to every ps that heard nothing from this worker for heartbeat_s (when joined).
  * Returns when the next one falls due. */
 static double heartbeat_locked(sl_ps_client *c) {
-    double now = sl__ps_now(), next = now + c->heartbeat_s;
+    double now = sl_now_s(), next = now + c->heartbeat_s;
     if (!c->hb_on) return next;
     uint8_t pre[SL_PS_PREFIX];
     sl_ps_frame f = {.plan_hash = c->plan->hash};
@@ -158,7 +158,7 @@ static void *heartbeat_main(void *arg) {
     sl_ps_client *c = arg;
     pthread_mutex_lock(&c->mu);
     while (!c->stop) {
-        double wake = heartbeat_locked(c), now = sl__ps_now();
+        double wake = heartbeat_locked(c), now = sl_now_s();
         if (wake < now + 0.01) wake = now + 0.01;
         sl_cond_wait_until(&c->cv, &c->mu, (uint64_t)(wake * 1e9));
     }
@@ -255,10 +255,10 @@ static sl_status give_up(sl_ps_client *c, int j, const char *what) {
 
 /* Wait until every active request has been answered (and handled by fn). */
 static sl_status collect_locked(sl_ps_client *c, on_reply_fn fn, void *ctx, const char *what) {
-    double deadline = sl__ps_now() + c->retry_s;
+    double deadline = sl_now_s() + c->retry_s;
     for (;;) {
         int any = 0;
-        double now = sl__ps_now();
+        double now = sl_now_s();
         for (int j = 0; j < c->np; j++) {
             ps_req *r = &c->req[j];
             if (!r->active) continue;

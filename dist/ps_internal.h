@@ -24,9 +24,6 @@ sl_status sl__ps_buf_send(sl_tp *tp, int to, sl_msg_hdr *h, sl_buf *b);
 static inline uint8_t *sl__ps_buf_body(sl_buf *b) { return (uint8_t *)b->data + SL_PS_PREFIX; }
 static inline float *sl__ps_buf_floats(sl_buf *b) { return (float *)(void *)sl__ps_buf_body(b); }
 
-/* CLOCK_MONOTONIC seconds */
-static inline double sl__ps_now(void) { return (double)sl_now_ns() * 1e-9; }
-
 /* p itself when it is 8-byte aligned, else a copy of p[0..len) in *scratch (grown as
  * needed, free with free()): ZeroMQ may hand over a payload inside its receive buffer at
  * any offset, and the floats after the prefix must be aligned to be read. NULL when out of

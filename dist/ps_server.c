@@ -529,7 +529,7 @@ static sl_status handle(sl_ps_server *s, const sl_msg_hdr *h, const void *data, 
         return SL_OK;
     }
     wstate *ws = &s->w[w];
-    ws->seen = sl__ps_now();
+    ws->seen = sl_now_s();
     if (f.type == SL_MSG_BYE) {
         sl_status st = worker_gone(s, w, "said BYE");
         ws->bye = 1;
@@ -618,7 +618,7 @@ static int finished(const sl_ps_server *s) {
 }
 
 sl_status sl_ps_server_run(sl_ps_server *s) {
-    s->last_ckpt = s->started = sl__ps_now();
+    s->last_ckpt = s->started = sl_now_s();
     for (;;) {
         /* atomic read: the flag is set by another thread or a signal handler */
         if (s->opts.stop && __atomic_load_n(s->opts.stop, __ATOMIC_RELAXED)) {
@@ -642,7 +642,7 @@ sl_status sl_ps_server_run(sl_ps_server *s) {
             sl_err_prefix("ps %d: ", s->idx);
             return st;
         }
-        double now = sl__ps_now();
+        double now = sl_now_s();
         st = check_liveness(s, now);
         if (!st) st = stop_waiting(s, now);
         if (st) {

@@ -102,12 +102,6 @@ struct peer_count {
     atomic_long n;
 };
 
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
 /* ---- header ------------------------------------------------------------------------ */
 
 void sl_msg_encode(const sl_msg_hdr *h, uint8_t out[SL_MSG_HDR_SIZE]) {
@@ -441,9 +435,9 @@ static void read_monitor(sl_tp *tp, int i);
 /* Wait (bounded) until ZeroMQ has released every counted zero-copy payload; on timeout,
  * name the first peer whose sends are still queued and say what became of it. */
 static sl_status wait_inflight(sl_tp *tp, double limit_s) {
-    double end = now_s() + limit_s;
+    double end = sl_now_s() + limit_s;
     while (atomic_load(&tp->inflight) > 0) {
-        if (now_s() > end) {
+        if (sl_now_s() > end) {
             int who = -1;
             for (int i = 0; i < tp->n; i++) {
                 if (tp->mon[i]) read_monitor(tp, i);
@@ -662,7 +656,7 @@ static void read_monitor(sl_tp *tp, int i) {
             zmq_msg_close(&addr);
         }
         if (event == ZMQ_EVENT_DISCONNECTED) {
-            if (!tp->lost[i]) tp->lost_at[i] = now_s();
+            if (!tp->lost[i]) tp->lost_at[i] = sl_now_s();
             tp->lost[i] = 1;
         } else if (event == ZMQ_EVENT_CONNECTED) {
             tp->lost[i] = 0;
@@ -775,7 +769,7 @@ sl_status sl_tp_recv(sl_tp *tp, int from, double timeout_s, sl_msg_hdr *h, const
                      size_t *len) {
     if (tp->have_cur) { zmq_msg_close(&tp->cur); tp->have_cur = 0; }
     if (timeout_s < 0) timeout_s = tp->timeout_s;
-    double start = now_s(), deadline = start + timeout_s, last_activity = start;
+    double start = sl_now_s(), deadline = start + timeout_s, last_activity = start;
     double grace = timeout_s / 2 < 1.0 ? timeout_s / 2 : 1.0;
     zmq_pollitem_t items[1 + 1024];
     int nmon = 0, monrank[1024];
@@ -795,7 +789,7 @@ sl_status sl_tp_recv(sl_tp *tp, int from, double timeout_s, sl_msg_hdr *h, const
             *len = zmq_msg_size(&tp->cur);
             return SL_OK;
         }
-        double t = now_s();
+        double t = sl_now_s();
         if (from >= 0 && from < tp->n && tp->lost[from]) {
             double since = tp->lost_at[from] > last_activity ? tp->lost_at[from] : last_activity;
             if (t - since >= grace) {
@@ -852,6 +846,6 @@ sl_status sl_tp_recv(sl_tp *tp, int from, double timeout_s, sl_msg_hdr *h, const
         }
         for (int i = 0; i < nmon; i++)
             if (items[1 + i].revents & ZMQ_POLLIN) read_monitor(tp, monrank[i]);
-        if (items[0].revents & ZMQ_POLLIN) last_activity = now_s();
+        if (items[0].revents & ZMQ_POLLIN) last_activity = sl_now_s();
     }
 }

@@ -22,7 +22,6 @@
  * Keys that are not valid UTF-8 (protobuf-c accepts them, Python would not) print each
  * invalid byte as \ufffd. */
 #include <math.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -31,49 +30,12 @@
 #include "sluice/example.h"
 #include "sluice/json.h"
 
-/* ---- growing string -------------------------------------------------------------------- */
+/* ---- the text (core's sl_json_buf) ---------------------------------------------------- */
 
-typedef struct sbuf {
-    char *p;
-    size_t len, cap;
-    int oom;
-} sbuf;
+static void sb_str(sl_json_buf *b, const char *s) { sl_json_buf_put(b, s, strlen(s)); }
 
-static void sb_reserve(sbuf *b, size_t more) {
-    if (b->oom || b->len + more + 1 <= b->cap) return;
-    size_t c = b->cap ? b->cap : 256;
-    while (c < b->len + more + 1) c *= 2;
-    char *q = realloc(b->p, c);
-    if (!q) {
-        b->oom = 1;
-        return;
-    }
-    b->p = q;
-    b->cap = c;
-}
-
-static void sb_put(sbuf *b, const char *s, size_t n) {
-    sb_reserve(b, n);
-    if (b->oom) return;
-    memcpy(b->p + b->len, s, n);
-    b->len += n;
-    b->p[b->len] = 0;
-}
-
-static void sb_str(sbuf *b, const char *s) { sb_put(b, s, strlen(s)); }
-
-static void sb_printf(sbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void sb_printf(sbuf *b, const char *fmt, ...) {
-    char tmp[128];
-    va_list ap;
-    va_start(ap, fmt);
-    int n = vsnprintf(tmp, sizeof tmp, fmt, ap);
-    va_end(ap);
-    if (n > 0) sb_put(b, tmp, (size_t)n < sizeof tmp ? (size_t)n : sizeof tmp - 1);
-}
-
-static sl_status sb_finish(sbuf *b, sl_status st, char **out, size_t *len) {
-    if (!st && !b->p) sb_put(b, "", 0); /* an empty summary is still a string */
+static sl_status sb_finish(sl_json_buf *b, sl_status st, char **out, size_t *len) {
+    if (!st && !b->p) sl_json_buf_put(b, "", 0); /* an empty summary is still a string */
     if (!st && b->oom) st = sl_err(SL_ENOMEM, "out of memory printing an Example");
     if (st) {
         free(b->p);
@@ -86,15 +48,12 @@ static sl_status sb_finish(sbuf *b, sl_status st, char **out, size_t *len) {
 
 /* ---- JSON pieces ----------------------------------------------------------------------- */
 
-static void sb_put_cb(void *b, const char *s, size_t n) { sb_put(b, s, n); }
-
 /* ensure_ascii, as json.dumps: see the file comment */
-static void json_string(sbuf *b, const uint8_t *s, size_t n) { sl_json_put_str(sb_put_cb, b, s, n, SL_JSON_ASCII); }
+static void json_string(sl_json_buf *b, const uint8_t *s, size_t n) { sl_json_put_str(sl_json_buf_put_fn, b, s, n, SL_JSON_ASCII); }
 
-static void json_base64(sbuf *b, const uint8_t *s, size_t n) {
+static void json_base64(sl_json_buf *b, const uint8_t *s, size_t n) {
     static const char tab[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-    sb_reserve(b, (n + 2) / 3 * 4 + 2);
-    if (b->oom) return;
+    if (!sl_json_buf_reserve(b, (n + 2) / 3 * 4 + 2)) return;
     char *o = b->p + b->len;
     *o++ = '"';
     size_t i = 0;
@@ -176,7 +135,7 @@ static void py_float(float x, char *out) {
     *o = 0;
 }
 
-static void json_float(sbuf *b, float x) {
+static void json_float(sl_json_buf *b, float x) {
     char tmp[40];
     if (isnan(x)) sb_str(b, "\"NaN\"");
     else if (isinf(x)) sb_str(b, x < 0 ? "\"-Infinity\"" : "\"Infinity\"");
@@ -201,14 +160,14 @@ static sl_status values_of(const sl_feature *f, size_t elem, void **out) {
     return st;
 }
 
-static sl_status json_feature(sbuf *b, const sl_feature *f) {
+static sl_status json_feature(sl_json_buf *b, const sl_feature *f) {
     static const char *const names[] = {"", "bytesList", "floatList", "int64List"};
     static const size_t elem[] = {0, sizeof(sl_bytes), sizeof(float), sizeof(int64_t)};
     if (f->kind == SL_FEAT_NONE) {
         sb_str(b, "{}");
         return SL_OK;
     }
-    sb_printf(b, "{\"%s\": ", names[f->kind]);
+    sl_json_buf_printf(b, "{\"%s\": ", names[f->kind]);
     if (f->count == 0) {
         sb_str(b, "{}}");
         return SL_OK;
@@ -218,9 +177,9 @@ static sl_status json_feature(sbuf *b, const sl_feature *f) {
     if (st) return st;
     sb_str(b, "{\"value\": [");
     for (size_t i = 0; i < f->count; i++) {
-        if (i) sb_put(b, ", ", 2);
+        if (i) sl_json_buf_put(b, ", ", 2);
         if (f->kind == SL_FEAT_INT64) {
-            sb_printf(b, "\"%lld\"", (long long)((const int64_t *)vals)[i]);
+            sl_json_buf_printf(b, "\"%lld\"", (long long)((const int64_t *)vals)[i]);
         } else if (f->kind == SL_FEAT_FLOAT) {
             json_float(b, ((const float *)vals)[i]);
         } else {
@@ -235,7 +194,7 @@ static sl_status json_feature(sbuf *b, const sl_feature *f) {
 
 sl_status sl_example_to_json(const sl_example *ex, char **out, size_t *len) {
     if (!ex || !out) return sl_err(SL_EINVAL, "sl_example_to_json: NULL argument");
-    sbuf b = {0};
+    sl_json_buf b = {0};
     sl_status st = SL_OK;
     if (!sl__example_has_features(ex)) {
         sb_str(&b, "{}");
@@ -244,9 +203,9 @@ sl_status sl_example_to_json(const sl_example *ex, char **out, size_t *len) {
     } else {
         sb_str(&b, "{\"features\": {\"feature\": {");
         for (size_t i = 0; i < ex->n && !st; i++) {
-            if (i) sb_put(&b, ", ", 2);
+            if (i) sl_json_buf_put(&b, ", ", 2);
             json_string(&b, ex->f[i].key.ptr, ex->f[i].key.len);
-            sb_put(&b, ": ", 2);
+            sl_json_buf_put(&b, ": ", 2);
             st = json_feature(&b, &ex->f[i]);
         }
         sb_str(&b, "}}}");
@@ -256,38 +215,38 @@ sl_status sl_example_to_json(const sl_example *ex, char **out, size_t *len) {
 
 /* ---- one-line summary -------------------------------------------------------------------- */
 
-static void text_key(sbuf *b, const uint8_t *s, size_t n) {
+static void text_key(sl_json_buf *b, const uint8_t *s, size_t n) {
     for (size_t i = 0; i < n; i++) {
-        if (s[i] > 0x20 && s[i] < 0x7f && s[i] != '\\') sb_put(b, (const char *)&s[i], 1);
-        else sb_printf(b, "\\x%02x", s[i]);
+        if (s[i] > 0x20 && s[i] < 0x7f && s[i] != '\\') sl_json_buf_put(b, (const char *)&s[i], 1);
+        else sl_json_buf_printf(b, "\\x%02x", s[i]);
     }
 }
 
 sl_status sl_example_to_text(const sl_example *ex, int max_values, char **out, size_t *len) {
     if (!ex || !out) return sl_err(SL_EINVAL, "sl_example_to_text: NULL argument");
     static const size_t elem[] = {0, sizeof(sl_bytes), sizeof(float), sizeof(int64_t)};
-    sbuf b = {0};
+    sl_json_buf b = {0};
     sl_status st = SL_OK;
     for (size_t i = 0; i < ex->n && !st; i++) {
         const sl_feature *f = &ex->f[i];
-        if (i) sb_put(&b, " ", 1);
+        if (i) sl_json_buf_put(&b, " ", 1);
         text_key(&b, f->key.ptr, f->key.len);
-        sb_printf(&b, "=%s", sl_feat_kind_name(f->kind));
+        sl_json_buf_printf(&b, "=%s", sl_feat_kind_name(f->kind));
         if (f->kind == SL_FEAT_NONE) continue;
-        sb_printf(&b, "[%zu]", f->count);
+        sl_json_buf_printf(&b, "[%zu]", f->count);
         if (max_values <= 0 || f->count == 0) continue;
         void *vals;
         if ((st = values_of(f, elem[f->kind], &vals))) break;
         size_t show = f->count < (size_t)max_values ? f->count : (size_t)max_values;
-        sb_put(&b, "{", 1);
+        sl_json_buf_put(&b, "{", 1);
         for (size_t k = 0; k < show; k++) {
-            if (k) sb_put(&b, ",", 1);
-            if (f->kind == SL_FEAT_INT64) sb_printf(&b, "%lld", (long long)((const int64_t *)vals)[k]);
-            else if (f->kind == SL_FEAT_FLOAT) sb_printf(&b, "%g", (double)((const float *)vals)[k]);
-            else sb_printf(&b, "%zu B", ((const sl_bytes *)vals)[k].len);
+            if (k) sl_json_buf_put(&b, ",", 1);
+            if (f->kind == SL_FEAT_INT64) sl_json_buf_printf(&b, "%lld", (long long)((const int64_t *)vals)[k]);
+            else if (f->kind == SL_FEAT_FLOAT) sl_json_buf_printf(&b, "%g", (double)((const float *)vals)[k]);
+            else sl_json_buf_printf(&b, "%zu B", ((const sl_bytes *)vals)[k].len);
         }
-        if (show < f->count) sb_put(&b, ",...", 4);
-        sb_put(&b, "}", 1);
+        if (show < f->count) sl_json_buf_put(&b, ",...", 4);
+        sl_json_buf_put(&b, "}", 1);
         free(vals);
     }
     return sb_finish(&b, st, out, len);

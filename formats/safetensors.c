@@ -6,10 +6,11 @@
  * streams each borrowed tensor straight to the file (no staging copy), and the reader maps
  * the file and hands out views into the mapping.
  *
- * The header is parsed by a small JSON parser that knows only what the format needs
- * (objects, arrays of non-negative integers, strings) and rejects everything else, with
- * the byte offset of the offending token. A checkpoint that fails validation is never
- * partly loaded: all checks run in sl_st_open before any tensor is handed out.
+ * The header is read by core's JSON reader (sluice/json.h, under a memory budget of 16 times
+ * the header), then held to what the format allows (objects, arrays of non-negative
+ * integers, strings) and everything else refused, with the byte offset of the offending
+ * token. A checkpoint that fails validation is never partly loaded: all checks run in
+ * sl_st_open before any tensor is handed out.
  *
  * This file: the reader, the dtype names and the checksums both sides compute; the writer
  * is formats/safetensors_write.c. */
@@ -28,6 +29,7 @@
 
 #include "sluice/crc32c.h"
 #include "sluice/file.h"
+#include "sluice/json.h"
 #include "formats/safetensors_priv.h"
 #include "sluice/safetensors.h"
 #include "sluice/util.h"
@@ -118,10 +120,10 @@ static bool parse_crc(const char *v, uint32_t *out) {
     return true;
 }
 
-/* ---- reader: a strict JSON parser for the header ------------------------------------ */
+/* ---- reader: the header ------------------------------------------------------------ */
 
 typedef struct entry {
-    char *name;
+    const char *name;        /* in the header's tree */
     sl_dtype dt;
     int rank;
     int64_t dims[SL_MAX_RANK];
@@ -131,7 +133,7 @@ typedef struct entry {
 } entry;
 
 typedef struct meta {
-    char *key, *val;
+    const char *key, *val;   /* in the header's tree */
     int64_t at;
 } meta;
 
@@ -141,438 +143,184 @@ struct sl_st_file {
     const uint8_t *base;
     uint64_t size;
     uint64_t data_start;     /* 8 + header length */
+    sl_json *hdr;            /* the header's JSON: names, keys and values point into it */
     entry *e;
-    int n, cap;
+    int n;
     int *by_name;            /* entry indices sorted by name */
     meta *m;
-    int nmeta, capmeta;
+    int nmeta;
 };
 
-typedef struct jp {
-    const uint8_t *s; /* header bytes */
-    size_t n, i;
+/* The header's bytes, for messages: offsets in the tree count from the header's first byte,
+ * the file's from 8 bytes before it. */
+typedef struct hdr {
+    const char *s;
+    size_t n;
     const char *path;
-} jp;
+} hdr;
 
-#define JOFF(p, pos) ((int64_t)(pos) + 8)
+#define HOFF(pos) ((int64_t)(pos) + 8)
+#define HDR_MEM_FACTOR 16 /* a header's tree takes 4 to 10 times its text */
 
-static sl_status jerr(jp *p, size_t pos, sl_status code, const char *fmt, ...)
+static sl_status herr(const hdr *h, size_t pos, sl_status code, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
-static sl_status jerr(jp *p, size_t pos, sl_status code, const char *fmt, ...) {
+static sl_status herr(const hdr *h, size_t pos, sl_status code, const char *fmt, ...) {
     char msg[512];
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
-    return sl_err_at(code, p->path, JOFF(p, pos), "%s", msg);
+    return sl_err_at(code, h->path, HOFF(pos), "%s", msg);
 }
 
-static void skip_ws(jp *p) {
-    while (p->i < p->n && (p->s[p->i] == ' ' || p->s[p->i] == '\t' || p->s[p->i] == '\n' ||
-                           p->s[p->i] == '\r'))
-        p->i++;
-}
-
-/* "'x'" or "byte 0xNN" for messages */
-static const char *show(jp *p, char *tmp, size_t cap) {
-    if (p->i >= p->n) return "the end of the header";
-    unsigned char c = p->s[p->i];
-    if (c > 0x20 && c < 0x7f) snprintf(tmp, cap, "'%c'", c);
-    else snprintf(tmp, cap, "byte 0x%02x", c);
-    return tmp;
-}
-
-static sl_status expect(jp *p, char c, const char *what) {
-    skip_ws(p);
-    if (p->i < p->n && p->s[p->i] == (uint8_t)c) {
-        p->i++;
-        return SL_OK;
-    }
-    char tmp[16];
-    return jerr(p, p->i, SL_ECORRUPT, "malformed header JSON: expected %s, found %s", what,
-                show(p, tmp, sizeof tmp));
-}
-
-static int hexval(uint8_t c) {
-    if (c >= '0' && c <= '9') return c - '0';
-    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
-    return -1;
-}
-
-static sl_status hex4(jp *p, size_t at, unsigned *out) {
-    if (p->n - p->i < 4) return jerr(p, at, SL_ECORRUPT, "malformed header JSON: truncated \\u escape");
-    unsigned v = 0;
-    for (int k = 0; k < 4; k++) {
-        int h = hexval(p->s[p->i + k]);
-        if (h < 0) return jerr(p, at, SL_ECORRUPT, "malformed header JSON: bad \\u escape");
-        v = v << 4 | (unsigned)h;
-    }
-    p->i += 4;
-    *out = v;
-    return SL_OK;
-}
-
-/* Length of a valid UTF-8 sequence starting at s (at most n bytes), 0 if invalid. */
-static size_t utf8_len(const uint8_t *s, size_t n) {
-    uint8_t c = s[0];
-    size_t len;
-    uint32_t cp;
-    if (c < 0x80) return 1;
-    if (c >= 0xC2 && c <= 0xDF) len = 2, cp = c & 0x1F;
-    else if (c >= 0xE0 && c <= 0xEF) len = 3, cp = c & 0x0F;
-    else if (c >= 0xF0 && c <= 0xF4) len = 4, cp = c & 0x07;
-    else return 0;
-    if (n < len) return 0;
-    for (size_t k = 1; k < len; k++) {
-        if ((s[k] & 0xC0) != 0x80) return 0;
-        cp = cp << 6 | (s[k] & 0x3F);
-    }
-    if ((len == 3 && (cp < 0x800 || (cp >= 0xD800 && cp <= 0xDFFF))) ||
-        (len == 4 && (cp < 0x10000 || cp > 0x10FFFF)))
-        return 0;
-    return len;
-}
-
-static void put_utf8(char *o, size_t *k, uint32_t cp) {
-    if (cp < 0x80) {
-        o[(*k)++] = (char)cp;
-    } else if (cp < 0x800) {
-        o[(*k)++] = (char)(0xC0 | cp >> 6);
-        o[(*k)++] = (char)(0x80 | (cp & 0x3F));
-    } else if (cp < 0x10000) {
-        o[(*k)++] = (char)(0xE0 | cp >> 12);
-        o[(*k)++] = (char)(0x80 | ((cp >> 6) & 0x3F));
-        o[(*k)++] = (char)(0x80 | (cp & 0x3F));
-    } else {
-        o[(*k)++] = (char)(0xF0 | cp >> 18);
-        o[(*k)++] = (char)(0x80 | ((cp >> 12) & 0x3F));
-        o[(*k)++] = (char)(0x80 | ((cp >> 6) & 0x3F));
-        o[(*k)++] = (char)(0x80 | (cp & 0x3F));
-    }
-}
-
-/* A JSON string into a fresh NUL-terminated UTF-8 copy (\u0000 is refused: names are C
- * strings). *at gets the offset of the opening quote. */
-static sl_status parse_string(jp *p, const char *what, char **out, size_t *at) {
-    *out = NULL;
-    skip_ws(p);
-    *at = p->i;
-    if (p->i >= p->n || p->s[p->i] != '"') {
-        char tmp[16];
-        return jerr(p, p->i, SL_ECORRUPT, "malformed header JSON: expected %s (a string), found %s",
-                    what, show(p, tmp, sizeof tmp));
-    }
-    p->i++;
-    /* decoded text is never longer than the literal */
-    size_t end = p->i;
-    while (end < p->n && p->s[end] != '"') end += p->s[end] == '\\' ? 2 : 1;
-    if (end >= p->n)
-        return jerr(p, *at, SL_ECORRUPT, "malformed header JSON: unterminated string");
-    char *o = malloc(end - p->i + 1);
-    if (!o) return sl_err(SL_ENOMEM, "%s: out of memory reading the header", p->path);
-    size_t k = 0;
-    sl_status s;
-    while (p->s[p->i] != '"') {
-        size_t pos = p->i;
-        uint8_t c = p->s[p->i];
-        if (c < 0x20) {
-            s = jerr(p, pos, SL_ECORRUPT, "malformed header JSON: control byte 0x%02x in a string", c);
-            goto fail;
-        }
-        if (c != '\\') {
-            size_t len = utf8_len(p->s + p->i, p->n - p->i);
-            if (!len) {
-                s = jerr(p, pos, SL_ECORRUPT, "malformed header JSON: invalid UTF-8 in a string");
-                goto fail;
-            }
-            memcpy(o + k, p->s + p->i, len);
-            k += len;
-            p->i += len;
-            continue;
-        }
-        p->i++;
-        uint8_t e = p->s[p->i++];
-        switch (e) {
-        case '"': o[k++] = '"'; break;
-        case '\\': o[k++] = '\\'; break;
-        case '/': o[k++] = '/'; break;
-        case 'b': o[k++] = '\b'; break;
-        case 'f': o[k++] = '\f'; break;
-        case 'n': o[k++] = '\n'; break;
-        case 'r': o[k++] = '\r'; break;
-        case 't': o[k++] = '\t'; break;
-        case 'u': {
-            unsigned u, lo;
-            if ((s = hex4(p, pos, &u))) goto fail;
-            uint32_t cp = u;
-            if (u >= 0xDC00 && u <= 0xDFFF) {
-                s = jerr(p, pos, SL_ECORRUPT, "malformed header JSON: lone low surrogate \\u%04x", u);
-                goto fail;
-            }
-            if (u >= 0xD800 && u <= 0xDBFF) {
-                if (p->n - p->i < 2 || p->s[p->i] != '\\' || p->s[p->i + 1] != 'u') {
-                    s = jerr(p, pos, SL_ECORRUPT, "malformed header JSON: lone high surrogate \\u%04x", u);
-                    goto fail;
-                }
-                p->i += 2;
-                if ((s = hex4(p, pos, &lo))) goto fail;
-                if (lo < 0xDC00 || lo > 0xDFFF) {
-                    s = jerr(p, pos, SL_ECORRUPT, "malformed header JSON: bad surrogate pair");
-                    goto fail;
-                }
-                cp = 0x10000 + ((u - 0xD800) << 10) + (lo - 0xDC00);
-            }
-            if (cp == 0) {
-                s = jerr(p, pos, SL_ECORRUPT, "malformed header JSON: \\u0000 in a string");
-                goto fail;
-            }
-            put_utf8(o, &k, cp);
-            break;
-        }
-        default:
-            s = jerr(p, pos, SL_ECORRUPT, "malformed header JSON: bad escape in a string");
-            goto fail;
-        }
-    }
-    p->i++;
-    o[k] = 0;
-    *out = o;
-    return SL_OK;
-fail:
-    free(o);
-    return s;
+/* "'x'" or "byte 0xNN": the first byte of value v */
+static const char *show(const hdr *h, const sl_json *v, char *tmp, size_t cap) {
+    return sl_json_show(h->s, h->n, v->offset, NULL, tmp, cap);
 }
 
 /* A non-negative integer without sign, fraction or exponent, at most INT64_MAX. */
-static sl_status parse_uint(jp *p, const char *what, uint64_t *out) {
-    skip_ws(p);
-    size_t at = p->i;
-    if (p->i >= p->n || p->s[p->i] < '0' || p->s[p->i] > '9') {
-        char tmp[16];
-        return jerr(p, at, SL_ECORRUPT, "%s: expected a non-negative integer, found %s", what,
-                    show(p, tmp, sizeof tmp));
+static sl_status header_uint(const hdr *h, const sl_json *v, const char *what, uint64_t *out) {
+    char tmp[16];
+    if (v->kind != SL_JSON_NUMBER || h->s[v->offset] == '-')
+        return herr(h, v->offset, SL_ECORRUPT, "%s: expected a non-negative integer, found %s", what,
+                    show(h, v, tmp, sizeof tmp));
+    if (!v->is_int) {
+        const char *lit = h->s + v->offset;
+        bool frac = memchr(lit, '.', v->len) || memchr(lit, 'e', v->len) || memchr(lit, 'E', v->len);
+        return frac ? herr(h, v->offset, SL_ECORRUPT, "%s: expected a non-negative integer, found a fraction", what)
+                    : herr(h, v->offset, SL_ECORRUPT, "%s: integer too large", what);
     }
-    uint64_t v = 0;
-    while (p->i < p->n && p->s[p->i] >= '0' && p->s[p->i] <= '9') {
-        unsigned d = p->s[p->i] - '0';
-        if (v > ((uint64_t)INT64_MAX - d) / 10)
-            return jerr(p, at, SL_ECORRUPT, "%s: integer too large", what);
-        v = v * 10 + d;
-        p->i++;
-    }
-    if (p->i - at > 1 && p->s[at] == '0')
-        return jerr(p, at, SL_ECORRUPT, "malformed header JSON: number with a leading zero");
-    if (p->i < p->n && (p->s[p->i] == '.' || p->s[p->i] == 'e' || p->s[p->i] == 'E'))
-        return jerr(p, at, SL_ECORRUPT, "%s: expected a non-negative integer, found a fraction",
-                    what);
-    *out = v;
+    *out = (uint64_t)v->i;
     return SL_OK;
 }
 
 /* [u, u, ...] into vals (at most max; more is SL_EUNSUPPORTED when max is SL_MAX_RANK). */
-static sl_status parse_uint_array(jp *p, const char *what, uint64_t *vals, int max,
-                                  int *count, size_t *at) {
-    sl_status s;
-    skip_ws(p);
-    *at = p->i;
-    if ((s = expect(p, '[', "'['"))) return s;
+static sl_status header_uints(const hdr *h, const sl_json *v, const char *what, uint64_t *vals, int max, int *count) {
+    char tmp[16];
+    if (v->kind != SL_JSON_ARRAY)
+        return herr(h, v->offset, SL_ECORRUPT, "malformed header JSON: expected '[', found %s", show(h, v, tmp, sizeof tmp));
     *count = 0;
-    skip_ws(p);
-    if (p->i < p->n && p->s[p->i] == ']') {
-        p->i++;
-        return SL_OK;
-    }
-    for (;;) {
-        uint64_t v = 0;
-        if ((s = parse_uint(p, what, &v))) return s;
-        if (*count == max)
-            return jerr(p, *at, max == SL_MAX_RANK ? SL_EUNSUPPORTED : SL_ECORRUPT,
-                        "%s has more than %d entries", what, max);
-        vals[(*count)++] = v;
-        skip_ws(p);
-        if (p->i < p->n && p->s[p->i] == ',') {
-            p->i++;
-            continue;
-        }
-        return expect(p, ']', "',' or ']'");
-    }
-}
-
-static sl_status parse_meta(jp *p, sl_st_file *f) {
-    sl_status s;
-    if ((s = expect(p, '{', "'{' (metadata is an object of strings)"))) return s;
-    skip_ws(p);
-    if (p->i < p->n && p->s[p->i] == '}') {
-        p->i++;
-        return SL_OK;
-    }
-    for (;;) {
-        char *key = NULL, *val = NULL;
-        size_t at, vat;
-        if ((s = parse_string(p, "a metadata key", &key, &at))) return s;
-        if ((s = expect(p, ':', "':'"))) goto fail_kv;
-        skip_ws(p);
-        if (p->i < p->n && p->s[p->i] != '"') {
-            s = jerr(p, p->i, SL_ECORRUPT, "metadata \"%s\": the value must be a string", key);
-            goto fail_kv;
-        }
-        if ((s = parse_string(p, "a metadata value", &val, &vat))) goto fail_kv;
-        if (f->nmeta == f->capmeta) {
-            int cap = f->capmeta ? 2 * f->capmeta : 8;
-            meta *m = realloc(f->m, (size_t)cap * sizeof *m);
-            if (!m) {
-                s = sl_err(SL_ENOMEM, "%s: out of memory reading the header", p->path);
-                goto fail_kv;
-            }
-            f->m = m;
-            f->capmeta = cap;
-        }
-        f->m[f->nmeta++] = (meta){key, val, JOFF(p, at)};
-        skip_ws(p);
-        if (p->i < p->n && p->s[p->i] == ',') {
-            p->i++;
-            continue;
-        }
-        return expect(p, '}', "',' or '}'");
-    fail_kv:
-        free(key);
-        free(val);
-        return s;
-    }
-}
-
-static sl_status parse_dtype(jp *p, const char *name, sl_dtype *dt) {
-    char *d;
-    size_t at;
-    sl_status s = parse_string(p, "a dtype", &d, &at);
-    if (s) return s;
-    *dt = SL_DT_INVALID;
-    for (size_t i = 0; i < sizeof dtype_map / sizeof dtype_map[0]; i++)
-        if (strcmp(d, dtype_map[i].name) == 0) *dt = dtype_map[i].dt;
-    if (*dt == SL_DT_INVALID) {
-        bool known = false;
-        for (size_t i = 0; i < sizeof unsupported_dtypes / sizeof unsupported_dtypes[0]; i++)
-            known |= strcmp(d, unsupported_dtypes[i]) == 0;
-        s = known ? jerr(p, at, SL_EUNSUPPORTED, "tensor \"%s\": dtype %s is not supported", name, d)
-                  : jerr(p, at, SL_ECORRUPT, "tensor \"%s\": unknown dtype \"%.40s\"", name, d);
-    }
-    free(d);
-    return s;
-}
-
-/* {"dtype": ..., "shape": [...], "data_offsets": [b, e]} in any order, each once. */
-static sl_status parse_entry(jp *p, entry *e) {
-    sl_status s;
-    size_t obj_at;
-    skip_ws(p);
-    obj_at = p->i;
-    if ((s = expect(p, '{', "'{' (a tensor entry)"))) return s;
-    bool have_dt = false, have_shape = false, have_off = false;
-    for (;;) {
-        char *key;
-        size_t at;
-        if ((s = parse_string(p, "a tensor field", &key, &at))) return s;
-        int which = strcmp(key, "dtype") == 0 ? 0 : strcmp(key, "shape") == 0 ? 1
-                  : strcmp(key, "data_offsets") == 0 ? 2 : -1;
-        bool *have = which == 0 ? &have_dt : which == 1 ? &have_shape : &have_off;
-        if (which < 0) {
-            s = jerr(p, at, SL_ECORRUPT, "tensor \"%s\": unknown field \"%.40s\"", e->name, key);
-        } else if (*have) {
-            s = jerr(p, at, SL_ECORRUPT, "tensor \"%s\": field \"%s\" given twice", e->name, key);
-        }
-        free(key);
+    for (size_t k = 0; k < v->len; k++) {
+        uint64_t x = 0;
+        sl_status s = header_uint(h, &v->items[k], what, &x);
         if (s) return s;
-        *have = true;
-        if ((s = expect(p, ':', "':'"))) return s;
-        if (which == 0) {
-            if ((s = parse_dtype(p, e->name, &e->dt))) return s;
-        } else if (which == 1) {
-            uint64_t d[SL_MAX_RANK];
-            size_t sat;
-            if ((s = parse_uint_array(p, "shape", d, SL_MAX_RANK, &e->rank, &sat))) return s;
-            for (int k = 0; k < e->rank; k++) e->dims[k] = (int64_t)d[k];
-        } else {
-            uint64_t o[2];
-            int cnt;
-            size_t oat;
-            if ((s = parse_uint_array(p, "data_offsets", o, 2, &cnt, &oat))) return s;
-            if (cnt != 2)
-                return jerr(p, oat, SL_ECORRUPT,
-                            "tensor \"%s\": data_offsets must be [begin, end], found %d numbers",
-                            e->name, cnt);
-            e->begin = o[0];
-            e->end = o[1];
-            e->off_at = JOFF(p, oat);
-        }
-        skip_ws(p);
-        if (p->i < p->n && p->s[p->i] == ',') {
-            p->i++;
-            continue;
-        }
-        if ((s = expect(p, '}', "',' or '}'"))) return s;
-        break;
+        if (*count == max)
+            return herr(h, v->offset, max == SL_MAX_RANK ? SL_EUNSUPPORTED : SL_ECORRUPT, "%s has more than %d entries",
+                        what, max);
+        vals[(*count)++] = x;
     }
-    const char *missing = !have_dt ? "dtype" : !have_shape ? "shape" : !have_off ? "data_offsets" : NULL;
-    if (missing)
-        return jerr(p, obj_at, SL_ECORRUPT, "tensor \"%s\" has no \"%s\"", e->name, missing);
     return SL_OK;
 }
 
-static sl_status parse_header(jp *p, sl_st_file *f) {
-    sl_status s;
-    bool have_meta = false;
-    if (p->n == 0 || p->s[0] != '{')
-        return jerr(p, 0, SL_ECORRUPT, "the header is not a JSON object (it must start with '{')");
-    p->i = 1;
-    skip_ws(p);
-    if (p->i < p->n && p->s[p->i] == '}') {
-        p->i++;
-    } else {
-        for (;;) {
-            char *name;
-            size_t at;
-            if ((s = parse_string(p, "a tensor name", &name, &at))) return s;
-            if ((s = expect(p, ':', "':'"))) {
-                free(name);
-                return s;
-            }
-            if (strcmp(name, "__metadata__") == 0) {
-                free(name);
-                if (have_meta)
-                    return jerr(p, at, SL_ECORRUPT, "\"__metadata__\" given twice");
-                have_meta = true;
-                if ((s = parse_meta(p, f))) return s;
-            } else {
-                if (f->n == f->cap) {
-                    int cap = f->cap ? 2 * f->cap : 16;
-                    entry *e = realloc(f->e, (size_t)cap * sizeof *e);
-                    if (!e) {
-                        free(name);
-                        return sl_err(SL_ENOMEM, "%s: out of memory reading the header", p->path);
-                    }
-                    f->e = e;
-                    f->cap = cap;
-                }
-                entry *e = &f->e[f->n++];
-                memset(e, 0, sizeof *e);
-                e->name = name;
-                e->at = JOFF(p, at);
-                if ((s = parse_entry(p, e))) return s;
-            }
-            skip_ws(p);
-            if (p->i < p->n && p->s[p->i] == ',') {
-                p->i++;
-                continue;
-            }
-            if ((s = expect(p, '}', "',' or '}'"))) return s;
-            break;
-        }
+static sl_status header_meta(const hdr *h, const sl_json *v, sl_st_file *f) {
+    char tmp[16];
+    if (v->kind != SL_JSON_OBJECT)
+        return herr(h, v->offset, SL_ECORRUPT, "malformed header JSON: expected '{' (metadata is an object of strings), found %s",
+                    show(h, v, tmp, sizeof tmp));
+    if (v->len && !(f->m = malloc(v->len * sizeof *f->m)))
+        return sl_err(SL_ENOMEM, "%s: out of memory reading the header", h->path);
+    for (size_t k = 0; k < v->len; k++) {
+        if (v->items[k].kind != SL_JSON_STRING)
+            return herr(h, v->items[k].offset, SL_ECORRUPT, "metadata \"%s\": the value must be a string", v->keys[k]);
+        f->m[f->nmeta++] = (meta){v->keys[k], v->items[k].str, HOFF(sl_json_key_offset(v, k))};
     }
-    skip_ws(p);
-    if (p->i < p->n)
-        return jerr(p, p->i, SL_ECORRUPT,
-                    "unexpected bytes after the header's JSON object (only space padding may follow)");
+    return SL_OK;
+}
+
+static sl_status header_dtype(const hdr *h, const sl_json *v, const char *name, sl_dtype *dt) {
+    char tmp[16];
+    if (v->kind != SL_JSON_STRING)
+        return herr(h, v->offset, SL_ECORRUPT, "malformed header JSON: expected a dtype (a string), found %s",
+                    show(h, v, tmp, sizeof tmp));
+    *dt = SL_DT_INVALID;
+    for (size_t i = 0; i < sizeof dtype_map / sizeof dtype_map[0]; i++)
+        if (strcmp(v->str, dtype_map[i].name) == 0) *dt = dtype_map[i].dt;
+    if (*dt != SL_DT_INVALID) return SL_OK;
+    for (size_t i = 0; i < sizeof unsupported_dtypes / sizeof unsupported_dtypes[0]; i++)
+        if (strcmp(v->str, unsupported_dtypes[i]) == 0)
+            return herr(h, v->offset, SL_EUNSUPPORTED, "tensor \"%s\": dtype %s is not supported", name, v->str);
+    return herr(h, v->offset, SL_ECORRUPT, "tensor \"%s\": unknown dtype \"%.40s\"", name, v->str);
+}
+
+/* {"dtype": ..., "shape": [...], "data_offsets": [b, e]} in any order, each once. */
+static sl_status header_entry(const hdr *h, const sl_json *v, entry *e) {
+    char tmp[16];
+    if (v->kind != SL_JSON_OBJECT)
+        return herr(h, v->offset, SL_ECORRUPT, "malformed header JSON: expected '{' (a tensor entry), found %s",
+                    show(h, v, tmp, sizeof tmp));
+    static const char *const fields[3] = {"dtype", "shape", "data_offsets"};
+    bool have[3] = {false, false, false};
+    for (size_t k = 0; k < v->len; k++) {
+        const char *key = v->keys[k];
+        const sl_json *x = &v->items[k];
+        size_t at = sl_json_key_offset(v, k);
+        int which = -1;
+        for (int i = 0; i < 3; i++)
+            if (strcmp(key, fields[i]) == 0) which = i;
+        if (which < 0) return herr(h, at, SL_ECORRUPT, "tensor \"%s\": unknown field \"%.40s\"", e->name, key);
+        if (have[which]) return herr(h, at, SL_ECORRUPT, "tensor \"%s\": field \"%s\" given twice", e->name, key);
+        have[which] = true;
+        sl_status s;
+        if (which == 0) {
+            s = header_dtype(h, x, e->name, &e->dt);
+        } else if (which == 1) {
+            uint64_t d[SL_MAX_RANK];
+            s = header_uints(h, x, "shape", d, SL_MAX_RANK, &e->rank);
+            for (int i = 0; !s && i < e->rank; i++) e->dims[i] = (int64_t)d[i];
+        } else {
+            uint64_t o[2];
+            int cnt;
+            s = header_uints(h, x, "data_offsets", o, 2, &cnt);
+            if (!s && cnt != 2)
+                s = herr(h, x->offset, SL_ECORRUPT, "tensor \"%s\": data_offsets must be [begin, end], found %d numbers",
+                         e->name, cnt);
+            e->begin = o[0];
+            e->end = o[1];
+            e->off_at = HOFF(x->offset);
+        }
+        if (s) return s;
+    }
+    for (int i = 0; i < 3; i++)
+        if (!have[i]) return herr(h, v->offset, SL_ECORRUPT, "tensor \"%s\" has no \"%s\"", e->name, fields[i]);
+    return SL_OK;
+}
+
+/* The header's JSON (core's reader, which keeps repeated keys for the checks here and in
+ * validate), then each member as the format wants it, in the header's order. */
+static sl_status parse_header(const hdr *h, sl_st_file *f) {
+    if (h->n == 0 || h->s[0] != '{')
+        return herr(h, 0, SL_ECORRUPT, "the header is not a JSON object (it must start with '{')");
+    size_t end = 0;
+    char limit[48];
+    snprintf(limit, sizeof limit, "%d times the header's size", HDR_MEM_FACTOR);
+    sl_json_opts jo = {
+        .what = h->path, .prefix = "malformed header JSON: ", .base = 8, .end_name = "the end of the header",
+        .max_bytes = h->n * HDR_MEM_FACTOR + (1u << 20), .max_bytes_text = limit,
+        .max_bytes_hint = "a tensor's entry takes a few hundred bytes; this header is built to exhaust memory, or damaged",
+        .flags = SL_JSON_KEEP_DUPLICATES, .end = &end};
+    sl_status s = sl_json_parse_opts(h->s, h->n, &jo, &f->hdr);
+    if (s) return s;
+    const sl_json *root = f->hdr;
+    if (!(f->e = calloc(root->len ? root->len : 1, sizeof *f->e)))
+        return sl_err(SL_ENOMEM, "%s: out of memory reading the header", h->path);
+    bool have_meta = false;
+    for (size_t k = 0; k < root->len; k++) {
+        size_t at = sl_json_key_offset(root, k);
+        if (strcmp(root->keys[k], "__metadata__") == 0) {
+            if (have_meta) return herr(h, at, SL_ECORRUPT, "\"__metadata__\" given twice");
+            have_meta = true;
+            s = header_meta(h, &root->items[k], f);
+        } else {
+            entry *e = &f->e[f->n++];
+            e->name = root->keys[k];
+            e->at = HOFF(at);
+            s = header_entry(h, &root->items[k], e);
+        }
+        if (s) return s;
+    }
+    while (end < h->n && (h->s[end] == ' ' || h->s[end] == '\t' || h->s[end] == '\n' || h->s[end] == '\r')) end++;
+    if (end < h->n)
+        return herr(h, end, SL_ECORRUPT, "unexpected bytes after the header's JSON object (only space padding may follow)");
     return SL_OK;
 }
 
@@ -714,14 +462,10 @@ static sl_status verify_checksums(const sl_st_file *f, bool *present);
 
 void sl_st_close(sl_st_file *f) {
     if (!f) return;
-    for (int i = 0; i < f->n; i++) free(f->e[i].name);
-    for (int i = 0; i < f->nmeta; i++) {
-        free(f->m[i].key);
-        free(f->m[i].val);
-    }
     free(f->e);
     free(f->m);
     free(f->by_name);
+    sl_json_free(f->hdr);
     sl_buf_unref(f->buf);
     free(f->path);
     free(f);
@@ -753,8 +497,8 @@ static sl_status open_buf(sl_st_file *f, sl_st_file **out) {
         goto fail;
     }
     f->data_start = 8 + hlen;
-    jp p = {.s = f->base + 8, .n = (size_t)hlen, .i = 0, .path = path};
-    if ((s = parse_header(&p, f))) goto fail;
+    hdr h = {.s = (const char *)f->base + 8, .n = (size_t)hlen, .path = path};
+    if ((s = parse_header(&h, f))) goto fail;
     if ((s = validate(f))) goto fail;
     *out = f;
     return SL_OK;

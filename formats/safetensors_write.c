@@ -10,7 +10,6 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <stdarg.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -150,45 +149,8 @@ sl_status sl_st_writer_set_meta(sl_st_writer *w, const char *key, const char *va
     return SL_OK;
 }
 
-/* A growing string for the header. */
-typedef struct sbuf {
-    char *p;
-    size_t len, cap;
-    bool oom;
-} sbuf;
-
-static void sb_put(sbuf *b, const char *s, size_t n) {
-    if (b->oom) return;
-    if (b->len + n + 1 > b->cap) {
-        size_t cap = b->cap ? b->cap : 256;
-        while (cap < b->len + n + 1) cap *= 2;
-        char *p = realloc(b->p, cap);
-        if (!p) {
-            b->oom = true;
-            return;
-        }
-        b->p = p;
-        b->cap = cap;
-    }
-    memcpy(b->p + b->len, s, n);
-    b->len += n;
-    b->p[b->len] = 0;
-}
-
-static void sb_printf(sbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void sb_printf(sbuf *b, const char *fmt, ...) {
-    char tmp[64];
-    va_list ap;
-    va_start(ap, fmt);
-    int n = vsnprintf(tmp, sizeof tmp, fmt, ap);
-    va_end(ap);
-    sb_put(b, tmp, (size_t)n < sizeof tmp ? (size_t)n : sizeof tmp - 1);
-}
-
-static void sb_put_cb(void *b, const char *s, size_t n) { sb_put(b, s, n); }
-
 /* A JSON string literal. Bytes >= 0x80 pass through: names are expected in UTF-8. */
-static void sb_json_str(sbuf *b, const char *s) { sl_json_put_str(sb_put_cb, b, s, strlen(s), 0); }
+static void json_str(sl_json_buf *b, const char *s) { sl_json_put_str(sl_json_buf_put_fn, b, s, strlen(s), 0); }
 
 /* Order of tensors in the data section: larger elements first, so each tensor starts at a
  * multiple of its element size (the header is padded to 8). Stable, by index. */
@@ -214,40 +176,40 @@ static char *dir_of(const char *path) {
 /* The header: the metadata meta[0..nm) (when there is any), then the tensors in file order
  * ord with their byte ranges, padded with spaces to a multiple of 8 bytes. An allocation
  * failure leaves hb->oom set. */
-static void build_header(const sl_st_writer *w, const int *ord, const kv *meta, int nm, sbuf *hb) {
-    sb_put(hb, "{", 1);
+static void build_header(const sl_st_writer *w, const int *ord, const kv *meta, int nm, sl_json_buf *hb) {
+    sl_json_buf_put(hb, "{", 1);
     bool first = true;
     if (nm) {
-        sb_put(hb, "\"__metadata__\":{", 16);
+        sl_json_buf_put(hb, "\"__metadata__\":{", 16);
         for (int i = 0; i < nm; i++) {
-            if (i) sb_put(hb, ",", 1);
-            sb_json_str(hb, meta[i].k);
-            sb_put(hb, ":", 1);
-            sb_json_str(hb, meta[i].v);
+            if (i) sl_json_buf_put(hb, ",", 1);
+            json_str(hb, meta[i].k);
+            sl_json_buf_put(hb, ":", 1);
+            json_str(hb, meta[i].v);
         }
-        sb_put(hb, "}", 1);
+        sl_json_buf_put(hb, "}", 1);
         first = false;
     }
     uint64_t off = 0;
     for (int k = 0; k < w->n; k++) {
         const wtensor *t = &w->t[ord[k]];
-        if (!first) sb_put(hb, ",", 1);
+        if (!first) sl_json_buf_put(hb, ",", 1);
         first = false;
-        sb_json_str(hb, t->name);
-        sb_printf(hb, ":{\"dtype\":\"%s\",\"shape\":[", sl_st_dtype_name(t->dt));
-        for (int d = 0; d < t->rank; d++) sb_printf(hb, d ? ",%lld" : "%lld", (long long)t->dims[d]);
-        sb_printf(hb, "],\"data_offsets\":[%llu,", (unsigned long long)off);
+        json_str(hb, t->name);
+        sl_json_buf_printf(hb, ":{\"dtype\":\"%s\",\"shape\":[", sl_st_dtype_name(t->dt));
+        for (int d = 0; d < t->rank; d++) sl_json_buf_printf(hb, d ? ",%lld" : "%lld", (long long)t->dims[d]);
+        sl_json_buf_printf(hb, "],\"data_offsets\":[%llu,", (unsigned long long)off);
         off += t->nbytes;
-        sb_printf(hb, "%llu]}", (unsigned long long)off);
+        sl_json_buf_printf(hb, "%llu]}", (unsigned long long)off);
     }
-    sb_put(hb, "}", 1);
-    while (!hb->oom && hb->len % 8) sb_put(hb, " ", 1);
+    sl_json_buf_put(hb, "}", 1);
+    while (!hb->oom && hb->len % 8) sl_json_buf_put(hb, " ", 1);
 }
 
 sl_status sl_st_writer_write(const sl_st_writer *w, const char *path) {
     static atomic_uint tmp_counter;
     sl_status s = SL_OK;
-    sbuf hb = {0};
+    sl_json_buf hb = {0};
     char *tmp = NULL, *dir = NULL;
     int fd = -1, dfd = -1;
     int *ord = layout_order(w);

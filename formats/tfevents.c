@@ -108,30 +108,6 @@ static double now_s(void) {
     return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
-/* mkdir -p */
-static sl_status make_dirs(const char *dir) {
-    char *p = strdup(dir);
-    if (!p) return sl_err(SL_ENOMEM, "%s: out of memory", dir);
-    size_t n = strlen(p);
-    for (size_t i = 1; i <= n; i++) {
-        if (p[i] != '/' && p[i] != 0) continue;
-        char c = p[i];
-        p[i] = 0;
-        if (mkdir(p, 0777) != 0 && errno != EEXIST) {
-            sl_status s = sl_err(SL_EIO, "%s: cannot create the folder: %s", p, strerror(errno));
-            free(p);
-            return s;
-        }
-        p[i] = c;
-    }
-    struct stat st;
-    sl_status s = SL_OK;
-    if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode))
-        s = sl_err(SL_EIO, "%s: not a folder", dir);
-    free(p);
-    return s;
-}
-
 /* Frame one serialized event into the pending output. */
 static sl_status queue_event(sl_tfev_writer *w, const pbuf *ev) {
     if (ev->oom) return sl_err(SL_ENOMEM, "%s: out of memory encoding an event", w->path);
@@ -164,7 +140,7 @@ sl_status sl_tfev_flush(sl_tfev_writer *w) {
 sl_status sl_tfev_open(const char *dir, double wall_time, sl_tfev_writer **out) {
     *out = NULL;
     if (!dir || !*dir) return sl_err(SL_EINVAL, "tfevents: the run folder name is empty");
-    sl_status s = make_dirs(dir);
+    sl_status s = sl_mkdirs(dir, "event folder");
     if (s) return s;
     if (wall_time <= 0) wall_time = now_s();
     char host[256] = "localhost";

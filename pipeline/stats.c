@@ -2,9 +2,7 @@
  * run folder, read back by `sluice-stats --from`), and the bottleneck verdict.
  *
  * Workload: a snapshot every second or so of a graph of 5-50 ops with up to 256 history
- * points each; files of tens of KB. The JSON reader is a small recursive-descent parser for
- * the subset this file writes (objects, arrays, numbers, strings, true/false/null). */
-#include <ctype.h>
+ * points each; files of tens of KB, read back with core's JSON reader (sluice/json.h). */
 #include <errno.h>
 #include <limits.h>
 #include <stdint.h>
@@ -159,280 +157,72 @@ sl_status sl_stats_write_json(const sl_iter *it, const char *path) {
     return s;
 }
 
-/* ---- reading: a small JSON parser ---- */
+/* ---- reading ---- */
 
 /* The file comes from outside: it is read whole under a byte limit (sl_file_read_all refuses
- * FIFOs, devices and directories at once), and the tree built from it is charged against a
- * memory budget proportional to its size, so no input, however hostile, makes the reader
- * allocate more than about JSON_MEM_FACTOR times the file's size. */
+ * FIFOs, devices and directories at once), and core's JSON reader is given a memory budget
+ * proportional to its size, so no input, however hostile, makes the reader allocate more
+ * than about JSON_MEM_FACTOR times the file's size. */
 #define JSON_MEM_FACTOR 16
 #define JSON_MEM_SLACK (1u << 20)
-#define JSON_ALLOC_OVERHEAD 16 /* what malloc keeps per block, charged too */
 #define MAX_OPS 65536          /* graphs have tens of ops; the verdict loops are per op */
 
-typedef enum { JNULL, JBOOL, JNUM, JSTR, JARR, JOBJ } jtype;
-
-typedef struct jval {
-    unsigned char t;      /* jtype */
-    int n;                /* JARR / JOBJ members */
-    union {
-        double num;       /* JNUM, JBOOL */
-        char *str;        /* JSTR */
-        struct jval *items; /* JARR / JOBJ values */
-    };
-    char **keys;          /* JOBJ */
-} jval;
-
-typedef struct {
-    const char *s, *p, *end;
-    const char *path;
-    int depth;
-    size_t budget;        /* bytes the tree may still take */
-} jparser;
-
-static void jfree(jval *v) {
-    if (v->t == JSTR) free(v->str);
-    if (v->t == JARR || v->t == JOBJ) {
-        for (int i = 0; i < v->n; i++) {
-            jfree(&v->items[i]);
-            if (v->keys) free(v->keys[i]);
-        }
-        free(v->items);
-        free(v->keys);
-    }
-    memset(v, 0, sizeof *v);
+/* A number of the file (true counts as 1, as the writer's "tuned" does), 0 when absent. */
+static double jnum(const sl_json *o, const char *key) {
+    const sl_json *v = sl_json_get(o, key);
+    return !v ? 0 : v->kind == SL_JSON_NUMBER ? v->num : v->kind == SL_JSON_BOOL ? v->b : 0;
 }
 
-static sl_status jerr(jparser *j, const char *what) {
-    return sl_err_at(SL_ECORRUPT, j->path, (int64_t)(j->p - j->s), "not a sluice-stats file: %s", what);
-}
-
-/* Charge n bytes (plus malloc's own) to the budget before allocating them. */
-static sl_status jcharge(jparser *j, size_t n) {
-    n += JSON_ALLOC_OVERHEAD;
-    if (n > j->budget) {
-        sl_err_at(SL_ECORRUPT, j->path, (int64_t)(j->p - j->s),
-                  "not a sluice-stats file: its JSON would take more than %d times the file's size "
-                  "in memory", JSON_MEM_FACTOR);
-        sl_err_hint("stats files are a few objects per op; this one is built to exhaust memory, or damaged");
-        return SL_ECORRUPT;
-    }
-    j->budget -= n;
-    return SL_OK;
-}
-
-static void jws(jparser *j) {
-    while (j->p < j->end && (*j->p == ' ' || *j->p == '\n' || *j->p == '\t' || *j->p == '\r')) j->p++;
-}
-
-static sl_status jvalue(jparser *j, jval *v);
-
-static int hexval(char c) {
-    if (c >= '0' && c <= '9') return c - '0';
-    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
-    return -1;
-}
-
-static sl_status jstring(jparser *j, char **out) {
-    j->p++; /* the opening quote */
-    /* the decoded string is never longer than its source: allocate that once */
-    const char *q = j->p;
-    while (q < j->end && *q != '"') q += (*q == '\\' && q + 1 < j->end) ? 2 : 1;
-    if (q >= j->end) {
-        j->p = j->end;
-        return jerr(j, "unterminated string");
-    }
-    size_t raw = (size_t)(q - j->p);
-    sl_status s = jcharge(j, raw + 1);
-    if (s) return s;
-    char *b = malloc(raw + 1);
-    if (!b) return sl_err(SL_ENOMEM, "out of memory reading stats");
-    size_t n = 0;
-    while (j->p < q) {
-        unsigned char c = (unsigned char)*j->p;
-        if (c < 0x20) {
-            free(b);
-            return jerr(j, "a control character inside a string");
-        }
-        j->p++;
-        if (c != '\\') {
-            b[n++] = (char)c;
-            continue;
-        }
-        char e = *j->p++;
-        if (e == 'u') {
-            unsigned code = 0;
-            for (int k = 0; k < 4; k++) {
-                int h = j->p + k < q ? hexval(j->p[k]) : -1;
-                if (h < 0) {
-                    free(b);
-                    return jerr(j, "a malformed \\u escape");
-                }
-                code = code * 16 + (unsigned)h;
-            }
-            if (code == 0) {
-                free(b);
-                return jerr(j, "\\u0000 inside a string");
-            }
-            j->p += 4;
-            /* UTF-8 (a surrogate half is kept as its 3 bytes: labels are ASCII in practice) */
-            if (code < 0x80) {
-                b[n++] = (char)code;
-            } else if (code < 0x800) {
-                b[n++] = (char)(0xc0 | (code >> 6));
-                b[n++] = (char)(0x80 | (code & 0x3f));
-            } else {
-                b[n++] = (char)(0xe0 | (code >> 12));
-                b[n++] = (char)(0x80 | ((code >> 6) & 0x3f));
-                b[n++] = (char)(0x80 | (code & 0x3f));
-            }
-            continue;
-        }
-        switch (e) {
-        case 'n': b[n++] = '\n'; break;
-        case 't': b[n++] = '\t'; break;
-        case 'r': b[n++] = '\r'; break;
-        case 'b': b[n++] = '\b'; break;
-        case 'f': b[n++] = '\f'; break;
-        case '"': case '\\': case '/': b[n++] = e; break;
-        default:
-            free(b);
-            j->p--;
-            return jerr(j, "an unknown escape in a string");
-        }
-    }
-    j->p = q + 1;
-    b[n] = 0;
-    *out = b;
-    return SL_OK;
-}
-
-static sl_status jpush(jparser *j, jval *v, char *key, jval *item) {
-    if ((v->n & (v->n - 1)) == 0) { /* grow at powers of two */
-        int cap = v->n ? 2 * v->n : 1;
-        if (v->n >= (1 << 29)) return jerr(j, "an array or object too large");
-        size_t per = sizeof(jval) + (v->t == JOBJ ? sizeof(char *) : 0);
-        sl_status s = jcharge(j, per * (size_t)(cap - v->n));
-        if (s) return s;
-        jval *ni = realloc(v->items, sizeof *ni * (size_t)cap);
-        if (ni) v->items = ni;
-        char **nk = v->t == JOBJ ? realloc(v->keys, sizeof *nk * (size_t)cap) : NULL;
-        if (nk) v->keys = nk;
-        if (!ni || (v->t == JOBJ && !nk)) return sl_err(SL_ENOMEM, "out of memory reading stats");
-    }
-    v->items[v->n] = *item;
-    if (v->t == JOBJ) v->keys[v->n] = key;
-    v->n++;
-    return SL_OK;
-}
-
-static sl_status jcontainer(jparser *j, jval *v, bool obj) {
-    v->t = obj ? JOBJ : JARR;
-    if (++j->depth > 32) return jerr(j, "nested too deeply");
-    j->p++;
-    jws(j);
-    if (j->p < j->end && *j->p == (obj ? '}' : ']')) {
-        j->p++;
-        j->depth--;
-        return SL_OK;
-    }
-    for (;;) {
-        char *key = NULL;
-        jws(j);
-        if (obj) {
-            if (j->p >= j->end || *j->p != '"') return jerr(j, "expected a key");
-            sl_status s = jstring(j, &key);
-            if (s) return s;
-            jws(j);
-            if (j->p >= j->end || *j->p != ':') {
-                free(key);
-                return jerr(j, "expected ':'");
-            }
-            j->p++;
-        }
-        jval item = {0};
-        sl_status s = jvalue(j, &item);
-        if (!s) s = jpush(j, v, key, &item);
-        if (s) {
-            free(key);
-            jfree(&item);
-            return s;
-        }
-        jws(j);
-        if (j->p < j->end && *j->p == ',') {
-            j->p++;
-            continue;
-        }
-        if (j->p < j->end && *j->p == (obj ? '}' : ']')) {
-            j->p++;
-            j->depth--;
-            return SL_OK;
-        }
-        return jerr(j, obj ? "expected ',' or '}'" : "expected ',' or ']'");
-    }
-}
-
-/* The text is NUL-terminated (sl_file_read_all), so the word and number scans below stop
- * at the end of the buffer. */
-static sl_status jvalue(jparser *j, jval *v) {
-    jws(j);
-    if (j->p >= j->end) return jerr(j, "unexpected end of file");
-    char c = *j->p;
-    if (c == '{' || c == '[') return jcontainer(j, v, c == '{');
-    if (c == '"') {
-        v->t = JSTR;
-        return jstring(j, &v->str);
-    }
-    if (!strncmp(j->p, "true", 4) || !strncmp(j->p, "false", 5)) {
-        v->t = JBOOL;
-        v->num = c == 't';
-        j->p += c == 't' ? 4 : 5;
-        return SL_OK;
-    }
-    if (!strncmp(j->p, "null", 4)) {
-        v->t = JNULL;
-        j->p += 4;
-        return SL_OK;
-    }
-    /* a JSON number: strtod alone would also take "nan", "inf" and hex */
-    if (!(c == '-' || (c >= '0' && c <= '9'))) return jerr(j, "unexpected character");
-    for (const char *q = j->p + 1; q < j->end && (isalnum((unsigned char)*q) || *q == '.' || *q == '+' || *q == '-'); q++)
-        if (*q == 'x' || *q == 'X' || *q == 'n' || *q == 'N' || *q == 'i' || *q == 'I')
-            return jerr(j, "a malformed number");
-    char *e;
-    v->num = strtod(j->p, &e);
-    if (e == j->p || !isfinite(v->num)) return jerr(j, "a malformed number");
-    v->t = JNUM;
-    j->p = e;
-    return SL_OK;
-}
-
-static const jval *jget(const jval *o, const char *key) {
-    if (o->t != JOBJ) return NULL;
-    for (int i = 0; i < o->n; i++)
-        if (!strcmp(o->keys[i], key)) return &o->items[i];
-    return NULL;
-}
-
-static double jnum(const jval *o, const char *key) {
-    const jval *v = jget(o, key);
-    return v && (v->t == JNUM || v->t == JBOOL) ? v->num : 0;
-}
-
-/* A number of the file as an integer in [lo, hi] (out-of-range values are clamped: a
- * float-to-int conversion out of range would be undefined). */
-static int64_t jint(const jval *o, const char *key, int64_t lo, int64_t hi) {
-    double d = jnum(o, key);
-    if (!(d >= (double)lo)) return lo;
-    if (d >= (double)hi) return hi;
-    return (int64_t)d;
-}
-
+/* A double as an integer in [lo, hi] (out-of-range values are clamped: a float-to-int
+ * conversion out of range would be undefined). */
 static int64_t clamp_num(double d, int64_t lo, int64_t hi) {
     if (!(d >= (double)lo)) return lo;
     if (d >= (double)hi) return hi;
     return (int64_t)d;
+}
+
+static int64_t jint(const sl_json *o, const char *key, int64_t lo, int64_t hi) { return clamp_num(jnum(o, key), lo, hi); }
+
+static const char *jstr(const sl_json *o, const char *key) {
+    const sl_json *v = sl_json_get(o, key);
+    return v && v->kind == SL_JSON_STRING ? v->str : "?";
+}
+
+static void read_op(const sl_json *o, int i, sl_op_stat *d) {
+    const sl_json *h = sl_json_get(o, "history");
+    d->id = i;
+    /* parents come first; anything else is not ours */
+    d->parent = (int)jint(o, "parent", -1, INT_MAX);
+    if (d->parent >= i) d->parent = -1;
+    snprintf(d->label, sizeof d->label, "%s", jstr(o, "label"));
+    snprintf(d->op, sizeof d->op, "%s", jstr(o, "op"));
+    d->elements = jint(o, "elements", INT64_MIN, INT64_MAX);
+    d->bytes = jint(o, "bytes", INT64_MIN, INT64_MAX);
+    d->errors = jint(o, "errors", INT64_MIN, INT64_MAX);
+    d->busy_s = jnum(o, "busy_s");
+    d->wait_s = jnum(o, "wait_s");
+    d->blocked_s = jnum(o, "blocked_s");
+    d->stall_s = jnum(o, "stall_s");
+    d->empty_hits = jint(o, "empty_hits", INT64_MIN, INT64_MAX);
+    d->parallelism = (int)jint(o, "parallelism", INT_MIN, INT_MAX);
+    d->threads = (int)jint(o, "threads", INT_MIN, INT_MAX);
+    d->buffer = (int)jint(o, "buffer", INT_MIN, INT_MAX);
+    d->tuned = jnum(o, "tuned") != 0;
+    d->buffered_avg = jnum(o, "buffered_avg");
+    d->buffered_bytes_peak = jint(o, "buffered_bytes_peak", INT64_MIN, INT64_MAX);
+    if (!h || h->kind != SL_JSON_ARRAY || h->len == 0 || !(d->hist = calloc(h->len, sizeof *d->hist))) return;
+    for (size_t k = 0; k < h->len; k++) {
+        const sl_json *p = &h->items[k];
+        if (p->kind != SL_JSON_ARRAY || p->len < 4) continue;
+        bool nums = true;
+        for (int m = 0; m < 4; m++) nums = nums && p->items[m].kind == SL_JSON_NUMBER;
+        if (!nums) continue;
+        sl_stats_sample *q = &d->hist[d->nhist++];
+        q->t = p->items[0].num;
+        q->parallelism = (int)clamp_num(p->items[1].num, INT_MIN, INT_MAX);
+        q->buffer = (int)clamp_num(p->items[2].num, INT_MIN, INT_MAX);
+        q->buffered = p->items[3].num;
+    }
 }
 
 sl_status sl_stats_load(const char *path, sl_stats **out) {
@@ -448,32 +238,34 @@ sl_status sl_stats_load_max(const char *path, uint64_t max_bytes, sl_stats **out
                                 "(sluice-stats --max-bytes N)");
     sl_status s = sl_file_read_all(path, "stats file", max_bytes, hint, &buf, &n);
     if (s) return s;
-    size_t budget = n > (SIZE_MAX - JSON_MEM_SLACK) / JSON_MEM_FACTOR ? SIZE_MAX : n * JSON_MEM_FACTOR + JSON_MEM_SLACK;
-    jparser j = {buf, buf, buf + n, path, 0, budget};
-    jval root = {0};
-    s = jvalue(&j, &root);
+    char limit[48];
+    snprintf(limit, sizeof limit, "%d times the file's size", JSON_MEM_FACTOR);
+    /* label bytes that are not UTF-8 are written as they are, so they are read so too */
+    sl_json_opts jo = {
+        .what = path, .prefix = "not a sluice-stats file: ", .end_name = "the end of the file",
+        .max_bytes = n > (SIZE_MAX - JSON_MEM_SLACK) / JSON_MEM_FACTOR ? SIZE_MAX : n * JSON_MEM_FACTOR + JSON_MEM_SLACK,
+        .max_bytes_text = limit,
+        .max_bytes_hint = "stats files are a few objects per op; this one is built to exhaust memory, or damaged",
+        .flags = SL_JSON_RAW_BYTES};
+    sl_json *root = NULL;
+    s = sl_json_parse_opts(buf, n, &jo, &root);
+    free(buf);
+    if (s) return s;
     sl_stats *st = NULL;
-    if (s) goto done;
-    jws(&j);
-    if (j.p != j.end) {
-        s = jerr(&j, "text after the JSON value");
-        goto done;
-    }
-    const jval *top = &root, *wrapped = jget(&root, "stats"); /* sluice-stats --json wraps it */
-    if (wrapped && wrapped->t == JOBJ) top = wrapped;
-    const jval *fmt = jget(top, "format"), *ops = jget(top, "ops");
-    if (!fmt || fmt->t != JSTR || strcmp(fmt->str, "sluice-stats") || jnum(top, "version") != 1 || !ops ||
-        ops->t != JARR) {
-        j.p = buf;
-        s = jerr(&j, "no \"format\": \"sluice-stats\", \"version\": 1 and \"ops\"");
+    const sl_json *top = root, *wrapped = sl_json_get(root, "stats"); /* sluice-stats --json wraps it */
+    if (wrapped && wrapped->kind == SL_JSON_OBJECT) top = wrapped;
+    const sl_json *fmt = sl_json_get(top, "format"), *ops = sl_json_get(top, "ops");
+    if (!fmt || fmt->kind != SL_JSON_STRING || strcmp(fmt->str, "sluice-stats") || jnum(top, "version") != 1 || !ops ||
+        ops->kind != SL_JSON_ARRAY) {
+        s = sl_err_at(SL_ECORRUPT, path, 0, "not a sluice-stats file: no \"format\": \"sluice-stats\", \"version\": 1 and \"ops\"");
         sl_err_hint("write it with sl_stats_write_json (or sluice-stats --json)");
         goto done;
     }
-    if (ops->n > MAX_OPS) {
-        s = sl_err_at(SL_ECORRUPT, path, -1, "not a sluice-stats file: %d ops, more than %d", ops->n, MAX_OPS);
+    if (ops->len > MAX_OPS) {
+        s = sl_err_at(SL_ECORRUPT, path, -1, "not a sluice-stats file: %zu ops, more than %d", ops->len, MAX_OPS);
         goto done;
     }
-    if (!(st = calloc(1, sizeof *st)) || !(st->ops = calloc((size_t)(ops->n ? ops->n : 1), sizeof *st->ops))) {
+    if (!(st = calloc(1, sizeof *st)) || !(st->ops = calloc(ops->len ? ops->len : 1, sizeof *st->ops))) {
         s = sl_err(SL_ENOMEM, "out of memory reading %s", path);
         goto done;
     }
@@ -484,49 +276,10 @@ sl_status sl_stats_load_max(const char *path, uint64_t max_bytes, sl_stats **out
     st->thread_budget = (int)jint(top, "thread_budget", 0, INT_MAX);
     st->ram_budget = jint(top, "ram_budget", INT64_MIN, INT64_MAX);
     st->buffered_bytes_peak = jint(top, "buffered_bytes_peak", INT64_MIN, INT64_MAX);
-    st->n = ops->n;
-    for (int i = 0; i < ops->n; i++) {
-        const jval *o = &ops->items[i];
-        sl_op_stat *d = &st->ops[i];
-        const jval *lab = jget(o, "label"), *op = jget(o, "op"), *h = jget(o, "history");
-        d->id = i;
-        /* parents come first; anything else is not ours */
-        d->parent = (int)jint(o, "parent", -1, INT_MAX);
-        if (d->parent >= i) d->parent = -1;
-        snprintf(d->label, sizeof d->label, "%s", lab && lab->t == JSTR ? lab->str : "?");
-        snprintf(d->op, sizeof d->op, "%s", op && op->t == JSTR ? op->str : "?");
-        d->elements = jint(o, "elements", INT64_MIN, INT64_MAX);
-        d->bytes = jint(o, "bytes", INT64_MIN, INT64_MAX);
-        d->errors = jint(o, "errors", INT64_MIN, INT64_MAX);
-        d->busy_s = jnum(o, "busy_s");
-        d->wait_s = jnum(o, "wait_s");
-        d->blocked_s = jnum(o, "blocked_s");
-        d->stall_s = jnum(o, "stall_s");
-        d->empty_hits = jint(o, "empty_hits", INT64_MIN, INT64_MAX);
-        d->parallelism = (int)jint(o, "parallelism", INT_MIN, INT_MAX);
-        d->threads = (int)jint(o, "threads", INT_MIN, INT_MAX);
-        d->buffer = (int)jint(o, "buffer", INT_MIN, INT_MAX);
-        d->tuned = jnum(o, "tuned") != 0;
-        d->buffered_avg = jnum(o, "buffered_avg");
-        d->buffered_bytes_peak = jint(o, "buffered_bytes_peak", INT64_MIN, INT64_MAX);
-        if (h && h->t == JARR && h->n > 0 && (d->hist = calloc((size_t)h->n, sizeof *d->hist))) {
-            for (int k = 0; k < h->n; k++) {
-                const jval *p = &h->items[k];
-                if (p->t != JARR || p->n < 4) continue;
-                bool nums = true;
-                for (int m = 0; m < 4; m++) nums = nums && p->items[m].t == JNUM;
-                if (!nums) continue;
-                sl_stats_sample *q = &d->hist[d->nhist++];
-                q->t = p->items[0].num;
-                q->parallelism = (int)clamp_num(p->items[1].num, INT_MIN, INT_MAX);
-                q->buffer = (int)clamp_num(p->items[2].num, INT_MIN, INT_MAX);
-                q->buffered = p->items[3].num;
-            }
-        }
-    }
+    st->n = (int)ops->len;
+    for (int i = 0; i < st->n; i++) read_op(&ops->items[i], i, &st->ops[i]);
 done:
-    jfree(&root);
-    free(buf);
+    sl_json_free(root);
     if (s) {
         sl_stats_free(st);
         return s;

@@ -47,7 +47,7 @@
  * status, with a note). A task that itself exits 130 or 143 (a normal exit with that
  * status: sluice-train stopped by a SIGINT / SIGTERM sent to it alone) stops the job the
  * same way without a second signal to anyone: it is not restarted, the others get --grace S
- * to stop by themselves (lockstep replicas stop at the same step as it did), then SIGTERM,
+ * to stop by themselves (replicas that stop together stop at the same step as it did), then SIGTERM,
  * then SIGKILL after another --grace S; the launcher exits with its status. (A ps job's
  * worker other than worker 0 that stops so is let go, never restarted.) --timeout S
  * stops all after S seconds and exits 124.
@@ -76,6 +76,7 @@
 
 #include "sluice/cluster.h"
 #include "sluice/transport.h"
+#include "sluice/util.h"
 #include "tool.h"
 
 static const char *PROG = "sluice-launch";
@@ -156,12 +157,6 @@ static const char *task_type(const task *t) { return t->is_eval ? "evaluator" : 
 
 static void on_signal(int sig) { got_signal = sig; }
 static void on_child(int sig) { (void)sig; got_child = 1; }
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
 
 static void emit(task *t, int s, const char *p, size_t n) {
     FILE *out = s ? stderr : stdout;
@@ -420,14 +415,14 @@ static void judge_exit(job *j, task *tk, pid_t old) {
                     code);
             return;
         }
-        /* stopped on request at a step boundary: the job stops; lockstep replicas
+        /* stopped on request at a step boundary: the job stops; replicas that stop together
          * are stopping at the same step already, the others get the grace period */
         fprintf(stderr, "[launch] %s stopped on request (status %d): stopping the job; the others get %lld s "
                 "to stop by themselves\n", tk->label, code, grace);
         j->result = code;
         j->fwd_sig = code - 128;
         j->stopping = true;
-        j->term_at = now_s() + (double)grace;
+        j->term_at = sl_now_s() + (double)grace;
         return;
     }
     char why[64];
@@ -448,7 +443,7 @@ static void judge_exit(job *j, task *tk, pid_t old) {
             WIFSIGNALED(tk->status) ? "was killed" : "exited", code);
     j->result = code;
     j->stopping = true;
-    j->stop_at = now_s() + (double)grace;
+    j->stop_at = sl_now_s() + (double)grace;
     signal_all(ts, n, SIGTERM);
 }
 
@@ -477,7 +472,7 @@ static void on_children(job *j) {
         for (int i = (int)j->nw; i < j->nw + j->nps; i++) any_ps |= j->ts[i].running || j->ts[i].pid != 0;
         if (!workers_left) {
             j->result = 0;
-            if (any_ps) j->ps_until = now_s() + PS_LINGER_S;
+            if (any_ps) j->ps_until = sl_now_s() + PS_LINGER_S;
         }
     }
     judge_range(j, (int)j->nw, j->n);
@@ -537,7 +532,7 @@ static bool poll_once(job *j) {
             }
     }
     if (running == 0 && np == 0) return false;
-    double wait = 1.0, t = now_s();
+    double wait = 1.0, t = sl_now_s();
     if (j->stopping && j->stop_at > t && j->stop_at - t < wait) wait = j->stop_at - t;
     if (j->term_at > t && j->term_at - t < wait) wait = j->term_at - t;
     if (j->timeout && !j->stopping && j->ps_until == 0 && j->start + (double)j->timeout - t < wait)
@@ -609,7 +604,7 @@ int main(int argc, char **argv) {
     setup_signals(&j);
     for (int i = 0; i < n; i++)
         if (spawn(&j, &ts[i])) { signal_all(ts, n, SIGKILL); return SL__EXIT_FAIL; }
-    j.start = now_s();
+    j.start = sl_now_s();
     while (poll_once(&j)) {
         if (got_child) {
             got_child = 0;
@@ -623,11 +618,11 @@ int main(int argc, char **argv) {
                 j.result = 128 + sig;
                 j.fwd_sig = sig;
                 j.stopping = true;
-                j.stop_at = now_s() + (double)grace;
+                j.stop_at = sl_now_s() + (double)grace;
             }
             signal_all(ts, n, sig);
         }
-        on_deadlines(&j, now_s());
+        on_deadlines(&j, sl_now_s());
     }
     for (int i = 0; i < n; i++) {
         free(addr[i]);

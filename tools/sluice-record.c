@@ -308,11 +308,11 @@ static int convert_fashion_mnist(const char *prog, const char *out, const conver
     uint64_t counts[2] = {0, 0};
     static const char *prefixes[2] = {"train", "t10k"}, *splits[2] = {"train", "test"};
     int rc = SL__EXIT_OK;
-    double t0 = sl__now();
+    double t0 = sl_now_s();
     for (int k = 0; k < 2 && rc == SL__EXIT_OK; k++)
         rc = load_idx_split(src, prefixes[k], &img[k], &lab[k]);
     if (rc) goto done;
-    if (sl__mkdirs(out) != SL_OK || sl_exb_new(&b) != SL_OK) {
+    if (sl_mkdirs(out, "output folder") != SL_OK || sl_exb_new(&b) != SL_OK) {
         rc = sl__fail(prog);
         goto done;
     }
@@ -325,7 +325,7 @@ static int convert_fashion_mnist(const char *prog, const char *out, const conver
                "shards in %.1f s\n",
                counts[0], counts[1], co->jpeg ? "jpeg" : "raw",
                sl_compression_name(comp == SL_COMP_AUTO ? SL_COMP_NONE : comp), out, co->shards,
-               co->shards, sl__now() - t0);
+               co->shards, sl_now_s() - t0);
 done:
     for (int k = 0; k < 2; k++) {
         if (rc) sharded_abort(&sw[k]);
@@ -692,7 +692,7 @@ static int convert_images(const char *prog, const char *dir, const char *out,
     x.classes = &classes;
     x.co = co;
     int rc = SL__EXIT_OK;
-    double t0 = sl__now();
+    double t0 = sl_now_s();
 
     size_t total = 0;
     if ((rc = list_classes(dir, co->strict, &x.skips, &classes, &files, &total)) != SL__EXIT_OK) goto done;
@@ -713,7 +713,7 @@ static int convert_images(const char *prog, const char *dir, const char *out,
         if (co->limit >= 0 && (size_t)co->limit < split_n[k]) split_n[k] = (size_t)co->limit;
     }
 
-    if (sl__mkdirs(out) != SL_OK || sl_exb_new(&x.b) != SL_OK ||
+    if (sl_mkdirs(out, "output folder") != SL_OK || sl_exb_new(&x.b) != SL_OK ||
         sl_jpeg_decoder_new(&x.dec) != SL_OK) {
         rc = sl__fail(prog);
         goto done;
@@ -756,7 +756,7 @@ static int convert_images(const char *prog, const char *dir, const char *out,
                split_shards[k], split_shards[k] == 1 ? "" : "s");
     if (co->no_shuffle) printf(" (class order)");
     else printf(" (shuffled, seed %lld)", co->seed);
-    printf(" in %.1f s\n", sl__now() - t0);
+    printf(" in %.1f s\n", sl_now_s() - t0);
     if (x.skips.n) skip_print(stdout, &x.skips);
 done:
     for (int k = 0; k < 2; k++) {

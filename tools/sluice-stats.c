@@ -595,12 +595,12 @@ static int run_profile(const stats_args *a, sl_dataset *ds, const char *pname) {
     }
     sl_element e;
     sl_element_init(&e);
-    double t0 = sl__now();
+    double t0 = sl_now_s();
     long long n = 0;
     int rc = SL__EXIT_OK;
     for (;;) {
         if (a->batches > 0 && n >= a->batches) break;
-        if (a->batches <= 0 && sl__now() - t0 >= a->seconds) break;
+        if (a->batches <= 0 && sl_now_s() - t0 >= a->seconds) break;
         sl_status s = sl_iter_next(it, &e);
         if (s == SL_END) break;
         if (s) {

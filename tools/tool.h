@@ -90,10 +90,6 @@ int sl__failf(const char *prog, const char *fmt, ...) __attribute__((format(prin
 
 /* ---- files -------------------------------------------------------------------------- */
 
-/* mkdir -p: create `path` and its missing parents (mode 0777 minus umask). SL_OK if it
- * exists as a directory afterwards; SL_EIO naming the path and the OS reason otherwise. */
-sl_status sl__mkdirs(const char *path);
-
 /* Read a whole file into *out (malloc'd, the caller frees; NUL-appended but *len excludes
  * it), through sl_file_read_all (sluice/file.h): SL_ENOTFOUND, SL_EINVAL at once for a FIFO,
  * socket, device or directory, SL_ERANGE over SL__READ_FILE_MAX bytes, SL_EIO; each naming
@@ -114,9 +110,6 @@ bool sl__stdout_ok(void);
  * failure status already chosen is kept). A failed flush of stderr turns 0 into 1 too. */
 int sl__tool_exit(const char *prog, int rc);
 
-/* Seconds from a monotonic clock. */
-double sl__now(void);
-
 /* ---- progress bar ------------------------------------------------------------------- */
 
 typedef struct sl__progress {
@@ -124,7 +117,7 @@ typedef struct sl__progress {
     const char *label;  /* borrowed */
     uint64_t total;     /* 0: unknown, show a count and rate only */
     uint64_t done;
-    double t0, last;    /* start and last redraw (sl__now) */
+    double t0, last;    /* start and last redraw (sl_now_s) */
     int width;          /* characters drawn last time, to blank the line on finish */
 } sl__progress;
 

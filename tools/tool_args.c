@@ -1,6 +1,5 @@
 /* Command-line parsing, error reporting, the signal dispositions every tool starts with and
- * the small file helpers (mkdir -p, read a whole file, a monotonic clock) of the sluice-*
- * tools; tool.h has the exit-status conventions.
+ * the small file helper (read a whole file) of the sluice-* tools; tool.h has the exit-status conventions.
  * Options are few and parsed once, so clarity beats speed: a linear lookup per argument. */
 #include <errno.h>
 #include <limits.h>
@@ -10,7 +9,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <time.h>
 
 #include "sluice/file.h"
 #include "sluice/version.h"
@@ -196,42 +194,12 @@ sl__args_result sl__args_parse(const char *prog, const sl__opt *opts, int argc, 
     return help ? SL__ARGS_HELP : SL__ARGS_OK;
 }
 
-sl_status sl__mkdirs(const char *path) {
-    char buf[4096];
-    size_t n = strlen(path);
-    if (n == 0 || n >= sizeof buf) return sl_err(SL_EINVAL, "bad directory name '%s'", path);
-    memcpy(buf, path, n + 1);
-    /* Create each prefix in turn; EEXIST along the way is fine as long as the end result
-     * is a directory. */
-    for (size_t i = 1; i <= n; i++) {
-        if (buf[i] != '/' && buf[i] != 0) continue;
-        char c = buf[i];
-        buf[i] = 0;
-        if (mkdir(buf, 0777) != 0 && errno != EEXIST) {
-            int e = errno;
-            buf[i] = c;
-            return sl_err(SL_EIO, "%s: cannot create directory: %s", path, strerror(e));
-        }
-        buf[i] = c;
-    }
-    struct stat st;
-    if (stat(path, &st) != 0 || !S_ISDIR(st.st_mode))
-        return sl_err(SL_EIO, "%s: exists and is not a directory", path);
-    return SL_OK;
-}
-
 sl_status sl__read_file(const char *path, uint8_t **out, size_t *len) {
     char *data;
     sl_status s = sl_file_read_all(path, NULL, SL__READ_FILE_MAX, "files read whole (images) are limited "
                                    "to 1 GiB", &data, len);
     *out = (uint8_t *)data;
     return s;
-}
-
-double sl__now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
 int sl__take_repeated(const char *prog, const char *name, int argc, char **argv, const char **vals, int *nvals,

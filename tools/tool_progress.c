@@ -5,6 +5,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "sluice/util.h"
 #include "tool.h"
 
 void sl__progress_start(sl__progress *p, const char *label, uint64_t total) {
@@ -12,7 +13,7 @@ void sl__progress_start(sl__progress *p, const char *label, uint64_t total) {
     p->on = isatty(STDERR_FILENO) == 1;
     p->label = label ? label : "";
     p->total = total;
-    p->t0 = p->last = sl__now();
+    p->t0 = p->last = sl_now_s();
 }
 
 static void human(double v, char *out, size_t cap) {
@@ -55,7 +56,7 @@ static void draw(sl__progress *p, double now) {
 void sl__progress_set(sl__progress *p, uint64_t done) {
     p->done = done;
     if (!p->on) return;
-    double now = sl__now();
+    double now = sl_now_s();
     if (now - p->last >= 0.1) draw(p, now);
 }
 

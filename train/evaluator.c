@@ -17,8 +17,9 @@
 #include "sluice/pool.h"
 #include "sluice/tfevents.h"
 #include "sluice/train.h"
+#include "sluice/util.h"
 #include "train/evaluator.h"
-#include "train/model_priv.h"
+#include "train/internal.h"
 
 struct sl__evaluator {
     sl__evaluator_opts o;
@@ -35,8 +36,6 @@ struct sl__evaluator {
 };
 
 static const char MARKER[] = "finished";
-
-static double mono_s(void) { return (double)sl_now_ns() * 1e-9; } /* core's monotonic clock */
 
 static FILE *warn_to(const sl__evaluator *ev) { return ev->o.warn ? ev->o.warn : stderr; }
 
@@ -207,7 +206,7 @@ sl_status sl__evaluator_poll(sl__evaluator *ev, bool *done) {
 
 sl_status sl__evaluator_run(sl__evaluator *ev) {
     double wait = ev->o.wait_s > 0 ? ev->o.wait_s : 600, poll = ev->o.poll_s > 0 ? ev->o.poll_s : 0.2;
-    double last_new = mono_s();
+    double last_new = sl_now_s();
     int64_t looked = ev->looked;
     for (;;) {
         if (ev->o.stop && *ev->o.stop) {
@@ -218,7 +217,7 @@ sl_status sl__evaluator_run(sl__evaluator *ev) {
         bool done;
         sl_status s = sl__evaluator_poll(ev, &done);
         if (s || done) return s;
-        double now = mono_s();
+        double now = sl_now_s();
         if (ev->looked != looked) {
             looked = ev->looked;
             last_new = now;

@@ -20,7 +20,10 @@
  * whatever it was writing stays behind. The library never changes a signal's disposition;
  * the sluice-* tools ignore SIGXFSZ (and Python does), and then write(2) writes up to the
  * limit (a short write) and fails with EFBIG, which the writers report as above, removing
- * their temporary files. */
+ * their temporary files.
+ *
+ * Folders: sl_mkdirs is Sluice's one mkdir -p (run folders, replica and ps shard folders,
+ * event folders, the tools' output folders). */
 #ifndef SLUICE_FILE_H
 #define SLUICE_FILE_H
 
@@ -99,6 +102,17 @@ sl_status sl_file_write_all(int fd, const void *data, size_t n, const char *name
  * which is how far the writes got. f is closed in either case; the caller removes the file
  * if it must not stay. */
 sl_status sl_file_fclose_write(FILE *f, const char *name, const char *doing);
+
+/* mkdir -p: make `path` and each missing folder above it (mode 0777 less the umask). `what`
+ * names the folder in messages ("run folder"; NULL: "folder"). SL_OK when path is a folder
+ * afterwards (also when it was one already). SL_EINVAL for an empty path ("WHAT: the path
+ * is empty") or one of SL_FILE_MAX_PATH bytes or more. SL_EIO naming the part that could
+ * not be made: "cannot create WHAT PATH: PART: REASON" (the OS's), "...: PART is a regular
+ * file, not a folder" (any kind but a folder; "WHAT PATH is ..." when PART is PATH), or
+ * "...: PART is a symbolic link to 'T', which does not exist". Folders made before a
+ * failure stay. */
+#define SL_FILE_MAX_PATH 4096
+sl_status sl_mkdirs(const char *path, const char *what);
 
 #ifdef __cplusplus
 }

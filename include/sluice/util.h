@@ -1,7 +1,8 @@
 /* The small helpers every module needs, defined once in core/: monotonic timed waits, the
- * cheap stats clock, IEEE half and bfloat16 conversion, little-endian loads and stores, and
- * splitmix64 seed mixing. Modules and tools include this header instead of keeping their own
- * copies; names with a double underscore are for Sluice's own files and may change.
+ * cheap stats clock, monotonic seconds, IEEE half and bfloat16 conversion, little-endian
+ * loads and stores, and splitmix64 seed mixing. Modules and tools include this header
+ * instead of keeping their own copies; names with a double underscore are for Sluice's own
+ * files and may change.
  *
  * Workload: the conversions and loads run per element or per tensor value on hot paths, so
  * they are inline or take whole arrays; the waits run a few hundred times a second. */
@@ -63,6 +64,11 @@ static inline uint64_t sl__now_fast(void) {
 static inline uint64_t sl__now_fast(void) { return sl_now_ns(); }
 #endif
 
+/* ---- seconds ----
+ * sl_now_ns's monotonic clock in seconds, as a double: for deadlines, heartbeats and the
+ * durations tools print (not for per-element timing: that is sl__now_fast). */
+static inline double sl_now_s(void) { return (double)sl_now_ns() * 1e-9; }
+
 /* ---- IEEE half and bfloat16 (core/half.c) ----
  * float -> 16-bit rounds to nearest, ties to even; values at or beyond the largest finite
  * half after rounding (>= 65520) become infinity; NaN stays a quiet NaN with its sign. The
@@ -109,6 +115,14 @@ extern int sl__f16c_off; /* tests set it to compare the portable path with F16C 
 
 /* ---- little-endian loads and stores (any alignment) ---- */
 
+/* SL__LE(BITS, v): v (a uint32_t or uint64_t) between this machine's byte order and
+ * little-endian, either way: nothing on a little-endian machine, a byte swap on a big one. */
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
+#define SL__LE(bits, v) __builtin_bswap##bits(v)
+#else
+#define SL__LE(bits, v) (v)
+#endif
+
 static inline uint16_t sl_load_le16(const void *p) {
     const uint8_t *b = (const uint8_t *)p;
     return (uint16_t)(b[0] | b[1] << 8);
@@ -116,18 +130,12 @@ static inline uint16_t sl_load_le16(const void *p) {
 static inline uint32_t sl_load_le32(const void *p) {
     uint32_t v;
     memcpy(&v, p, 4);
-#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
-    v = __builtin_bswap32(v);
-#endif
-    return v;
+    return SL__LE(32, v);
 }
 static inline uint64_t sl_load_le64(const void *p) {
     uint64_t v;
     memcpy(&v, p, 8);
-#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
-    v = __builtin_bswap64(v);
-#endif
-    return v;
+    return SL__LE(64, v);
 }
 static inline void sl_store_le16(void *p, uint16_t v) {
     uint8_t *b = (uint8_t *)p;
@@ -135,15 +143,11 @@ static inline void sl_store_le16(void *p, uint16_t v) {
     b[1] = (uint8_t)(v >> 8);
 }
 static inline void sl_store_le32(void *p, uint32_t v) {
-#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
-    v = __builtin_bswap32(v);
-#endif
+    v = SL__LE(32, v);
     memcpy(p, &v, 4);
 }
 static inline void sl_store_le64(void *p, uint64_t v) {
-#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
-    v = __builtin_bswap64(v);
-#endif
+    v = SL__LE(64, v);
     memcpy(p, &v, 8);
 }
 
@@ -162,6 +166,14 @@ static inline const char *sl_env_get(const char *const *envp, const char *name) 
         if (strncmp(*envp, name, n) == 0 && (*envp)[n] == '=') return *envp + n + 1;
     return NULL;
 }
+
+/* ---- repeated keys (core/json.c) ----
+ * What JSON objects and config statements refuse: among keys[0..n) (NULL entries skipped),
+ * the first in their order that repeats an earlier one. SL_OK with *second its index and
+ * *first the index of the key it repeats (the earliest), or both n when none repeats;
+ * SL_ENOMEM (both n). Sorted beyond 16 keys, so a hostile input of many keys costs
+ * O(n log n), not n^2. */
+sl_status sl__first_repeat(const char *const *keys, size_t n, size_t *second, size_t *first);
 
 /* ---- memory left to this process (core/mem.c) ----
  * The bytes this process can still allocate before the kernel's OOM killer or its cgroup's

@@ -1,4 +1,4 @@
-/* libFuzzer target for the strict JSON reader and TF_CONFIG resolution (dist/json.c,
+/* libFuzzer target for the strict JSON reader and TF_CONFIG resolution (core/json.c,
  * dist/cluster.c): parse arbitrary bytes as JSON and walk the tree, then resolve a cluster
  * from them as TF_CONFIG (NUL-terminated, as the environment would hold it) and check what
  * a resolved cluster promises (sluice/cluster.h). */

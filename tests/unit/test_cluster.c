@@ -130,12 +130,12 @@ TEST(test_json) {
     expect_json_err("[1 2]", "J: byte 3: expected ',' or ']', found '2'");
     expect_json_err("{a:1}", "J: byte 1: expected a \"key\", found 'a'");
     expect_json_err("\"abc", "J: byte 0: unterminated string");
-    expect_json_err("\"a\x01\"", "J: byte 2: control character in a string (escape it)");
+    expect_json_err("\"a\x01\"", "J: byte 2: control character 0x01 in a string (escape it)");
     expect_json_err("\"\\q\"", "J: byte 1: bad escape \\q");
-    expect_json_err("\"\\ud800x\"", "J: byte 1: high surrogate without a low surrogate");
-    expect_json_err("\"\\u0000\"", "J: byte 1: \\u0000 is not allowed here");
+    expect_json_err("\"\\ud800x\"", "J: byte 1: high surrogate \\ud800 without a low surrogate");
+    expect_json_err("\"\\u0000\"", "J: byte 1: \\u0000 is not allowed in a string");
     expect_json_err("\"\xc3\x28\"", "J: byte 1: invalid UTF-8 in a string");
-    expect_json_err("01", "J: byte 1: unexpected '1' after the value");
+    expect_json_err("01", "J: byte 0: number with a leading zero");
     expect_json_err("1.", "J: byte 2: a digit expected after '.'");
     expect_json_err("-", "J: byte 1: a digit expected in a number");
     expect_json_err("1e999", "J: byte 0: number out of range");

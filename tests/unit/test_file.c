@@ -1,5 +1,6 @@
 /* core/file.c: regular files open; FIFOs, directories, devices and sockets are refused at
- * once (never block); whole-file reads stop at their limit. */
+ * once (never block); whole-file reads stop at their limit; sl_mkdirs makes a path's
+ * missing folders and names the part it could not make. */
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -10,6 +11,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include "helper_files.h"
 #include "sluice/file.h"
 #include "test.h"
 
@@ -116,12 +118,69 @@ TEST(test_write_truncates_only_regular) {
     unlink(p);
 }
 
+/* sl_mkdirs: every missing part made, an existing folder fine, and each refusal naming the
+ * part that is in the way and what it is. */
+TEST(test_mkdirs) {
+    char base[300], p[700], want[1600];
+    path_of(base, sizeof base, "mk");
+    snprintf(p, sizeof p, "%s/a/b/c", base);
+    ASSERT_OK(sl_mkdirs(p, "run folder"));
+    struct stat st;
+    ASSERT(stat(p, &st) == 0 && S_ISDIR(st.st_mode));
+    ASSERT_OK(sl_mkdirs(p, "run folder")); /* there already */
+    snprintf(p, sizeof p, "%s/a//d/", base); /* doubled and trailing slashes */
+    ASSERT_OK(sl_mkdirs(p, NULL));
+    snprintf(p, sizeof p, "%s/a/d", base);
+    ASSERT(stat(p, &st) == 0 && S_ISDIR(st.st_mode));
+    ASSERT_EQ(sl_mkdirs("", "run folder"), SL_EINVAL);
+    ASSERT_STREQ(sl_errmsg(), "run folder: the path is empty");
+    char *lng = malloc(5001);
+    ASSERT(lng);
+    memset(lng, 'x', 5000);
+    lng[5000] = 0;
+    ASSERT_EQ(sl_mkdirs(lng, "run folder"), SL_EINVAL);
+    free(lng);
+    ASSERT_STREQ(sl_errmsg(), "run folder 'xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx...': the path is 5000 bytes, "
+                              "longer than 4095");
+    /* a regular file in the way: as the folder itself, and as a part above it */
+    char file[400];
+    snprintf(file, sizeof file, "%s/f", base);
+    ASSERT_EQ(sl_test_write_text(file, "x"), 0);
+    ASSERT_EQ(sl_mkdirs(file, "run folder"), SL_EIO);
+    snprintf(want, sizeof want, "run folder %s is a regular file, not a folder", file);
+    ASSERT_STREQ(sl_errmsg(), want);
+    snprintf(p, sizeof p, "%s/f/g/h", base);
+    ASSERT_EQ(sl_mkdirs(p, "replica state folder"), SL_EIO);
+    snprintf(want, sizeof want, "cannot create replica state folder %s: %s is a regular file, not a folder", p, file);
+    ASSERT_STREQ(sl_errmsg(), want);
+    ASSERT_EQ(sl_mkdirs("/dev/null/run", "event folder"), SL_EIO);
+    ASSERT_STREQ(sl_errmsg(), "cannot create event folder /dev/null/run: /dev/null is a character device, not a folder");
+    /* a link to nowhere above it */
+    char link[400];
+    snprintf(link, sizeof link, "%s/dl", base);
+    ASSERT_EQ(symlink("nowhere", link), 0);
+    snprintf(p, sizeof p, "%s/dl/x", base);
+    ASSERT_EQ(sl_mkdirs(p, NULL), SL_EIO);
+    snprintf(want, sizeof want, "cannot create folder %s: %s is a symbolic link to 'nowhere', which does not exist", p, link);
+    ASSERT_STREQ(sl_errmsg(), want);
+    /* what the system refuses (a part longer than a name may be), with its reason */
+    char part[300];
+    memset(part, 'n', 256);
+    part[256] = 0;
+    snprintf(p, sizeof p, "%s/%s/x", base, part);
+    ASSERT_EQ(sl_mkdirs(p, "output folder"), SL_EIO);
+    snprintf(want, sizeof want, "cannot create output folder %s: %s/%s: %s", p, base, part, strerror(ENAMETOOLONG));
+    ASSERT_STREQ(sl_errmsg(), want);
+    ASSERT_EQ(sl_test_rm_rf(base), 0);
+}
+
 int main(void) {
     setup();
     RUN(test_regular_file_opens);
     RUN(test_fifo_refused_without_blocking);
     RUN(test_directory_device_socket_refused);
     RUN(test_write_truncates_only_regular);
+    RUN(test_mkdirs);
     rmdir(dir);
     TEST_MAIN_END();
 }

@@ -1,6 +1,6 @@
 /* core/wait.c: monotonic condition variables and timed waits. A wait for N ms times out
  * after at least N ms (and not absurdly later), a deadline in the past returns ETIMEDOUT at
- * once, a signal ends a long wait early with 0. */
+ * once, a signal ends a long wait early with 0. sl_now_s is sl_now_ns's clock in seconds. */
 #include <errno.h>
 #include <unistd.h>
 
@@ -59,8 +59,29 @@ TEST(test_wait_signalled) {
     pthread_cond_destroy(&cv);
 }
 
+/* sl_now_s reads the clock sl_now_ns reads (a value between two of its readings), in
+ * seconds, and never goes back. */
+TEST(test_now_s) {
+    for (int i = 0; i < 1000; i++) {
+        uint64_t a = sl_now_ns();
+        double s = sl_now_s();
+        uint64_t b = sl_now_ns();
+        if (!(s * 1e9 >= (double)a - 1e3 && s * 1e9 <= (double)b + 1e3)) {
+            FAILF("sl_now_s() = %.9f outside [%llu, %llu] ns", s, (unsigned long long)a, (unsigned long long)b);
+            return;
+        }
+    }
+    double prev = sl_now_s();
+    for (int i = 0; i < 100000; i++) {
+        double t = sl_now_s();
+        ASSERT(t >= prev);
+        prev = t;
+    }
+}
+
 int main(void) {
     RUN(test_wait_ms_times_out);
     RUN(test_wait_signalled);
+    RUN(test_now_s);
     TEST_MAIN_END();
 }
