@@ -118,6 +118,20 @@ static int key_line(const char *s, size_t n, size_t col, const char *kw, const c
     return st ? st : 1;
 }
 
+/* key_line for a key a file gives once: 1 when the line is KEYWORD's (its key in out, the
+ * line's number in *seen), 0 when it is not, a negative status when it is malformed or
+ * repeats an earlier line's keyword. */
+static int key_once(const char *s, size_t n, size_t col, const char *kw, const char *name, int line, char out[41],
+                    int *seen) {
+    char tmp[41];
+    int r = key_line(s, n, col, kw, name, line, tmp);
+    if (r != 1) return r;
+    if (*seen) return sl_err(SL_ECORRUPT, "%s:%d: a second %s line (the first is line %d)", name, line, kw, *seen);
+    memcpy(out, tmp, sizeof tmp);
+    *seen = line;
+    return 1;
+}
+
 static void skip_ws(const char **s, size_t *n, size_t *col) {
     while (*n && is_space(**s)) { (*s)++; (*n)--; (*col)++; }
 }
@@ -133,24 +147,9 @@ sl_status sl__curve_parse_keyfile(const char *buf, size_t len, const char *name,
         size_t col = 1;
         skip_ws(&s, &n, &col);
         if (n == 0 || s[0] == '#') continue;
-        char tmp[41];
-        int r = key_line(s, n, col, "public-key", name, it.no, tmp);
+        int r = key_once(s, n, col, "public-key", name, it.no, pub, &pub_line);
+        if (r == 0) r = key_once(s, n, col, "secret-key", name, it.no, sec, &sec_line);
         if (r < 0) return r;
-        if (r == 1) {
-            if (pub_line)
-                return sl_err(SL_ECORRUPT, "%s:%d: a second public-key line (the first is line %d)", name, it.no, pub_line);
-            memcpy(pub, tmp, sizeof pub);
-            pub_line = it.no;
-            continue;
-        }
-        r = key_line(s, n, col, "secret-key", name, it.no, tmp);
-        if (r < 0) return r;
-        if (r == 1) {
-            if (sec_line)
-                return sl_err(SL_ECORRUPT, "%s:%d: a second secret-key line (the first is line %d)", name, it.no, sec_line);
-            memcpy(sec, tmp, sizeof sec);
-            sec_line = it.no;
-        }
     }
     if (!pub_line) return sl_err(SL_ECORRUPT, "%s: no public-key line (public-key = \"<%d Z85 characters>\")", name, KEY_LEN);
     if (secret_key && !sec_line) {
@@ -250,26 +249,27 @@ static sl_status read_small(const char *path, size_t max, char **out, size_t *le
     return SL_OK;
 }
 
-sl_status sl_curve_load_keypair(const char *path, char public_key[41], char secret_key[41]) {
-    char *b;
-    size_t n;
-    sl_status st = read_small(path, MAX_KEYFILE, &b, &n);
+/* The file at path read whole and parsed: an allow-list into *keys / *n when keys is not
+ * NULL, else a key file into public_key / secret_key. */
+static sl_status load(const char *path, char *public_key, char *secret_key, char (**keys)[41], int *n) {
+    char *b = NULL;
+    size_t len = 0;
+    sl_status st = read_small(path, keys ? MAX_ALLOW : MAX_KEYFILE, &b, &len);
     if (st) return st;
-    st = sl__curve_parse_keyfile(b, n, path, public_key, secret_key);
+    st = keys ? sl__curve_parse_allow(b, len, path, keys, n)
+              : sl__curve_parse_keyfile(b, len, path, public_key, secret_key);
     free(b);
     return st;
+}
+
+sl_status sl_curve_load_keypair(const char *path, char public_key[41], char secret_key[41]) {
+    return load(path, public_key, secret_key, NULL, NULL);
 }
 
 sl_status sl_curve_load_allow(const char *path, char (**keys)[41], int *n) {
     *keys = NULL;
     *n = 0;
-    char *b;
-    size_t len;
-    sl_status st = read_small(path, MAX_ALLOW, &b, &len);
-    if (st) return st;
-    st = sl__curve_parse_allow(b, len, path, keys, n);
-    free(b);
-    return st;
+    return load(path, NULL, NULL, keys, n);
 }
 
 /* Write text to the temporary file tmp (PATH.tmp.PID) that becomes path. A failed write (a

@@ -142,6 +142,15 @@ static sl_status begin(sl_ring *r, coll *c, uint32_t tensor) {
     return SL_OK;
 }
 
+/* begin() for a collective that moves plain bytes (broadcast, allgather, barrier). */
+static sl_status begin_bytes(sl_ring *r, coll *c, uint32_t tensor) {
+    sl_status s = begin(r, c, tensor);
+    if (s) return s;
+    c->dtype = SL_DT_U8;
+    c->esz = c->wsz = 1;
+    return SL_OK;
+}
+
 static size_t seg_off(size_t count, int n, int i) {
     size_t base = count / (size_t)n, rem = count % (size_t)n;
     return (size_t)i * base + ((size_t)i < rem ? (size_t)i : rem);
@@ -271,10 +280,8 @@ sl_status sl_ring_broadcast(sl_ring *r, void *buf, size_t len, int root, uint32_
         return sl_err(SL_EINVAL, "ring broadcast: root %d is not a rank (0..%d)", root, sl_tp_size(r->tp) - 1);
     if (len && !buf) return sl_err(SL_EINVAL, "ring broadcast: NULL buffer");
     coll c;
-    sl_status s = begin(r, &c, tensor);
+    sl_status s = begin_bytes(r, &c, tensor);
     if (s) return s;
-    c.dtype = SL_DT_U8;
-    c.esz = c.wsz = 1;
     if (c.n == 1 || len == 0) return SL_OK;
     size_t chunk = r->chunk_bytes;
     for (size_t k = 0; k < len; k += chunk) {
@@ -296,10 +303,8 @@ sl_status sl_ring_broadcast(sl_ring *r, void *buf, size_t len, int root, uint32_
 sl_status sl_ring_allgather(sl_ring *r, void *all, size_t len, uint32_t tensor) {
     if (len && !all) return sl_err(SL_EINVAL, "ring allgather: NULL buffer");
     coll c;
-    sl_status s = begin(r, &c, tensor);
+    sl_status s = begin_bytes(r, &c, tensor);
     if (s) return s;
-    c.dtype = SL_DT_U8;
-    c.esz = c.wsz = 1;
     int n = c.n, me = c.me;
     if (n == 1 || len == 0) return SL_OK;
     char *b = all;
@@ -379,10 +384,8 @@ sl_status sl_ring_allreduce_compressed(sl_ring *r, sl_compress_ef *ef, float *bu
 
 sl_status sl_ring_barrier(sl_ring *r) {
     coll c;
-    sl_status s = begin(r, &c, 0);
+    sl_status s = begin_bytes(r, &c, 0);
     if (s) return s;
-    c.dtype = SL_DT_U8;
-    c.esz = c.wsz = 1;
     if (c.n == 1) return SL_OK;
     sl_msg_hdr h = {.type = SL_MSG_BARRIER, .dtype = SL_DT_U8, .step = c.seq};
     const void *data;

@@ -255,6 +255,29 @@ static inline sl_status read_len(const scan *s, const uint8_t **pp, const uint8_
     return SL_OK;
 }
 
+/* One field of a message: next_tag fills its tag, read_body (wire type 2 only) its bytes. */
+typedef struct field {
+    const uint8_t *at;   /* the tag's first byte: errors about the field point here */
+    uint32_t num;        /* the field number */
+    unsigned wt;         /* the wire type */
+    const uint8_t *body; /* read_body: the value's bytes, [body, body + len) */
+    size_t len;
+} field;
+
+/* The tag of the field at *pp; *pp moves past it, to the value. */
+static inline sl_status next_tag(const scan *s, const uint8_t **pp, const uint8_t *end, field *f) {
+    f->at = *pp;
+    return read_tag(s, pp, end, &f->num, &f->wt);
+}
+
+/* The length prefix of a length-delimited field's value and the bytes it covers; *pp moves
+ * past them. */
+static inline sl_status read_body(const scan *s, const uint8_t **pp, const uint8_t *end, field *f) {
+    f->body = NULL;
+    f->len = 0;
+    return read_len(s, pp, end, &f->body, &f->len);
+}
+
 static sl_status skip_field(const scan *s, const uint8_t **pp, const uint8_t *end,
                             const uint8_t *tag_at, unsigned wt) {
     uint64_t v;
@@ -284,51 +307,30 @@ static sl_status wrong_wt(const scan *s, const uint8_t *tag_at, const char *what
 
 /* ---- the scanner: validates and counts ---------------------------------------------- */
 
-static sl_status scan_bytes_list(const scan *s, const uint8_t *p, const uint8_t *end, size_t *count) {
-    size_t c = 0;
-    sl_status st;
-    while (p < end) {
-        const uint8_t *at = p, *b = NULL;
-        uint32_t field;
-        unsigned wt;
-        size_t n = 0;
-        if ((st = read_tag(s, &p, end, &field, &wt))) return st;
-        if (field == 1) {
-            if (wt != WT_LEN) return wrong_wt(s, at, "BytesList.value", wt, WT_LEN);
-            if ((st = read_len(s, &p, end, &b, &n))) return st;
-            c++;
-        } else if ((st = skip_field(s, &p, end, at, wt))) {
-            return st;
-        }
-    }
-    *count = c;
+/* The value fields of a list (field 1, tag f) are counted by one of these, into *c. */
+static inline sl_status count_bytes(const scan *s, field *f, const uint8_t **pp, const uint8_t *end,
+                                    size_t *c) {
+    if (f->wt != WT_LEN) return wrong_wt(s, f->at, "BytesList.value", f->wt, WT_LEN);
+    sl_status st = read_body(s, pp, end, f);
+    if (st) return st;
+    (*c)++;
     return SL_OK;
 }
 
-static sl_status scan_float_list(const scan *s, const uint8_t *p, const uint8_t *end, size_t *count) {
-    size_t c = 0;
+static inline sl_status count_floats(const scan *s, field *f, const uint8_t **pp, const uint8_t *end,
+                                     size_t *c) {
     sl_status st;
-    while (p < end) {
-        const uint8_t *at = p, *b = NULL;
-        uint32_t field;
-        unsigned wt;
-        size_t n = 0;
-        if ((st = read_tag(s, &p, end, &field, &wt))) return st;
-        if (field != 1) {
-            if ((st = skip_field(s, &p, end, at, wt))) return st;
-        } else if (wt == WT_LEN) {
-            if ((st = read_len(s, &p, end, &b, &n))) return st;
-            if (n % 4) return corrupt(s, at, "packed FloatList of %zu bytes, not a multiple of 4", n);
-            c += n / 4;
-        } else if (wt == WT_I32) {
-            if (end - p < 4) return corrupt(s, p, "truncated fixed32 (%zu bytes left)", (size_t)(end - p));
-            p += 4;
-            c++;
-        } else {
-            return corrupt(s, at, "FloatList.value has wire type %u, expected 2 or 5", wt);
-        }
+    if (f->wt == WT_LEN) {
+        if ((st = read_body(s, pp, end, f))) return st;
+        if (f->len % 4) return corrupt(s, f->at, "packed FloatList of %zu bytes, not a multiple of 4", f->len);
+        *c += f->len / 4;
+    } else if (f->wt == WT_I32) {
+        if (end - *pp < 4) return corrupt(s, *pp, "truncated fixed32 (%zu bytes left)", (size_t)(end - *pp));
+        *pp += 4;
+        (*c)++;
+    } else {
+        return corrupt(s, f->at, "FloatList.value has wire type %u, expected 2 or 5", f->wt);
     }
-    *count = c;
     return SL_OK;
 }
 
@@ -350,26 +352,39 @@ static sl_status count_packed_varints(const scan *s, const uint8_t *p, const uin
     return SL_OK;
 }
 
-static sl_status scan_int64_list(const scan *s, const uint8_t *p, const uint8_t *end, size_t *count) {
+static inline sl_status count_int64s(const scan *s, field *f, const uint8_t **pp, const uint8_t *end,
+                                     size_t *c) {
+    uint64_t v;
+    sl_status st;
+    if (f->wt == WT_LEN) {
+        if ((st = read_body(s, pp, end, f))) return st;
+        return count_packed_varints(s, f->body, f->body + f->len, c);
+    }
+    if (f->wt != WT_VARINT)
+        return corrupt(s, f->at, "Int64List.value has wire type %u, expected 2 or 0", f->wt);
+    if ((st = read_varint(s, pp, end, &v))) return st;
+    (*c)++;
+    return SL_OK;
+}
+
+/* A BytesList, FloatList or Int64List (kind) in [p, end): validated, its values counted.
+ * Forced inline, with a constant kind at each call, so each kind gets a loop of its own, as
+ * three written out would be: this runs for every list of every record. */
+static inline __attribute__((always_inline)) sl_status scan_list(const scan *s, sl_feat_kind kind,
+                                                                 const uint8_t *p, const uint8_t *end,
+                                                                 size_t *count) {
     size_t c = 0;
     sl_status st;
     while (p < end) {
-        const uint8_t *at = p, *b = NULL;
-        uint32_t field;
-        unsigned wt;
-        size_t n = 0;
-        uint64_t v;
-        if ((st = read_tag(s, &p, end, &field, &wt))) return st;
-        if (field != 1) {
-            if ((st = skip_field(s, &p, end, at, wt))) return st;
-        } else if (wt == WT_LEN) {
-            if ((st = read_len(s, &p, end, &b, &n))) return st;
-            if ((st = count_packed_varints(s, b, b + n, &c))) return st;
-        } else if (wt == WT_VARINT) {
-            if ((st = read_varint(s, &p, end, &v))) return st;
-            c++;
-        } else {
-            return corrupt(s, at, "Int64List.value has wire type %u, expected 2 or 0", wt);
+        field f;
+        if ((st = next_tag(s, &p, end, &f))) return st;
+        if (f.num == 1) {
+            if (kind == SL_FEAT_BYTES) st = count_bytes(s, &f, &p, end, &c);
+            else if (kind == SL_FEAT_FLOAT) st = count_floats(s, &f, &p, end, &c);
+            else st = count_int64s(s, &f, &p, end, &c);
+            if (st) return st;
+        } else if ((st = skip_field(s, &p, end, f.at, f.wt))) {
+            return st;
         }
     }
     *count = c;
@@ -391,24 +406,23 @@ static sl_status scan_feature(const scan *s, const uint8_t *p, const uint8_t *en
     sl_status st;
     fs->kind = SL_FEAT_NONE;
     while (p < end) {
-        const uint8_t *at = p, *b = NULL;
-        uint32_t field;
-        unsigned wt;
-        size_t n = 0, c = 0;
-        if ((st = read_tag(s, &p, end, &field, &wt))) return st;
-        if (field < 1 || field > 3) {
-            if ((st = skip_field(s, &p, end, at, wt))) return st;
+        field f;
+        size_t c = 0;
+        if ((st = next_tag(s, &p, end, &f))) return st;
+        if (f.num < 1 || f.num > 3) {
+            if ((st = skip_field(s, &p, end, f.at, f.wt))) return st;
             continue;
         }
-        if (wt != WT_LEN) return wrong_wt(s, at, kind_field_names[field], wt, WT_LEN);
-        if ((st = read_len(s, &p, end, &b, &n))) return st;
-        if (field == 1) st = scan_bytes_list(s, b, b + n, &c);
-        else if (field == 2) st = scan_float_list(s, b, b + n, &c);
-        else st = scan_int64_list(s, b, b + n, &c);
+        if (f.wt != WT_LEN) return wrong_wt(s, f.at, kind_field_names[f.num], f.wt, WT_LEN);
+        if ((st = read_body(s, &p, end, &f))) return st;
+        const uint8_t *b = f.body, *e = f.body + f.len;
+        if (f.num == 1) st = scan_list(s, SL_FEAT_BYTES, b, e, &c);
+        else if (f.num == 2) st = scan_list(s, SL_FEAT_FLOAT, b, e, &c);
+        else st = scan_list(s, SL_FEAT_INT64, b, e, &c);
         if (st) return st;
-        fs->kind = (sl_feat_kind)field;
+        fs->kind = (sl_feat_kind)f.num;
         fs->body = b;
-        fs->body_len = n;
+        fs->body_len = f.len;
         fs->count = c;
     }
     return SL_OK;
@@ -422,29 +436,26 @@ static sl_status scan_entry(const scan *s, sl_example *ex, const uint8_t *p, con
     bool first_empty = false;
     sl_status st;
     while (p < end) {
-        const uint8_t *at = p, *b = NULL;
-        uint32_t field;
-        unsigned wt;
-        size_t n = 0;
-        if ((st = read_tag(s, &p, end, &field, &wt))) return st;
-        if (field == 1) {
-            if (wt != WT_LEN) return wrong_wt(s, at, "map entry key", wt, WT_LEN);
+        field f;
+        if ((st = next_tag(s, &p, end, &f))) return st;
+        if (f.num == 1) {
+            if (f.wt != WT_LEN) return wrong_wt(s, f.at, "map entry key", f.wt, WT_LEN);
             if ((st = read_len(s, &p, end, &key, &klen))) return st;
-        } else if (field == 2) {
+        } else if (f.num == 2) {
             feat_state fs;
-            if (wt != WT_LEN) return wrong_wt(s, at, "map entry value", wt, WT_LEN);
-            if ((st = read_len(s, &p, end, &b, &n))) return st;
-            if ((st = scan_feature(s, b, b + n, &fs))) return st;
+            if (f.wt != WT_LEN) return wrong_wt(s, f.at, "map entry value", f.wt, WT_LEN);
+            if ((st = read_body(s, &p, end, &f))) return st;
+            if ((st = scan_feature(s, f.body, f.body + f.len, &fs))) return st;
             nval++;
             if (fs.kind != SL_FEAT_NONE) {
                 acc = fs;
             } else if (nval == 1) {
                 first_empty = true;
             } else if (nval == 2 && first_empty) {
-                return corrupt(s, at, "map entry holds two Features without a kind (protobuf-c, "
-                                      "the reference decoder, cannot merge them)");
+                return corrupt(s, f.at, "map entry holds two Features without a kind (protobuf-c, "
+                                        "the reference decoder, cannot merge them)");
             }
-        } else if ((st = skip_field(s, &p, end, at, wt))) {
+        } else if ((st = skip_field(s, &p, end, f.at, f.wt))) {
             return st;
         }
     }
@@ -461,16 +472,13 @@ static sl_status scan_entry(const scan *s, sl_example *ex, const uint8_t *p, con
 static sl_status scan_features(const scan *s, sl_example *ex, const uint8_t *p, const uint8_t *end) {
     sl_status st;
     while (p < end) {
-        const uint8_t *at = p, *b = NULL;
-        uint32_t field;
-        unsigned wt;
-        size_t n = 0;
-        if ((st = read_tag(s, &p, end, &field, &wt))) return st;
-        if (field == 1) {
-            if (wt != WT_LEN) return wrong_wt(s, at, "Features.feature", wt, WT_LEN);
-            if ((st = read_len(s, &p, end, &b, &n))) return st;
-            if ((st = scan_entry(s, ex, b, b + n))) return st;
-        } else if ((st = skip_field(s, &p, end, at, wt))) {
+        field f;
+        if ((st = next_tag(s, &p, end, &f))) return st;
+        if (f.num == 1) {
+            if (f.wt != WT_LEN) return wrong_wt(s, f.at, "Features.feature", f.wt, WT_LEN);
+            if ((st = read_body(s, &p, end, &f))) return st;
+            if ((st = scan_entry(s, ex, f.body, f.body + f.len))) return st;
+        } else if ((st = skip_field(s, &p, end, f.at, f.wt))) {
             return st;
         }
     }
@@ -485,20 +493,17 @@ sl_status sl_example_parse(sl_example *ex, const uint8_t *data, size_t len) {
     bool present = false;
     sl_status st = SL_OK;
     while (p < end) {
-        const uint8_t *at = p, *b = NULL;
-        uint32_t field;
-        unsigned wt;
-        size_t n = 0;
-        if ((st = read_tag(&s, &p, end, &field, &wt))) goto fail;
-        if (field == 1) {
-            if (wt != WT_LEN) {
-                st = wrong_wt(&s, at, "Example.features", wt, WT_LEN);
+        field f;
+        if ((st = next_tag(&s, &p, end, &f))) goto fail;
+        if (f.num == 1) {
+            if (f.wt != WT_LEN) {
+                st = wrong_wt(&s, f.at, "Example.features", f.wt, WT_LEN);
                 goto fail;
             }
-            if ((st = read_len(&s, &p, end, &b, &n))) goto fail;
-            if ((st = scan_features(&s, ex, b, b + n))) goto fail;
+            if ((st = read_body(&s, &p, end, &f))) goto fail;
+            if ((st = scan_features(&s, ex, f.body, f.body + f.len))) goto fail;
             present = true;
-        } else if ((st = skip_field(&s, &p, end, at, wt))) {
+        } else if ((st = skip_field(&s, &p, end, f.at, f.wt))) {
             goto fail;
         }
     }
@@ -518,92 +523,88 @@ static sl_status overflow(const scan *s, const uint8_t *at) {
     return corrupt(s, at, "list holds more values than counted");
 }
 
-sl_status sl__fast_floats(const sl_feature *f, float *out) {
-    scan s = {f->body};
-    const uint8_t *p = f->body, *end = f->body + f->body_len;
-    size_t i = 0, cap = f->count;
+/* The value fields of a list (field 1, tag f) go to one of these, *i values stored so far;
+ * another wire type (never in a body the scanner accepted) is skipped like an unknown field. */
+static inline sl_status put_floats(const scan *s, field *f, const uint8_t **pp, const uint8_t *end,
+                                   float *out, size_t *i, size_t cap) {
     sl_status st;
-    while (p < end) {
-        const uint8_t *at = p, *b = NULL;
-        uint32_t field;
-        unsigned wt;
-        size_t n = 0;
-        if ((st = read_tag(&s, &p, end, &field, &wt))) return st;
-        if (field == 1 && wt == WT_LEN) {
-            if ((st = read_len(&s, &p, end, &b, &n))) return st;
-            if (n / 4 > cap - i) return overflow(&s, at);
+    if (f->wt == WT_LEN) {
+        if ((st = read_body(s, pp, end, f))) return st;
+        const uint8_t *b = f->body;
+        size_t n = f->len / 4;
+        if (n > cap - *i) return overflow(s, f->at);
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
-            for (size_t k = 0; k < n / 4; k++) {
-                uint32_t u = sl_load_le32(b + 4 * k);
-                memcpy(&out[i + k], &u, 4);
-            }
+        for (size_t k = 0; k < n; k++) {
+            uint32_t u = sl_load_le32(b + 4 * k);
+            memcpy(&out[*i + k], &u, 4);
+        }
 #else
-            if (n) memcpy(out + i, b, n / 4 * 4);
+        if (n) memcpy(out + *i, b, n * 4);
 #endif
-            i += n / 4;
-        } else if (field == 1 && wt == WT_I32) {
-            if (end - p < 4) return corrupt(&s, p, "truncated fixed32");
-            if (i == cap) return overflow(&s, at);
-            uint32_t u = sl_load_le32(p);
-            memcpy(&out[i++], &u, 4);
-            p += 4;
-        } else if ((st = skip_field(&s, &p, end, at, wt))) {
-            return st;
+        *i += n;
+        return SL_OK;
+    }
+    if (f->wt != WT_I32) return skip_field(s, pp, end, f->at, f->wt);
+    if (end - *pp < 4) return corrupt(s, *pp, "truncated fixed32");
+    if (*i == cap) return overflow(s, f->at);
+    uint32_t u = sl_load_le32(*pp);
+    memcpy(&out[(*i)++], &u, 4);
+    *pp += 4;
+    return SL_OK;
+}
+
+static inline sl_status put_int64s(const scan *s, field *f, const uint8_t **pp, const uint8_t *end,
+                                   int64_t *out, size_t *i, size_t cap) {
+    sl_status st;
+    uint64_t v;
+    if (f->wt == WT_LEN) {
+        if ((st = read_body(s, pp, end, f))) return st;
+        const uint8_t *q = f->body, *qe = f->body + f->len;
+        while (q < qe) {
+            if (*i == cap) return overflow(s, q);
+            if ((st = read_varint(s, &q, qe, &v))) return st;
+            out[(*i)++] = (int64_t)v;
         }
+        return SL_OK;
+    }
+    if (f->wt != WT_VARINT) return skip_field(s, pp, end, f->at, f->wt);
+    if (*i == cap) return overflow(s, f->at);
+    if ((st = read_varint(s, pp, end, &v))) return st;
+    out[(*i)++] = (int64_t)v;
+    return SL_OK;
+}
+
+static inline sl_status put_bytes(const scan *s, field *f, const uint8_t **pp, const uint8_t *end,
+                                  sl_bytes *out, size_t *i, size_t cap) {
+    if (f->wt != WT_LEN) return skip_field(s, pp, end, f->at, f->wt);
+    sl_status st = read_body(s, pp, end, f);
+    if (st) return st;
+    if (*i == cap) return overflow(s, f->at);
+    out[*i].ptr = f->body;
+    out[(*i)++].len = f->len;
+    return SL_OK;
+}
+
+/* The list body of fe, its values decoded as `kind` into out (room for fe->count); forced
+ * inline like scan_list, so each of the three callers below has its own loop. */
+static inline __attribute__((always_inline)) sl_status fast_list(const sl_feature *fe, sl_feat_kind kind,
+                                                                 void *out) {
+    scan s = {fe->body};
+    const uint8_t *p = fe->body, *end = fe->body + fe->body_len;
+    size_t i = 0, cap = fe->count;
+    sl_status st;
+    while (p < end) {
+        field f;
+        if ((st = next_tag(&s, &p, end, &f))) return st;
+        if (f.num != 1) st = skip_field(&s, &p, end, f.at, f.wt);
+        else if (kind == SL_FEAT_FLOAT) st = put_floats(&s, &f, &p, end, out, &i, cap);
+        else if (kind == SL_FEAT_INT64) st = put_int64s(&s, &f, &p, end, out, &i, cap);
+        else st = put_bytes(&s, &f, &p, end, out, &i, cap);
+        if (st) return st;
     }
     return i == cap ? SL_OK : corrupt(&s, end, "list holds fewer values than counted");
 }
 
-sl_status sl__fast_int64s(const sl_feature *f, int64_t *out) {
-    scan s = {f->body};
-    const uint8_t *p = f->body, *end = f->body + f->body_len;
-    size_t i = 0, cap = f->count;
-    sl_status st;
-    while (p < end) {
-        const uint8_t *at = p, *b = NULL;
-        uint32_t field;
-        unsigned wt;
-        size_t n = 0;
-        uint64_t v;
-        if ((st = read_tag(&s, &p, end, &field, &wt))) return st;
-        if (field == 1 && wt == WT_LEN) {
-            if ((st = read_len(&s, &p, end, &b, &n))) return st;
-            const uint8_t *q = b, *qe = b + n;
-            while (q < qe) {
-                if (i == cap) return overflow(&s, q);
-                if ((st = read_varint(&s, &q, qe, &v))) return st;
-                out[i++] = (int64_t)v;
-            }
-        } else if (field == 1 && wt == WT_VARINT) {
-            if (i == cap) return overflow(&s, at);
-            if ((st = read_varint(&s, &p, end, &v))) return st;
-            out[i++] = (int64_t)v;
-        } else if ((st = skip_field(&s, &p, end, at, wt))) {
-            return st;
-        }
-    }
-    return i == cap ? SL_OK : corrupt(&s, end, "list holds fewer values than counted");
-}
-
-sl_status sl__fast_bytes(const sl_feature *f, sl_bytes *out) {
-    scan s = {f->body};
-    const uint8_t *p = f->body, *end = f->body + f->body_len;
-    size_t i = 0, cap = f->count;
-    sl_status st;
-    while (p < end) {
-        const uint8_t *at = p, *b = NULL;
-        uint32_t field;
-        unsigned wt;
-        size_t n = 0;
-        if ((st = read_tag(&s, &p, end, &field, &wt))) return st;
-        if (field == 1 && wt == WT_LEN) {
-            if ((st = read_len(&s, &p, end, &b, &n))) return st;
-            if (i == cap) return overflow(&s, at);
-            out[i].ptr = b;
-            out[i++].len = n;
-        } else if ((st = skip_field(&s, &p, end, at, wt))) {
-            return st;
-        }
-    }
-    return i == cap ? SL_OK : corrupt(&s, end, "list holds fewer values than counted");
-}
+sl_status sl__fast_floats(const sl_feature *f, float *out) { return fast_list(f, SL_FEAT_FLOAT, out); }
+sl_status sl__fast_int64s(const sl_feature *f, int64_t *out) { return fast_list(f, SL_FEAT_INT64, out); }
+sl_status sl__fast_bytes(const sl_feature *f, sl_bytes *out) { return fast_list(f, SL_FEAT_BYTES, out); }

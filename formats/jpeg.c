@@ -288,13 +288,19 @@ static sl_status check_size(const sl_jpeg_decoder *d, const sl_jpeg_info *info) 
 
 /* ---- header ---------------------------------------------------------------------- */
 
+/* The libjpeg decompressor, its error manager readied for the call about to be made
+ * (warnings fatal unless lenient, none seen yet); the caller then takes the setjmp. */
+static struct jpeg_decompress_struct *libjpeg_begin(sl_jpeg_decoder *d) {
+    d->jerr.strict = !d->lenient;
+    d->jerr.warned = 0;
+    return &d->cinfo;
+}
+
 /* libjpeg's header reader, for files TurboJPEG 2.1 refuses to describe (subsampling it has
  * no TJSAMP_* name for, e.g. 3x1). Only called after TurboJPEG failed. */
 static sl_status header_libjpeg(sl_jpeg_decoder *d, const uint8_t *data, size_t len,
                                 sl_jpeg_info *out) {
-    struct jpeg_decompress_struct *ci = &d->cinfo;
-    d->jerr.strict = !d->lenient;
-    d->jerr.warned = 0;
+    struct jpeg_decompress_struct *ci = libjpeg_begin(d);
     if (setjmp(d->jerr.jb)) {
         jpeg_abort_decompress(ci);
         return sl_err(SL_ECORRUPT, "jpeg: bad header: %s", d->jerr.msg);
@@ -400,9 +406,7 @@ int sl_jpeg_pick_scale(int w, int h, int target_w, int target_h) {
 static sl_status crop_libjpeg(sl_jpeg_decoder *d, const uint8_t *data, size_t len, int channels,
                               int num, int x, int y, int w, int h, uint8_t *out, const uint8_t **view,
                               size_t *view_stride) {
-    struct jpeg_decompress_struct *ci = &d->cinfo;
-    d->jerr.strict = !d->lenient;
-    d->jerr.warned = 0;
+    struct jpeg_decompress_struct *ci = libjpeg_begin(d);
     if (setjmp(d->jerr.jb)) {
         jpeg_abort_decompress(ci);
         sl_err(SL_ECORRUPT, "jpeg: decode failed: %s", d->jerr.msg);
@@ -500,6 +504,15 @@ static sl_status crop_libjpeg(sl_jpeg_decoder *d, const uint8_t *data, size_t le
 
 /* ---- public decodes --------------------------------------------------------------- */
 
+/* Has out (cap bytes) room for the w x h pixels of `channels` channels a decode makes? */
+static sl_status check_out(const uint8_t *out, size_t cap, int w, int h, int channels, const char *what) {
+    size_t need = (size_t)w * (size_t)h * (size_t)channels;
+    if (!out || cap < need)
+        return sl_err(SL_ERANGE, "jpeg: %s needs %zu bytes (%dx%dx%d), buffer has %zu", what, need, w, h,
+                      channels, out ? cap : 0);
+    return SL_OK;
+}
+
 /* What both decodes check first: the arguments, the header, the size limit; then the size
  * of the image at scale_num / 8 in *sw x *sh. */
 static sl_status decode_start(sl_jpeg_decoder *d, const uint8_t *data, size_t len, int channels,
@@ -524,12 +537,8 @@ sl_status sl_jpeg_decode(sl_jpeg_decoder *d, const uint8_t *data, size_t len, in
     sl_jpeg_info info;
     int sw, sh;
     sl_status s = decode_start(d, data, len, channels, scale_num, &info, &sw, &sh);
-    if (s)
+    if (s || (s = check_out(out, cap, sw, sh, channels, "output")))
         return s;
-    size_t need = (size_t)sw * (size_t)sh * (size_t)channels;
-    if (!out || cap < need)
-        return sl_err(SL_ERANGE, "jpeg: output needs %zu bytes (%dx%dx%d), buffer has %zu",
-                      need, sw, sh, channels, out ? cap : 0);
 
     if (info.subsamp < 0 || tj_picks(d, info.width, info.height, scale_num) != scale_num) {
         s = crop_libjpeg(d, data, len, channels, scale_num, 0, 0, sw, sh, out, NULL, NULL);
@@ -576,12 +585,8 @@ sl_status sl_jpeg_decode_crop(sl_jpeg_decoder *d, const uint8_t *data, size_t le
                               size_t cap) {
     sl_jpeg_info info;
     sl_status s = crop_start(d, data, len, channels, scale_num, x, y, w, h, &info);
-    if (s)
+    if (s || (s = check_out(out, cap, w, h, channels, "crop output")))
         return s;
-    size_t need = (size_t)w * (size_t)h * (size_t)channels;
-    if (!out || cap < need)
-        return sl_err(SL_ERANGE, "jpeg: crop output needs %zu bytes (%dx%dx%d), buffer has %zu",
-                      need, w, h, channels, out ? cap : 0);
     return crop_libjpeg(d, data, len, channels, scale_num, x, y, w, h, out, NULL, NULL);
 }
 

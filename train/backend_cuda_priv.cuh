@@ -1,7 +1,9 @@
 // Private to train/backend_cuda*.cu: the CUDA backend's state and the helpers every op
-// uses (the checking macros CK/CKB/CK_LAUNCH, ENTER, grid-stride loops), and the ops that
-// live outside backend_cuda.cu. backend_cuda.cu holds the backend's table and calls into
-// backend_cuda_conv.cu (convolution and pooling), never the other way.
+// uses (the checking macros CK/CKB/CK_LAUNCH, ENTER, grid-stride loops, the scratch
+// buffer), and the ops that live outside backend_cuda.cu. backend_cuda.cu holds the
+// backend's table and calls into backend_cuda_conv.cu (convolution and pooling),
+// backend_cuda_reduce.cu (column reductions), backend_cuda_loss.cu (softmax cross-entropy)
+// and backend_cuda_optim.cu (optimizer steps), never the other way.
 #ifndef SLUICE_TRAIN_BACKEND_CUDA_PRIV_CUH
 #define SLUICE_TRAIN_BACKEND_CUDA_PRIV_CUH
 
@@ -96,6 +98,26 @@ static inline unsigned grid_for(size_t n) {
 #define GRID_STRIDE(i, n) \
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < (n); i += (size_t)blockDim.x * gridDim.x)
 
+// A device buffer (*buf, *cap bytes) of at least `bytes`, grown by doubling.
+static inline sl_status grow_device(void **buf, size_t *cap_io, size_t bytes) {
+    if (bytes <= *cap_io) return SL_OK;
+    size_t cap = *cap_io ? *cap_io : 4096;
+    while (cap < bytes) cap *= 2;
+    if (*buf) {
+        // cudaFree waits for the device, so queued users of the old buffer are done.
+        CK(cudaFree(*buf));
+        *buf = NULL;
+        *cap_io = 0;
+    }
+    CK(cudaMalloc(buf, cap));
+    *cap_io = cap;
+    return SL_OK;
+}
+
+static inline sl_status ensure_scratch(cuda_backend *cb, size_t bytes) {
+    return grow_device(&cb->scratch, &cb->scratch_cap, bytes);
+}
+
 // ---- convolution and pooling (backend_cuda_conv.cu): the sl_backend_ops of the same
 // names (train/backend.h) ----
 
@@ -113,5 +135,34 @@ sl_status sl__cu_avgpool_backward(sl_backend *b, const float *dy, int n, int h, 
                                   int pad_top, int pad_left, int oh, int ow, float *dx);
 sl_status sl__cu_gap_forward(sl_backend *b, const float *x, int n, int hw, int c, float *y);
 sl_status sl__cu_gap_backward(sl_backend *b, const float *dy, int n, int hw, int c, float *dx);
+
+// ---- column reductions (backend_cuda_reduce.cu) ----
+
+sl_status sl__cu_bias_grad(sl_backend *b, float *db, const float *dy, size_t rows, size_t cols);
+sl_status sl__cu_batchnorm_forward(sl_backend *b, const float *x, float *y, size_t rows, int c,
+                                   const float *gamma, const float *beta, float *running_mean, float *running_var,
+                                   float momentum, float eps, bool training, float *save_mean,
+                                   float *save_invstd);
+sl_status sl__cu_batchnorm_backward(sl_backend *b, const float *x, const float *dy, size_t rows, int c,
+                                    const float *gamma, const float *save_mean, const float *save_invstd,
+                                    float *dx, float *dgamma, float *dbeta);
+
+// ---- softmax cross-entropy (backend_cuda_loss.cu) ----
+
+sl_status sl__cu_softmax_xent_start(sl_backend *b, const float *logits, const int32_t *labels, int n, int k,
+                                    float smoothing, float grad_scale, float *dlogits);
+sl_status sl__cu_softmax_xent_result(sl_backend *b, double *loss_sum_host, int64_t *correct_host,
+                                     int64_t *top5_host);
+sl_status sl__cu_softmax_xent(sl_backend *b, const float *logits, const int32_t *labels, int n, int k,
+                              float smoothing, float grad_scale, float *dlogits, double *loss_sum_host,
+                              int64_t *correct_host, int64_t *top5_host);
+
+// ---- optimizer steps and the sum of squares (backend_cuda_optim.cu) ----
+
+sl_status sl__cu_sgd_step(sl_backend *b, float *p, const float *g, float *vel, size_t n, float lr,
+                          float momentum, bool nesterov, float weight_decay);
+sl_status sl__cu_adam_step(sl_backend *b, float *p, const float *g, float *m, float *v, size_t n, float lr,
+                           float beta1, float beta2, float eps, float weight_decay, bool decoupled, int64_t t);
+sl_status sl__cu_sum_squares(sl_backend *b, const float *x, size_t n, double *out_host);
 
 #endif
