@@ -14,8 +14,11 @@
 
 #include "sluice/config.h"
 #include "sluice/job.h"
+#include "sluice/log.h"
 #include "tool.h"
 #include "tool_train.h"
+
+extern char **environ;
 
 static const char *PROG = "sluice-train";
 
@@ -93,6 +96,12 @@ int main(int argc, char **argv) {
         goto done;
     }
     jo.device = (int)device;
+    jo.envp = (const char *const *)environ; /* the cluster, the job id, the local rank */
+    const char *gemm = getenv("SLUICE_CPU_GEMM"); /* the CPU backend's GEMM (sluice/model.h sl_cpu_gemm) */
+    if (gemm && *gemm && sl_cpu_gemm_parse(gemm, &jo.cpu_gemm)) {
+        SL_WARN("SLUICE_CPU_GEMM=%s is none of auto, blas, avx512: auto", gemm);
+        sl_err_clear();
+    }
     jo.console = quiet ? NULL : stdout;
     jo.progress = !quiet && isatty(STDOUT_FILENO);
     const char *term = getenv("TERM"); /* a terminal that takes no escape sequences */

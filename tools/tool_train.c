@@ -171,16 +171,17 @@ static void put_quoted(FILE *f, const char *a) {
 
 /* After a stop request: where the run stopped, what was saved, and the command that
  * resumes it (this command without --overwrite, with --resume; under sluice-launch inside
- * the launch command that starts the whole job). Lockstep replicas all stop at the same
- * step, also those that got no signal themselves (the summary names the replica that did).
+ * the launch command that starts the whole job). Replicas that stop together (ring, ps sync)
+ * all stop at one step, also those that got no signal themselves (the summary names the
+ * replica that did).
  * Returns the exit status: 128 + the signal that stopped the run. */
 static int report_train_stop(const char *prog, const sl_job_result *r, int argc, char **argv) {
     const sl_train_summary *sum = &r->summary;
-    bool is_chief = r->is_chief, lockstep = r->lockstep;
+    bool is_chief = r->is_chief, together = r->stop_together;
     int sig = sl__train_stop ? (int)sl__train_stop : sum->stop_value;
     const char *name = sig == SIGTERM ? "SIGTERM" : "SIGINT (Ctrl-C)";
     char who[96] = "";
-    if (lockstep) {
+    if (together) {
         if (!sl__train_stop) /* the signal reached another replica */
             snprintf(who, sizeof who, " (rank %d got it; every replica stops at this step)", sum->stop_rank);
         else
@@ -197,7 +198,7 @@ static int report_train_stop(const char *prog, const sl_job_result *r, int argc,
         const char *world = getenv("SLUICE_WORLD"), *nps = getenv("SLUICE_NUM_PS"), *pb = getenv("SLUICE_PORT_BASE");
         bool launched = world && getenv("SLUICE_TASK");
         /* replicas started otherwise (TF_CONFIG, a cluster block, Slurm) each run it */
-        fputs(lockstep && !launched ? "---> HINT: resume with (on every replica): " : "---> HINT: resume with: ", stderr);
+        fputs(together && !launched ? "---> HINT: resume with (on every replica): " : "---> HINT: resume with: ", stderr);
         if (launched) {
             fprintf(stderr, "sluice-launch -n %s", world);
             if (nps && atoi(nps) > 0) fprintf(stderr, " --ps %s", nps);

@@ -16,10 +16,11 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "sluice/file.h"
 #include "sluice/safetensors.h"
 #include "sluice/strategy.h"
 #include "sluice/train.h"
-#include "train/model_priv.h"
+#include "train/internal.h"
 
 #define CKPT_PREFIX "ckpt-"
 #define CKPT_SUFFIX ".safetensors"
@@ -447,24 +448,6 @@ void sl_train_free_list(char **list, int n) {
     free(list);
 }
 
-sl_status sl__make_dirs(const char *path, const char *what) {
-    char buf[1100];
-    size_t n = strlen(path);
-    if (n == 0 || n >= sizeof buf) return sl_err(SL_EINVAL, "%s '%s': empty or too long", what, path);
-    memcpy(buf, path, n + 1);
-    for (size_t i = 1; i <= n; i++) {
-        if (buf[i] != '/' && buf[i] != 0) continue;
-        char c = buf[i];
-        buf[i] = 0;
-        if (mkdir(buf, 0777) != 0 && errno != EEXIST)
-            return sl_err(SL_EIO, "cannot create %s %s: %s", what, buf, strerror(errno));
-        buf[i] = c;
-    }
-    struct stat sb;
-    if (stat(path, &sb) != 0 || !S_ISDIR(sb.st_mode)) return sl_err(SL_EIO, "%s %s is not a directory", what, path);
-    return SL_OK;
-}
-
 /* ---- run folders --------------------------------------------------------------------- */
 
 typedef struct {
@@ -501,6 +484,26 @@ static sl_status pl_numbered(pathlist *l, const char *dir, const char *prefix, c
     return s;
 }
 
+/* Is name dir_prefix followed by digits only (ps-0, replica-12)? */
+static bool numbered_dir(const char *name, const char *dir_prefix) {
+    size_t n = strlen(dir_prefix);
+    return strncmp(name, dir_prefix, n) == 0 && name[n] >= '0' && name[n] <= '9' &&
+           strspn(name + n, "0123456789") == strlen(name + n);
+}
+
+/* Append the numbered files PREFIX*.safetensors of the folder run_dir/name (none when it is
+ * not a folder) to l, adding their count to *count. */
+static sl_status pl_numbered_sub(pathlist *l, const char *run_dir, const char *name, const char *prefix, int *count) {
+    char sub[1200];
+    snprintf(sub, sizeof sub, "%s/%s", run_dir, name);
+    struct stat sb;
+    int k = 0;
+    sl_status s = SL_OK;
+    if (stat(sub, &sb) == 0 && S_ISDIR(sb.st_mode)) s = pl_numbered(l, sub, prefix, ".safetensors", &k);
+    *count += k;
+    return s;
+}
+
 sl_status sl_train_prepare_run_dir(const char *run_dir, bool overwrite, FILE *console) {
     pathlist l = {0};
     int nckpt = 0, nev = 0, nshard = 0, nres = 0;
@@ -515,23 +518,11 @@ sl_status sl_train_prepare_run_dir(const char *run_dir, bool overwrite, FILE *co
     while (!s && (de = readdir(d))) {
         if (strncmp(de->d_name, "events.out.tfevents.", 20) == 0) {
             if (!(s = pl_add(&l, run_dir, de->d_name))) nev++;
-        } else if (strncmp(de->d_name, "ps-", 3) == 0 && de->d_name[3] >= '0' && de->d_name[3] <= '9' &&
-                   strspn(de->d_name + 3, "0123456789") == strlen(de->d_name + 3)) {
-            char sub[1200];
-            snprintf(sub, sizeof sub, "%s/%s", run_dir, de->d_name);
-            struct stat sb;
-            int k = 0;
-            if (stat(sub, &sb) == 0 && S_ISDIR(sb.st_mode)) s = pl_numbered(&l, sub, "shard-", ".safetensors", &k);
-            nshard += k;
-        } else if (strncmp(de->d_name, "replica-", 8) == 0 && de->d_name[8] >= '0' && de->d_name[8] <= '9' &&
-                   strspn(de->d_name + 8, "0123456789") == strlen(de->d_name + 8)) {
+        } else if (numbered_dir(de->d_name, "ps-")) {
+            s = pl_numbered_sub(&l, run_dir, de->d_name, "shard-", &nshard);
+        } else if (numbered_dir(de->d_name, "replica-")) {
             /* compression residuals of the replicas (sl_train_save_residual) */
-            char sub[1200];
-            snprintf(sub, sizeof sub, "%s/%s", run_dir, de->d_name);
-            struct stat sb;
-            int k = 0;
-            if (stat(sub, &sb) == 0 && S_ISDIR(sb.st_mode)) s = pl_numbered(&l, sub, "residual-", ".safetensors", &k);
-            nres += k;
+            s = pl_numbered_sub(&l, run_dir, de->d_name, "residual-", &nres);
         }
     }
     closedir(d);
@@ -596,7 +587,7 @@ sl_status sl_train_save_residual(const char *run_dir, int rank, int64_t step, co
                                  size_t n, int keep) {
     char dir[1200], path[1300];
     snprintf(dir, sizeof dir, "%s/replica-%d", run_dir, rank);
-    sl_status s = sl__make_dirs(dir, "replica state folder");
+    sl_status s = sl_mkdirs(dir, "replica state folder");
     if (s) return s;
     sl_train_residual_path(run_dir, rank, step, path, sizeof path);
     sl_st_writer *w = NULL;

@@ -16,8 +16,6 @@
 #include "sluice/util.h"
 #include "train/evaluator.h"
 
-extern char **environ;
-
 sl_job_opts sl_job_opts_default(void) { return (sl_job_opts){.device = -1}; }
 
 /* train.run_dir="DIR" (quoted for the config language) into cfg: a ps task reads its run
@@ -160,7 +158,8 @@ static void warn_open_job(const sl_cluster *cl) {
 
 sl_status sl_job_run(sl_cfg *cfg, const sl_job_opts *opts, sl_job_result *r) {
     sl_job_opts o = opts ? *opts : sl_job_opts_default();
-    const char *const *envp = o.envp ? o.envp : (const char *const *)environ;
+    static const char *const no_env[] = {NULL};
+    const char *const *envp = o.envp ? o.envp : no_env;
     memset(r, 0, sizeof *r);
     sl_trainer *t = NULL;
     sl_cluster cl = {0};
@@ -210,8 +209,8 @@ sl_status sl_job_run(sl_cfg *cfg, const sl_job_opts *opts, sl_job_result *r) {
         if (!hooks.is_chief) to.progress = false;
     }
     r->is_chief = !(is_ring || is_ps) || hooks.is_chief;
-    /* lockstep replicas stop together: the trainer agrees on the step (sluice/train.h) */
-    r->lockstep = (is_ring && cl.world > 1) || (is_ps && tc.ps_sync);
+    /* replicas that stop together: their exchange agrees on the step (sluice/step.h) */
+    r->stop_together = (is_ring && cl.world > 1) || (is_ps && tc.ps_sync);
     if (o.on_role) o.on_role(o.ctx, r);
     if ((s = sl_trainer_create(cfg, &to, &t))) goto done;
     const sl_train_config *c = sl_trainer_config(t);

@@ -28,7 +28,7 @@
 #include <string.h>
 
 #include "sluice/model.h"
-#include "train/model_priv.h"
+#include "train/internal.h"
 
 typedef struct layer_def {
     const char *name;

@@ -37,11 +37,12 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "sluice/file.h"
 #include "sluice/log.h"
 #include "sluice/ps.h"
 #include "sluice/safetensors.h"
 #include "sluice/strategy.h"
-#include "train/model_priv.h"
+#include "train/internal.h"
 
 #define SHARD_PREFIX "shard-"
 #define SHARD_SUFFIX ".safetensors"
@@ -130,8 +131,10 @@ struct sl_strategy_ps {
     float *ghost;               /* gradient staging on non-CPU backends (trainable floats) */
     size_t np, nt;
     bool joined;
-    bool sync;                  /* mode=sync: the workers agree on their start (agree_start) */
+    bool sync;                  /* mode=sync: lockstep epochs (agree), and the workers agree on
+                                   their start (agree_start) */
     sl_compress_spec cs;        /* compress= of the train block: pushes compressed */
+    sl__agree agree;            /* sync: the epochs' rules, over ps_step and ps_allsum */
 };
 
 static bool on_cpu(sl_model *m) { return strcmp(sl_model_backend_name(m), "cpu") == 0; }
@@ -140,7 +143,7 @@ static int32_t clamp32(int64_t v) { return v > INT32_MAX ? INT32_MAX : v < INT32
 
 /* What each worker says in agree_start: blocks of world ints, slot r worker r's. */
 enum { AG_START, AG_ENTRY, AG_LO, AG_HI, AG_LO_PS, AG_HI_PS, AG_N };
-#define TAG_START 0x5053 /* apart from the trainer's lockstep tags (1..5) */
+#define TAG_START 0x5053 /* apart from the lockstep rules' tags (1..5, train/strategy_agree.c) */
 
 /* Sync mode, after the join: every worker's start step and the step each ps recorded for it
  * (lowest and highest over the ps tasks) go through one sum on ps 0, so every worker reaches
@@ -273,11 +276,18 @@ fail:
     return st;
 }
 
-/* The exchange; with more non-NULL (sync mode, lockstep epochs) the has-data flag rides on
- * the push: *more in: this worker holds its next batch; out: see ps_exchange_more. */
-static sl_status exchange(sl_strategy_ps *s, sl_model *m, float *grads, size_t n, int64_t step, float lr, bool *applied,
-                          int *more) {
-    *applied = false;
+/* The step's push and pull; with more non-NULL (sync mode: sl__agree_ops.exchange) the
+ * has-data flag rides on the push. *more in: this worker holds its next batch; out: the
+ * workers the step's round counted as holding a next batch, plus those outside the round
+ * (dead or done); 0 when no worker of the round holds one; the world size when all do. */
+static sl_status ps_step(void *ctx, const sl_step *rec, sl_step_reply *out, int *more) {
+    sl_strategy_ps *s = ctx;
+    sl_model *m = rec->model;
+    float *grads = rec->grads;
+    size_t n = rec->n;
+    int64_t step = rec->step;
+    float lr = rec->lr;
+    out->applied = false;
     if (n < s->nt) return sl_err(SL_EINVAL, "ps strategy: exchange of %zu floats, the model trains %zu", n, s->nt);
     sl_backend *bk = sl__model_backend(m);
     float *params = sl_model_params(m, NULL);
@@ -288,18 +298,18 @@ static sl_status exchange(sl_strategy_ps *s, sl_model *m, float *grads, size_t n
     const float *g = grads;
     float *into = params;
     if (!on_cpu(m)) {
-        if ((st = bk->ops->to_host(bk, s->ghost, grads, s->nt * sizeof(float)))) goto fail;
+        if ((st = sl__be_to_host(bk, s->ghost, grads, s->nt * sizeof(float)))) goto fail;
         g = s->ghost;
         into = s->host;
-    } else if ((st = bk->ops->sync(bk))) {
+    } else if ((st = sl__be_sync(bk))) {
         goto fail;
     }
     st = more ? sl_ps_client_push_pull_more(s->client, g, step, lr, into, has_next, &have, &lack)
               : sl_ps_client_push_pull(s->client, g, step, lr, into);
     if (st) goto fail;
-    if (!on_cpu(m) && ((st = bk->ops->to_device(bk, params, s->host, s->nt * sizeof(float))) || (st = bk->ops->sync(bk))))
+    if (!on_cpu(m) && ((st = sl__be_to_device(bk, params, s->host, s->nt * sizeof(float))) || (st = sl__be_sync(bk))))
         goto fail;
-    *applied = true;
+    out->applied = true;
     if (more) {
         int w = s->c->world;
         if (!have && !lack) *more = has_next ? w : 0; /* no ps counted (restarted since the round): its own flag */
@@ -313,23 +323,10 @@ fail:
     return st;
 }
 
-static sl_status ps_exchange(void *ctx, sl_model *m, float *grads, size_t n, int64_t step, float lr,
-                             bool *applied) {
-    return exchange(ctx, m, grads, n, step, lr, applied, NULL);
-}
-
-/* Sync mode, lockstep epochs (sluice/strategy.h): *more out: the workers the step's round
- * counted as holding a next batch, plus those outside the round (dead or done); 0 when no
- * worker of the round holds one; the world size when all do. */
-static sl_status ps_exchange_more(void *ctx, sl_model *m, float *grads, size_t n, int64_t step, float lr,
-                                  bool *applied, int *more) {
-    return exchange(ctx, m, grads, n, step, lr, applied, more);
-}
-
-/* Sync mode: the counts added over the workers through ps 0. A worker left out of the sum
- * (dead, done, or in a step round after a restart) reads as a copy of the lowest worker
- * that took part: v is blocks of world ints, slot r of each being worker r's (the trainer's
- * layout, sluice/train.h). */
+/* Sync mode (sl__agree_ops.sum): the counts added over the workers through ps 0. A
+ * worker left out of the sum (dead, done, or in a step round after a restart) reads as a
+ * copy of the lowest worker that took part: v is blocks of world ints, slot r of each being
+ * worker r's (the lockstep rules' layout). */
 static sl_status ps_allsum(void *ctx, int32_t *v, size_t n, uint32_t tag) {
     sl_strategy_ps *s = ctx;
     int w = s->c->world;
@@ -352,6 +349,13 @@ static sl_status ps_allsum(void *ctx, int32_t *v, size_t n, uint32_t tag) {
     free(took);
     if (st) sl_err_prefix("ps strategy (worker %d): ", s->c->rank);
     return st;
+}
+
+/* Async workers train on their own: only the steps' pushes; sync ones in lockstep epochs. */
+static sl_status ps_exchange(void *ctx, const sl_step *rec, sl_step_reply *out) {
+    sl_strategy_ps *s = ctx;
+    if (s->sync) return sl__agree_exchange(&s->agree, rec, out);
+    return rec->phase == SL_STEP_TRAIN ? ps_step(s, rec, out, NULL) : SL_OK;
 }
 
 static sl_status ps_finish(void *ctx, sl_status result) {
@@ -464,8 +468,8 @@ sl_status sl_strategy_ps_create(const sl_cluster *c, const sl_train_config *tc, 
     }
     if (tc && tc->ps_sync) {
         s->sync = true;
-        hooks->exchange_more = ps_exchange_more;
-        hooks->allsum = ps_allsum;
+        sl__agree_init(&s->agree, &(sl__agree_ops){.exchange = ps_step, .sum = ps_allsum}, s, c->world, c->rank,
+                       c->rank == 0);
     }
     *out = s;
     return SL_OK;
@@ -478,6 +482,7 @@ void sl_strategy_ps_free(sl_strategy_ps *s) {
     free(s->addrs);
     free(s->host);
     free(s->ghost);
+    sl__agree_free(&s->agree);
     free(s);
 }
 
@@ -506,11 +511,11 @@ static sl_status task_apply(void *ctx, float *params, const float *grad, size_t 
     const sl_optim_spec *sp = &t->spec;
     sl_status st;
     if (sp->kind == SL_OPTIM_SGD)
-        st = t->bk->ops->sgd_step(t->bk, params, grad, t->state, n, lr, sp->momentum, sp->nesterov, sp->weight_decay);
+        st = sl__be_sgd_step(t->bk, params, grad, t->state, n, lr, sp->momentum, sp->nesterov, sp->weight_decay);
     else
-        st = t->bk->ops->adam_step(t->bk, params, grad, t->state, t->state + n, n, lr, sp->beta1, sp->beta2, sp->eps,
-                                   sp->weight_decay, sp->kind == SL_OPTIM_ADAMW, t->ostep + 1);
-    if (!st) st = t->bk->ops->sync(t->bk);
+        st = sl__be_adam_step(t->bk, params, grad, t->state, t->state + n, n, lr, sp->beta1, sp->beta2, sp->eps,
+                              sp->weight_decay, sp->kind == SL_OPTIM_ADAMW, t->ostep + 1);
+    if (!st) st = sl__be_sync(t->bk);
     if (st) return st;
     t->ostep++;
     return SL_OK;
@@ -745,7 +750,7 @@ sl_status sl_ps_task_run(sl_cfg *cfg, const sl_cluster *c, const sl_strategy_ps_
         st = sl_err(SL_EINVAL, "ps %d: run folder name too long", t.index);
         goto fail;
     }
-    if ((st = sl__make_dirs(t.dir, "ps shard folder"))) goto fail;
+    if ((st = sl_mkdirs(t.dir, "ps shard folder"))) goto fail;
 
     /* the newest shard that loads cleanly; torn or foreign ones are skipped, not fatal: a
      * ps killed mid-run must come back with what it has */

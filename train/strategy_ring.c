@@ -1,6 +1,6 @@
-/* The ring strategy (sluice/strategy.h): the trainer's hooks over one sl_tp + sl_ring,
- * including the lockstep-epoch hooks (the has-data flag on the gradient allreduce, and a
- * small int32 allsum for the loop's per-epoch agreements).
+/* The ring strategy (sluice/strategy.h): the trainer's hooks over one sl_tp + sl_ring. Its
+ * replicas run in lockstep epochs (train/strategy_agree.c): the has-data flag rides on
+ * the gradient allreduce, and the per-epoch agreements are a small int32 allsum.
  *
  * Workload: one allreduce of the whole flat gradient per step (0.1-100 MiB), one broadcast
  * of parameters and optimizer state at the start, one barrier at the end; 2-64 replicas.
@@ -19,7 +19,7 @@
 #include "sluice/file.h"
 #include "sluice/strategy.h"
 #include "train/buckets.h"
-#include "train/model_priv.h"
+#include "train/internal.h"
 
 /* Tensor ids of the start-up messages: far above any step number a run reaches, so they
  * never collide with the per-step gradient ids (the step, truncated to 32 bits). */
@@ -28,7 +28,7 @@ enum {
     TID_PARAMS = 0xfff00002u,
     TID_OPTIM = 0xfff00003u,
     TID_STATS = 0xfff00004u,
-    TID_ALLSUM = 0xfff10000u, /* | the loop's tag (< 0x10000) */
+    TID_ALLSUM = 0xfff10000u, /* | the lockstep rules' tag (< 0x10000) */
 };
 
 struct sl_strategy_ring {
@@ -70,6 +70,7 @@ struct sl_strategy_ring {
     int xbad;           /* which bucket failed */
     int used;           /* buckets in use since start (0: unbucketed) */
     uint64_t reduced;   /* bucket allreduces completed */
+    sl__agree agree;    /* the epochs' rules, over ring_step and ring_allsum */
 };
 
 /* FNV-1a 64 over bytes: cheap, and any flipped bit changes it. */
@@ -129,7 +130,7 @@ static void *exchange_thread(void *arg) {
         sl_status st = SL_OK;
         sl_error e;
         if (!skip) {
-            st = s->bk->ops->grads_out_wait(s->bk, k);
+            st = sl__be_grads_out_wait(s->bk, k);
             if (!st)
                 st = sl_ring_allreduce_range(s->ring, s->xbuf, s->total, s->plan[k].lo, s->plan[k].hi, SL_DT_F32,
                                              SL_REDUCE_AVG, tensor);
@@ -159,7 +160,7 @@ static sl_status grads_ready(void *ctx, size_t lo) {
     pthread_mutex_unlock(&s->mu);
     for (; k < s->nplan && lo <= s->plan[k].lo; k++) {
         const sl__bucket *b = &s->plan[k];
-        sl_status st = s->bk->ops->grads_out_start(s->bk, k, s->xbuf + b->lo, s->dgrads + b->lo,
+        sl_status st = sl__be_grads_out_start(s->bk, k, s->xbuf + b->lo, s->dgrads + b->lo,
                                                    (b->hi - b->lo) * sizeof(float));
         if (st) return st;
         pthread_mutex_lock(&s->mu);
@@ -205,7 +206,7 @@ static void buckets_stop(sl_strategy_ring *s, bool live) {
     s->th_started = false;
     if (!live) return;
     if (s->model) sl__model_on_grads_ready(s->model, NULL, NULL);
-    if (s->xpinned) s->bk->ops->host_free(s->bk, s->xpinned);
+    if (s->xpinned) sl__be_host_free(s->bk, s->xpinned);
     s->xpinned = NULL;
 }
 
@@ -230,18 +231,18 @@ static sl_status buckets_start(sl_strategy_ring *s, sl_model *m) {
     if (s->nplan < 0) return sl_err(SL_EINVAL, "ring strategy: the model's gradient layout cannot be cut into buckets");
     if (s->nplan < 2) return SL_OK; /* one bucket is ready when backward ends: nothing to overlap */
     sl_status st;
-    if ((st = s->bk->ops->grads_out_reserve(s->bk, s->nplan))) return st;
+    if ((st = sl__be_grads_out_reserve(s->bk, s->nplan))) return st;
     if (on_cpu(m)) {
         s->xbuf = s->dgrads;
     } else {
-        if ((st = s->bk->ops->host_alloc(s->bk, s->total * sizeof(float), (void **)&s->xpinned))) return st;
+        if ((st = sl__be_host_alloc(s->bk, s->total * sizeof(float), (void **)&s->xpinned))) return st;
         s->xbuf = s->xpinned;
     }
     s->nsub = s->ndone = 0;
     s->xst = SL_OK;
     s->quit = s->cancel = false;
     if (pthread_create(&s->th, NULL, exchange_thread, s) != 0) {
-        if (s->xpinned) s->bk->ops->host_free(s->bk, s->xpinned);
+        if (s->xpinned) sl__be_host_free(s->bk, s->xpinned);
         s->xpinned = NULL;
         return sl_err(SL_EIO, "ring strategy: cannot start the exchange thread");
     }
@@ -390,14 +391,9 @@ static sl_status ring_load_state(void *ctx, const char *run_dir, int64_t step) {
     return st;
 }
 
-/* The exchange; with more != NULL the has-data flag rides as float n of the same allreduce
- * (the model's spare gradient float on the CPU, SL__GRADS_SPARE; the staging buffer's
- * otherwise): 1 or 0 per replica, averaged like the gradient to k / world, k the replicas
- * that have a next batch. k / world is exact or within an ulp (fp16: well within 1 / (2
- * world) for world <= 1024), so every replica rounds it back to the same k. */
 /* The compressed exchange of buf[0..n) (host memory; sl_ring_allreduce_compressed), with
- * the has-data flag riding in the payloads as an int32 (*more, when more), and Deep
- * Gradient Compression's momentum correction (the update applied here: *applied). */
+ * the has-data flag riding in the payloads as an int32 (*more), and Deep Gradient
+ * Compression's momentum correction (the update applied here: *applied). */
 static sl_status exchange_compressed(sl_strategy_ring *s, sl_model *m, float *buf, size_t n, int64_t step, float lr,
                                      bool *applied, int *more) {
     bool cpu = on_cpu(m);
@@ -416,7 +412,7 @@ static sl_status exchange_compressed(sl_strategy_ring *s, sl_model *m, float *bu
         if (!cpu) {
             if (!s->phost && !(s->phost = malloc(n * sizeof(float))))
                 return sl_err(SL_ENOMEM, "ring strategy: out of memory");
-            if ((st = bk->ops->to_host(bk, s->phost, p, n * sizeof(float)))) return st;
+            if ((st = sl__be_to_host(bk, s->phost, p, n * sizeof(float)))) return st;
             p = s->phost;
         }
         float mom = s->optim.momentum, wd = s->optim.weight_decay;
@@ -427,10 +423,10 @@ static sl_status exchange_compressed(sl_strategy_ring *s, sl_model *m, float *bu
             buf[i] = s->u[i];
         }
     }
-    int32_t flag = more && *more ? 1 : 0;
+    int32_t flag = *more ? 1 : 0;
     sl_compress_ef_at(s->ef, step); /* top-k's warm-up: this step's fraction, the same on every replica */
-    if ((st = sl_ring_allreduce_compressed(s->ring, s->ef, buf, n, SL_REDUCE_AVG, (uint32_t)step,
-                                           more ? &flag : NULL, s->dgc ? s->sent : NULL))) {
+    if ((st = sl_ring_allreduce_compressed(s->ring, s->ef, buf, n, SL_REDUCE_AVG, (uint32_t)step, &flag,
+                                           s->dgc ? s->sent : NULL))) {
         sl_err_prefix("ring strategy: step %" PRId64 ": ", step);
         return st;
     }
@@ -440,15 +436,13 @@ static sl_status exchange_compressed(sl_strategy_ring *s, sl_model *m, float *bu
             for (size_t i = 0; i < dgc_n; i++)
                 if (s->sent[i] != 0) s->u[i] = 0;
         for (size_t i = 0; i < dgc_n; i++) p[i] -= lr * buf[i];
-        if (!cpu && (st = bk->ops->to_device(bk, sl_model_params(m, NULL), p, dgc_n * sizeof(float)))) return st;
+        if (!cpu && (st = sl__be_to_device(bk, sl_model_params(m, NULL), p, dgc_n * sizeof(float)))) return st;
         *applied = true;
     }
-    if (more) {
-        if (flag < 0 || flag > s->world)
-            return sl_err(SL_EPEER, "ring strategy: step %" PRId64 ": the replicas' has-data flags sum to %d of %d",
-                          step, (int)flag, s->world);
-        *more = (int)flag;
-    }
+    if (flag < 0 || flag > s->world)
+        return sl_err(SL_EPEER, "ring strategy: step %" PRId64 ": the replicas' has-data flags sum to %d of %d", step,
+                      (int)flag, s->world);
+    *more = (int)flag;
     return SL_OK;
 }
 
@@ -464,32 +458,42 @@ static sl_status average_stats(sl_strategy_ring *s, sl_model *m, int64_t step) {
         size_t k = np - nt;
         float *p = params + nt;
         if (!cpu) {
-            if ((st = ensure_host(s, k)) || (st = bk->ops->to_host(bk, s->host, p, k * sizeof(float)))) return st;
+            if ((st = ensure_host(s, k)) || (st = sl__be_to_host(bk, s->host, p, k * sizeof(float)))) return st;
             p = s->host;
         }
         if ((st = sl_ring_allreduce(s->ring, p, k, SL_DT_F32, SL_REDUCE_AVG, TID_STATS))) {
             sl_err_prefix("ring strategy: step %" PRId64 " (running statistics): ", step);
             return st;
         }
-        if (!cpu && (st = bk->ops->to_device(bk, params + nt, s->host, k * sizeof(float)))) return st;
+        if (!cpu && (st = sl__be_to_device(bk, params + nt, s->host, k * sizeof(float)))) return st;
     }
     return SL_OK;
 }
 
-static sl_status exchange(sl_strategy_ring *s, sl_model *m, float *grads, size_t n, int64_t step, float lr,
-                          bool *applied, int *more) {
-    *applied = false;
+/* The step's gradient exchange (sl__agree_ops.exchange): the has-data flag rides as
+ * float n of the same allreduce (the model's spare gradient float on the CPU,
+ * SL__GRADS_SPARE; the staging buffer's otherwise): 1 or 0 per replica, averaged like the
+ * gradient to k / world, k the replicas that have a next batch. k / world is exact or
+ * within an ulp (fp16: well within 1 / (2 world) for world <= 1024), so every replica
+ * rounds it back to the same k. */
+static sl_status ring_step(void *ctx, const sl_step *rec, sl_step_reply *out, int *more) {
+    sl_strategy_ring *s = ctx;
+    sl_model *m = rec->model;
+    float *grads = rec->grads;
+    size_t n = rec->n;
+    int64_t step = rec->step;
+    out->applied = false;
     sl_status st;
     /* the parameters now are those after `step` steps: the same on every replica, or the
      * logs differ from here on */
     if ((st = log_hash(s, m, step))) return st;
     bool cpu = on_cpu(m);
     sl_backend *bk = sl__model_backend(m);
-    size_t extra = more ? 1 : 0;
+    size_t extra = 1; /* the flag's float */
     size_t ng;
     sl_model_grads(m, &ng);
-    if (cpu && extra && (grads != sl_model_grads(m, NULL) || n > ng))
-        return sl_err(SL_EINVAL, "ring strategy: exchange_more takes the model's own gradient buffer");
+    if (cpu && (grads != sl_model_grads(m, NULL) || n > ng))
+        return sl_err(SL_EINVAL, "ring strategy: the exchange takes the model's own gradient buffer");
     float *buf = grads;
     int issued = 0;
     if (s->th_started) {
@@ -511,26 +515,26 @@ static sl_status exchange(sl_strategy_ring *s, sl_model *m, float *grads, size_t
         buf = s->xbuf;
         /* the tail: floats no bucket holds (running statistics: zero gradient), the flag */
         if (!cpu && n > s->plan_n &&
-            (st = bk->ops->to_host(bk, buf + s->plan_n, grads + s->plan_n, (n - s->plan_n) * sizeof(float))))
+            (st = sl__be_to_host(bk, buf + s->plan_n, grads + s->plan_n, (n - s->plan_n) * sizeof(float))))
             return st;
-        if (extra) buf[n] = *more ? 1.0f : 0.0f;
+        buf[n] = *more ? 1.0f : 0.0f;
         if ((st = sl_ring_allreduce_range(s->ring, buf, s->total, s->plan_n, n + extra, SL_DT_F32, SL_REDUCE_AVG,
                                           (uint32_t)step))) {
             sl_err_prefix("ring strategy: step %" PRId64 ": ", step);
             return st;
         }
     } else if (!cpu) {
-        if ((st = ensure_host(s, n + extra)) || (st = bk->ops->to_host(bk, s->host, grads, n * sizeof(float))))
+        if ((st = ensure_host(s, n + extra)) || (st = sl__be_to_host(bk, s->host, grads, n * sizeof(float))))
             return st;
         buf = s->host;
     }
     if (issued > 0) {
         /* reduced above */
     } else if (s->cs.kind != SL_COMPRESS_NONE) {
-        if ((st = exchange_compressed(s, m, buf, n, step, lr, applied, more))) return st;
+        if ((st = exchange_compressed(s, m, buf, n, step, rec->lr, &out->applied, more))) return st;
         extra = 0; /* the flag came back in the payloads */
     } else {
-        if (extra) buf[n] = *more ? 1.0f : 0.0f;
+        buf[n] = *more ? 1.0f : 0.0f;
         if ((st = sl_ring_allreduce(s->ring, buf, n + extra, SL_DT_F32, SL_REDUCE_AVG, (uint32_t)step))) {
             sl_err_prefix("ring strategy: step %" PRId64 ": ", step);
             return st;
@@ -543,29 +547,25 @@ static sl_status exchange(sl_strategy_ring *s, sl_model *m, float *grads, size_t
                           step, (double)f, s->world);
         *more = (int)lrintf(f);
     }
-    if (!cpu && (st = bk->ops->to_device(bk, grads, buf, n * sizeof(float)))) return st;
+    if (!cpu && (st = sl__be_to_device(bk, grads, buf, n * sizeof(float)))) return st;
     if ((st = average_stats(s, m, step))) return st;
     s->last_step = step;
     s->step_next = step + 1;
     return SL_OK;
 }
 
-static sl_status ring_exchange(void *ctx, sl_model *m, float *grads, size_t n, int64_t step, float lr,
-                               bool *applied) {
-    return exchange(ctx, m, grads, n, step, lr, applied, NULL);
-}
-
-static sl_status ring_exchange_more(void *ctx, sl_model *m, float *grads, size_t n, int64_t step, float lr,
-                                    bool *applied, int *more) {
-    return exchange(ctx, m, grads, n, step, lr, applied, more);
-}
-
+/* The lockstep rules' allsum (sl__agree_ops.sum). */
 static sl_status ring_allsum(void *ctx, int32_t *v, size_t n, uint32_t tag) {
     sl_strategy_ring *s = ctx;
     if (tag >= 0x10000u) return sl_err(SL_EINVAL, "ring strategy: allsum tag %u is not below 0x10000", tag);
     sl_status st = sl_ring_allreduce(s->ring, v, n, SL_DT_I32, SL_REDUCE_SUM, TID_ALLSUM | tag);
     if (st) sl_err_prefix("ring strategy: agreeing on the data: ");
     return st;
+}
+
+static sl_status ring_exchange(void *ctx, const sl_step *rec, sl_step_reply *out) {
+    sl_strategy_ring *s = ctx;
+    return sl__agree_exchange(&s->agree, rec, out);
 }
 
 static void teardown(sl_strategy_ring *s) {
@@ -652,11 +652,11 @@ sl_status sl_strategy_ring_create(const sl_cluster *c, const sl_strategy_ring_op
             sl_strategy_ring_free(s);
             return st;
         }
+        sl__agree_init(&s->agree, &(sl__agree_ops){.exchange = ring_step, .sum = ring_allsum}, s, c->world, c->rank,
+                       c->rank == 0);
         hooks->start = ring_start;
         hooks->exchange = ring_exchange;
         hooks->finish = ring_finish;
-        hooks->exchange_more = ring_exchange_more;
-        hooks->allsum = ring_allsum;
         hooks->wire_bytes = ring_wire_bytes;
         if (o.compress.kind != SL_COMPRESS_NONE) {
             hooks->save_state = ring_save_state;
@@ -676,6 +676,7 @@ void sl_strategy_ring_free(sl_strategy_ring *s) {
     teardown(s);
     pthread_mutex_destroy(&s->mu);
     pthread_cond_destroy(&s->cv);
+    sl__agree_free(&s->agree);
     free(s->plan);
     sl_compress_ef_free(s->ef);
     free(s->u);

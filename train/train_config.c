@@ -8,7 +8,7 @@
 
 #include "sluice/from_config.h"
 #include "sluice/train.h"
-#include "train/trainer_priv.h"
+#include "train/internal.h"
 
 typedef struct {
     const char *name;

@@ -50,7 +50,9 @@ typedef struct sl_job_opts {
     const char *run_dir;             /* overrides the train block's run_dir (ps tasks too); NULL: keep */
     bool resume, overwrite;          /* as sl_train_opts (a ps task: continue from / replace its shards) */
     int device;                      /* the GPU; -1: the train block's, else local rank % visible */
-    const char *const *envp;         /* the environment the task reads; NULL: the process's */
+    sl_cpu_gemm cpu_gemm;            /* the trainers' sl_train_opts.cpu_gemm; default auto */
+    const char *const *envp;         /* the environment the task reads (e.g. environ: the library reads
+                                        none of its own); NULL: an empty one */
     FILE *console;                   /* epoch lines, the final accuracy, ps progress; NULL: silent */
     bool progress;                   /* a progress bar on console (the chief only) */
     bool plain_progress;             /* ... without escape sequences (sl_train_opts.plain_progress) */
@@ -64,7 +66,7 @@ typedef struct sl_job_opts {
     volatile int *ps_stop;           /* a ps task: nonzero stops serving (its shard is saved); NULL: never */
     /* Called once this process's role is known, just before its task starts (a tool
      * installs the signal handlers that suit it there): result->ps_task and ps_index,
-     * evaluator, is_chief, lockstep and run_dir are set. NULL: nothing. */
+     * evaluator, is_chief, stop_together and run_dir are set. NULL: nothing. */
     void (*on_role)(void *ctx, const sl_job_result *result);
     /* A trainer's sl_train_opts.on_epoch_end (every replica; ps tasks and the evaluator have
      * no epochs). NULL: nothing. */
@@ -83,7 +85,7 @@ struct sl_job_result {
     int evaluated;              /* evaluator: checkpoints evaluated */
     int ps_index;               /* ps_task: its index */
     bool is_chief;              /* a trainer that logs, evaluates and checkpoints (rank 0, or alone) */
-    bool lockstep;              /* replicas that stop together (ring with several, ps mode=sync) */
+    bool stop_together;         /* replicas that stop together (ring with several, ps mode=sync) */
     bool checkpoints;           /* the train block writes checkpoints */
     char run_dir[1024];         /* the run folder used */
     sl_train_summary summary;   /* a trainer's (summary.stopped: ended by opts.stop) */

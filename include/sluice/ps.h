@@ -88,7 +88,7 @@
  *                          to a worker more than k steps ahead of the slowest live worker
  *                          is held until the slowest catches up (or dies). In a sync round
                           the reply's have and lack count the round's workers that said
-                          they hold a next batch or not (lockstep epochs: sluice/strategy.h);
+                          they hold a next batch or not (lockstep epochs: sluice/step.h);
                           in async mode the pair is ignored and answered 0/0. A PUSH that
  *                          repeats the worker's last seq, or is for a step at or below the
  *                          step the ps recorded for it (a client's retry), is answered
@@ -296,7 +296,7 @@ int64_t sl_ps_client_recorded_step(sl_ps_client *c, int j);
  * for retry_s (a restarted ps answers from its restored shard). */
 sl_status sl_ps_client_push_pull(sl_ps_client *c, const float *grad, int64_t step, float lr, float *params);
 
-/* Sync mode, lockstep epochs (sluice/strategy.h): push_pull with this worker's has-data
+/* Sync mode, lockstep epochs (sluice/step.h): push_pull with this worker's has-data
  * flag (has_next: it holds a batch for step + 1 of its epoch). On SL_OK *have and *lack
  * count the workers of the step's round that said they hold one or not: the answer of the
  * ps whose round lacked most (ties: the one that had least), so every worker of a round

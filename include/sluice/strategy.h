@@ -7,44 +7,38 @@
  *             (a fresh run: every replica starts from rank 0's initialisation; a resumed
  *             one: from rank 0's checkpoint). A replica that would start at another step
  *             than rank 0 fails (the replicas must resume from the same checkpoint).
- *   exchange  average the flat gradient over the ring in place (tensor id: the step, so a
- *             replica that fell out of step is an error, not a silent mix); every replica
- *             then takes the same optimizer step on the same bits. On the CPU backend the
- *             gradient is host memory and is reduced where it lies; on CUDA it goes
- *             through a host buffer.
- *   exchange_more, allsum   lockstep epochs (sluice/train.h), below.
+ *   exchange  SL_STEP_TRAIN records (sluice/step.h): average the flat gradient over the
+ *             ring in place (tensor id: the step, so a replica that fell out of step is an
+ *             error, not a silent mix); every replica then takes the same optimizer step
+ *             on the same bits. On the CPU backend the gradient is host memory and is
+ *             reduced where it lies; on CUDA it goes through a host buffer. The other
+ *             phases: the epochs' agreements, below. Every reply is `together`.
  *   finish    on success a barrier (no replica leaves while another still needs it),
  *             then the transport closes; on failure the peers are told (SL_MSG_ABORT) so
  *             they fail at once instead of after their timeout.
  * Only ring rank 0 is the chief (logs, evaluates, checkpoints).
  *
  * Unequal data (shards of different sizes: 3 files over 2 replicas, a filter, a `take`):
- * the replicas end every epoch together, when the first of them runs out, as
- * tf.distribute's and Horovod's "does every replica have a batch" agreement does. The
- * trainer takes batch k + 1 from its pipeline before step k's exchange, and the has-data
- * flag (1 or 0) rides on step k's gradient allreduce as one more float: on the CPU it is the
- * model's spare gradient float past the n gradient floats (train/model_priv.h), so there is
- * no copy and no extra round trip; on other backends it is the last float of the host
+ * the replicas end every epoch together, when the first of them runs out, by the rules of
+ * sluice/step.h (train/strategy_agree.c). The trainer takes batch k + 1 from its
+ * pipeline before step k's exchange, and the replica's next-batch flag (1 or 0) rides on
+ * step k's gradient allreduce as one more float: on the CPU it is the model's spare
+ * gradient float past the n gradient floats (train/internal.h, SL__GRADS_SPARE), so there
+ * is no copy and no extra round trip; on other backends it is the last float of the host
  * staging buffer. The flag is averaged with the gradient and read back as the number of
- * replicas that have a next batch (k / world rounds back to k exactly, fp16 included, for up
- * to 1024 replicas). When it is below the world size every replica ends the epoch after
- * step k: no replica takes a step that another does not take, no gradient of a missing
- * batch is faked (zeros would shrink the average), so every step is the exact average of
- * world batches and the replicas stay bit-identical; a replica's batches past the end are
- * left unused. Once per epoch (its start) a small int32 allreduce checks that every replica
- * has a first batch: one without while others have some fails the run on every replica,
- * naming it (SL_EINVAL). Rank 0 warns with the counts after an epoch ended early on some
- * replica (again only when the counts change), and at the start when every replica's
- * batches per epoch are known without reading (sl_dataset_cardinality) and differ. In
- * `steps N` mode the epochs end together the same way, and the next starts on all. The
- * steps per epoch that a cosine schedule counts are the fewest of any replica, so the
- * learning rates agree too.
+ * replicas that have a next batch (the reply's `holding`; k / world rounds back to k
+ * exactly, fp16 included, for up to 1024 replicas). No gradient of a missing batch is
+ * faked (zeros would shrink the average), so every step is the exact average of world
+ * batches and the replicas stay bit-identical. The agreements of an epoch's start and end,
+ * of the run's start and of a counted epoch (sluice/step.h) are small int32 sums over the
+ * ring (SL_REDUCE_SUM, tensor id 0xfff10000 | the agreement's tag). In `steps N` mode the
+ * epochs end together the same way, and the next starts on all.
  *
  * Stop requests (Ctrl-C; sluice/train.h opts.stop) ride the same flag: a replica asked to
  * stop sends 0 ("no next batch"), so at that step every replica sees a count below the world
- * size, and the trainer's small allsum then tells a stop from the data's end (each
- * replica's real flag and stop value). Every replica stops after that same step; rank 0
- * checkpoints it. Nothing is added to a step's exchange.
+ * size, and one more small sum tells a stop from the data's end (each replica's real flag
+ * and stop value). Every replica stops after that same step; rank 0 checkpoints it.
+ * Nothing is added to a step that no replica asks to stop.
  *
  * Bucketed overlap (opts.bucket_bytes > 0, the train block's `bucket_mb`; compress=none
  * only): the gradient is cut into buckets of whole layers in backward order
@@ -53,13 +47,13 @@
  * grads-ready callback; on CUDA the bucket is first copied to pinned host memory on the
  * copy stream behind its layers' kernels, and the exchange thread waits for that copy's
  * event), as Horovod and PyTorch DDP do; exchange then waits for the buckets still in
- * flight, reduces the rest (running statistics' zero gradient and the has-data flag) and
+ * flight, reduces the rest (running statistics' zero gradient and the next-batch flag) and
  * returns. Each bucket is an sl_ring_allreduce_range of the whole n + 1 floats, so every
- * float is summed in the same order as by the unbucketed exchange_more: the parameters
+ * float is summed in the same order as by the unbucketed exchange: the parameters
  * are bit-identical with and without buckets (tests/unit/test_strategy_ring.c). The
  * ring's sockets have one user at a time: the exchange thread from a step's first bucket
- * until exchange has waited for its last, the caller's thread otherwise (start, allsum,
- * the tail of exchange, finish), handed over under a mutex. A failed bucket fails that
+ * until exchange has waited for its last, the caller's thread otherwise (start, the
+ * epochs' sums, the tail of exchange, finish), handed over under a mutex. A failed bucket fails that
  * step's exchange with the bucket's error. compress=fp16|int8|sign|topk and `strategy
  * ps` keep the unbucketed exchange.
  *
@@ -85,14 +79,14 @@ extern "C" {
  * replica adds its residual to its gradient, compresses it (error feedback), and the ring
  * allgathers the payloads; every replica decodes all of them in rank order and averages,
  * so the replicas hold bit-identical averages (sl_ring_allreduce_compressed: what each
- * codec costs on the wire is there). The has-data flag of lockstep epochs rides in the
+ * codec costs on the wire is there). The next-batch flag (sluice/step.h) rides in the
  * payloads as an int32.
  *
  * Top-k or sign with `optimizer sgd momentum=M` (not nesterov): Deep Gradient Compression's
  * momentum correction. Error feedback then accumulates each replica's local velocity
  * u = M u + (g + weight_decay p) instead of the raw gradient, the codec sends it, top-k's
  * coordinates sent are cleared from u as well (momentum factor masking), and every
- * replica applies the average as plain SGD (p -= lr avg; the exchange sets *applied, so
+ * replica applies the average as plain SGD (p -= lr avg; the exchange sets reply->applied, so
  * the optimizer's own momentum stays unused). Plain error feedback on the gradient under a
  * global momentum applies rarely-sent coordinates late and amplified, which cost fashion_mlp
  * about a point; this recovers it (README). The sidecar then holds the residual followed by
@@ -182,29 +176,30 @@ int sl_strategy_ring_buckets(sl_strategy_ring *s, uint64_t *reduced);
  *             its parameters; every worker then holds the servers' parameters. A worker
  *             restarted mid-run rejoins: *start_step moves to one past the last step the ps
  *             recorded for it, so it does not train its shard's batches twice.
- *   exchange  push the gradient with the step's lr and pull the new parameters into the
- *             model; *applied = true (the ps ran the optimizer; the local one is unused).
- *             Running statistics (batchnorm) stay per worker; the chief's are the ones
- *             evaluated and checkpointed.
+ *   exchange  SL_STEP_TRAIN records (sluice/step.h): push the gradient with the step's lr
+ *             and pull the new parameters into the model; reply->applied = true (the ps ran
+ *             the optimizer; the local one is unused). Running statistics (batchnorm)
+ *             stay per worker; the chief's are the ones evaluated and checkpointed. Async
+ *             mode answers the other phases with nothing (each worker alone); sync mode
+ *             (tc->ps_sync) by the epochs' rules, below, with every reply `together`.
  *   finish    BYE to every ps.
- *   exchange_more, allsum   sync mode only (tc->ps_sync): lockstep epochs, below.
  *
  * Unequal data: in async mode (the default) nothing is needed: workers are independent, each
  * pushes its own batches at its own pace and ends its epochs when its own data ends; a
  * worker with fewer batches just finishes first. In sync mode the workers end every epoch
- * together, as ring replicas do (lockstep epochs, sluice/train.h): the hooks add
- *   exchange_more  the push carries the worker's has-data flag (whether it holds a batch
- *             for its next step; the frame's have/lack pair, sluice/ps.h), and the sync
- *             round's reply tells every worker of the round how many said yes and no. When
- *             any said no, every worker ends the epoch after this step: no step is taken
- *             that another worker does not take, and every round is the exact mean of one
- *             real batch from each worker. A worker outside the round (dead, or done) does
- *             not end the epoch: *more counts it as holding a batch.
- *   allsum    the trainer's per-epoch agreements (every worker has a first batch, the
- *             counts for the warning, the batches per epoch of a cosine schedule, and
- *             whether a "lack" was a stop request) as a SUM round on ps 0 (SL_MSG_SUM). A worker left out of a sum (dead, done, or, after
- *             a restart, waiting in a step round) reads as a copy of the lowest worker that
- *             took part.
+ * together, as ring replicas do (the rules of sluice/step.h, train/strategy_agree.c):
+ *   - each push carries the worker's next-batch flag (whether it holds a batch for its
+ *     next step; the frame's have/lack pair, sluice/ps.h), and the sync round's reply
+ *     tells every worker of the round how many said yes and no. When any said no, every
+ *     worker ends the epoch after this step: no step is taken that another worker does not
+ *     take, and every round is the exact mean of one real batch from each worker. A worker
+ *     outside the round (dead, or done) does not end the epoch: the reply's `holding`
+ *     counts it as holding a batch.
+ *   - the other agreements (every worker has a first batch, the counts for the warning,
+ *     the batches per epoch of a cosine schedule, and whether a "lack" was a stop request)
+ *     are SUM rounds on ps 0 (SL_MSG_SUM). A worker left out of a sum (dead, done, or,
+ *     after a restart, waiting in a step round) reads as a copy of the lowest worker that
+ *     took part.
  * A fresh ps forms no round before every worker has joined, so the workers start together
  * (a late joiner would otherwise find the others in rounds it was not counted in: at ps 0
  * and not at ps 1, a SUM on ps 0 would wait for a worker held in a step round on ps 1).
@@ -215,10 +210,10 @@ int sl_strategy_ring_buckets(sl_strategy_ring *s, uint64_t *reduced);
  * mid-round answers a retried push it had already applied without counts (0/0): that
  * worker then goes by its own flag for that step. A sync worker whose ps tasks run async
  * fails at the start (the ps refuses the SUM, naming the mode). A stop request (Ctrl-C) in
- * sync mode rides the push's has-data pair as a "lack", as under the ring: every worker
- * stops after the same round, the chief checkpoints it, and the ps tasks save their shards
- * when the last worker's BYE ends the server (sluice-train keeps a ps task that got the
- * signal serving for that last round). Async workers stop each on its own.
+ * sync mode rides the push's flag as a "lack", as under the ring: every worker stops after
+ * the same round, the chief checkpoints it, and the ps tasks save their shards when the
+ * last worker's BYE ends the server (sluice-train keeps a ps task that got the signal
+ * serving for that last round). Async workers stop each on its own.
  *
  * ps tasks (sl_ps_task_run): build the model from the config on the CPU to know the
  * variables, plan the shards (sl_ps_plan_create), restore the newest shard checkpoint of
@@ -243,7 +238,7 @@ typedef struct sl_strategy_ps sl_strategy_ps;
 
 /* Fill *hooks for worker c->rank of cluster c (borrowed, must outlive the strategy); tc
  * may be NULL (async hooks; staleness is the ps tasks' business). With tc->ps_sync the
- * lockstep hooks (exchange_more, allsum) are set too. SL_EINVAL when c has no ps
+ * exchange answers by the epochs' rules (sluice/step.h). SL_EINVAL when c has no ps
  * tasks or this process is not a chief/worker; SL_ENOMEM. On failure *out NULL and *hooks
  * zeroed. Nothing is opened yet: the plan needs the model, so the start hook plans, binds
  * this worker's address and joins (its errors: SL_EIO when the bind fails, SL_EPEER /

@@ -104,6 +104,7 @@
 #include "sluice/config.h"
 #include "sluice/model.h"
 #include "sluice/status.h"
+#include "sluice/step.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -159,42 +160,33 @@ typedef struct sl_train_config {
  * caret) and a hint (the usage, or "did you mean ...?"). *out is unspecified on failure. */
 sl_status sl_train_config_parse(const sl_cfg *cfg, sl_train_config *out);
 
-/* ---- replicas: the gradient exchange hook ----------------------------------------------
+/* ---- replicas: the exchange hook -------------------------------------------------------
  *
  * The loop is the same for one replica and for many: strategies plug in here.
- *   ring allreduce: start broadcasts rank 0's parameters (and optimizer state); exchange
- *     allreduce-averages grads in place and leaves *applied false, so every replica runs
- *     the same optimizer step on the same average.
- *   parameter server: start pulls the parameters from the ps tasks; exchange pushes grads,
- *     pulls the fresh parameters into the model (sl_model_set_params) and sets *applied
- *     true, so the loop skips its own optimizer step.
+ *   ring allreduce: start broadcasts rank 0's parameters (and optimizer state); each
+ *     step's exchange allreduce-averages grads in place and leaves applied false, so every
+ *     replica runs the same optimizer step on the same average.
+ *   parameter server: start pulls the parameters from the ps tasks; each step's exchange
+ *     pushes grads, pulls the fresh parameters into the model (sl_model_set_params) and
+ *     sets applied, so the loop skips its own optimizer step.
  * Only the chief (is_chief) evaluates, writes checkpoints, event files and the console
  * lines.
+ *
+ * Every exchange between replicas goes through one member, exchange, with a step record
+ * in and a reply out (sluice/step.h): the gradient of each step, and the few agreements
+ * per epoch through which strategy ring and ps mode=sync replicas end every epoch
+ * together, stop together, and agree on a cosine schedule's length (sluice/step.h says
+ * how). The loop fills the record and acts only on the reply.
  *
  * Overlap (strategy ring with compress=none, `bucket_mb` > 0): the ring strategy registers a
  * callback on the model at start and allreduces the gradient bucket by bucket on a
  * thread of its own while backward still runs (sluice/strategy.h, "Bucketed overlap");
- * the exchange hook then only waits for what is left, with results bit-identical to the
+ * the step's exchange then only waits for what is left, with results bit-identical to the
  * unbucketed exchange. A model whose gradient fits one bucket is exchanged unbucketed
  * (nothing could overlap). Compression and `strategy ps` always exchange after backward.
- * The time the loop spends in the exchange hook is what remains visible of the exchange:
- * the epoch line reports it ("exchange 1.2 ms/step") and the train/ run logs it as
- * exchange_ms_per_step (replicas only).
- *
- * Lockstep epochs (exchange_more and allsum both set: strategy ring, ps sync): every replica runs
- * the same number of steps in every epoch, however unequal the shards. Each step the
- * replicas agree whether every one of them holds a batch for the next step (the loop takes
- * batch k+1 from the pipeline before step k's exchange, so the answer rides on step k's
- * exchange); when any is out, all end the epoch after step k, and all begin the next
- * epoch together. Every step that is taken is taken by all replicas on a batch of their
- * own, so the results stay exact and bit-identical; the batches a replica holds beyond the
- * end are left unused. The chief warns with the counts ("epoch 1: rank 1 ran out after 10
- * steps; rank 0 had 13: all replicas end the epoch at 10 (3 batches of rank 0 unused)"),
- * again only when the counts change; at the start it warns when the replicas' batch
- * counts are known without reading (sl_dataset_cardinality) and differ. A replica with no
- * batch at all in an epoch while others have some fails the run on every replica (SL_EINVAL
- * naming it). The steps per epoch used by a cosine schedule are the fewest of any replica.
- * Without them (ps async) each replica ends its epochs when its own data ends. */
+ * The time the loop spends in the steps' exchanges is what remains visible of the
+ * exchange: the epoch line reports it ("exchange 1.2 ms/step") and the train/ run logs it
+ * as exchange_ms_per_step (replicas only). */
 typedef struct sl_train_hooks {
     void *ctx;
     int world_size;  /* replicas (>= 1) */
@@ -205,25 +197,21 @@ typedef struct sl_train_hooks {
      * where the ps recorded it); the loop then starts at that step's epoch and batch.
      * NULL: nothing. */
     sl_status (*start)(void *ctx, sl_model *m, sl_optim *o, int64_t *step);
-    /* After backward, before the optimizer step: grads (backend memory, n floats) hold this
-     * replica's gradient of its mean batch loss; lr is the step's scheduled rate. NULL:
-     * nothing (single replica). */
-    sl_status (*exchange)(void *ctx, sl_model *m, float *grads, size_t n, int64_t step, float lr,
-                          bool *applied);
+    /* Called with each record of the run (sluice/step.h: its phases, in order, and what
+     * each field holds); *reply arrives holding this replica's own answer, and the hook
+     * changes what its replicas agree on. SL_STEP_TRAIN comes after backward, before the
+     * optimizer step: step->grads (backend memory, step->n floats) holds this replica's
+     * gradient of its mean batch loss (times step->loss_scale), step->lr the step's
+     * scheduled rate; the hook leaves there the gradient the optimizer step applies, or
+     * applies the update itself and sets reply->applied. Returns SL_OK, or the error that
+     * ends the run (the loop then calls finish with it and returns it): the loop reads
+     * neither *reply nor the gradient after a failure, and the parameters may hold part of
+     * an update (a ps exchange that pulled some shards). NULL: nothing to exchange (one
+     * replica alone); several replicas need it. */
+    sl_status (*exchange)(void *ctx, const sl_step *step, sl_step_reply *reply);
     /* At the end of the run, with its result (SL_OK or the error that stopped it): barrier,
      * leave the ring, tell the ps. NULL: nothing. The loop returns the first error. */
     sl_status (*finish)(void *ctx, sl_status result);
-    /* Lockstep epochs (both set, or both NULL; see above). exchange_more: exchange, and
-     * *more in: 1 when this replica already holds a batch for step + 1 of this epoch, else
-     * 0; out: how many replicas hold one (all of them: the epoch goes on). When set, the
-     * loop calls it instead of exchange. */
-    sl_status (*exchange_more)(void *ctx, sl_model *m, float *grads, size_t n, int64_t step, float lr,
-                               bool *applied, int *more);
-    /* allsum: add v[0..n) over the replicas in place (every replica passes the same n and tag, a
-     * label below 0x10000 checked on receipt); the loop gathers per-replica counts with it
-     * (each replica fills its own slots, zeros elsewhere: slot r of each block of world_size
-     * ints is replica r's). Errors as for exchange. */
-    sl_status (*allsum)(void *ctx, int32_t *v, size_t n, uint32_t tag);
     /* Optional (NULL: none). wire_bytes: payload bytes this replica has sent so far; the
      * loop reports the bytes per step in the epoch line ("wire N KiB/step") and as the
      * scalar wire_bytes_per_step (the train/ run). save_state: per-replica state that checkpoints must
@@ -255,15 +243,13 @@ typedef struct sl_train_opts {
      * there, the chief writes a checkpoint of that step when checkpoints are on, the final
      * evaluation is skipped, and sl_trainer_run returns SL_OK with summary.stopped true
      * (summary.steps: the step it stopped at; stop_value: *stop; stop_rank: this rank).
-     * Lockstep replicas (strategy ring with several replicas, ps sync) stop together: a
-     * replica whose *stop is set sends "no batch for the next step" on that step's
-     * exchange (the has-data flag, see lockstep epochs above), so every replica learns
-     * at the same step that some replica is out; they then agree through allsum which
-     * were stop requests (and whether the data really ended there too), and every replica
-     * stops after that SAME step: the chief checkpoints it, and each one's summary names
-     * the lowest rank that asked (stop_rank) and its *stop value (stop_value), so a
-     * replica that got no signal itself can say why it stopped. A request reaches the
-     * others within one step. Async ps workers stop on their own. NULL: never. */
+     * Replicas whose exchange agrees on stops (strategy ring with several replicas, ps
+     * sync: sluice/step.h) stop together: each step's record carries this replica's *stop,
+     * and every replica stops after the SAME step, the one whose exchange carried the
+     * first request: the chief checkpoints it, and each one's summary names the lowest
+     * rank that asked (stop_rank) and its *stop value (stop_value), so a replica that got no
+     * signal itself can say why it stopped. A request reaches the others within one step.
+     * Async ps workers stop on their own. NULL: never. */
     volatile sig_atomic_t *stop;
     /* GPU placement (sluice/cuda.h sl_cuda_choose_device): device >= 0 wins over the train
      * block's `device` (sluice-train --device N); -1 (default): the block's, else the local
@@ -272,13 +258,15 @@ typedef struct sl_train_opts {
      * cannot open its GPU (e.g. taken in exclusive-process mode) warns and uses the CPU. */
     int device;
     const char *const *envp;
+    sl_cpu_gemm cpu_gemm;         /* the model's sl_model_opts.cpu_gemm (sluice-train: SLUICE_CPU_GEMM) */
     /* Called on the training thread at the end of every complete epoch, after its epoch
      * line, its evaluation and its checkpoint (epochs: the epochs done, 1 after the first;
      * step: the global step), on every replica. A non-OK return ends the run with that
      * status (checkpoints already written stay). A caller may wait inside it: a test holds
      * the run there (sluice-train --hold-after) while it kills or restarts another task
-     * (the ps client's heartbeats keep an async ps worker alive meanwhile; lockstep replicas
-     * wait for each other at the next exchange, within its timeout). NULL: none. */
+     * (the ps client's heartbeats keep an async ps worker alive meanwhile; ring and ps
+     * sync replicas wait for each other at the next exchange, within its timeout). NULL:
+     * none. */
     sl_status (*on_epoch_end)(void *ctx, int64_t epochs, int64_t step);
     void *ctx;
 } sl_train_opts;
@@ -302,10 +290,10 @@ typedef struct sl_train_summary {
     double seconds;           /* wall time of sl_trainer_run */
     char resumed_from[1100];  /* checkpoint path, "" when none */
     bool stopped;             /* opts.stop ended the run early (at step `steps`) */
-    int stop_value;           /* stopped: the *opts.stop value that ended it (lockstep: that of
-                                 stop_rank), e.g. the signal number; else 0 */
-    int stop_rank;            /* stopped: the replica that asked (lockstep: the lowest rank that
-                                 did; every replica stops at the same step) */
+    int stop_value;           /* stopped: the *opts.stop value that ended it (replicas that stop
+                                 together: that of stop_rank), e.g. the signal number; else 0 */
+    int stop_rank;            /* stopped: the replica that asked (replicas that stop together: the
+                                 lowest rank that did; every replica stops at the same step) */
     double loss_scale;        /* precision fp16: the loss scale now (65536 before the first step); else 1 */
     int64_t skipped_steps;    /* precision fp16: steps whose optimizer update was skipped for a
                                  non-finite gradient; else 0 */

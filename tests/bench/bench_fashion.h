@@ -200,12 +200,12 @@ typedef struct {
     double t_from, t_to;
 } bench_timer;
 
-static inline sl_status bench_on_step(void *ctx, sl_model *m, float *g, size_t n, int64_t step, float lr,
-                                      bool *applied) {
-    (void)m, (void)g, (void)n, (void)lr, (void)applied;
+static inline sl_status bench_on_step(void *ctx, const sl_step *rec, sl_step_reply *reply) {
+    (void)reply;
     bench_timer *h = ctx;
-    if (step == h->from) h->t_from = bench_now();
-    if (step == h->to) h->t_to = bench_now();
+    if (rec->phase != SL_STEP_TRAIN) return SL_OK;
+    if (rec->step == h->from) h->t_from = bench_now();
+    if (rec->step == h->to) h->t_to = bench_now();
     return SL_OK;
 }
 
@@ -271,6 +271,8 @@ static inline int bench_train_run(const char *prog, const char *data, int k, int
     sl_train_hooks hooks = {.ctx = &h, .world_size = 1, .rank = 0, .is_chief = true, .exchange = bench_on_step};
     sl_train_opts o = sl_train_opts_default();
     o.hooks = &hooks;
+    const char *gemm = getenv("SLUICE_CPU_GEMM"); /* the CPU backend's GEMM, as sluice-train reads it */
+    if (gemm && *gemm && sl_cpu_gemm_parse(gemm, &o.cpu_gemm)) return bench_fail(prog, "SLUICE_CPU_GEMM");
     o.overwrite = true; /* each run replaces the last one's event file */
     sl_trainer *t;
     if (sl_trainer_create(cfg, &o, &t)) {

@@ -40,7 +40,7 @@
 #include "sluice/util.h"
 #include "helper_points.h"
 #include "test.h"
-#include "train/model_priv.h"
+#include "train/internal.h"
 
 /* libzmq is not built with ThreadSanitizer (see tests/unit/test_strategy_ring.c). */
 const char *__tsan_default_suppressions(void);
@@ -175,9 +175,16 @@ static void *worker_main(void *arg) {
             goto out;
         }
         for (size_t i = 0; i < w->np; i++) g[i] = i < w->nt ? grad_of(w->rank, sk, i) : 0.0f;
-        bool applied = false;
-        st = h.exchange(h.ctx, m, g, w->np, sk, lr_of(sk), &applied);
-        if (!st && !applied) st = sl_err(SL_EINTERNAL, "exchange left applied false");
+        sl_step rec = {.phase = SL_STEP_TRAIN, .model = m, .grads = g, .n = w->np, .lr = lr_of(sk), .loss_scale = 1,
+                       .step = sk, .holds_next = true, .cardinality = -1, .data = "train"};
+        sl_step_reply reply = {0};
+        st = h.exchange(h.ctx, &rec, &reply);
+        if (!st && !reply.applied) st = sl_err(SL_EINTERNAL, "exchange left applied false");
+        /* sync: the round counted both workers' next batches; async: each worker alone */
+        if (!st && reply.together != sc->sync)
+            st = sl_err(SL_EINTERNAL, "sync %d: the reply's together is %d", sc->sync, reply.together);
+        if (!st && sc->sync && (reply.holding != NW || reply.epoch_ends))
+            st = sl_err(SL_EINTERNAL, "sync: holding %d, epoch_ends %d", reply.holding, reply.epoch_ends);
         if (st) goto out;
         memcpy(w->after[k], p, w->np * sizeof *p);
         if (!sc->sync) gate_bump(sc, &sc->turn, false);
@@ -650,8 +657,11 @@ static void *trainer_main(void *arg) {
     if ((st = sl_train_config_parse(cfg, &tc)) || (st = sl_cluster_resolve(&a, NULL, NULL, &c)) ||
         (st = sl_strategy_ps_create(&c, &tc, &po, &h, &s)))
         goto out;
-    if (!h.exchange_more || !h.allsum) {
-        st = sl_err(SL_EINTERNAL, "sync mode without the lockstep hooks");
+    /* sync mode answers by the lockstep rules (an epoch end after even steps: nothing to agree) */
+    sl_step probe = {.phase = SL_STEP_EPOCH_END, .cardinality = -1, .data = "train"};
+    sl_step_reply pr = {0};
+    if ((st = h.exchange(h.ctx, &probe, &pr)) || !pr.together) {
+        if (!st) st = sl_err(SL_EINTERNAL, "sync mode without lockstep epochs");
         goto out;
     }
     sl_train_opts o = sl_train_opts_default();

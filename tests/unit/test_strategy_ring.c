@@ -1,7 +1,8 @@
 /* The ring strategy's hooks (sluice/strategy.h): one replica is a plain run, a ps task is
  * refused, and two replicas (threads of this process, over TCP on 127.0.0.1) leave start
  * with rank 0's parameters and exchange with the exact average of their gradients, with
- * equal hash logs. The trainer end to end is tests/integration/test_train_ring.sh. */
+ * equal hash logs, and a reply (sluice/step.h) that counts the replicas holding a next
+ * batch. The trainer end to end is tests/integration/test_train_ring.sh. */
 #include <dirent.h>
 #include <fcntl.h>
 #include <pthread.h>
@@ -72,6 +73,7 @@ typedef struct rep {
     size_t np;
     char *log;
     size_t loglen;
+    sl_step_reply reply;   /* the step's */
     char err[512];
 } rep;
 
@@ -98,6 +100,7 @@ static void *replica(void *arg) {
     if ((st = sl_strategy_ring_create(&c, &ro, &h, &s))) goto out;
     int64_t step0 = 0;
     if ((st = h.start(h.ctx, m, o, &step0))) goto out;
+    r->reply = (sl_step_reply){.applied = true};
     size_t np, ng;
     float *p = sl_model_params(m, &np);
     float *g = sl_model_grads(m, &ng);
@@ -105,9 +108,10 @@ static void *replica(void *arg) {
     memcpy(r->params, p, np * sizeof *p);
     /* integer-valued gradients: rank 0 gives i, rank 1 gives 3i + 1; the average is exact */
     for (size_t i = 0; i < ng; i++) g[i] = r->rank == 0 ? (float)i : (float)(3 * i + 1);
-    bool applied = true;
-    if ((st = h.exchange(h.ctx, m, g, ng, 0, 0.1f, &applied))) goto out;
-    if (applied) st = SL_EINVAL;
+    /* only rank 0 holds a next batch: both learn that one does, and end the epoch */
+    sl_step rec = {.phase = SL_STEP_TRAIN, .model = m, .grads = g, .n = ng, .lr = 0.1f, .loss_scale = 1,
+                   .holds_next = r->rank == 0, .cardinality = -1, .data = "train"};
+    if ((st = h.exchange(h.ctx, &rec, &r->reply))) goto out;
     memcpy(r->grads, g, ng * sizeof *g);
     if (!st) st = sl_optim_step(o, 0.1f);
     st = h.finish(h.ctx, st);
@@ -144,6 +148,13 @@ TEST(test_two_replicas) {
     for (size_t i = 0; i < r[0].np; i++) {
         ASSERT(r[0].grads[i] == (float)(2 * i) + 0.5f);
         ASSERT(r[1].grads[i] == r[0].grads[i]);
+    }
+    /* the has-data flag rode on the gradient: one replica of two holds a next batch */
+    for (int i = 0; i < 2; i++) {
+        const sl_step_reply *y = &r[i].reply;
+        if (y->applied || !y->together || y->holding != 1 || !y->epoch_ends || y->stop)
+            FAILF("rank %d: applied %d together %d holding %d epoch_ends %d stop %d", i, y->applied, y->together,
+                  y->holding, y->epoch_ends, y->stop);
     }
     /* "step 0 params H" and the final "step 1 params H'", the same on both */
     ASSERT(r[0].log && r[1].log);

@@ -1,6 +1,8 @@
-/* train/trainer.c, train/train_config.c, train/checkpoint.c: the train block, checkpoints
- * (round trip, corruption, another model), resume bit-identical to an uninterrupted run,
- * the gradient exchange hook, and mixed precision (bf16, fp16's loss scaling). Data: a small synthetic TFRecord file (two classes of
+/* train/trainer.c (with trainer_step.c and trainer_report.c), train/train_config.c,
+ * train/checkpoint.c, train/strategy_agree.c: the train block, checkpoints (round trip,
+ * corruption, another model), resume bit-identical to an uninterrupted run, the exchange
+ * hook and its step records (lockstep epochs with a simulated peer), and mixed precision
+ * (bf16, fp16's loss scaling). Data: a small synthetic TFRecord file (two classes of
  * 4-float points) written to a temporary folder, so the test needs nothing else. */
 #include <dirent.h>
 #include <errno.h>
@@ -22,8 +24,7 @@
 #include "sluice/tfrecord.h"
 #include "sluice/train.h"
 #include "helper_points.h"
-#include "train/model_priv.h"
-#include "train/trainer_priv.h"
+#include "train/internal.h"
 #include "test.h"
 
 static char tmpdir[256];
@@ -370,13 +371,15 @@ static sl_status h_start(void *ctx, sl_model *m, sl_optim *o, int64_t *step) {
     return SL_OK;
 }
 
-/* A parameter server that never changes anything: the loop must skip its optimizer step. */
-static sl_status h_exchange(void *ctx, sl_model *m, float *grads, size_t n, int64_t step, float lr, bool *applied) {
+/* A parameter server that never changes anything: the loop must skip its optimizer step.
+ * Its replicas train independently: every phase but the steps' leaves the reply as it came. */
+static sl_status h_exchange(void *ctx, const sl_step *rec, sl_step_reply *out) {
     hook_log *h = ctx;
+    if (rec->phase != SL_STEP_TRAIN) return SL_OK;
     h->exchanges++;
-    h->last_step = step;
-    h->n = n;
-    *applied = true;
+    h->last_step = rec->step;
+    h->n = rec->n;
+    out->applied = true;
     return SL_OK;
 }
 
@@ -485,8 +488,9 @@ TEST(test_replicas_leave_the_config_alone) {
 
 /* ---- lockstep epochs with a simulated second replica ---------------------------------- */
 
-/* Rank 0 of 2, with a peer whose data gives `peer_batches` batches per epoch (0: none).
- * exchange_more adds the peer's has-next flag; allsum adds the peer's values: n == 2
+/* Rank 0 of 2 under the lockstep rules (train/strategy_agree.c), with a peer whose data
+ * gives `peer_batches` batches per epoch (0: none). The rules' exchange adds the peer's
+ * has-next flag; their allsum adds the peer's values: n == 2
  * (one value per replica: cardinality, first batch) gets peer_batches > 0 in the peer's
  * slot for the first batch and -1 (unknown) for the cardinality; n == 4 (the end counts) its
  * ran-out flag and batches. */
@@ -504,14 +508,14 @@ typedef struct {
     bool peer_has, peer_stops; /* what the peer said in the last exchange */
     int stop_sums;             /* TAG_STOP sums (5) */
     int32_t stop_sent[4];      /* what the loop sent in the last one */
+    sl__agree agree;           /* the rules, over p_step and p_allsum */
 } peer_sim;
 
-static sl_status p_exchange_more(void *ctx, sl_model *m, float *grads, size_t n, int64_t step, float lr,
-                                 bool *applied, int *more) {
+static sl_status p_step(void *ctx, const sl_step *rec, sl_step_reply *out, int *more) {
     peer_sim *p = ctx;
     p->exchanges++;
     p->epoch_steps++;
-    *applied = false;
+    out->applied = false;
     p->peer_has = p->epoch_steps < p->peer_batches;
     p->peer_stops = p->peer_stop_at > 0 && p->exchanges == p->peer_stop_at;
     *more += p->peer_has && !p->peer_stops; /* a stop request says "no next batch" */
@@ -519,8 +523,8 @@ static sl_status p_exchange_more(void *ctx, sl_model *m, float *grads, size_t n,
     return SL_OK;
 }
 
-/* The loop's gathers send each of their n values as two 32-bit words: the high halves in
- * words 0..n-1, the low halves in words n..2n-1 (train/trainer_lockstep.c). */
+/* The rules' gathers send each of their n values as two 32-bit words: the high halves in
+ * words 0..n-1, the low halves in words n..2n-1 (train/strategy_agree.c). */
 static size_t vals_n; /* n of the allsum being answered */
 static int64_t val_get(const int32_t *w, size_t i) {
     return (int64_t)((uint64_t)(uint32_t)w[i] << 32 | (uint32_t)w[vals_n + i]);
@@ -540,6 +544,8 @@ static sl_status p_allsum(void *ctx, int32_t *w, size_t nw, uint32_t tag) {
         p->stop_sums++;
         val_set(w, 1, p->peer_has);
         val_set(w, 3, p->peer_stops ? SIGTERM : 0);
+    } else if (tag == 2) { /* the batches counted in an epoch */
+        val_set(w, 1, p->peer_batches);
     } else if (n == 2 && val_get(w, 0) == 1) { /* the first batch (a cardinality would be -1 here: unknown) */
         val_set(w, 1, p->peer_batches > 0);
         p->epoch_steps = 0;
@@ -554,17 +560,24 @@ static sl_status p_allsum(void *ctx, int32_t *w, size_t nw, uint32_t tag) {
     return SL_OK;
 }
 
+static sl_status p_exchange(void *ctx, const sl_step *rec, sl_step_reply *out) {
+    peer_sim *p = ctx;
+    return sl__agree_exchange(&p->agree, rec, out);
+}
+
 static sl_status p_finish(void *ctx, sl_status result) {
     peer_sim *p = ctx;
     p->finishes++;
     p->finish_result = result;
+    sl__agree_free(&p->agree);
     return SL_OK;
 }
 
 /* The hooks of rank 0 (the chief) of 2 replicas in lockstep, the other simulated by p. */
 static sl_train_hooks lockstep_hooks(peer_sim *p) {
+    sl__agree_init(&p->agree, &(sl__agree_ops){.exchange = p_step, .sum = p_allsum}, p, 2, 0, true);
     return (sl_train_hooks){.ctx = p, .world_size = 2, .rank = 0, .is_chief = true, .finish = p_finish,
-                            .exchange_more = p_exchange_more, .allsum = p_allsum};
+                            .exchange = p_exchange};
 }
 
 /* Capture what fn writes to stderr (the loop's warnings) into a malloc'd string. */
@@ -639,12 +652,57 @@ TEST(test_lockstep_peer_empty) {
     ASSERT_EQ(p.finish_result, SL_EINVAL);
     sl_trainer_free(t);
     sl_cfg_free(cfg);
-    /* lockstep needs both hooks */
-    hooks.allsum = NULL;
-    ASSERT_EQ(make_trainer(LOCKSTEP_BODY, "lockstep0", false, &hooks, &cfg, &t), SL_EINVAL);
-    ASSERT_STREQ(sl_errmsg(), "trainer hooks: exchange_more and allsum go together (lockstep epochs need both)");
-    ASSERT(t == NULL);
-    sl_cfg_free(cfg);
+}
+
+/* The rules' replies phase by phase, without a trainer: how many replicas hold a next
+ * batch and the agreed epoch end, the counts warning after an uneven end (once), a stop
+ * request of the peer with its rank and value, and the fewest batches counted. */
+TEST(test_lockstep_replies) {
+    peer_sim p = {.peer_batches = 2};
+    lockstep_hooks(&p);
+    float g[4] = {0};
+    sl_step rec = {.phase = SL_STEP_TRAIN, .grads = g, .n = 4, .holds_next = true, .cardinality = -1, .data = "train"};
+    sl_step_reply r = {0};
+    ASSERT_OK(sl__agree_exchange(&p.agree, &rec, &r));
+    ASSERT(r.together && !r.epoch_ends && !r.stop);
+    ASSERT_EQ(r.holding, 2);
+    ASSERT_EQ(p.stop_sums, 0); /* all hold one: nothing but the exchange */
+    /* the peer is out after its second step: every replica ends the epoch, no stop */
+    rec.step = rec.batches = 1;
+    r = (sl_step_reply){0};
+    ASSERT_OK(sl__agree_exchange(&p.agree, &rec, &r));
+    ASSERT(r.together && r.epoch_ends && !r.stop);
+    ASSERT_EQ(r.holding, 1);
+    ASSERT_EQ(p.stop_sums, 1); /* fewer than all: was it a stop? */
+    /* the epoch's end: the chief's warning with the counts, then not again for the same counts */
+    sl_step end = {.phase = SL_STEP_EPOCH_END, .step = 2, .batches = 2, .cardinality = -1, .data = "train"};
+    r = (sl_step_reply){0};
+    ASSERT_OK(sl__agree_exchange(&p.agree, &end, &r));
+    ASSERT_STREQ(r.warning, "epoch 1: rank 1 ran out after 2 steps; rank 0 had more: all replicas end the epoch at 2 (the "
+                            "rest of rank 0's batches unused); give every replica as many batches to use all the data");
+    int sums = p.allsums;
+    r = (sl_step_reply){0};
+    ASSERT_OK(sl__agree_exchange(&p.agree, &end, &r)); /* no uneven step since: no agreement at all */
+    ASSERT_STREQ(r.warning, "");
+    ASSERT_EQ(p.allsums, sums);
+    /* the next epoch: both have a first batch; the peer asks to stop on the first step */
+    sl_step ep = {.phase = SL_STEP_EPOCH, .step = 2, .epoch = 1, .holds_next = true, .cardinality = -1, .data = "train"};
+    ASSERT_OK(sl__agree_exchange(&p.agree, &ep, &r));
+    p.peer_stop_at = p.exchanges + 1;
+    rec = (sl_step){.phase = SL_STEP_TRAIN, .grads = g, .n = 4, .step = 2, .epoch = 1, .holds_next = true,
+                    .cardinality = -1, .data = "train"};
+    r = (sl_step_reply){0};
+    ASSERT_OK(sl__agree_exchange(&p.agree, &rec, &r));
+    ASSERT(r.stop && !r.epoch_ends);
+    ASSERT_EQ(r.stop_rank, 1);
+    ASSERT_EQ(r.stop_value, SIGTERM);
+    ASSERT_EQ(r.holding, 2); /* the real count: both hold a next batch */
+    /* the steps per epoch: the fewest counted */
+    sl_step cnt = {.phase = SL_STEP_COUNT, .batches = 7, .cardinality = -1, .data = "train"};
+    r = (sl_step_reply){.steps_per_epoch = 7};
+    ASSERT_OK(sl__agree_exchange(&p.agree, &cnt, &r));
+    ASSERT_EQ(r.steps_per_epoch, 2);
+    sl__agree_free(&p.agree);
 }
 
 /* `strategy ps mode= staleness=`: defaults, values, and the options refused elsewhere. */
@@ -739,10 +797,9 @@ typedef struct {
     int64_t at;
 } stopper;
 
-static sl_status stop_exchange(void *ctx, sl_model *m, float *grads, size_t n, int64_t step, float lr, bool *applied) {
+static sl_status stop_exchange(void *ctx, const sl_step *rec, sl_step_reply *out) {
     stopper *st = ctx;
-    *applied = false;
-    if (step == st->at) *st->stop = SIGINT;
+    if (rec->phase == SL_STEP_TRAIN && rec->step == st->at) *st->stop = SIGINT;
     return SL_OK;
 }
 
@@ -962,8 +1019,7 @@ static void test_log_every_steps(void) {
  * into TMP/run; console text into *text (malloc'd). */
 static sl_status run_pair(const char *run, bool resume, peer_sim *p, volatile sig_atomic_t *flag, sl_trainer **t,
                           sl_cfg **cfg, char **text, char **err) {
-    sl_train_hooks hooks = {.ctx = p, .world_size = 2, .rank = 0, .is_chief = true, .finish = p_finish,
-                            .exchange_more = p_exchange_more, .allsum = p_allsum};
+    sl_train_hooks hooks = lockstep_hooks(p);
     sl_status s = parse_with(LOCKSTEP_STOP_BODY, cfg);
     if (s) return s;
     char dir[400];
@@ -1337,7 +1393,7 @@ static bool role_chief;
 static void on_role(void *ctx, const sl_job_result *r) {
     (void)ctx;
     roles_seen++;
-    role_chief = r->is_chief && !r->ps_task && !r->lockstep;
+    role_chief = r->is_chief && !r->ps_task && !r->stop_together;
 }
 
 TEST(test_job_run) {
@@ -1741,15 +1797,17 @@ typedef struct {
     int exchanges;
 } inf_hook;
 
-static sl_status inf_exchange(void *ctx, sl_model *m, float *grads, size_t n, int64_t step, float lr, bool *applied) {
+static sl_status inf_exchange(void *ctx, const sl_step *rec, sl_step_reply *out) {
     inf_hook *h = ctx;
+    if (rec->phase != SL_STEP_TRAIN) return SL_OK;
     h->exchanges++;
-    *applied = false;
-    if (step < 64 && (h->inf_steps >> step & 1)) grads[3] = INFINITY; /* CPU backend: host memory */
+    int64_t step = rec->step;
+    size_t n = rec->n;
+    if (step < 64 && (h->inf_steps >> step & 1)) rec->grads[3] = INFINITY; /* CPU backend: host memory */
     if (step == h->watch && n <= 64) {
         h->n = n;
-        memcpy(h->grads, grads, n * sizeof(float));
-        if (sl_model_get_params(m, h->params, n)) return sl_errcode();
+        memcpy(h->grads, rec->grads, n * sizeof(float));
+        if (sl_model_get_params(rec->model, h->params, n)) return sl_errcode();
     }
     return SL_OK;
 }
@@ -2044,6 +2102,7 @@ int main(void) {
     RUN(test_replicas_leave_the_config_alone);
     RUN(test_lockstep_peer_runs_out);
     RUN(test_lockstep_peer_empty);
+    RUN(test_lockstep_replies);
     RUN(test_config_strategy_ps);
     RUN(test_config_bucket_mb);
     RUN(test_stop_request);
