@@ -1,7 +1,9 @@
 /* Private to train/: the compute backend behind the model. One vtable, two
  * implementations: backend_cpu.c (OpenBLAS + C loops, threaded) and backend_cuda.cu
  * (cuBLAS + our kernels). Every op has a CPU reference; on a GPU machine every CUDA op is
- * checked against it (tests/unit/test_backend_cuda.c).
+ * checked against it (tests/unit/test_backend_cuda.c). Callers go through the wrappers at the
+ * end of this header (train/backend.c), never the vtable: the wrappers check arguments and
+ * supply every optional member's fallback.
  *
  * Conventions for every op:
  *   - float32, row-major; images are NHWC (what the pipeline produces).
@@ -28,7 +30,7 @@ typedef struct sl_backend sl_backend;
 
 /* Top-k accuracy's k, the same definition as sluice/model.h's (that header is C only, and
  * the CUDA sources include this one); were the two to differ, every file that includes
- * both (train/model_priv.h) would warn "SL_TOPK redefined". */
+ * both (train/internal.h) would warn "SL_TOPK redefined". */
 #define SL_TOPK 5
 
 /* Input staging slots every backend has (stage_begin ... stage_release below). */
@@ -223,8 +225,8 @@ typedef struct sl_backend_ops {
 
     /* ---- optional (last, so positional initializers stay valid) ----
      * act_backward_set: dx = 0 + dy * act'(.) from the output y, overwriting dx: the same
-     * floats as filling dx with 0 and calling act_backward, without reading dx. NULL: the
-     * model does exactly that fill and act_backward. */
+     * floats as filling dx with 0 and calling act_backward, without reading dx. NULL:
+     * sl__be_act_backward_set does exactly that fill and act_backward. */
     sl_status (*act_backward_set)(sl_backend *b, sl_act act, const float *y, const float *dy, float *dx,
                                   size_t n);
     /* maxpool_relu_backward_set: the gradient through a max pool whose windows do not
@@ -233,13 +235,14 @@ typedef struct sl_backend_ops {
      * which is the ReLU output at argmax[o]) is > 0, every other float 0. The same floats
      * as filling dx with 0, maxpool_backward and act_backward_set(SL_ACT_RELU, relu output,
      * dx, dx), in one pass that never reads the ReLU output. SL_EINVAL (dx untouched) for
-     * s != k or a bad geometry. NULL: the model runs those three. */
+     * s != k or a bad geometry. NULL: sl__be_maxpool_relu_backward_set runs those three,
+     * through a scratch buffer and the ReLU output. */
     sl_status (*maxpool_relu_backward_set)(sl_backend *b, const float *dy, const float *pooled,
                                            const int32_t *argmax, int n, int h, int w, int c, int k, int s,
                                            int pad_top, int pad_left, int oh, int ow, float *dx);
     /* bias_act: y[r][j] = act(y[r][j] + bias[j]) in place: the same floats as bias_add and
-     * then act_forward, in one pass. SL_EINVAL (y untouched) for an unknown act. NULL: the
-     * model runs the two. */
+     * then act_forward, in one pass. SL_EINVAL (y untouched) for an unknown act. NULL:
+     * sl__be_bias_act runs the two. */
     sl_status (*bias_act)(sl_backend *b, sl_act act, float *y, const float *bias, size_t rows, size_t cols);
     /* task_slots: how many tasks run_tasks can run at once (>= 1). run_tasks: fn(ctx, t, slot)
      * once for every task t in [0, n), on up to min(slots, task_slots) of the backend's
@@ -247,7 +250,8 @@ typedef struct sl_backend_ops {
      * tasks that run at the same time never share one, and the ops a task calls run on its
      * thread alone. SL_OK, or the error of the lowest-numbered task that failed (moved to the
      * calling thread; tasks not yet started are skipped). NULL: the model loops over the work
-     * itself with every op threaded. */
+     * itself with every op threaded (sl__be_has_tasks), and sl__be_run_tasks runs the tasks one
+     * after another on the calling thread. */
     int (*task_slots)(sl_backend *b);
     sl_status (*run_tasks)(sl_backend *b, int n, int slots, sl_status (*fn)(void *ctx, int t, int slot), void *ctx);
     /* Convolution products without the im2col matrix (geometry as im2col's; W and dW the
@@ -258,8 +262,9 @@ typedef struct sl_backend_ops {
      * (scratch_floats floats), which also holds a pointer per output pixel. The floats are
      * im2col + gemm's but for the order of the sums, and do not depend on the thread count.
      * SL_EUNSUPPORTED (nothing written) where the backend multiplies this geometry through
-     * im2col and gemm instead: the caller then does so. SL_ENOMEM: y / dW undefined. NULL
-     * (a backend without them): always im2col and gemm. */
+     * im2col and gemm instead: the wrapper then does so. SL_ENOMEM: y / dW undefined. NULL
+     * (a backend without them): always im2col and gemm, in sl__be_conv_gemm and
+     * sl__be_conv_kernel_grad. */
     sl_status (*conv_gemm)(sl_backend *b, const float *x, int n, int h, int w, int c, int kh, int kw, int stride,
                            int pad_top, int pad_left, int oh, int ow, const float *W, int oc, float beta, float *y,
                            float *scratch, size_t scratch_floats);
@@ -279,9 +284,155 @@ sl_status sl__backend_cpu_new(int threads, sl_backend **out);
  * machine no GPU (the message says which). */
 sl_status sl__backend_cuda_new(int device, sl_backend **out);
 
-static inline void sl__backend_free(sl_backend *b) {
-    if (b) b->ops->destroy(b);
-}
+/* ---- the wrappers (train/backend.c) --------------------------------------------------
+ * What the model, the optimizers and the trainer call instead of the vtable: one function
+ * per op, the op's arguments, the op's result. Each checks its arguments first (SL_EINVAL
+ * naming the op and the numbers, nothing written: sizes, strides, geometry, slots, NULL
+ * buffers where there is work) and, where a member is optional, supplies the fallback once,
+ * with the same floats as the op: a backend implements an optional member or leaves it NULL,
+ * and no caller looks. A new fused op is a member here, its wrapper and the backends that
+ * have it. */
+
+/* The backend's name ("cpu", "cuda"). */
+const char *sl__be_name(const sl_backend *b);
+/* destroy; NULL is a no-op. */
+void sl__backend_free(sl_backend *b);
+
+/* ---- memory: out / host_dst / dst / src non-NULL where bytes > 0; copy's ranges apart ---- */
+sl_status sl__be_alloc(sl_backend *b, size_t bytes, void **out);
+void sl__be_free(sl_backend *b, void *p); /* NULL is a no-op */
+sl_status sl__be_to_device(sl_backend *b, void *dst, const void *host_src, size_t bytes);
+sl_status sl__be_to_host(sl_backend *b, void *host_dst, const void *src, size_t bytes);
+sl_status sl__be_copy(sl_backend *b, void *dst, const void *src, size_t bytes);
+sl_status sl__be_host_alloc(sl_backend *b, size_t bytes, void **out);
+void sl__be_host_free(sl_backend *b, void *p); /* NULL is a no-op */
+sl_status sl__be_to_device_async(sl_backend *b, void *dst, const void *host_src, size_t bytes);
+/* slot in 0..SL_BK_STAGE_SLOTS-1 */
+sl_status sl__be_stage_begin(sl_backend *b, int slot);
+sl_status sl__be_stage_end(sl_backend *b, int slot);
+sl_status sl__be_stage_wait(sl_backend *b, int slot);
+sl_status sl__be_stage_release(sl_backend *b, int slot);
+sl_status sl__be_sync(sl_backend *b);
+uint64_t sl__be_launches(sl_backend *b);
+
+/* ---- dense math: sizes >= 0, each row stride at least its stored row's width; act one of
+ * sl_act's ---- */
+sl_status sl__be_gemm(sl_backend *b, bool trans_a, bool trans_b, int m, int n, int k, float alpha, const float *a,
+                      int lda, const float *bm, int ldb, float beta, float *c, int ldc);
+sl_status sl__be_fill(sl_backend *b, float *x, float v, size_t n);
+sl_status sl__be_axpy(sl_backend *b, size_t n, float alpha, const float *x, float *y);
+sl_status sl__be_scale(sl_backend *b, size_t n, float alpha, float *x);
+sl_status sl__be_bias_add(sl_backend *b, float *y, const float *bias, size_t rows, size_t cols);
+sl_status sl__be_bias_grad(sl_backend *b, float *db, const float *dy, size_t rows, size_t cols);
+sl_status sl__be_act_forward(sl_backend *b, sl_act act, const float *x, float *y, size_t n);
+sl_status sl__be_act_backward(sl_backend *b, sl_act act, const float *y, const float *dy, float *dx, size_t n);
+/* act_backward_set; dx must not be dy. Without it: fill dx with 0, then act_backward. */
+sl_status sl__be_act_backward_set(sl_backend *b, sl_act act, const float *y, const float *dy, float *dx, size_t n);
+/* bias_act (SL_EINVAL, y untouched, for an unknown act on every backend). Without it:
+ * bias_add, then act_forward in place unless act is SL_ACT_NONE. */
+sl_status sl__be_bias_act(sl_backend *b, sl_act act, float *y, const float *bias, size_t rows, size_t cols);
+
+/* ---- convolution. The geometry of every conv and pool wrapper: n >= 0 images h x w x c,
+ * window kh x kw, stride >= 1, padding 0 <= pad_top < kh, 0 <= pad_left < kw, output
+ * oh x ow >= 1 whose last window starts inside the image ((oh-1)*stride - pad_top < h, the
+ * same across). ---- */
+sl_status sl__be_im2col(sl_backend *b, const float *x, int n, int h, int w, int c, int kh, int kw, int stride,
+                        int pad_top, int pad_left, int oh, int ow, float *col);
+sl_status sl__be_col2im(sl_backend *b, const float *col, int n, int h, int w, int c, int kh, int kw, int stride,
+                        int pad_top, int pad_left, int oh, int ow, float *dx);
+/* conv_gemm: y = beta * y + im2col(x) * W. A 1x1, stride-1, unpadded convolution's input
+ * is its own im2col: one gemm on x, the op never called. Else the op; without it, or where
+ * it answers SL_EUNSUPPORTED: im2col into scratch (which must then hold n*oh*ow * kh*kw*c
+ * floats, SL_EINVAL if not) and gemm. */
+sl_status sl__be_conv_gemm(sl_backend *b, const float *x, int n, int h, int w, int c, int kh, int kw, int stride,
+                           int pad_top, int pad_left, int oh, int ow, const float *W, int oc, float beta, float *y,
+                           float *scratch, size_t scratch_floats);
+/* conv_kernel_grad: dW = beta * dW + im2col(x)^T * dy, with conv_gemm's fallbacks. */
+sl_status sl__be_conv_kernel_grad(sl_backend *b, const float *x, int n, int h, int w, int c, int kh, int kw,
+                                  int stride, int pad_top, int pad_left, int oh, int ow, const float *dy, int oc,
+                                  float beta, float *dW, float *scratch, size_t scratch_floats);
+/* The input gradient of a convolution (no op of its own): dx (n*h*w*c floats) =
+ * (accumulate ? dx : 0) + col2im(dy * W^T), dy (n*oh*ow) x oc. A 1x1, stride-1, unpadded
+ * convolution: one gemm into dx. Else, given W_turned (the kernel turned,
+ * W_turned[ky][kx][o][ci] = W[kh-1-ky][kw-1-kx][ci][o]) and stride 1: conv_gemm of dy, padded
+ * kh-1-pad_top and kw-1-pad_left, with W_turned (no col2im), where the backend has it and
+ * takes the geometry; else gemm into scratch (n*oh*ow * kh*kw*c floats), dx filled with 0
+ * unless accumulate, and col2im. */
+sl_status sl__be_conv_input_grad(sl_backend *b, const float *dy, int n, int h, int w, int c, int kh, int kw,
+                                 int stride, int pad_top, int pad_left, int oh, int ow, const float *W,
+                                 const float *W_turned, int oc, bool accumulate, float *dx, float *scratch,
+                                 size_t scratch_floats);
+/* Whether the backend has conv_gemm: where it does, a caller may turn kernels for
+ * sl__be_conv_input_grad (such backends keep their buffers in host memory). */
+bool sl__be_has_conv_gemm(const sl_backend *b);
+
+/* ---- pooling (the geometry above, kh = kw = k, stride s) ---- */
+sl_status sl__be_maxpool_forward(sl_backend *b, const float *x, int n, int h, int w, int c, int k, int s,
+                                 int pad_top, int pad_left, int oh, int ow, float *y, int32_t *argmax);
+sl_status sl__be_maxpool_backward(sl_backend *b, const float *dy, const int32_t *argmax, int n, int h, int w, int c,
+                                  int k, int s, int pad_top, int pad_left, int oh, int ow, float *dx);
+sl_status sl__be_avgpool_forward(sl_backend *b, const float *x, int n, int h, int w, int c, int k, int s,
+                                 int pad_top, int pad_left, int oh, int ow, float *y);
+sl_status sl__be_avgpool_backward(sl_backend *b, const float *dy, int n, int h, int w, int c, int k, int s,
+                                  int pad_top, int pad_left, int oh, int ow, float *dx);
+/* maxpool_relu_backward_set (SL_EINVAL, dx untouched, for s != k on every backend).
+ * relu_out is the ReLU's output (the pool's input) and scratch n*h*w*c floats apart from dx:
+ * the fallback, without the op, fills scratch with 0, runs maxpool_backward into it and
+ * sl__be_act_backward_set(SL_ACT_RELU, relu_out, scratch, dx). */
+sl_status sl__be_maxpool_relu_backward_set(sl_backend *b, const float *dy, const float *pooled,
+                                           const float *relu_out, const int32_t *argmax, int n, int h, int w, int c,
+                                           int k, int s, int pad_top, int pad_left, int oh, int ow, float *dx,
+                                           float *scratch);
+
+/* ---- loss: n >= 0 rows of k >= 1 logits, 0 <= smoothing < 1 ---- */
+sl_status sl__be_softmax_xent(sl_backend *b, const float *logits, const int32_t *labels, int n, int k,
+                              float smoothing, float grad_scale, float *dlogits, double *loss_sum_host,
+                              int64_t *correct_host, int64_t *top5_host);
+sl_status sl__be_softmax_xent_start(sl_backend *b, const float *logits, const int32_t *labels, int n, int k,
+                                    float smoothing, float grad_scale, float *dlogits);
+sl_status sl__be_softmax_xent_result(sl_backend *b, double *loss_sum_host, int64_t *correct_host,
+                                     int64_t *top5_host);
+
+/* ---- dropout (0 <= rate < 1), batch normalization (c >= 1) ---- */
+sl_status sl__be_dropout_forward(sl_backend *b, const float *x, float *y, float *mask, size_t n, float rate,
+                                 uint64_t seed);
+sl_status sl__be_dropout_backward(sl_backend *b, const float *dy, const float *mask, float *dx, size_t n);
+sl_status sl__be_batchnorm_forward(sl_backend *b, const float *x, float *y, size_t rows, int c, const float *gamma,
+                                   const float *beta, float *running_mean, float *running_var, float momentum,
+                                   float eps, bool training, float *save_mean, float *save_invstd);
+sl_status sl__be_batchnorm_backward(sl_backend *b, const float *x, const float *dy, size_t rows, int c,
+                                    const float *gamma, const float *save_mean, const float *save_invstd, float *dx,
+                                    float *dgamma, float *dbeta);
+
+/* ---- optimizers (vel may be NULL with momentum 0; adam's t >= 1) ---- */
+sl_status sl__be_sgd_step(sl_backend *b, float *p, const float *g, float *vel, size_t n, float lr, float momentum,
+                          bool nesterov, float weight_decay);
+sl_status sl__be_adam_step(sl_backend *b, float *p, const float *g, float *m, float *v, size_t n, float lr,
+                           float beta1, float beta2, float eps, float weight_decay, bool decoupled, int64_t t);
+sl_status sl__be_sum_squares(sl_backend *b, const float *x, size_t n, double *out_host);
+
+/* ---- the bucketed gradient exchange (n, k >= 0) ---- */
+sl_status sl__be_grads_out_reserve(sl_backend *b, int n);
+sl_status sl__be_grads_out_start(sl_backend *b, int k, void *host_dst, const void *src, size_t bytes);
+sl_status sl__be_grads_out_wait(sl_backend *b, int k);
+
+/* ---- graph joins: copy_cols' cols within both row strides; global pools' hw, c >= 1 ---- */
+sl_status sl__be_copy_cols(sl_backend *b, float *dst, size_t ld_dst, const float *src, size_t ld_src, size_t rows,
+                           size_t cols, bool accumulate);
+sl_status sl__be_global_avgpool_forward(sl_backend *b, const float *x, int n, int hw, int c, float *y);
+sl_status sl__be_global_avgpool_backward(sl_backend *b, const float *dy, int n, int hw, int c, float *dx);
+
+/* ---- mixed precision (SL_EINVAL for an unknown value, the precision unchanged) ---- */
+sl_status sl__be_set_precision(sl_backend *b, sl_bk_precision p);
+
+/* ---- tasks ----
+ * has_tasks: whether the backend has run_tasks (a caller that would split its work
+ * differently for it asks). task_slots: the op's answer, 1 without it. run_tasks (n >= 0,
+ * slots >= 1, fn non-NULL): the op; without it fn(ctx, t, 0) for t = 0, 1, ... on the calling
+ * thread, stopping at the first error, which it returns. */
+bool sl__be_has_tasks(const sl_backend *b);
+int sl__be_task_slots(sl_backend *b);
+sl_status sl__be_run_tasks(sl_backend *b, int n, int slots, sl_status (*fn)(void *ctx, int t, int slot), void *ctx);
 
 /* The counter-based generator dropout uses (splitmix64 of seed + i, high 32 bits), shared
  * by the CPU and CUDA code so both draw the same masks. */

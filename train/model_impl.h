@@ -1,10 +1,11 @@
-/* Private to train/model.c and train/model_plan.c: a model's layers and state. model.c
- * builds, steps and frees models; model_plan.c works out the layer graph's shapes,
- * parameter offsets and gradient flow (sl__model_plan) and writes the summary. */
+/* Private to train/model.c, train/model_step.c and train/model_plan.c (and their unit
+ * tests): a model's layers and state. model.c builds and frees models, model_step.c runs
+ * their train and eval steps, model_plan.c works out the layer graph's shapes, parameter
+ * offsets and gradient flow (sl__model_plan) and writes the summary. */
 #ifndef SLUICE_TRAIN_MODEL_IMPL_H
 #define SLUICE_TRAIN_MODEL_IMPL_H
 
-#include "train/model_priv.h"
+#include "train/internal.h"
 
 typedef struct layer {
     sl_layer_kind kind;
@@ -30,9 +31,9 @@ typedef struct layer {
     bool acc[SL_MODEL_MAX_INPUTS]; /* backward adds to input k's gradient (a later consumer set it) */
     bool needs_grad;              /* this layer or one upstream has parameters */
     /* MAXPOOL relu_pool: windows that do not overlap over the output of a ReLU CONV2D read
-     * by this pool alone, which is then marked dout_pre. On a backend with
-     * maxpool_relu_backward_set the pool's backward writes the conv's gradient before the
-     * ReLU, and the conv's backward takes its dout as that. */
+     * by this pool alone, which is then marked dout_pre. The pool's backward writes the
+     * conv's gradient before the ReLU (sl__be_maxpool_relu_backward_set: one pass on a
+     * backend with the op), and the conv's backward takes its dout as that. */
     bool relu_pool, dout_pre;
     int hw;                       /* GLOBAL_AVGPOOL: cells per image */
 } layer;
@@ -61,7 +62,7 @@ struct sl_model {
     float *params, *grads;
     size_t n_params, n_train;
     void *act_mem;   /* every activation, gradient and per-layer buffer */
-    float *scratch_a;             /* pre-activation gradients */
+    float *scratch_a;             /* pre-activation gradients; a relu_pool's before its ReLU */
     float *col, *dcol;            /* per slot: one conv chunk's im2col and its gradient */
     size_t col_floats;            /* of each slot's col and dcol */
     int slots;                    /* conv chunks at once (backend run_tasks; 1: one after another) */
@@ -93,5 +94,11 @@ struct sl_model {
  * the backend exists. SL_EINVAL naming the layer ("model: layer 3 (add_1): ..."), SL_ENOMEM;
  * m->L and m->pv may be left allocated (sl_model_free frees them). */
 sl_status sl__model_plan(sl_model *m, const sl_layer_spec *specs, int n);
+
+/* sl_model_create on a backend the caller made, handed over (freed with the model, or here
+ * when the create fails); opts' backend, threads and cuda_device are not used. For tests that
+ * run a model on a backend of their own (one without the optional ops). */
+sl_status sl__model_create_on(const sl_layer_spec *specs, int n, const sl_model_opts *opts, sl_backend *bk,
+                              sl_model **out);
 
 #endif

@@ -16,7 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "train/model_priv.h"
+#include "train/internal.h"
 
 struct sl_optim {
     sl_model *model;
@@ -118,7 +118,7 @@ sl_status sl_optim_create(sl_model *m, const sl_optim_spec *spec, sl_optim **out
     o->nstate = sp.kind == SL_OPTIM_SGD ? (sp.momentum != 0.0f ? o->n : 0) : 2 * o->n;
     sl_status s = SL_OK;
     if (sp.decay_exclude && sp.weight_decay > 0.0f) s = plan_runs(o);
-    if (!s && o->nstate) s = o->bk->ops->alloc(o->bk, o->nstate * sizeof(float), (void **)&o->state);
+    if (!s && o->nstate) s = sl__be_alloc(o->bk, o->nstate * sizeof(float), (void **)&o->state);
     if (s) {
         sl_optim_free(o);
         return s;
@@ -129,7 +129,7 @@ sl_status sl_optim_create(sl_model *m, const sl_optim_spec *spec, sl_optim **out
 
 void sl_optim_free(sl_optim *o) {
     if (!o) return;
-    if (o->state) o->bk->ops->free(o->bk, o->state);
+    if (o->state) sl__be_free(o->bk, o->state);
     free(o->run_lo);
     free(o->run_decays);
     free(o);
@@ -151,10 +151,10 @@ sl_status sl_optim_step(sl_optim *o, float lr) {
         float *st = o->state ? o->state + lo : NULL;
         sl_status s;
         if (sp->kind == SL_OPTIM_SGD)
-            s = o->bk->ops->sgd_step(o->bk, p + lo, g + lo, st, len, lr, sp->momentum, sp->nesterov, wd);
+            s = sl__be_sgd_step(o->bk, p + lo, g + lo, st, len, lr, sp->momentum, sp->nesterov, wd);
         else
-            s = o->bk->ops->adam_step(o->bk, p + lo, g + lo, st, st + o->n, len, lr, sp->beta1, sp->beta2, sp->eps,
-                                      wd, sp->kind == SL_OPTIM_ADAMW, o->step + 1);
+            s = sl__be_adam_step(o->bk, p + lo, g + lo, st, st + o->n, len, lr, sp->beta1, sp->beta2, sp->eps,
+                                 wd, sp->kind == SL_OPTIM_ADAMW, o->step + 1);
         if (s) return s;
     }
     o->step++;
@@ -170,15 +170,15 @@ float *sl_optim_state(sl_optim *o, size_t *n, int64_t *step) {
 sl_status sl_optim_get_state(sl_optim *o, float *host, size_t n) {
     if (n != o->nstate) return sl_err(SL_EINVAL, "%s: get_state for %zu floats, the state has %zu", kind_name(o->spec.kind), n, o->nstate);
     if (!n) return SL_OK;
-    return o->bk->ops->to_host(o->bk, host, o->state, n * sizeof(float));
+    return sl__be_to_host(o->bk, host, o->state, n * sizeof(float));
 }
 
 sl_status sl_optim_set_state(sl_optim *o, const float *host, size_t n, int64_t step) {
     if (n != o->nstate) return sl_err(SL_EINVAL, "%s: set_state with %zu floats, the state has %zu", kind_name(o->spec.kind), n, o->nstate);
     if (step < 0) return sl_err(SL_EINVAL, "%s: step count %lld must be >= 0", kind_name(o->spec.kind), (long long)step);
     if (n) {
-        sl_status s = o->bk->ops->to_device(o->bk, o->state, host, n * sizeof(float));
-        if (!s) s = o->bk->ops->sync(o->bk);
+        sl_status s = sl__be_to_device(o->bk, o->state, host, n * sizeof(float));
+        if (!s) s = sl__be_sync(o->bk);
         if (s) return s;
     }
     o->step = step;

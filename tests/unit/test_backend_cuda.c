@@ -25,7 +25,7 @@
 #include "sluice/tensor.h"
 #include "test.h"
 #include "train/backend.h"
-#include "train/model_priv.h"
+#include "train/internal.h"
 
 #ifdef SL_EMU
 void emu_set_order(int copy_first);
@@ -366,12 +366,15 @@ TEST(test_activations) {
 
 typedef struct geom {
     int n, h, w, c, kh, kw, s, pt, pl, oh, ow;
+    size_t nx, ny; /* the input's floats (n h w c), the output's (n oh ow c) */
 } geom;
 
 static geom mk(int n, int h, int w, int c, int kh, int kw, int s, int pt, int pl, int pb, int pr) {
-    geom g = {n, h, w, c, kh, kw, s, pt, pl, 0, 0};
+    geom g = {n, h, w, c, kh, kw, s, pt, pl, 0, 0, 0, 0};
     g.oh = (h + pt + pb - kh) / s + 1;
     g.ow = (w + pl + pr - kw) / s + 1;
+    g.nx = (size_t)n * h * w * c;
+    g.ny = (size_t)n * g.oh * g.ow * c;
     return g;
 }
 
@@ -392,27 +395,26 @@ static const int GEOM_ARGS[2][4][11] = {
     },
 };
 
-/* GEOM_ARGS[pools] as geometries (4 of them). */
-static const geom *test_geoms(int pools, int *count) {
-    static geom gs[2][4];
-    for (int i = 0; i < 4; i++) {
+#define NGEOM 4
+
+/* GEOM_ARGS[pools] as geometries (NGEOM of them). */
+static const geom *test_geoms(int pools) {
+    static geom gs[2][NGEOM];
+    for (int i = 0; i < NGEOM; i++) {
         const int *a = GEOM_ARGS[pools][i];
         gs[pools][i] = mk(a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7], a[8], a[9], a[10]);
     }
-    *count = 4;
     return gs[pools];
 }
 
-static const geom *conv_geoms(int *count) { return test_geoms(0, count); }
-static const geom *pool_geoms(int *count) { return test_geoms(1, count); }
+static const geom *conv_geoms(void) { return test_geoms(0); }
+static const geom *pool_geoms(void) { return test_geoms(1); }
 
 TEST(test_im2col_col2im) {
     NEED_GPU();
-    int ng;
-    const geom *gs = conv_geoms(&ng);
-    for (int t = 0; t < ng; t++) {
-        geom g = gs[t];
-        size_t nx = (size_t)g.n * g.h * g.w * g.c, ncol = (size_t)g.n * g.oh * g.ow * g.kh * g.kw * g.c;
+    for (int t = 0; t < NGEOM; t++) {
+        geom g = conv_geoms()[t];
+        size_t nx = g.nx, ncol = g.ny * g.kh * g.kw;
         float *x = frand(nx, -1, 1), *col = hmem(ncol * 4);
         float *dx = dev_from(x, nx * 4), *dcol = dev_from(NULL, ncol * 4);
         ASSERT(dx && dcol);
@@ -438,41 +440,38 @@ TEST(test_im2col_col2im) {
 
 TEST(test_maxpool) {
     NEED_GPU();
-    int ng;
-    const geom *gs = pool_geoms(&ng);
-    for (int t = 0; t < ng; t++) {
-        geom g = gs[t];
-        size_t nx = (size_t)g.n * g.h * g.w * g.c, ny = (size_t)g.n * g.oh * g.ow * g.c;
-        float *x = frand(nx, -1, 1), *y = hmem(ny * 4);
+    for (int t = 0; t < NGEOM; t++) {
+        geom g = pool_geoms()[t];
+        float *x = frand(g.nx, -1, 1), *y = hmem(g.ny * 4);
         if (t == 3)
-            for (size_t i = 0; i < nx; i++) x[i] = (float)(i % 3); /* ties: first maximum wins */
-        int32_t *am = hmem(ny * 4);
-        float *dx = dev_from(x, nx * 4), *dy = dev_from(NULL, ny * 4);
-        int32_t *dam = dev_from(NULL, ny * 4);
+            for (size_t i = 0; i < g.nx; i++) x[i] = (float)(i % 3); /* ties: first maximum wins */
+        int32_t *am = hmem(g.ny * 4);
+        float *dx = dev_from(x, g.nx * 4), *dy = dev_from(NULL, g.ny * 4);
+        int32_t *dam = dev_from(NULL, g.ny * 4);
         ASSERT(dx && dy && dam);
         ASSERT_OK(CPU->ops->maxpool_forward(CPU, x, g.n, g.h, g.w, g.c, g.kh, g.s, g.pt, g.pl, g.oh, g.ow, y, am));
         ASSERT_OK(GPU->ops->maxpool_forward(GPU, dx, g.n, g.h, g.w, g.c, g.kh, g.s, g.pt, g.pl, g.oh, g.ow, dy,
                                             dam));
-        ASSERT_SAME("maxpool y", host_from(dy, ny * 4), y, ny * 4);
-        ASSERT_SAME("maxpool argmax", host_from(dam, ny * 4), am, ny * 4);
+        ASSERT_SAME("maxpool y", host_from(dy, g.ny * 4), y, g.ny * 4);
+        ASSERT_SAME("maxpool argmax", host_from(dam, g.ny * 4), am, g.ny * 4);
 
         /* random gradients (not exact quarters): with overlapping windows (geometries 0 and
          * 3) an input collects several terms, and the CUDA gather must add them in the
          * CPU's order to give the same bits, on every run */
-        float *gy = frand(ny, -1, 1), *gx = frand(nx, -1, 1), *gxc = fcopy(gx, nx);
-        float *dgy = dev_from(gy, ny * 4), *dgx = dev_from(gx, nx * 4), *dgx2 = dev_from(gx, nx * 4);
+        float *gy = frand(g.ny, -1, 1), *gx = frand(g.nx, -1, 1), *gxc = fcopy(gx, g.nx);
+        float *dgy = dev_from(gy, g.ny * 4), *dgx = dev_from(gx, g.nx * 4), *dgx2 = dev_from(gx, g.nx * 4);
         ASSERT(dgy && dgx && dgx2);
         ASSERT_OK(CPU->ops->maxpool_backward(CPU, gy, am, g.n, g.h, g.w, g.c, g.kh, g.s, g.pt, g.pl, g.oh, g.ow, gxc));
         ASSERT_OK(GPU->ops->maxpool_backward(GPU, dgy, dam, g.n, g.h, g.w, g.c, g.kh, g.s, g.pt, g.pl, g.oh, g.ow, dgx));
         ASSERT_OK(GPU->ops->maxpool_backward(GPU, dgy, dam, g.n, g.h, g.w, g.c, g.kh, g.s, g.pt, g.pl, g.oh, g.ow, dgx2));
-        float *r1 = host_from(dgx, nx * 4);
-        ASSERT_SAME("maxpool_backward", r1, gxc, nx * 4);
-        ASSERT_SAME("maxpool_backward run to run", host_from(dgx2, nx * 4), r1, nx * 4);
+        float *r1 = host_from(dgx, g.nx * 4);
+        ASSERT_SAME("maxpool_backward", r1, gxc, g.nx * 4);
+        ASSERT_SAME("maxpool_backward run to run", host_from(dgx2, g.nx * 4), r1, g.nx * 4);
         if (t == 0) { /* the overlapping case really has inputs with several terms */
             int multi = 0;
-            for (size_t i = 0; i < nx; i++) {
+            for (size_t i = 0; i < g.nx; i++) {
                 int hits = 0;
-                for (size_t o = 0; o < ny; o++) hits += am[o] == (int32_t)i;
+                for (size_t o = 0; o < g.ny; o++) hits += am[o] == (int32_t)i;
                 multi += hits > 1;
             }
             ASSERT(multi > 0);
@@ -482,24 +481,21 @@ TEST(test_maxpool) {
 
 TEST(test_avgpool) {
     NEED_GPU();
-    int ng;
-    const geom *gs = pool_geoms(&ng);
-    for (int t = 0; t < ng; t++) {
-        geom g = gs[t];
-        size_t nx = (size_t)g.n * g.h * g.w * g.c, ny = (size_t)g.n * g.oh * g.ow * g.c;
-        float *x = frand(nx, -1, 1), *y = hmem(ny * 4);
-        float *dx = dev_from(x, nx * 4), *dy = dev_from(NULL, ny * 4);
+    for (int t = 0; t < NGEOM; t++) {
+        geom g = pool_geoms()[t];
+        float *x = frand(g.nx, -1, 1), *y = hmem(g.ny * 4);
+        float *dx = dev_from(x, g.nx * 4), *dy = dev_from(NULL, g.ny * 4);
         ASSERT(dx && dy);
         ASSERT_OK(CPU->ops->avgpool_forward(CPU, x, g.n, g.h, g.w, g.c, g.kh, g.s, g.pt, g.pl, g.oh, g.ow, y));
         ASSERT_OK(GPU->ops->avgpool_forward(GPU, dx, g.n, g.h, g.w, g.c, g.kh, g.s, g.pt, g.pl, g.oh, g.ow, dy));
-        ASSERT_CLOSE("avgpool_forward", host_from(dy, ny * 4), y, ny, 1e-6, 1e-7);
+        ASSERT_CLOSE("avgpool_forward", host_from(dy, g.ny * 4), y, g.ny, 1e-6, 1e-7);
 
-        float *gy = frand(ny, -1, 1), *gx = frand(nx, -1, 1), *gxc = fcopy(gx, nx);
-        float *dgy = dev_from(gy, ny * 4), *dgx = dev_from(gx, nx * 4);
+        float *gy = frand(g.ny, -1, 1), *gx = frand(g.nx, -1, 1), *gxc = fcopy(gx, g.nx);
+        float *dgy = dev_from(gy, g.ny * 4), *dgx = dev_from(gx, g.nx * 4);
         ASSERT(dgy && dgx);
         ASSERT_OK(CPU->ops->avgpool_backward(CPU, gy, g.n, g.h, g.w, g.c, g.kh, g.s, g.pt, g.pl, g.oh, g.ow, gxc));
         ASSERT_OK(GPU->ops->avgpool_backward(GPU, dgy, g.n, g.h, g.w, g.c, g.kh, g.s, g.pt, g.pl, g.oh, g.ow, dgx));
-        ASSERT_CLOSE("avgpool_backward", host_from(dgx, nx * 4), gxc, nx, 1e-6, 1e-7);
+        ASSERT_CLOSE("avgpool_backward", host_from(dgx, g.nx * 4), gxc, g.nx, 1e-6, 1e-7);
     }
 }
 
@@ -815,6 +811,13 @@ static sl_layer_spec input_hwc(int h, int w, int c) {
     return s;
 }
 
+static sl_layer_spec dense_spec(int units, int activation) {
+    sl_layer_spec s = layer(SL_LAYER_DENSE);
+    s.units = units;
+    s.activation = activation;
+    return s;
+}
+
 static sl_layer_spec conv(int filters, int k, int stride, int activation) {
     sl_layer_spec s = layer(SL_LAYER_CONV2D);
     s.filters = filters;
@@ -853,13 +856,10 @@ static int conv_model_specs(sl_layer_spec *L) {
     L[nl++].padding = SL_PAD_SAME;
     L[nl] = layer(SL_LAYER_FLATTEN);
     nl++;
-    L[nl] = layer(SL_LAYER_DENSE);
-    L[nl].units = 17;
-    L[nl++].activation = 2;
+    L[nl++] = dense_spec(17, 2);
     L[nl] = layer(SL_LAYER_DROPOUT);
     L[nl++].rate = 0.25f;
-    L[nl] = layer(SL_LAYER_DENSE);
-    L[nl++].units = 5;
+    L[nl++] = dense_spec(5, 0);
     return nl;
 }
 
@@ -897,8 +897,6 @@ TEST(test_model_bf16_cpu_vs_cuda) {
  * add; a branch that reads the join twice (concat with it); global average pooling. */
 TEST(test_graph_model_cpu_vs_cuda) {
     NEED_GPU();
-    sl_layer_spec dense = layer(SL_LAYER_DENSE);
-    dense.units = 5;
     const sl_layer_spec L[] = {
         input_hwc(12, 12, 2),
         conv(4, 3, 2, 1),                      /* 1: 6x6x4 */
@@ -908,7 +906,7 @@ TEST(test_graph_model_cpu_vs_cuda) {
         conv(3, 3, 1, 2),                      /* 5: 6x6x3 */
         reads(layer(SL_LAYER_CONCAT), 5, 4),   /* 6: 6x6x7, the relu's output read again */
         layer(SL_LAYER_GLOBAL_AVGPOOL),
-        dense,
+        dense_spec(5, 0),
     };
     model_pair_step(L, (int)(sizeof L / sizeof L[0]));
 }
@@ -1069,19 +1067,11 @@ TEST(test_optim_decay_exclude) {
 /* ---- staging: per-slot events, no waiting for later batches, no overwrite of a slot in use */
 
 static int mlp_specs(sl_layer_spec *L) {
-    int nl = 0;
-    L[nl] = layer(SL_LAYER_INPUT);
-    L[nl].rank = 3;
-    L[nl].shape[0] = 5;
-    L[nl].shape[1] = 5;
-    L[nl++].shape[2] = 2;
-    L[nl++] = layer(SL_LAYER_FLATTEN);
-    L[nl] = layer(SL_LAYER_DENSE);
-    L[nl].units = 7;
-    L[nl++].activation = 1;
-    L[nl] = layer(SL_LAYER_DENSE);
-    L[nl++].units = 4;
-    return nl;
+    L[0] = input_hwc(5, 5, 2);
+    L[1] = layer(SL_LAYER_FLATTEN);
+    L[2] = dense_spec(7, 1);
+    L[3] = dense_spec(4, 0);
+    return 4;
 }
 
 #define NB 6
@@ -1213,11 +1203,7 @@ TEST(test_cnn_step_launches) {
     NEED_GPU();
     sl_layer_spec L[8];
     int nl = 0;
-    L[nl] = layer(SL_LAYER_INPUT);
-    L[nl].rank = 3;
-    L[nl].shape[0] = 28;
-    L[nl].shape[1] = 28;
-    L[nl++].shape[2] = 1;
+    L[nl++] = input_hwc(28, 28, 1);
     for (int f = 32; f <= 64; f *= 2) {
         L[nl] = layer(SL_LAYER_CONV2D);
         L[nl].filters = f;
@@ -1228,11 +1214,8 @@ TEST(test_cnn_step_launches) {
         L[nl++].kh = 2;
     }
     L[nl++] = layer(SL_LAYER_FLATTEN);
-    L[nl] = layer(SL_LAYER_DENSE);
-    L[nl].units = 1024;
-    L[nl++].activation = 1;
-    L[nl] = layer(SL_LAYER_DENSE);
-    L[nl++].units = 10;
+    L[nl++] = dense_spec(1024, 1);
+    L[nl++] = dense_spec(10, 0);
     const int B = 128;
     sl_model_opts o = sl_model_opts_default();
     o.backend = SL_BACKEND_CUDA;

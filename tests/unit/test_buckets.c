@@ -5,7 +5,7 @@
 
 #include "sluice/model.h"
 #include "train/buckets.h"
-#include "train/model_priv.h"
+#include "train/internal.h"
 #include "test.h"
 
 /* Layers at 0, 100, 150, 160, 400 of n = 1000 floats: sizes 100, 50, 10, 240, 600. */

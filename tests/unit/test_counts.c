@@ -9,33 +9,13 @@
 #include "sluice/fn.h"
 #include "sluice/pipeline.h"
 #include "sluice/train.h"
-#include "train/model_priv.h"
-#include "train/trainer_priv.h"
+#include "train/internal.h"
+#include "helper_iter.h"
 #include "test.h"
 
 #define I64MAX INT64_MAX
 #define I64MIN INT64_MIN
 #define P62 ((int64_t)1 << 62)
-
-/* Up to cap values of ds's "value" into v. Returns how many were read when the stream
- * ended, cap + 1 when it had more than cap (the rest unread), or -1 on an error. */
-static int read_values(sl_dataset *ds, int64_t *v, int cap) {
-    sl_iter *it;
-    if (sl_iter_create(ds, NULL, &it)) return -1;
-    sl_element e;
-    sl_element_init(&e);
-    int n = 0;
-    sl_status s;
-    while ((s = sl_iter_next(it, &e)) == SL_OK) {
-        int c = sl_element_find(&e, "value");
-        if (n < cap && c >= 0) v[n] = *(const int64_t *)e.t[c].data;
-        sl_element_clear(&e);
-        if (++n > cap) break;
-    }
-    sl_iter_close(it);
-    if (s != SL_OK && s != SL_END) return -1;
-    return n;
-}
 
 /* len(range(start, stop, step)), in 128 bits. */
 static __int128 ref_len(int64_t start, int64_t stop, int64_t step) {
@@ -50,14 +30,14 @@ TEST(test_range_near_int64_max) {
     int64_t v[16];
     ASSERT_OK(sl_ds_range(9223372036854775800LL, I64MAX, 5, &r));
     ASSERT_EQ(sl_dataset_cardinality(r), 2);
-    int n = read_values(r, v, 16);
+    int n = sl_test_values(r, NULL, v, 16);
     ASSERT_EQ(n, 2);
     ASSERT_EQ(v[0], 9223372036854775800LL);
     ASSERT_EQ(v[1], 9223372036854775805LL);
     sl_dataset_unref(r);
     ASSERT_OK(sl_ds_range(0, I64MAX, P62, &r));
     ASSERT_EQ(sl_dataset_cardinality(r), 2);
-    n = read_values(r, v, 16);
+    n = sl_test_values(r, NULL, v, 16);
     ASSERT_EQ(n, 2);
     ASSERT_EQ(v[0], 0);
     ASSERT_EQ(v[1], P62);
@@ -65,21 +45,21 @@ TEST(test_range_near_int64_max) {
     /* negative steps near INT64_MIN */
     ASSERT_OK(sl_ds_range(I64MIN + 7, I64MIN, -5, &r));
     ASSERT_EQ(sl_dataset_cardinality(r), 2);
-    n = read_values(r, v, 16);
+    n = sl_test_values(r, NULL, v, 16);
     ASSERT_EQ(n, 2);
     ASSERT_EQ(v[0], I64MIN + 7);
     ASSERT_EQ(v[1], I64MIN + 2);
     sl_dataset_unref(r);
     ASSERT_OK(sl_ds_range(I64MAX, I64MIN, I64MIN, &r)); /* step -2^63 */
     ASSERT_EQ(sl_dataset_cardinality(r), 2);
-    n = read_values(r, v, 16);
+    n = sl_test_values(r, NULL, v, 16);
     ASSERT_EQ(n, 2);
     ASSERT_EQ(v[0], I64MAX);
     ASSERT_EQ(v[1], -1);
     sl_dataset_unref(r);
     ASSERT_OK(sl_ds_range(I64MIN, I64MAX, I64MAX, &r));
     ASSERT_EQ(sl_dataset_cardinality(r), 3);
-    n = read_values(r, v, 16);
+    n = sl_test_values(r, NULL, v, 16);
     ASSERT_EQ(n, 3);
     ASSERT_EQ(v[0], I64MIN);
     ASSERT_EQ(v[1], -1);
@@ -115,7 +95,7 @@ TEST(test_range_grid_matches_python) {
                            (long long)st, (long long)sl_dataset_cardinality(r), (long long)want);
                 ASSERT_EQ(sl_dataset_cardinality(r), (int64_t)want);
                 int64_t v[8];
-                int first = want < 4 ? (int)want : 4, n = read_values(r, v, first);
+                int first = want < 4 ? (int)want : 4, n = sl_test_values(r, NULL, v, first);
                 sl_dataset_unref(r);
                 ASSERT_EQ(n, first + (want > first ? 1 : 0));
                 for (int e = 0; e < first; e++) ASSERT_EQ(v[e], (int64_t)(a + (__int128)e * st));
@@ -124,7 +104,7 @@ TEST(test_range_grid_matches_python) {
                 int64_t a2 = (int64_t)(a + (want - tail) * (__int128)st);
                 ASSERT_OK(sl_ds_range(a2, z, st, &r));
                 ASSERT_EQ(sl_dataset_cardinality(r), tail);
-                n = read_values(r, v, 8);
+                n = sl_test_values(r, NULL, v, 8);
                 sl_dataset_unref(r);
                 if (n != tail)
                     printf("  range(%lld, %lld, %lld): %d elements, len() %d\n", (long long)a2, (long long)z,
@@ -252,7 +232,7 @@ TEST(test_shard_zip_edges) {
     ASSERT_OK(sl_ds_shard(tail, 4, 3, &d));
     ASSERT_EQ(sl_dataset_cardinality(d), 2);
     int64_t v[8];
-    ASSERT_EQ(read_values(d, v, 8), 2);
+    ASSERT_EQ(sl_test_values(d, NULL, v, 8), 2);
     ASSERT_EQ(v[0], I64MAX - 7);
     ASSERT_EQ(v[1], I64MAX - 3);
     sl_dataset_unref(d);

@@ -9,7 +9,7 @@
 #include "test.h"
 #include "train/gemm_avx512.h"
 #include "train/model_impl.h"
-#include "train/model_priv.h"
+#include "train/internal.h"
 
 static uint64_t rng_state = 987654321;
 

@@ -6,7 +6,7 @@
 
 #include "sluice/model.h"
 #include "test.h"
-#include "train/model_priv.h"
+#include "train/internal.h"
 
 #define ASSERT_CLOSE(a, b, tol)                                                                    \
     do {                                                                                           \
