@@ -33,119 +33,123 @@ static inline void window_span(const pool_ctx *p, int o, int pad, int size, int 
     *hi = at + p->k < size ? at + p->k : size;
 }
 
-/* Output row r = (image, oy): returns the image; [*iy0, *iy1) are the input rows its
- * windows cover, clipped to the image. */
-static inline size_t window_rows(const pool_ctx *p, size_t r, int *iy0, int *iy1) {
-    window_span(p, (int)(r % (size_t)p->oh), p->pt, p->h, iy0, iy1);
-    return r / (size_t)p->oh;
+/* The window of output (r, ox), r an output row (image, oy): its image, and the input rows
+ * [iy0, iy1) and columns [ix0, ix1) it covers, clipped to the image (empty: all padding). */
+typedef struct window {
+    size_t img;
+    int iy0, iy1, ix0, ix1;
+} window;
+
+static inline window window_at(const pool_ctx *p, size_t r, int ox) {
+    window v = {.img = r / (size_t)p->oh};
+    window_span(p, (int)(r % (size_t)p->oh), p->pt, p->h, &v.iy0, &v.iy1);
+    window_span(p, ox, p->pl, p->w, &v.ix0, &v.ix1);
+    return v;
 }
 
-/* One output row (image, oy) per index; channels are the vectorized inner loop. */
-static void maxpool_rows(void *vc, size_t lo, size_t hi) {
-    const pool_ctx *p = vc;
-    const int c = p->c;
-    for (size_t r = lo; r < hi; r++) {
-        int iy0, iy1;
-        size_t img = window_rows(p, r, &iy0, &iy1);
+/* fn(p, window, o) for every output of output rows [lo, hi) (each an (image, oy)), o its
+ * first float in y and argmax: the one walk over the windows of the forward pools. */
+static inline void each_window(const pool_ctx *p, size_t lo, size_t hi,
+                               void (*fn)(const pool_ctx *p, const window *v, size_t o)) {
+    for (size_t r = lo; r < hi; r++)
         for (int ox = 0; ox < p->ow; ox++) {
-            size_t o = (r * p->ow + ox) * c;
-            float *y = p->y + o;
-            int32_t *am = p->argmax + o;
-            int ix0, ix1;
-            window_span(p, ox, p->pl, p->w, &ix0, &ix1);
-            if (iy0 >= iy1 || ix0 >= ix1) { /* a window entirely in the padding */
-                for (int ch = 0; ch < c; ch++) { y[ch] = 0.0f; am[ch] = -1; }
-                continue;
-            }
-            /* up to 64 channels at a time in locals, a select per lane (4 lanes of SSE2
-             * where there is SSE2; compare-and-branch on random data mispredicted half the
-             * time), then stored once */
-            for (int c0 = 0; c0 < c; c0 += 64) {
-                const int cn = c - c0 < 64 ? c - c0 : 64;
-                float best[64];
-                int32_t arg[64];
-                size_t base = ((img * p->h + iy0) * p->w + ix0) * c + (size_t)c0;
-                for (int ch = 0; ch < cn; ch++) {
-                    best[ch] = p->x[base + ch];
-                    arg[ch] = (int32_t)base + ch;
-                }
-                for (int iy = iy0; iy < iy1; iy++) {
-                    for (int ix = ix0; ix < ix1; ix++) {
-                        size_t idx = ((img * p->h + iy) * p->w + ix) * c + (size_t)c0;
-                        const float *xs = p->x + idx;
-                        const int32_t i0 = (int32_t)idx;
-                        int ch = 0;
+            const window v = window_at(p, r, ox);
+            fn(p, &v, (r * p->ow + ox) * (size_t)p->c);
+        }
+}
+
+/* Output o's window v (each_window); channels are the vectorized inner loop. */
+static void maxpool_window(const pool_ctx *p, const window *v, size_t o) {
+    const int c = p->c;
+    float *y = p->y + o;
+    int32_t *am = p->argmax + o;
+    if (v->iy0 >= v->iy1 || v->ix0 >= v->ix1) { /* a window entirely in the padding */
+        for (int ch = 0; ch < c; ch++) { y[ch] = 0.0f; am[ch] = -1; }
+        return;
+    }
+    /* up to 64 channels at a time in locals, a select per lane (4 lanes of SSE2 where there
+     * is SSE2; compare-and-branch on random data mispredicted half the time), then stored
+     * once */
+    for (int c0 = 0; c0 < c; c0 += 64) {
+        const int cn = c - c0 < 64 ? c - c0 : 64;
+        float best[64];
+        int32_t arg[64];
+        size_t base = ((v->img * p->h + v->iy0) * p->w + v->ix0) * c + (size_t)c0;
+        for (int ch = 0; ch < cn; ch++) {
+            best[ch] = p->x[base + ch];
+            arg[ch] = (int32_t)base + ch;
+        }
+        for (int iy = v->iy0; iy < v->iy1; iy++) {
+            for (int ix = v->ix0; ix < v->ix1; ix++) {
+                size_t idx = ((v->img * p->h + iy) * p->w + ix) * c + (size_t)c0;
+                const float *xs = p->x + idx;
+                const int32_t i0 = (int32_t)idx;
+                int ch = 0;
 #if defined(__SSE2__)
-                        for (; ch + 4 <= cn; ch += 4) { /* 4 lanes: (x > best) as C's > */
-                            __m128 xv = _mm_loadu_ps(xs + ch), bv = _mm_loadu_ps(best + ch);
-                            __m128 gt = _mm_cmpgt_ps(xv, bv);
-                            _mm_storeu_ps(best + ch, _mm_or_ps(_mm_and_ps(gt, xv), _mm_andnot_ps(gt, bv)));
-                            __m128i gi = _mm_castps_si128(gt);
-                            __m128i iv = _mm_add_epi32(_mm_set1_epi32(i0 + ch), _mm_setr_epi32(0, 1, 2, 3));
-                            __m128i av = _mm_loadu_si128((const __m128i *)(arg + ch));
-                            _mm_storeu_si128((__m128i *)(arg + ch),
-                                             _mm_or_si128(_mm_and_si128(gi, iv), _mm_andnot_si128(gi, av)));
-                        }
-#endif
-                        for (; ch < cn; ch++) {
-                            bool gt = xs[ch] > best[ch];
-                            best[ch] = gt ? xs[ch] : best[ch];
-                            arg[ch] = gt ? i0 + ch : arg[ch];
-                        }
-                    }
+                for (; ch + 4 <= cn; ch += 4) { /* 4 lanes: (x > best) as C's > */
+                    __m128 xv = _mm_loadu_ps(xs + ch), bv = _mm_loadu_ps(best + ch);
+                    __m128 gt = _mm_cmpgt_ps(xv, bv);
+                    _mm_storeu_ps(best + ch, _mm_or_ps(_mm_and_ps(gt, xv), _mm_andnot_ps(gt, bv)));
+                    __m128i gi = _mm_castps_si128(gt);
+                    __m128i iv = _mm_add_epi32(_mm_set1_epi32(i0 + ch), _mm_setr_epi32(0, 1, 2, 3));
+                    __m128i av = _mm_loadu_si128((const __m128i *)(arg + ch));
+                    _mm_storeu_si128((__m128i *)(arg + ch),
+                                     _mm_or_si128(_mm_and_si128(gi, iv), _mm_andnot_si128(gi, av)));
                 }
-                memcpy(y + c0, best, sizeof(float) * (size_t)cn);
-                memcpy(am + c0, arg, sizeof(int32_t) * (size_t)cn);
+#endif
+                for (; ch < cn; ch++) {
+                    bool gt = xs[ch] > best[ch];
+                    best[ch] = gt ? xs[ch] : best[ch];
+                    arg[ch] = gt ? i0 + ch : arg[ch];
+                }
             }
         }
+        memcpy(y + c0, best, sizeof(float) * (size_t)cn);
+        memcpy(am + c0, arg, sizeof(int32_t) * (size_t)cn);
     }
 }
+
+static void maxpool_rows(void *vc, size_t lo, size_t hi) { each_window(vc, lo, hi, maxpool_window); }
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #include <immintrin.h>
 #define POOL512 1
 
-/* maxpool_rows for c a multiple of 16 on AVX-512F: 16 channels a vector, the running max and
- * its index in registers. The same comparisons in the same order (x > best, false for NaN
+/* maxpool_window for c a multiple of 16 on AVX-512F: 16 channels a vector, the running max
+ * and its index in registers. The same comparisons in the same order (x > best, false for NaN
  * and ties: the first cell wins), so the same floats and indices. */
-__attribute__((target("avx512f"))) static void maxpool_rows512(void *vc, size_t lo, size_t hi) {
-    const pool_ctx *p = vc;
+__attribute__((target("avx512f"))) static void maxpool_window512(const pool_ctx *p, const window *v, size_t o) {
     const int c = p->c;
     const __m512i lane = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
-    for (size_t r = lo; r < hi; r++) {
-        int iy0, iy1;
-        size_t img = window_rows(p, r, &iy0, &iy1);
-        for (int ox = 0; ox < p->ow; ox++) {
-            size_t o = (r * p->ow + ox) * c;
-            int ix0, ix1;
-            window_span(p, ox, p->pl, p->w, &ix0, &ix1);
-            bool empty = iy0 >= iy1 || ix0 >= ix1; /* a window entirely in the padding */
-            for (int c0 = 0; c0 < c; c0 += 16) {
-                __m512 best = _mm512_setzero_ps();
-                __m512i arg = _mm512_set1_epi32(-1);
-                for (int iy = iy0; iy < iy1 && !empty; iy++)
-                    for (int ix = ix0; ix < ix1; ix++) {
-                        size_t idx = ((img * p->h + iy) * p->w + ix) * c + (size_t)c0;
-                        __m512 v = _mm512_loadu_ps(p->x + idx);
-                        __m512i at = _mm512_add_epi32(_mm512_set1_epi32((int32_t)idx), lane);
-                        if (iy == iy0 && ix == ix0) {
-                            best = v, arg = at;
-                            continue;
-                        }
-                        __mmask16 gt = _mm512_cmp_ps_mask(v, best, _CMP_GT_OQ);
-                        best = _mm512_mask_mov_ps(best, gt, v);
-                        arg = _mm512_mask_mov_epi32(arg, gt, at);
-                    }
-                _mm512_storeu_ps(p->y + o + c0, best);
-                _mm512_storeu_si512((void *)(p->argmax + o + c0), arg);
+    bool empty = v->iy0 >= v->iy1 || v->ix0 >= v->ix1; /* a window entirely in the padding */
+    for (int c0 = 0; c0 < c; c0 += 16) {
+        __m512 best = _mm512_setzero_ps();
+        __m512i arg = _mm512_set1_epi32(-1);
+        for (int iy = v->iy0; iy < v->iy1 && !empty; iy++)
+            for (int ix = v->ix0; ix < v->ix1; ix++) {
+                size_t idx = ((v->img * p->h + iy) * p->w + ix) * c + (size_t)c0;
+                __m512 x = _mm512_loadu_ps(p->x + idx);
+                __m512i at = _mm512_add_epi32(_mm512_set1_epi32((int32_t)idx), lane);
+                if (iy == v->iy0 && ix == v->ix0) {
+                    best = x, arg = at;
+                    continue;
+                }
+                __mmask16 gt = _mm512_cmp_ps_mask(x, best, _CMP_GT_OQ);
+                best = _mm512_mask_mov_ps(best, gt, x);
+                arg = _mm512_mask_mov_epi32(arg, gt, at);
             }
-        }
+        _mm512_storeu_ps(p->y + o + c0, best);
+        _mm512_storeu_si512((void *)(p->argmax + o + c0), arg);
     }
+}
+
+__attribute__((target("avx512f"))) static void maxpool_rows512(void *vc, size_t lo, size_t hi) {
+    each_window(vc, lo, hi, maxpool_window512);
 }
 #endif
 
-sl_status sl__cpu_maxpool_forward(sl_backend *b, const float *x, int n, int h, int w, int c, int k, int s,
-                                  int pad_top, int pad_left, int oh, int ow, float *y, int32_t *argmax) {
+static sl_status cpu_maxpool_forward(sl_backend *b, const float *x, int n, int h, int w, int c, int k, int s,
+                                     int pad_top, int pad_left, int oh, int ow, float *y, int32_t *argmax) {
     sl_status st = conv_check("maxpool_forward", n, h, w, c, k, k, s, oh, ow);
     if (st) return st;
     if ((size_t)n * h * w * c > INT32_MAX) return sl_err(SL_EUNSUPPORTED, "maxpool_forward: input of %zu floats is over 2^31", (size_t)n * h * w * c);
@@ -174,8 +178,8 @@ static void maxpool_scatter(void *vc, size_t lo, size_t hi) {
     }
 }
 
-sl_status sl__cpu_maxpool_backward(sl_backend *b, const float *dy, const int32_t *argmax, int n, int h, int w,
-                                   int c, int k, int s, int pad_top, int pad_left, int oh, int ow, float *dx) {
+static sl_status cpu_maxpool_backward(sl_backend *b, const float *dy, const int32_t *argmax, int n, int h, int w,
+                                      int c, int k, int s, int pad_top, int pad_left, int oh, int ow, float *dx) {
     (void)h, (void)w, (void)k, (void)s, (void)pad_top, (void)pad_left;
     if (n < 0 || c <= 0 || oh <= 0 || ow <= 0)
         return sl_err(SL_EINVAL, "maxpool_backward: bad geometry n=%d c=%d out=%dx%d", n, c, oh, ow);
@@ -195,11 +199,11 @@ static void maxpool_relu_bwd_rows(void *vc, size_t lo, size_t hi) {
     const pool_ctx *p = vc;
     const size_t row_floats = (size_t)p->w * p->c, out_floats = (size_t)p->ow * p->c;
     for (size_t r = lo; r < hi; r++) {
-        int iy0, iy1;
-        size_t img = window_rows(p, r, &iy0, &iy1);
-        if (r % (size_t)p->oh == (size_t)p->oh - 1) iy1 = p->h;
-        if (iy1 > iy0)
-            memset(p->dx + (img * p->h + (size_t)iy0) * row_floats, 0, (size_t)(iy1 - iy0) * row_floats * sizeof(float));
+        window v = window_at(p, r, 0); /* its rows: those of every window of output row r */
+        if (r % (size_t)p->oh == (size_t)p->oh - 1) v.iy1 = p->h;
+        if (v.iy1 > v.iy0)
+            memset(p->dx + (v.img * p->h + (size_t)v.iy0) * row_floats, 0,
+                   (size_t)(v.iy1 - v.iy0) * row_floats * sizeof(float));
         const float *g = p->dy + r * out_floats, *pooled = p->x + r * out_floats;
         const int32_t *am = p->argmax + r * out_floats;
         for (size_t j = 0; j < out_floats; j++)
@@ -207,9 +211,9 @@ static void maxpool_relu_bwd_rows(void *vc, size_t lo, size_t hi) {
     }
 }
 
-sl_status sl__cpu_maxpool_relu_backward_set(sl_backend *b, const float *dy, const float *pooled,
-                                            const int32_t *argmax, int n, int h, int w, int c, int k, int s,
-                                            int pad_top, int pad_left, int oh, int ow, float *dx) {
+static sl_status cpu_maxpool_relu_backward_set(sl_backend *b, const float *dy, const float *pooled,
+                                               const int32_t *argmax, int n, int h, int w, int c, int k, int s,
+                                               int pad_top, int pad_left, int oh, int ow, float *dx) {
     sl_status st = conv_check("maxpool_relu_backward_set", n, h, w, c, k, k, s, oh, ow);
     if (st) return st;
     if (s != k || pad_top < 0 || pad_left < 0 || (oh - 1) * s - pad_top >= h || (ow - 1) * s - pad_left >= w)
@@ -222,40 +226,21 @@ sl_status sl__cpu_maxpool_relu_backward_set(sl_backend *b, const float *dy, cons
     return SL_OK;
 }
 
-static void avgpool_fwd_rows(void *vc, size_t lo, size_t hi) {
-    const pool_ctx *p = vc;
+static void avgpool_window(const pool_ctx *p, const window *v, size_t o) {
     const int c = p->c;
-    for (size_t r = lo; r < hi; r++) {
-        int iy0, iy1;
-        size_t img = window_rows(p, r, &iy0, &iy1);
-        for (int ox = 0; ox < p->ow; ox++) {
-            float *y = p->y + (r * p->ow + ox) * c;
-            int ix0, ix1;
-            window_span(p, ox, p->pl, p->w, &ix0, &ix1);
-            for (int ch = 0; ch < c; ch++) y[ch] = 0.0f;
-            int cnt = (iy1 - iy0) * (ix1 - ix0);
-            if (iy1 <= iy0 || ix1 <= ix0) continue;
-            for (int iy = iy0; iy < iy1; iy++)
-                for (int ix = ix0; ix < ix1; ix++) {
-                    const float *xs = p->x + ((img * p->h + iy) * p->w + ix) * c;
-                    for (int ch = 0; ch < c; ch++) y[ch] += xs[ch];
-                }
-            float inv = 1.0f / (float)cnt;
-            for (int ch = 0; ch < c; ch++) y[ch] *= inv;
+    float *y = p->y + o;
+    for (int ch = 0; ch < c; ch++) y[ch] = 0.0f;
+    if (v->iy1 <= v->iy0 || v->ix1 <= v->ix0) return;
+    for (int iy = v->iy0; iy < v->iy1; iy++)
+        for (int ix = v->ix0; ix < v->ix1; ix++) {
+            const float *xs = p->x + ((v->img * p->h + iy) * p->w + ix) * c;
+            for (int ch = 0; ch < c; ch++) y[ch] += xs[ch];
         }
-    }
+    float inv = 1.0f / (float)((v->iy1 - v->iy0) * (v->ix1 - v->ix0));
+    for (int ch = 0; ch < c; ch++) y[ch] *= inv;
 }
 
-sl_status sl__cpu_avgpool_forward(sl_backend *b, const float *x, int n, int h, int w, int c, int k, int s,
-                                  int pad_top, int pad_left, int oh, int ow, float *y) {
-    sl_status st = conv_check("avgpool_forward", n, h, w, c, k, k, s, oh, ow);
-    if (st) return st;
-    pool_ctx p = {.x = x, .y = y, .n = n, .h = h, .w = w, .c = c, .k = k, .s = s, .pt = pad_top,
-                  .pl = pad_left, .oh = oh, .ow = ow};
-    size_t rows = (size_t)n * oh;
-    par_for((cpu_backend *)b, rows, rows * ow * c * k * k, avgpool_fwd_rows, &p);
-    return SL_OK;
-}
+static void avgpool_fwd_rows(void *vc, size_t lo, size_t hi) { each_window(vc, lo, hi, avgpool_window); }
 
 /* By image: overlapping windows of one image add into the same cells, but never across
  * images. */
@@ -282,12 +267,33 @@ static void avgpool_bwd_images(void *vc, size_t lo, size_t hi) {
     }
 }
 
-sl_status sl__cpu_avgpool_backward(sl_backend *b, const float *dy, int n, int h, int w, int c, int k, int s,
-                                   int pad_top, int pad_left, int oh, int ow, float *dx) {
-    sl_status st = conv_check("avgpool_backward", n, h, w, c, k, k, s, oh, ow);
-    if (st) return st;
+/* Average pooling forward (x into y, by output row) or backward (dy into dx, by image): the
+ * geometry checked, then the work split. */
+static sl_status avgpool_run(sl_backend *b, const char *op, const pool_ctx *p) {
+    bool fwd = p->y != NULL;
+    return window_run(b, op, p->n, p->h, p->w, p->c, p->k, p->k, p->s, p->oh, p->ow,
+                      fwd ? (size_t)p->n * p->oh : (size_t)p->n, (size_t)p->n * p->oh * p->ow * p->c * p->k * p->k,
+                      fwd ? avgpool_fwd_rows : avgpool_bwd_images, (void *)p);
+}
+
+static sl_status cpu_avgpool_forward(sl_backend *b, const float *x, int n, int h, int w, int c, int k, int s,
+                                     int pad_top, int pad_left, int oh, int ow, float *y) {
+    pool_ctx p = {.x = x, .y = y, .n = n, .h = h, .w = w, .c = c, .k = k, .s = s, .pt = pad_top,
+                  .pl = pad_left, .oh = oh, .ow = ow};
+    return avgpool_run(b, "avgpool_forward", &p);
+}
+
+static sl_status cpu_avgpool_backward(sl_backend *b, const float *dy, int n, int h, int w, int c, int k, int s,
+                                      int pad_top, int pad_left, int oh, int ow, float *dx) {
     pool_ctx p = {.dy = dy, .dx = dx, .n = n, .h = h, .w = w, .c = c, .k = k, .s = s, .pt = pad_top,
                   .pl = pad_left, .oh = oh, .ow = ow};
-    par_for((cpu_backend *)b, (size_t)n, (size_t)n * oh * ow * c * k * k, avgpool_bwd_images, &p);
-    return SL_OK;
+    return avgpool_run(b, "avgpool_backward", &p);
+}
+
+
+/* This file's members of the backend's op table (train/backend_cpu.c). */
+void sl__cpu_pool_ops(sl_backend_ops *o) {
+    o->maxpool_forward = cpu_maxpool_forward, o->maxpool_backward = cpu_maxpool_backward;
+    o->maxpool_relu_backward_set = cpu_maxpool_relu_backward_set;
+    o->avgpool_forward = cpu_avgpool_forward, o->avgpool_backward = cpu_avgpool_backward;
 }

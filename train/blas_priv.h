@@ -8,7 +8,4 @@
 /* Threads OpenBLAS itself uses for one call (OpenBLAS's library, -lopenblas). */
 void openblas_set_num_threads(int num_threads);
 
-/* The name of the kernels OpenBLAS runs on this CPU (e.g. "Haswell", "SkylakeX"). */
-char *openblas_get_corename(void);
-
 #endif

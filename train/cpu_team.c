@@ -30,6 +30,10 @@
 
 #define SPIN_NS 20000u
 
+static _Thread_local bool inside; /* sl__team_inside */
+
+bool sl__team_inside(void) { return inside; }
+
 struct sl__team {
     int n; /* workers */
     pthread_t *th;
@@ -66,7 +70,10 @@ static bool team_run_one(sl__team *t) {
         if (!atomic_compare_exchange_weak_explicit(&t->state, &st, st + 1, memory_order_acq_rel,
                                                    memory_order_acquire))
             continue; /* st reloaded: another claim, or the next op */
+        bool was = inside;
+        inside = true;
         fn(ctx, n * i / (size_t)parts, n * (i + 1) / (size_t)parts);
+        inside = was;
         if (atomic_fetch_add(&t->done, 1) + 1 == parts && atomic_load(&t->caller_asleep)) {
             pthread_mutex_lock(&t->mu);
             pthread_cond_signal(&t->finished);

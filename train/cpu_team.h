@@ -28,4 +28,8 @@ void sl__team_free(sl__team *t);
  * (the caller then runs the loop alone). */
 bool sl__team_run(sl__team *t, int parts, size_t n, sl__range_fn fn, void *ctx);
 
+/* true on a thread while it runs a part of a team's run (fn above, on a worker or the
+ * caller): that team is taken, so a loop its part starts on it runs alone. */
+bool sl__team_inside(void);
+
 #endif

@@ -25,8 +25,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "sluice/log.h"
-#include "train/blas_priv.h"
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #define SL_GEMM512 1
@@ -229,29 +227,7 @@ __attribute__((target("avx512f"))) static void kern_cptr(int kc, const float *co
 
 bool sl__gemm512_available(void) { return __builtin_cpu_supports("avx512f"); }
 
-static bool wanted;
-static pthread_once_t wanted_once = PTHREAD_ONCE_INIT;
-
-static void decide(void) {
-    const char *e = getenv("SLUICE_CPU_GEMM"), *core = openblas_get_corename();
-    if (e && !strcmp(e, "blas")) return;
-    if (!sl__gemm512_available()) return;
-    if (e && !strcmp(e, "avx512")) {
-        wanted = true;
-        return;
-    }
-    if (e && *e) SL_WARN("SLUICE_CPU_GEMM=%s is neither blas nor avx512: ignored", e);
-    wanted = !core || !(strstr(core, "SkylakeX") || strstr(core, "Cooperlake") || strstr(core, "Sapphire"));
-}
-
-bool sl__gemm512_wanted(void) {
-    pthread_once(&wanted_once, decide);
-    return wanted;
-}
-
 #else
-
-bool sl__gemm512_wanted(void) { return false; }
 
 bool sl__gemm512_available(void) { return false; }
 

@@ -1,6 +1,6 @@
 /* Private to train/ (and its unit tests and bench_train): a single-threaded float32 GEMM with AVX-512 FMAs,
- * which the CPU backend runs instead of the BLAS where the CPU has AVX-512 and the BLAS runs
- * narrower kernels (train/backend_cpu.c decides; see sl__gemm512_wanted). Row-major, the
+ * which the CPU backend runs instead of the BLAS where the CPU has AVX-512F and it is the
+ * faster (train/backend_cpu_gemm.c decides; sl_model_opts.cpu_gemm). Row-major, the
  * arguments and meaning of cblas_sgemm(CblasRowMajor, ...):
  *   C (m x n, row stride ldc) = alpha * op(A) * op(B) + beta * C
  * op(A) is m x k: A stored m x k (lda >= k) or, with ta, k x m (lda >= m); op(B) is k x n:
@@ -18,12 +18,10 @@
 /* true when this CPU runs AVX-512F and this build has the kernel (x86-64, GCC or Clang). */
 bool sl__gemm512_available(void);
 
-/* true when the CPU backend should run sl__gemm512 rather than the BLAS, decided once per
- * process: SLUICE_CPU_GEMM=blas in the environment says no, =avx512 yes (where available);
- * unset, yes when available and OpenBLAS runs kernels narrower than AVX-512 (its core name
- * is none of SkylakeX, Cooperlake, SapphireRapids: an older OpenBLAS that does not know the
- * CPU, or OPENBLAS_CORETYPE choosing AVX2 kernels). Any other value: a warning, then as unset. */
-bool sl__gemm512_wanted(void);
+/* true when the CPU backend's convolutions multiply on sl__gemm512_xw / _xtd below, without
+ * im2col: wherever sl__gemm512_available, whatever GEMM its plain products use (the backend
+ * chooses that one per shape, sl_model_opts.cpu_gemm; train/backend_cpu_gemm.c). */
+static inline bool sl__gemm512_wanted(void) { return sl__gemm512_available(); }
 
 /* Whether an m x n product is big enough for sl__gemm512 to beat the BLAS: its 12 x 32 tile
  * wastes most of its lanes below 24 x 24 (the CPU backend's parts; bench_train's the same). */

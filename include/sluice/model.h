@@ -49,6 +49,23 @@ typedef enum sl_precision {
 /* "fp32", "bf16", "fp16" (NULL for a value that is none of them). */
 const char *sl_precision_name(sl_precision p);
 
+/* The CPU backend's GEMM for its plain products (dense layers; convolutions it multiplies
+ * through im2col). Its other convolutions run without im2col on Sluice's AVX-512 kernels
+ * wherever the CPU has AVX-512F, whatever this says. AUTO, on a CPU with AVX-512F: the first
+ * time the process multiplies a shape (m, n, k, transposes), both are timed on it (a thread's
+ * part of it, 1-6 ms) and OpenBLAS is kept for that shape only when 1.25x faster, else
+ * Sluice's; kept for the process, logged at SL_LOG_INFO. The two round differently, so where
+ * they run within noise of that margin two runs may choose, and round, differently: pin BLAS
+ * or AVX512 for runs equal bit for bit. Without AVX-512F: OpenBLAS. */
+typedef enum sl_cpu_gemm {
+    SL_CPU_GEMM_AUTO = 0, /* the default */
+    SL_CPU_GEMM_BLAS,     /* OpenBLAS's cblas_sgemm */
+    SL_CPU_GEMM_AVX512,   /* Sluice's (parts of 24 x 24 and up; OpenBLAS below) */
+} sl_cpu_gemm;
+
+/* "auto", "blas" or "avx512" into *out: SL_OK; else SL_EINVAL naming it, *out untouched. */
+sl_status sl_cpu_gemm_parse(const char *name, sl_cpu_gemm *out);
+
 typedef enum sl_layer_kind {
     SL_LAYER_INPUT = 1, /* shape of one example, e.g. 28x28x1; must come first */
     SL_LAYER_FLATTEN,
@@ -106,6 +123,7 @@ typedef struct sl_model_opts {
                               (Keras' and PyTorch's label_smoothing), in train AND eval steps;
                               0 (default): plain cross-entropy */
     sl_precision precision; /* the GEMMs' precision (above); default SL_PRECISION_FP32 */
+    sl_cpu_gemm cpu_gemm;   /* the CPU backend's GEMM (above); default SL_CPU_GEMM_AUTO */
     /* The memory plan, checked before anything is allocated: the host memory the model
      * takes (the CPU backend: parameters, gradients, the optimizer state below, activations
      * and their gradients at max_batch, input staging; CUDA: the staging buffers and the

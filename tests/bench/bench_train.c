@@ -23,11 +23,12 @@
  * forward GEMM, its weight-gradient GEMM and, except the first layer, its input-gradient
  * GEMM; bias, activations, pooling and the optimizer are not counted), the sgemm rate on
  * THREADS threads (each a single-threaded sgemm on a slice of C, as the CPU backend runs
- * them, with the GEMM it runs: OpenBLAS, or on AVX-512 CPUs where OpenBLAS runs narrower
- * kernels Sluice's own, train/gemm_avx512.h) on exactly those GEMMs at batch 128 (the
- * model's GEMM mix, each a whole-batch GEMM: the CPU backend runs a convolution's products
- * a few images at a time and, with its AVX-512 GEMM, without im2col, so a model can run
- * faster than its mix), a large square GEMM with OpenBLAS and with Sluice's GEMM (the faster is
+ * them, with Sluice's own GEMM on AVX-512F CPUs, train/gemm_avx512.h, unless SLUICE_CPU_GEMM
+ * says blas, else OpenBLAS; the backend's measured choice keeps Sluice's on every shape it is
+ * not 1.25x slower on) on exactly those GEMMs at batch 128 (the model's GEMM mix, each a
+ * whole-batch GEMM: the CPU backend runs a convolution's products a few images at a time
+ * and, on AVX-512F, without im2col, so a model can run faster than its mix), a large square
+ * GEMM with OpenBLAS and with Sluice's GEMM (the faster is
  * this machine's sgemm rate), and the cores' FMA peak (THREADS threads of independent
  * FMAs, AVX2 and, where the CPU has it, AVX-512: the ceiling of any float32 GEMM, which
  * OpenBLAS reaches only with kernels of the widest vectors; the BLAS line says which kernels
@@ -39,7 +40,8 @@
  *
  * Usage: bench_train [MLP_STEPS] [CNN_STEPS]   (defaults 1000 and 200 timed steps after 20
  * warm-up steps, as the anchor has). BENCH_QUICK=1: a smoke run (2 rounds, 200 / 10 steps,
- * a 1024 square, the CNN's anchor skipped: its epoch takes a minute). Data: see
+ * a 1024 square, the CNN's anchor skipped: its epoch takes a minute). SLUICE_CPU_GEMM
+ * (auto, blas, avx512) is the trainer's sl_train_opts.cpu_gemm, as sluice-train reads it. Data: see
  * bench_fashion.h. SLUICE_SHARED (default ../shared beside the sources) locates
  * the anchor. Ends with:
  *   RESULT bench_train ratio=R sluice=X anchor=Y unit=examples/s
@@ -273,12 +275,13 @@ int main(int argc, char **argv) {
     if (sl_pool_create(THREADS - 1, &pool)) return die("pool");
     int sq = quick ? 1024 : 2048;
     bench_gemm square = {sq, sq, sq, false, false};
-    /* this machine's sgemm rate: the faster of OpenBLAS's and, where the CPU backend runs it,
-     * Sluice's own AVX-512 GEMM (train/gemm_avx512.h) on the square; the models' GEMMs with
-     * what the backend runs */
-    bool own = sl__gemm512_wanted();
+    /* this machine's sgemm rate: the faster of OpenBLAS's and, where the CPU backend can run
+     * it, Sluice's own AVX-512 GEMM (train/gemm_avx512.h) on the square; the models' GEMMs with
+     * Sluice's unless SLUICE_CPU_GEMM pins OpenBLAS */
+    const char *pin = getenv("SLUICE_CPU_GEMM");
+    bool own = sl__gemm512_available() && !(pin && strcmp(pin, "blas") == 0);
     double sq_blas = sgemm_rate(pool, &square, 1, quick ? 3 : 5, quick ? 0.2 : 0.5, false);
-    double sq_own = own ? sgemm_rate(pool, &square, 1, quick ? 3 : 5, quick ? 0.2 : 0.5, true) : 0;
+    double sq_own = sl__gemm512_available() ? sgemm_rate(pool, &square, 1, quick ? 3 : 5, quick ? 0.2 : 0.5, true) : 0;
     double sq_rate = sq_own > sq_blas ? sq_own : sq_blas;
     double mix_rate[2], flops[2];
     for (int k = 0; k < 2; k++) {

@@ -8,6 +8,9 @@
 #include "sluice/pool.h"
 #include "test.h"
 #include "train/backend.h"
+#include "train/backend_cpu_priv.h"
+#include "train/blas_priv.h"
+#include "train/gemm_avx512.h"
 
 static uint64_t rng_state = 12345;
 
@@ -131,6 +134,59 @@ static float round16(float x, sl_bk_precision p) {
  * rounded with core's conversions (to float32 accumulation), for every transpose, with
  * padded strides and the threaded rounding; the float32 GEMM of the same inputs is
  * farther from that reference than the tolerance (the mode is on); exact cases. */
+/* Which GEMM multiplies (sl_model_opts.cpu_gemm): blas gives cblas_sgemm's very floats,
+ * avx512 sl__gemm512's (on a CPU without AVX-512F, cblas_sgemm's), auto one of the two as
+ * the process measured it for the shape, the same for every later product of the shape and
+ * every backend; a product below 24 x 24 is OpenBLAS's and no choice is made for it. */
+TEST(test_gemm_choice) {
+    const char *names[3] = {"avx512", "auto", "blas"};
+    const sl_cpu_gemm values[3] = {SL_CPU_GEMM_AVX512, SL_CPU_GEMM_AUTO, SL_CPU_GEMM_BLAS};
+    sl_cpu_gemm g = SL_CPU_GEMM_BLAS;
+    for (int i = 0; i < 3; i++) {
+        ASSERT_OK(sl_cpu_gemm_parse(names[i], &g));
+        ASSERT_EQ(g, values[i]);
+    }
+    ASSERT_EQ(sl_cpu_gemm_parse("AVX512", &g), SL_EINVAL);
+    ASSERT_STREQ(sl_errmsg(), "CPU GEMM 'AVX512' is none of auto, blas, avx512");
+    ASSERT_EQ(g, SL_CPU_GEMM_BLAS);
+    sl_backend *bad = (sl_backend *)1;
+    ASSERT_EQ(sl__backend_cpu_new_gemm(1, 3, &bad), SL_EINVAL);
+    ASSERT(bad == NULL);
+
+    const int m = 61, n = 47, k = 300; /* one thread: the product is one call of either */
+    float *a = rand_buf((size_t)m * k), *bm = rand_buf((size_t)k * n), *ref[2], *c[4];
+    ref[0] = malloc((size_t)m * n * sizeof(float));
+    ref[1] = malloc((size_t)m * n * sizeof(float));
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, n, k, 1.0f, a, k, bm, k, 0.0f, ref[0], n);
+    if (!sl__gemm512_available() || sl__gemm512(false, true, m, n, k, 1.0f, a, k, bm, k, 0.0f, ref[1], n))
+        memcpy(ref[1], ref[0], (size_t)m * n * sizeof(float));
+    ASSERT_EQ(sl__cpu_gemm_choice(false, true, m, n, k), -1);
+    const sl_cpu_gemm kinds[4] = {SL_CPU_GEMM_BLAS, SL_CPU_GEMM_AVX512, SL_CPU_GEMM_AUTO, SL_CPU_GEMM_AUTO};
+    for (int i = 0; i < 4; i++) {
+        sl_backend *b = NULL;
+        ASSERT_OK(sl__backend_cpu_new_gemm(1, kinds[i], &b));
+        c[i] = malloc((size_t)m * n * sizeof(float));
+        ASSERT_OK(b->ops->gemm(b, false, true, m, n, k, 1.0f, a, k, bm, k, 0.0f, c[i], n));
+        sl__backend_free(b);
+    }
+    int own = sl__cpu_gemm_choice(false, true, m, n, k);
+    if (sl__gemm512_available()) ASSERT(own == 0 || own == 1);
+    else ASSERT_EQ(own, -1);
+    ASSERT_MEMEQ(c[0], ref[0], (size_t)m * n * sizeof(float));
+    ASSERT_MEMEQ(c[1], ref[1], (size_t)m * n * sizeof(float));
+    ASSERT_MEMEQ(c[2], ref[own == 1], (size_t)m * n * sizeof(float));
+    ASSERT_MEMEQ(c[3], c[2], (size_t)m * n * sizeof(float));
+    sl_backend *b = NULL;
+    ASSERT_OK(sl__backend_cpu_new_gemm(1, SL_CPU_GEMM_AUTO, &b));
+    ASSERT_OK(b->ops->gemm(b, false, true, m, 20, k, 1.0f, a, k, bm, k, 0.0f, c[3], 20)); /* below 24 columns */
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, 20, k, 1.0f, a, k, bm, k, 0.0f, c[2], 20);
+    ASSERT_MEMEQ(c[3], c[2], (size_t)m * 20 * sizeof(float));
+    ASSERT_EQ(sl__cpu_gemm_choice(false, true, m, 20, k), -1);
+    sl__backend_free(b);
+    for (int i = 0; i < 4; i++) free(c[i]);
+    free(a), free(bm), free(ref[0]), free(ref[1]);
+}
+
 TEST(test_gemm_mixed_precision) {
     sl_backend *b = backend(2);
     ASSERT(b);
@@ -228,6 +284,12 @@ static void team_expect(const float *x, float *y, size_t n, int rounds) {
         for (size_t i = 0; i < n; i++) y[i] = 0.75f * (y[i] + 0.5f * x[i]);
 }
 
+/* Counts the items run inside a team's run (seen[1]) and outside one (seen[0]). */
+static void note_inside(void *ctx, size_t lo, size_t hi) {
+    atomic_int *seen = ctx;
+    for (size_t i = lo; i < hi; i++) atomic_fetch_add(&seen[sl__team_inside()], 1);
+}
+
 TEST(test_team) {
     const size_t n = 100003;
     const int rounds = 300;
@@ -263,6 +325,16 @@ TEST(test_team) {
         free(d[i].x), free(d[i].y), free(want[i]);
     }
     sl__backend_free(b);
+    /* the parts of a run know they are inside one (a GEMM measured there runs alone) */
+    sl__team *t = NULL;
+    ASSERT_OK(sl__team_new(1, &t));
+    atomic_int seen[2] = {0, 0};
+    ASSERT(!sl__team_inside());
+    ASSERT(sl__team_run(t, 4, 40, note_inside, seen));
+    ASSERT_EQ(atomic_load(&seen[1]), 40);
+    ASSERT_EQ(atomic_load(&seen[0]), 0);
+    ASSERT(!sl__team_inside());
+    sl__team_free(t);
 }
 
 TEST(test_bias_add_grad) {
@@ -983,6 +1055,7 @@ TEST(test_sgd_adam_steps) {
 int main(void) {
     RUN(test_alloc_copy);
     RUN(test_gemm_all_transposes_and_strides);
+    RUN(test_gemm_choice);
     RUN(test_gemm_mixed_precision);
     RUN(test_vector_ops);
     RUN(test_team);

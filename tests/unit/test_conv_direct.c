@@ -4,13 +4,16 @@
  * the kernel in double precision: stride 1 and 2, SAME and VALID padding (the windows read
  * in place, and through the zero-padded copy), row counts off the 12-row tile, output
  * channels off the 32-column panel, runs longer than the 256-float k block, beta 0 over NaN
- * and beta 1; one thread and two give the same bits; and the geometries it declines
- * (SL_EUNSUPPORTED, nothing written). Where the backend's GEMM is not its AVX-512 one (no
- * AVX-512F, SLUICE_CPU_GEMM=blas), every call must decline: that is what is checked there. */
+ * and beta 1; one thread and two give the same bits; the geometries it declines
+ * (SL_EUNSUPPORTED, nothing written); and whatever GEMM the backend's plain products use
+ * (sl_model_opts.cpu_gemm: OpenBLAS pinned, as SLUICE_CPU_GEMM=blas asks), the convolutions
+ * still run without im2col, to the same bits. Without AVX-512F every call must decline: that
+ * is what is checked there. */
 #include <math.h>
 
 #include "test.h"
 #include "train/backend.h"
+#include "train/backend_cpu_priv.h"
 #include "train/gemm_avx512.h"
 
 static uint32_t rng = 99;
@@ -47,7 +50,7 @@ static size_t scratch_for(const cgeo *g) {
 }
 
 static bool direct_expected(void) {
-    return sl__gemm512_wanted();
+    return sl__gemm512_available();
 }
 
 /* y = beta * y0 + im2col(x) W and dW = beta * dW0 + im2col(x)^T dy, in double */
@@ -81,7 +84,7 @@ static double worst(const float *a, const double *b, size_t n) {
 }
 
 TEST(test_products_match_im2col) {
-    if (!direct_expected()) SKIP("the CPU backend's GEMM is not its AVX-512 one here");
+    if (!direct_expected()) SKIP("no AVX-512F on this CPU");
     float *first_y[NG][2] = {{0}}, *first_w[NG][2] = {{0}};
     for (int threads = 1; threads <= 2; threads++) {
         sl_backend *b = NULL;
@@ -150,8 +153,46 @@ TEST(test_declines) {
     sl__backend_free(b);
 }
 
+/* The plain GEMMs pinned to OpenBLAS (what SLUICE_CPU_GEMM=blas asks through sluice-train,
+ * the choice OpenBLAS's AVX-512 kernels win on an Intel CPU): conv_gemm and conv_kernel_grad
+ * still multiply without im2col (SL_OK, not SL_EUNSUPPORTED: the im2col path), to the very
+ * floats of the backend pinned to Sluice's GEMM and of the measuring one (auto). */
+TEST(test_blas_keeps_direct_convs) {
+    if (!direct_expected()) SKIP("no AVX-512F on this CPU");
+    const sl_cpu_gemm kinds[3] = {SL_CPU_GEMM_BLAS, SL_CPU_GEMM_AVX512, SL_CPU_GEMM_AUTO};
+    sl_backend *b[3] = {NULL, NULL, NULL};
+    for (int i = 0; i < 3; i++) ASSERT_OK(sl__backend_cpu_new_gemm(2, kinds[i], &b[i]));
+    for (size_t gi = 0; gi < NG; gi++) {
+        const cgeo *g = &CGEOS[gi];
+        size_t nx = (size_t)g->n * g->h * g->w * g->c, M = (size_t)g->n * g->oh * g->ow,
+               K = (size_t)g->kh * g->kw * g->c, N = (size_t)g->oc, ns = scratch_for(g);
+        rng = 7 + (uint32_t)gi;
+        float *x = RAND(nx), *W = RAND(K * N), *dy = RAND(M * N), *scratch = floats(ns, false, NAN, NULL);
+        float *y[3], *dw[3];
+        for (int i = 0; i < 3; i++) {
+            y[i] = floats(M * N, false, NAN, NULL), dw[i] = floats(K * N, false, NAN, NULL);
+            sl_status s1 = b[i]->ops->conv_gemm(b[i], x, g->n, g->h, g->w, g->c, g->kh, g->kw, g->s, g->pt, g->pl,
+                                                g->oh, g->ow, W, g->oc, 0.0f, y[i], scratch, ns);
+            sl_status s2 = b[i]->ops->conv_kernel_grad(b[i], x, g->n, g->h, g->w, g->c, g->kh, g->kw, g->s, g->pt,
+                                                       g->pl, g->oh, g->ow, dy, g->oc, 0.0f, dw[i], scratch, ns);
+            if (s1 != SL_OK || s2 != SL_OK)
+                FAILF("geo %zu, gemm choice %d: conv_gemm %d, conv_kernel_grad %d (SL_EUNSUPPORTED %d: im2col)", gi,
+                      (int)kinds[i], s1, s2, SL_EUNSUPPORTED);
+        }
+        for (int i = 1; i < 3 && !t_cur_failed; i++) {
+            ASSERT_MEMEQ(y[0], y[i], M * N * sizeof(float));
+            ASSERT_MEMEQ(dw[0], dw[i], K * N * sizeof(float));
+        }
+        for (int i = 0; i < 3; i++) free(y[i]), free(dw[i]);
+        free(x), free(W), free(dy), free(scratch);
+        if (t_cur_failed) break;
+    }
+    for (int i = 0; i < 3; i++) sl__backend_free(b[i]);
+}
+
 int main(void) {
     RUN(test_products_match_im2col);
     RUN(test_declines);
+    RUN(test_blas_keeps_direct_convs);
     TEST_MAIN_END();
 }
