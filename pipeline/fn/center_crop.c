@@ -15,6 +15,6 @@ sl_status sl_fn_center_crop(const char *comp, int height, int width, sl_fn **out
     sl__geom_fn *g;
     sl_status s = sl__geom_new(&center_crop_vt, SL__GEOM_CENTER_CROP, comp, height, width, &g);
     if (s) return s;
-    *out = &g->base;
+    *out = &g->im.base;
     return SL_OK;
 }

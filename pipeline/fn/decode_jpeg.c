@@ -10,7 +10,7 @@
  * pick the smallest DCT scale num/8 at which the crop still covers the target size in both
  * dimensions (sl_jpeg_pick_scale on the crop size), decode only the crop region at that
  * scale (sl_jpeg_decode_crop), then resize it to the target with the absorbed function's
- * resampler (antialiased or 2-tap, sl__geom_resize_u8), sampling the same continuous
+ * resampler (antialiased or 2-tap, sl__resample_u8), sampling the same continuous
  * rectangle (mapped to the scaled image) that the unfused path samples.
  * The result differs from decode -> crop -> resize only through the DCT scaling: a scaled
  * decode is a block-wise low-passed, smaller image (what tf.image.decode_and_crop_jpeg plus
@@ -24,19 +24,19 @@
  *
  * After the crop it also absorbs a random_flip and a normalize of the same component that
  * follow directly (either order, at most one each; a normalize only when its means are
- * known to fit: channels 1 or 3, one mean or that many): with a normalize, each resized row
- * is rounded to uint8 and normalized as it is made, straight into the float32 output
- * (sl__geom_resize_post: a left-right flip is in the horizontal taps, a top-bottom flip in
- * the row order; a crop that is already the output's size goes through normalize's table
- * after it is decoded); with only a flip, the uint8 image is mirrored as it is copied out. No
- * intermediate tensors; the values are those of the functions run one after the other.
+ * known to fit: channels 1 or 3, one mean or that many), through the functions' own row
+ * operations (image.h): the resampler hands each row of the crop or resize to a row sink as
+ * it makes it, mirrored left-right by random_flip's sl__row_flip on its column tables when
+ * the flip draws that, and the sink puts it in the output row random_flip's sl__flip_row
+ * names, rounded (sl__row_round_u8) or normalized (normalize's sl__row_normalize_rounded).
+ * No intermediate image; the values are those of the functions run one after the other.
  * Under map_batch, the result is built in its batch slot (sl__fn_batch_slot), which spares
  * the batch copy.
  *
  * Workload: the most expensive function of an ImageNet-style pipeline (a 500x375 photo
  * cropped to ~40% of its area and resized to 224x224). Each map thread keeps a decoder
  * (which also holds the decoded crop: the resize reads it in place, sl_jpeg_decode_crop_view)
- * and a buffer for the resized image in its state.
+ * in its state.
  *
  * Speed: sl_fn_set_jpeg_speed (the config's dct_method= and fancy_upscaling=, as
  * tf.io.decode_jpeg names them) trades a few levels of fidelity for libjpeg's fast integer
@@ -46,7 +46,6 @@
  * size) is refused with SL_ERANGE right after the header is read, before any allocation,
  * fused or not (libjpeg's own buffers for a progressive file grow with the full size,
  * whatever the scale). A fused crop or resize also checks its output against its limit. */
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -54,23 +53,23 @@
 #include "sluice/jpeg.h"
 
 typedef struct {
-    sl_fn base;
-    char comp[SL_NAME_MAX];
+    sl__image_fn im;  /* component; images whose header declares over max_pixels are refused */
     int channels;     /* 0 (as in the file), 1 or 3 */
     bool dct_scaling; /* may decode at a smaller DCT scale when fused */
     bool fast_dct, fancy_upscaling; /* sl_fn_set_jpeg_speed */
-    int64_t max_pixels; /* images whose header declares more are refused */
 } jpeg_fn;
 
 typedef struct {
     sl_jpeg_decoder *dec;
-    uint8_t *px;      /* the resized image before an absorbed flip / normalize */
-    size_t px_cap;
 } jpeg_state;
 
-/* What an absorbed random_flip and normalize do to the resized image (lut NULL: no
- * normalize; dst is set where the floats go). */
-typedef sl__u8_post post_ops;
+/* What the absorbed random_flip and normalize do to each row of the crop or resize. */
+typedef struct {
+    bool fh, fv;             /* random_flip's draws (both false: no flip) */
+    const sl__norm_u8 *norm; /* normalize's (NULL: no normalize) */
+    int64_t h, w, c;         /* the output */
+    void *dst;               /* the output: float32 with a normalize, else uint8 */
+} post_ops;
 
 static sl_status jpeg_state_new(const sl_fn *fn, void **out) {
     jpeg_state *st = calloc(1, sizeof *st);
@@ -80,7 +79,7 @@ static sl_status jpeg_state_new(const sl_fn *fn, void **out) {
         free(st);
         return s;
     }
-    sl_jpeg_decoder_set_max_pixels(st->dec, ((const jpeg_fn *)fn)->max_pixels);
+    sl_jpeg_decoder_set_max_pixels(st->dec, ((const jpeg_fn *)fn)->im.max_pixels);
     sl_jpeg_decoder_set_speed(st->dec, ((const jpeg_fn *)fn)->fast_dct, ((const jpeg_fn *)fn)->fancy_upscaling);
     *out = st;
     return SL_OK;
@@ -90,61 +89,37 @@ static void jpeg_state_free(const sl_fn *fn, void *p) {
     jpeg_state *st = p;
     if (!st) return;
     sl_jpeg_decoder_free(st->dec);
-    free(st->px);
     free(st);
 }
 
-/* *buf (of *cap bytes, kept across calls) to at least n bytes. */
-static sl_status grow(uint8_t **buf, size_t *cap, size_t n) {
-    if (n <= *cap) return SL_OK;
-    uint8_t *p = realloc(*buf, n);
-    if (!p) return sl_err(SL_ENOMEM, "decode_jpeg: cannot allocate %zu bytes for the resized image", n);
-    *buf = p;
-    *cap = n;
-    return SL_OK;
-}
-
-/* normalize (table lut, nl means) of an h x w x c uint8 image into float32, mirrored as
- * p says: what random_flip then normalize (or normalize then random_flip) give. */
-static void flip_normalize(const uint8_t *px, int64_t h, int64_t w, int64_t c, const post_ops *p,
-                           float *dst) {
-    const float *l0 = p->lut, *l1 = p->lut + (p->nl > 1 ? 256 : 0), *l2 = p->lut + (p->nl > 1 ? 512 : 0);
-    for (int64_t y = 0; y < h; y++) {
-        const uint8_t *sr = px + (size_t)((p->fv ? h - 1 - y : y) * w * c);
-        float *dr = dst + (size_t)(y * w * c);
-        if (!p->fh) {
-            sl__normalize_u8(sr, w * c, c, p->lut, p->nl, dr);
-        } else if (c == 3) {
-            for (int64_t x = 0; x < w; x++) {
-                const uint8_t *sp = sr + (w - 1 - x) * 3;
-                dr[3 * x] = l0[sp[0]];
-                dr[3 * x + 1] = l1[sp[1]];
-                dr[3 * x + 2] = l2[sp[2]];
-            }
-        } else {
-            for (int64_t x = 0; x < w; x++)
-                for (int64_t k = 0; k < c; k++)
-                    dr[x * c + k] = p->lut[(p->nl > 1 ? k : 0) * 256 + sr[(w - 1 - x) * c + k]];
-        }
-    }
+/* Row y of the crop or resize (its float results, already mirrored left-right when p->fh:
+ * the sink asks for that) through the absorbed functions' row operations into its row of the
+ * output: the resampler's sl__row_sink. */
+static void post_row(void *ctx, int64_t y, const float *v) {
+    const post_ops *p = ctx;
+    int64_t n = p->w * p->c, oy = sl__flip_row(y, p->h, p->fv);
+    if (p->norm)
+        sl__row_normalize_rounded(v, n, p->c, p->norm, (float *)p->dst + oy * n);
+    else
+        sl__row_round_u8(v, n, (uint8_t *)p->dst + oy * n);
 }
 
 /* A new h x w x c tensor for the result, or the batch slot it will be copied into
  * (map_batch), which saves the copy. */
 static sl_status out_tensor(const jpeg_fn *f, const sl_fn_call *call, sl_dtype dt, const int64_t *dims,
                             sl_tensor *out) {
-    if (sl__fn_batch_slot(call, f->comp, dt, 3, dims, out)) return SL_OK;
+    if (sl__fn_batch_slot(call, f->im.comp, dt, 3, dims, out)) return SL_OK;
     return sl_tensor_alloc(out, dt, 3, dims);
 }
 
 /* Decode, crop and resize as g would, then flip and normalize as p says, into *out. */
 static sl_status fused(const jpeg_fn *f, jpeg_state *st, const sl_bytes *b, const sl_jpeg_info *info,
-                       int ch, const sl__geom_fn *g, uint64_t gseed, const post_ops *p,
+                       int ch, const sl__geom_fn *g, uint64_t gseed, post_ops *p,
                        const sl_fn_call *call, sl_tensor *out) {
     sl__rect r;
     int64_t oh, ow;
     sl__geom_plan(g, info->height, info->width, gseed, &r, &oh, &ow);
-    sl_status s = sl__check_pixels(&g->base, g->comp, oh, ow, g->max_pixels);
+    sl_status s = sl__check_pixels(&g->im.base, g->im.comp, oh, ow, g->im.max_pixels);
     if (s) return s;
     int num = f->dct_scaling ? sl_jpeg_pick_scale((int)r.w, (int)r.h, (int)ow, (int)oh) : 8;
     int sw, sh;
@@ -155,48 +130,25 @@ static sl_status fused(const jpeg_fn *f, jpeg_state *st, const sl_bytes *b, cons
     if (x1 > sw) x1 = sw;
     if (y1 > sh) y1 = sh;
     int64_t dims[3] = {oh, ow, ch};
-    bool copy = num == 8 && oh == r.h && ow == r.w; /* the crop is the output: no resize */
-    const uint8_t *crop = NULL;
-    size_t stride = 0;
-    double k = num / 8.0, ry = (double)r.y * k - (double)y0, rx = (double)r.x * k - (double)x0;
-    if (!copy) { /* the resize reads the decoded rows where the decoder left them */
-        if ((s = sl_jpeg_decode_crop_view(st->dec, b->ptr, b->len, ch, num, (int)x0, (int)y0,
-                                          (int)(x1 - x0), (int)(y1 - y0), &crop, &stride)))
-            return s;
-        if (p->lut) { /* resize, flip and normalize row by row into the float output */
-            post_ops fp = *p;
-            if ((s = out_tensor(f, call, SL_DT_F32, dims, out))) return s;
-            fp.dst = out->data;
-            s = sl__geom_resize_post(g, crop, y1 - y0, x1 - x0, ch, (int64_t)stride, ry, rx,
-                                     (double)r.h * k, (double)r.w * k, &fp, oh, ow);
-            if (s) sl_tensor_release(out);
-            return s;
-        }
-    }
-    /* the uint8 result goes straight into the output unless a flip or normalize follows */
-    bool direct = !p->lut && !p->fh && !p->fv;
-    size_t px_bytes = (size_t)(oh * ow * ch);
-    uint8_t *px;
-    if (direct) {
-        if ((s = out_tensor(f, call, SL_DT_U8, dims, out))) return s;
-        px = out->data;
-    } else {
-        if ((s = grow(&st->px, &st->px_cap, px_bytes))) return s;
-        px = st->px;
-    }
-    if (copy)
+    bool direct = !p->norm && !p->fh && !p->fv; /* the crop or resize is the result */
+    if ((s = out_tensor(f, call, p->norm ? SL_DT_F32 : SL_DT_U8, dims, out))) return s;
+    if (direct && num == 8 && oh == r.h && ow == r.w) { /* the crop, decoded straight into out */
         s = sl_jpeg_decode_crop(st->dec, b->ptr, b->len, ch, 8, (int)r.x, (int)r.y, (int)r.w,
-                                (int)r.h, px, px_bytes);
-    else
-        s = sl__geom_resize_u8(g, crop, y1 - y0, x1 - x0, ch, (int64_t)stride, ry, rx,
-                               (double)r.h * k, (double)r.w * k, px, oh, ow);
-    if (!s && !direct) {
-        if (!(s = out_tensor(f, call, p->lut ? SL_DT_F32 : SL_DT_U8, dims, out))) {
-            if (p->lut)
-                flip_normalize(px, oh, ow, ch, p, out->data);
-            else
-                sl__flip_copy(px, out->data, oh, ow, (size_t)ch, p->fh, p->fv);
-        }
+                                (int)r.h, out->data, sl_tensor_nbytes(out));
+    } else { /* the resampler reads the decoded rows where the decoder left them */
+        const uint8_t *crop;
+        size_t stride;
+        double k = num / 8.0, ry = (double)r.y * k - (double)y0, rx = (double)r.x * k - (double)x0;
+        p->h = oh;
+        p->w = ow;
+        p->c = ch;
+        p->dst = out->data;
+        sl__row_sink sink = {post_row, p, p->fh};
+        if (!(s = sl_jpeg_decode_crop_view(st->dec, b->ptr, b->len, ch, num, (int)x0, (int)y0,
+                                           (int)(x1 - x0), (int)(y1 - y0), &crop, &stride)))
+            s = sl__resample_u8(g->antialias, crop, y1 - y0, x1 - x0, ch, (int64_t)stride, ry, rx,
+                                (double)r.h * k, (double)r.w * k, direct ? out->data : NULL, oh,
+                                ow, direct ? NULL : &sink);
     }
     if (s) sl_tensor_release(out);
     return s;
@@ -208,13 +160,10 @@ static sl_status absorbed_post(const jpeg_fn *f, const sl_fn_call *call, int ch,
     uint64_t seed;
     const sl_fn *m;
     for (int k = 2; (m = sl__fn_absorbed(call, k, &seed)) != NULL; k++) {
-        if (sl__is_flip_of(m, f->comp)) {
+        if (sl__is_flip_of(m, f->im.comp))
             sl__flip_draw(m, seed, &p->fh, &p->fv);
-        } else if (!(p->lut = sl__normalize_lut(m, f->comp, ch, &p->nl))) {
+        else if (!(p->norm = sl__normalize_u8_of(m, f->im.comp, ch)))
             return sl_err(SL_EINTERNAL, "decode_jpeg absorbed %s, which it cannot do", m->name);
-        } else {
-            sl__normalize_params(m, &p->mean, &p->std, &p->scale);
-        }
     }
     return SL_OK;
 }
@@ -222,28 +171,28 @@ static sl_status absorbed_post(const jpeg_fn *f, const sl_fn_call *call, int ch,
 static sl_status jpeg_apply(const sl_fn *fn, sl_element *e, const sl_fn_call *call) {
     const jpeg_fn *f = (const jpeg_fn *)fn;
     sl_bytes b;
-    sl_status s = sl__fn_bytes_input(fn, e, f->comp,
+    sl_status s = sl__fn_bytes_input(fn, e, f->im.comp,
                                      "decode_jpeg needs one encoded image (a byte string)", &b, NULL);
     if (s) return s;
     jpeg_state local = {0}, *st = call->state;
     if (!st) {
         st = &local;
         if ((s = sl_jpeg_decoder_new(&local.dec))) return s;
-        sl_jpeg_decoder_set_max_pixels(local.dec, f->max_pixels);
+        sl_jpeg_decoder_set_max_pixels(local.dec, f->im.max_pixels);
         sl_jpeg_decoder_set_speed(local.dec, f->fast_dct, f->fancy_upscaling);
     }
     sl_jpeg_info info;
     sl_tensor out = SL_TENSOR_EMPTY;
     if ((s = sl_jpeg_header(st->dec, b.ptr, b.len, &info))) goto done;
     int ch = f->channels ? f->channels : info.components == 1 ? 1 : 3;
-    if ((int64_t)info.width * info.height > f->max_pixels) { /* refuse before allocating */
+    if ((int64_t)info.width * info.height > f->im.max_pixels) { /* refuse before allocating */
         s = sl_err(SL_ERANGE, "'%s': the JPEG is %dx%d (%lld pixels), over decode_jpeg's limit of %lld pixels",
-                   f->comp, info.width, info.height, (long long)info.width * info.height,
-                   (long long)f->max_pixels);
+                   f->im.comp, info.width, info.height, (long long)info.width * info.height,
+                   (long long)f->im.max_pixels);
         double bytes = (double)info.width * info.height * ch;
         sl_err_hint("decoded, it would take %.0f %s; if the image is genuine, raise the limit with "
                     "decode_jpeg(%s, max_pixels=%lld) in the config (sl_fn_set_max_pixels in C)",
-                    bytes < 1e6 ? bytes / 1e3 : bytes / 1e6, bytes < 1e6 ? "kB" : "MB", f->comp,
+                    bytes < 1e6 ? bytes / 1e3 : bytes / 1e6, bytes < 1e6 ? "kB" : "MB", f->im.comp,
                     (long long)info.width * info.height);
         goto done;
     }
@@ -261,14 +210,11 @@ static sl_status jpeg_apply(const sl_fn *fn, sl_element *e, const sl_fn_call *ca
         if ((s = sl_jpeg_decode(st->dec, b.ptr, b.len, ch, 8, out.data, sl_tensor_nbytes(&out), &w, &h)))
             goto done;
     }
-    s = sl_element_set(e, f->comp, &out);
+    s = sl_element_set(e, f->im.comp, &out);
 done:
     sl_tensor_release(&out); /* empty after a successful set */
-    if (s == SL_ECORRUPT) sl_err_prefix("'%s': ", f->comp);
-    if (st == &local) {
-        sl_jpeg_decoder_free(local.dec);
-        free(local.px);
-    }
+    if (s == SL_ECORRUPT) sl_err_prefix("'%s': ", f->im.comp);
+    if (st == &local) sl_jpeg_decoder_free(local.dec);
     return s;
 }
 
@@ -280,13 +226,13 @@ static int jpeg_plan(sl_fn *fn, sl_fn *const *downstream, int n) {
     const jpeg_fn *f = (const jpeg_fn *)fn;
     if (n < 1) return 0;
     const sl__geom_fn *g = sl__as_geom(downstream[0]);
-    if (!g || strcmp(g->comp, f->comp) != 0) return 0;
-    int k = 1, nl;
+    if (!g || strcmp(g->im.comp, f->im.comp) != 0) return 0;
+    int k = 1;
     bool flip = false, norm = false;
     for (; k < n; k++) {
-        if (!flip && sl__is_flip_of(downstream[k], f->comp))
+        if (!flip && sl__is_flip_of(downstream[k], f->im.comp))
             flip = true;
-        else if (!norm && f->channels && sl__normalize_lut(downstream[k], f->comp, f->channels, &nl))
+        else if (!norm && f->channels && sl__normalize_u8_of(downstream[k], f->im.comp, f->channels))
             norm = true;
         else
             break;
@@ -320,43 +266,33 @@ sl_status sl_fn_set_jpeg_speed(sl_fn *fn, bool fast_dct, bool fancy_upscaling) {
     return SL_OK;
 }
 
-/* decode_jpeg's pixel limit (for sl_fn_set_max_pixels): false if fn is not decode_jpeg. */
-static bool jpeg_set_max_pixels(sl_fn *fn, int64_t max_pixels) {
-    if (!fn || fn->vt != &jpeg_vt) return false;
-    ((jpeg_fn *)fn)->max_pixels = max_pixels;
-    return true;
-}
-
 /* For decode_jpeg and the geometry functions alike; here rather than in image.c so that
  * image.c calls nothing of decode_jpeg.c (which uses image.c's geometry). */
 sl_status sl_fn_set_max_pixels(sl_fn *fn, int64_t max_pixels) {
     if (!fn) return sl_err(SL_EINVAL, "sl_fn_set_max_pixels: function is NULL");
     if (max_pixels < 1)
         return sl_err(SL_EINVAL, "%s: max_pixels %lld must be >= 1", fn->name, (long long)max_pixels);
-    if (jpeg_set_max_pixels(fn, max_pixels)) return SL_OK;
-    sl__geom_fn *g = (sl__geom_fn *)sl__as_geom(fn);
-    if (!g)
+    if (fn->vt != &jpeg_vt && !sl__as_geom(fn))
         return sl_err(SL_EINVAL, "%s has no pixel limit (only decode_jpeg, resize, center_crop and "
                       "random_resized_crop have one)", fn->name);
-    g->max_pixels = max_pixels;
+    ((sl__image_fn *)fn)->max_pixels = max_pixels; /* (each of them begins with one) */
     return SL_OK;
 }
 
 sl_status sl_fn_decode_jpeg(const char *comp, int channels, sl_fn **out) {
     *out = NULL;
-    if (!comp || !*comp || strlen(comp) >= SL_NAME_MAX)
-        return sl_err(SL_EINVAL, "decode_jpeg: component name must be 1..%d characters",
-                      SL_NAME_MAX - 1);
-    if (channels != 0 && channels != 1 && channels != 3)
+    sl__image_fn *im;
+    sl_status s = sl__image_fn_new(sizeof(jpeg_fn), &jpeg_vt, comp, &im);
+    if (s) return s;
+    if (channels != 0 && channels != 1 && channels != 3) {
+        sl_fn_unref(&im->base);
         return sl_err(SL_EINVAL, "decode_jpeg: channels %d must be 0 (as in the file), 1 or 3",
                       channels);
-    jpeg_fn *f = sl__fn_new(sizeof *f, &jpeg_vt, "decode_jpeg");
-    if (!f) return SL_ENOMEM;
-    snprintf(f->comp, sizeof f->comp, "%s", comp);
+    }
+    jpeg_fn *f = (jpeg_fn *)im;
     f->channels = channels;
     f->dct_scaling = true;
     f->fancy_upscaling = true;
-    f->max_pixels = SL_FN_MAX_PIXELS_DEFAULT;
-    *out = &f->base;
+    *out = &im->base;
     return SL_OK;
 }

@@ -12,9 +12,9 @@
  * that one float row horizontally, gathering once per output sample (3-channel pixels two
  * per AVX2 step, or one per 4-wide SSE blend). Everything is computed in float in one
  * fixed order, so the result depends only on the inputs, never on the thread or the
- * instruction set. When decode_jpeg absorbed a normalize, each finished row is rounded and
- * normalized straight into the float output (emit_post), a left-right flip being the
- * horizontal taps in reverse. */
+ * instruction set. Given a row sink (decode_jpeg's fused path), each finished row of float
+ * results goes to the sink, before the rounding, instead of into an image; for a sink that
+ * takes its rows mirrored, random_flip's row operation first mirrors the column tables. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -65,30 +65,30 @@ typedef struct {
     float w0, w1;   /* their weights */
 } tap;
 
+/* The bilinear samples of output d on an axis of sn samples: its source coordinate
+ * r0 + (d + 0.5) * scale - 0.5, clamped below at 0, lies between samples *i0 and *i1 (both
+ * the last one at or past it); returns how far it lies from *i0 toward *i1 (0 when equal). */
+static inline float bilinear_at(int64_t d, int64_t sn, double r0, double scale, int64_t *i0,
+                                int64_t *i1) {
+    double src = r0 + ((double)d + 0.5) * scale - 0.5;
+    if (src < 0) src = 0;
+    *i0 = (int64_t)src;
+    if (*i0 > sn - 1) *i0 = sn - 1;
+    *i1 = *i0 < sn - 1 ? *i0 + 1 : *i0;
+    return *i1 == *i0 ? 0.0f : (float)(src - (double)*i0);
+}
+
 /* One axis: output d (of dn) samples source coordinate r0 + (d + 0.5) * rn / dn - 0.5 of
  * sn samples `step` elements apart. */
 static void make_taps(tap *t, int64_t dn, int64_t sn, double r0, double rn, int64_t step) {
     double scale = rn / (double)dn;
     for (int64_t d = 0; d < dn; d++) {
-        double src = r0 + ((double)d + 0.5) * scale - 0.5;
-        if (src < 0) src = 0;
-        int64_t i0 = (int64_t)src;
-        if (i0 > sn - 1) i0 = sn - 1;
-        int64_t i1 = i0 < sn - 1 ? i0 + 1 : i0;
-        float l = i1 == i0 ? 0.0f : (float)(src - (double)i0);
+        int64_t i0, i1;
+        float l = bilinear_at(d, sn, r0, scale, &i0, &i1);
         t[d].o0 = i0 * step;
         t[d].o1 = i1 * step;
         t[d].w1 = l;
         t[d].w0 = 1.0f - l;
-    }
-}
-
-/* The taps of outputs 0 .. dn - 1 in reverse order: the output mirrored. */
-static void reverse_taps(tap *t, int64_t dn) {
-    for (int64_t a = 0, b = dn - 1; a < b; a++, b--) {
-        tap x = t[a];
-        t[a] = t[b];
-        t[b] = x;
     }
 }
 
@@ -196,7 +196,7 @@ static void hrow_row_float(const float *s, const tap *tx, const float *pw, int64
  * crashes every program of a TSan build at start. */
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
 #include <stdatomic.h>
-static bool cpu_has_avx2(void) {
+bool sl__cpu_has_avx2(void) {
     static atomic_int known = -1; /* -1: not asked yet; asking twice gives the same answer */
     int k = atomic_load_explicit(&known, memory_order_relaxed);
     if (k < 0) {
@@ -217,10 +217,11 @@ static bool cpu_has_avx2(void) {
         for (int64_t i = 0; i < n; i++) tmp[i] = w0 * (float)a[i] + w1 * (float)b[i];       \
     }                                                                                       \
     static void blend_##T(const T *a, const T *b, float w0, float w1, int64_t n, float *tmp) { \
-        if (cpu_has_avx2()) blend_avx2_##T(a, b, w0, w1, n, tmp);                           \
+        if (sl__cpu_has_avx2()) blend_avx2_##T(a, b, w0, w1, n, tmp);                       \
         else blend_plain_##T(a, b, w0, w1, n, tmp);                                         \
     }
 #else
+bool sl__cpu_has_avx2(void) { return false; }
 #define BLEND(T)                                                                            \
     static void blend_##T(const T *a, const T *b, float w0, float w1, int64_t n, float *tmp) { \
         for (int64_t i = 0; i < n; i++) tmp[i] = w0 * (float)a[i] + w1 * (float)b[i];       \
@@ -231,32 +232,6 @@ BLEND(float)
 
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
 #include <immintrin.h>
-/* emit_post's AVX2 loop over whole groups of 24 values (8 lanes, channels in a period of 3
- * or one mean for all): returns how many values it wrote. */
-__attribute__((target("avx2"))) static int64_t emit_avx2(const float *v, int64_t n,
-                                                         const sl__u8_post *p, float *o) {
-    float mp[24], sp[24];
-    for (int k = 0; k < 24; k++) {
-        mp[k] = p->mean[p->nl > 1 ? k % 3 : 0];
-        sp[k] = p->std[p->nl > 1 ? k % 3 : 0];
-    }
-    __m256 m[3], sd[3];
-    for (int k = 0; k < 3; k++) {
-        m[k] = _mm256_loadu_ps(mp + 8 * k);
-        sd[k] = _mm256_loadu_ps(sp + 8 * k);
-    }
-    const __m256 half = _mm256_set1_ps(0.5f), d255 = _mm256_set1_ps(255.0f);
-    int64_t i = 0;
-    for (; i + 24 <= n; i += 24)
-        for (int k = 0; k < 3; k++) {
-            __m256i r = _mm256_cvttps_epi32(_mm256_add_ps(_mm256_loadu_ps(v + i + 8 * k), half));
-            __m256 u = _mm256_cvtepi32_ps(r);
-            if (p->scale) u = _mm256_div_ps(u, d255);
-            _mm256_storeu_ps(o + i + 8 * k, _mm256_div_ps(_mm256_sub_ps(u, m[k]), sd[k]));
-        }
-    return i;
-}
-
 /* hrow_padded for 3 channels, two output pixels per 8-lane step: pw holds each pair's
  * weights (w0 of the first pixel 4 times, of the second 4 times, then both w1 likewise),
  * from pair_weights. The same products and sums per lane as hrow_padded; the fourth lane
@@ -315,7 +290,7 @@ __attribute__((target("avx2"))) static void hrow3_u8_avx2(const uint8_t *s, cons
  * not apply (not 3 channels, no AVX2, no memory: hrow_padded then does the row). */
 static float *pair_weights(const tap *tx, int64_t dw, int64_t c) {
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-    if (c != 3 || !cpu_has_avx2()) return NULL;
+    if (c != 3 || !sl__cpu_has_avx2()) return NULL;
     float *pw = malloc(sizeof(float) * 16 * (size_t)((dw + 1) / 2));
     if (!pw) return NULL;
     for (int64_t x = 0; x < dw; x++) {
@@ -346,27 +321,6 @@ static void hrow_fast(const float *s, const tap *tx, const float *pw, int64_t dw
     hrow_padded(s, tx, dw, c, out);
 }
 
-/* Round a blend of uint8 samples to nearest. The weights of each axis are l and 1 - l with
- * l in [0, 1], so the blend lies in [0, 255 * (1 + 2^-22)] and v + 0.5 truncates to 0..255:
- * no clamp needed, and the loop stays branch-free (it vectorizes). */
-static inline uint8_t to_u8(float v) { return (uint8_t)(int32_t)(v + 0.5f); }
-
-/* Row y of a uint8 resize's float results (dw pixels of c values, already in output order:
- * a left-right mirror is in the taps) rounded as to_u8 rounds them, then normalized as
- * post says into its float32 output (row dh - 1 - y when mirrored top-bottom). With AVX2,
- * 8 values at a time by normalize's own float arithmetic, (u / 255 - mean) / std, whose
- * divisions and subtraction are the correctly rounded IEEE operations that built its table:
- * the same floats; otherwise, and for the tail, through the table. */
-static void emit_post(const float *v, int64_t y, int64_t dh, int64_t dw, int64_t c,
-                      const sl__u8_post *p) {
-    float *o = p->dst + (p->fv ? dh - 1 - y : y) * dw * c;
-    int64_t n = dw * c, i = 0;
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-    if ((p->nl == 1 || c == 3) && cpu_has_avx2()) i = emit_avx2(v, n, p, o);
-#endif
-    for (; i < n; i++) o[i] = p->lut[(p->nl > 1 ? i % c : 0) * 256 + to_u8(v[i])];
-}
-
 /* The two float row buffers and which source rows they hold. */
 typedef struct {
     float *buf[2];
@@ -388,8 +342,31 @@ typedef struct {
 GET_ROW(uint8_t)
 GET_ROW(float)
 
-#define RESIZE_BODY(T, STORE, POST)                                                         \
-    if (!(POST) && is_plain_window(ry, rx, rh, rw, dh, dw) && ry >= 0 && rx >= 0 &&         \
+/* Mirror a table of dw entries of `each` bytes (one per output column) for a sink that
+ * takes its rows mirrored: random_flip's row operation on it. */
+static sl_status mirror_columns(void *t, int64_t dw, size_t each) {
+    uint8_t *m = malloc(each * (size_t)dw);
+    if (!m) return sl_err(SL_ENOMEM, "out of memory resizing to a width of %lld", (long long)dw);
+    sl__row_flip(t, m, dw, each, true);
+    memcpy(t, m, each * (size_t)dw);
+    free(m);
+    return SL_OK;
+}
+
+/* Output row y of the bodies below, made in float at v: handed to the sink, or stored
+ * (STORE) into its row of dst. */
+#define ROW_OUT(T, STORE, y, v)                                                             \
+    if (sink) {                                                                             \
+        sink->row(sink->ctx, (y), (v));                                                     \
+    } else {                                                                                \
+        T *o = dst + (y) * n;                                                               \
+        for (int64_t i = 0; i < n; i++) o[i] = STORE((v)[i]);                               \
+    }
+
+/* The 2-tap resampler (sl__resample_u8 and sl__resample_f32 without antialias, or with it
+ * when nothing shrinks). With a sink, each row of float results goes to it instead. */
+#define RESIZE_BODY(T, STORE)                                                               \
+    if (!sink && is_plain_window(ry, rx, rh, rw, dh, dw) && ry >= 0 && rx >= 0 &&           \
         (int64_t)ry + dh <= sh && (int64_t)rx + dw <= sw) {                                 \
         for (int64_t y = 0; y < dh; y++)                                                    \
             memcpy(dst + y * dw * c, src + ((int64_t)ry + y) * stride + (int64_t)rx * c,    \
@@ -397,7 +374,7 @@ GET_ROW(float)
         return SL_OK;                                                                       \
     }                                                                                       \
     tap *tx = malloc(sizeof(tap) * (size_t)(dw + dh));                                      \
-    float *rows = malloc(sizeof(float) * 3 * (size_t)(dw * c + 1)); /* 2 + POST's row */    \
+    float *rows = malloc(sizeof(float) * 3 * (size_t)(dw * c + 1)); /* 2 + a sink's row */  \
     if (!tx || !rows) {                                                                     \
         free(tx);                                                                           \
         free(rows);                                                                         \
@@ -407,9 +384,20 @@ GET_ROW(float)
     tap *ty = tx + dw;                                                                      \
     make_taps(tx, dw, sw, rx, rw, c);                                                       \
     make_taps(ty, dh, sh, ry, rh, 1);                                                       \
+    sl_status s = sink && sink->mirror ? mirror_columns(tx, dw, sizeof(tap)) : SL_OK;       \
+    if (s) {                                                                                \
+        free(tx);                                                                           \
+        free(rows);                                                                         \
+        return s;                                                                           \
+    }                                                                                       \
     int64_t n = dw * c;                                                                     \
     if (rh > (double)dh) { /* shrinking rows: blend rows first, then gather columns once */  \
-        int64_t lo = tx[0].o0, hi = tx[dw - 1].o1 + c; /* source elements a row needs */      \
+        int64_t lo = tx[0].o0, hi = tx[0].o1; /* the source elements a row needs */         \
+        for (int64_t x = 1; x < dw; x++) {                                                  \
+            if (tx[x].o0 < lo) lo = tx[x].o0;                                               \
+            if (tx[x].o1 > hi) hi = tx[x].o1;                                               \
+        }                                                                                   \
+        hi += c;                                                                            \
         float *tmp = malloc(sizeof(float) * (size_t)(hi - lo + 1)); /* + hrow_padded's */   \
         if (!tmp) {                                                                         \
             free(tx);                                                                       \
@@ -421,19 +409,13 @@ GET_ROW(float)
             tx[x].o1 -= lo;                                                                 \
         }                                                                                   \
         tmp[hi - lo] = 0;                                                                   \
-        if ((POST) && (POST)->fh) reverse_taps(tx, dw);                                     \
         float *pw = pair_weights(tx, dw, c);                                                \
         for (int64_t y = 0; y < dh; y++) {                                                  \
             const T *a = src + ty[y].o0 * stride + lo, *b = src + ty[y].o1 * stride + lo;   \
             float w0 = ty[y].w0, w1 = ty[y].w1;                                             \
             blend_##T(a, b, w0, w1, hi - lo, tmp);                                          \
             hrow_fast(tmp, tx, pw, dw, c, rows);                                            \
-            if (POST) {                                                                     \
-                emit_post(rows, y, dh, dw, c, POST);                                        \
-                continue;                                                                   \
-            }                                                                               \
-            T *o = dst + y * n;                                                             \
-            for (int64_t i = 0; i < n; i++) o[i] = STORE(rows[i]);                          \
+            ROW_OUT(T, STORE, y, rows)                                                      \
         }                                                                                   \
         free(pw);                                                                           \
         free(tmp);                                                                          \
@@ -441,7 +423,6 @@ GET_ROW(float)
         free(rows);                                                                         \
         return SL_OK;                                                                       \
     }                                                                                       \
-    if ((POST) && (POST)->fh) reverse_taps(tx, dw);                                         \
     float *pw = sizeof(T) == 1 ? pair_weights(tx, dw, c) : NULL;                            \
     row_cache rc = {{rows, rows + dw * c + 1}, {-1, -1}};                                   \
     for (int64_t y = 0; y < dh; y++) {                                                      \
@@ -449,10 +430,10 @@ GET_ROW(float)
         const float *a = get_row_##T(&rc, r0, r1, src, stride, tx, pw, dw, c, sw * c);      \
         const float *b = get_row_##T(&rc, r1, r0, src, stride, tx, pw, dw, c, sw * c);      \
         float w0 = ty[y].w0, w1 = ty[y].w1;                                                 \
-        if (POST) {                                                                         \
+        if (sink) {                                                                         \
             float *v = rows + 2 * (dw * c + 1);                                             \
             blend_float(a, b, w0, w1, n, v);                                                \
-            emit_post(v, y, dh, dw, c, POST);                                               \
+            sink->row(sink->ctx, y, v);                                                     \
             continue;                                                                       \
         }                                                                                   \
         T *o = dst + y * n;                                                                 \
@@ -464,26 +445,6 @@ GET_ROW(float)
     return SL_OK;
 
 #define AS_F32(v) (v)
-
-/* sl__resize_u8 into dst, or through post (sl__u8_post) when post is set. */
-static sl_status resize_u8(const uint8_t *src, int64_t sh, int64_t sw, int64_t c, int64_t stride,
-                           double ry, double rx, double rh, double rw, uint8_t *dst,
-                           const sl__u8_post *post, int64_t dh, int64_t dw) {
-    RESIZE_BODY(uint8_t, to_u8, post)
-}
-
-sl_status sl__resize_u8(const uint8_t *src, int64_t sh, int64_t sw, int64_t c, int64_t stride,
-                        double ry, double rx, double rh, double rw, uint8_t *dst, int64_t dh,
-                        int64_t dw) {
-    return resize_u8(src, sh, sw, c, stride, ry, rx, rh, rw, dst, NULL, dh, dw);
-}
-
-sl_status sl__resize_f32(const float *src, int64_t sh, int64_t sw, int64_t c, int64_t stride,
-                         double ry, double rx, double rh, double rw, float *dst, int64_t dh,
-                         int64_t dw) {
-    const sl__u8_post *none = NULL;
-    RESIZE_BODY(float, AS_F32, none)
-}
 
 /* ---- the antialiased resampler ---- */
 
@@ -507,23 +468,6 @@ static void kernel_free(kernel *k) {
     free(k->wt);
 }
 
-/* The kernel's outputs 0 .. dn - 1 in reverse order: the output mirrored. */
-static void reverse_kernel(kernel *k, int64_t dn) {
-    for (int64_t a = 0, b = dn - 1; a < b; a++, b--) {
-        int64_t st = k->start[a];
-        k->start[a] = k->start[b];
-        k->start[b] = st;
-        int nn = k->n[a];
-        k->n[a] = k->n[b];
-        k->n[b] = nn;
-        for (int j = 0; j < k->kmax; j++) {
-            float w = k->wt[a * k->kmax + j];
-            k->wt[a * k->kmax + j] = k->wt[b * k->kmax + j];
-            k->wt[b * k->kmax + j] = w;
-        }
-    }
-}
-
 static sl_status make_kernel(kernel *k, int64_t dn, int64_t sn, double r0, double rn, bool aa, bool pad) {
     double scale = rn / (double)dn;
     bool wide = aa && scale > 1.0;
@@ -539,13 +483,9 @@ static sl_status make_kernel(kernel *k, int64_t dn, int64_t sn, double r0, doubl
     for (int64_t d = 0; d < dn; d++) {
         float *w = k->wt + d * k->kmax;
         if (!wide) {
-            /* make_taps' arithmetic, so an axis that grows is plain bilinear */
-            double src = r0 + ((double)d + 0.5) * scale - 0.5;
-            if (src < 0) src = 0;
-            int64_t i0 = (int64_t)src;
-            if (i0 > sn - 1) i0 = sn - 1;
-            int64_t i1 = i0 < sn - 1 ? i0 + 1 : i0;
-            float l = i1 == i0 ? 0.0f : (float)(src - (double)i0);
+            /* make_taps' samples, so an axis that grows is plain bilinear */
+            int64_t i0, i1;
+            float l = bilinear_at(d, sn, r0, scale, &i0, &i1);
             k->start[d] = i0;
             k->n[d] = i1 == i0 ? 1 : 2;
             w[0] = i1 == i0 ? 1.0f : 1.0f - l;
@@ -605,10 +545,9 @@ static sl_status make_kernel(kernel *k, int64_t dn, int64_t sn, double r0, doubl
 /* Rows first (each output row is a weighted sum of source rows over the columns the
  * horizontal taps need, contiguous and vectorized), then columns (a weighted gather per
  * output sample). Accumulation is in float in a fixed order. */
-/* The weights are >= 0 and sum to 1 within a few float ulps, so a blend of uint8 samples
- * stays below 255.5 + 1e-4 and to_u8 needs no clamp (and the store loop vectorizes). */
-#define STORE_U8(v) to_u8(v)
-#define RESIZE_AA_BODY(T, STORE, PAD, POST)                                                 \
+/* (A blend of uint8 samples needs no clamp before sl__round_u8: see there.) */
+#define RESIZE_AA_BODY(T, STORE, PAD)                                                       \
+    int64_t n = dw * c;                                                                     \
     kernel kx = {0}, ky = {0};                                                              \
     sl_status s = make_kernel(&kx, dw, sw, rx, rw, true, PAD);                              \
     if (s) return s;                                                                        \
@@ -621,9 +560,16 @@ static sl_status make_kernel(kernel *k, int64_t dn, int64_t sn, double r0, doubl
         if (kx.start[x] < lo) lo = kx.start[x];                                             \
         if (kx.start[x] + kx.n[x] > hi) hi = kx.start[x] + kx.n[x];                         \
     }                                                                                       \
-    if ((POST) && (POST)->fh) reverse_kernel(&kx, dw);                                      \
+    if (sink && sink->mirror &&                                                             \
+        ((s = mirror_columns(kx.start, dw, sizeof *kx.start)) ||                            \
+         (s = mirror_columns(kx.n, dw, sizeof *kx.n)) ||                                    \
+         (s = mirror_columns(kx.wt, dw, sizeof *kx.wt * (size_t)kx.kmax)))) {               \
+        kernel_free(&kx);                                                                   \
+        kernel_free(&ky);                                                                   \
+        return s;                                                                           \
+    }                                                                                       \
     int64_t span = (hi - lo) * c;                                                           \
-    float *tmp = malloc(sizeof(float) * (size_t)(span + dw * c));                           \
+    float *tmp = malloc(sizeof(float) * (size_t)(span + n));                                \
     if (!tmp) {                                                                             \
         kernel_free(&kx);                                                                   \
         kernel_free(&ky);                                                                   \
@@ -668,40 +614,31 @@ static sl_status make_kernel(kernel *k, int64_t dn, int64_t sn, double r0, doubl
                 }                                                                           \
             }                                                                               \
         }                                                                                   \
-        if (POST) {                                                                         \
-            emit_post(orow, y, dh, dw, c, POST);                                            \
-            continue;                                                                       \
-        }                                                                                   \
-        T *o = dst + y * dw * c;                                                            \
-        for (int64_t i = 0; i < dw * c; i++) o[i] = STORE(orow[i]);                         \
+        ROW_OUT(T, STORE, y, orow)                                                          \
     }                                                                                       \
     free(tmp);                                                                              \
     kernel_free(&kx);                                                                       \
     kernel_free(&ky);                                                                       \
     return SL_OK;
 
-/* sl__resize_aa_u8 into dst, or through post (sl__u8_post) when post is set. */
-static sl_status resize_aa_u8(const uint8_t *src, int64_t sh, int64_t sw, int64_t c, int64_t stride,
-                              double ry, double rx, double rh, double rw, uint8_t *dst,
-                              const sl__u8_post *post, int64_t dh, int64_t dw) {
-    if (!(rh > (double)dh) && !(rw > (double)dw))
-        return resize_u8(src, sh, sw, c, stride, ry, rx, rh, rw, dst, post, dh, dw);
-    RESIZE_AA_BODY(uint8_t, STORE_U8, true, post)
+/* Antialiased where the region shrinks and antialias is asked for, else 2-tap. */
+#define RESAMPLE_BODY(T, STORE, PAD)                                                        \
+    if (antialias && (rh > (double)dh || rw > (double)dw)) {                                \
+        RESIZE_AA_BODY(T, STORE, PAD)                                                       \
+    }                                                                                       \
+    RESIZE_BODY(T, STORE)
+
+sl_status sl__resample_u8(bool antialias, const uint8_t *src, int64_t sh, int64_t sw, int64_t c,
+                          int64_t stride, double ry, double rx, double rh, double rw, uint8_t *dst,
+                          int64_t dh, int64_t dw, const sl__row_sink *sink) {
+    RESAMPLE_BODY(uint8_t, sl__round_u8, true)
 }
 
-sl_status sl__resize_aa_u8(const uint8_t *src, int64_t sh, int64_t sw, int64_t c, int64_t stride,
-                           double ry, double rx, double rh, double rw, uint8_t *dst, int64_t dh,
-                           int64_t dw) {
-    return resize_aa_u8(src, sh, sw, c, stride, ry, rx, rh, rw, dst, NULL, dh, dw);
-}
-
-sl_status sl__resize_aa_f32(const float *src, int64_t sh, int64_t sw, int64_t c, int64_t stride,
-                            double ry, double rx, double rh, double rw, float *dst, int64_t dh,
-                            int64_t dw) {
-    if (!(rh > (double)dh) && !(rw > (double)dw))
-        return sl__resize_f32(src, sh, sw, c, stride, ry, rx, rh, rw, dst, dh, dw);
-    const sl__u8_post *none = NULL;
-    RESIZE_AA_BODY(float, AS_F32, false, none)
+sl_status sl__resample_f32(bool antialias, const float *src, int64_t sh, int64_t sw, int64_t c,
+                           int64_t stride, double ry, double rx, double rh, double rw, float *dst,
+                           int64_t dh, int64_t dw) {
+    const sl__row_sink *sink = NULL; /* (sinks take uint8 resamples only) */
+    RESAMPLE_BODY(float, AS_F32, false)
 }
 
 /* ---- crop geometry ---- */
@@ -762,22 +699,6 @@ void sl__shorter_size(int64_t H, int64_t W, int64_t n, int64_t *oh, int64_t *ow)
     }
 }
 
-sl_status sl__geom_resize_u8(const sl__geom_fn *g, const uint8_t *src, int64_t sh, int64_t sw,
-                             int64_t c, int64_t stride, double ry, double rx, double rh, double rw,
-                             uint8_t *dst, int64_t dh, int64_t dw) {
-    if (g->antialias)
-        return sl__resize_aa_u8(src, sh, sw, c, stride, ry, rx, rh, rw, dst, dh, dw);
-    return sl__resize_u8(src, sh, sw, c, stride, ry, rx, rh, rw, dst, dh, dw);
-}
-
-sl_status sl__geom_resize_post(const sl__geom_fn *g, const uint8_t *src, int64_t sh, int64_t sw,
-                               int64_t c, int64_t stride, double ry, double rx, double rh,
-                               double rw, const sl__u8_post *post, int64_t dh, int64_t dw) {
-    if (g->antialias)
-        return resize_aa_u8(src, sh, sw, c, stride, ry, rx, rh, rw, NULL, post, dh, dw);
-    return resize_u8(src, sh, sw, c, stride, ry, rx, rh, rw, NULL, post, dh, dw);
-}
-
 void sl__geom_plan(const sl__geom_fn *g, int64_t H, int64_t W, uint64_t seed, sl__rect *r,
                    int64_t *oh, int64_t *ow) {
     switch (g->kind) {
@@ -807,11 +728,12 @@ void sl__geom_plan(const sl__geom_fn *g, int64_t H, int64_t W, uint64_t seed, sl
 sl_status sl__geom_apply(const sl_fn *fn, sl_element *e, const sl_fn_call *call) {
     const sl__geom_fn *g = (const sl__geom_fn *)fn;
     sl_status s = SL_OK;
-    int ci = sl__fn_component(fn, e, g->comp, &s);
+    const char *comp = g->im.comp;
+    int ci = sl__fn_component(fn, e, comp, &s);
     if (ci < 0) return s;
     const sl_tensor *in = &e->t[ci];
     int64_t H, W, C;
-    if ((s = sl__image_shape(fn, g->comp, in, &H, &W, &C))) return s;
+    if ((s = sl__image_shape(fn, comp, in, &H, &W, &C))) return s;
     sl__rect r;
     int64_t oh, ow;
     sl__geom_plan(g, H, W, call->seed, &r, &oh, &ow);
@@ -821,12 +743,12 @@ sl_status sl__geom_apply(const sl_fn *fn, sl_element *e, const sl_fn_call *call)
     char d[96];
     if (in->dtype == SL_DT_BYTES || in->dtype == SL_DT_INVALID ||
         (resample && in->dtype != SL_DT_U8 && in->dtype != SL_DT_F32)) {
-        s = sl_err(SL_EINVAL, "'%s' is %s; %s needs uint8 or float32 pixels", g->comp,
+        s = sl_err(SL_EINVAL, "'%s' is %s; %s needs uint8 or float32 pixels", comp,
                    sl_tensor_describe(in, d, sizeof d), resample ? "resizing" : "cropping");
         sl_err_hint("decode the image first, or cast it to float32");
         return s;
     }
-    if ((s = sl__check_pixels(fn, g->comp, oh, ow, g->max_pixels))) return s;
+    if ((s = sl__check_pixels(fn, comp, oh, ow, g->im.max_pixels))) return s;
     sl_tensor out;
     int64_t dims[3] = {oh, ow, C};
     if ((s = sl_tensor_alloc(&out, in->dtype, in->rank, dims))) return s;
@@ -837,35 +759,44 @@ sl_status sl__geom_apply(const sl_fn *fn, sl_element *e, const sl_fn_call *call)
             memcpy((uint8_t *)out.data + (size_t)(y * ow * C) * es, base + (size_t)(y * W * C) * es,
                    (size_t)(ow * C) * es);
     } else if (in->dtype == SL_DT_U8) {
-        s = sl__geom_resize_u8(g, base, r.h, r.w, C, W * C, 0, 0, (double)r.h, (double)r.w, out.data,
-                               oh, ow);
-    } else if (g->antialias) {
-        s = sl__resize_aa_f32((const float *)base, r.h, r.w, C, W * C, 0, 0, (double)r.h,
-                              (double)r.w, out.data, oh, ow);
+        s = sl__resample_u8(g->antialias, base, r.h, r.w, C, W * C, 0, 0, (double)r.h, (double)r.w,
+                            out.data, oh, ow, NULL);
     } else {
-        s = sl__resize_f32((const float *)base, r.h, r.w, C, W * C, 0, 0, (double)r.h, (double)r.w,
-                           out.data, oh, ow);
+        s = sl__resample_f32(g->antialias, (const float *)base, r.h, r.w, C, W * C, 0, 0,
+                             (double)r.h, (double)r.w, out.data, oh, ow);
     }
-    if (!s) s = sl_element_set(e, g->comp, &out);
+    if (!s) s = sl_element_set(e, comp, &out);
     if (s) sl_tensor_release(&out);
     return s;
+}
+
+sl_status sl__image_fn_new(size_t size, const sl_fn_vt *vt, const char *comp, sl__image_fn **out) {
+    *out = NULL;
+    if (!comp || !*comp || strlen(comp) >= SL_NAME_MAX)
+        return sl_err(SL_EINVAL, "%s: component name must be 1..%d characters", vt->name,
+                      SL_NAME_MAX - 1);
+    sl__image_fn *im = sl__fn_new(size, vt, vt->name);
+    if (!im) return SL_ENOMEM;
+    snprintf(im->comp, sizeof im->comp, "%s", comp);
+    im->max_pixels = SL_FN_MAX_PIXELS_DEFAULT;
+    *out = im;
+    return SL_OK;
 }
 
 sl_status sl__geom_new(const sl_fn_vt *vt, sl__geom_kind kind, const char *comp, int height,
                        int width, sl__geom_fn **out) {
     *out = NULL;
-    if (!comp || !*comp || strlen(comp) >= SL_NAME_MAX)
-        return sl_err(SL_EINVAL, "%s: component name must be 1..%d characters", vt->name,
-                      SL_NAME_MAX - 1);
-    if (height < 1 || width < 1)
+    sl__image_fn *im;
+    sl_status s = sl__image_fn_new(sizeof(sl__geom_fn), vt, comp, &im);
+    if (s) return s;
+    if (height < 1 || width < 1) {
+        sl_fn_unref(&im->base);
         return sl_err(SL_EINVAL, "%s: size %dx%d must be at least 1x1", vt->name, height, width);
-    sl__geom_fn *g = sl__fn_new(sizeof *g, vt, vt->name);
-    if (!g) return SL_ENOMEM;
+    }
+    sl__geom_fn *g = (sl__geom_fn *)im;
     g->kind = kind;
-    snprintf(g->comp, sizeof g->comp, "%s", comp);
     g->height = height;
     g->width = width;
-    g->max_pixels = SL_FN_MAX_PIXELS_DEFAULT;
     g->antialias = true;
     *out = g;
     return SL_OK;

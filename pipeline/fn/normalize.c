@@ -6,8 +6,10 @@
  * dimension to be n.
  *
  * Workload: once per training image (224 x 224 x 3): uint8 input goes through a table of
- * the 256 possible results per channel, built once when the function is made. Right after
- * decode_jpeg's crop (and a flip) decode_jpeg applies the table itself (sl__normalize_lut). */
+ * the 256 possible results per channel, built once when the function is made
+ * (sl__row_normalize_u8 in image.h). Right after decode_jpeg's crop (and a flip)
+ * decode_jpeg runs it on each row it makes (sl__normalize_u8_of gives it the table), straight
+ * from the resize's float results (sl__row_normalize_rounded): the same floats. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -22,22 +24,53 @@ typedef struct {
     bool scale_uint8;
     float *mean, *std; /* n each */
     float *lut;        /* n x 256: the result for each uint8 value */
+    sl__norm_u8 u8;    /* the table and parameters, as the row operations take them */
 } norm_fn;
 
 static inline float norm1(const norm_fn *f, float v, int c) { return (v - f->mean[c]) / f->std[c]; }
 
-void sl__normalize_u8(const uint8_t *x, int64_t n, int64_t C, const float *lut, int nl, float *o) {
-    if (nl == 1) {
-        for (int64_t i = 0; i < n; i++) o[i] = lut[x[i]];
-    } else if (C == 3) {
-        const float *l0 = lut, *l1 = lut + 256, *l2 = lut + 512;
-        for (int64_t i = 0; i + 2 < n; i += 3) {
-            o[i] = l0[x[i]];
-            o[i + 1] = l1[x[i + 1]];
-            o[i + 2] = l2[x[i + 2]];
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#include <immintrin.h>
+/* sl__row_normalize_rounded's AVX2 loop over whole groups of 24 values (8 lanes, channels
+ * in a period of 3 or one mean for all): each result rounded as sl__round_u8 rounds it
+ * (truncating v + 0.5), then normalize's arithmetic, (u / 255 - mean) / std, whose divisions
+ * and subtraction are the correctly rounded IEEE operations that built the table (norm1):
+ * the table's floats. Returns how many values it wrote. */
+__attribute__((target("avx2"))) static int64_t rounded_avx2(const float *v, int64_t n,
+                                                            const sl__norm_u8 *p, float *o) {
+    float mp[24], sp[24];
+    for (int k = 0; k < 24; k++) {
+        mp[k] = p->mean[p->nl > 1 ? k % 3 : 0];
+        sp[k] = p->std[p->nl > 1 ? k % 3 : 0];
+    }
+    __m256 m[3], sd[3];
+    for (int k = 0; k < 3; k++) {
+        m[k] = _mm256_loadu_ps(mp + 8 * k);
+        sd[k] = _mm256_loadu_ps(sp + 8 * k);
+    }
+    const __m256 half = _mm256_set1_ps(0.5f), d255 = _mm256_set1_ps(255.0f);
+    int64_t i = 0;
+    for (; i + 24 <= n; i += 24)
+        for (int k = 0; k < 3; k++) {
+            __m256i r = _mm256_cvttps_epi32(_mm256_add_ps(_mm256_loadu_ps(v + i + 8 * k), half));
+            __m256 u = _mm256_cvtepi32_ps(r);
+            if (p->scale) u = _mm256_div_ps(u, d255);
+            _mm256_storeu_ps(o + i + 8 * k, _mm256_div_ps(_mm256_sub_ps(u, m[k]), sd[k]));
         }
-    } else {
-        for (int64_t i = 0; i < n; i++) o[i] = lut[(i % C) * 256 + x[i]];
+    return i;
+}
+#endif
+
+void sl__row_normalize_rounded(const float *v, int64_t n, int64_t c, const sl__norm_u8 *p, float *o) {
+    int64_t i = 0;
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+    if ((p->nl == 1 || c == 3) && sl__cpu_has_avx2()) i = rounded_avx2(v, n, p, o);
+#endif
+    uint8_t u[96]; /* the rest through the uint8 row, 32 pixels at a time (i: channel 0) */
+    for (int64_t k; i < n; i += k) {
+        k = n - i < 96 ? n - i : 96;
+        sl__row_round_u8(v + i, k, u);
+        sl__row_normalize_u8(u, k, c, p, o + i);
     }
 }
 
@@ -60,7 +93,7 @@ static sl_status norm_apply(const sl_fn *fn, sl_element *e, const sl_fn_call *ca
     int64_t n = sl_tensor_numel(in);
     float *o = out.data;
     if (in->dtype == SL_DT_U8) {
-        sl__normalize_u8(in->data, n, C, f->lut, f->n, o);
+        sl__row_normalize_u8(in->data, n, C, &f->u8, o);
     } else if (in->dtype == SL_DT_F32) {
         const float *x = in->data;
         for (int64_t i = 0; i < n; i++) o[i] = norm1(f, x[i], (int)(i % C));
@@ -80,19 +113,11 @@ static void norm_destroy(sl_fn *fn) {
 
 static const sl_fn_vt norm_vt = {.name = "normalize", .apply = norm_apply, .destroy = norm_destroy};
 
-const float *sl__normalize_lut(const sl_fn *fn, const char *comp, int channels, int *n) {
+const sl__norm_u8 *sl__normalize_u8_of(const sl_fn *fn, const char *comp, int channels) {
     if (!fn || fn->vt != &norm_vt) return NULL;
     const norm_fn *f = (const norm_fn *)fn;
     if (strcmp(f->comp, comp) != 0 || (f->n > 1 && f->n != channels)) return NULL;
-    *n = f->n;
-    return f->lut;
-}
-
-void sl__normalize_params(const sl_fn *fn, const float **mean, const float **std, bool *scale) {
-    const norm_fn *f = (const norm_fn *)fn;
-    *mean = f->mean;
-    *std = f->std;
-    *scale = f->scale_uint8;
+    return &f->u8;
 }
 
 sl_status sl_fn_normalize(const char *comp, const float *mean, const float *std, int n,
@@ -124,6 +149,7 @@ sl_status sl_fn_normalize(const char *comp, const float *mean, const float *std,
     for (int c = 0; c < n; c++)
         for (int v = 0; v < 256; v++)
             f->lut[c * 256 + v] = norm1(f, scale_uint8 ? (float)v / 255.0f : (float)v, c);
+    f->u8 = (sl__norm_u8){f->lut, n, f->mean, f->std, scale_uint8};
     *out = &f->base;
     return SL_OK;
 }

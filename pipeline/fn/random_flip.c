@@ -6,8 +6,9 @@
  * as it is.
  *
  * Workload: once per training image, usually a 224 x 224 x 3 uint8 or float32 crop. Right
- * after decode_jpeg's crop it is done by decode_jpeg (which asks sl__flip_draw for the
- * same draws). */
+ * after decode_jpeg's crop it is done by decode_jpeg, which asks sl__flip_draw for the same
+ * draws and runs the same row operations (sl__flip_row, sl__row_flip in image.h) on each
+ * row it makes. */
 #include <stdio.h>
 #include <string.h>
 
@@ -20,24 +21,13 @@ typedef struct {
     double p;
 } flip_fn;
 
-void sl__flip_copy(const void *src, void *dst, int64_t H, int64_t W, size_t px, bool fh, bool fv) {
+/* The H x W image of px-byte pixels at src flipped into dst (not overlapping): random_flip's
+ * row operations over its rows. */
+static void flip_image(const uint8_t *src, uint8_t *dst, int64_t H, int64_t W, size_t px, bool fh,
+                       bool fv) {
     size_t row = px * (size_t)W;
-    for (int64_t y = 0; y < H; y++) {
-        const uint8_t *sr = (const uint8_t *)src + (size_t)(fv ? H - 1 - y : y) * row;
-        uint8_t *dr = (uint8_t *)dst + (size_t)y * row;
-        if (!fh) {
-            memcpy(dr, sr, row);
-        } else if (px == 3) {
-            for (int64_t x = 0; x < W; x++) {
-                const uint8_t *sp = sr + (size_t)(W - 1 - x) * 3;
-                dr[3 * x] = sp[0];
-                dr[3 * x + 1] = sp[1];
-                dr[3 * x + 2] = sp[2];
-            }
-        } else {
-            for (int64_t x = 0; x < W; x++) memcpy(dr + (size_t)x * px, sr + (size_t)(W - 1 - x) * px, px);
-        }
-    }
+    for (int64_t y = 0; y < H; y++)
+        sl__row_flip(src + (size_t)sl__flip_row(y, H, fv) * row, dst + (size_t)y * row, W, px, fh);
 }
 
 static sl_status flip_apply(const sl_fn *fn, sl_element *e, const sl_fn_call *call) {
@@ -51,7 +41,7 @@ static sl_status flip_apply(const sl_fn *fn, sl_element *e, const sl_fn_call *ca
     if (!fh && !fv) return SL_OK;
     sl_tensor out;
     if ((s = sl_tensor_alloc(&out, in->dtype, in->rank, in->dims))) return s;
-    sl__flip_copy(in->data, out.data, H, W, (size_t)C * sl_dtype_size(in->dtype), fh, fv);
+    flip_image(in->data, out.data, H, W, (size_t)C * sl_dtype_size(in->dtype), fh, fv);
     if ((s = sl_element_set(e, f->comp, &out))) sl_tensor_release(&out);
     return s;
 }

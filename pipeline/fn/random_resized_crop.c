@@ -30,6 +30,6 @@ sl_status sl_fn_random_resized_crop(const char *comp, int height, int width, dou
     g->scale_hi = scale_hi;
     g->ratio_lo = ratio_lo;
     g->ratio_hi = ratio_hi;
-    *out = &g->base;
+    *out = &g->im.base;
     return SL_OK;
 }

@@ -18,7 +18,7 @@ sl_status sl_fn_resize(const char *comp, int height, int width, sl_fn **out) {
     sl__geom_fn *g;
     sl_status s = sl__geom_new(&resize_vt, SL__GEOM_RESIZE, comp, height, width, &g);
     if (s) return s;
-    *out = &g->base;
+    *out = &g->im.base;
     return SL_OK;
 }
 
@@ -29,6 +29,6 @@ sl_status sl_fn_resize_shorter(const char *comp, int shorter, sl_fn **out) {
     sl_status s = sl__geom_new(&resize_vt, SL__GEOM_RESIZE, comp, shorter, shorter, &g);
     if (s) return s;
     g->shorter = shorter;
-    *out = &g->base;
+    *out = &g->im.base;
     return SL_OK;
 }
