@@ -1,7 +1,8 @@
 """Shared by the Python module's tests, tests/python/test_*.py (a module, not a test): the
 skip checks, pass/fail accounting and a Fashion-MNIST conversion.
 
-    from sluice_pytests import BIN, convert_fashion, fail, finish, ok, require
+    from sluice_pytests import BIN, convert_fashion, fail, finish, ok, require, require_modules
+    np, sluice, crc32c = require_modules()  # exit 77 (skipped) when one is not importable
     require("sluice-record")      # exit 77 (skipped) when a tool or the idx files are missing
     ok("..."); fail("...")         # fail() counts; the test goes on
     finish()                       # exit 1 if anything failed, else 0
@@ -13,6 +14,24 @@ import sys
 BIN = os.environ.get("SLUICE_BIN", "build/bin")
 FM = "/usr/share/datasets/fashion-mnist"
 fails = 0
+
+
+def require_modules():
+    """numpy, the sluice module and crc32c, imported; exits 77 (skipped, saying why) when the
+    module (or numpy) or python3-crc32c is not importable."""
+    try:
+        import numpy
+        import sluice
+    except ImportError as e:
+        print(f"skipped: the sluice Python module is not importable ({e}); build the target sluice_python "
+              "(needs python3-dev and python3-numpy) and set PYTHONPATH=build/python")
+        sys.exit(77)
+    try:
+        import crc32c
+    except ImportError:
+        print("skipped: python3-crc32c is not installed")
+        sys.exit(77)
+    return numpy, sluice, crc32c
 
 
 def require(*tools):

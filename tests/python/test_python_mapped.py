@@ -33,20 +33,9 @@ import subprocess
 import sys
 import tempfile
 
-try:
-    import numpy as np
-    import sluice
-except ImportError as e:
-    print(f"skipped: the sluice Python module is not importable ({e}); build the target sluice_python "
-          "(needs python3-dev and python3-numpy) and set PYTHONPATH=build/python")
-    sys.exit(77)
-try:
-    import crc32c
-except ImportError:
-    print("skipped: python3-crc32c is not installed")
-    sys.exit(77)
+from sluice_pytests import fail, finish, ok, require_modules
 
-from sluice_pytests import fail, finish, ok  # noqa: E402
+np, sluice, crc32c = require_modules()
 
 NREC, PAYLOAD = 48, 8176
 RECSZ = PAYLOAD + 16  # two pages a record

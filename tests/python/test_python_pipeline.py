@@ -33,20 +33,9 @@ import tempfile
 import threading
 import time
 
-try:
-    import numpy as np
-    import sluice
-except ImportError as e:
-    print(f"skipped: the sluice Python module is not importable ({e}); build the target sluice_python "
-          "(needs python3-dev and python3-numpy) and set PYTHONPATH=build/python")
-    sys.exit(77)
-try:
-    import crc32c
-except ImportError:
-    print("skipped: python3-crc32c is not installed")
-    sys.exit(77)
+from sluice_pytests import BIN, convert_fashion, fail, finish, ok, require, require_modules
 
-from sluice_pytests import BIN, convert_fashion, fail, finish, ok, require  # noqa: E402
+np, sluice, crc32c = require_modules()
 
 require("sluice-stats", "sluice-record")
 

@@ -20,6 +20,10 @@ int sl_test_points_tmpdir(const char *name, char *dir, size_t cap);
     "pipeline test {\n    files \"points.tfrecord\"\n"                                                               \
     "    map parse_example(image: float(4), label: int64)\n    batch 32\n}\n"
 
+/* Config text: a model NAME (a string literal) that learns the points: input 4, dense 8 with
+ * relu, dense 2. */
+#define SL_TEST_POINTS_MODEL(name) "model " name " {\n    input 4\n    dense 8 activation=relu\n    dense 2\n}\n"
+
 /* Config text (a printf format with one %d, the `take`): the pipeline `train` of one of two
  * replicas or workers, its half of points.tfrecord (shard auto), repeated, shuffled, in
  * batches of 16 (the global batch: 8 per replica), cut to `take` batches (a cardinality

@@ -30,11 +30,7 @@ static int write_data(void) { return sl_test_write_points(tmpdir); }
 
 static const char CONFIG[] =
     SL_TEST_POINTS_PIPELINES
-    "model tiny {\n"
-    "    input 4\n"
-    "    dense 8 activation=relu\n"
-    "    dense 2\n"
-    "}\n"
+    SL_TEST_POINTS_MODEL("tiny")
     "train {\n"
     "    model tiny\n    data train\n    eval test\n    steps 20\n"
     "    optimizer adam lr=0.05\n    schedule constant\n"

@@ -775,8 +775,31 @@ TEST(test_pipeline_names) {
 }
 
 /* Each body (inside `pipeline train {` on line 1) fails with exactly this code and message. */
+/* A pipeline body that is refused: the status and the whole message (FILE:LINE:COL, the
+ * line, the caret, the hint). */
+typedef struct refusal {
+    const char *body;
+    sl_status code;
+    const char *msg;
+} refusal;
+
+/* Each case's "pipeline train {\nBODY}\n" is refused with its code and exactly its message,
+ * and the dataset is left NULL. */
+static void check_refusals(const refusal *cases, size_t n) {
+    for (size_t i = 0; i < n; i++) {
+        char text[512];
+        snprintf(text, sizeof text, "pipeline train {\n%s}\n", cases[i].body);
+        sl_dataset *ds = (sl_dataset *)1;
+        sl_status s = build(text, "train", NULL, &ds);
+        if (s != cases[i].code || strcmp(sl_errmsg(), cases[i].msg) != 0) printf("  case %zu:\n", i);
+        ASSERT_EQ(s, cases[i].code);
+        ASSERT(ds == NULL);
+        ASSERT_STREQ(sl_errmsg(), cases[i].msg);
+    }
+}
+
 TEST(test_error_messages) {
-    static const struct { const char *body; sl_status code; const char *msg; } cases[] = {
+    static const refusal cases[] = {
         {" range 0 3\n shufle 10\n", SL_EINVAL,
          "p.sl:3:2: unknown op 'shufle' in pipeline 'train'\n     shufle 10\n     ^~~~~~\n"
          "---> HINT: did you mean 'shuffle'?"},
@@ -881,16 +904,7 @@ TEST(test_error_messages) {
          "     map normalize(value, mean=[0.5, 0.5], std=[0.2])\n                                               ^\n"
          "---> HINT: usage: normalize(COMP, mean=[...], std=[...], scale_uint8=true)"},
     };
-    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        char text[512];
-        snprintf(text, sizeof text, "pipeline train {\n%s}\n", cases[i].body);
-        sl_dataset *ds = (sl_dataset *)1;
-        sl_status s = build(text, "train", NULL, &ds);
-        if (s != cases[i].code || strcmp(sl_errmsg(), cases[i].msg) != 0) printf("  case %zu:\n", i);
-        ASSERT_EQ(s, cases[i].code);
-        ASSERT(ds == NULL);
-        ASSERT_STREQ(sl_errmsg(), cases[i].msg);
-    }
+    check_refusals(cases, sizeof cases / sizeof cases[0]);
 }
 
 TEST(test_relative_paths_follow_the_config_file) {
@@ -1063,7 +1077,7 @@ TEST(test_counts_at_int64_edges) {
         ASSERT_EQ(v[0], ok[i].a);
         ASSERT_EQ(v[1], ok[i].b);
     }
-    static const struct { const char *body; sl_status code; const char *msg; } bad[] = {
+    static const refusal bad[] = {
         {" range 0 3\n take 9223372036854775808\n", SL_ERANGE,
          "p.sl:3:7: 9223372036854775808 is outside 0..9223372036854775807\n     take 9223372036854775808\n"
          "          ^~~~~~~~~~~~~~~~~~~\n---> HINT: usage: take N"},
@@ -1076,16 +1090,7 @@ TEST(test_counts_at_int64_edges) {
          "p.sl:2:2: range: start -9223372036854775808 stop 9223372036854775807 step 1 makes 18446744073709551615 "
          "elements, past 2^63-1\n---> HINT: split it into two ranges, or repeat one for an endless stream"},
     };
-    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
-        char text[256];
-        snprintf(text, sizeof text, "pipeline train {\n%s}\n", bad[i].body);
-        sl_dataset *ds = (sl_dataset *)1;
-        sl_status s = build(text, "train", NULL, &ds);
-        if (s != bad[i].code || strcmp(sl_errmsg(), bad[i].msg) != 0) printf("  case %zu:\n", i);
-        ASSERT_EQ(s, bad[i].code);
-        ASSERT(ds == NULL);
-        ASSERT_STREQ(sl_errmsg(), bad[i].msg);
-    }
+    check_refusals(bad, sizeof bad / sizeof bad[0]);
 }
 
 int main(void) {

@@ -252,15 +252,76 @@ static void saved_flat(const sl_ps_plan *p, srv *v, float *flat) {
 #define CHECK_WORKER(j) do { if ((j).st) { FAILF("worker %d: %d %s", (j).w, (j).st, (j).msg); return; } } while (0)
 #define CHECK_SRV(v) do { if ((v).st) { FAILF("server: %d %s", (v).st, (v).msg); return; } } while (0)
 
+/* cluster_init(C, NW, NP), the test plan over NP ps tasks into *P, and the NP servers V
+ * (zeroed first) started with the options O (NULL: async, no staleness bound). Returns 0, or
+ * -1 when the plan or a server could not be made. */
+static int start_ps(cluster *c, int nw, int np, const sl_ps_server_opts *o, sl_ps_plan **p, srv *v) {
+    cluster_init(c, nw, np);
+    memset(v, 0, (size_t)np * sizeof *v);
+    if (!(*p = test_plan(np))) return -1;
+    for (int k = 0; k < np; k++)
+        if (srv_start(&v[k], c, k, *p, o, NULL, NULL)) return -1;
+    return 0;
+}
+
+/* Runs the NW (at most 8) workers JOBS to their end, then waits for the NP servers V. */
+static void run_all(wjob *jobs, int nw, srv *v, int np) {
+    pthread_t t[8];
+    for (int w = 0; w < nw; w++) pthread_create(&t[w], NULL, worker_main, &jobs[w]);
+    for (int w = 0; w < nw; w++) pthread_join(t[w], NULL);
+    for (int k = 0; k < np; k++) pthread_join(v[k].t, NULL);
+}
+
+/* Frees the parameters of the NW workers JOBS, the NP servers V and the plan P. */
+static void free_all(wjob *jobs, int nw, srv *v, int np, sl_ps_plan *p) {
+    for (int w = 0; w < nw; w++) free(jobs[w].params);
+    for (int k = 0; k < np; k++) srv_done(&v[k]);
+    sl_ps_plan_free(p);
+}
+
+/* Both sync workers JOBS and the two servers V ended well, every reply a worker had was the
+ * mean-of-both expectation, both ended with the same parameters, and each server took
+ * PUSHES pushes and applied APPLIED rounds. */
+static void check_sync_pair(const wjob *jobs, const srv *v, const sl_ps_plan *p, uint64_t pushes, uint64_t applied) {
+    for (int w = 0; w < 2; w++) CHECK_WORKER(jobs[w]);
+    for (int k = 0; k < 2; k++) CHECK_SRV(v[k]);
+    ASSERT_EQ(jobs[0].bad, 0);
+    ASSERT_EQ(jobs[1].bad, 0);
+    ASSERT_MEMEQ(jobs[0].params, jobs[1].params, p->total * sizeof(float));
+    for (int k = 0; k < 2; k++) {
+        ASSERT_EQ(v[k].stats.pushes, pushes);
+        ASSERT_EQ(v[k].stats.applied, applied);
+    }
+}
+
+/* Worker 0 (J) and the server V ended well, and both hold the parameters of J's 3 pushes
+ * alone (at the rate of 2 workers: worker 1 never came). */
+static void check_chief_alone(const wjob *j, const srv *v, const sl_ps_plan *p) {
+    CHECK_WORKER(*j);
+    CHECK_SRV(*v);
+    float *want = malloc(p->total * sizeof(float));
+    int64_t pushes[1][2] = {{0, 3}};
+    expect_async(p, 1, pushes, want, 2);
+    ASSERT_MEMEQ(j->params, want, p->total * sizeof(float));
+    ASSERT_MEMEQ(v->saved, want, p->total * sizeof(float));
+    free(want);
+}
+
+/* The parameters after NROUNDS sync rounds of workers 0 and 1: the mean of both gradients
+ * in the rounds before BOTH, worker 0's alone in the others. */
+static void expect_sync(const sl_ps_plan *p, int nrounds, int both, float *out) {
+    for (size_t i = 0; i < p->total; i++) {
+        double x = init_of(i);
+        for (int s = 0; s < nrounds; s++) x -= LR * (s < both ? (grad_of(0, s, i) + grad_of(1, s, i)) / 2 : grad_of(0, s, i));
+        out[i] = (float)x;
+    }
+}
+
 TEST(test_async_two_by_two) {
     cluster c;
-    cluster_init(&c, 2, 2);
-    sl_ps_plan *p = test_plan(2);
-    ASSERT(p);
+    sl_ps_plan *p;
     srv v[2];
-    memset(v, 0, sizeof v);
-    sl_ps_server_opts o = {.staleness = -1, .ckpt_every_s = 0.1};
-    for (int k = 0; k < 2; k++) ASSERT_EQ(srv_start(&v[k], &c, k, p, &o, NULL, NULL), 0);
+    ASSERT_EQ(start_ps(&c, 2, 2, &(sl_ps_server_opts){.staleness = -1, .ckpt_every_s = 0.1}, &p, v), 0);
     wjob jobs[2];
     pthread_t t[2];
     /* worker 0 pushes its last step only once worker 1 is done, so it is the one whose
@@ -304,9 +365,7 @@ TEST(test_async_two_by_two) {
         ASSERT_EQ(v[k].last_steps[1], 9);
     }
     free(want); free(got);
-    for (int w = 0; w < 2; w++) free(jobs[w].params);
-    for (int k = 0; k < 2; k++) srv_done(&v[k]);
-    sl_ps_plan_free(p);
+    free_all(jobs, 2, v, 2, p);
 }
 
 typedef struct join_job {
@@ -326,11 +385,9 @@ static void *join_main(void *arg) {
 
 TEST(test_join_waits_for_chief) {
     cluster c;
-    cluster_init(&c, 2, 2);
-    sl_ps_plan *p = test_plan(2);
+    sl_ps_plan *p;
     srv v[2];
-    memset(v, 0, sizeof v);
-    for (int k = 0; k < 2; k++) ASSERT_EQ(srv_start(&v[k], &c, k, p, NULL, NULL, NULL), 0);
+    ASSERT_EQ(start_ps(&c, 2, 2, NULL, &p, v), 0);
     size_t n = p->total;
     float *init = malloc(n * sizeof(float)), *g = malloc(n * sizeof(float)), *want = malloc(n * sizeof(float));
     for (size_t i = 0; i < n; i++) init[i] = init_of(i);
@@ -380,11 +437,9 @@ TEST(test_join_waits_for_chief) {
     free(init); free(g); free(want); free(cflat); free(j1.flat);
     for (int k = 0; k < 2; k++) srv_done(&v[k]);
     /* without a chief, a worker's join gives up and says why */
-    cluster_init(&c, 2, 1);
-    sl_ps_plan *p1 = test_plan(1);
+    sl_ps_plan *p1;
     srv w;
-    memset(&w, 0, sizeof w);
-    ASSERT_EQ(srv_start(&w, &c, 0, p1, NULL, NULL, NULL), 0);
+    ASSERT_EQ(start_ps(&c, 2, 1, NULL, &p1, &w), 0);
     co.retry_s = 0.8;
     sl_ps_client *lone;
     float *fl = calloc(p1->total, sizeof(float));
@@ -406,37 +461,21 @@ TEST(test_join_waits_for_chief) {
 
 TEST(test_sync_rounds) {
     cluster c;
-    cluster_init(&c, 2, 2);
-    sl_ps_plan *p = test_plan(2);
+    sl_ps_plan *p;
     srv v[2];
-    memset(v, 0, sizeof v);
-    sl_ps_server_opts o = {.sync = true, .staleness = -1};
-    for (int k = 0; k < 2; k++) ASSERT_EQ(srv_start(&v[k], &c, k, p, &o, NULL, NULL), 0);
+    ASSERT_EQ(start_ps(&c, 2, 2, &(sl_ps_server_opts){.sync = true, .staleness = -1}, &p, v), 0);
     pthread_barrier_t b;
     pthread_barrier_init(&b, NULL, 2);
     wjob jobs[2];
-    pthread_t t[2];
-    for (int w = 0; w < 2; w++) {
+    for (int w = 0; w < 2; w++)
         jobs[w] = (wjob){.c = &c, .plan = p, .w = w, .co = {.retry_s = 20}, .nsteps = 6, .pause_ms = w ? 30 : 0,
                          .after_join = &b, .sync_check = 1};
-        pthread_create(&t[w], NULL, worker_main, &jobs[w]);
-    }
-    for (int w = 0; w < 2; w++) pthread_join(t[w], NULL);
-    for (int k = 0; k < 2; k++) pthread_join(v[k].t, NULL);
+    run_all(jobs, 2, v, 2);
     pthread_barrier_destroy(&b);
-    for (int w = 0; w < 2; w++) CHECK_WORKER(jobs[w]);
-    for (int k = 0; k < 2; k++) CHECK_SRV(v[k]);
-    ASSERT_EQ(jobs[0].bad, 0);
-    ASSERT_EQ(jobs[1].bad, 0);
-    ASSERT_MEMEQ(jobs[0].params, jobs[1].params, p->total * sizeof(float));
-    for (int k = 0; k < 2; k++) {
-        ASSERT_EQ(v[k].stats.pushes, 12);
-        ASSERT_EQ(v[k].stats.applied, 6); /* one mean per round */
-        ASSERT_EQ(v[k].stats.version, 6);
-    }
-    for (int w = 0; w < 2; w++) free(jobs[w].params);
-    for (int k = 0; k < 2; k++) srv_done(&v[k]);
-    sl_ps_plan_free(p);
+    check_sync_pair(jobs, v, p, 12, 6); /* one mean per round */
+    if (t_cur_failed) return;
+    for (int k = 0; k < 2; k++) ASSERT_EQ(v[k].stats.version, 6);
+    free_all(jobs, 2, v, 2, p);
 }
 
 /* ---- sync rounds: the has-data counts and SUM rounds (lockstep epochs) ---- */
@@ -504,12 +543,9 @@ out:
  * counts back (took part 1,0,0) and then joins that round. */
 TEST(test_sync_has_data_and_sums) {
     cluster c;
-    cluster_init(&c, 3, 2);
-    sl_ps_plan *p = test_plan(2);
+    sl_ps_plan *p;
     srv v[2];
-    memset(v, 0, sizeof v);
-    sl_ps_server_opts o = {.sync = true, .staleness = -1, .dead_after_s = 30};
-    for (int k = 0; k < 2; k++) ASSERT_EQ(srv_start(&v[k], &c, k, p, &o, NULL, NULL), 0);
+    ASSERT_EQ(start_ps(&c, 3, 2, &(sl_ps_server_opts){.sync = true, .staleness = -1, .dead_after_s = 30}, &p, v), 0);
     pthread_barrier_t all, two;
     pthread_barrier_init(&all, NULL, 3);
     pthread_barrier_init(&two, NULL, 2);
@@ -549,23 +585,48 @@ TEST(test_sync_has_data_and_sums) {
         ASSERT_EQ(v[k].stats.applied, 4); /* rounds 0..3, each once */
         ASSERT_EQ(v[k].stats.dropped, 0);
     }
-    for (int k = 0; k < 2; k++) srv_done(&v[k]);
-    sl_ps_plan_free(p);
+    free_all(NULL, 0, v, 2, p);
 }
+
+/* FAILF for each of the NW workers JOBS and the server V that ended with an error. Returns
+ * 0 when none did, else -1. */
+static int ended_well(const wjob *jobs, int nw, const srv *v) {
+    int bad = 0;
+    for (int w = 0; w < nw; w++)
+        if (jobs[w].st) {
+            FAILF("worker %d: %d %s", jobs[w].w, jobs[w].st, jobs[w].msg);
+            bad = 1;
+        }
+    if (v->st) {
+        FAILF("server: %d %s", v->st, v->msg);
+        bad = 1;
+    }
+    return bad ? -1 : 0;
+}
+
+/* What async_late and restored_sync leave: the workers (their parameters to free), the
+ * server (to free with srv_done), the seconds from the server's start, and the plan's length
+ * in floats (the plan itself is freed). */
+typedef struct ps_run {
+    wjob jobs[2];
+    srv v;
+    double took;
+    size_t total;
+} ps_run;
 
 /* Async, a worker that starts after the chief has finished: the ps waits for it (up to
  * dead_after_s after its start), takes its pushes and ends at its BYE. The old server ended
  * at the chief's BYE, and worker 1's join went unanswered until its retry_s (3 s here) ran
  * out. With the worker never coming, the ps ends dead_after_s after its start, not before. */
-static void async_late(int late, wjob *jobs, srv *v, double *took, size_t *total) {
+static int async_late(int late, ps_run *r) {
+    wjob *jobs = r->jobs;
+    srv *v = &r->v;
     cluster c;
-    cluster_init(&c, 2, 1);
-    sl_ps_plan *p = test_plan(1);
-    *total = p->total;
-    memset(v, 0, sizeof *v);
+    sl_ps_plan *p;
     sl_ps_server_opts o = {.staleness = -1, .dead_after_s = late ? 5.0 : 0.8};
     double t0 = now_s();
-    ASSERT_EQ(srv_start(v, &c, 0, p, &o, NULL, NULL), 0);
+    if (start_ps(&c, 2, 1, &o, &p, v)) return -1;
+    r->total = p->total;
     pthread_t t;
     for (int w = 0; w < 1 + late; w++) {
         jobs[w] = (wjob){.c = &c, .plan = p, .w = w, .co = {.retry_s = 3}, .nsteps = 3};
@@ -574,47 +635,36 @@ static void async_late(int late, wjob *jobs, srv *v, double *took, size_t *total
         pthread_join(t, NULL);
     }
     pthread_join(v->t, NULL);
-    *took = now_s() - t0;
+    r->took = now_s() - t0;
     sl_ps_plan_free(p);
+    return ended_well(jobs, 1 + late, v);
 }
 
 TEST(test_async_late_worker_served) {
-    wjob jobs[2];
-    srv v;
-    double took;
-    size_t n;
-    async_late(1, jobs, &v, &took, &n);
-    for (int w = 0; w < 2; w++) CHECK_WORKER(jobs[w]);
-    CHECK_SRV(v);
-    ASSERT_EQ(v.stats.pushes, 6);
-    ASSERT_EQ(v.stats.applied, 6);
-    ASSERT_EQ(v.last_steps[0], 2);
-    ASSERT_EQ(v.last_steps[1], 2);
+    ps_run r;
+    ASSERT_EQ(async_late(1, &r), 0);
+    ASSERT_EQ(r.v.stats.pushes, 6);
+    ASSERT_EQ(r.v.stats.applied, 6);
+    ASSERT_EQ(r.v.last_steps[0], 2);
+    ASSERT_EQ(r.v.last_steps[1], 2);
     sl_ps_plan *p = test_plan(1);
-    float *want = malloc(n * sizeof(float));
+    float *want = malloc(r.total * sizeof(float));
     int64_t pushes[2][2] = {{0, 3}, {0, 3}};
     expect_async(p, 2, pushes, want, 2);
-    ASSERT_MEMEQ(v.saved, want, n * sizeof(float));
-    ASSERT_MEMEQ(jobs[1].params, want, n * sizeof(float)); /* it pushed last */
+    ASSERT_MEMEQ(r.v.saved, want, r.total * sizeof(float));
+    ASSERT_MEMEQ(r.jobs[1].params, want, r.total * sizeof(float)); /* it pushed last */
     free(want);
-    sl_ps_plan_free(p);
-    for (int w = 0; w < 2; w++) free(jobs[w].params);
-    srv_done(&v);
+    free_all(r.jobs, 2, &r.v, 1, p);
 }
 
 TEST(test_async_never_joined_worker) {
-    wjob jobs[1];
-    srv v;
-    double took;
-    size_t n;
-    async_late(0, jobs, &v, &took, &n);
-    CHECK_WORKER(jobs[0]);
-    CHECK_SRV(v);
-    ASSERT_EQ(v.stats.pushes, 3);
-    ASSERT(took >= 0.8); /* it waited for worker 1 */
-    ASSERT(took < 4.0);  /* and gave it up */
-    free(jobs[0].params);
-    srv_done(&v);
+    ps_run r;
+    ASSERT_EQ(async_late(0, &r), 0);
+    ASSERT_EQ(r.v.stats.pushes, 3);
+    ASSERT(r.took >= 0.8); /* it waited for worker 1 */
+    ASSERT(r.took < 4.0);  /* and gave it up */
+    free(r.jobs[0].params);
+    srv_done(&r.v);
 }
 
 /* A fresh sync ps forms no round before every worker has joined: worker 1 starts 600 ms
@@ -624,12 +674,9 @@ TEST(test_async_never_joined_worker) {
  * could leave a SUM on ps 0 waiting for a chief stuck in a step round on ps 1. */
 TEST(test_sync_first_round_waits_for_all) {
     cluster c;
-    cluster_init(&c, 2, 2);
-    sl_ps_plan *p = test_plan(2);
+    sl_ps_plan *p;
     srv v[2];
-    memset(v, 0, sizeof v);
-    sl_ps_server_opts o = {.sync = true, .staleness = -1};
-    for (int k = 0; k < 2; k++) ASSERT_EQ(srv_start(&v[k], &c, k, p, &o, NULL, NULL), 0);
+    ASSERT_EQ(start_ps(&c, 2, 2, &(sl_ps_server_opts){.sync = true, .staleness = -1}, &p, v), 0);
     wjob jobs[2];
     pthread_t t[2];
     for (int w = 0; w < 2; w++) {
@@ -639,37 +686,30 @@ TEST(test_sync_first_round_waits_for_all) {
     }
     for (int w = 0; w < 2; w++) pthread_join(t[w], NULL);
     for (int k = 0; k < 2; k++) pthread_join(v[k].t, NULL);
-    for (int w = 0; w < 2; w++) CHECK_WORKER(jobs[w]);
-    for (int k = 0; k < 2; k++) CHECK_SRV(v[k]);
-    ASSERT_EQ(jobs[0].bad, 0);
-    ASSERT_EQ(jobs[1].bad, 0);
-    ASSERT_MEMEQ(jobs[0].params, jobs[1].params, p->total * sizeof(float));
-    for (int k = 0; k < 2; k++) {
-        ASSERT_EQ(v[k].stats.pushes, 8);
-        ASSERT_EQ(v[k].stats.applied, 4);
-    }
-    for (int w = 0; w < 2; w++) free(jobs[w].params);
-    for (int k = 0; k < 2; k++) srv_done(&v[k]);
-    sl_ps_plan_free(p);
+    check_sync_pair(jobs, v, p, 8, 4);
+    if (t_cur_failed) return;
+    free_all(jobs, 2, v, 2, p);
 }
 
 /* A restored sync ps (version 3, both workers at step 2) forms no round before every
  * worker is back: with worker 1 starting 400 ms late, rounds 3..5 are the mean of both (the
  * old server took the chief's alone, and ended at its BYE before worker 1 could join). With
  * worker 1 never coming back, the ps waits dead_after_s (1.5 s) from its start, then goes on
- * with the chief alone. *total: the plan's length in floats (the plan itself is freed). */
-static void restored_sync(int late_ms, wjob *jobs, srv *v, double *took, size_t *total) {
+ * with the chief alone. */
+static int restored_sync(int late_ms, ps_run *r) {
+    wjob *jobs = r->jobs;
+    srv *v = &r->v;
     cluster c;
     cluster_init(&c, 2, 1);
     sl_ps_plan *p = test_plan(1);
-    *total = p->total;
+    r->total = p->total;
     memset(v, 0, sizeof *v);
     float *shard = malloc(p->total * sizeof(float));
     for (size_t i = 0; i < p->total; i++) shard[i] = 1.0f;
     int64_t steps[2] = {2, 2};
     sl_ps_shard_state ist = {.version = 3, .worker_steps = steps, .nworkers = 2};
     sl_ps_server_opts o = {.sync = true, .staleness = -1, .dead_after_s = 1.5};
-    ASSERT_EQ(srv_start(v, &c, 0, p, &o, shard, &ist), 0);
+    if (srv_start(v, &c, 0, p, &o, shard, &ist)) return -1;
     double t0 = now_s();
     pthread_t t[2];
     int nw = late_ms >= 0 ? 2 : 1;
@@ -679,48 +719,40 @@ static void restored_sync(int late_ms, wjob *jobs, srv *v, double *took, size_t 
         pthread_create(&t[w], NULL, worker_main, &jobs[w]);
     }
     for (int w = 0; w < nw; w++) pthread_join(t[w], NULL);
-    *took = now_s() - t0;
+    r->took = now_s() - t0;
     pthread_join(v->t, NULL);
     free(shard);
     sl_ps_plan_free(p);
+    return ended_well(jobs, nw, v);
 }
 
 TEST(test_restored_sync_waits_for_all) {
-    wjob jobs[2];
-    srv v;
-    double took;
-    size_t total;
-    restored_sync(400, jobs, &v, &took, &total);
-    for (int w = 0; w < 2; w++) CHECK_WORKER(jobs[w]);
-    CHECK_SRV(v);
-    ASSERT_EQ(jobs[0].resume, 2);
-    ASSERT_EQ(jobs[1].resume, 2);
-    ASSERT_MEMEQ(jobs[0].params, jobs[1].params, total * sizeof(float)); /* (the plan is freed) */
-    ASSERT_EQ(v.stats.pushes, 6);
-    ASSERT_EQ(v.stats.applied, 3); /* one mean per round */
-    ASSERT_EQ(v.stats.version, 6);
-    for (int w = 0; w < 2; w++) free(jobs[w].params);
-    srv_done(&v);
-    restored_sync(-1, jobs, &v, &took, &total);
-    CHECK_WORKER(jobs[0]);
-    CHECK_SRV(v);
-    ASSERT(took >= 1.5);
-    ASSERT_EQ(v.stats.pushes, 3);
-    ASSERT_EQ(v.stats.applied, 3);
-    ASSERT_EQ(v.stats.version, 6);
-    free(jobs[0].params);
-    srv_done(&v);
+    ps_run r;
+    ASSERT_EQ(restored_sync(400, &r), 0);
+    ASSERT_EQ(r.jobs[0].resume, 2);
+    ASSERT_EQ(r.jobs[1].resume, 2);
+    ASSERT_MEMEQ(r.jobs[0].params, r.jobs[1].params, r.total * sizeof(float)); /* (the plan is freed) */
+    ASSERT_EQ(r.v.stats.pushes, 6);
+    ASSERT_EQ(r.v.stats.applied, 3); /* one mean per round */
+    ASSERT_EQ(r.v.stats.version, 6);
+    for (int w = 0; w < 2; w++) free(r.jobs[w].params);
+    srv_done(&r.v);
+    ASSERT_EQ(restored_sync(-1, &r), 0);
+    ASSERT(r.took >= 1.5);
+    ASSERT_EQ(r.v.stats.pushes, 3);
+    ASSERT_EQ(r.v.stats.applied, 3);
+    ASSERT_EQ(r.v.stats.version, 6);
+    free(r.jobs[0].params);
+    srv_done(&r.v);
 }
 
 /* A SUM to a ps in async mode is refused with the reason (the configs disagree on the
  * mode); bad arguments are refused before anything is sent. */
 TEST(test_sum_needs_sync) {
     cluster c;
-    cluster_init(&c, 1, 1);
-    sl_ps_plan *p = test_plan(1);
+    sl_ps_plan *p;
     srv v;
-    memset(&v, 0, sizeof v);
-    ASSERT_EQ(srv_start(&v, &c, 0, p, NULL, NULL, NULL), 0);
+    ASSERT_EQ(start_ps(&c, 1, 1, NULL, &p, &v), 0);
     float *params = malloc(p->total * sizeof(float));
     for (size_t i = 0; i < p->total; i++) params[i] = init_of(i);
     sl_ps_client *cl;
@@ -750,8 +782,7 @@ TEST(test_sum_needs_sync) {
     CHECK_SRV(v);
     ASSERT_EQ(v.stats.dropped, 0);
     free(params);
-    srv_done(&v);
-    sl_ps_plan_free(p);
+    free_all(NULL, 0, &v, 1, p);
 }
 
 /* Fast worker 0 and slow worker 1 under staleness bound k: returns worker 0's max lead. */
@@ -772,21 +803,15 @@ static int64_t run_stale(int k, int *failed) {
     atomic_init(&started[0], -1);
     atomic_init(&started[1], -1);
     wjob jobs[2];
-    pthread_t t[2];
-    for (int w = 0; w < 2; w++) {
+    for (int w = 0; w < 2; w++)
         jobs[w] = (wjob){.c = &c, .plan = p, .w = w, .co = {.retry_s = 20}, .nsteps = 12, .pause_ms = w ? 40 : 0,
                          .after_join = &b, .started = started, .stale_k = k, .max_lead = INT64_MIN};
-        pthread_create(&t[w], NULL, worker_main, &jobs[w]);
-    }
-    for (int w = 0; w < 2; w++) pthread_join(t[w], NULL);
-    pthread_join(v.t, NULL);
+    run_all(jobs, 2, &v, 1);
     pthread_barrier_destroy(&b);
     *failed = jobs[0].st || jobs[1].st || v.st || v.stats.applied != 24;
     if (*failed) printf("  k=%d: worker %d %s / %d %s / server %d %s, applied %llu\n", k, jobs[0].st, jobs[0].msg,
                         jobs[1].st, jobs[1].msg, v.st, v.msg, (unsigned long long)v.stats.applied);
-    for (int w = 0; w < 2; w++) free(jobs[w].params);
-    srv_done(&v);
-    sl_ps_plan_free(p);
+    free_all(jobs, 2, &v, 1, p);
     return jobs[0].max_lead;
 }
 
@@ -804,22 +829,16 @@ TEST(test_staleness_bound) {
 
 TEST(test_dead_worker_releases_sync_round) {
     cluster c;
-    cluster_init(&c, 2, 1);
-    sl_ps_plan *p = test_plan(1);
+    sl_ps_plan *p;
     srv v;
-    memset(&v, 0, sizeof v);
-    sl_ps_server_opts o = {.sync = true, .staleness = -1, .dead_after_s = 30};
-    ASSERT_EQ(srv_start(&v, &c, 0, p, &o, NULL, NULL), 0);
+    ASSERT_EQ(start_ps(&c, 2, 1, &(sl_ps_server_opts){.sync = true, .staleness = -1, .dead_after_s = 30}, &p, &v), 0);
     pthread_barrier_t b;
     pthread_barrier_init(&b, NULL, 2);
     wjob jobs[2];
-    pthread_t t[2];
     /* worker 1 does two rounds and vanishes without BYE (its client is freed) */
     jobs[0] = (wjob){.c = &c, .plan = p, .w = 0, .co = {.retry_s = 20}, .nsteps = 6, .after_join = &b};
     jobs[1] = (wjob){.c = &c, .plan = p, .w = 1, .co = {.retry_s = 20}, .nsteps = 2, .after_join = &b, .no_bye = 1};
-    for (int w = 0; w < 2; w++) pthread_create(&t[w], NULL, worker_main, &jobs[w]);
-    for (int w = 0; w < 2; w++) pthread_join(t[w], NULL);
-    pthread_join(v.t, NULL);
+    run_all(jobs, 2, &v, 1);
     pthread_barrier_destroy(&b);
     for (int w = 0; w < 2; w++) CHECK_WORKER(jobs[w]);
     CHECK_SRV(v);
@@ -829,18 +848,12 @@ TEST(test_dead_worker_releases_sync_round) {
     ASSERT_EQ(v.stats.pushes, 8);
     /* rounds 0, 1: mean of both; rounds 2..5: worker 0 alone */
     float *want = malloc(p->total * sizeof(float));
-    for (size_t i = 0; i < p->total; i++) {
-        double x = init_of(i);
-        for (int s = 0; s < 6; s++) x -= LR * (s < 2 ? (grad_of(0, s, i) + grad_of(1, s, i)) / 2 : grad_of(0, s, i));
-        want[i] = (float)x;
-    }
+    expect_sync(p, 6, 2, want);
     ASSERT_MEMEQ(v.saved, want, p->total * sizeof(float));
     ASSERT_MEMEQ(jobs[0].params, want, p->total * sizeof(float));
     ASSERT_EQ(v.last_steps[1], 1);
     free(want);
-    for (int w = 0; w < 2; w++) free(jobs[w].params);
-    srv_done(&v);
-    sl_ps_plan_free(p);
+    free_all(jobs, 2, &v, 1, p);
 }
 
 /* A raw DEALER that claims worker `w` on the server's inbox, under a routing id of the
@@ -869,12 +882,9 @@ static void raw_frame(void *s, int type, int w, int tensor, uint64_t step, const
 
 TEST(test_silent_worker_and_heartbeats) {
     cluster c;
-    cluster_init(&c, 3, 1);
-    sl_ps_plan *p = test_plan(1);
+    sl_ps_plan *p;
     srv v;
-    memset(&v, 0, sizeof v);
-    sl_ps_server_opts o = {.sync = true, .staleness = -1, .dead_after_s = 1.0};
-    ASSERT_EQ(srv_start(&v, &c, 0, p, &o, NULL, NULL), 0);
+    ASSERT_EQ(start_ps(&c, 3, 1, &(sl_ps_server_opts){.sync = true, .staleness = -1, .dead_after_s = 1.0}, &p, &v), 0);
     /* worker 2 is a raw socket that says HELLO and then nothing: live, then dead by silence */
     void *zctx = zmq_ctx_new();
     void *raw = raw_dealer(zctx, sl_ps_server_endpoint(v.s), 2);
@@ -888,16 +898,12 @@ TEST(test_silent_worker_and_heartbeats) {
     pthread_barrier_t b;
     pthread_barrier_init(&b, NULL, 2);
     wjob jobs[2];
-    pthread_t t[2];
-    for (int w = 0; w < 2; w++) {
+    for (int w = 0; w < 2; w++)
         jobs[w] = (wjob){.c = &c, .plan = p, .w = w, .co = {.retry_s = 20, .heartbeat_s = 0.2}, .nsteps = 4,
                          .after_join = &b};
-    }
     jobs[1].pause_at = 2;
     jobs[1].pause_long_ms = 2500;
-    for (int w = 0; w < 2; w++) pthread_create(&t[w], NULL, worker_main, &jobs[w]);
-    for (int w = 0; w < 2; w++) pthread_join(t[w], NULL);
-    pthread_join(v.t, NULL);
+    run_all(jobs, 2, &v, 1);
     pthread_barrier_destroy(&b);
     zmq_close(raw);
     zmq_ctx_term(zctx);
@@ -906,28 +912,20 @@ TEST(test_silent_worker_and_heartbeats) {
     ASSERT(jobs[0].took > 2.4);
     ASSERT_EQ(v.stats.applied, 4);
     float *want = malloc(p->total * sizeof(float));
-    for (size_t i = 0; i < p->total; i++) {
-        double x = init_of(i);
-        for (int s = 0; s < 4; s++) x -= LR * (grad_of(0, s, i) + grad_of(1, s, i)) / 2;
-        want[i] = (float)x;
-    }
+    expect_sync(p, 4, 4, want);
     ASSERT_MEMEQ(v.saved, want, p->total * sizeof(float));
     ASSERT_MEMEQ(jobs[0].params, want, p->total * sizeof(float));
     ASSERT_MEMEQ(jobs[1].params, want, p->total * sizeof(float));
     ASSERT_EQ(v.last_steps[2], -1);
     free(want);
-    for (int w = 0; w < 2; w++) free(jobs[w].params);
-    srv_done(&v);
-    sl_ps_plan_free(p);
+    free_all(jobs, 2, &v, 1, p);
 }
 
 TEST(test_restarted_worker_resumes) {
     cluster c;
-    cluster_init(&c, 2, 2);
-    sl_ps_plan *p = test_plan(2);
+    sl_ps_plan *p;
     srv v[2];
-    memset(v, 0, sizeof v);
-    for (int k = 0; k < 2; k++) ASSERT_EQ(srv_start(&v[k], &c, k, p, NULL, NULL, NULL), 0);
+    ASSERT_EQ(start_ps(&c, 2, 2, NULL, &p, v), 0);
     /* the chief pushes 3 steps, then waits (client alive) until worker 1 has lived twice */
     atomic_int hold;
     atomic_init(&hold, 1);
@@ -966,18 +964,15 @@ TEST(test_restarted_worker_resumes) {
     }
     free(want); free(got);
     free(chief.params); free(first.params); free(second.params);
-    for (int k = 0; k < 2; k++) srv_done(&v[k]);
-    sl_ps_plan_free(p);
+    free_all(NULL, 0, v, 2, p);
 }
 
 TEST(test_restarted_server) {
     cluster c;
-    cluster_init(&c, 1, 2);
-    sl_ps_plan *p = test_plan(2);
+    sl_ps_plan *p;
     srv v[2], again;
-    memset(v, 0, sizeof v);
     memset(&again, 0, sizeof again);
-    for (int k = 0; k < 2; k++) ASSERT_EQ(srv_start(&v[k], &c, k, p, NULL, NULL, NULL), 0);
+    ASSERT_EQ(start_ps(&c, 1, 2, NULL, &p, v), 0);
     atomic_int hold;
     atomic_init(&hold, 1);
     atomic_int phase;
@@ -1031,14 +1026,11 @@ TEST(test_restarted_server) {
 
 TEST(test_garbage_dropped_server_serves_on) {
     cluster c;
-    cluster_init(&c, 2, 1);
-    sl_ps_plan *p = test_plan(1);
-    size_t n = p->shard_len[0];
+    sl_ps_plan *p;
     srv v;
-    memset(&v, 0, sizeof v);
     /* worker 1 never joins: the ps waits dead_after_s for it after the chief's BYE */
-    sl_ps_server_opts so = {.staleness = -1, .dead_after_s = 1.5};
-    ASSERT_EQ(srv_start(&v, &c, 0, p, &so, NULL, NULL), 0);
+    ASSERT_EQ(start_ps(&c, 2, 1, &(sl_ps_server_opts){.staleness = -1, .dead_after_s = 1.5}, &p, &v), 0);
+    size_t n = p->shard_len[0];
     void *zctx = zmq_ctx_new();
     void *raw = raw_dealer(zctx, sl_ps_server_endpoint(v.s), 1);
     void *anon = zmq_socket(zctx, ZMQ_DEALER);
@@ -1116,27 +1108,18 @@ TEST(test_garbage_dropped_server_serves_on) {
     sleep_ms(500);
     /* a real client still joins, pushes and pulls correctly */
     wjob j = {.c = &c, .plan = p, .w = 0, .co = {.retry_s = 20}, .nsteps = 3};
-    pthread_t t;
-    pthread_create(&t, NULL, worker_main, &j);
-    pthread_join(t, NULL);
-    pthread_join(v.t, NULL);
+    run_all(&j, 1, &v, 1);
     zmq_close(raw);
     zmq_close(anon);
     zmq_ctx_term(zctx);
-    CHECK_WORKER(j);
-    CHECK_SRV(v);
-    float *want = malloc(p->total * sizeof(float));
-    int64_t pushes[1][2] = {{0, 3}};
-    expect_async(p, 1, pushes, want, 2);
-    ASSERT_MEMEQ(j.params, want, p->total * sizeof(float));
-    ASSERT_MEMEQ(v.saved, want, p->total * sizeof(float));
+    check_chief_alone(&j, &v, p);
+    if (t_cur_failed) return;
     ASSERT_EQ(v.stats.dropped, dropped);
     ASSERT_EQ(v.stats.rejected, 1);
     ASSERT_EQ(v.stats.applied, 3);
     ASSERT_EQ(v.stats.pushes, 3);
-    free(want); free(buf); free(j.params);
-    srv_done(&v);
-    sl_ps_plan_free(p);
+    free(buf);
+    free_all(&j, 1, &v, 1, p);
 }
 
 TEST(test_other_job_cannot_alter_ps) {
@@ -1145,14 +1128,11 @@ TEST(test_other_job_cannot_alter_ps) {
      * it may reach the ps: the chief trains alone and its parameters are exact. */
     test_job = 0x0b5e55ed0b5e55edull;
     cluster c;
-    cluster_init(&c, 2, 1);
-    sl_ps_plan *p = test_plan(1);
-    size_t n = p->shard_len[0];
+    sl_ps_plan *p;
     srv v;
-    memset(&v, 0, sizeof v);
     /* worker 1 never joins: the ps waits dead_after_s for it after the chief's BYE */
-    sl_ps_server_opts so = {.staleness = -1, .dead_after_s = 1.5};
-    ASSERT_EQ(srv_start(&v, &c, 0, p, &so, NULL, NULL), 0);
+    ASSERT_EQ(start_ps(&c, 2, 1, &(sl_ps_server_opts){.staleness = -1, .dead_after_s = 1.5}, &p, &v), 0);
+    size_t n = p->shard_len[0];
     void *zctx = zmq_ctx_new();
     void *raw[2] = {raw_dealer(zctx, sl_ps_server_endpoint(v.s), 0), raw_dealer(zctx, sl_ps_server_endpoint(v.s), 1)};
     uint8_t *buf = calloc(SL_PS_PREFIX + 4 * n, 1);
@@ -1177,90 +1157,137 @@ TEST(test_other_job_cannot_alter_ps) {
     raw_job = 0;
     sleep_ms(300);
     wjob j = {.c = &c, .plan = p, .w = 0, .co = {.retry_s = 20}, .nsteps = 3};
-    pthread_t t;
-    pthread_create(&t, NULL, worker_main, &j);
-    pthread_join(t, NULL);
-    pthread_join(v.t, NULL);
+    run_all(&j, 1, &v, 1);
     zmq_close(raw[0]);
     zmq_close(raw[1]);
     zmq_ctx_term(zctx);
     test_job = 0;
-    CHECK_WORKER(j);
-    CHECK_SRV(v);
-    float *want = malloc(p->total * sizeof(float));
-    int64_t pushes[1][2] = {{0, 3}};
-    expect_async(p, 1, pushes, want, 2);
-    ASSERT_MEMEQ(j.params, want, p->total * sizeof(float));
-    ASSERT_MEMEQ(v.saved, want, p->total * sizeof(float));
+    check_chief_alone(&j, &v, p);
+    if (t_cur_failed) return;
     ASSERT_EQ(v.stats.dropped, dropped);
     ASSERT_EQ(v.stats.applied, 3);
     ASSERT_EQ(v.stats.pushes, 3);
-    free(want); free(buf); free(j.params);
-    srv_done(&v);
-    sl_ps_plan_free(p);
+    free(buf);
+    free_all(&j, 1, &v, 1, p);
 }
 
-/* Receive one REPLY on the raw inbox `in` (a ROUTER bound on a worker's address). */
-static int raw_reply(void *in, const sl_ps_plan *p, sl_ps_frame *f, float *data) {
-    zmq_msg_t part[3];
-    int n = 0, more = 1;
-    int to = 5000;
+/* A ROUTER inbox bound on ADDR (a worker's or a ps's), as the transport's own would be.
+ * Returns it, or NULL when the bind failed. */
+static void *raw_inbox(void *zctx, const char *addr) {
+    void *in = zmq_socket(zctx, ZMQ_ROUTER);
+    char ep[64];
+    int zero = 0;
+    snprintf(ep, sizeof ep, "tcp://%s", addr);
+    zmq_setsockopt(in, ZMQ_LINGER, &zero, sizeof zero);
+    if (zmq_bind(in, ep) == 0) return in;
+    zmq_close(in);
+    return NULL;
+}
+
+/* One ps frame received on the raw inbox IN within 5 s (routing id, header, payload; a
+ * message of other parts is not one): the payload copied into BUF (CAP bytes) and decoded
+ * into *F against HASH and SHARD floats (0, 0: not checked). Returns the header's type, -1
+ * for a message that is not such a frame, -2 when nothing came. */
+static int raw_recv(void *in, uint64_t hash, size_t shard, uint8_t *buf, size_t cap, sl_ps_frame *f) {
+    int to = 5000, n = 0, more = 1, type = -1;
     zmq_setsockopt(in, ZMQ_RCVTIMEO, &to, sizeof to);
+    zmq_msg_t part[3];
     while (more) {
         zmq_msg_t m;
         zmq_msg_init(&m);
-        if (zmq_msg_recv(&m, in, 0) == -1) return -1;
+        if (zmq_msg_recv(&m, in, 0) == -1) {
+            zmq_msg_close(&m);
+            for (int i = 0; i < n; i++) zmq_msg_close(&part[i]);
+            return -2;
+        }
         more = zmq_msg_more(&m);
         if (n < 3) { zmq_msg_init(&part[n]); zmq_msg_move(&part[n++], &m); }
         zmq_msg_close(&m);
     }
-    int rc = -1;
     sl_msg_hdr h;
-    if (n == 3 && sl_msg_decode(zmq_msg_data(&part[1]), zmq_msg_size(&part[1]), &h) == SL_OK) {
-        static _Alignas(8) uint8_t buf[1 << 16];
-        size_t len = zmq_msg_size(&part[2]);
-        if (len <= sizeof buf) {
-            memcpy(buf, zmq_msg_data(&part[2]), len);
-            if (sl_ps_frame_decode(&h, buf, len, p->hash, p->shard_len[0], f) == SL_OK && f->type == SL_MSG_REPLY) {
-                if (f->n) memcpy(data, f->data, f->n * sizeof(float));
-                rc = 0;
-            }
-        }
+    size_t len = n == 3 ? zmq_msg_size(&part[2]) : 0;
+    if (n == 3 && sl_msg_decode(zmq_msg_data(&part[1]), zmq_msg_size(&part[1]), &h) == SL_OK && len <= cap) {
+        memcpy(buf, zmq_msg_data(&part[2]), len);
+        if (sl_ps_frame_decode(&h, buf, len, hash, shard, f) == SL_OK) type = h.type;
     }
     for (int i = 0; i < n; i++) zmq_msg_close(&part[i]);
-    return rc;
+    return type;
+}
+
+/* Receive one REPLY on the raw inbox `in` (a ROUTER bound on a worker's address). */
+static int raw_reply(void *in, const sl_ps_plan *p, sl_ps_frame *f, float *data) {
+    static _Alignas(8) uint8_t buf[1 << 16];
+    if (raw_recv(in, p->hash, p->shard_len[0], buf, sizeof buf, f) < 0 || f->type != SL_MSG_REPLY) return -1;
+    if (f->n) memcpy(data, f->data, f->n * sizeof(float));
+    return 0;
+}
+
+/* Worker 1 as raw ZeroMQ beside a chief that is a real client. */
+typedef struct raw_worker {
+    sl_ps_client *chief;
+    void *zctx, *out, *in; /* worker 1's context, DEALER to the ps, ROUTER inbox */
+} raw_worker;
+
+/* The chief joins (its parameters init_of, in FLAT), then worker 1's DEALER says HELLO (seq
+ * 100) to server V and its ROUTER inbox, bound on worker 1's address, takes the reply (into
+ * *R; the parameters into GOT). Returns 0, or -1 (after saying why) when a step failed. */
+static int raw_worker_open(raw_worker *rw, cluster *c, srv *v, const sl_ps_plan *p, float *flat, uint8_t *buf,
+                           sl_ps_frame *r, float *got) {
+    sl_ps_client_opts co = {.retry_s = 20};
+    int64_t resume;
+    for (size_t i = 0; i < p->total; i++) flat[i] = init_of(i);
+    memset(rw, 0, sizeof *rw);
+    if (sl_ps_client_create(c->addrs, 2, 0, p, NULL, &co, &rw->chief) || sl_ps_client_join(rw->chief, flat, &resume)) {
+        printf("  chief: %s\n", sl_errmsg());
+        return -1;
+    }
+    rw->zctx = zmq_ctx_new();
+    rw->out = raw_dealer(rw->zctx, sl_ps_server_endpoint(v->s), 1);
+    if (!(rw->in = raw_inbox(rw->zctx, c->addrs[1]))) {
+        printf("  worker 1's inbox %s: %s\n", c->addrs[1], zmq_strerror(zmq_errno()));
+        return -1;
+    }
+    sl_ps_frame f = {.plan_hash = p->hash, .seq = 100};
+    sl_ps_frame_encode_prefix(&f, buf);
+    raw_frame(rw->out, SL_MSG_HELLO, 1, 0, 0, buf, SL_PS_PREFIX);
+    if (raw_reply(rw->in, p, r, got)) {
+        printf("  no reply to worker 1's HELLO\n");
+        return -1;
+    }
+    return 0;
+}
+
+/* Worker 1 says BYE (BUF: room for the prefix). */
+static void raw_worker_bye(raw_worker *rw, const sl_ps_plan *p, uint8_t *buf) {
+    sl_ps_frame f = {.plan_hash = p->hash};
+    sl_ps_frame_encode_prefix(&f, buf);
+    raw_frame(rw->out, SL_MSG_BYE, 1, 0, 0, buf, SL_PS_PREFIX);
+}
+
+/* The chief says BYE and is freed, server V ends, worker 1's sockets are closed. Returns
+ * the status of the chief's BYE. */
+static sl_status raw_worker_end(raw_worker *rw, srv *v) {
+    sl_status st = sl_ps_client_bye(rw->chief);
+    sl_ps_client_free(rw->chief);
+    pthread_join(v->t, NULL);
+    zmq_close(rw->out);
+    zmq_close(rw->in);
+    zmq_ctx_term(rw->zctx);
+    return st;
 }
 
 TEST(test_retried_push_applied_once) {
     cluster c;
-    cluster_init(&c, 2, 1);
-    sl_ps_plan *p = test_plan(1);
-    size_t n = p->total;
+    sl_ps_plan *p;
     srv v;
-    memset(&v, 0, sizeof v);
-    ASSERT_EQ(srv_start(&v, &c, 0, p, NULL, NULL, NULL), 0);
-    sl_ps_client *chief;
-    sl_ps_client_opts co = {.retry_s = 20};
+    ASSERT_EQ(start_ps(&c, 2, 1, NULL, &p, &v), 0);
+    size_t n = p->total;
     float *flat = malloc(n * sizeof(float)), *got = malloc(n * sizeof(float)), *want = malloc(n * sizeof(float));
-    for (size_t i = 0; i < n; i++) flat[i] = init_of(i);
-    int64_t resume;
-    ASSERT_OK(sl_ps_client_create(c.addrs, 2, 0, p, NULL, &co, &chief));
-    ASSERT_OK(sl_ps_client_join(chief, flat, &resume));
-    /* worker 1 is raw ZeroMQ: a DEALER to the ps and a ROUTER inbox for its replies */
-    void *zctx = zmq_ctx_new();
-    void *out = raw_dealer(zctx, sl_ps_server_endpoint(v.s), 1);
-    void *in = zmq_socket(zctx, ZMQ_ROUTER);
-    char ep[64];
-    int zero = 0;
-    snprintf(ep, sizeof ep, "tcp://%s", c.addrs[1]);
-    zmq_setsockopt(in, ZMQ_LINGER, &zero, sizeof zero);
-    ASSERT_EQ(zmq_bind(in, ep), 0);
     uint8_t *buf = malloc(SL_PS_PREFIX + 4 * n);
-    sl_ps_frame f = {.plan_hash = p->hash, .seq = 100};
-    sl_ps_frame_encode_prefix(&f, buf);
-    raw_frame(out, SL_MSG_HELLO, 1, 0, 0, buf, SL_PS_PREFIX);
-    sl_ps_frame r;
-    ASSERT_EQ(raw_reply(in, p, &r, got), 0);
+    /* worker 1 is raw ZeroMQ: a DEALER to the ps and a ROUTER inbox for its replies */
+    raw_worker rw;
+    sl_ps_frame f, r;
+    ASSERT_EQ(raw_worker_open(&rw, &c, &v, p, flat, buf, &r, got), 0);
     ASSERT_U64(r.seq, 100);
     ASSERT_EQ(r.value, -1);
     ASSERT_EQ(r.status, SL_PS_OK);
@@ -1276,31 +1303,23 @@ TEST(test_retried_push_applied_once) {
     for (int k = 0; k < 3; k++) {
         f = (sl_ps_frame){.plan_hash = p->hash, .seq = seqs[k], .value = 0, .lr = LR};
         sl_ps_frame_encode_prefix(&f, buf);
-        raw_frame(out, SL_MSG_PUSH, 1, 0, 0, buf, SL_PS_PREFIX + 4 * n);
-        ASSERT_EQ(raw_reply(in, p, &r, got), 0);
+        raw_frame(rw.out, SL_MSG_PUSH, 1, 0, 0, buf, SL_PS_PREFIX + 4 * n);
+        ASSERT_EQ(raw_reply(rw.in, p, &r, got), 0);
         ASSERT_U64(r.seq, seqs[k]);
         ASSERT_EQ(r.value, 1); /* version: applied once */
         ASSERT_MEMEQ(got, want, n * sizeof(float));
     }
-    f = (sl_ps_frame){.plan_hash = p->hash};
-    sl_ps_frame_encode_prefix(&f, buf);
-    raw_frame(out, SL_MSG_BYE, 1, 0, 0, buf, SL_PS_PREFIX);
-    ASSERT_OK(sl_ps_client_pull(chief, flat));
+    raw_worker_bye(&rw, p, buf);
+    ASSERT_OK(sl_ps_client_pull(rw.chief, flat));
     ASSERT_MEMEQ(flat, want, n * sizeof(float));
-    ASSERT_OK(sl_ps_client_bye(chief));
-    sl_ps_client_free(chief);
-    pthread_join(v.t, NULL);
-    zmq_close(out);
-    zmq_close(in);
-    zmq_ctx_term(zctx);
+    ASSERT_OK(raw_worker_end(&rw, &v));
     CHECK_SRV(v);
     ASSERT_EQ(v.stats.pushes, 3);
     ASSERT_EQ(v.stats.applied, 1);
     ASSERT_EQ(v.stats.dropped, 0);
     ASSERT_EQ(v.last_steps[1], 0);
     free(flat); free(got); free(want); free(buf);
-    srv_done(&v);
-    sl_ps_plan_free(p);
+    free_all(NULL, 0, &v, 1, p);
 }
 
 /* Compressed pushes (int8, top-k 1%): one worker, two ps tasks, 10 async steps. The servers
@@ -1311,18 +1330,11 @@ TEST(test_compressed_pushes) {
     const sl_compress_spec specs[2] = {{SL_COMPRESS_INT8, 0}, {SL_COMPRESS_TOPK, 0.01}};
     for (int k = 0; k < 2; k++) {
         cluster c;
-        cluster_init(&c, 1, 2);
-        sl_ps_plan *p = test_plan(2);
-        ASSERT(p);
+        sl_ps_plan *p;
         srv v[2];
-        memset(v, 0, sizeof v);
-        sl_ps_server_opts o = {.staleness = -1, .compress = specs[k]};
-        for (int j = 0; j < 2; j++) ASSERT_EQ(srv_start(&v[j], &c, j, p, &o, NULL, NULL), 0);
+        ASSERT_EQ(start_ps(&c, 1, 2, &(sl_ps_server_opts){.staleness = -1, .compress = specs[k]}, &p, v), 0);
         wjob job = {.c = &c, .plan = p, .w = 0, .co = {.retry_s = 20}, .nsteps = 10, .cs = specs[k]};
-        pthread_t t;
-        pthread_create(&t, NULL, worker_main, &job);
-        pthread_join(t, NULL);
-        for (int j = 0; j < 2; j++) pthread_join(v[j].t, NULL);
+        run_all(&job, 1, v, 2);
         CHECK_WORKER(job);
         for (int j = 0; j < 2; j++) CHECK_SRV(v[j]);
         size_t n = p->total;
@@ -1352,9 +1364,8 @@ TEST(test_compressed_pushes) {
         ASSERT_MEMEQ(job.params, got, n * sizeof(float));
         /* the INIT (4 n bytes) and ten pushes; float32 pushes would be 10 x 4 n bytes */
         ASSERT(job.sent < (uint64_t)(4 * n + (k == 0 ? 10 * n * 3 / 2 : 10 * n / 2) + 4096)); /* INIT: 4 n */
-        free(want), free(g), free(got), free(sh), free(sent), free(pk), free(buf), free(job.params);
-        for (int j = 0; j < 2; j++) srv_done(&v[j]);
-        sl_ps_plan_free(p);
+        free(want), free(g), free(got), free(sh), free(sent), free(pk), free(buf);
+        free_all(&job, 1, v, 2, p);
     }
 }
 
@@ -1363,36 +1374,17 @@ TEST(test_compressed_pushes) {
  * then applied). Worker 1 is raw ZeroMQ, as above. */
 TEST(test_compressed_push_refused) {
     cluster c;
-    cluster_init(&c, 2, 1);
-    sl_ps_plan *p = test_plan(1);
-    size_t n = p->total;
+    sl_ps_plan *p;
     srv v;
-    memset(&v, 0, sizeof v);
     sl_compress_spec tk = {SL_COMPRESS_TOPK, 0.01}, i8 = {SL_COMPRESS_INT8, 0};
-    sl_ps_server_opts o = {.staleness = -1, .compress = tk};
-    ASSERT_EQ(srv_start(&v, &c, 0, p, &o, NULL, NULL), 0);
-    sl_ps_client *chief;
-    sl_ps_client_opts co = {.retry_s = 20};
+    ASSERT_EQ(start_ps(&c, 2, 1, &(sl_ps_server_opts){.staleness = -1, .compress = tk}, &p, &v), 0);
+    size_t n = p->total;
     float *flat = malloc(n * sizeof(float)), *got = malloc(n * sizeof(float)), *g = malloc(n * sizeof(float));
-    for (size_t i = 0; i < n; i++) flat[i] = init_of(i);
-    int64_t resume;
-    ASSERT_OK(sl_ps_client_create(c.addrs, 2, 0, p, NULL, &co, &chief));
-    ASSERT_OK(sl_ps_client_join(chief, flat, &resume));
-    void *zctx = zmq_ctx_new();
-    void *out = raw_dealer(zctx, sl_ps_server_endpoint(v.s), 1);
-    void *in = zmq_socket(zctx, ZMQ_ROUTER);
-    char ep[64];
-    int zero = 0;
-    snprintf(ep, sizeof ep, "tcp://%s", c.addrs[1]);
-    zmq_setsockopt(in, ZMQ_LINGER, &zero, sizeof zero);
-    ASSERT_EQ(zmq_bind(in, ep), 0);
     size_t cap = SL_PS_PREFIX + sl_compress_size(&i8, n), len;
     uint8_t *buf = malloc(cap);
-    sl_ps_frame f = {.plan_hash = p->hash, .seq = 100};
-    sl_ps_frame_encode_prefix(&f, buf);
-    raw_frame(out, SL_MSG_HELLO, 1, 0, 0, buf, SL_PS_PREFIX);
-    sl_ps_frame r;
-    ASSERT_EQ(raw_reply(in, p, &r, got), 0);
+    raw_worker rw;
+    sl_ps_frame f, r;
+    ASSERT_EQ(raw_worker_open(&rw, &c, &v, p, flat, buf, &r, got), 0);
     for (size_t i = 0; i < n; i++) g[i] = grad_of(1, 0, i);
     /* top-k of the shard, its first offset pushed past the chunk */
     f = (sl_ps_frame){.plan_hash = p->hash, .seq = 101, .value = 0, .lr = LR, .codec = SL_COMPRESS_TOPK};
@@ -1401,8 +1393,8 @@ TEST(test_compressed_push_refused) {
     uint8_t save0 = buf[SL_PS_PREFIX + 24], save1 = buf[SL_PS_PREFIX + 25];
     buf[SL_PS_PREFIX + 24] = 0xff;
     buf[SL_PS_PREFIX + 25] = 0xff;
-    raw_frame(out, SL_MSG_PUSH, 1, 0, 0, buf, SL_PS_PREFIX + len);
-    ASSERT_EQ(raw_reply(in, p, &r, got), 0);
+    raw_frame(rw.out, SL_MSG_PUSH, 1, 0, 0, buf, SL_PS_PREFIX + len);
+    ASSERT_EQ(raw_reply(rw.in, p, &r, got), 0);
     ASSERT_U64(r.seq, 101);
     ASSERT_EQ(r.status, SL_PS_REJECT);
     char why[1024];
@@ -1411,62 +1403,36 @@ TEST(test_compressed_push_refused) {
     /* the same seq, repaired: applied */
     buf[SL_PS_PREFIX + 24] = save0;
     buf[SL_PS_PREFIX + 25] = save1;
-    raw_frame(out, SL_MSG_PUSH, 1, 0, 0, buf, SL_PS_PREFIX + len);
-    ASSERT_EQ(raw_reply(in, p, &r, got), 0);
+    raw_frame(rw.out, SL_MSG_PUSH, 1, 0, 0, buf, SL_PS_PREFIX + len);
+    ASSERT_EQ(raw_reply(rw.in, p, &r, got), 0);
     ASSERT_EQ(r.status, SL_PS_OK);
     ASSERT_EQ(r.value, 1);
     /* another codec than the ps's */
     f = (sl_ps_frame){.plan_hash = p->hash, .seq = 102, .value = 1, .lr = LR, .codec = SL_COMPRESS_INT8};
     sl_ps_frame_encode_prefix(&f, buf);
     ASSERT_OK(sl_compress_encode(&i8, g, n, buf + SL_PS_PREFIX, cap - SL_PS_PREFIX, &len));
-    raw_frame(out, SL_MSG_PUSH, 1, 0, 1, buf, SL_PS_PREFIX + len);
-    ASSERT_EQ(raw_reply(in, p, &r, got), 0);
+    raw_frame(rw.out, SL_MSG_PUSH, 1, 0, 1, buf, SL_PS_PREFIX + len);
+    ASSERT_EQ(raw_reply(rw.in, p, &r, got), 0);
     ASSERT_EQ(r.status, SL_PS_REJECT);
     snprintf(why, sizeof why, "%.*s", (int)r.n_reason, r.reason);
     ASSERT_STREQ(why, "ps 0: worker 1's push for step 1 is compressed with int8; this ps takes topk:0.01");
-    f = (sl_ps_frame){.plan_hash = p->hash};
-    sl_ps_frame_encode_prefix(&f, buf);
-    raw_frame(out, SL_MSG_BYE, 1, 0, 0, buf, SL_PS_PREFIX);
-    ASSERT_OK(sl_ps_client_bye(chief));
-    sl_ps_client_free(chief);
-    pthread_join(v.t, NULL);
-    zmq_close(out);
-    zmq_close(in);
-    zmq_ctx_term(zctx);
+    raw_worker_bye(&rw, p, buf);
+    ASSERT_OK(raw_worker_end(&rw, &v));
     CHECK_SRV(v);
     ASSERT_EQ(v.stats.applied, 1);
     ASSERT_EQ(v.stats.dropped, 1);
     ASSERT_EQ(v.stats.rejected, 1);
     free(flat), free(got), free(g), free(buf);
-    srv_done(&v);
-    sl_ps_plan_free(p);
+    free_all(NULL, 0, &v, 1, p);
 }
 
 /* A fake ps for client tests: receive on ROUTER `in` until a frame of `type` comes (others,
  * such as heartbeats, are skipped). Returns 0 with *f decoded (data copied to buf). */
 static int fake_recv(void *in, int type, sl_ps_frame *f, uint8_t *buf, size_t cap) {
-    int to = 5000;
-    zmq_setsockopt(in, ZMQ_RCVTIMEO, &to, sizeof to);
     for (int tries = 0; tries < 100; tries++) {
-        zmq_msg_t part[3];
-        int n = 0, more = 1;
-        while (more) {
-            zmq_msg_t m;
-            zmq_msg_init(&m);
-            if (zmq_msg_recv(&m, in, 0) == -1) { zmq_msg_close(&m); for (int i = 0; i < n; i++) zmq_msg_close(&part[i]); return -1; }
-            more = zmq_msg_more(&m);
-            if (n < 3) { zmq_msg_init(&part[n]); zmq_msg_move(&part[n++], &m); }
-            zmq_msg_close(&m);
-        }
-        sl_msg_hdr h;
-        int ok = n == 3 && sl_msg_decode(zmq_msg_data(&part[1]), zmq_msg_size(&part[1]), &h) == SL_OK &&
-                 h.type == type && zmq_msg_size(&part[2]) <= cap;
-        if (ok) {
-            memcpy(buf, zmq_msg_data(&part[2]), zmq_msg_size(&part[2]));
-            ok = sl_ps_frame_decode(&h, buf, zmq_msg_size(&part[2]), 0, 0, f) == SL_OK;
-        }
-        for (int i = 0; i < n; i++) zmq_msg_close(&part[i]);
-        if (ok) return 0;
+        int got = raw_recv(in, 0, 0, buf, cap, f);
+        if (got == -2) return -1;
+        if (got == type) return 0;
     }
     return -1;
 }
@@ -1515,12 +1481,8 @@ TEST(test_client_resends_same_seq) {
     sl_ps_plan *p = test_plan(1);
     size_t n = p->total;
     void *zctx = zmq_ctx_new();
-    char ep[64];
-    int zero = 0;
-    snprintf(ep, sizeof ep, "tcp://%s", c.addrs[1]);
-    void *in = zmq_socket(zctx, ZMQ_ROUTER);
-    zmq_setsockopt(in, ZMQ_LINGER, &zero, sizeof zero);
-    ASSERT_EQ(zmq_bind(in, ep), 0);
+    void *in = raw_inbox(zctx, c.addrs[1]);
+    ASSERT(in);
     void *out = raw_dealer(zctx, c.addrs[0], 1); /* the fake ps is rank 1 */
     float *p0 = malloc(n * sizeof(float)), *p1 = malloc(n * sizeof(float)), *bad = malloc(n * sizeof(float));
     for (size_t i = 0; i < n; i++) { p0[i] = 1.0f; p1[i] = 2.0f; bad[i] = 3.0f; }
@@ -1540,9 +1502,8 @@ TEST(test_client_resends_same_seq) {
     fake_reply(out, p, seq - 1, 99, bad);
     zmq_close(in);
     sleep_ms(300);
-    in = zmq_socket(zctx, ZMQ_ROUTER);
-    zmq_setsockopt(in, ZMQ_LINGER, &zero, sizeof zero);
-    ASSERT_EQ(zmq_bind(in, ep), 0);
+    in = raw_inbox(zctx, c.addrs[1]);
+    ASSERT(in);
     ASSERT_EQ(fake_recv(in, SL_MSG_PUSH, &f, buf, SL_PS_PREFIX + 4 * n), 0);
     ASSERT_U64(f.seq, seq);
     ASSERT_EQ(f.value, 0);
