@@ -279,6 +279,9 @@ struct sl_backend {
 
 /* The CPU backend with `threads` threads for its loops and OpenBLAS (0: all cores). */
 sl_status sl__backend_cpu_new(int threads, sl_backend **out);
+/* ... with its plain GEMMs' kernels chosen by gemm, an sl_cpu_gemm (sluice/model.h; an
+ * unknown value is SL_EINVAL, *out NULL); sl__backend_cpu_new is this with SL_CPU_GEMM_AUTO. */
+sl_status sl__backend_cpu_new_gemm(int threads, int gemm, sl_backend **out);
 
 /* The CUDA backend on device `device`. SL_EUNSUPPORTED when this build has no CUDA or the
  * machine no GPU (the message says which). */

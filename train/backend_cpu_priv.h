@@ -30,10 +30,6 @@ typedef struct cpu_backend {
     size_t lp_cap;        /* floats */
 } cpu_backend;
 
-/* The CPU backend with its plain GEMMs' kernels chosen by gemm, an sl_cpu_gemm (sluice/model.h;
- * an unknown value is SL_EINVAL, *out NULL); sl__backend_cpu_new (train/backend.h) is this
- * with SL_CPU_GEMM_AUTO. */
-sl_status sl__backend_cpu_new_gemm(int threads, int gemm, sl_backend **out);
 
 /* Run fn over [0, n) in up to b->threads contiguous parts (par_parts) when `work` (roughly,
  * floats touched) is large enough, on the backend's team (train/cpu_team.h: the calling

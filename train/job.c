@@ -97,6 +97,7 @@ static sl_train_opts train_opts(const sl_job_opts *o, const char *const *envp, b
     to.resume = resume;
     to.overwrite = resume ? false : o->overwrite;
     to.device = o->device;
+    to.cpu_gemm = o->cpu_gemm;
     to.envp = envp;
     to.console = o->console;
     to.progress = o->progress && o->console;

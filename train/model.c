@@ -151,7 +151,7 @@ static size_t carve(sl_model *m, char *base) {
  * device number) is kept in m->fallback for the caller to warn about. */
 static sl_status make_backend(sl_model *m, const sl_model_opts *o, sl_backend **out) {
     switch (o->backend) {
-    case SL_BACKEND_CPU: return sl__backend_cpu_new(o->threads, out);
+    case SL_BACKEND_CPU: return sl__backend_cpu_new_gemm(o->threads, o->cpu_gemm, out);
     case SL_BACKEND_CUDA: return sl__backend_cuda_new(o->cuda_device, out);
     case SL_BACKEND_AUTO: {
         sl_status s = sl__backend_cuda_new(o->cuda_device, out);
@@ -161,7 +161,7 @@ static sl_status make_backend(sl_model *m, const sl_model_opts *o, sl_backend **
             m->fallback[strcspn(m->fallback, "\n")] = 0; /* without the hint */
         }
         sl_err_clear();
-        return sl__backend_cpu_new(o->threads, out);
+        return sl__backend_cpu_new_gemm(o->threads, o->cpu_gemm, out);
     }
     }
     return sl_err(SL_EINVAL, "model: unknown backend kind %d", (int)o->backend);

@@ -80,6 +80,7 @@ sl_status sl_trainer_create(const sl_cfg *cfg, const sl_train_opts *opts, sl_tra
     sl_model_opts mo = sl_model_opts_default();
     mo.backend = t->c.backend;
     mo.threads = t->c.threads;
+    mo.cpu_gemm = t->opts.cpu_gemm;
     mo.label_smoothing = t->c.label_smoothing;
     mo.precision = t->c.precision;
     /* the optimizer's state is planned with the model (sl_optim_create allocates it) */
