@@ -30,7 +30,6 @@ typedef struct cpu_backend {
     size_t lp_cap;        /* floats */
 } cpu_backend;
 
-
 /* Run fn over [0, n) in up to b->threads contiguous parts (par_parts) when `work` (roughly,
  * floats touched) is large enough, on the backend's team (train/cpu_team.h: the calling
  * thread runs parts too, all of them when the workers do not come; inside a run_tasks task
