@@ -8,7 +8,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "shm_priv.h"
 #include "sluice/compress.h"
+#include "sluice/log.h"
 #include "sluice/ring.h"
 
 struct sl_ring {
@@ -21,9 +23,12 @@ struct sl_ring {
     size_t scratch_n;
     unsigned char *gather; /* compressed allreduce: every rank's payload */
     size_t gather_n;
+    sl__shm *shm;        /* non-NULL: every collective goes through shared memory */
 };
 
 /* ---- ring -------------------------------------------------------------------------- */
+
+static sl_status setup_shm(sl_ring *r, const sl_ring_opts *opts);
 
 sl_status sl_ring_create(sl_tp *tp, const sl_ring_opts *opts, sl_ring **out) {
     *out = NULL;
@@ -35,15 +40,119 @@ sl_status sl_ring_create(sl_tp *tp, const sl_ring_opts *opts, sl_ring **out) {
     r->chunk_bytes = opts && opts->chunk_bytes ? opts->chunk_bytes : ((size_t)8 << 20);
     if (r->chunk_bytes < 4) r->chunk_bytes = 4;
     r->fp16 = opts ? opts->fp16 : 0;
+    sl_ring_path path = opts ? opts->path : SL_RING_PATH_AUTO;
+    if (path != SL_RING_PATH_AUTO && path != SL_RING_PATH_TCP && path != SL_RING_PATH_SHM) {
+        free(r);
+        return sl_err(SL_EINVAL, "ring: unknown path %d (auto, tcp, shm)", (int)path);
+    }
+    if (path != SL_RING_PATH_TCP && sl_tp_size(tp) > 1) {
+        sl_status s = setup_shm(r, opts);
+        if (s) {
+            sl_ring_destroy(r);
+            return s;
+        }
+    }
     *out = r;
     return SL_OK;
 }
 
 void sl_ring_destroy(sl_ring *r) {
     if (!r) return;
+    sl__shm_close(r->shm);
     free(r->scratch);
     free(r->gather);
     free(r);
+}
+
+const char *sl_ring_path_name(const sl_ring *r) { return r && r->shm ? "shm" : "tcp"; }
+
+uint64_t sl_ring_shm_bytes(const sl_ring *r) { return r && r->shm ? r->shm->written : 0; }
+
+/* A failed collective on either path: the peers are told, the ring is unusable. */
+static void ring_abort(sl_ring *r, const char *why) {
+    r->broken = 1;
+    if (r->shm) sl__shm_abort(r->shm, why);
+    sl_tp_abort(r->tp, why);
+}
+
+/* What rank 0 tells the others about the segment (over the transport). */
+typedef struct shm_offer {
+    int32_t status;           /* rank 0's sl_status making it */
+    uint32_t pad;
+    uint64_t key;
+    char name[SL__SHM_NAME];
+    char why[256];            /* rank 0's error when status != 0 */
+} shm_offer;
+
+/* The ranks learn where each runs; when all share this host, rank 0 makes the segment, the
+ * others attach, and the name is unlinked by every rank once all have attached (so nothing
+ * stays in /dev/shm whatever happens next). With path AUTO a failure anywhere leaves every
+ * rank on the transport, logged; with SHM it is the error. Transport failures (a peer that
+ * does not answer) are errors either way. */
+static sl_status setup_shm(sl_ring *r, const sl_ring_opts *opts) {
+    int n = sl_tp_size(r->tp), me = sl_tp_rank(r->tp);
+    int must = opts && opts->path == SL_RING_PATH_SHM;
+    sl__shm_where *all = calloc((size_t)n, sizeof *all);
+    if (!all) return sl_err(SL_ENOMEM, "ring: out of memory");
+    sl__shm_where_self(&all[me]);
+    sl_status s = sl_ring_allgather(r, all, sizeof *all, 0x53484d31u /* "SHM1" */);
+    int other = -1;
+    for (int k = 0; !s && k < n && other < 0; k++)
+        if (!sl__shm_same_host(&all[0], &all[k])) other = k;
+    if (!s && other >= 0) {
+        int k = other;
+        if (must)
+            s = sl_err(SL_EUNSUPPORTED, "ring path shm: rank %d (%s) runs on host %.64s (boot %.40s), rank 0 on %.64s",
+                       k, k == me ? "this rank" : sl_tp_peer_addr(r->tp, k), all[k].host, all[k].boot, all[0].host);
+        else
+            SL_DEBUG("ring: rank %d runs elsewhere (%.64s): collectives over the transport", k, all[k].host);
+    }
+    free(all);
+    if (s || other >= 0) return s;
+
+    sl__shm_cfg cfg = {.n = n, .rank = me, .job = sl_tp_job_id(r->tp), .window = opts ? opts->shm_window : 0,
+                       .timeout_s = sl_tp_timeout_s(r->tp), .tp = r->tp};
+    sl__shm *shm = NULL; /* the ring's once every rank has attached */
+    shm_offer *of = calloc(1, sizeof *of);
+    if (!of) return sl_err(SL_ENOMEM, "ring: out of memory");
+    sl_status mine = SL_OK;
+    char why[256] = "";
+    if (me == 0) {
+        mine = sl__shm_create(&cfg, of->name, &of->key, &shm);
+        of->status = mine;
+        if (mine) snprintf(of->why, sizeof of->why, "%s", sl_errmsg());
+    }
+    if ((s = sl_ring_broadcast(r, of, sizeof *of, 0, 0x53484d32u))) goto out;
+    of->name[sizeof of->name - 1] = 0;
+    of->why[sizeof of->why - 1] = 0;
+    if (me != 0) {
+        if (of->status) mine = of->status;
+        else mine = sl__shm_attach(&cfg, of->name, of->key, &shm);
+    }
+    snprintf(why, sizeof why, "%s", mine ? (me != 0 && of->status ? of->why : sl_errmsg()) : "");
+    int32_t ok = mine == SL_OK;
+    s = sl_ring_allreduce(r, &ok, 1, SL_DT_I32, SL_REDUCE_SUM, 0x53484d33u);
+    sl__shm_unlink(of->name);
+    if (s) goto out;
+    if (ok != n) {
+        sl__shm_close(shm);
+        shm = NULL;
+        if (must) {
+            s = sl_err(mine ? mine : SL_EIO, "ring path shm: %s",
+                       mine ? why : "another rank could not attach to the shared-memory segment");
+        } else {
+            SL_WARN("ring: shared memory not used (%s); collectives go over the transport",
+                    mine ? why : "another rank could not attach to the segment");
+        }
+    }
+out:
+    if (s && shm) {
+        sl__shm_close(shm);
+        shm = NULL;
+    }
+    r->shm = shm;
+    free(of);
+    return s;
 }
 
 static void add_f32(float *restrict d, const float *restrict s, size_t n) {
@@ -65,6 +174,18 @@ static const void *aligned4(sl_ring *r, const void *p, size_t n) {
     }
     memcpy(r->scratch, p, n * 4);
     return r->scratch;
+}
+
+/* The end of a collective on the shared-memory path (which told its peers already). */
+static sl_status shm_done(sl_ring *r, sl_status s) {
+    if (s && s != SL_ESTATE) {
+        sl_error e;
+        sl_err_save(&e);
+        r->broken = 1;
+        sl_tp_abort(r->tp, e.msg);
+        return sl_err_restore(&e);
+    }
+    return s;
 }
 
 static void free_plain(void *data, void *ctx) { (void)ctx; free(data); }
@@ -122,16 +243,15 @@ static sl_status recv_chunk(coll *c, uint16_t type, uint16_t round, size_t off, 
 static sl_status fail(coll *c, sl_status s) {
     sl_error e;
     sl_err_save(&e);
-    c->r->broken = 1;
-    sl_tp_abort(c->r->tp, e.msg);
+    ring_abort(c->r, e.msg);
     sl_tp_disconnect(c->r->tp); /* ZeroMQ lets go of the caller's buffer before we return */
     return sl_err_restore(&e);
 }
 
 static sl_status begin(sl_ring *r, coll *c, uint32_t tensor) {
+    memset(c, 0, sizeof *c);
     if (r->broken)
         return sl_err(SL_ESTATE, "ring: an earlier collective failed; the ring must be rebuilt");
-    memset(c, 0, sizeof *c);
     c->r = r;
     c->n = sl_tp_size(r->tp);
     c->me = sl_tp_rank(r->tp);
@@ -191,6 +311,8 @@ static sl_status allreduce_range(sl_ring *r, void *buf, size_t count, size_t lo,
     if (lo > hi || hi > count)
         return sl_err(SL_EINVAL, "ring allreduce: range [%zu, %zu) is not within the %zu elements", lo, hi, count);
     if (hi > lo && !buf) return sl_err(SL_EINVAL, "ring allreduce: NULL buffer");
+    if (r->shm)
+        return shm_done(r, sl__shm_allreduce_range(r->shm, buf, count, lo, hi, dtype, op, r->fp16, tensor));
     coll c;
     sl_status s = begin(r, &c, tensor);
     if (s) return s;
@@ -279,6 +401,7 @@ sl_status sl_ring_broadcast(sl_ring *r, void *buf, size_t len, int root, uint32_
     if (root < 0 || root >= sl_tp_size(r->tp))
         return sl_err(SL_EINVAL, "ring broadcast: root %d is not a rank (0..%d)", root, sl_tp_size(r->tp) - 1);
     if (len && !buf) return sl_err(SL_EINVAL, "ring broadcast: NULL buffer");
+    if (r->shm) return shm_done(r, sl__shm_broadcast(r->shm, buf, len, root, tensor));
     coll c;
     sl_status s = begin_bytes(r, &c, tensor);
     if (s) return s;
@@ -302,6 +425,7 @@ sl_status sl_ring_broadcast(sl_ring *r, void *buf, size_t len, int root, uint32_
 
 sl_status sl_ring_allgather(sl_ring *r, void *all, size_t len, uint32_t tensor) {
     if (len && !all) return sl_err(SL_EINVAL, "ring allgather: NULL buffer");
+    if (r->shm) return shm_done(r, sl__shm_allgather(r->shm, all, len, tensor));
     coll c;
     sl_status s = begin_bytes(r, &c, tensor);
     if (s) return s;
@@ -364,10 +488,9 @@ sl_status sl_ring_allreduce_compressed(sl_ring *r, sl_compress_ef *ef, float *bu
         snprintf(who, sizeof who, "rank %d (%s), collective %llu", k, k == me ? "this rank" : sl_tp_peer_addr(r->tp, k),
                  (unsigned long long)r->seq);
         if ((s = sl_compress_decode_add(sp, p, L, count, buf, who))) {
-            r->broken = 1;
             sl_error e;
             sl_err_save(&e);
-            sl_tp_abort(r->tp, e.msg);
+            ring_abort(r, e.msg);
             return sl_err_restore(&e);
         }
         if (flag) {
@@ -383,6 +506,7 @@ sl_status sl_ring_allreduce_compressed(sl_ring *r, sl_compress_ef *ef, float *bu
 }
 
 sl_status sl_ring_barrier(sl_ring *r) {
+    if (r->shm) return shm_done(r, sl__shm_barrier(r->shm));
     coll c;
     sl_status s = begin_bytes(r, &c, 0);
     if (s) return s;

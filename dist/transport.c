@@ -849,3 +849,6 @@ sl_status sl_tp_recv(sl_tp *tp, int from, double timeout_s, sl_msg_hdr *h, const
         if (items[0].revents & ZMQ_POLLIN) last_activity = sl_now_s();
     }
 }
+
+uint64_t sl_tp_job_id(const sl_tp *tp) { return tp->job; }
+double sl_tp_timeout_s(const sl_tp *tp) { return tp->timeout_s; }

@@ -123,7 +123,8 @@ static sl_status make_hooks(const sl_cluster *cl, const sl_train_config *tc, con
         return sl_strategy_ps_create(cl, tc, &po, hooks, &st->ps);
     }
     sl_strategy_ring_opts ro = {.timeout_s = o->timeout_s, .curve = curve, .compress = tc->compress,
-                                .optim = tc->optim, .bucket_bytes = (size_t)(tc->bucket_mb * 1048576.0)};
+                                .optim = tc->optim, .bucket_bytes = (size_t)(tc->bucket_mb * 1048576.0),
+                                .ring = {.path = (sl_ring_path)tc->ring_path}};
     if (o->hash_log && cl->world > 1) {
         snprintf(st->hash_path, sizeof st->hash_path, "%s.%d", o->hash_log, cl->rank);
         if (sl_file_fopen_write(st->hash_path, "w", "hash log", &st->hash_log)) {

@@ -17,6 +17,7 @@
 #include <sys/stat.h>
 
 #include "sluice/file.h"
+#include "sluice/log.h"
 #include "sluice/strategy.h"
 #include "train/buckets.h"
 #include "train/internal.h"
@@ -327,7 +328,7 @@ static uint64_t ring_wire_bytes(void *ctx) {
     if (!s->tp) return 0;
     sl_tp_stats ts;
     sl_tp_get_stats(s->tp, &ts);
-    return ts.sent_bytes;
+    return ts.sent_bytes + sl_ring_shm_bytes(s->ring); /* shared memory: what it wrote for the peers */
 }
 
 /* The residual's codec, as its sidecar names it: without the warm-up (the residual holds
@@ -652,6 +653,9 @@ sl_status sl_strategy_ring_create(const sl_cluster *c, const sl_strategy_ring_op
             sl_strategy_ring_free(s);
             return st;
         }
+        if (c->rank == 0)
+            SL_INFO("ring strategy: %d replicas exchange through %s", c->world,
+                    strcmp(sl_ring_path_name(s->ring), "shm") == 0 ? "shared memory (one host)" : "the transport (ZeroMQ)");
         sl__agree_init(&s->agree, &(sl__agree_ops){.exchange = ring_step, .sum = ring_allsum}, s, c->world, c->rank,
                        c->rank == 0);
         hooks->start = ring_start;

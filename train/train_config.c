@@ -42,8 +42,9 @@ static const stmt_def DEFS[] = {
     {"bucket_mb", "bucket_mb MB         (strategy ring: gradient buckets of MB MiB allreduced during backward;\n"
                   "          0: off, one allreduce after backward; default 25)", {NULL}},
     {"strategy", "strategy none | ring | ps [mode=async|sync] [staleness=K]\n"
-                 "          ring and ps: [compress=none|fp16|int8|sign|topk(F)]   (F: the fraction kept, e.g. topk(0.01))",
-     {"mode", "staleness", "compress", NULL}},
+                 "          ring and ps: [compress=none|fp16|int8|sign|topk(F)]   (F: the fraction kept, e.g. topk(0.01))\n"
+                 "          ring: [path=auto|shm|tcp]   (auto: shared memory when every replica is on one host)",
+     {"mode", "staleness", "compress", "path", NULL}},
 };
 #define NDEFS ((int)(sizeof DEFS / sizeof DEFS[0]))
 
@@ -383,6 +384,23 @@ static sl_status read_schedule(const sl_cfg *cfg, const sl_cfg_stmt *s, const st
 }
 
 static const char *const PS_MODES[] = {"async", "sync"};
+static const char *const RING_PATHS[] = {"auto", "tcp", "shm"}; /* in sl_ring_path's order */
+
+/* path= belongs to `strategy ring`: how the replicas reach each other (sluice/ring.h). */
+static sl_status read_ring_path(const sl_cfg *cfg, const sl_cfg_stmt *s, sl_train_config *c) {
+    c->ring_path = 0;
+    const sl_cfg_value *v = sl_cfg_opt(s, "path");
+    if (!v) return SL_OK;
+    if (strcmp(c->strategy, "ring") != 0) {
+        sl_cfg_err(cfg, v->loc, SL_EINVAL, "path= is an option of `strategy ring`, not of `strategy %s`", c->strategy);
+        sl_err_hint("write `strategy ring path=...`, or drop the option");
+        return SL_EINVAL;
+    }
+    int k;
+    if (read_choice(cfg, v, RING_PATHS, 3, &k)) return sl_errcode();
+    c->ring_path = k;
+    return SL_OK;
+}
 
 /* mode= and staleness= belong to `strategy ps` alone: on ring or none they would be
  * silently meaningless. A later strategy statement (an override) resets them. */
@@ -646,6 +664,7 @@ static sl_status read_train_stmt(const sl_cfg *cfg, const sl_cfg_stmt *s, const 
             st = read_ps_options(cfg, s, d, c);
         }
         if (!st) st = read_compress(cfg, s, c);
+        if (!st) st = read_ring_path(cfg, s, c);
     }
     if (st && !strstr(sl_errmsg(), "HINT")) usage_hint(st, d);
     return st;

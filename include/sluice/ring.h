@@ -32,17 +32,43 @@ extern "C" {
 
 typedef enum sl_reduce_op { SL_REDUCE_SUM = 0, SL_REDUCE_AVG = 1 } sl_reduce_op;
 
+/* How the ranks reach each other. AUTO: through one shared-memory segment when every rank
+ * is on this host (the same host name, boot id, user, pid and network namespace and
+ * /dev/shm, learned from the peers over the transport at sl_ring_create), else over the
+ * transport (ZeroMQ). SHM: shared
+ * memory or an error. TCP: always the transport. The shared-memory path gives the same bits
+ * as the transport's ring for every collective (it sums each element in the ring's order and
+ * applies the same fp16 roundings), so the path never changes a result. */
+typedef enum sl_ring_path { SL_RING_PATH_AUTO = 0, SL_RING_PATH_TCP = 1, SL_RING_PATH_SHM = 2 } sl_ring_path;
+
 typedef struct sl_ring_opts {
     size_t chunk_bytes;   /* bytes per message on the wire; 0 = 8 MiB */
     int fp16;             /* send float32 as float16 (halves the bytes; rounds every hop) */
+    sl_ring_path path;    /* AUTO (0), TCP or SHM, above */
+    size_t shm_window;    /* shared memory: bytes per rank per pipelined window; 0 = 256 KiB */
 } sl_ring_opts;
 
 typedef struct sl_ring sl_ring;
 
 /* A ring over all sl_tp_size(tp) ranks of tp, which must be connected; tp is borrowed and
- * must outlive the ring. SL_OK, SL_ENOMEM. */
+ * must outlive the ring. Every rank calls it (it is a collective unless opts->path is TCP:
+ * the ranks tell each other where they run, and with shared memory rank 0 creates the
+ * segment, the others attach, and it is unlinked before any rank returns). SL_OK,
+ * SL_ENOMEM; SL_ETIMEDOUT / SL_EPEER naming a peer that did not take part; with path SHM,
+ * SL_EUNSUPPORTED when the ranks are not all on this host and SL_EIO / SL_ENOMEM when the
+ * segment cannot be made or attached (AUTO then uses the transport and logs why). On
+ * failure *out is NULL. */
 sl_status sl_ring_create(sl_tp *tp, const sl_ring_opts *opts, sl_ring **out);
 void sl_ring_destroy(sl_ring *r); /* NULL is a no-op */
+
+/* "shm" or "tcp": the path the ring's collectives take. */
+const char *sl_ring_path_name(const sl_ring *r);
+
+/* Bytes this rank has written into shared memory for its peers (0 on the transport path,
+ * whose bytes sl_tp_get_stats counts): per float32 allreduce of S bytes, S (its copy of the
+ * other ranks' slices, then its own slice's sum) -- at 2 ranks exactly what the transport
+ * ring sends; per allgather or broadcast (root) of L bytes, L. */
+uint64_t sl_ring_shm_bytes(const sl_ring *r);
 
 /* Sum (or average) count elements of buf (SL_DT_F32, or SL_DT_I32 with SL_REDUCE_SUM and
  * no fp16: integers wrap) over all ranks, in place; every rank passes the same count,

@@ -142,6 +142,8 @@ typedef struct sl_train_config {
     bool ps_sync;               /* strategy ps mode=sync (default async) */
     int ps_staleness;           /* strategy ps staleness=K; -1 (default): no bound */
     sl_compress_spec compress;  /* strategy ring|ps compress=...; default none (sluice/compress.h) */
+    int ring_path;              /* strategy ring path=auto|tcp|shm: an sl_ring_path (sluice/ring.h);
+                                   default auto (shared memory when every replica is on one host) */
     int64_t batch;              /* the training pipeline's global batch (its `batch N`) */
     int64_t eval_batch;         /* the evaluation pipeline's batch (0 without one) */
     uint64_t model_hash;        /* FNV-1a over the model block's statements, then over each

@@ -275,6 +275,9 @@ void sl_tp_abort(sl_tp *tp, const char *why);
 int sl_tp_peer_lost(const sl_tp *tp, int rank);
 
 void sl_tp_get_stats(const sl_tp *tp, sl_tp_stats *out);
+/* The job id and the receive timeout this transport was created with. */
+uint64_t sl_tp_job_id(const sl_tp *tp);
+double sl_tp_timeout_s(const sl_tp *tp);
 
 /* 64 random bits from the kernel (getrandom, else /dev/urandom), never 0: routing-id
  * nonces and sluice-launch's job ids. SL_OK, or SL_EIO when no randomness can be had. */

@@ -103,7 +103,9 @@ rc=$?
 ms=$((($(date +%s%N) - t0) / 1000000))
 if [ "$rc" = 1 ]; then ok "survivor exit 1"; else fail "survivor exit $rc, expected 1"; cat "$T/k0.err"; fi
 [ "$ms" -lt 5000 ] && ok "survivor exited in $ms ms (timeout 5 s)" || fail "survivor took $ms ms"
-if grep -q "lost rank 1 (127.0.0.1:$((PB + 11)))" "$T/k0.err"; then ok "error names the lost peer: $(grep 'lost rank 1' "$T/k0.err")"
+# over ZeroMQ "lost rank 1 (ADDR)", over shared memory "rank 1 (ADDR) [pid P, shared memory] died"
+if grep -qE "lost rank 1 \(127.0.0.1:$((PB + 11))\)|rank 1 \(127.0.0.1:$((PB + 11))\) \[pid [0-9]+, shared memory\] died" "$T/k0.err"; then
+    ok "error names the lost peer: $(grep -E 'rank 1 ' "$T/k0.err" | head -1)"
 else fail "error does not name rank 1:"; cat "$T/k0.err"; fi
 # started from TF_CONFIG without SLUICE_JOB_ID or CURVE: each replica says at start that the
 # job is open to strangers (its id is derived from the addresses) and how to close it

@@ -2,6 +2,7 @@
  * ranks (threads in this process over TCP on 127.0.0.1), exact sums of integer-valued
  * floats, bit-identical repeats, and failure: a rank that dies mid-allreduce (a forked
  * process killed with SIGKILL) or stays silent turns into SL_EPEER / SL_ETIMEDOUT naming it. */
+#include <dirent.h>
 #include <math.h>
 #include <pthread.h>
 #include <signal.h>
@@ -64,6 +65,7 @@ typedef struct job {
     int ncuts;
     sl_status st;
     char msg[1024];
+    char path[8];         /* the path the ring took ("shm", "tcp") */
     double took;
 } job;
 
@@ -112,6 +114,7 @@ static void *run_job(void *arg) {
     job *j = arg;
     sl_ring *r;
     j->st = sl_ring_create(j->tp, &j->ro, &r);
+    if (!j->st) snprintf(j->path, sizeof j->path, "%s", sl_ring_path_name(r));
     double t0 = now_s();
     for (int k = 0; k < (j->reps ? j->reps : 1) && !j->st; k++) {
         if (j->what == DO_ALLREDUCE) j->st = sl_ring_allreduce(r, j->buf, j->count, j->dt, j->op, 7);
@@ -177,7 +180,8 @@ static int allreduce_twice(sl_tp **tps, int n) {
         bufs[r] = malloc(len * 4);
         for (size_t i = 0; i < len; i++) bufs[r][i] = val(r, i);
         jobs[r] = (job){.tp = tps[r], .rank = r, .n = n, .what = DO_ALLREDUCE, .reps = 2, .count = len,
-                        .buf = bufs[r], .dt = SL_DT_F32, .op = SL_REDUCE_SUM, .ro = {.chunk_bytes = 16 << 10}};
+                        .buf = bufs[r], .dt = SL_DT_F32, .op = SL_REDUCE_SUM,
+                        .ro = {.chunk_bytes = 16 << 10, .path = SL_RING_PATH_TCP}}; /* the wire under test */
         pthread_create(&th[r], NULL, run_job, &jobs[r]);
     }
     for (int r = 0; r < n; r++) pthread_join(th[r], NULL);
@@ -376,6 +380,62 @@ TEST(test_allreduce_range_identical) {
     sl_tp_destroy(tps[0]);
 }
 
+/* Every collective over shared memory and over the transport, on 2, 3 and 4 ranks, with
+ * windows and chunks far smaller than the tensors (many windows; ring segments that start
+ * and end inside windows): the same bits on every rank and on both paths. */
+TEST(test_shm_matches_tcp) {
+    enum { MAXN = 4 };
+    const size_t count = 10007;
+    const size_t cuts[] = {10007, 9000, 7001, 5003, 5002, 1234, 17, 0};
+    struct {
+        int what;
+        sl_dtype dt;
+        sl_reduce_op op;
+        int fp16;
+        sl_compress_spec cs;
+    } cases[] = {
+        {DO_ALLREDUCE, SL_DT_F32, SL_REDUCE_SUM, 0, {0}}, {DO_ALLREDUCE, SL_DT_F32, SL_REDUCE_AVG, 0, {0}},
+        {DO_ALLREDUCE, SL_DT_F32, SL_REDUCE_SUM, 1, {0}}, {DO_ALLREDUCE, SL_DT_F32, SL_REDUCE_AVG, 1, {0}},
+        {DO_ALLREDUCE, SL_DT_I32, SL_REDUCE_SUM, 0, {0}}, {DO_RANGES, SL_DT_F32, SL_REDUCE_AVG, 0, {0}},
+        {DO_RANGES, SL_DT_F32, SL_REDUCE_SUM, 1, {0}},    {DO_BROADCAST, SL_DT_U8, SL_REDUCE_SUM, 0, {0}},
+        {DO_ALLGATHER, SL_DT_U8, SL_REDUCE_SUM, 0, {0}},  {DO_CALLRED, SL_DT_F32, SL_REDUCE_AVG, 0, {SL_COMPRESS_INT8, 0}},
+    };
+    size_t bytes = (size_t)MAXN * count * 4;
+    unsigned char *b[2][MAXN];
+    for (int p = 0; p < 2; p++)
+        for (int r = 0; r < MAXN; r++) b[p][r] = malloc(bytes);
+    for (int n = 2; n <= MAXN; n++) {
+        for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+            job out[2][MAXN];
+            for (int p = 0; p < 2; p++) {
+                for (int r = 0; r < n; r++) {
+                    float *f = (float *)(void *)b[p][r];
+                    int32_t *q = (int32_t *)(void *)b[p][r];
+                    for (size_t i = 0; i < (size_t)MAXN * count; i++) {
+                        if (cases[c].dt == SL_DT_I32) q[i] = (int32_t)(i * 2654435761u) ^ (r << 20);
+                        else f[i] = grad_at(r, (int)c, i) * (i % 5 ? 1.0f : 777.0f);
+                    }
+                }
+                job t = {.what = cases[c].what, .count = cases[c].what == DO_ALLGATHER ? 3001 : count,
+                         .dt = cases[c].dt, .op = cases[c].op, .root = n - 1, .cs = cases[c].cs, .steps = 3,
+                         .cuts = cuts, .ncuts = 7,
+                         .ro = {.chunk_bytes = 4096, .fp16 = cases[c].fp16, .shm_window = 4096,
+                                .path = p ? SL_RING_PATH_SHM : SL_RING_PATH_TCP}};
+                ASSERT_EQ(run_all(n, &t, (void **)b[p], out[p]), 0);
+                for (int r = 0; r < n; r++) ASSERT_STREQ(out[p][r].path, p ? "shm" : "tcp");
+            }
+            size_t len = cases[c].what == DO_ALLGATHER ? (size_t)n * 3001 : cases[c].what == DO_BROADCAST ? count : count * 4;
+            for (int r = 0; r < n; r++) {
+                if (memcmp(b[0][r], b[1][r], len)) FAILF("%d ranks, case %zu: rank %d differs between tcp and shm", n, c, r);
+                if (memcmp(b[1][r], b[1][0], len)) FAILF("%d ranks, case %zu: rank %d differs from rank 0", n, c, r);
+                if (cases[c].what == DO_CALLRED) ASSERT_U64(out[0][r].hash, out[1][r].hash);
+            }
+        }
+    }
+    for (int p = 0; p < 2; p++)
+        for (int r = 0; r < MAXN; r++) free(b[p][r]);
+}
+
 TEST(test_fp16_conversion) {
     /* the portable path and F16C agree on every half value and on rounding ties */
     uint16_t h1[65536], h2[65536];
@@ -534,7 +594,8 @@ TEST(test_silent_peer_times_out) {
     sl_tp *tps[2];
     ASSERT_EQ(make_ring(2, 1.0, tps), 0);
     sl_ring *r;
-    ASSERT_OK(sl_ring_create(tps[0], NULL, &r));
+    sl_ring_opts tcp = {.path = SL_RING_PATH_TCP}; /* rank 1 never creates its ring */
+    ASSERT_OK(sl_ring_create(tps[0], &tcp, &r));
     float x[4] = {1, 2, 3, 4};
     double t0 = now_s();
     ASSERT_EQ(sl_ring_allreduce(r, x, 4, SL_DT_F32, SL_REDUCE_SUM, 0), SL_ETIMEDOUT);
@@ -549,24 +610,29 @@ TEST(test_silent_peer_times_out) {
     sl_tp_destroy(tps[1]);
 }
 
-typedef struct victim_args {
-    sl_ring *r;
-    float *x;
-    size_t len;
-} victim_args;
-
-static void *victim_run(void *arg) {
-    victim_args *a = arg;
-    sl_ring_allreduce(a->r, a->x, a->len, SL_DT_F32, SL_REDUCE_SUM, 0);
-    return NULL;
+/* Names in /dev/shm of job `job`'s segments (0 when none). */
+static int shm_names_of(uint64_t job) {
+    char pre[64];
+    snprintf(pre, sizeof pre, "sluice-%016llx-", (unsigned long long)job);
+    DIR *d = opendir("/dev/shm");
+    if (!d) return 0;
+    int found = 0;
+    struct dirent *e;
+    while ((e = readdir(d)))
+        if (!strncmp(e->d_name, pre, strlen(pre))) found++;
+    closedir(d);
+    return found;
 }
 
 /* Ranks as processes: each child binds, sends its endpoint up a pipe, reads everyone's,
- * and runs one big allreduce; the victim kills itself with SIGKILL mid-way. The parent
- * collects each child's status and message. */
-TEST(test_killed_rank_is_named) {
+ * runs a small allreduce, then a big one as two ranges. The victim takes part in the small
+ * one and the first range, then kills or stops itself: the others are then waiting for it
+ * inside the second range, a point the victim's code fixes, not a clock. The parent
+ * collects each child's status and message; a stopped victim is killed once the others
+ * are done. Returns the number of failed checks. */
+static void victim_case(sl_ring_path path, int sig, uint64_t job) {
     enum { N = 4, VICTIM = 2 };
-    const double timeout = 5.0;
+    const double timeout = 3.0;
     int up[N][2], down[N][2], res[N][2];
     pid_t pid[N];
     for (int i = 0; i < N; i++) {
@@ -579,7 +645,7 @@ TEST(test_killed_rank_is_named) {
             const char *a[N];
             for (int k = 0; k < N; k++) a[k] = "127.0.0.1:0";
             sl_tp *tp;
-            sl_tp_opts o = {.timeout_s = timeout};
+            sl_tp_opts o = {.timeout_s = timeout, .job_id = job};
             if (sl_tp_create(i, N, a, &o, &tp)) _exit(3);
             char ep[64] = {0};
             snprintf(ep, sizeof ep, "%s", sl_tp_endpoint(tp));
@@ -590,23 +656,16 @@ TEST(test_killed_rank_is_named) {
                 if (k != i) sl_tp_set_peer(tp, k, all[k]);
             sl_tp_connect(tp);
             sl_ring *r;
-            sl_ring_opts ro = {.chunk_bytes = 16 << 10};
-            sl_ring_create(tp, &ro, &r);
-            size_t len = 8 << 20;
+            sl_ring_opts ro = {.chunk_bytes = 16 << 10, .path = path};
+            if (sl_ring_create(tp, &ro, &r)) _exit(4);
+            if (strcmp(sl_ring_path_name(r), path == SL_RING_PATH_SHM ? "shm" : "tcp")) _exit(5);
+            size_t len = 1 << 20;
             float *x = calloc(len, 4);
-            if (i == VICTIM) {
-                /* take part in the first allreduce, die in the middle of the second */
-                sl_ring_allreduce(r, x, 1000, SL_DT_F32, SL_REDUCE_SUM, 0);
-                victim_args va = {r, x, len};
-                pthread_t th;
-                pthread_create(&th, NULL, victim_run, &va);
-                struct timespec ts = {0, 20 * 1000000};
-                nanosleep(&ts, NULL);
-                raise(SIGKILL);
-            }
             sl_status s = sl_ring_allreduce(r, x, 1000, SL_DT_F32, SL_REDUCE_SUM, 0);
+            if (!s) s = sl_ring_allreduce_range(r, x, len, 0, len / 2, SL_DT_F32, SL_REDUCE_SUM, 0);
+            if (i == VICTIM) raise(sig); /* SIGSTOP: the parent kills it later */
             double t0 = now_s();
-            if (!s) s = sl_ring_allreduce(r, x, len, SL_DT_F32, SL_REDUCE_SUM, 0);
+            if (!s) s = sl_ring_allreduce_range(r, x, len, len / 2, len, SL_DT_F32, SL_REDUCE_SUM, 0);
             char msg[1100];
             snprintf(msg, sizeof msg, "%d %.2f %s", s, now_s() - t0, sl_errmsg());
             if (write(res[i][1], msg, sizeof msg) != sizeof msg) _exit(3);
@@ -622,9 +681,9 @@ TEST(test_killed_rank_is_named) {
     char want[96];
     snprintf(want, sizeof want, "rank %d (%s)", VICTIM, all[VICTIM]);
     for (int i = 0; i < N; i++) {
+        if (i == VICTIM) continue;
         int stt;
         waitpid(pid[i], &stt, 0);
-        if (i == VICTIM) { ASSERT(WIFSIGNALED(stt) && WTERMSIG(stt) == SIGKILL); continue; }
         ASSERT(WIFEXITED(stt) && WEXITSTATUS(stt) == 0);
         char msg[1100];
         ASSERT_EQ(read(res[i][0], msg, sizeof msg), (ssize_t)sizeof msg);
@@ -632,14 +691,26 @@ TEST(test_killed_rank_is_named) {
         double took;
         ASSERT_EQ(sscanf(msg, "%d %lf", &code, &took), 2);
         printf("  rank %d: %s\n", i, msg);
-        ASSERT_EQ(code, SL_EPEER);
+        /* the victim's neighbours name it; the others may learn it from their abort */
+        if (sig == SIGSTOP) ASSERT(code == SL_ETIMEDOUT || code == SL_EPEER);
+        else ASSERT_EQ(code, SL_EPEER);
         ASSERT_CONTAINS(msg, want);
-        ASSERT(took < timeout);
+        if (path == SL_RING_PATH_SHM && sig == SIGSTOP) ASSERT_CONTAINS(msg, "stopped");
+        ASSERT(took < timeout + 2.0);
     }
+    if (sig == SIGSTOP) kill(pid[VICTIM], SIGKILL);
+    int stt;
+    waitpid(pid[VICTIM], &stt, 0);
+    ASSERT(WIFSIGNALED(stt) && WTERMSIG(stt) == SIGKILL);
+    ASSERT_EQ(shm_names_of(job), 0);
     for (int i = 0; i < N; i++) {
         close(up[i][0]); close(up[i][1]); close(down[i][0]); close(down[i][1]); close(res[i][0]); close(res[i][1]);
     }
 }
+
+TEST(test_killed_rank_is_named) { victim_case(SL_RING_PATH_TCP, SIGKILL, 0x7e57000000000001ull); }
+TEST(test_killed_rank_is_named_shm) { victim_case(SL_RING_PATH_SHM, SIGKILL, 0x7e57000000000002ull); }
+TEST(test_stopped_rank_is_named_shm) { victim_case(SL_RING_PATH_SHM, SIGSTOP, 0x7e57000000000003ull); }
 
 TEST(test_garbage_during_allreduce) {
     enum { N = 3 };
@@ -739,8 +810,11 @@ TEST(test_strangers_during_allreduce) {
 int main(void) {
     RUN(test_allreduce_range_identical);
     RUN(test_fp16_conversion);
+    RUN(test_shm_matches_tcp);
     RUN(test_allreduce_bad_args);
     RUN(test_killed_rank_is_named);
+    RUN(test_killed_rank_is_named_shm);
+    RUN(test_stopped_rank_is_named_shm);
     RUN(test_allreduce_sum_exact);
     RUN(test_allreduce_avg_and_int32);
     RUN(test_allreduce_bit_reproducible);
