@@ -8,27 +8,13 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "shm_priv.h"
+#include "ring_priv.h"
 #include "sluice/compress.h"
 #include "sluice/log.h"
 #include "sluice/ring.h"
 
-struct sl_ring {
-    sl_tp *tp;
-    size_t chunk_bytes;
-    int fp16;
-    int broken;          /* a collective failed: peers are out of step */
-    uint64_t seq;        /* collectives started; the step field of every message */
-    float *scratch;      /* aligned copy of an unaligned float payload */
-    size_t scratch_n;
-    unsigned char *gather; /* compressed allreduce: every rank's payload */
-    size_t gather_n;
-    sl__shm *shm;        /* non-NULL: every collective goes through shared memory */
-};
 
 /* ---- ring -------------------------------------------------------------------------- */
-
-static sl_status setup_shm(sl_ring *r, const sl_ring_opts *opts);
 
 sl_status sl_ring_create(sl_tp *tp, const sl_ring_opts *opts, sl_ring **out) {
     *out = NULL;
@@ -46,7 +32,7 @@ sl_status sl_ring_create(sl_tp *tp, const sl_ring_opts *opts, sl_ring **out) {
         return sl_err(SL_EINVAL, "ring: unknown path %d (auto, tcp, shm)", (int)path);
     }
     if (path != SL_RING_PATH_TCP && sl_tp_size(tp) > 1) {
-        sl_status s = setup_shm(r, opts);
+        sl_status s = sl__ring_layout(r, opts);
         if (s) {
             sl_ring_destroy(r);
             return s;
@@ -58,101 +44,21 @@ sl_status sl_ring_create(sl_tp *tp, const sl_ring_opts *opts, sl_ring **out) {
 
 void sl_ring_destroy(sl_ring *r) {
     if (!r) return;
-    sl__shm_close(r->shm);
+    sl__ring_layout_free(r);
+    sl__ring_early_free(r);
     free(r->scratch);
     free(r->gather);
     free(r);
 }
 
-const char *sl_ring_path_name(const sl_ring *r) { return r && r->shm ? "shm" : "tcp"; }
+const char *sl_ring_path_name(const sl_ring *r) { return !r ? "tcp" : r->hier ? "shm+tcp" : r->shm ? "shm" : "tcp"; }
 
 uint64_t sl_ring_shm_bytes(const sl_ring *r) { return r && r->shm ? r->shm->written : 0; }
 
-/* A failed collective on either path: the peers are told, the ring is unusable. */
-static void ring_abort(sl_ring *r, const char *why) {
+void sl__ring_abort(sl_ring *r, const char *why) {
     r->broken = 1;
     if (r->shm) sl__shm_abort(r->shm, why);
     sl_tp_abort(r->tp, why);
-}
-
-/* What rank 0 tells the others about the segment (over the transport). */
-typedef struct shm_offer {
-    int32_t status;           /* rank 0's sl_status making it */
-    uint32_t pad;
-    uint64_t key;
-    char name[SL__SHM_NAME];
-    char why[256];            /* rank 0's error when status != 0 */
-} shm_offer;
-
-/* The ranks learn where each runs; when all share this host, rank 0 makes the segment, the
- * others attach, and the name is unlinked by every rank once all have attached (so nothing
- * stays in /dev/shm whatever happens next). With path AUTO a failure anywhere leaves every
- * rank on the transport, logged; with SHM it is the error. Transport failures (a peer that
- * does not answer) are errors either way. */
-static sl_status setup_shm(sl_ring *r, const sl_ring_opts *opts) {
-    int n = sl_tp_size(r->tp), me = sl_tp_rank(r->tp);
-    int must = opts && opts->path == SL_RING_PATH_SHM;
-    sl__shm_where *all = calloc((size_t)n, sizeof *all);
-    if (!all) return sl_err(SL_ENOMEM, "ring: out of memory");
-    sl__shm_where_self(&all[me]);
-    sl_status s = sl_ring_allgather(r, all, sizeof *all, 0x53484d31u /* "SHM1" */);
-    int other = -1;
-    for (int k = 0; !s && k < n && other < 0; k++)
-        if (!sl__shm_same_host(&all[0], &all[k])) other = k;
-    if (!s && other >= 0) {
-        int k = other;
-        if (must)
-            s = sl_err(SL_EUNSUPPORTED, "ring path shm: rank %d (%s) runs on host %.64s (boot %.40s), rank 0 on %.64s",
-                       k, k == me ? "this rank" : sl_tp_peer_addr(r->tp, k), all[k].host, all[k].boot, all[0].host);
-        else
-            SL_DEBUG("ring: rank %d runs elsewhere (%.64s): collectives over the transport", k, all[k].host);
-    }
-    free(all);
-    if (s || other >= 0) return s;
-
-    sl__shm_cfg cfg = {.n = n, .rank = me, .job = sl_tp_job_id(r->tp), .window = opts ? opts->shm_window : 0,
-                       .timeout_s = sl_tp_timeout_s(r->tp), .tp = r->tp};
-    sl__shm *shm = NULL; /* the ring's once every rank has attached */
-    shm_offer *of = calloc(1, sizeof *of);
-    if (!of) return sl_err(SL_ENOMEM, "ring: out of memory");
-    sl_status mine = SL_OK;
-    char why[256] = "";
-    if (me == 0) {
-        mine = sl__shm_create(&cfg, of->name, &of->key, &shm);
-        of->status = mine;
-        if (mine) snprintf(of->why, sizeof of->why, "%s", sl_errmsg());
-    }
-    if ((s = sl_ring_broadcast(r, of, sizeof *of, 0, 0x53484d32u))) goto out;
-    of->name[sizeof of->name - 1] = 0;
-    of->why[sizeof of->why - 1] = 0;
-    if (me != 0) {
-        if (of->status) mine = of->status;
-        else mine = sl__shm_attach(&cfg, of->name, of->key, &shm);
-    }
-    snprintf(why, sizeof why, "%s", mine ? (me != 0 && of->status ? of->why : sl_errmsg()) : "");
-    int32_t ok = mine == SL_OK;
-    s = sl_ring_allreduce(r, &ok, 1, SL_DT_I32, SL_REDUCE_SUM, 0x53484d33u);
-    sl__shm_unlink(of->name);
-    if (s) goto out;
-    if (ok != n) {
-        sl__shm_close(shm);
-        shm = NULL;
-        if (must) {
-            s = sl_err(mine ? mine : SL_EIO, "ring path shm: %s",
-                       mine ? why : "another rank could not attach to the shared-memory segment");
-        } else {
-            SL_WARN("ring: shared memory not used (%s); collectives go over the transport",
-                    mine ? why : "another rank could not attach to the segment");
-        }
-    }
-out:
-    if (s && shm) {
-        sl__shm_close(shm);
-        shm = NULL;
-    }
-    r->shm = shm;
-    free(of);
-    return s;
 }
 
 static void add_f32(float *restrict d, const float *restrict s, size_t n) {
@@ -212,16 +118,90 @@ static sl_status send_chunk(coll *c, char *buf, size_t off, size_t count, uint16
     return sl_tp_send(c->r->tp, c->next, &h, buf + off * c->esz, count * c->esz, NULL, NULL);
 }
 
+/* A message of a later collective from a ring member that is not prev: in the hierarchy,
+ * a host leader that finished the ranks' last common collective sends on the leaders' ring
+ * while its neighbour there still waits for its neighbour in the common one. Kept (copied)
+ * until its collective asks for it, instead of being dropped. */
+typedef struct sl__early {
+    sl_msg_hdr h;
+    void *data;
+    struct sl__early *next;
+} sl__early;
+
+void sl__ring_early_free(sl_ring *r) {
+    while (r->early) {
+        sl__early *e = r->early;
+        r->early = e->next;
+        free(e->data);
+        free(e);
+    }
+    if (r->cur) free(r->cur->data);
+    free(r->cur);
+    r->cur = NULL;
+    r->early_bytes = 0;
+}
+
+static sl_status keep_early(sl_ring *r, const sl_msg_hdr *h, const void *data) {
+    if (r->early_bytes + h->length > ((size_t)1 << 30))
+        return sl_err(SL_EPEER, "ring: rank %u (%s) sent more than 1 GiB ahead of this rank's collectives", h->sender,
+                      sl_tp_peer_addr(r->tp, (int)h->sender));
+    sl__early *e = calloc(1, sizeof *e), **pp = &r->early;
+    if (!e || !(e->data = malloc(h->length + 1))) {
+        free(e);
+        return sl_err(SL_ENOMEM, "ring: out of memory keeping a message of a later collective");
+    }
+    e->h = *h;
+    memcpy(e->data, data, h->length);
+    while (*pp) pp = &(*pp)->next; /* in arrival order */
+    *pp = e;
+    r->early_bytes += h->length;
+    return SL_OK;
+}
+
+/* The next message from prev: a kept one first, else the transport's. */
+static sl_status next_from(coll *c, sl_msg_hdr *h, const void **data) {
+    sl_ring *r = c->r;
+    if (r->cur) {
+        free(r->cur->data);
+        free(r->cur);
+        r->cur = NULL;
+    }
+    for (sl__early **pp = &r->early; *pp; pp = &(*pp)->next)
+        if ((*pp)->h.sender == (uint32_t)c->prev) {
+            r->cur = *pp;
+            *pp = r->cur->next;
+            r->early_bytes -= r->cur->h.length;
+            *h = r->cur->h;
+            *data = r->cur->data;
+            return SL_OK;
+        }
+    for (;;) {
+        size_t len;
+        sl_status s = sl_tp_recv(r->tp, c->prev, -1, h, data, &len);
+        if (s) return s;
+        if (h->sender != (uint32_t)c->prev && h->step > c->seq && r->mem) {
+            if ((s = keep_early(r, h, *data))) return s;
+            continue;
+        }
+        return SL_OK;
+    }
+}
+
+/* Send the message just received on to next: without a copy, or from the kept copy. */
+static sl_status forward(coll *c, sl_msg_hdr *h, const void *data) {
+    if (c->r->cur) return sl_tp_send_copy(c->r->tp, c->next, h, data, h->length);
+    return sl_tp_forward(c->r->tp, c->next, h);
+}
+
 /* Receive the next message of this collective from prev, which must be (round, off, count).
  * Messages of earlier collectives and from other ranks are dropped and counted. */
 static sl_status recv_chunk(coll *c, uint16_t type, uint16_t round, size_t off, size_t count,
                             sl_msg_hdr *h, const void **data) {
     sl_tp *tp = c->r->tp;
     for (;;) {
-        size_t len;
-        sl_status s = sl_tp_recv(tp, c->prev, -1, h, data, &len);
+        sl_status s = next_from(c, h, data);
         if (s) return s;
-        if (h->sender != (uint32_t)c->prev || h->step < c->seq) { sl_tp_drop(tp); continue; }
+        if (h->sender != (uint32_t)c->prev || h->step < c->seq) { if (!c->r->cur) sl_tp_drop(tp); continue; }
         size_t want = count * c->wsz;
         if (h->type != type || h->step != c->seq || h->round != round || h->offset != off ||
             h->length != want || h->dtype != c->dtype || h->flags != c->flags || h->tensor != c->tensor) {
@@ -243,7 +223,7 @@ static sl_status recv_chunk(coll *c, uint16_t type, uint16_t round, size_t off, 
 static sl_status fail(coll *c, sl_status s) {
     sl_error e;
     sl_err_save(&e);
-    ring_abort(c->r, e.msg);
+    sl__ring_abort(c->r, e.msg);
     sl_tp_disconnect(c->r->tp); /* ZeroMQ lets go of the caller's buffer before we return */
     return sl_err_restore(&e);
 }
@@ -253,10 +233,17 @@ static sl_status begin(sl_ring *r, coll *c, uint32_t tensor) {
     if (r->broken)
         return sl_err(SL_ESTATE, "ring: an earlier collective failed; the ring must be rebuilt");
     c->r = r;
-    c->n = sl_tp_size(r->tp);
-    c->me = sl_tp_rank(r->tp);
-    c->prev = (c->me + c->n - 1) % c->n;
-    c->next = (c->me + 1) % c->n;
+    if (r->mem) { /* positions on the ring of host leaders */
+        c->n = r->nmem;
+        c->me = r->pos;
+        c->prev = r->mem[(c->me + c->n - 1) % c->n];
+        c->next = r->mem[(c->me + 1) % c->n];
+    } else {
+        c->n = sl_tp_size(r->tp);
+        c->me = sl_tp_rank(r->tp);
+        c->prev = (c->me + c->n - 1) % c->n;
+        c->next = (c->me + 1) % c->n;
+    }
     c->seq = ++r->seq;
     c->tensor = tensor;
     return SL_OK;
@@ -311,8 +298,14 @@ static sl_status allreduce_range(sl_ring *r, void *buf, size_t count, size_t lo,
     if (lo > hi || hi > count)
         return sl_err(SL_EINVAL, "ring allreduce: range [%zu, %zu) is not within the %zu elements", lo, hi, count);
     if (hi > lo && !buf) return sl_err(SL_EINVAL, "ring allreduce: NULL buffer");
+    if (r->hier) return sl__ring_hier_allreduce_range(r, buf, count, lo, hi, dtype, op, tensor);
     if (r->shm)
         return shm_done(r, sl__shm_allreduce_range(r->shm, buf, count, lo, hi, dtype, op, r->fp16, tensor));
+    return sl__ring_tcp_allreduce_range(r, buf, count, lo, hi, dtype, op, tensor);
+}
+
+sl_status sl__ring_tcp_allreduce_range(sl_ring *r, void *buf, size_t count, size_t lo, size_t hi, sl_dtype dtype,
+                                       sl_reduce_op op, uint32_t tensor) {
     coll c;
     sl_status s = begin(r, &c, tensor);
     if (s) return s;
@@ -378,7 +371,7 @@ static sl_status allreduce_range(sl_ring *r, void *buf, size_t count, size_t lo,
                 }
                 if (round < nrounds - 1) {
                     h.round = (uint16_t)(round + 1);
-                    if ((s = sl_tp_forward(r->tp, c.next, &h))) return fail(&c, s);
+                    if ((s = forward(&c, &h, data))) return fail(&c, s);
                 }
             }
         }
@@ -401,7 +394,12 @@ sl_status sl_ring_broadcast(sl_ring *r, void *buf, size_t len, int root, uint32_
     if (root < 0 || root >= sl_tp_size(r->tp))
         return sl_err(SL_EINVAL, "ring broadcast: root %d is not a rank (0..%d)", root, sl_tp_size(r->tp) - 1);
     if (len && !buf) return sl_err(SL_EINVAL, "ring broadcast: NULL buffer");
+    if (r->hier) return sl__ring_hier_broadcast(r, buf, len, root, tensor);
     if (r->shm) return shm_done(r, sl__shm_broadcast(r->shm, buf, len, root, tensor));
+    return sl__ring_tcp_broadcast(r, buf, len, root, tensor);
+}
+
+sl_status sl__ring_tcp_broadcast(sl_ring *r, void *buf, size_t len, int root, uint32_t tensor) {
     coll c;
     sl_status s = begin_bytes(r, &c, tensor);
     if (s) return s;
@@ -417,7 +415,7 @@ sl_status sl_ring_broadcast(sl_ring *r, void *buf, size_t len, int root, uint32_
         const void *data;
         if ((s = recv_chunk(&c, SL_MSG_DATA, 0, k, cn, &h, &data))) return fail(&c, s);
         memcpy((char *)buf + k, data, cn);
-        if (c.next != root && (s = sl_tp_forward(r->tp, c.next, &h))) return fail(&c, s);
+        if (c.next != (r->mem ? r->mem[root] : root) && (s = forward(&c, &h, data))) return fail(&c, s);
     }
     if ((s = sl_tp_flush(r->tp))) return fail(&c, s);
     return SL_OK;
@@ -425,7 +423,12 @@ sl_status sl_ring_broadcast(sl_ring *r, void *buf, size_t len, int root, uint32_
 
 sl_status sl_ring_allgather(sl_ring *r, void *all, size_t len, uint32_t tensor) {
     if (len && !all) return sl_err(SL_EINVAL, "ring allgather: NULL buffer");
+    if (r->hier) return sl__ring_hier_allgather(r, all, len, tensor);
     if (r->shm) return shm_done(r, sl__shm_allgather(r->shm, all, len, tensor));
+    return sl__ring_tcp_allgather(r, all, len, tensor);
+}
+
+sl_status sl__ring_tcp_allgather(sl_ring *r, void *all, size_t len, uint32_t tensor) {
     coll c;
     sl_status s = begin_bytes(r, &c, tensor);
     if (s) return s;
@@ -448,7 +451,7 @@ sl_status sl_ring_allgather(sl_ring *r, void *all, size_t len, uint32_t tensor) 
             memcpy(b + blk + k, data, cn);
             if (round < n - 2) {
                 h.round = (uint16_t)(round + 1);
-                if ((s = sl_tp_forward(r->tp, c.next, &h))) return fail(&c, s);
+                if ((s = forward(&c, &h, data))) return fail(&c, s);
             }
         }
     }
@@ -490,7 +493,7 @@ sl_status sl_ring_allreduce_compressed(sl_ring *r, sl_compress_ef *ef, float *bu
         if ((s = sl_compress_decode_add(sp, p, L, count, buf, who))) {
             sl_error e;
             sl_err_save(&e);
-            ring_abort(r, e.msg);
+            sl__ring_abort(r, e.msg);
             return sl_err_restore(&e);
         }
         if (flag) {
@@ -506,7 +509,12 @@ sl_status sl_ring_allreduce_compressed(sl_ring *r, sl_compress_ef *ef, float *bu
 }
 
 sl_status sl_ring_barrier(sl_ring *r) {
+    if (r->hier) return sl__ring_hier_barrier(r);
     if (r->shm) return shm_done(r, sl__shm_barrier(r->shm));
+    return sl__ring_tcp_barrier(r);
+}
+
+sl_status sl__ring_tcp_barrier(sl_ring *r) {
     coll c;
     sl_status s = begin_bytes(r, &c, 0);
     if (s) return s;
@@ -524,7 +532,7 @@ sl_status sl_ring_barrier(sl_ring *r) {
             if (round == 0 && (s = recv_chunk(&c, SL_MSG_BARRIER, 0, 0, 0, &h, &data))) return fail(&c, s);
         } else {
             if ((s = recv_chunk(&c, SL_MSG_BARRIER, (uint16_t)round, 0, 0, &h, &data))) return fail(&c, s);
-            if ((round == 0 || c.next != 0) && (s = sl_tp_send_copy(r->tp, c.next, &h, NULL, 0)))
+            if ((round == 0 || c.next != (r->mem ? r->mem[0] : 0)) && (s = sl_tp_send_copy(r->tp, c.next, &h, NULL, 0)))
                 return fail(&c, s);
         }
     }

@@ -67,6 +67,10 @@ static size_t seg_size(int n, int k, size_t w) { return off_data(n, k) + (size_t
 
 static rank_slot *slot(sl__shm *m, int r) { return (rank_slot *)(m->base + off_ranks()) + r; }
 
+/* Rank k of the segment as the job knows it: its rank in the transport, and its address. */
+static int job_rank(const sl__shm *m, int k) { return m->ranks[k]; }
+static const char *addr_of(const sl__shm *m, int k) { return m->tp ? sl_tp_peer_addr(m->tp, m->ranks[k]) : "?"; }
+
 unsigned char *sl__shm_data(sl__shm *m, int rank, uint64_t win) {
     return m->base + off_data(m->n, m->nslots) + ((size_t)rank * (size_t)m->nslots + win % (uint64_t)m->nslots) * m->window;
 }
@@ -77,9 +81,10 @@ sl__shm_whdr *sl__shm_hdr(sl__shm *m, int rank, uint64_t win) {
 
 /* ---- where a rank runs ------------------------------------------------------------------ */
 
-void sl__shm_where_self(sl__shm_where *w) {
+void sl__shm_where_self(sl__shm_where *w, const char *host) {
     memset(w, 0, sizeof *w);
-    gethostname(w->host, sizeof w->host - 1);
+    if (host && host[0]) snprintf(w->host, sizeof w->host, "%s", host);
+    else gethostname(w->host, sizeof w->host - 1);
     FILE *f = fopen("/proc/sys/kernel/random/boot_id", "r");
     if (f) {
         if (!fgets(w->boot, sizeof w->boot, f)) w->boot[0] = 0;
@@ -201,6 +206,7 @@ static sl__shm *new_handle(const sl__shm_cfg *cfg, const char *name) {
     m->rank = cfg->rank;
     m->job = cfg->job;
     m->tp = cfg->tp;
+    for (int k = 0; k < m->n && k < 64; k++) m->ranks[k] = cfg->ranks ? cfg->ranks[k] : k;
     m->timeout_s = cfg->timeout_s > 0 ? cfg->timeout_s : 30.0;
     m->window = up(cfg->window ? cfg->window : ((size_t)256 << 10), 64);
     m->nslots = 3;
@@ -407,21 +413,23 @@ static const char *phase_name(int ph) {
 static sl_status peer_gone(sl__shm *m, int k, int ph, uint64_t win) {
     rank_slot *s = slot(m, k);
     uint32_t st = atomic_load(&s->state);
-    const char *addr = m->tp ? sl_tp_peer_addr(m->tp, k) : "?";
+    const char *addr = addr_of(m, k);
     if (st == ST_ABORTED) {
         char why[sizeof s->why];
         memcpy(why, s->why, sizeof why);
         why[sizeof why - 1] = 0;
-        return sl_err(SL_EPEER, "rank %d (%s) [pid %d, shared memory] failed: %s", k, addr, (int)s->pid, why);
+        return sl_err(SL_EPEER, "rank %d (%s) [pid %d, shared memory] failed: %s", job_rank(m, k), addr, (int)s->pid, why);
     }
     if (st == ST_LEFT)
-        return sl_err(SL_EPEER, "rank %d (%s) [pid %d, shared memory] left the ring before %s window %llu", k, addr,
+        return sl_err(SL_EPEER, "rank %d (%s) [pid %d, shared memory] left the ring before %s window %llu",
+                      job_rank(m, k), addr,
                       (int)s->pid, phase_name(ph), (unsigned long long)win);
     for (int r = 0; r < m->n; r++) /* a third rank's failure ends this collective too */
         if (r != k && r != m->rank && atomic_load(&slot(m, r)->state) == ST_ABORTED) return peer_gone(m, r, ph, win);
     if (s->pid > 0 && s->pid != (int32_t)getpid() && !proc_state(s->pid))
         return sl_err(SL_EPEER, "rank %d (%s) [pid %d, shared memory] died during collective %llu (window %llu, %s)",
-                      k, addr, (int)s->pid, (unsigned long long)m->seq, (unsigned long long)win, phase_name(ph));
+                      job_rank(m, k), addr, (int)s->pid, (unsigned long long)m->seq, (unsigned long long)win,
+                      phase_name(ph));
     return SL_OK;
 }
 
@@ -451,11 +459,11 @@ sl_status sl__shm_wait(sl__shm *m, int k, int ph, uint64_t win) {
         double now = sl_now_s();
         if (now >= deadline) {
             char state = proc_state(s->pid);
-            const char *addr = m->tp ? sl_tp_peer_addr(m->tp, k) : "?";
+            const char *addr = addr_of(m, k);
             sl_err(SL_ETIMEDOUT,
                    "rank %d (%s) [pid %d, shared memory] made no progress for %.1f s: collective %llu, window %llu, "
                    "%s%s",
-                   k, addr, (int)s->pid, now - start, (unsigned long long)m->seq, (unsigned long long)win,
+                   job_rank(m, k), addr, (int)s->pid, now - start, (unsigned long long)m->seq, (unsigned long long)win,
                    phase_name(ph), state == 'T' ? "; the process is stopped (SIGSTOP or a debugger)" : "");
             sl_err_hint("every rank must make the same collective calls in the same order; a rank that is slower "
                         "than the timeout needs a longer one");
@@ -500,7 +508,7 @@ sl_status sl__shm_check(sl__shm *m, int k, const sl__shm_whdr *want) {
            "rank %d (%s) [shared memory] is in %s %llu (window %llu: count %llu, range [%llu, %llu), dtype %s, "
            "flags %u, op %u, root %d, tensor %u); this rank is in %s %llu (window %llu: count %llu, range [%llu, "
            "%llu), dtype %s, flags %u, op %u, root %d, tensor %u)",
-           k, m->tp ? sl_tp_peer_addr(m->tp, k) : "?", kind_name(h->kind), (unsigned long long)h->seq,
+           job_rank(m, k), addr_of(m, k), kind_name(h->kind), (unsigned long long)h->seq,
            (unsigned long long)h->win, (unsigned long long)h->count, (unsigned long long)h->lo,
            (unsigned long long)h->hi, sl_dtype_name((sl_dtype)h->dtype), h->flags, h->op, (int)h->root, h->tensor,
            kind_name(want->kind), (unsigned long long)want->seq, (unsigned long long)want->win,

@@ -33,7 +33,8 @@ typedef struct sl__shm_where {
     int32_t pid;
 } sl__shm_where;
 
-void sl__shm_where_self(sl__shm_where *w);
+/* host: the host's name as a launcher knows it; NULL: gethostname. */
+void sl__shm_where_self(sl__shm_where *w, const char *host);
 int sl__shm_same_host(const sl__shm_where *a, const sl__shm_where *b);
 
 typedef struct sl__shm_cfg {
@@ -42,6 +43,7 @@ typedef struct sl__shm_cfg {
     size_t window;       /* bytes per rank per window (rounded up to 64) */
     double timeout_s;    /* a peer silent this long is named and the collective fails */
     sl_tp *tp;           /* borrowed: names the peers (address) in messages */
+    const int *ranks;    /* ranks[k]: the transport rank of segment rank k; NULL: the same */
 } sl__shm_cfg;
 
 enum { SL__SHM_NAME = 80 };
@@ -92,6 +94,7 @@ struct sl__shm {
     uint64_t written;        /* bytes written into the segment for the peers */
     double timeout_s;
     sl_tp *tp;
+    int ranks[64];           /* the transport rank of each segment rank (for messages) */
     char name[SL__SHM_NAME];
     int broken;
 };

@@ -17,7 +17,6 @@
 #include <sys/stat.h>
 
 #include "sluice/file.h"
-#include "sluice/log.h"
 #include "sluice/strategy.h"
 #include "train/buckets.h"
 #include "train/internal.h"
@@ -653,9 +652,7 @@ sl_status sl_strategy_ring_create(const sl_cluster *c, const sl_strategy_ring_op
             sl_strategy_ring_free(s);
             return st;
         }
-        if (c->rank == 0)
-            SL_INFO("ring strategy: %d replicas exchange through %s", c->world,
-                    strcmp(sl_ring_path_name(s->ring), "shm") == 0 ? "shared memory (one host)" : "the transport (ZeroMQ)");
+        hooks->wire_path = sl_ring_path_name(s->ring);
         sl__agree_init(&s->agree, &(sl__agree_ops){.exchange = ring_step, .sum = ring_allsum}, s, c->world, c->rank,
                        c->rank == 0);
         hooks->start = ring_start;

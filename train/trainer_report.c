@@ -183,7 +183,10 @@ sl_status sl__report_epoch(sl_trainer *t, int64_t epoch, int64_t step, const sl_
         fprintf(f, "  %.0f examples/s  input wait %.1f%%  lr %.3g", eps, 100 * wait, lr);
         if (eval_acc >= 0) fprintf(f, "  eval accuracy %.4f", eval_acc);
         if (eval_acc >= 0 && has_top5(t)) fprintf(f, "  eval top5 %.4f", t->sum.eval_top5_accuracy);
-        if (t->hooks.wire_bytes && step > a->step0) fprintf(f, "  wire %.1f KiB/step", wire / 1024);
+        if (t->hooks.wire_bytes && step > a->step0) {
+            fprintf(f, "  wire %.1f KiB/step", wire / 1024);
+            if (t->hooks.wire_path) fprintf(f, " (%s)", t->hooks.wire_path);
+        }
         if (t->hooks.world_size > 1 && step > a->step0) fprintf(f, "  exchange %.1f ms/step", xms);
         if (t->c.precision == SL_PRECISION_FP16)
             fprintf(f, "  loss scale %g (%" PRId64 " skipped)", t->sum.loss_scale, t->sum.skipped_steps);

@@ -46,6 +46,8 @@ typedef struct sl_ring_opts {
     int fp16;             /* send float32 as float16 (halves the bytes; rounds every hop) */
     sl_ring_path path;    /* AUTO (0), TCP or SHM, above */
     size_t shm_window;    /* shared memory: bytes per rank per pipelined window; 0 = 256 KiB */
+    const char *host;     /* this rank's host as a launcher names it (borrowed, read at create);
+                             NULL: the host name. Ranks group by it, with the checks above */
 } sl_ring_opts;
 
 typedef struct sl_ring sl_ring;

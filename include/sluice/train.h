@@ -222,6 +222,8 @@ typedef struct sl_train_hooks {
      * config's keep. load_state: on every replica after start, when the run resumed from the
      * checkpoint of `step`. Their errors stop the run like a checkpoint's. */
     uint64_t (*wire_bytes)(void *ctx);
+    const char *wire_path;      /* optional: how the bytes travel ("shm", "tcp"), shown after
+                                   the figure: "wire N KiB/step (shm)" */
     sl_status (*save_state)(void *ctx, const char *run_dir, int64_t step, int keep);
     sl_status (*load_state)(void *ctx, const char *run_dir, int64_t step);
 } sl_train_hooks;

@@ -49,6 +49,24 @@ if run ring2 0 "$BIN/sluice-launch" -n 2 --port-base "$PB" -- "$BIN/sluice-train
         ok "the epoch line reports the visible exchange time" || fail "no 'exchange N ms/step' on the epoch line"
 fi
 
+# 1a. the same over the transport (path=tcp) instead of shared memory (the default on one
+#     host): every step's parameters bit-identical, and each epoch line names its path
+sed 's/^    backend cpu$/    strategy ring path=tcp\n    backend cpu/' "$T/tiny.sl" >"$T/tcp.sl"
+if run tcp 0 "$BIN/sluice-launch" -n 2 --port-base "$PB" -- "$BIN/sluice-train" "$T/tcp.sl" \
+    --run-dir "$T/tcp" --hash-log "$T/th"; then
+    if cmp -s "$T/th.0" "$T/hash.0" && cmp -s "$T/th.1" "$T/hash.1"; then
+        ok "path=tcp: every step's parameters bit-identical to the shared-memory run's"
+    else
+        fail "tcp hash logs differ from the shared-memory ones:"; diff "$T/th.0" "$T/hash.0" | head -5
+    fi
+    grep -q '^\[worker 0\] epoch 1/2  step 40 .*  wire [0-9.]* KiB/step (shm)' "$T/ring2.out" &&
+        grep -q '^\[worker 0\] epoch 1/2  step 40 .*  wire [0-9.]* KiB/step (tcp)' "$T/tcp.out" &&
+        ok "epoch lines name the path: shm by default on one host, tcp with path=tcp" ||
+        fail "no '(shm)' / '(tcp)' after the wire figure: $(grep -m1 'epoch 1/2' "$T/ring2.out" "$T/tcp.out")"
+fi
+ls /dev/shm | grep -q '^sluice-' && fail "segments left in /dev/shm: $(ls /dev/shm | grep '^sluice-')" ||
+    ok "nothing left in /dev/shm"
+
 # 1b. the same with gradient buckets allreduced during backward (bucket_mb 0.001: 1048
 #     bytes, so dense_2's 330 floats and dense_1's 25120 are two buckets): every step's
 #     parameters are bit-identical to the unbucketed run's

@@ -141,6 +141,8 @@ static void *run_job(void *arg) {
 }
 
 /* Run the same job on n ranks; bufs[i] is rank i's buffer. Returns 0 when all succeeded. */
+static const char *const *run_hosts; /* run_all: rank i's host label (sl_ring_opts.host), or NULL */
+
 static int run_all(int n, job *tmpl, void **bufs, job *out) {
     sl_tp *tps[16];
     if (make_ring(n, tmpl->ro.chunk_bytes == 1 ? 5 : 30, tps)) { printf("  make_ring: %s\n", sl_errmsg()); return -1; }
@@ -151,6 +153,7 @@ static int run_all(int n, job *tmpl, void **bufs, job *out) {
         out[i].rank = i;
         out[i].n = n;
         out[i].buf = bufs ? bufs[i] : NULL;
+        if (run_hosts) out[i].ro.host = run_hosts[i];
         pthread_create(&th[i], NULL, run_job, &out[i]);
     }
     int bad = 0;
@@ -434,6 +437,94 @@ TEST(test_shm_matches_tcp) {
     }
     for (int p = 0; p < 2; p++)
         for (int r = 0; r < MAXN; r++) free(b[p][r]);
+}
+
+/* Ranks on several hosts, some sharing one (host labels, as a launcher gives them): shared
+ * memory inside each host, a transport ring among the hosts' leaders. Exact sums, the same
+ * bits on every rank and on a second run, ranges identical to the whole tensor, broadcast
+ * from a rank that leads no host, allgather in rank order, compressed exchange. */
+static void hierarchy_body(void) {
+    enum { MAXN = 5 };
+    static const char *const layouts[][MAXN] = {
+        {"a", "a", "b", "b"}, {"a", "b", "a", "b"}, {"a", "a", "a", "b"}, {"x", "y", "y", "z", "y"}};
+    const int ns[] = {4, 4, 4, 5};
+    const size_t count = 10007;
+    const size_t cuts[] = {10007, 9000, 7001, 5003, 5002, 1234, 17, 0};
+    float *b[3][MAXN];
+    for (int p = 0; p < 3; p++)
+        for (int r = 0; r < MAXN; r++) b[p][r] = malloc((size_t)MAXN * count * 4);
+    for (int l = 0; l < 4; l++) {
+        int n = ns[l];
+        run_hosts = layouts[l];
+        job out[MAXN];
+        /* exact: integer-valued floats */
+        for (int r = 0; r < n; r++)
+            for (size_t i = 0; i < count; i++) b[0][r][i] = val(r, i);
+        job t = {.what = DO_ALLREDUCE, .count = count, .dt = SL_DT_F32, .op = SL_REDUCE_SUM,
+                 .ro = {.chunk_bytes = 4096, .shm_window = 4096}};
+        ASSERT_EQ(run_all(n, &t, (void **)b[0], out), 0);
+        for (int r = 0; r < n; r++) {
+            ASSERT_STREQ(out[r].path, "shm+tcp");
+            for (size_t i = 0; i < count; i++)
+                if (b[0][r][i] != val(0, i) * (float)(n * (n + 1) / 2)) {
+                    FAILF("layout %d rank %d element %zu: %g", l, r, i, b[0][r][i]);
+                    break;
+                }
+        }
+        /* average with fp16 between hosts: whole, again, and as ranges */
+        for (int k = 0; k < 3; k++) {
+            for (int r = 0; r < n; r++)
+                for (size_t i = 0; i < count; i++) b[k][r][i] = grad_at(r, l, i) * (i % 5 ? 1.0f : 777.0f);
+            t = (job){.what = k == 2 ? DO_RANGES : DO_ALLREDUCE, .count = count, .dt = SL_DT_F32,
+                      .op = SL_REDUCE_AVG, .cuts = cuts, .ncuts = 7,
+                      .ro = {.chunk_bytes = 4096, .shm_window = 4096, .fp16 = 1}};
+            ASSERT_EQ(run_all(n, &t, (void **)b[k], out), 0);
+        }
+        for (int r = 0; r < n; r++) {
+            ASSERT_MEMEQ(b[0][r], b[0][0], count * 4);
+            ASSERT_MEMEQ(b[1][r], b[0][0], count * 4);
+            ASSERT_MEMEQ(b[2][r], b[0][0], count * 4);
+        }
+        for (size_t i = 0; i < count; i += 97) { /* the mean, to float16's precision */
+            double want = 0, mag = 0;
+            for (int r = 0; r < n; r++) {
+                double x = grad_at(r, l, i) * (i % 5 ? 1.0 : 777.0);
+                want += x;
+                mag += fabs(x);
+            }
+            want /= n;
+            if (fabs(b[0][0][i] - want) > 2e-3 * mag / n + 1e-6)
+                FAILF("layout %d element %zu: %g, mean %g", l, i, b[0][0][i], want);
+        }
+        /* broadcast from rank 2 (a leader in no layout but the second) */
+        for (int r = 0; r < n; r++) memset(b[0][r], r == 2 ? 0x5a : r, 7001);
+        t = (job){.what = DO_BROADCAST, .count = 7001, .root = 2, .ro = {.chunk_bytes = 4096, .shm_window = 4096}};
+        ASSERT_EQ(run_all(n, &t, (void **)b[0], out), 0);
+        for (int r = 0; r < n; r++) ASSERT_MEMEQ(b[0][r], b[0][2], 7001);
+        /* allgather: block k is rank k's */
+        for (int r = 0; r < n; r++) {
+            memset(b[0][r], 0, (size_t)n * 3001);
+            memset((char *)b[0][r] + (size_t)r * 3001, 'A' + r, 3001);
+        }
+        t = (job){.what = DO_ALLGATHER, .count = 3001, .ro = {.chunk_bytes = 4096, .shm_window = 4096}};
+        ASSERT_EQ(run_all(n, &t, (void **)b[0], out), 0);
+        for (int r = 0; r < n; r++)
+            for (int k = 0; k < n; k++) ASSERT_EQ(((char *)b[0][r])[(size_t)k * 3001 + 1500], 'A' + k);
+        /* compressed: the same bits everywhere */
+        t = (job){.what = DO_CALLRED, .count = count, .cs = {SL_COMPRESS_INT8, 0}, .steps = 3,
+                  .ro = {.chunk_bytes = 4096, .shm_window = 4096}};
+        ASSERT_EQ(run_all(n, &t, (void **)b[0], out), 0);
+        for (int r = 0; r < n; r++) ASSERT_U64(out[r].hash, out[0].hash);
+        t = (job){.what = DO_BARRIER, .reps = 3, .ro = {.shm_window = 4096}};
+        ASSERT_EQ(run_all(n, &t, NULL, out), 0);
+    }
+    for (int p = 0; p < 3; p++)
+        for (int r = 0; r < MAXN; r++) free(b[p][r]);
+}
+
+TEST(test_hierarchy) {
+    hierarchy_body();
+    run_hosts = NULL; /* also after a failed check */
 }
 
 TEST(test_fp16_conversion) {
@@ -811,6 +902,7 @@ int main(void) {
     RUN(test_allreduce_range_identical);
     RUN(test_fp16_conversion);
     RUN(test_shm_matches_tcp);
+    RUN(test_hierarchy);
     RUN(test_allreduce_bad_args);
     RUN(test_killed_rank_is_named);
     RUN(test_killed_rank_is_named_shm);

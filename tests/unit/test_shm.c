@@ -177,19 +177,22 @@ TEST(test_no_room) {
 
 TEST(test_where) {
     sl__shm_where a, b;
-    sl__shm_where_self(&a);
-    sl__shm_where_self(&b);
+    sl__shm_where_self(&a, NULL);
+    sl__shm_where_self(&b, NULL);
     ASSERT(sl__shm_same_host(&a, &b));
     b.boot[0] ^= 1; /* rebooted: another host as far as memory goes */
     ASSERT(!sl__shm_same_host(&a, &b));
-    sl__shm_where_self(&b);
+    sl__shm_where_self(&b, NULL);
     b.shm_ino++; /* another container's /dev/shm */
     ASSERT(!sl__shm_same_host(&a, &b));
-    sl__shm_where_self(&b);
+    sl__shm_where_self(&b, NULL);
     b.netns++; /* another network namespace: another host */
     ASSERT(!sl__shm_same_host(&a, &b));
-    sl__shm_where_self(&b);
+    sl__shm_where_self(&b, NULL);
     b.uid++;
+    ASSERT(!sl__shm_same_host(&a, &b));
+    sl__shm_where_self(&b, "node-7"); /* a launcher's name for the host */
+    ASSERT_STREQ(b.host, "node-7");
     ASSERT(!sl__shm_same_host(&a, &b));
 }
 

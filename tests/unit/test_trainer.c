@@ -25,6 +25,7 @@
 #include "sluice/train.h"
 #include "helper_points.h"
 #include "train/internal.h"
+#include "sluice/ring.h"
 #include "test.h"
 
 static char tmpdir[256];
@@ -731,6 +732,14 @@ TEST(test_config_strategy_ps) {
     ASSERT_STREQ(c.strategy, "ring");
     ASSERT_EQ(c.ps_sync, 0);
     ASSERT_EQ(c.ps_staleness, -1);
+    ASSERT_EQ(c.ring_path, SL_RING_PATH_AUTO);
+    ASSERT_OK(sl_cfg_set(cfg, "train.strategy.path=tcp"));
+    ASSERT_OK(sl_train_config_parse(cfg, &c));
+    ASSERT_EQ(c.ring_path, SL_RING_PATH_TCP);
+    sl_cfg_free(cfg);
+    ASSERT_OK(parse_with("    model tiny\n    data train\n    strategy ring path=shm\n", &cfg));
+    ASSERT_OK(sl_train_config_parse(cfg, &c));
+    ASSERT_EQ(c.ring_path, SL_RING_PATH_SHM);
     sl_cfg_free(cfg);
     static const config_case cases[] = {
         {"    model tiny\n    data train\n    strategy ring staleness=2\n", SL_EINVAL, "t.sl:20:29:",
@@ -743,6 +752,10 @@ TEST(test_config_strategy_ps) {
          "usage: strategy none | ring | ps [mode=async|sync] [staleness=K]"},
         {"    model tiny\n    data train\n    strategy ps stalenes=1\n", SL_EINVAL, "t.sl:20:26:",
          "strategy: unknown option 'stalenes'", "did you mean 'staleness'?"},
+        {"    model tiny\n    data train\n    strategy ps path=shm\n", SL_EINVAL, "t.sl:20:22:",
+         "path= is an option of `strategy ring`, not of `strategy ps`", "HINT: write `strategy ring path=...`"},
+        {"    model tiny\n    data train\n    strategy ring path=nvlink\n", SL_EINVAL, "t.sl:20:24:",
+         "unknown value 'nvlink' (expected one of: auto, tcp, shm)", "HINT: "},
     };
     check_config_cases(cases, sizeof cases / sizeof cases[0]);
 }
