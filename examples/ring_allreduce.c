@@ -72,8 +72,8 @@ int main(int argc, char **argv) {
     if (sl_ring_broadcast(ring, msg, sizeof msg, c.world - 1, 2) || sl_ring_barrier(ring)) goto fail;
     sl_tp_stats st;
     sl_tp_get_stats(tp, &st);
-    printf("rank %d/%d (%s): allreduce of %zu floats ok, %.4f s; broadcast \"%s\"; dropped %llu\n", c.rank, c.world,
-           sl_tp_endpoint(tp), count, dt, msg, (unsigned long long)st.dropped);
+    printf("rank %d/%d (%s): allreduce of %zu floats ok, %.4f s; broadcast \"%s\"; dropped %llu; path %s\n", c.rank,
+           c.world, sl_tp_endpoint(tp), count, dt, msg, (unsigned long long)st.dropped, sl_ring_path_name(ring));
     rc = 0;
     goto out;
 fail:

@@ -4,7 +4,9 @@
 # stays between namespaces this test creates. Each host runs example_ring_allreduce with a
 # TF_CONFIG naming the three addresses: the allreduce of 1,000,003 floats must be exact.
 # Then the link of host 2 (rank 1) is cut mid-run: the others must fail within the timeout,
-# rank 2 naming rank 1 by its address, and never hang.
+# rank 2 naming rank 1 by its address, and never hang. Then 2 ranks on each of two hosts:
+# the hierarchy (shared memory inside a host, the leaders' ring between hosts) is exact and
+# says so ("path shm+tcp"), and a rank that fails is named by all the others.
 # Where `ip netns add` is not permitted: "skipped: network namespaces not permitted", exit 77.
 set -u
 # ZeroMQ is not built with ThreadSanitizer; in a TSan build, ignore what happens inside it
@@ -76,7 +78,7 @@ pids=()
 for i in 0 1 2; do run_rank $i --count 1000003 --reps 3 --timeout 20 & pids+=($!); done
 for i in 0 1 2; do
     wait "${pids[$i]}" || fail "rank $i exited $?: $(cat "$T/err$i")"
-    grep -q "^rank $i/3 (10.77.0.$((i + 1)):$PORT): allreduce of 1000003 floats ok, .*broadcast \"hello from rank 2\"; dropped 0$" "$T/out$i" ||
+    grep -q "^rank $i/3 (10.77.0.$((i + 1)):$PORT): allreduce of 1000003 floats ok, .*broadcast \"hello from rank 2\"; dropped 0; path tcp$" "$T/out$i" ||
         fail "rank $i output: $(cat "$T/out$i" "$T/err$i")"
 done
 [ $fails -eq 0 ] && echo "ok   3-host ring over 10.77.0.1-3: allreduce exact on every rank"
@@ -101,6 +103,43 @@ echo "  rank 2: $(head -1 "$T/err2")"
 kill "${pids[1]}" 2>/dev/null
 wait "${pids[1]}" 2>/dev/null
 [ $fails -eq 0 ] && echo "ok   cut link: survivors failed in ${took}s naming the lost peer"
+
+# 3. two ranks on each of hosts 0 and 2 (host 1's link is down now): shared memory inside a
+#    host, the transport between the hosts' leaders (ranks 0 and 2); exact on every rank
+W4="[\"10.77.0.1:$PORT\", \"10.77.0.1:$((PORT + 1))\", \"10.77.0.3:$PORT\", \"10.77.0.3:$((PORT + 1))\"]"
+run_rank4() { # run_rank4 I ARGS...: rank I of 4, inside host 0 (ranks 0, 1) or 2 (ranks 2, 3)
+    local i=$1
+    shift
+    ip netns exec "${NS[$((i / 2 * 2))]}" env "TF_CONFIG={\"cluster\": {\"worker\": $W4}, \"task\": {\"type\": \"worker\", \"index\": $i}}" \
+        "$EX" "$@" >"$T/h$i" 2>"$T/he$i"
+}
+pids=()
+for i in 0 1 2 3; do run_rank4 $i --count 1000003 --reps 3 --timeout 20 & pids+=($!); done
+f0=$fails
+for i in 0 1 2 3; do
+    wait "${pids[$i]}" || fail "2x2: rank $i exited $?: $(cat "$T/he$i")"
+    grep -q "^rank $i/4 (10.77.0.$((i / 2 * 2 + 1)):$((PORT + i % 2))): allreduce of 1000003 floats ok, .*broadcast \"hello from rank 3\"; dropped 0; path shm+tcp$" "$T/h$i" ||
+        fail "2x2: rank $i output: $(cat "$T/h$i" "$T/he$i")"
+done
+[ $fails -eq $f0 ] && echo "ok   2 hosts x 2 ranks: shared memory inside each host, the leaders' ring between them, exact"
+
+# 4. the same, rank 1 (host 0, not a leader) fails before the allreduce: everyone else
+#    exits 1 naming it, within the timeout
+pids=()
+for i in 0 1 2 3; do run_rank4 $i --count 1000003 --reps 3 --timeout $TO --fail-rank 1 & pids+=($!); done
+start=$(date +%s)
+f0=$fails
+for i in 0 2 3; do
+    wait "${pids[$i]}"
+    rc=$?
+    [ $rc -eq 1 ] || fail "2x2 failing rank 1: rank $i exited $rc, expected 1: $(cat "$T/he$i")"
+    grep -q "rank 1 (10.77.0.1:$((PORT + 1)))" "$T/he$i" || fail "2x2: rank $i does not name rank 1: $(cat "$T/he$i")"
+done
+wait "${pids[1]}"
+took=$(( $(date +%s) - start ))
+[ $took -le $((TO + 5)) ] || fail "2x2: the others took $took s (timeout $TO s)"
+echo "  rank 3: $(head -1 "$T/he3")"
+[ $fails -eq $f0 ] && echo "ok   2x2, a rank failing: the others named it in ${took}s"
 
 [ $fails -eq 0 ] && echo "all passed" || echo "$fails failed"
 [ $fails -eq 0 ]

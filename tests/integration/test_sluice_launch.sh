@@ -205,7 +205,7 @@ if [ -x "$EX" ]; then
     rc=$?
     [ $rc -eq 0 ] || fail "ring run exited $rc: $(cat "$T/e")"
     for r in 0 1 2; do
-        grep -q "^\[worker $r\] rank $r/3 (127.0.0.1:$((PB + 10 + r))): allreduce of 1000003 floats ok, .*broadcast \"hello from rank 2\"; dropped 0$" "$T/o" ||
+        grep -q "^\[worker $r\] rank $r/3 (127.0.0.1:$((PB + 10 + r))): allreduce of 1000003 floats ok, .*broadcast \"hello from rank 2\"; dropped 0; path shm$" "$T/o" ||
             fail "rank $r line: $(cat "$T/o")"
     done
     # a replica that fails: its status is the launcher's, the others are stopped
