@@ -118,10 +118,10 @@ static sl_status send_chunk(coll *c, char *buf, size_t off, size_t count, uint16
     return sl_tp_send(c->r->tp, c->next, &h, buf + off * c->esz, count * c->esz, NULL, NULL);
 }
 
-/* A message of a later collective from a ring member that is not prev: in the hierarchy,
- * a host leader that finished the ranks' last common collective sends on the leaders' ring
- * while its neighbour there still waits for its neighbour in the common one. Kept (copied)
- * until its collective asks for it, instead of being dropped. */
+/* A message of a later collective from a rank that is not prev: in the hierarchy, a host
+ * leader that finished the ranks' last common collective (the set-up's) sends on the
+ * leaders' ring while its neighbour there still waits for its own neighbour in the common
+ * one. Kept (copied) until its collective asks for it, instead of being dropped. */
 typedef struct sl__early {
     sl_msg_hdr h;
     void *data;
@@ -179,7 +179,7 @@ static sl_status next_from(coll *c, sl_msg_hdr *h, const void **data) {
         size_t len;
         sl_status s = sl_tp_recv(r->tp, c->prev, -1, h, data, &len);
         if (s) return s;
-        if (h->sender != (uint32_t)c->prev && h->step > c->seq && r->mem) {
+        if (h->sender != (uint32_t)c->prev && h->step > c->seq) {
             if ((s = keep_early(r, h, *data))) return s;
             continue;
         }
