@@ -213,7 +213,7 @@ static sl_status recv_chunk(coll *c, uint16_t type, uint16_t round, size_t off, 
                    sl_dtype_name((sl_dtype)h->dtype), h->tensor, type, (unsigned long long)c->seq, round, off,
                    want, sl_dtype_name((sl_dtype)c->dtype), c->tensor);
             sl_err_hint("every rank must make the same collective calls, in the same order, with the same "
-                        "count, dtype, fp16 and compress= setting");
+                        "count, dtype, fp16 and compress= setting, and the same ring path");
             return SL_EPEER;
         }
         return SL_OK;

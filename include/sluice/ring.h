@@ -35,10 +35,14 @@ typedef enum sl_reduce_op { SL_REDUCE_SUM = 0, SL_REDUCE_AVG = 1 } sl_reduce_op;
 /* How the ranks reach each other. AUTO: through one shared-memory segment when every rank
  * is on this host (the same host name, boot id, user, pid and network namespace and
  * /dev/shm, learned from the peers over the transport at sl_ring_create), else over the
- * transport (ZeroMQ). SHM: shared
- * memory or an error. TCP: always the transport. The shared-memory path gives the same bits
- * as the transport's ring for every collective (it sums each element in the ring's order and
- * applies the same fp16 roundings), so the path never changes a result. */
+ * transport (ZeroMQ); with ranks on several hosts and some sharing one, the hierarchy:
+ * shared memory inside each host, the transport ring among one leader per host, each
+ * host's ranks handed the result through their segment (sl_ring_path_name "shm+tcp"; its
+ * sums are fixed by the layout, not the flat ring's). SHM: shared memory among all ranks or
+ * an error. TCP: always the flat ring over the transport. The shared-memory path among all
+ * ranks gives the same bits as the transport's ring for every collective (it sums each
+ * element in the ring's order and applies the same fp16 roundings). Every rank must pass
+ * the same path (a rank on TCP skips the others' set-up: both fail naming each other). */
 typedef enum sl_ring_path { SL_RING_PATH_AUTO = 0, SL_RING_PATH_TCP = 1, SL_RING_PATH_SHM = 2 } sl_ring_path;
 
 typedef struct sl_ring_opts {
@@ -63,7 +67,7 @@ typedef struct sl_ring sl_ring;
 sl_status sl_ring_create(sl_tp *tp, const sl_ring_opts *opts, sl_ring **out);
 void sl_ring_destroy(sl_ring *r); /* NULL is a no-op */
 
-/* "shm" or "tcp": the path the ring's collectives take. */
+/* "shm", "tcp" or "shm+tcp" (the hierarchy): the path the ring's collectives take. */
 const char *sl_ring_path_name(const sl_ring *r);
 
 /* Bytes this rank has written into shared memory for its peers (0 on the transport path,

@@ -527,6 +527,29 @@ TEST(test_hierarchy) {
     run_hosts = NULL; /* also after a failed check */
 }
 
+/* A rank told to use the transport while the others choose for themselves: it skips the
+ * set-up they run, so the first messages disagree; every rank fails naming a peer, none
+ * hangs. */
+TEST(test_paths_disagree) {
+    sl_tp *tps[2];
+    ASSERT_EQ(make_ring(2, 5, tps), 0);
+    float x[2][64];
+    job j[2];
+    pthread_t th[2];
+    for (int i = 0; i < 2; i++) {
+        j[i] = (job){.tp = tps[i], .rank = i, .n = 2, .what = DO_ALLREDUCE, .count = 64, .buf = x[i],
+                     .dt = SL_DT_F32, .op = SL_REDUCE_SUM, .ro = {.path = i ? SL_RING_PATH_AUTO : SL_RING_PATH_TCP}};
+        pthread_create(&th[i], NULL, run_job, &j[i]);
+    }
+    for (int i = 0; i < 2; i++) pthread_join(th[i], NULL);
+    for (int i = 0; i < 2; i++) {
+        printf("  rank %d: %s\n", i, j[i].msg);
+        ASSERT_EQ(j[i].st, SL_EPEER);
+        ASSERT_CONTAINS(j[i].msg, i ? "rank 0 (" : "rank 1 (");
+    }
+    for (int i = 0; i < 2; i++) sl_tp_destroy(tps[i]);
+}
+
 TEST(test_fp16_conversion) {
     /* the portable path and F16C agree on every half value and on rounding ties */
     uint16_t h1[65536], h2[65536];
@@ -903,6 +926,7 @@ int main(void) {
     RUN(test_fp16_conversion);
     RUN(test_shm_matches_tcp);
     RUN(test_hierarchy);
+    RUN(test_paths_disagree);
     RUN(test_allreduce_bad_args);
     RUN(test_killed_rank_is_named);
     RUN(test_killed_rank_is_named_shm);
