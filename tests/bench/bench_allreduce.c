@@ -1,4 +1,5 @@
-/* Benchmark: allreduce of float32 among processes on this one host: Sluice's ring
+/* Benchmark: allreduce of float32 among processes on this one host (and, in the hosts part
+ * below, among hosts simulated by network namespaces): Sluice's ring
  * (sl_ring_allreduce, one process per rank) with path AUTO (shared memory when every rank
  * is on this host, as here: the line names the path the ring took) and with path TCP (the
  * ZeroMQ transport on 127.0.0.1), beside Open MPI's MPI_Allreduce
@@ -36,13 +37,37 @@
  * cmake --build DIR --target sluice-launch sluice-train); when they are missing the part is
  * skipped, saying so.
  *
- * Usage: bench_allreduce [sizes=1,16,64] [ranks=2,4] [iters=N] [rounds=5] [train=0]
+ * Also printed, not in the RESULT (the hosts part, about 3 minutes): hosts simulated by
+ * network namespaces (tests/bench/netns_hosts.sh): 3 namespaces 10.79.0.1-3/24, each a veth
+ * link into a bridge in a fourth, every link limited each way by tc tbf to 10 Gbit/s, then
+ * to 1 Gbit/s; nothing routes out of them. 2 and 3 hosts, 2 ranks on each; 1, 16 and
+ * 64 MiB; 3 rounds alternating the sides: Sluice path AUTO (each rank a forked process that
+ * enters its host's namespace with setns before its transport binds HOSTIP:0; ranks in
+ * different namespaces are different hosts to the ring, so it must take the hierarchy,
+ * "shm+tcp": shared memory inside a host, the ZeroMQ ring among the hosts' leaders; any other
+ * path ends the bench), Open MPI over TCP (--mca pml ob1 --mca btl tcp,self, the interfaces
+ * limited to 10.79.0.0/24; mpirun runs in the bridge's namespace, where its PMIx server listens
+ * on TCP for the ranks, and starts each rank in its host through netns_hosts.sh exec) and the
+ * flat Sluice ring (path TCP: every rank a ring member on the transport). Per configuration:
+ * medians and min-max, the ratio sluice AUTO / MPI tcp (target <= 0.8 at 1 Gbit/s), and the
+ * link's bound 2 (H-1)/H x S / rate (each of H hosts must send its share out and take the
+ * others' in through its one link). Open MPI's default is not among the sides: it takes every
+ * rank for one node (one host name) and would use shared memory across the namespaces. The
+ * namespaces are deleted at exit and on SIGINT, SIGTERM and SIGHUP (those of a killed bench by
+ * the next one); where `ip netns add` is not permitted the part says so and is skipped; when
+ * Open MPI fails across them the part says what failed and prints Sluice's figures without a
+ * ratio.
+ *
+ * Usage: bench_allreduce [sizes=1,16,64] [ranks=2,4] [iters=N] [rounds=5] [train=0] [hosts=2,3]
  *   sizes in MiB; iters per round (default 7 from 32 MiB, 11 from 4 MiB, 31 below; at most
- *   64); train=0 skips the training part.
+ *   64); train=0 skips the training part; hosts: the host counts of the hosts part, 0 skips it
+ *   (iterations per round there: 3 at 64 MiB, 5 at 16 MiB on 1 Gbit/s; 5 and 7 on 10 Gbit/s; 9
+ *   at 1 MiB).
  * Environment (for tuning runs): SLUICE_BENCH_CHUNK=bytes per message (sl_ring_opts
  * .chunk_bytes), SLUICE_BENCH_SHM_WINDOW=bytes (.shm_window), SLUICE_BENCH_NO_TRAIN=1 (as
- * train=0), SLUICE_BIN (the tools' folder), SLUICE_BENCH_NO_MPI=1 to skip the anchor
- * (Sluice alone: no ratio, so no RESULT line and exit 1). When the anchor cannot be built
+ * train=0), SLUICE_BENCH_NO_HOSTS=1 (as hosts=0), SLUICE_BIN (the tools' folder),
+ * SLUICE_BENCH_NO_MPI=1 to skip the anchor (Sluice alone: no ratio, so no RESULT line and
+ * exit 1). When the anchor cannot be built
  * (no mpicc: openmpi-bin libopenmpi-dev) it exits 1 at once naming it and what is missing;
  * an MPI or Sluice run that fails ends it so too, with no RESULT line. Ends with
  *   RESULT bench_allreduce ratio=R sluice=X anchor=Y unit=s
@@ -55,11 +80,13 @@
 #include <math.h>
 #include <poll.h>
 #include <pthread.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -83,6 +110,11 @@ static const char *const side_cmd[NSIDE] = {"", "", "", "--mca pml ob1 --mca btl
 
 static size_t g_chunk;  /* bytes per message; 0 = the ring's default (SLUICE_BENCH_CHUNK) */
 static size_t g_window; /* shared-memory window; 0 = the ring's default (SLUICE_BENCH_SHM_WINDOW) */
+/* The hosts part: while g_netns names this process's namespaces ("sab<pid>"), rank r of a
+ * Sluice ring enters host r / HOST_RANKS and mpirun runs as g_mpi_pre says, each rank
+ * through g_mpi_wrap; both strings are empty otherwise. */
+enum { HOST_RANKS = 2, MAXHOSTS = 3 };
+static char g_netns[32], g_mpi_pre[256], g_mpi_wrap[PATH_MAX + 160];
 
 static double now_s(void) {
     struct timespec ts;
@@ -128,6 +160,7 @@ static void close_pair(int *p) {
 }
 
 static void child(int rank, int n, long count, int iters, sl_ring_path path, rank_pipes *pp) {
+    prctl(PR_SET_PDEATHSIG, SIGKILL); /* a bench killed mid-run leaves no rank behind */
     /* only this rank's own ends stay open, so a parent or sibling that dies is seen as EOF */
     for (int k = 0; k < rank; k++) {
         close(pp[k].up[0]);
@@ -139,6 +172,19 @@ static void child(int rank, int n, long count, int iters, sl_ring_path path, ran
     close(pp[rank].res[0]);
     const char *a[MAXR];
     for (int k = 0; k < n; k++) a[k] = "127.0.0.1:0";
+    char self[32];
+    if (g_netns[0]) { /* this rank's host, before the transport makes its sockets and threads */
+        char p[96];
+        snprintf(p, sizeof p, "/var/run/netns/%s-h%d", g_netns, rank / HOST_RANKS);
+        int fd = open(p, O_RDONLY | O_CLOEXEC);
+        if (fd < 0 || setns(fd, CLONE_NEWNET)) {
+            fprintf(stderr, "rank %d: cannot enter %s: %s\n", rank, p, strerror(errno));
+            _exit(1);
+        }
+        close(fd);
+        snprintf(self, sizeof self, "10.79.0.%d:0", rank / HOST_RANKS + 1);
+        a[rank] = self;
+    }
     sl_tp *tp;
     sl_tp_opts o = {.timeout_s = 60};
     if (sl_tp_create(rank, n, a, &o, &tp)) { fprintf(stderr, "rank %d: %s\n", rank, sl_errmsg()); _exit(1); }
@@ -294,9 +340,9 @@ static double mpi_time(double med, double busbw, double busbytes) {
 }
 
 static double run_mpi(const char *bin, int side, int n, long count, int iters) {
-    char cmd[1024];
-    snprintf(cmd, sizeof cmd, "mpirun --allow-run-as-root --oversubscribe -np %d %s%s %ld %d 2>&1", n,
-             side_cmd[side], bin, count, iters);
+    char cmd[2048];
+    snprintf(cmd, sizeof cmd, "%smpirun --allow-run-as-root --oversubscribe -np %d %s%s%s %ld %d 2>&1", g_mpi_pre, n,
+             side_cmd[side], g_mpi_wrap, bin, count, iters);
     fflush(NULL);
     FILE *p = popen(cmd, "r");
     if (!p) return -1;
@@ -736,9 +782,9 @@ static int parse_list(const char *s, double *v, int max) {
 }
 
 static int usage(void) {
-    fprintf(stderr, "usage: bench_allreduce [sizes=1,16,64] [ranks=2,4] [iters=N] [rounds=5] [train=0]\n"
-                    "  (sizes in MiB; iters at most %d; rounds at most %d; ranks 2..%d)\n",
-            MAXIT, MAXROUNDS, MAXR);
+    fprintf(stderr, "usage: bench_allreduce [sizes=1,16,64] [ranks=2,4] [iters=N] [rounds=5] [train=0] [hosts=2,3]\n"
+                    "  (sizes in MiB; iters at most %d; rounds at most %d; ranks 2..%d; hosts 2..%d, 0 skips)\n",
+            MAXIT, MAXROUNDS, MAXR, MAXHOSTS);
     return 2;
 }
 
@@ -783,9 +829,176 @@ static int run_rounds(config *cf, int nc, int rounds, int have_mpi, const char *
     return 0;
 }
 
+/* ---- simulated hosts: network namespaces on rate-limited links ---- */
+
+enum { NLINKS = 2, HOST_SIZES = 3, HOST_ROUNDS = 3, MAXHC = MAXHOSTS * NLINKS * HOST_SIZES };
+static const char *const link_rate[NLINKS] = {"10gbit", "1gbit"};
+static const double link_bps[NLINKS] = {10e9, 1e9};
+static const double host_mib[HOST_SIZES] = {1, 16, 64};
+static char g_script[PATH_MAX];
+static pid_t g_netns_owner;
+
+/* netns_hosts.sh OP g_netns ARGS; its exit status (-1: not run) */
+static int netns_script(const char *op, const char *args) {
+    char cmd[PATH_MAX + 128];
+    snprintf(cmd, sizeof cmd, "bash '%s' %s %s %s", g_script, op, g_netns, args);
+    fflush(NULL);
+    int st = system(cmd);
+    return st != -1 && WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+/* Delete this process's namespaces (at exit and on a signal as well: async-signal-safe). */
+static void netns_down(void) {
+    if (!g_netns[0] || getpid() != g_netns_owner) return;
+    pid_t p = fork();
+    if (p == 0) {
+        execl("/bin/bash", "bash", g_script, "down", g_netns, (char *)NULL);
+        _exit(127);
+    }
+    while (p > 0 && waitpid(p, NULL, 0) < 0 && errno == EINTR) {}
+    g_netns[0] = 0;
+    g_mpi_pre[0] = g_mpi_wrap[0] = 0;
+}
+
+static void netns_signal(int sig) {
+    netns_down();
+    signal(sig, SIG_DFL);
+    raise(sig);
+}
+
+typedef struct hconfig {
+    config c;
+    int hosts, link;
+} hconfig;
+
+/* One line per configuration: Sluice AUTO (the hierarchy) against MPI over TCP, the flat
+ * ring beside them, and the link's bound 2 (H - 1) / H x S / rate (every host must send its
+ * share out and take the others' in through its one link, whatever the algorithm). */
+static void print_hosts(const hconfig *h, int rounds, int have_mpi) {
+    const config *c = &h->c;
+    double m[NSIDE], lo[NSIDE], hi[NSIDE];
+    for (int s = 0; s < NSIDE; s++) {
+        if (s == MPI_DEF || (s == MPI_TCP && !have_mpi)) continue;
+        m[s] = median(c->t[s], rounds);
+        minmax(c->t[s], rounds, &lo[s], &hi[s]);
+    }
+    char a[24], b[24], d[24];
+    printf("hosts=%d x %d ranks link=%s size=%gMiB: sluice %s %s s [%s-%s]", h->hosts, HOST_RANKS, link_rate[h->link],
+           c->mib, c->path, secs(a, m[SL_AUTO]), secs(b, lo[SL_AUTO]), secs(d, hi[SL_AUTO]));
+    if (have_mpi) {
+        printf("  MPI tcp %s s [%s-%s]  ratio %.2f", secs(a, m[MPI_TCP]), secs(b, lo[MPI_TCP]), secs(d, hi[MPI_TCP]),
+               m[SL_AUTO] / m[MPI_TCP]);
+        if (link_bps[h->link] == 1e9) printf(" (target <= 0.8)");
+    } else printf("  MPI tcp not run (no ratio)");
+    printf("; sluice flat tcp %s s [%s-%s]", secs(a, m[SL_TCP]), secs(b, lo[SL_TCP]), secs(d, hi[SL_TCP]));
+    double bound = 2.0 * (h->hosts - 1) / h->hosts * c->mib * MIB * 8 / link_bps[h->link];
+    printf("  link bound >= %s s (sluice %.2fx)\n", secs(a, bound), m[SL_AUTO] / bound);
+}
+
+/* The rounds of one link's configurations, sides alternating; 0, 1 after saying why (a
+ * Sluice failure or a path other than shm+tcp), or 2 when tc could not limit the links. An
+ * MPI failure clears *have_mpi, said. */
+static int host_rounds(hconfig *hc, int nc, int link, int rounds, int *have_mpi, const char *bin) {
+    static const int order[2][3] = {{SL_AUTO, MPI_TCP, SL_TCP}, {MPI_TCP, SL_AUTO, SL_TCP}};
+    char args[64];
+    snprintf(args, sizeof args, "%d %s", MAXHOSTS, link_rate[link]);
+    if (netns_script("rate", args)) return 2;
+    for (int r = 0; r < rounds; r++)
+        for (int i = 0; i < nc; i++) {
+            hconfig *h = &hc[i];
+            config *c = &h->c;
+            if (h->link != link) continue;
+            int n = c->n;
+            for (int k = 0; k < 3; k++) {
+                int s = order[r % 2][k];
+                char name[8] = "";
+                if (s == MPI_TCP) {
+                    if (!*have_mpi) continue;
+                    c->t[s][r] = run_mpi(bin, s, n, c->count, c->iters);
+                    if (c->t[s][r] <= 0) {
+                        printf("hosts part: Open MPI over TCP failed across the namespaces at %d hosts, %s, %g MiB: %s; "
+                               "the Sluice figures follow without a ratio\n", h->hosts, link_rate[link], c->mib,
+                               mpi_last[0] ? mpi_last : "no median printed");
+                        *have_mpi = 0;
+                    }
+                    continue;
+                }
+                c->t[s][r] = run_sluice(n, c->count, c->iters, s == SL_AUTO ? SL_RING_PATH_AUTO : SL_RING_PATH_TCP, name);
+                const char *want = s == SL_AUTO ? "shm+tcp" : "tcp";
+                if (c->t[s][r] <= 0 || strcmp(name, want)) {
+                    fprintf(stderr, "bench_allreduce: hosts part: the sluice ring (path %s) at %d hosts x %d ranks, %s, "
+                            "%g MiB %s%s%s; no RESULT line\n", s == SL_AUTO ? "auto" : "tcp", h->hosts, HOST_RANKS,
+                            link_rate[link], c->mib, c->t[s][r] <= 0 ? "failed (its ranks' messages above)" : "took path ",
+                            c->t[s][r] <= 0 ? "" : name, c->t[s][r] <= 0 ? "" : ", expected the hierarchy shm+tcp");
+                    return 1;
+                }
+                if (s == SL_AUTO) snprintf(c->path, sizeof c->path, "%s", name);
+            }
+        }
+    return 0;
+}
+
+/* The hosts part (header): 0, also when skipped (said why), or 1 after a Sluice failure. */
+static int hosts_part(const double *hl, int nh, int have_mpi, const char *bin) {
+    snprintf(g_script, sizeof g_script, "%s/tests/bench/netns_hosts.sh", SLUICE_SRC_DIR);
+    if (access(g_script, R_OK)) {
+        printf("hosts part skipped: %s not found\n", g_script);
+        return 0;
+    }
+    snprintf(g_netns, sizeof g_netns, "sab%d", (int)getpid());
+    g_netns_owner = getpid();
+    atexit(netns_down);
+    signal(SIGINT, netns_signal);
+    signal(SIGTERM, netns_signal);
+    signal(SIGHUP, netns_signal);
+    char args[16];
+    snprintf(args, sizeof args, "%d", MAXHOSTS);
+    int rc = netns_script("up", args);
+    if (rc) {
+        if (rc == 3) printf("hosts part skipped: network namespaces not permitted\n");
+        else printf("hosts part skipped: the namespaces could not be made (netns_hosts.sh up exit %d, above)\n", rc);
+        netns_down();
+        return 0;
+    }
+    snprintf(g_mpi_pre, sizeof g_mpi_pre, "timeout -k 5 120 ip netns exec %s-sw env PMIX_MCA_ptl_tcp_remote_connections=1 "
+             "PMIX_MCA_ptl_tcp_if_include=10.79.0.0/24 ", g_netns);
+    snprintf(g_mpi_wrap, sizeof g_mpi_wrap, "--mca btl_tcp_if_include 10.79.0.0/24 --mca oob_tcp_if_include 10.79.0.0/24 "
+             "/bin/bash '%s' exec %s %d ", g_script, g_netns, HOST_RANKS);
+    static hconfig hc[MAXHC];
+    int nc = 0;
+    for (int l = 0; l < NLINKS; l++)
+        for (int k = 0; k < nh; k++)
+            for (int j = 0; j < HOST_SIZES; j++) {
+                hconfig *h = &hc[nc++];
+                memset(h, 0, sizeof *h);
+                h->hosts = (int)hl[k];
+                h->link = l;
+                h->c.n = h->hosts * HOST_RANKS;
+                h->c.mib = host_mib[j];
+                h->c.count = (long)(host_mib[j] * MIB / 4);
+                int slow = link_bps[l] < 5e9;
+                h->c.iters = host_mib[j] >= 32 ? (slow ? 3 : 5) : host_mib[j] >= 4 ? (slow ? 5 : 7) : 9;
+            }
+    printf("hosts part: network namespaces %s-h0..h%d (10.79.0.1-%d/24) on a bridge in %s-sw, every link limited "
+           "each way by tc tbf; %d ranks per host; %d rounds, sides alternating\n", g_netns, MAXHOSTS - 1, MAXHOSTS,
+           g_netns, HOST_RANKS, HOST_ROUNDS);
+    fflush(stdout);
+    double t0 = now_s();
+    rc = 0;
+    for (int l = 0; l < NLINKS && !rc; l++) {
+        rc = host_rounds(hc, nc, l, HOST_ROUNDS, &have_mpi, bin);
+        fprintf(stderr, "bench_allreduce: hosts part: link %s done (%.0f s)\n", link_rate[l], now_s() - t0);
+    }
+    netns_down();
+    if (rc == 2) printf("hosts part skipped: tc could not limit the links (netns_hosts.sh rate, above)\n");
+    for (int i = 0; i < nc && !rc; i++) print_hosts(&hc[i], HOST_ROUNDS, have_mpi);
+    fflush(stdout);
+    return rc == 1;
+}
+
 int main(int argc, char **argv) {
-    double sizes[MAXSIZES] = {1, 16, 64}, rk[MAXRANKS] = {2, 4};
-    int ns = 3, nr = 2, iters = 0, rounds = 5, train = 1;
+    double sizes[MAXSIZES] = {1, 16, 64}, rk[MAXRANKS] = {2, 4}, hl[MAXHOSTS] = {2, 3};
+    int ns = 3, nr = 2, iters = 0, rounds = 5, train = 1, nh = 2;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strncmp(a, "sizes=", 6)) ns = parse_list(a + 6, sizes, MAXSIZES);
@@ -793,11 +1006,15 @@ int main(int argc, char **argv) {
         else if (!strncmp(a, "iters=", 6)) iters = atoi(a + 6);
         else if (!strncmp(a, "rounds=", 7)) rounds = atoi(a + 7);
         else if (!strncmp(a, "train=", 6)) train = atoi(a + 6);
-        else return usage();
+        else if (!strcmp(a, "hosts=0")) nh = 0;
+        else if (!strncmp(a, "hosts=", 6) && (nh = parse_list(a + 6, hl, MAXHOSTS)) < 1) return usage();
+        else if (strncmp(a, "hosts=", 6)) return usage();
         if (ns < 1 || nr < 1 || iters < 0 || iters > MAXIT || rounds < 1 || rounds > MAXROUNDS) return usage();
     }
     for (int k = 0; k < nr; k++)
         if (rk[k] < 2 || rk[k] > MAXR || rk[k] != (int)rk[k]) return usage();
+    for (int k = 0; k < nh; k++)
+        if (hl[k] < 2 || hl[k] > MAXHOSTS || hl[k] != (int)hl[k]) return usage();
     signal(SIGPIPE, SIG_IGN);
     const char *env = getenv("SLUICE_BENCH_CHUNK");
     if (env) g_chunk = (size_t)atol(env);
@@ -805,6 +1022,8 @@ int main(int argc, char **argv) {
     if (env) g_window = (size_t)atol(env);
     env = getenv("SLUICE_BENCH_NO_TRAIN");
     if (env && *env && strcmp(env, "0")) train = 0;
+    env = getenv("SLUICE_BENCH_NO_HOSTS");
+    if (env && *env && strcmp(env, "0")) nh = 0;
     env = getenv("SLUICE_BENCH_NO_MPI");
     int have_mpi = !(env && *env);
     char bin[256], src[600], cmd[1024];
@@ -849,7 +1068,6 @@ int main(int argc, char **argv) {
         unlink(bin);
         return 1;
     }
-    unlink(bin);
 
     /* the RESULT's size: 64 MiB, else the largest run */
     double rsize = 0;
@@ -870,6 +1088,10 @@ int main(int argc, char **argv) {
     if (mpi_worst_rel > 0.005)
         printf("note: the anchor's printed digits leave an MPI time uncertain by up to %.1f%%\n", mpi_worst_rel * 100);
     fflush(stdout);
+    int hosts_failed = nh ? hosts_part(hl, nh, have_mpi, bin) : 0;
+    if (!nh) printf("hosts part skipped (hosts=0 or SLUICE_BENCH_NO_HOSTS)\n");
+    unlink(bin);
+    if (hosts_failed) return 1;
     if (train) train_part(maxthreads);
     else printf("training throughput: skipped (train=0 or SLUICE_BENCH_NO_TRAIN)\n");
     if (!have_mpi) {
