@@ -99,6 +99,7 @@ static sl_status make_segments(sl_ring *r, const sl_ring_opts *opts, const int *
     *failed = mine;
     free(of);
     if (s || !*all_ok) {
+        if (s) sl__shm_abort(*shm, sl_errmsg()); /* peers already on the segment learn why */
         sl__shm_close(*shm);
         *shm = NULL;
     }
