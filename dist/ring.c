@@ -19,6 +19,18 @@ void sl__ring_abort(sl_ring *r, const char *why) {
     sl_tp_abort(r->tp, why);
 }
 
+sl_status sl__ring_failed(sl_ring *r, sl_status s) {
+    if (!s || s == SL_ESTATE) return s;
+    sl_error e;
+    sl_err_save(&e);
+    sl__ring_abort(r, e.msg);
+    return sl_err_restore(&e);
+}
+
+sl_status sl__ring_usable(const sl_ring *r) {
+    return r->broken ? sl_err(SL_ESTATE, "ring: an earlier collective failed; the ring must be rebuilt") : SL_OK;
+}
+
 static void add_f32(float *restrict d, const float *restrict s, size_t n) {
     for (size_t i = 0; i < n; i++) d[i] += s[i];
 }
@@ -176,8 +188,8 @@ static sl_status fail(coll *c, sl_status s) {
 
 static sl_status begin(sl_ring *r, coll *c, uint32_t tensor) {
     memset(c, 0, sizeof *c);
-    if (r->broken)
-        return sl_err(SL_ESTATE, "ring: an earlier collective failed; the ring must be rebuilt");
+    sl_status s = sl__ring_usable(r);
+    if (s) return s;
     c->r = r;
     if (r->mem) { /* positions on the ring of host leaders */
         c->n = r->nmem;
@@ -204,10 +216,6 @@ static sl_status begin_bytes(sl_ring *r, coll *c, uint32_t tensor) {
     return SL_OK;
 }
 
-static size_t seg_off(size_t count, int n, int i) {
-    size_t base = count / (size_t)n, rem = count % (size_t)n;
-    return (size_t)i * base + ((size_t)i < rem ? (size_t)i : rem);
-}
 static size_t seg_len(size_t count, int n, int i) {
     return count / (size_t)n + ((size_t)i < count % (size_t)n ? 1 : 0);
 }
@@ -226,7 +234,7 @@ static void finish_chunk(coll *c, void *buf, size_t off, size_t count, sl_reduce
 /* Segment g of the whole count elements, cut to [lo, hi): its first element and length
  * (0 when they do not meet). */
 static size_t seg_cut(size_t count, int n, int g, size_t lo, size_t hi, size_t *len) {
-    size_t a = seg_off(count, n, g), b = a + seg_len(count, n, g);
+    size_t a = sl__seg_off(count, n, g), b = a + seg_len(count, n, g);
     if (a < lo) a = lo;
     if (b > hi) b = hi;
     *len = b > a ? b - a : 0;

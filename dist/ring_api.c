@@ -48,18 +48,6 @@ const char *sl_ring_path_name(const sl_ring *r) { return !r ? "tcp" : r->hier ? 
 
 uint64_t sl_ring_shm_bytes(const sl_ring *r) { return r && r->shm ? r->shm->written : 0; }
 
-/* The end of a collective on the shared-memory path (which told its peers already). */
-static sl_status shm_done(sl_ring *r, sl_status s) {
-    if (s && s != SL_ESTATE) {
-        sl_error e;
-        sl_err_save(&e);
-        r->broken = 1;
-        sl_tp_abort(r->tp, e.msg);
-        return sl_err_restore(&e);
-    }
-    return s;
-}
-
 static sl_status allreduce_range(sl_ring *r, void *buf, size_t count, size_t lo, size_t hi, sl_dtype dtype,
                                  sl_reduce_op op, uint32_t tensor) {
     if (dtype != SL_DT_F32 && dtype != SL_DT_I32)
@@ -73,7 +61,7 @@ static sl_status allreduce_range(sl_ring *r, void *buf, size_t count, size_t lo,
     if (hi > lo && !buf) return sl_err(SL_EINVAL, "ring allreduce: NULL buffer");
     if (r->hier) return sl__ring_hier_allreduce_range(r, buf, count, lo, hi, dtype, op, tensor);
     if (r->shm)
-        return shm_done(r, sl__shm_allreduce_range(r->shm, buf, count, lo, hi, dtype, op, r->fp16, tensor));
+        return sl__ring_failed(r, sl__shm_allreduce_range(r->shm, buf, count, lo, hi, dtype, op, r->fp16, tensor));
     return sl__ring_tcp_allreduce_range(r, buf, count, lo, hi, dtype, op, tensor);
 }
 
@@ -92,14 +80,14 @@ sl_status sl_ring_broadcast(sl_ring *r, void *buf, size_t len, int root, uint32_
         return sl_err(SL_EINVAL, "ring broadcast: root %d is not a rank (0..%d)", root, sl_tp_size(r->tp) - 1);
     if (len && !buf) return sl_err(SL_EINVAL, "ring broadcast: NULL buffer");
     if (r->hier) return sl__ring_hier_broadcast(r, buf, len, root, tensor);
-    if (r->shm) return shm_done(r, sl__shm_broadcast(r->shm, buf, len, root, tensor));
+    if (r->shm) return sl__ring_failed(r, sl__shm_broadcast(r->shm, buf, len, root, tensor));
     return sl__ring_tcp_broadcast(r, buf, len, root, tensor);
 }
 
 sl_status sl_ring_allgather(sl_ring *r, void *all, size_t len, uint32_t tensor) {
     if (len && !all) return sl_err(SL_EINVAL, "ring allgather: NULL buffer");
     if (r->hier) return sl__ring_hier_allgather(r, all, len, tensor);
-    if (r->shm) return shm_done(r, sl__shm_allgather(r->shm, all, len, tensor));
+    if (r->shm) return sl__ring_failed(r, sl__shm_allgather(r->shm, all, len, tensor));
     return sl__ring_tcp_allgather(r, all, len, tensor);
 }
 
@@ -109,7 +97,8 @@ sl_status sl_ring_allreduce_compressed(sl_ring *r, sl_compress_ef *ef, float *bu
     if (count && !buf) return sl_err(SL_EINVAL, "ring compressed allreduce: NULL buffer");
     if (op != SL_REDUCE_SUM && op != SL_REDUCE_AVG)
         return sl_err(SL_EINVAL, "ring compressed allreduce: unknown reduce op %d", (int)op);
-    if (r->broken) return sl_err(SL_ESTATE, "ring: an earlier collective failed; the ring must be rebuilt");
+    sl_status s = sl__ring_usable(r);
+    if (s) return s;
     const sl_compress_spec *sp = sl_compress_ef_spec(ef);
     int n = sl_tp_size(r->tp), me = sl_tp_rank(r->tp);
     size_t L = sl_compress_size(sp, count), blk = L + (flag ? 4 : 0), len;
@@ -122,7 +111,7 @@ sl_status sl_ring_allreduce_compressed(sl_ring *r, sl_compress_ef *ef, float *bu
     unsigned char *mine = r->gather + (size_t)me * blk;
     /* a NaN or Inf is refused before anything is sent: the peers then learn it from the
      * strategy's abort, not from a payload */
-    sl_status s = sl_compress_ef_step(ef, buf, count, mine, L, &len, sent);
+    s = sl_compress_ef_step(ef, buf, count, mine, L, &len, sent);
     if (s) return s;
     if (flag) memcpy(mine + L, flag, 4);
     if ((s = sl_ring_allgather(r, r->gather, blk, tensor))) return s;
@@ -134,12 +123,7 @@ sl_status sl_ring_allreduce_compressed(sl_ring *r, sl_compress_ef *ef, float *bu
         char who[160];
         snprintf(who, sizeof who, "rank %d (%s), collective %llu", k, k == me ? "this rank" : sl_tp_peer_addr(r->tp, k),
                  (unsigned long long)r->seq);
-        if ((s = sl_compress_decode_add(sp, p, L, count, buf, who))) {
-            sl_error e;
-            sl_err_save(&e);
-            sl__ring_abort(r, e.msg);
-            return sl_err_restore(&e);
-        }
+        if ((s = sl_compress_decode_add(sp, p, L, count, buf, who))) return sl__ring_failed(r, s);
         if (flag) {
             int32_t f;
             memcpy(&f, p + L, 4);
@@ -154,6 +138,6 @@ sl_status sl_ring_allreduce_compressed(sl_ring *r, sl_compress_ef *ef, float *bu
 
 sl_status sl_ring_barrier(sl_ring *r) {
     if (r->hier) return sl__ring_hier_barrier(r);
-    if (r->shm) return shm_done(r, sl__shm_barrier(r->shm));
+    if (r->shm) return sl__ring_failed(r, sl__shm_barrier(r->shm));
     return sl__ring_tcp_barrier(r);
 }

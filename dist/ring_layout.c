@@ -176,27 +176,13 @@ sl_status sl__ring_layout(sl_ring *r, const sl_ring_opts *opts) {
 
 static int is_leader(const sl_ring *r) { return r->lead[sl_tp_rank(r->tp)] == sl_tp_rank(r->tp); }
 
-static sl_status hier_done(sl_ring *r, sl_status s) {
-    if (s && s != SL_ESTATE) {
-        sl_error e;
-        sl_err_save(&e);
-        sl__ring_abort(r, e.msg);
-        return sl_err_restore(&e);
-    }
-    return s;
-}
-
-static sl_status broken(const sl_ring *r) {
-    return r->broken ? sl_err(SL_ESTATE, "ring: an earlier collective failed; the ring must be rebuilt") : SL_OK;
-}
-
 sl_status sl__ring_hier_allreduce_range(sl_ring *r, void *buf, size_t count, size_t lo, size_t hi, sl_dtype dtype,
                                         sl_reduce_op op, uint32_t tensor) {
-    sl_status s = broken(r);
+    sl_status s = sl__ring_usable(r);
     if (s) return s;
     /* this host's sum (exact float32 here: fp16 is for the wire between hosts) */
     if (r->shm && (s = sl__shm_allreduce_range(r->shm, buf, count, lo, hi, dtype, SL_REDUCE_SUM, 0, tensor)))
-        return hier_done(r, s);
+        return sl__ring_failed(r, s);
     if (is_leader(r)) {
         if ((s = sl__ring_tcp_allreduce_range(r, buf, count, lo, hi, dtype, SL_REDUCE_SUM, tensor))) return s;
         if (op == SL_REDUCE_AVG && dtype == SL_DT_F32) {
@@ -206,22 +192,22 @@ sl_status sl__ring_hier_allreduce_range(sl_ring *r, void *buf, size_t count, siz
     }
     if (r->shm && hi > lo)
         s = sl__shm_broadcast(r->shm, (char *)buf + lo * 4, (hi - lo) * 4, 0, tensor);
-    return hier_done(r, s);
+    return sl__ring_failed(r, s);
 }
 
 sl_status sl__ring_hier_broadcast(sl_ring *r, void *buf, size_t len, int root, uint32_t tensor) {
-    sl_status s = broken(r);
+    sl_status s = sl__ring_usable(r);
     if (s) return s;
     int me = sl_tp_rank(r->tp), mine = r->lead[me] == r->lead[root];
     /* root's host first hands it to its leader, the leaders pass it on, each host takes it */
-    if (mine && r->shm && (s = sl__shm_broadcast(r->shm, buf, len, r->lidx[root], tensor))) return hier_done(r, s);
+    if (mine && r->shm && (s = sl__shm_broadcast(r->shm, buf, len, r->lidx[root], tensor))) return sl__ring_failed(r, s);
     if (is_leader(r) && (s = sl__ring_tcp_broadcast(r, buf, len, r->lpos[root], tensor))) return s;
     if (!mine && r->shm) s = sl__shm_broadcast(r->shm, buf, len, 0, tensor);
-    return hier_done(r, s);
+    return sl__ring_failed(r, s);
 }
 
 sl_status sl__ring_hier_allgather(sl_ring *r, void *all, size_t len, uint32_t tensor) {
-    sl_status s = broken(r);
+    sl_status s = sl__ring_usable(r);
     if (s) return s;
     int n = sl_tp_size(r->tp), me = sl_tp_rank(r->tp);
     size_t blk = (size_t)r->maxg * len, need = blk * (size_t)(r->nmem + 1);
@@ -234,7 +220,7 @@ sl_status sl__ring_hier_allgather(sl_ring *r, void *all, size_t len, uint32_t te
     /* this host's blocks in host order, then every host's (maxg blocks each), then all */
     unsigned char *host = r->hbuf, *hosts = r->hbuf + blk;
     memcpy(host + (size_t)r->lidx[me] * len, (char *)all + (size_t)me * len, len);
-    if (r->shm && (s = sl__shm_allgather(r->shm, host, len, tensor))) return hier_done(r, s);
+    if (r->shm && (s = sl__shm_allgather(r->shm, host, len, tensor))) return sl__ring_failed(r, s);
     if (is_leader(r)) {
         memcpy(hosts + (size_t)r->pos * blk, host, blk);
         if ((s = sl__ring_tcp_allgather(r, hosts, blk, tensor))) return s;
@@ -242,14 +228,14 @@ sl_status sl__ring_hier_allgather(sl_ring *r, void *all, size_t len, uint32_t te
             memcpy((char *)all + (size_t)k * len, hosts + (size_t)r->lpos[k] * blk + (size_t)r->lidx[k] * len, len);
     }
     if (r->shm) s = sl__shm_broadcast(r->shm, all, (size_t)n * len, 0, tensor);
-    return hier_done(r, s);
+    return sl__ring_failed(r, s);
 }
 
 sl_status sl__ring_hier_barrier(sl_ring *r) {
-    sl_status s = broken(r);
+    sl_status s = sl__ring_usable(r);
     if (s) return s;
-    if (r->shm && (s = sl__shm_barrier(r->shm))) return hier_done(r, s);
+    if (r->shm && (s = sl__shm_barrier(r->shm))) return sl__ring_failed(r, s);
     if (is_leader(r) && (s = sl__ring_tcp_barrier(r))) return s;
     if (r->shm) s = sl__shm_barrier(r->shm);
-    return hier_done(r, s);
+    return sl__ring_failed(r, s);
 }

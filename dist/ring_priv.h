@@ -59,5 +59,10 @@ sl_status sl__ring_hier_barrier(sl_ring *r);
 
 /* A failed collective: the peers are told (shared memory and transport), the ring unusable. */
 void sl__ring_abort(sl_ring *r, const char *why);
+/* The end of a collective with status s: on an error (SL_ESTATE aside, which changed
+ * nothing) the peers are told and the ring marked unusable; s comes back, its message kept. */
+sl_status sl__ring_failed(sl_ring *r, sl_status s);
+/* SL_ESTATE once a collective failed, else SL_OK. */
+sl_status sl__ring_usable(const sl_ring *r);
 
 #endif

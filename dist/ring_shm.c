@@ -23,10 +23,6 @@
 #include "shm_priv.h"
 #include "sluice/util.h"
 
-static size_t seg_off(size_t count, int n, int i) {
-    size_t base = count / (size_t)n, rem = count % (size_t)n;
-    return (size_t)i * base + ((size_t)i < rem ? (size_t)i : rem);
-}
 
 /* The segment of the whole tensor that holds element i. */
 static int seg_of(size_t count, int n, size_t i) {
@@ -78,6 +74,10 @@ static void sum_i32(const int32_t *const *src, int n, size_t len, int32_t *out1,
     }
 }
 
+static sl_status refused(void) {
+    return sl_err(SL_ESTATE, "ring: an earlier collective failed; the ring must be rebuilt");
+}
+
 typedef struct ar {
     sl__shm *m;
     char *buf;
@@ -100,7 +100,7 @@ static sl_status ar_write(ar *a, uint64_t w) {
     if (st) return st;
     size_t p, q;
     win_range(a, w, &p, &q);
-    size_t len = q - p, s0 = seg_off(len, m->n, m->rank), s1 = seg_off(len, m->n, m->rank + 1);
+    size_t len = q - p, s0 = sl__seg_off(len, m->n, m->rank), s1 = sl__seg_off(len, m->n, m->rank + 1);
     unsigned char *d = sl__shm_data(m, m->rank, gw);
     memcpy(d, a->buf + p * 4, s0 * 4);
     memcpy(d + s1 * 4, a->buf + (p + s1) * 4, (len - s1) * 4);
@@ -124,12 +124,12 @@ static sl_status ar_reduce(ar *a, uint64_t w) {
         if (k != me && (st = sl__shm_check(m, k, &want))) return st;
     size_t p, q;
     win_range(a, w, &p, &q);
-    size_t len = q - p, i = p + seg_off(len, n, me), end = p + seg_off(len, n, me + 1);
+    size_t len = q - p, i = p + sl__seg_off(len, n, me), end = p + sl__seg_off(len, n, me + 1);
     float *mine = (float *)(void *)sl__shm_data(m, me, gw);
     while (i < end) {
         /* a run of elements in one segment of the whole tensor: one summation order */
         int g = seg_of(a->count, n, i);
-        size_t run_end = seg_off(a->count, n, g + 1);
+        size_t run_end = sl__seg_off(a->count, n, g + 1);
         if (run_end > end) run_end = end;
         const float *src[64];
         for (int k = 0; k < n; k++)
@@ -159,7 +159,7 @@ static sl_status ar_gather(ar *a, uint64_t w) {
     size_t len = q - p;
     for (int k = 0; k < n; k++) {
         if (k == m->rank) continue;
-        size_t s0 = seg_off(len, n, k), s1 = seg_off(len, n, k + 1);
+        size_t s0 = sl__seg_off(len, n, k), s1 = sl__seg_off(len, n, k + 1);
         memcpy(a->buf + (p + s0) * 4, sl__shm_data(m, k, gw) + s0 * 4, (s1 - s0) * 4);
     }
     sl__shm_post(m, SL__PH_DONE, gw);
@@ -168,7 +168,7 @@ static sl_status ar_gather(ar *a, uint64_t w) {
 
 sl_status sl__shm_allreduce_range(sl__shm *m, void *buf, size_t count, size_t lo, size_t hi, sl_dtype dtype,
                                   sl_reduce_op op, int fp16, uint32_t tensor) {
-    if (m->broken) return sl_err(SL_ESTATE, "ring: an earlier collective failed; the ring must be rebuilt");
+    if (m->broken) return refused();
     ar a = {.m = m, .buf = buf, .count = count, .lo = lo, .hi = hi, .per = m->window / 4,
             .fp16 = fp16 && dtype == SL_DT_F32, .avg = op == SL_REDUCE_AVG && dtype == SL_DT_F32,
             .i32 = dtype == SL_DT_I32};
@@ -204,7 +204,7 @@ static sl_status bytes_window(sl__shm *m, const sl__shm_whdr *want, const void *
 }
 
 sl_status sl__shm_broadcast(sl__shm *m, void *buf, size_t len, int root, uint32_t tensor) {
-    if (m->broken) return sl_err(SL_ESTATE, "ring: an earlier collective failed; the ring must be rebuilt");
+    if (m->broken) return refused();
     sl__shm_whdr want = {.seq = ++m->seq, .count = len, .tensor = tensor, .kind = SL__SHM_BROADCAST,
                          .dtype = SL_DT_U8, .root = root};
     sl_status st = SL_OK;
@@ -223,7 +223,7 @@ sl_status sl__shm_broadcast(sl__shm *m, void *buf, size_t len, int root, uint32_
 }
 
 sl_status sl__shm_allgather(sl__shm *m, void *all, size_t len, uint32_t tensor) {
-    if (m->broken) return sl_err(SL_ESTATE, "ring: an earlier collective failed; the ring must be rebuilt");
+    if (m->broken) return refused();
     sl__shm_whdr want = {.seq = ++m->seq, .count = len, .tensor = tensor, .kind = SL__SHM_ALLGATHER,
                          .dtype = SL_DT_U8, .root = -1};
     char *b = all;
@@ -245,7 +245,7 @@ sl_status sl__shm_allgather(sl__shm *m, void *all, size_t len, uint32_t tensor) 
 }
 
 sl_status sl__shm_barrier(sl__shm *m) {
-    if (m->broken) return sl_err(SL_ESTATE, "ring: an earlier collective failed; the ring must be rebuilt");
+    if (m->broken) return refused();
     sl__shm_whdr want = {.seq = ++m->seq, .win = m->win++, .kind = SL__SHM_BARRIER, .dtype = SL_DT_U8, .root = -1};
     sl_status st = bytes_window(m, &want, NULL, 0);
     if (!st) st = sl__shm_wait_all(m, SL__PH_WRITTEN, want.win);

@@ -67,6 +67,13 @@ sl_status sl__shm_broadcast(sl__shm *m, void *buf, size_t len, int root, uint32_
 sl_status sl__shm_allgather(sl__shm *m, void *all, size_t len, uint32_t tensor);
 sl_status sl__shm_barrier(sl__shm *m);
 
+/* The first element of segment i when count elements are cut into n (sluice/ring.h): the
+ * transport ring and ring_shm.c must cut alike, or their sums would differ. */
+static inline size_t sl__seg_off(size_t count, int n, int i) {
+    size_t base = count / (size_t)n, rem = count % (size_t)n;
+    return (size_t)i * base + ((size_t)i < rem ? (size_t)i : rem);
+}
+
 /* ---- between shm.c and ring_shm.c ----------------------------------------------------- */
 
 enum { SL__PH_WRITTEN = 0, SL__PH_REDUCED = 1, SL__PH_DONE = 2, SL__PH_N = 3 };
