@@ -99,7 +99,6 @@ void sl__shm_where_self(sl__shm_where *w, const char *host) {
         w->shm_ino = (uint64_t)st.st_ino;
     }
     w->uid = (uint32_t)getuid();
-    w->pid = (int32_t)getpid();
 }
 
 int sl__shm_same_host(const sl__shm_where *a, const sl__shm_where *b) {

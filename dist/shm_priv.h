@@ -30,7 +30,6 @@ typedef struct sl__shm_where {
     uint64_t shm_dev;  /* device and inode of /dev/shm: the same shared-memory filesystem */
     uint64_t shm_ino;
     uint32_t uid;
-    int32_t pid;
 } sl__shm_where;
 
 /* host: the host's name as a launcher knows it; NULL: gethostname. */
