@@ -148,12 +148,10 @@ static sl_status check_args(const uint8_t *data, size_t len, int channels, int s
     return SL_OK;
 }
 
-/* The TurboJPEG status of the last call on `tj` as an sl_status: warnings are OK only
- * when lenient. */
+/* The failure of the last TurboJPEG decode as SL_ECORRUPT (TurboJPEG decodes are strict
+ * only: warnings stop them). */
 static sl_status tj_fail(sl_jpeg_decoder *d, const char *what) {
     int warn = tjGetErrorCode(d->tj) == TJERR_WARNING;
-    if (warn && d->lenient)
-        return SL_OK;
     sl_err(SL_ECORRUPT, "jpeg: %s: %s", what, tjGetErrorStr2(d->tj));
     if (warn)
         sl_err_hint("the image is damaged or truncated; a lenient decoder would return the "
@@ -183,6 +181,19 @@ static int tj_picks(const sl_jpeg_decoder *d, int w, int h, int num) {
 }
 
 /* ---- decoder lifetime ------------------------------------------------------------ */
+
+/* d->cinfo created, with our error and progress managers (cinfo_ok set); SL_ENOMEM when
+ * libjpeg cannot allocate it. */
+static sl_status cinfo_create(sl_jpeg_decoder *d) {
+    memset(&d->cinfo, 0, sizeof d->cinfo);
+    d->cinfo.err = &d->jerr.pub;
+    if (setjmp(d->jerr.jb))
+        return sl_err(SL_ENOMEM, "jpeg: jpeg_create_decompress failed: %s", d->jerr.msg);
+    jpeg_create_decompress(&d->cinfo);
+    d->cinfo.progress = &d->progress;
+    d->cinfo_ok = 1;
+    return SL_OK;
+}
 
 sl_status sl_jpeg_decoder_new(sl_jpeg_decoder **out) {
     if (!out)
@@ -223,17 +234,12 @@ sl_status sl_jpeg_decoder_new(sl_jpeg_decoder **out) {
         }
     }
 
-    d->cinfo.err = jpeg_std_error(&d->jerr.pub);
+    jpeg_std_error(&d->jerr.pub);
     d->jerr.pub.error_exit = on_error_exit;
     d->jerr.pub.emit_message = on_emit_message;
-    if (setjmp(d->jerr.jb)) {
-        sl_err(SL_ENOMEM, "jpeg: jpeg_create_decompress failed: %s", d->jerr.msg);
-        goto fail;
-    }
-    jpeg_create_decompress(&d->cinfo);
-    d->cinfo_ok = 1;
     d->progress.progress_monitor = on_progress;
-    d->cinfo.progress = &d->progress;
+    if (cinfo_create(d))
+        goto fail;
     *out = d;
     return SL_OK;
 fail:
@@ -289,8 +295,11 @@ static sl_status check_size(const sl_jpeg_decoder *d, const sl_jpeg_info *info) 
 /* ---- header ---------------------------------------------------------------------- */
 
 /* The libjpeg decompressor, its error manager readied for the call about to be made
- * (warnings fatal unless lenient, none seen yet); the caller then takes the setjmp. */
+ * (warnings fatal unless lenient, none seen yet); the caller then takes the setjmp. NULL
+ * (SL_ENOMEM set) when the decompressor cannot be made again after fresh_handles failed. */
 static struct jpeg_decompress_struct *libjpeg_begin(sl_jpeg_decoder *d) {
+    if (!d->cinfo_ok && cinfo_create(d))
+        return NULL;
     d->jerr.strict = !d->lenient;
     d->jerr.warned = 0;
     return &d->cinfo;
@@ -301,6 +310,8 @@ static struct jpeg_decompress_struct *libjpeg_begin(sl_jpeg_decoder *d) {
 static sl_status header_libjpeg(sl_jpeg_decoder *d, const uint8_t *data, size_t len,
                                 sl_jpeg_info *out) {
     struct jpeg_decompress_struct *ci = libjpeg_begin(d);
+    if (!ci)
+        return SL_ENOMEM;
     if (setjmp(d->jerr.jb)) {
         jpeg_abort_decompress(ci);
         return sl_err(SL_ECORRUPT, "jpeg: bad header: %s", d->jerr.msg);
@@ -383,6 +394,115 @@ int sl_jpeg_pick_scale(int w, int h, int target_w, int target_h) {
     return 8;
 }
 
+/* ---- tables from an earlier image ------------------------------------------------ */
+
+/* libjpeg keeps the quantization and Huffman tables an image defined for the images after
+ * it (the "abbreviated datastream" of JPEG's spec: tables sent once, images after), in
+ * TurboJPEG's handle as in ours. A file that uses a table it does not carry would then be
+ * decoded with the tables of whatever image the decoder saw last: pixels that depend on
+ * the order of the data set, a silent wrong answer. So before a decode we look at the
+ * markers up to the first scan (a few hundred bytes; the segments are skipped by their
+ * lengths): when the file is one sequential scan over every component, and every table that
+ * scan uses was defined before it, nothing earlier can leak in. Anything else (progressive
+ * and multi-scan files, which may define tables between scans; a missing table; markers
+ * we cannot follow) gets fresh handles, on which a missing quantization table is an error
+ * and a missing Huffman table the standard one (libjpeg-turbo's rule for Motion-JPEG). */
+static int tables_self_contained(const uint8_t *p, size_t n) {
+    unsigned q_def = 0, dc_def = 0, ac_def = 0, q_use = 0;
+    int sof = -1, nf = 0;
+    size_t i = 2;
+    if (n < 4 || p[0] != 0xFF || p[1] != 0xD8)
+        return 0;
+    for (;;) {
+        while (i < n && p[i] == 0xFF && i + 1 < n && p[i + 1] == 0xFF)
+            i++; /* fill bytes */
+        if (i + 4 > n || p[i] != 0xFF)
+            return 0;
+        int m = p[i + 1];
+        if (m == 0x01 || (m >= 0xD0 && m <= 0xD7)) { /* no length */
+            i += 2;
+            continue;
+        }
+        if (m == 0xD8 || m == 0xD9)
+            return 0;
+        size_t seg = (size_t)p[i + 2] << 8 | p[i + 3], b = i + 4, e = i + 2 + seg;
+        if (seg < 2 || e > n)
+            return 0;
+        if (m == 0xDB) { /* DQT: Pq Tq, 64 values of 1 or 2 bytes */
+            while (b < e) {
+                int id = p[b] & 15;
+                size_t vals = (p[b] >> 4) ? 128 : 64;
+                if (id > 3 || b + 1 + vals > e)
+                    return 0;
+                q_def |= 1u << id;
+                b += 1 + vals;
+            }
+        } else if (m == 0xC4) { /* DHT: Tc Th, 16 counts, the values */
+            while (b < e) {
+                if (b + 17 > e)
+                    return 0;
+                int id = p[b] & 15;
+                size_t vals = 0;
+                for (int k = 1; k <= 16; k++)
+                    vals += p[b + k];
+                if (id > 3 || b + 17 + vals > e)
+                    return 0;
+                if (p[b] >> 4)
+                    ac_def |= 1u << id;
+                else
+                    dc_def |= 1u << id;
+                b += 17 + vals;
+            }
+        } else if (m >= 0xC0 && m <= 0xCF && m != 0xC4 && m != 0xC8 && m != 0xCC) { /* SOFn */
+            if (sof >= 0 || seg < 8)
+                return 0;
+            sof = m;
+            nf = p[b + 5];
+            if (seg != 8 + 3 * (size_t)nf)
+                return 0;
+            for (int c = 0; c < nf; c++) {
+                int id = p[b + 6 + 3 * c + 2];
+                if (id > 3)
+                    return 0;
+                q_use |= 1u << id;
+            }
+        } else if (m == 0xDA) { /* SOS: Ns, then Cs and Td Ta per component */
+            if ((sof != 0xC0 && sof != 0xC1 && sof != 0xC9) || seg < 3 || p[b] != nf ||
+                seg != 6 + 2 * (size_t)nf || (q_use & ~q_def))
+                return 0;
+            if (sof == 0xC9)
+                return 1; /* arithmetic coding: no Huffman tables */
+            for (int c = 0; c < nf; c++) {
+                int td = p[b + 2 + 2 * c] >> 4, ta = p[b + 2 + 2 * c] & 15;
+                if (td > 3 || ta > 3 || !(dc_def >> td & 1) || !(ac_def >> ta & 1))
+                    return 0;
+            }
+            return 1;
+        }
+        i = e;
+    }
+}
+
+/* New TurboJPEG and libjpeg handles in place of d's, holding no tables. When one cannot be
+ * made: SL_ENOMEM, and d keeps its old TurboJPEG handle, or has no libjpeg one (cinfo_ok 0:
+ * the next decode tries again). */
+static sl_status fresh_handles(sl_jpeg_decoder *d) {
+    tjhandle t = tjInitDecompress();
+    if (!t)
+        return sl_err(SL_ENOMEM, "jpeg: tjInitDecompress failed: %s", tjGetErrorStr2(NULL));
+    tjDestroy(d->tj);
+    d->tj = t;
+    if (d->cinfo_ok)
+        jpeg_destroy_decompress(&d->cinfo);
+    d->cinfo_ok = 0;
+    return cinfo_create(d);
+}
+
+/* Fresh handles for a file that could otherwise see an earlier image's tables. */
+static sl_status guard_tables(sl_jpeg_decoder *d, const uint8_t *data, size_t len) {
+    return tables_self_contained(data, len) ? SL_OK : fresh_handles(d);
+}
+
 /* ---- libjpeg decode of a rectangle ------------------------------------------------ */
 
 /* Decode rows [y, y+h) and columns [x, x+w) of the image at scale num/8 into out (w*ch
@@ -407,6 +527,8 @@ static sl_status crop_libjpeg(sl_jpeg_decoder *d, const uint8_t *data, size_t le
                               int num, int x, int y, int w, int h, uint8_t *out, const uint8_t **view,
                               size_t *view_stride) {
     struct jpeg_decompress_struct *ci = libjpeg_begin(d);
+    if (!ci)
+        return SL_ENOMEM;
     if (setjmp(d->jerr.jb)) {
         jpeg_abort_decompress(ci);
         sl_err(SL_ECORRUPT, "jpeg: decode failed: %s", d->jerr.msg);
@@ -525,7 +647,7 @@ static sl_status decode_start(sl_jpeg_decoder *d, const uint8_t *data, size_t le
     if ((s = sl_jpeg_header(d, data, len, info)) || (s = check_size(d, info)))
         return s;
     sl_jpeg_scaled_size(info->width, info->height, scale_num, sw, sh);
-    return SL_OK;
+    return guard_tables(d, data, len);
 }
 
 sl_status sl_jpeg_decode(sl_jpeg_decoder *d, const uint8_t *data, size_t len, int channels,
@@ -540,10 +662,13 @@ sl_status sl_jpeg_decode(sl_jpeg_decoder *d, const uint8_t *data, size_t len, in
     if (s || (s = check_out(out, cap, sw, sh, channels, "output")))
         return s;
 
-    if (info.subsamp < 0 || tj_picks(d, info.width, info.height, scale_num) != scale_num) {
+    /* Lenient decodes go through libjpeg too: TurboJPEG 2.1 reports a fatal error that
+     * follows a warning as a warning (tjGetErrorCode), and such a decode stopped part-way,
+     * with rows of the output never written. Our error manager tells the two apart. */
+    if (info.subsamp < 0 || d->lenient || tj_picks(d, info.width, info.height, scale_num) != scale_num) {
         s = crop_libjpeg(d, data, len, channels, scale_num, 0, 0, sw, sh, out, NULL, NULL);
     } else {
-        int flags = TJFLAG_LIMITSCANS | (d->lenient ? 0 : TJFLAG_STOPONWARNING) |
+        int flags = TJFLAG_LIMITSCANS | TJFLAG_STOPONWARNING |
                     (d->fast_dct ? TJFLAG_FASTDCT : 0) | (d->fast_upsample ? TJFLAG_FASTUPSAMPLE : 0);
         if (is_cmyk_cs(info.colorspace)) {
             if ((s = grow_scratch(d, (size_t)sw * (size_t)sh * 4)))

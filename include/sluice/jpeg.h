@@ -4,7 +4,11 @@
  * a longjmp out of the library. Warnings TurboJPEG can recover from (premature end of data
  * in the entropy stream) are errors too, unless the decoder is told to be lenient.
  *
- * A decoder is one TurboJPEG handle plus scratch space: create one per thread.
+ * A decoder is one TurboJPEG handle plus scratch space: create one per thread. A decode
+ * depends only on its own bytes and the decoder's settings, never on the images decoded
+ * before it: a file that uses a quantization table it does not define is SL_ECORRUPT, and
+ * one without its Huffman tables gets the standard ones (libjpeg would otherwise reuse the
+ * last image's tables, JPEG's abbreviated streams).
  *
  * Size limit. A JPEG's header can declare up to 65500 x 65500 pixels in a few hundred
  * bytes, and a valid 10 MB file can hold a 30000 x 30000 image (900 million pixels: 2.7 GB

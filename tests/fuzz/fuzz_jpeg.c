@@ -2,6 +2,7 @@
  * quickly) a full decode, a scaled decode and a cropped decode, strict or lenient. Any
  * status is fine except a crash, a sanitizer report, or an unexpected code: outside bytes
  * may only produce SL_OK or SL_ECORRUPT. Seeds: tests/fuzz/seeds/jpeg/. */
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -37,15 +38,33 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         return 0;
     if (info.width <= 0 || info.height <= 0 || (int64_t)info.width * info.height > MAX_PIXELS)
         return 0;
-    if ((knob & 1) && (int64_t)info.width * info.height > 256 * 256)
-        sl_jpeg_decoder_set_lenient(dec, false); /* lenient decodes of big garbage are slow */
+    bool lenient = knob & 1;
+    if (lenient && (int64_t)info.width * info.height > 256 * 256) {
+        lenient = false; /* lenient decodes of big garbage are slow */
+        sl_jpeg_decoder_set_lenient(dec, false);
+    }
     int channels = (knob & 2) ? 1 : 3;
     size_t cap = (size_t)info.width * info.height * 3;
     uint8_t *out = malloc(cap);
     if (!out)
         return 0;
     int w, h;
-    check(sl_jpeg_decode(dec, data, size, channels, 8, out, cap, &w, &h), "decode");
+    sl_status sd = sl_jpeg_decode(dec, data, size, channels, 8, out, cap, &w, &h);
+    check(sd, "decode");
+    /* a decode depends on its own bytes only: a decoder that has seen no image before gives
+     * the same outcome and pixels (libjpeg keeps an image's tables for the next one) */
+    sl_jpeg_decoder *fresh;
+    uint8_t *again = malloc(cap);
+    if (!again || sl_jpeg_decoder_new(&fresh) != SL_OK)
+        abort();
+    sl_jpeg_decoder_set_lenient(fresh, lenient);
+    sl_jpeg_decoder_set_speed(fresh, size & 1, !((size >> 1) & 1));
+    int w2, h2;
+    sl_status sf = sl_jpeg_decode(fresh, data, size, channels, 8, again, cap, &w2, &h2);
+    if (sf != sd || (sd == SL_OK && memcmp(out, again, (size_t)w * h * channels)))
+        abort();
+    sl_jpeg_decoder_free(fresh);
+    free(again);
     int num = 1 + ((knob >> 2) & 7);
     check(sl_jpeg_decode(dec, data, size, 4 - channels, num, out, cap, &w, &h), "scaled");
     int sw, sh;

@@ -917,6 +917,136 @@ TEST(test_decoder_usable_after_damaged_header) {
     sl_jpeg_decoder_free(d);
 }
 
+
+/* A progressive 4:2:0 file of the pixels (its Huffman tables optimized, as every
+ * progressive file's are), malloc'd into *out. */
+static sl_status encode_progressive(const uint8_t *px, int w, int h, int q, uint8_t **out, size_t *len) {
+    tjhandle tj = tjInitCompress();
+    if (!tj)
+        return SL_ENOMEM;
+    unsigned char *buf = NULL;
+    unsigned long n = 0;
+    int rc = tjCompress2(tj, px, w, 0, h, TJPF_RGB, &buf, &n, TJSAMP_420, q, TJFLAG_PROGRESSIVE);
+    tjDestroy(tj);
+    if (rc)
+        return SL_EINTERNAL;
+    *out = malloc(n);
+    memcpy(*out, buf, n);
+    *len = n;
+    tjFree(buf);
+    return SL_OK;
+}
+
+/* Copy of a.data without its DQT (what == 0xDB) or DHT (0xC4) segments before the first
+ * SOS: an abbreviated file that leans on tables it does not carry. */
+static img strip_segments(const img *a, int what) {
+    img r = {malloc(a->len), 0, ""};
+    snprintf(r.what, sizeof r.what, "%s without %02X", a->what, what);
+    size_t i = 2;
+    memcpy(r.data, a->data, 2);
+    r.len = 2;
+    while (i + 4 <= a->len && a->data[i] == 0xFF && a->data[i + 1] != 0xDA) {
+        size_t seg = 2 + ((size_t)a->data[i + 2] << 8 | a->data[i + 3]);
+        if (a->data[i + 1] != what) {
+            memcpy(r.data + r.len, a->data + i, seg);
+            r.len += seg;
+        }
+        i += seg;
+    }
+    memcpy(r.data + r.len, a->data + i, a->len - i);
+    r.len += a->len - i;
+    return r;
+}
+
+/* libjpeg keeps the tables of one image for the next (abbreviated streams): a file without
+ * its own quantization tables must not be decoded with the last image's. Every decode of
+ * the abbreviated file gives what it gives on a fresh decoder (an error here), whatever was
+ * decoded before it, on the TurboJPEG path and on the crop path. A file without its Huffman
+ * tables is decoded with the standard ones (libjpeg-turbo's rule for Motion-JPEG), never
+ * with the last image's optimized ones. */
+TEST(test_tables_never_carried_over) {
+    sl_jpeg_decoder *d, *fresh;
+    ASSERT_OK(sl_jpeg_decoder_new(&d));
+    ASSERT_OK(sl_jpeg_decoder_new(&fresh));
+    int w = 48, h = 32;
+    uint8_t *px = malloc((size_t)w * h * 3), *ref = malloc((size_t)w * h * 3);
+    ASSERT(px && ref);
+    for (int prog = 0; prog < 2; prog++) {
+        img a = encode_img(w, h, 3, TJSAMP_420, 50, 3);
+        img b = encode_img(w, h, 3, TJSAMP_420, 95, 4);
+        if (prog) { /* the same images, progressive: the crop path decodes them */
+            uint8_t *pa = make_pixels(w, h, 3, 3), *pb = make_pixels(w, h, 3, 4);
+            free(a.data);
+            free(b.data);
+            ASSERT_OK(encode_progressive(pa, w, h, 50, &a.data, &a.len));
+            ASSERT_OK(encode_progressive(pb, w, h, 95, &b.data, &b.len));
+            free(pa);
+            free(pb);
+        }
+        img nq = strip_segments(&b, 0xDB);
+        ASSERT(nq.len < b.len);
+        int ow, oh;
+        ASSERT_EQ(sl_jpeg_decode(fresh, nq.data, nq.len, 3, 8, px, (size_t)w * h * 3, &ow, &oh), SL_ECORRUPT);
+        ASSERT_OK(sl_jpeg_decode(d, a.data, a.len, 3, 8, px, (size_t)w * h * 3, &ow, &oh));
+        ASSERT_EQ(sl_jpeg_decode(d, nq.data, nq.len, 3, 8, px, (size_t)w * h * 3, &ow, &oh), SL_ECORRUPT);
+        ASSERT_OK(sl_jpeg_decode_crop(d, a.data, a.len, 3, 8, 8, 8, 16, 16, px, (size_t)w * h * 3));
+        ASSERT_EQ(sl_jpeg_decode_crop(d, nq.data, nq.len, 3, 8, 8, 8, 16, 16, px, (size_t)w * h * 3), SL_ECORRUPT);
+        const uint8_t *view;
+        size_t stride;
+        ASSERT_OK(sl_jpeg_decode_crop(d, a.data, a.len, 3, 8, 8, 8, 16, 16, px, (size_t)w * h * 3));
+        ASSERT_EQ(sl_jpeg_decode_crop_view(d, nq.data, nq.len, 3, 8, 8, 8, 16, 16, &view, &stride), SL_ECORRUPT);
+        /* without Huffman tables: the standard ones, before and after an image with its own */
+        img nh = strip_segments(&b, 0xC4);
+        ASSERT(nh.len < b.len);
+        sl_status sf = sl_jpeg_decode(fresh, nh.data, nh.len, 3, 8, ref, (size_t)w * h * 3, &ow, &oh);
+        ASSERT_OK(sl_jpeg_decode(d, a.data, a.len, 3, 8, px, (size_t)w * h * 3, &ow, &oh));
+        ASSERT_EQ(sl_jpeg_decode(d, nh.data, nh.len, 3, 8, px, (size_t)w * h * 3, &ow, &oh), sf);
+        if (sf == SL_OK)
+            ASSERT(memcmp(px, ref, (size_t)w * h * 3) == 0);
+        free(a.data);
+        free(b.data);
+        free(nq.data);
+        free(nh.data);
+    }
+    free(px);
+    free(ref);
+    sl_jpeg_decoder_free(d);
+    sl_jpeg_decoder_free(fresh);
+}
+
+/* A lenient decode of a file where a fatal error follows a recoverable one (a fuzzer's
+ * YCCK file): TurboJPEG reports such a failure as a warning, and the rows it never wrote
+ * came from whatever the decoder's buffers held. The outcome and the pixels must not
+ * depend on what the decoder decoded before: two decoders that each viewed a different
+ * image first (filling their scratch buffers) agree. */
+TEST(test_lenient_never_hands_out_unwritten_rows) {
+    size_t n = 0;
+    uint8_t *f = sl_test_read_file(SL_TEST_SRC "/tests/fuzz/seeds/jpeg/ycck_warning_then_error_20x12.jpg", &n);
+    ASSERT(f && n > 100);
+    uint8_t *out[2];
+    sl_status st[2];
+    for (int k = 0; k < 2; k++) {
+        sl_jpeg_decoder *d;
+        ASSERT_OK(sl_jpeg_decoder_new(&d));
+        img pre = encode_img(64, 48, 3, TJSAMP_444, 90, 11 + 6 * k);
+        const uint8_t *view;
+        size_t stride;
+        ASSERT_OK(sl_jpeg_decode_crop_view(d, pre.data, pre.len, 3, 8, 0, 0, 64, 48, &view, &stride));
+        sl_jpeg_decoder_set_lenient(d, true);
+        out[k] = calloc(20 * 12 * 3, 1);
+        int w = 0, h = 0;
+        st[k] = sl_jpeg_decode(d, f, n, 3, 8, out[k], 20 * 12 * 3, &w, &h);
+        free(pre.data);
+        sl_jpeg_decoder_free(d);
+    }
+    ASSERT_EQ(st[0], st[1]);
+    if (st[0] == SL_OK)
+        ASSERT(memcmp(out[0], out[1], 20 * 12 * 3) == 0);
+    free(out[0]);
+    free(out[1]);
+    free(f);
+}
+
 int main(void) {
     RUN(test_header_encoded);
     RUN(test_decoder_usable_after_damaged_header);
@@ -936,5 +1066,7 @@ int main(void) {
     RUN(test_cmyk);
     RUN(test_encode_roundtrip_quality);
     RUN(test_max_pixels);
+    RUN(test_tables_never_carried_over);
+    RUN(test_lenient_never_hands_out_unwritten_rows);
     TEST_MAIN_END();
 }
