@@ -3,6 +3,7 @@
  *   sluice-record inspect FILE...        counts, sizes, CRC status and a feature summary
  *   sluice-record verify FILE...         every CRC of every record; exit 0 only if all sound
  *   sluice-record cat FILE...            one line per record (text, or --json)
+ *   sluice-record index FILE...          build or check each file's record index
  *   sluice-record convert fashion-mnist OUT --shards N    idx files -> sharded TFRecords
  *   sluice-record convert images DIR OUT --shards N      class folders of JPEGs -> TFRecords
  *
@@ -13,7 +14,7 @@
  * failed write, 2 wrong usage (tools/tool.h).
  *
  * This file: the usage, convert and main; inspect, verify and cat are in
- * tools/tool_record_read.c (tools/tool_record.h). */
+ * tools/tool_record_read.c, index in tools/tool_record_index.c (tools/tool_record.h). */
 #include <dirent.h>
 #include <errno.h>
 #include <inttypes.h>
@@ -43,13 +44,14 @@ static const char USAGE[] =
     "  inspect FILE...     records, sizes, compression, CRC status and a feature summary\n"
     "  verify FILE...      check every record's CRCs (exit 0 only if all are sound)\n"
     "  cat FILE...         print each record's Example, one per line (text or --json)\n"
+    "  index FILE...       build or check each file's record index (for random access)\n"
     "  convert fashion-mnist OUT --shards N   Fashion-MNIST idx files -> TFRecord shards\n"
     "  convert images DIR OUT --shards N      one folder of JPEGs per class -> TFRecord shards\n"
     "\n"
-    "Every command takes --compression gzip|zlib|none (input: detected when not given;\n"
-    "convert: the output's) and -h/--help. A progress bar is drawn on stderr when it is a\n"
-    "terminal. Exit status: 0 success, 1 corrupt or unreadable input or failed write,\n"
-    "2 wrong usage.\n"
+    "Every command but index takes --compression gzip|zlib|none (input: detected when not\n"
+    "given; convert: the output's), and every one -h/--help. A progress bar is drawn on\n"
+    "stderr when it is a terminal. Exit status: 0 success, 1 corrupt or unreadable input or\n"
+    "failed write, 2 wrong usage.\n"
     "Run 'sluice-record COMMAND --help' for a command's options.\n";
 
 static const char USAGE_CONVERT[] =
@@ -876,6 +878,7 @@ int main(int argc, char **argv) {
     if (strcmp(cmd, "inspect") == 0) return sl__tool_exit(PROG, sl__record_inspect(argc - 2, argv + 2));
     if (strcmp(cmd, "verify") == 0) return sl__tool_exit(PROG, sl__record_verify(argc - 2, argv + 2));
     if (strcmp(cmd, "cat") == 0) return sl__tool_exit(PROG, sl__record_cat(argc - 2, argv + 2));
+    if (strcmp(cmd, "index") == 0) return sl__tool_exit(PROG, sl__record_index(argc - 2, argv + 2));
     if (strcmp(cmd, "convert") == 0) return sl__tool_exit(PROG, cmd_convert(argc - 2, argv + 2));
     if (cmd[0] == '-') return sl__tool_exit(PROG, sl__usage_error(PROG, "unknown option '%s' (options follow the COMMAND)", cmd));
     return sl__tool_exit(PROG, sl__usage_error(PROG, "unknown command '%s'", cmd));

@@ -1,5 +1,6 @@
 /* Private to sluice-record: its commands, split across tools/sluice-record.c (usage, convert,
- * main) and tools/tool_record_read.c (inspect, verify, cat). */
+ * main), tools/tool_record_read.c (inspect, verify, cat) and tools/tool_record_index.c
+ * (index). */
 #ifndef SLUICE_TOOL_RECORD_H
 #define SLUICE_TOOL_RECORD_H
 
@@ -14,6 +15,7 @@
 int sl__record_inspect(int argc, char **argv);
 int sl__record_verify(int argc, char **argv);
 int sl__record_cat(int argc, char **argv);
+int sl__record_index(int argc, char **argv);
 
 /* --compression NAME into *out (NULL: SL_COMP_AUTO). SL__EXIT_OK, or SL__EXIT_USAGE after
  * a usage error naming prog on stderr. */
