@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "pipeline/internal.h"
+#include "sluice/crc32c.h"
 #include "sluice/pool.h"
 
 void *sl__ds_new(size_t size, const sl_ds_vt *vt, sl_dataset *const *inputs, int ninputs) {
@@ -74,9 +75,10 @@ sl_iter_opts sl_iter_opts_default(void) {
 typedef struct {
     int parent, input;
     const sl_dataset *key;
+    int64_t start; /* the iterator's sl_iter.start */
 } node_key;
 
-static _Thread_local node_key announced = {-2, 0, NULL};
+static _Thread_local node_key announced = {-2, 0, NULL, 0};
 
 static sl_op_node *ctx_node(sl_ictx *ctx, node_key k, const sl_dataset *ds) {
     sl_op_node *n = NULL;
@@ -111,6 +113,9 @@ static sl_op_node *ctx_node(sl_ictx *ctx, node_key k, const sl_dataset *ds) {
 
 static sl_status make_announced(sl_dataset *ds, sl_ictx *ctx, uint64_t seed, node_key k, sl_iter **out) {
     *out = NULL;
+    if (k.start && !ds->vt->seek)
+        return sl_err(SL_EUNSUPPORTED, "op '%s' (%s) cannot start at element %lld without producing the ones "
+                      "before it", ds->label, ds->vt->name, (long long)k.start);
     node_key saved = announced;
     announced = k;
     sl_status s = ds->vt->make_iter(ds, ctx, seed, out);
@@ -135,6 +140,7 @@ void *sl__iter_new(size_t size, const sl_iter_vt *vt, sl_dataset *ds, sl_ictx *c
     it->seed = seed;
     it->node = node;
     it->stats = &node->stats;
+    it->start = k.start;
     return it;
 }
 
@@ -144,6 +150,11 @@ sl_status sl__iter_make(sl_iter *parent, sl_dataset *ds, uint64_t seed, sl_iter 
 
 sl_status sl__iter_input(sl_dataset *ds, int i, sl_ictx *ctx, uint64_t seed, uint64_t salt,
                          sl_iter **out) {
+    return sl__iter_input_at(ds, i, ctx, seed, salt, 0, out);
+}
+
+sl_status sl__iter_input_at(sl_dataset *ds, int i, sl_ictx *ctx, uint64_t seed, uint64_t salt, int64_t start,
+                            sl_iter **out) {
     /* the parent's node: the most recent node of ds (its iterator is being made now) */
     int parent = -1;
     pthread_mutex_lock(&ctx->nodes_mu);
@@ -151,7 +162,8 @@ sl_status sl__iter_input(sl_dataset *ds, int i, sl_ictx *ctx, uint64_t seed, uin
         if (ctx->nodes[k]->key == ds || (ctx->nodes[k]->key == NULL && !strcmp(ctx->nodes[k]->label, ds->label)))
             parent = k;
     pthread_mutex_unlock(&ctx->nodes_mu);
-    return make_announced(ds->inputs[i], ctx, sl__child_seed(seed, salt), (node_key){parent, i, ds->inputs[i]}, out);
+    return make_announced(ds->inputs[i], ctx, sl__child_seed(seed, salt), (node_key){parent, i, ds->inputs[i], start},
+                          out);
 }
 
 static void free_ctx(sl_ictx *ctx) {
@@ -166,7 +178,7 @@ static void free_ctx(sl_ictx *ctx) {
     free(ctx);
 }
 
-sl_status sl_iter_create(sl_dataset *ds, const sl_iter_opts *opts, sl_iter **out) {
+static sl_status create_at(sl_dataset *ds, const sl_iter_opts *opts, int64_t start, sl_iter **out) {
     *out = NULL;
     if (!ds) return sl_err(SL_EINVAL, "sl_iter_create: dataset is NULL");
     sl__clock_init();
@@ -187,7 +199,7 @@ sl_status sl_iter_create(sl_dataset *ds, const sl_iter_opts *opts, sl_iter **out
     ctx->start_ns = sl_now_ns();
     pthread_mutex_init(&ctx->nodes_mu, NULL);
     sl_iter *it;
-    sl_status s = make_announced(ds, ctx, ctx->opts.seed, (node_key){-1, 0, ds}, &it);
+    sl_status s = make_announced(ds, ctx, ctx->opts.seed, (node_key){-1, 0, ds, start}, &it);
     if (s) {
         free_ctx(ctx);
         return s;
@@ -196,6 +208,92 @@ sl_status sl_iter_create(sl_dataset *ds, const sl_iter_opts *opts, sl_iter **out
     sl__tuner_start(ctx);
     *out = it;
     return SL_OK;
+}
+
+sl_status sl_iter_create(sl_dataset *ds, const sl_iter_opts *opts, sl_iter **out) {
+    return create_at(ds, opts, 0, out);
+}
+
+sl_status sl_iter_create_at(sl_dataset *ds, const sl_iter_opts *opts, int64_t start, sl_iter **out) {
+    *out = NULL;
+    if (start < 0) return sl_err(SL_EINVAL, "sl_iter_create_at: start %lld must be >= 0", (long long)start);
+    sl_status s = create_at(ds, opts, start, out);
+    if (s != SL_EUNSUPPORTED || start == 0) return s;
+    /* some op cannot seek: from the beginning, dropping what comes before start */
+    sl_err_clear();
+    sl_iter *it;
+    if ((s = create_at(ds, opts, 0, &it))) return s;
+    sl_element e;
+    sl_element_init(&e);
+    while (it->replayed < start) {
+        s = sl__iter_next(it, &e);
+        if (s == SL_END) break;
+        if (s) {
+            sl_iter_close(it);
+            return s;
+        }
+        sl_element_clear(&e);
+        it->replayed++;
+    }
+    it->start = it->replayed;
+    *out = it;
+    return SL_OK;
+}
+
+int64_t sl_iter_position(const sl_iter *it) { return it ? it->start + it->given : 0; }
+
+int64_t sl_iter_replayed(const sl_iter *it) { return it ? it->replayed : 0; }
+
+/* The graph's shape: each op's name and input count, depth first. */
+static uint64_t fingerprint(const sl_dataset *ds) {
+    uint64_t h = 0xcbf29ce484222325ULL;
+    for (const char *c = ds->vt->name; *c; c++) h = (h ^ (uint8_t)*c) * 0x100000001b3ULL;
+    h = sl_mix2(h, (uint64_t)ds->ninputs);
+    for (int i = 0; i < ds->ninputs; i++) h = sl_mix2(h, fingerprint(ds->inputs[i]));
+    return h;
+}
+
+sl_status sl_iter_save(const sl_iter *it, uint8_t *buf, size_t cap, size_t *len) {
+    if (len) *len = 0;
+    if (!it || !buf || !len) return sl_err(SL_EINVAL, "sl_iter_save: NULL argument");
+    if (cap < SL_ITER_STATE_SIZE)
+        return sl_err(SL_ERANGE, "sl_iter_save: a state takes %d bytes, the buffer has %zu", SL_ITER_STATE_SIZE, cap);
+    memset(buf, 0, SL_ITER_STATE_SIZE);
+    memcpy(buf, "SLITSTAT", 8);
+    sl_store_le32(buf + 8, 1);
+    sl_store_le32(buf + 12, SL_ITER_STATE_SIZE);
+    sl_store_le64(buf + 16, it->ctx->opts.seed);
+    sl_store_le64(buf + 24, (uint64_t)sl_iter_position(it));
+    sl_store_le64(buf + 32, fingerprint(it->ds));
+    sl_store_le32(buf + 44, sl_crc32c(0, buf, 44));
+    *len = SL_ITER_STATE_SIZE;
+    return SL_OK;
+}
+
+sl_status sl_iter_restore(sl_dataset *ds, const sl_iter_opts *opts, const uint8_t *st, size_t len, sl_iter **out) {
+    *out = NULL;
+    if (!ds || !st) return sl_err(SL_EINVAL, "sl_iter_restore: NULL argument");
+    if (len < 16 || memcmp(st, "SLITSTAT", 8))
+        return sl_err(SL_ECORRUPT, "iterator state: byte 0: not an iterator state (%zu bytes, no SLITSTAT magic)", len);
+    uint32_t ver = sl_load_le32(st + 8), size = sl_load_le32(st + 12);
+    if (ver != 1) return sl_err(SL_ECORRUPT, "iterator state: byte 8: version %u (this Sluice reads 1)", ver);
+    if (size != SL_ITER_STATE_SIZE || len != size)
+        return sl_err(SL_ECORRUPT, "iterator state: byte 12: size %u, %zu bytes given (want %d)", size, len,
+                      SL_ITER_STATE_SIZE);
+    uint32_t crc = sl_load_le32(st + 44), want = sl_crc32c(0, st, 44);
+    if (crc != want) return sl_err(SL_ECORRUPT, "iterator state: byte 44: checksum %08x, the bytes give %08x", crc, want);
+    int64_t pos = (int64_t)sl_load_le64(st + 24);
+    uint64_t fp = sl_load_le64(st + 32);
+    if (pos < 0) return sl_err(SL_ECORRUPT, "iterator state: byte 24: position %lld is negative", (long long)pos);
+    if (fp != fingerprint(ds)) {
+        sl_err(SL_EINVAL, "iterator state: saved from another pipeline (fingerprint %016llx, this one %016llx)",
+               (unsigned long long)fp, (unsigned long long)fingerprint(ds));
+        sl_err_hint("restore a state into the pipeline that saved it");
+        return SL_EINVAL;
+    }
+    sl_iter_opts o = opts ? *opts : sl_iter_opts_default();
+    o.seed = sl_load_le64(st + 16);
+    return sl_iter_create_at(ds, &o, pos, out);
 }
 
 size_t sl__tensors_bytes(const sl_tensor *t, int n) {
@@ -284,6 +382,7 @@ sl_status sl__iter_next(sl_iter *it, sl_element *out) {
 sl_status sl_iter_next(sl_iter *it, sl_element *out) {
     if (!it || !out) return sl_err(SL_EINVAL, "sl_iter_next: NULL argument");
     sl_status s = sl__iter_next(it, out);
+    if (s == SL_OK) it->given++;
     /* The last moment before the caller reads it: an element that waited in a buffer (or a
      * cache replay) viewing a file that shrank since its record was checked is an error,
      * not zeros. Bytes lost after this are the caller's to ask about (sl_element_check). */

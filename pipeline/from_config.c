@@ -140,6 +140,14 @@ static sl_status materialise(builder *b) {
     b->materialised = true;
     const sl_cfg_stmt *s = b->src_stmt;
     sl_status st;
+    if (b->global_stmt) {
+        sl_dataset *g = NULL;
+        st = sl_ds_tfrecord_global((const char *const *)b->paths, b->npaths, &b->ropts, &b->gopts, &g);
+        if (st) return sl__fc_construct_failed(b, b->global_stmt, st);
+        b->ds = g;
+        sl__fc_label(b, g, "shuffle");
+        return SL_OK;
+    }
     bool by_file = b->file_shard_stmt && b->fs_num > 1;
     if (b->interleave_stmt || b->files_shuffle) {
         sl_dataset *lf = NULL, *sh = NULL, *il = NULL;
@@ -320,14 +328,55 @@ static sl_status build_interleave(builder *b, const op_def *d, const sl_cfg_stmt
     return SL_OK;
 }
 
+/* `shuffle global`: the files' records in one permutation, read by position (it replaces
+ * the reader, the interleave and the shard: the op shards by position itself). */
+static sl_status build_shuffle_global(builder *b, const op_def *d, const sl_cfg_stmt *s, int64_t seed,
+                                      bool reshuffle) {
+    const sl_cfg_stmt *other = b->file_shard_stmt ? b->file_shard_stmt : b->data_shard_stmt
+                               ? b->data_shard_stmt : b->interleave_stmt;
+    if (b->src != SRC_FILES || b->materialised) {
+        sl_cfg_err(b->cfg, s->loc, SL_EINVAL, b->src != SRC_FILES ? "shuffle global reads files by position: it "
+                   "needs a files source" : "shuffle global must come right after files");
+        sl_err_hint("files \"PATTERN\" then shuffle global, then map, batch, ...");
+        return SL_EINVAL;
+    }
+    if (other || b->files_shuffle) {
+        sl_cfg_err(b->cfg, s->loc, SL_EINVAL, "shuffle global with %s (line %d)", other ? other->name : "files shuffle=true",
+                   other ? other->loc.line : b->src_stmt->loc.line);
+        sl_err_hint("shuffle global orders every record and gives each replica its own positions of that order "
+                    "itself: remove the %s", other ? other->name : "files' shuffle=true");
+        return SL_EINVAL;
+    }
+    const sl_cfg_value *v = sl_cfg_opt(s, "index_dir");
+    b->gopts = sl_global_opts_default();
+    if (v) {
+        if (v->kind != SL_CV_STRING) return sl__fc_err_usage(b, d, v->loc, SL_EINVAL, "index_dir is a \"PATH\"");
+        if (v->text[0] == '/' || !b->base[0]) snprintf(b->index_dir, sizeof b->index_dir, "%s", v->text);
+        else snprintf(b->index_dir, sizeof b->index_dir, "%s/%s", b->base, v->text);
+        b->gopts.index.cache_dir = b->index_dir;
+    }
+    b->gopts.num_shards = b->env.num_shards;
+    b->gopts.shard_index = b->env.shard_index;
+    b->gopts.seed = (uint64_t)seed;
+    b->gopts.reshuffle_each_epoch = reshuffle;
+    b->global_stmt = s;
+    return materialise(b);
+}
+
 static sl_status build_shuffle(builder *b, const op_def *d, const sl_cfg_stmt *s) {
     int64_t buffer, seed;
     bool reshuffle = true;
-    const sl_cfg_value *v;
-    if (sl__fc_read_int(b, d, sl_cfg_pos(s, 0), 1, (int64_t)1 << 31, &buffer)) return sl_errcode();
+    const sl_cfg_value *v, *first = sl_cfg_pos(s, 0);
+    bool global = first && first->kind == SL_CV_IDENT && strcmp(first->text, "global") == 0;
+    if (!global && (v = sl_cfg_opt(s, "index_dir")))
+        return sl__fc_err_usage(b, d, v->loc, SL_EINVAL, "index_dir is an option of shuffle global");
+    if (!global && sl__fc_read_int(b, d, first, 1, (int64_t)1 << 31, &buffer)) return sl_errcode();
     seed = (int64_t)default_seed(b);
     if ((v = sl_cfg_opt(s, "seed")) && sl__fc_read_int(b, d, v, 0, INT64_MAX, &seed)) return sl_errcode();
     if ((v = sl_cfg_opt(s, "reshuffle")) && sl__fc_read_bool(b, v, &reshuffle)) return sl_errcode();
+    if (global) return build_shuffle_global(b, d, s, seed, reshuffle);
+    sl_status mst = materialise(b);
+    if (mst) return mst;
     sl_dataset *out;
     sl_status st = sl_ds_shuffle(b->ds, buffer, (uint64_t)seed, reshuffle, &out);
     return sl__fc_chain(b, s, st, out, "shuffle");
@@ -484,7 +533,8 @@ static const op_def OPS[] = {
     {"shard", "shard [auto|file|data] [num=N] [index=I]", {"num", "index"}, 0, 1, build_shard},
     {"interleave", "interleave [cycle=N|auto] [block=N] [parallel=N|auto] [deterministic=BOOL]",
      {"cycle", "block", "parallel", "deterministic"}, 0, 0, build_interleave},
-    {"shuffle", "shuffle BUFFER [seed=N] [reshuffle=BOOL]", {"seed", "reshuffle"}, 1, 1, build_shuffle},
+    {"shuffle", "shuffle BUFFER|global [seed=N] [reshuffle=BOOL] [index_dir=\"PATH\"]", {"seed", "reshuffle", "index_dir"},
+     1, 1, build_shuffle},
     {"map", "map FN(...) [| FN(...)]... [parallel=N|auto] [deterministic=BOOL]", {"parallel", "deterministic"}, 0,
      -1, build_map},
     {"batch", "batch N [drop_remainder] [padded] [pad=VALUE]", {"drop_remainder", "padded", "pad"}, 1, 3,
@@ -496,6 +546,10 @@ static const op_def OPS[] = {
     {"cache", "cache [\"PATH\"]   (no PATH: in memory)", {0}, 0, 1, build_cache},
     {"ignore_errors", "ignore_errors", {0}, 0, 0, build_ignore_errors},
     {"filter", "filter COMPONENT OP NUMBER   (OP: == != < <= > >= or eq ne lt le gt ge)", {0}, 3, 3, sl__fc_build_filter},
+    {"sample", "sample PIPELINE... [weights=[W, ...]] [seed=N] [stop_on_empty=BOOL]",
+     {"weights", "seed", "stop_on_empty"}, 1, SL_DS_MAX_INPUTS, sl__fc_build_sample},
+    {"choose", "choose PIPELINE... by=PIPELINE [stop_on_empty=BOOL]", {"by", "stop_on_empty"}, 1,
+     SL_DS_MAX_INPUTS - 1, sl__fc_build_choose},
 };
 static const int NOPS = (int)(sizeof OPS / sizeof OPS[0]);
 
@@ -505,7 +559,10 @@ static const op_def *find_op(const char *name) {
     return NULL;
 }
 
-static bool is_source(const op_def *d) { return d->build == build_files || d->build == build_range; }
+static bool is_source(const op_def *d) {
+    return d->build == build_files || d->build == build_range || d->build == sl__fc_build_sample ||
+           d->build == sl__fc_build_choose;
+}
 
 /* What every statement must satisfy before its own builder runs. */
 static sl_status check_stmt(builder *b, const op_def *d, const sl_cfg_stmt *s) {
@@ -595,7 +652,8 @@ static sl_status build_stmt(builder *b, const sl_cfg_stmt *s, const sl_cfg_stmt 
         }
         return missing_source(b);
     }
-    if (d->build != build_shard && d->build != build_interleave && (st = materialise(b))) return st;
+    if (d->build != build_shard && d->build != build_interleave && d->build != build_shuffle && (st = materialise(b)))
+        return st;
     return d->build(b, d, s);
 }
 
@@ -661,6 +719,8 @@ static sl_status find_pipeline(const sl_cfg *cfg, const char *name, const sl_cfg
  * of its data (tf.data without auto-sharding does the same): legal, but rarely meant, so
  * shard 0 says so once. */
 static void unsharded_warning(const builder *b) {
+    if (b->global_stmt) return; /* it shards by position */
+    if (b->src == SRC_MIX) return; /* what it mixes is sharded (or not) by its own pipelines */
     for (int i = 0; i < b->pstmt->nbody; i++)
         if (strcmp(b->pstmt->body[i].name, "shard") == 0) return;
     SL_WARN("pipeline '%s': read by %lld replicas, but it has no `shard` statement, so every replica "
@@ -675,6 +735,7 @@ sl_status sl_pipeline_from_config(const sl_cfg *cfg, const char *name, const sl_
     builder b;
     memset(&b, 0, sizeof b);
     b.cfg = cfg;
+    b.build_named = sl_pipeline_from_config;
     b.pname = name;
     b.env = env ? *env : sl_pipeline_env_default();
     if (b.env.num_shards < 1 || b.env.shard_index < 0 || b.env.shard_index >= b.env.num_shards)

@@ -2,8 +2,9 @@
  * from_config.c builds the ops (the statements, the op table and the driver),
  * from_config_fn.c parses map's function calls, from_config_filter.c builds filter's
  * predicate and evaluates it, and from_config_read.c has the messages, the typed readers
- * and the graph's growth all of them use. The calls go one way: from_config.c ->
- * from_config_fn.c and from_config_filter.c -> from_config_read.c. */
+ * and the graph's growth all of them use; from_config_mix.c builds the sources that mix
+ * other pipelines (sample, choose). The calls go one way: from_config.c ->
+ * from_config_fn.c, from_config_filter.c and from_config_mix.c -> from_config_read.c. */
 #ifndef SLUICE_PIPELINE_FROM_CONFIG_PRIV_H
 #define SLUICE_PIPELINE_FROM_CONFIG_PRIV_H
 
@@ -24,7 +25,7 @@ struct op_def {
     op_build_fn build;
 };
 
-enum { SRC_NONE, SRC_FILES, SRC_RANGE };
+enum { SRC_NONE, SRC_FILES, SRC_RANGE, SRC_MIX };
 
 struct builder {
     const sl_cfg *cfg;
@@ -56,6 +57,12 @@ struct builder {
     int64_t fs_num, fs_index;
     const sl_cfg_stmt *data_shard_stmt; /* a shard by data written among the file statements */
     int64_t ds_num, ds_index;
+    const sl_cfg_stmt *global_stmt; /* `shuffle global` right after files */
+    sl_global_opts gopts;
+    char index_dir[4096];      /* its index_dir=, resolved ("": beside the files) */
+    /* builds another pipeline of the file (sl_pipeline_from_config), for sample and choose:
+     * a pointer, so that from_config_mix.c does not call back into from_config.c */
+    sl_status (*build_named)(const sl_cfg *cfg, const char *name, const sl_pipeline_env *env, sl_dataset **out);
 };
 
 /* ---- messages, typed readers, the graph (pipeline/from_config_read.c) ---- */
@@ -124,5 +131,14 @@ sl_status sl__fc_unknown_fn(builder *b, const sl_cfg_value *v);
 
 /* The filter statement: `filter COMPONENT OP NUMBER`. */
 sl_status sl__fc_build_filter(builder *b, const op_def *d, const sl_cfg_stmt *s);
+
+/* ---- mixing pipelines (pipeline/from_config_mix.c) ---- */
+
+/* The sources `sample PIPELINE... [weights=[...]] [seed=N] [stop_on_empty=BOOL]` and
+ * `choose PIPELINE... by=PIPELINE [stop_on_empty=BOOL]`: each named pipeline of the file is
+ * built by b->build_named with b's environment; a name that is no pipeline of the file, b's
+ * own, or one leading back to it is an error at the name. */
+sl_status sl__fc_build_sample(builder *b, const op_def *d, const sl_cfg_stmt *s);
+sl_status sl__fc_build_choose(builder *b, const op_def *d, const sl_cfg_stmt *s);
 
 #endif

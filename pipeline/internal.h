@@ -26,6 +26,13 @@ typedef struct sl_ds_vt {
     void (*destroy)(sl_dataset *ds);
     /* Elements, SL_INFINITE or SL_UNKNOWN_CARD. May be NULL (unknown). */
     int64_t (*cardinality)(const sl_dataset *ds);
+    /* The op can start an iterator at any element of its stream without producing the ones
+     * before it (sl_iter_create_at): its make_iter reads the iterator's `start` after
+     * sl__iter_new, opens its inputs at the positions that element needs (sl__iter_input_at)
+     * and numbers its elements from there, so that what it gives is, bit for bit, what an
+     * iterator from 0 gives after `start` elements, random draws included. An op without it
+     * is never asked to start anywhere but 0. */
+    bool seek;
 } sl_ds_vt;
 
 /* Ops embed this as their first member. */
@@ -136,6 +143,10 @@ struct sl_iter {
     bool ended;              /* SL_END was returned: keep returning it */
     sl_op_node *node;        /* this op's node in ctx */
     sl_op_stats *stats;      /* = &node->stats, shared by every iterator of the node */
+    int64_t start;           /* position in the op's stream of the first element it gives
+                              * (0, or what sl__iter_input_at asked of a seeking op) */
+    int64_t given;           /* the root: elements sl_iter_next returned */
+    int64_t replayed;        /* the root: elements produced and dropped to reach start */
 };
 
 /* Cancellation is registered, not polled: an op whose threads wait on its own condition
@@ -285,6 +296,12 @@ void sl__trace_finish(sl_ictx *ctx);
  * is taken), attached to the node its creator announced (see sl__iter_input). NULL on
  * ENOMEM. */
 void *sl__iter_new(size_t size, const sl_iter_vt *vt, sl_dataset *ds, sl_ictx *ctx, uint64_t seed);
+
+/* sl__iter_input with the input's iterator starting at element `start` of its stream:
+ * start 0 is sl__iter_input; otherwise the input's op must seek (sl_ds_vt.seek), else
+ * SL_EUNSUPPORTED naming the op (nothing is made). */
+sl_status sl__iter_input_at(sl_dataset *ds, int i, sl_ictx *ctx, uint64_t seed, uint64_t salt, int64_t start,
+                            sl_iter **out);
 
 /* Make an iterator over input i of ds, with stream seed sl__child_seed(seed, salt). */
 sl_status sl__iter_input(sl_dataset *ds, int i, sl_ictx *ctx, uint64_t seed, uint64_t salt,
@@ -440,11 +457,12 @@ typedef struct sl_runner_ops {
 /* Start `nthreads` workers over input iterator `in` (taken over: the runner closes it).
  * Each worker gets its own states of `fn` (sl__fn_states_new, made before any thread
  * starts), passed to work as `tstate`; fn NULL: tstate is NULL. parallelism <= nthreads is
- * the initial number of active workers. On failure nothing is left running and `in` has
- * been closed. */
+ * the initial number of active workers. Units are numbered from first_seq (an iterator
+ * started part-way, sl_iter.start). On failure nothing is left running and `in` has been
+ * closed. */
 sl_status sl__runner_start(const sl_runner_ops *ops, void *op, sl_iter *owner, sl_iter *in,
                            const sl_fn *fn, int nthreads, int parallelism, int capacity,
-                           bool deterministic, sl_runner **out);
+                           bool deterministic, int64_t first_seq, sl_runner **out);
 
 /* The next result: SL_OK with *out, SL_END, or a unit's error (restored in this thread). */
 sl_status sl__runner_next(sl_runner *r, sl_element *out);
@@ -476,10 +494,13 @@ typedef struct sl__runner_iter {
  * `parallelism` workers, or SL_AUTO: threads for twice the CPU budget (idle ones sleep:
  * the tuner may run more threads than cores when they are descheduled, see autotune.c),
  * starting where the tuner left the node (a later epoch), else at the budget, with
- * cap_mul * parallelism + cap_add results allowed to wait; then attach the tuner. On
- * failure the iterator has been closed (its close must accept a NULL runner). */
+ * cap_mul * parallelism + cap_add results allowed to wait; then attach the tuner. A unit
+ * takes per_unit input elements: an iterator starting at unit it->start opens its input at
+ * it->start * per_unit and numbers its units from it->start. On failure the iterator has
+ * been closed (its close must accept a NULL runner). */
 sl_status sl__runner_iter_start(sl__runner_iter *it, const sl_runner_ops *ops, const sl_fn *fn,
-                                int parallelism, int cap_mul, int cap_add, bool deterministic);
+                                int parallelism, int cap_mul, int cap_add, bool deterministic,
+                                int64_t per_unit);
 /* sl_iter_vt.next of such an iterator. */
 sl_status sl__runner_iter_next(sl_iter *it, sl_element *out);
 

@@ -233,7 +233,7 @@ static void *worker(void *arg) {
 
 sl_status sl__runner_start(const sl_runner_ops *ops, void *op, sl_iter *owner, sl_iter *in,
                            const sl_fn *fn, int nthreads, int parallelism, int capacity,
-                           bool deterministic, sl_runner **out) {
+                           bool deterministic, int64_t first_seq, sl_runner **out) {
     *out = NULL;
     if (nthreads < 1) nthreads = 1;
     if (parallelism < 1 || parallelism > nthreads) parallelism = nthreads;
@@ -260,6 +260,7 @@ sl_status sl__runner_start(const sl_runner_ops *ops, void *op, sl_iter *owner, s
     r->nslots = nslots;
     r->active = parallelism;
     r->deterministic = deterministic;
+    r->next_seq = r->next_out = first_seq;
     pthread_mutex_init(&r->in_mu, NULL);
     pthread_mutex_init(&r->mu, NULL);
     sl_cond_init_mono(&r->cv_done);
@@ -420,9 +421,10 @@ static const sl_tune_ops runner_iter_tune = {.set_parallelism = runner_iter_set_
                                              .set_buffer = runner_iter_set_buf};
 
 sl_status sl__runner_iter_start(sl__runner_iter *it, const sl_runner_ops *ops, const sl_fn *fn,
-                                int parallelism, int cap_mul, int cap_add, bool deterministic) {
+                                int parallelism, int cap_mul, int cap_add, bool deterministic,
+                                int64_t per_unit) {
     sl_iter *in, *self = &it->base;
-    sl_status s = sl__iter_input(self->ds, 0, self->ctx, self->seed, 0, &in);
+    sl_status s = sl__iter_input_at(self->ds, 0, self->ctx, self->seed, 0, self->start * per_unit, &in);
     if (s) {
         sl__iter_close(self);
         return s;
@@ -436,7 +438,7 @@ sl_status sl__runner_iter_start(sl__runner_iter *it, const sl_runner_ops *ops, c
     }
     atomic_store(&self->node->auto_par, aut); /* before the workers: the RAM budget applies */
     atomic_store(&self->node->auto_buf, aut);
-    s = sl__runner_start(ops, it, self, in, fn, threads, par, cap, deterministic, &it->runner);
+    s = sl__runner_start(ops, it, self, in, fn, threads, par, cap, deterministic, self->start, &it->runner);
     if (s) {
         sl__iter_close(self);
         return s;

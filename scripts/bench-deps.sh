@@ -36,8 +36,8 @@ bench_needs() {
         echo "anchor mpi_allreduce.c (mpicc, mpirun)|openmpi-bin libopenmpi-dev" ;;
     # anchors that are Sluice itself (bench_ps: the ring; bench_compress: no compression;
     # bench_autotune: fixed settings), the arithmetic bound (bench_train_gpu) or the JPEG
-    # library of the build (bench_jpeg_cpu)
-    bench_ps | bench_compress | bench_autotune | bench_train_gpu | bench_jpeg_cpu) ;;
+    # library of the build (bench_jpeg_cpu), the same pipeline replayed (bench_resume)
+    bench_ps | bench_compress | bench_autotune | bench_train_gpu | bench_jpeg_cpu | bench_resume) ;;
     *) return 1 ;;
     esac
 }

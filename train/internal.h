@@ -251,14 +251,18 @@ static void sl__tr_warn(const sl_trainer *t, const char *fmt, ...) {
     va_end(ap);
 }
 
-/* The iterator of the training pipeline for one epoch: its shuffle order seeded by the
- * epoch (splitmix64 of the run seed and the epoch). */
-static inline sl_status sl__tr_open_epoch(sl_trainer *t, int64_t epoch, sl_iter **it) {
+/* The iterator of the training pipeline for one epoch, from its batch `start`: its shuffle
+ * order seeded by the epoch (splitmix64 of the run seed and the epoch). */
+static inline sl_status sl__tr_open_epoch_at(sl_trainer *t, int64_t epoch, int64_t start, sl_iter **it) {
     sl_iter_opts io = sl_iter_opts_default();
     io.seed = sl_mix64(t->c.seed * SL_GOLDEN64 + (uint64_t)epoch + 0x632be59bd9b4e019ULL);
-    sl_status s = sl_iter_create(t->train_ds, &io, it);
+    sl_status s = sl_iter_create_at(t->train_ds, &io, start, it);
     if (s) sl_err_prefix("pipeline '%s': ", t->c.data);
     return s;
+}
+
+static inline sl_status sl__tr_open_epoch(sl_trainer *t, int64_t epoch, sl_iter **it) {
+    return sl__tr_open_epoch_at(t, epoch, 0, it);
 }
 
 /* opts.stop (sluice/train.h): this replica's own request (its value, 0: none). */

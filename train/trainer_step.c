@@ -157,21 +157,32 @@ sl_status sl__tr_epoch_begin(sl_trainer *t, sl__loop *L) {
         sl_iter_close(f->next_it);
         f->next_it = NULL;
     }
+    f->b = 0;
+    if (f->next_it && f->skip) { /* opened from the epoch's start: a resumed run starts later */
+        sl_iter_close(f->next_it);
+        f->next_it = NULL;
+    }
     if (f->next_it) { /* opened while the last epoch trained */
         f->it = f->next_it;
         f->next_it = NULL;
+    } else if (f->skip) { /* a resumed run continues at the same batch of the same epoch order */
+        double t0 = sl_now_s();
+        if ((s = sl__tr_open_epoch_at(t, L->epoch, f->skip, &f->it))) return s;
+        f->b = sl_iter_position(f->it);
+        int64_t replayed = sl_iter_replayed(f->it);
+        FILE *con = sl__tr_console(t);
+        if (con && replayed)
+            fprintf(con, "resume: replayed %" PRId64 " batches of epoch %" PRId64 " to reach batch %" PRId64 " (%.1f s): "
+                    "an op of pipeline '%s' cannot start part-way; `shuffle global` can\n", replayed, L->epoch + 1,
+                    f->skip, sl_now_s() - t0, t->c.data);
+        else if (con)
+            fprintf(con, "resume: pipeline '%s' started at batch %" PRId64 " of epoch %" PRId64 " in %.1f ms, nothing "
+                    "replayed\n", t->c.data, f->skip, L->epoch + 1, 1e3 * (sl_now_s() - t0));
     } else if ((s = sl__tr_open_epoch(t, L->epoch, &f->it))) {
         return s;
     }
     /* steps per epoch: counted in the first full epoch, else the cardinality when known */
     f->spe = t->steps_per_epoch > 0 ? t->steps_per_epoch : sl_dataset_cardinality(t->train_ds);
-    /* a resumed run continues at the same batch of the same epoch order */
-    for (f->b = 0; f->b < f->skip; f->b++) {
-        s = sl_iter_next(f->it, &f->e);
-        if (s == SL_END) break;
-        if (s) return s;
-        sl_element_clear(&f->e);
-    }
     f->skip = 0;
     double w;
     if ((s = next_batch(t, f, 0, &f->have, &f->x, &f->y, &w))) return s;

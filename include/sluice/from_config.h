@@ -13,8 +13,9 @@
  *   }
  *
  * Statements run top to bottom, each one wrapping the dataset built so far; the first
- * must be the source (`files` or `range`). `shard` and `interleave` written right after
- * `files` (before any element op) decide how the files are read:
+ * must be the source (`files`, `range`, or `sample` / `choose`, which mix other pipelines).
+ * `shard` and `interleave` written right after `files` (before any element op) decide how
+ * the files are read:
  *
  *   files GLOB... [shuffle=BOOL] [seed=N] [compression=auto|none|gzip|zlib] [skip_corrupt=BOOL]
  *         [verify_crc=BOOL] [max_record=BYTES]
@@ -45,6 +46,23 @@
  *       batches of N / env->batch_divisor when that is above 1)
  *   prefetch [N|auto]   repeat [N]   take N   skip N   cache ["PATH"]   ignore_errors
  *   filter COMPONENT OP VALUE                       OP: == != < <= > >= or eq ne lt le gt ge
+ *   sample PIPELINE... [weights=[W, ...]] [seed=N] [stop_on_empty=BOOL]
+ *       A source mixing other pipelines of the file (sl_ds_sample_from_datasets): each
+ *       element comes from PIPELINE i with probability W_i / sum(W) (no weights: equal), the
+ *       draw a function of the seed and the element's position. stop_on_empty=true ends the
+ *       stream at the first pipeline found empty; false (the default) drops that one and
+ *       renormalises the others. seed defaults to one derived from env->seed and the
+ *       statement's position. Weights: one per pipeline, finite, >= 0, not all 0.
+ *   choose PIPELINE... by=CHOICES [stop_on_empty=BOOL]
+ *       A source (sl_ds_choose_from_datasets): element k comes from the PIPELINE whose index
+ *       (0 for the first) is element k of the pipeline CHOICES, whose elements are int64
+ *       scalars (e.g. `range 0 2` then `repeat`). stop_on_empty=true (the default) ends
+ *       the stream when the chosen pipeline is empty; false skips that choice.
+ *       The pipelines sample and choose name are built whole, with the env this one is
+ *       built with (shards, seed, base_dir, batch_divisor), each with its own labels
+ *       ("web/map"). A name that is not a pipeline of the file, the pipeline itself, or one
+ *       that leads back to it through the pipelines it mixes ("pipeline 'a' would read
+ *       itself through 'b': a -> b -> a") is SL_EINVAL at the name, with a hint.
  *
  * Functions inside map (every parameter may be given by position or as name=value):
  *   parse_example(FEATURE: TYPE, ..., input=record)   TYPE: bytes | int64 | float, optionally

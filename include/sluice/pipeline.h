@@ -37,6 +37,7 @@
 #include "sluice/status.h"
 #include "sluice/tensor.h"
 #include "sluice/tfrecord.h"
+#include "sluice/tfrecord_index.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -85,6 +86,34 @@ sl_status sl_ds_tfrecord(const char *const *paths, int n, const sl_tfr_read_opts
  * when nothing matches. */
 sl_status sl_ds_list_files(const char *const *patterns, int n, bool shuffle, uint64_t seed,
                            sl_dataset **out);
+
+/* The records of TFRecord files (uncompressed) in one seeded random order over all of them,
+ * each replica taking its own positions of it (tf.data's shuffle over the whole data set,
+ * without a buffer): {"record": bytes scalar}, zero-copy, with its origin. Each epoch's
+ * order is a permutation of every record (sl_perm, sluice/util.h), seeded by `seed` and,
+ * with reshuffle_each_epoch, the iterator's stream seed (the epoch's: the trainer seeds each
+ * epoch, repeat each pass). Replica shard_index of num_shards takes positions shard_index,
+ * shard_index + num_shards, ...: shards differ by at most one record, and a global batch
+ * of num_shards x B is always the same positions of the order whatever num_shards is. An
+ * iterator can start at any element in constant time (sl_iter_create_at).
+ * Each file's record index (sluice/tfrecord_index.h) is read or built at creation, under
+ * index's options. Paths may be glob patterns (all matches sorted, duplicates dropped).
+ * Errors: those of sl_tfr_file_open for a file (SL_EUNSUPPORTED for a compressed one),
+ * SL_ENOTFOUND for a pattern that matches nothing, SL_EINVAL for a shard outside
+ * 0..num_shards-1; while iterating, a corrupt record is that element's error (skipped and
+ * counted with ropts->skip_corrupt). */
+typedef struct sl_global_opts {
+    int64_t num_shards;         /* replicas reading the data set, >= 1 (default 1) */
+    int64_t shard_index;        /* this replica, 0..num_shards-1 */
+    uint64_t seed;              /* the order's seed (default 0) */
+    bool reshuffle_each_epoch;  /* a new order per iterator stream seed (default true) */
+    sl_tfr_index_opts index;    /* where record indexes are cached */
+} sl_global_opts;
+
+sl_global_opts sl_global_opts_default(void);
+
+sl_status sl_ds_tfrecord_global(const char *const *paths, int n, const sl_tfr_read_opts *ropts,
+                                const sl_global_opts *gopts, sl_dataset **out);
 
 /* ---- transformations ----------------------------------------------------------------- */
 
@@ -191,6 +220,42 @@ sl_status sl_ds_ignore_errors(sl_dataset *in, sl_dataset **out);
  * not collide (SL_EINVAL). */
 sl_status sl_ds_zip(sl_dataset *const *ins, int n, sl_dataset **out);
 
+/* tf.data's sample_from_datasets: each element is taken from input i with probability
+ * weights[i] / sum(weights) (weights NULL: all equal). The draw for element k is a hash of
+ * `seed`, the pipeline's stream seed and k: the same stream run after run, whatever the
+ * thread timing, and another one each epoch under repeat. When the drawn input is empty:
+ * with stop_on_empty_dataset the stream ends there; otherwise that input is dropped, the
+ * others' weights renormalised, and the stream ends when every input of positive weight
+ * is empty. Inputs of weight 0 are never read. An input's error is returned in place of
+ * the element (consuming that input element); the next call draws for the same position
+ * again, so it reads the same input. Cardinality: that of the only input of positive
+ * weight; else, without stop_on_empty_dataset, the sum of theirs (SL_INFINITE when one is
+ * endless); with it, SL_INFINITE when they are all endless; otherwise SL_UNKNOWN_CARD.
+ * Seeks (sl_iter_create_at) when every input of positive weight has a known cardinality
+ * or is endless: the draws before the start are replayed without reading data (time
+ * linear in the start, tens of millions of draws a second) and each input opened at what
+ * it had given. SL_EINVAL for n outside 1..16, a weight that is negative or not finite
+ * ("sample_from_datasets: weight 1 is -0.5: weights must be finite and >= 0"), or all
+ * weights 0. */
+sl_status sl_ds_sample_from_datasets(sl_dataset *const *ins, int n, const double *weights, uint64_t seed,
+                                     bool stop_on_empty_dataset, sl_dataset **out);
+
+/* tf.data's choose_from_datasets: element k comes from input choices[k], `choices` being a
+ * dataset of int64 scalars (the component "value", as sl_ds_range makes, or an element's
+ * only component). When the chosen input is empty: with stop_on_empty_dataset (tf.data's
+ * default: true) the stream ends; otherwise that choice is skipped, and the stream ends
+ * when every input is empty (choices that keep naming empty inputs are read and skipped
+ * for as long as they come). A choice that is not an int64 scalar, or outside 0..n-1, is
+ * SL_EINVAL from sl_iter_next naming its position in the choices and its value ("op
+ * 'choose_from_datasets': choice 3 is 7, outside 0..1 (2 inputs)") and consumes that
+ * choice; the choices' and the inputs' errors pass through. Cardinality: that of choices
+ * when every input is endless, else SL_UNKNOWN_CARD (0 for no choices). Seeks when every
+ * input has a known cardinality or is endless: the choices before the start are read
+ * (only they) and each input is opened at what it had given. SL_EINVAL for n outside
+ * 1..15 (the choices take the 16th input) or choices NULL. */
+sl_status sl_ds_choose_from_datasets(sl_dataset *const *ins, int n, sl_dataset *choices, bool stop_on_empty_dataset,
+                                     sl_dataset **out);
+
 /* ---- iterating ----------------------------------------------------------------------- */
 
 typedef struct sl_iter_opts {
@@ -219,6 +284,49 @@ sl_status sl_iter_next(sl_iter *it, sl_element *out);
 
 /* Cancel, join, free. NULL is a no-op. */
 void sl_iter_close(sl_iter *it);
+
+/* ---- positions and state ---------------------------------------------------------------
+ * A stream is a function of the dataset, the seed and the position: element k of an
+ * iterator depends only on those (random functions draw per element position, shuffles are
+ * seeded), so an iterator can start at any position and give, bit for bit, what a fresh
+ * iterator gives after k elements. */
+
+/* sl_iter_create, the iterator's first element being element `start` (>= 0) of the stream.
+ * When every op on the way can seek, nothing before it is produced: constant time and
+ * memory whatever `start` is. The ops that seek: range, tfrecord_global (`shuffle global`),
+ * map, map_batch (and batch over a map), batch, prefetch, take, skip, shard, repeat over an
+ * input of known cardinality, zip, and sample_from_datasets / choose_from_datasets over
+ * inputs of known or endless length (they replay their draws, not the data: tens of
+ * millions a second). Below any other op (interleave, a buffer shuffle,
+ * filter, cache, ignore_errors, files read one after another) the iterator is made at 0
+ * and the elements before `start` are produced and dropped (sl_iter_replayed says how
+ * many); an error met while doing so is returned, with *out NULL. A start past the end
+ * gives an iterator at its end (SL_END). SL_EINVAL for start < 0. */
+sl_status sl_iter_create_at(sl_dataset *ds, const sl_iter_opts *opts, int64_t start, sl_iter **out);
+
+/* The position of the next element it would return: start + elements returned so far. */
+int64_t sl_iter_position(const sl_iter *it);
+
+/* Elements produced and dropped to reach the start (0 when every op could seek). */
+int64_t sl_iter_replayed(const sl_iter *it);
+
+/* An iterator's state, SL_ITER_STATE_SIZE bytes: magic "SLITSTAT", version 1, the size,
+ * the seed, the position, a fingerprint of the dataset graph (its ops' names and shape) and
+ * a CRC32C of the bytes before it, all little-endian. The same bytes on every replica after
+ * the same number of elements, whatever the replica count. */
+#define SL_ITER_STATE_SIZE 48
+
+/* Write it's state into buf (cap bytes, at least SL_ITER_STATE_SIZE); *len = the bytes
+ * written. SL_ERANGE when cap is too small (nothing written). */
+sl_status sl_iter_save(const sl_iter *it, uint8_t *buf, size_t cap, size_t *len);
+
+/* An iterator over ds continuing where the saved one stood: sl_iter_create_at with the
+ * state's seed (opts->seed is ignored; the rest of opts applies) and position. SL_ECORRUPT
+ * for bytes that are not a sound state (the byte offset and what is wrong: magic, version,
+ * size, checksum); SL_EINVAL for the state of another pipeline (the fingerprint differs);
+ * else what sl_iter_create_at returns. *out NULL on failure. */
+sl_status sl_iter_restore(sl_dataset *ds, const sl_iter_opts *opts, const uint8_t *state, size_t len,
+                          sl_iter **out);
 
 /* Elements dropped by ignore_errors ops in this iterator so far. */
 int64_t sl_iter_errors_ignored(const sl_iter *it);

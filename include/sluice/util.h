@@ -209,6 +209,26 @@ static inline uint64_t sl_mix2(uint64_t a, uint64_t b) {
     return sl_mix64(z + (b ^ 0xd1b54a32d192ed03ull));
 }
 
+/* ---- a random permutation of [0, n), one position at a time ----
+ * A balanced Feistel network of six rounds (each a splitmix64 mix of one half and a round
+ * key drawn from the seed) over the smallest even number of bits that holds n - 1, walked
+ * until it lands below n (at most 4 tries on average: the domain is under 4n). No table:
+ * 64 bytes of state whatever n is, and any position in a few dozen nanoseconds, so a
+ * shuffle over a billion records costs no memory and a resumed run finds position k at
+ * once. The same seed gives the same permutation on every machine. */
+typedef struct sl_perm {
+    uint64_t n;       /* the permutation is of [0, n) */
+    uint64_t mask;    /* one half's bits */
+    int half;         /* bits in a half */
+    uint64_t key[6];  /* round keys */
+} sl_perm;
+
+/* p as the permutation of [0, n) (n >= 1) that `seed` selects. */
+void sl_perm_init(sl_perm *p, uint64_t n, uint64_t seed);
+
+/* Where position i (< p->n) goes: a bijection of [0, n). */
+uint64_t sl_perm_at(const sl_perm *p, uint64_t i);
+
 #ifdef __cplusplus
 }
 #endif

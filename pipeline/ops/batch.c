@@ -78,7 +78,9 @@ static const sl_iter_vt batch_it_vt = {.next = batch_next, .close = batch_close}
 static sl_status batch_make(sl_dataset *ds, sl_ictx *ctx, uint64_t seed, sl_iter **out) {
     batch_it *b = sl__iter_new(sizeof *b, &batch_it_vt, ds, ctx, seed);
     if (!b) return SL_ENOMEM;
-    sl_status s = sl__iter_input(ds, 0, ctx, seed, 0, &b->in);
+    int64_t at; /* batch k starts at input element k * size */
+    if (__builtin_mul_overflow(b->base.start, ((batch_ds *)ds)->opts.size, &at)) at = INT64_MAX;
+    sl_status s = sl__iter_input_at(ds, 0, ctx, seed, 0, at, &b->in);
     if (s) {
         sl__iter_close(&b->base);
         return s;
@@ -91,7 +93,7 @@ static int64_t batch_card(const sl_dataset *ds) {
     return sl__batch_card(ds->inputs[0], &((const batch_ds *)ds)->opts);
 }
 
-static const sl_ds_vt batch_vt = {.name = "batch", .make_iter = batch_make, .cardinality = batch_card};
+static const sl_ds_vt batch_vt = {.name = "batch", .seek = true, .make_iter = batch_make, .cardinality = batch_card};
 
 sl_status sl_ds_batch(sl_dataset *in, const sl_batch_opts *opts, sl_dataset **out) {
     *out = NULL;

@@ -71,7 +71,7 @@ static sl_status map_make(sl_dataset *ds, sl_ictx *ctx, uint64_t seed, sl_iter *
     map_it *m = sl__iter_new(sizeof *m, &map_it_vt, ds, ctx, seed);
     if (!m) return SL_ENOMEM;
     sl_status s = sl__runner_iter_start(&m->r, &map_runner_ops, d->fn, d->parallelism, 2, 2,
-                                        d->deterministic);
+                                        d->deterministic, 1);
     if (!s) *out = &m->r.base;
     return s;
 }
@@ -80,7 +80,7 @@ static void map_destroy(sl_dataset *ds) { sl_fn_unref(((map_ds *)ds)->fn); }
 
 static int64_t map_card(const sl_dataset *ds) { return sl_dataset_cardinality(ds->inputs[0]); }
 
-static const sl_ds_vt map_vt = {.name = "map", .make_iter = map_make, .destroy = map_destroy,
+static const sl_ds_vt map_vt = {.name = "map", .seek = true, .make_iter = map_make, .destroy = map_destroy,
                                 .cardinality = map_card};
 
 sl_status sl_ds_map(sl_dataset *in, sl_fn *fn, int parallelism, bool deterministic, sl_dataset **out) {

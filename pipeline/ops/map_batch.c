@@ -247,7 +247,7 @@ static sl_status mb_make(sl_dataset *ds, sl_ictx *ctx, uint64_t seed, sl_iter **
     mb_it *m = sl__iter_new(sizeof *m, &mb_it_vt, ds, ctx, seed);
     if (!m) return SL_ENOMEM;
     sl_status s = sl__runner_iter_start(&m->r, &mb_runner_ops, d->fn, d->opts.parallelism, 1, 1,
-                                        d->opts.deterministic);
+                                        d->opts.deterministic, d->opts.size);
     if (!s) *out = &m->r.base;
     return s;
 }
@@ -258,7 +258,7 @@ static int64_t mb_card(const sl_dataset *ds) {
     return sl__batch_card(ds->inputs[0], &((const mb_ds *)ds)->opts);
 }
 
-static const sl_ds_vt mb_vt = {.name = "map_batch", .make_iter = mb_make, .destroy = mb_destroy,
+static const sl_ds_vt mb_vt = {.name = "map_batch", .seek = true, .make_iter = mb_make, .destroy = mb_destroy,
                                .cardinality = mb_card};
 
 void sl__map_batch_set_fn_site(sl_dataset *ds, const char *label, const char *where) {

@@ -201,7 +201,7 @@ static sl_status pf_make(sl_dataset *ds, sl_ictx *ctx, uint64_t seed, sl_iter **
     if (d->buffer == SL_AUTO && atomic_load(&p->base.stats->buffer) > 0)
         p->cap = atomic_load(&p->base.stats->buffer); /* where the tuner left it (a later epoch) */
     atomic_store(&p->base.stats->buffer, p->cap);
-    sl_status s = sl__iter_input(ds, 0, ctx, seed, 0, &p->in);
+    sl_status s = sl__iter_input_at(ds, 0, ctx, seed, 0, p->base.start, &p->in);
     if (s) {
         sl__iter_close(&p->base);
         return s;
@@ -219,7 +219,7 @@ static sl_status pf_make(sl_dataset *ds, sl_ictx *ctx, uint64_t seed, sl_iter **
 
 static int64_t pf_card(const sl_dataset *ds) { return sl_dataset_cardinality(ds->inputs[0]); }
 
-static const sl_ds_vt pf_vt = {.name = "prefetch", .make_iter = pf_make, .cardinality = pf_card};
+static const sl_ds_vt pf_vt = {.name = "prefetch", .seek = true, .make_iter = pf_make, .cardinality = pf_card};
 
 sl_status sl_ds_prefetch(sl_dataset *in, int64_t buffer, sl_dataset **out) {
     *out = NULL;

@@ -40,15 +40,18 @@ static const sl_iter_vt range_it_vt = {.next = range_next};
 static sl_status range_make(sl_dataset *ds, sl_ictx *ctx, uint64_t seed, sl_iter **out) {
     range_it *r = sl__iter_new(sizeof *r, &range_it_vt, ds, ctx, seed);
     if (!r) return SL_ENOMEM;
-    r->next = (uint64_t)((range_ds *)ds)->start;
-    r->left = ((range_ds *)ds)->count;
+    const range_ds *d = (const range_ds *)ds;
+    int64_t at = r->base.start < d->count ? r->base.start : d->count;
+    /* element k is start + k * step, computed on the bits: it is inside the range */
+    r->next = (uint64_t)d->start + (uint64_t)at * (uint64_t)d->step;
+    r->left = d->count - at;
     *out = &r->base;
     return SL_OK;
 }
 
 static int64_t range_card(const sl_dataset *ds) { return ((const range_ds *)ds)->count; }
 
-static const sl_ds_vt range_vt = {.name = "range", .make_iter = range_make, .cardinality = range_card};
+static const sl_ds_vt range_vt = {.name = "range", .seek = true, .make_iter = range_make, .cardinality = range_card};
 
 /* len(range(start, stop, step)) for step != 0; up to 2^64-1. */
 static uint64_t range_len(int64_t start, int64_t stop, int64_t step) {

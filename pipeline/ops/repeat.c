@@ -44,8 +44,30 @@ static const sl_iter_vt repeat_it_vt = {.next = repeat_next, .close = repeat_clo
 static sl_status repeat_make(sl_dataset *ds, sl_ictx *ctx, uint64_t seed, sl_iter **out) {
     repeat_it *r = sl__iter_new(sizeof *r, &repeat_it_vt, ds, ctx, seed);
     if (!r) return SL_ENOMEM;
-    if (((repeat_ds *)ds)->count != 0) {
-        sl_status s = sl__iter_input(ds, 0, ctx, seed, 0, &r->in);
+    int64_t count = ((repeat_ds *)ds)->count, at = r->base.start;
+    if (at) { /* element k is element k % n of pass k / n, for an input of n */
+        int64_t n = sl_dataset_cardinality(ds->inputs[0]);
+        if (n == 0) { /* nothing to repeat: at its end */
+            *out = &r->base;
+            return SL_OK;
+        }
+        if (n == SL_UNKNOWN_CARD) {
+            sl__iter_close(&r->base);
+            return sl_err(SL_EUNSUPPORTED, "op '%s' (repeat) cannot start at element %lld: its input's length is "
+                          "not known", ds->label, (long long)at);
+        }
+        if (n > 0) {
+            r->epoch = (uint64_t)(at / n);
+            at %= n;
+        }
+        if (count >= 0 && r->epoch >= (uint64_t)count) {
+            *out = &r->base;
+            return SL_OK;
+        }
+        r->got_any = true; /* the input gave elements on its first pass */
+    }
+    if (count != 0) {
+        sl_status s = sl__iter_input_at(ds, 0, ctx, seed, r->epoch, at, &r->in);
         if (s) {
             sl__iter_close(&r->base);
             return s;
@@ -65,7 +87,7 @@ static int64_t repeat_card(const sl_dataset *ds) {
     return total;
 }
 
-static const sl_ds_vt repeat_vt = {.name = "repeat", .make_iter = repeat_make, .cardinality = repeat_card};
+static const sl_ds_vt repeat_vt = {.name = "repeat", .seek = true, .make_iter = repeat_make, .cardinality = repeat_card};
 
 sl_status sl_ds_repeat(sl_dataset *in, int64_t count, sl_dataset **out) {
     *out = NULL;

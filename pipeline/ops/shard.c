@@ -34,7 +34,14 @@ static const sl_iter_vt shard_it_vt = {.next = shard_next, .close = shard_close}
 static sl_status shard_make(sl_dataset *ds, sl_ictx *ctx, uint64_t seed, sl_iter **out) {
     shard_it *s = sl__iter_new(sizeof *s, &shard_it_vt, ds, ctx, seed);
     if (!s) return SL_ENOMEM;
-    sl_status st = sl__iter_input(ds, 0, ctx, seed, 0, &s->in);
+    const shard_ds *d = (const shard_ds *)ds;
+    int64_t at = 0; /* output element k is input element k * num + index */
+    if (s->base.start) {
+        if (__builtin_mul_overflow(s->base.start, d->num, &at) || __builtin_add_overflow(at, d->index, &at))
+            at = INT64_MAX;
+        s->phase = d->index;
+    }
+    sl_status st = sl__iter_input_at(ds, 0, ctx, seed, 0, at, &s->in);
     if (st) {
         sl__iter_close(&s->base);
         return st;
@@ -50,7 +57,7 @@ static int64_t shard_card(const sl_dataset *ds) {
     return n / d->num + (n % d->num > d->index ? 1 : 0);
 }
 
-static const sl_ds_vt shard_vt = {.name = "shard", .make_iter = shard_make, .cardinality = shard_card};
+static const sl_ds_vt shard_vt = {.name = "shard", .seek = true, .make_iter = shard_make, .cardinality = shard_card};
 
 sl_status sl_ds_shard(sl_dataset *in, int64_t num, int64_t index, sl_dataset **out) {
     *out = NULL;

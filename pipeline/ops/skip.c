@@ -31,8 +31,13 @@ static const sl_iter_vt skip_it_vt = {.next = skip_next, .close = skip_close};
 static sl_status skip_make(sl_dataset *ds, sl_ictx *ctx, uint64_t seed, sl_iter **out) {
     skip_it *k = sl__iter_new(sizeof *k, &skip_it_vt, ds, ctx, seed);
     if (!k) return SL_ENOMEM;
-    k->to_skip = ((skip_ds *)ds)->count;
-    sl_status s = sl__iter_input(ds, 0, ctx, seed, 0, &k->in);
+    int64_t count = ((skip_ds *)ds)->count, at = k->base.start;
+    k->to_skip = count;
+    if (count >= 0 && at) { /* element `at` of the output is element count + at of the input */
+        if (__builtin_add_overflow(count, at, &at)) at = INT64_MAX;
+        k->to_skip = 0;
+    }
+    sl_status s = sl__iter_input_at(ds, 0, ctx, seed, 0, count >= 0 ? at : 0, &k->in);
     if (s) {
         sl__iter_close(&k->base);
         return s;
@@ -48,7 +53,7 @@ static int64_t skip_card(const sl_dataset *ds) {
     return n > c ? n - c : 0;
 }
 
-static const sl_ds_vt skip_vt = {.name = "skip", .make_iter = skip_make, .cardinality = skip_card};
+static const sl_ds_vt skip_vt = {.name = "skip", .seek = true, .make_iter = skip_make, .cardinality = skip_card};
 
 sl_status sl_ds_skip(sl_dataset *in, int64_t count, sl_dataset **out) {
     *out = NULL;

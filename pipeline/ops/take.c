@@ -27,8 +27,9 @@ static const sl_iter_vt take_it_vt = {.next = take_next, .close = take_close};
 static sl_status take_make(sl_dataset *ds, sl_ictx *ctx, uint64_t seed, sl_iter **out) {
     take_it *t = sl__iter_new(sizeof *t, &take_it_vt, ds, ctx, seed);
     if (!t) return SL_ENOMEM;
-    t->left = ((take_ds *)ds)->count;
-    sl_status s = sl__iter_input(ds, 0, ctx, seed, 0, &t->in);
+    int64_t count = ((take_ds *)ds)->count, at = t->base.start;
+    t->left = count < 0 ? count : count > at ? count - at : 0;
+    sl_status s = t->left == 0 && at ? SL_OK : sl__iter_input_at(ds, 0, ctx, seed, 0, at, &t->in);
     if (s) {
         sl__iter_close(&t->base);
         return s;
@@ -45,7 +46,7 @@ static int64_t take_card(const sl_dataset *ds) {
     return n < c ? n : c;
 }
 
-static const sl_ds_vt take_vt = {.name = "take", .make_iter = take_make, .cardinality = take_card};
+static const sl_ds_vt take_vt = {.name = "take", .seek = true, .make_iter = take_make, .cardinality = take_card};
 
 sl_status sl_ds_take(sl_dataset *in, int64_t count, sl_dataset **out) {
     *out = NULL;

@@ -87,7 +87,7 @@ static sl_status zip_make(sl_dataset *ds, sl_ictx *ctx, uint64_t seed, sl_iter *
     zip_it *z = sl__iter_new(sizeof *z, &zip_it_vt, ds, ctx, seed);
     if (!z) return SL_ENOMEM;
     for (int i = 0; i < ds->ninputs; i++) {
-        sl_status s = sl__iter_input(ds, i, ctx, seed, (uint64_t)i, &z->in[i]);
+        sl_status s = sl__iter_input_at(ds, i, ctx, seed, (uint64_t)i, z->base.start, &z->in[i]);
         if (s) {
             sl__iter_close(&z->base);
             return s;
@@ -109,7 +109,7 @@ static int64_t zip_card(const sl_dataset *ds) {
     return best;
 }
 
-static const sl_ds_vt zip_vt = {.name = "zip", .make_iter = zip_make, .cardinality = zip_card};
+static const sl_ds_vt zip_vt = {.name = "zip", .seek = true, .make_iter = zip_make, .cardinality = zip_card};
 
 sl_status sl_ds_zip(sl_dataset *const *ins, int n, sl_dataset **out) {
     *out = NULL;

@@ -28,7 +28,8 @@
 #     test_readme.py        blocks 28000..31999, offsets 10..19 (its sluice-launch --port-base)
 #     test_train_evaluator.sh blocks 28000..31999, offsets 20..23 (PB = 28020 + (pid % 40) * 100)
 #     test_file_size_limit.sh blocks 28000..31999, offsets 24..25 (PB = 28024 + (pid % 40) * 100)
-#     free for new scripts  blocks 28000..31999, offsets 8..9 and 26..37
+#     test_resume_state.sh  blocks 28000..31999, offsets 26..29 (PB = 28026 + (pid % 40) * 100)
+#     free for new scripts  blocks 28000..31999, offsets 8..9 and 30..37
 #     test_train_stop_replicas.sh blocks 28000..31999, offsets 38..49 (PB = 28038 + (pid % 40) * 100)
 #     test_ring_netns.sh    29500 inside network namespaces of its own (no host port)
 # sl_port_base FIRST: FIRST + a block of 0..3999 picked from this shell's pid.

@@ -806,7 +806,7 @@ TEST(test_error_messages) {
         {" range 0 3\n frobnicate\n", SL_EINVAL,
          "p.sl:3:2: unknown op 'frobnicate' in pipeline 'train'\n     frobnicate\n     ^~~~~~~~~~\n"
          "---> HINT: the ops are files, range, shard, interleave, shuffle, map, batch, prefetch, repeat, take, "
-         "skip, cache, ignore_errors, filter"},
+         "skip, cache, ignore_errors, filter, sample, choose"},
         {" range 0 3\n map decode_jpg(image)\n", SL_EINVAL,
          "p.sl:3:6: unknown function 'decode_jpg' in map\n     map decode_jpg(image)\n         ^~~~~~~~~~\n"
          "---> HINT: did you mean 'decode_jpeg'?"},
@@ -819,8 +819,8 @@ TEST(test_error_messages) {
         {" range 0 3\n take\n", SL_EINVAL,
          "p.sl:3:2: take: missing N\n     take\n     ^~~~\n---> HINT: usage: take N"},
         {" range 0 3\n shuffle seed=1\n", SL_EINVAL,
-         "p.sl:3:2: shuffle: missing BUFFER\n     shuffle seed=1\n     ^~~~~~~\n"
-         "---> HINT: usage: shuffle BUFFER [seed=N] [reshuffle=BOOL]"},
+         "p.sl:3:2: shuffle: missing BUFFER|global\n     shuffle seed=1\n     ^~~~~~~\n"
+         "---> HINT: usage: shuffle BUFFER|global [seed=N] [reshuffle=BOOL] [index_dir=\"PATH\"]"},
         {" range 0 3\n take 1 2\n", SL_EINVAL,
          "p.sl:3:9: too many arguments for take\n     take 1 2\n            ^\n---> HINT: usage: take N"},
         {" range 0 3\n batch x\n", SL_EINVAL,
