@@ -41,6 +41,12 @@
  *       replica reads everything), and shard 0 logs a warning saying so.
  *   interleave [cycle=N|auto] [block=N] [parallel=N|auto] [deterministic=BOOL]
  *   shuffle BUFFER [seed=N] [reshuffle=BOOL]       reshuffle (each epoch) defaults to true
+ *   shuffle global [seed=N] [reshuffle=BOOL] [index_dir="PATH"]
+ *       Right after `files` (uncompressed), instead of shard / interleave / a buffer:
+ *       sl_ds_tfrecord_global over the files' paths, sharded by position for env's
+ *       num_shards / shard_index itself; record indexes beside the files, or in index_dir
+ *       (relative to the base directory). With a shard or interleave statement, files
+ *       shuffle=true, after another op, or over a range: SL_EINVAL at the statement.
  *   map FN(...) [| FN(...)...] [parallel=N|auto] [deterministic=BOOL]
  *   batch N [drop_remainder] [padded] [pad=VALUE]   (also drop_remainder=BOOL, padded=BOOL;
  *       batches of N / env->batch_divisor when that is above 1)

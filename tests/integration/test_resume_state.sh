@@ -8,7 +8,8 @@
 #      resumed run says how many batches it replayed, and is identical too;
 #   3. elastic: a ring run that goes 2 -> 3 -> 2 replicas mid-epoch (global batch 60: 30, 20,
 #      30 per replica) starts each leg's pipeline at the same global position, and ends within
-#      0.5 points of the test accuracy of a run that stayed at 2 replicas.
+#      0.5 points of the test accuracy of a run that stayed at 2 replicas; 4. the same with a
+#      parameter server (mode=sync).
 . "$(dirname "$0")/lib.sh"
 sl_require_tools sluice-train sluice-record sluice-launch
 sl_require_fashion
@@ -36,7 +37,10 @@ write_config "$T/e.sl" 60 "shuffle global"
 run full 0 "$BIN/sluice-train" "$T/g.sl" --run-dir "$T/full" || sl_finish
 stops=(23 24 $(( ($$ % 13) + 1 )))
 RANDOM=$(( $$ % 1000 ))
-while [ ${#stops[@]} -lt 10 ]; do stops+=($(( RANDOM % 70 + 1 ))); done
+while [ ${#stops[@]} -lt 10 ]; do
+    s=$(( RANDOM % 70 + 1 ))
+    [[ " ${stops[*]} " == *" $s "* ]] || stops+=("$s")
+done
 echo "stops: ${stops[*]}"
 bad=0
 for s in "${stops[@]}"; do
@@ -63,23 +67,30 @@ run bfull 0 "$BIN/sluice-train" "$T/b.sl" --run-dir "$T/bfull" &&
     fail "buffer shuffle resume: $(grep -m2 resum "$T/bres.out")"
 
 # 3. elastic: 2 -> 3 -> 2 replicas (20 steps an epoch), against 2 throughout
-launch_train() { # NAME N ARGS...: sluice-launch -n N sluice-train e.sl --strategy ring ARGS
+STRAT=(--set train.strategy=ring) PS=()
+launch_train() { # NAME N ARGS...: sluice-launch -n N [--ps 1] sluice-train e.sl STRATEGY ARGS
     local name=$1 n=$2
     shift 2
-    run "$name" 0 "$BIN/sluice-launch" -n "$n" --port-base "$PB" -- "$BIN/sluice-train" "$T/e.sl" \
-        --set train.strategy=ring "$@"
+    run "$name" 0 "$BIN/sluice-launch" -n "$n" "${PS[@]}" --port-base "$PB" -- "$BIN/sluice-train" "$T/e.sl" \
+        "${STRAT[@]}" "$@"
 }
-if launch_train e2 2 --run-dir "$T/e2" && launch_train l1 2 --run-dir "$T/el" --set train.steps=26 &&
-    launch_train l2 3 --run-dir "$T/el" --set train.steps=47 --resume && launch_train l3 2 --run-dir "$T/el" --resume; then
-    grep -q "^\[worker 0\] resume: pipeline 'train' started at batch 6 of epoch 2 in .* ms, nothing replayed$" "$T/l2.out" &&
-        grep -q "^\[worker 0\] resume: pipeline 'train' started at batch 7 of epoch 3 in .* ms, nothing replayed$" "$T/l3.out" &&
-        ok "2 -> 3 -> 2 replicas: each leg starts at the global position (batch 6 of epoch 2, batch 7 of epoch 3)" ||
-        fail "elastic resume lines: $(grep resume "$T/l2.out" "$T/l3.out")"
-    a=$(sed -n 's/^\[worker 0\] test accuracy //p' "$T/e2.out") z=$(sed -n 's/^\[worker 0\] test accuracy //p' "$T/l3.out")
-    if [ -n "$a" ] && [ -n "$z" ] && awk -v a="$a" -v z="$z" 'BEGIN { d = a - z; exit !(d < 0.005 && d > -0.005) }'; then
-        ok "elastic run's test accuracy $z, unresized $a"
-    else
-        fail "elastic accuracy '$z' vs unresized '$a'"
+elastic() { # WHAT: 2 -> 3 -> 2 against 2 throughout
+    rm -rf "$T/e2" "$T/el"
+    if launch_train e2 2 --run-dir "$T/e2" && launch_train l1 2 --run-dir "$T/el" --set train.steps=26 &&
+        launch_train l2 3 --run-dir "$T/el" --set train.steps=47 --resume && launch_train l3 2 --run-dir "$T/el" --resume; then
+        grep -q "^\[worker 0\] resume: pipeline 'train' started at batch 6 of epoch 2 in .* ms, nothing replayed$" "$T/l2.out" &&
+            grep -q "^\[worker 0\] resume: pipeline 'train' started at batch 7 of epoch 3 in .* ms, nothing replayed$" "$T/l3.out" &&
+            ok "$1: 2 -> 3 -> 2 replicas, each leg starts at the global position (batch 6 of epoch 2, batch 7 of epoch 3)" ||
+            fail "$1: elastic resume lines: $(grep resume "$T/l2.out" "$T/l3.out")"
+        a=$(sed -n 's/^\[worker 0\] test accuracy //p' "$T/e2.out") z=$(sed -n 's/^\[worker 0\] test accuracy //p' "$T/l3.out")
+        if [ -n "$a" ] && [ -n "$z" ] && awk -v a="$a" -v z="$z" 'BEGIN { d = a - z; exit !(d < 0.005 && d > -0.005) }'; then
+            ok "$1: the resized run's test accuracy $z, unresized $a"
+        else
+            fail "$1: resized run's accuracy '$z' vs unresized '$a'"
+        fi
     fi
-fi
+}
+elastic ring
+STRAT=(--set train.strategy=ps --set train.strategy.mode=sync) PS=(--ps 1)
+elastic "ps mode=sync"
 sl_finish
