@@ -504,6 +504,15 @@ sl_status sl__runner_iter_start(sl__runner_iter *it, const sl_runner_ops *ops, c
 /* sl_iter_vt.next of such an iterator. */
 sl_status sl__runner_iter_next(sl_iter *it, sl_element *out);
 
+/* ---- records as elements (pipeline/ops/tfrecord.c) ---- */
+
+/* *out (empty) = {"record": a bytes scalar viewing rec's payload} with origin (path, the
+ * record's offset): the view carved from the slab *views (replaced when used up, *nviews
+ * counting its pieces), the tensor holding references to the slab and rec->buf. SL_ENOMEM
+ * from op `it` when memory runs out (*out stays empty). */
+sl_status sl__record_element(sl_iter *it, sl_buf **views, int *nviews, const sl_record *rec, const char *origin,
+                             sl_element *out);
+
 /* ---- file lists (pipeline/ops/list_files.c) ---- */
 
 /* Expand patterns with glob(3) into a malloc'd array of malloc'd strings. Each pattern's

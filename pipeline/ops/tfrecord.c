@@ -114,20 +114,25 @@ static sl_status tfr_next(sl_iter *it, sl_element *out) {
             sl__op_err_prefix(it);
             return s;
         }
-        sl_bytes *v = sl__slab_piece(&t->views, &t->nviews, sizeof(sl_bytes), VIEW_SLAB);
-        if (!v) return sl__op_err(it, SL_ENOMEM, "out of memory for record views");
-        v->ptr = rec.data;
-        v->len = rec.len;
-        sl_tensor tt = SL_TENSOR_EMPTY;
-        tt.dtype = SL_DT_BYTES;
-        tt.data = v;
-        tt.buf = sl_buf_ref(t->views);
-        tt.aux = sl_buf_ref(rec.buf);
-        s = sl_element_set(out, "record", &tt);
-        if (s) sl_tensor_release(&tt);
-        else out->origin = (sl_origin){.path = t->origin, .offset = (int64_t)rec.offset};
-        return s;
+        return sl__record_element(it, &t->views, &t->nviews, &rec, t->origin, out);
     }
+}
+
+sl_status sl__record_element(sl_iter *it, sl_buf **views, int *nviews, const sl_record *rec, const char *origin,
+                             sl_element *out) {
+    sl_bytes *v = sl__slab_piece(views, nviews, sizeof(sl_bytes), VIEW_SLAB);
+    if (!v) return sl__op_err(it, SL_ENOMEM, "out of memory for record views");
+    v->ptr = rec->data;
+    v->len = rec->len;
+    sl_tensor tt = SL_TENSOR_EMPTY;
+    tt.dtype = SL_DT_BYTES;
+    tt.data = v;
+    tt.buf = sl_buf_ref(*views);
+    tt.aux = sl_buf_ref(rec->buf);
+    sl_status s = sl_element_set(out, "record", &tt);
+    if (s) sl_tensor_release(&tt);
+    else out->origin = (sl_origin){.path = origin, .offset = (int64_t)rec->offset};
+    return s;
 }
 
 static void tfr_close(sl_iter *it) {

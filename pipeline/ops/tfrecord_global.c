@@ -48,7 +48,6 @@ typedef struct {
     int nviews;
 } glob_it;
 
-#define VIEW_SLAB 32
 
 sl_global_opts sl_global_opts_default(void) {
     sl_global_opts o = {.num_shards = 1, .shard_index = 0, .seed = 0, .reshuffle_each_epoch = true,
@@ -92,19 +91,7 @@ static sl_status glob_next(sl_iter *it, sl_element *out) {
             sl__op_err_prefix(it);
             return s;
         }
-        sl_bytes *v = sl__slab_piece(&t->views, &t->nviews, sizeof(sl_bytes), VIEW_SLAB);
-        if (!v) return sl__op_err(it, SL_ENOMEM, "out of memory for record views");
-        v->ptr = rec.data;
-        v->len = rec.len;
-        sl_tensor tt = SL_TENSOR_EMPTY;
-        tt.dtype = SL_DT_BYTES;
-        tt.data = v;
-        tt.buf = sl_buf_ref(t->views);
-        tt.aux = sl_buf_ref(rec.buf);
-        s = sl_element_set(out, "record", &tt);
-        if (s) sl_tensor_release(&tt);
-        else out->origin = (sl_origin){.path = d->origins[f], .offset = (int64_t)rec.offset};
-        return s;
+        return sl__record_element(it, &t->views, &t->nviews, &rec, d->origins[f], out);
     }
 }
 
