@@ -1,7 +1,7 @@
 /* libFuzzer target for pipeline blocks: parse arbitrary config text, build every pipeline
  * in it (file sources resolve under an empty directory, so they fail cleanly), and pull a
  * few elements from those that build — exercising every op's and function's argument
- * checks and error paths. Pipelines whose work is unbounded by design are built but not
+ * checks and error paths, then a few from a later element (sl_iter_create_at). Pipelines whose work is unbounded by design are built but not
  * iterated: `range 0 1G` behind a function that fails on every element and ignore_errors
  * skips a billion errors to find one element, as tf.data would, and `repeat` forever over
  * failing elements never ends. */
@@ -46,6 +46,15 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
                 if (s == SL_END) break;
             }
             sl_iter_close(it);
+            /* and from a later element: seeking ops, or a bounded replay */
+            if (sl_iter_create_at(ds, NULL, (int64_t)(size % 37), &it) == SL_OK) {
+                for (int k = 0; k < 2; k++) {
+                    sl_status s = sl_iter_next(it, &e);
+                    sl_element_clear(&e);
+                    if (s == SL_END) break;
+                }
+                sl_iter_close(it);
+            }
         }
         sl_dataset_unref(ds);
     }
