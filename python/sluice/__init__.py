@@ -47,8 +47,25 @@ What it promises:
     with `seed` for k = 0 (exactly what `sluice-stats CONFIG --peek N --seed SEED` shows)
     and with a mix of seed and k afterwards, so shuffles change from one pass to the next;
     p.iter(epoch=k) or p.iter(seed=s) chooses explicitly.
+  * Resuming. A pass is a function of the pipeline, its seed and the position, so it can
+    stop and go on later, bit for bit: it.state() is 48 bytes (the seed, the position and
+    a fingerprint of the pipeline, with a checksum) and p.iter(state=those) continues
+    where it stood, in this process or another one built from the same config.
+    p.iter(start=n) starts a pass at element n. Both are constant time when every op can
+    seek (range, files under `shuffle global`, map, batch, prefetch, take, skip, shard,
+    repeat, zip, sample, choose); below any other (a buffer `shuffle`, interleave,
+    filter, cache, files read one after another) the elements before the position are
+    produced and dropped, and it.replayed says how many.
+
+        it = p.iter()
+        for _ in range(100):
+            next(it)
+        saved = it.state()                    # bytes: store them with the checkpoint
+        ...
+        it = p.iter(state=saved)              # element 100 of the same pass onwards
 """
 import json as _json
+import operator as _operator
 import weakref as _weakref
 
 import numpy as _np
@@ -173,6 +190,32 @@ class Iterator:
         the pass runs, the final one once it has ended."""
         return _json.loads(self._it.stats_json())
 
+    def state(self):
+        """Where the pass stands, as 48 bytes (b"SLITSTAT", then the version, the seed, the
+        position, a fingerprint of the pipeline's ops and a CRC32C; sluice/pipeline.h's
+        sl_iter_save): Pipeline.iter(state=...) continues from there with the same
+        elements. The same bytes for the same pipeline, seed and position, on every
+        replica and in every process. Also after the end or close(): the position then
+        stays where the pass stopped. RuntimeError while another thread is in next()."""
+        return self._it.save()
+
+    @property
+    def position(self):
+        """The position in the pass of the element next() returns next: the start (0, or
+        where iter(start=) or iter(state=) put it) plus the elements returned so far."""
+        return self._it.position
+
+    @property
+    def replayed(self):
+        """Elements produced and dropped to reach the start: 0 when every op could seek,
+        else the start (an op such as a buffer shuffle must see what came before)."""
+        return self._it.replayed
+
+    @property
+    def seed(self):
+        """The pass's seed (for a pass made from a state: the state's)."""
+        return self._it.seed
+
     def __enter__(self):
         return self
 
@@ -223,16 +266,33 @@ class Pipeline(_Pipeline):
         self.epoch = 0  # the pass the next iteration starts
         self._cur = None
 
-    def iter(self, epoch=None, seed=None, copy=None):
+    def iter(self, epoch=None, seed=None, copy=None, *, start=0, state=None):
         """Start a pass. epoch=None: the next one (counting from 0). seed=None: derived
         from the pipeline seed and the epoch (pass 0 uses seed itself). copy=None: the
-        Pipeline's copy; True: views of mapped files are copied at hand-out."""
+        Pipeline's copy; True: views of mapped files are copied at hand-out.
+
+        start: the position of the pass's first element (element `start` of the same
+        pass from the beginning; past the end: an empty pass). ValueError when < 0,
+        TypeError when not an int.
+        state: bytes from Iterator.state() (bytearray and memoryview are taken as bytes;
+        anything else is TypeError): the pass continues where that one stood, with its
+        seed and position. The state's seed is the pass's: a seed= (or an epoch= whose
+        seed, as above) that differs from it raises ValueError, before anything is built;
+        with neither, epoch only counts the pass (the next iteration is epoch + 1).
+        Damaged bytes raise sluice.Error SL_ECORRUPT (naming the byte), a state of
+        another pipeline sluice.Error SL_EINVAL; start= with state= is ValueError."""
+        check = epoch is not None or seed is not None
         if epoch is None:
             epoch = self.epoch
-        self.epoch = epoch + 1
         if seed is None:
             seed = self.seed if epoch == 0 else mix_seed(self.seed, epoch)
-        it = Iterator(self._iter(int(seed) & _M64, self.copy if copy is None else bool(copy)))
+        start = _operator.index(start)
+        if isinstance(state, (bytearray, memoryview)):
+            state = bytes(state)
+        elif state is not None and not isinstance(state, bytes):
+            raise TypeError(f"state must be bytes (what Iterator.state() returned), not {type(state).__name__}")
+        it = Iterator(self._iter(int(seed) & _M64, self.copy if copy is None else bool(copy), start, state, check))
+        self.epoch = epoch + 1
         self._cur = _weakref.ref(it)
         return it
 

@@ -25,6 +25,18 @@ old-style (unversioned) DLPack capsule, which cannot say read-only: a write into
 mapping would kill the process. copy=True copies such components when they are handed out
 (immune to the file being truncated later). Byte-string components are yielded as numpy
 object arrays; bfloat16 ones as torch.bfloat16.
+
+Resuming: state_dict() says where this process's reading stands (the epoch and, in the
+middle of one, the Sluice iterator's state); load_state_dict() on a new dataset (built with
+the same config, seed and shard) makes its next iteration continue there, with the same
+batches, and the epochs after it follow as they would have. These are the names torchdata's
+StatefulDataLoader calls (in each worker, with num_workers > 0):
+
+    sd = ds.state_dict()                  # with the checkpoint (torch.save takes it)
+    ...
+    ds = sluice.torch.IterableDataset(...same arguments...)
+    ds.load_state_dict(sd)
+    for batch in loader: ...              # the batch after the last one seen before
 """
 import os
 
@@ -85,17 +97,99 @@ class IterableDataset(torch.utils.data.IterableDataset):
         self._pipe_key = None
         self._epoch = None
         self._next_epoch = 0
+        self._resume = None  # (epoch, state hex or None, shard) from load_state_dict, until used
+        self._live = None    # [epoch, iterator, ended] of the latest iteration
         self.last_iterator = None
 
     def __getstate__(self):
         # DataLoader workers started by spawn get a copy without the built pipeline
         st = self.__dict__.copy()
-        st["_pipe"] = st["_pipe_key"] = st["last_iterator"] = None
+        st["_pipe"] = st["_pipe_key"] = st["last_iterator"] = st["_live"] = None
         return st
 
     def set_epoch(self, epoch):
-        """Make the next iteration epoch `epoch` (else epochs count from 0)."""
-        self._epoch = int(epoch)
+        """Make the next iteration epoch `epoch` (else epochs count from 0). After
+        load_state_dict, an epoch other than the loaded one is ValueError (it would drop
+        the loaded position); the loaded one keeps it."""
+        epoch = int(epoch)
+        if self._resume is not None:
+            if epoch != self._resume[0]:
+                raise ValueError(f"set_epoch({epoch}): the loaded state resumes epoch {self._resume[0]}; "
+                                 f"call set_epoch({self._resume[0]}), or load no state")
+            return
+        self._epoch = epoch
+
+    def _position(self):
+        """(epoch, state hex or None): where the next iteration starts, or resumes."""
+        if self._resume is not None:
+            return self._resume[:2]
+        if self._epoch is not None:
+            return self._epoch, None
+        if self._live is None:
+            return self._next_epoch, None
+        epoch, it, ended = self._live
+        return (epoch + 1, None) if ended else (epoch, it.state().hex())
+
+    def state_dict(self):
+        """Where this process's reading stands, as a dict of plain values (torch.save and
+        torch.load(weights_only=True) take it, as does JSON):
+
+            epoch               int: the epoch being read (the next one, at an epoch's end)
+            sluice_iter_state   str: the position within that epoch, Iterator.state()'s 48
+                                bytes in hex (a str: torch's weights-only loader refuses
+                                bytes), or None when the epoch starts from its beginning
+            seed                int: the dataset's seed
+            shard               [index, count]: the part this process reads
+
+        The position is the batches handed out so far (a DataLoader with num_workers=0
+        reads none ahead); a state_dict() taken before any iteration, or after
+        load_state_dict, says where the next iteration starts."""
+        epoch, state = self._position()
+        return {"epoch": epoch, "sluice_iter_state": state, "seed": int(self._args["seed"]),
+                "shard": list(self.shard())}
+
+    def load_state_dict(self, state_dict):
+        """Make the next iteration continue where state_dict() stood: epoch `epoch`,
+        from the position in sluice_iter_state (None: from the epoch's beginning), with
+        the epoch's own seed; later iterations go on with the next epochs.
+
+        ValueError when state_dict is not a dict, a key is missing, epoch is not an int
+        >= 0, sluice_iter_state is neither a hex str nor None (raw bytes are taken too), or
+        seed and shard are not this dataset's (a position means nothing in another pass);
+        at the next iteration, when this process reads another shard than the one loaded
+        (a DataLoader worker given the main process's state). Damaged state bytes, or
+        those of another pipeline, raise sluice.Error (SL_ECORRUPT, SL_EINVAL) at the next
+        iteration, when the pipeline is built."""
+        if not isinstance(state_dict, dict):
+            raise ValueError(f"load_state_dict: want the dict state_dict() returned, not {type(state_dict).__name__}")
+        for key in ("epoch", "sluice_iter_state", "seed", "shard"):
+            if key not in state_dict:
+                raise ValueError(f"load_state_dict: the dict has no {key!r} (keys: {sorted(state_dict)}); "
+                                 "pass what state_dict() returned")
+        epoch, state = state_dict["epoch"], state_dict["sluice_iter_state"]
+        if isinstance(epoch, bool) or not isinstance(epoch, int) or epoch < 0:
+            raise ValueError(f"load_state_dict: 'epoch' must be an int >= 0, not {epoch!r}")
+        if isinstance(state, str):
+            try:
+                state = bytes.fromhex(state)
+            except ValueError:
+                raise ValueError(f"load_state_dict: 'sluice_iter_state' {state[:24]!r}... is not hex "
+                                 "(state_dict() writes Iterator.state().hex())") from None
+        elif isinstance(state, (bytearray, memoryview)):
+            state = bytes(state)
+        elif state is not None and not isinstance(state, bytes):
+            raise ValueError("load_state_dict: 'sluice_iter_state' must be a hex str (what state_dict() gives), "
+                             f"bytes or None, not {type(state).__name__}")
+        seed, shard = state_dict["seed"], state_dict["shard"]
+        if seed != int(self._args["seed"]):
+            raise ValueError(f"load_state_dict: the state was saved with seed={seed!r}, this dataset has "
+                             f"seed={self._args['seed']}: its epochs are other passes")
+        mine = list(self.shard())
+        if not isinstance(shard, (list, tuple)) or list(shard) != mine:
+            raise ValueError(f"load_state_dict: the state was saved for shard {shard!r}, this process reads "
+                             f"shard {mine} (index, count): another part of the data")
+        self._epoch = None
+        self._resume = (epoch, None if state is None else state.hex(), mine)
 
     def shard(self):
         """(index, count) of the part this process reads."""
@@ -125,15 +219,25 @@ class IterableDataset(torch.utils.data.IterableDataset):
         return self.pipeline().stats()
 
     def __iter__(self):
+        if self._resume is not None:
+            epoch, state, shard = self._resume
+            if state is not None and list(self.shard()) != shard:
+                raise ValueError(f"the loaded state is shard {shard}'s, and this process reads shard "
+                                 f"{list(self.shard())}: with DataLoader workers, load each worker's own state "
+                                 "in that worker (torchdata's StatefulDataLoader does)")
+        else:
+            epoch, state = (self._next_epoch if self._epoch is None else self._epoch), None
         p = self.pipeline()
-        epoch = self._next_epoch if self._epoch is None else self._epoch
-        self._epoch = None
+        # the state's seed must be epoch's (iter checks it): a state of another epoch fails here
+        it = p.iter(epoch=epoch, state=None if state is None else bytes.fromhex(state))
+        self._resume = self._epoch = None
         self._next_epoch = epoch + 1
-        it = p.iter(epoch=epoch)
         self.last_iterator = it
+        live = self._live = [epoch, it, False]
         raw = it.buffers()
         try:
             for d in raw:
                 yield {k: _to_torch(b) for k, b in d.items()}
+            live[2] = True
         finally:
             it.close()

@@ -7,7 +7,10 @@
  *             ram_budget)
  *       parses the config (a file, or text), applies the `sets` overrides ("PATH=VALUE",
  *       as sluice-stats --set), builds the dataset of `pipeline NAME { }` (sluice/from_config.h)
- *       and keeps it. ._iter(seed) starts an _Iterator. num_shards > 1 on a pipeline block
+ *       and keeps it. ._iter(seed, copy, start, state, check_seed) starts an _Iterator:
+ *       at element `start` of the stream (sl_iter_create_at), or where a saved state stood
+ *       (sl_iter_restore: the state's seed, not `seed`; with check_seed a state whose seed
+ *       is not `seed` is a ValueError before anything is built). num_shards > 1 on a pipeline block
  *       without a `shard` statement is an error (SL_EINVAL): from_config shards only through
  *       that statement, so every replica would otherwise read all of the data.
  *   _Iterator
@@ -18,6 +21,9 @@
  *       Sluice iterator is closed, after a last stats snapshot is kept for stats_json().
  *       With copy (._iter(seed, True)) the components that view a mapped file are copied
  *       into memory of their own before they are handed out (copy_mapped).
+ *       save() returns the iterator's state (sl_iter_save: SL_ITER_STATE_SIZE bytes);
+ *       position, replayed and seed are sl_iter_position, sl_iter_replayed and the pass's
+ *       seed. All of them stay readable once the iterator is closed (kept at the close).
  *   Buffer
  *       one component: an sl_tensor whose references it holds, so the bytes stay alive as
  *       long as the Buffer does, whatever happens to the pipeline. It exports them through
@@ -45,11 +51,13 @@
 #include <string.h>
 
 #include "sluice/config.h"
+#include "sluice/crc32c.h"
 #include "sluice/from_config.h"
 #include "sluice/pipeline.h"
 #include "sluice/stats.h"
 #include "sluice/status.h"
 #include "sluice/tensor.h"
+#include "sluice/util.h"
 
 static PyObject *ErrorType; /* sluice.Error */
 
@@ -416,7 +424,7 @@ static PyObject *pipeline_get_last_stats(PipelineObject *self, void *c) {
     return self->last_stats;
 }
 
-static PyObject *pipeline_iter_new(PipelineObject *self, PyObject *args);
+static PyObject *pipeline_iter_new(PipelineObject *self, PyObject *args, PyObject *kw);
 
 static PyGetSetDef pipeline_getset[] = {
     {"name", (getter)pipeline_get_name, NULL, "the pipeline's name in the config", NULL},
@@ -426,8 +434,10 @@ static PyGetSetDef pipeline_getset[] = {
 };
 
 static PyMethodDef pipeline_methods[] = {
-    {"_iter", (PyCFunction)pipeline_iter_new, METH_VARARGS,
-     "_iter(seed, copy=False): a new _Iterator (copy: views of mapped files are copied at hand-out)"},
+    {"_iter", (PyCFunction)(void (*)(void))pipeline_iter_new, METH_VARARGS | METH_KEYWORDS,
+     "_iter(seed, copy=False, start=0, state=None, check_seed=False): a new _Iterator (copy: views of "
+     "mapped files are copied at hand-out; start: its first element; state: continue a saved one, with "
+     "the state's seed, a ValueError with check_seed when that is not `seed`)"},
     {NULL},
 };
 
@@ -454,6 +464,12 @@ struct IterObject {
     int busy;              /* a thread is inside sl_iter_next */
     int copy;              /* copy views of mapped files at hand-out */
     long long produced;
+    long long first;       /* position of its first element */
+    long long replayed;    /* elements dropped to reach `first` */
+    unsigned long long seed; /* the pass's seed (a restored one's: the state's) */
+    long long end_pos;     /* position, kept at the close */
+    uint8_t end_state[SL_ITER_STATE_SIZE]; /* state, kept at the close (end_state_len bytes) */
+    size_t end_state_len;
     PyObject *weakrefs;
 };
 
@@ -487,6 +503,8 @@ static void iter_finish(IterObject *self) {
     sl_iter *it = self->it;
     if (!it) return;
     self->it = NULL;
+    self->end_pos = sl_iter_position(it);
+    if (sl_iter_save(it, self->end_state, sizeof self->end_state, &self->end_state_len)) self->end_state_len = 0;
     PyObject *exc_type, *exc_val, *exc_tb;
     PyErr_Fetch(&exc_type, &exc_val, &exc_tb);
     PyObject *js = stats_json(it);
@@ -501,12 +519,41 @@ static void iter_finish(IterObject *self) {
     Py_END_ALLOW_THREADS
 }
 
-static PyObject *pipeline_iter_new(PipelineObject *self, PyObject *args) {
+/* The seed of a sound iterator state (sluice/pipeline.h's layout: "SLITSTAT", version 1 and
+ * the size at bytes 8 and 12, the seed at 16, the CRC32C of bytes 0..43 at 44): 1 with
+ * *seed, or 0 for bytes sl_iter_restore will refuse (it says what is wrong with them). */
+static int state_seed(const uint8_t *st, size_t len, uint64_t *seed) {
+    if (len != SL_ITER_STATE_SIZE || memcmp(st, "SLITSTAT", 8) || sl_load_le32(st + 8) != 1 ||
+        sl_load_le32(st + 12) != SL_ITER_STATE_SIZE || sl_load_le32(st + 44) != sl_crc32c(0, st, 44))
+        return 0;
+    *seed = sl_load_le64(st + 16);
+    return 1;
+}
+
+static PyObject *pipeline_iter_new(PipelineObject *self, PyObject *args, PyObject *kw) {
+    static char *kwlist[] = {"seed", "copy", "start", "state", "check_seed", NULL};
     unsigned long long seed = 0;
-    int copy = 0;
-    if (!PyArg_ParseTuple(args, "K|p", &seed, &copy)) return NULL;
+    int copy = 0, check_seed = 0;
+    long long start = 0;
+    PyObject *state = Py_None;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "K|pLOp", kwlist, &seed, &copy, &start, &state, &check_seed))
+        return NULL;
     if (!self->ds) {
         PyErr_SetString(PyExc_RuntimeError, "the Pipeline was not initialised");
+        return NULL;
+    }
+    if (start < 0) {
+        PyErr_Format(PyExc_ValueError, "start=%lld: an iterator starts at an element >= 0", start);
+        return NULL;
+    }
+    if (state != Py_None && !PyBytes_Check(state)) {
+        PyErr_Format(PyExc_TypeError, "state must be bytes (what Iterator.state() returned), not %s",
+                     Py_TYPE(state)->tp_name);
+        return NULL;
+    }
+    if (state != Py_None && start) {
+        PyErr_Format(PyExc_ValueError, "start=%lld with state=: a state holds its own position; give one of them",
+                     start);
         return NULL;
     }
     sl_iter_opts o = sl_iter_opts_default();
@@ -514,7 +561,28 @@ static PyObject *pipeline_iter_new(PipelineObject *self, PyObject *args) {
     o.cpu_budget = self->cpu_budget;
     o.ram_budget = self->ram_budget;
     sl_iter *it = NULL;
-    sl_status s = sl_iter_create(self->ds, &o, &it);
+    sl_status s;
+    if (state != Py_None) {
+        const uint8_t *st = (const uint8_t *)PyBytes_AS_STRING(state);
+        size_t len = (size_t)PyBytes_GET_SIZE(state);
+        uint64_t saved = 0;
+        int sound = state_seed(st, len, &saved);
+        if (sound && check_seed && saved != seed) {
+            PyErr_Format(PyExc_ValueError, "the state was saved by a pass with seed %llu, and seed %llu was asked "
+                         "(seed=, or the seed of epoch=): a state continues its own pass; leave seed= and epoch= "
+                         "out, or give the state's", (unsigned long long)saved, seed);
+            return NULL;
+        }
+        /* the bytes object is immutable and held by the call: safe to read without the GIL */
+        Py_BEGIN_ALLOW_THREADS
+        s = sl_iter_restore(self->ds, &o, st, len, &it);
+        Py_END_ALLOW_THREADS
+        seed = saved;
+    } else {
+        Py_BEGIN_ALLOW_THREADS /* a start below an op that cannot seek replays */
+        s = sl_iter_create_at(self->ds, &o, start, &it);
+        Py_END_ALLOW_THREADS
+    }
     if (s) return raise_sl(s, NULL);
     IterObject *io = PyObject_New(IterObject, &IterType);
     if (!io) {
@@ -527,6 +595,11 @@ static PyObject *pipeline_iter_new(PipelineObject *self, PyObject *args) {
     io->busy = 0;
     io->copy = copy;
     io->produced = 0;
+    io->first = sl_iter_position(it);
+    io->replayed = sl_iter_replayed(it);
+    io->seed = seed;
+    io->end_pos = io->first;
+    io->end_state_len = 0;
     io->weakrefs = NULL;
     return (PyObject *)io;
 }
@@ -590,7 +663,8 @@ static PyObject *iter_next(IterObject *self) {
     if (s) {
         char what[160];
         PyObject *nm = self->pipe->name;
-        snprintf(what, sizeof what, "pipeline '%s', element %lld", nm ? PyUnicode_AsUTF8(nm) : "?", self->produced);
+        snprintf(what, sizeof what, "pipeline '%s', element %lld", nm ? PyUnicode_AsUTF8(nm) : "?",
+                 self->first + self->produced);
         return raise_sl(s, what);
     }
     self->produced++;
@@ -631,6 +705,37 @@ static PyObject *iter_stats_json(IterObject *self, PyObject *unused) {
 
 static PyObject *iter_get_closed(IterObject *self, void *c) { return PyBool_FromLong(self->it == NULL); }
 
+/* sl_iter_position and sl_iter_save read what sl_iter_next changes: not while it runs. */
+static int iter_idle(IterObject *self, const char *what) {
+    if (!self->busy) return 1;
+    PyErr_Format(PyExc_RuntimeError, "%s: another thread is advancing this iterator", what);
+    return 0;
+}
+
+static PyObject *iter_save(IterObject *self, PyObject *unused) {
+    if (!iter_idle(self, "save()")) return NULL;
+    if (!self->it) {
+        if (self->end_state_len) return PyBytes_FromStringAndSize((const char *)self->end_state,
+                                                                  (Py_ssize_t)self->end_state_len);
+        sl_err(SL_ESTATE, "save(): the iterator was closed before its state could be kept");
+        return raise_sl(SL_ESTATE, NULL);
+    }
+    uint8_t buf[SL_ITER_STATE_SIZE];
+    size_t len = 0;
+    sl_status s = sl_iter_save(self->it, buf, sizeof buf, &len);
+    if (s) return raise_sl(s, "save()");
+    return PyBytes_FromStringAndSize((const char *)buf, (Py_ssize_t)len);
+}
+
+static PyObject *iter_get_position(IterObject *self, void *c) {
+    if (!iter_idle(self, "position")) return NULL;
+    return PyLong_FromLongLong(self->it ? sl_iter_position(self->it) : self->end_pos);
+}
+
+static PyObject *iter_get_replayed(IterObject *self, void *c) { return PyLong_FromLongLong(self->replayed); }
+
+static PyObject *iter_get_seed(IterObject *self, void *c) { return PyLong_FromUnsignedLongLong(self->seed); }
+
 static PyObject *iter_get_ignored(IterObject *self, void *c) {
     return PyLong_FromLongLong(self->it ? sl_iter_errors_ignored(self->it) : 0);
 }
@@ -638,12 +743,17 @@ static PyObject *iter_get_ignored(IterObject *self, void *c) {
 static PyMethodDef iter_methods[] = {
     {"close", (PyCFunction)iter_close, METH_NOARGS, "stop: cancel in-flight work, join threads, free buffers"},
     {"stats_json", (PyCFunction)iter_stats_json, METH_NOARGS, "a stats snapshot as JSON text"},
+    {"save", (PyCFunction)iter_save, METH_NOARGS,
+     "the iterator's state as bytes (sl_iter_save; kept at the close, so readable after the end)"},
     {NULL},
 };
 
 static PyGetSetDef iter_getset[] = {
     {"closed", (getter)iter_get_closed, NULL, "True once the end was reached or close() was called", NULL},
     {"errors_ignored", (getter)iter_get_ignored, NULL, "elements dropped by ignore_errors so far", NULL},
+    {"position", (getter)iter_get_position, NULL, "position of the next element (sl_iter_position)", NULL},
+    {"replayed", (getter)iter_get_replayed, NULL, "elements produced and dropped to reach the start", NULL},
+    {"seed", (getter)iter_get_seed, NULL, "the pass's seed (a restored pass: the state's)", NULL},
     {NULL},
 };
 
