@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "sluice/tensor.h"
+#include "sluice/util.h"
 
 #include <fcntl.h>
 #include <sys/mman.h>
@@ -613,8 +614,7 @@ static intern_entry *intern_tab[INTERN_BUCKETS]; /* guarded by intern_mu */
 
 const char *sl_origin_path(const char *path) {
     if (!path) return NULL;
-    uint64_t h = 1469598103934665603ull; /* FNV-1a */
-    for (const unsigned char *p = (const unsigned char *)path; *p; p++) h = (h ^ *p) * 1099511628211ull;
+    uint64_t h = sl_fnv1a64(SL_FNV64_INIT, path, strlen(path));
     size_t b = (size_t)(h % INTERN_BUCKETS);
     const char *found = NULL;
     pthread_mutex_lock(&intern_mu);

@@ -432,12 +432,6 @@ sl_status sl_tfr_index_parse(const void *data, size_t len, const char *name,
 
 /* ---- where the index lives ------------------------------------------------------------- */
 
-static uint64_t fnv1a64(const char *s) {
-    uint64_t h = 14695981039346656037ull;
-    for (; *s; s++) h = (h ^ (uint8_t)*s) * 1099511628211ull;
-    return h;
-}
-
 sl_status sl_tfr_index_cache_path(const char *path, const char *cache_dir, char *out, size_t cap) {
     if (cap) out[0] = 0;
     int n;
@@ -457,7 +451,7 @@ sl_status sl_tfr_index_cache_path(const char *path, const char *cache_dir, char 
         base = base ? base + 1 : real;
         size_t dl = strlen(cache_dir);
         n = snprintf(out, cap, "%s%s%.*s.%016llx.slidx", cache_dir, cache_dir[dl - 1] == '/' ? "" : "/",
-                     BASENAME_MAX_CUT, base, (unsigned long long)fnv1a64(real));
+                     BASENAME_MAX_CUT, base, (unsigned long long)sl_fnv1a64(SL_FNV64_INIT, real, strlen(real)));
         free(real);
     }
     if (n < 0 || (size_t)n >= cap) {

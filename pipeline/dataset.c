@@ -246,9 +246,7 @@ int64_t sl_iter_replayed(const sl_iter *it) { return it ? it->replayed : 0; }
 
 /* The graph's shape: each op's name and input count, depth first. */
 static uint64_t fingerprint(const sl_dataset *ds) {
-    uint64_t h = 0xcbf29ce484222325ULL;
-    for (const char *c = ds->vt->name; *c; c++) h = (h ^ (uint8_t)*c) * 0x100000001b3ULL;
-    h = sl_mix2(h, (uint64_t)ds->ninputs);
+    uint64_t h = sl_mix2(sl_fnv1a64(SL_FNV64_INIT, ds->vt->name, strlen(ds->vt->name)), (uint64_t)ds->ninputs);
     for (int i = 0; i < ds->ninputs; i++) h = sl_mix2(h, fingerprint(ds->inputs[i]));
     return h;
 }

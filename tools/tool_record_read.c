@@ -14,6 +14,7 @@
 
 #include "sluice/example.h"
 #include "sluice/tfrecord.h"
+#include "sluice/util.h"
 #include "tool.h"
 #include "tool_record.h"
 
@@ -112,11 +113,7 @@ typedef struct key_table {
     size_t *order;       /* indices into slots, in order of first appearance */
 } key_table;
 
-static uint64_t hash_bytes(const uint8_t *p, size_t n) {
-    uint64_t h = 1469598103934665603ull; /* FNV-1a */
-    for (size_t i = 0; i < n; i++) h = (h ^ p[i]) * 1099511628211ull;
-    return h;
-}
+static uint64_t hash_bytes(const uint8_t *p, size_t n) { return sl_fnv1a64(SL_FNV64_INIT, p, n); }
 
 static void key_table_free(key_table *t) {
     for (size_t i = 0; i < t->cap; i++) free(t->slots[i].key);

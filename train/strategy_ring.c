@@ -74,12 +74,7 @@ struct sl_strategy_ring {
 };
 
 /* FNV-1a 64 over bytes: cheap, and any flipped bit changes it. */
-static uint64_t fnv1a(const void *p, size_t n) {
-    const unsigned char *b = p;
-    uint64_t h = 0xcbf29ce484222325ULL;
-    for (size_t i = 0; i < n; i++) h = (h ^ b[i]) * 0x100000001b3ULL;
-    return h;
-}
+static uint64_t fnv1a(const void *p, size_t n) { return sl_fnv1a64(SL_FNV64_INIT, p, n); }
 
 static bool on_cpu(sl_model *m) { return strcmp(sl_model_backend_name(m), "cpu") == 0; }
 

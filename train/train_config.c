@@ -204,11 +204,7 @@ static sl_status check_block(const sl_cfg *cfg, const sl_cfg_stmt *at, const cha
     return sl_cfg_int(cfg, v, 1, 1 << 24, batch);
 }
 
-static uint64_t fnv(uint64_t h, const void *p, size_t n) {
-    const unsigned char *c = p;
-    for (size_t i = 0; i < n; i++) h = (h ^ c[i]) * 0x100000001b3ULL;
-    return h;
-}
+static uint64_t fnv(uint64_t h, const void *p, size_t n) { return sl_fnv1a64(h, p, n); }
 
 static uint64_t hash_value(uint64_t h, const sl_cfg_value *v) {
     h = fnv(h, &v->kind, sizeof v->kind);

@@ -209,6 +209,16 @@ static inline uint64_t sl_mix2(uint64_t a, uint64_t b) {
     return sl_mix64(z + (b ^ 0xd1b54a32d192ed03ull));
 }
 
+/* ---- FNV-1a 64 ----
+ * Extend h (SL_FNV64_INIT to start) over n bytes: hash tables, fingerprints, checks that
+ * any flipped bit changes (not a checksum against deliberate edits). */
+#define SL_FNV64_INIT 0xcbf29ce484222325ull
+static inline uint64_t sl_fnv1a64(uint64_t h, const void *p, size_t n) {
+    const unsigned char *c = (const unsigned char *)p;
+    for (size_t i = 0; i < n; i++) h = (h ^ c[i]) * 0x100000001b3ull;
+    return h;
+}
+
 /* ---- a random permutation of [0, n), one position at a time ----
  * A balanced Feistel network of six rounds (each a splitmix64 mix of one half and a round
  * key drawn from the seed) over the smallest even number of bits that holds n - 1, walked
