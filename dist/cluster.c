@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "dist/cluster_priv.h"
 #include "sluice/cluster.h"
 #include "sluice/util.h"
 
@@ -29,55 +30,7 @@ int sl_task_type_from_name(const char *name) {
     return -1;
 }
 
-/* What one source says. Lists hold malloc'd strings. */
-typedef struct spec {
-    char **list[SL_TASK_TYPES_];
-    int n[SL_TASK_TYPES_];
-    int have_members;
-    int task_type, task_index, have_task;
-    int world_hint;       /* a world size the source states on its own (Slurm, Open MPI), else 0 */
-    char src[16];
-} spec;
-
-static void spec_free(spec *s) {
-    for (int t = 0; t < SL_TASK_TYPES_; t++) {
-        for (int i = 0; i < s->n[t]; i++) free(s->list[t][i]);
-        free(s->list[t]);
-    }
-    memset(s, 0, sizeof *s);
-}
-
-/* "host:port" with a port in 1..65535 and a host of sane characters. */
-static sl_status check_addr(const char *src, const char *addr) {
-    const char *colon = strrchr(addr, ':');
-    size_t hl = colon ? (size_t)(colon - addr) : 0;
-    if (!colon || hl == 0 || hl >= 250)
-        return sl_err(SL_EINVAL, "%s: address \"%s\" is not host:port", src, addr);
-    for (size_t i = 0; i < hl; i++) {
-        char c = addr[i];
-        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' ||
-              c == '-' || c == '_'))
-            return sl_err(SL_EINVAL, "%s: address \"%s\": bad character '%c' in the host", src, addr, c);
-    }
-    char *end;
-    errno = 0;
-    long p = strtol(colon + 1, &end, 10);
-    if (!colon[1] || *end || errno || p < 1 || p > 65535)
-        return sl_err(SL_EINVAL, "%s: address \"%s\": port must be a number in 1..65535", src, addr);
-    return SL_OK;
-}
-
-static sl_status add_member(spec *s, int type, const char *addr) {
-    sl_status st = check_addr(s->src, addr);
-    if (st) return st;
-    char **nl = realloc(s->list[type], (size_t)(s->n[type] + 1) * sizeof *nl);
-    if (!nl) return sl_err(SL_ENOMEM, "cluster: out of memory");
-    s->list[type] = nl;
-    if (!(nl[s->n[type]] = strdup(addr))) return sl_err(SL_ENOMEM, "cluster: out of memory");
-    s->n[type]++;
-    s->have_members = 1;
-    return SL_OK;
-}
+typedef sl__cluster_spec spec;
 
 /* A comma-separated list of addresses. */
 static sl_status add_csv(spec *s, int type, const char *csv) {
@@ -89,22 +42,12 @@ static sl_status add_csv(spec *s, int type, const char *csv) {
         if (n == 0 || n >= sizeof a) return sl_err(SL_EINVAL, "%s: empty or overlong entry in \"%s\"", s->src, csv);
         memcpy(a, p, n);
         a[n] = 0;
-        sl_status st = add_member(s, type, a);
+        sl_status st = sl__cluster_add_member(s, type, a);
         if (st) return st;
         p += n + (e ? 1 : 0);
         if (e && !*p) return sl_err(SL_EINVAL, "%s: trailing ',' in \"%s\"", s->src, csv);
     }
     return SL_OK;
-}
-
-static int parse_int(const char *v, long min, long max, long *out) {
-    if (!v || !*v) return -1;
-    char *end;
-    errno = 0;
-    long x = strtol(v, &end, 10);
-    if (*end || errno || x < min || x > max) return -1;
-    *out = x;
-    return 0;
 }
 
 /* ---- sources ----------------------------------------------------------------------- */
@@ -223,7 +166,7 @@ static sl_status from_config(const sl_cfg *cfg, const sl_cfg_stmt *blk, spec *s,
                 const sl_cfg_value *v = sl_cfg_pos(st, k);
                 if (v->kind != SL_CV_STRING)
                     return sl_cfg_err(cfg, v->loc, SL_EINVAL, "an address must be a \"host:port\" string");
-                if ((rc = add_member(s, t, v->text))) {
+                if ((rc = sl__cluster_add_member(s, t, v->text))) {
                     sl_error e;
                     sl_err_save(&e);
                     return sl_cfg_err(cfg, v->loc, e.code, "%s", e.msg + strlen("config: "));
@@ -315,7 +258,7 @@ static sl_status from_tf_config(const char *text, spec *s) {
                                    "cluster.%s[%zu] must be a \"host:port\" string", cl->keys[i], k);
                     goto out;
                 }
-                if ((st = add_member(s, t, lst->items[k].str))) {
+                if ((st = sl__cluster_add_member(s, t, lst->items[k].str))) {
                     sl_error e;
                     sl_err_save(&e);
                     st = sl_err_at(e.code, "TF_CONFIG", (int64_t)lst->items[k].offset, "%s",
@@ -433,7 +376,7 @@ static sl_status slurm_hosts(const char *list, char ***out, int *n) {
                     memcpy(b, a, al);
                 }
                 long lo, hi;
-                if (parse_int(a, 0, 1000000, &lo) || parse_int(b, 0, 1000000, &hi) || hi < lo || hi - lo > 100000) {
+                if (sl__cluster_parse_int(a, 0, 1000000, &lo) || sl__cluster_parse_int(b, 0, 1000000, &hi) || hi < lo || hi - lo > 100000) {
                     st = sl_err(SL_EINVAL, "slurm: bad range \"%s-%s\" in node list \"%s\"", a, b, list);
                     goto fail;
                 }
@@ -480,9 +423,9 @@ static sl_status from_slurm(const char *const *envp, int port_base, spec *s) {
     const char *tpn = sl_env_get(envp, "SLURM_STEP_TASKS_PER_NODE");
     if (!tpn) tpn = sl_env_get(envp, "SLURM_TASKS_PER_NODE");
     long r, n;
-    if (parse_int(rank, 0, 1 << 20, &r)) return sl_err(SL_EINVAL, "slurm: SLURM_PROCID=\"%s\" is not a rank", rank);
+    if (sl__cluster_parse_int(rank, 0, 1 << 20, &r)) return sl_err(SL_EINVAL, "slurm: SLURM_PROCID=\"%s\" is not a rank", rank);
     if (!ntasks) return sl_err(SL_EINVAL, "slurm: SLURM_PROCID is set but SLURM_NTASKS is not");
-    if (parse_int(ntasks, 1, 1 << 20, &n)) return sl_err(SL_EINVAL, "slurm: SLURM_NTASKS=\"%s\" is not a task count", ntasks);
+    if (sl__cluster_parse_int(ntasks, 1, 1 << 20, &n)) return sl_err(SL_EINVAL, "slurm: SLURM_NTASKS=\"%s\" is not a task count", ntasks);
     if (r >= n) return sl_err(SL_EINVAL, "slurm: SLURM_PROCID=%ld is not below SLURM_NTASKS=%ld", r, n);
     s->world_hint = (int)n;
     s->task_type = SL_TASK_WORKER;
@@ -535,7 +478,7 @@ static sl_status from_slurm(const char *const *envp, int port_base, spec *s) {
             char a[300];
             if (port_base + j > 65535) { st = sl_err(SL_EINVAL, "slurm: port base %d + %ld tasks per node passes 65535", port_base, j); goto out; }
             snprintf(a, sizeof a, "%s:%ld", hosts[i], port_base + j);
-            if ((st = add_member(s, SL_TASK_WORKER, a))) goto out;
+            if ((st = sl__cluster_add_member(s, SL_TASK_WORKER, a))) goto out;
         }
     st = SL_OK;
 out:
@@ -550,20 +493,20 @@ static sl_status from_ompi(const char *const *envp, int port_base, spec *s) {
     const char *rank = sl_env_get(envp, "OMPI_COMM_WORLD_RANK"), *size = sl_env_get(envp, "OMPI_COMM_WORLD_SIZE");
     const char *lsize = sl_env_get(envp, "OMPI_COMM_WORLD_LOCAL_SIZE");
     long r, n, ln = -1;
-    if (parse_int(rank, 0, 1 << 20, &r)) return sl_err(SL_EINVAL, "openmpi: OMPI_COMM_WORLD_RANK=\"%s\" is not a rank", rank);
+    if (sl__cluster_parse_int(rank, 0, 1 << 20, &r)) return sl_err(SL_EINVAL, "openmpi: OMPI_COMM_WORLD_RANK=\"%s\" is not a rank", rank);
     if (!size) return sl_err(SL_EINVAL, "openmpi: OMPI_COMM_WORLD_RANK is set but OMPI_COMM_WORLD_SIZE is not");
-    if (parse_int(size, 1, 1 << 20, &n)) return sl_err(SL_EINVAL, "openmpi: OMPI_COMM_WORLD_SIZE=\"%s\" is not a size", size);
+    if (sl__cluster_parse_int(size, 1, 1 << 20, &n)) return sl_err(SL_EINVAL, "openmpi: OMPI_COMM_WORLD_SIZE=\"%s\" is not a size", size);
     if (r >= n) return sl_err(SL_EINVAL, "openmpi: OMPI_COMM_WORLD_RANK=%ld is not below OMPI_COMM_WORLD_SIZE=%ld", r, n);
     s->world_hint = (int)n;
     s->task_type = SL_TASK_WORKER;
     s->task_index = (int)r;
     s->have_task = 1;
-    if (lsize && parse_int(lsize, 1, 1 << 20, &ln) == 0 && ln == n) {
+    if (lsize && sl__cluster_parse_int(lsize, 1, 1 << 20, &ln) == 0 && ln == n) {
         if (port_base + n - 1 > 65535) return sl_err(SL_EINVAL, "openmpi: port base %d + %ld ranks passes 65535", port_base, n);
         for (long i = 0; i < n; i++) {
             char a[64];
             snprintf(a, sizeof a, "127.0.0.1:%ld", port_base + i);
-            sl_status st = add_member(s, SL_TASK_WORKER, a);
+            sl_status st = sl__cluster_add_member(s, SL_TASK_WORKER, a);
             if (st) return st;
         }
     }
@@ -610,7 +553,7 @@ static sl_status fill_tasks(const spec *mem, int ttype, int tindex, sl_cluster *
 sl_status sl_cluster_resolve(const sl_cluster_args *args, const sl_cfg *cfg,
                              const char *const *envp, sl_cluster *out) {
     memset(out, 0, sizeof *out);
-    enum { NSRC = 5 };
+    enum { NSRC = 8 };
     spec sp[NSRC];
     memset(sp, 0, sizeof sp);
     sl_status st = SL_OK;
@@ -619,8 +562,10 @@ sl_status sl_cluster_resolve(const sl_cluster_args *args, const sl_cfg *cfg,
     curve_spec cv;
     memset(&cv, 0, sizeof cv);
     long pb;
+    int explicit_base = 1;
     if (args && args->port_base) port_base = args->port_base;
-    else if (parse_int(sl_env_get(envp, "SLUICE_PORT_BASE"), 1, 65535, &pb) == 0) port_base = (int)pb;
+    else if (sl__cluster_parse_int(sl_env_get(envp, "SLUICE_PORT_BASE"), 1, 65535, &pb) == 0) port_base = (int)pb;
+    else explicit_base = 0;
 
     if (args && (st = from_args(args, &sp[0]))) goto fail;
     const sl_cfg_stmt *blk = NULL;
@@ -633,12 +578,21 @@ sl_status sl_cluster_resolve(const sl_cluster_args *args, const sl_cfg *cfg,
     if (blk) {
         int cpb = 0;
         if ((st = from_config(cfg, blk, &sp[1], &cpb, &timeout, &cv))) goto fail;
-        if (cpb && !(args && args->port_base)) port_base = cpb;
+        if (cpb && !(args && args->port_base)) port_base = cpb, explicit_base = 1;
     }
     const char *tfc = sl_env_get(envp, "TF_CONFIG");
     if (tfc && *tfc && (st = from_tf_config(tfc, &sp[2]))) goto fail;
-    if (sl_env_get(envp, "SLURM_PROCID") && (st = from_slurm(envp, port_base, &sp[3]))) goto fail;
-    if (sl_env_get(envp, "OMPI_COMM_WORLD_RANK") && (st = from_ompi(envp, port_base, &sp[4]))) goto fail;
+    /* a launcher started right above this process comes first: torchrun under srun sets
+     * RANK per process while SLURM_PROCID counts the torchrun agents */
+    for (int w = SL__ENV_TORCHRUN; w <= SL__ENV_KUBEFLOW; w++)
+        if (sl__cluster_env_has(envp, (sl__cluster_env)w) &&
+            (st = sl__cluster_from_env(envp, (sl__cluster_env)w, port_base, explicit_base, &sp[3 + w])))
+            goto fail;
+    if (sl_env_get(envp, "SLURM_PROCID") && (st = from_slurm(envp, port_base, &sp[5]))) goto fail;
+    if (sl_env_get(envp, "OMPI_COMM_WORLD_RANK") && (st = from_ompi(envp, port_base, &sp[6]))) goto fail;
+    if (sl__cluster_env_has(envp, SL__ENV_PMI) &&
+        (st = sl__cluster_from_env(envp, SL__ENV_PMI, port_base, explicit_base, &sp[7])))
+        goto fail;
 
     spec *mem = NULL, *task = NULL;
     for (int i = 0; i < NSRC; i++) {
@@ -646,6 +600,12 @@ sl_status sl_cluster_resolve(const sl_cluster_args *args, const sl_cfg *cfg,
         if (!task && sp[i].have_task) task = &sp[i];
     }
     spec single = {0};
+    if (!mem && task && task->rdzv_host[0]) {
+        /* ranks on several hosts, addresses nowhere: they meet at the master */
+        if ((st = sl__cluster_rendezvous(task, sl_env_get(envp, "SLUICE_JOB_ID"), timeout > 0 ? timeout : 300, &single)))
+            goto fail;
+        mem = &single;
+    }
     if (!mem) {
         if (task && task->world_hint > 1) {
             st = sl_err(SL_EINVAL, "%s: %d tasks but no addresses for them", task->src, task->world_hint);
@@ -655,7 +615,7 @@ sl_status sl_cluster_resolve(const sl_cluster_args *args, const sl_cfg *cfg,
         strcpy(single.src, "single");
         char a[64];
         snprintf(a, sizeof a, "127.0.0.1:%d", port_base);
-        if ((st = add_member(&single, SL_TASK_WORKER, a))) { spec_free(&single); goto fail; }
+        if ((st = sl__cluster_add_member(&single, SL_TASK_WORKER, a))) { sl__cluster_spec_free(&single); goto fail; }
         mem = &single;
     }
     int world = mem->n[SL_TASK_CHIEF] + mem->n[SL_TASK_WORKER];
@@ -701,13 +661,15 @@ sl_status sl_cluster_resolve(const sl_cluster_args *args, const sl_cfg *cfg,
     if ((st = resolve_job_id(envp, out))) goto fail_single;
     snprintf(out->members_source, sizeof out->members_source, "%s", mem->src);
     snprintf(out->task_source, sizeof out->task_source, "%s", tsrc);
-    spec_free(&single);
-    for (int i = 0; i < NSRC; i++) spec_free(&sp[i]);
+    snprintf(out->source_vars, sizeof out->source_vars, "%s", task ? task->vars : mem->vars);
+    out->rendezvous = mem == &single && single.src[0] && strcmp(single.src, "single") != 0;
+    sl__cluster_spec_free(&single);
+    for (int i = 0; i < NSRC; i++) sl__cluster_spec_free(&sp[i]);
     return SL_OK;
 fail_single:
-    spec_free(&single);
+    sl__cluster_spec_free(&single);
 fail:
-    for (int i = 0; i < NSRC; i++) spec_free(&sp[i]);
+    for (int i = 0; i < NSRC; i++) sl__cluster_spec_free(&sp[i]);
     sl_cluster_free(out);
     return st;
 }

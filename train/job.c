@@ -5,6 +5,7 @@
  *
  * Workload: once per process. */
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -44,12 +45,36 @@ static sl_status check_world(const sl_train_config *tc, const char *const *envp)
         sl_err_hint("the evaluator watches the checkpoints of a `strategy ring` or `strategy ps` job");
         return SL_EINVAL;
     }
-    const char *world = sl_env_get(envp, "SLUICE_WORLD");
-    if (!world || atoi(world) <= 1) return SL_OK;
-    sl_err(SL_EINVAL, "this task is one of %s replicas (SLUICE_WORLD, from sluice-launch) but the train block says "
-           "strategy %s: each would train alone into the same run folder", world, tc->strategy);
-    sl_err_hint("set `strategy ring` (or ps) in the train block, or run one process without sluice-launch -n");
-    return SL_EINVAL;
+    /* a launcher that started several processes: each would train alone */
+    static const char *const LAUNCHER[][2] = {{"SLUICE_WORLD", "sluice-launch"}, {"WORLD_SIZE", "torchrun"},
+                                              {"PET_NNODES", "Kubeflow"}, {"OMPI_COMM_WORLD_SIZE", "mpirun"},
+                                              {"PMI_SIZE", "mpiexec"}};
+    for (size_t i = 0; i < sizeof LAUNCHER / sizeof LAUNCHER[0]; i++) {
+        const char *world = sl_env_get(envp, LAUNCHER[i][0]);
+        if (!world || atoi(world) <= 1) continue;
+        sl_err(SL_EINVAL, "this task is one of %s replicas (%s, from %s) but the train block says strategy %s: each "
+               "would train alone into the same run folder", world, LAUNCHER[i][0], LAUNCHER[i][1], tc->strategy);
+        sl_err_hint("set `strategy ring` (or ps) in the train block (or --set train.strategy=ring), or start one "
+                    "process");
+        return SL_EINVAL;
+    }
+    return SL_OK;
+}
+
+/* The chief's first line in a distributed job: how many replicas, and who said so. */
+static void say_world(const sl_cluster *cl, const sl_train_config *tc, FILE *console) {
+    if (!console || cl->tasks[cl->self].ring_rank > 0) return;
+    if (cl->tasks[cl->self].type == SL_TASK_PS || cl->tasks[cl->self].type == SL_TASK_EVALUATOR) return;
+    char from[96];
+    if (strcmp(cl->members_source, cl->task_source) == 0)
+        snprintf(from, sizeof from, "from %s", cl->members_source);
+    else
+        snprintf(from, sizeof from, "members from %s, task from %s", cl->members_source, cl->task_source);
+    fprintf(console, "cluster: %d replica%s (strategy %s", cl->world, cl->world == 1 ? "" : "s", tc->strategy);
+    if (cl->nps) fprintf(console, ", %d ps task%s", cl->nps, cl->nps == 1 ? "" : "s");
+    fprintf(console, "), %s%s%s%s%s\n", from, cl->source_vars[0] ? " (" : "", cl->source_vars,
+            cl->source_vars[0] ? ")" : "", cl->rendezvous ? ", addresses exchanged at the master" : "");
+    fflush(console);
 }
 
 /* the ps task of this process: serve its shard until the workers are done or ps_stop */
@@ -148,7 +173,10 @@ static void warn_open_job(const sl_cluster *cl) {
               "(Slurm passes it to every task)";
     else if (strcmp(src, "openmpi") == 0)
         how = "SLUICE_JOB_ID=$(od -An -N8 -tx8 /dev/urandom | tr -d ' ') mpirun -x SLUICE_JOB_ID ...";
-    else if (strcmp(src, "TF_CONFIG") == 0)
+    else if (strcmp(src, "torchrun") == 0 || strcmp(src, "pmi") == 0)
+        how = "start the launcher with SLUICE_JOB_ID=$(od -An -N8 -tx8 /dev/urandom | tr -d ' ') in its environment "
+              "(torchrun passes it on; mpiexec -genv SLUICE_JOB_ID ...)";
+    else if (strcmp(src, "TF_CONFIG") == 0 || strcmp(src, "kubeflow") == 0)
         how = "give every task the same random SLUICE_JOB_ID beside TF_CONFIG (e.g. from a Kubernetes Secret)";
     else
         how = "give every task the same random SLUICE_JOB_ID (e.g. $(od -An -N8 -tx8 /dev/urandom | tr -d ' '))";
@@ -188,6 +216,7 @@ sl_status sl_job_run(sl_cfg *cfg, const sl_job_opts *opts, sl_job_result *r) {
         if (cs == SL_OK) have_curve = true;
         else if (cs != SL_ENOTFOUND && (s = cs)) goto done; /* the message names the curve statement's file */
         if (!have_curve && strcmp(cl.job_source, "SLUICE_JOB_ID") != 0 && cl.ntasks > 1) warn_open_job(&cl);
+        say_world(&cl, &tc, o.console);
     }
     /* sluice-launch --restarts says how often this task was started again (SLUICE_RESTART):
      * a restarted task continues its run (its first start already did any overwrite; a ps

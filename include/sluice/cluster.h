@@ -4,9 +4,31 @@
  *   1. explicit arguments (the command line: --rank, --peers, ...)   source "args"
  *   2. a `cluster` block of the config                              source "config"
  *   3. TF_CONFIG (TensorFlow / Kubeflow TFJob JSON)                 source "TF_CONFIG"
- *   4. Slurm (SLURM_PROCID, SLURM_NTASKS, SLURM_STEP_NODELIST, ...) source "slurm"
- *   5. Open MPI (OMPI_COMM_WORLD_RANK / _SIZE / _LOCAL_SIZE)       source "openmpi"
- *   6. nothing: a single replica (rank 0 of 1)                      source "single"
+ *   4. torchrun (RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE,
+ *      MASTER_ADDR, MASTER_PORT; also Kubeflow's PyTorchJob)        source "torchrun"
+ *   5. Kubeflow Trainer in a pod that runs sluice-train itself
+ *      (PET_NODE_RANK, PET_NNODES, PET_NPROC_PER_NODE,
+ *      PET_MASTER_ADDR, PET_MASTER_PORT)                            source "kubeflow"
+ *   6. Slurm (SLURM_PROCID, SLURM_NTASKS, SLURM_STEP_NODELIST, ...) source "slurm"
+ *   7. Open MPI (OMPI_COMM_WORLD_RANK / _SIZE / _LOCAL_SIZE)       source "openmpi"
+ *   8. MPICH / Intel MPI's Hydra (PMI_RANK, PMI_SIZE,
+ *      MPI_LOCALNRANKS, MPI_LOCALRANKID; MASTER_ADDR / MASTER_PORT
+ *      when the ranks span hosts)                                   source "pmi"
+ *   9. nothing: a single replica (rank 0 of 1)                      source "single"
+ * torchrun and Kubeflow come before Slurm and Open MPI: they are the launcher right above
+ * this process (`srun torchrun ...` sets SLURM_PROCID per node and RANK per process).
+ *
+ * Launchers 4, 5 and 8 give a rank and a world size but no member list. When all ranks run
+ * on this host (LOCAL_WORLD_SIZE = WORLD_SIZE, MPI_LOCALNRANKS = PMI_SIZE, or a loopback
+ * master address with no local size given) the members are 127.0.0.1 at port_base + rank.
+ * When they span hosts, sl_cluster_resolve meets the other ranks first (a rendezvous, over
+ * ZeroMQ, at the master address and master port + 1, within the cluster block's `timeout`
+ * or 300 s): each rank brings its IPv4 address on the route to the master and port_base +
+ * its local rank, rank 0 brings the master address, and rank 0 sends everyone the list
+ * (SL_ETIMEDOUT naming the ranks that did not come; SL_EINVAL for ranks that disagree on
+ * the world size, share a rank or an address; SL_EPEER on another rank when rank 0
+ * refused). The port base under these launchers, unless given (args, block, SLUICE_PORT_BASE),
+ * is the master port + 2: the master port itself belongs to the launcher (torchrun's store).
  * The member list and the task of this process are resolved separately, each from the
  * first source that has it (a config block usually lists the members but not the task,
  * which then comes from TF_CONFIG, Slurm or Open MPI). When a later source also gives a
@@ -101,6 +123,9 @@ typedef struct sl_cluster {
     char curve_allow[1024];
     uint64_t job_id;         /* this job's id, never 0 (see below) */
     char job_source[16];     /* "SLUICE_JOB_ID" or "cluster spec" */
+    char source_vars[48];    /* the variables the task came from ("RANK, WORLD_SIZE, MASTER_ADDR"),
+                              * "" for sources other than the launchers 4, 5 and 8 */
+    int rendezvous;          /* 1 when the members were learnt at the master (see above) */
 } sl_cluster;
 
 /* Explicit arguments. Zero-initialise, then set what the command line gave. */
@@ -118,7 +143,8 @@ typedef struct sl_cluster_args {
  * be NULL; the first `cluster` statement with a body is read) and envp (may be NULL).
  * On success *out is filled (free with sl_cluster_free). On failure *out is zeroed, and
  * the status is SL_EINVAL with a message naming the source and what is wrong (for
- * TF_CONFIG: "TF_CONFIG: byte N: ..."), or SL_ENOMEM. */
+ * TF_CONFIG: "TF_CONFIG: byte N: ..."), SL_ENOMEM, or a rendezvous error (above: only for
+ * launchers whose ranks span hosts; it is the one case that touches the network and waits). */
 sl_status sl_cluster_resolve(const sl_cluster_args *args, const sl_cfg *cfg,
                              const char *const *envp, sl_cluster *out);
 

@@ -15,7 +15,8 @@
 # Ports. Every test port is below 32768: Linux hands out 32768..60999 as the source ports of
 # outgoing connections, so a fixed port up there can be taken by any other test's connection
 # ("Address already in use"). Tests that may run at the same time never share a port:
-#   unit tests              port 0 (the kernel picks), except test_strategy_ring 10000..11999
+#   unit tests              port 0 (the kernel picks), except test_cluster_launchers 9000..9399,
+#                           test_strategy_ring 10000..11999
 #                           and the ps ones: 12000..19999 (test_strategy_ps 12000..15999,
 #                           test_ps_server 16000..19999)
 #   integration scripts     20000..31999, in blocks of 100 ports (offsets below are within
@@ -29,7 +30,8 @@
 #     test_train_evaluator.sh blocks 28000..31999, offsets 20..23 (PB = 28020 + (pid % 40) * 100)
 #     test_file_size_limit.sh blocks 28000..31999, offsets 24..25 (PB = 28024 + (pid % 40) * 100)
 #     test_resume_state.sh  blocks 28000..31999, offsets 26..29 (PB = 28026 + (pid % 40) * 100)
-#     free for new scripts  blocks 28000..31999, offsets 8..9 and 30..37
+#     test_launchers.sh     blocks 28000..31999, offsets 30..33 (PB = 28030 + (pid % 40) * 100)
+#     free for new scripts  blocks 28000..31999, offsets 8..9 and 34..37
 #     test_train_stop_replicas.sh blocks 28000..31999, offsets 38..49 (PB = 28038 + (pid % 40) * 100)
 #     test_ring_netns.sh    29500 inside network namespaces of its own (no host port)
 # sl_port_base FIRST: FIRST + a block of 0..3999 picked from this shell's pid.
