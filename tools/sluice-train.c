@@ -117,6 +117,7 @@ int main(int argc, char **argv) {
         rc = sl__train_report_stop(PROG, &r, argc, given);
     } else {
         if (quiet && !r.ps_task && r.summary.eval_accuracy >= 0) printf("test accuracy %.4f\n", r.summary.eval_accuracy);
+        if (!quiet && r.is_chief && !r.ps_task) sl__train_report_done(PROG, &r, argv[1]);
         rc = SL__EXIT_OK;
     }
 done:

@@ -12,6 +12,7 @@
  *
  * Workload: once per process. */
 #include <signal.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -226,6 +227,29 @@ static int report_train_stop(const char *prog, const sl_job_result *r, int argc,
               "resume a stopped run\n", stderr);
     }
     return 128 + (sig == SIGTERM ? SIGTERM : SIGINT);
+}
+
+/* After a finished run, on stderr (stdout's last line stays "test accuracy ..."): where the
+ * run is and the two commands that look into it. */
+void sl__train_report_done(const char *prog, const sl_job_result *r, const char *config) {
+    const char *d = r->run_dir[0] ? r->run_dir : ".";
+    char p[4200];
+    snprintf(p, sizeof p, "%s/stats.json", d);
+    bool stats = access(p, R_OK) == 0;
+    snprintf(p, sizeof p, "%s/eval", d);
+    bool eval = access(p, F_OK) == 0;
+    snprintf(p, sizeof p, "%s/validation", d);
+    const char *vdir = access(p, F_OK) == 0 ? ", validation/" : eval ? ", eval/" : "";
+    fflush(stdout);
+    fprintf(stderr, "%s: the run is in %s/: %sTensorBoard event files (train/%s)%s\n", prog, d,
+            r->checkpoints ? "checkpoints (ckpt-*.safetensors), " : "", vdir,
+            stats ? ", the input pipeline's stats (stats.json)" : "");
+    fprintf(stderr, "---> HINT: look at the curves: tensorboard --logdir %s\n", d);
+    if (stats)
+        fprintf(stderr, "---> HINT: find the input pipeline's bottleneck: sluice-stats --from %s/stats.json (or run "
+                "it alone: sluice-stats %s)\n", d, config);
+    else
+        fprintf(stderr, "---> HINT: find the input pipeline's bottleneck: sluice-stats %s\n", config);
 }
 
 int sl__train_report_stop(const char *prog, const sl_job_result *r, int argc, char **argv) {

@@ -45,6 +45,9 @@ void sl__train_on_role(void *ctx, const sl_job_result *r);
  * with checkpoints) the command that resumes it, made from argv. Returns the exit status,
  * 128 + the signal. */
 int sl__train_report_stop(const char *prog, const sl_job_result *r, int argc, char **argv);
+/* After a run that finished (the chief, not --quiet): on stderr, the run folder and the
+ * commands that open it in TensorBoard and profile its input pipeline. */
+void sl__train_report_done(const char *prog, const sl_job_result *r, const char *config);
 
 /* --summary: the summary of the model the train block of cfg names (sl_model_summary, built
  * on the CPU), printed on stdout. Returns the exit status: 0, or 1 with the error printed. */

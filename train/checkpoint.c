@@ -526,10 +526,11 @@ sl_status sl_train_prepare_run_dir(const char *run_dir, bool overwrite, FILE *co
         }
     }
     closedir(d);
-    /* the TensorBoard runs RUN_DIR/train and RUN_DIR/eval (sluice/train.h) */
-    for (int k = 0; k < 2 && !s; k++) {
+    /* the TensorBoard runs RUN_DIR/train and RUN_DIR/eval, or validation (sluice/train.h) */
+    static const char *const RUNS[] = {"train", "eval", "validation"};
+    for (int k = 0; k < 3 && !s; k++) {
         char sub[1200];
-        snprintf(sub, sizeof sub, "%s/%s", run_dir, k ? "eval" : "train");
+        snprintf(sub, sizeof sub, "%s/%s", run_dir, RUNS[k]);
         DIR *sd = opendir(sub);
         if (!sd) {
             if (errno != ENOENT && errno != ENOTDIR)

@@ -80,7 +80,7 @@ sl_status sl_cuda_choose_device(const char *const *envp, int explicit_device, in
         return SL_OK;
     }
     static const char *const vars[] = {"SLUICE_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "LOCAL_RANK",
-                                       "SLURM_LOCALID"};
+                                       "MPI_LOCALRANKID", "SLURM_LOCALID"};
     int rank = -1;
     const char *src = "default";
     for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++) {

@@ -320,13 +320,15 @@ void sl__report_progress(sl_trainer *t, const sl__loop *L);
 void sl__report_clear(sl_trainer *t);
 /* A step's result and times into a tally. */
 void sl__report_account(sl__tally *w, double wait, double compute, double exch, const sl_step_result *r);
-/* An evaluation of the chief at `step`: the summary's numbers, its console line (line: "eval
- * step N ..."; else the epoch line shows it) and the eval/ scalars. */
-sl_status sl__report_eval(sl_trainer *t, int64_t step, bool line, double loss, double acc, double top5);
+/* An evaluation of the chief at `step` (at the end of 0-based epoch `epoch`, -1 elsewhere):
+ * the summary's numbers, its console line (line: "eval step N ..."; else the epoch line
+ * shows it) and the eval/ (validation/) scalars. */
+sl_status sl__report_eval(sl_trainer *t, int64_t step, int64_t epoch, bool line, double loss, double acc, double top5);
 /* The epoch line of `epoch` (0-based) at `step` from tally a, and its train/ scalars. */
 sl_status sl__report_epoch(sl_trainer *t, int64_t epoch, int64_t step, const sl__tally *a, float lr, double eval_acc);
-/* `log every=N`: the train scalars averaged over the steps in w, which then restarts. */
-sl_status sl__report_window(sl_trainer *t, int64_t step, sl__tally *w, float lr);
+/* `log every=N`: the train scalars averaged over the steps in w, which then restarts (with
+ * layout=keras: batch_* scalars of the epoch so far, tally epoch, as Keras' batch logs). */
+sl_status sl__report_window(sl_trainer *t, int64_t step, sl__tally *w, const sl__tally *epoch, float lr);
 /* The epoch's pipeline stats, for `sluice-stats --from RUN_DIR/stats.json` (a failure is a
  * warning). */
 void sl__report_stats(sl_trainer *t, sl_iter *it);

@@ -38,7 +38,8 @@ static const stmt_def DEFS[] = {
     {"device", "device N             (the GPU to use; default: local rank % visible GPUs)", {NULL}},
     {"threads", "threads N            (CPU backend threads, 0: all cores)", {NULL}},
     {"seed", "seed N", {NULL}},
-    {"log", "log every=N          (TensorBoard train scalars every N steps; default: once per epoch)", {"every", NULL}},
+    {"log", "log [every=N] [layout=sluice|keras]   (TensorBoard train scalars every N steps; default: once per epoch;\n"
+            "      layout=keras: Keras' TensorBoard callback's folders, tags and steps)", {"every", "layout", NULL}},
     {"bucket_mb", "bucket_mb MB         (strategy ring: gradient buckets of MB MiB allreduced during backward;\n"
                   "          0: off, one allreduce after backward; default 25)", {NULL}},
     {"strategy", "strategy none | ring | ps [mode=async|sync] [staleness=K]\n"
@@ -562,11 +563,15 @@ static sl_status read_log(const sl_cfg *cfg, const sl_cfg_stmt *s, const stmt_de
         sl_cfg_err(cfg, p0->loc, SL_EINVAL, "log: unexpected value");
         return usage_hint(SL_EINVAL, d);
     }
-    if (!v) {
-        sl_cfg_err(cfg, s->loc, SL_EINVAL, "log needs every=N (steps)");
+    const sl_cfg_value *lv = sl_cfg_opt(s, "layout");
+    if (!v && !lv) {
+        sl_cfg_err(cfg, s->loc, SL_EINVAL, "log needs every=N (steps) or layout=keras");
         return usage_hint(SL_EINVAL, d);
     }
-    sl_status st = sl_cfg_int(cfg, v, 1, INT64_MAX / 4, &c->log_every);
+    sl_status st = v ? sl_cfg_int(cfg, v, 1, INT64_MAX / 4, &c->log_every) : SL_OK;
+    static const char *const LAYOUTS[] = {"sluice", "keras"};
+    int k = 0;
+    if (!st && lv && !(st = read_choice(cfg, lv, LAYOUTS, 2, &k))) c->log_keras = k == 1;
     return st ? usage_hint(st, d) : SL_OK;
 }
 

@@ -213,14 +213,14 @@ sl_status sl_trainer_evaluate(sl_trainer *t, double *loss, double *accuracy) {
     return evaluate(t, loss, accuracy, &top5);
 }
 
-/* An evaluation at `step` into the summary, the eval/ scalars and (line) its own console
- * line; *acc_out: its accuracy. */
-static sl_status run_eval(sl_trainer *t, int64_t step, bool line, double *acc_out) {
+/* An evaluation at `step` (at the end of 0-based epoch `epoch`, or -1 elsewhere) into the
+ * summary, the eval/ scalars and (line) its own console line; *acc_out: its accuracy. */
+static sl_status run_eval(sl_trainer *t, int64_t step, int64_t epoch, bool line, double *acc_out) {
     double loss, acc, top5;
     sl_status s = evaluate(t, &loss, &acc, &top5);
     if (s) return s;
     *acc_out = acc;
-    return sl__report_eval(t, step, line, loss, acc, top5);
+    return sl__report_eval(t, step, epoch, line, loss, acc, top5);
 }
 
 /* ---- checkpoints ---------------------------------------------------------------------- */
@@ -351,7 +351,7 @@ static sl_status after_step(sl_trainer *t, sl__loop *L, bool *leave) {
     sl_status s;
     *leave = false;
     if (sl__tr_chief(t) && t->c.log_every > 0 && L->step % t->c.log_every == 0 &&
-        (s = sl__report_window(t, L->step, &L->win, L->lr)))
+        (s = sl__report_window(t, L->step, &L->win, &L->a, L->lr)))
         return s;
     sl__tr_open_next_early(t, L);
     sl__report_progress(t, L);
@@ -359,7 +359,7 @@ static sl_status after_step(sl_trainer *t, sl__loop *L, bool *leave) {
         (s = save(t, L->step, L->epoch, L->f.b)))
         return s;
     if (sl__tr_chief(t) && t->eval_ds && every_steps(&t->c.eval_every, L->step)) {
-        if ((s = run_eval(t, L->step, true, &L->ev.epoch_acc))) return s;
+        if ((s = run_eval(t, L->step, -1, true, &L->ev.epoch_acc))) return s;
         L->ev.last = L->ev.epoch_acc;
         L->ev.last_step = L->step;
         /* evaluation refilled the staging slots: stage the next batch again */
@@ -411,7 +411,7 @@ static sl_status end_of_epoch(sl_trainer *t, sl__loop *L, bool *done) {
     *done = *done || L->stopped;
     if (sl__tr_chief(t) && t->eval_ds && full && !L->stopped && every_epochs(&t->c.eval_every, L->epoch) &&
         L->ev.last_step != L->step) {
-        if ((s = run_eval(t, L->step, false, &L->ev.epoch_acc))) return s;
+        if ((s = run_eval(t, L->step, L->epoch - 1, false, &L->ev.epoch_acc))) return s;
         L->ev.last = L->ev.epoch_acc;
         L->ev.last_step = L->step;
     }
@@ -466,7 +466,7 @@ static sl_status finish_run(sl_trainer *t, sl__loop *L) {
         return s; /* the other replicas: the same decision as the chief's, from what they saved */
     }
     if (sl__tr_chief(t) && t->eval_ds && !L->stopped) {
-        if (L->ev.last_step != step && (s = run_eval(t, step, true, &L->ev.last))) return s;
+        if (L->ev.last_step != step && (s = run_eval(t, step, -1, true, &L->ev.last))) return s;
         t->sum.eval_accuracy = L->ev.last;
     }
     t->sum.steps = step;
@@ -580,7 +580,7 @@ static sl_status open_writers(sl_trainer *t, const sl_ckpt_position *pos) {
     char evdir[1100];
     snprintf(evdir, sizeof evdir, "%s/train", t->c.run_dir);
     if ((s = sl_tfev_open(evdir, 0, &t->events))) return s;
-    snprintf(evdir, sizeof evdir, "%s/eval", t->c.run_dir);
+    snprintf(evdir, sizeof evdir, "%s/%s", t->c.run_dir, t->c.log_keras ? "validation" : "eval");
     if (t->eval_ds && (s = sl_tfev_open(evdir, 0, &t->eval_events))) return s;
     FILE *f = sl__tr_console(t);
     if (!f) return SL_OK;

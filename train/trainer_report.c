@@ -116,7 +116,7 @@ void sl__report_account(sl__tally *w, double wait, double compute, double exch, 
 
 /* The epoch-end evaluation is printed on the epoch line instead ("eval accuracy"), so every
  * evaluation shows once on the console. */
-sl_status sl__report_eval(sl_trainer *t, int64_t step, bool line, double loss, double acc, double top5) {
+sl_status sl__report_eval(sl_trainer *t, int64_t step, int64_t epoch, bool line, double loss, double acc, double top5) {
     t->sum.eval_accuracy = acc;
     t->sum.eval_loss = loss;
     t->sum.eval_top5_accuracy = top5;
@@ -129,8 +129,19 @@ sl_status sl__report_eval(sl_trainer *t, int64_t step, bool line, double loss, d
         fflush(f);
     }
     sl_status s;
-    if ((s = eval_scalar(t, "accuracy", step, acc)) || (s = eval_scalar(t, "loss", step, loss))) return s;
-    if (has_top5(t) && (s = eval_scalar(t, "top5_accuracy", step, top5))) return s;
+    if (t->c.log_keras) {
+        /* Keras: every evaluation against the optimizer's iterations (on_test_end); the
+         * one at an epoch's end also by epoch (on_epoch_end's val_* logs) */
+        if ((s = eval_scalar(t, "evaluation_loss_vs_iterations", step, loss)) ||
+            (s = eval_scalar(t, "evaluation_accuracy_vs_iterations", step, acc)))
+            return s;
+        if (epoch >= 0 && ((s = eval_scalar(t, "epoch_loss", epoch, loss)) ||
+                           (s = eval_scalar(t, "epoch_accuracy", epoch, acc))))
+            return s;
+    } else {
+        if ((s = eval_scalar(t, "accuracy", step, acc)) || (s = eval_scalar(t, "loss", step, loss))) return s;
+        if (has_top5(t) && (s = eval_scalar(t, "top5_accuracy", step, top5))) return s;
+    }
     if (t->eval_events && (s = sl_tfev_flush(t->eval_events))) return s;
     return SL_OK;
 }
@@ -194,6 +205,13 @@ sl_status sl__report_epoch(sl_trainer *t, int64_t epoch, int64_t step, const sl_
         fflush(f);
     }
     sl_status s;
+    if (t->c.log_keras) {
+        /* Keras' on_epoch_end: the epoch's train logs and the learning rate, at the epoch */
+        if ((s = scalar(t, "epoch_loss", epoch, loss)) || (s = scalar(t, "epoch_accuracy", epoch, acc)) ||
+            (s = scalar(t, "epoch_learning_rate", epoch, lr)))
+            return s;
+        return t->events ? sl_tfev_flush(t->events) : SL_OK;
+    }
     if (t->hooks.wire_bytes && step > a->step0 && (s = scalar(t, "wire_bytes_per_step", step, wire))) return s;
     if (t->hooks.world_size > 1 && step > a->step0 && (s = scalar(t, "exchange_ms_per_step", step, xms))) return s;
     if (t->c.log_every > 0) return t->events ? sl_tfev_flush(t->events) : SL_OK; /* the windows write them */
@@ -202,7 +220,15 @@ sl_status sl__report_epoch(sl_trainer *t, int64_t epoch, int64_t step, const sl_
     return SL_OK;
 }
 
-sl_status sl__report_window(sl_trainer *t, int64_t step, sl__tally *w, float lr) {
+sl_status sl__report_window(sl_trainer *t, int64_t step, sl__tally *w, const sl__tally *epoch, float lr) {
+    if (t->c.log_keras) {
+        /* Keras' on_train_batch_end with update_freq=N: the batch logs (the epoch's means so
+         * far) at the global batch number, when it is a multiple of N */
+        rates e = rates_of(t, epoch, sl_now_s() - epoch->t0);
+        *w = (sl__tally){.t0 = sl_now_s()};
+        sl_status s = scalar(t, "batch_loss", step, e.loss);
+        return s ? s : scalar(t, "batch_accuracy", step, e.acc);
+    }
     rates r = rates_of(t, w, sl_now_s() - w->t0);
     *w = (sl__tally){.t0 = sl_now_s()};
     return rate_scalars(t, step, &r, lr);

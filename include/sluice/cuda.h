@@ -28,6 +28,7 @@ int sl_cuda_built(void);
  *   SLUICE_LOCAL_RANK           sluice-launch
  *   OMPI_COMM_WORLD_LOCAL_RANK  Open MPI's mpirun
  *   LOCAL_RANK                  torchrun / torch.distributed.launch
+ *   MPI_LOCALRANKID             MPICH / Intel MPI's mpiexec (Hydra)
  *   SLURM_LOCALID               srun
  *   TF_CONFIG                   the ring members (chief, then workers, in list order) before
  *                               this task whose address has the same host as this task's

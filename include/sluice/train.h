@@ -151,6 +151,10 @@ typedef struct sl_train_config {
                                    each in order of first use: what the parameters mean */
     int64_t log_every;          /* `log every=N`: train scalars every N steps, averaged over
                                    them; 0 (default): once per epoch, as Keras' update_freq='epoch' */
+    bool log_keras;             /* `log layout=keras`: the folders, tags and steps of Keras'
+                                   TensorBoard callback (train/ and validation/, epoch_* by epoch,
+                                   evaluation_*_vs_iterations, batch_* with every=N); false: Sluice's
+                                   (train/ and eval/, the same tags on the global step axis) */
     double bucket_mb;           /* `bucket_mb MB`: gradient buckets for strategy ring (MiB, 0..4096,
                                    fractions allowed; 0: off; default 25); sl_strategy_ring_opts.bucket_bytes */
 } sl_train_config;

@@ -54,6 +54,10 @@ TEST(test_launcher_variables) {
     ASSERT_STREQ(c.source, "OMPI_COMM_WORLD_LOCAL_RANK");
     const char *torch[] = {"LOCAL_RANK=2", NULL};
     ASSERT_EQ(pick(torch, -1, 8).device, 2);
+    const char *hydra[] = {"PMI_RANK=5", "MPI_LOCALRANKID=1", "SLURM_LOCALID=0", NULL};
+    c = pick(hydra, -1, 8);
+    ASSERT_EQ(c.device, 1);
+    ASSERT_STREQ(c.source, "MPI_LOCALRANKID");
     /* the most specific launcher wins: mpirun / torchrun / sluice-launch inside srun */
     const char *both[] = {"SLURM_LOCALID=0", "LOCAL_RANK=7", "OMPI_COMM_WORLD_LOCAL_RANK=2", NULL};
     c = pick(both, -1, 8);

@@ -1016,9 +1016,9 @@ static void test_log_every_steps(void) {
     ASSERT_EQ(nscalar, 15); /* 5 train tags x 3 points, nothing per epoch */
 
     static const config_case cases[] = {
-        {"    model tiny\n    data train\n    log every=0\n", SL_ERANGE, "t.sl:20:15:", "log every=N"},
+        {"    model tiny\n    data train\n    log every=0\n", SL_ERANGE, "t.sl:20:15:", "log [every=N]"},
         {"    model tiny\n    data train\n    log evry=5\n", SL_EINVAL, "t.sl:20:", "did you mean 'every'?"},
-        {"    model tiny\n    data train\n    log\n", SL_EINVAL, "t.sl:20:5:", "log needs every=N (steps)"},
+        {"    model tiny\n    data train\n    log\n", SL_EINVAL, "t.sl:20:5:", "log needs every=N (steps) or layout=keras"},
     };
     check_config_cases(cases, sizeof cases / sizeof cases[0]);
 }
@@ -1210,7 +1210,7 @@ static int event_files(const char *dir, char paths[][800], int max) {
 }
 
 typedef struct {
-    char tag[32];
+    char tag[48];
     int64_t step;
     float value;
 } scalar_ev;
@@ -1322,6 +1322,94 @@ TEST(test_event_runs) {
     ASSERT_EQ(stat(sub, &sb), -1);
     snprintf(sub, sizeof sub, "%s/noeval/train", tmpdir);
     ASSERT_EQ(event_files(sub, paths, 4), 1);
+}
+
+/* `log layout=keras`: the folders, tags and steps of Keras' TensorBoard callback
+ * (keras/src/callbacks/tensorboard.py: _log_epoch_metrics writes epoch_<name> by epoch into
+ * train/ and, the val_ logs, validation/, with the learning rate as epoch_learning_rate;
+ * on_test_end writes evaluation_<name>_vs_iterations at the optimizer's iterations into
+ * validation/; on_train_batch_end writes batch_<name> at the global batch number when
+ * update_freq=N divides it, its logs being the epoch's means so far). The golden lists are
+ * Keras' for model.fit(epochs=2, validation_data=..., callbacks=[TensorBoard(update_freq=U)])
+ * with metrics=["accuracy"], 16 steps an epoch. */
+typedef struct {
+    const char *tag;
+    int64_t step;
+} golden_ev;
+
+static void check_golden(const char *dir, const char *run, const golden_ev *g, int n) {
+    char sub[600];
+    static char paths[4][800];
+    static scalar_ev ev[64];
+    snprintf(sub, sizeof sub, "%s/%s", dir, run);
+    ASSERT_EQ(event_files(sub, paths, 4), 1);
+    int got = read_scalars(paths[0], ev, 64);
+    ASSERT_EQ(got, n);
+    for (int i = 0; i < n && i < got; i++) {
+        if (strcmp(ev[i].tag, g[i].tag) != 0 || ev[i].step != g[i].step)
+            FAILF("%s event %d: %s at %lld, Keras writes %s at %lld", run, i, ev[i].tag, (long long)ev[i].step,
+                  g[i].tag, (long long)g[i].step);
+    }
+}
+
+TEST(test_event_runs_keras_layout) {
+    sl_cfg *cfg = NULL;
+    sl_trainer *t = NULL;
+    char dir[400], sub[500];
+    snprintf(dir, sizeof dir, "%s/keras", tmpdir);
+    sl_status s = make_trainer(EVENTS_BODY "    log layout=keras\n", "keras", false, NULL, &cfg, &t);
+    SKIP_WITHOUT_CPU(s, cfg);
+    ASSERT_OK(s);
+    ASSERT_OK(sl_trainer_run(t));
+    const sl_train_summary *sum = sl_trainer_summary(t);
+    ASSERT_EQ(sum->steps, 32);
+    static const golden_ev train[] = {{"epoch_loss", 0}, {"epoch_accuracy", 0}, {"epoch_learning_rate", 0},
+                                      {"epoch_loss", 1}, {"epoch_accuracy", 1}, {"epoch_learning_rate", 1}};
+    static const golden_ev val[] = {{"evaluation_loss_vs_iterations", 16}, {"evaluation_accuracy_vs_iterations", 16},
+                                    {"epoch_loss", 0}, {"epoch_accuracy", 0},
+                                    {"evaluation_loss_vs_iterations", 32}, {"evaluation_accuracy_vs_iterations", 32},
+                                    {"epoch_loss", 1}, {"epoch_accuracy", 1}};
+    check_golden(dir, "train", train, 6);
+    check_golden(dir, "validation", val, 8);
+    snprintf(sub, sizeof sub, "%s/eval", dir);
+    struct stat sb;
+    ASSERT_EQ(stat(sub, &sb), -1); /* Keras has no eval/ */
+    /* the values: the epoch's means, the final evaluation */
+    static char paths[4][800];
+    static scalar_ev ev[64];
+    snprintf(sub, sizeof sub, "%s/validation", dir);
+    ASSERT_EQ(event_files(sub, paths, 4), 1);
+    ASSERT_EQ(read_scalars(paths[0], ev, 64), 8);
+    ASSERT(ev[6].value == (float)sum->eval_loss);
+    ASSERT(ev[7].value == (float)sum->eval_accuracy);
+    sl_trainer_free(t);
+    sl_cfg_free(cfg);
+
+    /* update_freq=8: batch_loss and batch_accuracy at batches 8, 16, 24, 32, and the epoch
+     * scalars as before */
+    snprintf(dir, sizeof dir, "%s/keras8", tmpdir);
+    ASSERT_OK(make_trainer(EVENTS_BODY "    log every=8 layout=keras\n", "keras8", false, NULL, &cfg, &t));
+    ASSERT_OK(sl_trainer_run(t));
+    sl_trainer_free(t);
+    sl_cfg_free(cfg);
+    static const golden_ev train8[] = {{"batch_loss", 8},  {"batch_accuracy", 8},  {"batch_loss", 16},
+                                       {"batch_accuracy", 16}, {"epoch_loss", 0},  {"epoch_accuracy", 0},
+                                       {"epoch_learning_rate", 0}, {"batch_loss", 24}, {"batch_accuracy", 24},
+                                       {"batch_loss", 32}, {"batch_accuracy", 32}, {"epoch_loss", 1},
+                                       {"epoch_accuracy", 1}, {"epoch_learning_rate", 1}};
+    check_golden(dir, "train", train8, 14);
+    check_golden(dir, "validation", val, 8);
+    /* the batch scalars are the epoch's means so far: at the epoch's last batch, its mean */
+    snprintf(sub, sizeof sub, "%s/train", dir);
+    ASSERT_EQ(event_files(sub, paths, 4), 1);
+    ASSERT_EQ(read_scalars(paths[0], ev, 64), 14);
+    ASSERT(ev[2].value == ev[4].value); /* batch_loss at 16 = epoch_loss of epoch 0 */
+    ASSERT(ev[3].value == ev[5].value);
+
+    static const config_case cases[] = {
+        {"    model tiny\n    data train\n    log layout=kers\n", SL_EINVAL, "t.sl:20:16:", "unknown value 'kers' (expected one of: sluice, keras)"},
+    };
+    check_config_cases(cases, sizeof cases / sizeof cases[0]);
 }
 
 static void touch(const char *path) {
@@ -2127,6 +2215,7 @@ int main(void) {
     RUN(test_lockstep_stop);
     RUN(test_lockstep_stop_at_epoch_end);
     RUN(test_event_runs);
+    RUN(test_event_runs_keras_layout);
     RUN(test_run_dir_event_subfolders);
     RUN(test_job_run);
     RUN(test_config_smoothing_decay_exclude);
