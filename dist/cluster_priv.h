@@ -59,4 +59,14 @@ sl_status sl__cluster_from_env(const char *const *envp, sl__cluster_env which, i
 sl_status sl__cluster_rendezvous(const sl__cluster_spec *task, const char *job_id, double timeout_s,
                                  sl__cluster_spec *out);
 
+/* The rendezvous' two messages, parsed (dist/rendezvous.c; the fuzz target's entries):
+ * a hello "SLRDZV1 hello WORLD RANK JOB ADDR" into its fields (0), or -1 when it is not one
+ * (ADDR is checked as a member address); rank 0's answer for a rank of `world` into
+ * addrs (world entries `stride` bytes apart, each < 256 bytes): SL_OK, SL_EPEER with a
+ * message naming `where` for a refusal or a malformed, short, long or foreign list (one
+ * whose entry for `rank` is not self_addr), or 1 when text is not a rendezvous message. */
+int sl__rdzv_parse_hello(const char *text, long *world, long *rank, char job[40], char addr[300]);
+sl_status sl__rdzv_parse_answer(const char *text, const char *where, int world, int rank, const char *self_addr,
+                                char *addrs, size_t stride);
+
 #endif

@@ -89,6 +89,54 @@ static int recv_msg(void *sock, int ms, char frames[][HELLO_MAX], size_t *lens, 
     return 0;
 }
 
+int sl__rdzv_parse_hello(const char *text, long *world, long *rank, char job[40], char addr[300]) {
+    char extra[8];
+    if (strncmp(text, MAGIC " hello ", strlen(MAGIC) + 7) != 0) return -1;
+    if (sscanf(text + strlen(MAGIC) + 7, "%ld %ld %39s %299s %7s", world, rank, job, addr, extra) != 4) return -1;
+    sl__cluster_spec chk;
+    memset(&chk, 0, sizeof chk);
+    strcpy(chk.src, "rendezvous");
+    sl_status st = sl__cluster_add_member(&chk, SL_TASK_WORKER, addr);
+    sl__cluster_spec_free(&chk);
+    if (st) sl_err_clear();
+    return st ? -1 : 0;
+}
+
+sl_status sl__rdzv_parse_answer(const char *text, const char *where, int world, int rank, const char *self_addr,
+                                char *addrs, size_t stride) {
+    if (strncmp(text, MAGIC " ", strlen(MAGIC) + 1) != 0) return 1;
+    const char *p = text + strlen(MAGIC) + 1;
+    if (strncmp(p, "err ", 4) == 0) return sl_err(SL_EPEER, "rendezvous at %s: rank 0 refused: %.400s", where, p + 4);
+    long w;
+    int used;
+    if (sscanf(p, "ok %ld%n", &w, &used) != 1 || w != world)
+        return sl_err(SL_EPEER, "rendezvous at %s: rank 0's answer is malformed or for another world size (\"%.60s\")",
+                      where, p);
+    p += used;
+    sl__cluster_spec chk;
+    memset(&chk, 0, sizeof chk);
+    strcpy(chk.src, "rendezvous");
+    sl_status st = SL_OK;
+    for (int i = 0; i < world && !st; i++) {
+        int u = 0;
+        char *a = addrs + (size_t)i * stride;
+        if (sscanf(p, " %255s%n", a, &u) != 1) {
+            st = sl_err(SL_EPEER, "rendezvous at %s: rank 0's answer lists fewer than %d addresses", where, world);
+        } else if (sl__cluster_add_member(&chk, SL_TASK_WORKER, a)) {
+            st = sl_err(SL_EPEER, "rendezvous at %s: rank 0's answer gives rank %d a malformed address \"%.60s\"",
+                        where, i, a);
+        }
+        p += u;
+    }
+    sl__cluster_spec_free(&chk);
+    if (!st && *p && strspn(p, " ") != strlen(p))
+        st = sl_err(SL_EPEER, "rendezvous at %s: rank 0's answer lists more than %d addresses", where, world);
+    if (!st && strcmp(addrs + (size_t)rank * stride, self_addr) != 0)
+        st = sl_err(SL_EPEER, "rendezvous at %s: rank 0's list gives rank %d the address %s, not %s", where, rank,
+                    addrs + (size_t)rank * stride, self_addr);
+    return st;
+}
+
 typedef struct member {
     char addr[256];
     char id[256]; /* the ROUTER identity of its connection */
@@ -151,18 +199,11 @@ static sl_status host_rendezvous(void *sock, const char *where, int world, const
             continue;
         }
         long w, rk;
-        char rjob[40], addr[300], extra[8];
-        int f = sscanf(frames[1], MAGIC " hello %ld %ld %39s %299s %7s", &w, &rk, rjob, addr, extra);
-        sl__cluster_spec chk;
-        memset(&chk, 0, sizeof chk);
-        strcpy(chk.src, "rendezvous");
-        if (f != 4 || strncmp(frames[1], MAGIC " hello ", strlen(MAGIC) + 7) != 0 ||
-            sl__cluster_add_member(&chk, SL_TASK_WORKER, addr)) {
-            sl__cluster_spec_free(&chk);
+        char rjob[40], addr[300];
+        if (sl__rdzv_parse_hello(frames[1], &w, &rk, rjob, addr)) {
             SL_WARN("rendezvous at %s: dropped a malformed hello \"%.60s\"", where, frames[1]);
             continue;
         }
-        sl__cluster_spec_free(&chk);
         if (strcmp(rjob, job) != 0) {
             SL_WARN("rendezvous at %s: dropped a hello of another job (job id %s from %s; this job's is %s)", where,
                     rjob, addr, job);
@@ -237,39 +278,12 @@ static sl_status join_rendezvous(void *sock, const char *where, int world, int r
         text[len] = 0;
         int more = zmq_msg_more(&msg);
         zmq_msg_close(&msg);
-        sl_status st = SL_OK;
-        if (more || strncmp(text, MAGIC " ", strlen(MAGIC) + 1) != 0) {
+        sl_status st = more ? 1 : sl__rdzv_parse_answer(text, where, world, rank, self_addr, m->addr, sizeof *m);
+        free(text);
+        if (st == 1) {
             SL_WARN("rendezvous at %s: dropped a message that is not rank 0's answer", where);
-            free(text);
             continue;
         }
-        const char *p = text + strlen(MAGIC) + 1;
-        if (strncmp(p, "err ", 4) == 0) {
-            st = sl_err(SL_EPEER, "rendezvous at %s: rank 0 refused: %.400s", where, p + 4);
-            free(text);
-            return st;
-        }
-        long w;
-        int used;
-        if (sscanf(p, "ok %ld%n", &w, &used) != 1 || w != world) {
-            st = sl_err(SL_EPEER, "rendezvous at %s: rank 0's answer is malformed or for another world size (\"%.60s\")",
-                        where, p);
-            free(text);
-            return st;
-        }
-        p += used;
-        for (int i = 0; i < world && !st; i++) {
-            int u = 0;
-            if (sscanf(p, " %255s%n", m[i].addr, &u) != 1) {
-                st = sl_err(SL_EPEER, "rendezvous at %s: rank 0's answer lists fewer than %d addresses", where, world);
-                break;
-            }
-            p += u;
-        }
-        if (!st && strcmp(m[rank].addr, self_addr) != 0)
-            st = sl_err(SL_EPEER, "rendezvous at %s: rank 0's list gives rank %d the address %s, not %s", where, rank,
-                        m[rank].addr, self_addr);
-        free(text);
         return st;
     }
 }
