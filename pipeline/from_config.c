@@ -544,12 +544,28 @@ static const op_def OPS[] = {
     {"take", "take N", {0}, 1, 1, build_take_skip},
     {"skip", "skip N", {0}, 1, 1, build_take_skip},
     {"cache", "cache [\"PATH\"]   (no PATH: in memory)", {0}, 0, 1, build_cache},
+    {"snapshot", "snapshot \"PATH\" [shard_bytes=N]", {"shard_bytes"}, 1, 1, sl__fc_build_snapshot},
+    {"load", "load \"PATH\"   (a folder sl_ds_save wrote)", {0}, 1, 1, sl__fc_build_load},
     {"ignore_errors", "ignore_errors", {0}, 0, 0, build_ignore_errors},
     {"filter", "filter COMPONENT OP NUMBER   (OP: == != < <= > >= or eq ne lt le gt ge)", {0}, 3, 3, sl__fc_build_filter},
+    {"window", "window SIZE [shift=N] [stride=N] [drop_remainder]", {"shift", "stride", "drop_remainder"}, 1, 2, sl__fc_build_window},
+    {"group_by_window", "group_by_window key=COMPONENT [modulo=N] window=N", {"key", "modulo", "window"}, 0, 0, sl__fc_build_group_by_window},
+    {"bucket_by_sequence_length", "bucket_by_sequence_length COMPONENT boundaries=[B, ...] batch_sizes=[N, ...] [pad=VALUE] [pad_to_bucket_boundary] [no_padding] [drop_remainder]", {"boundaries", "batch_sizes", "pad", "pad_to_bucket_boundary", "no_padding", "drop_remainder"}, 1, 4, sl__fc_build_bucket},
+    {"rejection_resample", "rejection_resample COMPONENT target=[W, ...] [initial=[W, ...]] [seed=N]", {"target", "initial", "seed"}, 1, 1, sl__fc_build_rejection_resample},
     {"sample", "sample PIPELINE... [weights=[W, ...]] [seed=N] [stop_on_empty=BOOL]",
      {"weights", "seed", "stop_on_empty"}, 1, SL_DS_MAX_INPUTS, sl__fc_build_sample},
     {"choose", "choose PIPELINE... by=PIPELINE [stop_on_empty=BOOL]", {"by", "stop_on_empty"}, 1,
      SL_DS_MAX_INPUTS - 1, sl__fc_build_choose},
+    {"zip", "zip PIPELINE... [prefix=BOOL]", {"prefix"}, 1, SL_DS_MAX_INPUTS, sl__fc_build_zip},
+    {"concatenate", "concatenate PIPELINE...", {0}, 1, SL_DS_MAX_INPUTS, sl__fc_build_concatenate},
+    {"enumerate", "enumerate [start=N] [as=NAME]", {"start", "as"}, 0, 0, sl__fc_build_enumerate},
+    {"unbatch", "unbatch", {0}, 0, 0, sl__fc_build_unbatch},
+    {"rebatch", "rebatch N|[N, ...] [drop_remainder]", {"drop_remainder"}, 1, 2, sl__fc_build_rebatch},
+    {"take_while", "take_while COMPONENT OP NUMBER   (OP: == != < <= > >= or eq ne lt le gt ge)", {0}, 3, 3,
+     sl__fc_build_take_while},
+    {"scan", "scan COMPONENT sum|prod|min|max|count [initial=NUMBER] [as=NAME]", {"initial", "as"}, 2, 2,
+     sl__fc_build_scan},
+    {"unique", "unique [COMPONENT]", {0}, 0, 1, sl__fc_build_unique},
 };
 static const int NOPS = (int)(sizeof OPS / sizeof OPS[0]);
 
@@ -561,7 +577,8 @@ static const op_def *find_op(const char *name) {
 
 static bool is_source(const op_def *d) {
     return d->build == build_files || d->build == build_range || d->build == sl__fc_build_sample ||
-           d->build == sl__fc_build_choose;
+           d->build == sl__fc_build_load ||
+           d->build == sl__fc_build_choose || d->build == sl__fc_build_zip;
 }
 
 /* What every statement must satisfy before its own builder runs. */
@@ -619,7 +636,7 @@ static sl_status missing_source(builder *b) {
 static sl_status build_stmt(builder *b, const sl_cfg_stmt *s, const sl_cfg_stmt *all, int n) {
     const op_def *d = find_op(s->name);
     if (!d) {
-        const char *names[32];
+        const char *names[64]; /* >= NOPS */
         char list[512];
         for (int i = 0; i < NOPS; i++) names[i] = OPS[i].name;
         sl_cfg_err(b->cfg, s->loc, SL_EINVAL, "unknown op '%s' in pipeline '%s'", s->name, b->pname);

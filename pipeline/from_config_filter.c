@@ -1,4 +1,5 @@
-/* Pipelines from the config language: the filter statement, `filter COMPONENT OP NUMBER`.
+/* Pipelines from the config language: the filter statement, `filter COMPONENT OP NUMBER`,
+ * and the comparison it shares with take_while (sl__fc_read_compare).
  * The comparison is parsed once into a filter_spec; the predicate evaluates it on every
  * element (the component must be a numeric scalar; integers are compared exactly, floats
  * as doubles).
@@ -24,6 +25,7 @@ typedef struct filter_spec {
     int64_t inum;
     bool is_int;
     char text[SL_NAME_MAX + 48]; /* "label < 5", for messages */
+    char op_name[32];            /* the statement: "filter", "take_while" */
 } filter_spec;
 
 /* The value of a one-element numeric tensor: as an integer (*is_int) or a double. */
@@ -57,6 +59,10 @@ static bool scalar_value(const sl_tensor *t, int64_t *i, double *d, bool *is_int
     return true;
 }
 
+bool sl__fc_scalar_value(const sl_tensor *t, int64_t *i, double *d, bool *is_int) {
+    return scalar_value(t, i, d, is_int);
+}
+
 static int filter_pred(void *ctx, const sl_element *e) {
     const filter_spec *f = ctx;
     int c = sl_element_find(e, f->comp);
@@ -66,7 +72,7 @@ static int filter_pred(void *ctx, const sl_element *e) {
         have[0] = 0;
         for (int k = 0; k < e->n && len < sizeof have; k++)
             len += (size_t)snprintf(have + len, sizeof have - len, k ? ", %s" : "%s", e->names[k]);
-        return sl_err(SL_EINVAL, "filter %s: no component '%s' (the element has: %s)", f->text, f->comp,
+        return sl_err(SL_EINVAL, "%s %s: no component '%s' (the element has: %s)", f->op_name, f->text, f->comp,
                       e->n ? have : "nothing");
     }
     int64_t iv = 0;
@@ -74,7 +80,7 @@ static int filter_pred(void *ctx, const sl_element *e) {
     bool is_int;
     if (!scalar_value(&e->t[c], &iv, &dv, &is_int)) {
         char desc[96];
-        return sl_err(SL_EINVAL, "filter %s: component '%s' is %s, not a single number", f->text, f->comp,
+        return sl_err(SL_EINVAL, "%s %s: component '%s' is %s, not a single number", f->op_name, f->text, f->comp,
                       sl_tensor_describe(&e->t[c], desc, sizeof desc));
     }
     int cmp;
@@ -93,7 +99,8 @@ static int filter_pred(void *ctx, const sl_element *e) {
 
 static void filter_free(void *ctx, void *unused) { free(ctx); }
 
-sl_status sl__fc_build_filter(builder *b, const op_def *d, const sl_cfg_stmt *s) {
+sl_status sl__fc_read_compare(builder *b, const op_def *d, const sl_cfg_stmt *s, sl_pred_fn *pred, void **ctx,
+                              sl_free_fn *free_ctx) {
     const char *comp;
     const sl_cfg_value *cv = sl_cfg_pos(s, 0), *ov = sl_cfg_pos(s, 1), *vv = sl_cfg_pos(s, 2);
     if (sl__fc_read_comp(b, cv, &comp)) return sl__fc_hint_usage(d), sl_errcode();
@@ -105,11 +112,11 @@ sl_status sl__fc_build_filter(builder *b, const op_def *d, const sl_cfg_stmt *s)
         sl_cfg_err(b->cfg, ov->loc, SL_EINVAL, "unknown comparison '%s'", ov->text);
         const char *sug = sl_suggest(ov->text, CMP_WORD, 6);
         if (sug) sl_err_hint("did you mean '%s'?", sug);
-        else sl_err_hint("compare with == != < <= > >= or eq ne lt le gt ge: filter label < 5");
+        else sl_err_hint("compare with == != < <= > >= or eq ne lt le gt ge: %s label < 5", d->name);
         return SL_EINVAL;
     }
     if (vv->kind != SL_CV_NUMBER)
-        return sl__fc_err_usage(b, d, vv->loc, SL_EINVAL, "filter compares with a number, found '%s'", vv->text);
+        return sl__fc_err_usage(b, d, vv->loc, SL_EINVAL, "%s compares with a number, found '%s'", d->name, vv->text);
     filter_spec *f = calloc(1, sizeof *f);
     if (!f) return sl_err(SL_ENOMEM, "out of memory");
     snprintf(f->comp, sizeof f->comp, "%s", comp);
@@ -118,7 +125,20 @@ sl_status sl__fc_build_filter(builder *b, const op_def *d, const sl_cfg_stmt *s)
     f->inum = vv->inum;
     f->is_int = vv->is_int;
     snprintf(f->text, sizeof f->text, "%s %s %s", comp, CMP_SYM[op], vv->text);
+    snprintf(f->op_name, sizeof f->op_name, "%s", d->name);
+    *pred = filter_pred;
+    *ctx = f;
+    *free_ctx = filter_free;
+    return SL_OK;
+}
+
+sl_status sl__fc_build_filter(builder *b, const op_def *d, const sl_cfg_stmt *s) {
+    sl_pred_fn pred;
+    void *ctx;
+    sl_free_fn free_ctx;
+    sl_status st = sl__fc_read_compare(b, d, s, &pred, &ctx, &free_ctx);
+    if (st) return st;
     sl_dataset *out;
-    sl_status st = sl_ds_filter_owned(b->ds, filter_pred, f, filter_free, &out);
+    st = sl_ds_filter_owned(b->ds, pred, ctx, free_ctx, &out);
     return sl__fc_chain(b, s, st, out, "filter");
 }

@@ -10,7 +10,8 @@
  * through b->build_named (sl_pipeline_from_config, reached through the builder so that this
  * file does not call back into from_config.c). Before a name is built it is checked to be
  * a pipeline of the file other than this one that does not lead back to this one through
- * the sample and choose statements of the pipelines it reads (a -> b -> a): the walk is
+ * the sample, choose, zip and concatenate statements of the pipelines it reads (zip and
+ * concatenate, pipeline/from_config_seq.c, build their names here too) (a -> b -> a): the walk is
  * over the config's text, so a cycle is reported at the name that closes it, and the
  * recursion that builds the names cannot go round for ever.
  *
@@ -59,7 +60,8 @@ static int block_index(const walk *w, const char *name) {
 
 /* Is value v of statement s a pipeline name it reads? */
 static bool names_pipeline(const sl_cfg_stmt *s, const sl_cfg_arg *a) {
-    bool mixing = strcmp(s->name, "sample") == 0 || strcmp(s->name, "choose") == 0;
+    bool mixing = strcmp(s->name, "sample") == 0 || strcmp(s->name, "choose") == 0 || strcmp(s->name, "zip") == 0 ||
+                  strcmp(s->name, "concatenate") == 0;
     bool word = a->v.kind == SL_CV_IDENT || a->v.kind == SL_CV_STRING;
     return mixing && word && (!a->key || strcmp(a->key, "by") == 0);
 }
@@ -153,6 +155,13 @@ static sl_status build_inputs(builder *b, const op_def *d, const sl_cfg_stmt *s,
         *n = i + 1;
     }
     return SL_OK;
+}
+
+sl_status sl__fc_build_pipelines(builder *b, const op_def *d, const sl_cfg_stmt *s, const char *how,
+                                 sl_dataset **ins, int *n) {
+    sl_status st = build_inputs(b, d, s, how, ins, n);
+    if (st) *n = 0;
+    return st;
 }
 
 /* weights=[...]: one finite number >= 0 per pipeline, not all 0. */

@@ -3,7 +3,10 @@
  * from_config_fn.c parses map's function calls, from_config_filter.c builds filter's
  * predicate and evaluates it, and from_config_read.c has the messages, the typed readers
  * and the graph's growth all of them use; from_config_mix.c builds the sources that mix
- * other pipelines (sample, choose). The calls go one way: from_config.c ->
+ * other pipelines (sample, choose); from_config_snapshot.c builds snapshot (and its
+ * fingerprint) and the load source; from_config_seq.c builds the sequence ops (zip,
+ * concatenate, enumerate, unbatch, rebatch, take_while, scan, unique), using filter's
+ * comparison and mix's named pipelines. The calls go one way: from_config.c ->
  * from_config_fn.c, from_config_filter.c and from_config_mix.c -> from_config_read.c. */
 #ifndef SLUICE_PIPELINE_FROM_CONFIG_PRIV_H
 #define SLUICE_PIPELINE_FROM_CONFIG_PRIV_H
@@ -25,7 +28,7 @@ struct op_def {
     op_build_fn build;
 };
 
-enum { SRC_NONE, SRC_FILES, SRC_RANGE, SRC_MIX };
+enum { SRC_NONE, SRC_FILES, SRC_RANGE, SRC_MIX, SRC_LOAD };
 
 struct builder {
     const sl_cfg *cfg;
@@ -132,6 +135,16 @@ sl_status sl__fc_unknown_fn(builder *b, const sl_cfg_value *v);
 /* The filter statement: `filter COMPONENT OP NUMBER`. */
 sl_status sl__fc_build_filter(builder *b, const op_def *d, const sl_cfg_stmt *s);
 
+/* The comparison `COMPONENT OP NUMBER` of statement s (filter, take_while) as a predicate
+ * for sl_ds_filter_owned / sl_ds_take_while_owned: *pred, its *ctx (handed to the caller)
+ * and *free_ctx. Errors (at the spot, with d's usage or a did-you-mean) leave nothing. */
+sl_status sl__fc_read_compare(builder *b, const op_def *d, const sl_cfg_stmt *s, sl_pred_fn *pred, void **ctx,
+                              sl_free_fn *free_ctx);
+
+/* The value of a one-element numeric tensor (any numeric dtype, bool as 0/1): an integer
+ * in *i (*is_int) or a double in *d (*d is set for integers too). False for anything else. */
+bool sl__fc_scalar_value(const sl_tensor *t, int64_t *i, double *d, bool *is_int);
+
 /* ---- mixing pipelines (pipeline/from_config_mix.c) ---- */
 
 /* The sources `sample PIPELINE... [weights=[...]] [seed=N] [stop_on_empty=BOOL]` and
@@ -140,5 +153,45 @@ sl_status sl__fc_build_filter(builder *b, const op_def *d, const sl_cfg_stmt *s)
  * own, or one leading back to it is an error at the name. */
 sl_status sl__fc_build_sample(builder *b, const op_def *d, const sl_cfg_stmt *s);
 sl_status sl__fc_build_choose(builder *b, const op_def *d, const sl_cfg_stmt *s);
+
+/* The pipelines named by s's positional arguments, each checked and built as sample's are
+ * (`how` words the errors: "zip", "concatenate"), into ins[0..*n) (new references). On
+ * failure those built are released and *n is 0. */
+sl_status sl__fc_build_pipelines(builder *b, const op_def *d, const sl_cfg_stmt *s, const char *how,
+                                 sl_dataset **ins, int *n);
+
+/* ---- sequence ops (pipeline/from_config_seq.c) ---- */
+
+/* `concatenate PIPELINE...`, `enumerate [start=N] [as=NAME]`, `unbatch`,
+ * `rebatch N|[N, ...] [drop_remainder]`, `take_while COMPONENT OP NUMBER`,
+ * `scan COMPONENT sum|prod|min|max|count [initial=V] [as=NAME]`, `unique [COMPONENT]`, and
+ * the source `zip PIPELINE... [prefix=BOOL]`. */
+sl_status sl__fc_build_concatenate(builder *b, const op_def *d, const sl_cfg_stmt *s);
+sl_status sl__fc_build_enumerate(builder *b, const op_def *d, const sl_cfg_stmt *s);
+sl_status sl__fc_build_unbatch(builder *b, const op_def *d, const sl_cfg_stmt *s);
+sl_status sl__fc_build_rebatch(builder *b, const op_def *d, const sl_cfg_stmt *s);
+sl_status sl__fc_build_take_while(builder *b, const op_def *d, const sl_cfg_stmt *s);
+sl_status sl__fc_build_scan(builder *b, const op_def *d, const sl_cfg_stmt *s);
+sl_status sl__fc_build_unique(builder *b, const op_def *d, const sl_cfg_stmt *s);
+sl_status sl__fc_build_zip(builder *b, const op_def *d, const sl_cfg_stmt *s);
+
+/* ---- windows and groups (pipeline/from_config_window.c) ---- */
+
+/* `window SIZE [shift=N] [stride=N] [drop_remainder]`, `group_by_window key=COMP [modulo=N]
+ * window=N`, `bucket_by_sequence_length COMP boundaries=[...] batch_sizes=[...] [pad=V]
+ * [pad_to_bucket_boundary] [no_padding] [drop_remainder]`, `rejection_resample COMP
+ * target=[...] [initial=[...]] [seed=N]`. */
+sl_status sl__fc_build_window(builder *b, const op_def *d, const sl_cfg_stmt *s);
+sl_status sl__fc_build_group_by_window(builder *b, const op_def *d, const sl_cfg_stmt *s);
+sl_status sl__fc_build_bucket(builder *b, const op_def *d, const sl_cfg_stmt *s);
+sl_status sl__fc_build_rejection_resample(builder *b, const op_def *d, const sl_cfg_stmt *s);
+
+/* ---- snapshot and load (pipeline/from_config_snapshot.c) ---- */
+
+/* `snapshot "PATH" [shard_bytes=N]`: sl_ds_snapshot over b->ds, its fingerprint the
+ * canonical text of the statements before it, the env, and the files they read. */
+sl_status sl__fc_build_snapshot(builder *b, const op_def *d, const sl_cfg_stmt *s);
+/* The source `load "PATH"` (sl_ds_load). */
+sl_status sl__fc_build_load(builder *b, const op_def *d, const sl_cfg_stmt *s);
 
 #endif

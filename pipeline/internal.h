@@ -553,11 +553,46 @@ sl_status sl__elems_reserve(sl_element **arr, int *cap, int need);
  * as the input's cardinality is. For batch and map_batch. */
 int64_t sl__batch_card(const sl_dataset *in, const sl_batch_opts *o);
 
+/* ---- rows of batched elements (pipeline/ops/unbatch.c; for unbatch and rebatch) ---- */
+
+/* The rows of e: every component of rank >= 1 with the same leading dimension, into *rows.
+ * SL_EINVAL naming op `label` and the component for a scalar or differing dimensions (or
+ * an element without components). */
+sl_status sl__rows_count(const sl_element *e, const char *label, int64_t *rows);
+
+/* Into *out (empty) views of rows [row, row + k) of every component of e (checked by
+ * sl__rows_count): with keep_dim a leading dimension k, without it (k = 1) the row itself.
+ * No byte is copied; out keeps e's origin. On failure *out is empty. */
+sl_status sl__rows_view(const sl_element *e, int64_t row, int64_t k, bool keep_dim, sl_element *out);
+
+/* The cardinality of rows of `in`: 0 or SL_INFINITE as in's, else SL_UNKNOWN_CARD. */
+int64_t sl__rows_card(const sl_dataset *in);
+
 /* Is ds a map (for batch's automatic fusion)? Then its fn, parallelism and determinism. */
 bool sl__ds_as_map(const sl_dataset *ds, sl_fn **fn, int *parallelism, bool *deterministic);
 
 /* A map_batch fused from a map: its function's errors name the map (label and config
  * statement) rather than the batch, since that is where the function was written. */
 void sl__map_batch_set_fn_site(sl_dataset *mb, const char *label, const char *where);
+
+/* ---- grouping into windows (pipeline/ops/group_by_window.c) ---- */
+
+/* What group_by_window and bucket_by_sequence_length share: elements go to the window of
+ * their key; a full window is reduced at once, the rest at the end in ascending key order. */
+typedef struct sl__group_spec {
+    const char *op;      /* "group_by_window" or "bucket_by_sequence_length": the op's name */
+    sl_key_fn key;       /* element -> key */
+    void *ctx;           /* of key, window_of and reduce */
+    sl_free_fn free_ctx; /* free_ctx(ctx, NULL) when the dataset is freed (or creation fails); may be NULL */
+    int64_t window;      /* every key's window size, unless window_of */
+    int64_t (*window_of)(void *ctx, int64_t key); /* the window size of key (>= 1); NULL: window */
+    /* n elements of key (partial: fewer than its window, flushed at the end) into *out (empty);
+     * SL_END drops the window. NULL: sl__stack without padding. Errors name op `it`. */
+    sl_status (*reduce)(void *ctx, const sl_iter *it, int64_t key, const sl_element *elems, int n, bool partial,
+                        sl_element *out);
+} sl__group_spec;
+
+/* A dataset grouping `in` as spec says (spec copied; ctx handed over). */
+sl_status sl__ds_group(sl_dataset *in, const sl__group_spec *spec, sl_dataset **out);
 
 #endif

@@ -52,6 +52,19 @@
  *       batches of N / env->batch_divisor when that is above 1)
  *   prefetch [N|auto]   repeat [N]   take N   skip N   cache ["PATH"]   ignore_errors
  *   filter COMPONENT OP VALUE                       OP: == != < <= > >= or eq ne lt le gt ge
+ *   snapshot "PATH" [shard_bytes=N]
+ *       sl_ds_snapshot: the first run writes the stream so far under PATH (relative to the
+ *       base directory), later runs with the same fingerprint read it back without running
+ *       the statements before it. The fingerprint covers the canonical text of those
+ *       statements (names and values as parsed: not spacing or comments), the env's shards,
+ *       seed and batch divisor, and the path, size and mtime of every file they read (the
+ *       files of `files`, a `load`'s manifest); for `sample` / `choose` sources, every
+ *       pipeline block of the file, but not the files those other pipelines read. A changed
+ *       pipeline writes a snapshot of its own (PATH/FP); a damaged one is rebuilt.
+ *   load "PATH"
+ *       A source (sl_ds_load): the elements sl_ds_save wrote to the folder PATH, in order,
+ *       cardinality the count saved. A folder that is not a saved dataset is SL_ENOTFOUND
+ *       at the statement.
  *   sample PIPELINE... [weights=[W, ...]] [seed=N] [stop_on_empty=BOOL]
  *       A source mixing other pipelines of the file (sl_ds_sample_from_datasets): each
  *       element comes from PIPELINE i with probability W_i / sum(W) (no weights: equal), the
@@ -69,6 +82,48 @@
  *       ("web/map"). A name that is not a pipeline of the file, the pipeline itself, or one
  *       that leads back to it through the pipelines it mixes ("pipeline 'a' would read
  *       itself through 'b': a -> b -> a") is SL_EINVAL at the name, with a hint.
+ *
+ *   zip PIPELINE... [prefix=BOOL]
+ *       A source (sl_ds_zip): element k holds the components of element k of each PIPELINE,
+ *       ending with the shortest. Names must not clash (SL_EINVAL at the first element,
+ *       naming the component and both inputs); prefix=true renames each pipeline's
+ *       components "PIPELINE.COMPONENT" (range pipelines all give "value").
+ *   concatenate PIPELINE...                          (sl_ds_concatenate, once per PIPELINE)
+ *       The elements so far, then each PIPELINE's; the same component names and dtypes,
+ *       else SL_EINVAL at the first element that differs.
+ *   enumerate [start=N] [as=NAME]    adds int64 NAME (default index): start, start+1, ...
+ *   unbatch                          each element of B rows becomes B elements
+ *   rebatch N|[N, ...] [drop_remainder]   (also drop_remainder=BOOL)
+ *       The rows re-batched into N rows each, or the sizes of the list in turn; not
+ *       divided by env->batch_divisor (it sizes what is already batched).
+ *   take_while COMPONENT OP NUMBER   up to the first element where the comparison fails
+ *       (the comparison is filter's)
+ *   scan COMPONENT sum|prod|min|max|count [initial=NUMBER] [as=NAME]
+ *       The running value over the elements so far (this one included) as NAME (default:
+ *       COMPONENT, replaced): int64 while the values and initial are integers (past int64
+ *       is SL_ERANGE), float64 otherwise. initial defaults to 0 (sum, count), 1 (prod),
+ *       the first value (min, max). count counts elements (COMPONENT is not read).
+ *   unique [COMPONENT]               first occurrences of COMPONENT's value (int32, int64 or
+ *       bytes scalar; default: the element's only component)
+ *   window SIZE [shift=N] [stride=N] [drop_remainder]   (also drop_remainder=BOOL)
+ *       sl_ds_window: window k is elements k*shift + i*stride (i < SIZE; shift defaults to
+ *       SIZE), each window ONE element, its elements stacked along a new leading dim (what
+ *       tf.data's window(...).flat_map(lambda w: w.batch(SIZE)) gives). There is no
+ *       flat_map statement: `window` and `unbatch` are its config uses.
+ *   group_by_window key=COMPONENT [modulo=N] window=N
+ *       sl_ds_group_by_window: the key is COMPONENT's integer scalar value (with modulo,
+ *       value % N, Python's sign rule); each key's window of N is stacked when full, the
+ *       open ones at the end in ascending key order.
+ *   bucket_by_sequence_length COMPONENT boundaries=[B, ...] batch_sizes=[N, ...] [pad=VALUE]
+ *           [pad_to_bucket_boundary] [no_padding] [drop_remainder]   (flags also =BOOL)
+ *       sl_ds_bucket_by_sequence_length: the length is COMPONENT's dim 0; one batch size
+ *       more than boundaries; batches padded with VALUE (default 0) to the batch's longest,
+ *       or COMPONENT to its bucket's boundary - 1, or not at all.
+ *   rejection_resample COMPONENT target=[W, ...] [initial=[W, ...]] [seed=N]
+ *       sl_ds_rejection_resample: keeps elements so that the classes (COMPONENT, an int64
+ *       scalar in 0..len(target)-1) follow target; initial (the input's distribution,
+ *       one weight per class) is estimated online when not given. seed defaults to one
+ *       derived from env->seed and the statement's position, as shuffle's does.
  *
  * Functions inside map (every parameter may be given by position or as name=value):
  *   parse_example(FEATURE: TYPE, ..., input=record)   TYPE: bytes | int64 | float, optionally

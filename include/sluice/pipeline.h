@@ -212,6 +212,57 @@ sl_status sl_ds_filter_owned(sl_dataset *in, sl_pred_fn pred, void *ctx, sl_free
  * with a warning naming both sizes. */
 sl_status sl_ds_cache(sl_dataset *in, const char *path, sl_dataset **out);
 
+/* ---- snapshot, save, load (tf.data's Dataset.snapshot / save / load) ----
+ * A snapshot folder holds shard files of elements, each element a chunk checked by
+ * CRC32C (header and payload), and a manifest ("done": magic, version, element count, the
+ * shards' counts and sizes, the element spec: names, dtypes, shapes with -1 where elements
+ * differ, and the fingerprint text), written last; the folder is filled under a temporary
+ * name and renamed into place whole, so it is complete or absent, and two runs writing the
+ * same snapshot never share a file (pipeline/snapfile.h has the byte layout). */
+typedef struct sl_snapshot_opts {
+    int64_t shard_bytes;  /* a new shard file starts when one reaches this size (default 256 MiB) */
+    uint64_t seed;        /* sl_ds_save only: the seed of the iteration it runs (default 0) */
+} sl_snapshot_opts;
+
+sl_snapshot_opts sl_snapshot_opts_default(void);
+
+/* The elements of `in`, written to a snapshot under `path` by the first iterator that reads
+ * them all, and read back from it by later iterators (later runs) with the same fingerprint,
+ * which then run none of the ops of `in`. The snapshot lives in PATH/FP, FP being 16 hex
+ * digits of a hash of `fingerprint`; its manifest keeps the whole text, and only the same
+ * text replays it: a pipeline with another fingerprint writes its own snapshot beside it.
+ * `fingerprint` is what the caller vouches identifies the stream (the config language gives
+ * the canonical text of the statements before `snapshot` plus the path, size and mtime of
+ * the files they read). NULL: the graph's shape (op names and how they connect, as
+ * sl_iter_save checks): WEAKER, since a changed parameter (a batch size, a file's
+ * contents) keeps the same fingerprint, so only use NULL for a fixed input.
+ * A snapshot that is damaged or partial (a missing or truncated shard, a flipped byte, no
+ * manifest) is never used: a warning names the file and the byte offset, it is removed,
+ * and the iterator goes on from `in` (skipping what it had given, so the stream does not
+ * change) while writing a new one. A snapshot that cannot be written (a full disk, no
+ * permission) is a warning naming the file and the reason: the run goes on from `in` and
+ * leaves nothing behind. An iterator closed before the end, or an error from `in`, keeps
+ * no snapshot. The replayed stream is the writing run's whatever the seed: put random ops
+ * that must change between runs after the snapshot. Cardinality: that of `in`.
+ * SL_EINVAL for a NULL input, an empty path or shard_bytes < 1. opts NULL: defaults. */
+sl_status sl_ds_snapshot(sl_dataset *in, const char *path, const char *fingerprint, const sl_snapshot_opts *opts,
+                         sl_dataset **out);
+
+/* Iterate ds once (opts->seed) and write its elements to the folder `path` (a snapshot
+ * folder, format as above). The folder is written under PATH.tmp.PID.N and renamed to PATH
+ * at the end, replacing a saved dataset already there. Returns SL_OK; SL_EINVAL for an
+ * endless ds, elements whose components, dtypes or ranks change, a bad path or shard_bytes;
+ * the iteration's error; or SL_EIO naming the file, byte and reason of a failed write. On
+ * failure nothing is left at PATH that was not there before. opts NULL: defaults. */
+sl_status sl_ds_save(sl_dataset *ds, const char *path, const sl_snapshot_opts *opts);
+
+/* The elements a sl_ds_save wrote to `path`, in order, cardinality the count saved. The
+ * manifest is read now: SL_ENOTFOUND when path holds none, SL_ECORRUPT (file, byte) for a
+ * damaged one. Iterating checks every shard (SL_ECORRUPT from sl_iter_create for a missing,
+ * truncated or foreign one) and every chunk (SL_ECORRUPT from sl_iter_next naming the shard
+ * and byte offset, which ends the stream). */
+sl_status sl_ds_load(const char *path, sl_dataset **out);
+
 /* Skip elements whose production failed (corrupt record, undecodable image...), counting
  * them; see sl_iter_errors_ignored. */
 sl_status sl_ds_ignore_errors(sl_dataset *in, sl_dataset **out);
@@ -256,6 +307,185 @@ sl_status sl_ds_sample_from_datasets(sl_dataset *const *ins, int n, const double
 sl_status sl_ds_choose_from_datasets(sl_dataset *const *ins, int n, sl_dataset *choices, bool stop_on_empty_dataset,
                                      sl_dataset **out);
 
+/* ---- sequence transformations (tf.data's concatenate, enumerate, unbatch, rebatch,
+ * take_while, scan, unique) ---------------------------------------------------------- */
+
+/* tf.data's a.concatenate(b): every element of a, then every element of b. Datasets carry
+ * no element spec, so compatibility (the same component names, each with the same dtype;
+ * shapes may differ) is checked while iterating: b's elements are compared with a's first
+ * one (read from a when the iterator started inside b). The first element of b that does
+ * not match is SL_EINVAL from sl_iter_next naming both ("op 'concatenate': element 0 of
+ * input 1 has {x: bytes}, input 0's elements have {value: int64}"), and the stream ends
+ * there (every later element would differ the same way). Cardinality: a + b (SL_INFINITE
+ * when either is endless, else SL_UNKNOWN_CARD when either is unknown). Seeks when a's
+ * cardinality is known (or endless); else an iterator started part-way replays. SL_EINVAL
+ * for a NULL input; SL_ERANGE when a + b is past 2^63-1 ("concatenate: N + M elements is
+ * past 2^63-1"). */
+sl_status sl_ds_concatenate(sl_dataset *a, sl_dataset *b, sl_dataset **out);
+
+/* tf.data's enumerate(start): each element with an int64 scalar component `name` (NULL:
+ * "index") added, start for the first element, start + 1 for the next... Cardinality: the
+ * input's. Seeks when the input does. An element that already has a component `name` is
+ * SL_EINVAL from sl_iter_next ("op 'enumerate': the element already has a component
+ * 'index'"), one whose index would pass INT64_MAX is SL_ERANGE; both consume the element.
+ * SL_EINVAL at creation for a name that is empty or SL_NAME_MAX bytes or longer. */
+sl_status sl_ds_enumerate(sl_dataset *in, int64_t start, const char *name, sl_dataset **out);
+
+/* tf.data's unbatch: each input element of B rows (every component of rank >= 1 with the
+ * same leading dimension B, which may change from element to element) gives B elements,
+ * row i having component c's row i (shape dims[1..]): zero-copy views of the input's
+ * buffers. An element with B = 0 gives nothing. A scalar component, or components whose
+ * leading dimensions differ, is SL_EINVAL from sl_iter_next naming them, consuming that
+ * input element (the next call goes on with the next one). Cardinality: 0 for an empty
+ * input, SL_INFINITE for an endless one, else SL_UNKNOWN_CARD (rows per element are known
+ * only by reading). */
+sl_status sl_ds_unbatch(sl_dataset *in, sl_dataset **out);
+
+/* tf.data's rebatch(batch_size, drop_remainder): the rows of the input's elements (as
+ * unbatch gives them) batched again, output batch k holding sizes[k % n] rows (n = 1: one
+ * size for every batch). A batch whose rows all lie in one input element is a zero-copy
+ * slice of it; one that spans input elements is stacked as batch would stack its rows
+ * (their components must then agree in names, dtypes and row shapes: else SL_EINVAL as
+ * batch's). At the end of the input the last, smaller batch is returned, or dropped with
+ * drop_remainder. Row errors are unbatch's. Cardinality as unbatch's. SL_EINVAL for n
+ * outside 1..64 or a size outside 1..16777216. sizes is copied. */
+sl_status sl_ds_rebatch(sl_dataset *in, const int64_t *sizes, int n, bool drop_remainder, sl_dataset **out);
+
+/* tf.data's take_while: the input's elements up to (not including) the first one for which
+ * pred returns 0; then SL_END (at every later call too, without reading further). pred's
+ * negative status is that element's error (the element is consumed; the next call goes on).
+ * Cardinality: 0 for an empty input, else SL_UNKNOWN_CARD. SL_EINVAL for a NULL pred. */
+sl_status sl_ds_take_while(sl_dataset *in, sl_pred_fn pred, void *ctx, sl_dataset **out);
+/* The same, with ctx handed over as in sl_ds_filter_owned. */
+sl_status sl_ds_take_while_owned(sl_dataset *in, sl_pred_fn pred, void *ctx, sl_free_fn free_ctx,
+                                 sl_dataset **out);
+
+/* tf.data's scan: a stateful map. `state` is the iterator's state (a copy of the initial
+ * state at the start of each iterator, sharing its tensors' buffers: replace a component
+ * with sl_element_set rather than write into its data); `in` is the input element, handed
+ * over (the function may move its tensors out; what is left is released); `out` is empty
+ * and receives the output element. Returns SL_OK, or a negative status that is that
+ * element's error (the state is left as the function left it; the next call goes on). */
+typedef sl_status (*sl_scan_fn)(void *ctx, sl_element *state, sl_element *in, sl_element *out);
+
+/* Scan fn over the input, starting each iterator from a copy of `initial` (borrowed; NULL:
+ * an empty state). ctx is handed over: free_ctx(ctx, NULL) runs when the dataset is freed,
+ * or before returning when creation fails (free_ctx may be NULL). Cardinality: the
+ * input's. An iterator started part-way replays (the state depends on every element
+ * before). SL_EINVAL for a NULL fn. */
+sl_status sl_ds_scan(sl_dataset *in, const sl_element *initial, sl_scan_fn fn, void *ctx, sl_free_fn free_ctx,
+                     sl_dataset **out);
+
+/* tf.data's unique: the input's elements whose key was not seen before in this iterator,
+ * in input order (first occurrences). The key is component `component` of the element, or
+ * with component NULL its only component; it must be a scalar of int32, int64 (tf.data's
+ * integer types) or bytes. Anything else is SL_EINVAL from sl_iter_next naming the
+ * component and what it is ("op 'unique': component 'x' is float32[]: unique needs an
+ * int32, int64 or bytes scalar"), as is a missing component or, with NULL, an element of
+ * several components; the element is consumed. Memory grows with the distinct keys seen.
+ * Cardinality: 0 for an empty input, else SL_UNKNOWN_CARD. SL_EINVAL at creation for a
+ * component name that is empty or too long. */
+sl_status sl_ds_unique(sl_dataset *in, const char *component, sl_dataset **out);
+
+/* ---- windows, groups, buckets, resampling (tf.data's names and semantics) ---- */
+
+/* tf.data's window(size, shift, stride, drop_remainder) as it is mostly used, followed by
+ * flat_map(lambda w: w.batch(size)): Sluice elements are tuples of tensors, not nested
+ * datasets, so each window is ONE element whose components are the window's elements
+ * stacked along a new leading dimension (as sl_ds_batch stacks; shapes must match, else
+ * SL_EINVAL from sl_iter_next naming the component and both shapes). Window k holds input
+ * elements k*shift + i*stride, i = 0..size-1, those that exist: range(7) with size 3,
+ * shift 1, stride 2 gives [0 2 4] [1 3 5] [2 4 6] [3 5] [4 6] [5] [6], or with
+ * drop_remainder only the first three. shift 0 means shift = size (tf.data's None).
+ * Windows that share elements keep them once (by reference) and copy them only into the
+ * stacked windows. Cardinality: ceil(n / shift), with drop_remainder
+ * max(0, (n - span) / shift + 1) where span = (size-1)*stride + 1. Seeks (window k starts
+ * at input element k*shift). SL_EINVAL for size outside 1..2^24, shift < 0, stride < 1;
+ * SL_ERANGE for a span of 2^30 elements or more. */
+sl_status sl_ds_window(sl_dataset *in, int64_t size, int64_t shift, int64_t stride, bool drop_remainder,
+                       sl_dataset **out);
+
+/* tf.data's flat_map: each input element goes to factory (sl_ds_factory above; ctx
+ * borrowed, it must outlive the dataset), whose dataset's elements are produced in order,
+ * then the next input element's. The dataset of input element k is iterated with a stream
+ * seed derived from the iterator's and k. A factory error, or a factory that gives no
+ * dataset (SL_EINVAL), is returned from sl_iter_next and consumes that input element;
+ * errors of the inner datasets pass through and their iteration goes on. Cardinality: 0
+ * for an empty input, else SL_UNKNOWN_CARD. SL_EINVAL for a NULL factory. The config
+ * language has no flat_map statement: its common uses are `window` (windows batched) and
+ * `unbatch` (tf.data's flat_map(from_tensor_slices)). */
+sl_status sl_ds_flat_map(sl_dataset *in, sl_ds_factory factory, void *ctx, sl_dataset **out);
+
+/* An element's int64 key (group_by_window) or length (bucket_by_sequence_length) into
+ * *key. A negative status is that element's error (it is consumed). */
+typedef sl_status (*sl_key_fn)(void *ctx, const sl_element *elem, int64_t *key);
+
+/* tf.data's group_by_window(key_func, reduce_func, window_size) with the reduce of its
+ * documentation, batching the window: each element goes to the window of key(ctx, elem);
+ * a window reaching window_size elements is stacked into one element (as sl_ds_batch
+ * stacks) and returned. At the end of the input the windows still open are returned, each
+ * stacked, in ascending key order (tf.data's order): range(10) with key x % 2 and window 5
+ * gives [0 2 4 6 8] then [1 3 5 7 9]. Errors from sl_iter_next: the key's (consuming the
+ * element), a window whose shapes differ (SL_EINVAL; consuming the window), the input's.
+ * Cardinality: 0 for an empty input, else SL_UNKNOWN_CARD. SL_EINVAL for a NULL key or a
+ * window_size outside 1..2^24. */
+sl_status sl_ds_group_by_window(sl_dataset *in, sl_key_fn key, void *ctx, int64_t window_size, sl_dataset **out);
+/* The same, with ctx handed over: free_ctx(ctx, NULL) runs when the dataset is freed, or
+ * before returning when creation fails (free_ctx may be NULL). */
+sl_status sl_ds_group_by_window_owned(sl_dataset *in, sl_key_fn key, void *ctx, sl_free_fn free_ctx,
+                                      int64_t window_size, sl_dataset **out);
+
+typedef struct sl_bucket_opts {
+    const char *component;      /* the length is this component's dim 0 (and with
+                                   pad_to_bucket_boundary, that dim is padded) */
+    sl_key_fn length;           /* or the length from a function (NULL: component's dim 0) */
+    void *length_ctx;           /* borrowed: must outlive the dataset */
+    const int64_t *boundaries;  /* nboundaries increasing upper bounds, >= 1; copied */
+    int nboundaries;            /* 1..64 */
+    const int64_t *batch_sizes; /* nboundaries + 1 batch sizes, 1..2^24; copied */
+    double pad_value;           /* tf.data's padding_values (one value for every component) */
+    bool pad_to_bucket_boundary;
+    bool no_padding;
+    bool drop_remainder;
+} sl_bucket_opts;
+
+/* tf.data's bucket_by_sequence_length: bucket i holds the elements of length L with
+ * boundaries[i-1] <= L < boundaries[i] (bucket 0 from 0, the last without an upper
+ * bound), and is batched (group_by_window over the bucket id) by batch_sizes[i]. Each
+ * batch is padded as `batch N padded` pads (every component to the largest shape in the
+ * batch, with pad_value; tf.data's padded_shapes=None), or with pad_to_bucket_boundary
+ * the component's dim 0 to boundaries[i] - 1, or with no_padding not at all (shapes must
+ * match: SL_EINVAL). padded_shapes other than None are not offered. At the end of the
+ * input the buckets still open are returned in bucket order, those smaller than their
+ * batch size dropped with drop_remainder. Errors from sl_iter_next, each consuming the
+ * element: a missing component, a component of rank 0, a negative length, and with
+ * pad_to_bucket_boundary a length >= the last boundary ("pad_to_bucket_boundary needs
+ * lengths < 5: element of length 6"), all SL_EINVAL. Cardinality: 0 for an empty input,
+ * else SL_UNKNOWN_CARD. SL_EINVAL at creation for boundaries that are not increasing or
+ * not >= 1, a batch size outside 1..2^24, no component and no length function, or
+ * pad_to_bucket_boundary with no_padding or without a component. */
+sl_status sl_ds_bucket_by_sequence_length(sl_dataset *in, const sl_bucket_opts *opts, sl_dataset **out);
+
+/* tf.data's rejection_resample(class_func, target_dist, initial_dist, seed): the class of
+ * an element is its component `class_component`, an int64 (or int32) scalar in
+ * 0..nclasses-1; elements are kept at random so that the classes of the output follow
+ * target (nclasses weights, normalised). The input's class distribution p is `initial`
+ * (normalised) when given, else estimated as tf.data does: counts that start at 10 per
+ * class, updated with each block of 32 input elements before that block is decided. An
+ * element of class c is kept with probability (target_c / p_c) / max_k(target_k / p_k).
+ * Output: the kept input elements themselves, unchanged, each at most once and in input
+ * order; tf.data instead yields (class, element) pairs and, when target and initial differ
+ * only partly, mixes in a second, unfiltered pass over the input (so it reads the input
+ * twice and may yield an element twice). The class shares converge to target the same way.
+ * The keep draw for input element k is a hash of seed, the iterator's stream seed and k:
+ * the same elements run after run. Errors from sl_iter_next, each consuming the element: a
+ * missing class component, one that is not an int64/int32 scalar, or a class outside
+ * 0..nclasses-1 (SL_EINVAL naming the value). Cardinality: 0 for an empty input, else
+ * SL_UNKNOWN_CARD. SL_EINVAL at creation for nclasses outside 1..1024, weights that are
+ * negative or not finite, target (or initial) summing to 0, or no class component. */
+sl_status sl_ds_rejection_resample(sl_dataset *in, const char *class_component, const double *target, int nclasses,
+                                   const double *initial, uint64_t seed, sl_dataset **out);
+
 /* ---- iterating ----------------------------------------------------------------------- */
 
 typedef struct sl_iter_opts {
@@ -295,7 +525,8 @@ void sl_iter_close(sl_iter *it);
  * When every op on the way can seek, nothing before it is produced: constant time and
  * memory whatever `start` is. The ops that seek: range, tfrecord_global (`shuffle global`),
  * map, map_batch (and batch over a map), batch, prefetch, take, skip, shard, repeat over an
- * input of known cardinality, zip, and sample_from_datasets / choose_from_datasets over
+ * input of known cardinality, zip, concatenate (a's cardinality known), enumerate, and
+ * sample_from_datasets / choose_from_datasets over
  * inputs of known or endless length (they replay their draws, not the data: tens of
  * millions a second). Below any other op (interleave, a buffer shuffle,
  * filter, cache, ignore_errors, files read one after another) the iterator is made at 0

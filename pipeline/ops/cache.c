@@ -24,7 +24,8 @@
  *   header  "SLCACHE\0", u32 version (1), u32 header size (16)
  *   entry   u32 "SLCE", u32 kind (1 element, 2 error), u64 payload size, u32 crc32c of the
  *           payload, u32 0, payload, zero padding to 8
- *     element payload: u32 components, u32 0, then per component: u8 dtype, u8 rank,
+ *     element payload (pipeline/snapfile.h, shared with snapshots): u32 components, u32 0,
+ *           then per component: u8 dtype, u8 rank,
  *           u16 name length, u32 0, name (padded to 8), i64 dims[rank], u64 n, then
  *           numbers: n data bytes (padded to 8); bytes: n u64 lengths, the strings one
  *           after another (padded to 8)
@@ -43,7 +44,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "pipeline/internal.h"
+#include "pipeline/snapfile.h"
 #include "sluice/crc32c.h"
 #include "sluice/file.h"
 #include "sluice/log.h"
@@ -152,66 +153,6 @@ static bool scratch_need(cache_it *c, size_t n) {
 
 static size_t pad8(size_t n) { return (n + 7) & ~(size_t)7; }
 
-/* Serialize element e into scratch; returns the payload size, 0 on ENOMEM. */
-static size_t encode_element(cache_it *c, const sl_element *e) {
-    size_t size = 8;
-    for (int k = 0; k < e->n; k++) {
-        const sl_tensor *t = &e->t[k];
-        size += 8 + pad8(strlen(e->names[k])) + 8 * (size_t)t->rank + 8;
-        if (t->dtype == SL_DT_BYTES) {
-            int64_t cnt = sl_tensor_numel(t);
-            const sl_bytes *b = t->data;
-            size_t total = 0;
-            for (int64_t i = 0; i < cnt; i++) total += b[i].len;
-            size += 8 * (size_t)cnt + pad8(total);
-        } else {
-            size += pad8(sl_tensor_nbytes(t));
-        }
-    }
-    if (!scratch_need(c, size)) return 0;
-    uint8_t *p = c->scratch;
-    memset(p, 0, size);
-    uint32_t ncomp = (uint32_t)e->n;
-    memcpy(p, &ncomp, 4);
-    p += 8;
-    for (int k = 0; k < e->n; k++) {
-        const sl_tensor *t = &e->t[k];
-        uint16_t nl = (uint16_t)strlen(e->names[k]);
-        p[0] = (uint8_t)t->dtype;
-        p[1] = (uint8_t)t->rank;
-        memcpy(p + 2, &nl, 2);
-        p += 8;
-        memcpy(p, e->names[k], nl);
-        p += pad8(nl);
-        memcpy(p, t->dims, 8 * (size_t)t->rank);
-        p += 8 * (size_t)t->rank;
-        if (t->dtype == SL_DT_BYTES) {
-            uint64_t cnt = (uint64_t)sl_tensor_numel(t);
-            const sl_bytes *b = t->data;
-            memcpy(p, &cnt, 8);
-            p += 8;
-            for (uint64_t i = 0; i < cnt; i++) {
-                uint64_t len = b[i].len;
-                memcpy(p, &len, 8);
-                p += 8;
-            }
-            size_t total = 0;
-            for (uint64_t i = 0; i < cnt; i++) {
-                if (b[i].len) memcpy(p + total, b[i].ptr, b[i].len);
-                total += b[i].len;
-            }
-            p += pad8(total);
-        } else {
-            uint64_t nb = sl_tensor_nbytes(t);
-            memcpy(p, &nb, 8);
-            p += 8;
-            if (nb) memcpy(p, t->data, nb);
-            p += pad8(nb);
-        }
-    }
-    return size;
-}
-
 /* Stop writing the cache file: this pass goes on from the input, uncached, and the next
  * pass tries again. Nothing is lost by that, so it is a warning, not the pass's error; the
  * temporary file goes (only PATH counts as a cache, never PATH.tmp.*). */
@@ -266,7 +207,7 @@ static void write_entry(cache_it *c, sl_status s, const sl_element *e) {
         memcpy(c->scratch + 8, msg, ml);
     } else {
         kind = KIND_ELEM;
-        if (!(size = encode_element(c, e))) {
+        if (!(size = sl__elem_encode(e, &c->scratch, &c->scap))) {
             abandon_file(c, "out of memory");
             return;
         }
@@ -395,7 +336,7 @@ static sl_status replay_file(cache_it *c, sl_element *out) {
     memcpy(&crc, b + at + 16, 4);
     if (memcmp(b + at, ENTRY_MAGIC, 4) != 0) return corrupt(c, at, "bad entry magic");
     if (size > c->body_end - at - ENTRY_HDR) return corrupt(c, at, "entry runs past the end of the data");
-    const uint8_t *p = b + at + ENTRY_HDR, *end = p + size;
+    const uint8_t *p = b + at + ENTRY_HDR;
     if (sl_crc32c(0, p, size) != crc || sl_buf_damaged(c->map))
         return corrupt(c, at, "entry checksum mismatch");
     uint64_t next = at + ENTRY_HDR + pad8(size);
@@ -410,78 +351,11 @@ static sl_status replay_file(cache_it *c, sl_element *out) {
         return sl_err(code, "%.*s", (int)ml, (const char *)p + 8);
     }
     if (kind != KIND_ELEM || size < 8) return corrupt(c, at, "bad entry kind");
-    uint32_t ncomp;
-    memcpy(&ncomp, p, 4);
-    if (ncomp > SL_ELEM_MAX) return corrupt(c, at, "too many components");
-    p += 8;
-    for (uint32_t k = 0; k < ncomp; k++) {
-        uint64_t here = at + ENTRY_HDR + (uint64_t)(p - (b + at + ENTRY_HDR));
-        if (end - p < 8) return corrupt(c, here, "component header truncated");
-        sl_dtype dt = p[0];
-        int rank = p[1];
-        uint16_t nl;
-        memcpy(&nl, p + 2, 2);
-        p += 8;
-        if (dt <= SL_DT_INVALID || dt >= SL_DT_COUNT_ || rank > SL_MAX_RANK || nl == 0 || nl >= SL_NAME_MAX)
-            return corrupt(c, here, "bad component header");
-        if ((uint64_t)(end - p) < pad8(nl) + 8 * (uint64_t)rank + 8) return corrupt(c, here, "component truncated");
-        char name[SL_NAME_MAX];
-        memcpy(name, p, nl);
-        name[nl] = 0;
-        p += pad8(nl);
-        int64_t dims[SL_MAX_RANK];
-        memcpy(dims, p, 8 * (size_t)rank);
-        p += 8 * (size_t)rank;
-        uint64_t nval;
-        memcpy(&nval, p, 8);
-        p += 8;
-        uint64_t numel = 1;
-        for (int i = 0; i < rank; i++) {
-            if (dims[i] < 0 || (dims[i] && numel > UINT64_MAX / (uint64_t)dims[i]))
-                return corrupt(c, here, "bad dims");
-            numel *= (uint64_t)dims[i];
-        }
-        sl_tensor t = SL_TENSOR_EMPTY;
-        if (dt == SL_DT_BYTES) {
-            if (nval != numel || nval > (uint64_t)(end - p) / 8) return corrupt(c, here, "bad string count");
-            const uint8_t *lens = p, *data = p + 8 * nval;
-            uint64_t total = 0;
-            for (uint64_t i = 0; i < nval; i++) {
-                uint64_t len;
-                memcpy(&len, lens + 8 * i, 8);
-                if (len > (uint64_t)(end - data) - total) return corrupt(c, here, "string runs past the entry");
-                total += len;
-            }
-            sl_buf *vb = sl_buf_new(nval * sizeof(sl_bytes));
-            if (!vb) return SL_ENOMEM;
-            sl_bytes *v = vb->data;
-            uint64_t o = 0;
-            for (uint64_t i = 0; i < nval; i++) {
-                uint64_t len;
-                memcpy(&len, lens + 8 * i, 8);
-                v[i].ptr = data + o;
-                v[i].len = len;
-                o += len;
-            }
-            t.dtype = dt;
-            t.rank = rank;
-            memcpy(t.dims, dims, sizeof dims);
-            t.data = vb->data;
-            t.buf = vb;
-            t.aux = sl_buf_ref(c->map);
-            p = data + pad8(total) <= end ? data + pad8(total) : end;
-        } else {
-            if (nval != numel * sl_dtype_size(dt) || nval > (uint64_t)(end - p))
-                return corrupt(c, here, "data size does not match the shape");
-            sl_status s = sl_tensor_view(&t, c->map, p, nval, dt, rank, dims);
-            if (s) return corrupt(c, here, "bad tensor");
-            p += pad8(nval) <= (uint64_t)(end - p) ? pad8(nval) : (uint64_t)(end - p);
-        }
-        if (sl_element_find(out, name) >= 0 || sl_element_set(out, name, &t) != SL_OK) {
-            sl_tensor_release(&t);
-            return corrupt(c, here, "duplicate component");
-        }
-    }
+    uint64_t bad_at;
+    const char *why;
+    sl_status ds = sl__elem_decode(c->map, p, size, out, &bad_at, &why);
+    if (ds == SL_ENOMEM) return ds;
+    if (ds) return corrupt(c, bad_at ? at + ENTRY_HDR + bad_at : at, why);
     c->pos = (int64_t)next;
     return SL_OK;
 }

@@ -806,7 +806,9 @@ TEST(test_error_messages) {
         {" range 0 3\n frobnicate\n", SL_EINVAL,
          "p.sl:3:2: unknown op 'frobnicate' in pipeline 'train'\n     frobnicate\n     ^~~~~~~~~~\n"
          "---> HINT: the ops are files, range, shard, interleave, shuffle, map, batch, prefetch, repeat, take, "
-         "skip, cache, ignore_errors, filter, sample, choose"},
+         "skip, cache, snapshot, load, ignore_errors, filter, window, group_by_window, bucket_by_sequence_length, "
+         "rejection_resample, sample, choose, zip, concatenate, enumerate, unbatch, rebatch, take_while, scan, "
+         "unique"},
         {" range 0 3\n map decode_jpg(image)\n", SL_EINVAL,
          "p.sl:3:6: unknown function 'decode_jpg' in map\n     map decode_jpg(image)\n         ^~~~~~~~~~\n"
          "---> HINT: did you mean 'decode_jpeg'?"},

@@ -342,9 +342,15 @@ TEST(test_conv_without_im2col) {
     ASSERT(t.m[0]->L[0].chunk < B && t.m[0]->L[1].chunk < B); /* chunks run at once */
 #ifndef __SANITIZE_ADDRESS__ /* the ASan build (-O1): one thread's gradient differs from two threads' in
                                its last bits there, a difference not yet explained; asserted elsewhere */
-    ASSERT(t.loss[0] == t.loss[2]);
-    ASSERT_MEMEQ(t.g[0], t.g[2], t.ng * sizeof(float));
-    ASSERT_MEMEQ(t.ig[0], t.ig[2], t.nx * sizeof(float));
+    /* bit for bit only on our own GEMM: without AVX-512 the products are OpenBLAS's, whose
+     * blocking (and so its sums' order) follows its thread count */
+    if (sl__gemm512_wanted()) {
+        ASSERT(t.loss[0] == t.loss[2]);
+        ASSERT_MEMEQ(t.g[0], t.g[2], t.ng * sizeof(float));
+        ASSERT_MEMEQ(t.ig[0], t.ig[2], t.nx * sizeof(float));
+    } else {
+        ASSERT(fabs(t.loss[0] - t.loss[2]) <= 1e-5 * fabs(t.loss[2]));
+    }
 #endif
     ASSERT(fabs(t.loss[0] - t.loss[1]) <= 1e-5 * fabs(t.loss[1]));
     double d2 = 0, r2 = 0;
