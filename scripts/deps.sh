@@ -12,6 +12,8 @@ pkgs=(
   clang libclang-rt-14-dev
   # the Python module (python/) and its tests: headers, pip install ./python offline, torch
   python3-dev python3-setuptools python3-pip python3-wheel python3-torch
+  # the Debian packages' test (test_debian_packages.sh): cpack's DEB tools and lintian
+  dpkg-dev lintian
 )
 missing=()
 for p in "${pkgs[@]}"; do

@@ -3,8 +3,9 @@
 # rebuilt): every tool's --version; `cmake --install BUILD --prefix $T/prefix` (libraries,
 # headers, tools, sluice.pc, sluiceConfig.cmake); a small C program built against that
 # prefix with pkg-config, and with find_package(sluice) (static and shared targets); the
-# .deb from `cpack -G DEB` (its control fields and files, and a program built against the
-# extracted package); and a parent project that takes Sluice by add_subdirectory: it
+# .debs from `cpack -G DEB` (their control fields and files, and a program built against the
+# extracted packages; as root with lintian left to test_debian_packages.sh, unless
+# SLUICE_TEST_DEB=1); and a parent project that takes Sluice by add_subdirectory: it
 # configures (tests off), generates, preprocesses every library source with the
 # subproject's own flags (its include paths and generated headers must resolve), archives
 # the library, and builds and runs a program against it. The library's objects are this
@@ -139,36 +140,52 @@ run fp-version 1 cmake -S "$T/app" -B "$T/app/build7" -DCMAKE_PREFIX_PATH="$P" &
     grep -q "version: $VERSION" "$T/fp-version.err" && ok "find_package(sluice 7.0) refused (installed $VERSION)" ||
     fail "find_package(sluice 7.0): $(tail -5 "$T/fp-version.err")"
 
-# ---- the .deb ----
-if command -v cpack >/dev/null && command -v dpkg-deb >/dev/null && command -v dpkg-shlibdeps >/dev/null; then
+# ---- the .deb packages ----
+# cpack -G DEB makes libsluice<SOVERSION>, libsluice-dev, sluice-tools (and python3-sluice):
+# their names, versions, Depends and files; the library and -dev packages unpacked anywhere
+# build a program (sluice.pc is relocatable). As root with lintian, test_debian_packages.sh
+# makes the same packages, checks them with lintian and installs them: left to it here.
+if [ -z "${SLUICE_TEST_DEB:-}" ] && [ "$(id -u)" = 0 ] && command -v lintian >/dev/null && command -v dpkg >/dev/null; then
+    echo "skipped: the .deb packages (test_debian_packages.sh checks them, as root with lintian)"
+elif command -v cpack >/dev/null && command -v dpkg-deb >/dev/null && command -v dpkg-shlibdeps >/dev/null; then
     # CPACK_CMAKE_GENERATOR=Ninja: with this build's generator (Unix Makefiles) cpack first
     # makes the "preinstall" target, i.e. all of this tree, which ctest's tree already is (a
     # scan of every target: half of cpack's 11 s); a generator without that step (ninja
     # itself is never run) leaves cpack to run cmake_install.cmake alone, the same files
     if run cpack 0 cpack -G DEB -B "$T/deb" --config "$BUILD/CPackConfig.cmake" -D CPACK_CMAKE_GENERATOR=Ninja; then
-        deb=$(ls "$T"/deb/sluice_"$VERSION"_*.deb 2>/dev/null | head -1)
-        if [ -z "$deb" ]; then
-            fail "cpack made no sluice_${VERSION}_*.deb: $(ls "$T/deb")"
-        else
-            dpkg-deb -I "$deb" >"$T/deb-info.out"
-            dpkg-deb -c "$deb" >"$T/deb-files.out"
-            dep=$(sed -n 's/^ Depends: //p' "$T/deb-info.out")
+        so=$(readelf -d "$libdir/libsluice.so" | sed -n 's/.*SONAME.*libsluice\.so\.\([0-9.]*\)\]/\1/p')
+        debs=""
+        for p in "libsluice$so" libsluice-dev sluice-tools; do
+            deb=$(ls "$T"/deb/"${p}_${VERSION}"-*_*.deb 2>/dev/null | head -1)
+            if [ -z "$deb" ]; then fail "cpack made no ${p}_${VERSION}-*.deb: $(ls "$T/deb")"; continue; fi
+            debs="$debs $deb"
+            dpkg-deb -I "$deb" >"$T/deb-info-$p.out"
+            dpkg-deb -c "$deb" >"$T/deb-files-$p.out"
+        done
+        if [ "$(echo $debs | wc -w)" = 3 ]; then
+            dep=$(sed -n 's/^ Depends: //p' "$T/deb-info-libsluice$so.out")
             bad=""
             for d in libzmq5 libopenblas libturbojpeg0 libprotobuf-c1 libc6; do
                 case "$dep" in *"$d"*) ;; *) bad="$bad $d" ;; esac
             done
-            grep -q '^ Package: sluice$' "$T/deb-info.out" && grep -q "^ Version: $VERSION$" "$T/deb-info.out" &&
-                [ -z "$bad" ] && ok "$(basename "$deb"): Depends: $dep" ||
-                fail "dpkg-deb -I: missing$bad in: $(cat "$T/deb-info.out")"
+            grep -q "^ Package: libsluice$so$" "$T/deb-info-libsluice$so.out" &&
+                grep -q "^ Version: $VERSION-[0-9]" "$T/deb-info-libsluice$so.out" && [ -z "$bad" ] &&
+                grep -q "^ Depends: libsluice$so (= $VERSION-" "$T/deb-info-libsluice-dev.out" &&
+                ok "libsluice$so (SONAME libsluice.so.$so) Depends: $dep; libsluice-dev needs it" ||
+                fail "dpkg-deb -I: missing$bad in: $(cat "$T"/deb-info-*.out)"
             missing=""
-            for f in usr/bin/sluice-train usr/bin/sluice-launch usr/include/sluice/version.h libsluice.a \
-                libsluice.so.0.1.0 pkgconfig/sluice.pc cmake/sluice/sluiceConfig.cmake; do
-                grep -q "$f\$" "$T/deb-files.out" || missing="$missing $f"
+            for pf in "libsluice$so:lib/[a-z0-9_-]*/libsluice.so.$so.0" "libsluice$so:share/doc/libsluice$so/copyright" \
+                libsluice-dev:usr/include/sluice/version.h "libsluice-dev:lib/[a-z0-9_-]*/libsluice.a" \
+                "libsluice-dev:lib/[a-z0-9_-]*/libsluice.so -> libsluice.so.$so" libsluice-dev:pkgconfig/sluice.pc \
+                libsluice-dev:cmake/sluice/sluiceConfig.cmake sluice-tools:usr/bin/sluice-train \
+                sluice-tools:usr/bin/sluice-launch sluice-tools:usr/share/man/man1/sluice-train.1.gz \
+                sluice-tools:usr/share/bash-completion/completions/sluice-record sluice-tools:share/doc/sluice-tools/changelog.Debian.gz; do
+                grep -q "${pf#*:}\$" "$T/deb-files-${pf%%:*}.out" || missing="$missing ${pf%%:*}:${pf#*:}"
             done
-            [ -z "$missing" ] && ok "dpkg-deb -c: tools, headers, libraries, sluice.pc, sluiceConfig.cmake under /usr" ||
+            [ -z "$missing" ] && ok "dpkg-deb -c: library (multiarch), headers, static library, .so link, sluice.pc, sluiceConfig.cmake, tools, man pages, completions" ||
                 fail "dpkg-deb -c lacks:$missing"
-            # what the package installs builds a program, wherever it is unpacked (sluice.pc is relocatable)
-            dpkg-deb -x "$deb" "$T/root"
+            # the library and -dev packages build a program, wherever they are unpacked
+            for deb in $debs; do dpkg-deb -x "$deb" "$T/root"; done
             pcx=$(find "$T/root" -name sluice.pc)
             # shellcheck disable=SC2046
             if run deb-build 0 $CC -o "$T/app/hello_deb" "$T/app/hello.c" \
