@@ -177,6 +177,172 @@ sl_status sl_fn_decode_raw(const char *comp, sl_dtype dtype, int rank, const int
  * 0..depth-1 is SL_ERANGE. */
 sl_status sl_fn_one_hot(const char *comp, int depth, sl_fn **out);
 
+/* ---- colour (torchvision's functional ops on uint8 tensors) ----------------------------
+ * uint8 images only ([h, w, c] or [h, w]; other dtypes are SL_EINVAL: apply them before
+ * normalize or cast), with c = 1 or 3 (others SL_EINVAL naming the shape). Each result is
+ * bit for bit torchvision 0.14's tensor op (float32 arithmetic, clamped to 0..255 and
+ * truncated, see pipeline/fn/color.h); the tests compare with stored torchvision outputs
+ * (tests/data/torchvision). The output is a fresh tensor (straight into the batch under a
+ * fused map_batch); the input buffer is never written. Constructors return SL_OK, or
+ * SL_EINVAL (bad component name or factor; *out NULL) or SL_ENOMEM. */
+
+/* F.adjust_brightness: v * factor. factor >= 0. */
+sl_status sl_fn_adjust_brightness(const char *comp, double factor, sl_fn **out);
+/* F.adjust_contrast: blend with the mean of the grayscale image (of the image itself for
+ * c = 1). factor >= 0. */
+sl_status sl_fn_adjust_contrast(const char *comp, double factor, sl_fn **out);
+/* F.adjust_saturation: blend with each pixel's grayscale value. factor >= 0. A
+ * one-channel image comes out as it went in (torchvision's behaviour). */
+sl_status sl_fn_adjust_saturation(const char *comp, double factor, sl_fn **out);
+/* F.adjust_hue: rotate the hue by hue_factor turns, hue_factor in [-0.5, 0.5]. A
+ * one-channel image comes out as it went in (torchvision's behaviour). */
+sl_status sl_fn_adjust_hue(const char *comp, double hue_factor, sl_fn **out);
+
+/* torchvision's ColorJitter with explicit ranges: factor k (0 brightness, 1 contrast,
+ * 2 saturation, 3 hue) is drawn uniform in [lo[k], hi[k]] (as a float32, as torchvision's
+ * torch.empty(1).uniform_ does); a factor whose range is the identity ([1, 1] for the first
+ * three, [0, 0] for hue) is not applied. Per call: first a random order of the four
+ * (Fisher-Yates from the call's seed), then the factors in the order brightness, contrast,
+ * saturation, hue (only those applied), then the adjustments in the drawn order. Ranges:
+ * 0 <= lo <= hi for the first three, -0.5 <= lo <= hi <= 0.5 for hue, else SL_EINVAL.
+ * Images with c = 1: brightness and contrast apply, saturation and hue do nothing. */
+sl_status sl_fn_color_jitter_ranges(const char *comp, const double lo[4], const double hi[4], sl_fn **out);
+/* ColorJitter(brightness, contrast, saturation, hue) with torchvision's scalar arguments:
+ * the ranges [max(0, 1 - b), 1 + b] (likewise contrast and saturation) and [-hue, hue];
+ * b, contrast, saturation >= 0, 0 <= hue <= 0.5. */
+sl_status sl_fn_color_jitter(const char *comp, double brightness, double contrast, double saturation,
+                             double hue, sl_fn **out);
+
+/* F.rgb_to_grayscale(img, num_output_channels): 0.2989 r + 0.587 g + 0.114 b truncated to
+ * uint8, one channel, or that value in each of 3 channels when num_output_channels is 3 (1
+ * or 3, else SL_EINVAL). A one-channel image is copied as it is, with one channel also
+ * when 3 are asked for (torchvision's behaviour). A rank 2 input gives a rank 2 output for
+ * one channel. */
+sl_status sl_fn_rgb_to_grayscale(const char *comp, int num_output_channels, sl_fn **out);
+/* RandomGrayscale(p): with probability p (one U[0,1) draw from the seed, below p),
+ * rgb_to_grayscale keeping the number of channels (3 in, 3 out); otherwise the image is
+ * left as it is (the same tensor). p in [0, 1]. */
+sl_status sl_fn_random_grayscale(const char *comp, double p, sl_fn **out);
+
+/* ---- geometry ------------------------------------------------------------------------- */
+
+/* tf.image.rot90(image, k): rotate counter-clockwise by k quarter turns (any k: taken
+ * modulo 4; np.rot90 and torch.rot90 over (H, W) agree). Any numeric dtype, rank 2 or 3;
+ * the output is [w, h, c] for odd k. k = 0 leaves the very tensor. */
+sl_status sl_fn_rot90(const char *comp, int k, sl_fn **out);
+/* rot90 by k uniform in {0, 1, 2, 3} (one sl__rng_below(4) draw from the seed). Images that
+ * are not square change shape with k: batch them only when they are square. */
+sl_status sl_fn_random_rot90(const char *comp, sl_fn **out);
+
+/* F.erase(img, i, j, h, w, v): the box of rows i..i+h-1, columns j..j+w-1 set to `value`
+ * (nvalue = 1: every channel; else one per channel, nvalue = c, checked per call). uint8
+ * and float32 images (rank 2 or 3); for uint8 each value is rounded down and saturated to
+ * 0..255 (torchvision's cast). A box not inside the image (i, j < 0, h, w < 1, i + h > H,
+ * j + w > W) is SL_EINVAL at the call naming box and image; nvalue must be 1..16. */
+sl_status sl_fn_erase(const char *comp, int i, int j, int h, int w, const float *value, int nvalue,
+                      sl_fn **out);
+/* torchvision's RandomErasing(p, scale, ratio, value). Per call, from the seed: one U[0,1)
+ * draw, no erasing unless it is below p; then up to 10 tries of an area fraction U[scale_lo,
+ * scale_hi] and a log-aspect U[log ratio_lo, log ratio_hi], h = round(sqrt(area * aspect)),
+ * w = round(sqrt(area / aspect)) (ties to even, as Python's round); the first try with
+ * h < H and w < W places the box at a row uniform in [0, H - h] and a column in [0, W - w]
+ * (no try fits: unchanged, as torchvision). The box is filled with `value` (as sl_fn_erase),
+ * or with random values when random_value (value ignored): standard normal for float32
+ * (torchvision's value="random" on the normalized tensor), uniform 0..255 for uint8 (where
+ * torchvision's cast of normal values is meaningless). An unerased image is the same
+ * tensor. 0 <= p <= 1, 0 < scale_lo <= scale_hi <= 1, 0 < ratio_lo <= ratio_hi, else
+ * SL_EINVAL. torchvision's defaults: 0.5, 0.02, 0.33, 0.3, 3.3, value 0. */
+sl_status sl_fn_random_erasing(const char *comp, double p, double scale_lo, double scale_hi, double ratio_lo,
+                               double ratio_hi, const float *value, int nvalue, bool random_value,
+                               sl_fn **out);
+
+/* tf.image.resize_with_pad(image, height, width) (bilinear, antialias=False): resized by
+ * ratio = max(W / width, H / height) (float32) to floor(H / ratio) x floor(W / ratio) with
+ * the 2-tap resampler (half-pixel centres, sl_fn_resize with antialias off), then placed at
+ * row floor((height - H / ratio) / 2), column floor((width - W / ratio) / 2) of a zero
+ * height x width image. uint8 (rounded to nearest) or float32; the dtype is kept (TF gives
+ * float32). height, width 1..65535; an output over max_pixels is SL_ERANGE. */
+sl_status sl_fn_resize_with_pad(const char *comp, int height, int width, sl_fn **out);
+
+/* tf.image.crop_to_bounding_box(image, offset_height, offset_width, target_height,
+ * target_width): rows offset_height.., columns offset_width.., any dtype; a box that is the
+ * whole image leaves the very tensor (so does distorted_bbox_crop's fallback). Constructor:
+ * offsets >= 0 and targets >= 1, else SL_EINVAL. Per call: a box that does not fit the
+ * image (offset + target over the side) is SL_EINVAL naming box and image. */
+sl_status sl_fn_crop_to_bounding_box(const char *comp, int offset_height, int offset_width, int target_height,
+                                     int target_width, sl_fn **out);
+
+/* The Inception crop: tf.image.sample_distorted_bounding_box then the crop, as TensorFlow's
+ * kernel samples it (sample_distorted_bounding_box_op.cc): up to max_attempts tries of an
+ * aspect ratio U[aspect_lo, aspect_hi] and a crop height uniform between the heights whose
+ * area is area_lo and area_hi of the image (TF's GenerateRandomCrop: lrintf rounding, the
+ * width-fitting correction), at a uniform position; the first crop covering at least
+ * min_object_covered of one bounding box wins, none: the whole image. Bounding boxes come
+ * from component `boxes` (float32 [n, 4] or [1, n, 4]: ymin, xmin, ymax, xmax in [0, 1],
+ * ymin <= ymax, xmin <= xmax, else SL_EINVAL at the call) when boxes is non-NULL and the
+ * element has it with n >= 1; otherwise the whole image is the one box when
+ * use_image_if_no_boxes (else SL_EINVAL at the call). The random numbers are ours, not TF's
+ * Philox. Any dtype. Constructor: 0 <= min_object_covered <= 1, 0 < aspect_lo <= aspect_hi,
+ * 0 < area_lo <= area_hi <= 1, 1 <= max_attempts <= 100000, else SL_EINVAL. TF's Inception
+ * defaults: 0.1, [0.75, 1.33], [0.05, 1.0], 100, true. */
+sl_status sl_fn_distorted_bbox_crop(const char *comp, const char *boxes, double min_object_covered,
+                                    double aspect_lo, double aspect_hi, double area_lo, double area_hi,
+                                    int max_attempts, bool use_image_if_no_boxes, sl_fn **out);
+
+/* ---- torchvision's classification recipe: augment policies and batch mixing ----------- */
+
+/* torchvision 0.14's RandAugment(num_ops, magnitude, num_magnitude_bins=bins) on a uint8
+ * [h, w, c] (or [h, w]) image, c 1 or 3, interpolation NEAREST, fill 0: num_ops times an op
+ * drawn uniformly from Identity, ShearX, ShearY, TranslateX, TranslateY, Rotate, Brightness,
+ * Color, Contrast, Sharpness, Posterize, Solarize, AutoContrast, Equalize, at bin `magnitude`
+ * of torchvision's magnitude table (TranslateX/Y scale with the image: 150/331 of its width
+ * or height at the last bin), the sign of a signed op drawn with probability 1/2. Each op's
+ * pixels equal torchvision's within 1 per value (the geometric ops: exactly). Randomness
+ * from the call's seed only. An image of another dtype or channel count fails when applied
+ * with SL_EINVAL. Here: SL_EINVAL for bins outside 2..1000, num_ops outside 0..16, or
+ * magnitude outside 0..bins - 1; *out is NULL on failure. */
+sl_status sl_fn_rand_augment(const char *comp, int num_ops, int magnitude, int bins, sl_fn **out);
+
+/* TrivialAugmentWide(num_magnitude_bins=bins): one op drawn uniformly from the 14 above, its
+ * bin uniform over bins (TrivialAugmentWide's wide table: shear 0.99, translate 32 pixels,
+ * rotate 135 degrees, colour factors 1 +- 0.99, posterize 8..2 bits), a signed op's sign
+ * with probability 1/2. Otherwise as sl_fn_rand_augment; SL_EINVAL for bins outside 2..1000. */
+sl_status sl_fn_trivial_augment(const char *comp, int bins, sl_fn **out);
+
+/* One op of the policies at a fixed magnitude (torchvision's _apply_op(img, op, magnitude)):
+ * op by torchvision's name (case-insensitive), magnitude as _apply_op takes it, signed: shear
+ * factor (tan), translation in pixels (truncated), rotation in degrees counter-clockwise,
+ * colour factor - 1, Posterize's bits, Solarize's threshold; ignored by Identity,
+ * AutoContrast and Equalize. SL_EINVAL for an unknown op (the hint lists them), a magnitude
+ * that is not finite, < -1 for a colour op, outside [0, 9) for Posterize, |shear| > 100. */
+sl_status sl_fn_augment_op(const char *comp, const char *op, double magnitude, sl_fn **out);
+
+/* Batch functions: apply them with map after batch. The image component is [N, ...]
+ * (usually [N, H, W, C]) float32 or uint8, the label int64 [N] (class ids 0..num_classes-1,
+ * made one-hot first) or float32 [N, num_classes]; the label becomes float32
+ * [N, num_classes]. As torchvision's reference scripts' RandomMixup / RandomCutmix: with
+ * probability p (else only the one-hot), lambda ~ Beta(alpha, alpha) (from two Gamma draws,
+ * Marsaglia-Tsang, seeded by the call's seed); the batch is paired with itself rolled by one
+ * (element i with i - 1, element 0 with N - 1).
+ * mixup: image = lambda * image + (1 - lambda) * rolled (in float32; uint8 rounded to
+ * nearest), label = lambda * label + (1 - lambda) * rolled label, with 1 - lambda computed
+ * in float32 from the float32 lambda, so a one-hot row sums to exactly 1.
+ * cutmix: a box centred at a uniform (x, y), half sides int(0.5 sqrt(1 - lambda) W) and
+ * (... H), clipped to the image, is copied from the rolled images (dims 1 and 2 are H and W);
+ * lambda becomes 1 - box area / (H W) and mixes the labels as above.
+ * Errors when applied (SL_EINVAL): a missing component, a label of another dtype or shape,
+ * an image whose first dimension is not the label's N, for cutmix and mixup_cutmix an image
+ * of rank < 3 or an empty H or W (whatever the draw), a class id outside 0..num_classes-1
+ * (SL_ERANGE). Here: SL_EINVAL for alpha <= 0, p outside [0, 1], num_classes < 1. */
+sl_status sl_fn_mixup(const char *image, const char *label, double alpha, int num_classes, double p,
+                      sl_fn **out);
+sl_status sl_fn_cutmix(const char *image, const char *label, double alpha, int num_classes, double p,
+                       sl_fn **out);
+/* The recipe's RandomChoice([RandomMixup(p=1, mixup_alpha), RandomCutmix(p=1, cutmix_alpha)]):
+ * each call first draws which one (1/2 each), then does it. */
+sl_status sl_fn_mixup_cutmix(const char *image, const char *label, double mixup_alpha, double cutmix_alpha,
+                             int num_classes, sl_fn **out);
+
 #ifdef __cplusplus
 }
 #endif

@@ -134,6 +134,28 @@
  *   random_flip(COMP, p=0.5, horizontal=true, vertical=false)
  *   normalize(COMP, mean=[...], std=[...], scale_uint8=true)
  *   cast(COMP, DTYPE)   scale(COMP, FACTOR)   decode_raw(COMP, DTYPE, SHAPE)   one_hot(COMP, DEPTH)
+ *   adjust_brightness(COMP, FACTOR)   adjust_contrast(COMP, FACTOR)   adjust_saturation(COMP, FACTOR)
+ *   adjust_hue(COMP, FACTOR)   (torchvision's F.adjust_*, uint8; hue FACTOR in [-0.5, 0.5])
+ *   color_jitter(COMP, brightness=0, contrast=0, saturation=0, hue=0)   each N (torchvision's
+ *       ColorJitter: [max(0, 1 - N), 1 + N], hue [-N, N]) or [lo, hi]; random order of the four
+ *   rgb_to_grayscale(COMP, channels=1|3)   random_grayscale(COMP, p=0.1)   (uint8)
+ *   rot90(COMP, k=1)   random_rot90(COMP)   counter-clockwise, as tf.image.rot90
+ *   erase(COMP, I, J, H, W, value=0|[v, ...])   a fixed box (F.erase)
+ *   random_erasing(COMP, p=0.5, scale=[0.02, 0.33], ratio=[0.3, 3.3], value=0|[v, ...]|random)
+ *       torchvision's RandomErasing, uint8 or float32 (after normalize, as its recipes do)
+ *   resize_with_pad(COMP, SIZE)   tf.image.resize_with_pad: keep aspect, pad with zeros
+ *   crop_to_bounding_box(COMP, OFFSET_HEIGHT, OFFSET_WIDTH, TARGET_HEIGHT, TARGET_WIDTH)
+ *   distorted_bbox_crop(COMP, boxes=COMP, min_object_covered=0.1, aspect_ratio_range=[0.75, 1.33],
+ *       area_range=[0.05, 1], max_attempts=100, use_image_if_no_bounding_boxes=true)
+ *       the Inception crop: tf.image.sample_distorted_bounding_box, then the crop; boxes
+ *       (float32 [n, 4], ymin xmin ymax xmax in [0, 1]) from component boxes when given
+ *   rand_augment(COMP, num_ops=2, magnitude=9, bins=31)   trivial_augment(COMP, bins=31)
+ *       torchvision's RandAugment / TrivialAugmentWide on uint8 images (NEAREST, fill 0)
+ *   augment_op(COMP, OP, magnitude=0)   one of their ops by torchvision's name (ShearX, ...)
+ *   mixup(IMAGE, LABEL, alpha=0.2, num_classes=N, p=1.0)   cutmix(IMAGE, LABEL, alpha=1.0,
+ *       num_classes=N, p=1.0)   mixup_cutmix(IMAGE, LABEL, mixup_alpha=0.2, cutmix_alpha=1.0,
+ *       num_classes=N)   batch functions (map after batch): torchvision's reference
+ *       RandomMixup / RandomCutmix and the recipe's RandomChoice of the two
  *
  * Every mistake is reported through sl_cfg_err — "FILE:LINE:COL: message", the line, a
  * caret — with a hint (sl_err_hint): unknown ops, functions and options get "did you
@@ -144,6 +166,7 @@
 #include <stdint.h>
 
 #include "sluice/config.h"
+#include "sluice/fn.h"
 #include "sluice/pipeline.h"
 #include "sluice/status.h"
 
@@ -168,9 +191,23 @@ typedef struct sl_pipeline_env {
                               over 3 replicas", hinting that the config's batch is the global
                               batch). The trainer passes its world size here for the training
                               pipeline, so the caller's sl_cfg is never rewritten. */
+    /* The caller's own map functions (optional; NULL: none). A call NAME() in `map` whose
+     * NAME is none of the functions below is looked up with find_fn(find_fn_ctx, NAME,
+     * &fn) before it is an "unknown function" error (so a caller's function cannot shadow
+     * a stock one). find_fn returns SL_OK with fn a new reference (the map takes it over:
+     * the dataset keeps that reference, so what ctx points to must outlive the dataset's use
+     * of the function, or be owned by the function's own ctx), SL_ENOTFOUND with fn NULL when
+     * NAME is not one of the caller's (the usual "unknown function" error follows, with its
+     * did-you-mean), or another negative status, which the build returns prefixed with
+     * "FILE:LINE:COL: " of the call. A caller's function takes no arguments: NAME(x) is
+     * SL_EINVAL at the argument. It is called on the building thread, while
+     * sl_pipeline_from_config runs, never afterwards. A `snapshot` after such a function
+     * fingerprints its NAME only, not what it does. */
+    sl_status (*find_fn)(void *find_fn_ctx, const char *name, sl_fn **out);
+    void *find_fn_ctx;  /* handed to find_fn; borrowed */
 } sl_pipeline_env;
 
-/* num_shards 1, shard_index 0, base_dir NULL, seed 0, batch_divisor 0. */
+/* num_shards 1, shard_index 0, base_dir NULL, seed 0, batch_divisor 0, find_fn NULL. */
 sl_pipeline_env sl_pipeline_env_default(void);
 
 /* Build the dataset of `pipeline NAME { ... }` in cfg (borrowed: the dataset keeps nothing
