@@ -7,6 +7,13 @@
         x, y = batch["image"], batch["label"]   # numpy arrays, float32[128,28,28,1], int64[128]
     print(p.stats()["ops"][0])             # the stats JSON of the pass, as a dict
 
+Pipelines can also be built in Python, tf.data-style: sluice.data (Dataset.list_files,
+TFRecordDataset, interleave, map, batch, shuffle, prefetch, ...) with the element functions
+of sluice.fn (parse_example, decode_raw, decode_jpeg, scale, ...) and Python functions in
+map (run on Sluice's threads, the GIL held only for the call); a Dataset writes itself as
+config text (to_config()) and iterates as a Pipeline built from it. A config written by
+hand can call Python functions too: `map my_fn()` with Pipeline(..., functions={"my_fn": f}).
+
 What it promises:
   * No copy. Each array is a read-only view of the bytes Sluice produced; its base is a
     sluice.Buffer holding a reference to Sluice's buffer, so the array stays valid after
@@ -72,7 +79,7 @@ import numpy as _np
 
 from ._sluice import Buffer, Error, _Iterator, _Pipeline, _dlpack  # noqa: F401
 
-__all__ = ["Pipeline", "Iterator", "Array", "Buffer", "Error", "mix_seed"]
+__all__ = ["Pipeline", "Iterator", "Array", "Buffer", "Error", "mix_seed", "data", "fn"]
 __version__ = "0.1.0"
 
 _M64 = 0xFFFFFFFFFFFFFFFF
@@ -149,6 +156,73 @@ def _error(status, message, hint=None):
     e = Error(message + ("\n---> HINT: " + hint if hint else ""))
     e.status, e.code, e.message, e.hint = status, None, message, hint
     return e
+
+
+_OUT_DTYPES = {"uint8", "int8", "uint16", "int16", "int32", "uint32", "int64", "float16", "float32", "float64",
+               "bool"}
+
+
+def _base_buffer(a):
+    b = a
+    while isinstance(b, _np.ndarray):
+        b = b.base
+    return b if isinstance(b, Buffer) else None
+
+
+def _component(k, v, elem, bufs):
+    """One returned component as the tuple pyfn.c reads (see python/src/module_priv.h)."""
+    if not isinstance(k, str):
+        raise TypeError(f"the map function returned a dict with key {k!r}: component names are str")
+    if elem is not None and k in elem and v is elem[k]:
+        return (k, 0, bufs[k], None, None)  # the input's own tensor, shared
+    if isinstance(v, (bytes, str)):
+        v = _np.array([v], dtype=object).reshape(())
+    a = v if isinstance(v, _np.ndarray) else _np.asarray(v)
+    if a.dtype == object or a.dtype.kind in "SU":
+        items = []
+        for x in a.reshape(-1).tolist():
+            if isinstance(x, str):
+                x = x.encode()
+            elif not isinstance(x, (bytes, bytearray, memoryview)):
+                raise TypeError(f"component '{k}': a byte-string array holds {type(x).__name__}, not bytes")
+            items.append(bytes(x))
+        return (k, 2, items, "bytes", tuple(a.shape))
+    base = _base_buffer(a)
+    name = a.dtype.name
+    if base is not None and base.dtype == "bfloat16" and name == "uint16":
+        name = "bfloat16"
+    elif name not in _OUT_DTYPES:
+        raise TypeError(f"component '{k}': dtype {name} has no Sluice tensor (Sluice has "
+                        f"{', '.join(sorted(_OUT_DTYPES))} and bytes)")
+    if not a.flags.c_contiguous:
+        a = a.copy(order="C")
+        base = None
+    return (k, 1, a, name, base)
+
+
+class _Trampoline:
+    """What pyfn.c calls for a Python map function: the element's Buffers as numpy arrays in,
+    the returned dict as tuples out. kind "map": fn(element) -> dict; "keep": a filter's
+    predicate, adding the bool component _sluice_keep; "drop": removes _sluice_keep."""
+
+    __slots__ = ("fn", "kind")
+
+    def __init__(self, fn, kind="map"):
+        self.fn, self.kind = fn, kind
+
+    def __call__(self, bufs):
+        if self.kind == "drop":
+            return [(k, 0, b, None, None) for k, b in bufs.items() if k != "_sluice_keep"]
+        elem = {k: _to_numpy(b) for k, b in bufs.items()}
+        if self.kind == "keep":
+            keep = self.fn(elem)
+            r = [(k, 0, b, None, None) for k, b in bufs.items()]
+            return r + [("_sluice_keep", 1, _np.array(bool(_np.asarray(keep)), dtype=_np.bool_), "bool", None)]
+        out = self.fn(elem)
+        if not isinstance(out, dict):
+            raise TypeError(f"the map function returned {type(out).__name__}: it must return a dict "
+                            "{component name: array}")
+        return [_component(k, v, elem, bufs) for k, v in out.items()]
 
 
 class Iterator:
@@ -243,13 +317,28 @@ class Pipeline(_Pipeline):
     base_dir  where relative paths start; default: the config file's folder (for text=,
               the current directory).
     cpu_budget, ram_budget   autotune's limits (0: all cores, a quarter of RAM).
+    functions a dict {NAME: callable}: the config's `map NAME()` calls callable(element), a
+              dict of numpy arrays, on Sluice's map threads (holding the GIL only for the
+              call); it returns the new element, a dict {name: array-like} (numbers, or
+              bytes/str for byte strings). Arrays it passes through unchanged are not
+              copied. An exception it raises comes out of next() as sluice.Error (with the
+              element's file and record offset) whose __cause__ is that exception.
     copy      the passes' default for iter(copy=...): copy views of mapped files at
               hand-out (see the module's notes).
     """
 
     def __init__(self, config=None, name=None, *, text=None, set=None, shard=(0, 1), seed=0,
-                 base_dir=None, cpu_budget=0, ram_budget=0, copy=False):
+                 base_dir=None, cpu_budget=0, ram_budget=0, copy=False, functions=None):
         index, count = shard
+        fns = None
+        if functions is not None:
+            if not isinstance(functions, dict):
+                raise TypeError(f"functions must be a dict {{NAME: callable}}, not {type(functions).__name__}")
+            fns = {}
+            for k, f in functions.items():
+                if not callable(f):
+                    raise TypeError(f"functions[{k!r}] is {type(f).__name__}, not callable")
+                fns[str(k)] = f if isinstance(f, _Trampoline) else _Trampoline(f)
         sets = []
         if isinstance(set, dict):
             for k, v in set.items():
@@ -260,7 +349,7 @@ class Pipeline(_Pipeline):
             sets = [str(s) for s in set]
         super().__init__(None if config is None else str(config), text, name, sets,
                          int(index), int(count), int(seed) & _M64, base_dir,
-                         int(cpu_budget), int(ram_budget))
+                         int(cpu_budget), int(ram_budget), fns)
         self.seed = int(seed) & _M64
         self.copy = bool(copy)
         self.epoch = 0  # the pass the next iteration starts
@@ -317,3 +406,6 @@ class Pipeline(_Pipeline):
 
     def __repr__(self):
         return f"<sluice.Pipeline {self.name!r} seed={self.seed}>"
+
+
+from . import fn, data  # noqa: E402  (they use the names above)

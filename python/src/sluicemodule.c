@@ -4,7 +4,10 @@
  * arrays, JSON stats, epochs) is written in Python on top of them (python/sluice/__init__.py):
  *
  *   _Pipeline(path, text, name, sets, shard_index, num_shards, seed, base_dir, cpu_budget,
- *             ram_budget)
+ *             ram_budget, functions)
+ *       functions: None or a dict {NAME: callable}: a `map NAME()` of the config calls it on
+ *       the map's threads (pyfn.c: sl_pipeline_env.find_fn); an exception it raises comes
+ *       out of next() as sluice.Error whose __cause__ is that exception.
  *       parses the config (a file, or text), applies the `sets` overrides ("PATH=VALUE",
  *       as sluice-stats --set), builds the dataset of `pipeline NAME { }` (sluice/from_config.h)
  *       and keeps it. ._iter(seed, copy, start, state, check_seed) starts an _Iterator:
@@ -58,6 +61,7 @@
 #include "sluice/status.h"
 #include "sluice/tensor.h"
 #include "sluice/util.h"
+#include "module_priv.h"
 
 static PyObject *ErrorType; /* sluice.Error */
 
@@ -69,6 +73,7 @@ static PyObject *raise_sl(sl_status s, const char *what) {
     char *buf = malloc(strlen(full) + (what ? strlen(what) : 0) + 4);
     if (!buf) return PyErr_NoMemory();
     sprintf(buf, "%s%s%s", what ? what : "", what ? ": " : "", full);
+    long long cause = sl__py_strip_marker(buf); /* an exception a Python map function raised */
     const char *h = strstr(buf, "\n---> HINT: ");
     PyObject *exc = PyObject_CallFunction(ErrorType, "s", buf);
     PyObject *msg = h ? PyUnicode_FromStringAndSize(buf, h - buf) : PyUnicode_FromString(buf);
@@ -87,6 +92,7 @@ static PyObject *raise_sl(sl_status s, const char *what) {
     Py_XDECREF(exc);
     Py_XDECREF(msg);
     Py_XDECREF(hint);
+    sl__py_chain_cause(cause);
     return NULL;
 }
 
@@ -135,6 +141,12 @@ static PyObject *buffer_new_from(sl_tensor *t) {
         stride *= (Py_ssize_t)b->t.dims[d];
     }
     return (PyObject *)b;
+}
+
+PyObject *sl__py_buffer_from(sl_tensor *t) { return buffer_new_from(t); }
+
+const sl_tensor *sl__py_buffer_tensor(PyObject *o) {
+    return o && Py_TYPE(o) == &BufferType ? &((BufferObject *)o)->t : NULL;
 }
 
 static void buffer_dealloc(BufferObject *b) {
@@ -292,15 +304,16 @@ static int has_shard_stmt(const sl_cfg *cfg, const char *name) {
 
 static int pipeline_init(PipelineObject *self, PyObject *args, PyObject *kw) {
     static char *kwlist[] = {"path", "text", "name", "sets", "shard_index", "num_shards", "seed",
-                             "base_dir", "cpu_budget", "ram_budget", NULL};
+                             "base_dir", "cpu_budget", "ram_budget", "functions", NULL};
     const char *path = NULL, *text = NULL, *name = NULL, *base_dir = NULL;
     Py_ssize_t text_len = 0;
-    PyObject *sets = NULL;
+    PyObject *sets = NULL, *functions = NULL;
     long long shard_index = 0, num_shards = 1, ram_budget = 0;
     unsigned long long seed = 0;
     int cpu_budget = 0;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "|zz#zOLLKziL", kwlist, &path, &text, &text_len, &name, &sets,
-                                     &shard_index, &num_shards, &seed, &base_dir, &cpu_budget, &ram_budget))
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "|zz#zOLLKziLO", kwlist, &path, &text, &text_len, &name, &sets,
+                                     &shard_index, &num_shards, &seed, &base_dir, &cpu_budget, &ram_budget,
+                                     &functions))
         return -1;
     if (self->ds) {
         PyErr_SetString(PyExc_RuntimeError, "a Pipeline is initialised once");
@@ -313,6 +326,10 @@ static int pipeline_init(PipelineObject *self, PyObject *args, PyObject *kw) {
     if (num_shards < 1 || shard_index < 0 || shard_index >= num_shards) {
         PyErr_Format(PyExc_ValueError, "shard=(%lld, %lld): the index must be in [0, count) and count >= 1",
                      shard_index, num_shards);
+        return -1;
+    }
+    if (functions && functions != Py_None && !PyDict_Check(functions)) {
+        PyErr_SetString(PyExc_TypeError, "functions must be a dict {NAME: callable}");
         return -1;
     }
     if (cpu_budget < 0 || ram_budget < 0) {
@@ -373,6 +390,10 @@ static int pipeline_init(PipelineObject *self, PyObject *args, PyObject *kw) {
     env.shard_index = shard_index;
     env.seed = seed;
     env.base_dir = base_dir;
+    if (functions && functions != Py_None) { /* `map NAME()` calls functions[NAME] (pyfn.c) */
+        env.find_fn = sl__py_find_fn;
+        env.find_fn_ctx = functions;
+    }
     sl_dataset *ds = NULL;
     if ((s = sl_pipeline_from_config(cfg, name, &env, &ds))) {
         raise_sl(s, NULL);
@@ -478,7 +499,10 @@ static PyTypeObject IterType;
 /* The JSON of a stats snapshot of it, as a str; NULL with sluice.Error set. */
 static PyObject *stats_json(sl_iter *it) {
     sl_stats *st = NULL;
-    sl_status s = sl_iter_stats(it, &st);
+    sl_status s;
+    Py_BEGIN_ALLOW_THREADS /* it may wait on ops whose threads wait for the GIL (pyfn.c) */
+    s = sl_iter_stats(it, &st);
+    Py_END_ALLOW_THREADS
     if (s) return raise_sl(s, "stats");
     char *text = NULL;
     size_t len = 0;
@@ -935,7 +959,7 @@ PyMODINIT_FUNC PyInit__sluice(void) {
         "hint); e.status is the status name ('SL_EINVAL'), e.code its number, e.message the message "
         "without the hint, e.hint the hint or None.",
         PyExc_RuntimeError, NULL);
-    if (!ErrorType || PyModule_AddObjectRef(m, "Error", ErrorType) < 0 ||
+    if (!ErrorType || sl__py_fn_init(m) < 0 || PyModule_AddObjectRef(m, "Error", ErrorType) < 0 ||
         PyModule_AddObjectRef(m, "Buffer", (PyObject *)&BufferType) < 0 ||
         PyModule_AddObjectRef(m, "_Pipeline", (PyObject *)&PipelineType) < 0 ||
         PyModule_AddObjectRef(m, "_Iterator", (PyObject *)&IterType) < 0) {

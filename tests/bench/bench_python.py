@@ -25,7 +25,7 @@ alternating python, torch pil, torch tensor, REPS (3) times; medians and min-max
 images/s. The corpus comes from ../shared/anchors/make_jpeg_corpus.py (as bench_pipeline's)
 and is converted with `sluice-record convert images`. Without ../shared (or its packages:
 python3-torch python3-torchvision python3-pil), or when an anchor fails, it exits 1 naming
-the anchor and what is missing, before measuring anything where it can tell, and prints no
+the anchor and what is missing, before measuring the JPEG pipeline where it can tell, and prints no
 RESULT line.
 SLUICE_BENCH_JPEG_DIR=DIR uses another folder of *_D.jpg files (D: the label digit).
 
@@ -33,10 +33,22 @@ SLUICE_BENCH_JPEG_DIR=DIR uses another folder of *_D.jpg files (D: the label dig
                                                            --quick or SLUICE_BENCH_QUICK=1: 100
                                                            batches, 256 JPEGs, for a smoke run)
 
+Before those (they need no torch, so they print even when the torch anchor cannot run):
+  builder  examples/fashion.sl's `train` pipeline (its files overridden to the converted
+           shards) built twice: from the .sl file (sluice.Pipeline) and with sluice.data,
+           tf.data-style (the same statements, so the same C graph); N batches from each,
+           epoch after epoch, alternating REPS times (which one goes first alternates too);
+           medians in batches/s and their ratio, builder / config (expected within 3% of 1);
+  pymap    the per-element cost of map(python_function) with a trivial function (lambda e: e):
+           range(M).map(f, num_parallel_calls=P).batch(128) against range(M).batch(128),
+           (t_map - t_plain) / M in microseconds, at P = 1 and 4 (M = N * 128 / 2).
+
 Ends with: RESULT bench_python ratio=R sluice=X anchor=Y unit=elements/s (R = X / Y: the
 Fashion pipeline's batches/s, Python over C; target >= 0.9), then for the JPEG pipeline
 jpeg_python=, torch_pil=, torch_tensor= (medians, images/s) and
-jpeg_vs_torch=jpeg_python / the faster torch mode.
+jpeg_vs_torch=jpeg_python / the faster torch mode, jpeg_unit=images/s, then
+builder_vs_config=B builder=X config=Y builder_unit=batches/s pymap_us=U pymap4_us=U4 (U: the
+map(lambda e: e) overhead per element at P = 1, U4 at P = 4, microseconds).
 """
 import glob
 import json
@@ -50,6 +62,8 @@ import tempfile
 import time
 
 import sluice
+from sluice import data as sd
+from sluice import fn as sfn
 
 BIN = os.environ.get("SLUICE_BIN", "build/bin")
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -110,6 +124,84 @@ pipeline jpeg {{
     prefetch 2
 }}
 """
+
+
+FASHION_SL = os.path.normpath(os.path.join(HERE, "..", "..", "examples", "fashion.sl"))
+
+
+def fashion_builder(train):
+    """examples/fashion.sl's `train` pipeline, as a tf.data user writes it with sluice.data."""
+    return (sd.Dataset.list_files(train, shuffle=False)
+            .interleave(sd.TFRecordDataset, cycle_length=4, block_length=16, num_parallel_calls=sd.AUTOTUNE)
+            .shuffle(10000, seed=1)
+            .map(sfn.parse_example({"image": "bytes", "label": "int64"})
+                 | sfn.decode_raw("image", "uint8", (28, 28, 1)) | sfn.scale("image", 1 / 255),
+                 num_parallel_calls=sd.AUTOTUNE)
+            .batch(128, drop_remainder=True)
+            .prefetch(sd.AUTOTUNE))
+
+
+def batches_rate(make_iter, n):
+    """n batches from make_iter(epoch) (epoch after epoch), batches/s, iterator creation included."""
+    got, ep, t0 = 0, 0, time.perf_counter()
+    while got < n:
+        it = make_iter(ep)
+        for e in it:
+            e["image"].shape  # noqa: B018 (touch it)
+            got += 1
+            if got == n:
+                break
+        it.close()
+        ep += 1
+    return n / (time.perf_counter() - t0)
+
+
+def builder_vs_config(t):
+    """The builder's Fashion pipeline against fashion.sl's; returns the RESULT fields."""
+    train = os.path.join(t, "data", "train-*.tfrecord")
+    ref = sluice.Pipeline(FASHION_SL, "train", seed=1, set={"pipeline.train.files": f'"{train}"'})
+    ds = fashion_builder(train).with_options(_seeded(1))
+    built = ds._pipeline()
+    res = {"config": [], "builder": []}
+    runs = {"config": lambda ep: ref.iter(epoch=ep), "builder": lambda ep: built.iter(epoch=ep)}
+    for rep in range(REPS):
+        for k in (("config", "builder") if rep % 2 == 0 else ("builder", "config")):  # either one first in turn
+            res[k].append(batches_rate(runs[k], N))
+    c, b = statistics.median(res["config"]), statistics.median(res["builder"])
+    print(f"Fashion train pipeline ({N} batches of 128, {REPS} alternating repetitions): from fashion.sl "
+          f"{c:.1f} batches/s (min {min(res['config']):.1f}, max {max(res['config']):.1f}), built with sluice.data "
+          f"{b:.1f} batches/s (min {min(res['builder']):.1f}, max {max(res['builder']):.1f}), ratio {b / c:.3f}",
+          flush=True)
+    return f" builder_vs_config={b / c:.3f} builder={b:.1f} config={c:.1f} builder_unit=batches/s"
+
+
+def _seeded(seed):
+    o = sd.Options()
+    o.seed = seed
+    return o
+
+
+def pymap_overhead():
+    """map(lambda e: e) per element, microseconds, at num_parallel_calls 1 and 4."""
+    m = N * 64
+
+    def run(ds):
+        t0 = time.perf_counter()
+        for e in ds:
+            e["value"].shape  # noqa: B018
+        return time.perf_counter() - t0
+
+    out = {}
+    for par in (1, 4):
+        plain, mapped = [], []
+        for _ in range(REPS):
+            plain.append(run(sd.Dataset.range(m).batch(128)))
+            mapped.append(run(sd.Dataset.range(m).map(lambda e: e, num_parallel_calls=par).batch(128)))
+        out[par] = (statistics.median(mapped) - statistics.median(plain)) / m * 1e6
+        print(f"map(lambda e: e, num_parallel_calls={par}) over range({m}).batch(128): "
+              f"{statistics.median(mapped) * 1e3:.1f} ms against {statistics.median(plain) * 1e3:.1f} ms without: "
+              f"{out[par]:.2f} us per element", flush=True)
+    return f" pymap_us={out[1]:.2f} pymap4_us={out[4]:.2f}"
 
 
 def no_result(why):
@@ -226,13 +318,14 @@ def jpeg_vs_torch(t):
     return f" jpeg_python={py:.1f} torch_pil={tp:.1f} torch_tensor={tt:.1f} jpeg_vs_torch={py / max(tp, tt):.3f}"
 
 
-missing = torch_missing()
-if missing:
-    no_result(f"the anchor torch_loader.py (PyTorch DataLoader + torchvision) cannot run: {missing}")
 T = tempfile.mkdtemp(prefix="sluice-bench-python-")
 try:
     subprocess.run([os.path.join(BIN, "sluice-record"), "convert", "fashion-mnist", os.path.join(T, "data"),
                     "--shards", "8"], check=True, stdout=subprocess.DEVNULL)
+    builder = builder_vs_config(T) + pymap_overhead()  # no torch needed: printed before its check
+    missing = torch_missing()
+    if missing:
+        no_result(f"the anchor torch_loader.py (PyTorch DataLoader + torchvision) cannot run: {missing}")
     cfg = os.path.join(T, "bench.sl")
     with open(cfg, "w") as f:
         f.write(CONFIG.format(name="batched", batch="batch 128 drop_remainder"))
@@ -243,6 +336,7 @@ try:
     c, p = c_rate(cfg, "batched", N), py_rate(cfg, "batched", N)
     print(f"batch 128 ({N} batches): C API {c:.1f} batches/s, Python {p:.1f} batches/s", flush=True)
     extra = jpeg_vs_torch(T)
-    print(f"RESULT bench_python ratio={p / c:.3f} sluice={p:.1f} anchor={c:.1f} unit=elements/s{extra} jpeg_unit=images/s")
+    print(f"RESULT bench_python ratio={p / c:.3f} sluice={p:.1f} anchor={c:.1f} unit=elements/s{extra} jpeg_unit=images/s"
+          f"{builder}")
 finally:
     shutil.rmtree(T, ignore_errors=True)
