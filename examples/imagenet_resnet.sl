@@ -39,6 +39,32 @@ pipeline train {
     prefetch auto
 }
 
+# torchvision's current reference recipe (references/classification/train.py with
+# --auto-augment ta_wide --random-erase 0.1 --mixup-alpha 0.2 --cutmix-alpha 1.0): the crop
+# and flip above, TrivialAugmentWide, random erasing of the normalized image, and on each
+# batch mixup or cutmix with one-hot labels. bench_pipeline's `recipe` mode measures it
+# against PyTorch's DataLoader doing the same. Its labels come out as float32[256, 1000]
+# (mixed one-hot rows): a consumer that takes soft targets (the Python module's torch
+# adapter feeding a PyTorch loop) reads it, e.g. `sluice-stats imagenet_resnet.sl
+# --pipeline train_recipe`; sluice-train itself takes integer labels only, so it trains on
+# `train` above.
+pipeline train_recipe {
+    files "../data/imagenet/train-*.tfrecord"
+    shard auto
+    interleave cycle=16 block=1 parallel=auto
+    shuffle 10000
+    map parse_example(image/encoded: bytes(as=image), image/class/label: int64(as=label))
+        | decode_jpeg(image, channels=3)
+        | random_resized_crop(image, 224)
+        | random_flip(image)
+        | trivial_augment(image)                # TrivialAugmentWide, 31 bins, nearest
+        | normalize(image, mean=[0.485, 0.456, 0.406], std=[0.229, 0.224, 0.225])
+        | random_erasing(image, p=0.1)  parallel=auto
+    batch 256 drop_remainder
+    map mixup_cutmix(image, label, mixup_alpha=0.2, cutmix_alpha=1.0, num_classes=1000)
+    prefetch auto
+}
+
 # torchvision's Resize(256) + CenterCrop(224) (test_imagenet_eval checks the geometry);
 # dct_scaling=false: the same pixels as a full decode, resized.
 pipeline validation {

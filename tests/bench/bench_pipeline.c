@@ -12,6 +12,13 @@
  *          covers 224 x 224, 2-tap bilinear resize (decode_jpeg | random_resized_crop(
  *          antialias=false)).  vs torch `tensor`: torchvision.io.decode_jpeg of the whole
  *          image, RandomResizedCrop(antialias=False).
+ *   recipe torchvision's current classification reference recipe (what
+ *          examples/imagenet_resnet.sl says): exact's decode and crop, then flip,
+ *          TrivialAugmentWide, normalize, random erasing (p 0.1) and, on each batch, mixup
+ *          (alpha 0.2) or cutmix (alpha 1.0) with one-hot labels (10 classes).  vs
+ *          tests/bench/torch_recipe.py: the same transforms as the reference scripts write
+ *          them (PIL decode, torchvision's PIL transforms, RandomMixup / RandomCutmix in the
+ *          DataLoader's collate function), 2 workers.
  *
  * Both sides report their best of 2 epochs (the anchor's rule: its first epoch forks the
  * workers). Repetitions alternate Sluice and torch, mode by mode, so drift in the machine
@@ -40,9 +47,10 @@
  * JPEGs are made instead and the output says so (their figures are not the README's).
  * Work files go to /tmp/sluice-bench/. Ends with
  *   RESULT bench_pipeline ratio=R sluice=X anchor=Y unit=images/s mode=M exact=Re fast=Rf
- *          fast_vs_ceiling=C
+ *          fast_vs_ceiling=C recipe=Rr recipe_sluice=Xr recipe_anchor=Yr
  * where R = min(Re, Rf), Re = exact / pil and Rf = fast / tensor (medians), X and Y the
- * medians of the worse mode, C = fast (median) / the 2-core ceiling (median).
+ * medians of the worse mode, C = fast (median) / the 2-core ceiling (median), Rr = recipe /
+ * torch_recipe.py (medians Xr and Yr).
  */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
@@ -76,9 +84,10 @@
 #define BATCH 64
 #define MAXREPS 16
 
-enum { EXACT, FAST, NMODES };
-static const char *const MODE_NAME[NMODES] = {"exact", "fast"};
-static const char *const ANCHOR_MODE[NMODES] = {"pil", "tensor"};
+enum { EXACT, FAST, RECIPE, NMODES };
+static const char *const MODE_NAME[NMODES] = {"exact", "fast", "recipe"};
+static const char *const ANCHOR_MODE[NMODES] = {"pil", "tensor", "recipe"};
+#define CLASSES 10 /* the corpus' labels: the digit before ".jpg" */
 
 static double now(void) {
     struct timespec ts;
@@ -203,8 +212,9 @@ static sl_status build(const char *rec_dir, int mode, sl_dataset **out) {
     char pat[600];
     snprintf(pat, sizeof pat, "%s/train-*.tfrecord", rec_dir);
     const char *pats[1] = {pat};
-    sl_dataset *files = NULL, *recs = NULL, *shuf = NULL, *mapped = NULL, *batched = NULL, *pf = NULL;
-    sl_fn *f[5] = {0}, *chain = NULL;
+    sl_dataset *files = NULL, *recs = NULL, *shuf = NULL, *mapped = NULL, *batched = NULL, *mixed = NULL, *pf = NULL;
+    sl_fn *f[7] = {0}, *chain = NULL, *mix = NULL;
+    int nf = 0;
     sl_feature_spec specs[2] = {
         {.name = "image/encoded", .as = "image", .dtype = SL_DT_BYTES},
         {.name = "image/class/label", .as = "label", .dtype = SL_DT_I64},
@@ -217,27 +227,41 @@ static sl_status build(const char *rec_dir, int mode, sl_dataset **out) {
     if ((s = sl_ds_list_files(pats, 1, true, 1, &files))) goto done;
     if ((s = sl_ds_interleave_tfrecord(files, NULL, &io, &recs))) goto done;
     if ((s = sl_ds_shuffle(recs, 1024, 2, true, &shuf))) goto done;
-    if ((s = sl_fn_parse_example("record", specs, 2, &f[0]))) goto done;
-    if ((s = sl_fn_decode_jpeg("image", 3, &f[1]))) goto done;
-    if ((s = sl_fn_set_dct_scaling(f[1], mode == FAST))) goto done;
-    if ((s = sl_fn_random_resized_crop("image", 224, 224, 0.08, 1.0, 3.0 / 4, 4.0 / 3, &f[2]))) goto done;
-    if ((s = sl_fn_set_antialias(f[2], mode == EXACT))) goto done;
-    if ((s = sl_fn_random_flip("image", true, false, 0.5, &f[3]))) goto done;
-    if ((s = sl_fn_normalize("image", mean, std, 3, true, &f[4]))) goto done;
-    if ((s = sl_fn_chain(f, 5, &chain))) goto done;
+    if ((s = sl_fn_parse_example("record", specs, 2, &f[nf++]))) goto done;
+    if ((s = sl_fn_decode_jpeg("image", 3, &f[nf]))) goto done;
+    if ((s = sl_fn_set_dct_scaling(f[nf++], mode == FAST))) goto done;
+    if ((s = sl_fn_random_resized_crop("image", 224, 224, 0.08, 1.0, 3.0 / 4, 4.0 / 3, &f[nf]))) goto done;
+    if ((s = sl_fn_set_antialias(f[nf++], mode != FAST))) goto done;
+    if ((s = sl_fn_random_flip("image", true, false, 0.5, &f[nf++]))) goto done;
+    /* the reference recipe: TrivialAugmentWide on the uint8 crop, random erasing (p 0.1) of
+     * the normalized tensor, then mixup (alpha 0.2) or cutmix (alpha 1.0) on each batch */
+    if (mode == RECIPE && (s = sl_fn_trivial_augment("image", 31, &f[nf++]))) goto done;
+    if ((s = sl_fn_normalize("image", mean, std, 3, true, &f[nf++]))) goto done;
+    static const float zero[1] = {0};
+    if (mode == RECIPE && (s = sl_fn_random_erasing("image", 0.1, 0.02, 0.33, 0.3, 3.3, zero, 1, false, &f[nf++])))
+        goto done;
+    if ((s = sl_fn_chain(f, nf, &chain))) goto done;
     if ((s = sl_ds_map(shuf, chain, SL_AUTO, true, &mapped))) goto done;
     sl_batch_opts bo = sl_batch_opts_default(BATCH);
     bo.drop_remainder = true;
     if ((s = sl_ds_batch(mapped, &bo, &batched))) goto done;
-    s = sl_ds_prefetch(batched, 2, &pf);
+    sl_dataset *last = batched;
+    if (mode == RECIPE) {
+        if ((s = sl_fn_mixup_cutmix("image", "label", 0.2, 1.0, CLASSES, &mix))) goto done;
+        if ((s = sl_ds_map(batched, mix, SL_AUTO, true, &mixed))) goto done;
+        last = mixed;
+    }
+    s = sl_ds_prefetch(last, 2, &pf);
 done:
     sl_dataset_unref(files);
     sl_dataset_unref(recs);
     sl_dataset_unref(shuf);
     sl_dataset_unref(mapped);
     sl_dataset_unref(batched);
-    for (int i = 0; i < 5; i++) sl_fn_unref(f[i]);
+    sl_dataset_unref(mixed);
+    for (int i = 0; i < 7; i++) sl_fn_unref(f[i]);
     sl_fn_unref(chain);
+    sl_fn_unref(mix);
     *out = pf;
     return s;
 }
@@ -622,6 +646,7 @@ int main(int argc, char **argv) {
     char loader[600], corpus_py[600];
     snprintf(loader, sizeof loader, "%s/anchors/torch_loader.py", shared);
     snprintf(corpus_py, sizeof corpus_py, "%s/anchors/make_jpeg_corpus.py", shared);
+    const char *recipe_py = SLUICE_SRC_DIR "/tests/bench/torch_recipe.py"; /* the recipe's anchor */
     /* a ratio needs its anchor: find out before measuring anything whether it can run */
     int anchors = !getenv("SLUICE_BENCH_NO_ANCHOR");
     char why[1024];
@@ -699,8 +724,11 @@ int main(int argc, char **argv) {
                        MODE_NAME[mode], c, c > 1 ? "s" : "", r, rss / 1024.0, last_cpu_s * 1e3 / run_images);
             }
             if (!anchors) continue;
-            snprintf(cmd, sizeof cmd, "exec /usr/bin/python3 %s %s 2 %d 2 %s", loader, jpeg_dir, BATCH,
-                     ANCHOR_MODE[mode]);
+            if (mode == RECIPE)
+                snprintf(cmd, sizeof cmd, "exec /usr/bin/python3 %s %s 2 %d 2 nearest", recipe_py, jpeg_dir, BATCH);
+            else
+                snprintf(cmd, sizeof cmd, "exec /usr/bin/python3 %s %s 2 %d 2 %s", loader, jpeg_dir, BATCH,
+                         ANCHOR_MODE[mode]);
             long hwm, peak;
             double t = run_anchor(cmd, "best epoch", &hwm, &peak, &nproc);
             if (t <= 0) {
@@ -721,7 +749,7 @@ int main(int argc, char **argv) {
     printf("\nsummary over %d repetition%s: median [min .. max] images/s\n", reps, reps > 1 ? "s" : "");
     row("TurboJPEG full decode, 1 core", &ceil1, 1, NULL, NULL);
     row("TurboJPEG full decode, 2 cores", &ceil2, 2, NULL, NULL);
-    double ratio[NMODES] = {0, 0};
+    double ratio[NMODES] = {0, 0, 0};
     for (int mode = 0; mode < NMODES; mode++) {
         char what[64];
         snprintf(what, sizeof what, "%s: sluice, cpu_budget 2", MODE_NAME[mode]);
@@ -746,7 +774,7 @@ int main(int argc, char **argv) {
     double vs_ceiling = median(&sl[FAST][2]) / median(&ceil2);
     printf("  fast mode / 2-core full-decode ceiling: %.3f; exact mode: %.3f\n", vs_ceiling,
            median(&sl[EXACT][2]) / median(&ceil2));
-    if (!an[EXACT].n || !an[FAST].n) {
+    if (!an[EXACT].n || !an[FAST].n || !an[RECIPE].n) {
         fflush(stdout);
         fprintf(stderr, "bench_pipeline: the anchor torch_loader.py was not run (SLUICE_BENCH_NO_ANCHOR is set): no ratio, "
                 "no RESULT line\n");
@@ -754,7 +782,8 @@ int main(int argc, char **argv) {
     }
     int worse = ratio[EXACT] <= ratio[FAST] ? EXACT : FAST;
     printf("RESULT bench_pipeline ratio=%.3f sluice=%.1f anchor=%.1f unit=images/s mode=%s exact=%.3f fast=%.3f "
-           "fast_vs_ceiling=%.3f\n", ratio[worse], median(&sl[worse][2]), median(&an[worse]), MODE_NAME[worse],
-           ratio[EXACT], ratio[FAST], vs_ceiling);
+           "fast_vs_ceiling=%.3f recipe=%.3f recipe_sluice=%.1f recipe_anchor=%.1f\n", ratio[worse],
+           median(&sl[worse][2]), median(&an[worse]), MODE_NAME[worse], ratio[EXACT], ratio[FAST], vs_ceiling,
+           ratio[RECIPE], median(&sl[RECIPE][2]), median(&an[RECIPE]));
     return 0;
 }
