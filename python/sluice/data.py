@@ -284,6 +284,13 @@ class Dataset:
             raise ValueError("range(): step must not be zero")
         return Dataset([("range",) + tuple(str(v) for v in vals)])
 
+    @staticmethod
+    def load(path, name=None):
+        """tf.data's Dataset.load: the elements sl_ds_save wrote to the folder path."""
+        if not isinstance(path, str) or not path:
+            raise TypeError(f"load(): path must be a non-empty str, not {path!r}")
+        return Dataset([("load", _fn._quote(path))])
+
     zip = _ZipMethod()
 
     @staticmethod
@@ -486,6 +493,105 @@ class Dataset:
         d = self._then("concatenate", sub, fns=dataset._fns)
         d._subs = self._subs + ((sub, dataset),)
         return d
+
+    # ---- the rest of tf.data's transformations (Sluice's statements: components by name
+    # where tf.data takes a function) ----
+
+    def rebatch(self, batch_size, drop_remainder=False, name=None):
+        """The rows re-batched into batch_size (an int, or a list of sizes taken in turn)."""
+        if isinstance(batch_size, (list, tuple)):
+            if not batch_size:
+                raise ValueError("rebatch(): batch_size is an empty list")
+            size = "[" + ", ".join(str(_count(b, "batch_size", 1)) for b in batch_size) + "]"
+        else:
+            size = str(_count(batch_size, "batch_size", 1))
+        return self._then("rebatch", size, "drop_remainder" if _bool(drop_remainder, "drop_remainder") == "true" else "")
+
+    def take_while(self, predicate, name=None):
+        """The elements up to the first one where predicate, a comparison "COMPONENT OP NUMBER"
+        ("value < 5"), is false."""
+        if not isinstance(predicate, str) or "\n" in predicate or not predicate.strip():
+            raise TypeError(f"take_while(): predicate must be a comparison like 'value < 5', not {predicate!r}")
+        return self._then("take_while", predicate.strip())
+
+    def scan(self, component, reducer, initial=None, output=None, name=None):
+        """The running value of component under reducer ("sum", "prod", "min", "max", "count"),
+        as component (or output): tf.data's scan with Sluice's built-in scan functions."""
+        if reducer not in ("sum", "prod", "min", "max", "count"):
+            raise ValueError(f"scan(): reducer must be sum, prod, min, max or count, not {reducer!r}")
+        parts = ["scan", _fn._fmt_comp("scan", "component", component), reducer]
+        if initial is not None:
+            parts.append("initial=" + _fn._number("scan", "initial", initial))
+        if output is not None:
+            parts.append("as=" + _fn._fmt_comp("scan", "output", output))
+        return self._then(*parts)
+
+    def unique(self, component=None, name=None):
+        """First occurrences of component's value (an int or bytes scalar; default: the only
+        component)."""
+        if component is None:
+            return self._then("unique")
+        return self._then("unique", _fn._fmt_comp("unique", "component", component))
+
+    def window(self, size, shift=None, stride=1, drop_remainder=False, name=None):
+        """Windows of size elements, each ONE element stacked along a new leading dim: what
+        tf.data's ds.window(size, shift, stride, drop_remainder).flat_map(lambda w: w.batch(size))
+        gives."""
+        parts = ["window", str(_count(size, "size", 1))]
+        if shift is not None:
+            parts.append(f"shift={_count(shift, 'shift', 1)}")
+        if stride != 1:
+            parts.append(f"stride={_count(stride, 'stride', 1)}")
+        if _bool(drop_remainder, "drop_remainder") == "true":
+            parts.append("drop_remainder")
+        return self._then(*parts)
+
+    def group_by_window(self, key, window_size, modulo=None, name=None):
+        """Each key's elements stacked window_size at a time: key a component holding an integer
+        scalar (its value % modulo with modulo), tf.data's key_func; the reduce is the batch."""
+        parts = ["group_by_window", "key=" + _fn._fmt_comp("group_by_window", "key", key)]
+        if modulo is not None:
+            parts.append(f"modulo={_count(modulo, 'modulo', 1)}")
+        parts.append(f"window={_count(window_size, 'window_size', 1)}")
+        return self._then(*parts)
+
+    def bucket_by_sequence_length(self, element_length, bucket_boundaries, bucket_batch_sizes, padding_values=None,
+                                  pad_to_bucket_boundary=False, no_padding=False, drop_remainder=False, name=None):
+        """tf.data's bucket_by_sequence_length, the length being element_length's (a component's)
+        dim 0."""
+        bounds = "[" + ", ".join(str(_count(b, "bucket_boundaries", 1)) for b in bucket_boundaries) + "]"
+        sizes = "[" + ", ".join(str(_count(b, "bucket_batch_sizes", 1)) for b in bucket_batch_sizes) + "]"
+        parts = ["bucket_by_sequence_length", _fn._fmt_comp("bucket_by_sequence_length", "element_length",
+                                                            element_length),
+                 f"boundaries={bounds}", f"batch_sizes={sizes}"]
+        if padding_values is not None:
+            parts.append("pad=" + _fn._number("bucket_by_sequence_length", "padding_values", padding_values))
+        for flag, v in (("pad_to_bucket_boundary", pad_to_bucket_boundary), ("no_padding", no_padding),
+                        ("drop_remainder", drop_remainder)):
+            if _bool(v, flag) == "true":
+                parts.append(flag)
+        return self._then(*parts)
+
+    def rejection_resample(self, class_func, target_dist, initial_dist=None, seed=None, name=None):
+        """Keep elements so that the classes (class_func: a component holding an int64 scalar)
+        follow target_dist; yields the elements themselves, not tf.data's (class, element)."""
+        parts = ["rejection_resample", _fn._fmt_comp("rejection_resample", "class_func", class_func),
+                 "target=" + _fn._fmt_numbers("rejection_resample", "target_dist", list(target_dist))]
+        if initial_dist is not None:
+            parts.append("initial=" + _fn._fmt_numbers("rejection_resample", "initial_dist", list(initial_dist)))
+        if seed is not None:
+            parts.append(f"seed={_count(seed, 'seed', 0)}")
+        return self._then(*parts)
+
+    def snapshot(self, path, shard_bytes=None, name=None):
+        """tf.data's snapshot: written under path by the first run, replayed by the next ones
+        with the same pipeline."""
+        if not isinstance(path, str) or not path:
+            raise TypeError(f"snapshot(): path must be a non-empty str, not {path!r}")
+        parts = ["snapshot", _fn._quote(path)]
+        if shard_bytes is not None:
+            parts.append(f"shard_bytes={_count(shard_bytes, 'shard_bytes', 1)}")
+        return self._then(*parts)
 
     def ignore_errors(self, log_warning=False, name=None):
         """Drop the elements whose production failed (counted in the iterator's errors_ignored)."""

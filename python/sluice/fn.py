@@ -112,8 +112,17 @@ def _fmt_word(fname, pname, v):
     return v
 
 
+def _fmt_fill(fname, pname, v):
+    """a number, a list of numbers, or the word "random" (random_erasing's value)"""
+    if isinstance(v, str):
+        if v != "random":
+            raise ValueError(f"{fname}(): {pname} must be a number, a list of numbers or 'random', not {v!r}")
+        return v
+    return _fmt_numbers(fname, pname, v)
+
+
 _FMT = {"comp": _fmt_comp, "size": _fmt_size, "shape": _fmt_shape, "dtype": _dtype_name, "numbers": _fmt_numbers,
-        "number": _number, "bool": _fmt_bool, "word": _fmt_word,
+        "number": _number, "bool": _fmt_bool, "word": _fmt_word, "fill": _fmt_fill,
         "int": lambda f, p, v: _int(f, p, v, 0), "pos": lambda f, p, v: _int(f, p, v, 1)}
 
 
@@ -236,6 +245,70 @@ decode_raw = _define("decode_raw", [("comp", "comp"), ("dtype", "dtype"), ("shap
                      "decode_raw(comp, dtype, shape): tf.io.decode_raw with a shape (little endian, no copy).")
 one_hot = _define("one_hot", [("comp", "comp"), ("depth", "pos")], 2,
                   "one_hot(comp, depth): tf.one_hot, float32 [depth].")
+
+
+# torchvision's image functions and the recipe's augmentations (uint8 images unless said)
+adjust_brightness = _define("adjust_brightness", [("comp", "comp"), ("factor", "number")], 2,
+                            "adjust_brightness(comp, factor): torchvision's F.adjust_brightness.")
+adjust_contrast = _define("adjust_contrast", [("comp", "comp"), ("factor", "number")], 2,
+                          "adjust_contrast(comp, factor): torchvision's F.adjust_contrast.")
+adjust_saturation = _define("adjust_saturation", [("comp", "comp"), ("factor", "number")], 2,
+                            "adjust_saturation(comp, factor): torchvision's F.adjust_saturation.")
+adjust_hue = _define("adjust_hue", [("comp", "comp"), ("factor", "number")], 2,
+                     "adjust_hue(comp, factor): torchvision's F.adjust_hue, factor in [-0.5, 0.5].")
+color_jitter = _define("color_jitter", [("comp", "comp"), ("brightness", "numbers"), ("contrast", "numbers"),
+                                        ("saturation", "numbers"), ("hue", "numbers")], 1,
+                       "color_jitter(comp, brightness=0, contrast=0, saturation=0, hue=0): torchvision's ColorJitter "
+                       "(each a number or (lo, hi)).")
+rgb_to_grayscale = _define("rgb_to_grayscale", [("comp", "comp"), ("channels", "pos")], 1,
+                           "rgb_to_grayscale(comp, channels=1|3): torchvision's F.rgb_to_grayscale.")
+random_grayscale = _define("random_grayscale", [("comp", "comp"), ("p", "number")], 1,
+                           "random_grayscale(comp, p=0.1): torchvision's RandomGrayscale.")
+rot90 = _define("rot90", [("comp", "comp"), ("k", "int")], 1, "rot90(comp, k=1): tf.image.rot90 (any dtype).")
+random_rot90 = _define("random_rot90", [("comp", "comp")], 1, "random_rot90(comp): rot90 with k uniform in 0..3.")
+erase = _define("erase", [("comp", "comp"), ("i", "int"), ("j", "int"), ("h", "pos"), ("w", "pos"),
+                          ("value", "numbers")], 5, "erase(comp, i, j, h, w, value=0): torchvision's F.erase.")
+random_erasing = _define("random_erasing", [("comp", "comp"), ("p", "number"), ("scale", "numbers"),
+                                            ("ratio", "numbers"), ("value", "fill")], 1,
+                         "random_erasing(comp, p=0.5, scale=(0.02, 0.33), ratio=(0.3, 3.3), value=0|[...]|'random'): "
+                         "torchvision's RandomErasing (uint8 or float32).")
+resize_with_pad = _define("resize_with_pad", [("comp", "comp"), ("size", "size")], 2,
+                          "resize_with_pad(comp, size): tf.image.resize_with_pad.")
+crop_to_bounding_box = _define("crop_to_bounding_box", [("comp", "comp"), ("offset_height", "int"),
+                                                        ("offset_width", "int"), ("target_height", "pos"),
+                                                        ("target_width", "pos")], 5,
+                               "crop_to_bounding_box(comp, offset_height, offset_width, target_height, target_width): "
+                               "tf.image.crop_to_bounding_box.")
+distorted_bbox_crop = _define("distorted_bbox_crop", [("comp", "comp"), ("boxes", "comp"),
+                                                      ("min_object_covered", "number"),
+                                                      ("aspect_ratio_range", "numbers"), ("area_range", "numbers"),
+                                                      ("max_attempts", "pos"),
+                                                      ("use_image_if_no_bounding_boxes", "bool")], 1,
+                              "distorted_bbox_crop(comp, boxes=None, ...): tf.image.sample_distorted_bounding_box "
+                              "then the crop (the Inception crop).")
+rand_augment = _define("rand_augment", [("comp", "comp"), ("num_ops", "int"), ("magnitude", "int"), ("bins", "pos")],
+                       1, "rand_augment(comp, num_ops=2, magnitude=9, bins=31): torchvision's RandAugment.")
+trivial_augment = _define("trivial_augment", [("comp", "comp"), ("bins", "pos")], 1,
+                          "trivial_augment(comp, bins=31): torchvision's TrivialAugmentWide.")
+augment_op = _define("augment_op", [("comp", "comp"), ("op", "word"), ("magnitude", "number")], 2,
+                     "augment_op(comp, op, magnitude=0): one of the policies' ops (torchvision's names) at a fixed "
+                     "magnitude.")
+mixup = _define("mixup", [("image", "comp"), ("label", "comp"), ("alpha", "number"), ("num_classes", "pos"),
+                          ("p", "number")], 2,
+                "mixup(image, label, alpha=0.2, num_classes=N, p=1.0): a batch function (map after batch): "
+                "RandomMixup of torchvision's reference scripts.")
+cutmix = _define("cutmix", [("image", "comp"), ("label", "comp"), ("alpha", "number"), ("num_classes", "pos"),
+                            ("p", "number")], 2,
+                 "cutmix(image, label, alpha=1.0, num_classes=N, p=1.0): a batch function: RandomCutmix.")
+mixup_cutmix = _define("mixup_cutmix", [("image", "comp"), ("label", "comp"), ("mixup_alpha", "number"),
+                                        ("cutmix_alpha", "number"), ("num_classes", "pos")], 2,
+                       "mixup_cutmix(image, label, mixup_alpha=0.2, cutmix_alpha=1.0, num_classes=N): the recipe's "
+                       "random choice of mixup and cutmix, per batch.")
+
+__all__ += ["adjust_brightness", "adjust_contrast", "adjust_saturation", "adjust_hue", "color_jitter",
+            "rgb_to_grayscale", "random_grayscale", "rot90", "random_rot90", "erase", "random_erasing",
+            "resize_with_pad", "crop_to_bounding_box", "distorted_bbox_crop", "rand_augment", "trivial_augment",
+            "augment_op", "mixup", "cutmix", "mixup_cutmix"]
 
 
 class Feature:

@@ -314,6 +314,33 @@ try:
     check(d.options().seed == 7 and d.options().autotune.cpu_budget == 3 and ds.options().seed is None,
           "options() merges; the original keeps its own")
     check(len(list(d)) == len(ref_epochs[0]), "the pipeline with those options runs")
+
+    # the rest of tf.data's transformations, with the outputs of its API reference's examples
+    def vals(d, k="value"):
+        return [e[k].tolist() for e in d]
+    R = sd.Dataset.range
+    check(vals(R(10).scan("value", "sum")) == [0, 1, 3, 6, 10, 15, 21, 28, 36, 45], "scan: the running sum")
+    check(vals(R(10).take_while("value < 5")) == [0, 1, 2, 3, 4], "take_while(x < 5)")
+    check(vals(R(7).window(3, 1, 2, True)) == [[0, 2, 4], [1, 3, 5], [2, 4, 6]], "window(3, 1, 2, True)")
+    check(vals(R(7).window(3, 2, 1, True)) == [[0, 1, 2], [2, 3, 4], [4, 5, 6]], "window(3, 2, 1, True)")
+    check(vals(R(8).batch(4).rebatch([2, 1, 1])) == [[0, 1], [2], [3], [4, 5], [6], [7]], "rebatch([2, 1, 1])")
+    check(vals(R(10).group_by_window("value", 5, modulo=2)) == [[0, 2, 4, 6, 8], [1, 3, 5, 7, 9]],
+          "group_by_window(x % 2, window 5)")
+    check(vals(R(1, 4).concatenate(R(2, 5)).unique()) == [1, 2, 3, 4], "unique")
+    check(vals(R(1, 4).concatenate(R(4, 8))) == [1, 2, 3, 4, 5, 6, 7], "concatenate")
+    got = vals(R(400).rejection_resample("value", [0.25] * 4 + [0.0] * 396, initial_dist=[1 / 400] * 400, seed=1))
+    check(got and all(v < 4 for v in got), f"rejection_resample keeps only the target's classes: {got[:8]}")
+    snap = os.path.join(T, "snap")
+    first = vals(R(5).snapshot(snap))
+    check(first == [0, 1, 2, 3, 4] and os.listdir(snap), "snapshot: written on the first run")
+    check(vals(R(5).snapshot(snap)) == first, "snapshot: the second run replays it")
+    raises(ValueError, lambda: R(3).scan("value", "mean"), "scan with an unknown reducer")
+    raises(TypeError, lambda: R(3).take_while(lambda e: True), "take_while takes a comparison string")
+    t = (fn.trivial_augment("image") | fn.random_erasing("image", p=0.1, value="random")
+         | fn.mixup_cutmix("image", "label", num_classes=10)).to_config()
+    check(t == "trivial_augment(image) | random_erasing(image, p=0.1, value=random) | "
+          "mixup_cutmix(image, label, num_classes=10)", f"the recipe's functions write themselves: {t}")
+    raises(ValueError, lambda: fn.random_erasing("image", value="noise"), "random_erasing value='noise'")
 finally:
     shutil.rmtree(T, ignore_errors=True)
 
