@@ -74,21 +74,77 @@ def _to_torch(buf):
     return t
 
 
+def _on_device(batches, device):
+    """The batches on device: for CUDA through pinned memory on a side stream, one ahead."""
+    if device.type != "cuda":
+        for b in batches:
+            yield {k: t.to(device) if isinstance(t, torch.Tensor) else t for k, t in b.items()}
+        return
+    side = torch.cuda.Stream(device=device)
+
+    def stage(b):
+        out, keep = {}, []
+        with torch.cuda.stream(side):
+            for k, t in b.items():
+                if isinstance(t, torch.Tensor):
+                    h = t.pin_memory()  # a pinned copy of Sluice's buffer: the DMA's source
+                    keep.append(h)
+                    out[k] = h.to(device, non_blocking=True)
+                else:
+                    out[k] = t
+        ev = torch.cuda.Event()
+        ev.record(side)
+        return out, ev, keep
+
+    ahead = None
+    for b in batches:
+        nxt = stage(b)
+        if ahead is not None:
+            yield _hand_out(ahead, device)
+        ahead = nxt
+    if ahead is not None:
+        yield _hand_out(ahead, device)
+
+
+def _hand_out(staged, device):
+    out, ev, keep = staged
+    cur = torch.cuda.current_stream(device)
+    cur.wait_event(ev)
+    for t in out.values():
+        if isinstance(t, torch.Tensor):
+            t.record_stream(cur)
+    del keep  # the pinned sources: the copy is ordered before anything cur does next
+    return out
+
+
 class IterableDataset(torch.utils.data.IterableDataset):
     """A torch IterableDataset over `pipeline NAME { }` of a Sluice config.
 
     IterableDataset(config, name=None, *, text=None, set=None, seed=0, rank=None,
-                    world_size=None, base_dir=None, cpu_budget=0, ram_budget=0, copy=False)
+                    world_size=None, base_dir=None, cpu_budget=0, ram_budget=0, copy=False,
+                    device=None)
 
     The arguments are sluice.Pipeline's; rank/world_size default to rank_and_world().
     The pipeline is built lazily, in the process that iterates (so a DataLoader worker
-    builds its own after the fork)."""
+    builds its own after the fork).
+
+    device: None (host tensors over Sluice's memory, the default), or where the batches
+    should arrive ("cuda", "cuda:1", a torch.device). For a CUDA device each batch is
+    copied into pinned memory and from there to the device on a side stream of its own, one
+    batch ahead of the one handed out: while the loop computes on batch k, batch k + 1 is
+    on its way. A batch is handed out after the consumer's current stream is made to wait
+    for its copy (and its tensors are recorded on that stream, so the caching allocator
+    does not reuse them early), as DALI's and Lightning's prefetchers do. Byte-string
+    components stay on the host. Any other device: a plain .to(device)."""
 
     def __init__(self, config=None, name=None, *, text=None, set=None, seed=0, rank=None,
-                 world_size=None, base_dir=None, cpu_budget=0, ram_budget=0, copy=False):
+                 world_size=None, base_dir=None, cpu_budget=0, ram_budget=0, copy=False, device=None):
         super().__init__()
         if (rank is None) != (world_size is None):
             raise ValueError("give both rank and world_size, or neither")
+        self._device = None if device is None else torch.device(device)
+        if self._device is not None and self._device.type == "cuda" and not torch.cuda.is_available():
+            raise RuntimeError(f"device={device!r}: this torch sees no CUDA device")
         self._args = dict(config=config, name=name, text=text, set=set, seed=seed,
                           base_dir=base_dir, cpu_budget=cpu_budget, ram_budget=ram_budget, copy=copy)
         self._rank = rank
@@ -236,8 +292,11 @@ class IterableDataset(torch.utils.data.IterableDataset):
         live = self._live = [epoch, it, False]
         raw = it.buffers()
         try:
-            for d in raw:
-                yield {k: _to_torch(b) for k, b in d.items()}
+            batches = ({k: _to_torch(b) for k, b in d.items()} for d in raw)
+            if self._device is not None:
+                batches = _on_device(batches, self._device)
+            for b in batches:
+                yield b
             live[2] = True
         finally:
             it.close()

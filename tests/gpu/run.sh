@@ -67,6 +67,20 @@ for t in test_cuda test_backend_cuda test_strategy_ring; do
     [ "$rc" -eq 0 ] || status=1
 done
 
+# the torch adapter's device="cuda" (pinned batches copied on a side stream, one ahead),
+# with this machine's python3 and its CUDA torch, when the Python module builds here
+if [ "${PREBUILT:-0}" != 1 ] && python3 -c "import torch; assert torch.cuda.is_available()" 2>/dev/null &&
+    cmake --build "$BUILD" -j"$JOBS" --target sluice_python >"$LOGDIR/gpu_python_build.log" 2>&1; then
+    echo "== python/test_torch_device"
+    PYTHONPATH="$BUILD/python" python3 tests/python/test_torch_device.py >"$LOGDIR/test_torch_device.log" 2>&1
+    rc=$?
+    cat "$LOGDIR/test_torch_device.log"
+    echo "-- test_torch_device: exit $rc"
+    [ "$rc" -eq 0 ] || status=1
+else
+    echo "== python/test_torch_device: skipped (no CUDA torch for python3, or the module did not build)"
+fi
+
 # compute-sanitizer over the backend tests when NVIDIA's sanitizer is installed: memcheck
 # (out-of-bounds and misaligned accesses, device faults), racecheck (shared-memory hazards),
 # initcheck (reads of device memory never written), synccheck (barriers in divergent code).
