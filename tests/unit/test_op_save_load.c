@@ -54,6 +54,25 @@ TEST(test_save_load_round_trip) {
     sl_test_rm_rf(path);
 }
 
+/* tf.data's API reference, Dataset.save / Dataset.load: range(2) saved, loaded, printed:
+ * 0, 1 (in order; its cardinality known) */
+TEST(test_tf_data_save_load_example) {
+    char path[300];
+    snprintf(path, sizeof path, "%s/example", root);
+    sl_dataset *r, *ld;
+    ASSERT_OK(sl_ds_range(0, 2, 1, &r));
+    ASSERT_OK(sl_ds_save(r, path, NULL));
+    ASSERT_OK(sl_ds_load(path, &ld));
+    ASSERT_EQ(sl_dataset_cardinality(ld), 2);
+    int64_t v[4];
+    ASSERT_EQ(sl_test_values(ld, NULL, v, 4), 2);
+    ASSERT_EQ(v[0], 0);
+    ASSERT_EQ(v[1], 1);
+    sl_dataset_unref(ld);
+    sl_dataset_unref(r);
+    sl_test_rm_rf(path);
+}
+
 TEST(test_save_load_errors) {
     char path[300], f[400];
     snprintf(path, sizeof path, "%s/err", root);
@@ -125,6 +144,7 @@ TEST(test_save_load_errors) {
 int main(void) {
     if (!sl_test_mkdtemp(root, sizeof root, "saveload")) return 1;
     RUN(test_save_load_round_trip);
+    RUN(test_tf_data_save_load_example);
     RUN(test_save_load_errors);
     sl_test_rm_rf(root);
     TEST_MAIN_END();
