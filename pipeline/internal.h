@@ -537,6 +537,10 @@ sl_status sl__ds_interleave_own(sl_dataset *in, sl_ds_factory factory, void *ctx
 
 /* ---- batching helpers (pipeline/stack.c) ---- */
 
+/* Fill count values of dtype dt at dst with v (converted as a C cast; bytes: zeros): the
+ * padding of `batch ... padded` and of bucket_by_sequence_length. */
+void sl__fill_value(void *dst, sl_dtype dt, double v, size_t count);
+
 /* Stack n elements (all with the same component names, dtypes and ranks) into one batch
  * element along a new leading dimension. Shapes must be equal unless opts->padded. Bytes
  * components are copied into one buffer. The inputs are left as they were. Errors name

@@ -13,7 +13,7 @@
 
 #include "pipeline/internal.h"
 
-static void fill_value(void *dst, sl_dtype dt, double v, size_t count) {
+void sl__fill_value(void *dst, sl_dtype dt, double v, size_t count) {
     if (v == 0.0 || dt == SL_DT_BYTES) {
         memset(dst, 0, count * sl_dtype_size(dt));
         return;
@@ -182,7 +182,7 @@ sl_status sl__stack(const sl_element *elems, int n, const sl_batch_opts *opts, c
                 size_t esize = sl_dtype_size(t0->dtype), per = esize;
                 for (int d = 0; d < t0->rank; d++) per *= (size_t)dims[d];
                 char *dst = bt.data;
-                if (!same) fill_value(dst, t0->dtype, opts->pad_value, per / esize * (size_t)n);
+                if (!same) sl__fill_value(dst, t0->dtype, opts->pad_value, per / esize * (size_t)n);
                 for (int i = 0; i < n; i++) {
                     const sl_tensor *t = &elems[i].t[idx[i]];
                     if (same) memcpy(dst + per * (size_t)i, t->data, per);

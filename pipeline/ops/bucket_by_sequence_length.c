@@ -56,36 +56,6 @@ static sl_status bk_key(void *ctx, const sl_element *e, int64_t *key) {
 
 static int64_t bk_window(void *ctx, int64_t key) { return ((const bk_ctx *)ctx)->batch[key]; }
 
-static void fill(void *dst, sl_dtype dt, double v, size_t count) {
-    if (v == 0.0 || dt == SL_DT_BYTES) {
-        memset(dst, 0, count * sl_dtype_size(dt));
-        return;
-    }
-    for (size_t i = 0; i < count; i++) {
-        switch (dt) {
-        case SL_DT_U8: ((uint8_t *)dst)[i] = (uint8_t)v; break;
-        case SL_DT_I8: ((int8_t *)dst)[i] = (int8_t)v; break;
-        case SL_DT_U16: ((uint16_t *)dst)[i] = (uint16_t)v; break;
-        case SL_DT_I16: ((int16_t *)dst)[i] = (int16_t)v; break;
-        case SL_DT_I32: ((int32_t *)dst)[i] = (int32_t)v; break;
-        case SL_DT_U32: ((uint32_t *)dst)[i] = (uint32_t)v; break;
-        case SL_DT_I64: ((int64_t *)dst)[i] = (int64_t)v; break;
-        case SL_DT_F32: ((float *)dst)[i] = (float)v; break;
-        case SL_DT_F64: ((double *)dst)[i] = v; break;
-        case SL_DT_BOOL: ((uint8_t *)dst)[i] = v != 0; break;
-        case SL_DT_F16: ((uint16_t *)dst)[i] = sl_f16_from_f32((float)v); break;
-        case SL_DT_BF16: {
-            float f = (float)v;
-            uint32_t bits;
-            memcpy(&bits, &f, 4);
-            ((uint16_t *)dst)[i] = (uint16_t)(bits >> 16);
-            break;
-        }
-        default: break;
-        }
-    }
-}
-
 /* Widen dim 1 of the stacked t (a batch of rows) to `to`, filling with v. */
 static sl_status widen(sl_tensor *t, int64_t to, double v) {
     if (t->rank < 2 || t->dims[1] >= to) return SL_OK;
@@ -97,7 +67,7 @@ static sl_status widen(sl_tensor *t, int64_t to, double v) {
     if (s) return s;
     size_t inner = sl_dtype_size(t->dtype);
     for (int d = 2; d < t->rank; d++) inner *= (size_t)dims[d];
-    fill(w.data, t->dtype, v, (size_t)sl_tensor_numel(&w));
+    sl__fill_value(w.data, t->dtype, v, (size_t)sl_tensor_numel(&w));
     if (t->dtype == SL_DT_BYTES) /* empty strings, pointing into the batch's string buffer as stacking does */
         for (int64_t i = 0; i < sl_tensor_numel(&w); i++)
             ((sl_bytes *)w.data)[i] = (sl_bytes){t->aux ? (const uint8_t *)t->aux->data : NULL, 0};

@@ -24,4 +24,13 @@ int sl_test_vec(const sl_element *e, int64_t *out, int cap);
  * number of elements, or -1 after an error (sl_errmsg says which). */
 int sl_test_vecs(sl_dataset *ds, int64_t start, char *buf, size_t cap);
 
+/* Component comp of e as numpy prints it, on one line ("7", "[0 1 2]", "[[1 2 3 4] [5 6 7
+ * 0]]"; int64 or int32), into buf; "(missing)" without it. Returns buf (or that text). */
+const char *sl_test_fmt(const sl_element *e, const char *comp, char *buf, size_t cap);
+
+/* Every element of ds, component comp formatted by sl_test_fmt, joined with ", " into out.
+ * Returns the status that ended the stream: SL_END when it ended (and ended again on the
+ * next call; SL_EINTERNAL if not), else the error. */
+sl_status sl_test_read_all(sl_dataset *ds, const char *comp, char *out, size_t cap);
+
 #endif

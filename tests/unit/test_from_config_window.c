@@ -9,54 +9,8 @@
 #include "sluice/from_config.h"
 #include "sluice/pipeline.h"
 #include "helper_iter.h"
+#include "helper_seq.h"
 #include "test.h"
-
-/* A component as numpy prints it, on one line: "[0 1 2]", "[[1 2 3 4] [5 6 7 0]]". */
-static void fmt_rows(const sl_tensor *t, int d, int64_t *k, char *buf, size_t cap, size_t *len) {
-    *len += (size_t)snprintf(buf + *len, cap - *len, "[");
-    for (int64_t i = 0; i < t->dims[d] && *len < cap; i++) {
-        if (i) *len += (size_t)snprintf(buf + *len, cap - *len, " ");
-        if (d + 1 < t->rank) {
-            fmt_rows(t, d + 1, k, buf, cap, len);
-        } else {
-            long long v = t->dtype == SL_DT_I32 ? ((const int32_t *)t->data)[*k] : ((const int64_t *)t->data)[*k];
-            (*k)++;
-            *len += (size_t)snprintf(buf + *len, cap - *len, "%lld", v);
-        }
-    }
-    if (*len < cap) *len += (size_t)snprintf(buf + *len, cap - *len, "]");
-}
-
-static const char *fmt(const sl_element *e, const char *comp, char *buf, size_t cap) {
-    int c = sl_element_find(e, comp);
-    if (c < 0) return "(missing)";
-    size_t len = 0;
-    int64_t k = 0;
-    buf[0] = 0;
-    if (e->t[c].rank == 0) snprintf(buf, cap, "%lld", (long long)*(const int64_t *)e->t[c].data);
-    else fmt_rows(&e->t[c], 0, &k, buf, cap, &len);
-    return buf;
-}
-
-/* Every element of ds, component comp formatted, joined with ", " into out. Returns the
- * status that ended the stream (SL_END when it ended). */
-static sl_status read_all(sl_dataset *ds, const char *comp, char *out, size_t cap) {
-    sl_iter *it;
-    sl_element e;
-    sl_element_init(&e);
-    out[0] = 0;
-    sl_status s = sl_iter_create(ds, NULL, &it);
-    if (s) return s;
-    size_t len = 0;
-    char one[512];
-    while ((s = sl_iter_next(it, &e)) == SL_OK) {
-        len += (size_t)snprintf(out + len, cap - len, "%s%s", len ? ", " : "", fmt(&e, comp, one, sizeof one));
-        sl_element_clear(&e);
-    }
-    if (s == SL_END && sl_iter_next(it, &e) != SL_END) s = SL_EINTERNAL; /* SL_END must repeat */
-    sl_iter_close(it);
-    return s;
-}
 
 static sl_status build(const char *body, sl_dataset **ds) {
     char text[2048];
@@ -77,7 +31,7 @@ static sl_status build(const char *body, sl_dataset **ds) {
         sl_dataset *ds_;                                                 \
         char got_[1024];                                                 \
         ASSERT_OK(build(body, &ds_));                                    \
-        ASSERT_EQ(read_all(ds_, comp, got_, sizeof got_), SL_END);       \
+        ASSERT_EQ(sl_test_read_all(ds_, comp, got_, sizeof got_), SL_END);       \
         sl_dataset_unref(ds_);                                           \
         ASSERT_STREQ(got_, want);                                        \
     } while (0)

@@ -9,54 +9,8 @@
 #include "sluice/fn.h"
 #include "sluice/pipeline.h"
 #include "helper_iter.h"
+#include "helper_seq.h"
 #include "test.h"
-
-/* A component as numpy prints it, on one line: "[0 1 2]", "[[1 2 3 4] [5 6 7 0]]". */
-static void fmt_rows(const sl_tensor *t, int d, int64_t *k, char *buf, size_t cap, size_t *len) {
-    *len += (size_t)snprintf(buf + *len, cap - *len, "[");
-    for (int64_t i = 0; i < t->dims[d] && *len < cap; i++) {
-        if (i) *len += (size_t)snprintf(buf + *len, cap - *len, " ");
-        if (d + 1 < t->rank) {
-            fmt_rows(t, d + 1, k, buf, cap, len);
-        } else {
-            long long v = t->dtype == SL_DT_I32 ? ((const int32_t *)t->data)[*k] : ((const int64_t *)t->data)[*k];
-            (*k)++;
-            *len += (size_t)snprintf(buf + *len, cap - *len, "%lld", v);
-        }
-    }
-    if (*len < cap) *len += (size_t)snprintf(buf + *len, cap - *len, "]");
-}
-
-static const char *fmt(const sl_element *e, const char *comp, char *buf, size_t cap) {
-    int c = sl_element_find(e, comp);
-    if (c < 0) return "(missing)";
-    size_t len = 0;
-    int64_t k = 0;
-    buf[0] = 0;
-    if (e->t[c].rank == 0) snprintf(buf, cap, "%lld", (long long)*(const int64_t *)e->t[c].data);
-    else fmt_rows(&e->t[c], 0, &k, buf, cap, &len);
-    return buf;
-}
-
-/* Every element of ds, component comp formatted, joined with ", " into out. Returns the
- * status that ended the stream (SL_END when it ended). */
-static sl_status read_all(sl_dataset *ds, const char *comp, char *out, size_t cap) {
-    sl_iter *it;
-    sl_element e;
-    sl_element_init(&e);
-    out[0] = 0;
-    sl_status s = sl_iter_create(ds, NULL, &it);
-    if (s) return s;
-    size_t len = 0;
-    char one[512];
-    while ((s = sl_iter_next(it, &e)) == SL_OK) {
-        len += (size_t)snprintf(out + len, cap - len, "%s%s", len ? ", " : "", fmt(&e, comp, one, sizeof one));
-        sl_element_clear(&e);
-    }
-    if (s == SL_END && sl_iter_next(it, &e) != SL_END) s = SL_EINTERNAL; /* SL_END must repeat */
-    sl_iter_close(it);
-    return s;
-}
 
 /* The reference's elements: [[0], [1, 2, 3, 4], [5, 6, 7], [7, 8, 9, 10, 11],
  * [13, 14, 15, 16, 19, 20], [21, 22]]. */
@@ -88,7 +42,7 @@ static sl_status bucketed(int64_t n, bool i32, const sl_bucket_opts *o, char *go
     sl_dataset_unref(m);
     if (s) return s;
     if (sl_dataset_cardinality(b) != (n ? SL_UNKNOWN_CARD : 0)) s = SL_EINTERNAL;
-    if (!s) s = read_all(b, "seq", got, cap);
+    if (!s) s = sl_test_read_all(b, "seq", got, cap);
     sl_dataset_unref(b);
     return s;
 }
@@ -133,14 +87,14 @@ TEST(test_bucket_pad_to_boundary) {
     ASSERT_OK(sl_test_open(b, &it, &e));
     ASSERT_OK(sl_iter_next(it, &e)); /* [1 2 3 4], [5 6 7] padded to 4 */
     char buf[128];
-    ASSERT_STREQ(fmt(&e, "seq", buf, sizeof buf), "[[1 2 3 4] [5 6 7 -1]]");
+    ASSERT_STREQ(sl_test_fmt(&e, "seq", buf, sizeof buf), "[[1 2 3 4] [5 6 7 -1]]");
     sl_element_clear(&e);
     ASSERT_EQ(sl_iter_next(it, &e), SL_EINVAL);
     ASSERT_STREQ(sl_errmsg(), "op 'bucket_by_sequence_length': pad_to_bucket_boundary needs lengths < 5: element of "
                               "length 5\n---> HINT: add a larger last boundary, or drop pad_to_bucket_boundary");
     ASSERT_EQ(sl_iter_next(it, &e), SL_EINVAL); /* length 6 */
     ASSERT_OK(sl_iter_next(it, &e));
-    ASSERT_STREQ(fmt(&e, "seq", buf, sizeof buf), "[[0 -1] [21 22]]");
+    ASSERT_STREQ(sl_test_fmt(&e, "seq", buf, sizeof buf), "[[0 -1] [21 22]]");
     sl_element_clear(&e);
     ASSERT_EQ(sl_iter_next(it, &e), SL_END);
     sl_iter_close(it);
@@ -178,7 +132,7 @@ TEST(test_bucket_no_padding) {
     ASSERT_OK(sl_ds_map(r, fn, 1, true, &mm));
     ASSERT_OK(sl_ds_bucket_by_sequence_length(mm, &o, &b));
     char got[256];
-    ASSERT_EQ(read_all(b, "seq", got, sizeof got), SL_END);
+    ASSERT_EQ(sl_test_read_all(b, "seq", got, sizeof got), SL_END);
     ASSERT_STREQ(got, "[[0 0 0 0 0 0]], [[0 0 0 0 0 0 0]], [[0 0 0 0 0 0 0 0]]");
     sl_dataset_unref(b);
     sl_dataset_unref(mm);
@@ -201,7 +155,7 @@ TEST(test_bucket_length_fn) {
     ASSERT_OK(sl_ds_bucket_by_sequence_length(r, &o, &b));
     ASSERT_STREQ(sl_dataset_op(b), "bucket_by_sequence_length");
     char got[256];
-    ASSERT_EQ(read_all(b, "value", got, sizeof got), SL_END);
+    ASSERT_EQ(sl_test_read_all(b, "value", got, sizeof got), SL_END);
     ASSERT_STREQ(got, "[0 1], [3 4 5], [2], [6 7]");
     sl_dataset_unref(b);
     sl_dataset_unref(r);

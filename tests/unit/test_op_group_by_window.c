@@ -7,54 +7,8 @@
 #include "sluice/fn.h"
 #include "sluice/pipeline.h"
 #include "helper_iter.h"
+#include "helper_seq.h"
 #include "test.h"
-
-/* A component as numpy prints it, on one line: "[0 1 2]", "[[1 2 3 4] [5 6 7 0]]". */
-static void fmt_rows(const sl_tensor *t, int d, int64_t *k, char *buf, size_t cap, size_t *len) {
-    *len += (size_t)snprintf(buf + *len, cap - *len, "[");
-    for (int64_t i = 0; i < t->dims[d] && *len < cap; i++) {
-        if (i) *len += (size_t)snprintf(buf + *len, cap - *len, " ");
-        if (d + 1 < t->rank) {
-            fmt_rows(t, d + 1, k, buf, cap, len);
-        } else {
-            long long v = t->dtype == SL_DT_I32 ? ((const int32_t *)t->data)[*k] : ((const int64_t *)t->data)[*k];
-            (*k)++;
-            *len += (size_t)snprintf(buf + *len, cap - *len, "%lld", v);
-        }
-    }
-    if (*len < cap) *len += (size_t)snprintf(buf + *len, cap - *len, "]");
-}
-
-static const char *fmt(const sl_element *e, const char *comp, char *buf, size_t cap) {
-    int c = sl_element_find(e, comp);
-    if (c < 0) return "(missing)";
-    size_t len = 0;
-    int64_t k = 0;
-    buf[0] = 0;
-    if (e->t[c].rank == 0) snprintf(buf, cap, "%lld", (long long)*(const int64_t *)e->t[c].data);
-    else fmt_rows(&e->t[c], 0, &k, buf, cap, &len);
-    return buf;
-}
-
-/* Every element of ds, component comp formatted, joined with ", " into out. Returns the
- * status that ended the stream (SL_END when it ended). */
-static sl_status read_all(sl_dataset *ds, const char *comp, char *out, size_t cap) {
-    sl_iter *it;
-    sl_element e;
-    sl_element_init(&e);
-    out[0] = 0;
-    sl_status s = sl_iter_create(ds, NULL, &it);
-    if (s) return s;
-    size_t len = 0;
-    char one[512];
-    while ((s = sl_iter_next(it, &e)) == SL_OK) {
-        len += (size_t)snprintf(out + len, cap - len, "%s%s", len ? ", " : "", fmt(&e, comp, one, sizeof one));
-        sl_element_clear(&e);
-    }
-    if (s == SL_END && sl_iter_next(it, &e) != SL_END) s = SL_EINTERNAL; /* SL_END must repeat */
-    sl_iter_close(it);
-    return s;
-}
 
 /* key = floor(value mod m) (Python's %), m from ctx; value 99 fails */
 static sl_status mod_key(void *ctx, const sl_element *e, int64_t *key) {
@@ -82,7 +36,7 @@ TEST(test_group_by_window_example) {
     ASSERT_STREQ(sl_dataset_op(g), "group_by_window");
     ASSERT_EQ(sl_dataset_cardinality(g), SL_UNKNOWN_CARD);
     char got[512];
-    ASSERT_EQ(read_all(g, "value", got, sizeof got), SL_END);
+    ASSERT_EQ(sl_test_read_all(g, "value", got, sizeof got), SL_END);
     ASSERT_STREQ(got, "[0 2 4 6 8], [1 3 5 7 9]");
     sl_dataset_unref(g);
     sl_dataset_unref(r);
@@ -95,13 +49,13 @@ TEST(test_group_by_window_flush_order) {
     ASSERT_OK(sl_ds_range(0, 11, 1, &r));
     ASSERT_OK(sl_ds_group_by_window(r, mod_key, (void *)(intptr_t)3, 3, &g));
     char got[512];
-    ASSERT_EQ(read_all(g, "value", got, sizeof got), SL_END);
+    ASSERT_EQ(sl_test_read_all(g, "value", got, sizeof got), SL_END);
     ASSERT_STREQ(got, "[0 3 6], [1 4 7], [2 5 8], [9], [10]");
     sl_dataset_unref(g);
     sl_dataset_unref(r);
     ASSERT_OK(sl_ds_range(0, 6, 1, &r));
     ASSERT_OK(sl_ds_group_by_window(r, minus_key, NULL, 2, &g));
-    ASSERT_EQ(read_all(g, "value", got, sizeof got), SL_END);
+    ASSERT_EQ(sl_test_read_all(g, "value", got, sizeof got), SL_END);
     ASSERT_STREQ(got, "[5], [4], [3], [2], [1], [0]");
     sl_dataset_unref(g);
     sl_dataset_unref(r);
@@ -109,7 +63,7 @@ TEST(test_group_by_window_flush_order) {
     ASSERT_OK(sl_ds_range(0, 0, 1, &r));
     ASSERT_OK(sl_ds_group_by_window(r, mod_key, (void *)(intptr_t)2, 5, &g));
     ASSERT_EQ(sl_dataset_cardinality(g), 0);
-    ASSERT_EQ(read_all(g, "value", got, sizeof got), SL_END);
+    ASSERT_EQ(sl_test_read_all(g, "value", got, sizeof got), SL_END);
     ASSERT_STREQ(got, "");
     sl_dataset_unref(g);
     sl_dataset_unref(r);
@@ -132,15 +86,15 @@ TEST(test_group_by_window_errors) {
     ASSERT_OK(sl_test_open(g, &it, &e));
     char buf[64];
     ASSERT_OK(sl_iter_next(it, &e));
-    ASSERT_STREQ(fmt(&e, "value", buf, sizeof buf), "[96 98]");
+    ASSERT_STREQ(sl_test_fmt(&e, "value", buf, sizeof buf), "[96 98]");
     sl_element_clear(&e);
     ASSERT_EQ(sl_iter_next(it, &e), SL_EIO);
     ASSERT_STREQ(sl_errmsg(), "op 'group_by_window': key of 99 is unknown");
     ASSERT_OK(sl_iter_next(it, &e));
-    ASSERT_STREQ(fmt(&e, "value", buf, sizeof buf), "[97 101]");
+    ASSERT_STREQ(sl_test_fmt(&e, "value", buf, sizeof buf), "[97 101]");
     sl_element_clear(&e);
     ASSERT_OK(sl_iter_next(it, &e));
-    ASSERT_STREQ(fmt(&e, "value", buf, sizeof buf), "[100 102]");
+    ASSERT_STREQ(sl_test_fmt(&e, "value", buf, sizeof buf), "[100 102]");
     sl_element_clear(&e);
     ASSERT_EQ(sl_iter_next(it, &e), SL_END);
     ASSERT_EQ(sl_iter_next(it, &e), SL_END);

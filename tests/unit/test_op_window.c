@@ -9,54 +9,8 @@
 #include "sluice/pipeline.h"
 #include "sluice/stats.h"
 #include "helper_iter.h"
+#include "helper_seq.h"
 #include "test.h"
-
-/* A component as numpy prints it, on one line: "[0 1 2]", "[[1 2 3 4] [5 6 7 0]]". */
-static void fmt_rows(const sl_tensor *t, int d, int64_t *k, char *buf, size_t cap, size_t *len) {
-    *len += (size_t)snprintf(buf + *len, cap - *len, "[");
-    for (int64_t i = 0; i < t->dims[d] && *len < cap; i++) {
-        if (i) *len += (size_t)snprintf(buf + *len, cap - *len, " ");
-        if (d + 1 < t->rank) {
-            fmt_rows(t, d + 1, k, buf, cap, len);
-        } else {
-            long long v = t->dtype == SL_DT_I32 ? ((const int32_t *)t->data)[*k] : ((const int64_t *)t->data)[*k];
-            (*k)++;
-            *len += (size_t)snprintf(buf + *len, cap - *len, "%lld", v);
-        }
-    }
-    if (*len < cap) *len += (size_t)snprintf(buf + *len, cap - *len, "]");
-}
-
-static const char *fmt(const sl_element *e, const char *comp, char *buf, size_t cap) {
-    int c = sl_element_find(e, comp);
-    if (c < 0) return "(missing)";
-    size_t len = 0;
-    int64_t k = 0;
-    buf[0] = 0;
-    if (e->t[c].rank == 0) snprintf(buf, cap, "%lld", (long long)*(const int64_t *)e->t[c].data);
-    else fmt_rows(&e->t[c], 0, &k, buf, cap, &len);
-    return buf;
-}
-
-/* Every element of ds, component comp formatted, joined with ", " into out. Returns the
- * status that ended the stream (SL_END when it ended). */
-static sl_status read_all(sl_dataset *ds, const char *comp, char *out, size_t cap) {
-    sl_iter *it;
-    sl_element e;
-    sl_element_init(&e);
-    out[0] = 0;
-    sl_status s = sl_iter_create(ds, NULL, &it);
-    if (s) return s;
-    size_t len = 0;
-    char one[512];
-    while ((s = sl_iter_next(it, &e)) == SL_OK) {
-        len += (size_t)snprintf(out + len, cap - len, "%s%s", len ? ", " : "", fmt(&e, comp, one, sizeof one));
-        sl_element_clear(&e);
-    }
-    if (s == SL_END && sl_iter_next(it, &e) != SL_END) s = SL_EINTERNAL; /* SL_END must repeat */
-    sl_iter_close(it);
-    return s;
-}
 
 static sl_status window_of_range(int64_t n, int64_t size, int64_t shift, int64_t stride, bool drop, sl_dataset **out) {
     sl_dataset *r;
@@ -73,7 +27,7 @@ static sl_status window_of_range(int64_t n, int64_t size, int64_t shift, int64_t
         char got_[1024];                                                          \
         ASSERT_OK(window_of_range(n, size, shift, stride, drop, &w_));           \
         ASSERT_EQ(sl_dataset_cardinality(w_), card);                              \
-        ASSERT_EQ(read_all(w_, "value", got_, sizeof got_), SL_END);              \
+        ASSERT_EQ(sl_test_read_all(w_, "value", got_, sizeof got_), SL_END);              \
         sl_dataset_unref(w_);                                                     \
         ASSERT_STREQ(got_, want);                                                 \
     } while (0)
@@ -133,8 +87,8 @@ TEST(test_window_nested) {
     ASSERT_OK(sl_ds_map(r, fn, 1, true, &m));
     ASSERT_OK(sl_ds_window(m, 2, 0, 1, false, &w));
     char a[256], b[256];
-    ASSERT_EQ(read_all(w, "value", a, sizeof a), SL_END);
-    ASSERT_EQ(read_all(w, "b", b, sizeof b), SL_END);
+    ASSERT_EQ(sl_test_read_all(w, "value", a, sizeof a), SL_END);
+    ASSERT_EQ(sl_test_read_all(w, "b", b, sizeof b), SL_END);
     ASSERT_STREQ(a, "[1 2], [3 4]");
     ASSERT_STREQ(b, "[5 6], [7 8]");
     sl_dataset_unref(w);
@@ -206,7 +160,7 @@ TEST(test_window_seek) {
     ASSERT_EQ(sl_iter_replayed(it), 0);
     char buf[64];
     ASSERT_OK(sl_iter_next(it, &e));
-    ASSERT_STREQ(fmt(&e, "value", buf, sizeof buf), "[2 3 4]");
+    ASSERT_STREQ(sl_test_fmt(&e, "value", buf, sizeof buf), "[2 3 4]");
     sl_element_clear(&e);
     ASSERT_EQ(sl_test_drain(it), 1);
     sl_iter_close(it);
