@@ -515,6 +515,17 @@ static sl_status from_ompi(const char *const *envp, int port_base, spec *s) {
 
 /* ---- resolution -------------------------------------------------------------------- */
 
+typedef struct {
+    const char *addr;
+    int k;
+} addr_ref;
+
+static int by_addr(const void *a, const void *b) {
+    const addr_ref *x = a, *y = b;
+    int c = strcmp(x->addr, y->addr);
+    return c ? c : (x->k > y->k) - (x->k < y->k);
+}
+
 /* out's task table from the members in mem (each type's tasks in order; chief and workers
  * get ring ranks), out->self for task ttype tindex, and the ring's and the ps tasks'
  * address lists. SL_EINVAL when two tasks share an address. On failure what was allocated
@@ -532,13 +543,27 @@ static sl_status fill_tasks(const spec *mem, int ttype, int tindex, sl_cluster *
             ct->index = i;
             ct->ring_rank = (t == SL_TASK_CHIEF || t == SL_TASK_WORKER) ? ring++ : -1;
             snprintf(ct->addr, sizeof ct->addr, "%s", mem->list[t][i]);
-            for (int j = 0; j < k; j++)
-                if (strcmp(out->tasks[j].addr, ct->addr) == 0) {
-                    return sl_err(SL_EINVAL, "%s: address %s is given to both %s %d and %s %d", mem->src, ct->addr,
-                                  sl_task_type_name(out->tasks[j].type), out->tasks[j].index, sl_task_type_name(t), i);
-                }
             if (t == ttype && i == tindex) out->self = k;
         }
+    /* two tasks at one address: sorted by address (then order), neighbours compared, so a
+     * launcher's world of a million ranks costs n log n, not n^2 comparisons */
+    addr_ref *ord = malloc((size_t)(nt ? nt : 1) * sizeof *ord);
+    if (!ord) return sl_err(SL_ENOMEM, "cluster: out of memory");
+    for (int i = 0; i < nt; i++) ord[i] = (addr_ref){out->tasks[i].addr, i};
+    qsort(ord, (size_t)nt, sizeof *ord, by_addr);
+    int dj = -1, dk = -1; /* the duplicate pair whose later task comes first in task order */
+    for (int i = 1; i < nt; i++)
+        if (strcmp(ord[i - 1].addr, ord[i].addr) == 0 && (dk < 0 || ord[i].k < dk)) {
+            int first = i - 1;
+            while (first > 0 && strcmp(ord[first - 1].addr, ord[i].addr) == 0) first--;
+            dj = ord[first].k;
+            dk = ord[i].k;
+        }
+    free(ord);
+    if (dk >= 0)
+        return sl_err(SL_EINVAL, "%s: address %s is given to both %s %d and %s %d", mem->src, out->tasks[dk].addr,
+                      sl_task_type_name(out->tasks[dj].type), out->tasks[dj].index,
+                      sl_task_type_name(out->tasks[dk].type), out->tasks[dk].index);
     out->ntasks = nt;
     out->ring_addrs = calloc((size_t)nt + 1, sizeof *out->ring_addrs);
     out->ps_addrs = calloc((size_t)nt + 1, sizeof *out->ps_addrs);

@@ -44,6 +44,15 @@ TEST(test_torchrun_one_host) {
     ASSERT_OK(from_env(env3, &c));
     ASSERT_STREQ(c.ring_addrs[0], "127.0.0.1:29500");
     sl_cluster_free(&c);
+    /* a large world on one host: every member, and the duplicate check in n log n (it was
+     * n^2 string comparisons: seconds at 30,000 ranks, found by fuzz_rendezvous) */
+    const char *env4[] = {"RANK=29999", "WORLD_SIZE=30000", "MASTER_PORT=1000", NULL};
+    ASSERT_OK(from_env(env4, &c));
+    ASSERT_EQ(c.world, 30000);
+    ASSERT_EQ(c.rank, 29999);
+    ASSERT_STREQ(c.ring_addrs[0], "127.0.0.1:1002");
+    ASSERT_STREQ(c.ring_addrs[29999], "127.0.0.1:31001");
+    sl_cluster_free(&c);
 }
 
 TEST(test_torchrun_errors) {
