@@ -148,6 +148,16 @@ sl_status sl__iter_make(sl_iter *parent, sl_dataset *ds, uint64_t seed, sl_iter 
     return make_announced(ds, parent->ctx, seed, (node_key){parent->node->id, -1, NULL}, out);
 }
 
+sl_status sl__iter_make_at(sl_iter *parent, sl_dataset *ds, uint64_t seed, int64_t start, sl_iter **out) {
+    return make_announced(ds, parent->ctx, seed, (node_key){parent->node->id, -1, NULL, start}, out);
+}
+
+int64_t sl__ds_count(sl_dataset *ds) {
+    int64_t c = sl_dataset_cardinality(ds);
+    if (c == SL_UNKNOWN_CARD && ds->vt->count) c = ds->vt->count(ds);
+    return c;
+}
+
 sl_status sl__iter_input(sl_dataset *ds, int i, sl_ictx *ctx, uint64_t seed, uint64_t salt,
                          sl_iter **out) {
     return sl__iter_input_at(ds, i, ctx, seed, salt, 0, out);
@@ -188,6 +198,7 @@ static sl_status create_at(sl_dataset *ds, const sl_iter_opts *opts, int64_t sta
     atomic_init(&ctx->cancelled, false);
     pthread_mutex_init(&ctx->cancel_mu, NULL);
     atomic_init(&ctx->errors_ignored, 0);
+    atomic_init(&ctx->refilled, 0);
     int ncpu = sl_cpu_count();
     /* an explicit budget is honoured even above the core count (the caller asked for it) */
     ctx->ncpu = ctx->opts.cpu_budget > 0 ? ctx->opts.cpu_budget : ncpu;
@@ -244,12 +255,18 @@ int64_t sl_iter_position(const sl_iter *it) { return it ? it->start + it->given 
 
 int64_t sl_iter_replayed(const sl_iter *it) { return it ? it->replayed : 0; }
 
-/* The graph's shape: each op's name and input count, depth first. */
-static uint64_t fingerprint(const sl_dataset *ds) {
+int64_t sl_iter_refilled(const sl_iter *it) { return it ? (int64_t)atomic_load(&it->ctx->refilled) : 0; }
+
+/* The graph: each op's name, input count and (version 2) the parameters it mixed in with
+ * sl__ds_param, depth first. Version 1 states (before parameters) have the shape only. */
+static uint64_t fingerprint_v(const sl_dataset *ds, int version) {
     uint64_t h = sl_mix2(sl_fnv1a64(SL_FNV64_INIT, ds->vt->name, strlen(ds->vt->name)), (uint64_t)ds->ninputs);
-    for (int i = 0; i < ds->ninputs; i++) h = sl_mix2(h, fingerprint(ds->inputs[i]));
+    if (version >= 2) h = sl_mix2(h, ds->params);
+    for (int i = 0; i < ds->ninputs; i++) h = sl_mix2(h, fingerprint_v(ds->inputs[i], version));
     return h;
 }
+
+static uint64_t fingerprint(const sl_dataset *ds) { return fingerprint_v(ds, 2); }
 
 sl_status sl_iter_save(const sl_iter *it, uint8_t *buf, size_t cap, size_t *len) {
     if (len) *len = 0;
@@ -258,7 +275,7 @@ sl_status sl_iter_save(const sl_iter *it, uint8_t *buf, size_t cap, size_t *len)
         return sl_err(SL_ERANGE, "sl_iter_save: a state takes %d bytes, the buffer has %zu", SL_ITER_STATE_SIZE, cap);
     memset(buf, 0, SL_ITER_STATE_SIZE);
     memcpy(buf, "SLITSTAT", 8);
-    sl_store_le32(buf + 8, 1);
+    sl_store_le32(buf + 8, 2);
     sl_store_le32(buf + 12, SL_ITER_STATE_SIZE);
     sl_store_le64(buf + 16, it->ctx->opts.seed);
     sl_store_le64(buf + 24, (uint64_t)sl_iter_position(it));
@@ -274,7 +291,8 @@ sl_status sl_iter_restore(sl_dataset *ds, const sl_iter_opts *opts, const uint8_
     if (len < 16 || memcmp(st, "SLITSTAT", 8))
         return sl_err(SL_ECORRUPT, "iterator state: byte 0: not an iterator state (%zu bytes, no SLITSTAT magic)", len);
     uint32_t ver = sl_load_le32(st + 8), size = sl_load_le32(st + 12);
-    if (ver != 1) return sl_err(SL_ECORRUPT, "iterator state: byte 8: version %u (this Sluice reads 1)", ver);
+    if (ver != 1 && ver != 2)
+        return sl_err(SL_ECORRUPT, "iterator state: byte 8: version %u (this Sluice reads 1 and 2)", ver);
     if (size != SL_ITER_STATE_SIZE || len != size)
         return sl_err(SL_ECORRUPT, "iterator state: byte 12: size %u, %zu bytes given (want %d)", size, len,
                       SL_ITER_STATE_SIZE);
@@ -283,10 +301,13 @@ sl_status sl_iter_restore(sl_dataset *ds, const sl_iter_opts *opts, const uint8_
     int64_t pos = (int64_t)sl_load_le64(st + 24);
     uint64_t fp = sl_load_le64(st + 32);
     if (pos < 0) return sl_err(SL_ECORRUPT, "iterator state: byte 24: position %lld is negative", (long long)pos);
-    if (fp != fingerprint(ds)) {
+    uint64_t mine = fingerprint_v(ds, (int)ver);
+    if (fp != mine) {
         sl_err(SL_EINVAL, "iterator state: saved from another pipeline (fingerprint %016llx, this one %016llx)",
-               (unsigned long long)fp, (unsigned long long)fingerprint(ds));
-        sl_err_hint("restore a state into the pipeline that saved it");
+               (unsigned long long)fp, (unsigned long long)mine);
+        sl_err_hint("restore a state into the pipeline that saved it: the same ops with the same parameters "
+                    "(shuffle buffers and seeds, take/skip/repeat counts, ranges, windows, interleave cycles, "
+                    "map functions); only the replica count, its shard and its share of the batch may differ");
         return SL_EINVAL;
     }
     sl_iter_opts o = opts ? *opts : sl_iter_opts_default();

@@ -33,6 +33,11 @@ typedef struct sl_ds_vt {
      * iterator from 0 gives after `start` elements, random draws included. An op without it
      * is never asked to start anywhere but 0. */
     bool seek;
+    /* The exact number of elements where metadata can tell it (a TFRecord file's record
+     * index: this may read or build the index) though the cardinality is unknown;
+     * SL_UNKNOWN_CARD when it cannot (the thread's error left as it was). For seeking ops
+     * that must know their inputs' lengths (interleave). NULL: the cardinality. */
+    int64_t (*count)(sl_dataset *ds);
 } sl_ds_vt;
 
 /* Ops embed this as their first member. */
@@ -44,7 +49,14 @@ struct sl_dataset {
     char label[64];                        /* shown in errors and stats */
     char where[128];                       /* the config statement that made it, "FILE:LINE"
                                             * (from_config sets it); "" if none */
+    uint64_t params;                       /* sl__ds_param's mix: in the state's fingerprint */
 };
+
+/* Mix a parameter that shapes the stream into ds's fingerprint (sl_iter_save), at
+ * creation. Only what is the same on every replica of a job: never a shard's index or
+ * count, a replica's files or its share of the global batch (a state is restored into
+ * another replica count). */
+static inline void sl__ds_param(sl_dataset *ds, uint64_t v) { ds->params = sl_mix2(ds->params + 1, v); }
 
 /* Allocate an op of `size` bytes (>= sizeof(sl_dataset)), zeroed, refcount 1, taking a
  * reference to each input. NULL (and sl_err set) on ENOMEM or too many inputs. */
@@ -175,6 +187,8 @@ struct sl_ictx {
     pthread_mutex_t cancel_mu;   /* guards cancel_hooks (and setting cancelled with them) */
     sl__cancel_hook *cancel_hooks; /* run by close after setting cancelled */
     atomic_llong errors_ignored; /* counted by ignore_errors */
+    atomic_llong refilled;       /* elements ops read again to rebuild their state at a start
+                                  * (a buffer shuffle's buffer): sl_iter_refilled */
     int ncpu;                    /* cores available (opts.cpu_budget or the CPU count) */
     bool ram_budget_given;       /* the caller set opts.ram_budget (else it is a default) */
     uint64_t start_ns;           /* when the root iterator was created */
@@ -310,6 +324,13 @@ sl_status sl__iter_input(sl_dataset *ds, int i, sl_ictx *ctx, uint64_t seed, uin
 /* Make an iterator over a dataset made while running (interleave's per-element inputs):
  * all of parent's such inputs share one node. */
 sl_status sl__iter_make(sl_iter *parent, sl_dataset *ds, uint64_t seed, sl_iter **out);
+
+/* sl__iter_make with the iterator starting at element `start` (as sl__iter_input_at). */
+sl_status sl__iter_make_at(sl_iter *parent, sl_dataset *ds, uint64_t seed, int64_t start, sl_iter **out);
+
+/* ds's exact element count through its vt->count (else its cardinality): a number,
+ * SL_INFINITE or SL_UNKNOWN_CARD. */
+int64_t sl__ds_count(sl_dataset *ds);
 
 /* sl_iter_next for use inside ops: counts stats, honours `ended`. */
 sl_status sl__iter_next(sl_iter *it, sl_element *out);

@@ -175,6 +175,10 @@ sl_status sl__tr_epoch_begin(sl_trainer *t, sl__loop *L) {
             fprintf(con, "resume: replayed %" PRId64 " batches of epoch %" PRId64 " to reach batch %" PRId64 " (%.1f s): "
                     "an op of pipeline '%s' cannot start part-way; `shuffle global` can\n", replayed, L->epoch + 1,
                     f->skip, sl_now_s() - t0, t->c.data);
+        else if (con && sl_iter_refilled(f->it))
+            fprintf(con, "resume: pipeline '%s' started at batch %" PRId64 " of epoch %" PRId64 " in %.1f ms, nothing "
+                    "replayed (%" PRId64 " elements read again to rebuild its shuffle buffer)\n", t->c.data, f->skip,
+                    L->epoch + 1, 1e3 * (sl_now_s() - t0), sl_iter_refilled(f->it));
         else if (con)
             fprintf(con, "resume: pipeline '%s' started at batch %" PRId64 " of epoch %" PRId64 " in %.1f ms, nothing "
                     "replayed\n", t->c.data, f->skip, L->epoch + 1, 1e3 * (sl_now_s() - t0));

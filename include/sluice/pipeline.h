@@ -525,11 +525,17 @@ void sl_iter_close(sl_iter *it);
  * When every op on the way can seek, nothing before it is produced: constant time and
  * memory whatever `start` is. The ops that seek: range, tfrecord_global (`shuffle global`),
  * map, map_batch (and batch over a map), batch, prefetch, take, skip, shard, repeat over an
- * input of known cardinality, zip, concatenate (a's cardinality known), enumerate, and
+ * input of known cardinality, zip, concatenate (a's cardinality known), enumerate, shuffle
+ * (a buffer shuffle: it replays its draws on positions and reads back only the elements in
+ * its buffer at the start, or, over an input that cannot seek, replays that input without
+ * the ops above; sl_iter_refilled counts what it read), and
  * sample_from_datasets / choose_from_datasets over
  * inputs of known or endless length (they replay their draws, not the data: tens of
- * millions a second). Below any other op (interleave, a buffer shuffle,
- * filter, cache, ignore_errors, files read one after another) the iterator is made at 0
+ * millions a second), and tfrecord (files read one after another: the files before the
+ * start skipped by their record indexes, sluice/tfrecord_index.h, built on first use), and
+ * cache (a complete one skips to the start; one still to be filled reads its input from
+ * the start, records nothing, and leaves the filling to the next pass). Below any other op
+ * (interleave, filter, ignore_errors, a compressed TFRecord file) the iterator is made at 0
  * and the elements before `start` are produced and dropped (sl_iter_replayed says how
  * many); an error met while doing so is returned, with *out NULL. A start past the end
  * gives an iterator at its end (SL_END). SL_EINVAL for start < 0. */
@@ -541,10 +547,21 @@ int64_t sl_iter_position(const sl_iter *it);
 /* Elements produced and dropped to reach the start (0 when every op could seek). */
 int64_t sl_iter_replayed(const sl_iter *it);
 
+/* Elements that seeking ops read from their inputs to rebuild their state at the start: a
+ * buffer shuffle's buffer (and the few elements between its runs), or, over an input that
+ * cannot seek, the shuffle's input up to the start. 0 for an iterator made at 0. */
+int64_t sl_iter_refilled(const sl_iter *it);
+
 /* An iterator's state, SL_ITER_STATE_SIZE bytes: magic "SLITSTAT", version 1, the size,
- * the seed, the position, a fingerprint of the dataset graph (its ops' names and shape) and
- * a CRC32C of the bytes before it, all little-endian. The same bytes on every replica after
- * the same number of elements, whatever the replica count. */
+ * the seed, the position, a fingerprint of the dataset graph and a CRC32C of the bytes
+ * before it, all little-endian. Version 2 (written now): the fingerprint covers the ops'
+ * names, the graph's shape and the parameters that shape the stream and are the same on
+ * every replica (shuffle buffer, seed and reshuffling; take, skip and repeat counts; range
+ * bounds; window, enumerate and interleave settings; sample seeds; map function names), so
+ * a state is refused by a pipeline that differs in one of them; not a shard's index or
+ * count, a replica's files or its share of the global batch, which differ between replicas
+ * and replica counts. Version 1 states (the shape only) are still read. The same bytes on
+ * every replica after the same number of elements, whatever the replica count. */
 #define SL_ITER_STATE_SIZE 48
 
 /* Write it's state into buf (cap bytes, at least SL_ITER_STATE_SIZE); *len = the bytes

@@ -33,6 +33,12 @@
  *   footer  "SLCEND\0\0", u64 entries, u64 footer offset, u32 version, u32 crc32c of the
  *           footer's first 28 bytes
  *
+ * Seek (an iterator starting at element S > 0): a complete cache skips S elements of its
+ * recording (in memory, an index; in a file, S entry headers walked without decoding); a
+ * pass that would fill it instead reads its input from S (which must seek, else the stream
+ * is replayed) and records nothing, since a recording must start at 0: the next pass
+ * fills the cache.
+ *
  * Workload: datasets that fit in RAM (memory) or on local disk (file) after expensive
  * decoding, replayed for tens of epochs. */
 #include <errno.h>
@@ -360,6 +366,26 @@ static sl_status replay_file(cache_it *c, sl_element *out) {
     return SL_OK;
 }
 
+/* Step over S elements of the file (errors recorded among them are stepped over too: a
+ * position counts elements), reading entry headers only. */
+static sl_status skip_file(cache_it *c, int64_t S) {
+    const uint8_t *b = c->map->data;
+    while (S > 0 && (uint64_t)c->pos < c->body_end) {
+        uint64_t at = (uint64_t)c->pos;
+        if (c->body_end - at < ENTRY_HDR) return corrupt(c, at, "truncated entry header");
+        uint32_t kind;
+        uint64_t size;
+        memcpy(&kind, b + at + 4, 4);
+        memcpy(&size, b + at + 8, 8);
+        if (memcmp(b + at, ENTRY_MAGIC, 4) != 0) return corrupt(c, at, "bad entry magic");
+        if (size > c->body_end - at - ENTRY_HDR) return corrupt(c, at, "entry runs past the end of the data");
+        if (kind != KIND_ELEM && kind != KIND_ERR) return corrupt(c, at, "bad entry kind");
+        if (kind == KIND_ELEM) S--;
+        c->pos = (int64_t)(at + ENTRY_HDR + pad8(size));
+    }
+    return SL_OK;
+}
+
 /* ---- the iterator ---- */
 
 /* The memory plan of an in-memory cache: at its first element, the input's size (when
@@ -463,15 +489,25 @@ static sl_status cache_make(sl_dataset *ds, sl_ictx *ctx, uint64_t seed, sl_iter
         pthread_mutex_unlock(&d->mu);
         if (complete) {
             c->mode = MODE_REPLAY_MEM;
+            for (int64_t k = c->base.start; k > 0 && c->pos < d->store.n; c->pos++)
+                if (d->store.v[c->pos].status == SL_OK) k--;
             *out = &c->base;
             return SL_OK;
         }
     } else if (access(d->path, F_OK) == 0) {
         c->mode = MODE_REPLAY_FILE;
-        if ((s = open_replay(c))) goto fail;
+        if ((s = open_replay(c)) || (s = skip_file(c, c->base.start))) goto fail;
         *out = &c->base;
         return SL_OK;
-    } else {
+    }
+    if (c->base.start > 0) { /* part-way: read through from the input, record nothing */
+        c->mode = MODE_FILL;
+        c->broken = true;
+        if ((s = sl__iter_input_at(ds, 0, ctx, seed, 0, c->base.start, &c->in))) goto fail;
+        *out = &c->base;
+        return SL_OK;
+    }
+    if (d->path) {
         size_t n = strlen(d->path) + 64;
         if (!(c->tmp = malloc(n))) {
             s = sl_err(SL_ENOMEM, "op '%s': out of memory", ds->label);
@@ -510,7 +546,7 @@ static void cache_destroy(sl_dataset *ds) {
 
 static int64_t cache_card(const sl_dataset *ds) { return sl_dataset_cardinality(ds->inputs[0]); }
 
-static const sl_ds_vt cache_vt = {.name = "cache", .make_iter = cache_make, .destroy = cache_destroy,
+static const sl_ds_vt cache_vt = {.name = "cache", .seek = true, .make_iter = cache_make, .destroy = cache_destroy,
                                   .cardinality = cache_card};
 
 sl_status sl_ds_cache(sl_dataset *in, const char *path, sl_dataset **out) {

@@ -27,6 +27,16 @@
  * block under one lock, and a worker whose rings are all full sleeps until one of them has
  * drained to half.
  *
+ * Seek (an iterator starting at element S > 0, deterministic order only): the input
+ * elements are read and turned into datasets as the cursor would meet them, and the cursor
+ * walk is replayed on their lengths alone (sl__ds_count: a TFRecord file's length from its
+ * record index), a block at a time, until S elements are accounted for; then each open
+ * position's input is made at the element it had reached (sl__iter_make_at: it must seek,
+ * as TFRecord files do through their indexes). No record is read before S. An input whose
+ * length cannot be known, an error on the way (making an input, reading the input
+ * stream), or deterministic = false with parallelism: SL_EUNSUPPORTED, and the stream is
+ * replayed (by the op above that seeks, or from the start).
+ *
  * Locking: `mu` guards every slot's ring, `it`, `in_done`, `busy`, `want`, `active`,
  * `nbuffered` and `cancelled`.
  * Only the consumer opens and closes slot inputs, and only while no worker is using them
@@ -457,6 +467,97 @@ static void il_set_par(sl_iter *it, int p) {
 }
 static const sl_tune_ops il_tune = {.set_parallelism = il_set_par};
 
+/* ---- seek ---- */
+
+typedef struct {
+    sl_dataset *ds; /* the position's input, or NULL */
+    int64_t index, len, used;
+} sim_slot;
+
+static sl_status no_seek(il_it *il, const char *why, int64_t index) {
+    return sl__op_err(&il->base, SL_EUNSUPPORTED, "cannot start part-way: %s (input element %lld)", why,
+                      (long long)index);
+}
+
+/* Position j takes the next input element's dataset (as open_slot, without opening it). */
+static sl_status sim_open(il_it *il, sim_slot *sl, int j, int *nopen) {
+    const il_ds *d = (const il_ds *)il->base.ds;
+    sl_element e;
+    sl_element_init(&e);
+    sl_status st = sl__iter_next(il->in, &e);
+    if (st == SL_END) {
+        il->in_ended = true;
+        return SL_OK;
+    }
+    int64_t index = il->next_index++;
+    if (st < 0) return no_seek(il, "the input stream gave an error", index);
+    sl_dataset *ds = NULL;
+    st = d->factory(d->fctx, &e, &ds);
+    sl_element_clear(&e);
+    if (st < 0 || !ds) return no_seek(il, "making its dataset failed", index);
+    int64_t len = sl__ds_count(ds);
+    if (len == SL_INFINITE) len = INT64_MAX;
+    if (len < 0) {
+        sl_dataset_unref(ds);
+        return no_seek(il, "its length cannot be known", index);
+    }
+    sl[j] = (sim_slot){ds, index, len, 0};
+    (*nopen)++;
+    return SL_OK;
+}
+
+/* Replay the cursor over the inputs' lengths up to element S, then open each position's
+ * input where it stands. */
+static sl_status il_seek(il_it *il, int64_t S) {
+    if (il->parallel && !il->deterministic) return no_seek(il, "deterministic is off", 0);
+    sim_slot *sl = calloc((size_t)il->cycle, sizeof *sl);
+    if (!sl) return sl__op_err(&il->base, SL_ENOMEM, "out of memory");
+    int nopen = 0;
+    sl_status s = SL_OK;
+    for (int j = 0; j < il->cycle && !il->in_ended && !s; j++) s = sim_open(il, sl, j, &nopen);
+    int64_t produced = 0;
+    while (!s && produced < S && !(il->in_ended && nopen == 0)) {
+        int j = il->cursor;
+        sim_slot *c = &sl[j];
+        if (!c->ds) {
+            if (!il->in_ended) s = sim_open(il, sl, j, &nopen);
+            else advance(il);
+            continue;
+        }
+        if (c->used < c->len) {
+            int64_t n = il->block - il->block_idx;
+            if (n > c->len - c->used) n = c->len - c->used;
+            if (n > S - produced) n = S - produced;
+            c->used += n;
+            produced += n;
+            il->block_idx += (int)n;
+            if (il->block_idx >= il->block) advance(il);
+            continue;
+        }
+        sl_dataset_unref(c->ds); /* its end: closed, the position refilled, the cursor on */
+        c->ds = NULL;
+        nopen--;
+        s = sim_open(il, sl, j, &nopen);
+        if (!s) advance(il);
+    }
+    for (int j = 0; j < il->cycle; j++) {
+        if (!sl[j].ds) continue;
+        if (!s) {
+            sl_iter *sub;
+            s = sl__iter_make_at(&il->base, sl[j].ds, sl__child_seed(il->base.seed, (uint64_t)sl[j].index + 1),
+                                 sl[j].used, &sub);
+            if (!s) {
+                il->slots[j].it = sub;
+                il->slots[j].index = sl[j].index;
+                il->num_open++;
+            }
+        }
+        sl_dataset_unref(sl[j].ds);
+    }
+    free(sl);
+    return s;
+}
+
 static sl_status il_make(sl_dataset *ds, sl_ictx *ctx, uint64_t seed, sl_iter **out) {
     const il_ds *d = (const il_ds *)ds;
     il_it *il = sl__iter_new(sizeof *il, &il_it_vt, ds, ctx, seed);
@@ -498,8 +599,11 @@ static sl_status il_make(sl_dataset *ds, sl_ictx *ctx, uint64_t seed, sl_iter **
     atomic_store(&il->base.stats->buffer, il->parallel ? il->rcap * il->cycle : 0);
     s = sl__iter_input(ds, 0, ctx, seed, 0, &il->in);
     if (s) goto fail;
-    /* fill the cycle in position order, as the cursor's first round would */
-    for (int j = 0; j < il->cycle && !il->in_ended; j++) open_slot(il, j);
+    if (il->base.start > 0) {
+        if ((s = il_seek(il, il->base.start))) goto fail;
+    } else { /* fill the cycle in position order, as the cursor's first round would */
+        for (int j = 0; j < il->cycle && !il->in_ended; j++) open_slot(il, j);
+    }
     if (il->parallel) {
         il->nthreads = par;
         for (int t = 0; t < par; t++) {
@@ -527,7 +631,7 @@ static void il_destroy(sl_dataset *ds) {
     if (d->fctx_free) d->fctx_free(d->fctx);
 }
 
-static const sl_ds_vt il_vt = {.name = "interleave", .make_iter = il_make, .destroy = il_destroy};
+static const sl_ds_vt il_vt = {.name = "interleave", .seek = true, .make_iter = il_make, .destroy = il_destroy};
 
 sl_interleave_opts sl_interleave_opts_default(void) {
     sl_interleave_opts o = {.cycle_length = SL_AUTO, .block_length = 1, .parallelism = SL_AUTO,
@@ -551,6 +655,9 @@ static sl_status il_new(sl_dataset *in, sl_ds_factory factory, void *ctx, const 
     d->factory = factory;
     d->fctx = ctx;
     d->o = o;
+    sl__ds_param(&d->base, (uint64_t)o.cycle_length);
+    sl__ds_param(&d->base, (uint64_t)o.block_length);
+    sl__ds_param(&d->base, o.deterministic);
     *out = d;
     return SL_OK;
 }

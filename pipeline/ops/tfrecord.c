@@ -22,10 +22,18 @@
  * records' sl_bytes views are carved from slabs of VIEW_SLAB (each record's tensor holds a
  * reference to its slab), so a record costs no allocation of its own.
  *
+ * Seek (an iterator starting at element S > 0): each file's record index (sluice/
+ * tfrecord_index.h: cached beside the file, built on first use) gives its record count,
+ * so the files before S are skipped unread and the file holding S is read from its record
+ * through the index, the files after it as usual. A compressed file on the way cannot be
+ * indexed: the op then refuses to seek (SL_EUNSUPPORTED) and the stream is replayed.
+ *
  * Also interleave_tfrecord: interleave (pipeline/ops/interleave.c) over a stream of file
  * names, each opened as a one-file tfrecord dataset with the given read options. */
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "pipeline/internal.h"
 #include "sluice/log.h"
@@ -47,6 +55,8 @@ typedef struct {
     int origin_file;       /* which file origin names (-1: none yet) */
     sl_buf *views;         /* the slab the next record's view is carved from (a reference), or NULL */
     int nviews;            /* views of it handed out */
+    sl_tfr_file *sf;       /* after a seek: paths[file] opened with its index, read from record si */
+    int64_t si;
 } tfr_it;
 
 #define VIEW_SLAB 32
@@ -84,6 +94,24 @@ static void close_reader(tfr_it *t) {
 static sl_status tfr_next(sl_iter *it, sl_element *out) {
     tfr_it *t = (tfr_it *)it;
     const tfr_ds *d = (const tfr_ds *)it->ds;
+    if (t->sf) { /* the file a seek landed in, read through its index */
+        if (t->si < sl_tfr_file_count(t->sf)) {
+            if (t->origin_file != t->file) {
+                t->origin = sl_origin_path(d->paths[t->file]);
+                t->origin_file = t->file;
+            }
+            sl_record rec;
+            sl_status s = sl_tfr_file_read(t->sf, t->si++, &rec);
+            if (s) {
+                sl__op_err_prefix(it);
+                return s; /* that record's error; the next call goes on with the next one */
+            }
+            return sl__record_element(it, &t->views, &t->nviews, &rec, t->origin, out);
+        }
+        sl_tfr_file_close(t->sf);
+        t->sf = NULL;
+        t->file++;
+    }
     for (;;) {
         if (!t->rd) {
             if (t->file >= d->n) return SL_END;
@@ -137,15 +165,119 @@ sl_status sl__record_element(sl_iter *it, sl_buf **views, int *nviews, const sl_
 
 static void tfr_close(sl_iter *it) {
     sl_tfr_reader_close(((tfr_it *)it)->rd);
+    sl_tfr_file_close(((tfr_it *)it)->sf);
     sl_buf_unref(((tfr_it *)it)->views);
 }
 
 static const sl_iter_vt tfr_it_vt = {.next = tfr_next, .close = tfr_close};
 
+/* ---- record counts, kept by file identity ----
+ * Seeking (here, and an interleave working out where its inputs stand) needs each file's
+ * record count, and an interleave asks again for every iterator it makes part-way: the
+ * counts are kept for the process, keyed by the path's hash, device, inode, size and mtime,
+ * so a file that changed is counted again from its index (which is rebuilt when stale). */
+#define COUNT_MEMO 4096
+
+typedef struct {
+    uint64_t key;
+    dev_t dev;
+    ino_t ino;
+    off_t size;
+    int64_t mtime_ns;
+    int64_t count;
+} count_memo;
+
+static count_memo memo[COUNT_MEMO];
+static pthread_mutex_t memo_mu = PTHREAD_MUTEX_INITIALIZER;
+
+/* The records of one uncompressed file (its index's count), or an error status (SL_
+ * EUNSUPPORTED for a compressed one, with the error set). */
+static int64_t file_count(const char *path, bool skip_corrupt) {
+    struct stat st;
+    if (stat(path, &st) != 0) return sl_err_at(SL_ENOTFOUND, path, -1, "cannot stat: %s", strerror(errno));
+    uint64_t key = sl_fnv1a64(SL_FNV64_INIT, path, strlen(path)) ^ (uint64_t)skip_corrupt, mt =
+        (uint64_t)st.st_mtim.tv_sec * 1000000000u + (uint64_t)st.st_mtim.tv_nsec;
+    count_memo *m = &memo[key % COUNT_MEMO];
+    pthread_mutex_lock(&memo_mu);
+    bool hit = m->key == key && m->dev == st.st_dev && m->ino == st.st_ino && m->size == st.st_size &&
+               m->mtime_ns == (int64_t)mt && m->count >= 0;
+    int64_t c = m->count;
+    pthread_mutex_unlock(&memo_mu);
+    if (hit) return c;
+    sl_tfr_index_opts io = sl_tfr_index_opts_default();
+    io.skip_corrupt = skip_corrupt;
+    sl_tfr_index *ix;
+    sl_status s = sl_tfr_index_open(path, &io, &ix);
+    if (s) return s;
+    c = sl_tfr_index_count(ix);
+    sl_tfr_index_free(ix);
+    pthread_mutex_lock(&memo_mu);
+    *m = (count_memo){key, st.st_dev, st.st_ino, st.st_size, (int64_t)mt, c};
+    pthread_mutex_unlock(&memo_mu);
+    return c;
+}
+
+/* Start at element S: the files before it skipped by their record counts. */
+static sl_status tfr_seek(tfr_it *t, int64_t S) {
+    const tfr_ds *d = (const tfr_ds *)t->base.ds;
+    sl_tfr_index_opts io = sl_tfr_index_opts_default();
+    io.skip_corrupt = d->opts.skip_corrupt;
+    for (t->file = 0; t->file < d->n; t->file++) {
+        int64_t c = file_count(d->paths[t->file], d->opts.skip_corrupt);
+        if (c < 0) {
+            sl__op_err_prefix(&t->base);
+            return (sl_status)c; /* SL_EUNSUPPORTED for a compressed file: the caller replays */
+        }
+        if (S >= c) {
+            S -= c;
+            continue;
+        }
+        sl_status s = sl_tfr_file_open(d->paths[t->file], &io, &d->opts, &t->sf);
+        if (s) {
+            t->sf = NULL;
+            sl__op_err_prefix(&t->base);
+            return s;
+        }
+        if (S >= sl_tfr_file_count(t->sf)) { /* changed since it was counted */
+            sl_tfr_file_close(t->sf);
+            t->sf = NULL;
+            return sl__op_err(&t->base, SL_EIO, "%s: changed while the iterator was being made", d->paths[t->file]);
+        }
+        t->si = S;
+        return SL_OK;
+    }
+    return SL_OK; /* past the end */
+}
+
+/* The records of every file (vt->count), or SL_UNKNOWN_CARD. */
+static int64_t tfr_count(sl_dataset *ds) {
+    const tfr_ds *d = (const tfr_ds *)ds;
+    sl_error keep;
+    sl_err_save(&keep);
+    int64_t total = 0;
+    for (int f = 0; f < d->n; f++) {
+        int64_t c = file_count(d->paths[f], d->opts.skip_corrupt);
+        if (c < 0) {
+            total = SL_UNKNOWN_CARD;
+            break;
+        }
+        total += c;
+    }
+    sl_err_restore(&keep);
+    return total;
+}
+
 static sl_status tfr_make(sl_dataset *ds, sl_ictx *ctx, uint64_t seed, sl_iter **out) {
     tfr_it *t = sl__iter_new(sizeof *t, &tfr_it_vt, ds, ctx, seed);
     if (!t) return SL_ENOMEM;
     t->origin_file = -1;
+    if (t->base.start > 0) {
+        sl_status s = tfr_seek(t, t->base.start);
+        if (s) {
+            sl__iter_close(&t->base);
+            return s;
+        }
+    }
     *out = &t->base;
     return SL_OK;
 }
@@ -155,7 +287,8 @@ static void tfr_destroy(sl_dataset *ds) {
     sl__free_paths(d->paths, d->n);
 }
 
-static const sl_ds_vt tfr_vt = {.name = "tfrecord", .make_iter = tfr_make, .destroy = tfr_destroy};
+static const sl_ds_vt tfr_vt = {.name = "tfrecord", .seek = true, .make_iter = tfr_make, .destroy = tfr_destroy,
+                                .count = tfr_count};
 
 static sl_status tfr_new(char **list, int nl, const sl_tfr_read_opts *opts, sl_dataset **out) {
     tfr_ds *d = sl__ds_new(sizeof *d, &tfr_vt, NULL, 0);

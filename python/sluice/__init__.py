@@ -59,10 +59,11 @@ What it promises:
     a fingerprint of the pipeline, with a checksum) and p.iter(state=those) continues
     where it stood, in this process or another one built from the same config.
     p.iter(start=n) starts a pass at element n. Both are constant time when every op can
-    seek (range, files under `shuffle global`, map, batch, prefetch, take, skip, shard,
-    repeat, zip, sample, choose); below any other (a buffer `shuffle`, interleave,
-    filter, cache, files read one after another) the elements before the position are
-    produced and dropped, and it.replayed says how many.
+    seek (range, files, `shuffle global`, map, batch, prefetch, take, skip, shard,
+    repeat, zip, sample, choose, cache, interleave, and a buffer `shuffle`, which reads
+    back about its buffer: it.refilled says how many); below any other (filter,
+    ignore_errors, compressed files) the elements before the position are produced and
+    dropped, and it.replayed says how many.
 
         it = p.iter()
         for _ in range(100):
@@ -282,8 +283,14 @@ class Iterator:
     @property
     def replayed(self):
         """Elements produced and dropped to reach the start: 0 when every op could seek,
-        else the start (an op such as a buffer shuffle must see what came before)."""
+        else the start (an op such as a filter must see what came before)."""
         return self._it.replayed
+
+    @property
+    def refilled(self):
+        """Elements a buffer shuffle read again to rebuild its buffer at the start (about
+        the buffer: its draws are replayed on positions, not on data); 0 from the start."""
+        return self._it.refilled
 
     @property
     def seed(self):

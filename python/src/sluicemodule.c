@@ -25,7 +25,8 @@
  *       With copy (._iter(seed, True)) the components that view a mapped file are copied
  *       into memory of their own before they are handed out (copy_mapped).
  *       save() returns the iterator's state (sl_iter_save: SL_ITER_STATE_SIZE bytes);
- *       position, replayed and seed are sl_iter_position, sl_iter_replayed and the pass's
+ *       position, replayed, refilled and seed are sl_iter_position, sl_iter_replayed,
+ *       sl_iter_refilled and the pass's
  *       seed. All of them stay readable once the iterator is closed (kept at the close).
  *   Buffer
  *       one component: an sl_tensor whose references it holds, so the bytes stay alive as
@@ -487,6 +488,7 @@ struct IterObject {
     long long produced;
     long long first;       /* position of its first element */
     long long replayed;    /* elements dropped to reach `first` */
+    long long refilled;    /* elements read again to rebuild a shuffle buffer at `first` */
     unsigned long long seed; /* the pass's seed (a restored one's: the state's) */
     long long end_pos;     /* position, kept at the close */
     uint8_t end_state[SL_ITER_STATE_SIZE]; /* state, kept at the close (end_state_len bytes) */
@@ -543,11 +545,11 @@ static void iter_finish(IterObject *self) {
     Py_END_ALLOW_THREADS
 }
 
-/* The seed of a sound iterator state (sluice/pipeline.h's layout: "SLITSTAT", version 1 and
+/* The seed of a sound iterator state (sluice/pipeline.h's layout: "SLITSTAT", version 1 or 2 and
  * the size at bytes 8 and 12, the seed at 16, the CRC32C of bytes 0..43 at 44): 1 with
  * *seed, or 0 for bytes sl_iter_restore will refuse (it says what is wrong with them). */
 static int state_seed(const uint8_t *st, size_t len, uint64_t *seed) {
-    if (len != SL_ITER_STATE_SIZE || memcmp(st, "SLITSTAT", 8) || sl_load_le32(st + 8) != 1 ||
+    if (len != SL_ITER_STATE_SIZE || memcmp(st, "SLITSTAT", 8) || (sl_load_le32(st + 8) != 1 && sl_load_le32(st + 8) != 2) ||
         sl_load_le32(st + 12) != SL_ITER_STATE_SIZE || sl_load_le32(st + 44) != sl_crc32c(0, st, 44))
         return 0;
     *seed = sl_load_le64(st + 16);
@@ -621,6 +623,7 @@ static PyObject *pipeline_iter_new(PipelineObject *self, PyObject *args, PyObjec
     io->produced = 0;
     io->first = sl_iter_position(it);
     io->replayed = sl_iter_replayed(it);
+    io->refilled = sl_iter_refilled(it);
     io->seed = seed;
     io->end_pos = io->first;
     io->end_state_len = 0;
@@ -757,6 +760,7 @@ static PyObject *iter_get_position(IterObject *self, void *c) {
 }
 
 static PyObject *iter_get_replayed(IterObject *self, void *c) { return PyLong_FromLongLong(self->replayed); }
+static PyObject *iter_get_refilled(IterObject *self, void *c) { return PyLong_FromLongLong(self->refilled); }
 
 static PyObject *iter_get_seed(IterObject *self, void *c) { return PyLong_FromUnsignedLongLong(self->seed); }
 
@@ -777,6 +781,8 @@ static PyGetSetDef iter_getset[] = {
     {"errors_ignored", (getter)iter_get_ignored, NULL, "elements dropped by ignore_errors so far", NULL},
     {"position", (getter)iter_get_position, NULL, "position of the next element (sl_iter_position)", NULL},
     {"replayed", (getter)iter_get_replayed, NULL, "elements produced and dropped to reach the start", NULL},
+    {"refilled", (getter)iter_get_refilled, NULL,
+     "elements a buffer shuffle read again to rebuild its buffer at the start (sl_iter_refilled)", NULL},
     {"seed", (getter)iter_get_seed, NULL, "the pass's seed (a restored pass: the state's)", NULL},
     {NULL},
 };

@@ -8,8 +8,9 @@ the test needs neither the tools nor a data set:
      continued with Pipeline.iter(state=...) gives, bit for bit, batches p.. of an
      uninterrupted pass (replayed 0; the random flips depend on the seed, which the state
      carries); iter(start=p) the same; a state taken in epoch 2 continues epoch 2;
-  2. the same through a buffer `shuffle`, which cannot seek: the restored iterator replays
-     (replayed == p) and the batches are still equal;
+  2. the same through a buffer `shuffle`, which seeks by replaying its draws: the restored
+     iterator replays nothing (replayed 0), reads back its buffer of 16 from before its fill
+     point (refilled), and the batches are still equal;
   3. the state's bytes: 48 of them starting b"SLITSTAT", equal after the same number of
      elements with the same seed (and for the restored iterator), kept after the end and
      after close(); a flipped byte or a short state is sluice.Error SL_ECORRUPT naming the
@@ -121,7 +122,7 @@ def part1():
         fail(f"epoch 2 state: seed {r.seed}, want {sluice.mix_seed(PSEED, 2)}")
 
 
-# ---- 2. through a buffer shuffle: replayed ----
+# ---- 2. through a buffer shuffle: its buffer read back, nothing replayed ----
 def part2():
     sh = sluice.Pipeline(text=CONFIG, name="shuffled", seed=PSEED)
     ref = values(sh.iter(seed=SEED))
@@ -140,15 +141,18 @@ def part2():
         r = sh.iter(state=st)
         info = (r.position, r.replayed)
         rest = values(r)
-        if not (same(head, ref[:p]) and info == (p, p) and same(rest, ref[p:])):
-            bad.append(f"p={p}: restored (position, replayed) {info}, {len(rest)} batches")
+        # batch 2 of batch 4: position p is element 8p of the shuffle, its fill point 8p + 16;
+        # what it reads again lies before the fill point (the C tests bound it by the buffer)
+        if not (same(head, ref[:p]) and info == (p, 0) and 0 < r.refilled <= 8 * p + 16 and same(rest, ref[p:])):
+            bad.append(f"p={p}: restored (position, replayed) {info}, refilled {r.refilled}, {len(rest)} batches")
         s = sh.iter(seed=SEED, start=p)
-        if (s.position, s.replayed) != (p, p) or not same(values(s), ref[p:]):
+        if (s.position, s.replayed) != (p, 0) or not same(values(s), ref[p:]):
             bad.append(f"start={p}: (position, replayed) {(s.position, s.replayed)}")
     if bad:
         fail("shuffled round trips: " + "; ".join(bad))
     else:
-        ok(f"shuffled: state() at positions {sorted(positions)} continues bit for bit, replaying p batches")
+        ok(f"shuffled: state() at positions {sorted(positions)} continues bit for bit, nothing replayed, "
+           "its buffer read again")
 
 
 def expect(what, fn, exc, check=None):
@@ -211,7 +215,7 @@ def part3():
     values(oit, 2)
     if expect("another pipeline's state", lambda: flip.iter(state=oit.state()), sluice.Error,
               lambda e: e.status == "SL_EINVAL" and "saved from another pipeline" in e.message
-              and e.hint == "restore a state into the pipeline that saved it"):
+              and e.hint.startswith("restore a state into the pipeline that saved it")):
         ok("another pipeline's state: sluice.Error SL_EINVAL with the hint")
     good = sum(expect(f"state={v!r}", lambda: flip.iter(state=v), TypeError, lambda e: "state" in str(e))
                for v in ("SLITSTAT", 48, list(st)))
