@@ -77,6 +77,7 @@ sl_status sl_ds_enumerate(sl_dataset *in, int64_t start, const char *name, sl_da
     enum_ds *d = sl__ds_new(sizeof *d, &enum_vt, &in, 1);
     if (!d) return sl_errcode() ? sl_errcode() : SL_ENOMEM;
     d->start = start;
+    sl__ds_param(&d->base, (uint64_t)start);
     snprintf(d->name, sizeof d->name, "%s", name);
     *out = &d->base;
     return SL_OK;

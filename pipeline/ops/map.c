@@ -7,6 +7,7 @@
  * from a file), the op and the config statement that wrote the map, then the function:
  * "data/a.tfrecord: byte 1234: op 'train/map' (job.sl:7): parse_example: ...". */
 #include <stdlib.h>
+#include <string.h>
 
 #include "pipeline/internal.h"
 
@@ -93,6 +94,7 @@ sl_status sl_ds_map(sl_dataset *in, sl_fn *fn, int parallelism, bool determinist
     d->fn = sl_fn_ref(fn);
     d->parallelism = parallelism;
     d->deterministic = deterministic;
+    sl__ds_param(&d->base, sl_fnv1a64(SL_FNV64_INIT, sl_fn_name(fn), strlen(sl_fn_name(fn))));
     *out = &d->base;
     return SL_OK;
 }

@@ -280,6 +280,7 @@ sl_status sl_ds_map_batch(sl_dataset *in, sl_fn *fn, const sl_batch_opts *opts, 
     if (!d) return sl_errcode();
     d->fn = sl_fn_ref(fn);
     d->opts = *opts;
+    sl__ds_param(&d->base, sl_fnv1a64(SL_FNV64_INIT, sl_fn_name(fn), strlen(sl_fn_name(fn))));
     *out = &d->base;
     return SL_OK;
 }

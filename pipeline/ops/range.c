@@ -83,6 +83,9 @@ sl_status sl_ds_range(int64_t start, int64_t stop, int64_t step, sl_dataset **ou
     d->start = start;
     d->step = step;
     d->count = (int64_t)n;
+    sl__ds_param(&d->base, (uint64_t)start);
+    sl__ds_param(&d->base, (uint64_t)step);
+    sl__ds_param(&d->base, (uint64_t)n);
     *out = &d->base;
     return SL_OK;
 }

@@ -102,6 +102,7 @@ sl_status sl_ds_repeat(sl_dataset *in, int64_t count, sl_dataset **out) {
     repeat_ds *d = sl__ds_new(sizeof *d, &repeat_vt, &in, 1);
     if (!d) return sl_errcode() ? sl_errcode() : SL_ENOMEM;
     d->count = count < 0 ? -1 : count;
+    sl__ds_param(&d->base, (uint64_t)d->count);
     *out = &d->base;
     return SL_OK;
 }

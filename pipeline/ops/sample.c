@@ -211,6 +211,8 @@ sl_status sl_ds_sample_from_datasets(sl_dataset *const *ins, int n, const double
     for (int i = 0; i < n; i++) d->w[i] = w[i] / most;
     d->seed = seed;
     d->stop = stop_on_empty_dataset;
+    sl__ds_param(&d->base, seed);
+    sl__ds_param(&d->base, stop_on_empty_dataset);
     *out = &d->base;
     return SL_OK;
 }

@@ -53,6 +53,7 @@ sl_status sl_ds_take(sl_dataset *in, int64_t count, sl_dataset **out) {
     take_ds *d = sl__ds_new(sizeof *d, &take_vt, &in, 1);
     if (!d) return sl_errcode() ? sl_errcode() : SL_ENOMEM;
     d->count = count;
+    sl__ds_param(&d->base, (uint64_t)count);
     *out = &d->base;
     return SL_OK;
 }

@@ -147,6 +147,8 @@ sl_status sl_ds_tfrecord_global(const char *const *paths, int n, const sl_tfr_re
     d->ropts = ropts ? *ropts : sl_tfr_read_opts_default();
     if (d->ropts.skip_corrupt) g.index.skip_corrupt = true; /* broken framing: index what can be read */
     d->g = g;
+    sl__ds_param(&d->base, g.seed); /* not the shard: replicas share one state */
+    sl__ds_param(&d->base, g.reshuffle_each_epoch);
     d->files = calloc((size_t)(nfiles ? nfiles : 1), sizeof *d->files);
     d->origins = calloc((size_t)(nfiles ? nfiles : 1), sizeof *d->origins);
     d->first = calloc((size_t)nfiles + 1, sizeof *d->first);

@@ -169,6 +169,10 @@ sl_status sl_ds_window(sl_dataset *in, int64_t size, int64_t shift, int64_t stri
     d->stride = stride;
     d->span = span + 1;
     d->drop = drop_remainder;
+    sl__ds_param(&d->base, (uint64_t)size);
+    sl__ds_param(&d->base, (uint64_t)shift);
+    sl__ds_param(&d->base, (uint64_t)stride);
+    sl__ds_param(&d->base, drop_remainder);
     *out = &d->base;
     return SL_OK;
 }
