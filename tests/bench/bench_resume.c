@@ -4,10 +4,13 @@
  *           random_flip | normalize | batch 256`, restored from its iterator state
  *           (sl_iter_save's bytes, printed with their size): the source starts at the
  *           batch's records, nothing before them is read or decoded;
- *   replay  what the example configs did before: `files | shard | interleave | shuffle
- *           10000 | the same map | batch 256`, whose buffer shuffle cannot start part-way,
- *           so the pipeline produces and drops every batch before B (sl_iter_create_at's
- *           fallback: what sluice-train did on --resume).
+ *   replay  what the example configs cost before their ops could seek: `files | shard |
+ *           interleave | shuffle 10000 | the same map | batch 256`, made at 0 and every
+ *           batch before B produced and dropped (what sluice-train did on --resume, and
+ *           still does below an op that cannot start part-way).
+ * Printed beside them, not in the ratio: that replay pipeline started at B as it is now
+ * (sl_iter_create_at: the interleave replays its cycle on the files' lengths, the buffer
+ * shuffle its draws, and only the records in its buffer are read again, sl_iter_refilled).
  * Both are timed from building the pipeline from its config text (record indexes cached, as
  * on a second run) to holding the first batch. The replay side is measured at a tenth of B
  * (and at B with --full: minutes on two cores) and scaled linearly to B: its cost is one
@@ -126,10 +129,13 @@ static sl_dataset *build(const char *dir, bool global) {
     return ds;
 }
 
+static int64_t last_refilled; /* sl_iter_refilled of first_batch's last iterator */
+
 /* Seconds from building the pipeline to holding batch `at`'s elements; *replayed, the
- * batches produced and dropped; the state of the iterator (restored when state_in). */
+ * batches produced and dropped (drop: made at 0 and the batches before `at` dropped here);
+ * the state of the iterator (restored when state_in). */
 static double first_batch(const char *dir, bool global, int64_t at, const uint8_t *state_in, int64_t *replayed,
-                          uint8_t *state_out, size_t *state_len) {
+                          uint8_t *state_out, size_t *state_len, bool drop) {
     double t0 = now_s();
     sl_dataset *ds = build(dir, global);
     if (!ds) return -1;
@@ -137,17 +143,20 @@ static double first_batch(const char *dir, bool global, int64_t at, const uint8_
     o.seed = 42;
     sl_iter *it;
     sl_status s = state_in ? sl_iter_restore(ds, &o, state_in, SL_ITER_STATE_SIZE, &it)
-                           : sl_iter_create_at(ds, &o, at, &it);
+                           : sl_iter_create_at(ds, &o, drop ? 0 : at, &it);
     if (s) {
         sl_dataset_unref(ds);
         return -1;
     }
     sl_element e;
     sl_element_init(&e);
-    s = sl_iter_next(it, &e);
+    int64_t dropped = 0;
+    for (; drop && dropped < at && (s = sl_iter_next(it, &e)) == SL_OK; dropped++) sl_element_clear(&e);
+    if (!s) s = sl_iter_next(it, &e);
     double t = now_s() - t0;
     sl_element_clear(&e);
-    *replayed = sl_iter_replayed(it);
+    *replayed = drop ? dropped : sl_iter_replayed(it);
+    last_refilled = sl_iter_refilled(it);
     if (state_out && sl_iter_save(it, state_out, SL_ITER_STATE_SIZE, state_len)) t = -1;
     sl_iter_close(it);
     sl_dataset_unref(ds);
@@ -181,7 +190,7 @@ int main(int argc, char **argv) {
     uint8_t state[SL_ITER_STATE_SIZE];
     size_t slen = 0;
     int64_t rep;
-    if (first_batch(dir, true, at, NULL, &rep, NULL, NULL) < 0) return die("state pipeline"); /* builds the indexes */
+    if (first_batch(dir, true, at, NULL, &rep, NULL, NULL, false) < 0) return die("state pipeline"); /* builds the indexes */
     {
         sl_dataset *ds = build(dir, true);
         sl_iter_opts o = sl_iter_opts_default();
@@ -194,12 +203,17 @@ int main(int argc, char **argv) {
     }
     printf("bench_resume: %lld records in %d shards; resume at batch %lld (batch %d, %lld images in); state %zu bytes\n",
            (long long)records, SHARDS, (long long)at, BATCH, (long long)(at * BATCH), slen);
-    double ts[20], tr[20];
+    double ts[20], tr[20], tb[20];
+    int64_t refilled = 0;
     for (int r = 0; r < rounds; r++) {
-        int64_t rs = -1, rr = -1;
-        ts[r] = first_batch(dir, true, at, state, &rs, NULL, NULL);
-        tr[r] = first_batch(dir, false, replay_at, NULL, &rr, NULL, NULL);
-        if (ts[r] < 0 || tr[r] < 0) return die("round");
+        int64_t rs = -1, rr = -1, rb = -1;
+        ts[r] = first_batch(dir, true, at, state, &rs, NULL, NULL, false);
+        tr[r] = first_batch(dir, false, replay_at, NULL, &rr, NULL, NULL, true);
+        tb[r] = first_batch(dir, false, at, NULL, &rb, NULL, NULL, false);
+        refilled = last_refilled;
+        if (ts[r] < 0 || tr[r] < 0 || tb[r] < 0) return die("round");
+        printf("round %d: the buffer-shuffle pipeline started at batch %lld: %.3f s, %lld batches replayed, %lld "
+               "records read again for its buffer\n", r + 1, (long long)at, tb[r], (long long)rb, (long long)refilled);
         if (rs != 0 || rr != replay_at) {
             fprintf(stderr, "bench_resume: replayed %lld (state) and %lld (replay, want %lld)\n", (long long)rs,
                     (long long)rr, (long long)replay_at);
@@ -210,6 +224,9 @@ int main(int argc, char **argv) {
     }
     qsort(ts, (size_t)rounds, sizeof *ts, cmp_d);
     qsort(tr, (size_t)rounds, sizeof *tr, cmp_d);
+    qsort(tb, (size_t)rounds, sizeof *tb, cmp_d);
+    printf("the buffer-shuffle pipeline started part-way: %.3f s (median; %.3f..%.3f), %lld records read again\n",
+           tb[rounds / 2], tb[0], tb[rounds - 1], (long long)refilled);
     double ms = ts[rounds / 2], mr = tr[rounds / 2], scale = (double)at / (double)replay_at;
     printf("time to the first batch at batch %lld: from the state %.3f s (median; %.3f..%.3f); replaying %.1f s "
            "(%s; %.1f..%.1f s at batch %lld)\n", (long long)at, ms, ts[0], ts[rounds - 1], mr * scale,
