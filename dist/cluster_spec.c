@@ -41,9 +41,13 @@ static sl_status check_addr(const char *src, const char *addr) {
 sl_status sl__cluster_add_member(spec *s, int type, const char *addr) {
     sl_status st = check_addr(s->src, addr);
     if (st) return st;
-    char **nl = realloc(s->list[type], (size_t)(s->n[type] + 1) * sizeof *nl);
-    if (!nl) return sl_err(SL_ENOMEM, "cluster: out of memory");
-    s->list[type] = nl;
+    char **nl = s->list[type];
+    int n = s->n[type];
+    if ((n & (n - 1)) == 0) { /* the list doubles at each power of two: n members cost n log n, not n^2 */
+        nl = realloc(nl, (n ? 2 * (size_t)n : 1) * sizeof *nl);
+        if (!nl) return sl_err(SL_ENOMEM, "cluster: out of memory");
+        s->list[type] = nl;
+    }
     if (!(nl[s->n[type]] = strdup(addr))) return sl_err(SL_ENOMEM, "cluster: out of memory");
     s->n[type]++;
     s->have_members = 1;
