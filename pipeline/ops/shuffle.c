@@ -246,7 +246,9 @@ static sl_status seek_draws(sh_it *h, sl_dataset *ds, uint64_t seed, int64_t S, 
     for (int64_t i = 0; i < count; i++) w[i] = (want){pos[i], i};
     free(pos);
     qsort(w, (size_t)count, sizeof *w, by_pos);
-    /* read them back: `at` is the position of in's next element (-1: no iterator) */
+    /* read them back: `at` is the position of in's next element (-1: no iterator); every
+     * slot counts from here (the ones not yet read are zeroed: clearing them is a no-op) */
+    h->count = count;
     int64_t at = -1;
     sl_element e;
     sl_element_init(&e);
@@ -273,10 +275,16 @@ static sl_status seek_draws(sh_it *h, sl_dataset *ds, uint64_t seed, int64_t S, 
         }
         at++;
         if ((s = put(h, w[i].slot, &e))) break;
-        h->count++; /* slots are filled out of order; close frees [0, count) once all are in */
         atomic_fetch_add(&ctx->refilled, 1);
     }
     free(w);
+    if (s) { /* nothing half-built is left: the caller may replay instead */
+        for (int64_t i = 0; i < h->count; i++) {
+            sl__stats_buffered_bytes(ctx, h->base.stats, -(long long)sl__packed_bytes(&h->buf[i]));
+            sl__packed_clear(&h->buf[i]);
+        }
+        h->count = 0;
+    }
     h->in_ended = ended;
     if (!s && count) atomic_store_explicit(&h->base.stats->buffered, (int)count, memory_order_relaxed);
     return s;
@@ -292,7 +300,7 @@ static sl_status sh_make(sl_dataset *ds, sl_ictx *ctx, uint64_t seed, sl_iter **
     sl_status s = SL_OK;
     if (S > 0 && ds->inputs[0]->vt->seek) {
         s = seek_draws(h, ds, seed, S, card);
-        if (s == SL_EUNSUPPORTED && h->count == 0) { /* an op below refused to seek after all */
+        if (s == SL_EUNSUPPORTED) { /* an op below refused to seek after all (nothing is buffered) */
             sl_err_clear();
             sl__iter_close(h->in);
             h->in = NULL;
