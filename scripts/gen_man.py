@@ -243,7 +243,7 @@ def man_page(tool, binary, version, date):
     out.append(".SH SEE ALSO")
     others = [t for t in TOOLS if t != tool]
     out.append(",\n".join(f"\\fB{esc(t)}\\fR(1)" for t in others))
-    out += [".PP", "The guide: README.md of the Sluice sources; example configs in",
+    out += [".PP", f"The guide: docs/tools/{esc(tool)}.md of the Sluice sources (README.md links every page); example configs in",
             "\\fI/usr/share/sluice/examples\\fR."]
     return "\n".join(out) + "\n"
 

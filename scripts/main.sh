@@ -11,7 +11,7 @@ cd "$root"
 say() { echo "main: $*"; }
 say "checking the build dependencies (scripts/deps.sh)..."
 bash scripts/deps.sh
-# Build every tool and example the README uses (sluice-record, -train, -launch, -stats, the
+# Build every tool and example the documentation uses (sluice-record, -train, -launch, -stats, the
 # examples, libsluice.a and libsluice.so), not the tests. The full output is kept in
 # build/main-build.log; the progress is shown every 10%, and errors in full.
 mkdir -p build

@@ -43,7 +43,7 @@ Before those (they need no torch, so they print even when the torch anchor canno
            range(M).map(f, num_parallel_calls=P).batch(128) against range(M).batch(128),
            (t_map - t_plain) / M in microseconds, at P = 1 and 4 (M = N * 128 / 2).
 
-Ends with: RESULT bench_python ratio=R sluice=X anchor=Y unit=elements/s (R = X / Y: the
+Ends with: RESULT bench_python ratio=R sluice=X anchor=Y unit=batches/s (R = X / Y: the
 Fashion pipeline's batches/s, Python over C; target >= 0.9), then for the JPEG pipeline
 jpeg_python=, torch_pil=, torch_tensor= (medians, images/s) and
 jpeg_vs_torch=jpeg_python / the faster torch mode, jpeg_unit=images/s, then
@@ -336,7 +336,7 @@ try:
     c, p = c_rate(cfg, "batched", N), py_rate(cfg, "batched", N)
     print(f"batch 128 ({N} batches): C API {c:.1f} batches/s, Python {p:.1f} batches/s", flush=True)
     extra = jpeg_vs_torch(T)
-    print(f"RESULT bench_python ratio={p / c:.3f} sluice={p:.1f} anchor={c:.1f} unit=elements/s{extra} jpeg_unit=images/s"
+    print(f"RESULT bench_python ratio={p / c:.3f} sluice={p:.1f} anchor={c:.1f} unit=batches/s{extra} jpeg_unit=images/s"
           f"{builder}")
 finally:
     shutil.rmtree(T, ignore_errors=True)

@@ -26,7 +26,7 @@
 #     test_train_ring.sh    blocks 20000..23999, offsets 5..28  (PB = 20005 + (pid % 40) * 100)
 #     test_sluice_launch.sh blocks 24000..27999, offsets 5..27  (PB = 24005 + (pid % 40) * 100)
 #     test_gpu_placement.sh blocks 28000..31999, offsets 5..7   (PB = 28005 + (pid % 40) * 100)
-#     test_readme.py        blocks 28000..31999, offsets 10..19 (its sluice-launch --port-base)
+#     test_docs.py          blocks 28000..31999, offsets 10..19 (its sluice-launch --port-base)
 #     test_train_evaluator.sh blocks 28000..31999, offsets 20..23 (PB = 28020 + (pid % 40) * 100)
 #     test_file_size_limit.sh blocks 28000..31999, offsets 24..25 (PB = 28024 + (pid % 40) * 100)
 #     test_resume_state.sh  blocks 28000..31999, offsets 26..29 (PB = 28026 + (pid % 40) * 100)

@@ -7,7 +7,7 @@
 # 2. MPICH / Intel MPI's Hydra environment (PMI_RANK, PMI_SIZE, MPI_LOCALNRANKS,
 #    MPI_LOCALRANKID), set the way mpiexec sets it: the same;
 # 3. with strategy none under WORLD_SIZE=2 each process refuses to train alone;
-# 4. on two network-namespace hosts, the pods of docs/kubernetes.md: an Indexed Job whose
+# 4. on two network-namespace hosts, the pods of docs/guides/kubernetes.md: an Indexed Job whose
 #    pods get RANK, WORLD_SIZE and MASTER_ADDR=sluice-0.sluice (a name only /etc/hosts of
 #    the namespaces knows, as the headless Service's DNS would), and a Kubeflow TrainJob's
 #    PET_* variables: the ranks meet at the master, train as a ring of 2 over TCP, and their

@@ -1,7 +1,8 @@
 #!/usr/bin/python3
-"""Every example of README.md runs.
+"""Every example of the documentation runs: README.md and every page under docs/.
 
-Reads README.md, finds its fenced blocks (with their line numbers) and checks each one:
+Reads README.md, then each docs/**/*.md in path order, finds their fenced blocks (with their
+line numbers) and checks each one:
 
   ```sh        a shell block: run with `bash -e -o pipefail` in a work folder (below); it must
                exit 0.
@@ -19,7 +20,7 @@ Reads README.md, finds its fenced blocks (with their line numbers) and checks ea
                the block has none.
   other        (cmake, ...) must carry a marker.
 
-Every examples/ file the README names must exist; each .sl of them must parse and its
+Every examples/ file a page names must exist; each .sl of them must parse and its
 pipelines yield an element.
 
 A marker is an HTML comment on the line before the block's opening fence, invisible on the
@@ -42,13 +43,15 @@ examples/imagenet_resnet.sl in `data/imagenet/`, the build's bin/ on PATH,
 Lines `bash scripts/main.sh` and `cmake --build build ...` of a block are taken as done
 (the work folder is that state; they would rebuild or re-download). Blocks run in order in
 the one work folder (the pkg-config block uses the install the block before it made in
-HOME), but the run folder `runs/` is removed before each block. `sluice-launch -n ...` gets
+HOME; pages run one after another in the one folder), but the run folder `runs/` is
+removed before each block. `sluice-launch -n ...` gets
 `--port-base` of this test's ports (28000 + (pid % 40) * 100 + 10..19, in the block lib.sh
 leaves to new scripts) instead of the default 29500. A block that fails because an
 optional Python module (torch) is missing is counted as skipped. Took 67 s on the 2-core
 machine with other builds running, most of it the three shortened trainings.
 
-An unmarked example that fails fails the test, naming README.md:LINE. Exit 0 when all pass,
+An unmarked example that fails fails the test, naming PAGE:LINE (`test_docs.py
+docs/tools/sluice-train.md:221 ...` runs only those blocks). Exit 0 when all pass,
 1 on any failure, 77 when the tools, the Fashion-MNIST files or the plain build (a sanitizer
 build's libsluice.so cannot be loaded by ctypes) are missing.
 """
@@ -83,11 +86,11 @@ def skip_all(why):
     sys.exit(77)
 
 
-# ---- README.md -> blocks ------------------------------------------------------------------
+# ---- pages -> blocks ------------------------------------------------------------------
 
 class Block:
-    def __init__(self, line, lang, body, marker):
-        self.line, self.lang, self.body = line, lang, body
+    def __init__(self, page, line, lang, body, marker):
+        self.page, self.line, self.lang, self.body = page, line, lang, body
         self.kind, self.arg = marker if marker else (None, "")
 
     def reason(self):
@@ -95,8 +98,17 @@ class Block:
         return m.group(1) if m else self.arg
 
 
-def read_blocks(path):
-    with open(path, encoding="utf-8") as f:
+def pages():
+    """README.md, then every page under docs/ in path order (relative to SRC)."""
+    out = ["README.md"]
+    for root, dirs, files in os.walk(os.path.join(SRC, "docs")):
+        dirs.sort()
+        out += sorted(os.path.relpath(os.path.join(root, f), SRC) for f in files if f.endswith(".md"))
+    return out
+
+
+def read_blocks(page):
+    with open(os.path.join(SRC, page), encoding="utf-8") as f:
         lines = f.read().split("\n")
     blocks, i = [], 0
     while i < len(lines):
@@ -109,7 +121,7 @@ def read_blocks(path):
         while j < len(lines) and lines[j].strip() != fence:
             j += 1
         if j == len(lines):
-            raise SystemExit(f"README.md:{start + 1}: block never closed")
+            raise SystemExit(f"{page}:{start + 1}: block never closed")
         k = start - 1
         while k >= 0 and not lines[k].strip():
             k -= 1
@@ -117,7 +129,7 @@ def read_blocks(path):
         mm = MARKER.match(lines[k]) if k >= 0 else None
         if mm:
             marker = (mm.group(1), mm.group(2))
-        blocks.append(Block(start + 1, lang, lines[start + 1:j], marker))
+        blocks.append(Block(page, start + 1, lang, lines[start + 1:j], marker))
         i = j + 1
     return blocks
 
@@ -306,8 +318,8 @@ def check_transcript(t, blk):
             if sorted(got) != sorted(want):
                 missing = [x for x in want if x not in got]
                 extra = [x for x in got if x not in want]
-                raise Failed(f"`{cmd}` printed other lines than the README shows:\n"
-                             + "".join(f"    README only: {x}\n" for x in missing)
+                raise Failed(f"`{cmd}` printed other lines than the page shows:\n"
+                             + "".join(f"    page only: {x}\n" for x in missing)
                              + "".join(f"    output only: {x}\n" for x in extra))
     return f"ran {len(steps)} commands" + (", output as shown" if blk.kind == "exact" else ""), ""
 
@@ -322,7 +334,8 @@ def cfg_parse(lib, path):
 
 def check_config(t, blk, lib):
     text = "\n".join(blk.body) + "\n"
-    path = os.path.join(t, "examples", f"readme-{blk.line}.sl")
+    slug = re.sub(r"\W+", "-", os.path.splitext(blk.page)[0]).lower()
+    path = os.path.join(t, "examples", f"doc-{slug}-{blk.line}.sl")
     with open(path, "w") as f:
         f.write(text)
     cfg_parse(lib, path)
@@ -342,20 +355,24 @@ def check_config(t, blk, lib):
                 f.write(text)
         clean_runs(t)
         run_or_fail(t, f"sluice-train {shlex.quote(path)} --set train.steps=3 "
-                       f"--run-dir runs/readme-{blk.line} --quiet", blk, "training")
+                       f"--run-dir runs/doc-{blk.line} --quiet", blk, "training")
         done.append("trains 3 steps" + ("" if names else " (on examples/fashion.sl's pipelines)"))
     return ", ".join(done), ""
 
 
 def check_named_examples(t, lib):
-    """Every examples/ file the README names exists; each config parses and its pipelines
+    """Every examples/ file a page names exists; each config parses and its pipelines
     yield an element (the blocks train fashion_mlp.sl; fashion_cnn.sl is only named)."""
-    with open(os.path.join(SRC, "README.md"), encoding="utf-8") as f:
-        names = sorted(set(re.findall(r"examples/[\w-]+\.\w+", f.read())))
+    named = {}
+    for page in pages():
+        with open(os.path.join(SRC, page), encoding="utf-8") as f:
+            for name in re.findall(r"examples/[\w-]+\.\w+", f.read()):
+                named.setdefault(name, page)
+    names = sorted(named)
     for name in names:
         path = os.path.join(t, name)
         if not os.path.exists(path):
-            raise Failed(f"the README names {name}, which does not exist")
+            raise Failed(f"{named[name]} names {name}, which does not exist")
         if name.endswith(".sl"):
             cfg_parse(lib, path)
             with open(path) as f:
@@ -435,37 +452,38 @@ def main():
     lib.sl_cfg_free.argtypes = [ctypes.c_void_p]
     lib.sl_errmsg.restype = ctypes.c_char_p
 
-    blocks = read_blocks(os.path.join(SRC, "README.md"))
-    only = set(int(x) for x in sys.argv[1:])  # README line numbers, to run a few by hand
+    blocks = [blk for page in pages() for blk in read_blocks(page)]
+    only = set(sys.argv[1:])  # PAGE:LINE, to run a few blocks by hand
     t0 = time.monotonic()
     t = make_workdir()
     passed, failed, skipped = 0, [], []
     try:
         if not only:
             try:
-                print(f"ok   README.md: {check_named_examples(t, lib)}", flush=True)
+                print(f"ok   pages: {check_named_examples(t, lib)}", flush=True)
             except Failed as e:
                 failed.append("examples")
-                print(f"FAIL README.md: {e}", flush=True)
+                print(f"FAIL pages: {e}", flush=True)
         for blk in blocks:
-            if only and blk.line not in only:
+            where = f"{blk.page}:{blk.line}"
+            if only and where not in only:
                 continue
             b0 = time.monotonic()
             try:
                 what, _ = check(t, blk, lib)
                 passed += 1
-                print(f"ok   README.md:{blk.line}: {what} ({time.monotonic() - b0:.1f} s)", flush=True)
+                print(f"ok   {where}: {what} ({time.monotonic() - b0:.1f} s)", flush=True)
             except Skipped as e:
-                skipped.append((blk.line, str(e)))
-                print(f"skip README.md:{blk.line}: {e}", flush=True)
+                skipped.append((where, str(e)))
+                print(f"skip {where}: {e}", flush=True)
             except Failed as e:
-                failed.append(blk.line)
-                print(f"FAIL README.md:{blk.line}: {e}", flush=True)
+                failed.append(where)
+                print(f"FAIL {where}: {e}", flush=True)
     finally:
         shutil.rmtree(t, ignore_errors=True)
-    print(f"{len(blocks) if not only else len(only)} README blocks: {passed} ran, {len(failed)} failed"
-          f"{' (lines ' + ', '.join(map(str, failed)) + ')' if failed else ''}, {len(skipped)} skipped "
-          f"({time.monotonic() - t0:.1f} s)")
+    print(f"{len(blocks) if not only else len(only)} blocks of {len(pages())} pages: {passed} ran, "
+          f"{len(failed)} failed{' (' + ', '.join(map(str, failed)) + ')' if failed else ''}, "
+          f"{len(skipped)} skipped ({time.monotonic() - t0:.1f} s)")
     return 1 if failed else 0
 
 
