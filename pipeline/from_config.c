@@ -321,7 +321,7 @@ static sl_status build_interleave(builder *b, const op_def *d, const sl_cfg_stmt
         if (sl__fc_read_int(b, d, v, 1, 1 << 20, &n)) return sl_errcode();
         o.block_length = (int)n;
     }
-    if ((v = sl_cfg_opt(s, "parallel")) && sl__fc_read_int_or_auto(b, d, v, 0, 4096, &o.parallelism)) return sl_errcode();
+    if ((v = sl_cfg_opt(s, "parallel")) && sl__fc_read_int_or_auto(b, d, v, 0, 256, &o.parallelism)) return sl_errcode();
     if ((v = sl_cfg_opt(s, "deterministic")) && sl__fc_read_bool(b, v, &o.deterministic)) return sl_errcode();
     b->interleave_stmt = s;
     b->iopts = o;
@@ -527,7 +527,7 @@ static sl_status build_ignore_errors(builder *b, const op_def *d, const sl_cfg_s
 /* ---- the op table and the driver ---- */
 
 static const op_def OPS[] = {
-    {"files", "files \"GLOB\"... [shuffle=BOOL] [seed=N] [compression=auto|none|gzip|zlib]\n      [skip_corrupt=BOOL] [verify_crc=BOOL]",
+    {"files", "files \"GLOB\"... [shuffle=BOOL] [seed=N] [compression=auto|none|gzip|zlib]\n      [skip_corrupt=BOOL] [verify_crc=BOOL] [max_record=BYTES]",
      {"shuffle", "seed", "compression", "skip_corrupt", "verify_crc", "max_record"}, 1, -1, build_files},
     {"range", "range START STOP [STEP]", {0}, 2, 3, build_range},
     {"shard", "shard [auto|file|data] [num=N] [index=I]", {"num", "index"}, 0, 1, build_shard},

@@ -275,6 +275,12 @@ TEST(test_files_in_order_and_options) {
     static const int64_t il[12] = {0, 10, 1, 11, 2, 12, 3, 13, 20, 21, 22, 23};
     for (int i = 0; i < 12; i++) ASSERT_EQ(v[i], il[i]);
     sl_dataset_unref(ds);
+    /* the op's parallelism bound is the statement's: 257 is refused at the option, 256 builds */
+    ASSERT_EQ(build_in_dir(" files \"part-*.tfrecord\"\n interleave parallel=257\n" PARSE_LABELS, NULL, &ds), SL_ERANGE);
+    ASSERT_CONTAINS(sl_errmsg(), "p.sl:3:22: 257 is outside 0..256");
+    ASSERT(ds == NULL);
+    ASSERT_OK(build_in_dir(" files \"part-*.tfrecord\"\n interleave parallel=256\n" PARSE_LABELS, NULL, &ds));
+    sl_dataset_unref(ds);
     /* shuffled files: whole files in some order, each file's records in order */
     ASSERT_OK(build_in_dir(" files \"part-*.tfrecord\" shuffle=true seed=5\n" PARSE_LABELS, NULL, &ds));
     ASSERT_EQ(drain(ds, 0, "label", v, 64, NULL, NULL), 12);
@@ -854,7 +860,7 @@ TEST(test_error_messages) {
         {" files 42\n", SL_EINVAL,
          "p.sl:2:8: expected a file pattern in quotes, found '42'\n     files 42\n           ^~\n"
          "---> HINT: usage: files \"GLOB\"... [shuffle=BOOL] [seed=N] [compression=auto|none|gzip|zlib]\n"
-         "      [skip_corrupt=BOOL] [verify_crc=BOOL]"},
+         "      [skip_corrupt=BOOL] [verify_crc=BOOL] [max_record=BYTES]"},
         {" range 0 3\n map one_hot(value)\n", SL_EINVAL,
          "p.sl:3:6: one_hot: missing argument 'depth'\n     map one_hot(value)\n         ^~~~~~~\n"
          "---> HINT: usage: one_hot(COMP, DEPTH)"},
