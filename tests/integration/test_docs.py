@@ -361,13 +361,18 @@ def check_config(t, blk, lib):
 
 
 def check_named_examples(t, lib):
-    """Every examples/ file a page names exists; each config parses and its pipelines
-    yield an element (the blocks train fashion_mlp.sl; fashion_cnn.sl is only named)."""
-    named = {}
+    """Every examples/ file a page names exists (but those a page's block writes, `cat >
+    examples/NAME`); each config parses and its pipelines yield an element (the blocks train
+    fashion_mlp.sl; fashion_cnn.sl is only named)."""
+    named, made = {}, set()
     for page in pages():
         with open(os.path.join(SRC, page), encoding="utf-8") as f:
-            for name in re.findall(r"examples/[\w-]+\.\w+", f.read()):
-                named.setdefault(name, page)
+            text = f.read()
+        for name in re.findall(r"examples/[\w-]+\.\w+", text):
+            named.setdefault(name, page)
+        made.update(re.findall(r">>?\s*(examples/[\w-]+\.\w+)", text))  # a page's block writes it
+    for name in made:
+        named.pop(name, None)
     names = sorted(named)
     for name in names:
         path = os.path.join(t, name)
