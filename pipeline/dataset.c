@@ -364,7 +364,7 @@ sl_status sl__iter_next(sl_iter *it, sl_element *out) {
     if (it->ended) return SL_END;
     if (atomic_load_explicit(&it->ctx->cancelled, memory_order_relaxed))
         return sl_err(SL_ECANCELED, "op '%s': iterator was closed", it->ds->label);
-#ifdef SL_STATS_OFF /* only to measure what the stats cost (docs/tools/sluice-stats.md: "Cost of the stats") */
+#ifdef SL_STATS_OFF /* only to measure what the stats cost (docs/guides/performance.md: "The cost of the stats") */
     sl_status s0 = it->vt->next(it, out);
     if (s0 == SL_END) it->ended = true;
     else if (s0 < 0) sl_element_clear(out);
