@@ -3,7 +3,7 @@
 
 Usage: gen_bench_docs.py [--check] [SRC_DIR]   (default: this script's parent folder)
 
-tests/bench/results.tsv holds one benchmark run a line, oldest first, tab-separated:
+tests/bench/results.tsv holds one recorded run a line, in the order recorded, tab-separated:
 date (YYYY-MM-DD), commit, machine, the run's RESULT line as the bench printed it, and a
 note; lines starting with # are comments. `tests/bench/run NAME --record` appends a line.
 Each table lives between two marker comments of its page:
@@ -11,8 +11,18 @@ Each table lives between two marker comments of its page:
   README.md           <!-- bench-table: begin ... -->    the latest run of each benchmark
   docs/benchmarks.md  <!-- bench-latest: begin ... -->   the same, every figure of its RESULT line
                       <!-- bench-history: begin ... -->  every recorded run, newest first
+                      <!-- bench-recorded: begin ... --> every recorded run that is not a
+                                                         benchmark's (run_*), newest first
 
 and everything between the markers is rewritten; the rest of each page is left as it is.
+Any page (README.md, docs/**/*.md) may also hold tables of recorded runs that are not
+benchmarks (trainings whose accuracy or speed a page quotes), one row per recorded line of
+result NAME in file order, the note as the row's label:
+
+  <!-- bench-runs: begin NAME; LABEL: KEY; LABEL: KEY ... -->  ...  <!-- bench-runs: end -->
+
+where each LABEL is a column heading and KEY the RESULT field shown under it (`—` where a
+run has none).
 --check writes nothing and exits 1 when a page is not what this would write (the suite's
 source/check_docs runs it), naming the page. Exit 2 on a malformed results file, with its
 line number.
@@ -40,7 +50,7 @@ BENCHES = {
 }
 MARKERS = {
     "README.md": ["bench-table"],
-    os.path.join("docs", "benchmarks.md"): ["bench-latest", "bench-history"],
+    os.path.join("docs", "benchmarks.md"): ["bench-latest", "bench-history", "bench-recorded"],
 }
 COLS = 5
 
@@ -78,10 +88,15 @@ def read_results(path):
     return runs
 
 
+def benches(runs):
+    """The runs of benchmarks (bench_*): those the README's and the benchmarks page's tables show."""
+    return [r for r in runs if r["name"].startswith("bench_")]
+
+
 def latest(runs):
     """The last recorded run of each benchmark, in the order BENCHES lists them (others after)."""
     last = {}
-    for r in runs:
+    for r in benches(runs):
         last[r["name"]] = r
     order = [b for b in BENCHES if b in last] + sorted(b for b in last if b not in BENCHES)
     return [last[b] for b in order]
@@ -133,10 +148,53 @@ def latest_table(runs):
 
 def history_table(runs):
     out = ["| date | benchmark | ratio | Sluice | anchor | unit | commit | machine |", "|---|---|---|---|---|---|---|---|"]
-    for r in sorted(runs, key=lambda r: (r["date"], r["line"]), reverse=True):
+    for r in sorted(benches(runs), key=lambda r: (r["date"], r["line"]), reverse=True):
         f = r["fields"]
         out.append(f"| {r['date']} | `{r['name']}` | {f.get('ratio', '—')} | {num(f.get('sluice', '—'))} | "
                    f"{num(f.get('anchor', '—'))} | {f.get('unit', '—')} | {r['commit']} | {esc(r['machine'])} |")
+    return out
+
+
+def runs_tables(text, page, runs):
+    """Every bench-runs table of a page, rewritten from the runs."""
+    rx = re.compile(r"(<!-- bench-runs: begin ([^;>]+?)((?:;[^;>]+)*) -->\n)(.*?)(<!-- bench-runs: end -->)", re.S)
+    out, at = [], 0
+    for m in rx.finditer(text):
+        name = m.group(2).strip()
+        cols = []
+        for c in m.group(3).split(";")[1:]:
+            label, colon, key = c.rpartition(":")
+            if not colon or not label.strip() or not key.strip():
+                raise Bad(f"{page}: bench-runs '{name}': '{c.strip()}' is not 'LABEL: KEY'")
+            cols.append((label.strip(), key.strip()))
+        rows = [r for r in runs if r["name"] == name]
+        if not rows:
+            raise Bad(f"{page}: bench-runs '{name}': no run of that name in the results file")
+        table = ["| run | " + " | ".join(l for l, _ in cols) + " | recorded |",
+                 "|---" * (len(cols) + 2) + "|"]
+        for r in rows:
+            table.append(f"| {esc(r['note']) or '—'} | " + " | ".join(num(r["fields"].get(k, "—")) for _, k in cols)
+                         + f" | {r['date']}, {r['commit']}, {esc(r['machine'])} |")
+        out.append(text[at:m.start()] + m.group(1) + "\n".join(table) + "\n" + m.group(5))
+        at = m.end()
+    return "".join(out) + text[at:]
+
+
+def pages(src):
+    out = ["README.md"]
+    for root, dirs, files in os.walk(os.path.join(src, "docs")):
+        dirs.sort()
+        out += sorted(os.path.relpath(os.path.join(root, f), src) for f in files if f.endswith(".md"))
+    return out
+
+
+def recorded_table(runs):
+    out = ["| date | run | figures | what | commit | machine |", "|---|---|---|---|---|---|"]
+    for r in sorted([r for r in runs if not r["name"].startswith("bench_")], key=lambda r: (r["date"], r["line"]),
+                    reverse=True):
+        figs = ", ".join(f"{k}={num(v)}" for k, v in r["fields"].items())
+        out.append(f"| {r['date']} | `{r['name']}` | {esc(figs)} | {esc(r['note']) or '—'} | {r['commit']} | "
+                   f"{esc(r['machine'])} |")
     return out
 
 
@@ -155,14 +213,14 @@ def main(argv):
     try:
         runs = read_results(os.path.join(src, "tests", "bench", "results.tsv"))
         tables = {"bench-table": readme_table(runs), "bench-latest": latest_table(runs),
-                  "bench-history": history_table(runs)}
+                  "bench-history": history_table(runs), "bench-recorded": recorded_table(runs)}
         stale = []
-        for page, keys in MARKERS.items():
+        for page in pages(src):
             path = os.path.join(src, page)
             with open(path, encoding="utf-8") as f:
                 old = f.read()
-            new = old
-            for key in keys:
+            new = runs_tables(old, page, runs)
+            for key in MARKERS.get(page, []):
                 new = fill(new, page, key, tables[key])
             if new != old:
                 stale.append(page)
@@ -176,7 +234,7 @@ def main(argv):
         print(f"gen_bench_docs: {', '.join(stale)}: the benchmark tables are not those of tests/bench/results.tsv; "
               "run python3 scripts/gen_bench_docs.py", file=sys.stderr)
         return 1
-    print(f"gen_bench_docs: {len(runs)} runs of {len(latest(runs))} benchmarks; "
+    print(f"gen_bench_docs: {len(runs)} runs, {len(benches(runs))} of them of {len(latest(runs))} benchmarks; "
           + (f"rewrote {', '.join(stale)}" if stale and not check else "the pages are up to date"))
     return 0
 
