@@ -7,7 +7,11 @@
 - every page under docs/ is reachable: README.md or another page links to it;
 - README.md is at most README_MAX_LINES lines (the detail lives in docs/);
 - the benchmark tables are those that tests/bench/results.tsv makes
-  (scripts/gen_bench_docs.py --check).
+  (scripts/gen_bench_docs.py --check);
+- a measured figure in prose — a rate (examples/s, images/s, MB/s, GFLOP/s, KiB/step,
+  ms/step, ...) or an accuracy-like 0.5000-0.9999 — is one the results file holds, or sits
+  in a paragraph that names the test that makes it (`test_...`); the reference pages (their
+  defaults and ranges) and the generated tables are not prose.
 
 Links inside fenced blocks and inline code are not links. Absolute URLs (https:, mailto:)
 are not checked: the suite reaches no network.
@@ -21,6 +25,9 @@ import subprocess
 import sys
 
 README_MAX_LINES = 250
+FIGURE = re.compile(r"\b\d[\d,.]*\s?(?:examples/s|images/s|elements/s|records/s|batches/s|steps/s|[KMGT]B/s|"
+                    r"GFLOP/s|TFLOP/s|KiB/step|ms/step)|\b0\.[5-9]\d{2,3}\b(?![\]\d])")
+GENERATED = re.compile(r"<!-- bench-[a-z]+: (begin|end)")
 LINK = re.compile(r"(?<!!)\[(?:[^\[\]]|\[[^\]]*\])*\]\(([^)\s]+)(?:\s+\"[^\"]*\")?\)")
 
 
@@ -45,6 +52,37 @@ def prose_lines(text):
             continue
         if fence is None:
             yield n, re.sub(r"(`+)(?:(?!\1).)+\1", lambda c: " " * len(c.group(0)), line)
+
+
+def figures(page, text, results):
+    """Measured figures of the page's prose that the results file does not hold."""
+    out, gen = [], False
+    if page.startswith("docs" + os.sep + "reference" + os.sep):
+        return out
+    lines = list(prose_lines(text))
+    para, start = {}, 0  # each line's paragraph: the lines between blank ones
+    for k, (n, line) in enumerate(lines):
+        if not line.strip():
+            start = k + 1
+        para[n] = start
+    tested = {}
+    raw = text.split("\n")
+    for n, _ in lines:
+        if re.search(r"\btest_\w+", raw[n - 1]):  # the test's name is usually in code
+            tested[para[n]] = True
+    for n, line in lines:
+        m = GENERATED.search(line)
+        if m:
+            gen = m.group(1) == "begin"
+            continue
+        if gen or tested.get(para[n]):
+            continue  # a paragraph that names the test making its figures
+        for f in FIGURE.finditer(line):
+            value = re.match(r"[\d,.]+", f.group(0)).group(0).replace(",", "").rstrip(".")
+            if not re.search(r"(?<![\d.])" + re.escape(value) + r"(?![\d])", results):
+                out.append(f"{page}:{n}: the figure '{f.group(0)}' is in no recorded run (tests/bench/results.tsv): "
+                           "record the run that measured it, or say it without the figure")
+    return out
 
 
 def slug(title):
@@ -105,6 +143,10 @@ def main():
                             cache[dest] = anchors(f.read())
                     if frag not in cache[dest]:
                         bad.append(f"{page}:{n}: link to {target}: {dest} has no heading with the anchor #{frag}")
+    with open(os.path.join(src, "tests", "bench", "results.tsv"), encoding="utf-8") as f:
+        results = f.read().replace(",", "")
+    for page, text in texts.items():
+        bad += figures(page, text, results)
     for page in texts:
         if page != "README.md" and page not in linked:
             bad.append(f"{page}:1: no page links to it (README.md or another page should)")
