@@ -72,8 +72,8 @@ def read_results(path):
             date, commit, machine, result, note = cols
             if not re.fullmatch(r"\d{4}-\d\d-\d\d", date):
                 raise Bad(f"{path}:{n}: date '{date}' is not YYYY-MM-DD")
-            if not re.fullmatch(r"[0-9a-f]{7,40}(-dirty)?", commit):
-                raise Bad(f"{path}:{n}: commit '{commit}' is not a git hash")
+            if not re.fullmatch(r"[0-9a-f]{7,40}(-dirty)?|unknown", commit):
+                raise Bad(f"{path}:{n}: commit '{commit}' is not a git hash (or unknown)")
             words = result.split()
             if len(words) < 2 or words[0] != "RESULT":
                 raise Bad(f"{path}:{n}: the result column is not a RESULT line: '{result}'")

@@ -5,7 +5,8 @@
 # fake cmake and a fake benchmark stand for the build and the run. Checked: the exact list
 # --check prints, one dpkg-query and no apt-get when nothing is missing, the message naming
 # the anchor and the package when it cannot be installed (and then no build and no RESULT
-# line), and that a RESULT line without a ratio never reaches stdout.
+# line), that a RESULT line without a ratio never reaches stdout, and --record (appends the
+# run to the results file and regenerates the tables, on a copy of the tree).
 set -u
 SRC=$(cd "$(dirname "$0")/../.." && pwd)
 DEPS=$SRC/scripts/bench-deps.sh
@@ -156,6 +157,42 @@ if run good 0 env SLUICE_BENCH_BUILD="$T/build" "$RUN" bench_tfrecord; then
     [ "$(cat "$T/good.out")" = "$(printf '%s\n' "a line" "RESULT bench_tfrecord ratio=1.070 sluice=16433 anchor=15376 unit=MB/s")" ] &&
         ok "a RESULT line with a ratio passes through, exit 0" || fail "stdout: $(cat "$T/good.out")"
 fi
+
+# 8. --record, on a copy of the tree (the results file and the pages it feeds, the scripts):
+#    one line appended with the date, the commit, the machine and the RESULT line; the
+#    README's table and docs/benchmarks.md regenerated from it, and --check then content; the
+#    argument not passed on to the benchmark; a withheld RESULT line records nothing
+C=$T/tree
+mkdir -p "$C/tests/bench" "$C/scripts" "$C/docs"
+cp "$SRC/tests/bench/run" "$SRC/tests/bench/record.sh" "$SRC/tests/bench/results.tsv" "$C/tests/bench/"
+cp "$SRC/scripts/bench-deps.sh" "$SRC/scripts/gen_bench_docs.py" "$C/scripts/"
+cp -r "$SRC/README.md" "$SRC/docs" "$C/"
+git -C "$C" init -q && git -C "$C" add -A && git -C "$C" -c user.name=t -c user.email=t@t commit -q -m tree
+want_commit=$(git -C "$C" describe --always --dirty --abbrev=7)
+printf '#!/bin/sh\necho "args: $*"\necho "RESULT bench_tfrecord ratio=2.500 sluice=40000 anchor=16000 unit=MB/s"\n' >"$T/build/bench/bench_tfrecord"
+chmod +x "$T/build/bench/bench_tfrecord"
+before=$(wc -l <"$C/tests/bench/results.tsv")
+if run record 0 env SLUICE_BENCH_BUILD="$T/build" "$C/tests/bench/run" bench_tfrecord --record extra; then
+    last=$(tail -n 1 "$C/tests/bench/results.tsv")
+    [ "$(wc -l <"$C/tests/bench/results.tsv")" = $((before + 1)) ] &&
+        [ "$(printf '%s' "$last" | cut -f1)" = "$(date -u +%F)" ] &&
+        [ "$(printf '%s' "$last" | cut -f2)" = "$want_commit" ] &&
+        printf '%s' "$last" | cut -f3 | grep -q "$(nproc)-core .*GiB" &&
+        [ "$(printf '%s' "$last" | cut -f4)" = "RESULT bench_tfrecord ratio=2.500 sluice=40000 anchor=16000 unit=MB/s" ] &&
+        ok "--record: the run appended with date, commit and machine" || fail "--record appended: $last"
+    grep -qxF "args: extra" "$T/record.out" && ok "--record is not passed to the benchmark" ||
+        fail "the benchmark got: $(grep args: "$T/record.out")"
+    grep -q "^| \`bench_tfrecord\` | .* | 2.500 (higher is better) | 40,000 MB/s | 16,000 MB/s | $(date -u +%F), $want_commit, " "$C/README.md" &&
+        grep -q "^| \`bench_tfrecord\` | 2.500 (higher is better) | 40,000 | 16,000 | MB/s |" "$C/docs/benchmarks.md" &&
+        ok "--record: the README's table and docs/benchmarks.md show the new run" ||
+        { fail "tables not regenerated:"; grep bench_tfrecord "$C/README.md"; }
+    python3 "$C/scripts/gen_bench_docs.py" --check "$C" >/dev/null && ok "--record: the pages are then what the results file makes" ||
+        fail "gen_bench_docs --check after --record"
+fi
+before=$(wc -l <"$C/tests/bench/results.tsv")
+run record-withheld 1 env SLUICE_BENCH_BUILD="$T/build" "$C/tests/bench/run" bench_allreduce --record >/dev/null
+[ "$(wc -l <"$C/tests/bench/results.tsv")" = "$before" ] && ok "--record: a withheld RESULT line records nothing" ||
+    fail "a withheld RESULT line was recorded: $(tail -n 1 "$C/tests/bench/results.tsv")"
 
 if [ "$fails" -gt 0 ]; then echo "$fails failure(s)"; exit 1; fi
 echo "PASS: test_bench_deps"
