@@ -273,6 +273,18 @@ sl_status sl_iter_save(const sl_iter *it, uint8_t *buf, size_t cap, size_t *len)
     if (!it || !buf || !len) return sl_err(SL_EINVAL, "sl_iter_save: NULL argument");
     if (cap < SL_ITER_STATE_SIZE)
         return sl_err(SL_ERANGE, "sl_iter_save: a state takes %d bytes, the buffer has %zu", SL_ITER_STATE_SIZE, cap);
+    /* An error consumes its input, so the stream after it is no longer what a position
+     * names: a batch keeps the rows gathered before a failed one, an op that cannot go on
+     * ends early. A state would resume it elsewhere than it stands, silently. */
+    if (it->errors) {
+        sl_err(SL_EUNSUPPORTED,
+               "sl_iter_save: this iterator returned %lld error%s (and %lld elements): its position no longer "
+               "names its place in the stream, so a state would resume it elsewhere",
+               (long long)it->errors, it->errors == 1 ? "" : "s", (long long)sl_iter_position(it));
+        sl_err_hint("skip bad input inside the pipeline (ignore_errors, or files ... skip_corrupt=true) to keep "
+                    "it resumable, or start a new iterator");
+        return SL_EUNSUPPORTED;
+    }
     memset(buf, 0, SL_ITER_STATE_SIZE);
     memcpy(buf, "SLITSTAT", 8);
     sl_store_le32(buf + 8, 2);
@@ -402,10 +414,14 @@ sl_status sl_iter_next(sl_iter *it, sl_element *out) {
     if (!it || !out) return sl_err(SL_EINVAL, "sl_iter_next: NULL argument");
     sl_status s = sl__iter_next(it, out);
     if (s == SL_OK) it->given++;
+    else if (s != SL_END) it->errors++;
     /* The last moment before the caller reads it: an element that waited in a buffer (or a
      * cache replay) viewing a file that shrank since its record was checked is an error,
      * not zeros. Bytes lost after this are the caller's to ask about (sl_element_check). */
-    if (s == SL_OK && (s = sl_element_check(out))) sl_element_clear(out);
+    if (s == SL_OK && (s = sl_element_check(out))) {
+        sl_element_clear(out);
+        it->errors++;
+    }
     return s;
 }
 

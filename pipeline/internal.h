@@ -158,6 +158,7 @@ struct sl_iter {
     int64_t start;           /* position in the op's stream of the first element it gives
                               * (0, or what sl__iter_input_at asked of a seeking op) */
     int64_t given;           /* the root: elements sl_iter_next returned */
+    int64_t errors;          /* the root: errors sl_iter_next returned (sl_iter_save refuses) */
     int64_t replayed;        /* the root: elements produced and dropped to reach start */
 };
 

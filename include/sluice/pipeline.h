@@ -564,8 +564,12 @@ int64_t sl_iter_refilled(const sl_iter *it);
  * every replica after the same number of elements, whatever the replica count. */
 #define SL_ITER_STATE_SIZE 48
 
-/* Write it's state into buf (cap bytes, at least SL_ITER_STATE_SIZE); *len = the bytes
- * written. SL_ERANGE when cap is too small (nothing written). */
+/* Write its state into buf (cap bytes, at least SL_ITER_STATE_SIZE); *len = the bytes
+ * written. SL_ERANGE when cap is too small (nothing written). SL_EUNSUPPORTED (nothing
+ * written) once sl_iter_next has returned an error: the error consumed its input (a batch
+ * keeps the rows gathered before it; an op that cannot go on ends), so no position names
+ * where the iterator stands. A pipeline that skips bad input inside (ignore_errors,
+ * skip_corrupt=true) returns no errors and stays resumable. */
 sl_status sl_iter_save(const sl_iter *it, uint8_t *buf, size_t cap, size_t *len);
 
 /* An iterator over ds continuing where the saved one stood: sl_iter_create_at with the

@@ -493,6 +493,7 @@ struct IterObject {
     long long end_pos;     /* position, kept at the close */
     uint8_t end_state[SL_ITER_STATE_SIZE]; /* state, kept at the close (end_state_len bytes) */
     size_t end_state_len;
+    sl_error end_state_err;                /* why it could not be kept (end_state_len 0) */
     PyObject *weakrefs;
 };
 
@@ -530,7 +531,10 @@ static void iter_finish(IterObject *self) {
     if (!it) return;
     self->it = NULL;
     self->end_pos = sl_iter_position(it);
-    if (sl_iter_save(it, self->end_state, sizeof self->end_state, &self->end_state_len)) self->end_state_len = 0;
+    if (sl_iter_save(it, self->end_state, sizeof self->end_state, &self->end_state_len)) {
+        self->end_state_len = 0;
+        sl_err_save(&self->end_state_err); /* save() after the close says why */
+    }
     PyObject *exc_type, *exc_val, *exc_tb;
     PyErr_Fetch(&exc_type, &exc_val, &exc_tb);
     PyObject *js = stats_json(it);
@@ -744,6 +748,7 @@ static PyObject *iter_save(IterObject *self, PyObject *unused) {
     if (!self->it) {
         if (self->end_state_len) return PyBytes_FromStringAndSize((const char *)self->end_state,
                                                                   (Py_ssize_t)self->end_state_len);
+        if (self->end_state_err.code) return raise_sl(sl_err_restore(&self->end_state_err), "save()");
         sl_err(SL_ESTATE, "save(): the iterator was closed before its state could be kept");
         return raise_sl(SL_ESTATE, NULL);
     }

@@ -373,8 +373,35 @@ def part4():
         ok("load_state_dict with damaged state bytes: the next iteration raises sluice.Error SL_ECORRUPT")
 
 
+# ---- 5. after an error the state is refused, never a resume elsewhere ----
+def part5():
+    def boom(d):
+        if int(d["value"]) == 3:
+            raise ValueError("three is refused")
+        return d
+    p = sluice.Pipeline(text="pipeline bad {\n    range 0 10\n    map boom()\n}\n", functions={"boom": boom})
+    it = p.iter()
+    got = [int(next(it)["value"]) for _ in range(3)]
+    before = it.state()
+    if expect("the failing element", lambda: next(it), sluice.Error):
+        ok("a Python map function's exception reaches next() as sluice.Error")
+    if expect("state() after an error", it.state, sluice.Error,
+              lambda e: e.status == "SL_EUNSUPPORTED" and "returned 1 error (and 3 elements)" in e.message
+              and "ignore_errors" in e.hint):
+        ok("state() after an error: sluice.Error SL_EUNSUPPORTED naming the error count, with the hint")
+    rest = [int(e["value"]) for e in it]
+    if got + rest == [0, 1, 2, 4, 5, 6, 7, 8, 9] and it.closed and expect(
+            "state() after the close", it.state, sluice.Error, lambda e: e.status == "SL_EUNSUPPORTED"):
+        ok("the pass goes on after the error, and state() after its close still refuses, saying why")
+    r = p.iter(state=before)
+    if expect("the state before the error, restored", lambda: next(r), sluice.Error) and \
+            [int(e["value"]) for e in r] == [4, 5, 6, 7, 8, 9]:
+        ok("the state saved before the error restores there: the failing element fails again, then the rest")
+
+
 run("part 1 (seekable round trip)", part1)
 run("part 2 (shuffle round trip)", part2)
 run("part 3 (state bytes)", part3)
 run("part 4 (torch adapter)", part4)
+run("part 5 (errors)", part5)
 finish()

@@ -399,6 +399,68 @@ TEST(test_state_round_trip_and_damage) {
     sl_dataset_unref(m);
 }
 
+/* An error consumes its input (a batch keeps the rows before it), so after one the position
+ * names no place in the stream: the state is refused, never a resume somewhere else. A
+ * pipeline that skips its bad elements inside stays resumable, bit for bit. */
+TEST(test_state_refused_after_an_error) {
+    sl_dataset *m, *t, *b, *ig, *bi;
+    ASSERT_OK(sl_test_range_map(40, "fail_mod7", sl_test_fail_mod7, NULL, 3, &m)); /* 6, 13, ... fail */
+    ASSERT_OK(sl_ds_take(m, -1, &t)); /* a batch right over the map would fuse with it */
+    sl_batch_opts bo = sl_batch_opts_default(4);
+    ASSERT_OK(sl_ds_batch(t, &bo, &b));
+    sl_iter *it;
+    sl_element e;
+    sl_element_init(&e);
+    uint8_t st[SL_ITER_STATE_SIZE];
+    size_t len = 99;
+    ASSERT_OK(sl_iter_create(b, NULL, &it));
+    ASSERT_OK(sl_iter_next(it, &e)); /* rows 0..3 */
+    sl_element_clear(&e);
+    ASSERT_OK(sl_iter_save(it, st, sizeof st, &len));
+    ASSERT_EQ(len, SL_ITER_STATE_SIZE);
+    ASSERT(sl_iter_next(it, &e) < 0); /* row 6 fails; 4 and 5 stay for the next batch */
+    ASSERT_OK(sl_iter_next(it, &e));  /* rows 4, 5, 7, 8, where position 2 would be 8..11 */
+    ASSERT_EQ(sl_test_value(&e), 4);
+    sl_element_clear(&e);
+    len = 99;
+    ASSERT_EQ(sl_iter_save(it, st, sizeof st, &len), SL_EUNSUPPORTED);
+    ASSERT_EQ(len, 0);
+    ASSERT_CONTAINS(sl_errmsg(), "returned 1 error (and 2 elements)");
+    sl_iter_close(it);
+    /* the same pipeline with ignore_errors under the batch: its state restores to the same batches */
+    ASSERT_OK(sl_ds_ignore_errors(m, &ig));
+    ASSERT_OK(sl_ds_batch(ig, &bo, &bi));
+    int64_t full[16];
+    int n = 0;
+    ASSERT_OK(sl_iter_create(bi, NULL, &it));
+    while (n < 16 && sl_iter_next(it, &e) == SL_OK) {
+        full[n++] = sl_test_value(&e);
+        sl_element_clear(&e);
+    }
+    sl_iter_close(it);
+    ASSERT_EQ(n, 9); /* 40 values less 6, 13, 20, 27, 34: 35, 4 a batch */
+    ASSERT_OK(sl_iter_create(bi, NULL, &it));
+    for (int i = 0; i < 3; i++) {
+        ASSERT_OK(sl_iter_next(it, &e));
+        sl_element_clear(&e);
+    }
+    ASSERT_OK(sl_iter_save(it, st, sizeof st, &len));
+    sl_iter_close(it);
+    ASSERT_OK(sl_iter_restore(bi, NULL, st, len, &it));
+    for (int i = 3; i < n; i++) {
+        ASSERT_OK(sl_iter_next(it, &e));
+        ASSERT_EQ(sl_test_value(&e), full[i]);
+        sl_element_clear(&e);
+    }
+    ASSERT_EQ(sl_iter_next(it, &e), SL_END);
+    sl_iter_close(it);
+    sl_dataset_unref(bi);
+    sl_dataset_unref(ig);
+    sl_dataset_unref(b);
+    sl_dataset_unref(t);
+    sl_dataset_unref(m);
+}
+
 TEST(test_perm_is_a_bijection) {
     static const uint64_t sizes[] = {1, 2, 3, 4, 5, 7, 16, 17, 1000, 4096, 65537, 100003};
     uint8_t *seen = malloc(100003);
@@ -450,6 +512,7 @@ int main(void) {
     RUN(test_shuffle_seeks_by_its_draws);
     RUN(test_tfrecord_and_cache_seek);
     RUN(test_state_round_trip_and_damage);
+    RUN(test_state_refused_after_an_error);
     RUN(test_perm_is_a_bijection);
     TEST_MAIN_END();
 }
