@@ -15,6 +15,7 @@
  * trading places, the choice is made once per process and kept (for every backend in it),
  * and each is logged at SL_LOG_INFO; a caller that needs runs equal bit for bit pins one
  * (sl_model_opts.cpu_gemm). 1-6 ms per shape on the example models, at the first step. */
+#include <errno.h>
 #include <math.h>
 #include <pthread.h>
 #include <stdlib.h>
@@ -25,6 +26,7 @@
 #include "train/backend_cpu_priv.h"
 #include "train/blas_priv.h"
 #include "train/gemm_avx512.h"
+#include "train/internal.h"
 
 #define MARGIN 1.25                        /* OpenBLAS kept for a shape only when this much faster */
 #define PROBE_MACS ((size_t)16 << 20)      /* multiply-adds of one timed run: ~0.2 ms */
@@ -169,6 +171,94 @@ int sl__cpu_gemm_choice(bool ta, bool tb, int m, int n, int k) {
     int i = find_locked(ta, tb, m, n, k), own = i < 0 ? -1 : choices[i].own;
     pthread_mutex_unlock(&choice_mu);
     return own;
+}
+
+size_t sl__cpu_gemm_choices_text(char *buf, size_t cap) {
+    size_t len = 0;
+    if (cap) buf[0] = 0;
+    pthread_mutex_lock(&choice_mu);
+    for (int i = 0; i < nchoices; i++) {
+        const shape_choice *c = &choices[i];
+        if (c->own < 0) continue; /* being measured */
+        char e[64];
+        int n = snprintf(e, sizeof e, "%s%d,%d,%d,%d,%d,%c", len ? ";" : "", c->ta, c->tb, c->m, c->n, c->k,
+                         c->own ? 's' : 'b');
+        if (len + (size_t)n < cap) memcpy(buf + len, e, (size_t)n + 1);
+        else if (cap) buf[cap - 1 < len ? cap - 1 : len] = 0;
+        len += (size_t)n;
+    }
+    pthread_mutex_unlock(&choice_mu);
+    return len;
+}
+
+/* One entry "TA,TB,M,N,K,G" of text at *p into *out; *p past it. */
+static bool parse_choice(const char **p, shape_choice *out) {
+    long long v[5];
+    const char *s = *p;
+    for (int j = 0; j < 5; j++) {
+        if (*s < '0' || *s > '9') return false;
+        char *end;
+        errno = 0;
+        v[j] = strtoll(s, &end, 10);
+        if (errno || end == s || *end != ',' || end - s > 10) return false;
+        s = end + 1;
+    }
+    if (v[0] > 1 || v[1] > 1) return false;
+    for (int j = 2; j < 5; j++)
+        if (v[j] < 1 || v[j] > 2147483647LL) return false;
+    if (*s != 's' && *s != 'b') return false;
+    *out = (shape_choice){v[0] == 1, v[1] == 1, (int)v[2], (int)v[3], (int)v[4], *s == 's'};
+    s++;
+    if (*s != ';' && *s != 0) return false;
+    if (*s == ';' && s[1] == 0) return false; /* a ';' only between entries */
+    *p = *s == ';' ? s + 1 : s;
+    return true;
+}
+
+sl_status sl__cpu_gemm_choices_adopt(const char *text, bool apply, int *adopted) {
+    if (adopted) *adopted = 0;
+    if (!text) return sl_err(SL_EINVAL, "CPU GEMM choices: NULL text");
+    shape_choice *list = NULL;
+    int n = 0, cap = 0;
+    const char *p = text;
+    while (*p) {
+        if (n == SHAPES_MAX) {
+            free(list);
+            return sl_err(SL_ECORRUPT, "CPU GEMM choices: more than %d shapes", SHAPES_MAX);
+        }
+        if (n == cap) {
+            cap = cap ? 2 * cap : 16;
+            shape_choice *grown = realloc(list, (size_t)cap * sizeof *list);
+            if (!grown) {
+                free(list);
+                return sl_err(SL_ENOMEM, "CPU GEMM choices: out of memory");
+            }
+            list = grown;
+        }
+        const char *at = p;
+        if (!parse_choice(&p, &list[n])) {
+            free(list);
+            return sl_err(SL_ECORRUPT, "CPU GEMM choices: entry %d at byte %td ('%.24s') is not TA,TB,M,N,K,s|b", n + 1,
+                          at - text, at);
+        }
+        n++;
+    }
+    int taken = 0;
+    if (apply) {
+        pthread_mutex_lock(&choice_mu);
+        for (int i = 0; i < n && nchoices < SHAPES_MAX; i++) {
+            const shape_choice *c = &list[i];
+            if (find_locked(c->ta, c->tb, c->m, c->n, c->k) >= 0) continue; /* chosen here already */
+            choices[nchoices++] = *c;
+            taken++;
+        }
+        pthread_cond_broadcast(&choice_cv);
+        pthread_mutex_unlock(&choice_mu);
+        if (taken) SL_INFO("cpu backend: %d GEMM choices taken from the checkpoint (of %d there)", taken, n);
+    }
+    free(list);
+    if (adopted) *adopted = taken;
+    return SL_OK;
 }
 
 sl_status sl_cpu_gemm_parse(const char *name, sl_cpu_gemm *out) {

@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "sluice/file.h"
+#include "sluice/log.h"
 #include "sluice/safetensors.h"
 #include "sluice/strategy.h"
 #include "sluice/train.h"
@@ -85,6 +86,20 @@ sl_status sl_train_save_checkpoint(const char *path, sl_model *m, sl_optim *o, c
         (s = sl_st_writer_set_meta(w, "model_hash", hash)) ||
         (s = sl_st_writer_set_meta(w, "config", config_name ? config_name : "")))
         goto done;
+    /* the CPU GEMM each shape was multiplied with, for a resumed run to keep (the two round
+     * differently); none when no shape was chosen (a GPU run, a pinned GEMM) */
+    size_t glen = sl__cpu_gemm_choices_text(NULL, 0);
+    if (glen) {
+        char *g = malloc(glen + 1);
+        if (!g) {
+            s = sl_err(SL_ENOMEM, "out of memory for a checkpoint's metadata");
+            goto done;
+        }
+        sl__cpu_gemm_choices_text(g, glen + 1);
+        s = sl_st_writer_set_meta(w, "cpu_gemm", g);
+        free(g);
+        if (s) goto done;
+    }
     s = sl_st_writer_write(w, path);
 done:
     sl_st_writer_free(w);
@@ -183,6 +198,8 @@ static sl_status check_file(const sl_st_file *f, const char *path, const sl_ckpt
         (s = meta_i64(f, path, "steps_per_epoch", &p.steps_per_epoch)) ||
         (version >= 2 && (s = meta_i64(f, path, "batch_size", &p.batch_size))))
         return s;
+    const char *gemm = sl_st_meta(f, "cpu_gemm"); /* optional: a damaged one is not used (load warns) */
+    if (gemm && sl__cpu_gemm_choices_adopt(gemm, false, NULL)) sl_err_clear();
     const char *hash = sl_st_meta(f, "model_hash");
     char *hend = NULL;
     if (hash) {
@@ -277,6 +294,11 @@ sl_status sl_train_load_checkpoint(const char *path, sl_model *m, sl_optim *o, c
     sl_status s = sl_st_open(path, &f);
     if (s) return s;
     if ((s = check_file(f, path, want, &p))) goto done;
+    const char *gemm = sl_st_meta(f, "cpu_gemm");
+    if (gemm && sl__cpu_gemm_choices_adopt(gemm, true, NULL)) {
+        SL_WARN("%s: metadata 'cpu_gemm' not used: %s (the CPU GEMMs are chosen anew)", path, sl_errmsg());
+        sl_err_clear();
+    }
     int64_t osize = 0;
     if ((s = meta_i64(f, path, "optimizer_size", &osize))) goto done;
     size_t np = 0, ns = 0;

@@ -28,6 +28,18 @@
 /* The backend the model computes on (borrowed; lives as long as the model). */
 sl_backend *sl__model_backend(sl_model *m);
 
+/* The CPU backend's GEMM choices of this process (train/backend_cpu_gemm.c), as checkpoints
+ * keep them so that a resumed run multiplies each shape with the GEMM the interrupted one
+ * used (the two round differently). The text: one entry per decided shape, in the order met,
+ * `TA,TB,M,N,K,G` (TA, TB 0 or 1; M, N, K 1..2^31-1; G `s` for Sluice's GEMM, `b` for
+ * OpenBLAS), joined by ';'. _text writes it NUL-terminated into buf (cap bytes) and returns
+ * its length, as snprintf does (buf may be NULL with cap 0, to ask the length). _adopt takes
+ * a text, refusing it whole with SL_ECORRUPT (the entry and what is wrong) unless every entry
+ * is sound; with apply, each shape the process has not chosen yet takes the text's choice
+ * (a shape already chosen keeps its own), and *adopted (when not NULL) counts them. */
+size_t sl__cpu_gemm_choices_text(char *buf, size_t cap);
+sl_status sl__cpu_gemm_choices_adopt(const char *text, bool apply, int *adopted);
+
 /* Kernel launches the model's backend made so far (0 on the CPU): see backend.h. */
 uint64_t sl__model_launches(sl_model *m);
 

@@ -40,10 +40,11 @@ sl_port_base() { echo $(($1 + ($$ % 40) * 100)); }
 BIN=${SLUICE_BIN:-build/bin}
 # The CPU backend chooses between OpenBLAS and its own AVX-512 GEMM by timing each shape once
 # per process (train/backend_cpu_gemm.c); the two round differently, and on a loaded machine
-# two processes can time one shape differently. The tests compare runs of separate
-# processes bit for bit (a resumed run against an uninterrupted one), so they pin the GEMM,
-# as docs/guarantees.md tells users who need that to do (the choice itself is tested in
-# test_backend_cpu: test_gemm_choice).
+# two processes can time one shape differently. A resumed run takes the choices of the run
+# it resumes (from the checkpoint), but the tests also compare runs started apart (a stopped
+# and resumed run against one that never stopped) bit for bit, so they pin the GEMM, as
+# docs/guarantees.md tells users who need that to do (the choice and its checkpointing are
+# tested in test_backend_cpu and test_checkpoint).
 export SLUICE_CPU_GEMM=${SLUICE_CPU_GEMM:-avx512}
 FM=/usr/share/datasets/fashion-mnist
 fails=0

@@ -11,6 +11,7 @@
 #include "train/backend_cpu_priv.h"
 #include "train/blas_priv.h"
 #include "train/gemm_avx512.h"
+#include "train/internal.h"
 
 static uint64_t rng_state = 12345;
 
@@ -185,6 +186,54 @@ TEST(test_gemm_choice) {
     sl__backend_free(b);
     for (int i = 0; i < 4; i++) free(c[i]);
     free(a), free(bm), free(ref[0]), free(ref[1]);
+}
+
+/* The choices as checkpoints keep them: the text lists the decided shapes; a text adopted
+ * gives a shape not chosen yet its GEMM (a resumed run multiplies as the interrupted one
+ * did), leaves a shape already chosen alone, and a damaged text is refused whole. */
+TEST(test_gemm_choices_text) {
+    const int m = 53, n = 41, k = 200;
+    ASSERT_EQ(sl__cpu_gemm_choice(true, false, m, n, k), -1);
+    int adopted = -1;
+    ASSERT_OK(sl__cpu_gemm_choices_adopt("1,0,53,41,200,b;0,1,33,34,35,s", true, &adopted));
+    ASSERT_EQ(adopted, 2);
+    ASSERT_EQ(sl__cpu_gemm_choice(true, false, m, n, k), 0);
+    ASSERT_EQ(sl__cpu_gemm_choice(false, true, 33, 34, 35), 1);
+    /* the auto GEMM now multiplies that shape with OpenBLAS, without measuring */
+    float *a = rand_buf((size_t)k * m), *bm = rand_buf((size_t)k * n), *c = malloc((size_t)m * n * sizeof(float)),
+          *want = malloc((size_t)m * n * sizeof(float));
+    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, m, n, k, 1.0f, a, m, bm, n, 0.0f, want, n);
+    sl_backend *b = NULL;
+    ASSERT_OK(sl__backend_cpu_new_gemm(1, SL_CPU_GEMM_AUTO, &b));
+    ASSERT_OK(b->ops->gemm(b, true, false, m, n, k, 1.0f, a, m, bm, n, 0.0f, c, n));
+    sl__backend_free(b);
+    ASSERT_MEMEQ(c, want, (size_t)m * n * sizeof(float));
+    free(a), free(bm), free(c), free(want);
+    /* a chosen shape keeps its choice */
+    ASSERT_OK(sl__cpu_gemm_choices_adopt("1,0,53,41,200,s", true, &adopted));
+    ASSERT_EQ(adopted, 0);
+    ASSERT_EQ(sl__cpu_gemm_choice(true, false, m, n, k), 0);
+    /* the text holds both, in the order met, and its length is asked with a NULL buffer */
+    size_t len = sl__cpu_gemm_choices_text(NULL, 0);
+    char *text = malloc(len + 1);
+    ASSERT_EQ(sl__cpu_gemm_choices_text(text, len + 1), len);
+    ASSERT_EQ(strlen(text), len);
+    ASSERT_CONTAINS(text, "1,0,53,41,200,b;0,1,33,34,35,s");
+    ASSERT_OK(sl__cpu_gemm_choices_adopt(text, false, NULL)); /* its own text parses */
+    free(text);
+    /* damaged texts: refused whole, nothing adopted */
+    const char *bad[] = {"1,0,53,41", "2,0,1,1,1,s", "0,0,0,1,1,s", "0,0,1,1,1,x", "0,0,1,1,1,s;", "0,0,1,1,1,ss",
+                         "0,0,1,1,2147483648,s", "0,0,-1,1,1,s", "0,0,1,1,1,s;;0,0,1,1,2,s", " 0,0,1,1,1,s",
+                         "0,0,60,61,62,s;0,0,1,1"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        adopted = -1;
+        ASSERT_EQ(sl__cpu_gemm_choices_adopt(bad[i], true, &adopted), SL_ECORRUPT);
+        ASSERT_EQ(adopted, 0);
+        ASSERT_CONTAINS(sl_errmsg(), "CPU GEMM choices: entry ");
+    }
+    ASSERT_EQ(sl__cpu_gemm_choice(false, false, 60, 61, 62), -1); /* the last one's sound first entry too */
+    ASSERT_OK(sl__cpu_gemm_choices_adopt("", true, &adopted));
+    ASSERT_EQ(adopted, 0);
 }
 
 TEST(test_gemm_mixed_precision) {
@@ -1056,6 +1105,7 @@ int main(void) {
     RUN(test_alloc_copy);
     RUN(test_gemm_all_transposes_and_strides);
     RUN(test_gemm_choice);
+    RUN(test_gemm_choices_text);
     RUN(test_gemm_mixed_precision);
     RUN(test_vector_ops);
     RUN(test_team);

@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "sluice/config.h"
@@ -20,6 +21,7 @@
 #include "sluice/safetensors.h"
 #include "sluice/tfrecord.h"
 #include "sluice/train.h"
+#include "train/internal.h"
 #include "helper_files.h"
 #include "helper_points.h"
 #include "test.h"
@@ -342,6 +344,52 @@ TEST(test_nonfinite_values) {
     ASSERT_EQ(got.step, 20);
     free(st);
     sl_optim_free(o);
+    sl_trainer_free(t);
+    sl_cfg_free(cfg);
+}
+
+/* A checkpoint keeps the CPU GEMM each shape was multiplied with (metadata cpu_gemm), and
+ * loading it gives a process the choices it has not made yet: the checkpoint is written by
+ * a child process that chose a shape this one never met; a damaged cpu_gemm is not used
+ * (a warning) and the checkpoint still loads. */
+TEST(test_cpu_gemm_choices_kept) {
+    if (no_backend) SKIP("no CPU backend");
+    sl_cfg *cfg;
+    sl_trainer *t;
+    ASSERT_OK(trainer("gemm", false, false, NULL, &cfg, &t));
+    sl_model *m = sl_trainer_model(t);
+    sl_ckpt_position pos, got;
+    ASSERT_OK(sl_train_check_checkpoint(ckpt("ref", 20), NULL, &pos));
+    const char *path = in_tmp("gemm.safetensors");
+    pid_t pid = fork();
+    ASSERT(pid >= 0);
+    if (pid == 0) {
+        int code = sl__cpu_gemm_choices_adopt("0,1,91,92,93,b", true, NULL) ||
+                   sl_train_save_checkpoint(path, m, NULL, "tiny", "t.sl", &pos);
+        _exit(code ? 1 : 0);
+    }
+    int wst = 0;
+    ASSERT_EQ(waitpid(pid, &wst, 0), pid);
+    ASSERT(WIFEXITED(wst) && WEXITSTATUS(wst) == 0);
+    sl_st_file *f;
+    ASSERT_OK(sl_st_open(path, &f));
+    ASSERT(sl_st_meta(f, "cpu_gemm") != NULL);
+    ASSERT_CONTAINS(sl_st_meta(f, "cpu_gemm"), "0,1,91,92,93,b");
+    sl_st_close(f);
+    ASSERT_EQ(sl__cpu_gemm_choice(false, true, 91, 92, 93), -1);
+    const sl_ckpt_expect want = {.model_hash = sl_trainer_config(t)->model_hash, .batch_size = 16};
+    ASSERT_OK(sl_train_check_checkpoint(path, &want, &got)); /* checking alone adopts nothing */
+    ASSERT_EQ(sl__cpu_gemm_choice(false, true, 91, 92, 93), -1);
+    ASSERT_OK(sl_train_load_checkpoint(path, m, NULL, &want, &got));
+    ASSERT_EQ(sl__cpu_gemm_choice(false, true, 91, 92, 93), 0);
+    /* a damaged cpu_gemm (checksums recomputed): the checkpoint is sound and loads, the
+     * choices are made anew (nothing of the damaged text adopted) */
+    const char *dmg = in_tmp("gemm-damaged.safetensors");
+    ASSERT_OK(rewrite(path, dmg, "cpu_gemm", "0,1,94,95,96,b;0,1,97", true));
+    ASSERT_OK(sl_train_check_checkpoint(dmg, &want, &got));
+    ASSERT_OK(sl_train_load_checkpoint(dmg, m, NULL, &want, &got));
+    ASSERT_EQ(got.step, 20);
+    ASSERT_EQ(sl__cpu_gemm_choice(false, true, 94, 95, 96), -1);
     sl_trainer_free(t);
     sl_cfg_free(cfg);
 }
@@ -698,6 +746,7 @@ int main(int argc, char **argv) {
     RUN(test_zeroed_tensor_bytes);
     RUN(test_every_flipped_bit);
     RUN(test_nonfinite_values);
+    RUN(test_cpu_gemm_choices_kept);
     RUN(test_metadata_edits);
     RUN(test_resume_skips_damaged);
     RUN(test_resume_version1);
