@@ -181,6 +181,8 @@ def runs_tables(text, page, runs):
 
 
 def pages(src):
+    """The documentation's pages, relative to src: README.md, then docs/**/*.md in path order
+    (also what tests/check_docs.py and tests/integration/test_docs.py walk)."""
     out = ["README.md"]
     for root, dirs, files in os.walk(os.path.join(src, "docs")):
         dirs.sort()

@@ -24,19 +24,14 @@ import re
 import subprocess
 import sys
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "scripts"))
+from gen_bench_docs import pages  # noqa: E402  (the one list of pages)
+
 README_MAX_LINES = 250
 FIGURE = re.compile(r"\b\d[\d,.]*\s?(?:examples/s|images/s|elements/s|records/s|batches/s|steps/s|[KMGT]B/s|"
                     r"GFLOP/s|TFLOP/s|KiB/step|ms/step)|\b0\.[5-9]\d{2,3}\b(?![\]\d])")
 GENERATED = re.compile(r"<!-- bench-[a-z]+: (begin|end)")
 LINK = re.compile(r"(?<!!)\[(?:[^\[\]]|\[[^\]]*\])*\]\(([^)\s]+)(?:\s+\"[^\"]*\")?\)")
-
-
-def pages(src):
-    out = ["README.md"]
-    for root, dirs, files in os.walk(os.path.join(src, "docs")):
-        dirs.sort()
-        out += sorted(os.path.relpath(os.path.join(root, f), src) for f in files if f.endswith(".md"))
-    return out
 
 
 def prose_lines(text):

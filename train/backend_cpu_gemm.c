@@ -175,17 +175,14 @@ int sl__cpu_gemm_choice(bool ta, bool tb, int m, int n, int k) {
 
 size_t sl__cpu_gemm_choices_text(char *buf, size_t cap) {
     size_t len = 0;
-    if (cap) buf[0] = 0;
+    if (cap) buf[0] = 0; /* no shape decided yet */
     pthread_mutex_lock(&choice_mu);
     for (int i = 0; i < nchoices; i++) {
         const shape_choice *c = &choices[i];
         if (c->own < 0) continue; /* being measured */
-        char e[64];
-        int n = snprintf(e, sizeof e, "%s%d,%d,%d,%d,%d,%c", len ? ";" : "", c->ta, c->tb, c->m, c->n, c->k,
-                         c->own ? 's' : 'b');
-        if (len + (size_t)n < cap) memcpy(buf + len, e, (size_t)n + 1);
-        else if (cap) buf[cap - 1 < len ? cap - 1 : len] = 0;
-        len += (size_t)n;
+        bool room = len < cap;
+        len += (size_t)snprintf(room ? buf + len : NULL, room ? cap - len : 0, "%s%d,%d,%d,%d,%d,%c", len ? ";" : "",
+                                c->ta, c->tb, c->m, c->n, c->k, c->own ? 's' : 'b');
     }
     pthread_mutex_unlock(&choice_mu);
     return len;

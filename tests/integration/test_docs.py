@@ -77,6 +77,9 @@ PETS = os.path.join(SRC, "tests/data/tfrecord-samples/corrupt/"
 TOOLS = ["sluice-stats", "sluice-record", "sluice-train", "sluice-launch"]
 BLOCK_TIMEOUT = 60
 PORT_BASE = 28000 + (os.getpid() % 40) * 100 + 10
+sys.path.insert(0, os.path.join(SRC, "scripts"))
+from gen_bench_docs import pages as doc_pages  # noqa: E402  (the one list of pages)
+
 MARKER = re.compile(r"^<!--\s*readme-test:\s*(\w+)\s*(.*?)\s*-->\s*$")
 PROVIDED = re.compile(r"^\s*(bash scripts/main\.sh|cmake --build build)\b")
 
@@ -100,11 +103,7 @@ class Block:
 
 def pages():
     """README.md, then every page under docs/ in path order (relative to SRC)."""
-    out = ["README.md"]
-    for root, dirs, files in os.walk(os.path.join(SRC, "docs")):
-        dirs.sort()
-        out += sorted(os.path.relpath(os.path.join(root, f), SRC) for f in files if f.endswith(".md"))
-    return out
+    return doc_pages(SRC)
 
 
 def read_blocks(page):
