@@ -215,45 +215,27 @@ static bool parse_choice(const char **p, shape_choice *out) {
 sl_status sl__cpu_gemm_choices_adopt(const char *text, bool apply, int *adopted) {
     if (adopted) *adopted = 0;
     if (!text) return sl_err(SL_EINVAL, "CPU GEMM choices: NULL text");
-    shape_choice *list = NULL;
-    int n = 0, cap = 0;
-    const char *p = text;
-    while (*p) {
-        if (n == SHAPES_MAX) {
-            free(list);
-            return sl_err(SL_ECORRUPT, "CPU GEMM choices: more than %d shapes", SHAPES_MAX);
-        }
-        if (n == cap) {
-            cap = cap ? 2 * cap : 16;
-            shape_choice *grown = realloc(list, (size_t)cap * sizeof *list);
-            if (!grown) {
-                free(list);
-                return sl_err(SL_ENOMEM, "CPU GEMM choices: out of memory");
-            }
-            list = grown;
-        }
+    shape_choice c;
+    int n = 0;
+    for (const char *p = text; *p; n++) { /* every entry sound before any is taken */
         const char *at = p;
-        if (!parse_choice(&p, &list[n])) {
-            free(list);
+        if (n == SHAPES_MAX) return sl_err(SL_ECORRUPT, "CPU GEMM choices: more than %d shapes", SHAPES_MAX);
+        if (!parse_choice(&p, &c))
             return sl_err(SL_ECORRUPT, "CPU GEMM choices: entry %d at byte %td ('%.24s') is not TA,TB,M,N,K,s|b", n + 1,
                           at - text, at);
-        }
-        n++;
     }
+    if (!apply) return SL_OK;
     int taken = 0;
-    if (apply) {
-        pthread_mutex_lock(&choice_mu);
-        for (int i = 0; i < n && nchoices < SHAPES_MAX; i++) {
-            const shape_choice *c = &list[i];
-            if (find_locked(c->ta, c->tb, c->m, c->n, c->k) >= 0) continue; /* chosen here already */
-            choices[nchoices++] = *c;
-            taken++;
-        }
-        pthread_cond_broadcast(&choice_cv);
-        pthread_mutex_unlock(&choice_mu);
-        if (taken) SL_INFO("cpu backend: %d GEMM choices taken from the checkpoint (of %d there)", taken, n);
+    pthread_mutex_lock(&choice_mu);
+    for (const char *p = text; *p && nchoices < SHAPES_MAX;) {
+        parse_choice(&p, &c);
+        if (find_locked(c.ta, c.tb, c.m, c.n, c.k) >= 0) continue; /* chosen here already */
+        choices[nchoices++] = c;
+        taken++;
     }
-    free(list);
+    pthread_cond_broadcast(&choice_cv);
+    pthread_mutex_unlock(&choice_mu);
+    if (taken) SL_INFO("cpu backend: %d GEMM choices taken from the checkpoint (of %d there)", taken, n);
     if (adopted) *adopted = taken;
     return SL_OK;
 }
