@@ -151,12 +151,20 @@ typedef struct job {
 } job;
 
 static volatile sig_atomic_t got_signal, got_child;
+/* the child of the first SIGCHLD since the last wait: SIGCHLD is blocked outside ppoll and
+ * does not queue, so when several tasks exit before the launcher runs, the one pending
+ * signal carries the pid of the first to exit, the failure the others' may follow from */
+static volatile sig_atomic_t first_child;
 
 /* the task's type as TF_CONFIG names it */
 static const char *task_type(const task *t) { return t->is_eval ? "evaluator" : t->is_ps ? "ps" : "worker"; }
 
 static void on_signal(int sig) { got_signal = sig; }
-static void on_child(int sig) { (void)sig; got_child = 1; }
+static void on_child(int sig, siginfo_t *info, void *uctx) {
+    (void)sig, (void)uctx;
+    if (!first_child && info) first_child = (sig_atomic_t)info->si_pid;
+    got_child = 1;
+}
 
 static void emit(task *t, int s, const char *p, size_t n) {
     FILE *out = s ? stderr : stdout;
@@ -369,7 +377,9 @@ static void setup_signals(job *j) {
     sa.sa_handler = on_signal;
     sigaction(SIGINT, &sa, NULL);
     sigaction(SIGTERM, &sa, NULL);
-    sa.sa_handler = on_child;
+    sa.sa_handler = NULL;
+    sa.sa_sigaction = on_child;
+    sa.sa_flags = SA_SIGINFO;
     sigaction(SIGCHLD, &sa, NULL);
     signal(SIGPIPE, SIG_IGN);
 }
@@ -450,14 +460,19 @@ static void judge_exit(job *j, task *tk, pid_t old) {
 /* After SIGCHLD: judge every task that exited; once every worker is done (the chief fine),
  * the ps tasks get PS_LINGER_S to finish by themselves. */
 /* Judge the exited tasks in [from, to). */
+static void judge_task(job *j, task *tk) {
+    if (tk->running || tk->pid == 0) return;
+    pid_t old = tk->pid;
+    tk->pid = 0; /* judged */
+    judge_exit(j, tk, old);
+}
+
+/* The task that exited first (first_child) is judged before the others of the same wait:
+ * a replica that failed is the job's status, not a peer that failed because it died. */
 static void judge_range(job *j, int from, int to) {
-    for (int i = from; i < to; i++) {
-        task *tk = &j->ts[i];
-        if (tk->running || tk->pid == 0) continue;
-        pid_t old = tk->pid;
-        tk->pid = 0; /* judged */
-        judge_exit(j, tk, old);
-    }
+    for (int i = from; i < to; i++)
+        if (j->ts[i].pid == (pid_t)first_child) judge_task(j, &j->ts[i]);
+    for (int i = from; i < to; i++) judge_task(j, &j->ts[i]);
 }
 
 /* The workers' exits are judged first, then whether the workers are done, then the ps tasks
@@ -476,6 +491,7 @@ static void on_children(job *j) {
         }
     }
     judge_range(j, (int)j->nw, j->n);
+    first_child = 0;
 }
 
 /* The deadlines at time t: --timeout, the ps tasks' linger, the SIGTERM after a stop on
