@@ -299,6 +299,11 @@ sl_status sl__be_conv_input_grad(sl_backend *b, const float *dy, int n, int h, i
     const float keep = accumulate ? 1.0f : 0.0f;
     if (conv_is_direct(h, w, kh, kw, stride, pad_top, pad_left, oh, ow))
         return b->ops->gemm(b, false, true, rows, K, oc, 1.0f, dy, oc, W, oc, keep, dx, K);
+    if (b->ops->conv_input_grad) {
+        s = b->ops->conv_input_grad(b, dy, n, h, w, c, kh, kw, stride, pad_top, pad_left, oh, ow, W, oc, keep, dx,
+                                    scratch, scratch_floats);
+        if (s != SL_EUNSUPPORTED) return s;
+    }
     if (W_turned && stride == 1 && b->ops->conv_gemm) {
         /* dx is the convolution of dy, padded kh-1-pt above and kw-1-pl left, with the kernel
          * turned: output h x w, oc channels in, c out */
@@ -313,7 +318,7 @@ sl_status sl__be_conv_input_grad(sl_backend *b, const float *dy, int n, int h, i
     return b->ops->col2im(b, scratch, n, h, w, c, kh, kw, stride, pad_top, pad_left, oh, ow, dx);
 }
 
-bool sl__be_has_conv_gemm(const sl_backend *b) { return b->ops->conv_gemm != NULL; }
+bool sl__be_turns_kernels(const sl_backend *b) { return b->ops->conv_gemm && !b->ops->conv_input_grad; }
 
 /* ---- pooling --------------------------------------------------------------------------- */
 

@@ -271,6 +271,14 @@ typedef struct sl_backend_ops {
     sl_status (*conv_kernel_grad)(sl_backend *b, const float *x, int n, int h, int w, int c, int kh, int kw,
                                   int stride, int pad_top, int pad_left, int oh, int ow, const float *dy, int oc,
                                   float beta, float *dW, float *scratch, size_t scratch_floats);
+    /* conv_input_grad: dx = beta * dx + the input gradient of the convolution (col2im of
+     * dy * W^T), dy (n*oh*ow) x oc, W as conv_gemm's; scratch as conv_gemm's (workspace).
+     * SL_EUNSUPPORTED (nothing written) where the backend computes this geometry through
+     * gemm and col2im instead: the wrapper then does so. NULL: always the wrapper's way
+     * (sl__be_conv_input_grad). */
+    sl_status (*conv_input_grad)(sl_backend *b, const float *dy, int n, int h, int w, int c, int kh, int kw,
+                                 int stride, int pad_top, int pad_left, int oh, int ow, const float *W, int oc,
+                                 float beta, float *dx, float *scratch, size_t scratch_floats);
 } sl_backend_ops;
 
 struct sl_backend {
@@ -354,9 +362,10 @@ sl_status sl__be_conv_gemm(sl_backend *b, const float *x, int n, int h, int w, i
 sl_status sl__be_conv_kernel_grad(sl_backend *b, const float *x, int n, int h, int w, int c, int kh, int kw,
                                   int stride, int pad_top, int pad_left, int oh, int ow, const float *dy, int oc,
                                   float beta, float *dW, float *scratch, size_t scratch_floats);
-/* The input gradient of a convolution (no op of its own): dx (n*h*w*c floats) =
+/* The input gradient of a convolution: dx (n*h*w*c floats) =
  * (accumulate ? dx : 0) + col2im(dy * W^T), dy (n*oh*ow) x oc. A 1x1, stride-1, unpadded
- * convolution: one gemm into dx. Else, given W_turned (the kernel turned,
+ * convolution: one gemm into dx. Else the backend's conv_input_grad where it has one and
+ * takes the geometry (cuDNN); else, given W_turned (the kernel turned,
  * W_turned[ky][kx][o][ci] = W[kh-1-ky][kw-1-kx][ci][o]) and stride 1: conv_gemm of dy, padded
  * kh-1-pad_top and kw-1-pad_left, with W_turned (no col2im), where the backend has it and
  * takes the geometry; else gemm into scratch (n*oh*ow * kh*kw*c floats), dx filled with 0
@@ -365,9 +374,10 @@ sl_status sl__be_conv_input_grad(sl_backend *b, const float *dy, int n, int h, i
                                  int stride, int pad_top, int pad_left, int oh, int ow, const float *W,
                                  const float *W_turned, int oc, bool accumulate, float *dx, float *scratch,
                                  size_t scratch_floats);
-/* Whether the backend has conv_gemm: where it does, a caller may turn kernels for
- * sl__be_conv_input_grad (such backends keep their buffers in host memory). */
-bool sl__be_has_conv_gemm(const sl_backend *b);
+/* Whether sl__be_conv_input_grad can use a turned kernel: the backend has conv_gemm and no
+ * conv_input_grad (the CPU backend, whose buffers are host memory, where the caller turns
+ * them). */
+bool sl__be_turns_kernels(const sl_backend *b);
 
 /* ---- pooling (the geometry above, kh = kw = k, stride s) ---- */
 sl_status sl__be_maxpool_forward(sl_backend *b, const float *x, int n, int h, int w, int c, int k, int s,

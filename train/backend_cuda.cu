@@ -46,6 +46,7 @@ static void cu_destroy(sl_backend *b) {
     if (cb->compute) cudaStreamSynchronize(cb->compute);
     if (cb->copy) cudaStreamSynchronize(cb->copy);
     if (cb->blas) cublasDestroy(cb->blas);
+    sl__cu_dnn_close(cb);
     for (int i = 0; i < SL_BK_STAGE_SLOTS; i++) {
         if (cb->copied[i]) cudaEventDestroy(cb->copied[i]);
         if (cb->freed[i]) cudaEventDestroy(cb->freed[i]);
@@ -544,6 +545,16 @@ static const sl_backend_ops cuda_ops = {
     sl__cu_gap_forward,
     sl__cu_gap_backward,
     cu_set_precision,
+#if SLUICE_HAVE_CUDNN
+    NULL, // act_backward_set
+    NULL, // maxpool_relu_backward_set
+    NULL, // bias_act
+    NULL, // task_slots
+    NULL, // run_tasks
+    sl__cu_conv_gemm,
+    sl__cu_conv_kernel_grad,
+    sl__cu_conv_input_grad,
+#endif
 };
 
 static sl_status cuda_init(cuda_backend *cb) {
@@ -565,6 +576,8 @@ static sl_status cuda_init(cuda_backend *cb) {
     CKB(cublasSetMathMode(cb->blas, CUBLAS_DEFAULT_MATH));
     CK(cudaMallocHost((void **)&cb->res, 2 * sizeof(struct host_result)));
     CK(cudaMalloc((void **)&cb->dres, 2 * sizeof(struct host_result)));
+    sl_status s = sl__cu_dnn_open(cb);
+    if (s) return s;
     return ensure_scratch(cb, 1 << 16);
 }
 

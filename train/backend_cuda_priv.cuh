@@ -2,8 +2,9 @@
 // uses (the checking macros CK/CKB/CK_LAUNCH, ENTER, grid-stride loops, the scratch
 // buffer), and the ops that live outside backend_cuda.cu. backend_cuda.cu holds the
 // backend's table and calls into backend_cuda_conv.cu (convolution and pooling),
-// backend_cuda_reduce.cu (column reductions), backend_cuda_loss.cu (softmax cross-entropy)
-// and backend_cuda_optim.cu (optimizer steps), never the other way.
+// backend_cuda_reduce.cu (column reductions), backend_cuda_loss.cu (softmax cross-entropy),
+// backend_cuda_optim.cu (optimizer steps) and backend_cuda_dnn.cu (convolutions through
+// cuDNN), never the other way.
 #ifndef SLUICE_TRAIN_BACKEND_CUDA_PRIV_CUH
 #define SLUICE_TRAIN_BACKEND_CUDA_PRIV_CUH
 
@@ -78,6 +79,7 @@ typedef struct cuda_backend {
     // copy to the host is done" (copy); grads_out_reserve sizes them
     cudaEvent_t *gready, *gdone;
     int ngev;
+    struct cu_dnn *dnn;    // cuDNN's handle and plans (backend_cuda_dnn.cu); NULL without cuDNN
 } cuda_backend;
 
 static inline cuda_backend *CB(sl_backend *b) { return (cuda_backend *)b; }
@@ -135,6 +137,27 @@ sl_status sl__cu_avgpool_backward(sl_backend *b, const float *dy, int n, int h, 
                                   int pad_top, int pad_left, int oh, int ow, float *dx);
 sl_status sl__cu_gap_forward(sl_backend *b, const float *x, int n, int hw, int c, float *y);
 sl_status sl__cu_gap_backward(sl_backend *b, const float *dy, int n, int hw, int c, float *dx);
+
+// ---- convolutions through cuDNN (backend_cuda_dnn.cu): open / close its handle (open
+// without cuDNN in the build, or with a cuDNN that cannot start, leaves cb->dnn NULL and
+// returns SL_OK: a warning says why), and the sl_backend_ops members of the same names
+// (SL_EUNSUPPORTED where cuDNN does not take the call); calls counts the convolutions run
+// through cuDNN ----
+
+sl_status sl__cu_dnn_open(cuda_backend *cb);
+void sl__cu_dnn_close(cuda_backend *cb);
+extern "C" unsigned long long sl__cu_dnn_calls(sl_backend *b);
+#if SLUICE_HAVE_CUDNN
+sl_status sl__cu_conv_gemm(sl_backend *b, const float *x, int n, int h, int w, int c, int kh, int kw, int stride,
+                           int pad_top, int pad_left, int oh, int ow, const float *W, int oc, float beta, float *y,
+                           float *scratch, size_t scratch_floats);
+sl_status sl__cu_conv_input_grad(sl_backend *b, const float *dy, int n, int h, int w, int c, int kh, int kw,
+                                 int stride, int pad_top, int pad_left, int oh, int ow, const float *W, int oc,
+                                 float beta, float *dx, float *scratch, size_t scratch_floats);
+sl_status sl__cu_conv_kernel_grad(sl_backend *b, const float *x, int n, int h, int w, int c, int kh, int kw,
+                                  int stride, int pad_top, int pad_left, int oh, int ow, const float *dy, int oc,
+                                  float beta, float *dW, float *scratch, size_t scratch_floats);
+#endif
 
 // ---- column reductions (backend_cuda_reduce.cu) ----
 

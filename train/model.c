@@ -132,7 +132,7 @@ static size_t carve(sl_model *m, char *base) {
         if (at_once > m->slots) m->slots = at_once;
     }
     size_t sr = 0; /* a stride-1 conv's kernel turned, for its input gradient as a convolution */
-    for (int i = 0; sl__be_has_conv_gemm(m->bk) && i < m->nl; i++) {
+    for (int i = 0; sl__be_turns_kernels(m->bk) && i < m->nl; i++) {
         const layer *l = &m->L[i];
         if (l->kind == SL_LAYER_CONV2D && !l->direct && l->stride == 1 && l->nw > sr) sr = l->nw;
     }

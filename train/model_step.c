@@ -44,7 +44,7 @@ typedef struct conv_pass {
     bool acc;       /* backward: add to dx instead of setting it */
     int B;
     bool parts;     /* backward: chunk t's kernel and bias gradients go to m->wpart */
-    const float *wrot; /* backward, stride 1, a backend with conv_gemm: the kernel turned (turn_kernel) */
+    const float *wrot; /* backward, stride 1, a backend that turns kernels: the kernel turned (turn_kernel) */
 } conv_pass;
 
 /* wr = the kernel turned for the input gradient of a stride-1 convolution as a convolution:
@@ -115,7 +115,7 @@ static sl_status conv_pass_run(sl_model *m, conv_pass *c, bool backward) {
     const int n = (c->B + l->chunk - 1) / l->chunk;
     sl_status (*fn)(void *, int, int) = backward ? conv_bwd_chunk : conv_fwd_chunk;
     sl_status s = SL_OK;
-    if (backward && c->dx && !l->direct && l->stride == 1 && sl__be_has_conv_gemm(m->bk) && m->wrot) {
+    if (backward && c->dx && !l->direct && l->stride == 1 && sl__be_turns_kernels(m->bk) && m->wrot) {
         turn_kernel(l, m->params + l->w_off, m->wrot);
         c->wrot = m->wrot;
     }

@@ -6,7 +6,8 @@
  * gives the same bits. A whole model (same seed) must start from the same parameters and
  * produce close gradients after one step. Mixed precision (set_precision bf16 / fp16:
  * cublasGemmEx on 16-bit copies) is checked against the CPU backend's emulation, GEMMs and
- * a whole convolutional model's step.
+ * a whole convolutional model's step. Convolutions go through cuDNN where the build has it
+ * (test_conv_wrappers: against the CPU, run to run, and which shapes cuDNN takes).
  *
  * Without a GPU (or in a build without CUDA) sl__backend_cuda_new is SL_EUNSUPPORTED and
  * every test is skipped, so the program exits 77.
@@ -437,6 +438,134 @@ TEST(test_im2col_col2im) {
         ASSERT_CLOSE("col2im floats", host_from(dgx2, nx * 4), gx2c, nx, 1e-6, 1e-6);
     }
 }
+
+/* The convolution wrappers (forward, kernel gradient, input gradient; train/backend.c) on
+ * both backends: through cuDNN where the build has it and the geometry is cuDNN's (the
+ * "same" 5x5 and the strided 2x2 here; the first geometry's padding is larger right than
+ * left, which cuDNN cannot express, and takes im2col + cuBLAS), else im2col / col2im + cuBLAS.
+ * The GPU's floats within 1e-4 of the CPU's, with beta 0 and 1 (accumulating); two runs of
+ * each op give the same bits (deterministic algorithms only: the emulated cuDNN lists
+ * non-deterministic ones first, whose floats change from run to run). Under the emulator the
+ * convolutions counted through cuDNN are exactly the ones expected; at 16-bit precision
+ * none (the im2col path rounds the GEMMs' inputs). */
+#ifdef SL_EMU
+long long emu_dnn_calls(void);
+void emu_dnn_fail_create(int fail);
+#endif
+
+static void conv_wrappers_case(const geom *gp, int oc, bool acc, long long *dnn_calls) {
+    geom g = *gp;
+    const int K = g.kh * g.kw * g.c, rows = g.n * g.oh * g.ow;
+    const size_t nx = g.nx, ny = (size_t)rows * oc, nw = (size_t)K * oc, ncol = (size_t)rows * K + 4096;
+    float *x = frand(nx, -1, 1), *W = frand(nw, -1, 1), *dy = frand(ny, -1, 1);
+    float *y0 = frand(ny, -1, 1), *dW0 = frand(nw, -1, 1), *dx0 = frand(nx, -1, 1);
+    float *y = fcopy(y0, ny), *dW = fcopy(dW0, nw), *dx = fcopy(dx0, nx), *col = hmem(ncol * 4);
+    float *gx = dev_from(x, nx * 4), *gW = dev_from(W, nw * 4), *gdy = dev_from(dy, ny * 4);
+    float *gcol = dev_from(NULL, ncol * 4);
+    float beta = acc ? 1.0f : 0.0f;
+#ifdef SL_EMU
+    long long before = emu_dnn_calls();
+#endif
+    ASSERT(gx && gW && gdy && gcol);
+    ASSERT_OK(sl__be_conv_gemm(CPU, x, g.n, g.h, g.w, g.c, g.kh, g.kw, g.s, g.pt, g.pl, g.oh, g.ow, W, oc, beta, y,
+                               col, ncol));
+    ASSERT_OK(sl__be_conv_kernel_grad(CPU, x, g.n, g.h, g.w, g.c, g.kh, g.kw, g.s, g.pt, g.pl, g.oh, g.ow, dy, oc,
+                                      beta, dW, col, ncol));
+    ASSERT_OK(sl__be_conv_input_grad(CPU, dy, g.n, g.h, g.w, g.c, g.kh, g.kw, g.s, g.pt, g.pl, g.oh, g.ow, W, NULL, oc,
+                                     acc, dx, col, ncol));
+    float *r[2][3];
+    for (int run = 0; run < 2; run++) {
+        float *gy = dev_from(y0, ny * 4), *gdW = dev_from(dW0, nw * 4), *gdx = dev_from(dx0, nx * 4);
+        ASSERT(gy && gdW && gdx);
+        ASSERT_OK(sl__be_conv_gemm(GPU, gx, g.n, g.h, g.w, g.c, g.kh, g.kw, g.s, g.pt, g.pl, g.oh, g.ow, gW, oc, beta,
+                                   gy, gcol, ncol));
+        ASSERT_OK(sl__be_conv_kernel_grad(GPU, gx, g.n, g.h, g.w, g.c, g.kh, g.kw, g.s, g.pt, g.pl, g.oh, g.ow, gdy,
+                                          oc, beta, gdW, gcol, ncol));
+        ASSERT_OK(sl__be_conv_input_grad(GPU, gdy, g.n, g.h, g.w, g.c, g.kh, g.kw, g.s, g.pt, g.pl, g.oh, g.ow, gW,
+                                         NULL, oc, acc, gdx, gcol, ncol));
+        r[run][0] = host_from(gy, ny * 4);
+        r[run][1] = host_from(gdW, nw * 4);
+        r[run][2] = host_from(gdx, nx * 4);
+    }
+    ASSERT_CLOSE("conv forward", r[0][0], y, ny, 1e-4, 1e-4);
+    ASSERT_CLOSE("conv kernel grad", r[0][1], dW, nw, 1e-4, 1e-4);
+    ASSERT_CLOSE("conv input grad", r[0][2], dx, nx, 1e-4, 1e-4);
+    ASSERT_SAME("conv forward run to run", r[1][0], r[0][0], ny * 4);
+    ASSERT_SAME("conv kernel grad run to run", r[1][1], r[0][1], nw * 4);
+    ASSERT_SAME("conv input grad run to run", r[1][2], r[0][2], nx * 4);
+#ifdef SL_EMU
+    *dnn_calls = emu_dnn_calls() - before;
+#else
+    *dnn_calls = -1;
+#endif
+}
+
+TEST(test_conv_wrappers) {
+    NEED_GPU();
+    /* cuDNN's convolutions per geometry of conv_geoms(): none (padding right > left), 6 (two
+     * runs of three ops), none (1x1: one GEMM, no convolution op), 6; and a ResNet-style
+     * 3x3 stride-2 "same" on an even size (padding 1 above, 0 below, which no window
+     * reaches: cuDNN's symmetric padding of 1 gives the same windows) and on an odd size */
+    const long long want[NGEOM + 2] = {0, 6, 0, 6, 6, 6};
+    (void)want; /* checked under the emulator only: a GPU's build may lack cuDNN */
+    geom gs[NGEOM + 2];
+    for (int t = 0; t < NGEOM; t++) gs[t] = conv_geoms()[t];
+    gs[NGEOM] = mk(2, 8, 8, 3, 3, 3, 2, 1, 1, 0, 0);
+    gs[NGEOM + 1] = mk(2, 7, 7, 3, 3, 3, 2, 1, 1, 1, 1);
+    for (int t = 0; t < NGEOM + 2; t++)
+        for (int acc = 0; acc < 2; acc++) {
+            long long calls = 0;
+            conv_wrappers_case(&gs[t], 5, acc, &calls);
+            if (t_cur_failed) {
+                printf("    (geometry %d, %s)\n", t, acc ? "accumulating" : "beta 0");
+                return;
+            }
+#ifdef SL_EMU
+            if (calls != want[t]) {
+                FAILF("geometry %d: %lld convolutions through cuDNN, want %lld", t, calls, want[t]);
+                return;
+            }
+#endif
+        }
+#ifdef SL_EMU
+    /* 16-bit precision: the im2col path, whose GEMMs round their inputs */
+    long long calls = 0;
+    ASSERT_OK(GPU->ops->set_precision(GPU, SL_BK_BF16));
+    long long before = emu_dnn_calls();
+    float *gx = dev_from(NULL, gs[1].nx * 4), *gW = dev_from(NULL, 25 * 5 * 5 * 4);
+    float *gy = dev_from(NULL, gs[1].ny * 4), *gcol = dev_from(NULL, gs[1].ny * 25 * 4);
+    ASSERT(gx && gW && gy && gcol);
+    ASSERT_OK(GPU->ops->fill(GPU, gx, 0.5f, gs[1].nx));
+    ASSERT_OK(GPU->ops->fill(GPU, gW, 0.25f, 25 * 5 * 5));
+    ASSERT_OK(sl__be_conv_gemm(GPU, gx, gs[1].n, 8, 8, 5, 5, 5, 1, 2, 2, 8, 8, gW, 5, 0.0f, gy, gcol,
+                               gs[1].ny * 25));
+    ASSERT_OK(GPU->ops->sync(GPU));
+    ASSERT_OK(GPU->ops->set_precision(GPU, SL_BK_FP32));
+    ASSERT(emu_dnn_calls() == before);
+    (void)calls;
+#endif
+}
+
+#ifdef SL_EMU
+/* A cuDNN that cannot start (a library that does not match the driver): the backend opens
+ * with a warning and its convolutions run as im2col + cuBLAS, with the same results. */
+TEST(test_conv_without_cudnn) {
+    NEED_GPU();
+    emu_dnn_fail_create(1);
+    sl_backend *saved = GPU, *nodnn = NULL;
+    sl_status s = sl__backend_cuda_new(0, &nodnn);
+    emu_dnn_fail_create(0);
+    ASSERT_OK(s);
+    GPU = nodnn;
+    long long before = emu_dnn_calls(), calls = 0;
+    conv_wrappers_case(&conv_geoms()[1], 5, true, &calls);
+    free_all();
+    GPU = saved;
+    sl__backend_free(nodnn);
+    if (t_cur_failed) return;
+    ASSERT(emu_dnn_calls() == before && calls == 0);
+}
+#endif
 
 TEST(test_maxpool) {
     NEED_GPU();
@@ -1317,6 +1446,10 @@ int main(void) {
     RUN_FREE(test_bias);
     RUN_FREE(test_activations);
     RUN_FREE(test_im2col_col2im);
+    RUN_FREE(test_conv_wrappers);
+#ifdef SL_EMU
+    RUN_FREE(test_conv_without_cudnn);
+#endif
     RUN_FREE(test_maxpool);
     RUN_FREE(test_avgpool);
     RUN_FREE(test_copy_cols);

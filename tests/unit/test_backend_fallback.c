@@ -231,7 +231,7 @@ TEST(test_fused_elementwise_fallbacks) {
     ASSERT(t.full->ops->bias_act && t.full->ops->act_backward_set && t.full->ops->maxpool_relu_backward_set);
     ASSERT(!t.thin->ops->bias_act && !t.thin->ops->act_backward_set && !t.thin->ops->maxpool_relu_backward_set);
     ASSERT(sl__be_has_tasks(t.full) && !sl__be_has_tasks(t.thin));
-    ASSERT(sl__be_has_conv_gemm(t.full) && !sl__be_has_conv_gemm(t.thin));
+    ASSERT(sl__be_turns_kernels(t.full) && !sl__be_turns_kernels(t.thin));
     enum { R = 9, C = 7, N = R * C };
     float y0[N], bias[C], a[N], b[N], dy[N], da[N], db[N];
     for (int act = SL_ACT_NONE; act <= SL_ACT_SIGMOID; act++) {

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Check train/backend_cuda.cu on a machine WITHOUT a GPU: its kernels are compiled as
-# plain C++ against a host emulation of the CUDA runtime and cuBLAS (include/, emu_rt.cc),
+# plain C++ against a host emulation of the CUDA runtime, cuBLAS and cuDNN (include/,
+# emu_rt.cc, emu_cudnn.cc),
 # under ASan+UBSan, and tests/unit/test_backend_cuda.c runs them against the CPU backend.
 # This checks indexing, reductions, warp-shuffle logic, argument handling, the test itself,
 # and the ORDER of work between streams: streams are deferred queues run in an order that
