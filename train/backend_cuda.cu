@@ -457,6 +457,57 @@ static sl_status cu_act_backward(sl_backend *b, sl_act act, const float *y, cons
     return SL_OK;
 }
 
+// The fused forms (train/backend.h: bias_act, act_backward_set): the floats of the ops they
+// replace. bias_act: bias_add's sum, then act_forward's formula; act_backward_set: the
+// gradient added to 0.0f, as act_backward adds it to a zero-filled dx (-0 becomes +0).
+static __device__ float act_fwd1(int act, float v) {
+    switch (act) {
+    case SL_ACT_RELU: return v > 0.0f ? v : 0.0f;
+    case SL_ACT_TANH: return tanhf(v);
+    case SL_ACT_SIGMOID: return 1.0f / (1.0f + expf(-v));
+    default: return v;
+    }
+}
+
+static __global__ void k_bias_act(int act, float *y, const float *bias, size_t rows, size_t cols) {
+    size_t n = rows * cols;
+    GRID_STRIDE(i, n) y[i] = act_fwd1(act, __fadd_rn(y[i], bias[i % cols]));
+}
+
+static __global__ void k_act_backward_set(int act, const float *y, const float *dy, float *dx, size_t n) {
+    GRID_STRIDE(i, n) {
+        float v = y[i], d;
+        switch (act) {
+        case SL_ACT_RELU: d = v > 0.0f ? dy[i] : 0.0f; break;
+        case SL_ACT_TANH: d = __fmul_rn(dy[i], 1.0f - __fmul_rn(v, v)); break;
+        case SL_ACT_SIGMOID: d = __fmul_rn(__fmul_rn(dy[i], v), 1.0f - v); break;
+        default: d = dy[i]; break;
+        }
+        dx[i] = 0.0f + d;
+    }
+}
+
+static sl_status cu_bias_act(sl_backend *b, sl_act act, float *y, const float *bias, size_t rows, size_t cols) {
+    ENTER(b);
+    int a = act_code(&act);
+    if (check_act(a)) return SL_EINVAL;
+    if (!rows || !cols) return SL_OK;
+    k_bias_act<<<grid_for(rows * cols), THREADS, 0, cb->compute>>>(a, y, bias, rows, cols);
+    CK_LAUNCH("bias_act");
+    return SL_OK;
+}
+
+static sl_status cu_act_backward_set(sl_backend *b, sl_act act, const float *y, const float *dy, float *dx,
+                                     size_t n) {
+    ENTER(b);
+    int a = act_code(&act);
+    if (check_act(a)) return SL_EINVAL;
+    if (!n) return SL_OK;
+    k_act_backward_set<<<grid_for(n), THREADS, 0, cb->compute>>>(a, y, dy, dx, n);
+    CK_LAUNCH("act_backward_set");
+    return SL_OK;
+}
+
 // ---------------------------------------------------------------------------------------
 // dropout
 
@@ -545,12 +596,12 @@ static const sl_backend_ops cuda_ops = {
     sl__cu_gap_forward,
     sl__cu_gap_backward,
     cu_set_precision,
-#if SLUICE_HAVE_CUDNN
-    NULL, // act_backward_set
-    NULL, // maxpool_relu_backward_set
-    NULL, // bias_act
-    NULL, // task_slots
+    cu_act_backward_set,
+    sl__cu_maxpool_relu_backward_set,
+    cu_bias_act,
+    NULL, // task_slots: the model runs a convolution on the whole batch at once
     NULL, // run_tasks
+#if SLUICE_HAVE_CUDNN
     sl__cu_conv_gemm,
     sl__cu_conv_kernel_grad,
     sl__cu_conv_input_grad,

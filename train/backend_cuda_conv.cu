@@ -181,6 +181,24 @@ static __global__ void k_maxpool_bwd(const float *dy, const int32_t *argmax, con
     }
 }
 
+// maxpool_relu_backward_set (windows that tile the input: s == k): one thread per input
+// element, which lies in at most one window; it takes that window's gradient when the window
+// chose it and the pooled value (the ReLU's output there) is > 0, else 0. The floats of the
+// fallback (zero-fill, maxpool_backward, act_backward_set through the ReLU): 0 + (0 + g).
+static __global__ void k_maxpool_relu_bwd_set(const float *dy, const float *pooled, const int32_t *argmax,
+                                              conv_geom g, float *dx, size_t total) {
+    GRID_STRIDE(i, total) {
+        nhwc e = nhwc_of(i, g.h, g.w, g.c);
+        int oy = (e.y + g.pad_top) / g.stride, ox = (e.x + g.pad_left) / g.stride;
+        float v = 0.0f;
+        if (oy < g.oh && ox < g.ow) {
+            size_t o = ((e.n * g.oh + oy) * g.ow + ox) * g.c + e.c;
+            if ((size_t)argmax[o] == i && pooled[o] > 0.0f) v = 0.0f + dy[o];
+        }
+        dx[i] = v;
+    }
+}
+
 static __device__ int window_cells(conv_geom g, int oy, int ox) {
     int y0 = oy * g.stride - g.pad_top, x0 = ox * g.stride - g.pad_left;
     int y1 = y0 + g.kh, x1 = x0 + g.kw;
@@ -255,6 +273,25 @@ sl_status sl__cu_maxpool_backward(sl_backend *b, const float *dy, const int32_t 
         return sl_err(SL_EUNSUPPORTED, "maxpool_backward: input of %zu floats is over 2^31 (int32 argmax)", total);
     k_maxpool_bwd<<<grid_for(total), THREADS, 0, cb->compute>>>(dy, argmax, g, dx, total);
     CK_LAUNCH("maxpool_backward");
+    return SL_OK;
+}
+
+sl_status sl__cu_maxpool_relu_backward_set(sl_backend *b, const float *dy, const float *pooled,
+                                           const int32_t *argmax, int n, int h, int w, int c, int k, int s,
+                                           int pad_top, int pad_left, int oh, int ow, float *dx) {
+    ENTER(b);
+    conv_geom g = {n, h, w, c, k, k, s, pad_top, pad_left, oh, ow};
+    if (check_geom(&g, "maxpool_relu_backward_set")) return SL_EINVAL;
+    if (s != k || (oh - 1) * s - pad_top >= h || (ow - 1) * s - pad_left >= w)
+        return sl_err(SL_EINVAL, "maxpool_relu_backward_set: windows %dx%d stride %d padding %d,%d out %dx%d over %dx%d "
+                      "do not tile the input", k, k, s, pad_top, pad_left, oh, ow, h, w);
+    size_t total = (size_t)n * h * w * c;
+    if (!total) return SL_OK;
+    if (total > (size_t)INT32_MAX)
+        return sl_err(SL_EUNSUPPORTED, "maxpool_relu_backward_set: input of %zu floats is over 2^31 (int32 argmax)",
+                      total);
+    k_maxpool_relu_bwd_set<<<grid_for(total), THREADS, 0, cb->compute>>>(dy, pooled, argmax, g, dx, total);
+    CK_LAUNCH("maxpool_relu_backward_set");
     return SL_OK;
 }
 

@@ -100,7 +100,8 @@ static inline unsigned grid_for(size_t n) {
 #define GRID_STRIDE(i, n) \
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < (n); i += (size_t)blockDim.x * gridDim.x)
 
-// A device buffer (*buf, *cap bytes) of at least `bytes`, grown by doubling.
+// A device buffer (*buf, *cap bytes) of at least `bytes`, grown by doubling. Out of device
+// memory: SL_ENOMEM with the sizes, *buf NULL and *cap 0 (the old buffer freed).
 static inline sl_status grow_device(void **buf, size_t *cap_io, size_t bytes) {
     if (bytes <= *cap_io) return SL_OK;
     size_t cap = *cap_io ? *cap_io : 4096;
@@ -111,7 +112,15 @@ static inline sl_status grow_device(void **buf, size_t *cap_io, size_t bytes) {
         *buf = NULL;
         *cap_io = 0;
     }
-    CK(cudaMalloc(buf, cap));
+    cudaError_t e = cudaMalloc(buf, cap);
+    if (e == cudaErrorMemoryAllocation) {
+        (void)cudaGetLastError();
+        *buf = NULL;
+        sl_err(SL_ENOMEM, "CUDA: cannot allocate %zu bytes of scratch (for %zu needed)", cap, bytes);
+        sl_err_hint("use a smaller batch size or model");
+        return SL_ENOMEM;
+    }
+    CK(e);
     *cap_io = cap;
     return SL_OK;
 }
@@ -131,6 +140,9 @@ sl_status sl__cu_maxpool_forward(sl_backend *b, const float *x, int n, int h, in
                                  int pad_top, int pad_left, int oh, int ow, float *y, int32_t *argmax);
 sl_status sl__cu_maxpool_backward(sl_backend *b, const float *dy, const int32_t *argmax, int n, int h, int w,
                                   int c, int k, int s, int pad_top, int pad_left, int oh, int ow, float *dx);
+sl_status sl__cu_maxpool_relu_backward_set(sl_backend *b, const float *dy, const float *pooled,
+                                           const int32_t *argmax, int n, int h, int w, int c, int k, int s,
+                                           int pad_top, int pad_left, int oh, int ow, float *dx);
 sl_status sl__cu_avgpool_forward(sl_backend *b, const float *x, int n, int h, int w, int c, int k, int s,
                                  int pad_top, int pad_left, int oh, int ow, float *y);
 sl_status sl__cu_avgpool_backward(sl_backend *b, const float *dy, int n, int h, int w, int c, int k, int s,

@@ -363,6 +363,47 @@ TEST(test_activations) {
     }
 }
 
+/* The fused ops (bias_act, act_backward_set; maxpool_relu_backward_set below): the same bits
+ * as the GPU's own ops they replace (bias_add then act_forward; a zero-fill then
+ * act_backward), and the CPU's fused ops' floats within the activations' rounding. */
+TEST(test_fused_elementwise) {
+    NEED_GPU();
+    const size_t rows = 37, cols = 13, n = rows * cols;
+    for (int a = SL_ACT_NONE; a <= SL_ACT_SIGMOID; a++) {
+        float *y = frand(n, -3, 3), *bias = frand(cols, -1, 1), *yc = fcopy(y, n);
+        float *d1 = dev_from(y, n * 4), *d2 = dev_from(y, n * 4), *db = dev_from(bias, cols * 4);
+        ASSERT(d1 && d2 && db);
+        ASSERT_OK(sl__be_bias_act(GPU, (sl_act)a, d1, db, rows, cols));
+        ASSERT_OK(GPU->ops->bias_add(GPU, d2, db, rows, cols));
+        ASSERT_OK(GPU->ops->act_forward(GPU, (sl_act)a, d2, d2, n));
+        float *r1 = host_from(d1, n * 4);
+        ASSERT_SAME("bias_act against bias_add + act_forward", r1, host_from(d2, n * 4), n * 4);
+        ASSERT_OK(sl__be_bias_act(CPU, (sl_act)a, yc, bias, rows, cols));
+        ASSERT_CLOSE("bias_act against the CPU", r1, yc, n, 1e-6, 1e-7);
+
+        float *g = frand(n, -1, 1), *gc = hmem(n * 4);
+        for (size_t i = 0; i < n; i += 7) g[i] = -0.0f; /* set, not added: -0 becomes +0 */
+        float *dg = dev_from(g, n * 4), *dy = dev_from(r1, n * 4);
+        float *dx1 = dev_from(g, n * 4), *dx2 = dev_from(NULL, n * 4); /* dx1 starts non-zero */
+        ASSERT(dg && dy && dx1 && dx2);
+        ASSERT_OK(sl__be_act_backward_set(GPU, (sl_act)a, dy, dg, dx1, n));
+        ASSERT_OK(GPU->ops->fill(GPU, dx2, 0.0f, n));
+        ASSERT_OK(GPU->ops->act_backward(GPU, (sl_act)a, dy, dg, dx2, n));
+        float *s1 = host_from(dx1, n * 4);
+        ASSERT_SAME("act_backward_set against fill + act_backward", s1, host_from(dx2, n * 4), n * 4);
+        ASSERT_OK(sl__be_act_backward_set(CPU, (sl_act)a, r1, g, gc, n));
+        ASSERT_CLOSE("act_backward_set against the CPU", s1, gc, n, 1e-6, 1e-7);
+    }
+    /* an unknown activation: SL_EINVAL, y untouched */
+    float *y = frand(n, -1, 1), *d = dev_from(y, n * 4), *db = dev_from(y, cols * 4);
+    ASSERT(d && db);
+    sl_act bad;
+    int code = 9;
+    memcpy(&bad, &code, sizeof bad < sizeof code ? sizeof bad : sizeof code);
+    ASSERT(GPU->ops->bias_act(GPU, bad, d, db, rows, cols) == SL_EINVAL);
+    ASSERT_SAME("bias_act refused", host_from(d, n * 4), y, n * 4);
+}
+
 /* ---- convolution and pooling ----------------------------------------------------------- */
 
 typedef struct geom {
@@ -606,6 +647,46 @@ TEST(test_maxpool) {
             ASSERT(multi > 0);
         }
     }
+}
+
+/* maxpool_relu_backward_set on windows that tile the input (2x2 stride 2; padded right and
+ * below; padded above and left): the same bits as the fallback on the GPU (zero-fill,
+ * maxpool_backward, act_backward_set through the ReLU) and as the CPU's fused op. */
+TEST(test_maxpool_relu_backward_set) {
+    NEED_GPU();
+    geom gs[3] = {pool_geoms()[1], pool_geoms()[2], mk(2, 5, 5, 3, 2, 2, 2, 1, 1, 0, 0)};
+    for (int t = 0; t < 3; t++) {
+        geom g = gs[t];
+        float *x = frand(g.nx, -1, 1), *y = hmem(g.ny * 4);
+        for (size_t i = 0; i < g.nx; i++) x[i] = x[i] > 0.0f ? x[i] : 0.0f; /* a ReLU's output */
+        int32_t *am = hmem(g.ny * 4);
+        ASSERT_OK(CPU->ops->maxpool_forward(CPU, x, g.n, g.h, g.w, g.c, g.kh, g.s, g.pt, g.pl, g.oh, g.ow, y, am));
+        float *gy = frand(g.ny, -1, 1), *gx = frand(g.nx, -1, 1);
+        float *dx = dev_from(x, g.nx * 4), *dy = dev_from(y, g.ny * 4), *dgy = dev_from(gy, g.ny * 4);
+        int32_t *dam = dev_from(am, g.ny * 4);
+        float *d1 = dev_from(gx, g.nx * 4), *d2 = dev_from(NULL, g.nx * 4), *scr = dev_from(NULL, g.nx * 4);
+        ASSERT(dx && dy && dgy && dam && d1 && d2 && scr);
+        ASSERT_OK(sl__be_maxpool_relu_backward_set(GPU, dgy, dy, dx, dam, g.n, g.h, g.w, g.c, g.kh, g.s, g.pt, g.pl,
+                                                   g.oh, g.ow, d1, scr));
+        ASSERT_OK(GPU->ops->fill(GPU, scr, 0.0f, g.nx));
+        ASSERT_OK(GPU->ops->maxpool_backward(GPU, dgy, dam, g.n, g.h, g.w, g.c, g.kh, g.s, g.pt, g.pl, g.oh, g.ow,
+                                             scr));
+        ASSERT_OK(GPU->ops->fill(GPU, d2, 0.0f, g.nx));
+        ASSERT_OK(GPU->ops->act_backward(GPU, SL_ACT_RELU, dx, scr, d2, g.nx));
+        float *r1 = host_from(d1, g.nx * 4);
+        ASSERT_SAME("maxpool_relu_backward_set against the fallback", r1, host_from(d2, g.nx * 4), g.nx * 4);
+        float *cx = fcopy(gx, g.nx), *cs = hmem(g.nx * 4);
+        ASSERT_OK(sl__be_maxpool_relu_backward_set(CPU, gy, y, x, am, g.n, g.h, g.w, g.c, g.kh, g.s, g.pt, g.pl, g.oh,
+                                                   g.ow, cx, cs));
+        ASSERT_SAME("maxpool_relu_backward_set against the CPU", r1, cx, g.nx * 4);
+    }
+    /* overlapping windows: refused, dx untouched */
+    geom g = pool_geoms()[0];
+    float *d = dev_from(NULL, g.nx * 4), *dy = dev_from(NULL, g.ny * 4);
+    int32_t *dam = dev_from(NULL, g.ny * 4);
+    ASSERT(d && dy && dam);
+    ASSERT(GPU->ops->maxpool_relu_backward_set(GPU, dy, dy, dam, g.n, g.h, g.w, g.c, g.kh, g.s, g.pt, g.pl, g.oh, g.ow,
+                                               d) == SL_EINVAL);
 }
 
 TEST(test_avgpool) {
@@ -1445,12 +1526,14 @@ int main(void) {
     RUN_FREE(test_fill_axpy_scale);
     RUN_FREE(test_bias);
     RUN_FREE(test_activations);
+    RUN_FREE(test_fused_elementwise);
     RUN_FREE(test_im2col_col2im);
     RUN_FREE(test_conv_wrappers);
 #ifdef SL_EMU
     RUN_FREE(test_conv_without_cudnn);
 #endif
     RUN_FREE(test_maxpool);
+    RUN_FREE(test_maxpool_relu_backward_set);
     RUN_FREE(test_avgpool);
     RUN_FREE(test_copy_cols);
     RUN_FREE(test_global_avgpool);
