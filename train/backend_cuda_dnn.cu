@@ -100,9 +100,19 @@ static __global__ void k_transpose(const float *a, int rows, int cols, float bet
 
 static size_t align256(size_t b) { return (b + 255) & ~(size_t)255; }
 
-// The plan for `op` on this geometry: made on first use. SL_EUNSUPPORTED where cuDNN cannot
-// take it (nothing kept for it but the refusal's absence: it is asked again next time, cheaply
-// refused by the output-size check before any algorithm is asked for).
+// A shape cuDNN does not take, remembered as such (algo -1, no descriptors): the next call
+// with it is refused without asking cuDNN again.
+static sl_status refuse(cu_dnn *d, dnn_plan *p, const int *key) {
+    plan_clear(p);
+    memcpy(p->key, key, sizeof p->key);
+    p->used = true;
+    p->age = ++d->clock;
+    p->algo = -1;
+    return SL_EUNSUPPORTED;
+}
+
+// The plan for `op` on this geometry: made on first use, then kept. SL_EUNSUPPORTED where
+// cuDNN cannot take it (kept as a refusal).
 static sl_status plan_for(cuda_backend *cb, int op, int n, int h, int w, int c, int kh, int kw, int stride,
                           int pad_top, int pad_left, int oh, int ow, int oc, size_t room, dnn_plan **out) {
     cu_dnn *d = cb->dnn;
@@ -118,7 +128,7 @@ static sl_status plan_for(cuda_backend *cb, int op, int n, int h, int w, int c, 
     if (p) {
         p->age = ++d->clock;
         *out = p;
-        return SL_OK;
+        return p->algo < 0 ? SL_EUNSUPPORTED : SL_OK;
     }
     p = oldest;
     plan_clear(p);
@@ -134,10 +144,8 @@ static sl_status plan_for(cuda_backend *cb, int op, int n, int h, int w, int c, 
     CKD(cudnnSetConvolutionMathType(p->conv, CUDNN_FMA_MATH));
     int on = 0, oc2 = 0, oh2 = 0, ow2 = 0;
     CKD(cudnnGetConvolution2dForwardOutputDim(p->conv, p->x, p->f, &on, &oc2, &oh2, &ow2));
-    if (on != n || oc2 != oc || oh2 != oh || ow2 != ow) {
-        plan_clear(p); // padding below or right larger than above or left: not cuDNN's
-        return SL_EUNSUPPORTED;
-    }
+    if (on != n || oc2 != oc || oh2 != oh || ow2 != ow) // padding below or right larger than above or left
+        return refuse(d, p, key);
     size_t kbytes = align256((size_t)kh * kw * c * oc * sizeof(float));
     size_t ws_room = room > kbytes ? room - kbytes : 0;
     int got = 0, algo = -1;
@@ -170,10 +178,7 @@ static sl_status plan_for(cuda_backend *cb, int op, int n, int h, int w, int c, 
                 ws = perf[i].memory;
             }
     }
-    if (algo < 0) {
-        plan_clear(p); // no deterministic algorithm fits the scratch
-        return SL_EUNSUPPORTED;
-    }
+    if (algo < 0) return refuse(d, p, key); // no deterministic algorithm fits the scratch
     memcpy(p->key, key, sizeof key);
     p->used = true;
     p->age = ++d->clock;
