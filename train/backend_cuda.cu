@@ -39,6 +39,11 @@
 // ---------------------------------------------------------------------------------------
 // memory
 
+// Events the host waits on (a staging slot's last copies, a gradient bucket's copy, the loss): the
+// host thread sleeps until the device signals instead of spinning on a core the input
+// pipeline's threads need.
+#define HOST_WAITED (cudaEventDisableTiming | cudaEventBlockingSync)
+
 static void cu_destroy(sl_backend *b) {
     cuda_backend *cb = CB(b);
     if (!cb) return;
@@ -216,7 +221,7 @@ static sl_status cu_grads_out_reserve(sl_backend *b, int n) {
     for (; cb->ngev < n; cb->ngev++) {
         cb->gready[cb->ngev] = cb->gdone[cb->ngev] = NULL;
         CK(cudaEventCreateWithFlags(&cb->gready[cb->ngev], cudaEventDisableTiming));
-        CK(cudaEventCreateWithFlags(&cb->gdone[cb->ngev], cudaEventDisableTiming));
+        CK(cudaEventCreateWithFlags(&cb->gdone[cb->ngev], HOST_WAITED));
     }
     return SL_OK;
 }
@@ -616,11 +621,11 @@ static sl_status cuda_init(cuda_backend *cb) {
     CK(cudaDeviceGetStreamPriorityRange(&lo_prio, &hi_prio));
     CK(cudaStreamCreateWithPriority(&cb->copy, cudaStreamNonBlocking, hi_prio));
     for (int i = 0; i < SL_BK_STAGE_SLOTS; i++) {
-        CK(cudaEventCreateWithFlags(&cb->copied[i], cudaEventDisableTiming));
+        CK(cudaEventCreateWithFlags(&cb->copied[i], HOST_WAITED));
         CK(cudaEventCreateWithFlags(&cb->freed[i], cudaEventDisableTiming));
     }
     CK(cudaEventCreateWithFlags(&cb->zeroed, cudaEventDisableTiming));
-    CK(cudaEventCreateWithFlags(&cb->xent_done, cudaEventDisableTiming));
+    CK(cudaEventCreateWithFlags(&cb->xent_done, HOST_WAITED));
     CKB(cublasCreate(&cb->blas));
     CKB(cublasSetStream(cb->blas, cb->compute));
     // Full float32 GEMMs: TF32 would drift ~1e-3 from the CPU reference.

@@ -47,6 +47,7 @@ typedef void *cudaStream_t;
 typedef void *cudaEvent_t;
 enum cudaMemcpyKind { cudaMemcpyHostToDevice, cudaMemcpyDeviceToHost, cudaMemcpyDeviceToDevice };
 #define cudaStreamNonBlocking 1
+#define cudaEventBlockingSync 1
 #define cudaEventDisableTiming 2
 struct cudaDeviceProp { char name[256]; };
 
