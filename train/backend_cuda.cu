@@ -402,30 +402,33 @@ static sl_status cu_bias_add(sl_backend *b, float *y, const float *bias, size_t 
     return SL_OK;
 }
 
-static __global__ void k_act_forward(int act, const float *x, float *y, size_t n) {
-    GRID_STRIDE(i, n) {
-        float v = x[i];
-        switch (act) {
-        case SL_ACT_RELU: v = v > 0.0f ? v : 0.0f; break;
-        case SL_ACT_TANH: v = tanhf(v); break;
-        case SL_ACT_SIGMOID: v = 1.0f / (1.0f + expf(-v)); break;
-        default: break;
-        }
-        y[i] = v;
+// The activations and their gradients, one place for every kernel that applies them (the
+// CPU's formulas, train/backend_cpu_vec.c): act_fwd1(v) of a pre-activation v; act_grad1(v, g)
+// the gradient g taken back through the activation whose output is v.
+static __device__ float act_fwd1(int act, float v) {
+    switch (act) {
+    case SL_ACT_RELU: return v > 0.0f ? v : 0.0f;
+    case SL_ACT_TANH: return tanhf(v);
+    case SL_ACT_SIGMOID: return 1.0f / (1.0f + expf(-v));
+    default: return v;
     }
 }
 
-static __global__ void k_act_backward(int act, const float *y, const float *dy, float *dx, size_t n) {
-    GRID_STRIDE(i, n) {
-        float v = y[i], d;
-        switch (act) {
-        case SL_ACT_RELU: d = v > 0.0f ? dy[i] : 0.0f; break;
-        case SL_ACT_TANH: d = __fmul_rn(dy[i], 1.0f - __fmul_rn(v, v)); break;
-        case SL_ACT_SIGMOID: d = __fmul_rn(__fmul_rn(dy[i], v), 1.0f - v); break;
-        default: d = dy[i]; break;
-        }
-        dx[i] += d;
+static __device__ float act_grad1(int act, float v, float g) {
+    switch (act) {
+    case SL_ACT_RELU: return v > 0.0f ? g : 0.0f;
+    case SL_ACT_TANH: return __fmul_rn(g, 1.0f - __fmul_rn(v, v));
+    case SL_ACT_SIGMOID: return __fmul_rn(__fmul_rn(g, v), 1.0f - v);
+    default: return g;
     }
+}
+
+static __global__ void k_act_forward(int act, const float *x, float *y, size_t n) {
+    GRID_STRIDE(i, n) y[i] = act_fwd1(act, x[i]);
+}
+
+static __global__ void k_act_backward(int act, const float *y, const float *dy, float *dx, size_t n) {
+    GRID_STRIDE(i, n) dx[i] += act_grad1(act, y[i], dy[i]);
 }
 
 // The activation as an int, read from its bytes: the value comes from C code, and in C++
@@ -465,31 +468,13 @@ static sl_status cu_act_backward(sl_backend *b, sl_act act, const float *y, cons
 // The fused forms (train/backend.h: bias_act, act_backward_set): the floats of the ops they
 // replace. bias_act: bias_add's sum, then act_forward's formula; act_backward_set: the
 // gradient added to 0.0f, as act_backward adds it to a zero-filled dx (-0 becomes +0).
-static __device__ float act_fwd1(int act, float v) {
-    switch (act) {
-    case SL_ACT_RELU: return v > 0.0f ? v : 0.0f;
-    case SL_ACT_TANH: return tanhf(v);
-    case SL_ACT_SIGMOID: return 1.0f / (1.0f + expf(-v));
-    default: return v;
-    }
-}
-
 static __global__ void k_bias_act(int act, float *y, const float *bias, size_t rows, size_t cols) {
     size_t n = rows * cols;
     GRID_STRIDE(i, n) y[i] = act_fwd1(act, __fadd_rn(y[i], bias[i % cols]));
 }
 
 static __global__ void k_act_backward_set(int act, const float *y, const float *dy, float *dx, size_t n) {
-    GRID_STRIDE(i, n) {
-        float v = y[i], d;
-        switch (act) {
-        case SL_ACT_RELU: d = v > 0.0f ? dy[i] : 0.0f; break;
-        case SL_ACT_TANH: d = __fmul_rn(dy[i], 1.0f - __fmul_rn(v, v)); break;
-        case SL_ACT_SIGMOID: d = __fmul_rn(__fmul_rn(dy[i], v), 1.0f - v); break;
-        default: d = dy[i]; break;
-        }
-        dx[i] = 0.0f + d;
-    }
+    GRID_STRIDE(i, n) dx[i] = 0.0f + act_grad1(act, y[i], dy[i]);
 }
 
 static sl_status cu_bias_act(sl_backend *b, sl_act act, float *y, const float *bias, size_t rows, size_t cols) {

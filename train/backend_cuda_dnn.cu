@@ -100,6 +100,18 @@ static __global__ void k_transpose(const float *a, int rows, int cols, float bet
 
 static size_t align256(size_t b) { return (b + 255) & ~(size_t)255; }
 
+// The first of cuDNN's `got` heuristic answers that succeeds, is deterministic and needs at
+// most `room` bytes of workspace: *algo and *ws (*algo stays -1 when none does). One body for
+// the three ops' perf structs, which differ only in their algorithm's enum.
+template <typename Perf> static void pick_algo(const Perf *perf, int got, size_t room, int *algo, size_t *ws) {
+    for (int i = 0; i < got && *algo < 0; i++)
+        if (perf[i].status == CUDNN_STATUS_SUCCESS && perf[i].determinism == CUDNN_DETERMINISTIC &&
+            perf[i].memory <= room) {
+            *algo = (int)perf[i].algo;
+            *ws = perf[i].memory;
+        }
+}
+
 // A shape cuDNN does not take, remembered as such (algo -1, no descriptors): the next call
 // with it is refused without asking cuDNN again.
 static sl_status refuse(cu_dnn *d, dnn_plan *p, const int *key) {
@@ -153,30 +165,15 @@ static sl_status plan_for(cuda_backend *cb, int op, int n, int h, int w, int c, 
     if (op == DNN_FWD) {
         cudnnConvolutionFwdAlgoPerf_t perf[DNN_ALGOS];
         CKD(cudnnGetConvolutionForwardAlgorithm_v7(d->h, p->x, p->f, p->conv, p->y, DNN_ALGOS, &got, perf));
-        for (int i = 0; i < got && algo < 0; i++)
-            if (perf[i].status == CUDNN_STATUS_SUCCESS && perf[i].determinism == CUDNN_DETERMINISTIC &&
-                perf[i].memory <= ws_room) {
-                algo = (int)perf[i].algo;
-                ws = perf[i].memory;
-            }
+        pick_algo(perf, got, ws_room, &algo, &ws);
     } else if (op == DNN_BWD_DATA) {
         cudnnConvolutionBwdDataAlgoPerf_t perf[DNN_ALGOS];
         CKD(cudnnGetConvolutionBackwardDataAlgorithm_v7(d->h, p->f, p->y, p->conv, p->x, DNN_ALGOS, &got, perf));
-        for (int i = 0; i < got && algo < 0; i++)
-            if (perf[i].status == CUDNN_STATUS_SUCCESS && perf[i].determinism == CUDNN_DETERMINISTIC &&
-                perf[i].memory <= ws_room) {
-                algo = (int)perf[i].algo;
-                ws = perf[i].memory;
-            }
+        pick_algo(perf, got, ws_room, &algo, &ws);
     } else {
         cudnnConvolutionBwdFilterAlgoPerf_t perf[DNN_ALGOS];
         CKD(cudnnGetConvolutionBackwardFilterAlgorithm_v7(d->h, p->x, p->y, p->conv, p->f, DNN_ALGOS, &got, perf));
-        for (int i = 0; i < got && algo < 0; i++)
-            if (perf[i].status == CUDNN_STATUS_SUCCESS && perf[i].determinism == CUDNN_DETERMINISTIC &&
-                perf[i].memory <= ws_room) {
-                algo = (int)perf[i].algo;
-                ws = perf[i].memory;
-            }
+        pick_algo(perf, got, ws_room, &algo, &ws);
     }
     if (algo < 0) return refuse(d, p, key); // no deterministic algorithm fits the scratch
     memcpy(p->key, key, sizeof key);
@@ -188,77 +185,80 @@ static sl_status plan_for(cuda_backend *cb, int op, int n, int h, int w, int c, 
     return SL_OK;
 }
 
-// Whether cuDNN takes the call at all (before any plan): cuDNN open, float32 math, int sizes.
-static bool dnn_takes(cuda_backend *cb, const float *scratch, int n, int h, int w, int c, int oh, int ow, int oc,
-                      int kh, int kw) {
-    if (!cb->dnn || cb->prec != SL_BK_FP32 || !scratch || n <= 0) return false;
+// The plan for `op` and where its buffers lie in the caller's scratch: the kernel in cuDNN's
+// layout (*wk, K x R x S x C floats) and then the algorithm's workspace (*ws, NULL when it
+// needs none). SL_EUNSUPPORTED, nothing queued, where cuDNN does not take the call: cuDNN not
+// open, 16-bit precision, no scratch, no images, sizes over int's, or the shape (plan_for).
+static sl_status dnn_begin(cuda_backend *cb, int op, int n, int h, int w, int c, int kh, int kw, int stride,
+                           int pad_top, int pad_left, int oh, int ow, int oc, float *scratch, size_t scratch_floats,
+                           dnn_plan **p, float **wk, void **ws) {
+    if (!cb->dnn || cb->prec != SL_BK_FP32 || !scratch || n <= 0) return SL_EUNSUPPORTED;
     size_t in = (size_t)n * h * w * c, outn = (size_t)n * oh * ow * oc, k = (size_t)kh * kw * c * oc;
-    return in <= (size_t)INT32_MAX && outn <= (size_t)INT32_MAX && k <= (size_t)INT32_MAX;
+    if (in > (size_t)INT32_MAX || outn > (size_t)INT32_MAX || k > (size_t)INT32_MAX) return SL_EUNSUPPORTED;
+    sl_status s = plan_for(cb, op, n, h, w, c, kh, kw, stride, pad_top, pad_left, oh, ow, oc,
+                           scratch_floats * sizeof(float), p);
+    if (s) return s;
+    *wk = scratch;
+    *ws = (*p)->ws ? (char *)scratch + align256(k * sizeof(float)) : NULL;
+    return SL_OK;
 }
 
-sl_status sl__cu_conv_gemm(sl_backend *b, const float *x, int n, int h, int w, int c, int kh, int kw,
-                                      int stride, int pad_top, int pad_left, int oh, int ow, const float *W, int oc,
-                                      float beta, float *y, float *scratch, size_t scratch_floats) {
+sl_status sl__cu_conv_gemm(sl_backend *b, const float *x, int n, int h, int w, int c, int kh, int kw, int stride,
+                           int pad_top, int pad_left, int oh, int ow, const float *W, int oc, float beta, float *y,
+                           float *scratch, size_t scratch_floats) {
     ENTER(b);
-    if (!dnn_takes(cb, scratch, n, h, w, c, oh, ow, oc, kh, kw)) return SL_EUNSUPPORTED;
     dnn_plan *p;
-    sl_status s = plan_for(cb, DNN_FWD, n, h, w, c, kh, kw, stride, pad_top, pad_left, oh, ow, oc,
-                           scratch_floats * sizeof(float), &p);
+    float *wk;
+    void *ws;
+    sl_status s = dnn_begin(cb, DNN_FWD, n, h, w, c, kh, kw, stride, pad_top, pad_left, oh, ow, oc, scratch,
+                            scratch_floats, &p, &wk, &ws);
     if (s) return s;
     const int K = kh * kw * c;
-    float *wk = scratch; // the kernel as K x R x S x C: (oc) x (kh*kw*c)
-    void *ws = (char *)scratch + align256((size_t)K * oc * sizeof(float));
     k_transpose<<<grid_for((size_t)K * oc), THREADS, 0, cb->compute>>>(W, K, oc, 0.0f, wk);
     CK_LAUNCH("conv_gemm (kernel layout)");
     const float one = 1.0f;
-    CKD(cudnnConvolutionForward(cb->dnn->h, &one, p->x, x, p->f, wk, p->conv, (cudnnConvolutionFwdAlgo_t)p->algo,
-                                p->ws ? ws : NULL, p->ws, &beta, p->y, y));
+    CKD(cudnnConvolutionForward(cb->dnn->h, &one, p->x, x, p->f, wk, p->conv, (cudnnConvolutionFwdAlgo_t)p->algo, ws,
+                                p->ws, &beta, p->y, y));
     cb->launches++;
     cb->dnn->calls++;
     return SL_OK;
 }
 
-sl_status sl__cu_conv_input_grad(sl_backend *b, const float *dy, int n, int h, int w, int c, int kh,
-                                            int kw, int stride, int pad_top, int pad_left, int oh, int ow,
-                                            const float *W, int oc, float beta, float *dx, float *scratch,
-                                            size_t scratch_floats) {
+sl_status sl__cu_conv_input_grad(sl_backend *b, const float *dy, int n, int h, int w, int c, int kh, int kw,
+                                 int stride, int pad_top, int pad_left, int oh, int ow, const float *W, int oc,
+                                 float beta, float *dx, float *scratch, size_t scratch_floats) {
     ENTER(b);
-    if (!dnn_takes(cb, scratch, n, h, w, c, oh, ow, oc, kh, kw)) return SL_EUNSUPPORTED;
     dnn_plan *p;
-    sl_status s = plan_for(cb, DNN_BWD_DATA, n, h, w, c, kh, kw, stride, pad_top, pad_left, oh, ow, oc,
-                           scratch_floats * sizeof(float), &p);
+    float *wk;
+    void *ws;
+    sl_status s = dnn_begin(cb, DNN_BWD_DATA, n, h, w, c, kh, kw, stride, pad_top, pad_left, oh, ow, oc, scratch,
+                            scratch_floats, &p, &wk, &ws);
     if (s) return s;
     const int K = kh * kw * c;
-    float *wk = scratch;
-    void *ws = (char *)scratch + align256((size_t)K * oc * sizeof(float));
     k_transpose<<<grid_for((size_t)K * oc), THREADS, 0, cb->compute>>>(W, K, oc, 0.0f, wk);
     CK_LAUNCH("conv_input_grad (kernel layout)");
     const float one = 1.0f;
     CKD(cudnnConvolutionBackwardData(cb->dnn->h, &one, p->f, wk, p->y, dy, p->conv,
-                                     (cudnnConvolutionBwdDataAlgo_t)p->algo, p->ws ? ws : NULL, p->ws, &beta, p->x,
-                                     dx));
+                                     (cudnnConvolutionBwdDataAlgo_t)p->algo, ws, p->ws, &beta, p->x, dx));
     cb->launches++;
     cb->dnn->calls++;
     return SL_OK;
 }
 
-sl_status sl__cu_conv_kernel_grad(sl_backend *b, const float *x, int n, int h, int w, int c, int kh,
-                                             int kw, int stride, int pad_top, int pad_left, int oh, int ow,
-                                             const float *dy, int oc, float beta, float *dW, float *scratch,
-                                             size_t scratch_floats) {
+sl_status sl__cu_conv_kernel_grad(sl_backend *b, const float *x, int n, int h, int w, int c, int kh, int kw,
+                                  int stride, int pad_top, int pad_left, int oh, int ow, const float *dy, int oc,
+                                  float beta, float *dW, float *scratch, size_t scratch_floats) {
     ENTER(b);
-    if (!dnn_takes(cb, scratch, n, h, w, c, oh, ow, oc, kh, kw)) return SL_EUNSUPPORTED;
     dnn_plan *p;
-    sl_status s = plan_for(cb, DNN_BWD_FILTER, n, h, w, c, kh, kw, stride, pad_top, pad_left, oh, ow, oc,
-                           scratch_floats * sizeof(float), &p);
+    float *dwk; // cuDNN's gradient as K x R x S x C, then turned into dW's layout
+    void *ws;
+    sl_status s = dnn_begin(cb, DNN_BWD_FILTER, n, h, w, c, kh, kw, stride, pad_top, pad_left, oh, ow, oc, scratch,
+                            scratch_floats, &p, &dwk, &ws);
     if (s) return s;
     const int K = kh * kw * c;
-    float *dwk = scratch; // cuDNN's gradient as K x R x S x C, then turned into dW's layout
-    void *ws = (char *)scratch + align256((size_t)K * oc * sizeof(float));
     const float one = 1.0f, zero = 0.0f;
     CKD(cudnnConvolutionBackwardFilter(cb->dnn->h, &one, p->x, x, p->y, dy, p->conv,
-                                       (cudnnConvolutionBwdFilterAlgo_t)p->algo, p->ws ? ws : NULL, p->ws, &zero,
-                                       p->f, dwk));
+                                       (cudnnConvolutionBwdFilterAlgo_t)p->algo, ws, p->ws, &zero, p->f, dwk));
     cb->launches++;
     cb->dnn->calls++;
     k_transpose<<<grid_for((size_t)K * oc), THREADS, 0, cb->compute>>>(dwk, oc, K, beta, dW);
