@@ -3,11 +3,13 @@
  * allreduce, a broadcast and a barrier, checking the results exactly.
  *
  *   sluice-launch -n 3 -- example_ring_allreduce [--count N] [--reps R] [--fp16]
- *                                                [--timeout S] [--fail-rank R]
+ *                                                [--timeout S] [--fail-rank R [--fail-early]]
  *
  * Each rank fills x[i] = (rank + 1) * (i % 7), so the sum is world*(world+1)/2 * (i % 7),
- * exactly. --fail-rank R makes rank R exit with status 3 before the allreduce (to see the
- * launcher stop the others). Exit status: 0 ok, 1 a collective failed or a wrong result. */
+ * exactly. --fail-rank R makes rank R exit with status 3 before the allreduce: its peers see
+ * it die and fail naming it. With --fail-early it exits before it connects, so the others
+ * wait for it (up to the timeout) and only the launcher stops them (to see the job take the
+ * failed rank's status). Exit status: 0 ok, 1 a collective failed or a wrong result. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -28,7 +30,7 @@ static double now_s(void) {
 
 int main(int argc, char **argv) {
     size_t count = 1000003;
-    int reps = 1, fp16 = 0, fail_rank = -1;
+    int reps = 1, fp16 = 0, fail_rank = -1, fail_early = 0;
     double timeout = 10;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--count") && i + 1 < argc) count = (size_t)atoll(argv[++i]);
@@ -36,7 +38,8 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--timeout") && i + 1 < argc) timeout = atof(argv[++i]);
         else if (!strcmp(argv[i], "--fail-rank") && i + 1 < argc) fail_rank = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--fp16")) fp16 = 1;
-        else { fprintf(stderr, "usage: %s [--count N] [--reps R] [--fp16] [--timeout S] [--fail-rank R]\n", argv[0]); return 2; }
+        else if (!strcmp(argv[i], "--fail-early")) fail_early = 1;
+        else { fprintf(stderr, "usage: %s [--count N] [--reps R] [--fp16] [--timeout S] [--fail-rank R [--fail-early]]\n", argv[0]); return 2; }
     }
     sl_cluster c;
     if (sl_cluster_resolve(NULL, NULL, (const char *const *)environ, &c)) {
@@ -51,6 +54,7 @@ int main(int argc, char **argv) {
     sl_ring *ring = NULL;
     float *x = malloc(count * 4 + 4);
     int rc = 1;
+    if (c.rank == fail_rank && fail_early) { fprintf(stderr, "rank %d: failing on purpose\n", c.rank); exit(3); }
     if (sl_tp_create(c.rank, c.world, addrs, &o, &tp) || sl_tp_connect(tp)) goto fail;
     sl_ring_opts ro = {.fp16 = fp16};
     if (sl_ring_create(tp, &ro, &ring)) goto fail;

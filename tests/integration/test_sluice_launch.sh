@@ -208,8 +208,11 @@ if [ -x "$EX" ]; then
         grep -q "^\[worker $r\] rank $r/3 (127.0.0.1:$((PB + 10 + r))): allreduce of 1000003 floats ok, .*broadcast \"hello from rank 2\"; dropped 0; path shm$" "$T/o" ||
             fail "rank $r line: $(cat "$T/o")"
     done
-    # a replica that fails: its status is the launcher's, the others are stopped
-    "$L" -n 3 --grace 2 --port-base $((PB + 20)) -- "$EX" --fail-rank 1 --timeout 30 >"$T/o" 2>"$T/e"
+    # a replica that fails: its status is the launcher's, the others are stopped. It fails
+    # before it connects (--fail-early), so the others are held waiting for it (30 s) until
+    # the launcher stops them: had it died mid-collective, a peer that saw it die could exit
+    # (status 1) before the dying process's own exit reached the launcher.
+    "$L" -n 3 --grace 2 --port-base $((PB + 20)) -- "$EX" --fail-rank 1 --fail-early --timeout 30 >"$T/o" 2>"$T/e"
     rc=$?
     [ $rc -eq 3 ] || fail "failing replica: exit $rc, expected 3: $(cat "$T/e")"
     grep -q "^\[worker 1\] rank 1: failing on purpose$" "$T/e" || fail "failing replica stderr: $(cat "$T/e")"
